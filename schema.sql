@@ -1,0 +1,103 @@
+-- Stash storage schema. The server loads this file as it is; nothing here is
+-- copied into code. It holds two schemas, each introduced by a "-- @name" line.
+--
+-- Layout on disk, one folder per user:
+--   DATA/users/<user_id>/keyring.db  plain SQLite: the grants and the master
+--                                    key wrapped once per grant. It must be
+--                                    readable before the master key is known.
+--   DATA/users/<user_id>/memory.db   SQLCipher (raw key derived from the master
+--                                    key) where sqlcipher3 imports, else plain
+--                                    SQLite; every value in it is also sealed.
+--
+-- Sealing: every stored memory, summary, config value and memory key is
+-- XChaCha20-Poly1305 with a fresh 24-byte nonce, as nonce||ciphertext||tag,
+-- with associated data "stash/v1|<user_id>|<table>|<position>", so a value
+-- moved to another row, table or user's file fails to open.
+--
+-- Designed for what comes next:
+-- * Erasing one memory for good without rewriting the log. Each memory is
+--   sealed under its OWN random 32-byte key, not under the master key. Those
+--   keys live in memory_keys, 128 to a row, the row sealed under the rows key.
+--   Erasing memory i re-seals its chunk with key i zeroed (secure_delete
+--   overwrites the freed page). The log row is never touched, yet nobody
+--   holding every token and every file can open it again. Recall stays one
+--   chunk open per 128 memories plus one open per memory.
+-- * An authenticated running digest of the log, so truncation or replay of
+--   an older copy is detectable. Log rows are immutable — erasure destroys
+--   keys, never ciphertext — so a hash chain over (id, sealed) of every log
+--   row stays valid forever and can be computed incrementally; its head
+--   (T, digest) MACed under a master-derived key belongs in a table of its
+--   own (log_digest) plus a copy in the keyring, outside this file.
+
+-- @keyring
+PRAGMA secure_delete = ON;
+
+CREATE TABLE IF NOT EXISTS keyring_meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- One row per capability, live or revoked. A grant's power is the key it
+-- wraps: the wrap's associated data binds user, grant id and scope, so
+-- editing `scope` makes the wrap fail to open rather than widen it.
+-- Revoking sets `wrapped`, `kdf` and `tag` to NULL; the row stays as a record.
+CREATE TABLE IF NOT EXISTS grants (
+    id       INTEGER PRIMARY KEY,
+    tag      BLOB UNIQUE,              -- keyed BLAKE2b of the secret: finds the grant without argon2
+    scope    TEXT NOT NULL CHECK (scope IN ('read', 'full', 'owner')),
+    created  TEXT NOT NULL,            -- UTC ISO-8601
+    revoked  TEXT,                     -- UTC ISO-8601, NULL while live
+    kdf      TEXT,                     -- JSON argon2id parameters and salt
+    wrapped  BLOB                      -- master key sealed under the KEK
+);
+
+-- @memory
+CREATE TABLE IF NOT EXISTS meta (
+    name  TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- The append-only log. Memory #i is the row id = i; ids are dense from 0.
+-- Plaintext: a fixed 320 bytes (2-byte length, "YYYY-MM-DD text", zeros),
+-- so a row's size does not reveal its memory's length.
+CREATE TABLE IF NOT EXISTS log (
+    id      INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);
+
+CREATE TRIGGER IF NOT EXISTS log_no_update BEFORE UPDATE ON log
+BEGIN SELECT RAISE(ABORT, 'log is append-only'); END;
+
+CREATE TRIGGER IF NOT EXISTS log_no_delete BEFORE DELETE ON log
+BEGIN SELECT RAISE(ABORT, 'log is append-only'); END;
+
+-- Per-memory content keys, 128 per chunk: chunk c holds the keys of memories
+-- 128c .. 128c+127, created whole when its first memory is written. A zeroed
+-- slot is an erased memory.
+CREATE TABLE IF NOT EXISTS memory_keys (
+    chunk   INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);
+
+-- The summary tree, a cache over the log: block [idx*size, (idx+1)*size).
+-- Each level holds a dense prefix idx = 0 .. n-1 (settled strictly in order,
+-- forgotten from a point upward), so its count is MAX(idx)+1.
+CREATE TABLE IF NOT EXISTS summaries (
+    size    INTEGER NOT NULL,
+    idx     INTEGER NOT NULL,
+    sealed  BLOB NOT NULL,
+    PRIMARY KEY (size, idx)
+) WITHOUT ROWID;
+
+-- Size overrides (SPEC §2.9); a name absent here follows the default.
+CREATE TABLE IF NOT EXISTS config (
+    name    TEXT PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);
+
+-- The date of each erased memory, kept so it still renders as
+-- "#i DATE [erased]" after its key is gone. Written by erasure only.
+CREATE TABLE IF NOT EXISTS erased (
+    id      INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);

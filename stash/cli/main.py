@@ -1,0 +1,21 @@
+"""The ``stash`` command: ``serve`` runs the server; every other verb is the
+HTTP client (:mod:`stash.client`, also served as one file at ``GET /client``)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        from .serve import main as serve
+
+        return serve(argv[1:])
+    from .. import client
+
+    return client.main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Block arithmetic of the OptMem model: pure functions, no I/O.
+
+A block is an aligned power-of-two range ``[lo, hi)`` of memory positions with
+``hi - lo >= 2``; a single memory is the degenerate range ``(i, i + 1)``. Ids are
+written inclusive at both ends (``"4-7"``) because that is how an agent copies
+them out of a wake or a nap prompt.
+
+These functions are the contract of SPEC §2.1–2.2 and must agree with OptMem
+for every input: an agent moving between the two wakes to the same document.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+Block = tuple[int, int]
+
+RAW_MAX = 16
+"""Blocks of at most this many memories are compressed from the raw log; larger
+ones from their two halves' summaries (SPEC §2.4)."""
+
+BISECTION_STEPS = 60
+
+_BLOCK_ID = re.compile(r"([0-9]{1,19})-([0-9]{1,19})")  # 19 digits: any int64; the echo stays under 40 chars
+
+
+class BlockIdError(ValueError):
+    """A block id that is malformed or not an aligned power-of-two block."""
+
+
+def is_block(lo: int, hi: int) -> bool:
+    """True for an aligned power-of-two range of at least two memories."""
+    size = hi - lo
+    return lo >= 0 and size >= 2 and size & (size - 1) == 0 and lo % size == 0
+
+
+def parse_block(text: str) -> Block:
+    """``"lo-hi"`` (inclusive) to ``(lo, hi)`` (exclusive), refusing anything
+    that is not a real block: without the shape check ``4-5`` and ``5-6`` would
+    name the same summary."""
+    m = _BLOCK_ID.fullmatch(text)
+    if not m:
+        raise BlockIdError(f"'{text[:40]}' is not a block id; copy one like 16-31 from the wake or the nap prompt.")
+    lo, last = int(m.group(1)), int(m.group(2))
+    if last < lo:
+        raise BlockIdError(f"{lo}-{last} runs backwards; a block id is written low-high, like 16-31.")
+    if not is_block(lo, last + 1):
+        raise BlockIdError(
+            f"{lo}-{last} is not an aligned power-of-two block; copy an id printed by wake, like 16-31."
+        )
+    return lo, last + 1
+
+
+def block_id(lo: int, hi: int) -> str:
+    """The inclusive written form of ``[lo, hi)``."""
+    return f"{lo}-{hi - 1}"
+
+
+def tile(T: int, alpha: float) -> list[Block]:
+    """SPEC §2.2 step 2: tile ``[0, T)`` keeping a block whole iff it ends by
+    ``T`` and its size is at most ``alpha`` times its age."""
+    root = 1
+    while root < T:
+        root *= 2
+    out: list[Block] = []
+    stack = [(0, root)]
+    while stack:
+        lo, hi = stack.pop()
+        if lo >= T:
+            continue
+        size = hi - lo
+        if size > 1 and (hi > T or size > alpha * (T - lo)):
+            mid = (lo + hi) // 2
+            stack.append((mid, hi))
+            stack.append((lo, mid))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def cover(T: int, budget: int) -> list[Block]:
+    """The blocks a wake shows, oldest first: at most ``budget`` of them,
+    spanning ``[0, T)`` without gap or overlap, coarse in the past and fine near
+    the present (SPEC §2.2). Every block in it is complete (``hi <= T``)."""
+    if T <= 0:
+        return []
+    if T <= budget:
+        return [(i, i + 1) for i in range(T)]
+    lo, hi = 0.0, 1.0
+    for _ in range(BISECTION_STEPS):
+        mid = (lo + hi) / 2
+        if len(tile(T, mid)) > budget:
+            lo = mid
+        else:
+            hi = mid
+    out = tile(T, hi)
+    while len(out) < budget:
+        newest = next((k for k in range(len(out) - 1, -1, -1) if out[k][1] - out[k][0] > 1), None)
+        if newest is None:
+            break
+        a, b = out[newest]
+        m = (a + b) // 2
+        out[newest : newest + 1] = [(a, m), (m, b)]
+    return out
+
+
+def levels(T: int) -> Iterator[int]:
+    """Block sizes that can have complete blocks at ``T``: 2, 4, … ≤ T."""
+    size = 2
+    while size <= T:
+        yield size
+        size *= 2
+
+
+def pending(T: int, settled: dict[int, int], limit: int | None = None) -> list[Block]:
+    """Complete blocks without a summary, in settling order (SPEC §2.1).
+
+    ``settled[size]`` is how many summaries that level holds. Each level is a
+    dense prefix — summaries ``0 .. n-1`` of that size — because blocks are
+    only ever settled in this order and forgotten from a point upward, so a
+    level's count says exactly how far it got.
+    """
+    todo: list[Block] = []
+    for size in levels(T):
+        for k in range(settled.get(size, 0), T // size):
+            todo.append((k * size, (k + 1) * size))
+            if limit is not None and len(todo) >= limit:
+                return todo
+    return todo
+
+
+def pending_count(T: int, settled: dict[int, int]) -> int:
+    """``len(pending(T, settled))`` without listing. A level may hold more
+    summaries than a past snapshot ``T`` needs, so each level is clamped at 0."""
+    return sum(max(0, T // size - settled.get(size, 0)) for size in levels(T))
+
+
+def first_pending(T: int, settled: dict[int, int]) -> Block | None:
+    todo = pending(T, settled, limit=1)
+    return todo[0] if todo else None
+
+
+def halves(lo: int, hi: int) -> tuple[Block, Block]:
+    mid = (lo + hi) // 2
+    return (lo, mid), (mid, hi)
+
+
+def forget_span(lo: int, hi: int, settled: dict[int, int], T: int) -> list[Block]:
+    """What ``forget lo-hi`` drops (SPEC §2.7), smallest first: at each size
+    from ``hi - lo`` upward, the block containing ``lo`` and every later block
+    of that level, so each level stays a dense prefix."""
+    gone: list[Block] = []
+    size = hi - lo
+    while size <= max(T, hi - lo):
+        k = lo // size
+        n = settled.get(size, 0)
+        gone.extend((i * size, (i + 1) * size) for i in range(k, n))
+        size *= 2
+    return gone

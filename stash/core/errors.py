@@ -1,0 +1,87 @@
+"""One exception tree for every refusal the service makes.
+
+Each class carries its HTTP status and a stable ``code``; the web layer has a
+single handler that renders ``{"error": code, "message": message}`` plus any
+``extra`` fields. Messages are written for the caller and say what to do next;
+they never contain a token, a key, a path or memory text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StashError(Exception):
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.code, "message": self.message, **self.extra}
+
+
+class Malformed(StashError):
+    status = 400
+    code = "request.malformed"
+
+
+class Unauthorized(StashError):
+    """Always the same answer, whichever way the token failed, so a caller
+    cannot tell a revoked token from a mistyped one or another user's."""
+
+    status = 401
+    code = "auth.invalid"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Send a valid token as 'Authorization: Bearer stash1_…'; a missing, mistyped, "
+            "revoked or unknown token gets this same answer."
+        )
+
+
+class Forbidden(StashError):
+    status = 403
+    code = "auth.scope"
+
+
+class NotFound(StashError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(StashError):
+    status = 409
+    code = "conflict"
+
+
+class TooLarge(StashError):
+    status = 413
+    code = "request.too_large"
+
+
+class Invalid(StashError):
+    status = 422
+    code = "request.invalid"
+
+
+class TooMany(StashError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Damaged(StashError):
+    """Stored bytes failed authentication: they were altered, moved or belong
+    to someone else. Never served; reported without naming any secret."""
+
+    status = 500
+    code = "store.damaged"

@@ -1,0 +1,81 @@
+"""What a memory or summary line may be, and how lines are rendered."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from .errors import Invalid
+
+LINE_SEPARATORS = {"\u2028", "\u2029"}
+
+
+def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
+    """One line of at most ``max_bytes`` UTF-8 bytes, surrounding spaces
+    removed. Control characters and line separators are refused anywhere, even
+    trailing: a stray break could forge a summary line or the awake marker in
+    a rendered wake."""
+    if not isinstance(text, str):
+        raise Invalid(f"The {what} must be a JSON string of one line.", code="text.type")
+    for ch in text:
+        if ch in LINE_SEPARATORS or unicodedata.category(ch) == "Cc":
+            if ch in "\r\n" or ch in LINE_SEPARATORS:
+                raise Invalid(
+                    f"The {what} spans several lines; a {what} is one line: merge them, or note them separately.",
+                    code="text.multiline",
+                )
+            raise Invalid(
+                f"The {what} contains a control character (U+{ord(ch):04X}); remove it and send one plain line.",
+                code="text.control",
+            )
+    text = text.strip()
+    if not text:
+        raise Invalid(f"The {what} is empty; send one line of text.", code="text.empty")
+    n = len(text.encode())
+    if n > max_bytes:
+        raise Invalid(
+            f"The {what} is {n} bytes; the limit is {max_bytes} (accented characters cost 2 bytes, emoji 4). "
+            "Compress it further.",
+            code="text.too_long",
+        )
+    return text
+
+
+def memory_line(i: int, date: str, text: str) -> str:
+    return f"#{i} {date} {text}"
+
+
+def summary_line(lo: int, hi: int, text: str) -> str:
+    return f"#{lo}-{hi - 1} {text}"
+
+
+def line_bytes(line: str) -> int:
+    """What a line costs in output: its UTF-8 bytes plus its newline."""
+    return len(line.encode()) + 1
+
+
+def paginate(lines: list[str], part_lines: int, part_bytes: int) -> list[list[str]]:
+    """Greedy parts of at most ``part_lines`` lines and ``part_bytes`` bytes
+    (a single line larger than a part still gets a part of its own)."""
+    parts: list[list[str]] = []
+    cur: list[str] = []
+    size = 0
+    for line in lines:
+        n = line_bytes(line)
+        if cur and (len(cur) >= part_lines or size + n > part_bytes):
+            parts.append(cur)
+            cur, size = [], 0
+        cur.append(line)
+        size += n
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def plural(n: int, word: str) -> str:
+    if n == 1:
+        return f"1 {word}"
+    if word.endswith("y"):
+        word = word[:-1] + "ie"
+    elif word.endswith(("s", "h", "x")):
+        word += "e"
+    return f"{n} {word}s"

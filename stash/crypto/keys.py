@@ -1,0 +1,66 @@
+"""Key derivation: argon2id for capability secrets, BLAKE2b for subkeys.
+
+The master key (32 random bytes per user) exists on disk only wrapped, once
+per capability, under a key-encryption key (KEK) that argon2id derives from
+that capability's secret. The secret already carries 256 uniform bits, so
+argon2id is defence in depth — it makes a leaked keyring plus a *partially*
+leaked secret costly to finish — and its parameters are chosen for latency
+(README, "Choosing the argon2id parameters"). They are stored beside each
+wrapped key, so they can be raised later without breaking old grants.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+import argon2.low_level as argon2
+
+from .aead import KEY_BYTES
+
+MASTER_KEY_BYTES = KEY_BYTES
+SALT_BYTES = 16
+
+
+@dataclass(frozen=True)
+class KdfParams:
+    """argon2id cost: ``time_cost`` passes over ``memory_kib`` KiB, ``lanes`` lanes."""
+
+    time_cost: int = 2
+    memory_kib: int = 8192
+    lanes: int = 1
+
+    def as_dict(self) -> dict[str, int | str]:
+        return {"alg": "argon2id", "t": self.time_cost, "m": self.memory_kib, "p": self.lanes}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> KdfParams:
+        if d.get("alg") != "argon2id":
+            raise ValueError("unknown key derivation")
+        return cls(int(d["t"]), int(d["m"]), int(d["p"]))
+
+
+DEFAULT_KDF = KdfParams()
+
+
+def new_salt() -> bytes:
+    return os.urandom(SALT_BYTES)
+
+
+def new_master_key() -> bytes:
+    return os.urandom(MASTER_KEY_BYTES)
+
+
+def derive_kek(secret: bytes, salt: bytes, params: KdfParams) -> bytes:
+    return argon2.hash_secret_raw(
+        secret, salt, params.time_cost, params.memory_kib, params.lanes, KEY_BYTES, argon2.Type.ID
+    )
+
+
+def subkey(master: bytes, purpose: bytes) -> bytes:
+    """An independent 32-byte key for one purpose (``b"file"``, ``b"rows"``):
+    BLAKE2b keyed by the master key, so no subkey reveals another or the master."""
+    if len(master) != MASTER_KEY_BYTES:
+        raise ValueError(f"master key must be exactly {MASTER_KEY_BYTES} bytes")
+    return hashlib.blake2b(purpose, key=master, digest_size=KEY_BYTES, person=b"stash.subkey").digest()

@@ -1,0 +1,295 @@
+"""The OptMem memory model over one opened memory file (SPEC §2).
+
+Each method is one route's whole behaviour and returns the JSON-ready answer;
+refusals are :mod:`stash.core.errors` exceptions. Nothing here knows HTTP.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable
+
+from ..core import blocks, lines, sizes
+from ..core.errors import Conflict, Damaged, Invalid, NotFound
+from ..core.recall import BadPattern, compile_pattern
+from ..storage.memfile import MemoryFile
+from . import instructions
+
+AWAKE = "You are awake."
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def today_utc() -> str:
+    return dt.datetime.now(dt.UTC).date().isoformat()
+
+
+class Memory:
+    def __init__(self, mf: MemoryFile, today: Callable[[], str] = today_utc) -> None:
+        self.mf = mf
+        self.today = today
+        self.sizes = sizes.effective(mf.config())
+
+    # ------------------------------------------------------------ reading helpers
+
+    def _block(self, text: object) -> tuple[int, int]:
+        if not isinstance(text, str):
+            raise Invalid("The block must be a string like \"16-31\".", code="block.invalid")
+        try:
+            return blocks.parse_block(text)
+        except blocks.BlockIdError as e:
+            raise Invalid(str(e), code="block.invalid") from None
+
+    def _within(self, lo: int, hi: int, T: int) -> None:
+        if hi > T:
+            raise Invalid(
+                f"{blocks.block_id(lo, hi)} reaches past the log, which holds {lines.plural(T, 'memory')}; "
+                "only complete blocks have summaries.",
+                code="block.beyond_log",
+            )
+
+    def _render_memories(self, lo: int, hi: int) -> list[str]:
+        return [lines.memory_line(*m) for m in self.mf.memories(lo, hi)]
+
+    def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict | None:
+        """The due compression at snapshot ``T`` as a nap object, or None."""
+        settled = self.mf.settled(T) if settled is None else settled
+        first = blocks.first_pending(T, settled)
+        if first is None:
+            return None
+        lo, hi = first
+        if hi - lo <= blocks.RAW_MAX:
+            source = self._render_memories(lo, hi)
+        else:
+            source = []
+            for a, b in blocks.halves(lo, hi):
+                s = self.mf.summary(a, b)
+                if s is None:
+                    raise Damaged(
+                        f"The summary of {blocks.block_id(a, b)} is missing though a block above it is due; "
+                        f"forget {blocks.block_id(a, b)} and nap again."
+                    )
+                source.append(lines.summary_line(a, b, s))
+        remaining = blocks.pending_count(T, settled) - 1
+        bid = blocks.block_id(lo, hi)
+        limit = self.sizes["ENTRY_CHARS"]
+        tail = ""
+        if remaining:
+            tail = "\n" + ("1 compression remains" if remaining == 1 else f"{remaining} compressions remain")
+            tail += " after this one."
+        prompt = (
+            f"Compress memories #{bid} into one line of at most {limit} bytes.\n"
+            "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
+            + "\n".join("  " + s for s in source)
+            + f"\n{tail}\n"
+            + f"Run: {instructions.nap(bid)}"
+        )
+        return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit, "prompt": prompt}
+
+    # ------------------------------------------------------------ wake
+
+    def _wake_lines(self, T: int, budget: int, settled: dict[int, int], cache: dict) -> list[str]:
+        out = []
+        for lo, hi in blocks.cover(T, budget):
+            key = (lo, hi)
+            if key not in cache:
+                if hi - lo == 1:
+                    cache[key] = self._render_memories(lo, hi)[0]
+                else:
+                    s = self.mf.summary(lo, hi)
+                    if s is None:
+                        nap = self.nap_for(T, settled)
+                        if nap is None:
+                            raise Damaged(
+                                f"The summary of {blocks.block_id(lo, hi)} is missing though nothing is due; "
+                                f"forget {blocks.block_id(lo, hi)} and nap again."
+                            )
+                        n = blocks.pending_count(T, settled)
+                        raise Conflict(
+                            f"Cannot wake: the memory context needs #{blocks.block_id(lo, hi)}, which is not "
+                            f"compressed yet. Do the {lines.plural(n, 'compression')} due (the nap below), then "
+                            f"wake again: {instructions.wake()}",
+                            code="wake.needs_nap",
+                            needs=blocks.block_id(lo, hi),
+                            nap=nap,
+                        )
+                    cache[key] = lines.summary_line(lo, hi, s)
+            out.append(cache[key])
+        return out
+
+    def wake(self, part: int = 1, T: int | None = None) -> dict:
+        now = self.mf.count()
+        if T is None:
+            T = now
+        elif T > now:
+            raise Invalid(
+                f"T={T}, but the log holds {lines.plural(now, 'memory')}; wake again without T.", code="wake.bad_T"
+            )
+        if not T:
+            if part != 1:
+                raise Invalid(f"No part {part}: the memory has 1 part; wake without part.", code="wake.no_part")
+            return {
+                "T": 0, "part": 1, "parts": 1, "lines": [], "awake": True, "nap": None, "next": None,
+                "message": f"No memories yet. Record the first with: {instructions.note()}\n{AWAKE}",
+            }
+        settled = self.mf.settled(T)
+        nap = self.nap_for(T, settled)
+        room = self.sizes["WAKE_CHARS"] - len((AWAKE + "\n").encode())
+        if nap:
+            room -= len(("\n" + nap["prompt"] + "\n").encode())
+        room = max(room, self.sizes["ENTRY_CHARS"])
+        cache: dict = {}
+        budget = self.sizes["WAKE_LINES"]
+        while True:
+            doc = self._wake_lines(T, budget, settled, cache)
+            if budget <= 1 or sum(lines.line_bytes(x) for x in doc) <= room:
+                break
+            budget -= 1
+        parts = lines.paginate(doc, self.sizes["PART_LINES"], self.sizes["PART_CHARS"])
+        if not 1 <= part <= len(parts):
+            raise Invalid(
+                f"No part {part}: the memory has {lines.plural(len(parts), 'part')}; wake again from part 1.",
+                code="wake.no_part",
+            )
+        last = part == len(parts)
+        nxt = None if last else instructions.wake(part + 1, T)
+        return {
+            "T": T, "part": part, "parts": len(parts), "lines": parts[part - 1], "awake": last,
+            "nap": nap if last else None, "next": nxt,
+            "message": AWAKE if last else f"Not awake yet. Run: {nxt}",
+        }
+
+    # ------------------------------------------------------------ note, nap
+
+    def note(self, text: object) -> dict:
+        text = lines.check_line(text, self.sizes["ENTRY_CHARS"])
+        i = self.mf.append([(self.today(), text)])
+        return {"id": i, "nap": self.nap_for(i + 1)}
+
+    def nap(self, block: object = None, text: object = None) -> dict:
+        T = self.mf.count()
+        if block is None:
+            if text is not None:
+                raise Invalid("A summary needs its block: send {\"block\": \"lo-hi\", \"text\": ...}.",
+                              code="nap.missing_block")
+            nap = self.nap_for(T)
+            return {"saved": None, "nap": nap, "message": "Nothing left to compress." if nap is None else
+                    f"Compress {nap['block']} next."}
+        lo, hi = self._block(block)
+        self._within(lo, hi, T)
+        bid = blocks.block_id(lo, hi)
+        settled = self.mf.settled(T)
+        first = blocks.first_pending(T, settled)
+        if (lo, hi) != first:
+            if settled.get(hi - lo, 0) > lo // (hi - lo):
+                return {"saved": None, "nap": self.nap_for(T, settled),
+                        "message": f"{bid} is already settled; nothing was written."}
+            due = self.nap_for(T, settled)
+            raise Conflict(
+                f"Wrong block: {bid}. Blocks settle in order, and the next is {due['block']}; answer that one.",
+                code="nap.wrong_block", due=due["block"], nap=due,
+            )
+        text = lines.check_line(text, self.sizes["ENTRY_CHARS"], "summary")
+        if not self.mf.put_summary(lo, hi, text):
+            return {"saved": None, "nap": self.nap_for(T),
+                    "message": f"{bid} was settled or forgotten meanwhile; nothing was written."}
+        return {"saved": bid, "nap": self.nap_for(T), "message": f"{bid} saved."}
+
+    # ------------------------------------------------------------ recall, zoom, forget
+
+    def recall(self, q: object) -> dict:
+        if not isinstance(q, str):
+            raise Invalid("Send the pattern as the string q.", code="recall.bad_pattern")
+        try:
+            matcher = compile_pattern(q)
+        except BadPattern as e:
+            raise Invalid(str(e), code="recall.bad_pattern") from None
+        found, total = matcher.scan(self.mf.scan(self.mf.count()), self.sizes["PART_CHARS"])
+        return {"matches": found, "total": total}
+
+    def zoom(self, block: object) -> dict:
+        lo, hi = self._block(block)
+        T = self.mf.count()
+        if lo >= T:
+            raise Invalid(
+                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}; "
+                "zoom into a block the wake printed.",
+                code="block.beyond_log",
+            )
+        out = []
+        for a, b in blocks.halves(lo, hi):
+            if a >= T:
+                continue
+            if b - a == 1:
+                out.extend(self._render_memories(a, b))
+            else:
+                s = self.mf.summary(a, b) if b <= T else None
+                out.append(lines.summary_line(a, b, s if s is not None else "not compressed yet"))
+        return {"block": blocks.block_id(lo, hi), "lines": out}
+
+    def forget(self, block: object) -> dict:
+        lo, hi = self._block(block)
+        T = self.mf.count()
+        self._within(lo, hi, T)
+        gone = self.mf.drop_summaries_from(lo, hi)
+        if not gone:
+            raise NotFound(
+                f"No summary at {blocks.block_id(lo, hi)}: it is not compressed yet, so there is nothing to forget.",
+                code="forget.no_summary",
+            )
+        return {"dropped": [blocks.block_id(a, b) for a, b in gone]}
+
+    # ------------------------------------------------------------ config, import
+
+    def config(self) -> dict:
+        return {"sizes": dict(self.sizes), "defaults": dict(sizes.DEFAULTS)}
+
+    def set_config(self, changes: object) -> dict:
+        self.mf.set_config(sizes.validate_changes(changes))
+        self.sizes = sizes.effective(self.mf.config())
+        return self.config()
+
+    def import_entries(self, entries: object) -> dict:
+        if not isinstance(entries, list) or not entries:
+            raise Invalid("Send {\"entries\": [{\"date\": \"YYYY-MM-DD\", \"text\": \"...\"}, ...]}, oldest first.",
+                          code="import.empty")
+        today = self.today()
+        items: list[tuple[str, str]] = []
+        prev = None
+        for k, entry in enumerate(entries):
+            if not isinstance(entry, dict) or set(entry) != {"date", "text"}:
+                raise Invalid(f"Entry {k} must be an object with exactly \"date\" and \"text\"; nothing was imported.",
+                              code="import.bad_entry", index=k)
+            date = entry["date"]
+            if not isinstance(date, str) or not _DATE.fullmatch(date):
+                raise Invalid(f"Entry {k}: the date must be YYYY-MM-DD; nothing was imported.",
+                              code="import.bad_date", index=k)
+            try:
+                dt.date.fromisoformat(date)
+            except ValueError:
+                raise Invalid(f"Entry {k}: {date} is not a real calendar date; nothing was imported.",
+                              code="import.bad_date", index=k) from None
+            if date > today:
+                raise Invalid(f"Entry {k}: {date} is in the future (today is {today} UTC); nothing was imported.",
+                              code="import.bad_date", index=k)
+            if prev is not None and date < prev:
+                raise Invalid(f"Entry {k}: {date} is earlier than the entry before it; sort oldest first. "
+                              "Nothing was imported.", code="import.out_of_order", index=k)
+            try:
+                text = lines.check_line(entry["text"], self.sizes["ENTRY_CHARS"])
+            except Invalid as e:
+                raise Invalid(f"Entry {k}: {e.message} Nothing was imported.", code=e.code, index=k) from None
+            items.append((date, text))
+            prev = date
+
+        def after_newest(T: int, newest: str | None) -> None:
+            if newest is not None and items[0][0] < newest:
+                raise Invalid(
+                    f"Entry 0: {items[0][0]} is earlier than the newest memory (#{T - 1}, {newest}); import only "
+                    "memories dated on or after it. Nothing was imported.",
+                    code="import.before_log", index=0,
+                )
+
+        first = self.mf.append(items, check=after_newest)
+        T = first + len(items)
+        return {"first": first, "last": T - 1, "pending": blocks.pending_count(T, self.mf.settled(T))}

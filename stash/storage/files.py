@@ -1,0 +1,54 @@
+"""Where each user's files live, and how a SQLite connection is opened."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
+    import sqlcipher3.dbapi2 as _sqlcipher
+except ImportError:  # pragma: no cover - depends on the platform's wheels
+    _sqlcipher = None
+
+FILE_CIPHERS = ("sqlcipher", "none")
+
+
+def available_file_cipher() -> str:
+    return "sqlcipher" if _sqlcipher is not None else "none"
+
+
+class UserFiles:
+    """The folder of one user under the data directory."""
+
+    def __init__(self, data_dir: Path, user_id: str) -> None:
+        self.folder = data_dir / "users" / user_id
+        self.keyring = self.folder / "keyring.db"
+        self.memory = self.folder / "memory.db"
+
+    def exists(self) -> bool:
+        return self.keyring.is_file()
+
+    def create_folder(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=False, mode=0o700)
+
+    def destroy(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=False)
+
+
+def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, fsync
+    on commit, and freed pages overwritten so destroyed keys leave no copy."""
+    if cipher == "sqlcipher":
+        if _sqlcipher is None:
+            raise RuntimeError("this store needs SQLCipher, which is not installed here")
+        conn = _sqlcipher.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
+        if file_key is None:
+            raise ValueError("a SQLCipher file needs its key")
+        conn.execute(f"PRAGMA key = \"x'{file_key.hex()}'\"")
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA secure_delete = ON")
+    return conn

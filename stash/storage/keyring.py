@@ -1,0 +1,130 @@
+"""A user's key ring: the grants, and the master key wrapped once per grant.
+
+The key ring is plain SQLite because it has to be read before the master key
+is known. Nothing in it opens anything without a token's secret: a grant row
+holds a keyed hash of the secret (to find the row cheaply) and the master key
+sealed under the argon2id KEK of that secret, with user, grant id and scope in
+the associated data.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..crypto import aead, keys
+from .files import connect
+from .schema import sections
+
+SCOPES = ("read", "full", "owner")
+
+
+def wrap_aad(user_id: str, grant_id: int, scope: str) -> bytes:
+    return f"stash/v1|{user_id}|grant|{grant_id}|{scope}".encode()
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Grant:
+    id: int
+    scope: str
+    created: str
+    revoked: str | None
+    kdf: str | None
+    wrapped: bytes | None
+
+
+class Keyring:
+    def __init__(self, path: Path, user_id: str) -> None:
+        self.user_id = user_id
+        self.conn = connect(path, file_key=None, cipher="none")
+
+    @classmethod
+    def create(cls, path: Path, user_id: str, file_cipher: str) -> Keyring:
+        ring = cls(path, user_id)
+        ring.conn.executescript(sections()["keyring"])
+        ring.conn.execute(
+            "INSERT INTO keyring_meta(name, value) VALUES ('user_id', ?), ('file_cipher', ?), ('format', '1')",
+            (user_id, file_cipher),
+        )
+        return ring
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Keyring:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def meta(self, name: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def find(self, tag: bytes) -> Grant | None:
+        row = self.conn.execute(
+            "SELECT id, scope, created, revoked, kdf, wrapped FROM grants WHERE tag = ?", (tag,)
+        ).fetchone()
+        return Grant(*row) if row else None
+
+    def add(self, *, scope: str, tag: bytes, secret: bytes, master: bytes, kdf: keys.KdfParams) -> int:
+        """File a new grant wrapping ``master`` under ``secret``'s KEK. The id
+        is allotted first because the wrap binds it."""
+        if scope not in SCOPES:
+            raise ValueError("unknown scope")
+        salt = keys.new_salt()
+        kek = keys.derive_kek(secret, salt, kdf)
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            cur = self.conn.execute(
+                "INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc())
+            )
+            grant_id = cur.lastrowid
+            wrapped = aead.seal(kek, master, wrap_aad(self.user_id, grant_id, scope))
+            params = {**kdf.as_dict(), "salt": salt.hex()}
+            self.conn.execute(
+                "UPDATE grants SET kdf = ?, wrapped = ? WHERE id = ?", (json.dumps(params), wrapped, grant_id)
+            )
+        return grant_id
+
+    def unwrap(self, grant: Grant, secret: bytes) -> bytes:
+        """The master key, or :class:`aead.Unsealable` when the row was altered
+        (scope, id or wrapped bytes) or belongs to someone else."""
+        if grant.wrapped is None or grant.kdf is None:
+            raise aead.Unsealable("grant holds no key")
+        try:
+            params = json.loads(grant.kdf)
+            salt = bytes.fromhex(params["salt"])
+            kdf = keys.KdfParams.from_dict(params)
+        except (ValueError, KeyError, TypeError):
+            raise aead.Unsealable("grant key derivation parameters are unreadable") from None
+        kek = keys.derive_kek(secret, salt, kdf)
+        return aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope))
+
+    def grants(self) -> list[Grant]:
+        rows = self.conn.execute("SELECT id, scope, created, revoked, kdf, wrapped FROM grants ORDER BY id")
+        return [Grant(*r) for r in rows]
+
+    def revoke(self, grant_id: int) -> bool:
+        """Destroy the grant's wrapped key; its listing row stays. True if it was live."""
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            cur = self.conn.execute(
+                "UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, revoked = ? "
+                "WHERE id = ? AND revoked IS NULL",
+                (now_utc(), grant_id),
+            )
+        return cur.rowcount == 1
+
+
+def open_keyring(path: Path, user_id: str) -> Keyring:
+    if not path.is_file():
+        raise FileNotFoundError("no keyring")
+    return Keyring(path, user_id)
+

@@ -1,0 +1,287 @@
+"""A user's memory file: the sealed log, summary tree and config.
+
+Opened for one request with the master key, closed at its end. Every value is
+sealed with associated data naming its user, table and position, and any value
+that fails to open raises :class:`Damaged` — it is never served.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..core.blocks import levels
+from ..core.errors import Damaged
+from ..crypto import aead, keys
+from .files import connect
+from .schema import sections
+
+MEMORY_PLAINTEXT_BYTES = 320  # 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded
+SUMMARY_PLAINTEXT_BYTES = 288
+KEYS_PER_CHUNK = 128
+CHUNK_BYTES = KEYS_PER_CHUNK * aead.KEY_BYTES
+ERASED_KEY = bytes(aead.KEY_BYTES)
+SCAN_BATCH = 4096
+
+ERASED = "[erased]"
+
+
+class MemoryFile:
+    def __init__(self, path: Path, user_id: str, master: bytes, cipher: str, *, create: bool = False) -> None:
+        self.user_id = user_id
+        self._rows_key = keys.subkey(master, b"rows")
+        file_key = keys.subkey(master, b"file") if cipher == "sqlcipher" else None
+        self.conn = connect(path, file_key=file_key, cipher=cipher)
+        try:
+            if create:
+                self.conn.executescript(sections()["memory"])
+                self.conn.execute("INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', '1')", (user_id,))
+            else:
+                row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
+                if not row or row[0] != user_id:
+                    raise Damaged("This memory file does not belong to this user; restore it from a backup.")
+        except Damaged:
+            self.conn.close()
+            raise
+        except Exception:
+            self.conn.close()
+            raise Damaged(
+                "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
+            ) from None
+        self._chunks: dict[int, bytes] = {}
+
+    def close(self) -> None:
+        self._chunks.clear()
+        self.conn.close()
+
+    # ------------------------------------------------------------ sealing
+
+    def _aad(self, table: str, position: str | int) -> bytes:
+        return f"stash/v1|{self.user_id}|{table}|{position}".encode()
+
+    def _open(self, key: bytes, sealed: bytes, table: str, position: str | int) -> bytes:
+        try:
+            return aead.open_sealed(key, sealed, self._aad(table, position))
+        except aead.Unsealable:
+            raise Damaged(
+                f"Stored {table} data at {position} failed its integrity check and was not served; "
+                "restore this store from a backup."
+            ) from None
+
+    # ------------------------------------------------------------ memory keys
+
+    def _chunk(self, c: int, *, create: bool = False) -> bytes | None:
+        if c in self._chunks:
+            return self._chunks[c]
+        row = self.conn.execute("SELECT sealed FROM memory_keys WHERE chunk = ?", (c,)).fetchone()
+        if row is None:
+            if not create:
+                return None
+            plain = os.urandom(CHUNK_BYTES)
+            self.conn.execute(
+                "INSERT INTO memory_keys(chunk, sealed) VALUES (?, ?)",
+                (c, aead.seal(self._rows_key, plain, self._aad("memory_keys", c))),
+            )
+        else:
+            plain = self._open(self._rows_key, row[0], "memory_keys", c)
+            if len(plain) != CHUNK_BYTES:
+                raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
+        self._chunks[c] = plain
+        return plain
+
+    def _memory_key(self, i: int, *, create: bool = False) -> bytes | None:
+        chunk = self._chunk(i // KEYS_PER_CHUNK, create=create)
+        if chunk is None:
+            raise Damaged(f"The key of memory #{i} is missing; restore this store from a backup.")
+        k = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
+        key = chunk[k : k + aead.KEY_BYTES]
+        return None if key == ERASED_KEY else key
+
+    # ------------------------------------------------------------ log
+
+    def count(self) -> int:
+        """T: how many memories the log holds (ids are dense from 0)."""
+        return self.conn.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM log").fetchone()[0]
+
+    def append(self, items: list[tuple[str, str]], *, check=None) -> int:
+        """Append ``(date, text)`` memories as one transaction; returns the
+        first id. Ids are taken inside the write lock, so concurrent writers
+        (threads or processes) never share one. ``check(T, newest_date)`` runs
+        inside the lock before anything is written and may refuse."""
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._chunks.clear()  # another writer may have created chunks
+            base = self.count()
+            if check is not None:
+                check(base, self.newest_date(base))
+            for k, (date, text) in enumerate(items):
+                i = base + k
+                key = self._memory_key(i, create=True)
+                plain = aead.pad(f"{date} {text}".encode(), MEMORY_PLAINTEXT_BYTES)
+                self.conn.execute(
+                    "INSERT INTO log(id, sealed) VALUES (?, ?)", (i, aead.seal(key, plain, self._aad("log", i)))
+                )
+        return base
+
+    def _decode(self, i: int, plain: bytes) -> tuple[str, str]:
+        try:
+            line = aead.unpad(plain).decode()
+        except (aead.Unsealable, UnicodeDecodeError):
+            raise Damaged(f"Memory #{i} is unreadable; restore this store from a backup.") from None
+        return line[:10], line[11:]
+
+    def _erased_date(self, i: int) -> str:
+        row = self.conn.execute("SELECT sealed FROM erased WHERE id = ?", (i,)).fetchone()
+        if row is None:
+            raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")
+        return self._open(self._rows_key, row[0], "erased", i).decode()
+
+    def memories(self, lo: int, hi: int) -> list[tuple[int, str, str]]:
+        """``(id, date, text)`` for memories ``[lo, hi)``; an erased one has
+        text ``[erased]``."""
+        out = []
+        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
+        for i, sealed in rows:
+            key = self._memory_key(i)
+            if key is None:
+                out.append((i, self._erased_date(i), ERASED))
+                continue
+            out.append((i, *self._decode(i, self._open(key, sealed, "log", i))))
+        if len(out) != max(0, hi - lo) or any(r[0] != lo + k for k, r in enumerate(out)):
+            raise Damaged("The log has a gap; restore this store from a backup.")
+        return out
+
+    def memory(self, i: int) -> tuple[int, str, str]:
+        return self.memories(i, i + 1)[0]
+
+    def newest_date(self, T: int | None = None) -> str | None:
+        T = self.count() if T is None else T
+        return self.memory(T - 1)[1] if T else None
+
+    def scan(self, T: int) -> Iterator[list[str]]:
+        """Every memory below ``T`` rendered as ``#i DATE TEXT``, in batches,
+        oldest first. Streams: a million memories are never held at once."""
+        opener = aead.BulkOpener(MEMORY_PLAINTEXT_BYTES)
+        prefix = f"stash/v1|{self.user_id}|log|".encode()
+        cur = self.conn.execute("SELECT id, sealed FROM log WHERE id < ? ORDER BY id", (T,))
+        expect = 0
+        while True:
+            rows = cur.fetchmany(SCAN_BATCH)
+            if not rows:
+                break
+            batch = []
+            for i, sealed in rows:
+                if i != expect:
+                    raise Damaged("The log has a gap; restore this store from a backup.")
+                expect += 1
+                key = self._memory_key(i)
+                if key is None:
+                    batch.append(f"#{i} {self._erased_date(i)} {ERASED}")
+                    continue
+                try:
+                    plain = opener.open(key, sealed, prefix + str(i).encode())
+                except aead.Unsealable:
+                    raise Damaged(
+                        f"Stored log data at {i} failed its integrity check and was not served; "
+                        "restore this store from a backup."
+                    ) from None
+                n = int.from_bytes(plain[:2], "big")
+                try:
+                    batch.append(f"#{i} {plain[2:2 + n].decode()}")
+                except UnicodeDecodeError:
+                    raise Damaged(f"Memory #{i} is unreadable; restore this store from a backup.") from None
+            # chunks seen in this batch are no longer needed
+            self._chunks = {c: v for c, v in self._chunks.items() if c >= expect // KEYS_PER_CHUNK}
+            yield batch
+        if expect != T:
+            raise Damaged("The log has a gap; restore this store from a backup.")
+
+    # ------------------------------------------------------------ summaries
+
+    def settled(self, T: int) -> dict[int, int]:
+        """How many summaries each level up to ``T`` holds (a dense prefix)."""
+        out = {}
+        for size in levels(T):
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            out[size] = 0 if top is None else top + 1
+        return out
+
+    def summary(self, lo: int, hi: int) -> str | None:
+        size = hi - lo
+        row = self.conn.execute(
+            "SELECT sealed FROM summaries WHERE size = ? AND idx = ?", (size, lo // size)
+        ).fetchone()
+        if row is None:
+            return None
+        plain = self._open(self._rows_key, row[0], "summaries", f"{size}|{lo // size}")
+        try:
+            return aead.unpad(plain).decode()
+        except (aead.Unsealable, UnicodeDecodeError):
+            raise Damaged(f"The summary of {lo}-{hi - 1} is unreadable; forget it and nap again.") from None
+
+    def put_summary(self, lo: int, hi: int, text: str) -> bool:
+        """Settle block ``[lo, hi)`` if it is still the next one of its level
+        (the level stays a dense prefix). False if another writer got there."""
+        size = hi - lo
+        idx = lo // size
+        sealed = aead.seal(
+            self._rows_key, aead.pad(text.encode(), SUMMARY_PLAINTEXT_BYTES), self._aad("summaries", f"{size}|{idx}")
+        )
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            if (0 if top is None else top + 1) != idx:
+                return False
+            self.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
+        return True
+
+    def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Drop block ``[lo, hi)`` and everything built on it: at each size from
+        ``hi - lo`` upward, the containing block and every later one of that
+        level (SPEC §2.7). Returns the dropped blocks, smallest first."""
+        gone: list[tuple[int, int]] = []
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0]
+            size = hi - lo
+            while top_size is not None and size <= top_size:
+                k = lo // size
+                top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+                if top is not None and top >= k:
+                    gone.extend((j * size, (j + 1) * size) for j in range(k, top + 1))
+                    self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, k))
+                size *= 2
+        return gone
+
+    # ------------------------------------------------------------ config
+
+    def config(self) -> dict[str, int]:
+        out = {}
+        for name, sealed in self.conn.execute("SELECT name, sealed FROM config"):
+            out[name] = int(self._open(self._rows_key, sealed, "config", name).decode())
+        return out
+
+    def set_config(self, changes: dict[str, int | None]) -> None:
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            for name, value in changes.items():
+                if value is None:
+                    self.conn.execute("DELETE FROM config WHERE name = ?", (name,))
+                else:
+                    sealed = aead.seal(self._rows_key, str(value).encode(), self._aad("config", name))
+                    self.conn.execute(
+                        "INSERT INTO config(name, sealed) VALUES (?, ?) "
+                        "ON CONFLICT(name) DO UPDATE SET sealed = excluded.sealed",
+                        (name, sealed),
+                    )
+
+    def level(self, size: int) -> Iterator[str]:
+        """Every summary of one level, in order (the level is a dense prefix)."""
+        rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? ORDER BY idx", (size,))
+        for idx, sealed in rows:
+            plain = self._open(self._rows_key, sealed, "summaries", f"{size}|{idx}")
+            yield aead.unpad(plain).decode()
+
+    def level_sizes(self) -> list[int]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size")]

@@ -1,0 +1,93 @@
+"""The ASGI application: routing, the one error renderer, access log, metrics.
+
+Routes live in :mod:`stash.web.routes`; each parses its request, calls one
+function of the service layer and returns. This module wraps every request so
+that any failure becomes the JSON error shape and nothing else — no traceback,
+path, key, token or memory text — reaches the client or a log.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from ..core.errors import NotFound, StashError
+from ..service.access import Vault
+from .jsonio import JSON
+from .metrics import Metrics
+from .ratelimit import RateLimiter
+from .routes import ROUTES
+from .settings import Settings
+
+access_log = logging.getLogger("stash.access")
+error_log = logging.getLogger("stash.error")
+
+
+def error_response(err: StashError) -> JSON:
+    headers = {}
+    retry = getattr(err, "retry_after", None)
+    if retry is not None:
+        headers["Retry-After"] = str(retry)
+    return JSON(err.body(), status_code=err.status, headers=headers)
+
+
+class Guard:
+    """Outermost middleware: renders every failure as the error shape, logs one
+    line per request (method, route template, status, time — never the query
+    string), and counts it."""
+
+    def __init__(self, app, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500, "started": False}
+
+        async def tracked_send(message) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                status["started"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked_send)
+        except Exception as exc:  # the one place that turns a bug into a clean 500
+            error_log.error("unhandled %s on %s", type(exc).__name__, scope.get("stash.route", "-"))
+            if not status["started"]:
+                err = StashError("The server failed to answer; try again, and report it if it persists.")
+                await error_response(err)(scope, receive, tracked_send)
+        finally:
+            elapsed = time.perf_counter() - start
+            route = scope.get("stash.route", "-")
+            self.metrics.observe(scope["method"], route, status["code"], elapsed)
+            access_log.info("%s %s %d %.1fms", scope["method"], route, status["code"], elapsed * 1000)
+
+
+async def not_found(request, exc) -> JSON:
+    code = getattr(exc, "status_code", 404)
+    if code == 405:
+        err = StashError("This route does not take that method; see API-REFERENCE.md.", code="method_not_allowed")
+        err.status = 405
+        return error_response(err)
+    return error_response(NotFound("No such route; see API-REFERENCE.md for the routes.", code="route.unknown"))
+
+
+def create_app(settings: Settings) -> Starlette:
+    vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher)
+    metrics = Metrics()
+    routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    app.state.vault = vault
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.limiter = RateLimiter()
+    app.add_middleware(Guard, metrics=metrics)
+    return app

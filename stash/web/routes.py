@@ -1,0 +1,271 @@
+"""The HTTP surface (SPEC §3). Each endpoint parses its request, calls one
+function of the service layer in a worker thread, and returns its answer."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+
+from .. import __version__
+from ..core import blocks
+from ..core.errors import Forbidden, Invalid, Malformed, StashError, TooMany, Unauthorized
+from ..service import onboarding, pages
+from .jsonio import IMPORT_BODY_CAP, JSON, parse_int, query_object, read_object
+
+CONTENT_CIPHER = "xchacha20-poly1305"
+_TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "-"
+
+
+def _refuse_token_in_query(request: Request) -> None:
+    for name, value in request.query_params.multi_items():
+        if name.lower() in _TOKEN_WORDS or "stash1_" in value:
+            raise Malformed(
+                "Tokens are never accepted in a query string (they would end up in logs and histories); "
+                "send it as 'Authorization: Bearer …' and revoke the one you exposed.",
+                code="auth.token_in_query",
+            )
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip() or None
+
+
+async def _authed(request: Request, need: str, work: Callable) -> object:
+    """Authenticate, then run ``work(session)`` in a worker thread. Failed
+    authentication counts against the client's address; past the limit the
+    answer is 429 before any lookup is made."""
+    limiter = request.app.state.limiter
+    settings = request.app.state.settings
+    client = _client(request)
+    wait = limiter.blocked_for("auth", client, settings.auth_failures_per_minute)
+    if wait:
+        raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
+    token = _bearer(request)
+    vault = request.app.state.vault
+
+    def run() -> object:
+        with vault.session(token, need) as session:
+            return work(session)
+
+    try:
+        return await run_in_threadpool(run)
+    except Unauthorized:
+        limiter.hit("auth", client)
+        request.app.state.metrics.event("auth_failed")
+        raise
+
+
+@dataclass(frozen=True)
+class RouteSpec:
+    method: str
+    path: str
+    scope: str  # public | read | full | owner | operator
+    summary: str
+    handler: Callable[[Request], Awaitable[Response]]
+
+    async def endpoint(self, request: Request) -> Response:
+        request.scope["stash.route"] = self.path
+        try:
+            _refuse_token_in_query(request)
+            return await self.handler(request)
+        except StashError as err:
+            from .app import error_response
+
+            return error_response(err)
+
+
+# ---------------------------------------------------------------- public
+
+
+async def health(request: Request) -> Response:
+    vault = request.app.state.vault
+    return JSON({"ok": True, "version": __version__, "content_cipher": CONTENT_CIPHER,
+                 "file_cipher": vault.file_cipher})
+
+
+async def init(request: Request) -> Response:
+    settings = request.app.state.settings
+    limiter = request.app.state.limiter
+    body = await read_object(request, {"url", "invite"})
+    if settings.init == "off":
+        raise Forbidden("This server does not mint identities; ask its operator for one.", code="init.disabled")
+    if settings.init == "invite":
+        invite = body.get("invite")
+        expected = (settings.invite_secret or "").encode()
+        if not isinstance(invite, str) or not hmac.compare_digest(invite.encode(), expected):
+            raise Forbidden("This server mints identities by invitation only; send the operator's invite as "
+                            "\"invite\".", code="init.invite_required")
+    client = _client(request)
+    wait = limiter.blocked_for("init", client, settings.init_per_minute)
+    if wait:
+        raise TooMany(f"Too many identities minted from this address; wait {wait} s.", wait)
+    url = body.get("url", settings.public_url)
+    if url is not None and (
+        not isinstance(url, str) or len(url) > 2000 or not url.startswith(("http://", "https://"))
+    ):
+        raise Invalid("url must be the server's http(s) address, like https://stash.example.", code="init.bad_url")
+    limiter.hit("init", client)
+    ident = await run_in_threadpool(request.app.state.vault.create_identity)
+    answer = onboarding.init_answer(ident, url or str(request.base_url).rstrip("/"), CONTENT_CIPHER)
+    return JSON(answer, status_code=201)
+
+
+async def shape(request: Request) -> Response:
+    if request.method == "GET":
+        data = query_object(request, {"T", "lines"}, ints={"T", "lines"})
+    else:
+        data = await read_object(request, {"T", "lines"})
+    T = parse_int("T", data.get("T", 0))
+    budget = parse_int("lines", data.get("lines", 96))
+    if not 0 <= T <= 10**15 or not 1 <= budget <= 1000:
+        raise Invalid("T must be 0 to 10^15 and lines 1 to 1000.", code="shape.out_of_range")
+    cover = blocks.cover(T, budget)
+    return JSON({"T": T, "lines": budget, "blocks": [[lo, hi - 1] for lo, hi in cover]})
+
+
+async def openapi(request: Request) -> Response:
+    from .openapi import document
+
+    return JSON(document(ROUTES, __version__))
+
+
+async def client(request: Request) -> Response:
+    return PlainTextResponse(pages.client_source(), media_type="text/x-python; charset=utf-8",
+                             headers={"Content-Disposition": 'attachment; filename="stash"'})
+
+
+async def landing(request: Request) -> Response:
+    return HTMLResponse(pages.landing_html())
+
+
+async def metrics(request: Request) -> Response:
+    settings = request.app.state.settings
+    if settings.operator_token:
+        given = _bearer(request) or ""
+        if not hmac.compare_digest(given.encode(), settings.operator_token.encode()):
+            raise Forbidden("Metrics need the operator token as 'Authorization: Bearer …'.", code="auth.operator")
+    else:
+        try:
+            loopback = ipaddress.ip_address(_client(request)).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise Forbidden("Metrics are served on loopback only unless the operator sets a metrics token.",
+                            code="auth.operator")
+    return PlainTextResponse(request.app.state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+# ---------------------------------------------------------------- memory
+
+
+async def wake(request: Request) -> Response:
+    if request.method == "GET":
+        data = query_object(request, {"part", "T"}, ints={"part", "T"})
+    else:
+        data = await read_object(request, {"part", "T"})
+    part = parse_int("part", data.get("part", 1))
+    T = data.get("T")
+    T = None if T is None else parse_int("T", T)
+    return JSON(await _authed(request, "read", lambda s: s.memory.wake(part, T)))
+
+
+async def note(request: Request) -> Response:
+    data = await read_object(request, {"text"}, required={"text"})
+    return JSON(await _authed(request, "full", lambda s: s.memory.note(data["text"])))
+
+
+async def nap(request: Request) -> Response:
+    data = await read_object(request, {"block", "text"})
+    return JSON(await _authed(request, "full", lambda s: s.memory.nap(data.get("block"), data.get("text"))))
+
+
+async def recall(request: Request) -> Response:
+    if request.method == "GET":
+        data = query_object(request, {"q"})
+    else:
+        data = await read_object(request, {"q"})
+    if "q" not in data:
+        raise Malformed("Missing q: send the pattern to search for.", code="request.missing_field")
+    return JSON(await _authed(request, "read", lambda s: s.memory.recall(data["q"])))
+
+
+async def zoom(request: Request) -> Response:
+    if request.method == "GET":
+        data = query_object(request, {"block"})
+    else:
+        data = await read_object(request, {"block"})
+    if "block" not in data:
+        raise Malformed("Missing block: send the block to open, like 16-31.", code="request.missing_field")
+    return JSON(await _authed(request, "read", lambda s: s.memory.zoom(data["block"])))
+
+
+async def forget(request: Request) -> Response:
+    data = await read_object(request, {"block"}, required={"block"})
+    return JSON(await _authed(request, "full", lambda s: s.memory.forget(data["block"])))
+
+
+async def config_get(request: Request) -> Response:
+    query_object(request, set())
+    return JSON(await _authed(request, "read", lambda s: s.memory.config()))
+
+
+async def config_set(request: Request) -> Response:
+    from ..core.sizes import SIZES
+
+    data = await read_object(request, set(SIZES), empty_ok=False)
+    return JSON(await _authed(request, "full", lambda s: s.memory.set_config(data)))
+
+
+async def import_(request: Request) -> Response:
+    data = await read_object(request, {"entries"}, required={"entries"}, cap=IMPORT_BODY_CAP)
+    return JSON(await _authed(request, "full", lambda s: s.memory.import_entries(data["entries"])))
+
+
+async def export(request: Request) -> Response:
+    from ..service.export import export_archive
+
+    query_object(request, set())
+    archive = await _authed(request, "owner", lambda s: export_archive(s.memory))
+    return Response(archive, media_type="application/gzip",
+                    headers={"Content-Disposition": 'attachment; filename="optmem-memory.tar.gz"'})
+
+
+ROUTES: list[RouteSpec] = [
+    RouteSpec("GET", "/health", "public", "Liveness, version and this host's ciphers", health),
+    RouteSpec("POST", "/init", "public", "Mint an identity; the token is shown once", init),
+    RouteSpec("GET", "/wake", "read", "The wake document, one part at a time", wake),
+    RouteSpec("POST", "/wake", "read", "The wake (POST twin of GET /wake)", wake),
+    RouteSpec("POST", "/note", "full", "Append one memory", note),
+    RouteSpec("POST", "/nap", "full", "Ask what is due, or settle the due block", nap),
+    RouteSpec("GET", "/recall", "read", "Regex search of the verbatim log", recall),
+    RouteSpec("POST", "/recall", "read", "Regex search (POST twin of GET /recall)", recall),
+    RouteSpec("GET", "/zoom", "read", "Open a block into its two halves", zoom),
+    RouteSpec("POST", "/zoom", "read", "Open a block (POST twin of GET /zoom)", zoom),
+    RouteSpec("POST", "/forget", "full", "Drop a summary and what was built on it", forget),
+    RouteSpec("GET", "/config", "read", "The sizes and their defaults", config_get),
+    RouteSpec("POST", "/config", "full", "Change sizes; null restores a default", config_set),
+    RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_),
+    RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export),
+    RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),
+    RouteSpec("GET", "/client", "public", "The single-file stash client", client),
+    RouteSpec("GET", "/shape", "public", "Block boundaries of cover(T, lines); no data", shape),
+    RouteSpec("POST", "/shape", "public", "Block boundaries (POST twin of GET /shape)", shape),
+    RouteSpec("GET", "/metrics", "operator", "Prometheus text: counts and latencies", metrics),
+    RouteSpec("GET", "/", "public", "The landing page", landing),
+]
