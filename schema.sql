@@ -101,3 +101,10 @@ CREATE TABLE IF NOT EXISTS erased (
     id      INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
 );
+
+-- Erasure receipts: which memories were shredded, when, and how many
+-- summaries went with them. Never any content.
+CREATE TABLE IF NOT EXISTS erasures (
+    id      INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);

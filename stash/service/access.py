@@ -10,14 +10,15 @@ structure that outlives the request.)
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import Damaged, Forbidden, Unauthorized
+from ..core.errors import Conflict, Damaged, Forbidden, NotFound, Unauthorized
 from ..crypto import aead, keys, tokens
 from ..storage.files import UserFiles, available_file_cipher
-from ..storage.keyring import Keyring, open_keyring
+from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from .memory import Memory
 
@@ -31,6 +32,7 @@ class Session:
     grant_id: int
     memory: Memory
     keyring: Keyring
+    master: bytes = field(repr=False, default=b"")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,58 @@ class Vault:
             ring.close()
         MemoryFile(files.memory, user_id, master, self.file_cipher, create=True).close()
         return Identity(user_id, token, self.file_cipher)
+
+    def mint_grant(self, session: Session, scope: str) -> tuple[int, str]:
+        """A new capability over the session's memory: the same master key
+        wrapped under a fresh secret. Returns ``(grant_id, token)``; the token
+        exists only in this answer."""
+        if scope not in ("read", "full"):
+            raise ValueError("only read or full capabilities can be minted")
+        token, secret = tokens.mint(session.user_id)
+        grant_id = session.keyring.add(
+            scope=scope, tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
+            master=session.master, kdf=self.kdf,
+        )
+        return grant_id, token
+
+    def list_grants(self, session: Session) -> list[dict]:
+        return [
+            {"id": g.id, "scope": g.scope, "created": g.created, "revoked": g.revoked,
+             "live": g.revoked is None, "you": g.id == session.grant_id}
+            for g in session.keyring.grants()
+        ]
+
+    def revoke_grant(self, session: Session, grant_id: int) -> dict:
+        """Destroy one capability's wrapped key (its listing row stays)."""
+        grant = next((g for g in session.keyring.grants() if g.id == grant_id), None)
+        if grant is None:
+            raise NotFound(f"No capability {grant_id}; list them with GET /grants.", code="grants.unknown")
+        if grant.scope == "owner":
+            raise Conflict("The owner capability cannot be revoked; to end this memory, DELETE /store.",
+                           code="grants.owner")
+        already = grant.revoked is not None
+        if not already:
+            session.keyring.revoke(grant_id)
+            session.keyring.checkpoint()
+        revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
+        return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already}
+
+    def destroy_store(self, session: Session) -> dict:
+        """Remove the user's whole folder: key ring (every wrapped key) and
+        memory file. The key ring is overwritten before it is unlinked."""
+        files = UserFiles(self.data_dir, session.user_id)
+        T = session.memory.mf.count()
+        session.memory.mf.close()
+        session.keyring.close()
+        for path in sorted(files.folder.iterdir()):
+            if path.is_file() and path.name.startswith("keyring"):
+                size = path.stat().st_size
+                with open(path, "r+b") as f:
+                    f.write(bytes(size))
+                    f.flush()
+                    os.fsync(f.fileno())
+        files.destroy()
+        return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 
     def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, UserFiles, Keyring, object]:
         """Token to (token, files, key ring, grant) — or 401 without any key
@@ -117,10 +171,12 @@ class Vault:
                 )
             cipher = ring.meta("file_cipher") or "none"
             mf = MemoryFile(files.memory, token.user_id, master, cipher)
+            session = Session(token.user_id, grant.scope, grant.id, Memory(mf), ring, master)
             del master
             try:
-                yield Session(token.user_id, grant.scope, grant.id, Memory(mf), ring)
+                yield session
             finally:
+                session.master = b""
                 mf.close()
         finally:
             ring.close()

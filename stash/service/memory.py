@@ -239,6 +239,26 @@ class Memory:
             )
         return {"dropped": [blocks.block_id(a, b) for a, b in gone]}
 
+    # ------------------------------------------------------------ erasure
+
+    MAX_ERASE = 10_000
+
+    def erase(self, ids: object, at: str) -> dict:
+        if (not isinstance(ids, list) or not ids or len(ids) > self.MAX_ERASE
+                or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)):
+            raise Invalid(f"Send {{\"ids\": [...]}}: 1 to {self.MAX_ERASE} memory ids as whole numbers.",
+                          code="erase.bad_ids")
+        T = self.mf.count()
+        bad = [i for i in ids if not 0 <= i < T]
+        if bad:
+            raise Invalid(f"#{bad[0]} is not a memory: the log holds {lines.plural(T, 'memory')} (#0 to #{T - 1}). "
+                          "Nothing was erased.", code="erase.unknown_id")
+        rid, fresh, gone = self.mf.erase(ids, at)
+        return {"receipt": rid, "ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
+
+    def erasures(self) -> dict:
+        return {"erasures": self.mf.receipts()}
+
     # ------------------------------------------------------------ config, import
 
     def config(self) -> dict:

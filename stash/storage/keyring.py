@@ -10,6 +10,7 @@ the associated data.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,6 +107,14 @@ class Keyring:
             raise aead.Unsealable("grant key derivation parameters are unreadable") from None
         kek = keys.derive_kek(secret, salt, kdf)
         return aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope))
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the file and truncate it, so a destroyed wrapped
+        key is left in neither."""
+        for _ in range(50):
+            if not self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                return
+            time.sleep(0.02)
 
     def grants(self) -> list[Grant]:
         rows = self.conn.execute("SELECT id, scope, created, revoked, kdf, wrapped FROM grants ORDER BY id")

@@ -7,7 +7,9 @@ that fails to open raises :class:`Damaged` — it is never served.
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -240,18 +242,21 @@ class MemoryFile:
         """Drop block ``[lo, hi)`` and everything built on it: at each size from
         ``hi - lo`` upward, the containing block and every later one of that
         level (SPEC §2.7). Returns the dropped blocks, smallest first."""
-        gone: list[tuple[int, int]] = []
         with self.conn:
             self.conn.execute("BEGIN IMMEDIATE")
-            top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0]
-            size = hi - lo
-            while top_size is not None and size <= top_size:
-                k = lo // size
-                top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
-                if top is not None and top >= k:
-                    gone.extend((j * size, (j + 1) * size) for j in range(k, top + 1))
-                    self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, k))
-                size *= 2
+            return self._drop_from(lo, hi)
+
+    def _drop_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        gone: list[tuple[int, int]] = []
+        top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0]
+        size = hi - lo
+        while top_size is not None and size <= top_size:
+            k = lo // size
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            if top is not None and top >= k:
+                gone.extend((j * size, (j + 1) * size) for j in range(k, top + 1))
+                self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, k))
+            size *= 2
         return gone
 
     # ------------------------------------------------------------ config
@@ -275,6 +280,70 @@ class MemoryFile:
                         "ON CONFLICT(name) DO UPDATE SET sealed = excluded.sealed",
                         (name, sealed),
                     )
+
+    # ------------------------------------------------------------ erasure
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the file and truncate it, so a page that held a
+        destroyed key survives in neither (freed pages are zeroed by
+        secure_delete)."""
+        for _ in range(50):
+            busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            if not busy:
+                return
+            time.sleep(0.02)
+        raise Damaged("The store is busy and the erasure could not be flushed; retry the erase shortly.")
+
+    def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
+        """Shred memories: record each one's date, zero its key slot, drop
+        every summary built over it (as forget would from its size-2 block).
+        The log rows are not touched. Returns (receipt id, newly erased ids,
+        dropped blocks)."""
+        with self.conn:
+            self.conn.execute("BEGIN IMMEDIATE")
+            self._chunks.clear()
+            T = self.count()
+            fresh = []
+            for i in sorted(set(ids)):
+                if i >= T:
+                    continue
+                if self._memory_key(i) is None:
+                    continue
+                _, date, _ = self.memory(i)
+                self.conn.execute(
+                    "INSERT INTO erased(id, sealed) VALUES (?, ?)",
+                    (i, aead.seal(self._rows_key, date.encode(), self._aad("erased", i))),
+                )
+                c = i // KEYS_PER_CHUNK
+                chunk = bytearray(self._chunk(c))
+                k = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
+                chunk[k : k + aead.KEY_BYTES] = ERASED_KEY
+                self._chunks[c] = bytes(chunk)
+                self.conn.execute(
+                    "UPDATE memory_keys SET sealed = ? WHERE chunk = ?",
+                    (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), c),
+                )
+                fresh.append(i)
+            gone: list[tuple[int, int]] = []
+            if fresh and T >= 2:
+                lo = fresh[0] - fresh[0] % 2
+                gone = self._drop_from(lo, lo + 2)
+            receipt = {"ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
+            cur = self.conn.execute("INSERT INTO erasures(sealed) VALUES (?)", (b"",))
+            rid = cur.lastrowid
+            self.conn.execute(
+                "UPDATE erasures SET sealed = ? WHERE id = ?",
+                (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), rid),
+            )
+        self._chunks.clear()
+        self.checkpoint()
+        return rid, fresh, gone
+
+    def receipts(self) -> list[dict]:
+        out = []
+        for rid, sealed in self.conn.execute("SELECT id, sealed FROM erasures ORDER BY id"):
+            out.append({"receipt": rid, **json.loads(self._open(self._rows_key, sealed, "erasures", rid))})
+        return out
 
     def level(self, size: int) -> Iterator[str]:
         """Every summary of one level, in order (the level is a dense prefix)."""

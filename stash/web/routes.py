@@ -14,7 +14,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from .. import __version__
 from ..core import blocks
-from ..core.errors import Forbidden, Invalid, Malformed, StashError, TooMany, Unauthorized
+from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized
 from ..service import onboarding, pages
 from .jsonio import IMPORT_BODY_CAP, JSON, parse_int, query_object, read_object
 
@@ -246,6 +246,58 @@ async def export(request: Request) -> Response:
                     headers={"Content-Disposition": 'attachment; filename="optmem-memory.tar.gz"'})
 
 
+# ---------------------------------------------------------------- owner
+
+
+async def grants_list(request: Request) -> Response:
+    query_object(request, set())
+    vault = request.app.state.vault
+    return JSON(await _authed(request, "owner", lambda s: {"grants": vault.list_grants(s)}))
+
+
+async def grants_mint(request: Request) -> Response:
+    data = await read_object(request, {"scope"}, required={"scope"})
+    scope = data["scope"]
+    if scope not in ("read", "full"):
+        raise Invalid("scope must be \"read\" or \"full\"; ownership is never transferable.", code="grants.bad_scope")
+    vault = request.app.state.vault
+
+    def mint(s) -> dict:
+        grant_id, token = vault.mint_grant(s, scope)
+        row = next(g for g in vault.list_grants(s) if g["id"] == grant_id)
+        return {"id": grant_id, "scope": scope, "created": row["created"], "token": token,
+                "note": f"This token is shown once and never stored; revoke it with DELETE /grants/{grant_id}."}
+
+    return JSON(await _authed(request, "owner", mint), status_code=201)
+
+
+async def grants_revoke(request: Request) -> Response:
+    raw = request.path_params["grant_id"]
+    if not raw.isdigit() or len(raw) > 18:
+        raise NotFound("No such capability; list them with GET /grants.", code="grants.unknown")
+    vault = request.app.state.vault
+    return JSON(await _authed(request, "owner", lambda s: vault.revoke_grant(s, int(raw))))
+
+
+async def erase(request: Request) -> Response:
+    from ..storage.keyring import now_utc
+
+    data = await read_object(request, {"ids"}, required={"ids"})
+    request.app.state.metrics.event("erase")
+    return JSON(await _authed(request, "owner", lambda s: s.memory.erase(data["ids"], now_utc())))
+
+
+async def erasures(request: Request) -> Response:
+    query_object(request, set())
+    return JSON(await _authed(request, "owner", lambda s: s.memory.erasures()))
+
+
+async def destroy(request: Request) -> Response:
+    await read_object(request, set())
+    vault = request.app.state.vault
+    return JSON(await _authed(request, "owner", vault.destroy_store))
+
+
 ROUTES: list[RouteSpec] = [
     RouteSpec("GET", "/health", "public", "Liveness, version and this host's ciphers", health),
     RouteSpec("POST", "/init", "public", "Mint an identity; the token is shown once", init),
@@ -261,6 +313,12 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("GET", "/config", "read", "The sizes and their defaults", config_get),
     RouteSpec("POST", "/config", "full", "Change sizes; null restores a default", config_set),
     RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_),
+    RouteSpec("GET", "/grants", "owner", "Every capability, live and revoked; never a secret", grants_list),
+    RouteSpec("POST", "/grants", "owner", "Mint a read or full capability; its token is shown once", grants_mint),
+    RouteSpec("DELETE", "/grants/{grant_id}", "owner", "Revoke one capability by destroying its key", grants_revoke),
+    RouteSpec("POST", "/erase", "owner", "Shred individual memories for good; answers a receipt", erase),
+    RouteSpec("GET", "/erasures", "owner", "Erasure receipts, never content", erasures),
+    RouteSpec("DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy),
     RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export),
     RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),
     RouteSpec("GET", "/client", "public", "The single-file stash client", client),
