@@ -71,6 +71,11 @@ BEGIN SELECT RAISE(ABORT, 'log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS log_no_delete BEFORE DELETE ON log
 BEGIN SELECT RAISE(ABORT, 'log is append-only'); END;
 
+-- INSERT OR REPLACE deletes without firing DELETE triggers; refuse it too.
+CREATE TRIGGER IF NOT EXISTS log_no_replace BEFORE INSERT ON log
+WHEN EXISTS (SELECT 1 FROM log WHERE id = NEW.id)
+BEGIN SELECT RAISE(ABORT, 'log is append-only'); END;
+
 -- Per-memory content keys, 128 per chunk: chunk c holds the keys of memories
 -- 128c .. 128c+127, created whole when its first memory is written. A zeroed
 -- slot is an erased memory.

@@ -7,7 +7,9 @@ refusals are :mod:`stash.core.errors` exceptions. Nothing here knows HTTP.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
+import time
 from collections.abc import Callable
 
 from ..core import blocks, lines, sizes
@@ -17,6 +19,7 @@ from ..storage.memfile import MemoryFile
 from . import instructions
 
 AWAKE = "You are awake."
+RECALL_SECONDS = 10.0  # RE2 is linear, but a pattern that defeats its DFA is slow linear
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -204,7 +207,14 @@ class Memory:
             matcher = compile_pattern(q)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.bad_pattern") from None
-        found, total = matcher.scan(self.mf.scan(self.mf.count()), self.sizes["PART_CHARS"])
+        batches = self.mf.scan(self.mf.count())
+        try:
+            found, total = matcher.scan(
+                itertools.chain.from_iterable(batches), self.sizes["PART_CHARS"],
+                deadline=time.monotonic() + RECALL_SECONDS,
+            )
+        except BadPattern as e:
+            raise Invalid(str(e), code="recall.too_slow") from None
         return {"matches": found, "total": total}
 
     def zoom(self, block: object) -> dict:

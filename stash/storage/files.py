@@ -48,7 +48,11 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Conne
         conn.execute(f"PRAGMA key = \"x'{file_key.hex()}'\"")
     else:
         conn = sqlite3.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
-    conn.execute("PRAGMA secure_delete = ON")
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA secure_delete = ON")
+    except Exception:
+        conn.close()
+        raise
     return conn

@@ -34,7 +34,12 @@ class MemoryFile:
         self.user_id = user_id
         self._rows_key = keys.subkey(master, b"rows")
         file_key = keys.subkey(master, b"file") if cipher == "sqlcipher" else None
-        self.conn = connect(path, file_key=file_key, cipher=cipher)
+        try:
+            self.conn = connect(path, file_key=file_key, cipher=cipher)
+        except Exception:
+            raise Damaged(
+                "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
+            ) from None
         try:
             if create:
                 self.conn.executescript(sections()["memory"])
@@ -55,6 +60,7 @@ class MemoryFile:
 
     def close(self) -> None:
         self._chunks.clear()
+        self._rows_key = b""
         self.conn.close()
 
     # ------------------------------------------------------------ sealing
