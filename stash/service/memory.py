@@ -131,9 +131,10 @@ class Memory:
         if not T:
             if part != 1:
                 raise Invalid(f"No part {part}: the memory has 1 part; wake without part.", code="wake.no_part")
+            empty = f"No memories yet. Record the first with: {instructions.note()}\n" if not now else ""
             return {
                 "T": 0, "part": 1, "parts": 1, "lines": [], "awake": True, "nap": None, "next": None,
-                "message": f"No memories yet. Record the first with: {instructions.note()}\n{AWAKE}",
+                "message": empty + AWAKE,
             }
         settled = self.mf.settled(T)
         nap = self.nap_for(T, settled)

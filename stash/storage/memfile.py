@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..core.blocks import levels
-from ..core.errors import Damaged
+from ..core.errors import Conflict, Damaged
 from ..crypto import aead, keys
 from .files import connect
 from .schema import sections
@@ -298,7 +298,8 @@ class MemoryFile:
             if not busy:
                 return
             time.sleep(0.02)
-        raise Damaged("The store is busy and the erasure could not be flushed; retry the erase shortly.")
+        raise Conflict("The store is busy and the erasure could not be flushed yet; retry the erase shortly.",
+                       code="erase.busy")
 
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
         """Shred memories: record each one's date, zero its key slot, drop

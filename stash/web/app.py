@@ -76,7 +76,9 @@ async def not_found(request, exc) -> JSON:
     if code == 405:
         err = StashError("This route does not take that method; see API-REFERENCE.md.", code="method_not_allowed")
         err.status = 405
-        return error_response(err)
+        resp = error_response(err)
+        resp.headers.update(getattr(exc, "headers", None) or {})
+        return resp
     return error_response(NotFound("No such route; see API-REFERENCE.md for the routes.", code="route.unknown"))
 
 
@@ -85,6 +87,7 @@ def create_app(settings: Settings) -> Starlette:
     metrics = Metrics()
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    app.router.redirect_slashes = False  # no route ends in "/": a trailing slash is 404, not a redirect
     app.state.vault = vault
     app.state.settings = settings
     app.state.metrics = metrics

@@ -105,17 +105,21 @@ async def init(request: Request) -> Response:
     body = await read_object(request, {"url", "invite"})
     if settings.init == "off":
         raise Forbidden("This server does not mint identities; ask its operator for one.", code="init.disabled")
+    client = _client(request)
     if settings.init == "invite":
+        wait = limiter.blocked_for("auth", client, settings.auth_failures_per_minute)
+        if wait:
+            raise TooMany(f"Too many wrong invites from this address; wait {wait} s.", wait)
         invite = body.get("invite")
         expected = (settings.invite_secret or "").encode()
         if not isinstance(invite, str) or not hmac.compare_digest(invite.encode(), expected):
+            limiter.hit("auth", client)
             raise Forbidden("This server mints identities by invitation only; send the operator's invite as "
                             "\"invite\".", code="init.invite_required")
-    client = _client(request)
     wait = limiter.blocked_for("init", client, settings.init_per_minute)
     if wait:
         raise TooMany(f"Too many identities minted from this address; wait {wait} s.", wait)
-    url = body.get("url", settings.public_url)
+    url = body.get("url") or settings.public_url
     if url is not None and (
         not isinstance(url, str) or len(url) > 2000 or not url.startswith(("http://", "https://"))
     ):
@@ -283,8 +287,9 @@ async def erase(request: Request) -> Response:
     from ..storage.keyring import now_utc
 
     data = await read_object(request, {"ids"}, required={"ids"})
+    answer = await _authed(request, "owner", lambda s: s.memory.erase(data["ids"], now_utc()))
     request.app.state.metrics.event("erase")
-    return JSON(await _authed(request, "owner", lambda s: s.memory.erase(data["ids"], now_utc())))
+    return JSON(answer)
 
 
 async def erasures(request: Request) -> Response:

@@ -1,0 +1,507 @@
+"""The OpenAPI 3.1 document served at ``GET /openapi.json``.
+
+Paths, methods, scopes and summaries come from the ROUTES table itself, so a
+route cannot exist without appearing here. What a table of handlers cannot say
+— request fields, answer shapes, the error codes each route can return — is
+written below, one entry per route, from the code of the handlers and the
+service layer (and kept in step with API-REFERENCE.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core import sizes
+from ..crypto import tokens
+from .jsonio import BODY_CAP, IMPORT_BODY_CAP
+
+Schema = dict[str, Any]
+
+_BLOCK_ID = r"^[0-9]+-[0-9]+$"
+_LINE = r"^#([0-9]+ [0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]+-[0-9]+) "
+_DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+_SECURED = ("read", "full", "owner")
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(props: dict[str, Schema], required: list[str] | None = None, **extra: Any) -> Schema:
+    """A closed object: the server refuses unknown request fields and adds
+    none to its answers beyond those listed."""
+    return {"type": "object", "properties": props, "required": list(props) if required is None else required,
+            "additionalProperties": False, **extra}
+
+
+def _nullable(schema: Schema) -> Schema:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _int(lo: int | None = None, hi: int | None = None, description: str | None = None) -> Schema:
+    s: Schema = {"type": "integer"}
+    if lo is not None:
+        s["minimum"] = lo
+    if hi is not None:
+        s["maximum"] = hi
+    if description:
+        s["description"] = description
+    return s
+
+
+def _str(description: str | None = None, **extra: Any) -> Schema:
+    s: Schema = {"type": "string", **extra}
+    if description:
+        s["description"] = description
+    return s
+
+
+_SIZES_PROPS = {
+    name: _int(s.low, s.high, f"{s.meaning} (default {s.default})") for name, s in sizes.SIZES.items()
+}
+
+SCHEMAS: dict[str, Schema] = {
+    "Error": _obj(
+        {
+            "error": _str("A stable dotted code, like request.unknown_field; branch on this, never on the message."),
+            "message": _str("One sentence for a human or an agent that says what to do next."),
+        },
+        description="Every refusal. Some codes add fields: see WakeRefusal, NapConflict and IndexedError.",
+    ),
+    "IndexedError": _obj(
+        {
+            "error": _str(),
+            "message": _str(),
+            "index": _int(0, description="Position in `entries` of the entry that was refused."),
+        },
+        description="An import refusal that names the entry at fault; nothing of the batch was written.",
+    ),
+    "WakeRefusal": _obj(
+        {
+            "error": {"const": "wake.needs_nap"},
+            "message": _str(),
+            "needs": _str("The block the document needs and has no summary for.", pattern=_BLOCK_ID),
+            "nap": _ref("Nap"),
+        },
+        description="The wake cannot be rendered until the due compressions are done; `nap` is the first.",
+    ),
+    "NapConflict": _obj(
+        {
+            "error": {"const": "nap.wrong_block"},
+            "message": _str(),
+            "due": _str("The block that is due.", pattern=_BLOCK_ID),
+            "nap": _ref("Nap"),
+        },
+        description="A summary was sent for a block that is not the one due.",
+    ),
+    "BlockId": _str("A block, inclusive at both ends: an aligned power-of-two range of at least two memories, "
+                    "like 0-1, 4-7, 128-255.", pattern=_BLOCK_ID, examples=["16-31"]),
+    "Line": _str("A rendered line: `#i YYYY-MM-DD text` for a memory, `#lo-hi text` for a summary.",
+                 pattern=_LINE, examples=["#147 2026-08-19 chose jade over chrome", "#128-143 the migration"]),
+    "Nap": _obj(
+        {
+            "block": _ref("BlockId"),
+            "source": {"type": "array", "items": _ref("Line"), "minItems": 2,
+                       "description": "What to compress: the raw memories for a block of at most 16, "
+                                      "otherwise its two halves' summaries."},
+            "remaining": _int(0, description="Compressions still due after this one."),
+            "max_bytes": _int(1, sizes.SIZES["ENTRY_CHARS"].high,
+                              "The longest summary accepted, in UTF-8 bytes (ENTRY_CHARS)."),
+            "prompt": _str("The instruction, ending with the command that answers it."),
+        },
+        description="The due compression: write one line that summarises `source` and send it to POST /nap.",
+    ),
+    "Sizes": _obj(_SIZES_PROPS),
+    "Timestamp": _str("A UTC time, like 2026-08-19T14:03:07Z.", pattern="^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$"),
+    "Grant": _obj({
+        "id": _int(1, description="The capability's number; the owner's is the first."),
+        "scope": {"enum": ["read", "full", "owner"]},
+        "created": _ref("Timestamp"),
+        "revoked": _nullable(_ref("Timestamp")),
+        "live": {"type": "boolean", "description": "False once revoked."},
+        "you": {"type": "boolean", "description": "True for the capability that made this request."},
+    }),
+    "Receipt": _obj({
+        "receipt": _int(1, description="The receipt's number."),
+        "ids": {"type": "array", "items": _int(0), "description": "The ids asked for, sorted, once each."},
+        "erased": {"type": "array", "items": _int(0), "description": "Those erased by this call (the others "
+                                                                        "were erased before)."},
+        "dropped": _int(0, description="How many summaries were dropped with them."),
+        "at": _ref("Timestamp"),
+    }),
+    "SizeChanges": {
+        "type": "object",
+        "properties": {name: _nullable(p) for name, p in _SIZES_PROPS.items()},
+        "additionalProperties": False,
+        "minProperties": 1,
+        "description": "The sizes to change; null restores a default. One bad value refuses the whole change.",
+    },
+}
+
+_NAP_OR_NULL = _nullable(_ref("Nap"))
+_LINES = {"type": "array", "items": _ref("Line")}
+
+
+class R:
+    """What one route takes and answers, beyond what its RouteSpec says."""
+
+    def __init__(
+        self,
+        answer: Schema | None = None,
+        *,
+        status: int = 200,
+        media: str = "application/json",
+        query: dict[str, tuple[Schema, bool]] | None = None,
+        path: dict[str, Schema] | None = None,
+        body: Schema | None = None,
+        body_required: bool = False,
+        body_cap: int = BODY_CAP,
+        errors: dict[int, list[str]] | None = None,
+        special: dict[int, tuple[str, str, list[str]]] | None = None,
+        description: str = "",
+    ) -> None:
+        self.answer = answer
+        self.status = status
+        self.media = media
+        self.query = query  # name -> (schema, required); None: the query string is not read
+        self.path = path or {}
+        self.body = body  # None: the body is not read
+        self.body_required = body_required
+        self.body_cap = body_cap
+        self.errors = errors or {}
+        # status -> (words, schema name, codes) for refusals that carry extra fields
+        self.special = special or {}
+        self.description = description
+
+
+def _twins(path: str, fields: dict[str, Schema], required: tuple[str, ...], answer: Schema,
+           errors: dict[int, list[str]], description: str, **kw: Any) -> dict[tuple[str, str], R]:
+    """A read-only route and its POST twin: the same fields, as query or JSON body."""
+    query = {name: (schema, name in required) for name, schema in fields.items()}
+    return {
+        ("GET", path): R(answer, query=query, errors=errors, description=description, **kw),
+        ("POST", path): R(answer, body=_obj(fields, required=list(required)), errors=errors,
+                          description=description + " POST twin of the GET route: the same fields as a JSON body.",
+                          **kw),
+    }
+
+
+_MISSING = {400: ["request.missing_field"]}
+_TEXT_CODES = ["text.type", "text.multiline", "text.control", "text.empty", "text.too_long"]
+_IMPORT_INDEXED = ["import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log", *_TEXT_CODES]
+_CONFIG = _obj({"sizes": _ref("Sizes"), "defaults": _ref("Sizes")})
+
+SPECS: dict[tuple[str, str], R] = {
+    ("GET", "/health"): R(
+        _obj({"ok": {"const": True}, "version": _str(),
+              "content_cipher": {"const": "xchacha20-poly1305"},
+              "file_cipher": {"enum": ["sqlcipher", "none"]}}),
+    ),
+    ("POST", "/init"): R(
+        _obj({
+            "user_id": _str("Public id of the new memory.", pattern="^[0-9a-f]{16}$"),
+            "token": _str("The owner capability. Shown once, never stored: the only key to this memory.",
+                          pattern=f"^{tokens.TOKEN_PATTERN}$"),
+            "content_cipher": {"const": "xchacha20-poly1305"},
+            "file_cipher": {"enum": ["sqlcipher", "none"]},
+            "note": _str("What to do with the token."),
+            "prompt": _str("The block to paste into AGENTS.md, with the server's address filled in."),
+        }),
+        status=201,
+        body=_obj({
+            "url": _str("The address written into `prompt` (http:// or https://, at most 2000 characters). "
+                        "Default: the server's --url, else the address this request was made to.", maxLength=2000),
+            "invite": _str("The operator's invite secret; needed when the server runs with --init invite."),
+        }, required=[]),
+        errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url"], 429: ["rate_limited"]},
+        description="Mints an identity: a new, empty memory and its owner token.",
+    ),
+    **_twins(
+        "/wake", {
+            "part": _int(1, description="Which part to read, from 1 (default 1)."),
+            "T": _int(0, description="The snapshot to cut parts from: the `T` of part 1 (default: the log now)."),
+        }, (),
+        _obj({
+            "T": _int(0, description="The snapshot this part was rendered from."),
+            "part": _int(1), "parts": _int(1),
+            "lines": _LINES,
+            "awake": {"type": "boolean", "description": "True on the last part only."},
+            "nap": _NAP_OR_NULL | {"description": "The due compression, if any; only ever on the last part."},
+            "next": _nullable(_str("The command that fetches the next part; null on the last part.")),
+            "message": _str("`You are awake.` on the last part, otherwise how to go on."),
+        }),
+        {422: ["request.bad_value", "wake.bad_T", "wake.no_part"]},
+        "The bounded, hierarchical read of the whole log, cut into parts. Refused (409) only when the document "
+        "needs a summary that is not written yet.",
+        special={409: ("a summary the document needs is not written yet", "WakeRefusal", ["wake.needs_nap"])},
+    ),
+    ("POST", "/note"): R(
+        _obj({"id": _int(0, description="The new memory's position in the log."), "nap": _NAP_OR_NULL}),
+        body=_obj({"text": _str("One line of at most ENTRY_CHARS UTF-8 bytes, no control character; "
+                                "surrounding spaces are removed.")}),
+        body_required=True,
+        errors={400: ["request.empty_body", "request.missing_field"], 422: _TEXT_CODES},
+        description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
+    ),
+    ("POST", "/nap"): R(
+        _obj({"saved": _nullable(_ref("BlockId")) | {"description": "The block saved; null when nothing was written."},
+              "nap": _NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
+              "message": _str()}),
+        body=_obj({"block": _ref("BlockId"), "text": _str("The summary: one line of at most ENTRY_CHARS bytes.")},
+                  required=[]),
+        errors={422: ["nap.missing_block", "block.invalid", "block.beyond_log", *_TEXT_CODES]},
+        special={409: ("the block sent is not the one due", "NapConflict", ["nap.wrong_block"])},
+        description="An empty body or {} asks what is due; {block, text} settles the due block. A block that is "
+                    "already settled answers 200 with `saved: null` and writes nothing.",
+    ),
+    **_twins(
+        "/recall", {"q": _str("A regular expression: RE2 syntax, always case-insensitive.")}, ("q",),
+        _obj({"matches": {**_LINES, "description": "The newest matching memories that fit PART_CHARS bytes, "
+                                                   "oldest first."},
+              "total": _int(0, description="How many memories match in all.")}),
+        {**_MISSING, 422: ["recall.bad_pattern", "recall.too_slow"]},
+        "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`. A search that "
+        "runs past its time bound (10 s) is refused with recall.too_slow.",
+    ),
+    **_twins(
+        "/zoom", {"block": _ref("BlockId")}, ("block",),
+        _obj({"block": _ref("BlockId"), "lines": {**_LINES, "minItems": 1, "maxItems": 2}}),
+        {**_MISSING, 422: ["block.invalid", "block.beyond_log"]},
+        "The block's two halves as the wake would show them; a half wholly beyond the log is omitted.",
+    ),
+    ("POST", "/forget"): R(
+        _obj({"dropped": {"type": "array", "items": _ref("BlockId"), "minItems": 1, "description": "Smallest first."}}),
+        body=_obj({"block": _ref("BlockId")}),
+        body_required=True,
+        errors={400: ["request.empty_body", "request.missing_field"], 404: ["forget.no_summary"],
+                422: ["block.invalid", "block.beyond_log"]},
+        description="Drops a summary and every summary built on it; the log is untouched.",
+    ),
+    ("GET", "/config"): R(_CONFIG, query={}),
+    ("POST", "/config"): R(
+        _CONFIG,
+        body=_ref("SizeChanges"),
+        body_required=True,
+        errors={400: ["request.empty_body"], 422: ["config.empty", "config.out_of_range"]},
+        description="Changes sizes; nothing is recomputed. Answers the sizes now in force, like GET /config.",
+    ),
+    ("POST", "/import"): R(
+        _obj({"first": _int(0, description="Id of the first memory imported."),
+              "last": _int(0, description="Id of the last memory imported."),
+              "pending": _int(0, description="Compressions now due.")}),
+        body=_obj({"entries": {
+            "type": "array", "minItems": 1, "description": "Oldest first; the whole batch or nothing.",
+            "items": _obj({"date": _str("A real calendar date, not in the future (UTC).", pattern=_DATE),
+                           "text": _str("One line of at most ENTRY_CHARS bytes.")}),
+        }}),
+        body_required=True,
+        body_cap=IMPORT_BODY_CAP,
+        errors={400: ["request.empty_body", "request.missing_field"], 422: ["import.empty"]},
+        special={422: ("or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
+                       _IMPORT_INDEXED)},
+        description="Bulk-appends dated memories, validating every entry before writing any.",
+    ),
+    ("GET", "/grants"): R(
+        _obj({"grants": {"type": "array", "items": _ref("Grant"), "description": "Oldest first, owner included."}}),
+        query={},
+        description="Every capability of this memory, live and revoked. Never a token or a secret.",
+    ),
+    ("POST", "/grants"): R(
+        _obj({
+            "id": _int(1), "scope": {"enum": ["read", "full"]}, "created": _ref("Timestamp"),
+            "token": _str("The new capability. Shown once, never stored.", pattern=f"^{tokens.TOKEN_PATTERN}$"),
+            "note": _str(),
+        }),
+        status=201,
+        body=_obj({"scope": {"enum": ["read", "full"], "description": "read may look; full may also write."}}),
+        body_required=True,
+        errors={400: ["request.empty_body", "request.missing_field"], 422: ["grants.bad_scope"]},
+        description="Mints a capability over this memory: the same master key wrapped under a fresh secret. "
+                    "Owner is never transferable: no route mints an owner capability.",
+    ),
+    ("DELETE", "/grants/{grant_id}"): R(
+        _obj({"id": _int(1), "scope": {"enum": ["read", "full"]}, "revoked": _ref("Timestamp"),
+              "already": {"type": "boolean", "description": "True when it was revoked before this call."}}),
+        path={"grant_id": _int(1, description="The `id` from GET /grants.")},
+        errors={404: ["grants.unknown"], 409: ["grants.owner"]},
+        description="Revokes one capability by destroying its wrapped key; its listing row stays. Nothing is "
+                    "rekeyed. Revoking a revoked capability answers 200 with `already: true`.",
+    ),
+    ("POST", "/erase"): R(
+        _ref("Receipt"),
+        body=_obj({"ids": {"type": "array", "minItems": 1, "maxItems": 10_000,
+                           "items": _int(0, description="A memory id, below T.")}}),
+        body_required=True,
+        errors={400: ["request.empty_body", "request.missing_field"], 409: ["erase.busy"],
+                422: ["erase.bad_ids", "erase.unknown_id"]},
+        description="Shreds memories for good: each one's key is destroyed, its line stays as `[erased]` with "
+                    "its date, and every summary built over the earliest of them is dropped (the next naps "
+                    "rebuild them). Answers a receipt.",
+    ),
+    ("GET", "/erasures"): R(
+        _obj({"erasures": {"type": "array", "items": _ref("Receipt")}}),
+        query={},
+        description="Every erasure receipt, oldest first. Never any content.",
+    ),
+    ("DELETE", "/store"): R(
+        _obj({"user_id": _str(pattern="^[0-9a-f]{16}$"), "destroyed": {"const": True},
+              "memories": _int(0, description="How many memories the store held."), "at": _ref("Timestamp")}),
+        body=_obj({}),
+        description="Destroys the whole memory: every wrapped key and the memory file. Every token of it stops "
+                    "working at once. There is no undo.",
+    ),
+    ("GET", "/export"): R(
+        None, media="application/gzip", query={},
+        description="A tar.gz holding memory/LOG.txt, memory/TREE/<size>, memory/config and README.txt, "
+                    "readable by OptMem with MEMORY_DIR=memory.",
+    ),
+    ("GET", "/openapi.json"): R({"type": "object", "description": "This document."}),
+    ("GET", "/client"): R(_str("The client's Python source."), media="text/x-python"),
+    **_twins(
+        "/shape", {"T": _int(0, 10**15, "How many memories (default 0)."),
+                   "lines": _int(1, 1000, "The line budget (default 96).")}, (),
+        _obj({
+            "T": _int(0), "lines": _int(1),
+            "blocks": {"type": "array", "description": "cover(T, lines), oldest first, each [first, last] inclusive.",
+                       "items": {"type": "array", "prefixItems": [_int(0), _int(0)], "items": False,
+                                 "minItems": 2}},
+        }),
+        {422: ["request.bad_value", "shape.out_of_range"]},
+        "The block boundaries a wake of T memories shows with a budget of `lines`. Reads no memory.",
+    ),
+    ("GET", "/metrics"): R(
+        _str("Prometheus text format 0.0.4."), media="text/plain",
+        errors={403: ["auth.operator"]},
+        description="Loopback only, unless the server has a metrics token (STASH_METRICS_TOKEN): then that token "
+                    "as a bearer, from anywhere.",
+    ),
+    ("GET", "/"): R(_str("The landing page."), media="text/html"),
+}
+
+
+_STATUS_WORDS = {
+    400: "Unparseable or wrongly shaped request",
+    401: "Missing, malformed, unknown or revoked token (always the same answer)",
+    403: "Not allowed",
+    404: "Nothing there",
+    409: "Conflict",
+    413: "Body too large",
+    422: "Valid JSON with an invalid value",
+    429: "Too many requests; wait Retry-After seconds",
+    500: "The server failed, or stored data failed its integrity check",
+}
+
+
+def error_codes(route, spec: R | None = None) -> dict[int, list[str]]:
+    """Every error code the route can answer, by status: those every route of
+    its kind shares, then its own."""
+    spec = spec or SPECS[(route.method, route.path)]
+    out: dict[int, list[str]] = {400: ["auth.token_in_query"], 500: ["internal"]}
+
+    def add(status: int, *codes: str) -> None:
+        for code in codes:
+            if code not in out.setdefault(status, []):
+                out[status].append(code)
+
+    if spec.query is not None:
+        add(400, "request.duplicate_field", "request.unknown_field")
+    if spec.body is not None:
+        add(400, "request.malformed", "request.bad_json", "request.unknown_field")
+        add(413, "request.too_large")
+    if route.scope in _SECURED:
+        add(401, "auth.invalid")
+        add(429, "rate_limited")
+        add(500, "store.damaged")
+    if route.scope in ("full", "owner"):
+        add(403, "auth.scope")
+    for status, codes in spec.errors.items():
+        add(status, *codes)
+    for status, (_, _, codes) in spec.special.items():
+        add(status, *codes)
+    return dict(sorted(out.items()))
+
+
+def _operation(route, spec: R) -> dict:
+    op: dict[str, Any] = {
+        "operationId": route.method.lower() + "_" + (route.path.strip("/").replace(".", "_") or "landing"),
+        "summary": route.summary,
+        "x-stash-scope": route.scope,
+    }
+    words = spec.description
+    if route.scope in _SECURED:
+        op["security"] = [{"bearerAuth": []}]
+        words += f" Needs a capability of scope {route.scope} or above."
+    elif route.scope == "operator":
+        op["security"] = [{"operatorToken": []}, {}]
+    else:
+        op["security"] = []
+    if words.strip():
+        op["description"] = words.strip()
+    params = [{"name": name, "in": "path", "required": True, "schema": schema} for name, schema in spec.path.items()]
+    params += [
+        {"name": name, "in": "query", "required": required, "schema": schema}
+        for name, (schema, required) in (spec.query or {}).items()
+    ]
+    if params:
+        op["parameters"] = params
+    if spec.body is not None:
+        op["requestBody"] = {
+            "required": spec.body_required,
+            "description": f"A JSON object of at most {spec.body_cap} bytes; an unknown field is refused.",
+            "content": {"application/json": {"schema": spec.body}},
+        }
+    ok: dict[str, Any] = {"description": "Success", "content": {spec.media: {}}}
+    if spec.answer is not None:
+        ok["content"][spec.media]["schema"] = spec.answer
+    responses: dict[str, Any] = {str(spec.status): ok}
+    for status, codes in error_codes(route, spec).items():
+        schema = _ref("Error")
+        text = _STATUS_WORDS[status]
+        if status in spec.special:
+            extra, name, special_codes = spec.special[status]
+            plain = [c for c in codes if c not in special_codes]
+            schema = {"oneOf": [_ref("Error"), _ref(name)]} if plain else _ref(name)
+            text += f"; {extra}"
+        resp: dict[str, Any] = {
+            "description": f"{text}. Codes: {', '.join(codes)}.",
+            "x-error-codes": codes,
+            "content": {"application/json": {"schema": schema}},
+        }
+        if status == 429:
+            resp["headers"] = {"Retry-After": {"description": "Seconds to wait.", "schema": _int(1)}}
+        responses[str(status)] = resp
+    op["responses"] = responses
+    return op
+
+
+def document(routes, version: str) -> dict:
+    """The OpenAPI 3.1 document of ``routes`` (the ROUTES table)."""
+    paths: dict[str, dict] = {}
+    for route in routes:
+        spec = SPECS.get((route.method, route.path)) or R(description="Not described yet.")
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, spec)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Stash",
+            "version": version,
+            "summary": "Permanent, encrypted memory for AI agents.",
+            "description": "JSON in, JSON out. Every refusal is {\"error\": code, \"message\": sentence} with the "
+                           "status of its kind. The field-by-field contract is API-REFERENCE.md.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearerAuth": {
+                    "type": "http", "scheme": "bearer", "bearerFormat": "stash1",
+                    "description": f"A capability token, matching {tokens.TOKEN_PATTERN}. Never in a query string.",
+                },
+                "operatorToken": {
+                    "type": "http", "scheme": "bearer",
+                    "description": "The operator's metrics token (STASH_METRICS_TOKEN); without one, /metrics "
+                                   "answers on loopback only.",
+                },
+            },
+        },
+    }

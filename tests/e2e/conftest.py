@@ -1,0 +1,264 @@
+"""End-to-end fixtures: a real ``stash serve`` process on a free loopback port,
+real HTTP through httpx, and the ``stash`` client run as a subprocess.
+
+Every wait is bounded, so a server that hangs fails the test instead of
+stalling CI."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+HTTP_TIMEOUT = 30.0
+CLI_TIMEOUT = 60.0
+REPO = Path(__file__).resolve().parents[2]
+TOKEN_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """One ``python -m stash serve`` process and where its output goes."""
+
+    data: Path
+    log: Path
+    extra: list[str] = field(default_factory=list)
+    port: int = 0
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        # A port can be taken between probing and binding; retry on a new one.
+        for _ in range(3):
+            self.port = free_port()
+            cmd = [sys.executable, "-m", "stash", "serve", "--data", str(self.data), "--port", str(self.port),
+                   "--host", "127.0.0.1",
+                   # Every test client connects from 127.0.0.1: lift the per-address limits.
+                   "--init-per-minute", "100000", "--auth-failures-per-minute", "100000", *self.extra]
+            with open(self.log, "ab") as out:
+                self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            if self._wait_healthy():
+                return self
+            self.stop()
+        raise RuntimeError(f"stash serve did not come up; its log:\n{self.log_text()[-4000:]}")
+
+    def _wait_healthy(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_TIMEOUT)
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""
+
+
+class Http:
+    """A sync httpx client bound to one server, with the bearer header helper."""
+
+    def __init__(self, base: str) -> None:
+        self.client = httpx.Client(base_url=base, timeout=HTTP_TIMEOUT)
+
+    def request(self, method: str, url: str, token: str | None = None, **kw) -> httpx.Response:
+        headers = dict(kw.pop("headers", {}) or {})
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        return self.client.request(method, url, headers=headers, **kw)
+
+    def get(self, url: str, token: str | None = None, **kw) -> httpx.Response:
+        return self.request("GET", url, token, **kw)
+
+    def post(self, url: str, token: str | None = None, **kw) -> httpx.Response:
+        return self.request("POST", url, token, **kw)
+
+    def delete(self, url: str, token: str | None = None, **kw) -> httpx.Response:
+        return self.request("DELETE", url, token, **kw)
+
+    def init(self) -> dict:
+        resp = self.post("/init", json={})
+        assert resp.status_code == 201, resp.text
+        return resp.json()
+
+    def ok(self, method: str, url: str, token: str | None = None, **kw) -> dict:
+        resp = self.request(method, url, token, **kw)
+        assert resp.status_code in (200, 201), (method, url, resp.status_code, resp.text)
+        return resp.json()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def start_server(tmp: Path, *extra: str) -> Server:
+    tmp.mkdir(parents=True, exist_ok=True)
+    return Server(data=tmp / "data", log=tmp / "server.log", extra=list(extra)).start()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("e2e-server"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def base_url(server: Server) -> str:
+    return server.url
+
+
+@pytest.fixture
+def http(base_url: str) -> Iterator[Http]:
+    h = Http(base_url)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def token(http: Http) -> str:
+    return http.init()["token"]
+
+
+def today_range() -> set[str]:
+    """The UTC dates a memory written around now may carry (a test can cross midnight)."""
+    now = dt.datetime.now(dt.UTC)
+    return {(now + dt.timedelta(minutes=d)).date().isoformat() for d in (-5, 0, 5)}
+
+
+def due_after(T: int) -> list[str]:
+    """Oracle, from SPEC §2.1: when every earlier block is settled, appending
+    memory #T-1 makes due exactly the blocks ending at T, smallest first."""
+    out, size = [], 2
+    while size <= T:
+        if T % size == 0:
+            out.append(f"{T - size}-{T - 1}")
+        size *= 2
+    return out
+
+
+def secret_parts(tok: str) -> tuple[str, str, bytes]:
+    """A token's secret as printed with and without its checksum, and as the
+    raw 32 bytes it encodes (base62, SPEC §4)."""
+    tail = tok.split("_")[2]
+    digits = tail[:-6]
+    n = 0
+    for c in digits:
+        n = n * 62 + TOKEN_ALPHABET.index(c)
+    return tail, digits, n.to_bytes(32, "big")
+
+
+# ---------------------------------------------------------------- the client as a subprocess
+
+
+@dataclass
+class Cli:
+    """Runs the ``stash`` client as a child process, the way a shell would."""
+
+    argv0: list[str]
+    env: dict[str, str]
+
+    def run(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.argv0, *args], env=env if env is not None else self.env, input=stdin,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=cwd)
+
+    def ok(self, *args: str, **kw) -> str:
+        res = self.run(*args, **kw)
+        assert res.returncode == 0, (args, res.returncode, res.stdout, res.stderr)
+        return res.stdout
+
+    def shell(self, line: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run a printed command exactly as an agent would paste it into a shell."""
+        return subprocess.run(["/bin/sh", "-c", line], env=env if env is not None else self.env,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT)
+
+
+def path_with(folder: Path) -> str:
+    """A PATH that finds ``folder`` first, then only the system's basic tools,
+    so no ``stash`` installed elsewhere can answer for the one under test."""
+    return os.pathsep.join([str(folder), "/usr/bin", "/bin"])
+
+
+def python_bin(folder: Path) -> Path:
+    """A folder whose ``python3`` is this interpreter, so the client's
+    ``#!/usr/bin/env python3`` line runs under the test's Python."""
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "python3"
+    if not link.exists():
+        link.symlink_to(sys.executable)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def client_file(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The client as a user installs it: ``curl -o stash "$STASH_URL/client" && chmod +x stash``."""
+    folder = python_bin(tmp_path_factory.mktemp("client-bin"))
+    resp = httpx.get(base_url + "/client", timeout=HTTP_TIMEOUT)
+    assert resp.status_code == 200, resp.text
+    path = folder / "stash"
+    path.write_bytes(resp.content)
+    path.chmod(0o755)
+    return path
+
+
+def cli_env(base_url: str, tok: str | None, path: str) -> dict[str, str]:
+    env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8",
+           "PYTHONIOENCODING": "utf-8", "STASH_URL": base_url}
+    if tok is not None:
+        env["STASH_TOKEN"] = tok
+    return env
+
+
+@pytest.fixture(params=["module", "file"])
+def cli(request, base_url: str, token: str, client_file: Path, tmp_path: Path) -> Cli:
+    """The client in both of its forms: ``python -m stash`` (the package, with
+    no ``stash`` on PATH) and the file served at ``GET /client`` on PATH as
+    ``stash``."""
+    if request.param == "module":
+        path = path_with(python_bin(tmp_path / "bin"))
+        return Cli([sys.executable, "-m", "stash"], cli_env(base_url, token, path))
+    path = path_with(client_file.parent)
+    return Cli([sys.executable, str(client_file)], cli_env(base_url, token, path))
+
+
+@pytest.fixture(scope="session")
+def has_curl() -> bool:
+    return shutil.which("curl") is not None
