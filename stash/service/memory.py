@@ -19,7 +19,7 @@ from ..storage.memfile import MemoryFile
 from . import instructions
 
 AWAKE = "You are awake."
-RECALL_SECONDS = 10.0  # RE2 is linear, but a pattern that defeats its DFA is slow linear
+RECALL_SECONDS = 5.0  # RE2 is linear, but a pattern that defeats its DFA is slow linear
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -126,7 +126,7 @@ class Memory:
             T = now
         elif T > now:
             raise Invalid(
-                f"T={T}, but the log holds {lines.plural(now, 'memory')}; wake again without T.", code="wake.bad_T"
+                f"T={T}, but the log holds {lines.plural(now, 'memory')}; wake again without T.", code="wake.bad_t"
             )
         if not T:
             if part != 1:

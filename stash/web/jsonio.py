@@ -37,15 +37,17 @@ async def read_body(request: Request, cap: int) -> bytes:
     return b"".join(chunks)
 
 
-async def read_object(request: Request, allowed: set[str], *, required: set[str] = frozenset(),
+async def read_object(request: Request, allowed: set[str] | None, *, required: set[str] = frozenset(),
                       cap: int = BODY_CAP, empty_ok: bool = True) -> dict[str, Any]:
     """The body as a JSON object with only ``allowed`` fields: an unknown field
-    is refused rather than ignored, because a typo would silently do nothing."""
+    is refused rather than ignored, because a typo would silently do nothing.
+    ``allowed=None`` leaves the names to the service (POST /config, whose
+    names are values it validates)."""
     raw = await read_body(request, cap)
     if not raw.strip():
         if not empty_ok or required:
-            raise Malformed(f"The body is empty; send a JSON object with {', '.join(sorted(required or allowed))}.",
-                            code="request.empty_body")
+            fields = ", ".join(sorted(required or allowed or ())) or "the fields of this route"
+            raise Malformed(f"The body is empty; send a JSON object with {fields}.", code="request.empty_body")
         return {}
     try:
         data = orjson.loads(raw)
@@ -54,7 +56,7 @@ async def read_object(request: Request, allowed: set[str], *, required: set[str]
                         code="request.bad_json") from None
     if not isinstance(data, dict):
         raise Malformed("The body must be a JSON object.", code="request.bad_json")
-    return check_fields(data, allowed, required)
+    return data if allowed is None else check_fields(data, allowed, required)
 
 
 def check_fields(data: dict[str, Any], allowed: set[str], required: set[str] = frozenset()) -> dict[str, Any]:

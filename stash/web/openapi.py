@@ -230,7 +230,7 @@ SPECS: dict[tuple[str, str], R] = {
             "next": _nullable(_str("The command that fetches the next part; null on the last part.")),
             "message": _str("`You are awake.` on the last part, otherwise how to go on."),
         }),
-        {422: ["request.bad_value", "wake.bad_T", "wake.no_part"]},
+        {422: ["request.bad_value", "wake.bad_t", "wake.no_part"]},
         "The bounded, hierarchical read of the whole log, cut into parts. Refused (409) only when the document "
         "needs a summary that is not written yet.",
         special={409: ("a summary the document needs is not written yet", "WakeRefusal", ["wake.needs_nap"])},
@@ -282,7 +282,7 @@ SPECS: dict[tuple[str, str], R] = {
         _CONFIG,
         body=_ref("SizeChanges"),
         body_required=True,
-        errors={400: ["request.empty_body"], 422: ["config.empty", "config.out_of_range"]},
+        errors={400: ["request.empty_body"], 422: ["config.empty", "config.unknown_name", "config.out_of_range"]},
         description="Changes sizes; nothing is recomputed. Answers the sizes now in force, like GET /config.",
     ),
     ("POST", "/import"): R(

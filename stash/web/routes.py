@@ -230,9 +230,7 @@ async def config_get(request: Request) -> Response:
 
 
 async def config_set(request: Request) -> Response:
-    from ..core.sizes import SIZES
-
-    data = await read_object(request, set(SIZES), empty_ok=False)
+    data = await read_object(request, None, empty_ok=False)
     return JSON(await _authed(request, "full", lambda s: s.memory.set_config(data)))
 
 

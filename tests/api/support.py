@@ -1,0 +1,190 @@
+"""Support for the in-process API tests: a small driver over the ``api``
+fixture, and oracles written from SPEC §2 alone (never imported from the code
+under test), so an expected answer is never one the server produced."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import tarfile
+
+from tests.conftest import Api
+
+OLD_DATE = "2021-03-04"
+AWAKE = "You are awake.\n"
+
+SPEC_SIZES = {
+    "WAKE_LINES": 96,
+    "WAKE_CHARS": 1_000_000,
+    "ENTRY_CHARS": 280,
+    "PART_CHARS": 20_000,
+    "PART_LINES": 500,
+}
+
+
+# ---------------------------------------------------------------- oracles (SPEC §2)
+
+
+def oracle_tile(T: int, a: float) -> list[tuple[int, int]]:
+    R = 1
+    while R < T:
+        R *= 2
+    out = []
+
+    def visit(lo: int, hi: int) -> None:
+        if lo >= T:
+            return
+        size = hi - lo
+        if size > 1 and (hi > T or size > a * (T - lo)):
+            mid = lo + size // 2
+            visit(lo, mid)
+            visit(mid, hi)
+        else:
+            out.append((lo, hi))
+
+    visit(0, R)
+    return out
+
+
+def oracle_cover(T: int, budget: int) -> list[tuple[int, int]]:
+    if T <= budget:
+        return [(i, i + 1) for i in range(T)]
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if len(oracle_tile(T, mid)) > budget:
+            lo = mid
+        else:
+            hi = mid
+    out = oracle_tile(T, hi)
+    while len(out) < budget:
+        big = [k for k, (a, b) in enumerate(out) if b - a > 1]
+        if not big:
+            break
+        k = big[-1]
+        a, b = out[k]
+        out[k : k + 1] = [(a, (a + b) // 2), ((a + b) // 2, b)]
+    return out
+
+
+def oracle_pending(T: int, settled: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Complete blocks without a summary: by size, then by position."""
+    todo = []
+    size = 2
+    while size <= T:
+        todo += [(lo, lo + size) for lo in range(0, T - size + 1, size) if (lo, lo + size) not in settled]
+        size *= 2
+    return todo
+
+
+def bid(lo: int, hi: int) -> str:
+    return f"{lo}-{hi - 1}"
+
+
+def cost(line: str) -> int:
+    return len(line.encode("utf-8")) + 1
+
+
+def oracle_parts(lines: list[str], max_lines: int, max_bytes: int) -> list[list[str]]:
+    parts: list[list[str]] = [[]]
+    for line in lines:
+        cur = parts[-1]
+        if cur and (len(cur) == max_lines or sum(map(cost, cur)) + cost(line) > max_bytes):
+            parts.append([])
+        parts[-1].append(line)
+    return [p for p in parts if p]
+
+
+def today_utc() -> dt.date:
+    return dt.datetime.now(dt.UTC).date()
+
+
+# ---------------------------------------------------------------- driver
+
+
+class Mem:
+    """One user's memory, driven over HTTP, remembering what it wrote so the
+    tests can render what the server should answer."""
+
+    def __init__(self, api: Api, token: str) -> None:
+        self.api = api
+        self.token = token
+        self.log: list[tuple[str, str]] = []  # (date, text), position is identity
+        self.summaries: dict[tuple[int, int], str] = {}
+
+    def ok(self, resp, status: int = 200):
+        assert resp.status_code == status, (resp.status_code, resp.text)
+        return resp.json()
+
+    def import_(self, texts: list[str], date: str = OLD_DATE) -> dict:
+        body = self.ok(self.api.post("/import", self.token,
+                                     json={"entries": [{"date": date, "text": t} for t in texts]}))
+        self.log += [(date, t) for t in texts]
+        return body
+
+    def note(self, text: str) -> dict:
+        body = self.ok(self.api.post("/note", self.token, json={"text": text}))
+        self.log.append((today_utc().isoformat(), text))
+        return body
+
+    def nap(self, block: str, text: str) -> dict:
+        body = self.ok(self.api.post("/nap", self.token, json={"block": block, "text": text}))
+        if body["saved"] is not None:
+            lo, last = map(int, block.split("-"))
+            self.summaries[(lo, last + 1)] = text
+        return body
+
+    def settle_all(self) -> int:
+        nap = self.ok(self.api.post("/nap", self.token, json={}))["nap"]
+        n = 0
+        while nap is not None:
+            nap = self.nap(nap["block"], f"summary of {nap['block']}")["nap"]
+            n += 1
+        return n
+
+    def set_config(self, **sizes) -> dict:
+        return self.ok(self.api.post("/config", self.token, json=sizes))
+
+    def wake_all(self) -> list[dict]:
+        first = self.ok(self.api.get("/wake", self.token))
+        out = [first]
+        for k in range(2, first["parts"] + 1):
+            out.append(self.ok(self.api.get(f"/wake?part={k}&T={first['T']}", self.token)))
+        return out
+
+    # rendering, from what this driver wrote
+
+    def memory_line(self, i: int) -> str:
+        date, text = self.log[i]
+        return f"#{i} {date} {text}"
+
+    def render(self, lo: int, hi: int) -> str:
+        if hi - lo == 1:
+            return self.memory_line(lo)
+        return f"#{bid(lo, hi)} {self.summaries[(lo, hi)]}"
+
+    def wake_lines(self, budget: int, T: int | None = None) -> list[str]:
+        T = len(self.log) if T is None else T
+        return [self.render(lo, hi) for lo, hi in oracle_cover(T, budget)]
+
+
+def export_members(api: Api, token: str) -> dict[str, bytes]:
+    resp = api.get("/export", token)
+    assert resp.status_code == 200, resp.text
+    with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+def state(api: Api, token: str) -> dict[str, bytes]:
+    """Everything a request could have changed, read back through the export:
+    the log, every level of the tree and the config overrides. What is due and
+    what the wake shows are functions of these three, so equal exports mean an
+    unchanged memory."""
+    return export_members(api, token)
+
+
+def mint(api: Api, owner: str, scope: str) -> str:
+    vault = api.app.state.vault
+    with vault.session(owner, "owner") as s:
+        _, token = vault.mint_grant(s, scope)
+    return token

@@ -1,0 +1,238 @@
+"""Who may call what (SPEC §3's scope column), and how a bad token is
+refused: always the same 401, whichever way the token failed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from stash.crypto import tokens
+from stash.web.routes import ROUTES
+from tests.api.support import OLD_DATE, Mem, mint, state
+from tests.conftest import Api, assert_error
+
+# SPEC §3's table, copied by hand: the server's ROUTES must agree with it.
+SPEC_SCOPES = {
+    "GET /health": "public",
+    "POST /init": "public",
+    "GET /wake": "read",
+    "POST /wake": "read",
+    "POST /note": "full",
+    "POST /nap": "full",
+    "GET /recall": "read",
+    "POST /recall": "read",
+    "GET /zoom": "read",
+    "POST /zoom": "read",
+    "POST /forget": "full",
+    "GET /config": "read",
+    "POST /config": "full",
+    "POST /import": "full",
+    "GET /grants": "owner",
+    "POST /grants": "owner",
+    "DELETE /grants/{id}": "owner",
+    "POST /erase": "owner",
+    "GET /erasures": "owner",
+    "DELETE /store": "owner",
+    "GET /export": "owner",
+    "GET /openapi.json": "public",
+    "GET /client": "public",
+    "GET /shape": "public",
+    "POST /shape": "public",
+    "GET /metrics": "operator",
+    "GET /": "public",
+}
+
+
+PATH_PARAM = re.compile(r"\{[^}]*\}")
+
+
+def normal(method: str, path: str) -> str:
+    return f"{method} {PATH_PARAM.sub('{id}', path)}"
+
+
+def test_routes_table_matches_the_spec() -> None:
+    served = {normal(r.method, r.path): r.scope for r in ROUTES}
+    assert served == SPEC_SCOPES
+
+
+class World:
+    """A user with four memories, two summaries and a spare capability, and a
+    token of each scope."""
+
+    def __init__(self, api: Api, owner: str) -> None:
+        self.api = api
+        self.owner = owner
+        mem = Mem(api, owner)
+        mem.import_(["alpha", "beta", "gamma", "delta"])
+        mem.nap("0-1", "alpha and beta")
+        mem.nap("2-3", "gamma and delta")
+        self.read = mint(api, owner, "read")
+        self.full = mint(api, owner, "full")
+        vault = api.app.state.vault
+        with vault.session(owner, "owner") as s:
+            self.spare, _ = vault.mint_grant(s, "read")
+
+    def token(self, who: str | None) -> str | None:
+        return None if who is None else getattr(self, who)
+
+
+# route -> (method, url, json body) for a call that succeeds with enough scope.
+CALLS = {
+    "GET /health": lambda w, who: ("GET", "/health", None),
+    "POST /init": lambda w, who: ("POST", "/init", {"url": "https://stash.test"}),
+    "GET /wake": lambda w, who: ("GET", "/wake", None),
+    "POST /wake": lambda w, who: ("POST", "/wake", {}),
+    "POST /note": lambda w, who: ("POST", "/note", {"text": f"noted by {who}"}),
+    "POST /nap": lambda w, who: ("POST", "/nap", {}),
+    "GET /recall": lambda w, who: ("GET", "/recall?q=alpha", None),
+    "POST /recall": lambda w, who: ("POST", "/recall", {"q": "alpha"}),
+    "GET /zoom": lambda w, who: ("GET", "/zoom?block=0-3", None),
+    "POST /zoom": lambda w, who: ("POST", "/zoom", {"block": "0-3"}),
+    # full forgets the second pair, owner the first: each call finds a summary to drop.
+    "POST /forget": lambda w, who: ("POST", "/forget", {"block": "0-1" if who == "owner" else "2-3"}),
+    "GET /config": lambda w, who: ("GET", "/config", None),
+    "POST /config": lambda w, who: ("POST", "/config", {"WAKE_LINES": 50}),
+    "POST /import": lambda w, who: ("POST", "/import", {"entries": [{"date": OLD_DATE, "text": "imported"}]}),
+    "GET /grants": lambda w, who: ("GET", "/grants", None),
+    "POST /grants": lambda w, who: ("POST", "/grants", {"scope": "read"}),
+    "DELETE /grants/{id}": lambda w, who: ("DELETE", f"/grants/{w.spare}", None),
+    "POST /erase": lambda w, who: ("POST", "/erase", {"ids": [0]}),
+    "GET /erasures": lambda w, who: ("GET", "/erasures", None),
+    "DELETE /store": lambda w, who: ("DELETE", "/store", None),
+    "GET /export": lambda w, who: ("GET", "/export", None),
+    "GET /openapi.json": lambda w, who: ("GET", "/openapi.json", None),
+    "GET /client": lambda w, who: ("GET", "/client", None),
+    "GET /shape": lambda w, who: ("GET", "/shape?T=10&lines=4", None),
+    "POST /shape": lambda w, who: ("POST", "/shape", {"T": 10, "lines": 4}),
+    "GET /metrics": lambda w, who: ("GET", "/metrics", None),
+    "GET /": lambda w, who: ("GET", "/", None),
+}
+
+RANK = {"read": 0, "full": 1, "owner": 2}
+
+
+def expected(scope: str, who: str | None) -> int | None:
+    """The status SPEC §3 gives, or None for "anything but 401/403"."""
+    if scope in ("public", "operator"):
+        return None
+    if who is None:
+        return 401
+    return 200 if RANK[who] >= RANK[scope] else 403
+
+
+@pytest.mark.parametrize("route", sorted(SPEC_SCOPES))
+def test_scope_matrix(api: Api, owner: str, route: str) -> None:
+    world = World(api, owner)
+    scope = SPEC_SCOPES[route]
+    # Callers with too little scope go first, so the one allowed (and possibly
+    # destructive) call comes last.
+    for who in (None, "read", "full", "owner"):
+        method, url, body = CALLS[route](world, who)
+        kw = {} if body is None else {"json": body}
+        resp = api.request(method, url, world.token(who), **kw)
+        want = expected(scope, who)
+        if want is None:
+            # Public routes (and metrics, from loopback) ignore the token entirely.
+            assert resp.status_code not in (401, 403), (route, who, resp.status_code, resp.text)
+        elif want == 200:
+            assert 200 <= resp.status_code < 300, (route, who, resp.status_code, resp.text)
+        else:
+            assert_error(resp, want, "auth.scope" if want == 403 else None)
+
+
+def test_read_cannot_write_and_full_cannot_own(api: Api, owner: str) -> None:
+    world = World(api, owner)
+    before = state(api, owner)
+    for route, scope in SPEC_SCOPES.items():
+        for who in ("read", "full"):
+            if expected(scope, who) != 403:
+                continue
+            method, url, body = CALLS[route](world, who)
+            kw = {} if body is None else {"json": body}
+            assert_error(api.request(method, url, world.token(who), **kw), 403, "auth.scope")
+    assert state(api, owner) == before
+    # The spare capability was not revoked and the store still answers.
+    grants = api.get("/grants", owner).json()["grants"]
+    assert any(g["id"] == world.spare and g["revoked"] is None for g in grants)
+
+
+def test_no_route_mints_an_owner_capability(api: Api, owner: str) -> None:
+    assert_error(api.post("/grants", owner, json={"scope": "owner"}), 422)
+    assert_error(api.post("/grants", owner, json={}), 400)
+    assert_error(api.post("/grants", owner), 400)
+    assert [g["scope"] for g in api.get("/grants", owner).json()["grants"]] == ["owner"]
+
+
+# ---------------------------------------------------------------- bad tokens
+
+
+def spliced(a: str, b: str) -> str:
+    """User A's id in front of user B's secret and checksum."""
+    return a[:24] + b[24:]
+
+
+def checksummed(body: str) -> str:
+    token = body + tokens._checksum(body)
+    assert tokens.parse(token) is not None  # passes the checksum: it must be refused later
+    return token
+
+
+def flip(ch: str) -> str:
+    return "A" if ch != "A" else "B"
+
+
+def bad_tokens(api: Api, owner: str) -> dict[str, dict]:
+    """Authorization headers for every way a token can fail."""
+    other = api.init()["token"]
+    revoked = mint(api, owner, "full")
+    grant_id = max(g["id"] for g in api.get("/grants", owner).json()["grants"])
+    assert api.delete(f"/grants/{grant_id}", owner).status_code == 200
+    unknown, _ = tokens.mint("0123456789abcdef")
+    upper = owner[:7] + owner[7:23].upper() + owner[23:-6]
+    forged_secret = checksummed(owner[:24] + other[24:-6])  # A's id, B's secret, a valid checksum
+    cases = {
+        "missing": {},
+        "empty-bearer": {"Authorization": "Bearer "},
+        "other-scheme": {"Authorization": f"Basic {owner}"},
+        "no-scheme": {"Authorization": owner},
+        "malformed": {"Authorization": "Bearer stash1_nothing_like_a_token"},
+        "bogus-checksum": {"Authorization": f"Bearer {owner[:-1] + flip(owner[-1])}"},
+        "bogus-secret": {"Authorization": f"Bearer {owner[:30] + flip(owner[30]) + owner[31:]}"},
+        "truncated": {"Authorization": f"Bearer {owner[:-1]}"},
+        "extended": {"Authorization": f"Bearer {owner}x"},
+        "unknown-user": {"Authorization": f"Bearer {unknown}"},
+        "spliced": {"Authorization": f"Bearer {spliced(owner, other)}"},
+        "spliced-checksummed": {"Authorization": f"Bearer {forged_secret}"},
+        "revoked": {"Authorization": f"Bearer {revoked}"},
+        "uppercase-user": {"Authorization": f"Bearer {upper + tokens._checksum(upper)}"},
+    }
+    if owner[7:23] == owner[7:23].upper():  # all digits: nothing to uppercase
+        del cases["uppercase-user"]
+    return cases
+
+
+def test_every_bad_token_gets_the_same_401(api: Api, owner: str) -> None:
+    cases = bad_tokens(api, owner)
+    before = state(api, owner)
+    answers = {}
+    for name, headers in cases.items():
+        for method, url, body in (("GET", "/wake", None), ("POST", "/note", {"text": "forged"}),
+                                  ("GET", "/export", None), ("DELETE", "/store", None)):
+            kw = {} if body is None else {"json": body}
+            resp = api.request(method, url, headers=headers, **kw)
+            assert_error(resp, 401)
+            answers[(name, method, url)] = (resp.status_code, resp.content, resp.headers.get("www-authenticate"))
+    assert len(set(answers.values())) == 1, answers
+    assert state(api, owner) == before
+    assert api.get("/wake", owner).status_code == 200
+
+
+def test_token_in_a_query_string_is_refused(api: Api, owner: str) -> None:
+    before = state(api, owner)
+    for url in (f"/wake?token={owner}", f"/recall?q=a&access_token={owner}", f"/config?key={owner}",
+                f"/health?token={owner}", f"/zoom?block={owner}"):
+        assert_error(api.get(url), 400, "auth.token_in_query")
+        assert_error(api.get(url, owner), 400, "auth.token_in_query")
+    assert_error(api.post(f"/note?token={owner}", owner, json={"text": "sneaky"}), 400, "auth.token_in_query")
+    assert state(api, owner) == before
