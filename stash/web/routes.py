@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from .. import __version__
 from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized
+from ..crypto import tokens
 from ..service import onboarding, pages
 from .jsonio import IMPORT_BODY_CAP, JSON, parse_int, query_object, read_object
 
@@ -46,16 +47,28 @@ def _bearer(request: Request) -> str | None:
     return value.strip() or None
 
 
-async def _authed(request: Request, need: str, work: Callable) -> object:
-    """Authenticate, then run ``work(session)`` in a worker thread. Failed
-    authentication counts against the client's address; past the limit the
-    answer is 429 before any lookup is made."""
-    limiter = request.app.state.limiter
+def _auth_failed(request: Request) -> Unauthorized:
+    request.app.state.limiter.hit("auth", _client(request))
+    request.app.state.metrics.event("auth_failed")
+    return Unauthorized()
+
+
+def _precheck(request: Request) -> None:
+    """The cheap half of authentication, on the event loop before the body is
+    read: the address's failure budget, then the token's shape and checksum.
+    A bogus token ends here — no file is opened and argon2 never runs."""
     settings = request.app.state.settings
-    client = _client(request)
-    wait = limiter.blocked_for("auth", client, settings.auth_failures_per_minute)
+    wait = request.app.state.limiter.blocked_for("auth", _client(request), settings.auth_failures_per_minute)
     if wait:
         raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
+    token = _bearer(request)
+    if token is None or tokens.parse(token) is None:
+        raise _auth_failed(request)
+
+
+async def _authed(request: Request, need: str, work: Callable) -> object:
+    """Authenticate fully (grant lookup, argon2id, unwrap, scope), then run
+    ``work(session)`` in a worker thread; keys live only inside it."""
     token = _bearer(request)
     vault = request.app.state.vault
 
@@ -66,9 +79,7 @@ async def _authed(request: Request, need: str, work: Callable) -> object:
     try:
         return await run_in_threadpool(run)
     except Unauthorized:
-        limiter.hit("auth", client)
-        request.app.state.metrics.event("auth_failed")
-        raise
+        raise _auth_failed(request) from None
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,8 @@ class RouteSpec:
         request.scope["stash.route"] = self.path
         try:
             _refuse_token_in_query(request)
+            if self.scope in ("read", "full", "owner"):
+                _precheck(request)
             return await self.handler(request)
         except StashError as err:
             from .app import error_response
