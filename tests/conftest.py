@@ -1,81 +1,18 @@
-"""Shared fixtures: a real data folder, the real app in process, and the one
-helper that checks the error shape of SPEC §3 on every error answer."""
+"""Shared fixtures: a real data folder and the real app in process."""
 
 from __future__ import annotations
 
-import asyncio
-import re
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.web.app import create_app
-from stash.web.settings import Settings
-
-ERROR_CODE = re.compile(r"[a-z_]+(\.[a-z_]+)*")
-
-
-def assert_error(resp: httpx.Response, status: int, code: str | None = None) -> dict:
-    """The answer is SPEC §3's error: the status, a JSON object with a stable
-    dotted ``error`` code and a one-sentence ``message``, and nothing that
-    looks like a traceback, a path or a token."""
-    assert resp.status_code == status, (resp.status_code, resp.text)
-    assert resp.headers["content-type"].startswith("application/json")
-    body = resp.json()
-    assert isinstance(body, dict)
-    assert ERROR_CODE.fullmatch(body["error"]), body
-    assert isinstance(body["message"], str) and body["message"].strip()
-    text = resp.text
-    for leak in ("Traceback", 'File "', "/tmp/", "/home/", "/root/", "stash1_"):
-        assert leak not in text.replace("stash1_…", ""), text
-    if code is not None:
-        assert body["error"] == code, body
-    return body
-
-
-class Api:
-    """A synchronous face over httpx's ASGI transport, for plain test functions."""
-
-    def __init__(self, app) -> None:
-        self.app = app
-        self.loop = asyncio.new_event_loop()
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://stash.test")
-
-    def request(self, method: str, url: str, token: str | None = None, **kw) -> httpx.Response:
-        headers = dict(kw.pop("headers", {}) or {})
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        return self.loop.run_until_complete(self.client.request(method, url, headers=headers, **kw))
-
-    def get(self, url: str, token: str | None = None, **kw) -> httpx.Response:
-        return self.request("GET", url, token, **kw)
-
-    def post(self, url: str, token: str | None = None, **kw) -> httpx.Response:
-        return self.request("POST", url, token, **kw)
-
-    def delete(self, url: str, token: str | None = None, **kw) -> httpx.Response:
-        return self.request("DELETE", url, token, **kw)
-
-    def init(self) -> dict:
-        resp = self.post("/init", json={"url": "https://stash.test"})
-        assert resp.status_code == 201, resp.text
-        return resp.json()
-
-    def close(self) -> None:
-        self.loop.run_until_complete(self.client.aclose())
-        self.loop.close()
+from tests.helpers import Api, make_settings
 
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
-
-
-def make_settings(data_dir: Path, **kw) -> Settings:
-    kw.setdefault("init_per_minute", 10_000)
-    kw.setdefault("auth_failures_per_minute", 10_000)
-    return Settings(data_dir=data_dir, **kw)
 
 
 @pytest.fixture(params=["sqlcipher", "none"])

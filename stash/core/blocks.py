@@ -57,26 +57,55 @@ def block_id(lo: int, hi: int) -> str:
     return f"{lo}-{hi - 1}"
 
 
+def _kept_runs(T: int, alpha: float) -> list[tuple[int, int, int]]:
+    """``tile(T, alpha)`` level by level, as ``(size, first lo, end lo)`` runs.
+
+    The split test ``hi > T or size > alpha * (T - lo)`` only turns from false
+    to true as ``lo`` grows (the float product is monotone in ``T - lo``), and
+    the children of a level's split blocks are one contiguous run of the next
+    level. So each level keeps a prefix of the run it is given and hands the
+    rest down: a binary search per level finds the boundary, with the very same
+    float expression the definition uses, and no block is visited one by one.
+    """
+    size = 1
+    while size < T:
+        size *= 2
+    start = 0
+    runs = []
+    while True:
+        n = -(-(T - start) // size)  # blocks of this level that start below T
+        if size == 1:
+            runs.append((1, start, start + n))
+            return runs
+        lo_k, hi_k = 0, n
+        while lo_k < hi_k:
+            k = (lo_k + hi_k) // 2
+            lo = start + k * size
+            if lo + size > T or size > alpha * (T - lo):
+                hi_k = k
+            else:
+                lo_k = k + 1
+        split = start + lo_k * size
+        runs.append((size, start, split))
+        if lo_k == n:
+            return runs
+        start = split
+        size //= 2
+
+
 def tile(T: int, alpha: float) -> list[Block]:
     """SPEC §2.2 step 2: tile ``[0, T)`` keeping a block whole iff it ends by
-    ``T`` and its size is at most ``alpha`` times its age."""
-    root = 1
-    while root < T:
-        root *= 2
-    out: list[Block] = []
-    stack = [(0, root)]
-    while stack:
-        lo, hi = stack.pop()
-        if lo >= T:
-            continue
-        size = hi - lo
-        if size > 1 and (hi > T or size > alpha * (T - lo)):
-            mid = (lo + hi) // 2
-            stack.append((mid, hi))
-            stack.append((lo, mid))
-        else:
-            out.append((lo, hi))
-    return out
+    ``T`` and its size is at most ``alpha`` times its age; oldest first."""
+    if T <= 0:
+        return []
+    return [(lo, lo + size) for size, first, end in _kept_runs(T, alpha) for lo in range(first, end, size)]
+
+
+def tile_count(T: int, alpha: float) -> int:
+    """``len(tile(T, alpha))`` in O(log² T)."""
+    if T <= 0:
+        return 0
+    return sum((end - first) // size for size, first, end in _kept_runs(T, alpha))
 
 
 def cover(T: int, budget: int) -> list[Block]:
@@ -90,7 +119,7 @@ def cover(T: int, budget: int) -> list[Block]:
     lo, hi = 0.0, 1.0
     for _ in range(BISECTION_STEPS):
         mid = (lo + hi) / 2
-        if len(tile(T, mid)) > budget:
+        if tile_count(T, mid) > budget:
             lo = mid
         else:
             hi = mid

@@ -23,6 +23,11 @@ MASTER_KEY_BYTES = KEY_BYTES
 SALT_BYTES = 16
 
 
+MAX_TIME_COST = 64
+MAX_MEMORY_KIB = 1024 * 1024  # 1 GiB
+MAX_LANES = 16
+
+
 @dataclass(frozen=True)
 class KdfParams:
     """argon2id cost: ``time_cost`` passes over ``memory_kib`` KiB, ``lanes`` lanes."""
@@ -30,6 +35,16 @@ class KdfParams:
     time_cost: int = 2
     memory_kib: int = 8192
     lanes: int = 1
+
+    def __post_init__(self) -> None:
+        # Parameters are read back from disk, so a hand-edited value must be
+        # refused here rather than crash argon2 or stall every request.
+        if not 1 <= self.lanes <= MAX_LANES:
+            raise ValueError(f"argon2id lanes must be 1 to {MAX_LANES}")
+        if not 1 <= self.time_cost <= MAX_TIME_COST:
+            raise ValueError(f"argon2id time cost must be 1 to {MAX_TIME_COST}")
+        if not 8 * self.lanes <= self.memory_kib <= MAX_MEMORY_KIB:
+            raise ValueError(f"argon2id memory must be 8 KiB per lane to {MAX_MEMORY_KIB} KiB")
 
     def as_dict(self) -> dict[str, int | str]:
         return {"alg": "argon2id", "t": self.time_cost, "m": self.memory_kib, "p": self.lanes}

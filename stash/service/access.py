@@ -27,12 +27,31 @@ RANK = {"read": 0, "full": 1, "owner": 2}
 
 @dataclass
 class Session:
+    """One authenticated request. The memory file is opened on first use, so
+    the key-ring routes (grants, store destruction) work even when the memory
+    file is damaged: an owner can still revoke a leaked token."""
+
     user_id: str
     scope: str
     grant_id: int
-    memory: Memory
     keyring: Keyring
+    files: UserFiles
+    cipher: str
     master: bytes = field(repr=False, default=b"")
+    _memory: Memory | None = field(repr=False, default=None)
+
+    @property
+    def memory(self) -> Memory:
+        if self._memory is None:
+            if not self.master:
+                raise RuntimeError("the session has ended")
+            self._memory = Memory(MemoryFile(self.files.memory, self.user_id, self.master, self.cipher))
+        return self._memory
+
+    def close(self) -> None:
+        self.master = b""
+        if self._memory is not None:
+            self._memory.mf.close()
 
 
 @dataclass(frozen=True)
@@ -111,9 +130,12 @@ class Vault:
     def destroy_store(self, session: Session) -> dict:
         """Remove the user's whole folder: key ring (every wrapped key) and
         memory file. The key ring is overwritten before it is unlinked."""
-        files = UserFiles(self.data_dir, session.user_id)
-        T = session.memory.mf.count()
-        session.memory.mf.close()
+        files = session.files
+        try:
+            T: int | None = session.memory.mf.count()
+        except Damaged:
+            T = None  # a damaged memory can still be destroyed
+        session.close()
         session.keyring.close()
         for path in sorted(files.folder.iterdir()):
             if path.is_file() and path.name.startswith("keyring"):
@@ -169,14 +191,12 @@ class Vault:
                     "Ask the owner for a capability with that scope.",
                     code="auth.scope",
                 )
-            cipher = ring.meta("file_cipher") or "none"
-            mf = MemoryFile(files.memory, token.user_id, master, cipher)
-            session = Session(token.user_id, grant.scope, grant.id, Memory(mf), ring, master)
+            session = Session(token.user_id, grant.scope, grant.id, ring, files,
+                              ring.meta("file_cipher") or "none", master)
             del master
             try:
                 yield session
             finally:
-                session.master = b""
-                mf.close()
+                session.close()
         finally:
             ring.close()

@@ -19,7 +19,12 @@ from ..storage.memfile import MemoryFile
 from . import instructions
 
 AWAKE = "You are awake."
-RECALL_SECONDS = 5.0  # RE2 is linear, but a pattern that defeats its DFA is slow linear
+MIN_LINE_BYTES = len("#0-1 x\n")  # the shortest rendered line and its newline
+# A recall's time bound: RE2 is linear, but a pattern that defeats its DFA is a
+# slow linear, so matching gets RECALL_SECONDS beyond what opening the log
+# costs (RECALL_SECONDS_PER_MEMORY each).
+RECALL_SECONDS = 5.0
+RECALL_SECONDS_PER_MEMORY = 10e-6
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
@@ -143,7 +148,12 @@ class Memory:
             room -= len(("\n" + nap["prompt"] + "\n").encode())
         room = max(room, self.sizes["ENTRY_CHARS"])
         cache: dict = {}
-        budget = self.sizes["WAKE_LINES"]
+        # Lowering one step at a time is the rule; budgets that cannot fit are
+        # skipped exactly: cover(T, b) has at least min(b, T) lines and every
+        # rendered line costs at least MIN_LINE_BYTES, so no b above
+        # room // MIN_LINE_BYTES fits (and for b >= T the document is the same
+        # verbatim one whatever b is).
+        budget = min(self.sizes["WAKE_LINES"], max(1, room // MIN_LINE_BYTES))
         while True:
             doc = self._wake_lines(T, budget, settled, cache)
             if budget <= 1 or sum(lines.line_bytes(x) for x in doc) <= room:
@@ -208,11 +218,12 @@ class Memory:
             matcher = compile_pattern(q)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.bad_pattern") from None
-        batches = self.mf.scan(self.mf.count())
+        T = self.mf.count()
+        batches = self.mf.scan(T)
         try:
             found, total = matcher.scan(
                 itertools.chain.from_iterable(batches), self.sizes["PART_CHARS"],
-                deadline=time.monotonic() + RECALL_SECONDS,
+                deadline=time.monotonic() + RECALL_SECONDS + T * RECALL_SECONDS_PER_MEMORY,
             )
         except BadPattern as e:
             raise Invalid(str(e), code="recall.too_slow") from None

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import argon2.exceptions
+
 from ..crypto import aead, keys
 from .files import connect
 from .schema import sections
@@ -103,9 +105,9 @@ class Keyring:
             params = json.loads(grant.kdf)
             salt = bytes.fromhex(params["salt"])
             kdf = keys.KdfParams.from_dict(params)
-        except (ValueError, KeyError, TypeError):
+            kek = keys.derive_kek(secret, salt, kdf)
+        except (ValueError, KeyError, TypeError, OverflowError, argon2.exceptions.HashingError):
             raise aead.Unsealable("grant key derivation parameters are unreadable") from None
-        kek = keys.derive_kek(secret, salt, kdf)
         return aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope))
 
     def checkpoint(self) -> None:

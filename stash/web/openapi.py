@@ -261,7 +261,7 @@ SPECS: dict[tuple[str, str], R] = {
               "total": _int(0, description="How many memories match in all.")}),
         {**_MISSING, 422: ["recall.bad_pattern", "recall.too_slow"]},
         "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`. A search that "
-        "runs past its time bound (10 s) is refused with recall.too_slow.",
+        "runs past its time bound (5 s plus 10 µs per memory) is refused with recall.too_slow.",
     ),
     **_twins(
         "/zoom", {"block": _ref("BlockId")}, ("block",),

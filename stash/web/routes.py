@@ -17,6 +17,7 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized
 from ..crypto import tokens
 from ..service import onboarding, pages
+from ..storage.files import UserFiles
 from .jsonio import IMPORT_BODY_CAP, JSON, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
@@ -61,8 +62,8 @@ def _precheck(request: Request) -> None:
     wait = request.app.state.limiter.blocked_for("auth", _client(request), settings.auth_failures_per_minute)
     if wait:
         raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
-    token = _bearer(request)
-    if token is None or tokens.parse(token) is None:
+    parsed = tokens.parse(_bearer(request) or "")
+    if parsed is None or not UserFiles(request.app.state.vault.data_dir, parsed.user_id).exists():
         raise _auth_failed(request)
 
 

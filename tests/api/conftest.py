@@ -6,7 +6,7 @@ import pytest
 
 from stash.web.app import create_app
 from tests.api.support import Mem
-from tests.conftest import Api, make_settings
+from tests.helpers import Api, make_settings
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import datetime as dt
 import io
 import tarfile
 
-from tests.conftest import Api
+from tests.helpers import Api
 
 OLD_DATE = "2021-03-04"
 AWAKE = "You are awake.\n"

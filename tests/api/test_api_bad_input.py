@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 
 from tests.api.support import OLD_DATE, Mem, state, today_utc
-from tests.conftest import Api, assert_error
+from tests.helpers import Api, assert_error
 
 BAD_LINES = [
     pytest.param("", id="empty"),

@@ -26,7 +26,7 @@ from tests.api.support import (
     state,
     today_utc,
 )
-from tests.conftest import Api, assert_error
+from tests.helpers import Api, assert_error
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
 NAP_KEYS = {"block", "source", "remaining", "max_bytes", "prompt"}
@@ -141,7 +141,7 @@ def test_metrics_on_loopback_carry_no_user_memory_or_query(api: Api, mem: Mem) -
 
 def test_metrics_refused_off_loopback(data_dir) -> None:
     from stash.web.app import create_app
-    from tests.conftest import make_settings
+    from tests.helpers import make_settings
 
     app = create_app(make_settings(data_dir))
     remote = Api(app)

@@ -10,7 +10,7 @@ import pytest
 from stash.crypto import tokens
 from stash.web.routes import ROUTES
 from tests.api.support import OLD_DATE, Mem, mint, state
-from tests.conftest import Api, assert_error
+from tests.helpers import Api, assert_error
 
 # SPEC §3's table, copied by hand: the server's ROUTES must agree with it.
 SPEC_SCOPES = {

@@ -20,7 +20,7 @@ import stash
 from stash.core import errors
 from stash.web.app import create_app
 from stash.web.routes import ROUTES
-from tests.conftest import Api, assert_error, make_settings
+from tests.helpers import Api, assert_error, make_settings
 
 OLD_DATE = "2020-02-03"
 SECURED = {"read", "full", "owner"}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_error
 from tests.e2e.conftest import REPO, Cli, Http, cli_env, free_port, path_with
+from tests.helpers import assert_error
 
 CLIENT_SOURCE = REPO / "stash" / "client.py"
 

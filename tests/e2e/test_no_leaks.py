@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_error
 from tests.e2e.conftest import CLI_TIMEOUT, Http, Server, cli_env, path_with, python_bin, secret_parts, start_server
+from tests.helpers import assert_error
 
 
 def marker() -> str:

@@ -619,3 +619,18 @@ def test_forget_keeps_every_level_a_dense_prefix_of_buildable_summaries(seed):
                     )
             state = new_state
             assert set(blocks.pending(T, state)) == _complete_blocks(T) - done
+
+
+def test_tile_and_its_count_equal_the_definition_for_many_alphas():
+    # tile() finds each level's boundary by binary search instead of visiting
+    # blocks one by one; the definition visits them one by one.
+    rng = random.Random(7)
+    Ts = [*range(1, 300), *(rng.randrange(300, 200_000) for _ in range(40))]
+    for T in Ts:
+        alphas = [1.0, 0.5, 0.1, 1e-3, *(rng.random() ** rng.choice((1, 2, 4)) for _ in range(8))]
+        if T < 5000:
+            alphas += [0.0, 1e-12]
+        for a in alphas:
+            want = _spec_tile(T, a)
+            assert blocks.tile(T, a) == want, (T, a)
+            assert blocks.tile_count(T, a) == len(want), (T, a)

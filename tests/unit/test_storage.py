@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import sqlcipher3.dbapi2 as sqlcipher
-from conftest import Api, assert_error, make_settings
 
 from stash.core import blocks
 from stash.core.errors import Damaged, Unauthorized
@@ -27,6 +26,7 @@ from stash.service.access import Vault
 from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from stash.web.app import create_app
+from tests.helpers import Api, assert_error, make_settings
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DB_ERRORS = (sqlite3.Error, sqlcipher.Error)
@@ -587,11 +587,22 @@ def test_session_drops_its_keys_when_the_work_fails(store: Store):
     held = {}
     with pytest.raises(Boom), store.vault.session(store.token, "owner") as s:
         held["s"] = s
+        held["mf"] = s.memory.mf
+        assert held["mf"].count() == T
         raise Boom
     s = held["s"]
     assert s.master == b""
     with pytest.raises(DB_ERRORS):
-        s.memory.mf.conn.execute("SELECT 1")
+        held["mf"].conn.execute("SELECT 1")
+    with pytest.raises(DB_ERRORS):
+        s.memory.mf.count()
+
+
+def test_an_ended_session_cannot_open_the_memory(store: Store):
+    with store.vault.session(store.token, "owner") as s:
+        pass  # never touched the memory file
+    with pytest.raises(RuntimeError):
+        _ = s.memory
 
 
 # ----------------------------------------------------------------- over HTTP

@@ -1,0 +1,244 @@
+"""The scope matrix of API-REFERENCE.md, read from the document itself and
+checked against the live server: every route of ``ROUTES``, called with no
+token, a bogus one, another memory's owner token, read, full, owner and a
+revoked token of this memory."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stash.crypto import tokens
+from stash.crypto.keys import KdfParams
+from stash.web.app import create_app
+from stash.web.routes import ROUTES
+from tests.api.support import state
+from tests.helpers import Api, assert_error, make_settings
+
+REFERENCE = Path(__file__).resolve().parents[2] / "API-REFERENCE.md"
+COLUMNS = ("none", "bogus", "other user", "read", "full", "owner", "revoked")
+# Refused callers go first and the owner last, so the one destructive call of
+# a row (DELETE /store) comes after every other caller of it has been heard.
+CALL_ORDER = ("none", "bogus", "revoked", "read", "full", "other user", "owner")
+CELL = re.compile(r"2xx|[1-5][0-9][0-9]")
+
+# The argon2id cost is stored per grant and plays no part in who may call
+# what; a cheap one keeps ~200 authenticated calls fast.
+CHEAP_KDF = KdfParams(1, 1024, 1)
+
+
+def route_key(method: str, path: str) -> str:
+    return f"{method} {path}"
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def documented_matrix(path: Path = REFERENCE) -> dict[str, dict[str, str]]:
+    """The one table of the "Scopes" section, as {route: {column: cell}}."""
+    text = path.read_text(encoding="utf-8")
+    assert "\n## Scopes\n" in text, "API-REFERENCE.md has no Scopes section"
+    section = text.split("\n## Scopes\n", 1)[1].split("\n## ", 1)[0]
+    table = [line for line in section.splitlines() if line.lstrip().startswith("|")]
+    assert len(table) > 2, "the Scopes section has no table"
+    assert cells(table[0]) == ["route", *COLUMNS], table[0]
+    assert set(table[1]) <= set("|-: "), table[1]
+    matrix: dict[str, dict[str, str]] = {}
+    for line in table[2:]:
+        route, *values = cells(line)
+        route = route.strip("`")
+        assert route not in matrix, f"{route} has two rows"
+        assert len(values) == len(COLUMNS), line
+        assert all(CELL.fullmatch(v) for v in values), line
+        matrix[route] = dict(zip(COLUMNS, values))
+    return matrix
+
+
+# ---------------------------------------------------------------- the world
+
+
+@dataclass
+class Store:
+    owner: str
+    marker: str
+
+
+def today() -> str:
+    return dt.datetime.now(dt.UTC).date().isoformat()
+
+
+class World:
+    """Two memories. Ours has a read, a full and a revoked capability; theirs
+    is only reached through its owner token, the "other user" column."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.ours = self._store("ours")
+        self.theirs = self._store("theirs")
+        self.read = self._grant(self.ours, "read")
+        self.full = self._grant(self.ours, "full")
+        self.revoked = self._grant(self.ours, "full")
+        revoked_id = self._grant_ids(self.ours)[-1]
+        assert api.delete(f"/grants/{revoked_id}", self.ours.owner).status_code == 200
+        # One character changed in the checksum: a token that can never be live.
+        last = self.ours.owner[-1]
+        self.bogus = self.ours.owner[:-1] + ("A" if last != "A" else "B")
+        assert tokens.parse(self.bogus) is None
+
+    def _store(self, name: str) -> Store:
+        store = Store(self.api.init()["token"], f"{name}-{os.urandom(5).hex()}")
+        for i in range(4):
+            resp = self.api.post("/note", store.owner, json={"text": f"{store.marker} alpha {i}"})
+            assert resp.status_code == 200, resp.text
+        return store
+
+    def _grant(self, store: Store, scope: str) -> str:
+        resp = self.api.post("/grants", store.owner, json={"scope": scope})
+        assert resp.status_code == 201, resp.text
+        return resp.json()["token"]
+
+    def _grant_ids(self, store: Store) -> list[int]:
+        return [g["id"] for g in self.api.get("/grants", store.owner).json()["grants"]]
+
+    def token(self, who: str) -> str | None:
+        return {
+            "none": None, "bogus": self.bogus, "other user": self.theirs.owner, "read": self.read,
+            "full": self.full, "owner": self.ours.owner, "revoked": self.revoked,
+        }[who]
+
+    def target(self, who: str) -> Store:
+        """The memory the caller's token names."""
+        return self.theirs if who == "other user" else self.ours
+
+    # set-ups that let a call succeed on the memory it targets
+
+    def settle(self, store: Store) -> None:
+        nap = self.api.post("/nap", store.owner, json={}).json()["nap"]
+        while nap is not None:
+            resp = self.api.post("/nap", store.owner, json={"block": nap["block"], "text": f"sum {nap['block']}"})
+            assert resp.status_code == 200, resp.text
+            nap = resp.json()["nap"]
+
+    def fresh_grant(self, store: Store) -> int:
+        self._grant(store, "read")
+        return self._grant_ids(store)[-1]
+
+
+Call = tuple[str, str, dict | None]
+
+
+def forget_call(w: World, s: Store) -> Call:
+    w.settle(s)
+    return "POST", "/forget", {"block": "0-1"}
+
+
+CALLS: dict[str, Callable[[World, Store], Call]] = {
+    "GET /health": lambda w, s: ("GET", "/health", None),
+    "POST /init": lambda w, s: ("POST", "/init", {"url": "https://stash.test"}),
+    "GET /wake": lambda w, s: ("GET", "/wake", None),
+    "POST /wake": lambda w, s: ("POST", "/wake", {}),
+    "POST /note": lambda w, s: ("POST", "/note", {"text": "noted by a caller"}),
+    "POST /nap": lambda w, s: ("POST", "/nap", {}),
+    "GET /recall": lambda w, s: ("GET", "/recall?q=alpha", None),
+    "POST /recall": lambda w, s: ("POST", "/recall", {"q": "alpha"}),
+    "GET /zoom": lambda w, s: ("GET", "/zoom?block=0-1", None),
+    "POST /zoom": lambda w, s: ("POST", "/zoom", {"block": "0-1"}),
+    "POST /forget": forget_call,
+    "GET /config": lambda w, s: ("GET", "/config", None),
+    "POST /config": lambda w, s: ("POST", "/config", {"WAKE_LINES": 50}),
+    "POST /import": lambda w, s: ("POST", "/import", {"entries": [{"date": today(), "text": "imported"}]}),
+    "GET /grants": lambda w, s: ("GET", "/grants", None),
+    "POST /grants": lambda w, s: ("POST", "/grants", {"scope": "read"}),
+    "DELETE /grants/{grant_id}": lambda w, s: ("DELETE", f"/grants/{w.fresh_grant(s)}", None),
+    "POST /erase": lambda w, s: ("POST", "/erase", {"ids": [0]}),
+    "GET /erasures": lambda w, s: ("GET", "/erasures", None),
+    "DELETE /store": lambda w, s: ("DELETE", "/store", None),
+    "GET /export": lambda w, s: ("GET", "/export", None),
+    "GET /openapi.json": lambda w, s: ("GET", "/openapi.json", None),
+    "GET /client": lambda w, s: ("GET", "/client", None),
+    "GET /shape": lambda w, s: ("GET", "/shape?T=10&lines=4", None),
+    "POST /shape": lambda w, s: ("POST", "/shape", {"T": 10, "lines": 4}),
+    "GET /metrics": lambda w, s: ("GET", "/metrics", None),
+    "GET /": lambda w, s: ("GET", "/", None),
+}
+
+
+@pytest.fixture
+def matrix_api(data_dir: Path):
+    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF)))
+    yield client
+    client.close()
+
+
+def check(resp, cell: str) -> None:
+    if cell == "2xx":
+        assert 200 <= resp.status_code < 300, (resp.status_code, resp.text[:300])
+    elif cell == "401":
+        assert_error(resp, 401, "auth.invalid")
+    elif cell == "403":
+        assert_error(resp, 403, "auth.scope")
+    elif int(cell) >= 400:
+        assert_error(resp, int(cell))
+    else:
+        assert resp.status_code == int(cell), (resp.status_code, resp.text[:300])
+
+
+def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) -> None:
+    matrix = documented_matrix()
+    served = [route_key(r.method, r.path) for r in ROUTES]
+    assert sorted(matrix) == sorted(served), "the table must have exactly one row per route of ROUTES"
+    assert sorted(CALLS) == sorted(served), "a route was added without a call in this test"
+    for route, row in matrix.items():
+        # SPEC §3: a missing, bogus or revoked token gets one and the same answer.
+        assert row["none"] == row["bogus"] == row["revoked"], route
+
+    api = matrix_api
+    world = World(api)
+    order = [r for r in served if r != "DELETE /store"] + ["DELETE /store"]
+    failures: list[str] = []
+    unauthorized: set[bytes] = set()
+    for route in order:
+        for who in CALL_ORDER:
+            cell = matrix[route][who]
+            touches_ours = who in ("read", "full", "owner") and cell == "2xx"
+            method, url, body = CALLS[route](world, world.target(who))
+            before = None if touches_ours else state(api, world.ours.owner)
+            kw = {} if body is None else {"json": body}
+            resp = api.request(method, url, world.token(who), **kw)
+            try:
+                check(resp, cell)
+                if resp.status_code == 401:
+                    unauthorized.add(resp.content)
+                if not touches_ours:
+                    # Refused, public or another memory's call: ours is untouched and unseen.
+                    assert world.ours.marker not in resp.text, "the answer carries this memory's text"
+                    assert state(api, world.ours.owner) == before, "this memory changed"
+            except AssertionError as e:
+                failures.append(f"{route} [{who}] expected {cell}, got {resp.status_code}: {e}")
+    assert failures == [], "\n".join(failures)
+    assert len(unauthorized) == 1, unauthorized
+    # The last call destroyed ours: all its tokens are dead now.
+    for who in ("owner", "read", "full"):
+        assert_error(api.get("/wake", world.token(who)), 401, "auth.invalid")
+
+
+def test_the_matrix_reader_refuses_a_bad_table(tmp_path: Path) -> None:
+    """The parser must be able to fail, or the test above proves nothing."""
+    good = REFERENCE.read_text(encoding="utf-8")
+    for bad in (
+        good.replace("| route | none | bogus |", "| route | bogus | none |", 1),
+        good.replace("| `GET /wake` | 401 |", "| `GET /wake` | ok |", 1),
+        good.replace("| `GET /wake` |", "| `GET /health` |", 1),
+    ):
+        assert bad != good
+        fake = tmp_path / "API-REFERENCE.md"
+        fake.write_text(bad, encoding="utf-8")
+        with pytest.raises(AssertionError):
+            documented_matrix(fake)

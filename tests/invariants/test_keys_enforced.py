@@ -1,0 +1,577 @@
+"""Capabilities are enforced by the keys, not by a flag (SPEC §4).
+
+Each test runs the real app in process and then attacks its data folder by
+hand — the stdlib sqlite3 for the key ring and plain memory files, sqlcipher3
+with the file key for encrypted ones — and asks the HTTP API what it will
+serve. Sealed values are opened here with libsodium directly, in the format
+schema.sql documents, so no expectation comes from the code under test.
+tests/unit/test_storage.py covers single tamper cases at the storage layer;
+these go through the routes and sweep whole byte ranges and whole folders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import sqlite3
+import tarfile
+import zlib
+from pathlib import Path
+
+import argon2.low_level
+import pytest
+import sqlcipher3.dbapi2 as sqlcipher
+from nacl import bindings
+from nacl.exceptions import CryptoError
+
+from stash.crypto import keys, tokens
+from stash.crypto.keys import KdfParams
+from stash.web.app import create_app
+from tests.helpers import Api, assert_error, make_settings
+
+# argon2id's cost is stored per grant; a cheap one keeps hundreds of
+# authenticated requests fast and changes nothing about what a key binds.
+CHEAP_KDF = KdfParams(1, 1024, 1)
+NONCE, TAG, KEY = 24, 16, 32
+B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+@pytest.fixture
+def http(data_dir: Path, file_cipher: str):
+    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF, file_cipher=file_cipher)))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def plain_http(data_dir: Path):
+    """For attacks on the key ring alone, which is plain SQLite either way."""
+    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF)))
+    yield client
+    client.close()
+
+
+# ---------------------------------------------------------------- an attacker's tools
+
+
+def opens(key: bytes, sealed: bytes, aad: bytes) -> bytes | None:
+    """XChaCha20-Poly1305 as schema.sql stores it: nonce || ciphertext || tag."""
+    if len(key) != KEY or len(sealed) < NONCE + TAG:
+        return None
+    try:
+        return bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(sealed[NONCE:], aad, sealed[:NONCE], key)
+    except CryptoError:
+        return None
+
+
+def aad(user_id: str, table: str, position) -> bytes:
+    return f"stash/v1|{user_id}|{table}|{position}".encode()
+
+
+def grant_aad(user_id: str, grant_id: int, scope: str) -> bytes:
+    return f"stash/v1|{user_id}|grant|{grant_id}|{scope}".encode()
+
+
+def user_of(token: str) -> str:
+    return token[7:23]
+
+
+def with_checksum(body: str) -> str:
+    """SPEC §4: the last 6 characters are the base62 CRC32 of what precedes them."""
+    n, digits = zlib.crc32(body.encode()), ""
+    for _ in range(6):
+        n, r = divmod(n, 62)
+        digits = B62[r] + digits
+    return body + digits
+
+
+def folder(data_dir: Path, user_id: str) -> Path:
+    return data_dir / "users" / user_id
+
+
+def every_file(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def windows(blob: bytes) -> set[bytes]:
+    return {blob[k : k + KEY] for k in range(len(blob) - KEY + 1)}
+
+
+def master_of(api: Api, token: str) -> bytes:
+    with api.app.state.vault.session(token, "read") as s:
+        return bytes(s.master)
+
+
+def file_cipher_of(data_dir: Path, user_id: str) -> str:
+    conn = sqlite3.connect(str(folder(data_dir, user_id) / "keyring.db"))
+    try:
+        return conn.execute("SELECT value FROM keyring_meta WHERE name = 'file_cipher'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def raw_memory(data_dir: Path, user_id: str, master: bytes):
+    """The memory file opened outside the server, the log's guard triggers
+    dropped, as someone holding the file (and its key) would."""
+    path = folder(data_dir, user_id) / "memory.db"
+    if file_cipher_of(data_dir, user_id) == "sqlcipher":
+        conn = sqlcipher.connect(str(path), isolation_level=None)
+        conn.execute(f"PRAGMA key = \"x'{keys.subkey(master, b'file').hex()}'\"")
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA synchronous = OFF")  # an attacker's edits need no fsync
+        conn.execute("DROP TRIGGER IF EXISTS log_no_update")
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def raw_keyring(data_dir: Path, user_id: str):
+    conn = sqlite3.connect(str(folder(data_dir, user_id) / "keyring.db"), isolation_level=None)
+    try:
+        conn.execute("PRAGMA synchronous = OFF")
+        yield conn
+    finally:
+        conn.close()
+
+
+def grant_row(data_dir: Path, user_id: str, grant_id: int) -> dict:
+    with raw_keyring(data_dir, user_id) as conn:
+        row = conn.execute("SELECT tag, scope, created, revoked, kdf, wrapped FROM grants WHERE id = ?",
+                           (grant_id,)).fetchone()
+    return dict(zip(("tag", "scope", "created", "revoked", "kdf", "wrapped"), row))
+
+
+def every_value(conn) -> list[bytes]:
+    """Every stored value of every table, as bytes."""
+    out = []
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for name in names:
+        for row in conn.execute(f'SELECT * FROM "{name}"'):
+            for v in row:
+                if isinstance(v, bytes):
+                    out.append(v)
+                elif isinstance(v, str):
+                    out.append(v.encode())
+    return out
+
+
+def flip(blob: bytes, pos: int) -> bytes:
+    b = bytearray(blob)
+    b[pos] ^= 0x20
+    return bytes(b)
+
+
+def opens_nothing(resp, *markers: str) -> None:
+    """Refused as unknown (401) or as damage (500): never served."""
+    assert resp.status_code in (401, 500), (resp.status_code, resp.text[:300])
+    assert_error(resp, resp.status_code, "auth.invalid" if resp.status_code == 401 else "store.damaged")
+    for m in markers:
+        assert m not in resp.text
+
+
+def mint(api: Api, owner: str, scope: str) -> dict:
+    resp = api.post("/grants", owner, json={"scope": scope})
+    assert resp.status_code == 201, resp.text
+    return resp.json()
+
+
+def new_memory(api: Api, notes: int = 4) -> tuple[str, str]:
+    owner = api.init()["token"]
+    marker = "m" + os.urandom(6).hex()
+    for i in range(notes):
+        assert api.post("/note", owner, json={"text": f"{marker} note {i}"}).status_code == 200
+    return owner, marker
+
+
+def settle(api: Api, token: str, text=lambda b: f"summary {b}") -> None:
+    nap = api.post("/nap", token, json={}).json()["nap"]
+    while nap is not None:
+        resp = api.post("/nap", token, json={"block": nap["block"], "text": text(nap["block"])})
+        assert resp.status_code == 200, resp.text
+        nap = resp.json()["nap"]
+
+
+def export(api: Api, owner: str) -> bytes:
+    """The memory's content, for before/after comparisons (gzip timestamps aside)."""
+    resp = api.get("/export", owner)
+    assert resp.status_code == 200, resp.text
+    with tarfile.open(fileobj=io.BytesIO(gzip.decompress(resp.content)), mode="r:") as tar:
+        return b"".join(m.name.encode() + tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+
+
+# Every route a capability could use, each with a body it would accept.
+CALLS = [
+    ("GET", "/wake", None), ("POST", "/recall", {"q": "note"}), ("GET", "/zoom?block=0-1", None),
+    ("GET", "/config", None), ("POST", "/note", {"text": "forged write"}), ("POST", "/nap", {}),
+    ("POST", "/config", {"WAKE_LINES": 7}), ("POST", "/forget", {"block": "0-1"}),
+    ("POST", "/import", {"entries": [{"date": "2020-01-01", "text": "forged import"}]}),
+    ("GET", "/grants", None), ("POST", "/grants", {"scope": "full"}), ("POST", "/erase", {"ids": [0]}),
+    ("GET", "/erasures", None), ("GET", "/export", None), ("DELETE", "/grants/1", None),
+    ("DELETE", "/store", None),
+]
+
+
+def assert_every_route_refuses(api: Api, token: str, *markers: str) -> None:
+    for method, url, body in CALLS:
+        kw = {} if body is None else {"json": body}
+        opens_nothing(api.request(method, url, token, **kw), *markers)
+
+
+# ---------------------------------------------------------------- grants
+
+
+@pytest.mark.parametrize(("scope", "forged"), [("read", "full"), ("read", "owner"), ("full", "owner")])
+def test_raising_a_grants_scope_by_hand_opens_nothing(plain_http: Api, data_dir: Path, scope: str, forged: str):
+    api = plain_http
+    owner, marker = new_memory(api)
+    uid = user_of(owner)
+    grant = mint(api, owner, scope)
+    before = export(api, owner)
+    with raw_keyring(data_dir, uid) as conn:
+        conn.execute("UPDATE grants SET scope = ? WHERE id = ?", (forged, grant["id"]))
+    # Not the raised scope, and not even the old one: the wrap no longer opens.
+    assert_every_route_refuses(api, grant["token"], marker)
+    assert export(api, owner) == before
+    assert api.get("/wake", owner).json()["T"] == 4
+    # Put back, the same key opens again: the edit alone was refused.
+    with raw_keyring(data_dir, uid) as conn:
+        conn.execute("UPDATE grants SET scope = ? WHERE id = ?", (scope, grant["id"]))
+    assert api.get("/wake", grant["token"]).status_code == 200
+
+
+def test_a_revoked_token_stays_dead_when_its_row_is_restored_by_hand(plain_http: Api, data_dir: Path):
+    api = plain_http
+    owner, marker = new_memory(api)
+    uid = user_of(owner)
+    grant = mint(api, owner, "full")
+    row = grant_row(data_dir, uid, grant["id"])
+    assert api.delete(f"/grants/{grant['id']}", owner).status_code == 200
+    # Clear the flag and refile the tag and the key derivation parameters; only
+    # the wrapped key cannot be put back, because it exists nowhere any more.
+    with raw_keyring(data_dir, uid) as conn:
+        conn.execute("UPDATE grants SET revoked = NULL, tag = ?, kdf = ? WHERE id = ?",
+                     (row["tag"], row["kdf"], grant["id"]))
+    for name, data in every_file(data_dir).items():
+        assert row["wrapped"] not in data, name
+    assert_every_route_refuses(api, grant["token"], marker)
+    assert api.get("/wake", owner).json()["T"] == 4
+
+
+def test_a_wrapped_key_copied_to_another_grant_row_opens_nothing(plain_http: Api, data_dir: Path):
+    api = plain_http
+    owner, marker = new_memory(api)
+    uid = user_of(owner)
+    read, full = mint(api, owner, "read"), mint(api, owner, "full")
+    r, f = grant_row(data_dir, uid, read["id"]), grant_row(data_dir, uid, full["id"])
+    before = export(api, owner)
+    # 1. The full grant's key material under the read grant's row.
+    with raw_keyring(data_dir, uid) as conn:
+        conn.execute("UPDATE grants SET kdf = ?, wrapped = ? WHERE id = ?", (f["kdf"], f["wrapped"], read["id"]))
+    assert_every_route_refuses(api, read["token"], marker)
+    # 2. The read grant's whole row (tag, salt, key) filed as the full grant.
+    with raw_keyring(data_dir, uid) as conn:
+        conn.execute("UPDATE grants SET tag = NULL, kdf = NULL, wrapped = NULL WHERE id = ?", (read["id"],))
+        conn.execute("UPDATE grants SET tag = ?, kdf = ?, wrapped = ? WHERE id = ?",
+                     (r["tag"], r["kdf"], r["wrapped"], full["id"]))
+    assert_every_route_refuses(api, read["token"], marker)
+    assert_every_route_refuses(api, full["token"], marker)
+    assert export(api, owner) == before
+    assert api.post("/note", owner, json={"text": "the owner is untouched"}).status_code == 200
+
+
+def test_a_wrapped_key_copied_into_another_users_key_ring_opens_nothing(plain_http: Api, data_dir: Path):
+    api = plain_http
+    x_owner, x_marker = new_memory(api)
+    y_owner, y_marker = new_memory(api)
+    x, y = user_of(x_owner), user_of(y_owner)
+    grant = mint(api, x_owner, "read")
+    row = grant_row(data_dir, x, grant["id"])
+    y_before = export(api, y_owner)
+    # The same token secret, addressed to Y, filed in Y's key ring under the
+    # same id and scope with the tag Y's ring would look up: only the user
+    # bound in the wrap differs.
+    forged = with_checksum(f"stash1_{y}_{grant['token'][24:-6]}")
+    parsed = tokens.parse(forged)
+    assert parsed is not None and parsed.user_id == y
+    with raw_keyring(data_dir, y) as conn:
+        conn.execute(
+            "INSERT INTO grants(id, tag, scope, created, kdf, wrapped) VALUES (?, ?, ?, ?, ?, ?)",
+            (grant["id"], tokens.lookup_tag(y, parsed.secret), row["scope"], row["created"], row["kdf"],
+             row["wrapped"]),
+        )
+    assert_every_route_refuses(api, forged, x_marker, y_marker)
+    # Filed verbatim (X's tag) it is not even found.
+    with raw_keyring(data_dir, y) as conn:
+        conn.execute("UPDATE grants SET tag = ? WHERE id = ?", (row["tag"], grant["id"]))
+    assert_every_route_refuses(api, forged, x_marker, y_marker)
+    assert export(api, y_owner) == y_before
+    assert api.get("/wake", grant["token"]).json()["lines"][0].endswith(f"{x_marker} note 0")
+    assert api.get("/wake", y_owner).json()["T"] == 4
+
+
+def test_every_flipped_byte_of_a_grant_key_is_damage(plain_http: Api, data_dir: Path):
+    api = plain_http
+    owner, marker = new_memory(api)
+    neighbour, n_marker = new_memory(api)
+    uid = user_of(owner)
+    grant = mint(api, owner, "full")
+    row = grant_row(data_dir, uid, grant["id"])
+    wrapped, kdf = row["wrapped"], row["kdf"]
+    salt = json.loads(kdf)["salt"]
+    edits = [("wrapped", flip(wrapped, k)) for k in range(len(wrapped))]
+    edits += [("wrapped", wrapped[:-1]), ("wrapped", wrapped + b"\0"), ("wrapped", b"")]
+    for k in range(0, len(salt), 3):
+        other = "0" if salt[k] != "0" else "1"
+        edits.append(("kdf", kdf.replace(salt, salt[:k] + other + salt[k + 1 :])))
+    with raw_keyring(data_dir, uid) as conn:
+        for k, (column, value) in enumerate(edits):
+            # One edit at a time: the other column holds its true value.
+            conn.execute("UPDATE grants SET wrapped = ?, kdf = ? WHERE id = ?",
+                         (value if column == "wrapped" else wrapped, value if column == "kdf" else kdf, grant["id"]))
+            resp = api.get("/wake", grant["token"]) if k % 2 else api.post("/note", grant["token"], json={"text": "x"})
+            body = assert_error(resp, 500, "store.damaged")
+            for secret in (wrapped.hex(), salt, grant["token"][24:-6], marker):
+                assert secret not in body["message"]
+        conn.execute("UPDATE grants SET wrapped = ?, kdf = ? WHERE id = ?", (wrapped, kdf, grant["id"]))
+    # The server survived every one of them, and nobody else noticed.
+    assert api.get("/wake", grant["token"]).json()["T"] == 4
+    assert api.get("/wake", neighbour).json()["lines"][0].endswith(f"{n_marker} note 0")
+
+
+def test_every_flipped_bit_of_a_grants_key_parameters_is_damage(plain_http: Api, data_dir: Path):
+    # The argon2id parameters and salt stored beside the wrapped key are part
+    # of what opens it: a flipped bit there (a cost of 1 becoming 0, a salt
+    # digit, a name) is the same damage as one in the key, not an internal error.
+    api = plain_http
+    owner, marker = new_memory(api)
+    uid = user_of(owner)
+    grant = mint(api, owner, "read")
+    kdf = grant_row(data_dir, uid, grant["id"])["kdf"]
+    raw = kdf.encode()
+    wrong = []
+    with raw_keyring(data_dir, uid) as conn:
+        for k in range(len(raw)):
+            edited = bytearray(raw)
+            edited[k] ^= 0x01
+            conn.execute("UPDATE grants SET kdf = ? WHERE id = ?", (edited.decode("latin-1"), grant["id"]))
+            resp = api.get("/wake", grant["token"])
+            if resp.status_code == 200:
+                # A flip that leaves the same parameters (JSON whitespace or
+                # escapes) is no edit at all; anything else must not open.
+                assert json.loads(edited) == json.loads(raw), edited
+                continue
+            body = resp.json() if resp.headers["content-type"].startswith("application/json") else {}
+            if (resp.status_code, body.get("error")) != (500, "store.damaged"):
+                wrong.append((edited.decode("latin-1"), resp.status_code, body.get("error")))
+            else:
+                assert_error(resp, 500, "store.damaged")
+                assert marker not in resp.text and grant["token"][24:-6] not in resp.text
+        conn.execute("UPDATE grants SET kdf = ? WHERE id = ?", (kdf, grant["id"]))
+    assert wrong == [], "not reported as damage:\n" + "\n".join(map(str, wrong))
+    assert api.get("/wake", grant["token"]).status_code == 200
+
+
+# ---------------------------------------------------------------- sealed rows
+
+
+def positions(n: int) -> list[int]:
+    """Every byte of the nonce and the tag, and a sweep through the ciphertext."""
+    inner = list(range(NONCE, n - TAG, max(1, (n - NONCE - TAG) // 24)))
+    return sorted(set(range(NONCE)) | set(inner) | set(range(n - TAG, n)))
+
+
+# table, key column, key value, the request that has to open it
+SEALED = [
+    ("log", "id", 6, ("GET", "/wake")),
+    ("memory_keys", "chunk", 0, ("GET", "/wake")),
+    ("summaries", "size = 2 AND idx", 0, ("GET", "/zoom?block=0-3")),
+    ("config", "name", "WAKE_LINES", ("GET", "/config")),
+    ("erased", "id", 3, ("GET", "/wake")),
+    ("erasures", "id", 1, ("GET", "/erasures")),
+]
+
+
+@pytest.mark.parametrize(("table", "column", "key", "route"), SEALED, ids=[s[0] for s in SEALED])
+def test_a_flipped_byte_anywhere_in_a_sealed_row_is_damage(http: Api, data_dir: Path, table, column, key, route):
+    api = http
+    owner, marker = new_memory(api, notes=8)
+    neighbour, n_marker = new_memory(api)
+    settle(api, owner)
+    assert api.post("/config", owner, json={"WAKE_LINES": 50}).status_code == 200
+    assert api.post("/erase", owner, json={"ids": [3]}).status_code == 200
+    settle(api, owner)
+    uid = user_of(owner)
+    method, url = route
+    assert api.request(method, url, owner).status_code == 200
+    before = export(api, owner)
+    master = master_of(api, owner)
+    where = f"{column} = ?"
+    with raw_memory(data_dir, uid, master) as conn:
+        (sealed,) = conn.execute(f"SELECT sealed FROM {table} WHERE {where}", (key,)).fetchone()
+        for pos in positions(len(sealed)):
+            conn.execute(f"UPDATE {table} SET sealed = ? WHERE {where}", (flip(sealed, pos), key))
+            body = assert_error(api.request(method, url, owner), 500, "store.damaged")
+            assert marker not in body["message"] and n_marker not in body["message"]
+            if pos == 0:
+                # While this store is damaged, another one serves as usual.
+                assert api.get("/wake", neighbour).json()["lines"][0].endswith(f"{n_marker} note 0")
+                assert api.post("/note", neighbour, json={"text": "unaffected"}).status_code == 200
+        conn.execute(f"UPDATE {table} SET sealed = ? WHERE {where}", (sealed[:-1], key))
+        assert_error(api.request(method, url, owner), 500, "store.damaged")
+        conn.execute(f"UPDATE {table} SET sealed = ? WHERE {where}", (sealed, key))
+    assert api.request(method, url, owner).status_code == 200
+    assert export(api, owner) == before
+
+
+# ---------------------------------------------------------------- erasure and loss
+
+
+def all_values(data_dir: Path, user_id: str, master: bytes) -> list[bytes]:
+    """What a holder of the file key reads out of both databases."""
+    with raw_memory(data_dir, user_id, master) as conn:
+        values = every_value(conn)
+    with raw_keyring(data_dir, user_id) as conn:
+        values += every_value(conn)
+    return values
+
+
+def memory_keys(data_dir: Path, user_id: str, master: bytes) -> dict[int, bytes]:
+    rows_key = keys.subkey(master, b"rows")
+    with raw_memory(data_dir, user_id, master) as conn:
+        chunks = conn.execute("SELECT chunk, sealed FROM memory_keys").fetchall()
+    out = {}
+    for c, sealed in chunks:
+        plain = opens(rows_key, sealed, aad(user_id, "memory_keys", c))
+        assert plain is not None
+        out.update({c * 128 + k: plain[KEY * k : KEY * (k + 1)] for k in range(len(plain) // KEY)})
+    return out
+
+
+def test_an_erased_memory_cannot_be_recovered_with_every_token_and_every_file(http: Api, data_dir: Path):
+    api = http
+    owner = api.init()["token"]
+    uid = user_of(owner)
+    words = [f"w{i}q{os.urandom(6).hex()}" for i in range(8)]
+    for w in words:
+        assert api.post("/note", owner, json={"text": f"memory {w}"}).status_code == 200
+
+    def quoting(block: str) -> str:
+        lo, last = map(int, block.split("-"))
+        return "holds " + " ".join(words[lo : last + 1])
+
+    settle(api, owner, quoting)
+    tokens_held = [owner, mint(api, owner, "read")["token"], mint(api, owner, "full")["token"]]
+    master = master_of(api, owner)
+    with raw_memory(data_dir, uid, master) as conn:
+        (row5,) = conn.execute("SELECT sealed FROM log WHERE id = 5").fetchone()
+        (old_chunk,) = conn.execute("SELECT sealed FROM memory_keys WHERE chunk = 0").fetchone()
+    key5 = memory_keys(data_dir, uid, master)[5]
+    # The control: with the key it had, memory #5 opens to its text.
+    assert words[5].encode() in opens(key5, row5, aad(uid, "log", 5))
+    if file_cipher_of(data_dir, uid) == "none":
+        raw = b"".join(every_file(data_dir).values())
+        assert old_chunk[:NONCE] in raw and old_chunk[NONCE + 5 * KEY : NONCE + 6 * KEY] in raw
+
+    assert api.post("/erase", owner, json={"ids": [5]}).status_code == 200
+
+    # Now hold everything: every token, so every master and subkey, every
+    # memory key, every value of both databases, every byte of every file.
+    masters = {master_of(api, t) for t in tokens_held}
+    assert masters == {master}
+    files = every_file(data_dir)
+    values = all_values(data_dir, uid, master)
+    slots = memory_keys(data_dir, uid, master)
+    assert slots[5] == bytes(KEY) and len(slots) == 128
+    with raw_memory(data_dir, uid, master) as conn:
+        assert conn.execute("SELECT sealed FROM log WHERE id = 5").fetchone()[0] == row5
+    candidates = {master, keys.subkey(master, b"rows"), keys.subkey(master, b"file"), *slots.values()}
+    for blob in [*files.values(), *values]:
+        candidates |= windows(blob)
+    assert key5 not in candidates
+    target = aad(uid, "log", 5)
+    assert [c for c in candidates if opens(c, row5, target) is not None] == []
+    # Nor is the text, or a summary that quoted it, anywhere to read.
+    for name, data in files.items():
+        assert words[5].encode() not in data, name
+    for v in values:
+        assert words[5].encode() not in v
+    rows_key = keys.subkey(master, b"rows")
+    with raw_memory(data_dir, uid, master) as conn:
+        log = conn.execute("SELECT id, sealed FROM log").fetchall()
+        summaries = conn.execute("SELECT size, idx, sealed FROM summaries").fetchall()
+    for i, sealed in log:
+        plain = opens(slots[i], sealed, aad(uid, "log", i))
+        assert (plain is None) == (i == 5)
+        if plain is not None:
+            assert words[i].encode() in plain and words[5].encode() not in plain
+    for size, idx, sealed in summaries:
+        plain = opens(rows_key, sealed, aad(uid, "summaries", f"{size}|{idx}"))
+        assert plain is not None and words[5].encode() not in plain
+    if file_cipher_of(data_dir, uid) == "none":
+        # No stale page or WAL frame keeps the old key chunk.
+        raw = b"".join(files.values())
+        assert old_chunk[:NONCE] not in raw and old_chunk[NONCE + 5 * KEY : NONCE + 6 * KEY] not in raw
+    wake = api.get("/wake", owner).json()["lines"]
+    assert wake[5].endswith(" [erased]") and words[5] not in api.get("/export", owner).text
+
+
+def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path):
+    api = http
+    owner, marker = new_memory(api, notes=6)
+    settle(api, owner)
+    uid = user_of(owner)
+    held = [owner, mint(api, owner, "read")["token"], mint(api, owner, "full")["token"]]
+    gone = mint(api, owner, "read")
+    assert api.delete(f"/grants/{gone['id']}", owner).status_code == 200
+    # What only the tokens give, recorded by the test before the tokens are lost.
+    master = master_of(api, owner)
+    rows_key, file_key = keys.subkey(master, b"rows"), keys.subkey(master, b"file")
+    with raw_memory(data_dir, uid, master) as conn:
+        (chunk,) = conn.execute("SELECT sealed FROM memory_keys WHERE chunk = 0").fetchone()
+        (row0,) = conn.execute("SELECT sealed FROM log WHERE id = 0").fetchone()
+    slots = memory_keys(data_dir, uid, master)
+    secrets = [tokens.parse(t).secret for t in held + [gone["token"]]]
+    with raw_keyring(data_dir, uid) as conn:
+        grants = conn.execute("SELECT id, scope, kdf, wrapped FROM grants WHERE wrapped IS NOT NULL").fetchall()
+    assert len(grants) == 3
+    # The harness can succeed: with a token's secret, argon2id opens its grant.
+    gid, scope, kdf, wrapped = grants[0]
+    p = json.loads(kdf)
+    kek = argon2.low_level.hash_secret_raw(secrets[0], bytes.fromhex(p["salt"]), p["t"], p["m"], p["p"], KEY,
+                                           argon2.low_level.Type.ID)
+    assert opens(kek, wrapped, grant_aad(uid, gid, scope)) == master
+    assert opens(rows_key, chunk, aad(uid, "memory_keys", 0)) is not None
+    del held, kek
+
+    # From here on: only the data folder.
+    files = every_file(data_dir)
+    together = b"".join(files.values())
+    for name, data in files.items():
+        for what, value in (("master", master), ("rows key", rows_key), ("file key", file_key)):
+            assert value not in data and value[:16] not in data, f"{what} in {name}"
+        for s in secrets:
+            assert s not in data and s.hex().encode() not in data, name
+        for i, k in slots.items():
+            assert k not in data, f"key of memory #{i} in {name}"
+        assert marker.encode() not in data, name
+    # Every 32 bytes of the files — each alone and all of them end to end — as
+    # a key-encryption key, a master key, a row key or a memory key.
+    candidates = windows(together)
+    plain_file = file_cipher_of(data_dir, uid) == "none"
+    for c in candidates:
+        for gid, scope, _kdf, wrapped in grants:
+            assert opens(c, wrapped, grant_aad(uid, gid, scope)) is None
+        assert c != master
+        derived_rows, derived_file = keys.subkey(c, b"rows"), keys.subkey(c, b"file")
+        assert derived_rows != rows_key and derived_file != file_key
+        if plain_file:
+            assert opens(derived_rows, chunk, aad(uid, "memory_keys", 0)) is None
+            assert opens(c, chunk, aad(uid, "memory_keys", 0)) is None
+            assert opens(c, row0, aad(uid, "log", 0)) is None
