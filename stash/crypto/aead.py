@@ -65,19 +65,30 @@ class BulkOpener:
         self._fn = lib.crypto_aead_xchacha20poly1305_ietf_decrypt
         self._max = max_plaintext
         self._out = ffi.new("unsigned char[]", max_plaintext)
+        self._buf = ffi.buffer(self._out)
         self._len = ffi.new("unsigned long long *")
+        self._null = ffi.NULL
 
     def open(self, key: bytes, sealed: bytes, aad: bytes) -> bytes:
+        return self.open_padded(key, sealed, aad, unpad_payload=False)
+
+    def open_padded(self, key: bytes, sealed: bytes, aad: bytes, *, unpad_payload: bool = True) -> bytes:
+        """Open a value; with ``unpad_payload`` return the payload that
+        :func:`pad` wrapped, read straight out of the buffer."""
         n = len(sealed) - OVERHEAD
         if n < 0 or n > self._max or len(key) != KEY_BYTES:
             raise Unsealable("sealed value has the wrong size")
-        rc = self._fn(
-            self._out, self._len, self._ffi.NULL,
+        if self._fn(
+            self._out, self._len, self._null,
             sealed[NONCE_BYTES:], n + TAG_BYTES, aad, len(aad), sealed[:NONCE_BYTES], key,
-        )
-        if rc != 0:
+        ):
             raise Unsealable("sealed value failed authentication")
-        return self._ffi.buffer(self._out, self._len[0])[:]
+        if not unpad_payload:
+            return self._buf[: self._len[0]]
+        size = self._out[0] << 8 | self._out[1]
+        if size > n - 2:
+            raise Unsealable("padded value has an impossible length")
+        return self._buf[2 : 2 + size]
 
 
 def pad(payload: bytes, size: int) -> bytes:

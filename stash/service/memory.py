@@ -7,7 +7,6 @@ refusals are :mod:`stash.core.errors` exceptions. Nothing here knows HTTP.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import re
 import time
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from ..core import blocks, lines, sizes
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
 from ..core.recall import BadPattern, compile_pattern
 from ..storage.memfile import MemoryFile
-from . import instructions
+from . import instructions, recall_scan
 
 AWAKE = "You are awake."
 MIN_LINE_BYTES = len("#0-1 x\n")  # the shortest rendered line and its newline
@@ -218,13 +217,9 @@ class Memory:
             matcher = compile_pattern(q)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.bad_pattern") from None
-        T = self.mf.count()
-        batches = self.mf.scan(T)
+        deadline = time.monotonic() + RECALL_SECONDS + self.mf.count() * RECALL_SECONDS_PER_MEMORY
         try:
-            found, total = matcher.scan(
-                itertools.chain.from_iterable(batches), self.sizes["PART_CHARS"],
-                deadline=time.monotonic() + RECALL_SECONDS + T * RECALL_SECONDS_PER_MEMORY,
-            )
+            found, total = recall_scan.recall(self.mf, matcher, q, self.sizes["PART_CHARS"], deadline)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.too_slow") from None
         return {"matches": found, "total": total}

@@ -11,6 +11,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.blocks import levels
@@ -24,16 +25,46 @@ SUMMARY_PLAINTEXT_BYTES = 288
 KEYS_PER_CHUNK = 128
 CHUNK_BYTES = KEYS_PER_CHUNK * aead.KEY_BYTES
 ERASED_KEY = bytes(aead.KEY_BYTES)
-SCAN_BATCH = 4096
+SCAN_BATCH = 32 * KEYS_PER_CHUNK  # whole chunks, so a batch starts on a chunk boundary
 
 ERASED = "[erased]"
 
 
+@dataclass(frozen=True)
+class FileKeys:
+    """What opening one memory file takes: handed to a recall worker process
+    for the length of one request, never stored."""
+
+    path: Path
+    user_id: str
+    cipher: str
+    rows_key: bytes = field(repr=False)
+    file_key: bytes | None = field(repr=False)
+
+    @classmethod
+    def derive(cls, path: Path, user_id: str, master: bytes, cipher: str) -> FileKeys:
+        file_key = keys.subkey(master, b"file") if cipher == "sqlcipher" else None
+        return cls(Path(path), user_id, cipher, keys.subkey(master, b"rows"), file_key)
+
+
 class MemoryFile:
     def __init__(self, path: Path, user_id: str, master: bytes, cipher: str, *, create: bool = False) -> None:
-        self.user_id = user_id
-        self._rows_key = keys.subkey(master, b"rows")
-        file_key = keys.subkey(master, b"file") if cipher == "sqlcipher" else None
+        self._setup(FileKeys.derive(path, user_id, master, cipher), create)
+
+    @classmethod
+    def reopen(cls, fk: FileKeys) -> MemoryFile:
+        mf = cls.__new__(cls)
+        mf._setup(fk, False)
+        return mf
+
+    def file_keys(self) -> FileKeys:
+        return self._fk
+
+    def _setup(self, fk: FileKeys, create: bool) -> None:
+        self._fk = fk
+        self.user_id = user_id = fk.user_id
+        self._rows_key = fk.rows_key
+        path, file_key, cipher = fk.path, fk.file_key, fk.cipher
         try:
             self.conn = connect(path, file_key=file_key, cipher=cipher)
         except Exception:
@@ -61,6 +92,7 @@ class MemoryFile:
     def close(self) -> None:
         self._chunks.clear()
         self._rows_key = b""
+        self._fk = None
         self.conn.close()
 
     # ------------------------------------------------------------ sealing
@@ -167,43 +199,58 @@ class MemoryFile:
         T = self.count() if T is None else T
         return self.memory(T - 1)[1] if T else None
 
-    def scan(self, T: int) -> Iterator[list[str]]:
-        """Every memory below ``T`` rendered as ``#i DATE TEXT``, in batches,
-        oldest first. Streams: a million memories are never held at once."""
+    def scan(self, T: int, start: int = 0) -> Iterator[list[str]]:
+        """Every memory in ``[start, T)`` rendered as ``#i DATE TEXT``, in
+        batches, oldest first (``start`` a multiple of SCAN_BATCH). Streams: a
+        million memories are never held at once.
+
+        Rows are read without their ids: each is opened with associated data
+        naming the position it should be at, so a missing, extra or moved row
+        fails to authenticate and is reported as damage."""
         opener = aead.BulkOpener(MEMORY_PLAINTEXT_BYTES)
+        open_padded = opener.open_padded
         prefix = f"stash/v1|{self.user_id}|log|".encode()
-        cur = self.conn.execute("SELECT id, sealed FROM log WHERE id < ? ORDER BY id", (T,))
-        expect = 0
-        while True:
+        if start % SCAN_BATCH:
+            raise ValueError("a scan starts on a batch boundary")
+        cur = self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (start, T))
+        width = aead.KEY_BYTES
+        chunk = b""
+        i = start
+        while i < T:
             rows = cur.fetchmany(SCAN_BATCH)
             if not rows:
                 break
-            batch = []
-            for i, sealed in rows:
-                if i != expect:
-                    raise Damaged("The log has a gap; restore this store from a backup.")
-                expect += 1
-                key = self._memory_key(i)
-                if key is None:
-                    batch.append(f"#{i} {self._erased_date(i)} {ERASED}")
-                    continue
-                try:
-                    plain = opener.open(key, sealed, prefix + str(i).encode())
-                except aead.Unsealable:
-                    raise Damaged(
-                        f"Stored log data at {i} failed its integrity check and was not served; "
-                        "restore this store from a backup."
-                    ) from None
-                n = int.from_bytes(plain[:2], "big")
-                try:
-                    batch.append(f"#{i} {plain[2:2 + n].decode()}")
-                except UnicodeDecodeError:
-                    raise Damaged(f"Memory #{i} is unreadable; restore this store from a backup.") from None
-            # chunks seen in this batch are no longer needed
-            self._chunks = {c: v for c, v in self._chunks.items() if c >= expect // KEYS_PER_CHUNK}
+            batch: list[str] = []
+            append = batch.append
+            # The hot loop of a recall: per row one key slice and one open.
+            for (sealed,) in rows:
+                slot = i % KEYS_PER_CHUNK
+                if not slot:  # batches start on a chunk boundary
+                    self._chunks.clear()
+                    chunk = self._chunk(i // KEYS_PER_CHUNK) or b""
+                key = chunk[slot * width : slot * width + width]
+                if key == ERASED_KEY or len(key) != width:
+                    append(self._render_unkeyed(i, key))
+                else:
+                    try:
+                        append(f"#{i} {open_padded(key, sealed, b'%s%d' % (prefix, i)).decode()}")
+                    except aead.Unsealable:
+                        raise Damaged(
+                            f"Stored log data at {i} failed its integrity check and was not served; "
+                            "restore this store from a backup."
+                        ) from None
+                    except UnicodeDecodeError:
+                        raise Damaged(f"Memory #{i} is unreadable; restore this store from a backup.") from None
+                i += 1
             yield batch
-        if expect != T:
+        self._chunks.clear()
+        if i != T:
             raise Damaged("The log has a gap; restore this store from a backup.")
+
+    def _render_unkeyed(self, i: int, key: bytes) -> str:
+        if len(key) != aead.KEY_BYTES:
+            raise Damaged(f"The key of memory #{i} is missing; restore this store from a backup.")
+        return f"#{i} {self._erased_date(i)} {ERASED}"
 
     # ------------------------------------------------------------ summaries
 

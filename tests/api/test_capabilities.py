@@ -15,6 +15,7 @@ import sqlcipher3.dbapi2 as sqlcipher
 
 from stash.crypto import keys, tokens
 from stash.crypto.keys import KdfParams
+from stash.storage.files import PAGE_BYTES
 from stash.web.app import create_app
 from tests.api.support import bid, export_members
 from tests.helpers import Api, assert_error, make_settings
@@ -70,6 +71,7 @@ def log_rows(api: Api, data_dir: Path, owner: str) -> list[tuple[int, bytes]]:
     if cipher == "sqlcipher":
         conn = sqlcipher.connect(str(path))
         conn.execute(f"PRAGMA key = \"x'{keys.subkey(master, b'file').hex()}'\"")
+        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
     else:
         conn = sqlite3.connect(str(path))
     try:

@@ -240,7 +240,7 @@ def test_config_defaults_set_and_restore(http: Http, token: str) -> None:
     restored = http.ok("POST", "/config", token, json={"WAKE_LINES": None})
     assert restored["sizes"] == {**SPEC_DEFAULTS, "PART_LINES": 9}
     assert_error(http.post("/config", token, json={"ENTRY_CHARS": 281}), 422)
-    assert_error(http.post("/config", token, json={"NOT_A_SIZE": 1}), 400)
+    assert_error(http.post("/config", token, json={"NOT_A_SIZE": 1}), 422, "config.unknown_name")
     assert http.ok("GET", "/config", token)["sizes"] == {**SPEC_DEFAULTS, "PART_LINES": 9}
 
 

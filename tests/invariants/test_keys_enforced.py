@@ -29,6 +29,7 @@ from nacl.exceptions import CryptoError
 
 from stash.crypto import keys, tokens
 from stash.crypto.keys import KdfParams
+from stash.storage.files import PAGE_BYTES
 from stash.web.app import create_app
 from tests.helpers import Api, assert_error, make_settings
 
@@ -121,6 +122,7 @@ def raw_memory(data_dir: Path, user_id: str, master: bytes):
     if file_cipher_of(data_dir, user_id) == "sqlcipher":
         conn = sqlcipher.connect(str(path), isolation_level=None)
         conn.execute(f"PRAGMA key = \"x'{keys.subkey(master, b'file').hex()}'\"")
+        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
     else:
         conn = sqlite3.connect(str(path), isolation_level=None)
     try:

@@ -23,6 +23,7 @@ from stash.core import blocks
 from stash.core.errors import Damaged, Unauthorized
 from stash.crypto import aead, keys, tokens
 from stash.service.access import Vault
+from stash.storage.files import PAGE_BYTES
 from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from stash.web.app import create_app
@@ -94,6 +95,7 @@ def raw_memory(store: Store, *, attacker: bool = True):
     if store.cipher == "sqlcipher":
         conn = sqlcipher.connect(str(store.memory_path), isolation_level=None)
         conn.execute(f"PRAGMA key = \"x'{keys.subkey(store.master, b'file').hex()}'\"")
+        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
     else:
         conn = sqlite3.connect(str(store.memory_path), isolation_level=None)
     try:
@@ -220,6 +222,7 @@ def test_sqlcipher_file_is_not_plain_sqlite(tmp_path: Path):
     wrong = sqlcipher.connect(str(store.memory_path))
     try:
         wrong.execute(f"PRAGMA key = \"x'{os.urandom(32).hex()}'\"")
+        wrong.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
         with pytest.raises(sqlcipher.DatabaseError):
             wrong.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
     finally:
