@@ -9,6 +9,7 @@ import io
 import tarfile
 
 from tests.helpers import Api
+from tests.spec_oracle import spec_cover as oracle_cover
 
 OLD_DATE = "2021-03-04"
 AWAKE = "You are awake.\n"
@@ -23,48 +24,6 @@ SPEC_SIZES = {
 
 
 # ---------------------------------------------------------------- oracles (SPEC §2)
-
-
-def oracle_tile(T: int, a: float) -> list[tuple[int, int]]:
-    R = 1
-    while R < T:
-        R *= 2
-    out = []
-
-    def visit(lo: int, hi: int) -> None:
-        if lo >= T:
-            return
-        size = hi - lo
-        if size > 1 and (hi > T or size > a * (T - lo)):
-            mid = lo + size // 2
-            visit(lo, mid)
-            visit(mid, hi)
-        else:
-            out.append((lo, hi))
-
-    visit(0, R)
-    return out
-
-
-def oracle_cover(T: int, budget: int) -> list[tuple[int, int]]:
-    if T <= budget:
-        return [(i, i + 1) for i in range(T)]
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if len(oracle_tile(T, mid)) > budget:
-            lo = mid
-        else:
-            hi = mid
-    out = oracle_tile(T, hi)
-    while len(out) < budget:
-        big = [k for k, (a, b) in enumerate(out) if b - a > 1]
-        if not big:
-            break
-        k = big[-1]
-        a, b = out[k]
-        out[k : k + 1] = [(a, (a + b) // 2), ((a + b) // 2, b)]
-    return out
 
 
 def oracle_pending(T: int, settled: set[tuple[int, int]]) -> list[tuple[int, int]]:

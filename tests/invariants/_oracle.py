@@ -9,10 +9,11 @@ are rewritten from the SPEC text so that a shared mistake cannot hide.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 import zlib
+
+from tests.spec_oracle import spec_cover
 
 SINGLE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")
 SUMMARY = re.compile(r"#(\d+)-(\d+) (.+)")
@@ -44,52 +45,6 @@ def popcount(n: int) -> int:
 def aligned_pow2(lo: int, hi: int) -> bool:
     size = hi - lo
     return size >= 1 and size & (size - 1) == 0 and lo % size == 0
-
-
-def spec_tile(T: int, a: float) -> list[tuple[int, int]]:
-    """SPEC §2.2 step 2, as a recursion over [0, R)."""
-    R = 1
-    while R < T:
-        R *= 2
-    kept: list[tuple[int, int]] = []
-
-    def visit(lo: int, hi: int) -> None:
-        if lo >= T:
-            return
-        size = hi - lo
-        if size > 1 and (hi > T or size > a * (T - lo)):
-            mid = lo + size // 2
-            visit(lo, mid)
-            visit(mid, hi)
-        else:
-            kept.append((lo, hi))
-
-    visit(0, R)
-    return kept
-
-
-@functools.lru_cache(maxsize=4096)
-def spec_cover(T: int, budget: int) -> tuple[tuple[int, int], ...]:
-    """SPEC §2.2 steps 1-4."""
-    if T <= budget:
-        return tuple((i, i + 1) for i in range(T))
-    lo, hi = 0.0, 1.0
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if len(spec_tile(T, mid)) > budget:
-            lo = mid
-        else:
-            hi = mid
-    out = spec_tile(T, hi)
-    while len(out) < budget:
-        wide = [k for k, (a, b) in enumerate(out) if b - a > 1]
-        if not wide:
-            break
-        k = wide[-1]
-        a, b = out[k]
-        m = (a + b) // 2
-        out[k : k + 1] = [(a, m), (m, b)]
-    return tuple(out)
 
 
 def digest(source: list[str]) -> str:

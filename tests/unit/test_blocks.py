@@ -16,6 +16,8 @@ import random
 import pytest
 
 from stash.core import blocks
+from tests.spec_oracle import spec_cover as _spec_cover
+from tests.spec_oracle import spec_tile as _spec_tile
 
 # --------------------------------------------------------------------------
 # Oracles, from the SPEC text only.
@@ -33,51 +35,6 @@ def _spec_is_block(lo: int, hi: int) -> bool:
     """SPEC §1: aligned power-of-two range, hi-lo = 2^k, k >= 1, lo % size == 0."""
     size = hi - lo
     return lo >= 0 and size >= 2 and _is_pow2(size) and lo % size == 0
-
-
-def _spec_tile(T: int, a: float) -> list[tuple[int, int]]:
-    """SPEC §2.2 step 2, recursively."""
-    R = 1
-    while R < T:
-        R *= 2
-    kept: list[tuple[int, int]] = []
-
-    def visit(lo: int, hi: int) -> None:
-        if lo >= T:
-            return  # dropped
-        size = hi - lo
-        if size > 1 and (hi > T or size > a * (T - lo)):
-            mid = lo + size // 2
-            visit(lo, mid)
-            visit(mid, hi)
-        else:
-            kept.append((lo, hi))
-
-    visit(0, R)
-    return kept
-
-
-def _spec_cover(T: int, budget: int) -> list[tuple[int, int]]:
-    """SPEC §2.2 steps 1-4."""
-    if T <= budget:  # step 1 (T == 0 gives [])
-        return [(i, i + 1) for i in range(T)]
-    lo, hi = 0.0, 1.0  # step 3
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if len(_spec_tile(T, mid)) > budget:
-            lo = mid
-        else:
-            hi = mid
-    out = _spec_tile(T, hi)
-    while len(out) < budget:  # step 4
-        splittable = [k for k, (b_lo, b_hi) in enumerate(out) if b_hi - b_lo > 1]
-        if not splittable:
-            break
-        k = splittable[-1]  # the newest block larger than 1
-        b_lo, b_hi = out[k]
-        half = (b_hi - b_lo) // 2
-        out = out[:k] + [(b_lo, b_lo + half), (b_lo + half, b_hi)] + out[k + 1 :]
-    return out
 
 
 def _binary_tiling(T: int) -> list[tuple[int, int]]:
