@@ -32,19 +32,17 @@ def assert_error(resp: httpx.Response, status: int, code: str | None = None) -> 
     return body
 
 
-class Api:
-    """A synchronous face over httpx's ASGI transport, for plain test functions."""
+class BearerClient:
+    """get/post/delete with an optional token sent as the bearer header."""
 
-    def __init__(self, app) -> None:
-        self.app = app
-        self.loop = asyncio.new_event_loop()
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://stash.test")
+    def send(self, method: str, url: str, headers: dict, **kw) -> httpx.Response:
+        raise NotImplementedError
 
     def request(self, method: str, url: str, token: str | None = None, **kw) -> httpx.Response:
         headers = dict(kw.pop("headers", {}) or {})
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-        return self.loop.run_until_complete(self.client.request(method, url, headers=headers, **kw))
+        return self.send(method, url, headers, **kw)
 
     def get(self, url: str, token: str | None = None, **kw) -> httpx.Response:
         return self.request("GET", url, token, **kw)
@@ -54,6 +52,18 @@ class Api:
 
     def delete(self, url: str, token: str | None = None, **kw) -> httpx.Response:
         return self.request("DELETE", url, token, **kw)
+
+
+class Api(BearerClient):
+    """A synchronous face over httpx's ASGI transport, for plain test functions."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.loop = asyncio.new_event_loop()
+        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://stash.test")
+
+    def send(self, method: str, url: str, headers: dict, **kw) -> httpx.Response:
+        return self.loop.run_until_complete(self.client.request(method, url, headers=headers, **kw))
 
     def init(self) -> dict:
         resp = self.post("/init", json={"url": "https://stash.test"})

@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.helpers import BearerClient
+
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 HTTP_TIMEOUT = 30.0
@@ -91,26 +93,14 @@ class Server:
         return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""
 
 
-class Http:
-    """A sync httpx client bound to one server, with the bearer header helper."""
+class Http(BearerClient):
+    """A sync httpx client bound to one real server."""
 
     def __init__(self, base: str) -> None:
         self.client = httpx.Client(base_url=base, timeout=HTTP_TIMEOUT)
 
-    def request(self, method: str, url: str, token: str | None = None, **kw) -> httpx.Response:
-        headers = dict(kw.pop("headers", {}) or {})
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
+    def send(self, method: str, url: str, headers: dict, **kw) -> httpx.Response:
         return self.client.request(method, url, headers=headers, **kw)
-
-    def get(self, url: str, token: str | None = None, **kw) -> httpx.Response:
-        return self.request("GET", url, token, **kw)
-
-    def post(self, url: str, token: str | None = None, **kw) -> httpx.Response:
-        return self.request("POST", url, token, **kw)
-
-    def delete(self, url: str, token: str | None = None, **kw) -> httpx.Response:
-        return self.request("DELETE", url, token, **kw)
 
     def init(self) -> dict:
         resp = self.post("/init", json={})
