@@ -44,6 +44,9 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Conne
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
         conn = _sqlcipher.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
+        # A file that fails to open is reported to the caller as damage; the
+        # library's own stderr lines about it would only be noise in the log.
+        conn.execute("PRAGMA cipher_log_level = NONE")
         if file_key is None:
             raise ValueError("a SQLCipher file needs its key")
         conn.execute(f"PRAGMA key = \"x'{file_key.hex()}'\"")
