@@ -277,7 +277,9 @@ class MemoryFile:
 
     def put_summary(self, lo: int, hi: int, text: str) -> bool:
         """Settle block ``[lo, hi)`` if it is still the next one of its level
-        (the level stays a dense prefix). False if another writer got there."""
+        (the level stays a dense prefix) and, above size 2, both its halves
+        are still settled. False if another writer got there first, or a
+        forget dropped a half meanwhile."""
         size = hi - lo
         idx = lo // size
         sealed = aead.seal(
@@ -288,6 +290,12 @@ class MemoryFile:
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
             if (0 if top is None else top + 1) != idx:
                 return False
+            if size > 2:
+                halves = self.conn.execute(
+                    "SELECT COUNT(*) FROM summaries WHERE size = ? AND idx IN (?, ?)", (size // 2, 2 * idx, 2 * idx + 1)
+                ).fetchone()[0]
+                if halves != 2:
+                    return False
             self.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
         return True
 
