@@ -123,7 +123,7 @@ class Vault:
         already = grant.revoked is not None
         if not already:
             session.keyring.revoke(grant_id)
-            session.keyring.checkpoint()
+        session.keyring.checkpoint()  # a retry after grants.busy flushes it
         revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
         return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already}
 

@@ -27,6 +27,9 @@ worker would only add the cost of a round trip."""
 
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
+# One job at a time: a recall that finds the worker busy with another user's
+# scans alone rather than queue behind it (its time bound is already running).
+_worker_free = threading.Semaphore(1)
 
 
 def _worker_pool() -> ProcessPoolExecutor | None:
@@ -76,20 +79,28 @@ def merge(older: tuple[list[str], int], newer: tuple[list[str], int], part_bytes
 def recall(mf: MemoryFile, matcher: Matcher, pattern: str, part_bytes: int, deadline: float) -> tuple[list[str], int]:
     T = mf.count()
     split = (T // 2) // SCAN_BATCH * SCAN_BATCH
-    pool = _worker_pool() if T >= PARALLEL_MIN else None
-    if pool is None or split == 0:
+    pool = _worker_pool() if T >= PARALLEL_MIN and split else None
+    if pool is None or not _worker_free.acquire(blocking=False):
         return matcher.scan(itertools.chain.from_iterable(mf.scan(T)), part_bytes, deadline=deadline)
     try:
-        future = pool.submit(scan_part, mf.file_keys(), 0, split, pattern, part_bytes, deadline)
-    except (BrokenProcessPool, RuntimeError):
-        return matcher.scan(itertools.chain.from_iterable(mf.scan(T)), part_bytes, deadline=deadline)
-    newer = matcher.scan(itertools.chain.from_iterable(mf.scan(T, split)), part_bytes, deadline=deadline)
-    try:
-        older = future.result()
-    except BrokenProcessPool:
-        _reset_pool()
-        older = matcher.scan(itertools.chain.from_iterable(mf.scan(split)), part_bytes, deadline=deadline)
-    return merge(older, newer, part_bytes)
+        try:
+            future = pool.submit(scan_part, mf.file_keys(), 0, split, pattern, part_bytes, deadline)
+        except (BrokenProcessPool, RuntimeError):
+            _reset_pool()
+            return matcher.scan(itertools.chain.from_iterable(mf.scan(T)), part_bytes, deadline=deadline)
+        try:
+            newer = matcher.scan(itertools.chain.from_iterable(mf.scan(T, split)), part_bytes, deadline=deadline)
+        finally:
+            try:
+                older = future.result()
+            except BrokenProcessPool:
+                _reset_pool()
+                older = None
+        if older is None:
+            older = matcher.scan(itertools.chain.from_iterable(mf.scan(split)), part_bytes, deadline=deadline)
+        return merge(older, newer, part_bytes)
+    finally:
+        _worker_free.release()
 
 
 def _reset_pool() -> None:

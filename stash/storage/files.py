@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
@@ -13,6 +14,7 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
 
 FILE_CIPHERS = ("sqlcipher", "none")
 PAGE_BYTES = 16384
+BUSY_TIMEOUT_MS = 30_000
 
 
 def available_file_cipher() -> str:
@@ -37,13 +39,30 @@ class UserFiles:
         shutil.rmtree(self.folder, ignore_errors=False)
 
 
+def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02) -> bool:
+    """``wal_checkpoint(TRUNCATE)`` until it completes: True, or False when
+    readers kept it busy for every attempt. Each attempt must not wait in the
+    busy handler, or a long reader would hold the request for minutes."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        for _ in range(attempts):
+            if not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                return True
+            time.sleep(pause)
+        return False
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
 def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, fsync
     on commit, and freed pages overwritten so destroyed keys leave no copy."""
     if cipher == "sqlcipher":
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
-        conn = _sqlcipher.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
+        conn = _sqlcipher.connect(
+            str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+        )
         # A file that fails to open is reported to the caller as damage; the
         # library's own stderr lines about it would only be noise in the log.
         conn.execute("PRAGMA cipher_log_level = NONE")
@@ -55,7 +74,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Conne
         # encrypted header, so every open must say it.
         conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
     else:
-        conn = sqlite3.connect(str(path), isolation_level=None, timeout=30, check_same_thread=False)
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect when the file is created
     try:
         conn.execute("PRAGMA journal_mode = WAL")

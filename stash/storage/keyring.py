@@ -10,15 +10,15 @@ the associated data.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import argon2.exceptions
 
+from ..core.errors import Conflict
 from ..crypto import aead, keys
-from .files import connect
+from .files import checkpoint, connect
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
@@ -113,10 +113,9 @@ class Keyring:
     def checkpoint(self) -> None:
         """Fold the WAL into the file and truncate it, so a destroyed wrapped
         key is left in neither."""
-        for _ in range(50):
-            if not self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
-                return
-            time.sleep(0.02)
+        if not checkpoint(self.conn):
+            raise Conflict("The key ring is busy and the revocation could not be flushed yet; it is in force — "
+                           "retry the revoke shortly to flush it.", code="grants.busy")
 
     def grants(self) -> list[Grant]:
         rows = self.conn.execute("SELECT id, scope, created, revoked, kdf, wrapped FROM grants ORDER BY id")

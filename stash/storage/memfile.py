@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 from ..core.blocks import levels
 from ..core.errors import Conflict, Damaged
 from ..crypto import aead, keys
-from .files import connect
+from .files import checkpoint, connect
 from .schema import sections
 
 MEMORY_PLAINTEXT_BYTES = 320  # 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded
@@ -348,12 +347,8 @@ class MemoryFile:
         """Fold the WAL into the file and truncate it, so a page that held a
         destroyed key survives in neither (freed pages are zeroed by
         secure_delete)."""
-        for _ in range(50):
-            busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            if not busy:
-                return
-            time.sleep(0.02)
-        raise Conflict("The store is busy and the erasure could not be flushed yet; retry the erase shortly.",
+        if not checkpoint(self.conn):
+            raise Conflict("The store is busy and the erasure could not be flushed yet; retry the erase shortly.",
                        code="erase.busy")
 
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:

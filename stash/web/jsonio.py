@@ -24,7 +24,7 @@ class JSON(Response):
 async def read_body(request: Request, cap: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise Malformed("The Content-Length header is not a number; send a valid request.")
         if int(declared) > cap:
             raise TooLarge(f"The body is over {cap} bytes; send less (split an import into batches).")
@@ -89,8 +89,9 @@ def query_object(request: Request, allowed: set[str], ints: set[str] = frozenset
 def parse_int(name: str, value: Any) -> int:
     if isinstance(value, bool):
         raise Invalid(f"{name} must be a whole number.", code="request.bad_value")
-    if isinstance(value, int):
+    if isinstance(value, int) and value >= 0:
         return value
-    if isinstance(value, str) and value.isdigit() and len(value) <= 18:
+    # isdigit() alone admits "²" and other digits int() refuses or reads.
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
         return int(value)
     raise Invalid(f"{name} must be a whole number.", code="request.bad_value")

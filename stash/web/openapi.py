@@ -323,7 +323,7 @@ SPECS: dict[tuple[str, str], R] = {
         _obj({"id": _int(1), "scope": {"enum": ["read", "full"]}, "revoked": _ref("Timestamp"),
               "already": {"type": "boolean", "description": "True when it was revoked before this call."}}),
         path={"grant_id": _int(1, description="The `id` from GET /grants.")},
-        errors={404: ["grants.unknown"], 409: ["grants.owner"]},
+        errors={404: ["grants.unknown"], 409: ["grants.owner", "grants.busy"]},
         description="Revokes one capability by destroying its wrapped key; its listing row stays. Nothing is "
                     "rekeyed. Revoking a revoked capability answers 200 with `already: true`.",
     ),

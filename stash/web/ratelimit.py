@@ -1,11 +1,30 @@
-"""Per-client-address sliding-window limits (auth failures, identity minting)."""
+"""Per-client sliding-window limits (failed authentication, identity minting).
+
+A client is its address, or its /64 for IPv6, where one host is handed a
+whole /64 and could otherwise rotate through addresses for free.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import threading
 import time
 from collections import defaultdict, deque
+
+SWEEP_ABOVE = 10_000  # tracked clients before idle ones are swept out
+
+
+def client_key(host: str) -> str:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if ip.version == 4:
+        return str(ip)
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False))
 
 
 class RateLimiter:
@@ -13,6 +32,7 @@ class RateLimiter:
         self._clock = clock
         self._lock = threading.Lock()
         self._hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
+        self._last_sweep = clock()
 
     def _window(self, key: tuple[str, str], now: float, period: float) -> deque[float]:
         q = self._hits[key]
@@ -23,8 +43,11 @@ class RateLimiter:
     def blocked_for(self, kind: str, client: str, limit: int, period: float = 60.0) -> int:
         """Seconds until ``client`` may try ``kind`` again; 0 when it may now."""
         now = self._clock()
+        key = (kind, client_key(client))
         with self._lock:
-            q = self._window((kind, client), now, period)
+            if key not in self._hits:
+                return 0
+            q = self._window(key, now, period)
             if len(q) < limit:
                 return 0
             return max(1, math.ceil(q[0] + period - now))
@@ -32,8 +55,11 @@ class RateLimiter:
     def hit(self, kind: str, client: str, period: float = 60.0) -> None:
         now = self._clock()
         with self._lock:
-            q = self._window((kind, client), now, period)
-            q.append(now)
-            if len(self._hits) > 100_000:  # bound memory under a flood of addresses
-                for k in [k for k, v in self._hits.items() if not v][:50_000]:
-                    del self._hits[k]
+            self._window((kind, client_key(client)), now, period).append(now)
+            # Memory stays bounded under a flood of addresses: at most once a
+            # period, forget every client whose window has emptied.
+            if len(self._hits) > SWEEP_ABOVE and now - self._last_sweep >= period:
+                self._last_sweep = now
+                for k in list(self._hits):
+                    if not self._window(k, now, period):
+                        del self._hits[k]

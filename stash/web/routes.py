@@ -289,7 +289,7 @@ async def grants_mint(request: Request) -> Response:
 
 async def grants_revoke(request: Request) -> Response:
     raw = request.path_params["grant_id"]
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise NotFound("No such capability; list them with GET /grants.", code="grants.unknown")
     vault = request.app.state.vault
     return JSON(await _authed(request, "owner", lambda s: vault.revoke_grant(s, int(raw))))
