@@ -12,8 +12,8 @@
 #   per-line path "\A#1"         111,111 hits   0.64 s
 #   DFA-defeating "e.{200}": RE2 falls back to its NFA, ~75 s per million
 #     lines (linear, but slow): what scan()'s deadline is for.
-# Command, from /work/main (the load on the machine varies; CPU time is used):
-#   /tmp/v/bin/python - yilmaz '\d' e '\s+' '[^z]+' 'a.*b' '(a+)+$' \
+# Command, from the repository root (the load on the machine varies; CPU time is used):
+#   python - yilmaz '\d' e '\s+' '[^z]+' 'a.*b' '(a+)+$' \
 #       '(x+x+)+y' '(a|a)*b' '\A#1' <<'EOF'
 #   import random, sys, time
 #   from stash.core.recall import compile_pattern
