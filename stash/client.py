@@ -42,6 +42,9 @@ VERBS = {
     "config": "show the sizes, or set them: config NAME=VALUE (empty value restores the default)",
     "import": "bulk-append dated memories from a file of 'YYYY-MM-DD text' lines",
     "grants": "list capabilities, mint one (read | full), or revoke one (revoke ID)",
+    "erase": "shred memories for good by id (owner): erase ID [ID ...]",
+    "erasures": "list the erasure receipts (owner)",
+    "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem-readable tar.gz",
     "health": "check that the server answers, and which ciphers it uses",
 }
@@ -450,6 +453,42 @@ def do_grants(args: argparse.Namespace) -> int:
     raise Failure("stash: grants takes nothing (list), read or full (mint), or revoke ID.", 2)
 
 
+def _receipt_line(r: dict) -> str:
+    ids = ", ".join(f"#{i}" for i in r.get("ids", []))
+    return f"receipt {r.get('receipt')}  {r.get('at')}  {ids}  ({r.get('dropped', 0)} summaries dropped)"
+
+
+def do_erase(args: argparse.Namespace) -> int:
+    ids = []
+    for word in args.ids:
+        word = word.lstrip("#")
+        if not (word.isascii() and word.isdigit()):
+            raise Failure("stash: erase takes memory ids, like: stash erase 12 40", 2)
+        ids.append(int(word))
+    ans = _api().call("POST", "/erase", {"ids": ids})
+    _out(f"Erased {len(ans.get('erased', []))} of {len(ids)} (the rest were erased before). "
+         "Their lines now read [erased] everywhere.")
+    _out(_receipt_line(ans))
+    if ans.get("dropped"):
+        _out(f"Run: {_prog()} nap")
+    return 0
+
+
+def do_erasures(args: argparse.Namespace) -> int:
+    for r in _api().call("GET", "/erasures").get("erasures", []):
+        _out(_receipt_line(r))
+    return 0
+
+
+def do_destroy(args: argparse.Namespace) -> int:
+    if not args.yes:
+        raise Failure("stash: destroy deletes this whole memory and every token of it, for good. "
+                      f"To go ahead: {_prog()} destroy --yes", 2)
+    ans = _api().call("DELETE", "/store")
+    _out(f"Destroyed: {ans.get('memories')} memories, at {ans.get('at')}. Every token of it now opens nothing.")
+    return 0
+
+
 def do_export(args: argparse.Namespace) -> int:
     target = args.file or "stash-export.tar.gz"
     if target != "-" and os.path.exists(target) and not args.force:
@@ -530,6 +569,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("file", help="file of 'YYYY-MM-DD text' lines, oldest first (- for stdin)")
     sp = verb("grants", do_grants)
     sp.add_argument("words", nargs="*", metavar="read|full|revoke ID")
+    sp = verb("erase", do_erase)
+    sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
+    verb("erasures", do_erasures)
+    sp = verb("destroy", do_destroy)
+    sp.add_argument("--yes", action="store_true", help="confirm: the memory cannot be recovered")
     sp = verb("export", do_export)
     sp.add_argument("file", nargs="?", help="where to write (default stash-export.tar.gz; - for stdout)")
     sp.add_argument("--force", action="store_true", help="overwrite FILE if it exists")

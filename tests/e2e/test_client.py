@@ -168,6 +168,19 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     ok("grants", "revoke", str(rid))
     assert_error(http.get("/wake", reader), 401)
 
+    # erase shreds a memory and leaves a receipt; destroy ends a memory.
+    out = ok("erase", "#0")
+    assert "receipt" in out and "Erased 1 of 1" in out
+    assert http.ok("GET", "/zoom?block=0-1", token)["lines"][0].endswith(" [erased]")
+    assert "#0" in ok("erasures")
+    doomed = http.init()["token"]
+    refused = cli.run("destroy", env={**cli.env, "STASH_TOKEN": doomed})
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert http.ok("GET", "/wake", doomed)["T"] == 0
+    gone = cli.run("destroy", "--yes", env={**cli.env, "STASH_TOKEN": doomed})
+    assert gone.returncode == 0, gone.stderr
+    assert_error(http.get("/wake", doomed), 401)
+
     # The caller's token is never printed, whatever the verb.
     joined = "\n".join(outputs)
     assert token not in joined and token.split("_")[2] not in joined
