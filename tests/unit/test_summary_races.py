@@ -3,33 +3,37 @@ a tree (every summary above size 2 built on two settled halves)."""
 
 from __future__ import annotations
 
+import pytest
+
 from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
 
 
-def test_a_block_whose_half_was_forgotten_meanwhile_is_not_settled(tmp_path):
+@pytest.fixture
+def memory_file(tmp_path):
     vault = Vault(tmp_path, kdf=KdfParams(1, 1024, 1))
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        mf = s.memory.mf
-        mf.append([("2026-01-02", f"m{i}") for i in range(4)])
-        assert mf.put_summary(0, 2, "first pair")
-        assert mf.put_summary(2, 4, "second pair")
-        # An agent read the nap for 0-3 while both halves stood; then another
-        # session forgot 2-3 before the answer arrived.
-        assert mf.drop_summaries_from(2, 4) == [(2, 4)]
-        assert not mf.put_summary(0, 4, "built on a half that is gone")
-        assert mf.summary(0, 4) is None
-        assert mf.settled(4) == {2: 1, 4: 0}
+        yield s.memory.mf
 
 
-def test_a_level_stays_a_dense_prefix(tmp_path):
-    vault = Vault(tmp_path, kdf=KdfParams(1, 1024, 1))
-    ident = vault.create_identity()
-    with vault.session(ident.token, "owner") as s:
-        mf = s.memory.mf
-        mf.append([("2026-01-02", f"m{i}") for i in range(6)])
-        assert not mf.put_summary(2, 4, "skips 0-1")
-        assert mf.put_summary(0, 2, "a")
-        assert not mf.put_summary(0, 2, "a again")
-        assert mf.settled(6) == {2: 1, 4: 0}
+def test_a_block_whose_half_was_forgotten_meanwhile_is_not_settled(memory_file):
+    mf = memory_file
+    mf.append([("2026-01-02", f"m{i}") for i in range(4)])
+    assert mf.put_summary(0, 2, "first pair")
+    assert mf.put_summary(2, 4, "second pair")
+    # An agent read the nap for 0-3 while both halves stood; then another
+    # session forgot 2-3 before the answer arrived.
+    assert mf.drop_summaries_from(2, 4) == [(2, 4)]
+    assert not mf.put_summary(0, 4, "built on a half that is gone")
+    assert mf.summary(0, 4) is None
+    assert mf.settled(4) == {2: 1, 4: 0}
+
+
+def test_a_level_stays_a_dense_prefix(memory_file):
+    mf = memory_file
+    mf.append([("2026-01-02", f"m{i}") for i in range(6)])
+    assert not mf.put_summary(2, 4, "skips 0-1")
+    assert mf.put_summary(0, 2, "a")
+    assert not mf.put_summary(0, 2, "a again")
+    assert mf.settled(6) == {2: 1, 4: 0}
