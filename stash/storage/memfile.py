@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.blocks import levels
+from ..core.blocks import forget_span, levels
 from ..core.errors import Conflict, Damaged
 from ..crypto import aead, keys
 from .files import checkpoint, connect
@@ -307,16 +307,11 @@ class MemoryFile:
             return self._drop_from(lo, hi)
 
     def _drop_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        gone: list[tuple[int, int]] = []
-        top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0]
-        size = hi - lo
-        while top_size is not None and size <= top_size:
-            k = lo // size
-            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
-            if top is not None and top >= k:
-                gone.extend((j * size, (j + 1) * size) for j in range(k, top + 1))
-                self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, k))
-            size *= 2
+        """Delete what :func:`blocks.forget_span` says forget drops."""
+        top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
+        gone = forget_span(lo, hi, self.settled(top_size), top_size)
+        for size in sorted({b - a for a, b in gone}):
+            self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, lo // size))
         return gone
 
     # ------------------------------------------------------------ config
