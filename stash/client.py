@@ -287,8 +287,9 @@ def note_lines(api: Api, text: str) -> list[str]:
 
 
 def nap_lines(api: Api, block: str | None = None, text: str | None = None) -> list[str]:
-    """Without ``block``, what is due; with it, ``text`` saved as its summary."""
-    body = {} if block is None else {"block": block, "text": text}
+    """Without ``block``, what is due; with it, ``text`` saved as its summary.
+    What is given is sent, so the server refuses a ``text`` without ``block``."""
+    body = {name: value for name, value in (("block", block), ("text", text)) if value is not None}
     ans = api.call("POST", "/nap", body)
     message = ans.get("message") or (f"{ans['saved']} saved." if ans.get("saved") else "")
     out = [localize(message, api.steps)] if message else []

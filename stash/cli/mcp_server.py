@@ -49,7 +49,8 @@ memories lo to hi (open it with zoom). A refusal saying a summary is needed \
 carries the nap to answer; answer it (and those that follow), then wake again.\
 """
 NOTE = """\
-Record one memory: one line of at most 280 bytes (UTF-8) about something of \
+Record one memory: one line of at most 280 bytes of UTF-8 (fewer if the memory's \
+ENTRY_CHARS is set lower) about something of \
 lasting effect — a decision, a fact the user taught you, something learned about \
 their life or preferences, a task worth real effort and how it ended, an approach \
 that failed and why. Make it stand alone (who, what, why). No line breaks, no \
@@ -140,12 +141,12 @@ def build(api: client.Api) -> MCPServer:
 
     def nap(
         block: Annotated[str | None, Field(description=(
-            'The due block, like "0-1", exactly as the prompt names it; omit (with text) to see what is due.'))]
+            'The due block, like "0-1", exactly as the prompt names it; omit it and text to see what is due.'))]
         = None,
         text: Annotated[str | None, Field(description=(
             "The one-line summary of the block's source lines; required with block."))] = None,
     ) -> CallToolResult:
-        if block is not None and not (text or "").strip():
+        if block is not None and text is None:
             return _result(f"nap {block} needs text, the one-line summary: {api.steps.nap(block, '<your line>')}",
                            error=True)
         return _answer(client.nap_lines, api, block, text)

@@ -195,11 +195,15 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
             ("forget", {"block": "4-5"}, 404, "POST", "/forget", {"json": {"block": "4-5"}}),
             ("note", {"text": "two\nlines"}, 422, "POST", "/note", {"json": {"text": "two\nlines"}}),
             ("recall", {"q": "("}, 422, "POST", "/recall", {"json": {"q": "("}}),
+            ("nap", {"text": "no block"}, 422, "POST", "/nap", {"json": {"text": "no block"}}),
         ):
             text, error = await s.call(tool, **args)
             assert error and text == assert_error(http.request(method, path, token, **kw), status)["message"], tool
             answers.append(text)
         settle_all(http, token)
+        # A block without its summary is refused before the server is asked, naming the call to make.
+        assert await s.call("nap", block="4-5") == (
+            'nap 4-5 needs text, the one-line summary: nap(block="4-5", text="<your line>")', True)
 
     errlog = tmp_path / "mcp.stderr"
     run_session(base_url, token, errlog, script)
