@@ -54,7 +54,7 @@ LONG_TIMEOUT = 300.0
 IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # well under the server's 16 MiB import cap
 _DATED = re.compile(r"(?:#\d+\s+)?(\d{4}-\d{2}-\d{2})\s+(.*)")
 _CURL = re.compile(
-    r"curl -s -H \"Authorization: Bearer \$STASH_TOKEN\"(?: -X (?P<method>[A-Z]+))?"
+    r"(?P<lead>Run: )?curl -s -H \"Authorization: Bearer \$STASH_TOKEN\"(?: -X (?P<method>[A-Z]+))?"
     r" \"\$STASH_URL/(?P<path>[a-z]+)(?:\?(?P<query>[^\"]*))?\"(?: -d '(?P<body>[^']*)')?"
 )
 
@@ -89,10 +89,30 @@ def _quote_text(placeholder: str) -> str:
     return f'"{placeholder}"'
 
 
-def _translate(match: re.Match) -> str:
-    """One of the server's curl commands as this client's verb; unknown forms
-    stay as they are, since they run as printed anyway."""
-    prog = _prog()
+class Steps:
+    """How an instruction names the next step: here as a command of this
+    client that runs as printed in a shell; ``stash mcp`` names tool calls
+    instead. ``lead`` starts an instruction line (the server writes ``Run: ``)."""
+
+    lead = "Run: "
+
+    def wake(self, part: int | None = None, T: int | None = None) -> str:
+        return f"{_prog()} wake" if part is None else f"{_prog()} wake {part} {T}"
+
+    def nap(self, block: str | None = None, text: str | None = None) -> str:
+        return f"{_prog()} nap" if block is None else f"{_prog()} nap {block} {_quote_text(text or '')}"
+
+    def note(self, text: str) -> str:
+        return f"{_prog()} note {_quote_text(text)}"
+
+
+SHELL = Steps()
+
+
+def _translate(match: re.Match, steps: Steps) -> str:
+    """One of the server's curl commands as the next step in ``steps``' terms;
+    unknown forms stay as they are, since they run as printed anyway."""
+    lead = steps.lead if match.group("lead") else ""
     path = match.group("path")
     query = urllib.parse.parse_qs(match.group("query") or "")
     body: dict = {}
@@ -103,22 +123,22 @@ def _translate(match: re.Match) -> str:
             return match.group(0)
     if path == "wake":
         if "part" in query and "T" in query:
-            return f"{prog} wake {int(query['part'][0])} {int(query['T'][0])}"
-        return f"{prog} wake"
+            return lead + steps.wake(int(query["part"][0]), int(query["T"][0]))
+        return lead + steps.wake()
     if path == "nap":
         if body.get("block") and "text" in body:
-            return f"{prog} nap {body['block']} {_quote_text(body['text'])}"
+            return lead + steps.nap(body["block"], body["text"])
         if not body:
-            return f"{prog} nap"
+            return lead + steps.nap()
     if path == "note" and "text" in body:
-        return f"{prog} note {_quote_text(body['text'])}"
+        return lead + steps.note(body["text"])
     return match.group(0)
 
 
-def localize(text: str) -> str:
+def localize(text: str, steps: Steps = SHELL) -> str:
     """The server's instruction text with each of its curl commands replaced
-    by the equivalent command of this client."""
-    return _CURL.sub(_translate, text)
+    by the equivalent step in ``steps`` (by default this client's command)."""
+    return _CURL.sub(lambda m: _translate(m, steps), text)
 
 
 # ---------------------------------------------------------------- HTTP
@@ -156,9 +176,14 @@ def token() -> str:
 
 
 class Api:
-    def __init__(self, url: str, tok: str | None) -> None:
+    """The server at ``url``, called with the capability ``tok``; refusals
+    become :class:`Failure` with the server's message, its instructions named
+    in ``steps``' terms."""
+
+    def __init__(self, url: str, tok: str | None, steps: Steps = SHELL) -> None:
         self.url = url
         self._token = tok
+        self.steps = steps
 
     def call(self, method: str, path: str, body: object = None, *, query: dict | None = None,
              raw: bool = False, timeout: float = TIMEOUT):
@@ -206,8 +231,8 @@ class Api:
         extra = None
         nap = body.get("nap")
         if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
-            extra = localize(nap["prompt"])
-        return Failure(localize(body["message"]), 1, extra)
+            extra = localize(nap["prompt"], self.steps)
+        return Failure(localize(body["message"], self.steps), 1, extra)
 
 
 def _reason(reason: object) -> str:
@@ -225,15 +250,76 @@ def _out(text: str = "") -> None:
     sys.stdout.write(text + "\n")
 
 
-def _nap_prompt(nap: object) -> None:
+def _out_lines(lines: list[str]) -> None:
+    for line in lines:
+        _out(line)
+
+
+def _nap_prompt(nap: object, steps: Steps) -> list[str]:
     if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
-        _out()
-        _out(localize(nap["prompt"]))
+        return ["", localize(nap["prompt"], steps)]
+    return []
 
 
 def _api(need_token: bool = True, fallback_url: str | None = None) -> Api:
     url = server_url(fallback_url)
     return Api(url, token() if need_token else None)
+
+
+# ---------------------------------------------------------------- the agent's verbs, as text
+# Each calls the server and returns the lines to show; ``stash mcp`` answers
+# its tools with the same lines, its next steps named as tool calls.
+
+
+def wake_lines(api: Api, part: int | None = None, T: int | None = None) -> list[str]:
+    query = {name: value for name, value in (("part", part), ("T", T)) if value is not None}
+    ans = api.call("GET", "/wake", query=query or None)
+    out = list(ans.get("lines", []))
+    if not ans.get("awake"):
+        return out + [f"Not awake yet. {api.steps.lead}{api.steps.wake(int(ans['part']) + 1, int(ans['T']))}"]
+    out.append(localize(ans.get("message") or "You are awake.", api.steps))
+    return out + _nap_prompt(ans.get("nap"), api.steps)
+
+
+def note_lines(api: Api, text: str) -> list[str]:
+    ans = api.call("POST", "/note", {"text": text})
+    return [f"Noted #{ans['id']}."] + _nap_prompt(ans.get("nap"), api.steps)
+
+
+def nap_lines(api: Api, block: str | None = None, text: str | None = None) -> list[str]:
+    """Without ``block``, what is due; with it, ``text`` saved as its summary.
+    What is given is sent, so the server refuses a ``text`` without ``block``."""
+    body = {name: value for name, value in (("block", block), ("text", text)) if value is not None}
+    ans = api.call("POST", "/nap", body)
+    message = ans.get("message") or (f"{ans['saved']} saved." if ans.get("saved") else "")
+    out = [localize(message, api.steps)] if message else []
+    if ans.get("nap"):
+        return out + _nap_prompt(ans["nap"], api.steps)
+    if not message.startswith("Nothing"):
+        out.append("Nothing left to compress.")
+    return out
+
+
+def recall_lines(api: Api, q: str) -> list[str]:
+    # The POST twin keeps the pattern (memory text) out of every URL and access log.
+    ans = api.call("POST", "/recall", {"q": q})
+    matches = list(ans.get("matches", []))
+    total = int(ans.get("total", len(matches)))
+    if total == 0:
+        return ["No matches."]
+    if total > len(matches):
+        return matches + [f"Newest {len(matches)} of {total} matches. Narrow the regex."]
+    return matches
+
+
+def zoom_lines(api: Api, block: str) -> list[str]:
+    return list(api.call("GET", "/zoom", query={"block": block}).get("lines", []))
+
+
+def forget_lines(api: Api, block: str) -> list[str]:
+    dropped = api.call("POST", "/forget", {"block": block}).get("dropped", [])
+    return [f"Dropped {', '.join(dropped)}. The log is untouched; the next naps write them again.",
+            f"{api.steps.lead}{api.steps.nap()}"]
 
 
 # ---------------------------------------------------------------- verbs
@@ -254,75 +340,35 @@ def do_init(args: argparse.Namespace) -> int:
 
 
 def do_wake(args: argparse.Namespace) -> int:
-    query = {}
-    if args.part is not None:
-        query["part"] = args.part
-    if args.T is not None:
-        if args.part is None:
-            raise Failure("stash: give the part before T: stash wake <part> <T>.", 2)
-        query["T"] = args.T
-    ans = _api().call("GET", "/wake", query=query or None)
-    for line in ans.get("lines", []):
-        _out(line)
-    if not ans.get("awake"):
-        _out(f"Not awake yet. Run: {_prog()} wake {int(ans['part']) + 1} {int(ans['T'])}")
-        return 0
-    message = ans.get("message") or "You are awake."
-    _out(localize(message))
-    _nap_prompt(ans.get("nap"))
+    if args.T is not None and args.part is None:
+        raise Failure("stash: give the part before T: stash wake <part> <T>.", 2)
+    _out_lines(wake_lines(_api(), args.part, args.T))
     return 0
 
 
 def do_note(args: argparse.Namespace) -> int:
-    text = _text(args.text, "note")
-    ans = _api().call("POST", "/note", {"text": text})
-    _out(f"Noted #{ans['id']}.")
-    _nap_prompt(ans.get("nap"))
+    _out_lines(note_lines(_api(), _text(args.text, "note")))
     return 0
 
 
 def do_nap(args: argparse.Namespace) -> int:
-    api = _api()
-    if args.block is None:
-        ans = api.call("POST", "/nap", {})
-    else:
-        ans = api.call("POST", "/nap", {"block": args.block, "text": _text(args.text, "summary")})
-    message = ans.get("message") or (f"{ans['saved']} saved." if ans.get("saved") else "")
-    if message:
-        _out(localize(message))
-    if ans.get("nap"):
-        _nap_prompt(ans["nap"])
-    elif not message.startswith("Nothing"):
-        _out("Nothing left to compress.")
+    text = None if args.block is None else _text(args.text, "summary")
+    _out_lines(nap_lines(_api(), args.block, text))
     return 0
 
 
 def do_recall(args: argparse.Namespace) -> int:
-    # The POST twin keeps the pattern (memory text) out of every URL and access log.
-    ans = _api().call("POST", "/recall", {"q": args.regex})
-    matches = ans.get("matches", [])
-    total = int(ans.get("total", len(matches)))
-    for line in matches:
-        _out(line)
-    if total == 0:
-        _out("No matches.")
-    elif total > len(matches):
-        _out(f"Newest {len(matches)} of {total} matches. Narrow the regex.")
+    _out_lines(recall_lines(_api(), args.regex))
     return 0
 
 
 def do_zoom(args: argparse.Namespace) -> int:
-    ans = _api().call("GET", "/zoom", query={"block": args.block})
-    for line in ans.get("lines", []):
-        _out(line)
+    _out_lines(zoom_lines(_api(), args.block))
     return 0
 
 
 def do_forget(args: argparse.Namespace) -> int:
-    ans = _api().call("POST", "/forget", {"block": args.block})
-    dropped = ans.get("dropped", [])
-    _out(f"Dropped {', '.join(dropped)}. The log is untouched; the next naps write them again.")
-    _out(f"Run: {_prog()} nap")
+    _out_lines(forget_lines(_api(), args.block))
     return 0
 
 

@@ -1,5 +1,6 @@
-"""The ``stash`` command: ``serve`` runs the server; every other verb is the
-HTTP client (:mod:`stash.client`, also served as one file at ``GET /client``)."""
+"""The ``stash`` command: ``serve`` runs the server; ``mcp`` serves the agent's
+verbs to an MCP host over stdio; every other verb is the HTTP client
+(:mod:`stash.client`, also served as one file at ``GET /client``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ def main(argv: list[str] | None = None) -> int:
         from .serve import main as serve
 
         return serve(argv[1:])
+    if argv[:1] == ["mcp"]:
+        from .mcp_server import main as mcp
+
+        return mcp(argv[1:])
     from .. import client
 
     return client.main(argv)

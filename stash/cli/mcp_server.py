@@ -1,0 +1,207 @@
+"""``stash mcp``: a Model Context Protocol server over stdio whose tools are
+the agent's verbs — wake, note, nap, recall, zoom, forget — against the Stash
+server named by ``STASH_URL`` and ``STASH_TOKEN``.
+
+It is a thin skin over :mod:`stash.client`: the same HTTP calls, the same
+text the ``stash`` client prints, except that every next step is named as a
+tool call instead of a shell command. The ``mcp`` package is an optional
+extra, imported by this module only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Annotated
+
+from .. import __version__, client
+
+try:
+    from mcp.server import MCPServer
+    from mcp.types import CallToolResult, TextContent, ToolAnnotations
+    from pydantic import Field
+except ImportError:  # the optional extra is absent: main() says how to add it
+    MCPServer = None
+
+INSTALL = "pip install 'stash-memory[mcp]'"
+
+INSTRUCTIONS = """\
+Stash is your permanent memory across sessions. In every session, call wake \
+before any other tool and read it to the end (call wake again for each part it \
+names, until it says "You are awake."). Whenever something of lasting effect \
+happens, note one line. Answer every due nap (a compression prompt) before your \
+next action. Before deciding something that may have been decided before, \
+recall. A subagent never calls Stash: tell each one "You are a subagent. Don't \
+call Stash."\
+"""
+
+# Tool descriptions carry the protocol (skill/SKILL.md) in brief: a host shows
+# the model these, not the skill.
+WAKE = """\
+Read your memory: one bounded document of your whole past, coarse for long ago, \
+word for word near the present. Call it first in every session, before any other \
+tool, and read every line. The document comes in parts: until an answer ends with \
+"You are awake.", call wake with the part and T that answer names. If the last \
+part carries a compression prompt (a nap), answer it with nap before anything \
+else. "#i YYYY-MM-DD text" is memory #i; "#lo-hi text" is your own summary of \
+memories lo to hi (open it with zoom). A refusal saying a summary is needed \
+carries the nap to answer; answer it (and those that follow), then wake again.\
+"""
+NOTE = """\
+Record one memory: one line of at most 280 bytes of UTF-8 (fewer if the memory's \
+ENTRY_CHARS is set lower) about something of \
+lasting effect — a decision, a fact the user taught you, something learned about \
+their life or preferences, a task worth real effort and how it ended, an approach \
+that failed and why. Make it stand alone (who, what, why). No line breaks, no \
+secrets, nothing already recorded (recall first when unsure). Nothing edits a \
+memory: a correction is a new note. The answer gives the memory's number and, \
+when one is due, a nap: answer it before your next action.\
+"""
+NAP = """\
+Compress your memory. With block and text, saves text as the one-line summary \
+of the due block; with neither, shows what is due. A nap arrives after note, at \
+the end of wake, or in a refusal: answer every due nap before your next action, \
+one at a time, until none is left. Write one line of at most the bytes the \
+prompt names that keeps what has lasting effect (decisions, facts, names, \
+numbers, outcomes), drops what does not, and invents nothing. Blocks settle in \
+order: another block than the due one is refused with the one that is due.\
+"""
+RECALL = """\
+Search every memory, word for word (never the summaries), with a case-insensitive \
+regular expression (RE2 syntax, no backreferences or lookaround). Use it before \
+deciding something that may have been decided before, or when the user refers \
+to something your wake does not show. Answers the newest matching memories, \
+oldest first, and says when more matched than it shows: then narrow the pattern.\
+"""
+ZOOM = """\
+Open a block of the wake — a summary line "#lo-hi text" — into its two halves: \
+each a summary or, at the bottom, a raw memory. Zoom again into a half to go \
+further down.\
+"""
+FORGET = """\
+Drop a summary that is wrong or misleading, and every summary built on it. The \
+memories themselves are untouched; the naps that follow ask you to write the \
+dropped summaries again from their source.\
+"""
+
+
+class ToolCalls(client.Steps):
+    """Names each next step as a call of this server's tools, its arguments
+    as JSON values: ``Call: nap(block="0-1", text="<your line>")``."""
+
+    lead = "Call: "
+
+    def wake(self, part: int | None = None, T: int | None = None) -> str:
+        return "wake()" if part is None else f"wake(part={part}, T={T})"
+
+    def nap(self, block: str | None = None, text: str | None = None) -> str:
+        return "nap()" if block is None else f"nap(block={_json(block)}, text={_json(text or '')})"
+
+    def note(self, text: str) -> str:
+        return f"note(text={_json(text)})"
+
+
+def _json(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _result(text: str, error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error)
+
+
+def _answer(run, *args) -> CallToolResult:
+    """The verb's text as the tool's result. A refusal is a tool error whose
+    text is the server's message (and the nap it carries, if any): never a
+    traceback, and never the token, which no message contains."""
+    try:
+        lines = run(*args)
+    except client.Failure as f:
+        return _result(f.message + (f"\n\n{f.extra}" if f.extra else ""), error=True)
+    return _result("\n".join(lines))
+
+
+def build(api: client.Api) -> MCPServer:
+    """The MCP server whose six tools call ``api``."""
+    server = MCPServer("stash", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
+    reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    def wake(
+        part: Annotated[int | None, Field(description="Which part to read, from 1; omit for the first.")] = None,
+        T: Annotated[int | None, Field(description=(
+            "The snapshot T that the previous answer named; give it with every part after the first "
+            "so the parts fit together."))] = None,
+    ) -> CallToolResult:
+        return _answer(client.wake_lines, api, part, T)
+
+    def note(
+        text: Annotated[str, Field(description="The memory: one line of at most 280 bytes, standing alone.")],
+    ) -> CallToolResult:
+        return _answer(client.note_lines, api, text)
+
+    def nap(
+        block: Annotated[str | None, Field(description=(
+            'The due block, like "0-1", exactly as the prompt names it; omit it and text to see what is due.'))]
+        = None,
+        text: Annotated[str | None, Field(description=(
+            "The one-line summary of the block's source lines; required with block."))] = None,
+    ) -> CallToolResult:
+        if block is not None and text is None:
+            return _result(f"nap {block} needs text, the one-line summary: {api.steps.nap(block, '<your line>')}",
+                           error=True)
+        return _answer(client.nap_lines, api, block, text)
+
+    def recall(
+        q: Annotated[str, Field(description='The pattern, 1 to 512 bytes, like "deploy|rollback".')],
+    ) -> CallToolResult:
+        return _answer(client.recall_lines, api, q)
+
+    def zoom(
+        block: Annotated[str, Field(description='The block to open, like "64-127", from a "#64-127" line.')],
+    ) -> CallToolResult:
+        return _answer(client.zoom_lines, api, block)
+
+    def forget(
+        block: Annotated[str, Field(description='The summary\'s block, like "64-127".')],
+    ) -> CallToolResult:
+        return _answer(client.forget_lines, api, block)
+
+    tools = (
+        (wake, WAKE, reading),
+        (note, NOTE, ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                                     open_world_hint=False)),
+        # Answering a settled block again writes nothing, so a repeated nap is harmless.
+        (nap, NAP, ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                   open_world_hint=False)),
+        (recall, RECALL, reading),
+        (zoom, ZOOM, reading),
+        (forget, FORGET, ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                         open_world_hint=False)),
+    )
+    for fn, description, hints in tools:
+        server.add_tool(fn, description=description, annotations=hints, structured_output=False)
+    return server
+
+
+def parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="stash mcp",
+        description="Serve wake, note, nap, recall, zoom and forget as Model Context Protocol tools over stdio, "
+                    "against the Stash server named by STASH_URL, with the capability in STASH_TOKEN.",
+        epilog=f"Needs the mcp extra: {INSTALL}",
+    )
+
+
+def main(argv: list[str]) -> int:
+    parser().parse_args(argv)
+    if MCPServer is None:
+        print(f"stash mcp: the mcp package is not installed; install it with: {INSTALL}", file=sys.stderr)
+        return 2
+    try:
+        # Read once, as the client reads them, so a host that starts us without them fails at once.
+        api = client.Api(client.server_url(), client.token(), ToolCalls())
+    except client.Failure as f:
+        print(f.message, file=sys.stderr)
+        return f.code
+    build(api).run("stdio")
+    return 0

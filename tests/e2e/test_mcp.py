@@ -1,0 +1,252 @@
+"""``stash mcp`` driven by the MCP SDK's own client over stdio, against a real
+``stash serve``: each tool's answer is checked against what the server says
+over plain HTTP, and each next step a tool names (``Call: nap(...)``) is
+called exactly as named."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from tests.e2e.conftest import CLI_TIMEOUT, REPO, Http
+from tests.e2e.test_client import settle_all
+from tests.helpers import assert_error
+
+REQUEST_TIMEOUT = 60.0  # one tool call
+SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
+TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text"}, "recall": {"q"}, "zoom": {"block"},
+         "forget": {"block"}}
+REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": {"q"}, "zoom": {"block"}, "forget": {"block"}}
+WAKE_CURL = 'curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"'  # as API-REFERENCE.md prints it
+_CALL = re.compile(r"Call: (\w+)\((.*)\)")
+_ARG = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\d+)(?:, |$)')
+
+
+class Session:
+    """One MCP session with a fresh ``python -m stash mcp`` child: every tool
+    answer as (text, is_error)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def call(self, tool: str, **args: object) -> tuple[str, bool]:
+        res = await self.client.call_tool(tool, args)
+        assert len(res.content) == 1 and res.content[0].type == "text", res
+        return res.content[0].text, bool(res.is_error)
+
+    async def ok(self, tool: str, **args: object) -> str:
+        text, error = await self.call(tool, **args)
+        assert not error, (tool, args, text)
+        return text
+
+    async def follow(self, text: str, **fill: str) -> str:
+        """Call the step the last ``Call: tool(...)`` line of ``text`` names, its
+        placeholders (``<your line>``) filled in."""
+        name, args = call_line(text)
+        for key, value in args.items():
+            for placeholder, filling in fill.items():
+                if isinstance(value, str):
+                    value = value.replace(f"<{placeholder.replace('_', ' ')}>", filling)
+            assert not (isinstance(value, str) and "<" in value), (name, args)
+            args[key] = value
+        return await self.ok(name, **args)
+
+
+def call_line(text: str) -> tuple[str, dict]:
+    lines = [line for line in text.splitlines() if line.startswith("Call: ") or " Call: " in line]
+    assert lines, text
+    m = _CALL.search(lines[-1])
+    assert m, lines[-1]
+    args = {k: json.loads(v) for k, v in _ARG.findall(m.group(2))}
+    assert ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()) == m.group(2), lines[-1]
+    return m.group(1), args
+
+
+def run_session(base_url: str, tok: str, errlog: Path, script: Callable[[Session], Awaitable[None]],
+                mode: str = "auto") -> None:
+    """Spawn ``python -m stash mcp`` with the two variables, connect the SDK's
+    stdio client to it, and run ``script``; the child's stderr goes to ``errlog``."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", "stash", "mcp"], cwd=str(REPO),
+                                   env={"STASH_URL": base_url, "STASH_TOKEN": tok, "PYTHONUNBUFFERED": "1"})
+
+    async def main() -> None:
+        with anyio.fail_after(SESSION_TIMEOUT), open(errlog, "w", encoding="utf-8") as err:
+            async with Client(stdio_client(params, errlog=err), read_timeout_seconds=REQUEST_TIMEOUT,
+                              mode=mode) as client:
+                await script(Session(client))
+
+    anyio.run(main)
+
+
+def prompt_body(prompt: str) -> list[str]:
+    """A nap prompt without its last line, the instruction that answers it."""
+    return prompt.rstrip("\n").splitlines()[:-1]
+
+
+def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, tmp_path: Path) -> None:
+    answers: list[str] = []
+
+    async def script(s: Session) -> None:
+        async def ok(tool: str, **args: object) -> str:
+            text = await s.ok(tool, **args)
+            answers.append(text)
+            return text
+
+        listed = await s.client.list_tools()
+        assert {t.name: set(t.input_schema["properties"]) for t in listed.tools} == TOOLS
+        assert {t.name: set(t.input_schema.get("required", [])) for t in listed.tools} == REQUIRED
+        assert all(len(t.description or "") > 80 for t in listed.tools)
+        assert all(t.annotations.read_only_hint for t in listed.tools if t.name in ("wake", "recall", "zoom"))
+        assert not any(t.annotations.read_only_hint for t in listed.tools if t.name in ("note", "nap", "forget"))
+
+        # An empty memory: awake at once, told how to note the first memory, as a tool call.
+        empty = (await ok("wake")).splitlines()
+        assert empty[-1] == "You are awake."
+        assert 'note(text="<one line>")' in empty[0] and "curl" not in "\n".join(empty)
+
+        # note answers the id; the second carries the due nap, its instruction a call of nap.
+        http.ok("POST", "/config", token, json={"WAKE_LINES": 1})
+        assert await ok("note", text="first") == "Noted #0."
+        second = await ok("note", text="second ünïcödé ✓")
+        assert second.splitlines()[:2] == ["Noted #1.", ""]
+        due = http.ok("POST", "/nap", token, json={})["nap"]
+        assert prompt_body(second)[2:] == prompt_body(due["prompt"])
+        assert call_line(second) == ("nap", {"block": "0-1", "text": "<your line>"})
+        assert http.ok("POST", "/recall", token, json={"q": "second"})["matches"][0].endswith(" second ünïcödé ✓")
+
+        # A wake that needs that summary is a tool error: the server's message, then the nap.
+        text, error = await s.call("wake")
+        refusal = assert_error(http.get("/wake", token), 409)
+        message, prompt = text.split("\n\n", 1)
+        assert error and message == refusal["message"].replace(WAKE_CURL, "wake()")
+        assert prompt_body(prompt) == prompt_body(refusal["nap"]["prompt"]) and "curl" not in text
+
+        saved = await s.follow(prompt, your_line="first and second")
+        assert saved.splitlines() == ["0-1 saved.", "Nothing left to compress."]
+        assert http.ok("GET", "/zoom", token, params={"block": "0-3"})["lines"] == ["#0-1 first and second"]
+        assert (await ok("wake")).splitlines() == http.ok("GET", "/wake", token)["lines"] + ["You are awake."]
+        http.ok("POST", "/config", token, json={"WAKE_LINES": None})
+
+        # recall answers the server's matches, and says when it shows only the newest.
+        for word in ("Teapot", "kettle", "TEAPOT again", "spoon", "teapot third"):
+            await ok("note", text=word)
+        settle_all(http, token)
+        assert (await ok("recall", q="teapot")).splitlines() == http.ok(
+            "POST", "/recall", token, json={"q": "teapot"})["matches"]
+        assert await ok("recall", q="no such word") == "No matches."
+        http.ok("POST", "/config", token, json={"PART_CHARS": 60})
+        cut = http.ok("POST", "/recall", token, json={"q": "teapot"})
+        assert cut["total"] == 3 and len(cut["matches"]) < 3
+        assert (await ok("recall", q="teapot")).splitlines() == cut["matches"] + [
+            f"Newest {len(cut['matches'])} of 3 matches. Narrow the regex."]
+        http.ok("POST", "/config", token, json={"PART_CHARS": None})
+
+        # zoom answers the halves the server names.
+        for block in ("0-3", "4-7", "0-1"):
+            assert (await ok("zoom", block=block)).splitlines() == http.ok(
+                "GET", "/zoom", token, params={"block": block})["lines"]
+
+        # A wake in parts: each part names the call for the next, which reads it.
+        whole = http.ok("GET", "/wake", token)["lines"]
+        http.ok("POST", "/config", token, json={"PART_LINES": 2})
+        got, text = [], await ok("wake")
+        for _ in range(len(whole)):
+            lines = text.splitlines()
+            got += lines[:-1]
+            if lines[-1] == "You are awake.":
+                break
+            assert lines[-1].startswith("Not awake yet. Call: wake(part=")
+            text = await s.follow(text)
+        assert got == whole
+        http.ok("POST", "/config", token, json={"PART_LINES": None})
+
+        # forget drops the summary and those built on it (SPEC: each level stays a dense
+        # prefix); the nap() it names starts the rebuild, each answer naming the next.
+        dropped = await ok("forget", block="2-3")
+        assert dropped.splitlines() == [
+            "Dropped 2-3, 4-5, 0-3. The log is untouched; the next naps write them again.", "Call: nap()"]
+        text = await s.follow(dropped)
+        assert text.startswith("Compress 2-3 next.\n")
+        rebuilt = []
+        while "Call: nap(block=" in text:
+            due = http.ok("POST", "/nap", token, json={})["nap"]
+            assert call_line(text) == ("nap", {"block": due["block"], "text": "<your line>"})
+            assert prompt_body(text)[-len(prompt_body(due["prompt"])):] == prompt_body(due["prompt"])
+            rebuilt.append(due["block"])
+            text = await s.follow(text, your_line=f"rebuilt {due['block']}")
+        assert rebuilt == ["2-3", "4-5", "0-3"]
+        assert text.splitlines() == ["0-3 saved.", "Nothing left to compress."]
+        assert http.ok("GET", "/zoom", token, params={"block": "0-7"})["lines"] == ["#0-3 rebuilt 0-3",
+                                                                                     "#4-7 not compressed yet"]
+        assert await ok("nap") == "Nothing left to compress."
+
+        # Refusals are tool errors carrying the server's message and nothing else.
+        http.ok("POST", "/forget", token, json={"block": "4-5"})
+        for tool, args, status, method, path, kw in (
+            ("zoom", {"block": "64-127"}, 422, "GET", "/zoom", {"params": {"block": "64-127"}}),
+            ("forget", {"block": "4-5"}, 404, "POST", "/forget", {"json": {"block": "4-5"}}),
+            ("note", {"text": "two\nlines"}, 422, "POST", "/note", {"json": {"text": "two\nlines"}}),
+            ("recall", {"q": "("}, 422, "POST", "/recall", {"json": {"q": "("}}),
+            ("nap", {"text": "no block"}, 422, "POST", "/nap", {"json": {"text": "no block"}}),
+        ):
+            text, error = await s.call(tool, **args)
+            assert error and text == assert_error(http.request(method, path, token, **kw), status)["message"], tool
+            answers.append(text)
+        settle_all(http, token)
+        # A block without its summary is refused before the server is asked, naming the call to make.
+        assert await s.call("nap", block="4-5") == (
+            'nap 4-5 needs text, the one-line summary: nap(block="4-5", text="<your line>")', True)
+
+    errlog = tmp_path / "mcp.stderr"
+    run_session(base_url, token, errlog, script)
+    everything = "\n".join(answers) + errlog.read_text(encoding="utf-8")
+    assert token not in everything and token.split("_")[2] not in everything
+    assert "Traceback" not in everything and "curl" not in everything
+
+
+def test_a_bad_token_is_a_tool_error_with_the_servers_message(base_url: str, http: Http, tmp_path: Path) -> None:
+    """Also over the initialize handshake that today's hosts use (mode legacy)."""
+    bogus = "stash1_0123456789abcdef_" + "A" * 49
+    expected = assert_error(http.get("/wake", bogus), 401)["message"]
+    seen: list[str] = []
+
+    async def script(s: Session) -> None:
+        assert {t.name for t in (await s.client.list_tools()).tools} == set(TOOLS)
+        for tool, args in (("wake", {}), ("note", {"text": "never stored"})):
+            text, error = await s.call(tool, **args)
+            assert error and text == expected, (tool, text)
+            seen.append(text)
+
+    errlog = tmp_path / "mcp.stderr"
+    run_session(base_url, bogus, errlog, script, mode="legacy")
+    logged = errlog.read_text(encoding="utf-8")
+    assert seen and all(bogus not in text and bogus[7:] not in text for text in seen + [logged])
+    assert "Traceback" not in logged
+
+
+def stash_mcp(env: dict[str, str], *prelude: str) -> subprocess.CompletedProcess:
+    code = "; ".join([*prelude, "from stash.cli.main import main", "raise SystemExit(main(['mcp']))"])
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT)
+
+
+def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, token: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "STASH_URL": base_url, "STASH_TOKEN": token}
+    for missing in ("STASH_URL", "STASH_TOKEN"):
+        done = stash_mcp({k: v for k, v in env.items() if k != missing})
+        assert (done.returncode, done.stdout) == (2, ""), done
+        assert done.stderr.startswith(f"stash: {missing} is not set."), done.stderr
+    # Without the mcp package (an import of it fails), one line that says how to install it.
+    done = stash_mcp(env, "import sys", "sys.modules['mcp'] = None")
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert done.stderr.splitlines() == [
+        "stash mcp: the mcp package is not installed; install it with: pip install 'stash-memory[mcp]'"]
+    assert token not in done.stderr
