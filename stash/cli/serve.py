@@ -42,6 +42,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     import uvicorn
 
+    from ..service.pages import is_safe_address
     from ..storage.files import available_file_cipher
     from ..web.app import create_app
     from ..web.settings import Settings
@@ -52,6 +53,9 @@ def main(argv: list[str]) -> int:
     invite = os.environ.get(args.invite_secret_env) if args.init == "invite" else None
     if args.init == "invite" and not invite:
         print(f"stash: --init invite needs the secret in ${args.invite_secret_env}.", file=sys.stderr)
+        return 2
+    if args.url is not None and not is_safe_address(args.url.rstrip("/")):
+        print("stash: --url must be a plain http(s) address, like https://stash.example.org.", file=sys.stderr)
         return 2
     data = Path(os.path.expanduser(args.data)).resolve()
     settings = Settings(

@@ -169,7 +169,10 @@ async def client(request: Request) -> Response:
 
 
 async def landing(request: Request) -> Response:
-    return HTMLResponse(pages.landing_html())
+    address = pages.page_address(request.app.state.settings.public_url, request.url.scheme,
+                                 request.headers.get("host"))
+    text, headers = pages.landing_page(address)
+    return HTMLResponse(text, headers=headers)
 
 
 async def metrics(request: Request) -> Response:
