@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from ..core.errors import NotFound, StashError
 from ..service.access import Vault
+from .forwarded import TrustedProxies
 from .jsonio import JSON
 from .metrics import Metrics
 from .ratelimit import RateLimiter
@@ -96,5 +97,6 @@ def create_app(settings: Settings) -> Starlette:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.limiter = RateLimiter()
+    app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.add_middleware(Guard, metrics=metrics)
     return app
