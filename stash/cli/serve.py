@@ -59,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
                    help=f"largest request body, every route but /import (default {BODY_CAP})")
     p.add_argument("--max-import-body", type=int, default=IMPORT_BODY_CAP, metavar="BYTES",
                    help=f"largest POST /import body (default {IMPORT_BODY_CAP})")
+    p.add_argument("--user-id-prefix", action="append", default=None, metavar="HEX",
+                   help="mint only user ids starting with this hex prefix (this host's shard of a fleet); "
+                        "repeat for several (default: any id)")
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
@@ -100,6 +103,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> argparse.
 def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ):
     """The server's Settings from parsed options and the secrets' variables;
     :class:`ConfigError` for anything the server could not honour."""
+    from ..crypto import tokens
     from ..storage.files import available_file_cipher
     from ..web.forwarded import parse_network
     from ..web.settings import Settings
@@ -119,6 +123,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     for flag, value in (("--max-body", args.max_body), ("--max-import-body", args.max_import_body)):
         if not MIN_BODY <= value <= MAX_BODY:
             raise ConfigError(f"{flag} must be from {MIN_BODY} to {MAX_BODY} bytes.")
+    prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
+    for prefix in prefixes:
+        if not tokens.is_id_prefix(prefix):
+            raise ConfigError(f"--user-id-prefix {prefix[:20]!r} must be 1 to 4 hex digits, like a or 3f.")
     return Settings(
         data_dir=Path(os.path.expanduser(args.data)).resolve(),
         kdf=KdfParams(args.kdf_time, args.kdf_memory, 1),
@@ -132,6 +140,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         trusted_proxies=tuple(proxies),
         max_body=args.max_body,
         max_import_body=args.max_import_body,
+        id_prefixes=prefixes,
     )
 
 

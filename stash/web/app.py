@@ -88,7 +88,7 @@ async def not_found(request, exc) -> JSON:
 
 
 def create_app(settings: Settings) -> Starlette:
-    vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher)
+    vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes)
     metrics = Metrics()
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})

@@ -23,3 +23,4 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()  # networks whose X-Forwarded-For is believed; none by default
     max_body: int = BODY_CAP  # bytes, every route but POST /import
     max_import_body: int = IMPORT_BODY_CAP  # bytes, POST /import
+    id_prefixes: tuple[str, ...] = ()  # /init mints user ids starting with one of these (a shard); () is any

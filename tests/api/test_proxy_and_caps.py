@@ -210,3 +210,19 @@ def test_openapi_states_this_servers_caps(capped) -> None:
     paths = api.get("/openapi.json").json()["paths"]
     assert "at most 4096 bytes" in paths["/note"]["post"]["requestBody"]["description"]
     assert "at most 8192 bytes" in paths["/import"]["post"]["requestBody"]["description"]
+
+
+# ---------------------------------------------------------------- shards
+
+
+def test_a_shard_host_mints_only_its_own_user_ids(data_dir: Path) -> None:
+    api = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF, id_prefixes=("a", "b"))))
+    try:
+        minted = [api.init() for _ in range(12)]
+    finally:
+        api.close()
+    ids = [m["user_id"] for m in minted]
+    assert all(i[0] in "ab" for i in ids), ids
+    # The token carries the id the proxy routes on.
+    assert all(m["token"].split("_")[1] == m["user_id"] for m in minted)
+    assert sorted(p.name for p in (data_dir / "users").iterdir()) == sorted(ids)

@@ -83,3 +83,12 @@ def test_serve_refuses_to_start_on_a_setting_it_cannot_honour(argv, words, tmp_p
     assert serve.main(["--data", str(tmp_path / "d"), *argv]) == 2
     assert words in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
+
+
+def test_a_shard_is_given_as_user_id_prefixes() -> None:
+    assert settings(["--user-id-prefix", "A", "--user-id-prefix", "3f"]).id_prefixes == ("a", "3f")
+    assert settings([], {"STASH_USER_ID_PREFIX": "0,1 2"}).id_prefixes == ("0", "1", "2")
+    assert settings([]).id_prefixes == ()
+    for bad in ("xyz", "12345", "-1"):
+        with pytest.raises(serve.ConfigError):
+            settings(["--user-id-prefix", bad])
