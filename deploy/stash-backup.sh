@@ -12,7 +12,7 @@ partial="$dir/.partial-$stamp"
 trap 'rm -rf -- "$partial"' EXIT
 "$stash" backup "$partial"
 "$stash" verify "$partial"
-mv -- "$partial" "$dir/$stamp"
+mv -T -- "$partial" "$dir/$stamp"
 # Names sort by time, and only verified copies carry a plain name.
 ls -1d "$dir"/2*/ | head -n "-$keep" | xargs -r rm -rf --
 echo "stash-backup: $dir/$stamp"
