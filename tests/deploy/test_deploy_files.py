@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from stash.cli import serve
@@ -211,3 +212,29 @@ def test_the_deploy_guide_names_each_operator_option_and_its_variable() -> None:
     missing = [word for flag in OPERATOR_FLAGS
                for word in (f"`{flag}", serve.env_name(flag.lstrip("-").replace("-", "_"))) if word not in text]
     assert missing == [], f"deploy/README.md does not mention {missing}"
+
+
+def test_what_the_image_copies_builds_the_package(tmp_path: Path) -> None:
+    """The build stage sees only its COPY sources (and Dockerfile.dockerignore
+    lets only those through): from exactly those, the package builds, with the
+    data files the server loads at run time."""
+    ctx = tmp_path / "context"
+    ctx.mkdir()
+    for instruction, args in dockerfile():
+        if instruction != "COPY" or args.startswith("--from"):
+            continue
+        *sources, _ = args.split()
+        for src in sources:
+            path = REPO / src
+            (shutil.copytree if path.is_dir() else shutil.copy2)(path, ctx / src)
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
+                          str(ctx)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    wheels = list((tmp_path / "dist").glob("*.whl"))
+    assert len(wheels) == 1
+    names = set(zipfile.ZipFile(wheels[0]).namelist())
+    for needed in ("stash/schema.sql", "stash/skill/AGENTS.md", "stash/cli/serve.py", "stash/web/landing.html"):
+        assert needed in names, needed
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
+    for src in ("pyproject.toml", "README.md", "schema.sql", "skill/", "stash/"):
+        assert f"!{src}" in ignore, src

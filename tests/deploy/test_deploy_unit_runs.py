@@ -56,6 +56,34 @@ def test_the_instrument_refuses_writable_executable_memory() -> None:
     assert subprocess.run([sys.executable, "-c", probe], timeout=30).returncode == 0
 
 
+RECALL_WORKER = """
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+from stash.core.recall import compile_pattern
+
+
+def job():
+    return compile_pattern("ja?de").scan(["#0 2024-01-01 chose jade", "#1 2024-01-01 chrome"], 1000)
+
+
+if __name__ == "__main__":
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        print(pool.submit(job).result())
+"""
+
+
+def test_the_recall_worker_process_runs_under_the_same_refusal(tmp_path: Path) -> None:
+    """A long recall (200,000 memories and more) scans half the log in a
+    spawned worker process: it too starts and matches under the refusal."""
+    script = tmp_path / "worker.py"
+    script.write_text(RECALL_WORKER, encoding="utf-8")
+    res = subprocess.run([sys.executable, str(script)], preexec_fn=refuse_exec_gain, capture_output=True,
+                         text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "(['#0 2024-01-01 chose jade'], 1)"
+
+
 def test_the_server_runs_as_the_unit_starts_it(tmp_path: Path) -> None:
     data, port = tmp_path / "data", free_port()
     argv = exec_start(data, port)
@@ -89,6 +117,8 @@ def test_the_server_runs_as_the_unit_starts_it(tmp_path: Path) -> None:
                 == 200
             wake = http.get("/wake", headers=auth)
             assert wake.status_code == 200 and "deployed under the unit's sandbox" in wake.text
+            found = http.get("/recall", params={"q": "sand?box"}, headers=auth)
+            assert found.status_code == 200 and found.json()["total"] == 1, found.text
             # The unit trusts the local proxy: a relayed outside client is not loopback.
             assert http.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 403
             assert http.get("/metrics").status_code == 200
