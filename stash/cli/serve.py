@@ -5,20 +5,41 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
+from ..web.jsonio import BODY_CAP, IMPORT_BODY_CAP
 
 DEFAULT_DATA = "~/.stash/data"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+MIN_BODY = 4096  # a note or nap body at the largest ENTRY_CHARS, every character \u-escaped, is under 2 KiB
+MAX_BODY = 1 << 30
+
+ENV_PREFIX = "STASH_"
+# STASH_URL is the client's: the server it calls. The server's own public
+# address gets a name of its own, so a shell set up for the client cannot
+# silently put that address into a local server's /init prompt.
+ENV_NAMES = {"url": "STASH_PUBLIC_URL"}
+
+
+class ConfigError(Exception):
+    """A setting that cannot be served; the message says which and why."""
+
+
+def env_name(dest: str) -> str:
+    return ENV_NAMES.get(dest, ENV_PREFIX + dest.upper())
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="stash serve", description="Run the Stash server.")
-    p.add_argument("--data", default=os.environ.get("STASH_DATA", DEFAULT_DATA),
-                   help=f"data folder (default: $STASH_DATA or {DEFAULT_DATA})")
+    p = argparse.ArgumentParser(
+        prog="stash serve", description="Run the Stash server.",
+        epilog="Every option can also come from the environment as STASH_<OPTION> (STASH_PORT, "
+               "STASH_TRUSTED_PROXY=a,b, ...), except --url, which is STASH_PUBLIC_URL. A flag beats the variable.")
+    p.add_argument("--data", default=DEFAULT_DATA, help=f"data folder (default: {DEFAULT_DATA})")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     p.add_argument("--url", default=None, help="public address written into /init's AGENTS.md block")
@@ -31,6 +52,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--init-per-minute", type=int, default=10, help="identities one address may mint per minute")
     p.add_argument("--auth-failures-per-minute", type=int, default=30,
                    help="failed authentications one address may make per minute before 429")
+    p.add_argument("--trusted-proxy", action="append", default=None, metavar="CIDR",
+                   help="a reverse proxy network whose X-Forwarded-For is believed; repeat for several "
+                        "(default: none, the TCP peer is the client)")
+    p.add_argument("--max-body", type=int, default=BODY_CAP, metavar="BYTES",
+                   help=f"largest request body, every route but /import (default {BODY_CAP})")
+    p.add_argument("--max-import-body", type=int, default=IMPORT_BODY_CAP, metavar="BYTES",
+                   help=f"largest POST /import body (default {IMPORT_BODY_CAP})")
+    p.add_argument("--user-id-prefix", action="append", default=None, metavar="HEX",
+                   help="mint only user ids starting with this hex prefix (this host's shard of a fleet); "
+                        "repeat for several (default: any id)")
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
@@ -38,41 +69,103 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
-    import uvicorn
+def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> argparse.Namespace:
+    """The options from ``argv``, each falling back to its environment
+    variable (:func:`env_name`), then to its default. An empty variable counts
+    as unset. A repeatable option takes its variable as a comma- or
+    space-separated list, and any flag of it replaces the whole list."""
+    p = parser()
+    lists: dict[str, list[str]] = {}
+    for action in p._actions:  # argparse offers no public walk over its options
+        if not action.option_strings or action.dest == "help":
+            continue
+        name = env_name(action.dest)
+        value = environ.get(name, "").strip()
+        if not value:
+            continue
+        if isinstance(action, argparse._AppendAction):
+            lists[action.dest] = [v for v in re.split(r"[\s,]+", value) if v]
+            continue
+        try:
+            converted = action.type(value) if action.type else value
+        except ValueError:
+            p.error(f"${name} is {value[:40]!r}, not a valid {action.metavar or action.dest}.")
+        if action.choices and converted not in action.choices:
+            p.error(f"${name} is {value[:40]!r}; choose from {', '.join(action.choices)}.")
+        action.default = converted
+    args = p.parse_args(argv)
+    for dest, values in lists.items():
+        if getattr(args, dest) is None:
+            setattr(args, dest, values)
+    return args
 
+
+def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.environ):
+    """The server's Settings from parsed options and the secrets' variables;
+    :class:`ConfigError` for anything the server could not honour."""
+    from ..crypto import tokens
     from ..service.pages import is_safe_address
     from ..storage.files import available_file_cipher
-    from ..web.app import create_app
+    from ..web.forwarded import parse_network
     from ..web.settings import Settings
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
-        print("stash: --file-cipher sqlcipher, but sqlcipher3 does not import here.", file=sys.stderr)
-        return 2
-    invite = os.environ.get(args.invite_secret_env) if args.init == "invite" else None
+        raise ConfigError("--file-cipher sqlcipher, but sqlcipher3 does not import here.")
+    invite = environ.get(args.invite_secret_env) if args.init == "invite" else None
     if args.init == "invite" and not invite:
-        print(f"stash: --init invite needs the secret in ${args.invite_secret_env}.", file=sys.stderr)
-        return 2
+        raise ConfigError(f"--init invite needs the secret in ${args.invite_secret_env}.")
     if args.url is not None and not is_safe_address(args.url.rstrip("/")):
-        print("stash: --url must be a plain http(s) address, like https://stash.example.org.", file=sys.stderr)
-        return 2
-    data = Path(os.path.expanduser(args.data)).resolve()
-    settings = Settings(
-        data_dir=data,
+        raise ConfigError("--url must be a plain http(s) address, like https://stash.example.org.")
+    proxies = []
+    for text in args.trusted_proxy or ():
+        try:
+            proxies.append(str(parse_network(text)))
+        except ValueError:
+            raise ConfigError(f"--trusted-proxy {text[:60]!r} is not an address or a network like 10.0.0.0/8 "
+                              "(with no host bits set).") from None
+    for flag, value in (("--max-body", args.max_body), ("--max-import-body", args.max_import_body)):
+        if not MIN_BODY <= value <= MAX_BODY:
+            raise ConfigError(f"{flag} must be from {MIN_BODY} to {MAX_BODY} bytes.")
+    prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
+    for prefix in prefixes:
+        if not tokens.is_id_prefix(prefix):
+            raise ConfigError(f"--user-id-prefix {prefix[:20]!r} must be 1 to 4 hex digits, like a or 3f.")
+    return Settings(
+        data_dir=Path(os.path.expanduser(args.data)).resolve(),
         kdf=KdfParams(args.kdf_time, args.kdf_memory, 1),
         file_cipher=args.file_cipher,
         init=args.init,
         invite_secret=invite,
-        operator_token=os.environ.get(args.metrics_token_env) or None,
+        operator_token=environ.get(args.metrics_token_env) or None,
         public_url=args.url,
         init_per_minute=args.init_per_minute,
         auth_failures_per_minute=args.auth_failures_per_minute,
+        trusted_proxies=tuple(proxies),
+        max_body=args.max_body,
+        max_import_body=args.max_import_body,
+        id_prefixes=prefixes,
     )
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    try:
+        settings = settings_from(args)
+    except ConfigError as err:
+        print(f"stash: {err}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from ..web.app import create_app
+
     app = create_app(settings)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    print(f"stash: data in {data}", flush=True)
+    print(f"stash: data in {settings.data_dir}", flush=True)
     print(f"stash: file cipher {app.state.vault.file_cipher}; listening on http://{args.host}:{args.port}", flush=True)
+    if settings.trusted_proxies:
+        print(f"stash: client address from X-Forwarded-For of {', '.join(settings.trusted_proxies)}", flush=True)
+    # uvicorn's own proxy handling stays off: the app resolves the client
+    # itself (stash.web.forwarded), the same way in tests as in production.
     uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning",
                 server_header=False, proxy_headers=False)
     return 0

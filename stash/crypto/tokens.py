@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 PREFIX = "stash1"
@@ -70,8 +72,21 @@ class Token:
         return f"Token(user_id={self.user_id!r}, secret=<hidden>)"
 
 
-def new_user_id() -> str:
-    return os.urandom(USER_ID_HEX // 2).hex()
+def new_user_id(prefixes: Sequence[str] = ()) -> str:
+    """A fresh random user id; with ``prefixes`` (lowercase hex), one of them
+    picked at random and the rest random, so each host of a fleet sharded by
+    user id mints only ids its own shard serves."""
+    rand = os.urandom(USER_ID_HEX // 2).hex()
+    if not prefixes:
+        return rand
+    prefix = prefixes[secrets.randbelow(len(prefixes))]
+    return prefix + rand[len(prefix):]
+
+
+def is_id_prefix(text: str) -> bool:
+    """A user-id prefix a host may be told to mint: 1 to 4 lowercase hex digits,
+    leaving at least 48 random bits."""
+    return bool(re.fullmatch(r"[0-9a-f]{1,4}", text))
 
 
 def is_user_id(text: str) -> bool:

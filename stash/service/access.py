@@ -64,8 +64,10 @@ class Identity:
 class Vault:
     """All users' stores under one data directory."""
 
-    def __init__(self, data_dir: Path, kdf: keys.KdfParams = keys.DEFAULT_KDF, file_cipher: str | None = None) -> None:
+    def __init__(self, data_dir: Path, kdf: keys.KdfParams = keys.DEFAULT_KDF, file_cipher: str | None = None,
+                 id_prefixes: tuple[str, ...] = ()) -> None:
         self.data_dir = Path(data_dir)
+        self.id_prefixes = id_prefixes  # user ids this host mints start with one of these; () is any
         self.kdf = kdf
         self.file_cipher = file_cipher or available_file_cipher()
         (self.data_dir / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -73,7 +75,7 @@ class Vault:
     def create_identity(self) -> Identity:
         """A new user: folder, key ring with the owner grant, empty memory file."""
         for _ in range(8):
-            user_id = tokens.new_user_id()
+            user_id = tokens.new_user_id(self.id_prefixes)
             files = UserFiles(self.data_dir, user_id)
             try:
                 files.create_folder()

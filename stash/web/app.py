@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from ..core.errors import NotFound, StashError
 from ..service.access import Vault
+from .forwarded import TrustedProxies
 from .jsonio import JSON
 from .metrics import Metrics
 from .ratelimit import RateLimiter
@@ -87,7 +88,7 @@ async def not_found(request, exc) -> JSON:
 
 
 def create_app(settings: Settings) -> Starlette:
-    vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher)
+    vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes)
     metrics = Metrics()
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
@@ -96,5 +97,6 @@ def create_app(settings: Settings) -> Starlette:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.limiter = RateLimiter()
+    app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.add_middleware(Guard, metrics=metrics)
     return app

@@ -10,8 +10,8 @@ from starlette.responses import Response
 
 from ..core.errors import Invalid, Malformed, TooLarge
 
-BODY_CAP = 64 * 1024
-IMPORT_BODY_CAP = 16 * 1024 * 1024
+BODY_CAP = 64 * 1024  # default of `stash serve --max-body`
+IMPORT_BODY_CAP = 16 * 1024 * 1024  # default of `stash serve --max-import-body`
 
 
 class JSON(Response):
@@ -38,12 +38,13 @@ async def read_body(request: Request, cap: int) -> bytes:
 
 
 async def read_object(request: Request, allowed: set[str] | None, *, required: set[str] = frozenset(),
-                      cap: int = BODY_CAP, empty_ok: bool = True) -> dict[str, Any]:
+                      cap: int | None = None, empty_ok: bool = True) -> dict[str, Any]:
     """The body as a JSON object with only ``allowed`` fields: an unknown field
     is refused rather than ignored, because a typo would silently do nothing.
     ``allowed=None`` leaves the names to the service (POST /config, whose
-    names are values it validates)."""
-    raw = await read_body(request, cap)
+    names are values it validates). ``cap`` defaults to the server's
+    ``max_body``."""
+    raw = await read_body(request, request.app.state.settings.max_body if cap is None else cap)
     if not raw.strip():
         if not empty_ok or required:
             fields = ", ".join(sorted(required or allowed or ())) or "the fields of this route"

@@ -155,7 +155,7 @@ class R:
         path: dict[str, Schema] | None = None,
         body: Schema | None = None,
         body_required: bool = False,
-        body_cap: int = BODY_CAP,
+        body_cap: str = "max_body",  # the Settings field that caps this route's body
         errors: dict[int, list[str]] | None = None,
         special: dict[int, tuple[str, str, list[str]]] | None = None,
         description: str = "",
@@ -295,7 +295,7 @@ SPECS: dict[tuple[str, str], R] = {
                            "text": _str("One line of at most ENTRY_CHARS bytes.")}),
         }}),
         body_required=True,
-        body_cap=IMPORT_BODY_CAP,
+        body_cap="max_import_body",
         errors={400: ["request.empty_body", "request.missing_field"], 422: ["import.empty"]},
         special={422: ("or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                        _IMPORT_INDEXED)},
@@ -421,7 +421,7 @@ def error_codes(route, spec: R | None = None) -> dict[int, list[str]]:
     return dict(sorted(out.items()))
 
 
-def _operation(route, spec: R) -> dict:
+def _operation(route, spec: R, caps: dict[str, int]) -> dict:
     op: dict[str, Any] = {
         "operationId": route.method.lower() + "_" + (route.path.strip("/").replace(".", "_") or "landing"),
         "summary": route.summary,
@@ -447,7 +447,8 @@ def _operation(route, spec: R) -> dict:
     if spec.body is not None:
         op["requestBody"] = {
             "required": spec.body_required,
-            "description": f"A JSON object of at most {spec.body_cap} bytes; an unknown field is refused.",
+            "description": f"A JSON object of at most {caps[spec.body_cap]} bytes (this server's cap); "
+                           "an unknown field is refused.",
             "content": {"application/json": {"schema": spec.body}},
         }
     ok: dict[str, Any] = {"description": "Success", "content": {spec.media: {}}}
@@ -474,12 +475,14 @@ def _operation(route, spec: R) -> dict:
     return op
 
 
-def document(routes, version: str) -> dict:
-    """The OpenAPI 3.1 document of ``routes`` (the ROUTES table)."""
+def document(routes, version: str, caps: dict[str, int] | None = None) -> dict:
+    """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); ``caps``
+    are this server's body caps by Settings field name."""
+    caps = {"max_body": BODY_CAP, "max_import_body": IMPORT_BODY_CAP, **(caps or {})}
     paths: dict[str, dict] = {}
     for route in routes:
         spec = SPECS.get((route.method, route.path)) or R(description="Not described yet.")
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, spec)
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, spec, caps)
     return {
         "openapi": "3.1.0",
         "info": {

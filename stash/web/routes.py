@@ -18,14 +18,21 @@ from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, T
 from ..crypto import tokens
 from ..service import onboarding, pages
 from ..storage.files import UserFiles
-from .jsonio import IMPORT_BODY_CAP, JSON, parse_int, query_object, read_object
+from .jsonio import JSON, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
 
 
 def _client(request: Request) -> str:
-    return request.client.host if request.client else "-"
+    """The client's address, resolved once per request through the trusted
+    proxies (:mod:`stash.web.forwarded`); every per-client decision uses it."""
+    resolved = request.scope.get("stash.client")
+    if resolved is None:
+        peer = request.client.host if request.client else "-"
+        resolved = request.app.state.proxies.client(peer, request.headers.getlist("x-forwarded-for"))
+        request.scope["stash.client"] = resolved
+    return resolved
 
 
 def _refuse_token_in_query(request: Request) -> None:
@@ -160,7 +167,9 @@ async def shape(request: Request) -> Response:
 async def openapi(request: Request) -> Response:
     from .openapi import document
 
-    return JSON(document(ROUTES, __version__))
+    settings = request.app.state.settings
+    caps = {"max_body": settings.max_body, "max_import_body": settings.max_import_body}
+    return JSON(document(ROUTES, __version__, caps))
 
 
 async def client(request: Request) -> Response:
@@ -252,7 +261,7 @@ async def config_set(request: Request) -> Response:
 
 
 async def import_(request: Request) -> Response:
-    data = await read_object(request, {"entries"}, required={"entries"}, cap=IMPORT_BODY_CAP)
+    data = await read_object(request, {"entries"}, required={"entries"}, cap=request.app.state.settings.max_import_body)
     return JSON(await _authed(request, "full", lambda s: s.memory.import_entries(data["entries"])))
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
+from .jsonio import BODY_CAP, IMPORT_BODY_CAP
 
 
 @dataclass
@@ -19,3 +20,7 @@ class Settings:
     public_url: str | None = None
     init_per_minute: int = 10
     auth_failures_per_minute: int = 30
+    trusted_proxies: tuple[str, ...] = ()  # networks whose X-Forwarded-For is believed; none by default
+    max_body: int = BODY_CAP  # bytes, every route but POST /import
+    max_import_body: int = IMPORT_BODY_CAP  # bytes, POST /import
+    id_prefixes: tuple[str, ...] = ()  # /init mints user ids starting with one of these (a shard); () is any

@@ -222,3 +222,15 @@ def test_repr_of_a_token_hides_the_secret(minted):
         assert repr(secret) not in shown
         assert text[24:67] not in shown
         assert text not in shown
+
+
+def test_user_ids_can_be_minted_within_a_shard():
+    for _ in range(200):
+        uid = tokens.new_user_id(("a", "3f"))
+        assert tokens.is_user_id(uid) and uid.startswith(("a", "3f")), uid
+    seen = {tokens.new_user_id(("0", "1", "2"))[0] for _ in range(300)}
+    assert seen == {"0", "1", "2"}
+    # The rest stays random: 300 ids of one prefix are 300 ids.
+    assert len({tokens.new_user_id(("c",)) for _ in range(300)}) == 300
+    assert [tokens.is_id_prefix(p) for p in ("a", "3f", "ffff", "", "A", "12345", "g")] == \
+        [True, True, True, False, False, False, False]

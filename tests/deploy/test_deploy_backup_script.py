@@ -1,0 +1,63 @@
+"""deploy/stash-backup.sh, the timer's job: a copy becomes a backup only once
+`stash verify` has passed on it, a failed copy leaves nothing behind and
+removes nothing, and only the newest STASH_BACKUP_KEEP backups are kept.
+
+`stash backup` and `stash verify` themselves are tested with the data they
+copy; here STASH_BIN is a stand-in whose outcome the test chooses, because
+what is under test is the script's bookkeeping around them."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.deploy.test_deploy_files import DEPLOY
+
+OLD = ["20240101T031700Z", "20240102T031700Z", "20240103T031700Z"]
+
+
+def stand_in(tmp: Path, backup_ok: bool = True, verify_ok: bool = True) -> Path:
+    exe = tmp / "stash"
+    exe.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = backup ]; then mkdir -p "$2/users/0123456789abcdef" && echo copy > "$2/users/f"; '
+        f"{'exit 0' if backup_ok else 'exit 1'}; fi\n"
+        f'if [ "$1" = verify ]; then [ -f "$2/users/f" ] || exit 3; {"exit 0" if verify_ok else "exit 1"}; fi\n'
+        "exit 2\n",
+        encoding="utf-8")
+    exe.chmod(0o755)
+    return exe
+
+
+def run(tmp: Path, backups: Path, exe: Path, keep: int = 2) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "STASH_BACKUP_DIR": str(backups), "STASH_BACKUP_KEEP": str(keep),
+           "STASH_BIN": str(exe)}
+    return subprocess.run(["sh", str(DEPLOY / "stash-backup.sh")], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp)
+
+
+def with_old_backups(tmp: Path) -> Path:
+    backups = tmp / "backups"
+    for name in OLD:
+        (backups / name / "users").mkdir(parents=True)
+    return backups
+
+
+def test_a_verified_copy_is_kept_and_the_oldest_are_rotated_out(tmp_path: Path) -> None:
+    backups = with_old_backups(tmp_path)
+    res = run(tmp_path, backups, stand_in(tmp_path), keep=2)
+    assert res.returncode == 0, res.stderr
+    names = sorted(p.name for p in backups.iterdir())
+    assert len(names) == 2 and names[0] == OLD[-1], names
+    assert (backups / names[1] / "users" / "f").read_text() == "copy\n"
+    assert names[1] in res.stdout
+
+
+def test_a_failed_copy_leaves_nothing_and_removes_nothing(tmp_path: Path) -> None:
+    for case, outcome in {"backup fails": {"backup_ok": False}, "verify fails": {"verify_ok": False}}.items():
+        folder = tmp_path / case.replace(" ", "_")
+        folder.mkdir()
+        backups = with_old_backups(folder)
+        res = run(folder, backups, stand_in(folder, **outcome), keep=1)
+        assert res.returncode != 0, case
+        assert sorted(p.name for p in backups.iterdir()) == OLD, case  # no partial copy, no rotation
