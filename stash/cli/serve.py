@@ -13,6 +13,9 @@ from ..crypto.keys import DEFAULT_KDF, KdfParams
 DEFAULT_DATA = "~/.stash/data"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
+DEFAULT_SHUTDOWN_S = 30.0
+MAX_WORKERS = 64
+APP_FACTORY = "stash.web.app:app_from_env"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -35,6 +38,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
                    help="whole-file cipher for new stores (default: sqlcipher where it imports)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="server processes sharing the port and the data folder (default 1)")
+    p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_S, metavar="SECONDS",
+                   help="on SIGTERM, how long in-flight requests may take to finish "
+                        f"(default {DEFAULT_SHUTDOWN_S:g})")
     return p
 
 
@@ -43,8 +51,8 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from ..storage.files import available_file_cipher
-    from ..web.app import create_app
-    from ..web.settings import Settings
+    from ..web.metrics import clear_snapshots
+    from ..web.settings import SETTINGS_ENV, Settings, to_env
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
         print("stash: --file-cipher sqlcipher, but sqlcipher3 does not import here.", file=sys.stderr)
@@ -52,6 +60,9 @@ def main(argv: list[str]) -> int:
     invite = os.environ.get(args.invite_secret_env) if args.init == "invite" else None
     if args.init == "invite" and not invite:
         print(f"stash: --init invite needs the secret in ${args.invite_secret_env}.", file=sys.stderr)
+        return 2
+    if not 1 <= args.workers <= MAX_WORKERS:
+        print(f"stash: --workers must be 1 to {MAX_WORKERS}.", file=sys.stderr)
         return 2
     data = Path(os.path.expanduser(args.data)).resolve()
     settings = Settings(
@@ -64,11 +75,18 @@ def main(argv: list[str]) -> int:
         public_url=args.url,
         init_per_minute=args.init_per_minute,
         auth_failures_per_minute=args.auth_failures_per_minute,
+        workers=args.workers,
     )
-    app = create_app(settings)
+    clear_snapshots(data)
+    os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     print(f"stash: data in {data}", flush=True)
-    print(f"stash: file cipher {app.state.vault.file_cipher}; listening on http://{args.host}:{args.port}", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning",
-                server_header=False, proxy_headers=False)
+    cipher = args.file_cipher or available_file_cipher()
+    print(f"stash: file cipher {cipher}; {args.workers} worker(s) listening on http://{args.host}:{args.port}",
+          flush=True)
+    # Every worker, one or many, builds its app from the same environment
+    # variable, so a multi-worker server runs exactly the code a single one does.
+    uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
+                access_log=False, log_level="warning", server_header=False, proxy_headers=False,
+                timeout_graceful_shutdown=args.shutdown_timeout)
     return 0

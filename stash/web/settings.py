@@ -1,11 +1,21 @@
-"""What one server process is configured with."""
+"""What one server process is configured with, and how it reaches a worker.
+
+``stash serve --workers N`` starts N processes that each build the app from
+the environment variable :data:`SETTINGS_ENV`. It carries the settings as JSON
+without any secret: the invite secret and the metrics token stay in their own
+environment variables, named in the JSON, and each worker reads them itself.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
+
+SETTINGS_ENV = "STASH_SERVE_SETTINGS"
 
 
 @dataclass
@@ -19,3 +29,41 @@ class Settings:
     public_url: str | None = None
     init_per_minute: int = 10
     auth_failures_per_minute: int = 30
+    workers: int = 1
+
+
+def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
+    """The settings as JSON for :data:`SETTINGS_ENV`: every field but the two
+    secrets, which travel as the names of the variables that hold them."""
+    return json.dumps({
+        "data_dir": str(settings.data_dir),
+        "kdf": [settings.kdf.time_cost, settings.kdf.memory_kib, settings.kdf.lanes],
+        "file_cipher": settings.file_cipher,
+        "init": settings.init,
+        "invite_secret_env": invite_secret_env if settings.invite_secret else None,
+        "metrics_token_env": metrics_token_env if settings.operator_token else None,
+        "public_url": settings.public_url,
+        "init_per_minute": settings.init_per_minute,
+        "auth_failures_per_minute": settings.auth_failures_per_minute,
+        "workers": settings.workers,
+    })
+
+
+def from_env() -> Settings:
+    raw = json.loads(os.environ[SETTINGS_ENV])
+
+    def secret(name: str | None) -> str | None:
+        return (os.environ.get(name) or None) if name else None
+
+    return Settings(
+        data_dir=Path(raw["data_dir"]),
+        kdf=KdfParams(*raw["kdf"]),
+        file_cipher=raw["file_cipher"],
+        init=raw["init"],
+        invite_secret=secret(raw["invite_secret_env"]),
+        operator_token=secret(raw["metrics_token_env"]),
+        public_url=raw["public_url"],
+        init_per_minute=raw["init_per_minute"],
+        auth_failures_per_minute=raw["auth_failures_per_minute"],
+        workers=raw["workers"],
+    )
