@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -44,6 +45,10 @@ def parser() -> argparse.ArgumentParser:
                    help="on SIGTERM, how long in-flight requests may take to finish "
                         f"(default {DEFAULT_SHUTDOWN_S:g})")
     return p
+
+
+def _drained(signum, frame) -> None:
+    """The stop signal, raised again once the server has finished: nothing left to do."""
 
 
 def main(argv: list[str]) -> int:
@@ -86,6 +91,11 @@ def main(argv: list[str]) -> int:
           flush=True)
     # Every worker, one or many, builds its app from the same environment
     # variable, so a multi-worker server runs exactly the code a single one does.
+    # uvicorn drains in-flight requests on SIGTERM or SIGINT, then raises the
+    # signal again under the handler it found; this one lets a drained server
+    # exit 0 instead of dying by the signal (or a KeyboardInterrupt traceback).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _drained)
     uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
                 access_log=False, log_level="warning", server_header=False, proxy_headers=False,
                 timeout_graceful_shutdown=args.shutdown_timeout)
