@@ -128,11 +128,13 @@ class Metrics:
             return
 
         def loop() -> None:
-            while not self._stop.wait(PUBLISH_S):
+            while True:
                 try:
                     self.publish()
                 except OSError:
-                    pass  # a data folder that cannot be written shows on /ready, not here
+                    pass  # a data folder that cannot be written shows on /health?ready=1, not here
+                if self._stop.wait(PUBLISH_S):
+                    return
 
         self._publisher = threading.Thread(target=loop, name="stash-metrics", daemon=True)
         self._publisher.start()

@@ -196,13 +196,15 @@ def test_metrics_parse_and_hold_nothing_of_a_user(tmp_path: Path, n_workers: int
 
         # With several workers each one publishes its counts every second;
         # the answer adds them up, so it reaches every request made.
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while True:
             resp = http.get("/metrics")
             assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
             families = parse_exposition(resp.text)
             got = value_of(families, "stash_requests_total", "stash_requests_total", route="/note", status="200")
-            if got == notes or time.monotonic() > deadline:
+            # every worker is up and has published (a slow machine starts them slowly)
+            up = value_of(families, "stash_workers", "stash_workers")
+            if (got == notes and up == n_workers) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         text = resp.text
