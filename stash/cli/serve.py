@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,6 +19,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 MIN_BODY = 4096  # a note or nap body at the largest ENTRY_CHARS, every character \u-escaped, is under 2 KiB
 MAX_BODY = 1 << 30
+DEFAULT_SHUTDOWN_S = 30.0
+MAX_WORKERS = 64
+APP_FACTORY = "stash.web.app:app_from_env"
 
 ENV_PREFIX = "STASH_"
 # STASH_URL is the client's: the server it calls. The server's own public
@@ -66,6 +70,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
                    help="whole-file cipher for new stores (default: sqlcipher where it imports)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="server processes sharing the port and the data folder (default 1)")
+    p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_S, metavar="SECONDS",
+                   help="on SIGTERM, how long in-flight requests may take to finish "
+                        f"(default {DEFAULT_SHUTDOWN_S:g})")
     return p
 
 
@@ -126,6 +135,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     for flag, value in (("--max-body", args.max_body), ("--max-import-body", args.max_import_body)):
         if not MIN_BODY <= value <= MAX_BODY:
             raise ConfigError(f"{flag} must be from {MIN_BODY} to {MAX_BODY} bytes.")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise ConfigError(f"--workers must be 1 to {MAX_WORKERS}.")
     prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
     for prefix in prefixes:
         if not tokens.is_id_prefix(prefix):
@@ -144,7 +155,12 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         max_body=args.max_body,
         max_import_body=args.max_import_body,
         id_prefixes=prefixes,
+        workers=args.workers,
     )
+
+
+def _drained(signum, frame) -> None:
+    """The stop signal, raised again once the server has finished: nothing left to do."""
 
 
 def main(argv: list[str]) -> int:
@@ -156,16 +172,29 @@ def main(argv: list[str]) -> int:
         return 2
     import uvicorn
 
-    from ..web.app import create_app
+    from ..storage.files import available_file_cipher
+    from ..web.metrics import clear_snapshots
+    from ..web.settings import SETTINGS_ENV, to_env
 
-    app = create_app(settings)
+    clear_snapshots(settings.data_dir)
+    os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     print(f"stash: data in {settings.data_dir}", flush=True)
-    print(f"stash: file cipher {app.state.vault.file_cipher}; listening on http://{args.host}:{args.port}", flush=True)
+    cipher = args.file_cipher or available_file_cipher()
+    print(f"stash: file cipher {cipher}; {args.workers} worker(s) listening on http://{args.host}:{args.port}",
+          flush=True)
     if settings.trusted_proxies:
         print(f"stash: client address from X-Forwarded-For of {', '.join(settings.trusted_proxies)}", flush=True)
+    # Every worker, one or many, builds its app from the same environment
+    # variable, so a multi-worker server runs exactly the code a single one does.
+    # uvicorn drains in-flight requests on SIGTERM or SIGINT, then raises the
+    # signal again under the handler it found; this one lets a drained server
+    # exit 0 instead of dying by the signal (or a KeyboardInterrupt traceback).
     # uvicorn's own proxy handling stays off: the app resolves the client
     # itself (stash.web.forwarded), the same way in tests as in production.
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning",
-                server_header=False, proxy_headers=False)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _drained)
+    uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
+                access_log=False, log_level="warning", server_header=False, proxy_headers=False,
+                timeout_graceful_shutdown=args.shutdown_timeout)
     return 0

@@ -85,3 +85,10 @@ class Damaged(StashError):
 
     status = 500
     code = "store.damaged"
+
+
+class Unavailable(StashError):
+    """The server is up but cannot serve writes now (readiness)."""
+
+    status = 503
+    code = "service.unavailable"

@@ -204,8 +204,15 @@ class Memory:
             )
         text = lines.check_line(text, self.sizes["ENTRY_CHARS"], "summary")
         if not self.mf.put_summary(lo, hi, text):
-            return {"saved": None, "nap": self.nap_for(T),
-                    "message": f"{bid} was settled or forgotten meanwhile; nothing was written."}
+            # Another writer got there first (a racing nap of the same block:
+            # answered as any already-settled block is), or a forget dropped
+            # a half this block builds on.
+            settled = self.mf.settled(T)
+            if settled.get(hi - lo, 0) > lo // (hi - lo):
+                return {"saved": None, "nap": self.nap_for(T, settled),
+                        "message": f"{bid} is already settled; nothing was written."}
+            return {"saved": None, "nap": self.nap_for(T, settled),
+                    "message": f"{bid} was forgotten meanwhile; nothing was written."}
         return {"saved": bid, "nap": self.nap_for(T), "message": f"{bid} saved."}
 
     # ------------------------------------------------------------ recall, zoom, forget

@@ -103,6 +103,15 @@ def recall(mf: MemoryFile, matcher: Matcher, pattern: str, part_bytes: int, dead
         _worker_free.release()
 
 
+def shutdown_pool() -> None:
+    """Stop this process's worker, waiting for a scan it is running."""
+    global _pool
+    with _pool_lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _reset_pool() -> None:
     global _pool
     with _pool_lock:

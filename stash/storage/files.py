@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,6 +39,29 @@ class UserFiles:
 
     def destroy(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=False)
+
+
+def can_write(folder: Path) -> bool:
+    """Whether a file can be created, written, flushed to disk and removed in
+    ``folder`` right now: the readiness probe. It asks the filesystem instead
+    of reading permission bits, which say nothing about a read-only mount, a
+    full disk or a folder that was replaced."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".ready-", dir=folder)
+    except OSError:
+        return False
+    try:
+        os.write(fd, b"ready")
+        os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
 
 
 def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02) -> bool:

@@ -8,7 +8,9 @@ path, key, token or memory text — reaches the client or a log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 import time
 from pathlib import Path
 
@@ -16,13 +18,14 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from ..core.errors import NotFound, StashError
+from ..service import recall_scan
 from ..service.access import Vault
 from .forwarded import TrustedProxies
 from .jsonio import JSON
 from .metrics import Metrics
 from .ratelimit import RateLimiter
 from .routes import ROUTES
-from .settings import Settings
+from .settings import Settings, from_env
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 access_log = logging.getLogger("stash.access")
@@ -64,6 +67,7 @@ class Guard:
         except Exception as exc:  # the one place that turns a bug into a clean 500
             error_log.error("unhandled %s on %s", type(exc).__name__, scope.get("stash.route", "-"))
             if not status["started"]:
+                scope["stash.error"] = StashError.code
                 err = StashError("The server failed to answer; try again, and report it if it persists.")
                 await error_response(err)(scope, receive, tracked_send)
         finally:
@@ -72,12 +76,13 @@ class Guard:
             # The method is whatever the client sent: only known ones become a
             # label or a log word, so no text of the client's reaches either.
             method = scope["method"] if scope["method"] in KNOWN_METHODS else "OTHER"
-            self.metrics.observe(method, route, status["code"], elapsed)
+            self.metrics.observe(method, route, status["code"], elapsed, scope.get("stash.error"))
             access_log.info("%s %s %d %.1fms", method, route, status["code"], elapsed * 1000)
 
 
 async def not_found(request, exc) -> JSON:
     code = getattr(exc, "status_code", 404)
+    request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
     if code == 405:
         err = StashError("This route does not take that method; see API-REFERENCE.md.", code="method_not_allowed")
         err.status = 405
@@ -87,11 +92,25 @@ async def not_found(request, exc) -> JSON:
     return error_response(NotFound("No such route; see API-REFERENCE.md for the routes.", code="route.unknown"))
 
 
+@contextlib.asynccontextmanager
+async def lifespan(app: Starlette):
+    """Files are opened per request and closed at its end (the last close of
+    a store checkpoints its WAL into the file and removes it), so by the time
+    the server has drained its requests on SIGTERM every file is already
+    closed; what is left to stop is this process's recall worker."""
+    app.state.metrics.start()
+    try:
+        yield
+    finally:
+        app.state.metrics.stop()
+        recall_scan.shutdown_pool()
+
+
 def create_app(settings: Settings) -> Starlette:
     vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes)
-    metrics = Metrics()
+    metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1)
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
-    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
     app.router.redirect_slashes = False  # no route ends in "/": a trailing slash is 404, not a redirect
     app.state.vault = vault
     app.state.settings = settings
@@ -100,3 +119,10 @@ def create_app(settings: Settings) -> Starlette:
     app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.add_middleware(Guard, metrics=metrics)
     return app
+
+
+def app_from_env() -> Starlette:
+    """The app of one ``stash serve`` worker, from the settings its parent put
+    in the environment (see :mod:`stash.web.settings`)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    return create_app(from_env())

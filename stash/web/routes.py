@@ -14,10 +14,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from .. import __version__
 from ..core import blocks
-from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized
+from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..service import onboarding, pages
-from ..storage.files import UserFiles
+from ..storage.files import UserFiles, can_write
 from .jsonio import JSON, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
@@ -108,6 +108,7 @@ class RouteSpec:
         except StashError as err:
             from .app import error_response
 
+            request.scope["stash.error"] = err.code
             return error_response(err)
 
 
@@ -115,9 +116,21 @@ class RouteSpec:
 
 
 async def health(request: Request) -> Response:
+    """Liveness; with ``?ready=1`` also readiness: 503 when the data folder
+    cannot be written."""
+    data = query_object(request, {"ready"}, ints={"ready"})
+    probe = parse_int("ready", data.get("ready", 0))
+    if probe not in (0, 1):
+        raise Invalid("ready must be 0 or 1.", code="request.bad_value")
     vault = request.app.state.vault
-    return JSON({"ok": True, "version": __version__, "content_cipher": CONTENT_CIPHER,
-                 "file_cipher": vault.file_cipher})
+    answer = {"ok": True, "version": __version__, "content_cipher": CONTENT_CIPHER, "file_cipher": vault.file_cipher,
+              "ready": None}
+    if probe:
+        if not await run_in_threadpool(can_write, vault.data_dir / "users"):
+            raise Unavailable("The server cannot write its data folder (full, read-only or missing), so writes "
+                              "would fail; send traffic elsewhere and tell the operator.", code="ready.unwritable")
+        answer["ready"] = True
+    return JSON(answer)
 
 
 async def init(request: Request) -> Response:

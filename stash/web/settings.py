@@ -1,12 +1,22 @@
-"""What one server process is configured with."""
+"""What one server process is configured with, and how it reaches a worker.
+
+``stash serve --workers N`` starts N processes that each build the app from
+the environment variable :data:`SETTINGS_ENV`. It carries the settings as JSON
+without any secret: the invite secret and the metrics token stay in their own
+environment variables, named in the JSON, and each worker reads them itself.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP
+
+SETTINGS_ENV = "STASH_SERVE_SETTINGS"
 
 
 @dataclass
@@ -24,3 +34,49 @@ class Settings:
     max_body: int = BODY_CAP  # bytes, every route but POST /import
     max_import_body: int = IMPORT_BODY_CAP  # bytes, POST /import
     id_prefixes: tuple[str, ...] = ()  # /init mints user ids starting with one of these (a shard); () is any
+    workers: int = 1
+
+
+def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
+    """The settings as JSON for :data:`SETTINGS_ENV`: every field but the two
+    secrets, which travel as the names of the variables that hold them."""
+    return json.dumps({
+        "data_dir": str(settings.data_dir),
+        "kdf": [settings.kdf.time_cost, settings.kdf.memory_kib, settings.kdf.lanes],
+        "file_cipher": settings.file_cipher,
+        "init": settings.init,
+        "invite_secret_env": invite_secret_env if settings.invite_secret else None,
+        "metrics_token_env": metrics_token_env if settings.operator_token else None,
+        "public_url": settings.public_url,
+        "init_per_minute": settings.init_per_minute,
+        "auth_failures_per_minute": settings.auth_failures_per_minute,
+        "workers": settings.workers,
+        "trusted_proxies": list(settings.trusted_proxies),
+        "max_body": settings.max_body,
+        "max_import_body": settings.max_import_body,
+        "id_prefixes": list(settings.id_prefixes),
+    })
+
+
+def from_env() -> Settings:
+    raw = json.loads(os.environ[SETTINGS_ENV])
+
+    def secret(name: str | None) -> str | None:
+        return (os.environ.get(name) or None) if name else None
+
+    return Settings(
+        data_dir=Path(raw["data_dir"]),
+        kdf=KdfParams(*raw["kdf"]),
+        file_cipher=raw["file_cipher"],
+        init=raw["init"],
+        invite_secret=secret(raw["invite_secret_env"]),
+        operator_token=secret(raw["metrics_token_env"]),
+        public_url=raw["public_url"],
+        init_per_minute=raw["init_per_minute"],
+        auth_failures_per_minute=raw["auth_failures_per_minute"],
+        workers=raw["workers"],
+        trusted_proxies=tuple(raw["trusted_proxies"]),
+        max_body=raw["max_body"],
+        max_import_body=raw["max_import_body"],
+        id_prefixes=tuple(raw["id_prefixes"]),
+    )

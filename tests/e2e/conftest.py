@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -36,6 +37,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (a zombie holds no file or
+    port, and whoever adopted it may take a while to reap it)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
 @dataclass
 class Server:
     """One ``python -m stash serve`` process and where its output goes."""
@@ -50,17 +65,20 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> Server:
+    def start(self, *, same_port: bool = False) -> Server:
         # A port can be taken between probing and binding; retry on a new one.
-        for _ in range(3):
-            self.port = free_port()
+        for attempt in range(3):
+            if not (same_port and attempt == 0 and self.port):
+                self.port = free_port()
             cmd = [sys.executable, "-m", "stash", "serve", "--data", str(self.data), "--port", str(self.port),
                    "--host", "127.0.0.1",
                    # Every test client connects from 127.0.0.1: lift the per-address limits.
                    "--init-per-minute", "100000", "--auth-failures-per-minute", "100000", *self.extra]
             with open(self.log, "ab") as out:
+                # Its own session, so kill9() can take every worker process with it.
                 self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                             start_new_session=True)
             if self._wait_healthy():
                 return self
             self.stop()
@@ -88,6 +106,23 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=STOP_TIMEOUT)
+
+    def kill9(self) -> None:
+        """SIGKILL the server and every process it started (its workers), as
+        a power cut would stop them: no handler runs, nothing is flushed."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=STOP_TIMEOUT)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline:
+            if not live_group_members(self.proc.pid):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("server workers outlived SIGKILL")
 
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""

@@ -1,0 +1,309 @@
+"""Sustained load on a real ``stash serve`` over loopback.
+
+Starts the server as an operator would, mints USERS identities through
+``POST /init``, then runs PROCS load-generator processes (separate
+interpreters, so the generator is not one GIL), each with CONNS threads that
+hold one keep-alive httpx client apiece. Every thread picks a random user and
+a random operation from the mix (wake, note, nap, recall) as fast as the
+server answers; a note whose answer carries a due nap is followed by the nap
+that settles it, as an agent would. Meanwhile the parent samples the server's
+resident memory (every process of it, from /proc) once a second.
+
+The report gives, per window of WINDOW seconds: requests per second, p50 /
+p95 / p99 latency, errors, and the server's RSS; then each operation over the
+whole run; then the first window against the last, which is where growth in
+memory or latency would show.
+
+    python bench/load.py --quick           # about 30 s: 2 generators, 8 users, 10 s windows
+    python bench/load.py                   # 10 minutes, 1-minute windows, 50 users
+    python bench/load.py --duration 1800 --workers 2
+
+Numbers, never assertions: nothing here passes or fails. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import multiprocessing
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+DEFAULT_ROOT = Path("/tmp/stash-load")
+MIX = {"wake": 40, "note": 30, "nap": 10, "recall": 20}
+RECALL_PATTERNS = ("deploy", "green|red", "note [0-9]+7", "zebra")
+WORDS = ("deploy", "green", "red", "cache", "schema", "release", "rollback", "index", "user", "build")
+START_TIMEOUT = 60.0
+REQUEST_TIMEOUT = 60.0
+LIMIT = "1000000000"  # per-address limits: every generator is 127.0.0.1
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(sorted_xs: list[float], q: float) -> float:
+    """Nearest rank."""
+    if not sorted_xs:
+        return float("nan")
+    k = max(0, min(len(sorted_xs) - 1, math.ceil(q * len(sorted_xs)) - 1))
+    return sorted_xs[k]
+
+
+# ---------------------------------------------------------------- server
+
+
+def start_server(data: Path, log: Path, workers: int, cheap_kdf: bool) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    cmd = [sys.executable, "-m", "stash", "serve", "--data", str(data), "--port", str(port),
+           "--workers", str(workers), "--init-per-minute", LIMIT, "--auth-failures-per-minute", LIMIT]
+    if cheap_kdf:
+        cmd += ["--kdf-time", "1", "--kdf-memory", "1024"]
+    out = open(log, "ab")  # the server writes to it until it stops
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"stash serve exited; see {log}")
+        try:
+            if httpx.get(url + "/health", timeout=2, trust_env=False).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"stash serve did not come up; see {log}")
+
+
+def server_rss(pgid: int) -> int:
+    """Resident bytes of every process in the server's group (its workers too)."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:
+                continue
+            for line in (stat.parent / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+# ---------------------------------------------------------------- generators
+
+
+def generator(url: str, tokens: list[str], conns: int, start: float, end: float, window: float,
+              seed: int, results) -> None:
+    """One load process: CONNS threads until ``end``; latencies by (window, op)."""
+    lat: dict[tuple[int, str], list[float]] = defaultdict(list)
+    errors: dict[tuple[int, str], int] = defaultdict(int)
+    conflicts: dict[int, int] = defaultdict(int)
+    lock = threading.Lock()
+    ops, weights = zip(*MIX.items())
+
+    def record(op: str, t0: float, t1: float, ok: bool) -> None:
+        w = int((t1 - start) // window)
+        with lock:
+            if ok:
+                lat[(w, op)].append(t1 - t0)
+            else:
+                errors[(w, op)] += 1
+
+    def run(k: int) -> None:
+        rng = random.Random(seed * 1000 + k)
+        with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT, trust_env=False) as http:
+            n = 0
+            while time.monotonic() < end:
+                tok = rng.choice(tokens)
+                auth = {"Authorization": f"Bearer {tok}"}
+                op = rng.choices(ops, weights)[0]
+                t0 = time.monotonic()
+                try:
+                    if op == "wake":
+                        resp = http.get("/wake", headers=auth)
+                    elif op == "note":
+                        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+                        resp = http.post("/note", headers=auth, json={"text": f"g{seed} note {n} {words}"})
+                    elif op == "nap":
+                        resp = http.post("/nap", headers=auth, json={})
+                    else:
+                        resp = http.get("/recall", headers=auth, params={"q": rng.choice(RECALL_PATTERNS)})
+                except httpx.TransportError:
+                    record(op, t0, time.monotonic(), False)
+                    continue
+                t1 = time.monotonic()
+                n += 1
+                body = resp.json()
+                # a wake that finds a summary missing is a correct answer (409); the nap it names follows
+                ok = resp.status_code == 200 or (resp.status_code == 409 and body.get("error") == "wake.needs_nap")
+                record(op, t0, t1, ok)
+                if resp.status_code == 409:
+                    with lock:
+                        conflicts[int((t1 - start) // window)] += 1
+                nap = body.get("nap") if ok else None
+                for _ in range(8):  # settle what is due, as an agent would
+                    if not nap or time.monotonic() >= end:
+                        break
+                    t0 = time.monotonic()
+                    try:
+                        resp = http.post("/nap", headers=auth, json={
+                            "block": nap["block"], "text": f"summary of {nap['block']}: {rng.choice(WORDS)}"})
+                    except httpx.TransportError:
+                        record("nap", t0, time.monotonic(), False)
+                        break
+                    t1 = time.monotonic()
+                    body = resp.json()
+                    # another thread may have settled it or made a smaller block due first
+                    ok = resp.status_code == 200 or body.get("error") == "nap.wrong_block"
+                    record("nap", t0, t1, ok)
+                    nap = body.get("nap")
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    results.put((dict(lat), dict(errors), dict(conflicts)))
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(args, lat, errors, conflicts, rss: list[tuple[float, int]], windows: int, started: str) -> str:
+    out = [f"# Stash load test, {started}", ""]
+    out.append(f"{platform.node() or 'host'}: {os.cpu_count()} cores, Python {platform.python_version()}; "
+               f"server `--workers {args.workers}`{', cheap KDF (t=1, 1 MiB)' if args.cheap_kdf else ''}; "
+               f"{args.users} users; {args.procs} generator processes x {args.conns} keep-alive connections; "
+               f"mix {', '.join(f'{k} {v}%' for k, v in MIX.items())} (plus the naps notes bring due); "
+               f"{args.duration:g} s in windows of {args.window:g} s.")
+    out += ["", "| window | requests/s | p50 ms | p95 ms | p99 ms | errors | 409 needs_nap | server RSS MiB (max) |",
+            "|---|---|---|---|---|---|---|---|"]
+    per_window = []
+    for w in range(windows):
+        xs = sorted(x for (ww, _), v in lat.items() if ww == w for x in v)
+        errs = sum(n for (ww, _), n in errors.items() if ww == w)
+        mem = [b for t, b in rss if w * args.window <= t < (w + 1) * args.window]
+        row = (len(xs) + errs) / args.window, percentile(xs, .5), percentile(xs, .95), percentile(xs, .99), errs
+        per_window.append((*row, max(mem) if mem else 0))
+        lo, hi = w * args.window, (w + 1) * args.window
+        out.append(f"| {lo:g}-{hi:g} s | {row[0]:.1f} | {row[1] * 1e3:.1f} | {row[2] * 1e3:.1f} | "
+                   f"{row[3] * 1e3:.1f} | {errs} | {conflicts.get(w, 0)} | {(max(mem) if mem else 0) / 2**20:.1f} |")
+    out += ["", "| operation | requests | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|"]
+    for op in (*MIX, "all"):
+        xs = sorted(x for (_, o), v in lat.items() if op in (o, "all") for x in v)
+        errs = sum(n for (_, o), n in errors.items() if op in (o, "all"))
+        out.append(f"| {op} | {len(xs)} | {percentile(xs, .5) * 1e3:.1f} | {percentile(xs, .95) * 1e3:.1f} | "
+                   f"{percentile(xs, .99) * 1e3:.1f} | {errs} |")
+    total = sum(len(v) for v in lat.values()) + sum(errors.values())
+    out += ["", f"Sustained: {total / args.duration:.1f} requests/s over {args.duration:g} s, "
+                f"{sum(errors.values())} errors."]
+    if len(per_window) >= 2:
+        first, last = per_window[0], per_window[-1]
+        out.append(f"First window against last: p50 {first[1] * 1e3:.1f} -> {last[1] * 1e3:.1f} ms, "
+                   f"p99 {first[3] * 1e3:.1f} -> {last[3] * 1e3:.1f} ms, "
+                   f"RSS {first[5] / 2**20:.1f} -> {last[5] / 2**20:.1f} MiB.")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="Sustained mixed load on a real stash serve (see bench/README.md).")
+    p.add_argument("--quick", action="store_true", help="30 s, 10 s windows, 8 users, 2 generators x 2")
+    p.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
+    p.add_argument("--window", type=float, default=60.0, help="seconds per report row (default 60)")
+    p.add_argument("--users", type=int, default=50)
+    p.add_argument("--procs", type=int, default=4, help="load-generator processes")
+    p.add_argument("--conns", type=int, default=4, help="keep-alive connections (threads) per generator")
+    p.add_argument("--workers", type=int, default=1, help="stash serve --workers")
+    p.add_argument("--cheap-kdf", action="store_true", help="argon2id t=1, 1 MiB for the users' grants")
+    p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="data folder parent (deleted unless --keep)")
+    p.add_argument("--keep", action="store_true")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.duration, args.window, args.users, args.procs, args.conns = 30.0, 10.0, 8, 2, 2
+    windows = max(1, round(args.duration / args.window))
+    args.duration = windows * args.window
+
+    root = args.root / f"run-{os.getpid()}"
+    root.mkdir(parents=True, exist_ok=False)
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    proc, url = start_server(root / "data", root / "server.log", args.workers, args.cheap_kdf)
+    try:
+        tokens = []
+        with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT, trust_env=False) as http:
+            for _ in range(args.users):
+                resp = http.post("/init", json={})
+                resp.raise_for_status()
+                tokens.append(resp.json()["token"])
+        print(f"{args.users} users on {url}; {args.duration:g} s of load", flush=True)
+
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        start = time.monotonic() + 2.0  # every generator is up before the clock starts
+        end = start + args.duration
+        # tokens travel over the pipe to each generator, never on a command line
+        gens = [ctx.Process(target=generator, args=(url, tokens, args.conns, start, end, args.window, k, results))
+                for k in range(args.procs)]
+        for g in gens:
+            g.start()
+        rss: list[tuple[float, int]] = []
+        while time.monotonic() < start:
+            time.sleep(0.05)
+        while (now := time.monotonic()) < end:
+            rss.append((now - start, server_rss(proc.pid)))
+            time.sleep(1.0)
+        lat: dict[tuple[int, str], list[float]] = defaultdict(list)
+        errors: dict[tuple[int, str], int] = defaultdict(int)
+        conflicts: dict[int, int] = defaultdict(int)
+        for _ in gens:
+            got_lat, got_err, got_conf = results.get(timeout=REQUEST_TIMEOUT + 30)
+            for k, v in got_lat.items():
+                if k[0] < windows:  # a request that ended after the clock is not counted
+                    lat[k] += v
+            for k, v in got_err.items():
+                if k[0] < windows:
+                    errors[k] += v
+            for k, v in got_conf.items():
+                conflicts[k] += v
+        for g in gens:
+            g.join(timeout=30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+    text = report(args, lat, errors, conflicts, rss, windows, started)
+    print(text)
+    out = args.out or RESULTS / f"{dt.date.today().isoformat()}-load{'-quick' if args.quick else ''}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
