@@ -888,6 +888,11 @@ def _memories_held(api: Api) -> int:
         raise
 
 
+class _Interleaved(Failure):
+    """Another writer's memories landed among the folder's: no advice on
+    finishing the move applies any more."""
+
+
 def _after(f: Failure, note: str) -> Failure:
     f.message = f.message.rstrip() + " " + note
     return f
@@ -999,7 +1004,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         for stop in import_stages(T, tree):
             first, last, _ = send_entries(api, entries[done:stop])
             if first != done:
-                raise Failure(f"stash: another writer added memories meanwhile, so the folder's #{done} to "
+                raise _Interleaved(f"stash: another writer added memories meanwhile, so the folder's #{done} to "
                               f"#{stop - 1} landed at #{first} to #{last} and its summaries no longer fit; "
                               "nothing more was done.")
             done = stop
@@ -1011,7 +1016,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
             api.call("POST", "/config", {"ENTRY_CHARS": sizes["ENTRY_CHARS"]})
         nap = api.call("POST", "/nap", {}).get("nap")
     except Failure as f:
-        if not done:
+        if not done or isinstance(f, _Interleaved):
             raise
         still = [i for i in erased if i < done]
         erase = f"; erase what still reads [erased] as text with: {_prog()} erase {' '.join(map(str, still))}" \
