@@ -18,6 +18,10 @@ command for its own equivalent verb.
 from __future__ import annotations
 
 import argparse
+import bisect
+import datetime
+import hashlib
+import io
 import json
 import os
 import re
@@ -25,9 +29,13 @@ import shlex
 import shutil
 import socket
 import sys
+import tarfile
+import tempfile
+import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 
 __all__ = ["VERBS", "main"]
 
@@ -45,7 +53,8 @@ VERBS = {
     "erase": "shred memories for good by id (owner): erase ID [ID ...]",
     "erasures": "list the erasure receipts (owner)",
     "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
-    "export": "download the whole memory as an OptMem-readable tar.gz",
+    "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
+    "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory",
     "health": "check that the server answers, and which ciphers it uses",
 }
 
@@ -62,11 +71,12 @@ _CURL = re.compile(
 class Failure(Exception):
     """A refusal to report: ``message`` goes to stderr, ``code`` is the exit status."""
 
-    def __init__(self, message: str, code: int = 1, extra: str | None = None) -> None:
+    def __init__(self, message: str, code: int = 1, extra: str | None = None, status: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.extra = extra
+        self.status = status  # the HTTP status of a server refusal, else None
 
 
 # ---------------------------------------------------------------- the command this client is run as
@@ -232,7 +242,7 @@ class Api:
         nap = body.get("nap")
         if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
             extra = localize(nap["prompt"], self.steps)
-        return Failure(localize(body["message"], self.steps), 1, extra)
+        return Failure(localize(body["message"], self.steps), 1, extra, err.code)
 
 
 def _reason(reason: object) -> str:
@@ -441,9 +451,9 @@ def _batches(entries: list[dict]) -> list[list[dict]]:
     return out
 
 
-def do_import(args: argparse.Namespace) -> int:
-    api = _api()
-    entries = read_entries(args.file)
+def send_entries(api: Api, entries: list[dict]) -> tuple[int, int, int]:
+    """POST /import in batches under the body cap; returns (first, last,
+    pending). A refusal of a later batch says how many were imported already."""
     first = last = pending = None
     done = 0
     for batch in _batches(entries):
@@ -456,7 +466,14 @@ def do_import(args: argparse.Namespace) -> int:
         first = ans["first"] if first is None else first
         last, pending = ans["last"], ans["pending"]
         done += len(batch)
-    _out(f"Imported {done} memories, #{first} to #{last}.")
+    return first, last, pending
+
+
+def do_import(args: argparse.Namespace) -> int:
+    api = _api()
+    entries = read_entries(args.file)
+    first, last, pending = send_entries(api, entries)
+    _out(f"Imported {len(entries)} memories, #{first} to #{last}.")
     if pending:
         _out(f"{pending} compression{'s are' if pending != 1 else ' is'} due, oldest first.")
         _out(f"Run: {_prog()} nap")
@@ -535,22 +552,536 @@ def do_destroy(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- OptMem folders and export archives
+#
+# OptMem keeps a memory in one folder: LOG.txt holds memory #i as the fixed
+# 320-byte record "#i DATE TEXT", space padded, newline terminated; TREE/<size>
+# holds the summary of block [k*size, (k+1)*size) as 288-byte record k, each
+# level a dense prefix; config holds "NAME = value" lines ("#" starts a
+# comment). A Stash export is that folder under memory/, beside README.txt
+# and manifest.json.
+
+OPTMEM_LOG_REC = 320
+OPTMEM_TREE_REC = 288
+OPTMEM_ENTRY_MAX = 280
+OPTMEM_SIZES = ("WAKE_LINES", "WAKE_CHARS", "ENTRY_CHARS", "PART_CHARS", "PART_LINES")
+ERASED_TEXT = "[erased]"
+MANIFEST = "manifest.json"
+MAX_ERASE_IDS = 10_000  # the server's cap per POST /erase
+_LOG_RECORD = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2})(?: (.*))?", re.S)
+
+
+def _line_problem(text: str) -> str | None:
+    """Why Stash would refuse or change this memory or summary text (the
+    server's rules for a line), or None."""
+    for ch in text:
+        if ch in "\u2028\u2029" or unicodedata.category(ch) == "Cc":
+            return f"contains the control character U+{ord(ch):04X}"
+    if not text.strip():
+        return "is empty"
+    if text != text.strip():
+        return "begins or ends with whitespace, which Stash would drop"
+    n = len(text.encode("utf-8"))
+    if n > OPTMEM_ENTRY_MAX:
+        return f"is {n} bytes, over the {OPTMEM_ENTRY_MAX}-byte limit"
+    return None
+
+
+def _record_text(rec: bytes, width: int, where: str) -> str:
+    """One fixed-width record's content: exactly ``width`` bytes ending in
+    its only newline, UTF-8, padding spaces removed."""
+    if len(rec) != width or rec[-1:] != b"\n" or b"\n" in rec[:-1]:
+        raise Failure(f"stash: {where} is not one {width}-byte line: a record shorter or longer than {width} "
+                      "bytes shifts every record after it. Nothing was imported.", 2)
+    try:
+        return rec[:-1].decode("utf-8").rstrip(" ")
+    except UnicodeDecodeError:
+        raise Failure(f"stash: {where} is not UTF-8 text. Nothing was imported.", 2) from None
+
+
+def read_optmem_log(path: str) -> tuple[list[dict], list[int]]:
+    """Every memory of an OptMem LOG.txt as ``{"date", "text"}``, oldest
+    first, and the ids of those that read ``[erased]``. Each record is checked
+    against the format and against what the server would accept, so a bad one
+    is named before anything is sent."""
+    try:
+        f = open(path, "rb")
+    except OSError as err:
+        raise Failure(f"stash: cannot read {path}: {err.strerror or err}. Nothing was imported.", 2) from None
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()  # noqa: UP017 - Python 3.8+
+    entries: list[dict] = []
+    erased: list[int] = []
+    prev = None
+    with f:
+        while True:
+            i = len(entries)
+            rec = f.read(OPTMEM_LOG_REC)
+            if not rec:
+                break
+            start = i * OPTMEM_LOG_REC
+            where = f"LOG.txt record #{i} (bytes {start} to {start + len(rec) - 1})"
+            if len(rec) < OPTMEM_LOG_REC and not rec.endswith(b"\n"):
+                raise Failure(f"stash: {where} is cut short: {len(rec)} of {OPTMEM_LOG_REC} bytes, as an "
+                              "interrupted write leaves it (OptMem ignores such a tail). To drop it: "
+                              f"truncate -s {start} {shlex.quote(path)}. Nothing was imported.", 2)
+            line = _record_text(rec, OPTMEM_LOG_REC, where)
+            m = _LOG_RECORD.fullmatch(line)
+            if not m or not m.group(3):
+                raise Failure(f"stash: {where} is not '#{i} YYYY-MM-DD text'. Nothing was imported.", 2)
+            if int(m.group(1)) != i:
+                raise Failure(f"stash: {where} is numbered #{m.group(1)}; the record at that place must be #{i}. "
+                              "Nothing was imported.", 2)
+            date, text = m.group(2), m.group(3)
+            try:
+                datetime.date.fromisoformat(date)
+            except ValueError:
+                raise Failure(f"stash: {where}: {date} is not a real calendar date. Nothing was imported.", 2) from None
+            if date > today:
+                raise Failure(f"stash: {where}: {date} is in the future (today is {today} UTC). "
+                              "Nothing was imported.", 2)
+            if prev is not None and date < prev:
+                raise Failure(f"stash: {where}: {date} is earlier than the memory before it ({prev}); "
+                              "a log is oldest first. Nothing was imported.", 2)
+            problem = _line_problem(text)
+            if problem:
+                raise Failure(f"stash: {where}: the memory {problem}. Nothing was imported.", 2)
+            if text == ERASED_TEXT:
+                erased.append(i)
+            entries.append({"date": date, "text": text})
+            prev = date
+    return entries, erased
+
+
+def _level_size(name: str) -> int | None:
+    if not (name.isascii() and name.isdigit()) or name != str(int(name)):
+        return None
+    size = int(name)
+    return size if size >= 2 and size & (size - 1) == 0 else None
+
+
+def read_optmem_tree(folder: str, T: int) -> dict[int, list[str | None]]:
+    """``{size: [summary of block k, ...]}`` from TREE/. A blank record (what
+    OptMem calls a corrupt write) reads as None: not written. A record for a
+    block the log does not complete is refused."""
+    tree_dir = os.path.join(folder, "TREE")
+    if not os.path.isdir(tree_dir):
+        return {}
+    out: dict[int, list[str | None]] = {}
+    for name in sorted(os.listdir(tree_dir)):
+        size = _level_size(name)
+        if size is None:
+            raise Failure(f"stash: TREE/{name} is not a level of the tree (those are named 2, 4, 8, ...). "
+                          "Move it out of the folder. Nothing was imported.", 2)
+        path = os.path.join(tree_dir, name)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as err:
+            raise Failure(f"stash: cannot read TREE/{name}: {err.strerror or err}. Nothing was imported.", 2) from None
+        n = -(-len(data) // OPTMEM_TREE_REC)
+        complete = T // size
+        if n > complete:
+            lo = complete * size
+            raise Failure(f"stash: TREE/{name} holds {n} summaries, but the log's {T} memories complete only "
+                          f"{complete} blocks of {size}: record {complete} would be block {lo}-{lo + size - 1}, "
+                          "which is not complete. Nothing was imported.", 2)
+        texts: list[str | None] = []
+        for k in range(n):
+            lo = k * size
+            where = f"TREE/{name} record {k} (block {lo}-{lo + size - 1})"
+            text = _record_text(data[k * OPTMEM_TREE_REC:(k + 1) * OPTMEM_TREE_REC], OPTMEM_TREE_REC, where)
+            if text:
+                problem = _line_problem(text)
+                if problem:
+                    raise Failure(f"stash: {where}: the summary {problem}. Nothing was imported.", 2)
+            texts.append(text or None)
+        out[size] = texts
+    return out
+
+
+def read_optmem_config(folder: str) -> dict[str, int]:
+    """The sizes an OptMem config file sets, read as OptMem reads them."""
+    path = os.path.join(folder, "config")
+    if not os.path.exists(path):
+        return {}
+    out: dict[str, int] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise Failure(f"stash: cannot read config: {getattr(err, 'strerror', None) or err}. "
+                      "Nothing was imported.", 2) from None
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#")[0].strip()
+        if "=" not in line:
+            continue
+        name, value = (part.strip() for part in line.split("=", 1))
+        name = name.upper()
+        if name not in OPTMEM_SIZES:
+            raise Failure(f"stash: config line {n}: {name} is not a size (those are {', '.join(OPTMEM_SIZES)}). "
+                          "Nothing was imported.", 2)
+        if not (value.isascii() and value.isdigit()) or int(value) < 1:
+            raise Failure(f"stash: config line {n}: {name} must be a positive whole number, not {value!r}. "
+                          "Nothing was imported.", 2)
+        if name == "ENTRY_CHARS" and int(value) > OPTMEM_ENTRY_MAX:
+            raise Failure(f"stash: config line {n}: ENTRY_CHARS is at most {OPTMEM_ENTRY_MAX}. "
+                          "Nothing was imported.", 2)
+        out[name] = int(value)
+    return out
+
+
+def listing_digest(files: list[dict]) -> str:
+    """A manifest's ``digest``: SHA-256 of what ``sha256sum`` prints for the
+    listed files, one ``<hex>  <path>`` line each, paths in byte order."""
+    ordered = sorted(files, key=lambda f: f["path"].encode("utf-8"))
+    return hashlib.sha256("".join(f"{f['sha256']}  {f['path']}\n" for f in ordered).encode("utf-8")).hexdigest()
+
+
+def _safe_parts(name: str, what: str) -> list[str]:
+    """A relative path's parts, refusing anything that could land outside
+    the folder it is unpacked into."""
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if name.startswith("/") or "\\" in name or ":" in name or not parts or ".." in parts:
+        raise Failure(f"stash: {what} names the path {name!r}, which could land outside its folder; "
+                      "refused, nothing was written.")
+    return parts
+
+
+def check_manifest(raw: bytes, sha_of) -> dict:
+    """Check every file a manifest lists: ``sha_of(path)`` returns its
+    ``(bytes, sha256 hex)`` or None when it is missing. Then the digest over
+    the listing. Returns the manifest."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+        files = doc["files"]
+        for f in files:
+            if not (isinstance(f["path"], str) and isinstance(f["bytes"], int) and isinstance(f["sha256"], str)):
+                raise TypeError
+    except (ValueError, KeyError, TypeError):
+        raise Failure(f"stash: {MANIFEST} is not a Stash export manifest; nothing was trusted.") from None
+    for f in files:
+        _safe_parts(f["path"], MANIFEST)
+        got = sha_of(f["path"])
+        if got is None:
+            raise Failure(f"stash: {f['path']} is listed in {MANIFEST} but missing: the export is incomplete.")
+        if got != (f["bytes"], f["sha256"]):
+            raise Failure(f"stash: {f['path']} does not match {MANIFEST} ({got[0]} bytes, SHA-256 {got[1][:16]}..., "
+                          f"where the manifest says {f['bytes']} bytes, {f['sha256'][:16]}...): it was damaged or "
+                          "changed after the export.")
+    if doc.get("digest") != listing_digest(files):
+        raise Failure(f"stash: the digest in {MANIFEST} does not match its list of files: the manifest was "
+                      "damaged or changed after the export.")
+    return doc
+
+
+def _file_sha(path: str) -> tuple[int, str] | None:
+    h = hashlib.sha256()
+    n = 0
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+                n += len(chunk)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise Failure(f"stash: cannot read {path}: {err.strerror or err}.") from None
+    return n, h.hexdigest()
+
+
+def check_folder(root: str) -> dict:
+    """Check an unpacked export against its manifest.json."""
+    try:
+        with open(os.path.join(root, MANIFEST), "rb") as f:
+            raw = f.read()
+    except OSError as err:
+        raise Failure(f"stash: cannot read {MANIFEST}: {err.strerror or err}.") from None
+    return check_manifest(raw, lambda p: _file_sha(os.path.join(root, *p.split("/"))))
+
+
+def archive_members(data: bytes) -> dict[str, bytes]:
+    """The regular files of a tar.gz, by path; links, devices, absolute or
+    climbing paths and duplicates are refused."""
+    out: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for m in tar:
+                parts = _safe_parts(m.name, "the archive")
+                if m.isdir():
+                    continue
+                if not m.isfile():
+                    raise Failure(f"stash: the archive holds {m.name!r}, which is not a plain file (a link or "
+                                  "device); refused, nothing was written.")
+                name = "/".join(parts)
+                if name in out:
+                    raise Failure(f"stash: the archive holds {name!r} twice; refused, nothing was written.")
+                out[name] = tar.extractfile(m).read()
+    except (tarfile.TarError, EOFError, OSError, zlib.error):
+        raise Failure("stash: the server's answer is not a readable tar.gz archive; nothing was written.") from None
+    return out
+
+
+def check_archive(members: dict[str, bytes]) -> dict:
+    if MANIFEST not in members:
+        raise Failure(f"stash: the archive has no {MANIFEST}; this server's export cannot be checked. "
+                      "Nothing was written.")
+    doc = check_manifest(members[MANIFEST], lambda p: (len(members[p]), hashlib.sha256(members[p]).hexdigest())
+                         if p in members else None)
+    listed = {f["path"] for f in doc["files"]} | {MANIFEST}
+    extra = sorted(set(members) - listed)
+    if extra:
+        raise Failure(f"stash: the archive holds {extra[0]!r}, which {MANIFEST} does not list; nothing was written.")
+    return doc
+
+
+def unpack(members: dict[str, bytes], target: str, force: bool) -> None:
+    """Write the members into ``target``: first into a fresh folder inside
+    it, checked against the manifest there, then moved into place, so a
+    failure leaves no half-written export. Only what the archive names is
+    replaced."""
+    if os.path.lexists(target) and not os.path.isdir(target):
+        raise Failure(f"stash: {target} exists and is not a folder; name another.", 2)
+    if os.path.isdir(target) and os.listdir(target) and not force:
+        raise Failure(f"stash: {target} is not empty; name an empty or new folder, or add --force to replace "
+                      "what the export holds there.", 2)
+    os.makedirs(target, mode=0o700, exist_ok=True)
+    stage = tempfile.mkdtemp(prefix=".stash-export-", dir=target)
+    try:
+        for name, data in members.items():
+            path = os.path.join(stage, *name.split("/"))
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        check_folder(stage)
+        for top in sorted({name.split("/")[0] for name in members}):
+            dest = os.path.join(target, top)
+            if os.path.isdir(dest) and not os.path.islink(dest):
+                shutil.rmtree(dest)
+            elif os.path.lexists(dest):
+                os.unlink(dest)
+            os.replace(os.path.join(stage, top), dest)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _export_summary(doc: dict) -> str:
+    summaries = sum(int(n) for n in doc.get("summaries", {}).values())
+    return (f"{doc.get('memories')} memories ({doc.get('erased', 0)} erased), {summaries} summaries, "
+            f"{doc.get('pending', 0)} due; manifest digest {str(doc.get('digest'))[:16]}... checked")
+
+
 def do_export(args: argparse.Namespace) -> int:
-    target = args.file or "stash-export.tar.gz"
-    if target != "-" and os.path.exists(target) and not args.force:
+    target = args.target or "stash-export.tar.gz"
+    as_archive = target == "-" or target.endswith((".tar.gz", ".tgz"))
+    if as_archive and target != "-" and os.path.exists(target) and not args.force:
         raise Failure(f"stash: {target} exists; name another file or add --force.", 2)
+    if not as_archive:
+        if os.path.lexists(target) and not os.path.isdir(target):
+            raise Failure(f"stash: {target} exists and is not a folder; name another.", 2)
+        if os.path.isdir(target) and os.listdir(target) and not args.force:
+            raise Failure(f"stash: {target} is not empty; name an empty or new folder, or add --force to "
+                          "replace what the export holds there.", 2)
     data = _api().call("GET", "/export", raw=True, timeout=LONG_TIMEOUT)
+    members = archive_members(data)
+    doc = check_archive(members)
     if target == "-":
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
         return 0
-    tmp = f"{target}.part"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, target)
-    _out(f"Wrote {target} ({len(data)} bytes). It unpacks to memory/, which OptMem reads: "
-         f"tar xzf {shlex.quote(target)} && MEMORY_DIR=memory memo wake")
+    if as_archive:
+        tmp = f"{target}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+        _out(f"Wrote {target} ({len(data)} bytes): {_export_summary(doc)}. It unpacks to memory/, which OptMem "
+             f"reads: tar xzf {shlex.quote(target)} && MEMORY_DIR=memory memo wake")
+        return 0
+    unpack(members, target, args.force)
+    _out(f"Exported to {target}: {_export_summary(doc)}. OptMem reads it: "
+         f"MEMORY_DIR={shlex.quote(os.path.join(target, 'memory'))} memo wake")
+    return 0
+
+
+def _memory_folder(path: str) -> tuple[str, str | None]:
+    """(the folder holding LOG.txt, the export root holding it under memory/ or None)."""
+    if os.path.isfile(os.path.join(path, "LOG.txt")):
+        return path, None
+    inner = os.path.join(path, "memory")
+    if os.path.isfile(os.path.join(inner, "LOG.txt")):
+        return inner, path
+    raise Failure(f"stash: {path} holds no LOG.txt, nor memory/LOG.txt: name an OptMem memory folder (like "
+                  "~/.optmem/memory) or a folder written by stash export. Nothing was imported.", 2)
+
+
+def _read_files(folder: str) -> list[str]:
+    """The files of a memory folder that an import reads, relative to it."""
+    names = ["LOG.txt"] + (["config"] if os.path.exists(os.path.join(folder, "config")) else [])
+    tree = os.path.join(folder, "TREE")
+    if os.path.isdir(tree):
+        names += [f"TREE/{n}" for n in sorted(os.listdir(tree))]
+    return names
+
+
+def _memories_held(api: Api) -> int:
+    """How many memories the store holds (a wake that is refused means some)."""
+    try:
+        return int(api.call("GET", "/wake", query={"part": 1}).get("T", 0))
+    except Failure as f:
+        if f.status == 409:
+            return -1
+        raise
+
+
+class _Interleaved(Failure):
+    """Another writer's memories landed among the folder's: no advice on
+    finishing the move applies any more."""
+
+
+def _after(f: Failure, note: str) -> Failure:
+    f.message = f.message.rstrip() + " " + note
+    return f
+
+
+def import_stages(T: int, tree: dict[int, list[str | None]]) -> list[int]:
+    """How many memories to have imported before each round of settling, so
+    that every summary the folder holds that can be carried over is.
+
+    The server takes summaries strictly in pending order (by size, then
+    position), so a block the folder lacks, once complete, blocks everything
+    after it in that order for good. Summary P of size s (block k) can be
+    carried iff no missing block before it in that order is complete when P
+    is: none of its own level before k, none of a smaller size ending at or
+    before P's end. It is settled in the round just before the next missing
+    block completes after P does."""
+    first_gap: dict[int, int] = {}
+    completions: list[int] = []
+    size = 2
+    while size <= T:
+        texts = tree.get(size, [])
+        have = [k < len(texts) and texts[k] is not None for k in range(T // size)]
+        first_gap[size] = have.index(False) if False in have else T // size
+        completions += [(k + 1) * size for k, ok in enumerate(have) if not ok]
+        size *= 2
+    completions.sort()
+    stops = {T}
+    below = T + 1  # the earliest end of a missing block of a smaller size
+    for size in sorted(first_gap):
+        for k in range(first_gap[size]):
+            hi = (k + 1) * size
+            if hi < below:
+                after = bisect.bisect_right(completions, hi)
+                stops.add(completions[after] - 1 if after < len(completions) else T)
+        if first_gap[size] < T // size:
+            below = min(below, (first_gap[size] + 1) * size)
+    return sorted(stops)
+
+
+def settle_from_tree(api: Api, tree: dict[int, list[str | None]]) -> int:
+    """Answer the naps the server names, in its order, with the folder's
+    summary of each block, until it names one the folder lacks; returns how
+    many were saved."""
+    saved = 0
+    nap = api.call("POST", "/nap", {}).get("nap")
+    while nap:
+        lo, _, last = str(nap.get("block", "")).partition("-")
+        size = int(last) + 1 - int(lo)
+        texts = tree.get(size, [])
+        k = int(lo) // size
+        text = texts[k] if k < len(texts) else None
+        if text is None:
+            break
+        ans = api.call("POST", "/nap", {"block": nap["block"], "text": text})
+        if ans.get("saved") != nap["block"]:
+            break  # another writer settled it meanwhile: stop rather than guess
+        saved += 1
+        nap = ans.get("nap")
+    return saved
+
+
+def do_import_optmem(args: argparse.Namespace) -> int:
+    folder, root = _memory_folder(args.dir)
+    if root is not None and os.path.exists(os.path.join(root, MANIFEST)):
+        try:
+            doc = check_folder(root)
+        except Failure as f:
+            raise _after(f, "Nothing was imported. (If you changed the folder on purpose, import its memory/ "
+                            f"folder: {_prog()} import-optmem {shlex.quote(folder)})") from None
+        listed = {f["path"] for f in doc["files"]}
+        unlisted = [n for n in _read_files(folder) if f"memory/{n}" not in listed]
+        if unlisted:
+            raise Failure(f"stash: memory/{unlisted[0]} is not listed in {MANIFEST}: it was added after the "
+                          "export. Nothing was imported.", 2)
+    entries, erased = read_optmem_log(os.path.join(folder, "LOG.txt"))
+    T = len(entries)
+    if not T:
+        raise Failure(f"stash: {os.path.join(folder, 'LOG.txt')} holds no memories; nothing was imported.", 2)
+    tree = read_optmem_tree(folder, T)
+    sizes = read_optmem_config(folder)
+    in_folder = sum(1 for texts in tree.values() for t in texts if t is not None)
+
+    api = _api()
+    held = _memories_held(api)
+    if held:
+        raise Failure("stash: this memory is not empty; import-optmem moves a whole OptMem memory into an empty "
+                      f"one, so that it wakes to the same document. Start one with: {_prog()} init "
+                      f"(or append only the memories, without summaries: {_prog()} import "
+                      f"{shlex.quote(os.path.join(folder, 'LOG.txt'))}). Nothing was imported.")
+    if erased:
+        try:
+            api.call("GET", "/erasures")
+        except Failure as f:
+            if f.status == 403:
+                raise Failure(f"stash: the folder has {len(erased)} erased memories (#{erased[0]} first); "
+                              "re-creating them erased takes the owner's token. Nothing was imported.") from None
+            raise
+    # The memory takes the folder's sizes; ENTRY_CHARS waits until the end,
+    # since it also limits the summaries carried over.
+    early = {name: sizes.get(name) for name in OPTMEM_SIZES if name != "ENTRY_CHARS"}
+    early["ENTRY_CHARS"] = None
+    try:
+        api.call("POST", "/config", early)
+    except Failure as f:
+        raise _after(f, "(The folder's config could not be carried over.) Nothing was imported.") from None
+
+    done = carried = 0
+    try:
+        for stop in import_stages(T, tree):
+            first, last, _ = send_entries(api, entries[done:stop])
+            if first != done:
+                raise _Interleaved(f"stash: another writer added memories meanwhile, so the folder's #{done} to "
+                              f"#{stop - 1} landed at #{first} to #{last} and its summaries no longer fit; "
+                              "nothing more was done.")
+            done = stop
+            ids = [i for i in erased if first <= i <= last]
+            for k in range(0, len(ids), MAX_ERASE_IDS):
+                api.call("POST", "/erase", {"ids": ids[k:k + MAX_ERASE_IDS]})
+            carried += settle_from_tree(api, tree)
+        if "ENTRY_CHARS" in sizes:
+            api.call("POST", "/config", {"ENTRY_CHARS": sizes["ENTRY_CHARS"]})
+        nap = api.call("POST", "/nap", {}).get("nap")
+    except Failure as f:
+        if not done or isinstance(f, _Interleaved):
+            raise
+        still = [i for i in erased if i < done]
+        erase = f"; erase what still reads [erased] as text with: {_prog()} erase {' '.join(map(str, still))}" \
+            if still else ""
+        log = shlex.quote(os.path.join(folder, "LOG.txt"))
+        rest = f"append the rest with: tail -c +{done * OPTMEM_LOG_REC + 1} {log} > rest.txt && {_prog()} import " \
+            "rest.txt; " if done < T else ""
+        raise _after(f, f"(The folder's first {done} memories are imported and {carried} summaries carried over. "
+                        f"To finish, {rest}answer what is due with {_prog()} nap{erase}; and set the sizes with "
+                        f"{_prog()} config.)") from None
+    due = int(nap.get("remaining", 0)) + 1 if nap else 0
+    again = f", {len(erased)} of them erased again" if erased else ""
+    _out(f"Imported {T} memories, #0 to #{T - 1}, with their dates{again}.")
+    _out(f"Carried over {carried} of the folder's {in_folder} summaries; "
+         f"{due} compression{'s are' if due != 1 else ' is'} due.")
+    if sizes:
+        _out("Sizes carried over: " + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ".")
+    if due:
+        _out(f"Run: {_prog()} nap")
     return 0
 
 
@@ -621,8 +1152,14 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("destroy", do_destroy)
     sp.add_argument("--yes", action="store_true", help="confirm: the memory cannot be recovered")
     sp = verb("export", do_export)
-    sp.add_argument("file", nargs="?", help="where to write (default stash-export.tar.gz; - for stdout)")
-    sp.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    sp.add_argument("target", nargs="?", metavar="DIR|FILE",
+                    help="a folder to unpack into, or a FILE ending in .tar.gz or .tgz to keep the archive whole "
+                    "(default stash-export.tar.gz; - for stdout)")
+    sp.add_argument("--force", action="store_true",
+                    help="overwrite FILE, or replace what the export holds in a non-empty DIR")
+    sp = verb("import-optmem", do_import_optmem)
+    sp.add_argument("dir", metavar="DIR", help="an OptMem memory folder (with LOG.txt) or a folder written by "
+                    "stash export (with memory/LOG.txt and manifest.json)")
     sp = verb("health", do_health)
     return p
 

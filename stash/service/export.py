@@ -4,20 +4,26 @@ The archive unpacks to ``memory/`` with OptMem's own layout, so
 ``MEMORY_DIR=memory memo wake`` reads it: ``LOG.txt`` (fixed 320-byte records
 ``#i DATE TEXT``), ``TREE/<size>`` (fixed 288-byte records) and ``config``.
 An erased memory is exported as ``[erased]``: its text no longer exists.
+Beside ``memory/`` lie ``README.txt`` and ``manifest.json`` (counts, and a
+SHA-256 of every other member plus one digest over them all).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import tarfile
 import tempfile
 import time
 
-from ..core import lines, sizes
+from ..core import blocks, lines, sizes
 from .memory import Memory
 
 LOG_REC = 320
 TREE_REC = 288
+MANIFEST = "manifest.json"
+FORMAT = "stash-export/1"
 
 
 def _record(text: str, width: int) -> bytes:
@@ -33,28 +39,75 @@ def _add(tar: tarfile.TarFile, name: str, fileobj, size: int, mtime: float) -> N
     tar.addfile(info, fileobj)
 
 
+def listing_digest(files: list[dict]) -> str:
+    """The manifest's ``digest``: SHA-256 of the text ``sha256sum`` prints for
+    the listed files, one ``<hex>  <path>\\n`` line each, paths in byte order.
+    Defined that way so anyone can recompute it with coreutils alone."""
+    ordered = sorted(files, key=lambda f: f["path"].encode())
+    text = "".join(f"{f['sha256']}  {f['path']}\n" for f in ordered)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def manifest(T: int, erased: int, levels: dict[int, int], pending: int, over: dict[str, int],
+             files: list[dict]) -> bytes:
+    """A function of the memory's content only (no timestamp), so two exports
+    of an unchanged memory carry the same manifest and the same digest."""
+    files = sorted(files, key=lambda f: f["path"].encode())
+    doc = {
+        "format": FORMAT,
+        "memories": T,
+        "erased": erased,
+        "summaries": {str(size): n for size, n in sorted(levels.items())},
+        "pending": pending,
+        "config": {name: over[name] for name in sizes.SIZES if name in over},
+        "records": {"log": LOG_REC, "tree": TREE_REC},
+        "files": files,
+        "digest": listing_digest(files),
+    }
+    return (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode()
+
+
 def export_archive(memory: Memory) -> bytes:
     mf = memory.mf
     T = mf.count()
     now = time.time()
+    files: list[dict] = []
     out = io.BytesIO()
+
+    def member(name: str, fileobj, size: int, digest: str) -> None:
+        _add(tar, name, fileobj, size, now)
+        files.append({"path": name, "bytes": size, "sha256": digest})
+
+    def small(name: str, data: bytes) -> None:
+        member(name, io.BytesIO(data), len(data), hashlib.sha256(data).hexdigest())
+
     with tarfile.open(fileobj=out, mode="w:gz") as tar, tempfile.TemporaryFile() as log:
+        h = hashlib.sha256()
         for batch in mf.scan(T):
-            log.write(b"".join(_record(line, LOG_REC) for line in batch))
+            chunk = b"".join(_record(line, LOG_REC) for line in batch)
+            h.update(chunk)
+            log.write(chunk)
         size = log.tell()
         log.seek(0)
-        _add(tar, "memory/LOG.txt", log, size, now)
+        member("memory/LOG.txt", log, size, h.hexdigest())
+        counts: dict[int, int] = {}
         for level in mf.level_sizes():
-            data = b"".join(_record(text, TREE_REC) for text in mf.level(level))
-            _add(tar, f"memory/TREE/{level}", io.BytesIO(data), len(data), now)
+            texts = list(mf.level(level))
+            counts[level] = len(texts)
+            small(f"memory/TREE/{level}", b"".join(_record(text, TREE_REC) for text in texts))
         over = mf.config()
         conf = ["# OptMem sizes for this memory, exported from Stash.", ""]
         for name, s in sizes.SIZES.items():
             mark = "" if name in over else "# "
             conf.append(f"{mark}{name} = {over.get(name, s.default)}  # {s.meaning}")
-        data = ("\n".join(conf) + "\n").encode()
-        _add(tar, "memory/config", io.BytesIO(data), len(data), now)
+        small("memory/config", ("\n".join(conf) + "\n").encode())
         readme = (f"Exported from Stash: {lines.plural(T, 'memory')}.\n"
-                  "Read it with OptMem: MEMORY_DIR=memory memo wake\n").encode()
-        _add(tar, "README.txt", io.BytesIO(readme), len(readme), now)
+                  "Read it with OptMem: MEMORY_DIR=memory memo wake\n"
+                  "manifest.json lists every other file with its SHA-256; check them with:\n"
+                  "  find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum\n"
+                  "Move it into another Stash memory with: stash import-optmem .\n").encode()
+        small("README.txt", readme)
+        pending = blocks.pending_count(T, mf.settled(T))
+        data = manifest(T, mf.erased_count(), counts, pending, over, files)
+        _add(tar, MANIFEST, io.BytesIO(data), len(data), now)
     return out.getvalue()

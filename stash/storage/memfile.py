@@ -176,6 +176,9 @@ class MemoryFile:
             raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")
         return self._open(self._rows_key, row[0], "erased", i).decode()
 
+    def erased_count(self) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM erased").fetchone()[0]
+
     def memories(self, lo: int, hi: int) -> list[tuple[int, str, str]]:
         """``(id, date, text)`` for memories ``[lo, hi)``; an erased one has
         text ``[erased]``."""

@@ -360,7 +360,8 @@ SPECS: dict[tuple[str, str], R] = {
     ("GET", "/export"): R(
         None, media="application/gzip", query={},
         description="A tar.gz holding memory/LOG.txt, memory/TREE/<size>, memory/config and README.txt, "
-                    "readable by OptMem with MEMORY_DIR=memory.",
+                    "readable by OptMem with MEMORY_DIR=memory, and manifest.json: counts, the SHA-256 of every "
+                    "other member and one digest over them (API-REFERENCE.md, Export archive).",
     ),
     ("GET", "/openapi.json"): R({"type": "object", "description": "This document."}),
     ("GET", "/client"): R(_str("The client's Python source."), media="text/x-python"),

@@ -1,0 +1,58 @@
+"""``GET /export`` carries ``manifest.json``: counts, and a SHA-256 of every
+other member plus one digest over them all, checked here with hashlib from
+the definition in API-REFERENCE.md "Export archive"."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from tests.api.support import Mem, bid, export_members, oracle_pending
+from tests.helpers import Api
+
+
+def listing(files: dict[str, bytes]) -> str:
+    """What ``sha256sum`` prints for these files, paths in byte order."""
+    return "".join(f"{hashlib.sha256(files[p]).hexdigest()}  {p}\n" for p in sorted(files, key=str.encode))
+
+
+def test_manifest_counts_and_digests(api: Api, mem: Mem) -> None:
+    mem.import_([f"memory {i} ✓" for i in range(21)])
+    mem.settle_all()
+    api.post("/erase", mem.token, json={"ids": [9, 3]})
+    # Erasing #3 dropped every summary from 2-3 up; settle the size-2 ones again, and leave the rest due.
+    for lo in range(2, 20, 2):
+        mem.nap(bid(lo, lo + 2), f"again {lo}")
+    mem.set_config(WAKE_LINES=40, ENTRY_CHARS=200)
+
+    members = export_members(api, mem.token)
+    doc = json.loads(members.pop("manifest.json"))
+    settled = {(0, 2), *((lo, lo + 2) for lo in range(2, 20, 2))}
+    assert doc["format"] == "stash-export/1"
+    assert doc["memories"] == 21 and doc["erased"] == 2
+    assert doc["summaries"] == {"2": 10}
+    assert doc["pending"] == len(oracle_pending(21, settled))
+    assert doc["config"] == {"WAKE_LINES": 40, "ENTRY_CHARS": 200}
+    assert doc["records"] == {"log": 320, "tree": 288}
+    assert doc["files"] == [{"path": p, "bytes": len(members[p]), "sha256": hashlib.sha256(members[p]).hexdigest()}
+                            for p in sorted(members, key=str.encode)]
+    assert set(members) == {"README.txt", "memory/LOG.txt", "memory/TREE/2", "memory/config"}
+    assert doc["digest"] == hashlib.sha256(listing(members).encode()).hexdigest()
+
+
+def test_an_unchanged_memory_exports_the_same_manifest(api: Api, mem: Mem) -> None:
+    mem.import_(["one", "two", "three"])
+    mem.settle_all()
+    first = export_members(api, mem.token)["manifest.json"]
+    assert export_members(api, mem.token)["manifest.json"] == first
+    mem.note("four")
+    changed = json.loads(export_members(api, mem.token)["manifest.json"])
+    assert changed["digest"] != json.loads(first)["digest"] and changed["memories"] == 4
+
+
+def test_an_empty_memory_has_a_manifest_too(api: Api, mem: Mem) -> None:
+    members = export_members(api, mem.token)
+    doc = json.loads(members.pop("manifest.json"))
+    assert (doc["memories"], doc["erased"], doc["summaries"], doc["pending"], doc["config"]) == (0, 0, {}, 0, {})
+    assert members["memory/LOG.txt"] == b""
+    assert doc["digest"] == hashlib.sha256(listing(members).encode()).hexdigest()
