@@ -154,7 +154,8 @@ def run(records: Records, req: Keyed, work: Callable[[], dict], now: float | Non
     return Answer(body)
 
 
-def memory_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict]) -> Answer:
+def memory_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict],
+                 now: float | None = None) -> Answer:
     """A write to the session's memory file, once per Idempotency-Key."""
     if key is None:
         return Answer(work())
@@ -162,10 +163,11 @@ def memory_write(session, key: str | None, route: str, body: dict, work: Callabl
     store = keys.subkey(session.master, b"idempotency")
     req = Keyed.make(user_id=session.user_id, file="memory", master=session.master, seal_root=store,
                      route=route, key=key, body=body)
-    return run(mf.idempotency_records(), req, work)
+    return run(mf.idempotency_records(), req, work, now)
 
 
-def keyring_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict]) -> Answer:
+def keyring_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict],
+                  now: float | None = None) -> Answer:
     """A write to the session's key ring, once per Idempotency-Key. The answer
     is sealed under the calling capability's own key (derived from its token
     secret), so the record of a minted token opens only for the owner's
@@ -174,4 +176,4 @@ def keyring_write(session, key: str | None, route: str, body: dict, work: Callab
         return Answer(work())
     req = Keyed.make(user_id=session.user_id, file="keyring", master=session.master,
                      seal_root=session.capability_key, route=route, key=key, body=body)
-    return run(session.keyring.idempotency_records(), req, work)
+    return run(session.keyring.idempotency_records(), req, work, now)
