@@ -126,19 +126,22 @@ class Keyed:
             ) from None
 
 
-def run(records: Records, req: Keyed, work: Callable[[], dict], now: float | None = None) -> Answer:
+def run(records: Records, req: Keyed | None, work: Callable[[], dict], now: float | None = None) -> Answer:
     """Run ``work`` once per key: inside the file's write lock, find the key's
     record; replay it, refuse a different request under it, or run ``work``
     and record its answer in the same transaction as what ``work`` wrote.
     So a crash leaves both or neither, and of two concurrent requests with
     one key exactly one writes. A refusal raised by ``work`` rolls back and
     records nothing: a retry is checked afresh. Records older than
-    WINDOW_SECONDS are deleted first, so an exact retry after the window is
-    a new request."""
+    WINDOW_SECONDS are deleted first, by every write keyed or not (``req``
+    None), so an exact retry after the window is a new request and an
+    answer does not outlive the window by more than the file's next write."""
     at = int(time.time() if now is None else now)
     records.ensure()
     with records.transaction():
         records.purge(at - WINDOW_SECONDS)
+        if req is None:
+            return Answer(work())
         found = records.find(req.lookup)
         if found is not None:
             fingerprint, sealed = found
@@ -157,13 +160,11 @@ def run(records: Records, req: Keyed, work: Callable[[], dict], now: float | Non
 def memory_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict],
                  now: float | None = None) -> Answer:
     """A write to the session's memory file, once per Idempotency-Key."""
-    if key is None:
-        return Answer(work())
-    mf = session.memory.mf
-    store = keys.subkey(session.master, b"idempotency")
-    req = Keyed.make(user_id=session.user_id, file="memory", master=session.master, seal_root=store,
-                     route=route, key=key, body=body)
-    return run(mf.idempotency_records(), req, work, now)
+    req = None
+    if key is not None:
+        req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
+                         seal_root=keys.subkey(session.master, b"idempotency"), route=route, key=key, body=body)
+    return run(session.memory.mf.idempotency_records(), req, work, now)
 
 
 def keyring_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict],
@@ -172,8 +173,8 @@ def keyring_write(session, key: str | None, route: str, body: dict, work: Callab
     is sealed under the calling capability's own key (derived from its token
     secret), so the record of a minted token opens only for the owner's
     token presented again with the same Idempotency-Key."""
-    if key is None:
-        return Answer(work())
-    req = Keyed.make(user_id=session.user_id, file="keyring", master=session.master,
-                     seal_root=session.capability_key, route=route, key=key, body=body)
+    req = None
+    if key is not None:
+        req = Keyed.make(user_id=session.user_id, file="keyring", master=session.master,
+                         seal_root=session.capability_key, route=route, key=key, body=body)
     return run(session.keyring.idempotency_records(), req, work, now)

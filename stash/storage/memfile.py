@@ -354,6 +354,7 @@ class MemoryFile:
         every summary built over it (as forget would from its size-2 block).
         The log rows are not touched. Returns (receipt id, newly erased ids,
         dropped blocks)."""
+        self.idempotency_records().ensure()
         with self.conn:
             self.conn.execute("BEGIN IMMEDIATE")
             self._chunks.clear()
@@ -383,6 +384,10 @@ class MemoryFile:
             if fresh and T >= 2:
                 lo = fresh[0] - fresh[0] % 2
                 gone = self._drop_from(lo, lo + 2)
+            if fresh:
+                # A recorded idempotent answer may quote an erased memory (a
+                # nap's source lines); it must not outlive the memory's key.
+                self.conn.execute("DELETE FROM idempotency")
             receipt = {"ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
             cur = self.conn.execute("INSERT INTO erasures(sealed) VALUES (?)", (b"",))
             rid = cur.lastrowid

@@ -222,3 +222,32 @@ def test_a_key_sent_twice_is_refused_and_good_keys_pass():
     assert idempotency.parse_key([]) is None
     for good in ("a", "x" * 255, "550e8400-e29b-41d4-a716-446655440000", '"quoted"', "~!#$%&'()*+,-./:;<=>?@[]^_`{|}"):
         assert idempotency.parse_key([good]) == good
+
+
+def test_any_later_write_deletes_expired_records(vault: Vault):
+    ident = vault.create_identity()
+    note(vault, ident.token, "k", "x")
+    note(vault, ident.token, None, "y", now=T0 + WINDOW_SECONDS - 1)
+    assert records(vault, ident.token) == 1
+    note(vault, ident.token, None, "z", now=T0 + WINDOW_SECONDS)
+    assert records(vault, ident.token) == 0
+
+    def mint(key: str | None, now: int):
+        with vault.session(ident.token, "owner") as s:
+            idempotency.keyring_write(s, key, "POST /grants", {"scope": "read"},
+                                      lambda: {"token": vault.mint_grant(s, "read")[1]}, now)
+            return s.keyring.conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0]
+
+    assert mint("g", T0) == 1
+    assert mint(None, T0 + WINDOW_SECONDS) == 0  # the sealed token is gone from the key ring
+
+
+def test_an_erasure_deletes_every_record(vault: Vault):
+    token = vault.create_identity().token
+    note(vault, token, "a", "to be erased")
+    note(vault, token, "b", "kept")
+    with vault.session(token, "owner") as s:
+        s.memory.erase([0], "2026-01-01T00:00:00Z")
+    assert records(vault, token) == 0
+    # So a retry of a write made before the erasure is a new request.
+    assert not note(vault, token, "b", "kept").replayed
