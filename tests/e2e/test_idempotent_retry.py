@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from stash import client
 from tests.e2e.conftest import CLI_TIMEOUT, REPO, Http, Server, cli_env, path_with, python_bin, start_server
 
 WAIT = 30.0
@@ -67,24 +68,30 @@ def send_and_hang_up(port: int, token: str, key: str, body: dict) -> None:
         s.sendall(head.encode() + data)
 
 
+KEY = "lost-answer-key-8c1f2e9a"
+
+
 def test_a_note_whose_answer_is_lost_retried_five_times_is_one_memory(srv: Server, http: Http):
     token = http.init()["token"]
     text = "the answer to this note was lost five times"
     notes = 'stash_requests_total{method="POST",route="/note"'
     before = metric(http, notes)
-    send_and_hang_up(srv.port, token, "lost-1", {"text": text})
+    send_and_hang_up(srv.port, token, KEY, {"text": text})
     # The server went on with the write after the client hung up.
     wait_for(lambda: count(http, token, text) == 1, "the first write")
     for _ in range(4):
-        send_and_hang_up(srv.port, token, "lost-1", {"text": text})
+        send_and_hang_up(srv.port, token, KEY, {"text": text})
     wait_for(lambda: metric(http, notes) == before + 5, "the server to answer all five")
     # A sixth try finally reads its answer: the first one's, replayed.
-    resp = http.post("/note", token, json={"text": text}, headers={"Idempotency-Key": "lost-1"})
+    resp = http.post("/note", token, json={"text": text}, headers={"Idempotency-Key": KEY})
     assert resp.status_code == 200 and resp.headers["idempotent-replayed"] == "true"
     assert resp.json() == {"id": 0, "nap": None}
     assert count(http, token, text) == 1
     assert http.ok("GET", "/wake", token)["T"] == 1
-    assert "lost-1" not in srv.log_text() and "lost-1" not in http.client.get("/metrics").text
+    assert KEY not in srv.log_text() and KEY not in http.client.get("/metrics").text
+    for path in srv.data.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path.name
 
 
 class FlakyProxy:
@@ -219,13 +226,18 @@ def test_each_write_gets_a_fresh_key_and_reads_none(srv: Server, http: Http, run
     assert count(http, token, "same words") == 2
 
 
-def test_a_client_that_never_gets_an_answer_gives_up(srv: Server, http: Http, run_client):
+def test_a_client_that_never_gets_an_answer_gives_up(srv: Server, http: Http, monkeypatch, capsys):
     token = http.init()["token"]
     proxy = FlakyProxy(srv.port, "502", spoil=100)
+    # In process, with short pauses: the backoff itself is not what is tested here.
+    monkeypatch.setattr(client, "RETRY_PAUSE", 0.01)
+    monkeypatch.setenv("STASH_URL", f"http://127.0.0.1:{proxy.port}")
+    monkeypatch.setenv("STASH_TOKEN", token)
     try:
-        done = run_client(f"http://127.0.0.1:{proxy.port}", token, "note", "never answered")
+        code = client.main(["note", "never answered"])
     finally:
         proxy.close()
-    assert done.returncode == 1 and "502" in done.stderr and "Traceback" not in done.stderr
+    err = capsys.readouterr().err
+    assert code == 1 and "502" in err and "Traceback" not in err
     assert len(proxy.keys) == 5 and len(set(proxy.keys)) == 1  # the first try and four resends
     assert count(http, token, "never answered") == 0
