@@ -171,10 +171,10 @@ def _read_to_close(sock: socket.socket) -> bytes:
 
 @pytest.fixture
 def run_client(tmp_path: Path):
-    def run(url: str, token: str, *args: str) -> subprocess.CompletedProcess:
+    def run(url: str, token: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         env = cli_env(url, token, path_with(python_bin(tmp_path / "bin")))
         return subprocess.run([sys.executable, "-m", "stash", *args], env=env, capture_output=True, text=True,
-                              timeout=CLI_TIMEOUT, cwd=REPO)
+                              timeout=CLI_TIMEOUT, cwd=REPO, input=stdin)
     return run
 
 
@@ -217,12 +217,13 @@ def test_each_write_gets_a_fresh_key_and_reads_none(srv: Server, http: Http, run
     token = http.init()["token"]
     proxy = FlakyProxy(srv.port, "drop", spoil=0)
     try:
-        for verb in (("note", "same words"), ("note", "same words"), ("wake",)):
-            assert run_client(f"http://127.0.0.1:{proxy.port}", token, *verb).returncode == 0
+        for verb in (("import", "-"), ("note", "same words"), ("note", "same words"), ("nap",), ("wake",)):
+            done = run_client(f"http://127.0.0.1:{proxy.port}", token, *verb, stdin="2020-01-01 imported\n")
+            assert done.returncode == 0, done.stderr
     finally:
         proxy.close()
-    first, second, wake = proxy.keys
-    assert first != second and UUID.fullmatch(first) and UUID.fullmatch(second) and wake is None
+    *writes, wake = proxy.keys
+    assert len(writes) == len(set(writes)) == 4 and all(UUID.fullmatch(k) for k in writes) and wake is None
     assert count(http, token, "same words") == 2
 
 
