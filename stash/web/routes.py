@@ -301,11 +301,11 @@ async def grants_mint(request: Request) -> Response:
     def mint(s) -> dict:
         grant_id, token = vault.mint_grant(s, scope)
         row = next(g for g in vault.list_grants(s) if g["id"] == grant_id)
-        shown = ("shown once" if key is None else
-                 "shown once (and to an exact retry with the same Idempotency-Key within 24 hours)")
+        shown = ("shown once and never stored" if key is None else
+                 "shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
+                 "(from a copy sealed under the owner's token); it is never stored in the clear")
         return {"id": grant_id, "scope": scope, "created": row["created"], "token": token,
-                "note": f"This token is {shown} and never stored in the clear; revoke it with "
-                        f"DELETE /grants/{grant_id}."}
+                "note": f"This token is {shown}; revoke it with DELETE /grants/{grant_id}."}
 
     answer = await _authed(request, "owner", lambda s: idempotency.keyring_write(
         s, key, "POST /grants", data, lambda: mint(s)))
