@@ -113,3 +113,19 @@ CREATE TABLE IF NOT EXISTS erasures (
     id      INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
 );
+
+-- @idempotency
+-- Idempotency records, in both files: the memory file holds those of
+-- POST /note, /nap and /import, the key ring those of POST /grants. One row
+-- per keyed write that succeeded, inserted in the same transaction as the
+-- write itself, and deleted once older than the retention window. Applied
+-- when a file is created, and to older files before their first keyed write.
+-- Nothing in a row names the Idempotency-Key or opens without it:
+CREATE TABLE IF NOT EXISTS idempotency (
+    lookup       BLOB PRIMARY KEY,   -- keyed BLAKE2b of the Idempotency-Key (key: a master-derived subkey)
+    fingerprint  BLOB NOT NULL,      -- keyed BLAKE2b of the route and the canonical JSON body
+    created      INTEGER NOT NULL,   -- Unix seconds, for the retention window
+    sealed       BLOB NOT NULL       -- the answer, padded, sealed under a key derived from the Idempotency-Key
+) WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created);

@@ -21,9 +21,11 @@ import argparse
 import bisect
 import datetime
 import hashlib
+import http.client
 import io
 import json
 import os
+import random
 import re
 import shlex
 import shutil
@@ -31,10 +33,12 @@ import socket
 import sys
 import tarfile
 import tempfile
+import time
 import unicodedata
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 import zlib
 
 __all__ = ["VERBS", "main"]
@@ -61,6 +65,12 @@ VERBS = {
 TIMEOUT = 30.0
 LONG_TIMEOUT = 300.0
 IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # well under the server's 16 MiB import cap
+# Writes that carry an Idempotency-Key, so that resending one whose answer was
+# lost cannot write twice: the server replays the first answer instead.
+KEYED_WRITES = {("POST", "/note"), ("POST", "/nap"), ("POST", "/import"), ("POST", "/grants")}
+RETRIES = 4  # resends of a keyed write after the first try
+RETRY_PAUSE = 0.5  # seconds before the first resend, doubling each time
+RETRY_STATUSES = (502, 503, 504)
 _DATED = re.compile(r"(?:#\d+\s+)?(\d{4}-\d{2}-\d{2})\s+(.*)")
 _CURL = re.compile(
     r"(?P<lead>Run: )?curl -s -H \"Authorization: Bearer \$STASH_TOKEN\"(?: -X (?P<method>[A-Z]+))?"
@@ -207,21 +217,22 @@ class Api:
             headers["Content-Type"] = "application/json"
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
+        keyed = (method, path) in KEYED_WRITES
+        if keyed:
+            headers["Idempotency-Key"] = str(uuid.uuid4())
         req = urllib.request.Request(target, data=data, headers=headers, method=method)  # noqa: S310 - http(s) only
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http(s) checked above
-                payload = resp.read()
-        except urllib.error.HTTPError as err:
-            raise self._refusal(err) from None
-        except urllib.error.URLError as err:
-            raise Failure(f"stash: cannot reach the server at STASH_URL={_shown(self.url)} "
-                          f"({_reason(err.reason)}). Check the address and that the server is running.") from None
-        except (TimeoutError, socket.timeout):  # noqa: UP041 - distinct classes before Python 3.10
-            raise Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer within "
-                          f"{timeout:.0f} s; try again.") from None
-        except OSError as err:
-            raise Failure(f"stash: the connection to STASH_URL={_shown(self.url)} failed "
-                          f"({_reason(err)}); try again.") from None
+        attempt = 0
+        while True:
+            try:
+                payload = self._send(req, timeout)
+                break
+            except _Lost as lost:
+                if not keyed or attempt == RETRIES:
+                    raise lost.failure from None
+            # The same request, same key: if the first one was written, the
+            # server answers what it answered then and writes nothing.
+            time.sleep(RETRY_PAUSE * 2**attempt * (1 + random.random() / 4))
+            attempt += 1
         if raw:
             return payload
         try:
@@ -229,6 +240,30 @@ class Api:
         except ValueError:
             raise Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer JSON; "
                           "is that the address of a Stash server?") from None
+
+    def _send(self, req: urllib.request.Request, timeout: float) -> bytes:
+        """One try: the answer's bytes, a :class:`Failure`, or :class:`_Lost`
+        when the answer may have been lost on the way (a dropped connection,
+        a timeout, or a gateway's 502/503/504), which a keyed write resends."""
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http(s) checked above
+                return resp.read()
+        except urllib.error.HTTPError as err:
+            if err.code in RETRY_STATUSES:
+                raise _Lost(self._refusal(err)) from None
+            raise self._refusal(err) from None
+        except urllib.error.URLError as err:
+            failure = Failure(f"stash: cannot reach the server at STASH_URL={_shown(self.url)} "
+                              f"({_reason(err.reason)}). Check the address and that the server is running.")
+            if isinstance(err.reason, (ConnectionError, TimeoutError, socket.timeout)):
+                raise _Lost(failure) from None
+            raise failure from None
+        except (TimeoutError, socket.timeout):  # noqa: UP041 - distinct classes before Python 3.10
+            raise _Lost(Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer within "
+                                f"{timeout:.0f} s; try again.")) from None
+        except (OSError, http.client.HTTPException) as err:
+            raise _Lost(Failure(f"stash: the connection to STASH_URL={_shown(self.url)} failed "
+                                f"({_reason(err)}); try again.")) from None
 
     def _refusal(self, err: urllib.error.HTTPError) -> Failure:
         try:
@@ -243,6 +278,15 @@ class Api:
         if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
             extra = localize(nap["prompt"], self.steps)
         return Failure(localize(body["message"], self.steps), 1, extra, err.code)
+
+
+class _Lost(Exception):
+    """A try whose answer may have been lost; ``failure`` is what to report
+    if no resend gets one."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
 
 
 def _reason(reason: object) -> str:

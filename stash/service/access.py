@@ -38,6 +38,9 @@ class Session:
     files: UserFiles
     cipher: str
     master: bytes = field(repr=False, default=b"")
+    # Derived from the token's secret, which is never stored: seals what only
+    # this capability may read back (the record of a minted token).
+    capability_key: bytes = field(repr=False, default=b"")
     _memory: Memory | None = field(repr=False, default=None)
 
     @property
@@ -50,6 +53,7 @@ class Session:
 
     def close(self) -> None:
         self.master = b""
+        self.capability_key = b""
         if self._memory is not None:
             self._memory.mf.close()
 
@@ -194,7 +198,8 @@ class Vault:
                     code="auth.scope",
                 )
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
-                              ring.meta("file_cipher") or "none", master)
+                              ring.meta("file_cipher") or "none", master,
+                              keys.subkey(token.secret, b"capability-idempotency"))
             del master
             try:
                 yield session

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
@@ -62,6 +64,24 @@ def can_write(folder: Path) -> bool:
             os.unlink(name)
         except OSError:
             pass
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """Hold the file's write lock (``BEGIN IMMEDIATE``) for the block and
+    commit it whole, or roll all of it back if the block raises. Inside a
+    transaction already, it joins it: the outer block commits, so a write and
+    the idempotency record of it land together or not at all."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
 
 
 def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02) -> bool:

@@ -18,7 +18,8 @@ import argon2.exceptions
 
 from ..core.errors import Conflict
 from ..crypto import aead, keys
-from .files import checkpoint, connect
+from .files import checkpoint, connect, write_transaction
+from .idempotency import Records
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
@@ -51,6 +52,7 @@ class Keyring:
     def create(cls, path: Path, user_id: str, file_cipher: str) -> Keyring:
         ring = cls(path, user_id)
         ring.conn.executescript(sections()["keyring"])
+        ring.conn.executescript(sections()["idempotency"])
         ring.conn.execute(
             "INSERT INTO keyring_meta(name, value) VALUES ('user_id', ?), ('file_cipher', ?), ('format', '1')",
             (user_id, file_cipher),
@@ -65,6 +67,9 @@ class Keyring:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def idempotency_records(self) -> Records:
+        return Records(self.conn)
 
     def meta(self, name: str) -> str | None:
         row = self.conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (name,)).fetchone()
@@ -83,8 +88,7 @@ class Keyring:
             raise ValueError("unknown scope")
         salt = keys.new_salt()
         kek = keys.derive_kek(secret, salt, kdf)
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
+        with write_transaction(self.conn):
             cur = self.conn.execute(
                 "INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc())
             )

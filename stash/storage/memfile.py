@@ -16,7 +16,8 @@ from pathlib import Path
 from ..core.blocks import forget_span, levels
 from ..core.errors import Conflict, Damaged
 from ..crypto import aead, keys
-from .files import checkpoint, connect
+from .files import checkpoint, connect, write_transaction
+from .idempotency import Records
 from .schema import sections
 
 MEMORY_PLAINTEXT_BYTES = 320  # 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded
@@ -73,6 +74,7 @@ class MemoryFile:
         try:
             if create:
                 self.conn.executescript(sections()["memory"])
+                self.conn.executescript(sections()["idempotency"])
                 self.conn.execute("INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', '1')", (user_id,))
             else:
                 row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
@@ -87,6 +89,9 @@ class MemoryFile:
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
         self._chunks: dict[int, bytes] = {}
+
+    def idempotency_records(self) -> Records:
+        return Records(self.conn)
 
     def close(self) -> None:
         self._chunks.clear()
@@ -148,8 +153,7 @@ class MemoryFile:
         first id. Ids are taken inside the write lock, so concurrent writers
         (threads or processes) never share one. ``check(T, newest_date)`` runs
         inside the lock before anything is written and may refuse."""
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
+        with write_transaction(self.conn):
             self._chunks.clear()  # another writer may have created chunks
             base = self.count()
             if check is not None:
@@ -287,8 +291,7 @@ class MemoryFile:
         sealed = aead.seal(
             self._rows_key, aead.pad(text.encode(), SUMMARY_PLAINTEXT_BYTES), self._aad("summaries", f"{size}|{idx}")
         )
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
+        with write_transaction(self.conn):
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
             if (0 if top is None else top + 1) != idx:
                 return False
@@ -354,6 +357,7 @@ class MemoryFile:
         every summary built over it (as forget would from its size-2 block).
         The log rows are not touched. Returns (receipt id, newly erased ids,
         dropped blocks)."""
+        self.idempotency_records().ensure()
         with self.conn:
             self.conn.execute("BEGIN IMMEDIATE")
             self._chunks.clear()
@@ -383,6 +387,10 @@ class MemoryFile:
             if fresh and T >= 2:
                 lo = fresh[0] - fresh[0] % 2
                 gone = self._drop_from(lo, lo + 2)
+            if fresh:
+                # A recorded idempotent answer may quote an erased memory (a
+                # nap's source lines); it must not outlive the memory's key.
+                self.conn.execute("DELETE FROM idempotency")
             receipt = {"ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
             cur = self.conn.execute("INSERT INTO erasures(sealed) VALUES (?)", (b"",))
             rid = cur.lastrowid

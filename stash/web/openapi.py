@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core import sizes
 from ..crypto import tokens
+from ..service import idempotency
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP
 
 Schema = dict[str, Any]
@@ -159,8 +160,10 @@ class R:
         errors: dict[int, list[str]] | None = None,
         special: dict[int, tuple[str, str, list[str]]] | None = None,
         description: str = "",
+        idempotent: bool = False,
     ) -> None:
         self.answer = answer
+        self.idempotent = idempotent  # takes an Idempotency-Key header
         self.status = status
         self.media = media
         self.query = query  # name -> (schema, required); None: the query string is not read
@@ -244,6 +247,7 @@ SPECS: dict[tuple[str, str], R] = {
     ),
     ("POST", "/note"): R(
         _obj({"id": _int(0, description="The new memory's position in the log."), "nap": _NAP_OR_NULL}),
+        idempotent=True,
         body=_obj({"text": _str("One line of at most ENTRY_CHARS UTF-8 bytes, no control character; "
                                 "surrounding spaces are removed.")}),
         body_required=True,
@@ -254,6 +258,7 @@ SPECS: dict[tuple[str, str], R] = {
         _obj({"saved": _nullable(_ref("BlockId")) | {"description": "The block saved; null when nothing was written."},
               "nap": _NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
               "message": _str()}),
+        idempotent=True,
         body=_obj({"block": _ref("BlockId"), "text": _str("The summary: one line of at most ENTRY_CHARS bytes.")},
                   required=[]),
         errors={422: ["nap.missing_block", "block.invalid", "block.beyond_log", *_TEXT_CODES]},
@@ -296,6 +301,7 @@ SPECS: dict[tuple[str, str], R] = {
         _obj({"first": _int(0, description="Id of the first memory imported."),
               "last": _int(0, description="Id of the last memory imported."),
               "pending": _int(0, description="Compressions now due.")}),
+        idempotent=True,
         body=_obj({"entries": {
             "type": "array", "minItems": 1, "description": "Oldest first; the whole batch or nothing.",
             "items": _obj({"date": _str("A real calendar date, not in the future (UTC).", pattern=_DATE),
@@ -320,6 +326,7 @@ SPECS: dict[tuple[str, str], R] = {
             "note": _str(),
         }),
         status=201,
+        idempotent=True,
         body=_obj({"scope": {"enum": ["read", "full"], "description": "read may look; full may also write."}}),
         body_required=True,
         errors={400: ["request.empty_body", "request.missing_field"], 422: ["grants.bad_scope"]},
@@ -387,6 +394,18 @@ SPECS: dict[tuple[str, str], R] = {
 }
 
 
+_IDEMPOTENCY_KEY = {
+    "name": idempotency.HEADER,
+    "in": "header",
+    "required": False,
+    "description": f"Makes a retry safe: an exact retry (same route and JSON body) within "
+                   f"{idempotency.WINDOW_SECONDS // 3600} hours answers the first answer and writes nothing; the "
+                   "same key with another request is 409 idempotency.key_reused. Keys are per user. Send a fresh "
+                   "random key (a UUID) with each new request, and the same one with each retry of it.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": idempotency.KEY_MAX_CHARS,
+               "pattern": "^[\\x21-\\x7e]+$"},
+}
+
 _STATUS_WORDS = {
     400: "Unparseable or wrongly shaped request",
     401: "Missing, malformed, unknown or revoked token (always the same answer)",
@@ -423,6 +442,9 @@ def error_codes(route, spec: R | None = None) -> dict[int, list[str]]:
         add(500, "store.damaged")
     if route.scope in ("full", "owner"):
         add(403, "auth.scope")
+    if spec.idempotent:
+        add(400, "idempotency.bad_key")
+        add(409, "idempotency.key_reused")
     for status, codes in spec.errors.items():
         add(status, *codes)
     for status, (_, _, codes) in spec.special.items():
@@ -451,6 +473,8 @@ def _operation(route, spec: R, caps: dict[str, int]) -> dict:
         {"name": name, "in": "query", "required": required, "schema": schema}
         for name, (schema, required) in (spec.query or {}).items()
     ]
+    if spec.idempotent:
+        params.append(_IDEMPOTENCY_KEY)
     if params:
         op["parameters"] = params
     if spec.body is not None:
@@ -463,6 +487,12 @@ def _operation(route, spec: R, caps: dict[str, int]) -> dict:
     ok: dict[str, Any] = {"description": "Success", "content": {spec.media: {}}}
     if spec.answer is not None:
         ok["content"][spec.media]["schema"] = spec.answer
+    if spec.idempotent:
+        ok["headers"] = {idempotency.REPLAYED_HEADER: {
+            "description": "`true` when this is the recorded answer to an earlier request with the same "
+                           "Idempotency-Key, replayed without writing; absent otherwise.",
+            "schema": {"const": "true"},
+        }}
     responses: dict[str, Any] = {str(spec.status): ok}
     for status, codes in error_codes(route, spec).items():
         schema = _ref("Error")

@@ -16,7 +16,7 @@ from .. import __version__
 from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
-from ..service import onboarding, pages
+from ..service import idempotency, onboarding, pages
 from ..storage.files import UserFiles, can_write
 from .jsonio import JSON, parse_int, query_object, read_object
 
@@ -110,6 +110,19 @@ class RouteSpec:
 
             request.scope["stash.error"] = err.code
             return error_response(err)
+
+
+def _idempotency_key(request: Request) -> str | None:
+    return idempotency.parse_key(request.headers.getlist(idempotency.HEADER))
+
+
+def _once(request: Request, answer: idempotency.Answer, status_code: int = 200) -> Response:
+    """The answer, marked when it is the replay of an earlier request's."""
+    headers = {}
+    if answer.replayed:
+        headers[idempotency.REPLAYED_HEADER] = "true"
+        request.app.state.metrics.event("idempotent_replay")
+    return JSON(answer.body, status_code=status_code, headers=headers)
 
 
 # ---------------------------------------------------------------- public
@@ -229,13 +242,17 @@ async def wake(request: Request) -> Response:
 
 
 async def note(request: Request) -> Response:
+    key = _idempotency_key(request)
     data = await read_object(request, {"text"}, required={"text"})
-    return JSON(await _authed(request, "full", lambda s: s.memory.note(data["text"])))
+    return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
+        s, key, "POST /note", data, lambda: s.memory.note(data["text"]))))
 
 
 async def nap(request: Request) -> Response:
+    key = _idempotency_key(request)
     data = await read_object(request, {"block", "text"})
-    return JSON(await _authed(request, "full", lambda s: s.memory.nap(data.get("block"), data.get("text"))))
+    return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
+        s, key, "POST /nap", data, lambda: s.memory.nap(data.get("block"), data.get("text")))))
 
 
 async def recall(request: Request) -> Response:
@@ -274,8 +291,10 @@ async def config_set(request: Request) -> Response:
 
 
 async def import_(request: Request) -> Response:
+    key = _idempotency_key(request)
     data = await read_object(request, {"entries"}, required={"entries"}, cap=request.app.state.settings.max_import_body)
-    return JSON(await _authed(request, "full", lambda s: s.memory.import_entries(data["entries"])))
+    return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
+        s, key, "POST /import", data, lambda: s.memory.import_entries(data["entries"]))))
 
 
 async def export(request: Request) -> Response:
@@ -297,6 +316,7 @@ async def grants_list(request: Request) -> Response:
 
 
 async def grants_mint(request: Request) -> Response:
+    key = _idempotency_key(request)
     data = await read_object(request, {"scope"}, required={"scope"})
     scope = data["scope"]
     if scope not in ("read", "full"):
@@ -306,10 +326,15 @@ async def grants_mint(request: Request) -> Response:
     def mint(s) -> dict:
         grant_id, token = vault.mint_grant(s, scope)
         row = next(g for g in vault.list_grants(s) if g["id"] == grant_id)
+        shown = ("shown once and never stored" if key is None else
+                 "shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
+                 "(from a copy sealed under the owner's token); it is never stored in the clear")
         return {"id": grant_id, "scope": scope, "created": row["created"], "token": token,
-                "note": f"This token is shown once and never stored; revoke it with DELETE /grants/{grant_id}."}
+                "note": f"This token is {shown}; revoke it with DELETE /grants/{grant_id}."}
 
-    return JSON(await _authed(request, "owner", mint), status_code=201)
+    answer = await _authed(request, "owner", lambda s: idempotency.keyring_write(
+        s, key, "POST /grants", data, lambda: mint(s)))
+    return _once(request, answer, status_code=201)
 
 
 async def grants_revoke(request: Request) -> Response:

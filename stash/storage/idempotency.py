@@ -1,0 +1,41 @@
+"""The idempotency table of one file (memory file or key ring).
+
+It stores opaque values: the lookup and fingerprint are keyed hashes and the
+answer is sealed before it gets here (:mod:`stash.service.idempotency`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import AbstractContextManager
+
+from .files import write_transaction
+from .schema import sections
+
+
+class Records:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def ensure(self) -> None:
+        """Create the table in a file made before it existed. Outside any
+        transaction: executescript commits whatever is open."""
+        self.conn.executescript(sections()["idempotency"])
+
+    def transaction(self) -> AbstractContextManager[None]:
+        return write_transaction(self.conn)
+
+    def purge(self, before: int) -> None:
+        """Delete every record created at or before ``before`` (Unix seconds)."""
+        self.conn.execute("DELETE FROM idempotency WHERE created <= ?", (before,))
+
+    def find(self, lookup: bytes) -> tuple[bytes, bytes] | None:
+        """``(fingerprint, sealed)`` of the record at ``lookup``, or None."""
+        row = self.conn.execute("SELECT fingerprint, sealed FROM idempotency WHERE lookup = ?", (lookup,)).fetchone()
+        return (bytes(row[0]), bytes(row[1])) if row else None
+
+    def put(self, lookup: bytes, fingerprint: bytes, created: int, sealed: bytes) -> None:
+        self.conn.execute(
+            "INSERT INTO idempotency(lookup, fingerprint, created, sealed) VALUES (?, ?, ?, ?)",
+            (lookup, fingerprint, created, sealed),
+        )
