@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import shutil
 import sqlite3
 import time
 from pathlib import Path
+
+from ..core.errors import Damaged, Full, StashError, Unavailable
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
     import sqlcipher3.dbapi2 as _sqlcipher
@@ -15,6 +18,52 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
 FILE_CIPHERS = ("sqlcipher", "none")
 PAGE_BYTES = 16384
 BUSY_TIMEOUT_MS = 30_000
+
+
+DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,) + ((_sqlcipher.Error,) if _sqlcipher is not None else ())
+
+# SQLite's primary result codes (sqlite3.h) that mean the storage, not the request, failed.
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 8, 10, 11
+_SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
+
+FULL = ("The server's disk is full, so nothing was written; memories already acknowledged are safe. "
+        "Tell the operator to free space, then retry.")
+READ_ONLY = ("The server's data folder is read-only, so nothing was written; memories already acknowledged are "
+             "safe. Tell the operator to make it writable, then retry.")
+UNREADABLE = ("This memory's file cannot be read right now (missing, unreadable or an I/O error); nothing was "
+              "changed. Tell the operator to run `stash verify` and restore it from a backup if needed.")
+DAMAGED = "This memory's file is damaged and was not served; the operator should run `stash verify` and restore it."
+
+
+class MissingFile(Exception):
+    """A user's file that must exist is not there."""
+
+
+def storage_error(exc: BaseException) -> StashError | None:
+    """The refusal a storage failure means for the caller, or None when the
+    exception is not one (a bug, to be reported as such). Nothing of the
+    exception's own text (paths, SQL) is carried over."""
+    if isinstance(exc, MissingFile):
+        return Unavailable(UNREADABLE, code="store.missing")
+    if isinstance(exc, DB_ERRORS):
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if code == _SQLITE_FULL:
+            return Full(FULL)
+        if code == _SQLITE_READONLY:
+            return Unavailable(READ_ONLY, code="store.read_only")
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return Damaged(DAMAGED)
+        if code in (_SQLITE_PERM, _SQLITE_IOERR, _SQLITE_CANTOPEN):
+            return Unavailable(UNREADABLE, code="store.unreadable")
+        return None
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return Full(FULL)
+        if exc.errno == errno.EROFS:
+            return Unavailable(READ_ONLY, code="store.read_only")
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EIO, errno.ENOENT):
+            return Unavailable(UNREADABLE, code="store.unreadable")
+    return None
 
 
 def available_file_cipher() -> str:
@@ -30,13 +79,18 @@ class UserFiles:
         self.memory = self.folder / "memory.db"
 
     def exists(self) -> bool:
-        return self.keyring.is_file()
+        """The user's folder is there (its files may still be missing: that
+        is reported as such, not as an unknown user)."""
+        return self.folder.is_dir()
 
     def create_folder(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=False, mode=0o700)
 
     def destroy(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=False)
+
+    def destroy_quietly(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02) -> bool:
@@ -54,9 +108,13 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Connection:
+def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, fsync
-    on commit, and freed pages overwritten so destroyed keys leave no copy."""
+    on commit, and freed pages overwritten so destroyed keys leave no copy.
+    Without ``create`` a missing file is :class:`MissingFile`, never a new
+    empty one."""
+    if not create and not Path(path).is_file():
+        raise MissingFile(path.name)
     if cipher == "sqlcipher":
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
