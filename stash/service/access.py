@@ -118,6 +118,8 @@ class Vault:
                 break
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise storage_error(exc, self.data_dir) or exc from None
         else:  # pragma: no cover - 2**64 ids
             raise RuntimeError("could not allot a user id")
         token, secret = tokens.mint(user_id)
@@ -138,7 +140,7 @@ class Vault:
         except BaseException as exc:
             # Half a user is no user: without its files nobody could ever open it.
             files.destroy_quietly()
-            err = storage_error(exc) if isinstance(exc, Exception) else None
+            err = storage_error(exc, self.data_dir) if isinstance(exc, Exception) else None
             if err is not None:
                 raise err from None
             raise
@@ -213,13 +215,13 @@ class Vault:
         except Exception as exc:
             # The user's folder is there but its key ring cannot be opened:
             # say so, rather than blame the token.
-            raise storage_error(exc) or Damaged("The key ring of this store is unreadable; restore it from a "
-                                                "backup.") from None
+            err = storage_error(exc, self.data_dir)
+            raise err or Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
         try:
             grant = ring.find(tokens.lookup_tag(token.user_id, token.secret))
         except Exception as exc:
             ring.close()
-            err = storage_error(exc)
+            err = storage_error(exc, self.data_dir)
             if err is not None and not isinstance(err, Damaged):
                 raise err from None
             raise Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
@@ -244,7 +246,7 @@ class Vault:
         except StashError:
             raise
         except Exception as exc:
-            err = storage_error(exc)
+            err = storage_error(exc, self.data_dir)
             if err is None:
                 raise
             raise err from None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import sqlite3
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from ..core.errors import Damaged, Full, StashError, Unavailable
 
@@ -39,10 +41,40 @@ class MissingFile(Exception):
     """A user's file that must exist is not there."""
 
 
-def storage_error(exc: BaseException) -> StashError | None:
+def on_read_only_fs(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def storage_error(exc: BaseException, folder: Path | None = None) -> StashError | None:
     """The refusal a storage failure means for the caller, or None when the
     exception is not one (a bug, to be reported as such). Nothing of the
-    exception's own text (paths, SQL) is carried over."""
+    exception's own text (paths, SQL) is carried over. With ``folder``, a
+    file that cannot be opened on a read-only filesystem is reported as that."""
+    err = _storage_error(exc)
+    if folder is not None and err is not None and err.code == "store.unreadable":
+        # SQLite reports a failed write to the WAL index or a failed open as
+        # an I/O error, whatever the cause; the filesystem says which it was.
+        if on_read_only_fs(folder):
+            return Unavailable(READ_ONLY, code="store.read_only")
+        if nearly_full(folder):
+            return Full(FULL)
+    return err
+
+
+def nearly_full(folder: Path) -> bool:
+    """Less than 1 MiB left for an unprivileged writer: the likeliest reason
+    an I/O error happened."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
+def _storage_error(exc: BaseException) -> StashError | None:
     if isinstance(exc, MissingFile):
         return Unavailable(UNREADABLE, code="store.missing")
     if isinstance(exc, DB_ERRORS):
@@ -108,6 +140,11 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
+def _frozen(path: Path) -> bool:
+    """The file is on a read-only filesystem and has no WAL beside it."""
+    return on_read_only_fs(path.parent) and not Path(str(path) + "-wal").exists()
+
+
 def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, fsync
     on commit, and freed pages overwritten so destroyed keys leave no copy.
@@ -115,11 +152,17 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     empty one."""
     if not create and not Path(path).is_file():
         raise MissingFile(path.name)
+    frozen = not create and _frozen(Path(path))
+    # On a read-only filesystem SQLite cannot make the WAL's index, so a WAL
+    # file could not be opened at all; a file whose WAL was folded in and
+    # removed (as the last close does) is whole in itself, and is opened as
+    # immutable: readable, and every write refused as read-only.
+    target = f"file:{quote(Path(path).resolve().as_posix())}?immutable=1" if frozen else str(path)
     if cipher == "sqlcipher":
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
         conn = _sqlcipher.connect(
-            str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=frozen
         )
         # A file that fails to open is reported to the caller as damage; the
         # library's own stderr lines about it would only be noise in the log.
@@ -132,8 +175,11 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         # encrypted header, so every open must say it.
         conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
     else:
-        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        conn = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
+                               uri=frozen)
         conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect when the file is created
+    if frozen:
+        return conn
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
