@@ -88,17 +88,23 @@ class Keyring:
         only moves forward, so concurrent writers finishing out of order leave
         the furthest one. Best effort (False when it could not be written, as
         on a full disk): a copy that lags is accepted by the next open when
-        the log extends it, and the next write brings it up to date."""
+        the log extends it, and the next write brings it up to date. For the
+        same reason its commit is not fsynced (a power cut may lose it, which
+        is a lag): that keeps the cost of a note at one fsync, not two."""
         try:
-            with self.conn:
-                self.conn.execute("BEGIN IMMEDIATE")
-                current = self.log_head()
-                if current is None or current.count < head.count:
-                    self.conn.execute(
-                        "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                        "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                        (HEAD_COPY, head.pin()),
-                    )
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with self.conn:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    current = self.log_head()
+                    if current is None or current.count < head.count:
+                        self.conn.execute(
+                            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                            (HEAD_COPY, head.pin()),
+                        )
+            finally:
+                self.conn.execute("PRAGMA synchronous = FULL")
         except (*DB_ERRORS, ValueError, OSError):
             return False
         return True
