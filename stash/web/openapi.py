@@ -463,6 +463,13 @@ def _operation(route, spec: R) -> dict:
         {"name": name, "in": "query", "required": required, "schema": schema}
         for name, (schema, required) in (spec.query or {}).items()
     ]
+    if route.scope in _SECURED:
+        params.append({
+            "name": "Stash-Pin", "in": "header", "required": False,
+            "schema": _str(pattern="^[0-9]{1,18}:[0-9a-f]{64}$"),
+            "description": "A log head this client saw (`head.pin` of an earlier answer). The request is refused "
+                           "with 409 store.pin_mismatch unless the log is that one or grew from it.",
+        })
     if params:
         op["parameters"] = params
     if spec.body is not None:
