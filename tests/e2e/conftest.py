@@ -43,6 +43,7 @@ class Server:
     data: Path
     log: Path
     extra: list[str] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)  # a command the server runs under, e.g. setpriv
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -54,8 +55,8 @@ class Server:
         # A port can be taken between probing and binding; retry on a new one.
         for _ in range(3):
             self.port = free_port()
-            cmd = [sys.executable, "-m", "stash", "serve", "--data", str(self.data), "--port", str(self.port),
-                   "--host", "127.0.0.1",
+            cmd = [*self.prefix, sys.executable, "-m", "stash", "serve", "--data", str(self.data),
+                   "--port", str(self.port), "--host", "127.0.0.1",
                    # Every test client connects from 127.0.0.1: lift the per-address limits.
                    "--init-per-minute", "100000", "--auth-failures-per-minute", "100000", *self.extra]
             with open(self.log, "ab") as out:

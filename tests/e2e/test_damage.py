@@ -43,8 +43,8 @@ def umount(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def serving(data: Path, log: Path) -> Iterator[tuple[Server, Http]]:
-    srv = Server(data=data, log=log).start()
+def serving(data: Path, log: Path, prefix: list[str] | None = None) -> Iterator[tuple[Server, Http]]:
+    srv = Server(data=data, log=log, prefix=prefix or []).start()
     http = Http(srv.url)
     try:
         yield srv, http
@@ -196,6 +196,33 @@ def test_a_missing_or_replaced_user_file_is_refused_and_others_keep_working(tmp_
         shutil.copyfile(aside / "memory.db", folder / "memory.db")
         a.assert_all_there()
         assert a.note("back again").status_code == 200
+        a.assert_all_there()
+
+
+# Root reads any file whatever its mode; without these two capabilities (as a
+# server run as an ordinary user would be) a file's mode applies.
+WITHOUT_OVERRIDE = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def test_an_unreadable_user_file_is_refused_and_others_keep_working(tmp_path: Path):
+    data = tmp_path / "data"
+    with serving(data, tmp_path / "server.log", WITHOUT_OVERRIDE) as (srv, http):
+        a, b = User(http), User(http)
+        for k in range(4):
+            assert a.note(f"dunlin {k}").status_code == 200
+            assert b.note(f"stint {k}").status_code == 200
+        folder = data / "users" / a.user_id
+        for name in ("memory.db", "keyring.db"):
+            (folder / name).chmod(0)
+            for resp in (http.get("/wake", a.token), a.note("while unreadable")):
+                body = assert_error(resp, 503, "store.unreadable")
+                assert "stash verify" in body["message"]
+            b.assert_all_there()
+            assert b.note(f"stint while {name} is unreadable").status_code == 200
+            alive(srv, http)
+            (folder / name).chmod(0o600)
+            a.assert_all_there()
+        assert a.note("readable again").status_code == 200
         a.assert_all_there()
 
 
