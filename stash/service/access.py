@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Unauthorized
+from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Unauthorized, Unavailable
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..storage import userlock
-from ..storage.files import UserFiles, available_file_cipher, storage_error
+from ..storage.files import MissingFile, UserFiles, available_file_cipher, storage_error
 from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from .memory import Memory
@@ -187,8 +187,8 @@ class Vault:
         files = session.files
         try:
             T: int | None = session.memory.mf.count()
-        except Damaged:
-            T = None  # a damaged memory can still be destroyed
+        except (Damaged, Unavailable, MissingFile):
+            T = None  # a damaged, rolled-back or missing memory can still be destroyed
         session.close()
         session.keyring.close()
         for path in sorted(files.folder.iterdir()):

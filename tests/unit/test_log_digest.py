@@ -289,3 +289,19 @@ def test_a_store_written_before_the_digest_gets_it_on_first_open(user: User):
     with user.raw() as conn:
         conn.execute("DELETE FROM log WHERE id = 5")
     assert_error(user.wake(), 500, "store.rolled_back")
+
+
+@pytest.mark.parametrize("harm", ["cut", "missing"])
+def test_a_store_that_cannot_be_served_can_still_be_destroyed(user: User, harm: str):
+    for t in texts(3):
+        user.note(t)
+    if harm == "cut":
+        with user.raw() as conn:
+            conn.execute("DELETE FROM log WHERE id = 2")
+    else:
+        (user.folder / "memory.db").unlink()
+    assert user.wake().status_code in (500, 503)
+    resp = user.http.delete("/store", user.token)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["memories"] is None
+    assert not user.folder.exists()
