@@ -25,9 +25,11 @@
 -- * An authenticated running digest of the log, so truncation or replay of
 --   an older copy is detectable. Log rows are immutable — erasure destroys
 --   keys, never ciphertext — so a hash chain over (id, sealed) of every log
---   row stays valid forever and can be computed incrementally; its head
---   (T, digest) MACed under a master-derived key belongs in a table of its
---   own (log_digest) plus a copy in the keyring, outside this file.
+--   row, keyed by a master-derived key (stash/crypto/chain.py), stays valid
+--   forever and is extended with each append. Its head is the meta row
+--   'log_head' ("T prev_digest digest", written in the same transaction as
+--   the rows), copied as keyring_meta 'log_head' ("T:digest") outside this
+--   file. Format 2; a format-1 file gets its chain on first open.
 
 -- @keyring
 PRAGMA secure_delete = ON;

@@ -1,5 +1,6 @@
-"""The ``stash`` command: ``serve`` runs the server; ``mcp`` serves the agent's
-verbs to an MCP host over stdio; every other verb is the HTTP client
+"""The ``stash`` command: ``serve`` runs the server, ``backup`` and ``verify``
+work on its data folder; ``mcp`` serves the agent's verbs to an MCP host over
+stdio; every other verb is the HTTP client
 (:mod:`stash.client`, also served as one file at ``GET /client``)."""
 
 from __future__ import annotations
@@ -17,6 +18,14 @@ def main(argv: list[str] | None = None) -> int:
         from .mcp_server import main as mcp
 
         return mcp(argv[1:])
+    if argv[:1] == ["backup"]:
+        from .operate import backup_main
+
+        return backup_main(argv[1:])
+    if argv[:1] == ["verify"]:
+        from .operate import verify_main
+
+        return verify_main(argv[1:])
     from .. import client
 
     return client.main(argv)

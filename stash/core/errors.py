@@ -87,8 +87,30 @@ class Damaged(StashError):
     code = "store.damaged"
 
 
+class RolledBack(Damaged):
+    """The log is shorter than, or on another history from, the head recorded
+    for it (in the file, or the copy in the key ring): it was cut short or
+    replaced with an older copy. Never served."""
+
+    code = "store.rolled_back"
+
+
+class PinMismatch(Conflict):
+    """The log does not continue the head the client pinned (``Stash-Pin``)."""
+
+    code = "store.pin_mismatch"
+
+
 class Unavailable(StashError):
-    """The server is up but cannot serve writes now (readiness)."""
+    """The storage refused for a reason outside the data itself: a full disk,
+    a read-only folder, a missing or unreadable file (or, for the readiness
+    probe, a data folder that cannot be written). Nothing was written; what
+    was acknowledged before is untouched."""
 
     status = 503
-    code = "service.unavailable"
+    code = "store.unavailable"
+
+
+class Full(Unavailable):
+    status = 507
+    code = "store.full"

@@ -15,9 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import Conflict, Damaged, Forbidden, NotFound, Unauthorized
+from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Unauthorized, Unavailable
 from ..crypto import aead, keys, tokens
-from ..storage.files import UserFiles, available_file_cipher
+from ..crypto.chain import Head
+from ..storage import userlock
+from ..storage.files import MissingFile, UserFiles, available_file_cipher, storage_error
 from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from .memory import Memory
@@ -41,21 +43,57 @@ class Session:
     # Derived from the token's secret, which is never stored: seals what only
     # this capability may read back (the record of a minted token).
     capability_key: bytes = field(repr=False, default=b"")
+    pin: Head | None = None
     _memory: Memory | None = field(repr=False, default=None)
+    _copy: Head | None = field(repr=False, default=None)
+    _lock: userlock.UserLock | None = field(repr=False, default=None)
 
     @property
     def memory(self) -> Memory:
+        """The memory, opened on first use and checked before anything is
+        served: the end of its log against the head recorded in the file
+        (MemoryFile), that head against the copy in the key ring, and, when
+        the client pinned one, against the client's."""
         if self._memory is None:
             if not self.master:
                 raise RuntimeError("the session has ended")
-            self._memory = Memory(MemoryFile(self.files.memory, self.user_id, self.master, self.cipher))
+            self._lock = userlock.UserLock(self.files.folder)
+            self._lock.acquire_shared()
+            # The copy is read before the file is opened: it is written only
+            # after the file commits, so read in this order it is never ahead
+            # of the file unless the file was rolled back.
+            try:
+                copy = self.keyring.log_head()
+            except ValueError:
+                raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
+                              "backup.") from None
+            mf = MemoryFile(self.files.memory, self.user_id, self.master, self.cipher)
+            try:
+                mf.check_copy(copy)
+                if self.pin is not None:
+                    mf.check_pin(self.pin)
+                self._memory = Memory(mf)
+            except BaseException:
+                mf.close()
+                raise
+            self._copy = copy
         return self._memory
 
     def close(self) -> None:
+        """End the session: bring the key ring's copy of the head up to the
+        file's (after a write, or for a store that had none), then close the
+        file and let a backup in."""
         self.master = b""
         self.capability_key = b""
-        if self._memory is not None:
-            self._memory.mf.close()
+        try:
+            if self._memory is not None:
+                head = self._memory.mf.head
+                if self._copy is None or self._copy.count < head.count:
+                    self.keyring.advance_head(head)
+                self._memory.mf.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
 
 @dataclass(frozen=True)
@@ -86,16 +124,32 @@ class Vault:
                 break
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise storage_error(exc, self.data_dir) or exc from None
         else:  # pragma: no cover - 2**64 ids
             raise RuntimeError("could not allot a user id")
         token, secret = tokens.mint(user_id)
         master = keys.new_master_key()
-        ring = Keyring.create(files.keyring, user_id, self.file_cipher)
         try:
-            ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, master=master, kdf=self.kdf)
-        finally:
-            ring.close()
-        MemoryFile(files.memory, user_id, master, self.file_cipher, create=True).close()
+            # Held while the files are made, so a backup sees a user whole or not at all.
+            with userlock.shared(files.folder):
+                ring = Keyring.create(files.keyring, user_id, self.file_cipher)
+                try:
+                    ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, master=master,
+                             kdf=self.kdf)
+                    mf = MemoryFile(files.memory, user_id, master, self.file_cipher, create=True)
+                    head = mf.head
+                    mf.close()
+                    ring.advance_head(head)
+                finally:
+                    ring.close()
+        except BaseException as exc:
+            # Half a user is no user: without its files nobody could ever open it.
+            files.destroy_quietly()
+            err = storage_error(exc, self.data_dir) if isinstance(exc, Exception) else None
+            if err is not None:
+                raise err from None
+            raise
         return Identity(user_id, token, self.file_cipher)
 
     def mint_grant(self, session: Session, scope: str) -> tuple[int, str]:
@@ -139,8 +193,8 @@ class Vault:
         files = session.files
         try:
             T: int | None = session.memory.mf.count()
-        except Damaged:
-            T = None  # a damaged memory can still be destroyed
+        except (Damaged, Unavailable, MissingFile):
+            T = None  # a damaged, rolled-back or missing memory can still be destroyed
         session.close()
         session.keyring.close()
         for path in sorted(files.folder.iterdir()):
@@ -160,14 +214,22 @@ class Vault:
         if token is None:
             raise Unauthorized()
         files = UserFiles(self.data_dir, token.user_id)
+        if not files.exists():
+            raise Unauthorized()
         try:
             ring = open_keyring(files.keyring, token.user_id)
-        except FileNotFoundError:
-            raise Unauthorized() from None
+        except Exception as exc:
+            # The user's folder is there but its key ring cannot be opened:
+            # say so, rather than blame the token.
+            err = storage_error(exc, self.data_dir)
+            raise err or Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
         try:
             grant = ring.find(tokens.lookup_tag(token.user_id, token.secret))
-        except Exception:
+        except Exception as exc:
             ring.close()
+            err = storage_error(exc, self.data_dir)
+            if err is not None and not isinstance(err, Damaged):
+                raise err from None
             raise Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
         if grant is None or grant.wrapped is None:
             ring.close()
@@ -180,7 +242,23 @@ class Vault:
         ring.close()
 
     @contextlib.contextmanager
-    def session(self, token_text: str | None, need: str) -> Iterator[Session]:
+    def session(self, token_text: str | None, need: str, pin: Head | None = None) -> Iterator[Session]:
+        """An authenticated session. A storage failure inside it (a full disk,
+        a read-only folder, an unreadable file) becomes the refusal that says
+        so, never a bare 500."""
+        try:
+            with self._session(token_text, need, pin) as session:
+                yield session
+        except StashError:
+            raise
+        except Exception as exc:
+            err = storage_error(exc, self.data_dir)
+            if err is None:
+                raise
+            raise err from None
+
+    @contextlib.contextmanager
+    def _session(self, token_text: str | None, need: str, pin: Head | None) -> Iterator[Session]:
         token, files, ring, grant = self._authenticate(token_text)
         try:
             try:
@@ -199,7 +277,7 @@ class Vault:
                 )
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", master,
-                              keys.subkey(token.secret, b"capability-idempotency"))
+                              keys.subkey(token.secret, b"capability-idempotency"), pin)
             del master
             try:
                 yield session

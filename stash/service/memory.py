@@ -125,7 +125,12 @@ class Memory:
         return out
 
     def wake(self, part: int = 1, T: int | None = None) -> dict:
-        now = self.mf.count()
+        head = self.mf.current_head()
+        answer = self._wake(head.count, part, T)
+        answer["head"] = head.as_dict()
+        return answer
+
+    def _wake(self, now: int, part: int, T: int | None) -> dict:
         if T is None:
             T = now
         elif T > now:
@@ -177,7 +182,7 @@ class Memory:
     def note(self, text: object) -> dict:
         text = lines.check_line(text, self.sizes["ENTRY_CHARS"])
         i = self.mf.append([(self.today(), text)])
-        return {"id": i, "nap": self.nap_for(i + 1)}
+        return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.head.as_dict()}
 
     def nap(self, block: object = None, text: object = None) -> dict:
         T = self.mf.count()
@@ -336,4 +341,5 @@ class Memory:
 
         first = self.mf.append(items, check=after_newest)
         T = first + len(items)
-        return {"first": first, "last": T - 1, "pending": blocks.pending_count(T, self.mf.settled(T))}
+        return {"first": first, "last": T - 1, "pending": blocks.pending_count(T, self.mf.settled(T)),
+                "head": self.mf.head.as_dict()}

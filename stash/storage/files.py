@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sqlite3
@@ -10,6 +11,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
+
+from ..core.errors import Damaged, Full, StashError, Unavailable
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
     import sqlcipher3.dbapi2 as _sqlcipher
@@ -19,6 +23,82 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
 FILE_CIPHERS = ("sqlcipher", "none")
 PAGE_BYTES = 16384
 BUSY_TIMEOUT_MS = 30_000
+
+
+DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,) + ((_sqlcipher.Error,) if _sqlcipher is not None else ())
+
+# SQLite's primary result codes (sqlite3.h) that mean the storage, not the request, failed.
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 8, 10, 11
+_SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
+
+FULL = ("The server's disk is full, so nothing was written; memories already acknowledged are safe. "
+        "Tell the operator to free space, then retry.")
+READ_ONLY = ("The server's data folder is read-only, so nothing was written; memories already acknowledged are "
+             "safe. Tell the operator to make it writable, then retry.")
+UNREADABLE = ("This memory's file cannot be read right now (missing, unreadable or an I/O error); nothing was "
+              "changed. Tell the operator to run `stash verify` and restore it from a backup if needed.")
+DAMAGED = "This memory's file is damaged and was not served; the operator should run `stash verify` and restore it."
+
+
+class MissingFile(Exception):
+    """A user's file that must exist is not there."""
+
+
+def on_read_only_fs(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def storage_error(exc: BaseException, folder: Path | None = None) -> StashError | None:
+    """The refusal a storage failure means for the caller, or None when the
+    exception is not one (a bug, to be reported as such). Nothing of the
+    exception's own text (paths, SQL) is carried over. With ``folder``, a
+    file that cannot be opened on a read-only filesystem is reported as that."""
+    err = _storage_error(exc)
+    if folder is not None and err is not None and err.code == "store.unreadable":
+        # SQLite reports a failed write to the WAL index or a failed open as
+        # an I/O error, whatever the cause; the filesystem says which it was.
+        if on_read_only_fs(folder):
+            return Unavailable(READ_ONLY, code="store.read_only")
+        if nearly_full(folder):
+            return Full(FULL)
+    return err
+
+
+def nearly_full(folder: Path) -> bool:
+    """Less than 1 MiB left for an unprivileged writer: the likeliest reason
+    an I/O error happened."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
+def _storage_error(exc: BaseException) -> StashError | None:
+    if isinstance(exc, MissingFile):
+        return Unavailable(UNREADABLE, code="store.missing")
+    if isinstance(exc, DB_ERRORS):
+        code = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if code == _SQLITE_FULL:
+            return Full(FULL)
+        if code == _SQLITE_READONLY:
+            return Unavailable(READ_ONLY, code="store.read_only")
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return Damaged(DAMAGED)
+        if code in (_SQLITE_PERM, _SQLITE_IOERR, _SQLITE_CANTOPEN):
+            return Unavailable(UNREADABLE, code="store.unreadable")
+        return None
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            return Full(FULL)
+        if exc.errno == errno.EROFS:
+            return Unavailable(READ_ONLY, code="store.read_only")
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EIO, errno.ENOENT):
+            return Unavailable(UNREADABLE, code="store.unreadable")
+    return None
 
 
 def available_file_cipher() -> str:
@@ -34,13 +114,18 @@ class UserFiles:
         self.memory = self.folder / "memory.db"
 
     def exists(self) -> bool:
-        return self.keyring.is_file()
+        """The user's folder is there (its files may still be missing: that
+        is reported as such, not as an unknown user)."""
+        return self.folder.is_dir()
 
     def create_folder(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=False, mode=0o700)
 
     def destroy(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=False)
+
+    def destroy_quietly(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def can_write(folder: Path) -> bool:
@@ -99,14 +184,29 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Connection:
+def _frozen(path: Path) -> bool:
+    """The file is on a read-only filesystem and has no WAL beside it."""
+    return on_read_only_fs(path.parent) and not Path(str(path) + "-wal").exists()
+
+
+def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, fsync
-    on commit, and freed pages overwritten so destroyed keys leave no copy."""
+    on commit, and freed pages overwritten so destroyed keys leave no copy.
+    Without ``create`` a missing file is :class:`MissingFile`, never a new
+    empty one."""
+    if not create and not Path(path).is_file():
+        raise MissingFile(path.name)
+    frozen = not create and _frozen(Path(path))
+    # On a read-only filesystem SQLite cannot make the WAL's index, so a WAL
+    # file could not be opened at all; a file whose WAL was folded in and
+    # removed (as the last close does) is whole in itself, and is opened as
+    # immutable: readable, and every write refused as read-only.
+    target = f"file:{quote(Path(path).resolve().as_posix())}?immutable=1" if frozen else str(path)
     if cipher == "sqlcipher":
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
         conn = _sqlcipher.connect(
-            str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+            target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=frozen
         )
         # A file that fails to open is reported to the caller as damage; the
         # library's own stderr lines about it would only be noise in the log.
@@ -119,8 +219,11 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str) -> sqlite3.Conne
         # encrypted header, so every open must say it.
         conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
     else:
-        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        conn = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
+                               uri=frozen)
         conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # takes effect when the file is created
+    if frozen:
+        return conn
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")

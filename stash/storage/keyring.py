@@ -18,11 +18,13 @@ import argon2.exceptions
 
 from ..core.errors import Conflict
 from ..crypto import aead, keys
-from .files import checkpoint, connect, write_transaction
+from ..crypto.chain import Head
+from .files import DB_ERRORS, checkpoint, connect, write_transaction
 from .idempotency import Records
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
+HEAD_COPY = "log_head"
 
 
 def wrap_aad(user_id: str, grant_id: int, scope: str) -> bytes:
@@ -44,13 +46,13 @@ class Grant:
 
 
 class Keyring:
-    def __init__(self, path: Path, user_id: str) -> None:
+    def __init__(self, path: Path, user_id: str, *, create: bool = False) -> None:
         self.user_id = user_id
-        self.conn = connect(path, file_key=None, cipher="none")
+        self.conn = connect(path, file_key=None, cipher="none", create=create)
 
     @classmethod
     def create(cls, path: Path, user_id: str, file_cipher: str) -> Keyring:
-        ring = cls(path, user_id)
+        ring = cls(path, user_id, create=True)
         ring.conn.executescript(sections()["keyring"])
         ring.conn.executescript(sections()["idempotency"])
         ring.conn.execute(
@@ -74,6 +76,43 @@ class Keyring:
     def meta(self, name: str) -> str | None:
         row = self.conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (name,)).fetchone()
         return row[0] if row else None
+
+    def log_head(self) -> Head | None:
+        """The copy of the memory log's head kept here, outside the memory
+        file, so that rolling back that file alone is caught."""
+        text = self.meta(HEAD_COPY)
+        if text is None:
+            return None
+        head = Head.parse(text)
+        if head is None:
+            raise ValueError("the key ring's copy of the log head is unreadable")
+        return head
+
+    def advance_head(self, head: Head) -> bool:
+        """Record ``head`` as the copy unless the copy is already as far: it
+        only moves forward, so concurrent writers finishing out of order leave
+        the furthest one. Best effort (False when it could not be written, as
+        on a full disk): a copy that lags is accepted by the next open when
+        the log extends it, and the next write brings it up to date. For the
+        same reason its commit is not fsynced (a power cut may lose it, which
+        is a lag): that keeps the cost of a note at one fsync, not two."""
+        try:
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with self.conn:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    current = self.log_head()
+                    if current is None or current.count < head.count:
+                        self.conn.execute(
+                            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                            (HEAD_COPY, head.pin()),
+                        )
+            finally:
+                self.conn.execute("PRAGMA synchronous = FULL")
+        except (*DB_ERRORS, ValueError, OSError):
+            return False
+        return True
 
     def find(self, tag: bytes) -> Grant | None:
         row = self.conn.execute(
@@ -138,7 +177,6 @@ class Keyring:
 
 
 def open_keyring(path: Path, user_id: str) -> Keyring:
-    if not path.is_file():
-        raise FileNotFoundError("no keyring")
+    """The key ring at ``path``; :class:`MissingFile` if it is not there."""
     return Keyring(path, user_id)
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.blocks import forget_span, levels
-from ..core.errors import Conflict, Damaged
-from ..crypto import aead, keys
-from .files import checkpoint, connect, write_transaction
+from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
+from ..crypto import aead, chain, keys
+from ..crypto.chain import Head
+from .files import MissingFile, checkpoint, connect, storage_error, write_transaction
 from .idempotency import Records
 from .schema import sections
 
@@ -30,6 +31,14 @@ SCAN_BATCH = 32 * KEYS_PER_CHUNK  # whole chunks, so a batch starts on a chunk b
 ERASED = "[erased]"
 
 
+def _raise_if_unavailable(exc: Exception) -> None:
+    """A file that cannot be opened for a reason outside its bytes (a full
+    disk, a read-only folder) is reported as that, not as damage."""
+    err = storage_error(exc)
+    if isinstance(err, Unavailable):
+        raise err from None
+
+
 @dataclass(frozen=True)
 class FileKeys:
     """What opening one memory file takes: handed to a recall worker process
@@ -40,11 +49,20 @@ class FileKeys:
     cipher: str
     rows_key: bytes = field(repr=False)
     file_key: bytes | None = field(repr=False)
+    chain_key: bytes = field(repr=False, default=b"")
 
     @classmethod
     def derive(cls, path: Path, user_id: str, master: bytes, cipher: str) -> FileKeys:
         file_key = keys.subkey(master, b"file") if cipher == "sqlcipher" else None
-        return cls(Path(path), user_id, cipher, keys.subkey(master, b"rows"), file_key)
+        return cls(Path(path), user_id, cipher, keys.subkey(master, b"rows"), file_key, keys.subkey(master, b"chain"))
+
+
+HEAD_META = "log_head"
+FORMAT = "2"  # 1: no running digest; opening a format-1 file computes it once
+
+ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest: the file was cut short or "
+               "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
+               "restore this store from a backup.")
 
 
 class MemoryFile:
@@ -66,29 +84,39 @@ class MemoryFile:
         self._rows_key = fk.rows_key
         path, file_key, cipher = fk.path, fk.file_key, fk.cipher
         try:
-            self.conn = connect(path, file_key=file_key, cipher=cipher)
-        except Exception:
+            self.conn = connect(path, file_key=file_key, cipher=cipher, create=create)
+        except MissingFile:
+            raise
+        except Exception as exc:
+            _raise_if_unavailable(exc)
             raise Damaged(
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
+        self._chain_key = fk.chain_key
+        self._chunks: dict[int, bytes] = {}
         try:
             if create:
                 self.conn.executescript(sections()["memory"])
                 self.conn.executescript(sections()["idempotency"])
-                self.conn.execute("INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', '1')", (user_id,))
+                self.head = Head(0, chain.genesis(self._chain_key, user_id))
+                self.conn.execute(
+                    "INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', ?), (?, ?)",
+                    (user_id, FORMAT, HEAD_META, self._head_text(self.head, b"")),
+                )
             else:
                 row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
                 if not row or row[0] != user_id:
                     raise Damaged("This memory file does not belong to this user; restore it from a backup.")
+                self.head = self._verified_head()
         except Damaged:
             self.conn.close()
             raise
-        except Exception:
+        except Exception as exc:
             self.conn.close()
+            _raise_if_unavailable(exc)
             raise Damaged(
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
-        self._chunks: dict[int, bytes] = {}
 
     def idempotency_records(self) -> Records:
         return Records(self.conn)
@@ -96,8 +124,121 @@ class MemoryFile:
     def close(self) -> None:
         self._chunks.clear()
         self._rows_key = b""
+        self._chain_key = b""
         self._fk = None
         self.conn.close()
+
+    # ------------------------------------------------------------ the running digest
+
+    @staticmethod
+    def _head_text(head: Head, prev: bytes) -> str:
+        return f"{head.count} {prev.hex()} {head.digest.hex()}"
+
+    def _stored_head(self) -> tuple[Head, bytes] | None:
+        """The head recorded in this file and the digest before it, or None
+        for a file written before the digest existed (format 1)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (HEAD_META,)).fetchone()
+        if row is None:
+            return None
+        try:
+            count, prev, digest = row[0].split(" ")
+            return Head(int(count), bytes.fromhex(digest)), bytes.fromhex(prev)
+        except ValueError:
+            raise Damaged("The memory file's recorded digest is unreadable; "
+                          "restore this store from a backup.") from None
+
+    def _verified_head(self) -> Head:
+        """The recorded head, after checking it against the end of the log:
+        the log must hold exactly ``count`` rows and its last row must chain
+        from the recorded previous digest to the recorded head. That is two
+        indexed reads and one hash, so every open can afford it; the whole
+        chain is recomputed by ``stash verify``. A format-1 file gets its
+        chain computed here once."""
+        self.conn.execute("BEGIN")  # one snapshot: a writer may append meanwhile
+        try:
+            stored = self._stored_head()
+            T = self.count()
+            last = self.conn.execute("SELECT sealed FROM log WHERE id = ?", (T - 1,)).fetchone() if T else None
+        finally:
+            self.conn.execute("COMMIT")
+        if stored is None:
+            return self._migrate()
+        head, prev = stored
+        if head.count > T:
+            raise RolledBack(ROLLED_BACK)
+        if head.count < T:
+            raise Damaged("The log holds memories past its recorded digest; restore this store from a backup.")
+        expected = chain.step(self._chain_key, prev, T - 1, last[0]) if T else chain.genesis(self._chain_key,
+                                                                                             self.user_id)
+        if not chain.same(expected, head.digest):
+            raise Damaged("The last memory of the log disagrees with its recorded digest; "
+                          "restore this store from a backup.")
+        return head
+
+    def _migrate(self) -> Head:
+        """Record the running digest of a file written before it existed. If
+        the file cannot be written (a read-only folder) the head is still
+        computed for this request, and recorded by a later one."""
+        try:
+            with self.conn:
+                self.conn.execute("BEGIN IMMEDIATE")
+                if self._stored_head() is None:
+                    head, prev = self.recompute_head()
+                    self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?)",
+                                      (HEAD_META, self._head_text(head, prev)))
+                    self.conn.execute("UPDATE meta SET value = ? WHERE name = 'format'", (FORMAT,))
+        except Exception as exc:
+            if isinstance(exc, Damaged):
+                raise
+            return self.recompute_head()[0]
+        return self._verified_head()
+
+    def recompute_head(self) -> tuple[Head, bytes]:
+        """The head from the whole log, and the digest before it: O(T)."""
+        key = self._chain_key
+        digest = prev = chain.genesis(key, self.user_id)
+        i = 0
+        for i_row, sealed in self.conn.execute("SELECT id, sealed FROM log ORDER BY id"):
+            if i_row != i:
+                raise Damaged("The log has a gap; restore this store from a backup.")
+            prev, digest = digest, chain.step(key, digest, i, sealed)
+            i += 1
+        return Head(i, digest), prev
+
+    def current_head(self) -> Head:
+        """The head as recorded now (it changes in the same transaction as the
+        log, so its count is the log's size in this snapshot)."""
+        stored = self._stored_head()
+        return self.head if stored is None else stored[0]
+
+    def extends(self, older: Head, newer: Head) -> bool:
+        """True if ``newer`` is ``older`` plus rows of this log: run the chain
+        from ``older`` over rows ``older.count .. newer.count - 1``."""
+        if older.count > newer.count:
+            return False
+        rows = self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
+                                 (older.count, newer.count))
+        count, digest = chain.extend(self._chain_key, older.digest, older.count, (r[0] for r in rows))
+        return count == newer.count and chain.same(digest, newer.digest)
+
+    def check_copy(self, copy: Head | None) -> None:
+        """Refuse this file if the head copy kept outside it (in the key ring)
+        is ahead of it or on another history. The copy is written after the
+        file commits, so it may lag (a crash in between): a lagging copy is
+        accepted when this log extends it."""
+        if copy is None or (copy.count == self.head.count and chain.same(copy.digest, self.head.digest)):
+            return
+        if copy.count >= self.head.count or not self.extends(copy, self.head):
+            raise RolledBack(ROLLED_BACK)
+
+    def check_pin(self, pin: Head) -> None:
+        """Refuse unless this log is the one a client pinned, or grew from it."""
+        if not self.extends(pin, self.head):
+            raise PinMismatch(
+                f"This memory's log does not continue the head you pinned ({pin.count} memories): it was rolled "
+                "back or replaced. Nothing was served or written; tell the operator to run `stash verify` and "
+                "restore from a backup, or drop the pin to read what is there now.",
+            )
 
     # ------------------------------------------------------------ sealing
 
@@ -156,15 +297,28 @@ class MemoryFile:
         with write_transaction(self.conn):
             self._chunks.clear()  # another writer may have created chunks
             base = self.count()
+            stored = self._stored_head()
+            if stored is None:
+                head, prev = self.recompute_head()
+            else:
+                head, prev = stored
+            if head.count != base:
+                raise RolledBack(ROLLED_BACK)
             if check is not None:
                 check(base, self.newest_date(base))
+            digest = head.digest
             for k, (date, text) in enumerate(items):
                 i = base + k
                 key = self._memory_key(i, create=True)
                 plain = aead.pad(f"{date} {text}".encode(), MEMORY_PLAINTEXT_BYTES)
-                self.conn.execute(
-                    "INSERT INTO log(id, sealed) VALUES (?, ?)", (i, aead.seal(key, plain, self._aad("log", i)))
-                )
+                sealed = aead.seal(key, plain, self._aad("log", i))
+                self.conn.execute("INSERT INTO log(id, sealed) VALUES (?, ?)", (i, sealed))
+                prev, digest = digest, chain.step(self._chain_key, digest, i, sealed)
+            head = Head(base + len(items), digest)
+            self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                              (HEAD_META, self._head_text(head, prev)))
+        self.head = head
         return base
 
     def _decode(self, i: int, plain: bytes) -> tuple[str, str]:

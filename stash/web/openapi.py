@@ -112,6 +112,17 @@ SCHEMAS: dict[str, Schema] = {
         },
         description="The due compression: write one line that summarises `source` and send it to POST /nap.",
     ),
+    "Head": _obj(
+        {
+            "count": _int(0, description="How many memories the log holds."),
+            "digest": _str("The running digest after the last memory: 64 hex digits.", pattern="^[0-9a-f]{64}$"),
+            "pin": _str("`count:digest`, ready to send back as the Stash-Pin header.",
+                        pattern="^[0-9]{1,18}:[0-9a-f]{64}$"),
+        },
+        description="The log's head: a keyed running digest over every memory ever appended. A client that keeps "
+                    "it and sends it back as Stash-Pin is refused (409 store.pin_mismatch) by a log that was "
+                    "rolled back or replaced.",
+    ),
     "Sizes": _obj(_SIZES_PROPS),
     "Timestamp": _str("A UTC time, like 2026-08-19T14:03:07Z.", pattern="^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$"),
     "Grant": _obj({
@@ -223,7 +234,8 @@ SPECS: dict[tuple[str, str], R] = {
                         "Default: the server's --url, else the address this request was made to.", maxLength=2000),
             "invite": _str("The operator's invite secret; needed when the server runs with --init invite."),
         }, required=[]),
-        errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url"], 429: ["rate_limited"]},
+        errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url"], 429: ["rate_limited"],
+                503: ["store.read_only", "store.unreadable"], 507: ["store.full"]},
         description="Mints an identity: a new, empty memory and its owner token.",
     ),
     **_twins(
@@ -239,6 +251,7 @@ SPECS: dict[tuple[str, str], R] = {
             "nap": _NAP_OR_NULL | {"description": "The due compression, if any; only ever on the last part."},
             "next": _nullable(_str("The command that fetches the next part; null on the last part.")),
             "message": _str("`You are awake.` on the last part, otherwise how to go on."),
+            "head": _ref("Head") | {"description": "The log's head now (not at `T`): pin it."},
         }),
         {422: ["request.bad_value", "wake.bad_t", "wake.no_part"]},
         "The bounded, hierarchical read of the whole log, cut into parts. Refused (409) only when the document "
@@ -246,7 +259,8 @@ SPECS: dict[tuple[str, str], R] = {
         special={409: ("a summary the document needs is not written yet", "WakeRefusal", ["wake.needs_nap"])},
     ),
     ("POST", "/note"): R(
-        _obj({"id": _int(0, description="The new memory's position in the log."), "nap": _NAP_OR_NULL}),
+        _obj({"id": _int(0, description="The new memory's position in the log."), "nap": _NAP_OR_NULL,
+              "head": _ref("Head") | {"description": "The log's head just after this memory: pin it."}}),
         idempotent=True,
         body=_obj({"text": _str("One line of at most ENTRY_CHARS UTF-8 bytes, no control character; "
                                 "surrounding spaces are removed.")}),
@@ -300,7 +314,8 @@ SPECS: dict[tuple[str, str], R] = {
     ("POST", "/import"): R(
         _obj({"first": _int(0, description="Id of the first memory imported."),
               "last": _int(0, description="Id of the last memory imported."),
-              "pending": _int(0, description="Compressions now due.")}),
+              "pending": _int(0, description="Compressions now due."),
+              "head": _ref("Head") | {"description": "The log's head just after the batch: pin it."}}),
         idempotent=True,
         body=_obj({"entries": {
             "type": "array", "minItems": 1, "description": "Oldest first; the whole batch or nothing.",
@@ -416,7 +431,9 @@ _STATUS_WORDS = {
     422: "Valid JSON with an invalid value",
     429: "Too many requests; wait Retry-After seconds",
     500: "The server failed, or stored data failed its integrity check",
-    503: "Not ready: the data folder cannot be written",
+    503: "The storage cannot serve this now (read-only folder, missing or unreadable file; for /health?ready=1, "
+         "the data folder cannot be written); nothing was changed",
+    507: "The server's disk is full; nothing was written",
 }
 
 
@@ -439,7 +456,11 @@ def error_codes(route, spec: R | None = None) -> dict[int, list[str]]:
     if route.scope in _SECURED:
         add(401, "auth.invalid")
         add(429, "rate_limited")
-        add(500, "store.damaged")
+        add(400, "request.bad_pin")
+        add(409, "store.pin_mismatch")
+        add(500, "store.damaged", "store.rolled_back")
+        add(503, "store.missing", "store.read_only", "store.unreadable")
+        add(507, "store.full")
     if route.scope in ("full", "owner"):
         add(403, "auth.scope")
     if spec.idempotent:
@@ -475,6 +496,13 @@ def _operation(route, spec: R, caps: dict[str, int]) -> dict:
     ]
     if spec.idempotent:
         params.append(_IDEMPOTENCY_KEY)
+    if route.scope in _SECURED:
+        params.append({
+            "name": "Stash-Pin", "in": "header", "required": False,
+            "schema": _str(pattern="^[0-9]{1,18}:[0-9a-f]{64}$"),
+            "description": "A log head this client saw (`head.pin` of an earlier answer). The request is refused "
+                           "with 409 store.pin_mismatch unless the log is that one or grew from it.",
+        })
     if params:
         op["parameters"] = params
     if spec.body is not None:

@@ -16,6 +16,7 @@ from .. import __version__
 from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
+from ..crypto.chain import Head
 from ..service import idempotency, onboarding, pages
 from ..storage.files import UserFiles, can_write
 from .jsonio import JSON, parse_int, query_object, read_object
@@ -74,14 +75,27 @@ def _precheck(request: Request) -> None:
         raise _auth_failed(request)
 
 
+def _pin(request: Request) -> Head | None:
+    """The log head the client pinned in ``Stash-Pin``, if any."""
+    text = request.headers.get("stash-pin")
+    if text is None:
+        return None
+    head = Head.parse(text)
+    if head is None:
+        raise Malformed("Stash-Pin must be a head's pin as answered in \"head\": COUNT:DIGEST (64 hex digits).",
+                        code="request.bad_pin")
+    return head
+
+
 async def _authed(request: Request, need: str, work: Callable) -> object:
     """Authenticate fully (grant lookup, argon2id, unwrap, scope), then run
     ``work(session)`` in a worker thread; keys live only inside it."""
     token = _bearer(request)
     vault = request.app.state.vault
+    pin = _pin(request)
 
     def run() -> object:
-        with vault.session(token, need) as session:
+        with vault.session(token, need, pin) as session:
             return work(session)
 
     try:

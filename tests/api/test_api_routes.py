@@ -59,8 +59,19 @@ def check_nap(nap: dict, mem: Mem, block: tuple[int, int], remaining: int) -> No
 
 def wake_keys_ok(body: dict) -> None:
     assert {"T", "part", "parts", "lines", "awake", "nap"} <= set(body), body
-    # Besides SPEC's fields a wake part may only say how to go on.
-    assert set(body) - {"T", "part", "parts", "lines", "awake", "nap"} <= {"next", "message"}, body
+    # Besides SPEC's fields a wake part may only say how to go on, and name the log's head.
+    assert set(body) - {"T", "part", "parts", "lines", "awake", "nap"} <= {"next", "message", "head"}, body
+    head_ok(body["head"], body["T"] if body.get("T") is not None else None)
+
+
+def head_ok(head: dict, count: int | None = None) -> None:
+    """A log head as every write and wake answers it: the count, 64 hex
+    digits of digest, and the pin that joins them."""
+    assert set(head) == {"count", "digest", "pin"}, head
+    assert len(head["digest"]) == 64 and int(head["digest"], 16) >= 0
+    assert head["pin"] == f"{head['count']}:{head['digest']}"
+    if count is not None:
+        assert head["count"] >= count
 
 
 # ---------------------------------------------------------------- public routes
@@ -182,9 +193,11 @@ def test_client_download(api: Api) -> None:
 
 def test_note_answers_id_and_the_due_nap(mem: Mem) -> None:
     first = mem.note("the user prefers tea to coffee")
+    head_ok(first.pop("head"), 1)
     assert first == {"id": 0, "nap": None}
     second = mem.note("the user lives in Lisbon")
-    assert set(second) == {"id", "nap"}
+    assert set(second) == {"id", "nap", "head"}
+    assert second["head"]["count"] == 2 and second["head"]["digest"] != mem.note("x")["head"]["digest"]
     assert second["id"] == 1
     check_nap(second["nap"], mem, (0, 2), remaining=0)
     # The date is the server's UTC day.
@@ -497,12 +510,17 @@ def test_config_changes_and_null_restores(api: Api, mem: Mem) -> None:
 
 
 def test_import_answers_first_last_pending(api: Api, mem: Mem) -> None:
-    assert mem.import_(texts(3)) == {"first": 0, "last": 2, "pending": len(oracle_pending(3, set()))}
-    assert mem.import_(texts(2), date="2021-03-05") == {"first": 3, "last": 4, "pending": 3}
+    body = mem.import_(texts(3))
+    assert body.pop("head")["count"] == 3
+    assert body == {"first": 0, "last": 2, "pending": len(oracle_pending(3, set()))}
+    body = mem.import_(texts(2), date="2021-03-05")
+    assert body.pop("head")["count"] == 5
+    assert body == {"first": 3, "last": 4, "pending": 3}
     mem.settle_all()
     mem.note("from today")
     today = today_utc().isoformat()
     body = mem.import_(["same day is fine", "still today"], date=today)
+    assert body.pop("head")["count"] == 8
     assert body == {"first": 6, "last": 7, "pending": len(oracle_pending(8, set(mem.summaries)))}
     lines = mem.ok(api.post("/recall", mem.token, json={"q": "."}))["matches"]
     assert lines == [mem.memory_line(i) for i in range(8)]

@@ -58,6 +58,7 @@ class Server:
     data: Path
     log: Path
     extra: list[str] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)  # a command the server runs under, e.g. setpriv
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -70,8 +71,8 @@ class Server:
         for attempt in range(3):
             if not (same_port and attempt == 0 and self.port):
                 self.port = free_port()
-            cmd = [sys.executable, "-m", "stash", "serve", "--data", str(self.data), "--port", str(self.port),
-                   "--host", "127.0.0.1",
+            cmd = [*self.prefix, sys.executable, "-m", "stash", "serve", "--data", str(self.data),
+                   "--port", str(self.port), "--host", "127.0.0.1",
                    # Every test client connects from 127.0.0.1: lift the per-address limits.
                    "--init-per-minute", "100000", "--auth-failures-per-minute", "100000", *self.extra]
             with open(self.log, "ab") as out:

@@ -252,6 +252,7 @@ def test_import_appends_dated_memories_all_or_nothing(http: Http, token: str) ->
     assert http.ok("GET", "/wake", token)["T"] == 0
     ans = http.ok("POST", "/import", token, json={"entries": entries})
     # 9 memories complete 0-1, 2-3, 4-5, 6-7, 0-3, 4-7, 0-7: seven blocks, none settled.
+    assert ans.pop("head")["count"] == 9
     assert ans == {"first": 0, "last": 8, "pending": 7}
     lines = http.ok("GET", "/wake", token)["lines"]
     assert lines == [f"#{i} {e['date']} {e['text']}" for i, e in enumerate(entries)]

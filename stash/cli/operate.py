@@ -1,0 +1,86 @@
+"""``stash backup`` and ``stash verify``: operator verbs run on the server's
+host against its data folder, never over HTTP. Neither needs a token; verify
+checks one user's store whole when ``--token`` is given (the capability read
+from ``$STASH_TOKEN``, never from the command line)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .serve import DEFAULT_DATA
+
+
+def _data(arg: str) -> Path:
+    return Path(os.path.expanduser(arg)).resolve()
+
+
+def _print_report(report) -> None:
+    status = "ok  " if report.ok else "FAIL"
+    words = "; ".join(report.problems if not report.ok else report.facts)
+    print(f"{report.user_id}  {status}  {words}", flush=True)
+
+
+def backup_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="stash backup", description=(
+        "Copy every user's files into DEST while the server keeps serving, then check each copy. "
+        "Needs no token. DEST must not exist or be empty, and lie outside the data folder."))
+    p.add_argument("dest", help="the new backup folder")
+    p.add_argument("--data", default=os.environ.get("STASH_DATA", DEFAULT_DATA),
+                   help=f"the data folder (default: $STASH_DATA or {DEFAULT_DATA})")
+    args = p.parse_args(argv)
+    from ..service.backup import BackupRefused, backup
+    from ..service.verify import Failed
+
+    try:
+        results = backup(_data(args.data), _data(args.dest))
+    except (BackupRefused, Failed) as e:
+        print(f"stash backup: refused: {e}.", file=sys.stderr)
+        return 2
+    failed = 0
+    for copied, report in results:
+        if report is None:
+            print(f"{copied.user_id}  skip  {copied.note}", flush=True)
+            continue
+        _print_report(report)
+        failed += not report.ok
+    done = sum(1 for c, _ in results if c.copied)
+    print(f"stash backup: {done} users copied, {failed} copies failed their check.")
+    return 1 if failed else 0
+
+
+def verify_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="stash verify", description=(
+        "Check every user file of a data folder or a backup: that it opens, authenticates and agrees with "
+        "its digest. Without --token only what needs no key; with --token, that user's store whole."))
+    p.add_argument("dir", nargs="?", default=os.environ.get("STASH_DATA", DEFAULT_DATA),
+                   help=f"a data folder or backup (default: $STASH_DATA or {DEFAULT_DATA})")
+    p.add_argument("--token", action="store_true",
+                   help="also check everything the capability in $STASH_TOKEN opens (its user only)")
+    args = p.parse_args(argv)
+    from ..crypto import tokens
+    from ..service.verify import Failed, verify
+
+    token = None
+    if args.token:
+        token = os.environ.get("STASH_TOKEN")
+        parsed = tokens.parse(token or "")
+        if parsed is None:
+            print("stash verify: --token reads a capability from $STASH_TOKEN, which does not hold one.",
+                  file=sys.stderr)
+            return 2
+    try:
+        reports = verify(_data(args.dir), token)
+    except Failed as e:
+        print(f"stash verify: {e}.", file=sys.stderr)
+        return 2
+    for report in reports:
+        _print_report(report)
+    failed = sum(not r.ok for r in reports)
+    if token is not None and not any(r.user_id == parsed.user_id for r in reports):
+        print("stash verify: the token's user has no store here.", file=sys.stderr)
+        failed += 1
+    print(f"stash verify: {len(reports)} users checked, {failed} failed.")
+    return 1 if failed else 0

@@ -1,0 +1,173 @@
+"""``stash verify`` on real stores, good and damaged by hand: it passes good
+ones, fails the damaged user by id (never a path or a secret), and says
+which check failed; without a token it catches what needs no key, with one
+everything."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+import sqlcipher3.dbapi2 as sqlcipher
+
+from stash.cli.main import main
+from stash.crypto import keys
+from stash.crypto.keys import KdfParams
+from stash.service.access import Vault
+from stash.storage.files import PAGE_BYTES
+
+FAST = KdfParams(1, 1024, 1)
+
+
+class Store:
+    def __init__(self, data: Path, cipher: str, n: int = 6) -> None:
+        self.data, self.cipher = data, cipher
+        vault = Vault(data, kdf=FAST, file_cipher=cipher)
+        ident = vault.create_identity()
+        self.token, self.user_id = ident.token, ident.user_id
+        with vault.session(self.token, "full") as s:
+            self.master = bytes(s.master)
+            for k in range(n):
+                s.memory.note(f"osprey memory {k}")
+        self.folder = data / "users" / self.user_id
+        self.vault = vault
+
+    def note(self, n: int) -> None:
+        with self.vault.session(self.token, "full") as s:
+            for k in range(n):
+                s.memory.note(f"later osprey {k}")
+
+    @contextlib.contextmanager
+    def raw(self):
+        path = str(self.folder / "memory.db")
+        if self.cipher == "sqlcipher":
+            conn = sqlcipher.connect(path, isolation_level=None)
+            conn.execute(f"PRAGMA key = \"x'{keys.subkey(self.master, b'file').hex()}'\"")
+            conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
+        else:
+            conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
+            yield conn
+        finally:
+            conn.close()
+
+
+def run(capsys, data: Path, token: str | None = None) -> tuple[int, str]:
+    args = ["verify", str(data)]
+    old = os.environ.get("STASH_TOKEN")
+    if token is not None:
+        os.environ["STASH_TOKEN"] = token
+        args.append("--token")
+    try:
+        code = main(args)
+    finally:
+        if old is None:
+            os.environ.pop("STASH_TOKEN", None)
+        else:
+            os.environ["STASH_TOKEN"] = old
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert str(data) not in text and "/tmp" not in text
+    if token is not None:
+        assert token.split("_")[2] not in text
+    return code, text
+
+
+def line_of(text: str, user_id: str) -> str:
+    (line,) = [x for x in text.splitlines() if x.startswith(user_id)]
+    return line
+
+
+@pytest.fixture
+def pair(tmp_path: Path, file_cipher: str) -> tuple[Store, Store]:
+    data = tmp_path / "data"
+    return Store(data, file_cipher), Store(data, file_cipher)
+
+
+def test_good_stores_pass_with_and_without_a_token(capsys, pair):
+    a, b = pair
+    code, text = run(capsys, a.data)
+    assert code == 0, text
+    assert "ok" in line_of(text, a.user_id) and "ok" in line_of(text, b.user_id)
+    code, text = run(capsys, a.data, a.token)
+    assert code == 0, text
+    assert "all 6 memories" in line_of(text, a.user_id)
+
+
+def test_a_log_cut_short_fails(capsys, pair):
+    a, b = pair
+    with a.raw() as conn:
+        conn.execute("DELETE FROM log WHERE id >= 4")
+    if a.cipher == "none":  # a plain file shows it without a key
+        code, text = run(capsys, a.data)
+        assert code == 1
+        assert "FAIL" in line_of(text, a.user_id) and "cut short" in line_of(text, a.user_id)
+        assert "ok" in line_of(text, b.user_id)
+    code, text = run(capsys, a.data, a.token)
+    assert code == 1
+    assert "FAIL" in line_of(text, a.user_id)
+    assert "FAIL" not in line_of(text, b.user_id)
+
+
+def test_a_flipped_byte_in_the_memory_file_fails_with_the_token(capsys, pair):
+    a, _ = pair
+    path = a.folder / "memory.db"
+    data = bytearray(path.read_bytes())
+    if a.cipher == "sqlcipher":
+        pos = PAGE_BYTES + 500  # inside page 2, where the log rows are
+    else:
+        with a.raw() as conn:
+            (sealed,) = conn.execute("SELECT sealed FROM log WHERE id = 2").fetchone()
+        pos = bytes(data).index(sealed) + 60
+    data[pos] ^= 0x01
+    path.write_bytes(bytes(data))
+    code, text = run(capsys, a.data, a.token)
+    assert code == 1
+    assert "FAIL" in line_of(text, a.user_id)
+
+
+def test_an_encrypted_file_cut_mid_page_fails_without_a_token(capsys, tmp_path: Path):
+    a = Store(tmp_path / "data", "sqlcipher")
+    path = a.folder / "memory.db"
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 100)
+    code, text = run(capsys, a.data)
+    assert code == 1
+    assert "pages" in line_of(text, a.user_id) and "FAIL" in line_of(text, a.user_id)
+
+
+def test_a_rolled_back_memory_file_fails(capsys, pair, tmp_path: Path):
+    a, b = pair
+    old = tmp_path / "old-memory.db"
+    shutil.copyfile(a.folder / "memory.db", old)
+    a.note(4)
+    for suffix in ("-wal", "-shm"):
+        (a.folder / f"memory.db{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(old, a.folder / "memory.db")
+    if a.cipher == "none":
+        code, text = run(capsys, a.data)
+        assert code == 1
+        assert "rolled back" in line_of(text, a.user_id)
+    code, text = run(capsys, a.data, a.token)
+    assert code == 1
+    assert "FAIL" in line_of(text, a.user_id)
+    assert "FAIL" not in line_of(text, b.user_id)
+
+
+def test_a_missing_memory_file_fails(capsys, pair):
+    a, _ = pair
+    (a.folder / "memory.db").unlink()
+    code, text = run(capsys, a.data)
+    assert code == 1
+    assert "memory.db is missing" in line_of(text, a.user_id)
+
+
+def test_a_folder_that_is_not_a_data_folder_is_a_usage_error(capsys, tmp_path: Path):
+    code, text = run(capsys, tmp_path)
+    assert code == 2
+    assert "users folder" in text
