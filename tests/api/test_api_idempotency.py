@@ -50,7 +50,9 @@ def test_import_retry_imports_once(api: Api, owner: str):
     again = api.post("/import", owner, content=json.dumps(body, indent=3).encode(),
                      headers=key("imp-1"))  # the same object, spaced differently
     assert first.status_code == again.status_code == 200
-    assert again.headers[REPLAYED] == "true" and again.json() == first.json() == {"first": 0, "last": 2, "pending": 1}
+    assert again.headers[REPLAYED] == "true" and again.json() == first.json()
+    answer = first.json()
+    assert (answer["first"], answer["last"], answer["pending"], answer["head"]["count"]) == (0, 2, 1, 3)
     assert texts(api, owner) == ["old 0", "old 1", "old 2"]
 
 
@@ -149,7 +151,7 @@ def test_the_document_describes_the_header(api: Api):
     for path in ("/note", "/nap", "/import", "/grants"):
         op = doc["paths"][path]["post"]
         names = [p["name"] for p in op.get("parameters", []) if p["in"] == "header"]
-        assert names == ["Idempotency-Key"], path
+        assert names.count("Idempotency-Key") == 1, path
         assert "idempotency.key_reused" in op["responses"]["409"]["x-error-codes"]
         assert "idempotency.bad_key" in op["responses"]["400"]["x-error-codes"]
     assert "Idempotency-Key" not in str(doc["paths"]["/forget"])
