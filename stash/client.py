@@ -32,7 +32,7 @@ import urllib.request
 __all__ = ["VERBS", "main"]
 
 VERBS = {
-    "init": "mint a new memory: prints its token once and the block for AGENTS.md",
+    "init": "mint a new memory on URL: prints its token once, the two export lines and the block for AGENTS.md",
     "wake": "read the wake, part by part, until it says you are awake",
     "note": "record one line of lasting effect",
     "nap": "show the due compression, or answer it: nap <block> \"<line>\"",
@@ -59,14 +59,27 @@ _CURL = re.compile(
 )
 
 
-class Failure(Exception):
-    """A refusal to report: ``message`` goes to stderr, ``code`` is the exit status."""
+# Exit statuses a script can rely on (API-REFERENCE.md, "The stash client").
+OK = 0
+REFUSED = 1  # the server answered with an error: its message is on stderr
+USAGE = 2  # wrong arguments, STASH_URL or STASH_TOKEN unset or malformed, an unreadable file
+UNREACHABLE = 3  # no answer from a Stash server: connection, DNS, timeout, or not Stash at that address
 
-    def __init__(self, message: str, code: int = 1, extra: str | None = None) -> None:
+# --json: print each answer of the server as it came, one JSON document per line, instead of text.
+_JSON = {"on": False}
+
+
+class Failure(Exception):
+    """A refusal to report: ``message`` goes to stderr, ``code`` is the exit status;
+    ``body`` is the server's error object, printed on stdout under --json."""
+
+    def __init__(self, message: str, code: int = REFUSED, extra: str | None = None,
+                 body: dict | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.extra = extra
+        self.body = body
 
 
 # ---------------------------------------------------------------- the command this client is run as
@@ -127,7 +140,7 @@ def localize(text: str) -> str:
 def _env(name: str, hint: str) -> str:
     value = os.environ.get(name, "").strip()
     if not value:
-        raise Failure(f"stash: {name} is not set. {hint}", 2)
+        raise Failure(f"stash: {name} is not set. {hint}", USAGE)
     return value
 
 
@@ -140,19 +153,19 @@ def _shown(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def server_url(fallback: str | None = None) -> str:
-    url = os.environ.get("STASH_URL", "").strip() or (fallback or "")
+def server_url(fallback: str | None = None, explicit: str | None = None) -> str:
+    url = (explicit or "").strip() or os.environ.get("STASH_URL", "").strip() or (fallback or "")
     if not url:
         raise Failure("stash: STASH_URL is not set. Set it to the server's address, like "
-                      "export STASH_URL=https://stash.example", 2)
+                      "export STASH_URL=https://stash.example", USAGE)
     if not url.startswith(("http://", "https://")):
-        raise Failure(f"stash: STASH_URL must start with http:// or https:// (it is {_shown(url)!r}).", 2)
+        raise Failure(f"stash: STASH_URL must start with http:// or https:// (it is {_shown(url)!r}).", USAGE)
     return url.rstrip("/")
 
 
 def token() -> str:
     return _env("STASH_TOKEN", "Set it to your capability (export STASH_TOKEN=...); "
-                "a new memory gets one from: stash init")
+                f"a new memory gets one from: {_prog()} init")
 
 
 class Api:
@@ -180,20 +193,24 @@ class Api:
             raise self._refusal(err) from None
         except urllib.error.URLError as err:
             raise Failure(f"stash: cannot reach the server at STASH_URL={_shown(self.url)} "
-                          f"({_reason(err.reason)}). Check the address and that the server is running.") from None
+                          f"({_reason(err.reason)}). Check the address and that the server is running.",
+                          UNREACHABLE) from None
         except (TimeoutError, socket.timeout):  # noqa: UP041 - distinct classes before Python 3.10
             raise Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer within "
-                          f"{timeout:.0f} s; try again.") from None
+                          f"{timeout:.0f} s; try again.", UNREACHABLE) from None
         except OSError as err:
             raise Failure(f"stash: the connection to STASH_URL={_shown(self.url)} failed "
-                          f"({_reason(err)}); try again.") from None
+                          f"({_reason(err)}); try again.", UNREACHABLE) from None
         if raw:
             return payload
         try:
-            return json.loads(payload.decode("utf-8"))
+            answer = json.loads(payload.decode("utf-8"))
         except ValueError:
             raise Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer JSON; "
-                          "is that the address of a Stash server?") from None
+                          "is that the address of a Stash server?", UNREACHABLE) from None
+        if _JSON["on"]:
+            _emit_json(answer)
+        return answer
 
     def _refusal(self, err: urllib.error.HTTPError) -> Failure:
         try:
@@ -202,12 +219,12 @@ class Api:
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("message"), str):
             return Failure(f"stash: the server at STASH_URL={_shown(self.url)} answered HTTP {err.code} "
-                           "without a Stash error; is that the address of a Stash server?")
+                           "without a Stash error; is that the address of a Stash server?", UNREACHABLE)
         extra = None
         nap = body.get("nap")
         if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
             extra = localize(nap["prompt"])
-        return Failure(localize(body["message"]), 1, extra)
+        return Failure(localize(body["message"]), REFUSED, extra, body)
 
 
 def _reason(reason: object) -> str:
@@ -222,7 +239,13 @@ def _reason(reason: object) -> str:
 
 
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """The plain-text answer; under --json the server's own answers stand in for it."""
+    if not _JSON["on"]:
+        sys.stdout.write(text + "\n")
+
+
+def _emit_json(answer: object) -> None:
+    sys.stdout.write(json.dumps(answer, ensure_ascii=False) + "\n")
 
 
 def _nap_prompt(nap: object) -> None:
@@ -240,15 +263,21 @@ def _api(need_token: bool = True, fallback_url: str | None = None) -> Api:
 
 
 def do_init(args: argparse.Namespace) -> int:
-    api = _api(need_token=False, fallback_url=args.url)
-    body = {"url": args.url.rstrip("/")} if args.url else {}
-    ans = api.call("POST", "/init", body)
+    """Mint a memory on the server named by URL (else STASH_URL); print its
+    token once, as the two export lines, then the block for AGENTS.md. The
+    address written into the block is --url, else URL; with neither, the
+    server chooses (its own --url, else the address it was called at)."""
+    api = Api(server_url(args.url, explicit=args.server), None)
+    public = (args.url or args.server or "").rstrip("/")
+    ans = api.call("POST", "/init", {"url": public} if public else {})
+    _out(f"export STASH_URL={shlex.quote(public or api.url)}")
     _out(f"export STASH_TOKEN={ans['token']}")
-    _out(f"export STASH_URL={shlex.quote(args.url.rstrip('/') if args.url else api.url)}")
     _out()
     if ans.get("note"):
         _out(ans["note"])
         _out()
+    _out("Paste this block at the top of your AGENTS.md:")
+    _out()
     _out(ans.get("prompt", "").rstrip("\n"))
     return 0
 
@@ -259,7 +288,7 @@ def do_wake(args: argparse.Namespace) -> int:
         query["part"] = args.part
     if args.T is not None:
         if args.part is None:
-            raise Failure("stash: give the part before T: stash wake <part> <T>.", 2)
+            raise Failure(f"stash: give the part before T: {_prog()} wake <part> <T>.", USAGE)
         query["T"] = args.T
     ans = _api().call("GET", "/wake", query=query or None)
     for line in ans.get("lines", []):
@@ -342,7 +371,7 @@ def do_config(args: argparse.Namespace) -> int:
         for item in args.changes:
             name, eq, value = item.partition("=")
             if not eq or not name:
-                raise Failure(f"stash: {item!r} is not NAME=VALUE; an empty VALUE restores the default.", 2)
+                raise Failure(f"stash: {item!r} is not NAME=VALUE; an empty VALUE restores the default.", USAGE)
             changes[name.strip()] = _config_value(value.strip())
         ans = api.call("POST", "/config", changes)
     else:
@@ -365,9 +394,9 @@ def read_entries(path: str) -> list[dict]:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
     except OSError as err:
-        raise Failure(f"stash: cannot read {path}: {err.strerror or err}.", 2) from None
+        raise Failure(f"stash: cannot read {path}: {err.strerror or err}.", USAGE) from None
     except UnicodeDecodeError:
-        raise Failure(f"stash: {path} is not UTF-8 text.", 2) from None
+        raise Failure(f"stash: {path} is not UTF-8 text.", USAGE) from None
     entries = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.rstrip()
@@ -375,10 +404,10 @@ def read_entries(path: str) -> list[dict]:
             continue
         m = _DATED.fullmatch(line.strip())
         if not m:
-            raise Failure(f"stash: {path} line {n} is not 'YYYY-MM-DD text'; nothing was imported.", 2)
+            raise Failure(f"stash: {path} line {n} is not 'YYYY-MM-DD text'; nothing was imported.", USAGE)
         entries.append({"date": m.group(1), "text": m.group(2)})
     if not entries:
-        raise Failure(f"stash: {path} holds no 'YYYY-MM-DD text' lines; nothing was imported.", 2)
+        raise Failure(f"stash: {path} holds no 'YYYY-MM-DD text' lines; nothing was imported.", USAGE)
     return entries
 
 
@@ -446,11 +475,12 @@ def do_grants(args: argparse.Namespace) -> int:
     if words[0] == "revoke" and len(words) == 2:
         gid = words[1].lstrip("#")
         if not gid.isdigit():
-            raise Failure("stash: revoke takes the grant's number, as listed by: stash grants", 2)
+            raise Failure(f"stash: revoke takes the grant's number, as listed by: {_prog()} grants", USAGE)
         api.call("DELETE", f"/grants/{gid}")
         _out(f"Revoked #{gid}: its token opens nothing from now on.")
         return 0
-    raise Failure("stash: grants takes nothing (list), read or full (mint), or revoke ID.", 2)
+    raise Failure(f"stash: grants takes nothing (list), read or full (mint), or revoke ID: {_prog()} grants "
+                  "revoke 2", USAGE)
 
 
 def _receipt_line(r: dict) -> str:
@@ -463,7 +493,7 @@ def do_erase(args: argparse.Namespace) -> int:
     for word in args.ids:
         word = word.lstrip("#")
         if not (word.isascii() and word.isdigit()):
-            raise Failure("stash: erase takes memory ids, like: stash erase 12 40", 2)
+            raise Failure(f"stash: erase takes memory ids, like: {_prog()} erase 12 40", USAGE)
         ids.append(int(word))
     ans = _api().call("POST", "/erase", {"ids": ids})
     _out(f"Erased {len(ans.get('erased', []))} of {len(ids)} (the rest were erased before). "
@@ -483,7 +513,7 @@ def do_erasures(args: argparse.Namespace) -> int:
 def do_destroy(args: argparse.Namespace) -> int:
     if not args.yes:
         raise Failure("stash: destroy deletes this whole memory and every token of it, for good. "
-                      f"To go ahead: {_prog()} destroy --yes", 2)
+                      f"To go ahead: {_prog()} destroy --yes", USAGE)
     ans = _api().call("DELETE", "/store")
     _out(f"Destroyed: {ans.get('memories')} memories, at {ans.get('at')}. Every token of it now opens nothing.")
     return 0
@@ -492,7 +522,7 @@ def do_destroy(args: argparse.Namespace) -> int:
 def do_export(args: argparse.Namespace) -> int:
     target = args.file or "stash-export.tar.gz"
     if target != "-" and os.path.exists(target) and not args.force:
-        raise Failure(f"stash: {target} exists; name another file or add --force.", 2)
+        raise Failure(f"stash: {target} exists; name another file or add --force.", USAGE)
     data = _api().call("GET", "/export", raw=True, timeout=LONG_TIMEOUT)
     if target == "-":
         sys.stdout.flush()
@@ -521,7 +551,7 @@ def _text(words: list[str], what: str) -> str:
     if text == "-":
         text = sys.stdin.read().rstrip("\n")
     if not text.strip():
-        raise Failure(f"stash: the {what} is empty; give one line of text in quotes.", 2)
+        raise Failure(f"stash: the {what} is empty; give one line of text in quotes.", USAGE)
     return text
 
 
@@ -530,25 +560,31 @@ def _text(words: list[str], what: str) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would exit; report like every other refusal
-        raise Failure(f"{self.prog}: {message}. See: {self.prog} --help", 2)
+        raise Failure(f"stash: {message}. See: {_prog()} --help", USAGE)
 
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="stash",
         description="Client of a Stash memory server. Reads STASH_URL and STASH_TOKEN from the environment.",
-        epilog="Start every session with: stash wake",
+        epilog="Start every session with: stash wake. Exit status: 0 done, 1 the server refused (its "
+               "message on stderr), 2 a usage mistake, 3 no Stash server answered.",
     )
+    json_help = "print the server's raw JSON answer (one document per line) instead of text"
+    p.add_argument("--json", action="store_true", help=json_help)
     sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     def verb(name: str, func) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=VERBS[name], description=VERBS[name])
         sp.set_defaults(func=func)
+        # after the verb too (stash wake --json); SUPPRESS keeps a --json given before it
+        sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
         return sp
 
     sp = verb("init", do_init)
-    sp.add_argument("--url", help="the server's public address to write into the AGENTS.md block "
-                    "(and to call, when STASH_URL is unset)")
+    sp.add_argument("server", nargs="?", metavar="URL", help="the server to mint on (default: STASH_URL)")
+    sp.add_argument("--url", help="the public address to write into the AGENTS.md block, when it differs "
+                    "from URL (and to call, when neither URL nor STASH_URL is given)")
     sp = verb("wake", do_wake)
     sp.add_argument("part", nargs="?", type=int, help="part to read (default 1)")
     sp.add_argument("T", nargs="?", type=int, help="the snapshot T the first part named")
@@ -588,13 +624,17 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(argv)
         if not getattr(args, "func", None):
             p.print_help(sys.stderr)
-            return 2
+            return USAGE
+        _JSON["on"] = bool(args.json)
         if args.verb == "nap" and args.block is not None and not args.text:
-            raise Failure(f'stash: nap {args.block} needs the summary: {_prog()} nap {args.block} "<your line>"', 2)
+            raise Failure(f'stash: nap {args.block} needs the summary: {_prog()} nap {args.block} "<your line>"',
+                          USAGE)
         return args.func(args)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except Failure as f:
+        if _JSON["on"] and f.body is not None:
+            _emit_json(f.body)
         sys.stdout.flush()
         sys.stderr.write(f.message.rstrip("\n") + "\n")
         if f.extra:
@@ -603,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 1
+        return REFUSED
 
 
 if __name__ == "__main__":
