@@ -288,7 +288,7 @@ def do_wake(args: argparse.Namespace) -> int:
         query["part"] = args.part
     if args.T is not None:
         if args.part is None:
-            raise Failure(f"stash: give the part before T: {_prog()} wake <part> <T>.", USAGE)
+            raise Failure("stash: give the part before T, both as the previous part printed them.", USAGE)
         query["T"] = args.T
     ans = _api().call("GET", "/wake", query=query or None)
     for line in ans.get("lines", []):
@@ -479,8 +479,8 @@ def do_grants(args: argparse.Namespace) -> int:
         api.call("DELETE", f"/grants/{gid}")
         _out(f"Revoked #{gid}: its token opens nothing from now on.")
         return 0
-    raise Failure(f"stash: grants takes nothing (list), read or full (mint), or revoke ID: {_prog()} grants "
-                  "revoke 2", USAGE)
+    raise Failure(f"stash: grants takes nothing (list), read or full (mint), or revoke ID; the IDs are listed by: "
+                  f"{_prog()} grants", USAGE)
 
 
 def _receipt_line(r: dict) -> str:
@@ -493,7 +493,7 @@ def do_erase(args: argparse.Namespace) -> int:
     for word in args.ids:
         word = word.lstrip("#")
         if not (word.isascii() and word.isdigit()):
-            raise Failure(f"stash: erase takes memory ids, like: {_prog()} erase 12 40", USAGE)
+            raise Failure("stash: erase takes memory ids as the wake prints them, like #12 or 12.", USAGE)
         ids.append(int(word))
     ans = _api().call("POST", "/erase", {"ids": ids})
     _out(f"Erased {len(ans.get('erased', []))} of {len(ids)} (the rest were erased before). "
