@@ -10,7 +10,6 @@ not matter and DELETE /store ends only its own memory."""
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from stash.web.routes import ROUTES
+from tests.doc_commands import curl_calls, route_of
 from tests.e2e.conftest import REPO, Http
 
 REFERENCE = REPO / "API-REFERENCE.md"
@@ -27,32 +27,6 @@ RUN_TIMEOUT = 60
 
 def examples() -> list[str]:
     return [b for b in BLOCK.findall(REFERENCE.read_text(encoding="utf-8")) if "curl" in b]
-
-
-def curl_calls(block: str) -> list[tuple[str, str]]:
-    """(method, path) of every curl command in a block, read as curl reads
-    its arguments: -X names the method, else -d makes it POST, else GET."""
-    calls = []
-    for command in re.split(r"&&|;|\n", block):
-        words = shlex.split(command)
-        if not words or words[0] != "curl":
-            continue
-        method = "POST" if "-d" in words else "GET"
-        if "-X" in words:
-            method = words[words.index("-X") + 1]
-        urls = [w for w in words if w.startswith("$STASH_URL")]
-        assert len(urls) == 1, command
-        path = urls[0].removeprefix("$STASH_URL").split("?")[0] or "/"
-        calls.append((method, path))
-    return calls
-
-
-def route_of(method: str, path: str) -> tuple[str, str] | None:
-    for r in ROUTES:
-        pattern = "^" + re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(r.path)) + "$"
-        if r.method == method and re.match(pattern, path):
-            return r.method, r.path
-    return None
 
 
 def test_curl_calls_reads_method_and_path() -> None:
