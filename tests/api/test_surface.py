@@ -137,3 +137,53 @@ def test_the_document_is_the_router_and_every_operation_is_described(api: Api, d
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert documented == routed
     assert set(SPECS) == {(r.method, r.path) for r in ROUTES}
+
+
+def reference_sections() -> dict[str, str]:
+    from tests.api.test_docs import reference
+
+    parts = re.split(r"^### ", reference(), flags=re.M)
+    return {p.split("\n", 1)[0]: p for p in parts[1:]}
+
+
+def test_every_error_code_is_in_the_reference_table_with_its_status() -> None:
+    from stash.core import errors
+    from tests.api.test_docs import reference
+    from tests.api.test_openapi import codes_in_source
+
+    table = reference().split("## Error codes", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z_.]+)` \| (\d{3}) \|", table, re.M))
+    by_code = {}
+    for cls in vars(errors).values():
+        if isinstance(cls, type) and issubclass(cls, errors.StashError):
+            by_code.setdefault(cls.code, cls.status)
+    raised = codes_in_source()
+    assert raised - set(rows) == set(), "error codes the server raises but API-REFERENCE.md does not list"
+    assert set(rows) - raised - {"route.unknown", "method_not_allowed"} == set(), "listed but never raised"
+    for code, status in rows.items():
+        if code in by_code:  # a class's own code: the table must give the class's status
+            assert int(status) == by_code[code], code
+
+
+def test_every_field_of_every_route_is_in_its_reference_section(doc: dict) -> None:
+    """Field by field: each top-level field of a route's request and answer
+    is named, in backticks, in that route's section of API-REFERENCE.md."""
+    sections = reference_sections()
+    missing = []
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            heading = next((h for h in sections if re.search(rf"\b{method.upper()} {re.escape(path)}(?![\w/.{{])", h)),
+                           None)
+            assert heading, f"{method.upper()} {path} has no section"
+            section = sections[heading]
+            fields = [p["name"] for p in op.get("parameters", [])]
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            fields += list(body.get("properties", {})) if body.get("additionalProperties") is False else []
+            answer = next(iter(op["responses"].values()))["content"]
+            schema = next(iter(answer.values())).get("schema", {})
+            if "$ref" in schema:
+                schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+            fields += list(schema.get("properties", {}))
+            missing += [f"{method.upper()} {path}: {f}" for f in fields
+                        if f"`{f}`" not in section and f'"{f}"' not in section and f"{{{f}" not in section]
+    assert missing == []
