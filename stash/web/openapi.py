@@ -221,7 +221,8 @@ SPECS: dict[tuple[str, str], R] = {
                         pattern="^https?://"),
             "invite": _str("The operator's invite secret; needed when the server runs with --init invite."),
         }, required=[]),
-        errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url"], 429: ["rate_limited"]},
+        errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url", "request.bad_value"],
+                429: ["rate_limited"]},
         description="Mints an identity: a new, empty memory and its owner token.",
     ),
     **_twins(

@@ -187,3 +187,11 @@ def test_every_field_of_every_route_is_in_its_reference_section(doc: dict) -> No
             missing += [f"{method.upper()} {path}: {f}" for f in fields
                         if f"`{f}`" not in section and f'"{f}"' not in section and f"{{{f}" not in section]
     assert missing == []
+
+
+@pytest.mark.parametrize("invite", [1, True, ["x"], {"a": 1}])
+def test_init_refuses_an_invite_that_is_not_a_string_in_every_mode(api: Api, invite: object) -> None:
+    # Found by schemathesis (negative_data_rejection): on an open server a non-string
+    # invite was ignored and an identity minted, so a broken client never found out.
+    assert_error(api.post("/init", json={"invite": invite}), 422, "request.bad_value")
+    assert api.post("/init", json={"invite": "ignored on an open server"}).status_code == 201
