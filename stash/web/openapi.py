@@ -367,7 +367,11 @@ SPECS: dict[tuple[str, str], R] = {
         description="A tar.gz holding memory/LOG.txt, memory/TREE/<size>, memory/config and README.txt, "
                     "readable by OptMem with MEMORY_DIR=memory.",
     ),
-    ("GET", "/openapi.json"): R({"type": "object", "description": "This document."}),
+    ("GET", "/openapi.json"): R({"type": "object", "description": "This document.",
+                                 "required": ["openapi", "info", "paths", "components"],
+                                 "properties": {"openapi": {"const": "3.1.0"}, "info": {"type": "object"},
+                                                "paths": {"type": "object"}, "components": {"type": "object"}},
+                                 "additionalProperties": False}),
     ("GET", "/client"): R(_str("The client's Python source."), media="text/x-python"),
     **_twins(
         "/shape", {"T": _int(0, 10**15, "How many memories (default 0)."),
