@@ -25,8 +25,8 @@ _SECURED = ("read", "full", "owner")
 # One line of text (lines.py): something besides spaces, and no control character
 # or line break anywhere. The limit is in UTF-8 bytes; maxLength (characters) is
 # the part of it a schema can say.
-_ONE_LINE = {"minLength": 1, "maxLength": 280, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*\\S"
-                                                            "[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*$"}
+_PLAIN = "[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*"
+_ONE_LINE = {"minLength": 1, "maxLength": sizes.SIZES["ENTRY_CHARS"].high, "pattern": f"^{_PLAIN}\\S{_PLAIN}$"}
 
 
 def _ref(name: str) -> Schema:
