@@ -44,7 +44,7 @@ import zlib
 __all__ = ["VERBS", "main"]
 
 VERBS = {
-    "init": "mint a new memory: prints its token once and the block for AGENTS.md",
+    "init": "mint a new memory on URL: prints its token once, the two export lines and the block for AGENTS.md",
     "wake": "read the wake, part by part, until it says you are awake",
     "note": "record one line of lasting effect",
     "nap": "show the due compression, or answer it: nap <block> \"<line>\"",
@@ -78,15 +78,28 @@ _CURL = re.compile(
 )
 
 
-class Failure(Exception):
-    """A refusal to report: ``message`` goes to stderr, ``code`` is the exit status."""
+# Exit statuses a script can rely on (API-REFERENCE.md, "The stash client").
+OK = 0
+REFUSED = 1  # the server answered with an error: its message is on stderr
+USAGE = 2  # wrong arguments, STASH_URL or STASH_TOKEN unset or malformed, an unreadable file
+UNREACHABLE = 3  # no answer from a Stash server: connection, DNS, timeout, or not Stash at that address
 
-    def __init__(self, message: str, code: int = 1, extra: str | None = None, status: int | None = None) -> None:
+# --json: print each answer of the server as it came, one JSON document per line, instead of text.
+_JSON = {"on": False}
+
+
+class Failure(Exception):
+    """A refusal to report: ``message`` goes to stderr, ``code`` is the exit status;
+    ``body`` is the server's error object, printed on stdout under --json."""
+
+    def __init__(self, message: str, code: int = REFUSED, extra: str | None = None,
+                 status: int | None = None, body: dict | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.extra = extra
         self.status = status  # the HTTP status of a server refusal, else None
+        self.body = body
 
 
 # ---------------------------------------------------------------- the command this client is run as
@@ -167,7 +180,7 @@ def localize(text: str, steps: Steps = SHELL) -> str:
 def _env(name: str, hint: str) -> str:
     value = os.environ.get(name, "").strip()
     if not value:
-        raise Failure(f"stash: {name} is not set. {hint}", 2)
+        raise Failure(f"stash: {name} is not set. {hint}", USAGE)
     return value
 
 
@@ -180,19 +193,19 @@ def _shown(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def server_url(fallback: str | None = None) -> str:
-    url = os.environ.get("STASH_URL", "").strip() or (fallback or "")
+def server_url(fallback: str | None = None, explicit: str | None = None) -> str:
+    url = (explicit or "").strip() or os.environ.get("STASH_URL", "").strip() or (fallback or "")
     if not url:
         raise Failure("stash: STASH_URL is not set. Set it to the server's address, like "
-                      "export STASH_URL=https://stash.example", 2)
+                      "export STASH_URL=https://stash.example", USAGE)
     if not url.startswith(("http://", "https://")):
-        raise Failure(f"stash: STASH_URL must start with http:// or https:// (it is {_shown(url)!r}).", 2)
+        raise Failure(f"stash: STASH_URL must start with http:// or https:// (it is {_shown(url)!r}).", USAGE)
     return url.rstrip("/")
 
 
 def token() -> str:
     return _env("STASH_TOKEN", "Set it to your capability (export STASH_TOKEN=...); "
-                "a new memory gets one from: stash init")
+                f"a new memory gets one from: {_prog()} init")
 
 
 class Api:
@@ -236,10 +249,13 @@ class Api:
         if raw:
             return payload
         try:
-            return json.loads(payload.decode("utf-8"))
+            answer = json.loads(payload.decode("utf-8"))
         except ValueError:
             raise Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer JSON; "
-                          "is that the address of a Stash server?") from None
+                          "is that the address of a Stash server?", UNREACHABLE) from None
+        if _JSON["on"]:
+            _emit_json(answer)
+        return answer
 
     def _send(self, req: urllib.request.Request, timeout: float) -> bytes:
         """One try: the answer's bytes, a :class:`Failure`, or :class:`_Lost`
@@ -254,16 +270,17 @@ class Api:
             raise self._refusal(err) from None
         except urllib.error.URLError as err:
             failure = Failure(f"stash: cannot reach the server at STASH_URL={_shown(self.url)} "
-                              f"({_reason(err.reason)}). Check the address and that the server is running.")
+                              f"({_reason(err.reason)}). Check the address and that the server is running.",
+                              UNREACHABLE)
             if isinstance(err.reason, (ConnectionError, TimeoutError, socket.timeout)):
                 raise _Lost(failure) from None
             raise failure from None
         except (TimeoutError, socket.timeout):  # noqa: UP041 - distinct classes before Python 3.10
             raise _Lost(Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer within "
-                                f"{timeout:.0f} s; try again.")) from None
+                                f"{timeout:.0f} s; try again.", UNREACHABLE)) from None
         except (OSError, http.client.HTTPException) as err:
             raise _Lost(Failure(f"stash: the connection to STASH_URL={_shown(self.url)} failed "
-                                f"({_reason(err)}); try again.")) from None
+                                f"({_reason(err)}); try again.", UNREACHABLE)) from None
 
     def _refusal(self, err: urllib.error.HTTPError) -> Failure:
         try:
@@ -272,12 +289,12 @@ class Api:
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("message"), str):
             return Failure(f"stash: the server at STASH_URL={_shown(self.url)} answered HTTP {err.code} "
-                           "without a Stash error; is that the address of a Stash server?")
+                           "without a Stash error; is that the address of a Stash server?", UNREACHABLE)
         extra = None
         nap = body.get("nap")
         if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
             extra = localize(nap["prompt"], self.steps)
-        return Failure(localize(body["message"], self.steps), 1, extra, err.code)
+        return Failure(localize(body["message"], self.steps), REFUSED, extra, err.code, body)
 
 
 class _Lost(Exception):
@@ -301,7 +318,13 @@ def _reason(reason: object) -> str:
 
 
 def _out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    """The plain-text answer; under --json the server's own answers stand in for it."""
+    if not _JSON["on"]:
+        sys.stdout.write(text + "\n")
+
+
+def _emit_json(answer: object) -> None:
+    sys.stdout.write(json.dumps(answer, ensure_ascii=False) + "\n")
 
 
 def _out_lines(lines: list[str]) -> None:
@@ -380,22 +403,28 @@ def forget_lines(api: Api, block: str) -> list[str]:
 
 
 def do_init(args: argparse.Namespace) -> int:
-    api = _api(need_token=False, fallback_url=args.url)
-    body = {"url": args.url.rstrip("/")} if args.url else {}
-    ans = api.call("POST", "/init", body)
+    """Mint a memory on the server named by URL (else STASH_URL); print its
+    token once, as the two export lines, then the block for AGENTS.md. The
+    address written into the block is --url, else URL; with neither, the
+    server chooses (its own --url, else the address it was called at)."""
+    api = Api(server_url(args.url, explicit=args.server), None)
+    public = (args.url or args.server or "").rstrip("/")
+    ans = api.call("POST", "/init", {"url": public} if public else {})
+    _out(f"export STASH_URL={shlex.quote(public or api.url)}")
     _out(f"export STASH_TOKEN={ans['token']}")
-    _out(f"export STASH_URL={shlex.quote(args.url.rstrip('/') if args.url else api.url)}")
     _out()
     if ans.get("note"):
         _out(ans["note"])
         _out()
+    _out("Paste this block at the top of your AGENTS.md:")
+    _out()
     _out(ans.get("prompt", "").rstrip("\n"))
     return 0
 
 
 def do_wake(args: argparse.Namespace) -> int:
     if args.T is not None and args.part is None:
-        raise Failure("stash: give the part before T: stash wake <part> <T>.", 2)
+        raise Failure("stash: give the part before T, both as the previous part printed them.", USAGE)
     _out_lines(wake_lines(_api(), args.part, args.T))
     return 0
 
@@ -442,7 +471,7 @@ def do_config(args: argparse.Namespace) -> int:
         for item in args.changes:
             name, eq, value = item.partition("=")
             if not eq or not name:
-                raise Failure(f"stash: {item!r} is not NAME=VALUE; an empty VALUE restores the default.", 2)
+                raise Failure(f"stash: {item!r} is not NAME=VALUE; an empty VALUE restores the default.", USAGE)
             changes[name.strip()] = _config_value(value.strip())
         ans = api.call("POST", "/config", changes)
     else:
@@ -465,9 +494,9 @@ def read_entries(path: str) -> list[dict]:
             with open(path, encoding="utf-8") as f:
                 text = f.read()
     except OSError as err:
-        raise Failure(f"stash: cannot read {path}: {err.strerror or err}.", 2) from None
+        raise Failure(f"stash: cannot read {path}: {err.strerror or err}.", USAGE) from None
     except UnicodeDecodeError:
-        raise Failure(f"stash: {path} is not UTF-8 text.", 2) from None
+        raise Failure(f"stash: {path} is not UTF-8 text.", USAGE) from None
     entries = []
     for n, line in enumerate(text.splitlines(), 1):
         line = line.rstrip()
@@ -475,10 +504,10 @@ def read_entries(path: str) -> list[dict]:
             continue
         m = _DATED.fullmatch(line.strip())
         if not m:
-            raise Failure(f"stash: {path} line {n} is not 'YYYY-MM-DD text'; nothing was imported.", 2)
+            raise Failure(f"stash: {path} line {n} is not 'YYYY-MM-DD text'; nothing was imported.", USAGE)
         entries.append({"date": m.group(1), "text": m.group(2)})
     if not entries:
-        raise Failure(f"stash: {path} holds no 'YYYY-MM-DD text' lines; nothing was imported.", 2)
+        raise Failure(f"stash: {path} holds no 'YYYY-MM-DD text' lines; nothing was imported.", USAGE)
     return entries
 
 
@@ -553,11 +582,12 @@ def do_grants(args: argparse.Namespace) -> int:
     if words[0] == "revoke" and len(words) == 2:
         gid = words[1].lstrip("#")
         if not gid.isdigit():
-            raise Failure("stash: revoke takes the grant's number, as listed by: stash grants", 2)
+            raise Failure(f"stash: revoke takes the grant's number, as listed by: {_prog()} grants", USAGE)
         api.call("DELETE", f"/grants/{gid}")
         _out(f"Revoked #{gid}: its token opens nothing from now on.")
         return 0
-    raise Failure("stash: grants takes nothing (list), read or full (mint), or revoke ID.", 2)
+    raise Failure(f"stash: grants takes nothing (list), read or full (mint), or revoke ID; the IDs are listed by: "
+                  f"{_prog()} grants", USAGE)
 
 
 def _receipt_line(r: dict) -> str:
@@ -570,7 +600,7 @@ def do_erase(args: argparse.Namespace) -> int:
     for word in args.ids:
         word = word.lstrip("#")
         if not (word.isascii() and word.isdigit()):
-            raise Failure("stash: erase takes memory ids, like: stash erase 12 40", 2)
+            raise Failure("stash: erase takes memory ids as the wake prints them, like #12 or 12.", USAGE)
         ids.append(int(word))
     ans = _api().call("POST", "/erase", {"ids": ids})
     _out(f"Erased {len(ans.get('erased', []))} of {len(ids)} (the rest were erased before). "
@@ -590,7 +620,7 @@ def do_erasures(args: argparse.Namespace) -> int:
 def do_destroy(args: argparse.Namespace) -> int:
     if not args.yes:
         raise Failure("stash: destroy deletes this whole memory and every token of it, for good. "
-                      f"To go ahead: {_prog()} destroy --yes", 2)
+                      f"To go ahead: {_prog()} destroy --yes", USAGE)
     ans = _api().call("DELETE", "/store")
     _out(f"Destroyed: {ans.get('memories')} memories, at {ans.get('at')}. Every token of it now opens nothing.")
     return 0
@@ -636,11 +666,11 @@ def _record_text(rec: bytes, width: int, where: str) -> str:
     its only newline, UTF-8, padding spaces removed."""
     if len(rec) != width or rec[-1:] != b"\n" or b"\n" in rec[:-1]:
         raise Failure(f"stash: {where} is not one {width}-byte line: a record shorter or longer than {width} "
-                      "bytes shifts every record after it. Nothing was imported.", 2)
+                      "bytes shifts every record after it. Nothing was imported.", USAGE)
     try:
         return rec[:-1].decode("utf-8").rstrip(" ")
     except UnicodeDecodeError:
-        raise Failure(f"stash: {where} is not UTF-8 text. Nothing was imported.", 2) from None
+        raise Failure(f"stash: {where} is not UTF-8 text. Nothing was imported.", USAGE) from None
 
 
 def read_optmem_log(path: str) -> tuple[list[dict], list[int]]:
@@ -651,7 +681,7 @@ def read_optmem_log(path: str) -> tuple[list[dict], list[int]]:
     try:
         f = open(path, "rb")
     except OSError as err:
-        raise Failure(f"stash: cannot read {path}: {err.strerror or err}. Nothing was imported.", 2) from None
+        raise Failure(f"stash: cannot read {path}: {err.strerror or err}. Nothing was imported.", USAGE) from None
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()  # noqa: UP017 - Python 3.8+
     entries: list[dict] = []
     erased: list[int] = []
@@ -667,28 +697,29 @@ def read_optmem_log(path: str) -> tuple[list[dict], list[int]]:
             if len(rec) < OPTMEM_LOG_REC and not rec.endswith(b"\n"):
                 raise Failure(f"stash: {where} is cut short: {len(rec)} of {OPTMEM_LOG_REC} bytes, as an "
                               "interrupted write leaves it (OptMem ignores such a tail). To drop it: "
-                              f"truncate -s {start} {shlex.quote(path)}. Nothing was imported.", 2)
+                              f"truncate -s {start} {shlex.quote(path)}. Nothing was imported.", USAGE)
             line = _record_text(rec, OPTMEM_LOG_REC, where)
             m = _LOG_RECORD.fullmatch(line)
             if not m or not m.group(3):
-                raise Failure(f"stash: {where} is not '#{i} YYYY-MM-DD text'. Nothing was imported.", 2)
+                raise Failure(f"stash: {where} is not '#{i} YYYY-MM-DD text'. Nothing was imported.", USAGE)
             if int(m.group(1)) != i:
                 raise Failure(f"stash: {where} is numbered #{m.group(1)}; the record at that place must be #{i}. "
-                              "Nothing was imported.", 2)
+                              "Nothing was imported.", USAGE)
             date, text = m.group(2), m.group(3)
             try:
                 datetime.date.fromisoformat(date)
             except ValueError:
-                raise Failure(f"stash: {where}: {date} is not a real calendar date. Nothing was imported.", 2) from None
+                raise Failure(f"stash: {where}: {date} is not a real calendar date. Nothing was imported.",
+                              USAGE) from None
             if date > today:
                 raise Failure(f"stash: {where}: {date} is in the future (today is {today} UTC). "
-                              "Nothing was imported.", 2)
+                              "Nothing was imported.", USAGE)
             if prev is not None and date < prev:
                 raise Failure(f"stash: {where}: {date} is earlier than the memory before it ({prev}); "
-                              "a log is oldest first. Nothing was imported.", 2)
+                              "a log is oldest first. Nothing was imported.", USAGE)
             problem = _line_problem(text)
             if problem:
-                raise Failure(f"stash: {where}: the memory {problem}. Nothing was imported.", 2)
+                raise Failure(f"stash: {where}: the memory {problem}. Nothing was imported.", USAGE)
             if text == ERASED_TEXT:
                 erased.append(i)
             entries.append({"date": date, "text": text})
@@ -715,20 +746,21 @@ def read_optmem_tree(folder: str, T: int) -> dict[int, list[str | None]]:
         size = _level_size(name)
         if size is None:
             raise Failure(f"stash: TREE/{name} is not a level of the tree (those are named 2, 4, 8, ...). "
-                          "Move it out of the folder. Nothing was imported.", 2)
+                          "Move it out of the folder. Nothing was imported.", USAGE)
         path = os.path.join(tree_dir, name)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError as err:
-            raise Failure(f"stash: cannot read TREE/{name}: {err.strerror or err}. Nothing was imported.", 2) from None
+            raise Failure(f"stash: cannot read TREE/{name}: {err.strerror or err}. Nothing was imported.",
+                          USAGE) from None
         n = -(-len(data) // OPTMEM_TREE_REC)
         complete = T // size
         if n > complete:
             lo = complete * size
             raise Failure(f"stash: TREE/{name} holds {n} summaries, but the log's {T} memories complete only "
                           f"{complete} blocks of {size}: record {complete} would be block {lo}-{lo + size - 1}, "
-                          "which is not complete. Nothing was imported.", 2)
+                          "which is not complete. Nothing was imported.", USAGE)
         texts: list[str | None] = []
         for k in range(n):
             lo = k * size
@@ -737,7 +769,7 @@ def read_optmem_tree(folder: str, T: int) -> dict[int, list[str | None]]:
             if text:
                 problem = _line_problem(text)
                 if problem:
-                    raise Failure(f"stash: {where}: the summary {problem}. Nothing was imported.", 2)
+                    raise Failure(f"stash: {where}: the summary {problem}. Nothing was imported.", USAGE)
             texts.append(text or None)
         out[size] = texts
     return out
@@ -754,7 +786,7 @@ def read_optmem_config(folder: str) -> dict[str, int]:
             text = f.read()
     except (OSError, UnicodeDecodeError) as err:
         raise Failure(f"stash: cannot read config: {getattr(err, 'strerror', None) or err}. "
-                      "Nothing was imported.", 2) from None
+                      "Nothing was imported.", USAGE) from None
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#")[0].strip()
         if "=" not in line:
@@ -763,13 +795,13 @@ def read_optmem_config(folder: str) -> dict[str, int]:
         name = name.upper()
         if name not in OPTMEM_SIZES:
             raise Failure(f"stash: config line {n}: {name} is not a size (those are {', '.join(OPTMEM_SIZES)}). "
-                          "Nothing was imported.", 2)
+                          "Nothing was imported.", USAGE)
         if not (value.isascii() and value.isdigit()) or int(value) < 1:
             raise Failure(f"stash: config line {n}: {name} must be a positive whole number, not {value!r}. "
-                          "Nothing was imported.", 2)
+                          "Nothing was imported.", USAGE)
         if name == "ENTRY_CHARS" and int(value) > OPTMEM_ENTRY_MAX:
             raise Failure(f"stash: config line {n}: ENTRY_CHARS is at most {OPTMEM_ENTRY_MAX}. "
-                          "Nothing was imported.", 2)
+                          "Nothing was imported.", USAGE)
         out[name] = int(value)
     return out
 
@@ -884,10 +916,10 @@ def unpack(members: dict[str, bytes], target: str, force: bool) -> None:
     failure leaves no half-written export. Only what the archive names is
     replaced."""
     if os.path.lexists(target) and not os.path.isdir(target):
-        raise Failure(f"stash: {target} exists and is not a folder; name another.", 2)
+        raise Failure(f"stash: {target} exists and is not a folder; name another.", USAGE)
     if os.path.isdir(target) and os.listdir(target) and not force:
         raise Failure(f"stash: {target} is not empty; name an empty or new folder, or add --force to replace "
-                      "what the export holds there.", 2)
+                      "what the export holds there.", USAGE)
     os.makedirs(target, mode=0o700, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".stash-export-", dir=target)
     try:
@@ -919,13 +951,13 @@ def do_export(args: argparse.Namespace) -> int:
     target = args.target or "stash-export.tar.gz"
     as_archive = target == "-" or target.endswith((".tar.gz", ".tgz"))
     if as_archive and target != "-" and os.path.exists(target) and not args.force:
-        raise Failure(f"stash: {target} exists; name another file or add --force.", 2)
+        raise Failure(f"stash: {target} exists; name another file or add --force.", USAGE)
     if not as_archive:
         if os.path.lexists(target) and not os.path.isdir(target):
-            raise Failure(f"stash: {target} exists and is not a folder; name another.", 2)
+            raise Failure(f"stash: {target} exists and is not a folder; name another.", USAGE)
         if os.path.isdir(target) and os.listdir(target) and not args.force:
             raise Failure(f"stash: {target} is not empty; name an empty or new folder, or add --force to "
-                          "replace what the export holds there.", 2)
+                          "replace what the export holds there.", USAGE)
     data = _api().call("GET", "/export", raw=True, timeout=LONG_TIMEOUT)
     members = archive_members(data)
     doc = check_archive(members)
@@ -956,7 +988,7 @@ def _memory_folder(path: str) -> tuple[str, str | None]:
     if os.path.isfile(os.path.join(inner, "LOG.txt")):
         return inner, path
     raise Failure(f"stash: {path} holds no LOG.txt, nor memory/LOG.txt: name an OptMem memory folder (like "
-                  "~/.optmem/memory) or a folder written by stash export. Nothing was imported.", 2)
+                  "~/.optmem/memory) or a folder written by stash export. Nothing was imported.", USAGE)
 
 
 def _read_files(folder: str) -> list[str]:
@@ -1056,11 +1088,11 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         unlisted = [n for n in _read_files(folder) if f"memory/{n}" not in listed]
         if unlisted:
             raise Failure(f"stash: memory/{unlisted[0]} is not listed in {MANIFEST}: it was added after the "
-                          "export. Nothing was imported.", 2)
+                          "export. Nothing was imported.", USAGE)
     entries, erased = read_optmem_log(os.path.join(folder, "LOG.txt"))
     T = len(entries)
     if not T:
-        raise Failure(f"stash: {os.path.join(folder, 'LOG.txt')} holds no memories; nothing was imported.", 2)
+        raise Failure(f"stash: {os.path.join(folder, 'LOG.txt')} holds no memories; nothing was imported.", USAGE)
     tree = read_optmem_tree(folder, T)
     sizes = read_optmem_config(folder)
     in_folder = sum(1 for texts in tree.values() for t in texts if t is not None)
@@ -1142,7 +1174,7 @@ def _text(words: list[str], what: str) -> str:
     if text == "-":
         text = sys.stdin.read().rstrip("\n")
     if not text.strip():
-        raise Failure(f"stash: the {what} is empty; give one line of text in quotes.", 2)
+        raise Failure(f"stash: the {what} is empty; give one line of text in quotes.", USAGE)
     return text
 
 
@@ -1151,25 +1183,31 @@ def _text(words: list[str], what: str) -> str:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would exit; report like every other refusal
-        raise Failure(f"{self.prog}: {message}. See: {self.prog} --help", 2)
+        raise Failure(f"stash: {message}. See: {_prog()} --help", USAGE)
 
 
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="stash",
         description="Client of a Stash memory server. Reads STASH_URL and STASH_TOKEN from the environment.",
-        epilog="Start every session with: stash wake",
+        epilog="Start every session with: stash wake. Exit status: 0 done, 1 the server refused (its "
+               "message on stderr), 2 a usage mistake, 3 no Stash server answered.",
     )
+    json_help = "print the server's raw JSON answer (one document per line) instead of text"
+    p.add_argument("--json", action="store_true", help=json_help)
     sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
     def verb(name: str, func) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=VERBS[name], description=VERBS[name])
         sp.set_defaults(func=func)
+        # after the verb too (stash wake --json); SUPPRESS keeps a --json given before it
+        sp.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=json_help)
         return sp
 
     sp = verb("init", do_init)
-    sp.add_argument("--url", help="the server's public address to write into the AGENTS.md block "
-                    "(and to call, when STASH_URL is unset)")
+    sp.add_argument("server", nargs="?", metavar="URL", help="the server to mint on (default: STASH_URL)")
+    sp.add_argument("--url", help="the public address to write into the AGENTS.md block, when it differs "
+                    "from URL (and to call, when neither URL nor STASH_URL is given)")
     sp = verb("wake", do_wake)
     sp.add_argument("part", nargs="?", type=int, help="part to read (default 1)")
     sp.add_argument("T", nargs="?", type=int, help="the snapshot T the first part named")
@@ -1215,13 +1253,17 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(argv)
         if not getattr(args, "func", None):
             p.print_help(sys.stderr)
-            return 2
+            return USAGE
+        _JSON["on"] = bool(args.json)
         if args.verb == "nap" and args.block is not None and not args.text:
-            raise Failure(f'stash: nap {args.block} needs the summary: {_prog()} nap {args.block} "<your line>"', 2)
+            raise Failure(f'stash: nap {args.block} needs the summary: {_prog()} nap {args.block} "<your line>"',
+                          USAGE)
         return args.func(args)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except Failure as f:
+        if _JSON["on"] and f.body is not None:
+            _emit_json(f.body)
         sys.stdout.flush()
         sys.stderr.write(f.message.rstrip("\n") + "\n")
         if f.extra:
@@ -1230,7 +1272,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        return 1
+        return REFUSED
 
 
 if __name__ == "__main__":

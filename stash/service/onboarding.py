@@ -5,7 +5,6 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from ..core.sizes import DEFAULTS
 from .access import Identity
 
 _HERE = Path(__file__).resolve().parent
@@ -21,7 +20,10 @@ def agents_template() -> str:
 
 
 def agents_block(url: str) -> str:
-    return agents_template().format(url=url, chars=DEFAULTS["ENTRY_CHARS"])
+    """skill/AGENTS.md with its one placeholder, ``{url}``, filled. A plain
+    replace, not str.format, so the file's JSON braces are written as they
+    are and the file reads exactly as the block it becomes."""
+    return agents_template().replace("{url}", url)
 
 
 def init_answer(ident: Identity, url: str, content_cipher: str) -> dict:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
 from ..service import recall_scan
@@ -80,6 +80,17 @@ class Guard:
             access_log.info("%s %s %d %.1fms", method, route, status["code"], elapsed * 1000)
 
 
+def allowed_methods(app, scope) -> list[str]:
+    """Every method some route takes at this path. Each method of a path is a
+    route of its own, so Starlette's 405 would name only the first route's."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= set(route.methods or ())
+    return sorted(methods)
+
+
 async def not_found(request, exc) -> JSON:
     code = getattr(exc, "status_code", 404)
     request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
@@ -87,7 +98,7 @@ async def not_found(request, exc) -> JSON:
         err = StashError("This route does not take that method; see API-REFERENCE.md.", code="method_not_allowed")
         err.status = 405
         resp = error_response(err)
-        resp.headers.update(getattr(exc, "headers", None) or {})
+        resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
         return resp
     return error_response(NotFound("No such route; see API-REFERENCE.md for the routes.", code="route.unknown"))
 

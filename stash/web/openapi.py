@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import sizes
+from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..service import idempotency
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP
@@ -22,6 +23,11 @@ _BLOCK_ID = r"^[0-9]+-[0-9]+$"
 _LINE = r"^#([0-9]+ [0-9]{4}-[0-9]{2}-[0-9]{2}|[0-9]+-[0-9]+) "
 _DATE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
 _SECURED = ("read", "full", "owner")
+# One line of text (lines.py): something besides spaces, and no control character
+# or line break anywhere. The limit is in UTF-8 bytes; maxLength (characters) is
+# the part of it a schema can say.
+_PLAIN = "[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]*"
+_ONE_LINE = {"minLength": 1, "maxLength": sizes.SIZES["ENTRY_CHARS"].high, "pattern": f"^{_PLAIN}\\S{_PLAIN}$"}
 
 
 def _ref(name: str) -> Schema:
@@ -194,7 +200,8 @@ def _twins(path: str, fields: dict[str, Schema], required: tuple[str, ...], answ
     query = {name: (schema, name in required) for name, schema in fields.items()}
     return {
         ("GET", path): R(answer, query=query, errors=errors, description=description, **kw),
-        ("POST", path): R(answer, body=_obj(fields, required=list(required)), errors=errors,
+        ("POST", path): R(answer, body=_obj(fields, required=list(required)), body_required=bool(required),
+                          errors=errors,
                           description=description + " POST twin of the GET route: the same fields as a JSON body.",
                           **kw),
     }
@@ -231,11 +238,12 @@ SPECS: dict[tuple[str, str], R] = {
         status=201,
         body=_obj({
             "url": _str("The address written into `prompt` (http:// or https://, at most 2000 characters). "
-                        "Default: the server's --url, else the address this request was made to.", maxLength=2000),
+                        "Default: the server's --url, else the address this request was made to.", maxLength=2000,
+                        pattern="^https?://"),
             "invite": _str("The operator's invite secret; needed when the server runs with --init invite."),
         }, required=[]),
-        errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url"], 429: ["rate_limited"],
-                503: ["store.read_only", "store.unreadable"], 507: ["store.full"]},
+        errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url", "request.bad_value"],
+                429: ["rate_limited"], 503: ["store.read_only", "store.unreadable"], 507: ["store.full"]},
         description="Mints an identity: a new, empty memory and its owner token.",
     ),
     **_twins(
@@ -263,7 +271,7 @@ SPECS: dict[tuple[str, str], R] = {
               "head": _ref("Head") | {"description": "The log's head just after this memory: pin it."}}),
         idempotent=True,
         body=_obj({"text": _str("One line of at most ENTRY_CHARS UTF-8 bytes, no control character; "
-                                "surrounding spaces are removed.")}),
+                                "surrounding spaces are removed.", **_ONE_LINE)}),
         body_required=True,
         errors={400: ["request.empty_body", "request.missing_field"], 422: _TEXT_CODES},
         description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
@@ -273,7 +281,8 @@ SPECS: dict[tuple[str, str], R] = {
               "nap": _NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
               "message": _str()}),
         idempotent=True,
-        body=_obj({"block": _ref("BlockId"), "text": _str("The summary: one line of at most ENTRY_CHARS bytes.")},
+        body=_obj({"block": _ref("BlockId"),
+                   "text": _str("The summary: one line of at most ENTRY_CHARS bytes.", **_ONE_LINE)},
                   required=[]),
         errors={422: ["nap.missing_block", "block.invalid", "block.beyond_log", *_TEXT_CODES]},
         special={409: ("the block sent is not the one due", "NapConflict", ["nap.wrong_block"])},
@@ -281,7 +290,8 @@ SPECS: dict[tuple[str, str], R] = {
                     "already settled answers 200 with `saved: null` and writes nothing.",
     ),
     **_twins(
-        "/recall", {"q": _str("A regular expression: RE2 syntax, always case-insensitive.")}, ("q",),
+        "/recall", {"q": _str(f"A regular expression: RE2 syntax, always case-insensitive; 1 to "
+                              f"{MAX_PATTERN_BYTES} UTF-8 bytes.", minLength=1, maxLength=MAX_PATTERN_BYTES)}, ("q",),
         _obj({"matches": {**_LINES, "description": "The newest matching memories that fit PART_CHARS bytes, "
                                                    "oldest first."},
               "total": _int(0, description="How many memories match in all.")}),
@@ -319,8 +329,9 @@ SPECS: dict[tuple[str, str], R] = {
         idempotent=True,
         body=_obj({"entries": {
             "type": "array", "minItems": 1, "description": "Oldest first; the whole batch or nothing.",
-            "items": _obj({"date": _str("A real calendar date, not in the future (UTC).", pattern=_DATE),
-                           "text": _str("One line of at most ENTRY_CHARS bytes.")}),
+            "items": _obj({"date": _str("A real calendar date, not in the future (UTC).", pattern=_DATE,
+                                        format="date"),
+                           "text": _str("One line of at most ENTRY_CHARS bytes.", **_ONE_LINE)}),
         }}),
         body_required=True,
         body_cap="max_import_body",
@@ -385,7 +396,11 @@ SPECS: dict[tuple[str, str], R] = {
                     "readable by OptMem with MEMORY_DIR=memory, and manifest.json: counts, the SHA-256 of every "
                     "other member and one digest over them (API-REFERENCE.md, Export archive).",
     ),
-    ("GET", "/openapi.json"): R({"type": "object", "description": "This document."}),
+    ("GET", "/openapi.json"): R({"type": "object", "description": "This document.",
+                                 "required": ["openapi", "info", "paths", "components"],
+                                 "properties": {"openapi": {"const": "3.1.0"}, "info": {"type": "object"},
+                                                "paths": {"type": "object"}, "components": {"type": "object"}},
+                                 "additionalProperties": False}),
     ("GET", "/client"): R(_str("The client's Python source."), media="text/x-python"),
     **_twins(
         "/shape", {"T": _int(0, 10**15, "How many memories (default 0)."),
@@ -393,8 +408,9 @@ SPECS: dict[tuple[str, str], R] = {
         _obj({
             "T": _int(0), "lines": _int(1),
             "blocks": {"type": "array", "description": "cover(T, lines), oldest first, each [first, last] inclusive.",
-                       "items": {"type": "array", "prefixItems": [_int(0), _int(0)], "items": False,
-                                 "minItems": 2}},
+                       # A pair of equal schemas, so items + min/maxItems says it without prefixItems,
+                       # which some OpenAPI 3.1 tools (schemathesis 4, issue 3842) cannot load.
+                       "items": {"type": "array", "items": _int(0), "minItems": 2, "maxItems": 2}},
         }),
         {422: ["request.bad_value", "shape.out_of_range"]},
         "The block boundaries a wake of T memories shows with a budget of `lines`. Reads no memory.",

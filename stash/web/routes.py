@@ -164,6 +164,8 @@ async def init(request: Request) -> Response:
     settings = request.app.state.settings
     limiter = request.app.state.limiter
     body = await read_object(request, {"url", "invite"})
+    if not isinstance(body.get("invite", ""), str):  # refused in every mode, so a wrong type never goes unseen
+        raise Invalid("invite must be a string: the operator's invite secret.", code="request.bad_value")
     if settings.init == "off":
         raise Forbidden("This server does not mint identities; ask its operator for one.", code="init.disabled")
     client = _client(request)

@@ -240,7 +240,7 @@ def test_errors_are_clean(cli: Cli, http: Http, token: str) -> None:
 
     dead = f"http://127.0.0.1:{free_port()}"
     refused = cli.run("wake", env={**cli.env, "STASH_URL": dead})
-    assert refused.returncode == 1 and dead in refused.stderr and "Traceback" not in refused.stderr
+    assert refused.returncode == 3 and dead in refused.stderr and "Traceback" not in refused.stderr
 
     # A server refusal: its message on stderr, nothing on stdout, exit 1.
     expected = assert_error(http.get("/zoom", token, params={"block": "64-127"}), 422)["message"]

@@ -1,0 +1,197 @@
+"""The shape of the route table itself (SPEC §3) and the regressions the
+schemathesis run (tests/e2e/test_schemathesis.py) found in the server and its
+OpenAPI document: every read route that takes fields has a POST twin taking
+the same fields as JSON, no route ends in ``/``, a 405 names every method the
+path takes, and the request schemas say what the server refuses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from stash.web.routes import ROUTES
+from tests.api.test_openapi import problems
+from tests.helpers import Api, assert_error
+
+OLD_DATE = "2020-02-03"
+
+
+@pytest.fixture
+def doc(api: Api) -> dict:
+    return api.get("/openapi.json").json()
+
+
+def query_fields(doc: dict, path: str) -> dict[str, tuple[dict, bool]]:
+    op = doc["paths"][path]["get"]
+    return {p["name"]: (p["schema"], p["required"]) for p in op.get("parameters", []) if p["in"] == "query"}
+
+
+def test_no_route_ends_in_a_slash_and_a_trailing_slash_is_not_redirected(api: Api) -> None:
+    assert [f"{r.method} {r.path}" for r in ROUTES if r.path.endswith("/") and r.path != "/"] == []
+    # Starlette would redirect /health/ to /health; the server answers 404 instead, so a
+    # client learns the real route rather than depending on a redirect a gateway may drop.
+    for path in ("/health/", "/wake/", "/shape/"):
+        assert_error(api.get(path), 404, "route.unknown")
+
+
+def test_every_read_route_with_fields_has_a_post_twin_with_the_same_fields(doc: dict) -> None:
+    table = {(r.method, r.path): r for r in ROUTES}
+    reads = [r for r in ROUTES if r.method == "GET" and query_fields(doc, r.path)]
+    # the routes SPEC §3 gives a query string must all be here, or this test proves little
+    assert {r.path for r in reads} >= {"/wake", "/recall", "/zoom", "/shape"}
+    for r in reads:
+        twin = table.get(("POST", r.path))
+        assert twin is not None, f"GET {r.path} has no POST twin"
+        assert twin.scope == r.scope, r.path
+        body = doc["paths"][r.path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        fields = query_fields(doc, r.path)
+        assert set(body["properties"]) == set(fields), r.path
+        assert set(body.get("required", [])) == {n for n, (_, req) in fields.items() if req}, r.path
+        for name, (schema, _) in fields.items():
+            assert body["properties"][name] == schema, (r.path, name)
+        # a twin with a required field cannot be called with no body at all
+        assert doc["paths"][r.path]["post"]["requestBody"]["required"] == bool(body.get("required")), r.path
+
+
+def test_the_post_twins_answer_what_the_get_routes_answer(api: Api, owner: str) -> None:
+    entries = [{"date": OLD_DATE, "text": f"twin memory {k}"} for k in range(6)]
+    assert api.post("/import", owner, json={"entries": entries}).status_code == 200
+    for path, fields in (("/wake", {"part": 1}), ("/recall", {"q": "memory [24]"}), ("/zoom", {"block": "4-7"}),
+                         ("/shape", {"T": 300, "lines": 12})):
+        got = api.get(path, owner, params=fields)
+        twin = api.post(path, owner, json=fields)
+        assert got.status_code == 200, got.text
+        assert (twin.status_code, twin.json()) == (200, got.json()), path
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), [
+    ("OPTIONS", "/config", "GET, HEAD, POST"),
+    ("DELETE", "/wake", "GET, HEAD, POST"),
+    ("PUT", "/recall", "GET, HEAD, POST"),
+    ("GET", "/note", "POST"),
+    ("POST", "/grants/7", "DELETE"),
+    ("GET", "/store", "DELETE"),
+])
+def test_a_405_names_every_method_the_path_takes(api: Api, method: str, path: str, allowed: str) -> None:
+    # Found by schemathesis: each method of a path is its own route, and the 405
+    # named only the first one's methods (OPTIONS /config said "Allow: HEAD, GET").
+    resp = api.request(method, path)
+    assert_error(resp, 405, "method_not_allowed")
+    assert resp.headers["allow"] == allowed
+
+
+def test_shape_blocks_schema_loads_without_prefix_items(doc: dict, api: Api) -> None:
+    # Found by schemathesis 4: a prefixItems pair made it reject the whole document
+    # for /shape. The pair is now items + minItems/maxItems, as exact as before.
+    blocks = doc["paths"]["/shape"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    pair = blocks["properties"]["blocks"]["items"]
+    assert "prefixItems" not in pair and (pair["minItems"], pair["maxItems"]) == (2, 2)
+    answer = api.get("/shape?T=5&lines=96").json()
+    assert problems(doc, blocks, answer) == []
+    assert problems(doc, blocks, {**answer, "blocks": [[0, 1, 2]]})
+    assert problems(doc, blocks, {**answer, "blocks": [[0]]})
+
+
+@pytest.mark.parametrize("text", ["", "   ", "tab\there", "two\nlines", "sep\u2028x", "nel\x85x", "x" * 281])
+def test_the_note_schema_refuses_what_the_server_refuses(api: Api, owner: str, doc: dict, text: str) -> None:
+    # Found by schemathesis: the schema said "any string", so most generated notes
+    # were refused by the server. Now a text the server refuses fails the schema too.
+    schema = doc["paths"]["/note"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert problems(doc, schema, {"text": text}), repr(text)
+    assert api.post("/note", owner, json={"text": text}).status_code == 422
+
+
+@pytest.mark.parametrize("text", ["a", "  spaced  ", "ünïcödé ✓ — fine", "x" * 280])
+def test_the_note_schema_takes_what_the_server_takes(api: Api, owner: str, doc: dict, text: str) -> None:
+    schema = doc["paths"]["/note"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert problems(doc, schema, {"text": text}) == []
+    assert api.post("/note", owner, json={"text": text}).status_code == 200
+
+
+def test_recall_and_init_schemas_carry_the_server_limits(api: Api, owner: str, doc: dict) -> None:
+    q = query_fields(doc, "/recall")["q"][0]
+    assert (q["minLength"], q["maxLength"]) == (1, 512)
+    assert api.post("/recall", owner, json={"q": "a" * 512}).status_code == 200
+    assert_error(api.post("/recall", owner, json={"q": "a" * 513}), 422, "recall.bad_pattern")
+    assert_error(api.post("/recall", owner, json={"q": ""}), 422, "recall.bad_pattern")
+    url = doc["paths"]["/init"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]["url"]
+    assert re.search(url["pattern"], "https://stash.example") and not re.search(url["pattern"], "ftp://x")
+    assert_error(api.post("/init", json={"url": "ftp://x"}), 422, "init.bad_url")
+    date = doc["paths"]["/import"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert date["properties"]["entries"]["items"]["properties"]["date"]["format"] == "date"
+
+
+def test_the_document_is_the_router_and_every_operation_is_described(api: Api, doc: dict) -> None:
+    """Both directions, from what actually serves requests: every method and
+    path the app routes is an operation of the document, every operation is
+    routed, and every route has its own description (no stale one lingers)."""
+    from starlette.routing import Route
+
+    from stash.web.openapi import SPECS
+
+    routed = set()
+    for route in api.app.router.routes:
+        assert isinstance(route, Route), f"a mount or other non-route is served but not documented: {route}"
+        routed |= {(m, route.path) for m in route.methods if m != "HEAD"}  # Starlette adds HEAD to every GET
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    assert documented == routed
+    assert set(SPECS) == {(r.method, r.path) for r in ROUTES}
+
+
+def reference_sections() -> dict[str, str]:
+    from tests.api.test_docs import reference
+
+    parts = re.split(r"^### ", reference(), flags=re.M)
+    return {p.split("\n", 1)[0]: p for p in parts[1:]}
+
+
+def test_every_error_code_is_in_the_reference_table_with_its_status() -> None:
+    from stash.core import errors
+    from tests.api.test_docs import reference
+    from tests.api.test_openapi import codes_in_source
+
+    table = reference().split("## Error codes", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z_.]+)` \| (\d{3}) \|", table, re.M))
+    by_code = {}
+    for cls in vars(errors).values():
+        if isinstance(cls, type) and issubclass(cls, errors.StashError):
+            by_code.setdefault(cls.code, cls.status)
+    raised = codes_in_source()
+    assert raised - set(rows) == set(), "error codes the server raises but API-REFERENCE.md does not list"
+    assert set(rows) - raised - {"route.unknown", "method_not_allowed"} == set(), "listed but never raised"
+    for code, status in rows.items():
+        if code in by_code:  # a class's own code: the table must give the class's status
+            assert int(status) == by_code[code], code
+
+
+def test_every_field_of_every_route_is_in_its_reference_section(doc: dict) -> None:
+    """Field by field: each top-level field of a route's request and answer
+    is named, in backticks, in that route's section of API-REFERENCE.md."""
+    sections = reference_sections()
+    missing = []
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            heading = next((h for h in sections if re.search(rf"\b{method.upper()} {re.escape(path)}(?![\w/.{{])", h)),
+                           None)
+            assert heading, f"{method.upper()} {path} has no section"
+            section = sections[heading]
+            fields = [p["name"] for p in op.get("parameters", [])]
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            fields += list(body.get("properties", {})) if body.get("additionalProperties") is False else []
+            answer = next(iter(op["responses"].values()))["content"]
+            schema = next(iter(answer.values())).get("schema", {})
+            if "$ref" in schema:
+                schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
+            fields += list(schema.get("properties", {}))
+            missing += [f"{method.upper()} {path}: {f}" for f in fields
+                        if f"`{f}`" not in section and f'"{f}"' not in section and f"{{{f}" not in section]
+    assert missing == []
+
+
+@pytest.mark.parametrize("invite", [1, True, ["x"], {"a": 1}])
+def test_init_refuses_an_invite_that_is_not_a_string_in_every_mode(api: Api, invite: object) -> None:
+    # Found by schemathesis (negative_data_rejection): on an open server a non-string
+    # invite was ignored and an identity minted, so a broken client never found out.
+    assert_error(api.post("/init", json={"invite": invite}), 422, "request.bad_value")
+    assert api.post("/init", json={"invite": "ignored on an open server"}).status_code == 201

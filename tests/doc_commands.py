@@ -1,0 +1,37 @@
+"""Reading the commands the documents print: which route a curl command
+calls, which verb a ``stash`` command names. Shared by the tests that hold
+API-REFERENCE.md and skill/ to the server."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from stash.web.routes import ROUTES
+
+
+def curl_calls(text: str) -> list[tuple[str, str]]:
+    """(method, path) of every curl command in ``text``, read as curl reads
+    its arguments: -X names the method, else -d makes it POST, else GET."""
+    calls = []
+    for command in re.split(r"&&|;|\n", text):
+        words = shlex.split(command)
+        if not words or words[0] != "curl":
+            continue
+        method = "POST" if "-d" in words else "GET"
+        if "-X" in words:
+            method = words[words.index("-X") + 1]
+        urls = [w for w in words if w.startswith("$STASH_URL")]
+        assert len(urls) == 1, command
+        path = urls[0].removeprefix("$STASH_URL").split("?")[0] or "/"
+        calls.append((method, path))
+    return calls
+
+
+def route_of(method: str, path: str) -> tuple[str, str] | None:
+    """The route of ROUTES a request for ``method path`` reaches, if any."""
+    for r in ROUTES:
+        pattern = "^" + re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(r.path)) + "$"
+        if r.method == method and re.match(pattern, path):
+            return r.method, r.path
+    return None

@@ -1,0 +1,56 @@
+"""Every command of skill/SKILL.md runs against a real ``stash serve``: the
+curl forms in order on one memory, the ``stash`` forms in order on another
+(each form is a whole walk through the protocol; run interleaved, the second
+``forget`` would find nothing left to drop), both memories in the state the
+examples speak of — 64 memories, every summary written, wake parts of 40
+lines, so ``wake?part=2&T=64`` and ``zoom 32-63`` mean something."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.api.test_skill import SKILL, indented_commands
+from tests.e2e.conftest import CLI_TIMEOUT, Http, path_with
+
+FILL = {"<one line>": "a memory from the skill example", "<your line>": "a summary from the skill example"}
+
+
+def prepared(http: Http) -> str:
+    token = http.init()["token"]
+    entries = [{"date": "2024-03-01", "text": f"deploy number {k} went fine"} for k in range(64)]
+    http.ok("POST", "/import", token, json={"entries": entries})
+    nap = http.ok("POST", "/nap", token, json={})["nap"]
+    while nap is not None:
+        nap = http.ok("POST", "/nap", token, json={"block": nap["block"], "text": f"sum {nap['block']}"})["nap"]
+    http.ok("POST", "/config", token, json={"PART_LINES": 40})
+    assert http.ok("GET", "/wake", token)["parts"] == 2
+    return token
+
+
+@pytest.mark.parametrize("form", ["curl", "stash"])
+def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, client_file: Path,
+                                       tmp_path: Path) -> None:
+    commands = [c for c in indented_commands(SKILL.read_text(encoding="utf-8")) if c.startswith(form + " ")]
+    assert len(commands) >= 8
+    token = prepared(http)
+    env = {"PATH": path_with(client_file.parent), "HOME": str(tmp_path), "LANG": "C.UTF-8",
+           "STASH_URL": base_url, "STASH_TOKEN": token}
+    for command in commands:
+        line = command
+        for placeholder, value in FILL.items():
+            line = line.replace(placeholder, value)
+        done = subprocess.run(["/bin/sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=CLI_TIMEOUT)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        if form == "curl" and " -o " not in line:
+            # curl -s exits 0 on a refusal too: the answer must not be an error
+            answer = json.loads(done.stdout)
+            assert "error" not in answer, (command, answer)
+        assert token not in done.stdout + done.stderr
+    # the walk did what it says: its note is in the log, and 32-63 was forgotten
+    assert http.ok("POST", "/recall", token, json={"q": "memory from the skill example"})["total"] == 1
+    assert http.ok("GET", "/zoom?block=0-63", token)["lines"][1] == "#32-63 not compressed yet"
