@@ -7,6 +7,15 @@ from __future__ import annotations
 
 import sys
 
+# The verbs that are not the HTTP client: they run beside a server or an agent
+# host and need the whole package, so the one-file client never carries them.
+HOST_VERBS = {
+    "serve": "run the Stash server",
+    "backup": "copy every user's files of a data folder while the server runs",
+    "verify": "check every file of a data folder or a backup",
+    "mcp": "serve wake, note, nap, recall, zoom and forget as MCP tools over stdio",
+}
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv

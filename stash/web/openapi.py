@@ -213,17 +213,19 @@ _IMPORT_INDEXED = ["import.bad_entry", "import.bad_date", "import.out_of_order",
 _CONFIG = _obj({"sizes": _ref("Sizes"), "defaults": _ref("Sizes")})
 
 SPECS: dict[tuple[str, str], R] = {
-    ("GET", "/health"): R(
+    **_twins(
+        "/health",
+        {"ready": _int(0, 1, "1: also probe readiness (create, write, sync and remove a file in the data folder). "
+                             "Default 0: liveness only.")},
+        (),
         _obj({"ok": {"const": True}, "version": _str(),
               "content_cipher": {"const": "xchacha20-poly1305"},
               "file_cipher": {"enum": ["sqlcipher", "none"]},
-              "ready": {"enum": [True, None], "description": "true with ?ready=1 (the data folder can be written); "
+              "ready": {"enum": [True, None], "description": "true with ready=1 (the data folder can be written); "
                                                             "null when readiness was not asked."}}),
-        query={"ready": (_int(0, 1, "1: also probe readiness (create, write, sync and remove a file in the data "
-                                    "folder). Default 0: liveness only."), False)},
-        errors={422: ["request.bad_value"], 503: ["ready.unwritable"]},
-        description="Liveness: 200 whenever the process serves HTTP. With ?ready=1, readiness for a load balancer: "
-                    "503 when the data folder cannot be written (full disk, read-only mount, folder gone).",
+        {422: ["request.bad_value"], 503: ["ready.unwritable"]},
+        "Liveness: 200 whenever the process serves HTTP. With ready=1, readiness for a load balancer: "
+        "503 when the data folder cannot be written (full disk, read-only mount, folder gone).",
     ),
     ("POST", "/init"): R(
         _obj({

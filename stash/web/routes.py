@@ -145,7 +145,10 @@ def _once(request: Request, answer: idempotency.Answer, status_code: int = 200) 
 async def health(request: Request) -> Response:
     """Liveness; with ``?ready=1`` also readiness: 503 when the data folder
     cannot be written."""
-    data = query_object(request, {"ready"}, ints={"ready"})
+    if request.method == "GET":
+        data = query_object(request, {"ready"}, ints={"ready"})
+    else:
+        data = await read_object(request, {"ready"})
     probe = parse_int("ready", data.get("ready", 0))
     if probe not in (0, 1):
         raise Invalid("ready must be 0 or 1.", code="request.bad_value")
@@ -383,6 +386,7 @@ async def destroy(request: Request) -> Response:
 
 ROUTES: list[RouteSpec] = [
     RouteSpec("GET", "/health", "public", "Liveness, version and this host's ciphers", health),
+    RouteSpec("POST", "/health", "public", "Liveness and readiness (POST twin of GET /health)", health),
     RouteSpec("POST", "/init", "public", "Mint an identity; the token is shown once", init),
     RouteSpec("GET", "/wake", "read", "The wake document, one part at a time", wake),
     RouteSpec("POST", "/wake", "read", "The wake (POST twin of GET /wake)", wake),

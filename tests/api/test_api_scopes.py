@@ -15,6 +15,7 @@ from tests.helpers import Api, assert_error
 # SPEC §3's table, copied by hand: the server's ROUTES must agree with it.
 SPEC_SCOPES = {
     "GET /health": "public",
+    "POST /health": "public",
     "POST /init": "public",
     "GET /wake": "read",
     "POST /wake": "read",
@@ -80,6 +81,7 @@ class World:
 # route -> (method, url, json body) for a call that succeeds with enough scope.
 CALLS = {
     "GET /health": lambda w, who: ("GET", "/health", None),
+    "POST /health": lambda w, who: ("POST", "/health", {"ready": 1}),
     "POST /init": lambda w, who: ("POST", "/init", {"url": "https://stash.test"}),
     "GET /wake": lambda w, who: ("GET", "/wake", None),
     "POST /wake": lambda w, who: ("POST", "/wake", {}),

@@ -141,6 +141,7 @@ def forget_call(w: World, s: Store) -> Call:
 
 CALLS: dict[str, Callable[[World, Store], Call]] = {
     "GET /health": lambda w, s: ("GET", "/health", None),
+    "POST /health": lambda w, s: ("POST", "/health", {"ready": 1}),
     "POST /init": lambda w, s: ("POST", "/init", {"url": "https://stash.test"}),
     "GET /wake": lambda w, s: ("GET", "/wake", None),
     "POST /wake": lambda w, s: ("POST", "/wake", {}),

@@ -156,7 +156,7 @@ def test_json_prints_the_raw_answer_of_every_verb(http: Http, base_url: str, tok
     init = raw("init", base_url, env={k: v for k, v in c.env.items() if k != "STASH_TOKEN"})
     assert set(init[0]) == {"user_id", "token", "content_cipher", "file_cipher", "note", "prompt"}
     noted = raw("note", "first")
-    assert noted == [{"id": 0, "nap": None}]
+    assert [(n["id"], n["nap"], n["head"]["count"]) for n in noted] == [(0, None, 1)]
     noted = raw("note", "second")
     assert noted[0]["id"] == 1 and noted[0]["nap"]["block"] == "0-1"
     assert raw("nap") == [http.ok("POST", "/nap", token, json={})]
@@ -174,7 +174,8 @@ def test_json_prints_the_raw_answer_of_every_verb(http: Http, base_url: str, tok
     dated = tmp_path / "dated.txt"
     dated.write_text(f"{OLD}1 a\n{OLD}2 b\n", encoding="utf-8")
     fresh = http.init()["token"]
-    assert raw("import", str(dated), env={**c.env, "STASH_TOKEN": fresh}) == [{"first": 0, "last": 1, "pending": 1}]
+    imported = raw("import", str(dated), env={**c.env, "STASH_TOKEN": fresh})
+    assert [(a["first"], a["last"], a["pending"], a["head"]["count"]) for a in imported] == [(0, 1, 1, 2)]
     minted = raw("grants", "read")[0]
     assert minted["scope"] == "read" and minted["token"].startswith("stash1_")
     assert raw("grants") == [http.ok("GET", "/grants", token)]
