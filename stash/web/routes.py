@@ -192,7 +192,10 @@ async def init(request: Request) -> Response:
         raise Invalid("url must be the server's http(s) address, like https://stash.example.", code="init.bad_url")
     limiter.hit("init", client)
     ident = await run_in_threadpool(request.app.state.vault.create_identity)
-    answer = onboarding.init_answer(ident, url or str(request.base_url).rstrip("/"), CONTENT_CIPHER)
+    # Without a url, the address this request came in on; a Host header that is
+    # not a plain host[:port] never reaches the pasted block (pages.page_address).
+    address = url or pages.page_address(None, request.url.scheme, request.headers.get("host"))
+    answer = onboarding.init_answer(ident, address, CONTENT_CIPHER)
     return JSON(answer, status_code=201)
 
 

@@ -128,3 +128,19 @@ def test_shape_answers_boundaries_only(api: Api, mem: Mem) -> None:
     assert "flowerpot" not in resp.text and mem.token.split("_")[1] not in resp.text
     # The same answer with a token: /shape reads no memory, whoever asks.
     assert api.get("/shape?T=3&lines=96", mem.token).json() == body
+
+
+@pytest.mark.parametrize("host", ["a.example'; rm -rf ~; echo '", "a.example$(id)"])
+def test_a_hostile_host_header_cannot_write_into_the_init_prompt(api: Api, host: str) -> None:
+    """/init without a url fills its AGENTS.md block from the Host header, as
+    the page does: the same check keeps a shell command out of it."""
+    resp = api.post("/init", headers={"Host": host}, json={})
+    assert resp.status_code == 201
+    prompt = resp.json()["prompt"]
+    assert "rm -rf" not in prompt and "$(id)" not in prompt
+    assert PLACEHOLDER_ADDRESS in prompt
+
+
+def test_init_without_a_url_names_a_plain_host(api: Api) -> None:
+    resp = api.post("/init", headers={"Host": "memory.example.org:8443"}, json={})
+    assert "at http://memory.example.org:8443." in resp.json()["prompt"]

@@ -61,3 +61,38 @@ def test_a_failed_copy_leaves_nothing_and_removes_nothing(tmp_path: Path) -> Non
         res = run(folder, backups, stand_in(folder, **outcome), keep=1)
         assert res.returncode != 0, case
         assert sorted(p.name for p in backups.iterdir()) == OLD, case  # no partial copy, no rotation
+
+
+def test_the_script_runs_the_real_backup_and_verify(tmp_path: Path) -> None:
+    """The same script with the installed `stash`: the verbs and arguments it
+    calls are the ones `stash backup` and `stash verify` take."""
+    import shutil
+    import sys
+
+    from stash.crypto.keys import KdfParams
+    from stash.service.access import Vault
+
+    data = tmp_path / "data"
+    vault = Vault(data, kdf=KdfParams(1, 1024, 1))
+    token = vault.create_identity().token
+    with vault.session(token, "full") as s:
+        s.memory.note("kept by the nightly backup")
+    exe = shutil.which("stash", path=str(Path(sys.executable).parent))
+    assert exe, "the stash command is not installed beside this Python"
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "STASH_BACKUP_DIR": str(backups), "STASH_BACKUP_KEEP": "2",
+           "STASH_BIN": exe, "STASH_DATA": str(data)}
+    res = subprocess.run(["sh", str(DEPLOY / "stash-backup.sh")], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    (copy,) = list(backups.iterdir())
+    assert copy.name.startswith("2") and (copy / "users" / vault_user(token) / "memory.db").is_file()
+    with Vault(copy, kdf=KdfParams(1, 1024, 1)).session(token, "read") as s:
+        assert s.memory.mf.memory(0)[2] == "kept by the nightly backup"
+
+
+def vault_user(token: str) -> str:
+    from stash.crypto import tokens
+
+    return tokens.parse(token).user_id
