@@ -7,19 +7,17 @@ live routes in process."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import sqlite3
 from pathlib import Path
 
 import pytest
-import sqlcipher3.dbapi2 as sqlcipher
 
 from stash.crypto import chain, keys
 from stash.service.access import Vault
-from stash.storage.files import PAGE_BYTES
 from stash.web.app import create_app
 from tests.helpers import Api, assert_error, make_settings
+from tests.raw_files import raw_memory_file
 
 
 @pytest.fixture
@@ -47,22 +45,10 @@ class User:
     def wake(self, **kw):
         return self.http.get("/wake", self.token, **kw)
 
-    @contextlib.contextmanager
     def raw(self):
         """The memory file as someone holding it and its key would open it,
         with the log's guards dropped."""
-        path = str(self.folder / "memory.db")
-        if self.cipher == "sqlcipher":
-            conn = sqlcipher.connect(path, isolation_level=None)
-            conn.execute(f"PRAGMA key = \"x'{keys.subkey(self.master, b'file').hex()}'\"")
-            conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
-        else:
-            conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
-            yield conn
-        finally:
-            conn.close()
+        return raw_memory_file(self.folder, self.master, self.cipher)
 
     def ring(self) -> sqlite3.Connection:
         return sqlite3.connect(str(self.folder / "keyring.db"), isolation_level=None)

@@ -5,20 +5,17 @@ everything."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
-import sqlcipher3.dbapi2 as sqlcipher
 
 from stash.cli.main import main
-from stash.crypto import keys
 from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
+from tests.raw_files import raw_memory_file
 
 FAST = KdfParams(1, 1024, 1)
 
@@ -41,20 +38,10 @@ class Store:
             for k in range(n):
                 s.memory.note(f"later osprey {k}")
 
-    @contextlib.contextmanager
     def raw(self):
-        path = str(self.folder / "memory.db")
-        if self.cipher == "sqlcipher":
-            conn = sqlcipher.connect(path, isolation_level=None)
-            conn.execute(f"PRAGMA key = \"x'{keys.subkey(self.master, b'file').hex()}'\"")
-            conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
-        else:
-            conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
-            yield conn
-        finally:
-            conn.close()
+        """The memory file as someone holding it and its key would open it,
+        with the log's guards dropped."""
+        return raw_memory_file(self.folder, self.master, self.cipher)
 
 
 def run(capsys, data: Path, token: str | None = None) -> tuple[int, str]:
