@@ -17,7 +17,7 @@ from ..core.blocks import forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
-from .files import MissingFile, checkpoint, connect, storage_error, write_transaction
+from .files import SQLCIPHER_OPEN_CLOSE, MissingFile, checkpoint, connect, storage_error, write_transaction
 from .idempotency import Records
 from .schema import sections
 
@@ -126,7 +126,8 @@ class MemoryFile:
         self._rows_key = b""
         self._chain_key = b""
         self._fk = None
-        self.conn.close()
+        with SQLCIPHER_OPEN_CLOSE:
+            self.conn.close()
 
     # ------------------------------------------------------------ the running digest
 
