@@ -37,6 +37,15 @@ def main(argv: list[str] | None = None) -> int:
         return verify_main(argv[1:])
     from .. import client
 
+    if argv[:1] in (["-h"], ["--help"]):
+        try:
+            client.main(argv)
+        except SystemExit:  # argparse's help ends with exit(0); the host verbs follow it
+            pass
+        print("\nverbs that run beside a server or an agent host (the installed package only):")
+        for verb, meaning in HOST_VERBS.items():
+            print(f"  {verb:<10} {meaning}")
+        return 0
     return client.main(argv)
 
 
