@@ -187,12 +187,13 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
 
 # One thread at a time opens or closes a SQLCipher connection in this process.
 # Under sustained concurrent load (bench/load.py: 16 connections over 50 users)
-# the server stalled for good within a minute in two runs of three: every
-# worker thread waited on SQLite's VFS mutex (unixEnterMutex, from
-# findReusableFd in open and unixShmBarrier in the WAL), the signature of the
-# lock-order inversion reported against SQLCipher 4.12.0 (SQLite 3.51.1, the
-# library sqlcipher3-binary 0.6.0 bundles). With opens and closes serialised,
-# 10-minute runs finished with no stall. An open costs about a millisecond.
+# the server stalled for good within a minute in two runs of three with
+# SQLCipher 4.12.0 (SQLite 3.51.1): every worker thread waited on SQLite's VFS
+# mutex (unixEnterMutex, from findReusableFd in open and unixShmBarrier in the
+# WAL), the signature of a lock-order inversion reported against that release.
+# pyproject.toml pins the SQLCipher 4.6.0 build, under which the same load ran
+# clean; this lock stays as the second guard, since opens and closes are where
+# the threads met. An open costs about a millisecond.
 SQLCIPHER_OPEN_CLOSE = threading.Lock()
 
 
