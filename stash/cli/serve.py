@@ -173,10 +173,11 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from ..storage.files import available_file_cipher
-    from ..web.metrics import clear_snapshots
+    from ..web.metrics import prepare_multiprocess
     from ..web.settings import SETTINGS_ENV, to_env
 
-    clear_snapshots(settings.data_dir)
+    if args.workers > 1:
+        os.environ.update(prepare_multiprocess(settings.data_dir))
     os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     print(f"stash: data in {settings.data_dir}", flush=True)

@@ -55,6 +55,10 @@ class Guard:
             return
         start = time.perf_counter()
         status = {"code": 500, "started": False}
+        # A scrape does not count itself as a request in flight.
+        counted = scope["path"] != "/metrics"
+        if counted:
+            self.metrics.request_started()
 
         async def tracked_send(message) -> None:
             if message["type"] == "http.response.start":
@@ -77,6 +81,8 @@ class Guard:
             # label or a log word, so no text of the client's reaches either.
             method = scope["method"] if scope["method"] in KNOWN_METHODS else "OTHER"
             self.metrics.observe(method, route, status["code"], elapsed, scope.get("stash.error"))
+            if counted:
+                self.metrics.request_finished()
             access_log.info("%s %s %d %.1fms", method, route, status["code"], elapsed * 1000)
 
 
