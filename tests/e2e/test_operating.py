@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from tests.e2e.conftest import Http, start_server
 from tests.helpers import assert_error
+from tests.live import Http, start_server
 
 CHEAP_KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
 EXIT_TIMEOUT = 30.0
