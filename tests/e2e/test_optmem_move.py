@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
-from tests.spec_oracle import spec_cover
+from tests.oracle import spec_cover
 
 LOG_REC, TREE_REC = 320, 288
 

@@ -19,8 +19,8 @@ import httpx
 from stash.core.sizes import DEFAULTS
 from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
+from tests import oracle
 from tests.helpers import assert_error
-from tests.invariants import _oracle as oracle
 from tests.invariants._workers import Child
 from tests.live import start_server
 
