@@ -20,6 +20,7 @@ from starlette.routing import Match, Route
 from ..core.errors import NotFound, StashError
 from ..service import recall_scan
 from ..service.access import Vault
+from .errors import error_response
 from .forwarded import TrustedProxies
 from .jsonio import JSON
 from .metrics import Metrics
@@ -30,14 +31,6 @@ from .settings import Settings, from_env
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 access_log = logging.getLogger("stash.access")
 error_log = logging.getLogger("stash.error")
-
-
-def error_response(err: StashError) -> JSON:
-    headers = {}
-    retry = getattr(err, "retry_after", None)
-    if retry is not None:
-        headers["Retry-After"] = str(retry)
-    return JSON(err.body(), status_code=err.status, headers=headers)
 
 
 class Guard:

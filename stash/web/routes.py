@@ -19,6 +19,7 @@ from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, onboarding, pages
 from ..storage.files import UserFiles, can_write
+from .errors import error_response
 from .jsonio import JSON, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
@@ -120,8 +121,6 @@ class RouteSpec:
                 _precheck(request)
             return await self.handler(request)
         except StashError as err:
-            from .app import error_response
-
             request.scope["stash.error"] = err.code
             return error_response(err)
 
