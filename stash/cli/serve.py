@@ -113,9 +113,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     """The server's Settings from parsed options and the secrets' variables;
     :class:`ConfigError` for anything the server could not honour."""
     from ..crypto import tokens
-    from ..service.pages import is_safe_address
     from ..storage.files import available_file_cipher
     from ..web.forwarded import parse_network
+    from ..web.pages import is_safe_address
     from ..web.settings import Settings
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":

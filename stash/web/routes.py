@@ -17,8 +17,9 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..crypto.chain import Head
-from ..service import idempotency, onboarding, pages
+from ..service import idempotency, onboarding
 from ..storage.files import UserFiles, can_write
+from . import pages
 from .errors import error_response
 from .jsonio import JSON, parse_int, query_object, read_object
 
