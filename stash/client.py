@@ -56,6 +56,7 @@ VERBS = {
     "grants": "list capabilities, mint one (read | full), or revoke one (revoke ID)",
     "erase": "shred memories for good by id (owner): erase ID [ID ...]",
     "erasures": "list the erasure receipts (owner)",
+    "rotate": "replace the owner token: prints the new one once; the old one stops working (owner)",
     "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
     "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory",
@@ -583,8 +584,13 @@ def do_grants(args: argparse.Namespace) -> int:
         gid = words[1].lstrip("#")
         if not gid.isdigit():
             raise Failure(f"stash: revoke takes the grant's number, as listed by: {_prog()} grants", USAGE)
-        api.call("DELETE", f"/grants/{gid}")
-        _out(f"Revoked #{gid}: its token opens nothing from now on.")
+        ans = api.call("DELETE", f"/grants/{gid}")
+        _out(f"Revoked #{gid}: its token opens nothing from now on, and nothing written from now on opens with "
+             "it even from old copies of the files.")
+        if isinstance(ans, dict) and ans.get("also_revoked"):
+            ended = ", ".join(f"#{i}" for i in ans["also_revoked"])
+            _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
+                 f"{_prog()} grants read|full")
         return 0
     raise Failure(f"stash: grants takes nothing (list), read or full (mint), or revoke ID; the IDs are listed by: "
                   f"{_prog()} grants", USAGE)
@@ -614,6 +620,18 @@ def do_erase(args: argparse.Namespace) -> int:
 def do_erasures(args: argparse.Namespace) -> int:
     for r in _api().call("GET", "/erasures").get("erasures", []):
         _out(_receipt_line(r))
+    return 0
+
+
+def do_rotate(args: argparse.Namespace) -> int:
+    ans = _api().call("POST", "/rotate", {})
+    _out(f"Rotated: owner capability #{ans.get('revoked')} ended, #{ans.get('id')} is the owner now. "
+         "The new token is shown this once; the old one opens nothing from now on. Save it:")
+    _out(f"export STASH_TOKEN={ans['token']}")
+    if ans.get("also_revoked"):
+        ended = ", ".join(f"#{i}" for i in ans["also_revoked"])
+        _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
+             f"{_prog()} grants read|full")
     return 0
 
 
@@ -1231,6 +1249,7 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("erase", do_erase)
     sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
     verb("erasures", do_erasures)
+    verb("rotate", do_rotate)
     sp = verb("destroy", do_destroy)
     sp.add_argument("--yes", action="store_true", help="confirm: the memory cannot be recovered")
     sp = verb("export", do_export)

@@ -17,6 +17,7 @@ from ..core.blocks import forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
+from ..crypto.epochs import KeyChain
 from .files import SQLCIPHER_OPEN_CLOSE, MissingFile, checkpoint, connect, storage_error, write_transaction
 from .idempotency import Records
 from .schema import sections
@@ -50,14 +51,21 @@ class FileKeys:
     rows_key: bytes = field(repr=False)
     file_key: bytes | None = field(repr=False)
     chain_key: bytes = field(repr=False, default=b"")
+    epoch: int = 0
 
     @classmethod
-    def derive(cls, path: Path, user_id: str, master: bytes, cipher: str) -> FileKeys:
-        file_key = keys.subkey(master, b"file") if cipher == "sqlcipher" else None
-        return cls(Path(path), user_id, cipher, keys.subkey(master, b"rows"), file_key, keys.subkey(master, b"chain"))
+    def derive(cls, path: Path, user_id: str, chain: KeyChain, cipher: str) -> FileKeys:
+        """The file key and the digest key come from epoch 0's key (they stay
+        the same for the life of the file); the rows key is the current
+        epoch's, so nothing sealed in this epoch opens with an older key."""
+        file_key = keys.subkey(chain.base, b"file") if cipher == "sqlcipher" else None
+        return cls(Path(path), user_id, cipher, keys.subkey(chain.current, b"rows"), file_key,
+                   keys.subkey(chain.base, b"chain"), chain.epoch)
 
 
 HEAD_META = "log_head"
+EPOCH_META = "epoch"  # the epoch whose key seals this file's rows; absent means 0
+RESEAL_BATCH = 4096
 FORMAT = "2"  # 1: no running digest; opening a format-1 file computes it once
 
 ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest: the file was cut short or "
@@ -65,9 +73,22 @@ ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest:
                "restore this store from a backup.")
 
 
+KEYS_BEHIND = ("This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
+               "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
+               "restore this store from a backup.")
+
+
+class KeysBehind(RolledBack):
+    """The file's rows are sealed in a later epoch than the key chain it was
+    opened with: an older key ring was put back (or, during a revocation, the
+    request read the ring just before the epoch moved)."""
+
+
 class MemoryFile:
-    def __init__(self, path: Path, user_id: str, master: bytes, cipher: str, *, create: bool = False) -> None:
-        self._setup(FileKeys.derive(path, user_id, master, cipher), create)
+    def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
+                 create: bool = False) -> None:
+        keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
+        self._setup(FileKeys.derive(path, user_id, keychain, cipher), create, keychain)
 
     @classmethod
     def reopen(cls, fk: FileKeys) -> MemoryFile:
@@ -78,7 +99,7 @@ class MemoryFile:
     def file_keys(self) -> FileKeys:
         return self._fk
 
-    def _setup(self, fk: FileKeys, create: bool) -> None:
+    def _setup(self, fk: FileKeys, create: bool, keychain: KeyChain | None = None) -> None:
         self._fk = fk
         self.user_id = user_id = fk.user_id
         self._rows_key = fk.rows_key
@@ -93,6 +114,7 @@ class MemoryFile:
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
         self._chain_key = fk.chain_key
+        self.epoch = fk.epoch
         self._chunks: dict[int, bytes] = {}
         try:
             if create:
@@ -100,13 +122,14 @@ class MemoryFile:
                 self.conn.executescript(sections()["idempotency"])
                 self.head = Head(0, chain.genesis(self._chain_key, user_id))
                 self.conn.execute(
-                    "INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', ?), (?, ?)",
-                    (user_id, FORMAT, HEAD_META, self._head_text(self.head, b"")),
+                    "INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', ?), (?, ?), (?, ?)",
+                    (user_id, FORMAT, HEAD_META, self._head_text(self.head, b""), EPOCH_META, str(fk.epoch)),
                 )
             else:
                 row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
                 if not row or row[0] != user_id:
                     raise Damaged("This memory file does not belong to this user; restore it from a backup.")
+                self._match_epoch(keychain)
                 self.head = self._verified_head()
         except Damaged:
             self.conn.close()
@@ -128,6 +151,107 @@ class MemoryFile:
         self._fk = None
         with SQLCIPHER_OPEN_CLOSE:
             self.conn.close()
+
+    # ------------------------------------------------------------ key epochs
+
+    def file_epoch(self) -> int:
+        """The epoch whose key sealed this file's rows (0 for files written
+        before epochs). A hand-edited value only makes the rows fail to open."""
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (EPOCH_META,)).fetchone()
+        try:
+            return 0 if row is None else int(row[0])
+        except ValueError:
+            raise Damaged("The memory file's key epoch is unreadable; restore this store from a backup.") from None
+
+    def _match_epoch(self, keychain: KeyChain | None) -> None:
+        """Make the file's epoch the chain's: refuse a file from a later epoch
+        (:class:`KeysBehind`), and bring a file from an earlier one forward
+        (:meth:`reseal`), which finishes a revocation that stopped between
+        its two files."""
+        epoch = self.file_epoch()
+        if epoch > self.epoch:
+            raise KeysBehind(KEYS_BEHIND)
+        if epoch < self.epoch:
+            if keychain is None:
+                raise Damaged("The memory file is from an older key epoch; retry the request.")
+            self.reseal(keychain)
+
+    def reseal(self, keychain: KeyChain) -> int:
+        """Re-seal every value this file seals under a rows key (memory-key
+        chunks, summaries, config, erasure dates and receipts) from its
+        epoch's key to ``keychain``'s current one, in one transaction, and record
+        the new epoch. The slots of the newest memory-key chunk that no memory
+        uses yet get fresh random keys, so a memory written from now on has a
+        key no older key ever sealed; idempotency records (sealed under an
+        epoch-derived key) are dropped. Log rows are not touched: each is
+        sealed under its own memory key. Returns how many values moved.
+
+        After this, an older epoch's key opens nothing in this file but the
+        SQLCipher layer (whose key is epoch 0's): row counts and positions,
+        never a value written from now on."""
+        new_key = keys.subkey(keychain.current, b"rows")
+        moved = 0
+        Records(self.conn).ensure()
+        with write_transaction(self.conn):
+            epoch = self.file_epoch()
+            if epoch == keychain.epoch:
+                return 0
+            if epoch > keychain.epoch:
+                raise KeysBehind(KEYS_BEHIND)
+            old_key = keys.subkey(keychain.key(epoch), b"rows")
+            T = self.count()
+            fresh_from = (T // KEYS_PER_CHUNK, T % KEYS_PER_CHUNK)
+
+            def chunk_plain(c: int, plain: bytes) -> bytes:
+                if c == fresh_from[0] and len(plain) == CHUNK_BYTES:
+                    k = fresh_from[1] * aead.KEY_BYTES
+                    return plain[:k] + os.urandom(CHUNK_BYTES - k)
+                return plain
+
+            moved += self._reseal_table("memory_keys", ("chunk",), old_key, new_key,
+                                        lambda r: r[0], lambda r, p: chunk_plain(r[0], p))
+            moved += self._reseal_table("summaries", ("size", "idx"), old_key, new_key,
+                                        lambda r: f"{r[0]}|{r[1]}")
+            moved += self._reseal_table("config", ("name",), old_key, new_key, lambda r: r[0])
+            moved += self._reseal_table("erased", ("id",), old_key, new_key, lambda r: r[0])
+            moved += self._reseal_table("erasures", ("id",), old_key, new_key, lambda r: r[0])
+            self.conn.execute("DELETE FROM idempotency")
+            self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                              (EPOCH_META, str(keychain.epoch)))
+        self._rows_key = new_key
+        self.epoch = keychain.epoch
+        self._fk = FileKeys(self._fk.path, self.user_id, self._fk.cipher, new_key, self._fk.file_key,
+                            self._chain_key, keychain.epoch)
+        self._chunks.clear()
+        checkpoint(self.conn)  # best effort: the old pages leave the WAL
+        return moved
+
+    def _reseal_table(self, table: str, pk: tuple[str, ...], old_key: bytes, new_key: bytes, position,
+                      transform=None) -> int:
+        """Re-seal one table in primary-key order, a batch at a time, so a
+        million summaries are never held at once."""
+        cols = ", ".join(pk)
+        after: tuple | None = None
+        moved = 0
+        while True:
+            where = "" if after is None else f"WHERE ({cols}) > ({', '.join('?' * len(pk))})"
+            rows = self.conn.execute(f"SELECT {cols}, sealed FROM {table} {where} ORDER BY {cols} LIMIT ?",
+                                     (*(after or ()), RESEAL_BATCH)).fetchall()
+            if not rows:
+                return moved
+            updates = []
+            for row in rows:
+                key, sealed = row[:-1], row[-1]
+                pos = position(key)
+                plain = self._open(old_key, sealed, table, pos)
+                if transform is not None:
+                    plain = transform(key, plain)
+                updates.append((aead.seal(new_key, plain, self._aad(table, pos)), *key))
+            self.conn.executemany(
+                f"UPDATE {table} SET sealed = ? WHERE {' AND '.join(f'{c} = ?' for c in pk)}", updates)
+            moved += len(rows)
+            after = rows[-1][:-1]
 
     # ------------------------------------------------------------ the running digest
 
