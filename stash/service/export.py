@@ -93,6 +93,8 @@ def export_archive(memory: Memory) -> bytes:
         counts: dict[int, int] = {}
         for level in mf.level_sizes():
             texts = list(mf.level(level))
+            if not texts:
+                continue  # the level's first block is an erasure's hole: OptMem asks for it itself
             counts[level] = len(texts)
             small(f"memory/TREE/{level}", b"".join(_record(text, TREE_REC) for text in texts))
         over = mf.config()
@@ -107,7 +109,9 @@ def export_archive(memory: Memory) -> bytes:
                   "  find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum\n"
                   "Move it into another Stash memory with: stash import-optmem .\n").encode()
         small("README.txt", readme)
-        pending = blocks.pending_count(T, mf.settled(T))
+        # OptMem's levels are dense, so what it will ask for is counted from
+        # the exported prefixes (a level stops at an erasure's first hole).
+        pending = blocks.pending_count(T, counts)
         data = manifest(T, mf.erased_count(), counts, pending, over, files)
         _add(tar, MANIFEST, io.BytesIO(data), len(data), now)
     return out.getvalue()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.blocks import forget_span, levels
+from ..core.blocks import Settled, erase_span, forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
@@ -64,6 +64,7 @@ class FileKeys:
 
 
 HEAD_META = "log_head"
+HOLES_META = "holes"  # JSON {size: [idx, ...]}: summaries an erasure dropped below a level's frontier
 EPOCH_META = "epoch"  # the epoch whose key seals this file's rows; absent means 0
 RESEAL_BATCH = 4096
 FORMAT = "2"  # 1: no running digest; opening a format-1 file computes it once
@@ -230,10 +231,14 @@ class MemoryFile:
     def _reseal_table(self, table: str, pk: tuple[str, ...], old_key: bytes, new_key: bytes, position,
                       transform=None) -> int:
         """Re-seal one table in primary-key order, a batch at a time, so a
-        million summaries are never held at once."""
+        million summaries are never held at once. A value that does not open
+        under the old key is damage: nothing is re-sealed (the caller's
+        transaction rolls back)."""
         cols = ", ".join(pk)
         after: tuple | None = None
         moved = 0
+        opener = aead.BulkOpener(CHUNK_BYTES)
+        sealer = aead.BulkSealer(CHUNK_BYTES)
         while True:
             where = "" if after is None else f"WHERE ({cols}) > ({', '.join('?' * len(pk))})"
             rows = self.conn.execute(f"SELECT {cols}, sealed FROM {table} {where} ORDER BY {cols} LIMIT ?",
@@ -243,11 +248,15 @@ class MemoryFile:
             updates = []
             for row in rows:
                 key, sealed = row[:-1], row[-1]
-                pos = position(key)
-                plain = self._open(old_key, sealed, table, pos)
+                ad = self._aad(table, position(key))
+                try:
+                    plain = bytes(opener.open(old_key, sealed, ad))
+                except aead.Unsealable:
+                    raise Damaged(f"Stored {table} data at {position(key)} failed its integrity check; nothing "
+                                  "was re-sealed. Restore this store from a backup.") from None
                 if transform is not None:
                     plain = transform(key, plain)
-                updates.append((aead.seal(new_key, plain, self._aad(table, pos)), *key))
+                updates.append((sealer.seal(new_key, plain, ad), *key))
             self.conn.executemany(
                 f"UPDATE {table} SET sealed = ? WHERE {' AND '.join(f'{c} = ?' for c in pk)}", updates)
             moved += len(rows)
@@ -539,13 +548,39 @@ class MemoryFile:
 
     # ------------------------------------------------------------ summaries
 
-    def settled(self, T: int) -> dict[int, int]:
-        """How many summaries each level up to ``T`` holds (a dense prefix)."""
-        out = {}
+    def settled(self, T: int) -> Settled:
+        """Each level's frontier up to ``T`` and its holes (blocks an erasure
+        dropped below the frontier, SPEC §2.7a)."""
+        out = Settled(holes=self._holes())
         for size in levels(T):
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
             out[size] = 0 if top is None else top + 1
         return out
+
+    def _holes(self) -> dict[int, list[int]]:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (HOLES_META,)).fetchone()
+        if row is None:
+            return {}
+        try:
+            return {int(size): sorted(int(k) for k in ks) for size, ks in json.loads(row[0]).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise Damaged("The memory file's record of erased summaries is unreadable; "
+                          "restore this store from a backup.") from None
+
+    def _save_holes(self, holes: dict[int, list[int]]) -> None:
+        """Record ``holes``, keeping only those still below their level's
+        frontier (a hole at or past it is just a block not written yet)."""
+        kept = {}
+        for size, ks in holes.items():
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            below = sorted({k for k in ks if top is not None and k < top})
+            if below:
+                kept[str(size)] = below
+        if kept:
+            self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (HOLES_META, json.dumps(kept)))
+        else:
+            self.conn.execute("DELETE FROM meta WHERE name = ?", (HOLES_META,))
 
     def summary(self, lo: int, hi: int) -> str | None:
         size = hi - lo
@@ -562,9 +597,9 @@ class MemoryFile:
 
     def put_summary(self, lo: int, hi: int, text: str) -> bool:
         """Settle block ``[lo, hi)`` if it is still the next one of its level
-        (the level stays a dense prefix) and, above size 2, both its halves
-        are still settled. False if another writer got there first, or a
-        forget dropped a half meanwhile."""
+        or one of its holes and, above size 2, both its halves are still
+        settled. False if another writer got there first, or a forget dropped
+        a half meanwhile."""
         size = hi - lo
         idx = lo // size
         sealed = aead.seal(
@@ -572,7 +607,9 @@ class MemoryFile:
         )
         with write_transaction(self.conn):
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
-            if (0 if top is None else top + 1) != idx:
+            holes = self._holes()
+            hole = idx in holes.get(size, ()) and top is not None and idx < top
+            if (0 if top is None else top + 1) != idx and not hole:
                 return False
             if size > 2:
                 halves = self.conn.execute(
@@ -581,6 +618,9 @@ class MemoryFile:
                 if halves != 2:
                     return False
             self.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
+            if hole:
+                holes[size].remove(idx)
+                self._save_holes(holes)
         return True
 
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -594,9 +634,12 @@ class MemoryFile:
     def _drop_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Delete what :func:`blocks.forget_span` says forget drops."""
         top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
-        gone = forget_span(lo, hi, self.settled(top_size), top_size)
+        settled = self.settled(top_size)
+        gone = forget_span(lo, hi, settled, top_size)
         for size in sorted({b - a for a, b in gone}):
             self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, lo // size))
+        if settled.holes:
+            self._save_holes(settled.holes)  # holes past the new frontiers are gone with them
         return gone
 
     # ------------------------------------------------------------ config
@@ -633,9 +676,10 @@ class MemoryFile:
 
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
         """Shred memories: record each one's date, zero its key slot, drop
-        every summary built over it (as forget would from its size-2 block).
-        The log rows are not touched. Returns (receipt id, newly erased ids,
-        dropped blocks)."""
+        only the summaries that contain it — the blocks on its path to the
+        root, at most ⌊log2 T⌋ (SPEC §2.7a) — recorded as holes that the next
+        naps fill. The log rows are not touched. Returns (receipt id, newly
+        erased ids, dropped blocks). Cost: O(log T) per erased memory."""
         self.idempotency_records().ensure()
         with self.conn:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -664,8 +708,15 @@ class MemoryFile:
                 fresh.append(i)
             gone: list[tuple[int, int]] = []
             if fresh and T >= 2:
-                lo = fresh[0] - fresh[0] % 2
-                gone = self._drop_from(lo, lo + 2)
+                settled = self.settled(T)
+                for i in fresh:
+                    for a, b in erase_span(i, T, settled):
+                        size = b - a
+                        self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
+                        settled.holes.setdefault(size, []).append(a // size)
+                        gone.append((a, b))
+                gone.sort(key=lambda blk: (blk[1] - blk[0], blk[0]))
+                self._save_holes(settled.holes)
             if fresh:
                 # A recorded idempotent answer may quote an erased memory (a
                 # nap's source lines); it must not outlive the memory's key.
@@ -688,9 +739,12 @@ class MemoryFile:
         return out
 
     def level(self, size: int) -> Iterator[str]:
-        """Every summary of one level, in order (the level is a dense prefix)."""
+        """The summaries of one level up to its first hole, in order (OptMem's
+        levels are dense: an export writes each up to its first hole, SPEC §2.7a)."""
         rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? ORDER BY idx", (size,))
-        for idx, sealed in rows:
+        for expected, (idx, sealed) in enumerate(rows):
+            if idx != expected:
+                return
             plain = self._open(self._rows_key, sealed, "summaries", f"{size}|{idx}")
             yield aead.unpad(plain).decode()
 

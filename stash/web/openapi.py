@@ -399,8 +399,8 @@ SPECS: dict[tuple[str, str], R] = {
         errors={400: ["request.empty_body", "request.missing_field"], 409: ["erase.busy"],
                 422: ["erase.bad_ids", "erase.unknown_id"]},
         description="Shreds memories for good: each one's key is destroyed, its line stays as `[erased]` with "
-                    "its date, and every summary built over the earliest of them is dropped (the next naps "
-                    "rebuild them). Answers a receipt.",
+                    "its date, and only the summaries that contain one of them are dropped: the blocks on its path "
+                    "to the root, at most one per level (the next naps rewrite them). Answers a receipt.",
     ),
     ("GET", "/erasures"): R(
         _obj({"erasures": {"type": "array", "items": _ref("Receipt")}}),
