@@ -19,10 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from build import build  # noqa: E402
+from build import build
 
-from stash.service.access import Vault  # noqa: E402
-from stash.storage.keyring import now_utc  # noqa: E402
+from stash.service.access import Vault
+from stash.storage.keyring import now_utc
 
 
 def timed(fn) -> tuple[float, object]:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"erase #{i}: {secs * 1000:.1f} ms, {receipt['dropped']} summaries dropped", flush=True)
 
     with vault.session(owner, "owner") as s:
-        gid, reader = vault.mint_grant(s, "read")
+        gid, _ = vault.mint_grant(s, "read")
 
     def revoke() -> dict:
         with vault.session(owner, "owner") as s:
