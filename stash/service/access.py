@@ -51,6 +51,7 @@ class Session:
     pin: Head | None = None
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
+    _state_copy: int | None = field(repr=False, default=None)
     _lock: userlock.UserLock | None = field(repr=False, default=None)
 
     @property
@@ -69,6 +70,7 @@ class Session:
             # of the file unless the file was rolled back.
             try:
                 copy = self.keyring.log_head()
+                state_copy = self.keyring.state_version()
             except ValueError:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
@@ -83,6 +85,7 @@ class Session:
                 raise
             try:
                 mf.check_copy(copy)
+                mf.check_state_copy(state_copy)
                 if self.pin is not None:
                     mf.check_pin(self.pin)
                 self._memory = Memory(mf)
@@ -90,6 +93,7 @@ class Session:
                 mf.close()
                 raise
             self._copy = copy
+            self._state_copy = state_copy
         return self._memory
 
     def close(self) -> None:
@@ -101,9 +105,10 @@ class Session:
         self.capability_key = b""
         try:
             if self._memory is not None:
-                head = self._memory.mf.head
-                if self._copy is None or self._copy.count < head.count:
-                    self.keyring.advance_head(head)
+                head, version = self._memory.mf.head, self._memory.mf.state_version
+                if (self._copy is None or self._copy.count < head.count
+                        or self._state_copy is None or self._state_copy < version):
+                    self.keyring.advance_head(head, version)
                 self._memory.mf.close()
         finally:
             if self._lock is not None:
@@ -152,9 +157,9 @@ class Vault:
                     ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, chain=chain,
                              kdf=self.kdf)
                     mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True)
-                    head = mf.head
+                    head, version = mf.head, mf.state_version
                     mf.close()
-                    ring.advance_head(head)
+                    ring.advance_head(head, version)
                 finally:
                     ring.close()
         except BaseException as exc:

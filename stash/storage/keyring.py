@@ -35,6 +35,7 @@ from .schema import sections
 
 SCOPES = ("read", "full", "owner")
 HEAD_COPY = "log_head"
+STATE_COPY = "state_version"
 EPOCH = "epoch"
 OLDER_KEYS = "epoch_keys"
 FORMAT = "2"
@@ -130,7 +131,16 @@ class Keyring:
             raise ValueError("the key ring's copy of the log head is unreadable")
         return head
 
-    def advance_head(self, head: Head) -> bool:
+    def state_version(self) -> int | None:
+        """The copy of the memory file's state version kept here (see
+        MemoryFile._state_digest), or None before the file had one."""
+        text = self.meta(STATE_COPY)
+        try:
+            return None if text is None else int(text)
+        except ValueError:
+            raise ValueError("the key ring's copy of the state version is unreadable") from None
+
+    def advance_head(self, head: Head, state_version: int | None = None) -> bool:
         """Record ``head`` as the copy unless the copy is already as far: it
         only moves forward, so concurrent writers finishing out of order leave
         the furthest one. Best effort (False when it could not be written, as
@@ -149,6 +159,13 @@ class Keyring:
                             "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                             "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                             (HEAD_COPY, head.pin()),
+                        )
+                    copy = self.state_version()
+                    if state_version is not None and (copy is None or copy < state_version):
+                        self.conn.execute(
+                            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                            (STATE_COPY, str(state_version)),
                         )
             finally:
                 self.conn.execute("PRAGMA synchronous = FULL")

@@ -32,6 +32,7 @@ from stash.crypto.keys import KdfParams
 from stash.storage.files import PAGE_BYTES
 from stash.web.app import create_app
 from tests.helpers import Api, assert_error, make_settings
+from tests.raw_files import restore_log_triggers
 
 # argon2id's cost is stored per grant; a cheap one keeps hundreds of
 # authenticated requests fast and changes nothing about what a key binds.
@@ -141,6 +142,7 @@ def raw_memory(data_dir: Path, user_id: str, master: bytes):
         conn.execute("PRAGMA synchronous = OFF")  # an attacker's edits need no fsync
         conn.execute("DROP TRIGGER IF EXISTS log_no_update")
         yield conn
+        restore_log_triggers(conn)
     finally:
         conn.close()
 

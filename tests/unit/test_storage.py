@@ -28,6 +28,7 @@ from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from stash.web.app import create_app
 from tests.helpers import Api, assert_error, make_settings
+from tests.raw_files import restore_log_triggers
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DB_ERRORS = (sqlite3.Error, sqlcipher.Error)
@@ -103,6 +104,8 @@ def raw_memory(store: Store, *, attacker: bool = True):
             conn.execute("DROP TRIGGER IF EXISTS log_no_update")
             conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
         yield conn
+        if attacker:
+            restore_log_triggers(conn)
     finally:
         conn.close()
 
