@@ -39,10 +39,15 @@ CREATE TABLE IF NOT EXISTS keyring_meta (
     value TEXT NOT NULL
 );
 
--- One row per capability, live or revoked. A grant's power is the key it
--- wraps: the wrap's associated data binds user, grant id and scope, so
--- editing `scope` makes the wrap fail to open rather than widen it.
--- Revoking sets `wrapped`, `kdf` and `tag` to NULL; the row stays as a record.
+-- One row per capability, live or revoked (format 2; format 1 had no pub/box
+-- and `wrapped` held the store's key, see stash/storage/keyring.py). A
+-- grant's power is the box: the current epoch's key sealed to `pub`, whose
+-- private key only the token's secret derives. `wrapped` certifies `pub`
+-- under the secret's KEK with user, grant id and scope as associated data, so
+-- editing `scope` or `pub` makes it fail to open rather than widen it.
+-- Revoking sets `wrapped`, `kdf`, `tag`, `pub` and `box` to NULL; the row
+-- stays as a record. keyring_meta 'epoch' is the current epoch number and
+-- 'epoch_keys' the older epochs' keys sealed under the current one.
 CREATE TABLE IF NOT EXISTS grants (
     id       INTEGER PRIMARY KEY,
     tag      BLOB UNIQUE,              -- keyed BLAKE2b of the secret: finds the grant without argon2
@@ -50,7 +55,9 @@ CREATE TABLE IF NOT EXISTS grants (
     created  TEXT NOT NULL,            -- UTC ISO-8601
     revoked  TEXT,                     -- UTC ISO-8601, NULL while live
     kdf      TEXT,                     -- JSON argon2id parameters and salt
-    wrapped  BLOB                      -- master key sealed under the KEK
+    wrapped  BLOB,                     -- the certificate: pub sealed under the KEK
+    pub      BLOB,                     -- X25519 public key derived from the KEK
+    box      BLOB                      -- the current epoch's number and key, sealed to pub
 );
 
 -- @memory

@@ -115,7 +115,8 @@ def build(data_dir: Path, T: int, *, kdf: KdfParams = DEFAULT_KDF, kdf_grants: t
 
     t0 = time.perf_counter()
     with vault.session(ident.token, "owner") as s:
-        built.summaries = _write_summaries(s.memory.mf, subkey(s.master, b"rows"), T, progress)
+        built.summaries = _write_summaries(s.memory.mf, subkey(s.chain.current, b"rows"), T, progress)
+        s.memory.mf.bulk_loaded()
     times["summaries"] = time.perf_counter() - t0
     return built
 

@@ -40,6 +40,7 @@ import urllib.parse
 import urllib.request
 import uuid
 import zlib
+from pathlib import Path
 
 __all__ = ["VERBS", "main"]
 
@@ -56,10 +57,12 @@ VERBS = {
     "grants": "list capabilities, mint one (read | full), or revoke one (revoke ID)",
     "erase": "shred memories for good by id (owner): erase ID [ID ...]",
     "erasures": "list the erasure receipts (owner)",
+    "rotate": "replace the owner token: prints the new one once; the old one stops working (owner)",
     "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
     "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory",
     "health": "check that the server answers, and which ciphers it uses",
+    "unpin": "forget the log head this client pinned for this memory, to accept an older state restored on purpose",
 }
 
 TIMEOUT = 30.0
@@ -208,10 +211,89 @@ def token() -> str:
                 f"a new memory gets one from: {_prog()} init")
 
 
+# ---------------------------------------------------------------- pinning
+# The client remembers the last log head the server answered for each memory
+# (server address and user id, never the token) and sends it as Stash-Pin,
+# so a memory put back whole from an older copy, which the server alone
+# cannot tell from the real one, is refused (409 store.pin_mismatch).
+
+PIN_RE = re.compile(r"\d{1,18}:[0-9a-f]{64}")
+
+
+def pins_path() -> Path:
+    """$STASH_PINS, else stash/pins.json under $XDG_CONFIG_HOME (~/.config)."""
+    explicit = os.environ.get("STASH_PINS", "").strip()
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CONFIG_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "stash" / "pins.json"
+
+
+def _pin_key(url: str, tok: str | None) -> str | None:
+    m = re.fullmatch(r"stash1_([0-9a-f]{16})_[0-9A-Za-z]{49}", tok or "")
+    return f"{url}|{m.group(1)}" if m else None
+
+
+def _read_pins() -> dict:
+    try:
+        data = json.loads(pins_path().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_pins(pins: dict) -> None:
+    """Atomically (a rename), so two clients never leave half a file; best
+    effort: a client that cannot write its pins still works, unpinned."""
+    path = pins_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(pins, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def pinned(url: str, tok: str | None) -> str | None:
+    key = _pin_key(url, tok)
+    pin = _read_pins().get(key) if key else None
+    return pin if isinstance(pin, str) and PIN_RE.fullmatch(pin) else None
+
+
+def remember_pin(url: str, tok: str | None, pin: object) -> None:
+    """Keep ``pin`` if it is further along than the one kept (only forward:
+    an answer that arrives late never moves the pin back)."""
+    key = _pin_key(url, tok)
+    if key is None or not isinstance(pin, str) or not PIN_RE.fullmatch(pin):
+        return
+    pins = _read_pins()
+    old = pins.get(key)
+    if isinstance(old, str) and PIN_RE.fullmatch(old) and int(old.split(":")[0]) >= int(pin.split(":")[0]):
+        return
+    pins[key] = pin
+    _write_pins(pins)
+
+
+def forget_pin(url: str, tok: str | None) -> bool:
+    key = _pin_key(url, tok)
+    pins = _read_pins()
+    if key is None or key not in pins:
+        return False
+    del pins[key]
+    _write_pins(pins)
+    return True
+
+
+def _pinning() -> bool:
+    return os.environ.get("STASH_PIN", "").strip().lower() not in ("0", "off", "no", "false")
+
+
 class Api:
     """The server at ``url``, called with the capability ``tok``; refusals
     become :class:`Failure` with the server's message, its instructions named
-    in ``steps``' terms."""
+    in ``steps``' terms. It pins the memory's log head (see pins_path)
+    unless STASH_PIN=off."""
 
     def __init__(self, url: str, tok: str | None, steps: Steps = SHELL) -> None:
         self.url = url
@@ -230,6 +312,9 @@ class Api:
             headers["Content-Type"] = "application/json"
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
+            pin = pinned(self.url, self._token) if _pinning() else None
+            if pin:
+                headers["Stash-Pin"] = pin
         keyed = (method, path) in KEYED_WRITES
         if keyed:
             headers["Idempotency-Key"] = str(uuid.uuid4())
@@ -253,6 +338,8 @@ class Api:
         except ValueError:
             raise Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer JSON; "
                           "is that the address of a Stash server?", UNREACHABLE) from None
+        if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and _pinning():
+            remember_pin(self.url, self._token, answer["head"].get("pin"))
         if _JSON["on"]:
             _emit_json(answer)
         return answer
@@ -294,6 +381,10 @@ class Api:
         nap = body.get("nap")
         if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
             extra = localize(nap["prompt"], self.steps)
+        if body.get("error") == "store.pin_mismatch":
+            extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
+                     "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
+                     f"has now with: {_prog()} unpin")
         return Failure(localize(body["message"], self.steps), REFUSED, extra, err.code, body)
 
 
@@ -583,8 +674,13 @@ def do_grants(args: argparse.Namespace) -> int:
         gid = words[1].lstrip("#")
         if not gid.isdigit():
             raise Failure(f"stash: revoke takes the grant's number, as listed by: {_prog()} grants", USAGE)
-        api.call("DELETE", f"/grants/{gid}")
-        _out(f"Revoked #{gid}: its token opens nothing from now on.")
+        ans = api.call("DELETE", f"/grants/{gid}")
+        _out(f"Revoked #{gid}: its token opens nothing from now on, and nothing written from now on opens with "
+             "it even from old copies of the files.")
+        if isinstance(ans, dict) and ans.get("also_revoked"):
+            ended = ", ".join(f"#{i}" for i in ans["also_revoked"])
+            _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
+                 f"{_prog()} grants read|full")
         return 0
     raise Failure(f"stash: grants takes nothing (list), read or full (mint), or revoke ID; the IDs are listed by: "
                   f"{_prog()} grants", USAGE)
@@ -614,6 +710,18 @@ def do_erase(args: argparse.Namespace) -> int:
 def do_erasures(args: argparse.Namespace) -> int:
     for r in _api().call("GET", "/erasures").get("erasures", []):
         _out(_receipt_line(r))
+    return 0
+
+
+def do_rotate(args: argparse.Namespace) -> int:
+    ans = _api().call("POST", "/rotate", {})
+    _out(f"Rotated: owner capability #{ans.get('revoked')} ended, #{ans.get('id')} is the owner now. "
+         "The new token is shown this once; the old one opens nothing from now on. Save it:")
+    _out(f"export STASH_TOKEN={ans['token']}")
+    if ans.get("also_revoked"):
+        ended = ", ".join(f"#{i}" for i in ans["also_revoked"])
+        _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
+             f"{_prog()} grants read|full")
     return 0
 
 
@@ -1161,6 +1269,15 @@ def do_import_optmem(args: argparse.Namespace) -> int:
     return 0
 
 
+def do_unpin(args: argparse.Namespace) -> int:
+    url, tok = server_url(), token()
+    if forget_pin(url, tok):
+        _out("Forgot the pinned head of this memory; the next answer pins the state the server has now.")
+    else:
+        _out("No head was pinned for this memory.")
+    return 0
+
+
 def do_health(args: argparse.Namespace) -> int:
     ans = _api(need_token=False).call("GET", "/health")
     state = "ok" if ans.get("ok") else "not ok"
@@ -1231,6 +1348,7 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("erase", do_erase)
     sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
     verb("erasures", do_erasures)
+    verb("rotate", do_rotate)
     sp = verb("destroy", do_destroy)
     sp.add_argument("--yes", action="store_true", help="confirm: the memory cannot be recovered")
     sp = verb("export", do_export)
@@ -1243,6 +1361,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("dir", metavar="DIR", help="an OptMem memory folder (with LOG.txt) or a folder written by "
                     "stash export (with memory/LOG.txt and manifest.json)")
     sp = verb("health", do_health)
+    verb("unpin", do_unpin)
     return p
 
 

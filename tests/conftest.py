@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from stash.web.app import create_app
 from tests.helpers import Api, make_settings
+
+# Every `stash` client a test runs pins the heads it sees (stash/client.py);
+# keep those pins in a folder of this test run, not in the user's ~/.config.
+os.environ.setdefault("STASH_PINS", os.path.join(tempfile.mkdtemp(prefix="stash-test-pins-"), "pins.json"))
 
 
 @pytest.fixture

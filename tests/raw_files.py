@@ -4,6 +4,7 @@ it, with the log's delete guard dropped: how the tamper tests cut a log."""
 from __future__ import annotations
 
 import contextlib
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,18 @@ import sqlcipher3.dbapi2 as sqlcipher
 
 from stash.crypto import keys
 from stash.storage.files import PAGE_BYTES
+from stash.storage.schema import sections
+
+_TRIGGERS = re.compile(r"CREATE TRIGGER IF NOT EXISTS log_\w+ .*?END;", re.S)
+
+
+def restore_log_triggers(conn: sqlite3.Connection) -> None:
+    """Put back the log's guard triggers as schema.sql writes them (the ones
+    still there are left alone): an attacker who dropped them to cut or edit
+    the log puts them back, since a missing trigger is itself refused as
+    damage (the state head covers them)."""
+    for statement in _TRIGGERS.findall(sections()["memory"]):
+        conn.execute(statement)
 
 
 @contextlib.contextmanager
@@ -26,5 +39,8 @@ def raw_memory_file(folder: Path, master: bytes, cipher: str) -> Iterator[sqlite
     try:
         conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
         yield conn
+        # Put the guard back as schema.sql writes it: a dropped trigger is
+        # itself refused as damage (the state head covers the log's triggers).
+        restore_log_triggers(conn)
     finally:
         conn.close()

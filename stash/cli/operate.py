@@ -17,6 +17,11 @@ def _data(arg: str) -> Path:
     return Path(os.path.expanduser(arg)).resolve()
 
 
+ERASURE_NOTE = ("stash: a backup keeps what was erased after it was taken, and what capabilities revoked after it "
+                "could read, for as long as the backup is kept (the deploy timer keeps 14 daily ones); after a "
+                "restore, re-apply the erasures made since (README.md, \"Backups, restores and erasures\").")
+
+
 def _print_report(report) -> None:
     status = "ok  " if report.ok else "FAIL"
     words = "; ".join(report.problems if not report.ok else report.facts)
@@ -48,6 +53,7 @@ def backup_main(argv: list[str]) -> int:
         failed += not report.ok
     done = sum(1 for c, _ in results if c.copied)
     print(f"stash backup: {done} users copied, {failed} copies failed their check.")
+    print(ERASURE_NOTE)
     return 1 if failed else 0
 
 
@@ -83,4 +89,5 @@ def verify_main(argv: list[str]) -> int:
         print("stash verify: the token's user has no store here.", file=sys.stderr)
         failed += 1
     print(f"stash verify: {len(reports)} users checked, {failed} failed.")
+    print(ERASURE_NOTE)
     return 1 if failed else 0

@@ -142,17 +142,48 @@ def levels(T: int) -> Iterator[int]:
         size *= 2
 
 
-def pending(T: int, settled: dict[int, int], limit: int | None = None) -> list[Block]:
-    """Complete blocks without a summary, in settling order (SPEC §2.1).
+class Settled(dict):
+    """How far each level of the summary tree got, as :func:`pending` reads it.
 
-    ``settled[size]`` is how many summaries that level holds. Each level is a
-    dense prefix — summaries ``0 .. n-1`` of that size — because blocks are
-    only ever settled in this order and forgotten from a point upward, so a
-    level's count says exactly how far it got.
+    ``settled[size]`` is the level's *frontier*: one past its highest summary.
+    Blocks settle strictly in order, so below the frontier every block has a
+    summary except the ``holes``: ``holes[size]`` lists, sorted, the indices
+    below the frontier whose summary an erasure dropped (SPEC §2.7a drops only
+    the blocks over the erased memory, so a level need not be a dense prefix).
+    A plain dict is a tree without holes."""
+
+    def __init__(self, counts=(), holes: dict[int, list[int]] | None = None) -> None:
+        super().__init__(counts)
+        self.holes: dict[int, list[int]] = holes or {}
+
+
+def holes_below(settled: dict[int, int], size: int, limit: int) -> list[int]:
+    """The level's holes below ``limit`` (and below its frontier)."""
+    top = min(settled.get(size, 0), limit)
+    return [k for k in getattr(settled, "holes", {}).get(size, ()) if k < top]
+
+
+def is_settled(settled: dict[int, int], lo: int, hi: int) -> bool:
+    """Block ``[lo, hi)`` has a summary."""
+    size = hi - lo
+    k = lo // size
+    return k < settled.get(size, 0) and k not in getattr(settled, "holes", {}).get(size, ())
+
+
+def pending(T: int, settled: dict[int, int], limit: int | None = None) -> list[Block]:
+    """Complete blocks without a summary, in settling order (SPEC §2.1): by
+    size, then by position — a level's holes (below its frontier) come
+    before the blocks past its frontier.
+
+    ``settled`` is a :class:`Settled` (or a plain dict of frontiers for a
+    tree without holes). Blocks are only ever settled in this order and
+    forgotten from a point upward, so below the frontier only an erasure's
+    holes are missing.
     """
     todo: list[Block] = []
     for size in levels(T):
-        for k in range(settled.get(size, 0), T // size):
+        ks = holes_below(settled, size, T // size) + list(range(settled.get(size, 0), T // size))
+        for k in ks:
             todo.append((k * size, (k + 1) * size))
             if limit is not None and len(todo) >= limit:
                 return todo
@@ -162,12 +193,21 @@ def pending(T: int, settled: dict[int, int], limit: int | None = None) -> list[B
 def pending_count(T: int, settled: dict[int, int]) -> int:
     """``len(pending(T, settled))`` without listing. A level may hold more
     summaries than a past snapshot ``T`` needs, so each level is clamped at 0."""
-    return sum(max(0, T // size - settled.get(size, 0)) for size in levels(T))
+    return sum(max(0, T // size - settled.get(size, 0)) + len(holes_below(settled, size, T // size))
+               for size in levels(T))
 
 
 def first_pending(T: int, settled: dict[int, int]) -> Block | None:
     todo = pending(T, settled, limit=1)
     return todo[0] if todo else None
+
+
+def erase_span(i: int, T: int, settled: dict[int, int]) -> list[Block]:
+    """What erasing memory ``#i`` drops (SPEC §2.7a), smallest first: the
+    summarised blocks on its path to the root, at most one per level, so at
+    most ⌊log2 T⌋ of them. Every other summary stays."""
+    return [(i // size * size, (i // size + 1) * size) for size in levels(T)
+            if is_settled(settled, i // size * size, (i // size + 1) * size)]
 
 
 def halves(lo: int, hi: int) -> tuple[Block, Block]:
@@ -184,6 +224,7 @@ def forget_span(lo: int, hi: int, settled: dict[int, int], T: int) -> list[Block
     while size <= max(T, hi - lo):
         k = lo // size
         n = settled.get(size, 0)
-        gone.extend((i * size, (i + 1) * size) for i in range(k, n))
+        holes = set(getattr(settled, "holes", {}).get(size, ()))
+        gone.extend((i * size, (i + 1) * size) for i in range(k, n) if i not in holes)
         size *= 2
     return gone

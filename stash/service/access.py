@@ -1,8 +1,9 @@
 """Who may open which memory: identities, capability checks, sessions.
 
 A request's key material lives only inside :meth:`Vault.session`: the KEK is
-derived, the master key unwrapped, the memory file opened with keys derived
-from it, and on exit every reference is dropped. Nothing is cached across
+derived, the capability's box opened to the current epoch key (and through it
+every older one), the memory file opened with keys derived from them, and on
+exit every reference is dropped. Nothing is cached across
 requests. (Python cannot promise to zero freed memory; no key is kept in any
 structure that outlives the request.)
 """
@@ -18,10 +19,11 @@ from pathlib import Path
 from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Unauthorized, Unavailable
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
+from ..crypto.epochs import KeyChain
 from ..storage import userlock
 from ..storage.files import MissingFile, UserFiles, available_file_cipher, storage_error
-from ..storage.keyring import Keyring, now_utc, open_keyring
-from ..storage.memfile import MemoryFile
+from ..storage.keyring import Keyring, StaleGrant, now_utc, open_keyring
+from ..storage.memfile import KeysBehind, MemoryFile
 from .memory import Memory
 
 RANK = {"read": 0, "full": 1, "owner": 2}
@@ -39,13 +41,17 @@ class Session:
     keyring: Keyring
     files: UserFiles
     cipher: str
+    # Epoch 0's key: the root of the file key and the log digest's key.
     master: bytes = field(repr=False, default=b"")
+    # Every epoch key; rows are sealed under the current one.
+    chain: KeyChain | None = field(repr=False, default=None)
     # Derived from the token's secret, which is never stored: seals what only
     # this capability may read back (the record of a minted token).
     capability_key: bytes = field(repr=False, default=b"")
     pin: Head | None = None
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
+    _state_copy: int | None = field(repr=False, default=None)
     _lock: userlock.UserLock | None = field(repr=False, default=None)
 
     @property
@@ -64,12 +70,22 @@ class Session:
             # of the file unless the file was rolled back.
             try:
                 copy = self.keyring.log_head()
+                state_copy = self.keyring.state_version()
             except ValueError:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
-            mf = MemoryFile(self.files.memory, self.user_id, self.master, self.cipher)
+            try:
+                mf = MemoryFile(self.files.memory, self.user_id, self.chain, self.cipher)
+            except KeysBehind:
+                self._lock.release()
+                self._lock = None
+                if self.keyring.epoch() > self.chain.epoch:
+                    raise Conflict("A capability was revoked while this request was being opened, so nothing was "
+                                   "done; retry it.", code="store.rekeyed") from None
+                raise
             try:
                 mf.check_copy(copy)
+                mf.check_state_copy(state_copy)
                 if self.pin is not None:
                     mf.check_pin(self.pin)
                 self._memory = Memory(mf)
@@ -77,6 +93,7 @@ class Session:
                 mf.close()
                 raise
             self._copy = copy
+            self._state_copy = state_copy
         return self._memory
 
     def close(self) -> None:
@@ -84,12 +101,14 @@ class Session:
         file's (after a write, or for a store that had none), then close the
         file and let a backup in."""
         self.master = b""
+        self.chain = None
         self.capability_key = b""
         try:
             if self._memory is not None:
-                head = self._memory.mf.head
-                if self._copy is None or self._copy.count < head.count:
-                    self.keyring.advance_head(head)
+                head, version = self._memory.mf.head, self._memory.mf.state_version
+                if (self._copy is None or self._copy.count < head.count
+                        or self._state_copy is None or self._state_copy < version):
+                    self.keyring.advance_head(head, version)
                 self._memory.mf.close()
         finally:
             if self._lock is not None:
@@ -129,18 +148,18 @@ class Vault:
         else:  # pragma: no cover - 2**64 ids
             raise RuntimeError("could not allot a user id")
         token, secret = tokens.mint(user_id)
-        master = keys.new_master_key()
+        chain = KeyChain(user_id, (keys.new_master_key(),))
         try:
             # Held while the files are made, so a backup sees a user whole or not at all.
             with userlock.shared(files.folder):
                 ring = Keyring.create(files.keyring, user_id, self.file_cipher)
                 try:
-                    ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, master=master,
+                    ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, chain=chain,
                              kdf=self.kdf)
-                    mf = MemoryFile(files.memory, user_id, master, self.file_cipher, create=True)
-                    head = mf.head
+                    mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True)
+                    head, version = mf.head, mf.state_version
                     mf.close()
-                    ring.advance_head(head)
+                    ring.advance_head(head, version)
                 finally:
                     ring.close()
         except BaseException as exc:
@@ -153,15 +172,15 @@ class Vault:
         return Identity(user_id, token, self.file_cipher)
 
     def mint_grant(self, session: Session, scope: str) -> tuple[int, str]:
-        """A new capability over the session's memory: the same master key
-        wrapped under a fresh secret. Returns ``(grant_id, token)``; the token
-        exists only in this answer."""
+        """A new capability over the session's memory: the current epoch key
+        sealed to a key pair derived from a fresh secret. Returns
+        ``(grant_id, token)``; the token exists only in this answer."""
         if scope not in ("read", "full"):
             raise ValueError("only read or full capabilities can be minted")
         token, secret = tokens.mint(session.user_id)
         grant_id = session.keyring.add(
             scope=scope, tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
-            master=session.master, kdf=self.kdf,
+            chain=session.chain, kdf=self.kdf,
         )
         return grant_id, token
 
@@ -173,19 +192,64 @@ class Vault:
         ]
 
     def revoke_grant(self, session: Session, grant_id: int) -> dict:
-        """Destroy one capability's wrapped key (its listing row stays)."""
+        """Revoke one capability: destroy its key columns (its listing row
+        stays) and start a new key epoch that only the other live
+        capabilities reach, so nothing written from now on opens with it,
+        whatever copies of the files it is given (:meth:`_new_epoch`)."""
         grant = next((g for g in session.keyring.grants() if g.id == grant_id), None)
         if grant is None:
             raise NotFound(f"No capability {grant_id}; list them with GET /grants.", code="grants.unknown")
         if grant.scope == "owner":
-            raise Conflict("The owner capability cannot be revoked; to end this memory, DELETE /store.",
-                           code="grants.owner")
+            raise Conflict("The owner capability is not revoked but rotated: POST /rotate gives a new owner token "
+                           "and ends this one; to end this memory, DELETE /store.", code="grants.owner")
         already = grant.revoked is not None
+        stranded: list[int] = []
         if not already:
-            session.keyring.revoke(grant_id)
+            stranded = self._new_epoch(session, (grant_id,))[0]
         session.keyring.checkpoint()  # a retry after grants.busy flushes it
         revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
-        return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already}
+        return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
+                "also_revoked": stranded, "epoch": session.keyring.epoch()}
+
+    def rotate_owner(self, session: Session) -> dict:
+        """A new owner token; the calling owner capability ends as a revoked
+        one does (a new key epoch the old token never reaches)."""
+        if session.scope != "owner":
+            raise Forbidden("Only the owner capability can be rotated; rotate a read or full one by minting a new "
+                            "one (POST /grants) and revoking the old (DELETE /grants/{id}).", code="auth.scope")
+        token, secret = tokens.mint(session.user_id)
+        old_id = session.grant_id
+        stranded, minted = self._new_epoch(session, (old_id,), mint={
+            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf})
+        session.keyring.checkpoint()
+        created = next(g for g in session.keyring.grants() if g.id == minted).created
+        return {"id": minted, "scope": "owner", "created": created, "token": token, "revoked": old_id,
+                "also_revoked": stranded, "epoch": session.keyring.epoch(),
+                "note": "This token is shown once and never stored; the previous owner token no longer opens this "
+                        "memory."}
+
+    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
+                   ) -> tuple[list[int], int | None]:
+        """Move the store to a new key epoch, the key ring first (one
+        transaction: grants revoked, the new key boxed to every other live
+        capability), then the memory file re-sealed under it. If the second
+        step cannot run now (the file is damaged, missing or unwritable), the
+        revocation is still in force: the memory file is re-sealed by the next
+        request that opens it, before anything is read or written."""
+        new, stranded, minted = session.keyring.advance_epoch(session.chain, revoke, mint=mint)
+        session.chain = new
+        try:
+            # Exclusive: every request that opened the file under the old
+            # epoch has closed it, and none opens it until it is re-sealed.
+            with userlock.exclusive(session.files.folder):
+                mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher)
+                mf.close()
+        except (StashError, MissingFile):
+            pass
+        return stranded, minted
+
+    def unmoved(self, session: Session) -> int:
+        return session.keyring.unmoved_live()
 
     def destroy_store(self, session: Session) -> dict:
         """Remove the user's whole folder: key ring (every wrapped key) and
@@ -262,23 +326,27 @@ class Vault:
         token, files, ring, grant = self._authenticate(token_text)
         try:
             try:
-                master = ring.unwrap(grant, token.secret)
+                opened = ring.open_grant(grant, token.secret)
+            except StaleGrant:
+                raise Unauthorized() from None
             except aead.Unsealable:
                 raise Damaged(
                     "This capability's key is damaged or was altered, so nothing was opened; "
                     "ask the owner for a new capability."
                 ) from None
-            # The scope is read only after the unwrap authenticated it.
+            # The scope is read only after the certificate authenticated it.
             if RANK[grant.scope] < RANK[need]:
                 raise Forbidden(
                     f"This capability is scoped {grant.scope}; this route needs {need}. "
                     "Ask the owner for a capability with that scope.",
                     code="auth.scope",
                 )
+            if opened.unmoved:
+                ring.move_grant(grant, opened)  # its secret is here now, and only now
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
-                              ring.meta("file_cipher") or "none", master,
+                              ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
                               keys.subkey(token.secret, b"capability-idempotency"), pin)
-            del master
+            del opened
             try:
                 yield session
             finally:

@@ -6,6 +6,10 @@ The archive unpacks to ``memory/`` with OptMem's own layout, so
 An erased memory is exported as ``[erased]``: its text no longer exists.
 Beside ``memory/`` lie ``README.txt`` and ``manifest.json`` (counts, and a
 SHA-256 of every other member plus one digest over them all).
+
+The decrypted log is never written to disk: every record is the same size, so
+the LOG.txt member's size is known before its first byte, and the records are
+rendered a batch at a time as the tar writer reads them (:class:`_LogStream`).
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import hashlib
 import io
 import json
 import tarfile
-import tempfile
 import time
+from collections.abc import Iterable
 
 from ..core import blocks, lines, sizes
 from .memory import Memory
@@ -37,6 +41,31 @@ def _add(tar: tarfile.TarFile, name: str, fileobj, size: int, mtime: float) -> N
     info.mtime = int(mtime)
     info.mode = 0o600
     tar.addfile(info, fileobj)
+
+
+class _LogStream:
+    """The log's fixed-size records, rendered from ``batches`` (of rendered
+    lines) only as they are read, hashed on the way: at most one batch of
+    plaintext exists at a time, in memory."""
+
+    def __init__(self, batches: Iterable[list[str]], digest) -> None:
+        self._batches = iter(batches)
+        self._digest = digest
+        self._buf = b""
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        if self._pos >= len(self._buf):
+            batch = next(self._batches, None)
+            if batch is None:
+                return b""
+            self._buf = b"".join(_record(line, LOG_REC) for line in batch)
+            self._pos = 0
+            self._digest.update(self._buf)
+        end = len(self._buf) if n is None or n < 0 else self._pos + n
+        out = self._buf[self._pos:end]
+        self._pos += len(out)
+        return out
 
 
 def listing_digest(files: list[dict]) -> str:
@@ -81,18 +110,16 @@ def export_archive(memory: Memory) -> bytes:
     def small(name: str, data: bytes) -> None:
         member(name, io.BytesIO(data), len(data), hashlib.sha256(data).hexdigest())
 
-    with tarfile.open(fileobj=out, mode="w:gz") as tar, tempfile.TemporaryFile() as log:
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
         h = hashlib.sha256()
-        for batch in mf.scan(T):
-            chunk = b"".join(_record(line, LOG_REC) for line in batch)
-            h.update(chunk)
-            log.write(chunk)
-        size = log.tell()
-        log.seek(0)
-        member("memory/LOG.txt", log, size, h.hexdigest())
+        size = T * LOG_REC
+        _add(tar, "memory/LOG.txt", _LogStream(mf.scan(T), h), size, now)
+        files.append({"path": "memory/LOG.txt", "bytes": size, "sha256": h.hexdigest()})
         counts: dict[int, int] = {}
         for level in mf.level_sizes():
             texts = list(mf.level(level))
+            if not texts:
+                continue  # the level's first block is an erasure's hole: OptMem asks for it itself
             counts[level] = len(texts)
             small(f"memory/TREE/{level}", b"".join(_record(text, TREE_REC) for text in texts))
         over = mf.config()
@@ -107,7 +134,9 @@ def export_archive(memory: Memory) -> bytes:
                   "  find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum\n"
                   "Move it into another Stash memory with: stash import-optmem .\n").encode()
         small("README.txt", readme)
-        pending = blocks.pending_count(T, mf.settled(T))
+        # OptMem's levels are dense, so what it will ask for is counted from
+        # the exported prefixes (a level stops at an erasure's first hole).
+        pending = blocks.pending_count(T, counts)
         data = manifest(T, mf.erased_count(), counts, pending, over, files)
         _add(tar, MANIFEST, io.BytesIO(data), len(data), now)
     return out.getvalue()

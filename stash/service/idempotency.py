@@ -16,7 +16,8 @@ ring for grants), none of it readable without the key itself:
   the same subkey;
 * ``sealed`` — the answer, padded to a multiple of :data:`PAD_BYTES`, sealed
   with XChaCha20-Poly1305 under a key derived from the Idempotency-Key and a
-  *seal root*: for memory writes the master-derived subkey; for grants, whose
+  *seal root*: for memory writes a subkey of the current epoch's key (a
+  revocation drops these records with the rest of the epoch); for grants, whose
   answer holds a new token, a key derived from the owner's own token secret,
   which the server never stores. Associated data binds the value to its user,
   file and lookup.
@@ -163,7 +164,8 @@ def memory_write(session, key: str | None, route: str, body: dict, work: Callabl
     req = None
     if key is not None:
         req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
-                         seal_root=keys.subkey(session.master, b"idempotency"), route=route, key=key, body=body)
+                         seal_root=keys.subkey(session.chain.current, b"idempotency"), route=route, key=key,
+                         body=body)
     return run(session.memory.mf.idempotency_records(), req, work, now)
 
 

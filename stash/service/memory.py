@@ -199,7 +199,7 @@ class Memory:
         settled = self.mf.settled(T)
         first = blocks.first_pending(T, settled)
         if (lo, hi) != first:
-            if settled.get(hi - lo, 0) > lo // (hi - lo):
+            if blocks.is_settled(settled, lo, hi):
                 return {"saved": None, "nap": self.nap_for(T, settled),
                         "message": f"{bid} is already settled; nothing was written."}
             due = self.nap_for(T, settled)
@@ -213,7 +213,7 @@ class Memory:
             # answered as any already-settled block is), or a forget dropped
             # a half this block builds on.
             settled = self.mf.settled(T)
-            if settled.get(hi - lo, 0) > lo // (hi - lo):
+            if blocks.is_settled(settled, lo, hi):
                 return {"saved": None, "nap": self.nap_for(T, settled),
                         "message": f"{bid} is already settled; nothing was written."}
             return {"saved": None, "nap": self.nap_for(T, settled),

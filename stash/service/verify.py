@@ -27,7 +27,7 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..storage.files import DB_ERRORS, PAGE_BYTES, UserFiles
-from ..storage.keyring import HEAD_COPY
+from ..storage.keyring import HEAD_COPY, StaleGrant
 from ..storage.memfile import HEAD_META, MemoryFile
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -80,6 +80,9 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None]:
             _integrity(conn, "keyring.db")
             meta = dict(conn.execute("SELECT name, value FROM keyring_meta"))
             grants = conn.execute("SELECT id, scope, kdf, wrapped FROM grants ORDER BY id").fetchall()
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(grants)")}
+            unmoved = (conn.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND pub IS NULL")
+                       .fetchone()[0] if "pub" in columns else sum(1 for g in grants if g[3] is not None))
         finally:
             conn.close()
     except DB_ERRORS:
@@ -107,7 +110,11 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None]:
         copy = Head.parse(meta[HEAD_COPY])
         if copy is None:
             raise Failed("keyring.db's copy of the log head is unreadable")
-    report.facts.append(f"key ring ok ({live} live capabilities)")
+    report.facts.append(f"key ring ok ({live} live capabilities, key epoch {meta.get('epoch', '0')})")
+    # Each capability moves to key epochs when its token is next used; one
+    # that has not is revoked by the next revocation or rotation.
+    report.facts.append(f"{unmoved} live capabilities have not moved to key epochs yet" if unmoved else
+                        "every live capability has moved to key epochs")
     return cipher, copy
 
 
@@ -178,12 +185,12 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
         raise Failed("the token does not open this store (wrong, revoked, or the key ring is damaged)") from None
     try:
         try:
-            master = ring.unwrap(grant, token.secret)
-        except aead.Unsealable:
-            raise Failed("the token's wrapped key does not open: the key ring was altered") from None
+            chain = ring.open_grant(grant, token.secret).chain
+        except (aead.Unsealable, StaleGrant):
+            raise Failed("the token's key does not open: the key ring was altered or put back") from None
         cipher = ring.meta("file_cipher") or "none"
         try:
-            mf = MemoryFile(files.memory, token.user_id, master, cipher)
+            mf = MemoryFile(files.memory, token.user_id, chain, cipher)
         except StashError as e:
             raise Failed(f"memory.db does not open with the key: {e.message}") from None
         try:

@@ -1,10 +1,19 @@
-"""A user's key ring: the grants, and the master key wrapped once per grant.
+"""A user's key ring: the grants, and the key of the current epoch sealed to each.
 
-The key ring is plain SQLite because it has to be read before the master key
-is known. Nothing in it opens anything without a token's secret: a grant row
-holds a keyed hash of the secret (to find the row cheaply) and the master key
-sealed under the argon2id KEK of that secret, with user, grant id and scope in
-the associated data.
+The key ring is plain SQLite because it has to be read before any key is
+known. Nothing in it opens anything without a token's secret. A grant row holds
+a keyed hash of the secret (to find the row cheaply), the capability's X25519
+public key, a *certificate* (the public key sealed under the argon2id KEK of the
+secret, with user, grant id and scope in the associated data, so editing the
+scope or swapping the public key makes it fail), and a *box*: the current
+epoch's key sealed to that public key (stash/crypto/epochs.py). The older
+epochs' keys are kept in keyring_meta, sealed under the current epoch's key.
+
+Format 1 (before epochs) held the store's one key wrapped under each KEK in
+``wrapped`` and had no ``pub``/``box`` columns; such a grant is *unmoved*. Its
+key is epoch 0's key, so it keeps working until a revocation, and it moves to
+the new scheme the next time its token is used (the only moment its secret is
+present): :meth:`Keyring.move_grant`.
 """
 
 from __future__ import annotations
@@ -17,22 +26,39 @@ from pathlib import Path
 import argon2.exceptions
 
 from ..core.errors import Conflict
-from ..crypto import aead, keys
+from ..crypto import aead, epochs, keys
 from ..crypto.chain import Head
+from ..crypto.epochs import KeyChain
 from .files import DB_ERRORS, checkpoint, connect, write_transaction
 from .idempotency import Records
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
 HEAD_COPY = "log_head"
+STATE_COPY = "state_version"
+EPOCH = "epoch"
+OLDER_KEYS = "epoch_keys"
+FORMAT = "2"
+_COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
 
 
 def wrap_aad(user_id: str, grant_id: int, scope: str) -> bytes:
+    """Associated data of a format-1 wrap (the store's key under the KEK)."""
     return f"stash/v1|{user_id}|grant|{grant_id}|{scope}".encode()
+
+
+def cert_aad(user_id: str, grant_id: int, scope: str) -> bytes:
+    """Associated data of a certificate (the public key under the KEK)."""
+    return f"stash/v2|{user_id}|grant|{grant_id}|{scope}".encode()
 
 
 def now_utc() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class StaleGrant(Exception):
+    """The grant's box holds an older epoch than the key ring's: the row was
+    put back from an older copy (a revoked capability's), so it opens nothing."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +69,23 @@ class Grant:
     revoked: str | None
     kdf: str | None
     wrapped: bytes | None
+    pub: bytes | None = None
+    box: bytes | None = None
+
+    @property
+    def moved(self) -> bool:
+        """True once the grant holds a public key and a box (format 2)."""
+        return self.pub is not None
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What a token's secret opened: every epoch key, and whether the grant
+    still has to move to the epoch scheme."""
+
+    chain: KeyChain
+    unmoved: bool
+    kek: bytes
 
 
 class Keyring:
@@ -56,8 +99,8 @@ class Keyring:
         ring.conn.executescript(sections()["keyring"])
         ring.conn.executescript(sections()["idempotency"])
         ring.conn.execute(
-            "INSERT INTO keyring_meta(name, value) VALUES ('user_id', ?), ('file_cipher', ?), ('format', '1')",
-            (user_id, file_cipher),
+            "INSERT INTO keyring_meta(name, value) VALUES ('user_id', ?), ('file_cipher', ?), ('format', ?)",
+            (user_id, file_cipher, FORMAT),
         )
         return ring
 
@@ -88,7 +131,16 @@ class Keyring:
             raise ValueError("the key ring's copy of the log head is unreadable")
         return head
 
-    def advance_head(self, head: Head) -> bool:
+    def state_version(self) -> int | None:
+        """The copy of the memory file's state version kept here (see
+        MemoryFile._state_digest), or None before the file had one."""
+        text = self.meta(STATE_COPY)
+        try:
+            return None if text is None else int(text)
+        except ValueError:
+            raise ValueError("the key ring's copy of the state version is unreadable") from None
+
+    def advance_head(self, head: Head, state_version: int | None = None) -> bool:
         """Record ``head`` as the copy unless the copy is already as far: it
         only moves forward, so concurrent writers finishing out of order leave
         the furthest one. Best effort (False when it could not be written, as
@@ -108,40 +160,104 @@ class Keyring:
                             "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                             (HEAD_COPY, head.pin()),
                         )
+                    copy = self.state_version()
+                    if state_version is not None and (copy is None or copy < state_version):
+                        self.conn.execute(
+                            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                            (STATE_COPY, str(state_version)),
+                        )
             finally:
                 self.conn.execute("PRAGMA synchronous = FULL")
         except (*DB_ERRORS, ValueError, OSError):
             return False
         return True
 
-    def find(self, tag: bytes) -> Grant | None:
-        row = self.conn.execute(
-            "SELECT id, scope, created, revoked, kdf, wrapped FROM grants WHERE tag = ?", (tag,)
-        ).fetchone()
-        return Grant(*row) if row else None
+    def _upgrade(self) -> None:
+        """Give a format-1 key ring the columns of format 2 (once; the ALTERs
+        and the format mark commit together)."""
+        with write_transaction(self.conn):
+            have = {r[1] for r in self.conn.execute("PRAGMA table_info(grants)")}
+            for column in ("pub", "box"):
+                if column not in have:
+                    self.conn.execute(f"ALTER TABLE grants ADD COLUMN {column} BLOB")
+            self.conn.execute("UPDATE keyring_meta SET value = ? WHERE name = 'format'", (FORMAT,))
 
-    def add(self, *, scope: str, tag: bytes, secret: bytes, master: bytes, kdf: keys.KdfParams) -> int:
-        """File a new grant wrapping ``master`` under ``secret``'s KEK. The id
-        is allotted first because the wrap binds it."""
+    def _select(self, where: str, args: tuple) -> list[Grant]:
+        try:
+            rows = self.conn.execute(f"SELECT {_COLUMNS} FROM grants {where}", args).fetchall()
+        except DB_ERRORS as exc:
+            if "no such column" not in str(exc):
+                raise
+            try:
+                self._upgrade()
+            except DB_ERRORS:
+                # A key ring that cannot be written (a read-only folder) is read as format 1.
+                rows = self.conn.execute(f"SELECT {_COLUMNS.rsplit(', ', 2)[0]}, NULL, NULL FROM grants {where}",
+                                         args).fetchall()
+                return [Grant(*r) for r in rows]
+            rows = self.conn.execute(f"SELECT {_COLUMNS} FROM grants {where}", args).fetchall()
+        return [Grant(*r) for r in rows]
+
+    def find(self, tag: bytes) -> Grant | None:
+        found = self._select("WHERE tag = ?", (tag,))
+        return found[0] if found else None
+
+    def epoch(self) -> int:
+        text = self.meta(EPOCH)
+        try:
+            n = 0 if text is None else int(text)
+        except ValueError:
+            raise aead.Unsealable("the key ring's epoch number is unreadable") from None
+        if not 0 <= n < epochs.MAX_EPOCHS:
+            raise aead.Unsealable("the key ring's epoch number is out of range")
+        return n
+
+    def _older(self) -> bytes | None:
+        text = self.meta(OLDER_KEYS)
+        try:
+            return None if text is None else bytes.fromhex(text)
+        except ValueError:
+            raise aead.Unsealable("the key ring's older epoch keys are unreadable") from None
+
+    def _insert(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams) -> int:
+        """File a grant whose box holds ``chain``'s current key (inside a
+        write transaction). The id is allotted first because the certificate
+        binds it."""
         if scope not in SCOPES:
             raise ValueError("unknown scope")
         salt = keys.new_salt()
         kek = keys.derive_kek(secret, salt, kdf)
-        with write_transaction(self.conn):
-            cur = self.conn.execute(
-                "INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc())
-            )
-            grant_id = cur.lastrowid
-            wrapped = aead.seal(kek, master, wrap_aad(self.user_id, grant_id, scope))
-            params = {**kdf.as_dict(), "salt": salt.hex()}
-            self.conn.execute(
-                "UPDATE grants SET kdf = ?, wrapped = ? WHERE id = ?", (json.dumps(params), wrapped, grant_id)
-            )
+        pub = bytes(epochs.capability_private_key(kek).public_key)
+        cur = self.conn.execute("INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc()))
+        grant_id = cur.lastrowid
+        self.conn.execute(
+            "UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?",
+            (json.dumps({**kdf.as_dict(), "salt": salt.hex()}),
+             aead.seal(kek, pub, cert_aad(self.user_id, grant_id, scope)), pub,
+             epochs.box_epoch(pub, chain.epoch, chain.current), grant_id),
+        )
         return grant_id
 
-    def unwrap(self, grant: Grant, secret: bytes) -> bytes:
-        """The master key, or :class:`aead.Unsealable` when the row was altered
-        (scope, id or wrapped bytes) or belongs to someone else."""
+    def _check_epoch(self, chain: KeyChain) -> None:
+        if self.epoch() != chain.epoch:
+            raise Conflict("A capability was revoked while this request ran, so nothing was changed; retry it.",
+                           code="grants.busy")
+
+    def add(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams) -> int:
+        """A new capability that reaches the current epoch. Refused (409) if a
+        revocation moved the epoch since ``chain`` was opened: the new box
+        would hold a key that is no longer current."""
+        with write_transaction(self.conn):
+            self._select("LIMIT 0", ())  # a format-1 ring gets its columns first
+            self._check_epoch(chain)
+            return self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf)
+
+    def open_grant(self, grant: Grant, secret: bytes) -> Opened:
+        """Every epoch key this grant reaches, or :class:`aead.Unsealable` when
+        the row was altered (scope, id, public key, certificate or box) or
+        belongs to someone else, or :class:`StaleGrant` when its box is from
+        an older epoch than the key ring's (a revoked row put back)."""
         if grant.wrapped is None or grant.kdf is None:
             raise aead.Unsealable("grant holds no key")
         try:
@@ -151,7 +267,84 @@ class Keyring:
             kek = keys.derive_kek(secret, salt, kdf)
         except (ValueError, KeyError, TypeError, OverflowError, argon2.exceptions.HashingError):
             raise aead.Unsealable("grant key derivation parameters are unreadable") from None
-        return aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope))
+        n = self.epoch()
+        if not grant.moved:
+            key = aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope))
+            if n != 0:
+                # A revocation revokes every unmoved grant with it, so a live
+                # one past epoch 0 was put back from an older copy.
+                raise StaleGrant()
+            return Opened(KeyChain(self.user_id, (key,)), True, kek)
+        private = epochs.capability_private_key(kek)
+        pub = aead.open_sealed(kek, grant.wrapped, cert_aad(self.user_id, grant.id, grant.scope))
+        if pub != grant.pub or pub != bytes(private.public_key) or grant.box is None:
+            raise aead.Unsealable("the grant's public key does not match its certificate")
+        boxed, current = epochs.open_box(private, grant.box)
+        if boxed < n:
+            raise StaleGrant()
+        if boxed != n:
+            raise aead.Unsealable("the grant's box is from an epoch the key ring has not reached")
+        return Opened(KeyChain.open(self.user_id, n, current, self._older()), False, kek)
+
+    def move_grant(self, grant: Grant, opened: Opened) -> bool:
+        """Move an unmoved (format-1) grant to the epoch scheme: public key,
+        certificate and a box of epoch 0, replacing the wrap of the store's
+        key. Only while the key ring is at epoch 0 (past it an unmoved grant
+        is revoked). Best effort: False when the ring cannot be written now;
+        the next use tries again."""
+        if grant.moved or opened.chain.epoch != 0:
+            return False
+        pub = bytes(epochs.capability_private_key(opened.kek).public_key)
+        try:
+            with write_transaction(self.conn):
+                if self.epoch() != 0:
+                    return False
+                cur = self.conn.execute(
+                    "UPDATE grants SET wrapped = ?, pub = ?, box = ? WHERE id = ? AND wrapped = ? AND pub IS NULL",
+                    (aead.seal(opened.kek, pub, cert_aad(self.user_id, grant.id, grant.scope)), pub,
+                     epochs.box_epoch(pub, 0, opened.chain.current), grant.id, grant.wrapped),
+                )
+        except DB_ERRORS:
+            return False
+        return cur.rowcount == 1
+
+    def advance_epoch(self, chain: KeyChain, revoke: tuple[int, ...], *,
+                      mint: dict | None = None) -> tuple[KeyChain, list[int], int | None]:
+        """Start a new epoch: revoke the grants ``revoke`` (destroying their
+        key columns), seal a fresh epoch key to every other live grant, keep
+        the older keys under it, and with ``mint`` (keyword arguments of
+        :meth:`_insert`) file a new grant in the same transaction (an owner
+        rotation). Unmoved live grants cannot be reached without their
+        secrets, so they are revoked too and returned. One transaction: a
+        crash leaves the old epoch or the new one, whole. Returns the new
+        chain, the unmoved grants revoked with it, and the minted grant id."""
+        new = chain.advance()
+        at = now_utc()
+        stranded: list[int] = []
+        minted = None
+        with write_transaction(self.conn):
+            self._select("LIMIT 0", ())
+            self._check_epoch(chain)
+            for g in self._select("WHERE revoked IS NULL ORDER BY id", ()):
+                if g.id in revoke or not g.moved:
+                    self.conn.execute(
+                        "UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
+                        "revoked = ? WHERE id = ?", (at, g.id))
+                    if g.id not in revoke:
+                        stranded.append(g.id)
+                else:
+                    self.conn.execute("UPDATE grants SET box = ? WHERE id = ?",
+                                      (epochs.box_epoch(g.pub, new.epoch, new.current), g.id))
+            for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, new.seal_older().hex())):
+                self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                                  "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+            if mint is not None:
+                minted = self._insert(chain=new, **mint)
+        return new, stranded, minted
+
+    def unmoved_live(self) -> int:
+        """How many live grants still have to move to the epoch scheme."""
+        return sum(1 for g in self._select("WHERE revoked IS NULL", ()) if not g.moved)
 
     def checkpoint(self) -> None:
         """Fold the WAL into the file and truncate it, so a destroyed wrapped
@@ -161,19 +354,7 @@ class Keyring:
                            "retry the revoke shortly to flush it.", code="grants.busy")
 
     def grants(self) -> list[Grant]:
-        rows = self.conn.execute("SELECT id, scope, created, revoked, kdf, wrapped FROM grants ORDER BY id")
-        return [Grant(*r) for r in rows]
-
-    def revoke(self, grant_id: int) -> bool:
-        """Destroy the grant's wrapped key; its listing row stays. True if it was live."""
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
-            cur = self.conn.execute(
-                "UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, revoked = ? "
-                "WHERE id = ? AND revoked IS NULL",
-                (now_utc(), grant_id),
-            )
-        return cur.rowcount == 1
+        return self._select("ORDER BY id", ())
 
 
 def open_keyring(path: Path, user_id: str) -> Keyring:

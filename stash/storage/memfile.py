@@ -7,22 +7,26 @@ that fails to open raises :class:`Damaged` — it is never served.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.blocks import forget_span, levels
+from ..core.blocks import Settled, erase_span, forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
+from ..crypto.epochs import KeyChain
 from .files import SQLCIPHER_OPEN_CLOSE, MissingFile, checkpoint, connect, storage_error, write_transaction
 from .idempotency import Records
 from .schema import sections
 
 MEMORY_PLAINTEXT_BYTES = 320  # 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded
 SUMMARY_PLAINTEXT_BYTES = 288
+SUMMARY_VERSION_BYTES = 8  # a summary's plaintext starts with the state version it was written at
 KEYS_PER_CHUNK = 128
 CHUNK_BYTES = KEYS_PER_CHUNK * aead.KEY_BYTES
 ERASED_KEY = bytes(aead.KEY_BYTES)
@@ -50,14 +54,24 @@ class FileKeys:
     rows_key: bytes = field(repr=False)
     file_key: bytes | None = field(repr=False)
     chain_key: bytes = field(repr=False, default=b"")
+    epoch: int = 0
 
     @classmethod
-    def derive(cls, path: Path, user_id: str, master: bytes, cipher: str) -> FileKeys:
-        file_key = keys.subkey(master, b"file") if cipher == "sqlcipher" else None
-        return cls(Path(path), user_id, cipher, keys.subkey(master, b"rows"), file_key, keys.subkey(master, b"chain"))
+    def derive(cls, path: Path, user_id: str, chain: KeyChain, cipher: str) -> FileKeys:
+        """The file key and the digest key come from epoch 0's key (they stay
+        the same for the life of the file); the rows key is the current
+        epoch's, so nothing sealed in this epoch opens with an older key."""
+        file_key = keys.subkey(chain.base, b"file") if cipher == "sqlcipher" else None
+        return cls(Path(path), user_id, cipher, keys.subkey(chain.current, b"rows"), file_key,
+                   keys.subkey(chain.base, b"chain"), chain.epoch)
 
 
 HEAD_META = "log_head"
+HOLES_META = "holes"  # JSON {size: [idx, ...]}: summaries an erasure dropped below a level's frontier
+EPOCH_META = "epoch"  # the epoch whose key seals this file's rows; absent means 0
+STATE_META = "state"  # "V mac": the authenticated head over the whole state (MemoryFile._state_digest)
+DROPS_META = "drops"  # JSON: which summaries were dropped at which state version (forget and erase)
+RESEAL_BATCH = 4096
 FORMAT = "2"  # 1: no running digest; opening a format-1 file computes it once
 
 ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest: the file was cut short or "
@@ -65,9 +79,22 @@ ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest:
                "restore this store from a backup.")
 
 
+KEYS_BEHIND = ("This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
+               "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
+               "restore this store from a backup.")
+
+
+class KeysBehind(RolledBack):
+    """The file's rows are sealed in a later epoch than the key chain it was
+    opened with: an older key ring was put back (or, during a revocation, the
+    request read the ring just before the epoch moved)."""
+
+
 class MemoryFile:
-    def __init__(self, path: Path, user_id: str, master: bytes, cipher: str, *, create: bool = False) -> None:
-        self._setup(FileKeys.derive(path, user_id, master, cipher), create)
+    def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
+                 create: bool = False) -> None:
+        keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
+        self._setup(FileKeys.derive(path, user_id, keychain, cipher), create, keychain)
 
     @classmethod
     def reopen(cls, fk: FileKeys) -> MemoryFile:
@@ -78,7 +105,7 @@ class MemoryFile:
     def file_keys(self) -> FileKeys:
         return self._fk
 
-    def _setup(self, fk: FileKeys, create: bool) -> None:
+    def _setup(self, fk: FileKeys, create: bool, keychain: KeyChain | None = None) -> None:
         self._fk = fk
         self.user_id = user_id = fk.user_id
         self._rows_key = fk.rows_key
@@ -93,21 +120,30 @@ class MemoryFile:
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
         self._chain_key = fk.chain_key
+        self.epoch = fk.epoch
         self._chunks: dict[int, bytes] = {}
+        self.state_version = 0
+        self._erased_ids: frozenset[int] = frozenset()
+        self._drops: dict = {"s": {}, "p": {}}
         try:
             if create:
                 self.conn.executescript(sections()["memory"])
                 self.conn.executescript(sections()["idempotency"])
                 self.head = Head(0, chain.genesis(self._chain_key, user_id))
                 self.conn.execute(
-                    "INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', ?), (?, ?)",
-                    (user_id, FORMAT, HEAD_META, self._head_text(self.head, b"")),
+                    "INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', ?), (?, ?), (?, ?)",
+                    (user_id, FORMAT, HEAD_META, self._head_text(self.head, b""), EPOCH_META, str(fk.epoch)),
                 )
+                with write_transaction(self.conn):
+                    self._write_state()
+                self._load_state()
             else:
                 row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
                 if not row or row[0] != user_id:
                     raise Damaged("This memory file does not belong to this user; restore it from a backup.")
+                self._match_epoch(keychain)
                 self.head = self._verified_head()
+                self._check_state()
         except Damaged:
             self.conn.close()
             raise
@@ -128,6 +164,284 @@ class MemoryFile:
         self._fk = None
         with SQLCIPHER_OPEN_CLOSE:
             self.conn.close()
+
+    # ------------------------------------------------------------ key epochs
+
+    def file_epoch(self) -> int:
+        """The epoch whose key sealed this file's rows (0 for files written
+        before epochs). A hand-edited value only makes the rows fail to open."""
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (EPOCH_META,)).fetchone()
+        try:
+            return 0 if row is None else int(row[0])
+        except ValueError:
+            raise Damaged("The memory file's key epoch is unreadable; restore this store from a backup.") from None
+
+    def _match_epoch(self, keychain: KeyChain | None) -> None:
+        """Make the file's epoch the chain's: refuse a file from a later epoch
+        (:class:`KeysBehind`), and bring a file from an earlier one forward
+        (:meth:`reseal`), which finishes a revocation that stopped between
+        its two files."""
+        epoch = self.file_epoch()
+        if epoch > self.epoch:
+            raise KeysBehind(KEYS_BEHIND)
+        if epoch < self.epoch:
+            if keychain is None:
+                raise Damaged("The memory file is from an older key epoch; retry the request.")
+            self.reseal(keychain)
+
+    def reseal(self, keychain: KeyChain) -> int:
+        """Re-seal every value this file seals under a rows key (memory-key
+        chunks, summaries, config, erasure dates and receipts) from its
+        epoch's key to ``keychain``'s current one, in one transaction, and record
+        the new epoch. The slots of the newest memory-key chunk that no memory
+        uses yet get fresh random keys, so a memory written from now on has a
+        key no older key ever sealed; idempotency records (sealed under an
+        epoch-derived key) are dropped. Log rows are not touched: each is
+        sealed under its own memory key. Returns how many values moved.
+
+        After this, an older epoch's key opens nothing in this file but the
+        SQLCipher layer (whose key is epoch 0's): row counts and positions,
+        never a value written from now on."""
+        new_key = keys.subkey(keychain.current, b"rows")
+        moved = 0
+        Records(self.conn).ensure()
+        with write_transaction(self.conn):
+            epoch = self.file_epoch()
+            if epoch == keychain.epoch:
+                return 0
+            if epoch > keychain.epoch:
+                raise KeysBehind(KEYS_BEHIND)
+            old_key = keys.subkey(keychain.key(epoch), b"rows")
+            stored = self._stored_state()
+            if stored is not None and not hmac.compare_digest(
+                    stored[1], self._state_mac(stored[0], self._state_digest()[0], old_key)):
+                # Re-sealing must not bless a state that was tampered with.
+                raise Damaged("This memory file's state does not match its authenticated head; nothing was "
+                              "re-sealed. The operator should run `stash verify` and restore it from a backup.")
+            T = self.count()
+            fresh_from = (T // KEYS_PER_CHUNK, T % KEYS_PER_CHUNK)
+
+            def chunk_plain(c: int, plain: bytes) -> bytes:
+                if c == fresh_from[0] and len(plain) == CHUNK_BYTES:
+                    k = fresh_from[1] * aead.KEY_BYTES
+                    return plain[:k] + os.urandom(CHUNK_BYTES - k)
+                return plain
+
+            moved += self._reseal_table("memory_keys", ("chunk",), old_key, new_key,
+                                        lambda r: r[0], lambda r, p: chunk_plain(r[0], p))
+            moved += self._reseal_table("summaries", ("size", "idx"), old_key, new_key,
+                                        lambda r: f"{r[0]}|{r[1]}")
+            moved += self._reseal_table("config", ("name",), old_key, new_key, lambda r: r[0])
+            moved += self._reseal_table("erased", ("id",), old_key, new_key, lambda r: r[0])
+            moved += self._reseal_table("erasures", ("id",), old_key, new_key, lambda r: r[0])
+            self.conn.execute("DELETE FROM idempotency")
+            self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                              (EPOCH_META, str(keychain.epoch)))
+            old_rows_key, self._rows_key = self._rows_key, new_key
+            try:
+                if self._stored_state() is not None:
+                    self._write_state()  # the head's MAC key is the new epoch's
+            except BaseException:
+                self._rows_key = old_rows_key
+                raise
+        self._rows_key = new_key
+        self.epoch = keychain.epoch
+        self._fk = FileKeys(self._fk.path, self.user_id, self._fk.cipher, new_key, self._fk.file_key,
+                            self._chain_key, keychain.epoch)
+        self._chunks.clear()
+        checkpoint(self.conn)  # best effort: the old pages leave the WAL
+        return moved
+
+    def _reseal_table(self, table: str, pk: tuple[str, ...], old_key: bytes, new_key: bytes, position,
+                      transform=None) -> int:
+        """Re-seal one table in primary-key order, a batch at a time, so a
+        million summaries are never held at once. A value that does not open
+        under the old key is damage: nothing is re-sealed (the caller's
+        transaction rolls back)."""
+        cols = ", ".join(pk)
+        after: tuple | None = None
+        moved = 0
+        opener = aead.BulkOpener(CHUNK_BYTES)
+        sealer = aead.BulkSealer(CHUNK_BYTES)
+        while True:
+            where = "" if after is None else f"WHERE ({cols}) > ({', '.join('?' * len(pk))})"
+            rows = self.conn.execute(f"SELECT {cols}, sealed FROM {table} {where} ORDER BY {cols} LIMIT ?",
+                                     (*(after or ()), RESEAL_BATCH)).fetchall()
+            if not rows:
+                return moved
+            updates = []
+            for row in rows:
+                key, sealed = row[:-1], row[-1]
+                ad = self._aad(table, position(key))
+                try:
+                    plain = bytes(opener.open(old_key, sealed, ad))
+                except aead.Unsealable:
+                    raise Damaged(f"Stored {table} data at {position(key)} failed its integrity check; nothing "
+                                  "was re-sealed. Restore this store from a backup.") from None
+                if transform is not None:
+                    plain = transform(key, plain)
+                updates.append((sealer.seal(new_key, plain, ad), *key))
+            self.conn.executemany(
+                f"UPDATE {table} SET sealed = ? WHERE {' AND '.join(f'{c} = ?' for c in pk)}", updates)
+            moved += len(rows)
+            after = rows[-1][:-1]
+
+    # ------------------------------------------------------------ the whole-state head
+
+    def _state_key(self) -> bytes:
+        return keys.subkey(self._rows_key, b"state")
+
+    def _state_digest(self) -> tuple[bytes, frozenset[int]]:
+        """A digest of everything in this file that a request's answer
+        depends on, besides the log rows (which the running digest covers and
+        the per-memory keys bind): the log head, the key epoch, every config,
+        erasure-date and receipt row as stored, the holes and drop records,
+        each summary level's frontier, and the log's append-only triggers.
+        Cheap enough for every open: the tables it reads whole are the small
+        ones (at most five config rows, one row per erased memory and per
+        receipt); the summary tree is covered by one indexed read per level
+        and by :meth:`_summary_valid`. Returns the erased ids too."""
+        h = hashlib.blake2b(digest_size=32, person=b"stash.state")
+
+        def put(*parts: object) -> None:
+            for part in parts:
+                b = part if isinstance(part, bytes) else str(part).encode()
+                h.update(len(b).to_bytes(8, "big"))
+                h.update(b)
+
+        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?)",
+                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
+        put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
+        for name, sealed in self.conn.execute("SELECT name, sealed FROM config ORDER BY name"):
+            put("config", name, sealed)
+        erased = []
+        for i, sealed in self.conn.execute("SELECT id, sealed FROM erased ORDER BY id"):
+            put("erased", i, sealed)
+            erased.append(i)
+        for rid, sealed in self.conn.execute("SELECT id, sealed FROM erasures ORDER BY id"):
+            put("erasures", rid, sealed)
+        top = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
+        size = 2
+        while size <= top:
+            top_idx = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            put("level", size, top_idx)
+            size *= 2
+        for name, sql in self.conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
+            put("trigger", name, sql)
+        return h.digest(), frozenset(erased)
+
+    def _state_mac(self, version: int, digest: bytes, rows_key: bytes | None = None) -> bytes:
+        key = self._state_key() if rows_key is None else keys.subkey(rows_key, b"state")
+        return hashlib.blake2b(version.to_bytes(8, "big") + digest, key=key, digest_size=32,
+                               person=b"stash.state.mac").digest()
+
+    def bulk_loaded(self) -> None:
+        """Advance the state head over rows written straight into the file by
+        bench/build.py (a million summaries in a few transactions); the
+        server's own writes advance it themselves."""
+        with write_transaction(self.conn):
+            self._write_state()
+
+    def _stored_state(self) -> tuple[int, bytes] | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (STATE_META,)).fetchone()
+        if row is None:
+            return None
+        try:
+            v, mac = row[0].split(" ")
+            return int(v), bytes.fromhex(mac)
+        except ValueError:
+            raise Damaged("The memory file's authenticated head is unreadable; restore this store from a "
+                          "backup.") from None
+
+    def _write_state(self) -> int:
+        """Advance the state head over what this write transaction leaves:
+        version + 1, MAC over the new digest. Every write calls it last,
+        inside its transaction, so the head and the state commit together."""
+        stored = self._stored_state()
+        version = (stored[0] if stored else 0) + 1
+        digest, erased = self._state_digest()
+        self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
+                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                          (STATE_META, f"{version} {self._state_mac(version, digest).hex()}"))
+        self.state_version = version
+        self._erased_ids = erased
+        return version
+
+    def _next_version(self) -> int:
+        stored = self._stored_state()
+        return (stored[0] if stored else 0) + 1
+
+    def _load_state(self) -> None:
+        self._drops = self._read_drops()
+
+    def _check_state(self) -> None:
+        """Refuse this file unless its state matches its authenticated head
+        (one snapshot). A file written before the head existed gets one now,
+        once (best effort: a read-only file is served as it is, unchecked,
+        until it can be written)."""
+        self.conn.execute("BEGIN")
+        try:
+            stored = self._stored_state()
+            digest, erased = self._state_digest()
+            drops = self._read_drops()
+        finally:
+            self.conn.execute("COMMIT")
+        if stored is None:
+            try:
+                with write_transaction(self.conn):
+                    if self._stored_state() is None:
+                        self._write_state()
+            except Exception as exc:
+                if isinstance(exc, Damaged):
+                    raise
+                self._erased_ids, self._drops = erased, drops
+                return
+            return self._check_state()
+        version, mac = stored
+        if not hmac.compare_digest(mac, self._state_mac(version, digest)):
+            raise Damaged("This memory file's state does not match its authenticated head: a row or page was "
+                          "put back from an older copy, deleted, or altered. Nothing was served; the operator "
+                          "should run `stash verify` and restore this store from a backup.")
+        self.state_version, self._erased_ids, self._drops = version, erased, drops
+
+    def check_state_copy(self, copy: int | None) -> None:
+        """Refuse this file if the key ring's copy of the state version is
+        ahead of it: the file was put back whole from an older copy."""
+        if copy is not None and copy > self.state_version:
+            raise RolledBack(ROLLED_BACK)
+
+    # ------------------------------------------------------------ drop records
+
+    def _read_drops(self) -> dict:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (DROPS_META,)).fetchone()
+        if row is None:
+            return {"s": {}, "p": {}}
+        try:
+            raw = json.loads(row[0])
+            return {"s": {int(k): [(int(f), int(v)) for f, v in recs] for k, recs in raw["s"].items()},
+                    "p": {int(k): {int(i): int(v) for i, v in recs.items()} for k, recs in raw["p"].items()}}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise Damaged("The memory file's record of dropped summaries is unreadable; restore this store "
+                          "from a backup.") from None
+
+    def _save_drops(self, drops: dict) -> None:
+        self._drops = drops
+        text = json.dumps({"s": {str(k): v for k, v in drops["s"].items()},
+                           "p": {str(k): {str(i): v for i, v in recs.items()} for k, recs in drops["p"].items()}})
+        self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
+                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (DROPS_META, text))
+
+    def _summary_valid(self, size: int, idx: int, written: int) -> bool:
+        """A summary written at state version ``written`` is current unless
+        its block was dropped (forgotten or erased over) after that: then it
+        is an older copy put back."""
+        need = self._drops["p"].get(size, {}).get(idx, 0)
+        for start, v in self._drops["s"].get(size, ()):
+            if start <= idx:
+                need = max(need, v)
+        return written >= need
 
     # ------------------------------------------------------------ the running digest
 
@@ -308,17 +622,34 @@ class MemoryFile:
             if check is not None:
                 check(base, self.newest_date(base))
             digest = head.digest
+            touched: dict[int, bytearray] = {}
             for k, (date, text) in enumerate(items):
                 i = base + k
-                key = self._memory_key(i, create=True)
+                c = i // KEYS_PER_CHUNK
+                if c not in touched:
+                    existing = self._chunk(c)
+                    touched[c] = bytearray(existing if existing is not None else os.urandom(CHUNK_BYTES))
+                # Drawn now, not when the chunk was made: two histories grown
+                # from one copy of this file give memory #i different keys,
+                # so a row spliced in from the other one does not open here.
+                key = os.urandom(aead.KEY_BYTES)
+                slot = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
+                touched[c][slot:slot + aead.KEY_BYTES] = key
                 plain = aead.pad(f"{date} {text}".encode(), MEMORY_PLAINTEXT_BYTES)
                 sealed = aead.seal(key, plain, self._aad("log", i))
                 self.conn.execute("INSERT INTO log(id, sealed) VALUES (?, ?)", (i, sealed))
                 prev, digest = digest, chain.step(self._chain_key, digest, i, sealed)
+            for c, plain_chunk in touched.items():
+                self.conn.execute(
+                    "INSERT INTO memory_keys(chunk, sealed) VALUES (?, ?) "
+                    "ON CONFLICT(chunk) DO UPDATE SET sealed = excluded.sealed",
+                    (c, aead.seal(self._rows_key, bytes(plain_chunk), self._aad("memory_keys", c))))
+                self._chunks[c] = bytes(plain_chunk)
             head = Head(base + len(items), digest)
             self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                               (HEAD_META, self._head_text(head, prev)))
+            self._write_state()
         self.head = head
         return base
 
@@ -342,10 +673,16 @@ class MemoryFile:
         """``(id, date, text)`` for memories ``[lo, hi)``; an erased one has
         text ``[erased]``."""
         out = []
+        # A chunk gains a key with every memory written into it (by any
+        # writer), so a chunk cached by an earlier call may be stale; within
+        # this call the open cursor keeps one snapshot.
+        self._chunks.clear()
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
         for i, sealed in rows:
             key = self._memory_key(i)
-            if key is None:
+            if key is None or i in self._erased_ids:
+                # The erasure record wins over a key: a key chunk put back
+                # from before the erasure does not bring the text back.
                 out.append((i, self._erased_date(i), ERASED))
                 continue
             out.append((i, *self._decode(i, self._open(key, sealed, "log", i))))
@@ -376,6 +713,7 @@ class MemoryFile:
         cur = self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (start, T))
         width = aead.KEY_BYTES
         chunk = b""
+        erased = self._erased_ids
         i = start
         while i < T:
             rows = cur.fetchmany(SCAN_BATCH)
@@ -390,7 +728,7 @@ class MemoryFile:
                     self._chunks.clear()
                     chunk = self._chunk(i // KEYS_PER_CHUNK) or b""
                 key = chunk[slot * width : slot * width + width]
-                if key == ERASED_KEY or len(key) != width:
+                if key == ERASED_KEY or len(key) != width or i in erased:
                     append(self._render_unkeyed(i, key))
                 else:
                     try:
@@ -409,19 +747,45 @@ class MemoryFile:
             raise Damaged("The log has a gap; restore this store from a backup.")
 
     def _render_unkeyed(self, i: int, key: bytes) -> str:
-        if len(key) != aead.KEY_BYTES:
+        if len(key) != aead.KEY_BYTES and i not in self._erased_ids:
             raise Damaged(f"The key of memory #{i} is missing; restore this store from a backup.")
         return f"#{i} {self._erased_date(i)} {ERASED}"
 
     # ------------------------------------------------------------ summaries
 
-    def settled(self, T: int) -> dict[int, int]:
-        """How many summaries each level up to ``T`` holds (a dense prefix)."""
-        out = {}
+    def settled(self, T: int) -> Settled:
+        """Each level's frontier up to ``T`` and its holes (blocks an erasure
+        dropped below the frontier, SPEC §2.7a)."""
+        out = Settled(holes=self._holes())
         for size in levels(T):
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
             out[size] = 0 if top is None else top + 1
         return out
+
+    def _holes(self) -> dict[int, list[int]]:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (HOLES_META,)).fetchone()
+        if row is None:
+            return {}
+        try:
+            return {int(size): sorted(int(k) for k in ks) for size, ks in json.loads(row[0]).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise Damaged("The memory file's record of erased summaries is unreadable; "
+                          "restore this store from a backup.") from None
+
+    def _save_holes(self, holes: dict[int, list[int]]) -> None:
+        """Record ``holes``, keeping only those still below their level's
+        frontier (a hole at or past it is just a block not written yet)."""
+        kept = {}
+        for size, ks in holes.items():
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            below = sorted({k for k in ks if top is not None and k < top})
+            if below:
+                kept[str(size)] = below
+        if kept:
+            self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (HOLES_META, json.dumps(kept)))
+        else:
+            self.conn.execute("DELETE FROM meta WHERE name = ?", (HOLES_META,))
 
     def summary(self, lo: int, hi: int) -> str | None:
         size = hi - lo
@@ -430,25 +794,43 @@ class MemoryFile:
         ).fetchone()
         if row is None:
             return None
-        plain = self._open(self._rows_key, row[0], "summaries", f"{size}|{lo // size}")
+        return self._summary_text(size, lo // size, row[0])
+
+    def _summary_text(self, size: int, idx: int, sealed: bytes) -> str:
+        """Open one summary and check it is current: written after the last
+        drop of its block (:meth:`_summary_valid`). Plaintexts written before
+        the state head existed carry no version (0)."""
+        plain = self._open(self._rows_key, sealed, "summaries", f"{size}|{idx}")
+        written = 0
+        if len(plain) == SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES:
+            written, plain = int.from_bytes(plain[:SUMMARY_VERSION_BYTES], "big"), plain[SUMMARY_VERSION_BYTES:]
+        lo = idx * size
+        if not self._summary_valid(size, idx, written):
+            raise RolledBack(f"The summary of {lo}-{lo + size - 1} is an older copy of one that was dropped "
+                             "(forgotten, or erased over); it was not served. The operator should run `stash "
+                             "verify` and restore this store from a backup.")
         try:
             return aead.unpad(plain).decode()
         except (aead.Unsealable, UnicodeDecodeError):
-            raise Damaged(f"The summary of {lo}-{hi - 1} is unreadable; forget it and nap again.") from None
+            raise Damaged(f"The summary of {lo}-{lo + size - 1} is unreadable; forget it and nap again.") from None
 
     def put_summary(self, lo: int, hi: int, text: str) -> bool:
         """Settle block ``[lo, hi)`` if it is still the next one of its level
-        (the level stays a dense prefix) and, above size 2, both its halves
-        are still settled. False if another writer got there first, or a
-        forget dropped a half meanwhile."""
+        or one of its holes and, above size 2, both its halves are still
+        settled. False if another writer got there first, or a forget dropped
+        a half meanwhile."""
         size = hi - lo
         idx = lo // size
-        sealed = aead.seal(
-            self._rows_key, aead.pad(text.encode(), SUMMARY_PLAINTEXT_BYTES), self._aad("summaries", f"{size}|{idx}")
-        )
         with write_transaction(self.conn):
+            version = self._next_version()
+            sealed = aead.seal(self._rows_key,
+                               version.to_bytes(SUMMARY_VERSION_BYTES, "big")
+                               + aead.pad(text.encode(), SUMMARY_PLAINTEXT_BYTES),
+                               self._aad("summaries", f"{size}|{idx}"))
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
-            if (0 if top is None else top + 1) != idx:
+            holes = self._holes()
+            hole = idx in holes.get(size, ()) and top is not None and idx < top
+            if (0 if top is None else top + 1) != idx and not hole:
                 return False
             if size > 2:
                 halves = self.conn.execute(
@@ -457,6 +839,10 @@ class MemoryFile:
                 if halves != 2:
                     return False
             self.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
+            if hole:
+                holes[size].remove(idx)
+                self._save_holes(holes)
+            self._write_state()
         return True
 
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -465,14 +851,27 @@ class MemoryFile:
         level (SPEC §2.7). Returns the dropped blocks, smallest first."""
         with self.conn:
             self.conn.execute("BEGIN IMMEDIATE")
-            return self._drop_from(lo, hi)
+            gone = self._drop_from(lo, hi)
+            if gone:
+                version = self._next_version()
+                drops = self._read_drops()
+                for size in sorted({b - a for a, b in gone}):
+                    # A later suffix record from an earlier start supersedes the ones it covers.
+                    start = lo // size
+                    drops["s"][size] = [r for r in drops["s"].get(size, []) if r[0] < start] + [(start, version)]
+                self._save_drops(drops)
+                self._write_state()
+            return gone
 
     def _drop_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Delete what :func:`blocks.forget_span` says forget drops."""
         top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
-        gone = forget_span(lo, hi, self.settled(top_size), top_size)
+        settled = self.settled(top_size)
+        gone = forget_span(lo, hi, settled, top_size)
         for size in sorted({b - a for a, b in gone}):
             self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, lo // size))
+        if settled.holes:
+            self._save_holes(settled.holes)  # holes past the new frontiers are gone with them
         return gone
 
     # ------------------------------------------------------------ config
@@ -496,6 +895,7 @@ class MemoryFile:
                         "ON CONFLICT(name) DO UPDATE SET sealed = excluded.sealed",
                         (name, sealed),
                     )
+            self._write_state()
 
     # ------------------------------------------------------------ erasure
 
@@ -509,9 +909,10 @@ class MemoryFile:
 
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
         """Shred memories: record each one's date, zero its key slot, drop
-        every summary built over it (as forget would from its size-2 block).
-        The log rows are not touched. Returns (receipt id, newly erased ids,
-        dropped blocks)."""
+        only the summaries that contain it — the blocks on its path to the
+        root, at most ⌊log2 T⌋ (SPEC §2.7a) — recorded as holes that the next
+        naps fill. The log rows are not touched. Returns (receipt id, newly
+        erased ids, dropped blocks). Cost: O(log T) per erased memory."""
         self.idempotency_records().ensure()
         with self.conn:
             self.conn.execute("BEGIN IMMEDIATE")
@@ -539,9 +940,20 @@ class MemoryFile:
                 )
                 fresh.append(i)
             gone: list[tuple[int, int]] = []
+            version = self._next_version()
             if fresh and T >= 2:
-                lo = fresh[0] - fresh[0] % 2
-                gone = self._drop_from(lo, lo + 2)
+                settled = self.settled(T)
+                drops = self._read_drops()
+                for i in fresh:
+                    for a, b in erase_span(i, T, settled):
+                        size = b - a
+                        self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
+                        settled.holes.setdefault(size, []).append(a // size)
+                        drops["p"].setdefault(size, {})[a // size] = version
+                        gone.append((a, b))
+                gone.sort(key=lambda blk: (blk[1] - blk[0], blk[0]))
+                self._save_holes(settled.holes)
+                self._save_drops(drops)
             if fresh:
                 # A recorded idempotent answer may quote an erased memory (a
                 # nap's source lines); it must not outlive the memory's key.
@@ -553,6 +965,7 @@ class MemoryFile:
                 "UPDATE erasures SET sealed = ? WHERE id = ?",
                 (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), rid),
             )
+            self._write_state()
         self._chunks.clear()
         self.checkpoint()
         return rid, fresh, gone
@@ -564,11 +977,13 @@ class MemoryFile:
         return out
 
     def level(self, size: int) -> Iterator[str]:
-        """Every summary of one level, in order (the level is a dense prefix)."""
+        """The summaries of one level up to its first hole, in order (OptMem's
+        levels are dense: an export writes each up to its first hole, SPEC §2.7a)."""
         rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? ORDER BY idx", (size,))
-        for idx, sealed in rows:
-            plain = self._open(self._rows_key, sealed, "summaries", f"{size}|{idx}")
-            yield aead.unpad(plain).decode()
+        for expected, (idx, sealed) in enumerate(rows):
+            if idx != expected:
+                return
+            yield self._summary_text(size, idx, sealed)
 
     def level_sizes(self) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size")]

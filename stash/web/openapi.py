@@ -357,17 +357,39 @@ SPECS: dict[tuple[str, str], R] = {
         idempotent=True,
         body=_obj({"scope": {"enum": ["read", "full"], "description": "read may look; full may also write."}}),
         body_required=True,
-        errors={400: ["request.empty_body", "request.missing_field"], 422: ["grants.bad_scope"]},
-        description="Mints a capability over this memory: the same master key wrapped under a fresh secret. "
-                    "Owner is never transferable: no route mints an owner capability.",
+        errors={400: ["request.empty_body", "request.missing_field"], 409: ["grants.busy"],
+                422: ["grants.bad_scope"]},
+        description="Mints a capability over this memory: the current key epoch's key sealed to a key pair "
+                    "derived from a fresh secret. Owner is never transferable: no route mints an owner capability.",
     ),
     ("DELETE", "/grants/{grant_id}"): R(
         _obj({"id": _int(1), "scope": {"enum": ["read", "full"]}, "revoked": _ref("Timestamp"),
-              "already": {"type": "boolean", "description": "True when it was revoked before this call."}}),
+              "already": {"type": "boolean", "description": "True when it was revoked before this call."},
+              "also_revoked": {"type": "array", "items": _int(1),
+                               "description": "Capabilities that had not moved to key epochs (not used since "
+                                              "the upgrade) and end with this revocation."},
+              "epoch": _int(0, description="The store's key epoch after this call.")}),
         path={"grant_id": _int(1, description="The `id` from GET /grants.")},
         errors={404: ["grants.unknown"], 409: ["grants.owner", "grants.busy"]},
-        description="Revokes one capability by destroying its wrapped key; its listing row stays. Nothing is "
-                    "rekeyed. Revoking a revoked capability answers 200 with `already: true`.",
+        description="Revokes one capability: destroys its key columns (its listing row stays) and starts a new "
+                    "key epoch that only the other live capabilities reach, so nothing written from now on opens "
+                    "with it, whatever copies of the files it is given. Revoking a revoked capability answers 200 "
+                    "with `already: true`.",
+    ),
+    ("POST", "/rotate"): R(
+        _obj({"id": _int(1, description="The new owner capability."), "scope": {"const": "owner"},
+              "created": _ref("Timestamp"),
+              "token": _str("The new owner token. Shown once, never stored.", pattern=f"^{tokens.TOKEN_PATTERN}$"),
+              "revoked": _int(1, description="The owner capability this call ended."),
+              "also_revoked": {"type": "array", "items": _int(1),
+                               "description": "Capabilities that had not moved to key epochs and end with it."},
+              "epoch": _int(1, description="The store's key epoch after this call."),
+              "note": _str()}),
+        body=_obj({}),
+        errors={409: ["grants.busy"]},
+        description="Rotates the owner token: a new owner capability in a new key epoch, and the calling one "
+                    "ends as a revoked one does. A read or full capability is rotated by minting a new one and "
+                    "revoking the old.",
     ),
     ("POST", "/erase"): R(
         _ref("Receipt"),
@@ -377,8 +399,8 @@ SPECS: dict[tuple[str, str], R] = {
         errors={400: ["request.empty_body", "request.missing_field"], 409: ["erase.busy"],
                 422: ["erase.bad_ids", "erase.unknown_id"]},
         description="Shreds memories for good: each one's key is destroyed, its line stays as `[erased]` with "
-                    "its date, and every summary built over the earliest of them is dropped (the next naps "
-                    "rebuild them). Answers a receipt.",
+                    "its date, and only the summaries that contain one of them are dropped: the blocks on its path "
+                    "to the root, at most one per level (the next naps rewrite them). Answers a receipt.",
     ),
     ("GET", "/erasures"): R(
         _obj({"erasures": {"type": "array", "items": _ref("Receipt")}}),
@@ -475,7 +497,7 @@ def error_codes(route, spec: R | None = None) -> dict[int, list[str]]:
         add(401, "auth.invalid")
         add(429, "rate_limited")
         add(400, "request.bad_pin")
-        add(409, "store.pin_mismatch")
+        add(409, "store.pin_mismatch", "store.rekeyed")
         add(500, "store.damaged", "store.rolled_back")
         add(503, "store.missing", "store.read_only", "store.unreadable")
         add(507, "store.full")

@@ -367,6 +367,12 @@ async def grants_revoke(request: Request) -> Response:
     return JSON(await _authed(request, "owner", lambda s: vault.revoke_grant(s, int(raw))))
 
 
+async def rotate(request: Request) -> Response:
+    await read_object(request, set())
+    vault = request.app.state.vault
+    return JSON(await _authed(request, "owner", vault.rotate_owner))
+
+
 async def erase(request: Request) -> Response:
     from ..storage.keyring import now_utc
 
@@ -405,7 +411,9 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_),
     RouteSpec("GET", "/grants", "owner", "Every capability, live and revoked; never a secret", grants_list),
     RouteSpec("POST", "/grants", "owner", "Mint a read or full capability; its token is shown once", grants_mint),
-    RouteSpec("DELETE", "/grants/{grant_id}", "owner", "Revoke one capability by destroying its key", grants_revoke),
+    RouteSpec("DELETE", "/grants/{grant_id}", "owner", "Revoke one capability: a new key epoch it never reaches",
+              grants_revoke),
+    RouteSpec("POST", "/rotate", "owner", "A new owner token; the old one ends as a revoked one does", rotate),
     RouteSpec("POST", "/erase", "owner", "Shred individual memories for good; answers a receipt", erase),
     RouteSpec("GET", "/erasures", "owner", "Erasure receipts, never content", erasures),
     RouteSpec("DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy),

@@ -271,21 +271,14 @@ def test_revoking_an_unknown_grant_or_another_memorys_grant_is_404(cap_api: Api)
 # ---------------------------------------------------------------- POST /erase, GET /erasures
 
 
-def dropped_by_forget(settled: dict[int, int], lo: int) -> dict[int, int]:
-    """SPEC §2.7 from block [lo, lo+2): at each size, the block containing lo
-    and every later one of that level. Returns what is left per level."""
-    return {size: min(n, lo // size) for size, n in settled.items()}
-
-
-def count(settled: dict[int, int]) -> int:
-    return sum(settled.values())
-
-
-def pending_after(T: int, settled: dict[int, int]) -> list[str]:
-    out = []
-    size = 2
+def path_of(i: int, T: int) -> list[str]:
+    """SPEC §2.7a: erasing #i drops the complete blocks that contain it, one
+    per level, smallest first (which is also the order they are due in)."""
+    out, size = [], 2
     while size <= T:
-        out += [bid(k * size, (k + 1) * size) for k in range(settled.get(size, 0), T // size)]
+        lo = i - i % size
+        if lo + size <= T:
+            out.append(bid(lo, lo + size))
         size *= 2
     return out
 
@@ -303,7 +296,6 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
         return "holds " + " ".join(words[lo : last + 1])
 
     settle(api, owner, quoting)
-    settled = {2: 5, 4: 2, 8: 1}
     line = {i: f"#{i} {dates[i]} memory {i} {words[i]}" for i in range(10)}
     rows_before = log_rows(api, data_dir, owner)
 
@@ -311,9 +303,8 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     resp = api.post("/erase", owner, json={"ids": [5]})
     assert resp.status_code == 200, resp.text
     receipt = resp.json()
-    left = dropped_by_forget(settled, 4)
     assert {k: receipt[k] for k in ("ids", "erased", "dropped")} == {
-        "ids": [5], "erased": [5], "dropped": count(settled) - count(left)
+        "ids": [5], "erased": [5], "dropped": len(path_of(5, 10))
     }
     assert isinstance(receipt["receipt"], int) and start <= stamp(receipt["at"]) <= now()
     erased = f"#5 {dates[5]} [erased]"
@@ -326,8 +317,9 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     assert wake["lines"] == [line[i] for i in range(10)]
     assert wake["nap"]["block"] == "4-5" and wake["nap"]["source"] == [line[4], erased]
     assert api.get("/zoom", owner, params={"block": "4-5"}).json()["lines"] == [line[4], erased]
+    # Only the blocks over #5 went: 6-7 keeps its summary.
     assert api.get("/zoom", owner, params={"block": "4-7"}).json()["lines"] == [
-        "#4-5 not compressed yet", "#6-7 not compressed yet"]
+        "#4-5 not compressed yet", f"#6-7 {quoting('6-7')}"]
     assert api.get("/zoom", owner, params={"block": "0-7"}).json()["lines"] == [
         f"#0-3 {quoting('0-3')}", "#4-7 not compressed yet"]
     assert api.post("/recall", owner, json={"q": words[5]}).json() == {"matches": [], "total": 0}
@@ -342,17 +334,16 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     # The agent writes the dropped summaries again, in SPEC order, and they no
     # longer quote what was erased.
     nap = api.post("/nap", owner, json={}).json()["nap"]
-    assert nap["remaining"] == len(pending_after(10, left)) - 1
+    assert nap["remaining"] == len(path_of(5, 10)) - 1
     rebuilt = settle(api, owner, lambda b: f"again {b}")
-    assert rebuilt == pending_after(10, left)
+    assert rebuilt == path_of(5, 10)
     assert api.get("/zoom", owner, params={"block": "0-7"}).json()["lines"] == [
         f"#0-3 {quoting('0-3')}", "#4-7 again 4-7"]
 
     # A second erasure: 5 again is skipped, 2 is new; its receipt follows the first.
-    settled = {2: 5, 4: 2, 8: 1}
     second = api.post("/erase", owner, json={"ids": [5, 2, 2]}).json()
     assert (second["ids"], second["erased"]) == ([2, 5], [2])
-    assert second["dropped"] == count(settled) - count(dropped_by_forget(settled, 2))
+    assert second["dropped"] == len(path_of(2, 10))
     assert second["receipt"] > receipt["receipt"]
     listed = api.get("/erasures", owner)
     assert listed.status_code == 200

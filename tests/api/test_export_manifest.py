@@ -21,7 +21,8 @@ def test_manifest_counts_and_digests(api: Api, mem: Mem) -> None:
     mem.import_([f"memory {i} ✓" for i in range(21)])
     mem.settle_all()
     api.post("/erase", mem.token, json={"ids": [9, 3]})
-    # Erasing #3 dropped every summary from 2-3 up; settle the size-2 ones again, and leave the rest due.
+    # Erasing #3 and #9 dropped the blocks over them (2-3, 0-3, 0-7, 8-9, 8-11, 8-15, 0-15); settle the
+    # size-2 ones again and leave the rest due: the export writes each level up to its first hole.
     for lo in range(2, 20, 2):
         mem.nap(bid(lo, lo + 2), f"again {lo}")
     mem.set_config(WAKE_LINES=40, ENTRY_CHARS=200)

@@ -6,7 +6,9 @@ called exactly as named."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,7 +20,7 @@ from mcp.client.stdio import stdio_client
 
 from tests.e2e.test_client import settle_all
 from tests.helpers import assert_error
-from tests.live import CLI_TIMEOUT, REPO, Http
+from tests.live import CLI_TIMEOUT, REPO, Http, start_server
 
 REQUEST_TIMEOUT = 60.0  # one tool call
 SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
@@ -71,11 +73,13 @@ def call_line(text: str) -> tuple[str, dict]:
 
 
 def run_session(base_url: str, tok: str, errlog: Path, script: Callable[[Session], Awaitable[None]],
-                mode: str = "auto") -> None:
+                mode: str = "auto", pins: str | None = None) -> None:
     """Spawn ``python -m stash mcp`` with the two variables, connect the SDK's
-    stdio client to it, and run ``script``; the child's stderr goes to ``errlog``."""
+    stdio client to it, and run ``script``; the child's stderr goes to ``errlog``.
+    Its pins (stash/client.py) go to ``pins``, else to this test run's file."""
     params = StdioServerParameters(command=sys.executable, args=["-m", "stash", "mcp"], cwd=str(REPO),
-                                   env={"STASH_URL": base_url, "STASH_TOKEN": tok, "PYTHONUNBUFFERED": "1"})
+                                   env={"STASH_URL": base_url, "STASH_TOKEN": tok, "PYTHONUNBUFFERED": "1",
+                                        "STASH_PINS": pins or os.environ["STASH_PINS"]})
 
     async def main() -> None:
         with anyio.fail_after(SESSION_TIMEOUT), open(errlog, "w", encoding="utf-8") as err:
@@ -250,3 +254,41 @@ def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, t
     assert done.stderr.splitlines() == [
         "stash mcp: the mcp package is not installed; install it with: pip install 'stash-memory[mcp]'"]
     assert token not in done.stderr
+
+
+def test_stash_mcp_pins_by_default_and_reports_a_memory_put_back_whole(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "srv", "--kdf-time", "1", "--kdf-memory", "1024")
+    pins = str(tmp_path / "pins.json")
+    try:
+        token = Http(server.url).init()["token"]
+        folder = server.data / "users" / token[7:23]
+
+        async def two_notes(s: Session) -> None:
+            for text in ("one", "two"):
+                await s.ok("note", text=text)
+
+        run_session(server.url, token, tmp_path / "a.stderr", two_notes, pins=pins)
+        server.stop()
+        shutil.copytree(folder, tmp_path / "old")
+        server.start(same_port=True)
+
+        async def third(s: Session) -> None:
+            await s.ok("note", text="three")
+
+        run_session(server.url, token, tmp_path / "b.stderr", third, pins=pins)
+        server.stop()
+        shutil.rmtree(folder)
+        shutil.copytree(tmp_path / "old", folder)
+        server.start(same_port=True)
+        seen: list[str] = []
+
+        async def refused(s: Session) -> None:
+            text, error = await s.call("wake")
+            assert error, text
+            seen.append(text)
+
+        run_session(server.url, token, tmp_path / "c.stderr", refused, pins=pins)
+        assert "pinned" in seen[0] and "unpin" in seen[0]
+        assert token not in Path(pins).read_text()
+    finally:
+        server.stop()

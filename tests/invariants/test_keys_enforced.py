@@ -32,6 +32,7 @@ from stash.crypto.keys import KdfParams
 from stash.storage.files import PAGE_BYTES
 from stash.web.app import create_app
 from tests.helpers import Api, assert_error, make_settings
+from tests.raw_files import restore_log_triggers
 
 # argon2id's cost is stored per grant; a cheap one keeps hundreds of
 # authenticated requests fast and changes nothing about what a key binds.
@@ -102,8 +103,20 @@ def windows(blob: bytes) -> set[bytes]:
 
 
 def master_of(api: Api, token: str) -> bytes:
+    """Epoch 0's key: the root of the file key (and, before any revocation,
+    of the rows key)."""
     with api.app.state.vault.session(token, "read") as s:
         return bytes(s.master)
+
+
+def rows_key_of(api: Api, token: str) -> bytes:
+    """The rows key of the store's current key epoch."""
+    with api.app.state.vault.session(token, "read") as s:
+        return keys.subkey(s.chain.current, b"rows")
+
+
+def cert_aad(user_id: str, grant_id: int, scope: str) -> bytes:
+    return f"stash/v2|{user_id}|grant|{grant_id}|{scope}".encode()
 
 
 def file_cipher_of(data_dir: Path, user_id: str) -> str:
@@ -129,6 +142,7 @@ def raw_memory(data_dir: Path, user_id: str, master: bytes):
         conn.execute("PRAGMA synchronous = OFF")  # an attacker's edits need no fsync
         conn.execute("DROP TRIGGER IF EXISTS log_no_update")
         yield conn
+        restore_log_triggers(conn)
     finally:
         conn.close()
 
@@ -444,8 +458,8 @@ def all_values(data_dir: Path, user_id: str, master: bytes) -> list[bytes]:
     return values
 
 
-def memory_keys(data_dir: Path, user_id: str, master: bytes) -> dict[int, bytes]:
-    rows_key = keys.subkey(master, b"rows")
+def memory_keys(data_dir: Path, user_id: str, master: bytes, rows_key: bytes | None = None) -> dict[int, bytes]:
+    rows_key = rows_key or keys.subkey(master, b"rows")
     with raw_memory(data_dir, user_id, master) as conn:
         chunks = conn.execute("SELECT chunk, sealed FROM memory_keys").fetchall()
     out = {}
@@ -534,21 +548,21 @@ def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path
     assert api.delete(f"/grants/{gone['id']}", owner).status_code == 200
     # What only the tokens give, recorded by the test before the tokens are lost.
     master = master_of(api, owner)
-    rows_key, file_key = keys.subkey(master, b"rows"), keys.subkey(master, b"file")
+    rows_key, file_key = rows_key_of(api, owner), keys.subkey(master, b"file")
     with raw_memory(data_dir, uid, master) as conn:
         (chunk,) = conn.execute("SELECT sealed FROM memory_keys WHERE chunk = 0").fetchone()
         (row0,) = conn.execute("SELECT sealed FROM log WHERE id = 0").fetchone()
-    slots = memory_keys(data_dir, uid, master)
+    slots = memory_keys(data_dir, uid, master, rows_key)
     secrets = [tokens.parse(t).secret for t in held + [gone["token"]]]
     with raw_keyring(data_dir, uid) as conn:
-        grants = conn.execute("SELECT id, scope, kdf, wrapped FROM grants WHERE wrapped IS NOT NULL").fetchall()
+        grants = conn.execute("SELECT id, scope, kdf, wrapped, pub FROM grants WHERE wrapped IS NOT NULL").fetchall()
     assert len(grants) == 3
-    # The harness can succeed: with a token's secret, argon2id opens its grant.
-    gid, scope, kdf, wrapped = grants[0]
+    # The harness can succeed: with a token's secret, argon2id opens its grant's certificate.
+    gid, scope, kdf, wrapped, pub = grants[0]
     p = json.loads(kdf)
     kek = argon2.low_level.hash_secret_raw(secrets[0], bytes.fromhex(p["salt"]), p["t"], p["m"], p["p"], KEY,
                                            argon2.low_level.Type.ID)
-    assert opens(kek, wrapped, grant_aad(uid, gid, scope)) == master
+    assert opens(kek, wrapped, cert_aad(uid, gid, scope)) == pub
     assert opens(rows_key, chunk, aad(uid, "memory_keys", 0)) is not None
     del held, kek
 
@@ -568,8 +582,9 @@ def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path
     candidates = windows(together)
     plain_file = file_cipher_of(data_dir, uid) == "none"
     for c in candidates:
-        for gid, scope, _kdf, wrapped in grants:
+        for gid, scope, _kdf, wrapped, _pub in grants:
             assert opens(c, wrapped, grant_aad(uid, gid, scope)) is None
+            assert opens(c, wrapped, cert_aad(uid, gid, scope)) is None
         assert c != master
         derived_rows, derived_file = keys.subkey(c, b"rows"), keys.subkey(c, b"file")
         assert derived_rows != rows_key and derived_file != file_key

@@ -14,6 +14,7 @@ from stash.crypto.keys import KdfParams
 from stash.service import recall_scan
 from stash.service.access import Vault
 from stash.storage.memfile import SCAN_BATCH
+from tests.raw_files import restore_log_triggers
 
 T = 3 * SCAN_BATCH + 77  # the worker takes [0, SCAN_BATCH), this process the rest
 WORDS = ["heron", "Yılmaz", "İstanbul", "garden", "shed", "ferry", "kelp", "gato", "Straße"]
@@ -80,6 +81,7 @@ def test_damage_in_the_workers_half_is_reported(tmp_path, monkeypatch):
     sealed = raw.execute("SELECT sealed FROM log WHERE id = 7").fetchone()[0]
     raw.execute("UPDATE log SET sealed = ? WHERE id = 7", (sealed[:-1] + bytes([sealed[-1] ^ 1]),))
     raw.commit()
+    restore_log_triggers(raw)
     raw.close()
     monkeypatch.setattr(recall_scan, "PARALLEL_MIN", 1)
     with vault.session(ident.token, "read") as s, pytest.raises(Damaged):

@@ -28,6 +28,7 @@ from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from stash.web.app import create_app
 from tests.helpers import Api, assert_error, make_settings
+from tests.raw_files import restore_log_triggers
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DB_ERRORS = (sqlite3.Error, sqlcipher.Error)
@@ -103,6 +104,8 @@ def raw_memory(store: Store, *, attacker: bool = True):
             conn.execute("DROP TRIGGER IF EXISTS log_no_update")
             conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
         yield conn
+        if attacker:
+            restore_log_triggers(conn)
     finally:
         conn.close()
 
@@ -494,7 +497,7 @@ def test_a_flipped_wrapped_key_opens_nothing(store: Store):
 def test_a_revoked_grant_stays_dead_after_hand_edits(store: Store):
     read_id, read_token = mint(store, "read")
     with store.vault.session(store.token, "owner") as s:
-        assert s.keyring.revoke(read_id)
+        assert store.vault.revoke_grant(s, read_id)["already"] is False
     tag, scope, _, kdf, wrapped = grant_row(store, read_id)
     assert (tag, kdf, wrapped) == (None, None, None) and scope == "read"
     assert_opens_nothing(store, read_token)

@@ -1,0 +1,259 @@
+"""Revocation and owner rotation with forward secrecy (SPEC §4, issue 10 item
+1 and 2), attacked as someone with ordinary file access would: a revoked
+token plus every copy of the user's files made before and after, opened
+offline with every key that token reaches, alone and together; and the old
+key ring, or the revoked grant's old row, put back under a live server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from nacl import bindings
+from nacl.exceptions import CryptoError
+
+from stash.crypto import keys, tokens
+from stash.storage.keyring import Keyring, StaleGrant
+from tests.live import Http, Server, start_server
+from tests.helpers import assert_error
+from tests.raw_files import raw_memory_file
+
+KEY = 32
+NONCE = 24
+KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
+
+
+def aad(user_id: str, table: str, position) -> bytes:
+    return f"stash/v1|{user_id}|{table}|{position}".encode()
+
+
+def opens(key: bytes, sealed: bytes, ad: bytes) -> bytes | None:
+    try:
+        return bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(sealed[NONCE:], ad, sealed[:NONCE], key)
+    except (CryptoError, ValueError, TypeError):
+        return None
+
+
+def snapshot(server: Server, user_id: str, into: Path) -> Path:
+    """Stop the server, copy the user's folder (as a backup or disk image
+    would), start it again on the same port."""
+    server.stop()
+    shutil.copytree(server.data / "users" / user_id, into)
+    server.start(same_port=True)
+    return into
+
+
+def epoch_keys_of(keyring: Path, token: str) -> list[bytes]:
+    """Every epoch key ``token`` opens from this copy of a key ring, or []."""
+    tok = tokens.parse(token)
+    ring = Keyring(keyring, tok.user_id)
+    try:
+        grant = ring.find(tokens.lookup_tag(tok.user_id, tok.secret))
+        if grant is None or grant.wrapped is None:
+            return []
+        try:
+            return list(ring.open_grant(grant, tok.secret).chain.keys)
+        except StaleGrant:
+            return []
+    finally:
+        ring.close()
+
+
+def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: list[bytes]) -> set[str]:
+    """Every plaintext that ``epoch_keys`` open in any of ``memory_copies``
+    (folders holding a memory.db), the copies' memory keys pooled together:
+    a key of memory #i found in one copy is tried on row #i of every copy."""
+    if not epoch_keys:
+        return set()
+    rows_keys = [keys.subkey(k, b"rows") for k in epoch_keys]
+    tables: list[tuple[str, object, bytes]] = []
+    logs: list[tuple[int, bytes]] = []
+    for folder in memory_copies:
+        work = folder.parent / f"{folder.name}-attack"
+        shutil.copytree(folder, work)
+        try:
+            with raw_memory_file(work, epoch_keys[0], "sqlcipher") as conn:
+                for table, pos_sql in (("memory_keys", "chunk"), ("summaries", "size || '|' || idx"),
+                                       ("config", "name"), ("erased", "id"), ("erasures", "id")):
+                    tables += [(table, pos, sealed) for pos, sealed in
+                               conn.execute(f"SELECT {pos_sql}, sealed FROM {table}")]
+                logs += conn.execute("SELECT id, sealed FROM log").fetchall()
+        except sqlite3.DatabaseError:
+            continue  # the file key does not open this copy
+        finally:
+            shutil.rmtree(work)
+    plain: set[str] = set()
+    memory_keys: dict[int, set[bytes]] = {}
+    for table, pos, sealed in tables:
+        for rk in rows_keys:
+            value = opens(rk, sealed, aad(user_id, table, pos))
+            if value is None:
+                continue
+            if table == "memory_keys":
+                for k in range(len(value) // KEY):
+                    memory_keys.setdefault(int(pos) * 128 + k, set()).add(value[k * KEY:(k + 1) * KEY])
+            else:
+                plain.add(value.decode(errors="replace"))
+    for i, sealed in logs:
+        for mk in memory_keys.get(i, ()):
+            value = opens(mk, sealed, aad(user_id, "log", i))
+            if value is not None:
+                plain.add(value.decode(errors="replace"))
+    return plain
+
+
+def text_in(marker: str, plain: set[str]) -> bool:
+    return any(marker in p for p in plain)
+
+
+def settle(http: Http, token: str, text: str) -> None:
+    while (nap := http.ok("POST", "/nap", token, json={})["nap"]) is not None:
+        http.ok("POST", "/nap", token, json={"block": nap["block"], "text": f"{text} {nap['block']}"})
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    srv = start_server(tmp_path / "srv", *KDF)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_every_copy(server: Server,
+                                                                                       tmp_path: Path):
+    http = Http(server.url)
+    owner = http.init()["token"]
+    uid = owner[7:23]
+    revoked = http.ok("POST", "/grants", owner, json={"scope": "full"})
+    keeper = http.ok("POST", "/grants", owner, json={"scope": "read"})["token"]
+    before, after = f"before-{os.urandom(6).hex()}", f"after-{os.urandom(6).hex()}"
+    for k in range(5):
+        http.ok("POST", "/note", revoked["token"], json={"text": f"{before} note {k}"})
+    settle(http, owner, f"{before} summary")
+    old = snapshot(server, uid, tmp_path / "backup-before")
+
+    answer = http.ok("DELETE", f"/grants/{revoked['id']}", owner)
+    assert answer["epoch"] == 1 and answer["also_revoked"] == []
+    # Written after: memories in the same key chunk as the ones before (whose
+    # unused key slots the old copy holds), summaries, a config value, an erasure.
+    for k in range(6):
+        http.ok("POST", "/note", owner, json={"text": f"{after} note {k}"})
+    settle(http, owner, f"{after} summary")
+    http.ok("POST", "/config", owner, json={"WAKE_LINES": 77})
+    http.ok("POST", "/erase", owner, json={"ids": [0]})
+    new = snapshot(server, uid, tmp_path / "backup-after")
+
+    # The live capabilities read everything, before and after.
+    recall = http.ok("POST", "/recall", keeper, json={"q": "note"})
+    assert recall["total"] == 10 and any(after in m for m in recall["matches"])
+    assert any(before in m for m in recall["matches"])
+    assert_error(http.get("/wake", revoked["token"]), 401, "auth.invalid")
+
+    # Offline: the revoked token with the old key ring opens epoch 0 only.
+    reached = epoch_keys_of(old / "keyring.db", revoked["token"])
+    assert len(reached) == 1
+    assert epoch_keys_of(new / "keyring.db", revoked["token"]) == []
+    # Control: with what it reaches, the old copy reads what was written before.
+    assert text_in(before, everything_readable(uid, [old], reached))
+    # Neither the new copy alone nor both copies together give anything written after.
+    for copies in ([new], [old, new]):
+        plain = everything_readable(uid, copies, reached)
+        assert not text_in(after, plain), copies
+        assert "77" not in plain
+    # The live key ring's epoch keys do read it (the harness can succeed).
+    assert text_in(after, everything_readable(uid, [new], epoch_keys_of(new / "keyring.db", keeper)))
+
+
+def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(server: Server,
+                                                                                 tmp_path: Path):
+    http = Http(server.url)
+    owner = http.init()["token"]
+    uid = owner[7:23]
+    revoked = http.ok("POST", "/grants", owner, json={"scope": "read"})
+    http.ok("POST", "/note", owner, json={"text": "written before the revocation"})
+    old = snapshot(server, uid, tmp_path / "old")
+    http.ok("DELETE", f"/grants/{revoked['id']}", owner)
+    secret_after = f"after-{os.urandom(6).hex()}"
+    http.ok("POST", "/note", owner, json={"text": secret_after})
+    live = server.data / "users" / uid
+
+    # 1. The revoked grant's old row (tag, certificate, box) written back.
+    server.stop()
+    src = sqlite3.connect(old / "keyring.db")
+    row = src.execute("SELECT tag, kdf, wrapped, pub, box FROM grants WHERE id = ?", (revoked["id"],)).fetchone()
+    src.close()
+    dst = sqlite3.connect(live / "keyring.db")
+    with dst:
+        dst.execute("UPDATE grants SET tag = ?, kdf = ?, wrapped = ?, pub = ?, box = ?, revoked = NULL WHERE id = ?",
+                    (*row, revoked["id"]))
+    dst.close()
+    server.start(same_port=True)
+    for method, url in (("GET", "/wake"), ("POST", "/recall")):
+        resp = http.request(method, url, revoked["token"], json={"q": "after"} if method == "POST" else None)
+        assert_error(resp, 401, "auth.invalid")
+    assert secret_after in http.ok("POST", "/recall", owner, json={"q": "after"})["matches"][0]
+
+    # 2. The whole old key ring copied over the live one: refused, never served.
+    server.stop()
+    for name in ("keyring.db", "keyring.db-wal", "keyring.db-shm"):
+        (live / name).unlink(missing_ok=True)
+    shutil.copy2(old / "keyring.db", live / "keyring.db")
+    server.start(same_port=True)
+    for token in (revoked["token"], owner):
+        resp = http.get("/wake", token)
+        body = assert_error(resp, 500, "store.rolled_back")
+        assert secret_after not in resp.text and "key ring" in body["message"]
+
+
+def test_rotate_gives_a_new_owner_token_and_the_old_one_dies_as_a_revoked_one_does(server: Server,
+                                                                                    tmp_path: Path):
+    http = Http(server.url)
+    first = http.init()["token"]
+    uid = first[7:23]
+    reader = http.ok("POST", "/grants", first, json={"scope": "read"})["token"]
+    http.ok("POST", "/note", first, json={"text": "before the rotation"})
+    old = snapshot(server, uid, tmp_path / "old")
+
+    rotated = http.ok("POST", "/rotate", first)
+    second = rotated["token"]
+    assert rotated["scope"] == "owner" and rotated["epoch"] == 1 and second != first
+    assert tokens.parse(second).user_id == uid
+    assert_error(http.get("/wake", first), 401, "auth.invalid")
+    assert_error(http.post("/rotate", first), 401, "auth.invalid")
+    after = f"after-{os.urandom(6).hex()}"
+    http.ok("POST", "/note", second, json={"text": after})
+    assert http.ok("POST", "/recall", reader, json={"q": "after|before"})["total"] == 2
+    grants = {g["id"]: g for g in http.ok("GET", "/grants", second)["grants"]}
+    assert grants[rotated["revoked"]]["revoked"] and grants[rotated["id"]]["live"]
+    # Rotation is owner-only; a read or full capability is rotated by mint + revoke.
+    assert_error(http.post("/rotate", reader), 403, "auth.scope")
+    assert_error(http.post("/rotate", second, json={"x": 1}), 400)
+    new = snapshot(server, uid, tmp_path / "new")
+    reached = epoch_keys_of(old / "keyring.db", first)
+    assert len(reached) == 1 and text_in("before the rotation", everything_readable(uid, [old], reached))
+    assert not text_in(after, everything_readable(uid, [old, new], reached))
+
+
+def test_stash_rotate_prints_the_new_export_line_and_the_old_token_dies(server: Server):
+    import subprocess
+    import sys
+
+    from tests.live import CLI_TIMEOUT, REPO
+
+    http = Http(server.url)
+    first = http.init()["token"]
+    http.ok("POST", "/note", first, json={"text": "kept across the rotation"})
+    out = subprocess.run([sys.executable, "-m", "stash", "rotate"], capture_output=True, text=True,
+                         timeout=CLI_TIMEOUT, cwd=REPO,
+                         env={**os.environ, "STASH_URL": server.url, "STASH_TOKEN": first})
+    assert out.returncode == 0, out.stderr
+    exports = [line for line in out.stdout.splitlines() if line.startswith("export STASH_TOKEN=")]
+    assert len(exports) == 1
+    second = exports[0].split("=", 1)[1]
+    assert tokens.parse(second) is not None and second != first
+    assert_error(http.get("/wake", first), 401, "auth.invalid")
+    assert http.ok("GET", "/wake", second)["lines"][0].endswith("kept across the rotation")

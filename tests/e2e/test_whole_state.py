@@ -1,0 +1,211 @@
+"""The whole state is authenticated (SPEC §4, issue 10 item 3): with the
+server stopped, rows of a real memory file are put back from an older copy,
+deleted, spliced in from another history of the same user, or a trigger is
+dropped — by someone holding the file key, as a revoked token's holder with an
+old key ring would — and the restarted server refuses (store.damaged /
+store.rolled_back) or, for an erasure undone by a key chunk put back, still
+shows the memory erased. Never the old or erased text."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import sqlcipher3.dbapi2 as sqlcipher
+
+from stash.crypto import keys, tokens
+from stash.storage.files import PAGE_BYTES
+from stash.storage.keyring import Keyring
+from tests.live import Http, Server, start_server
+from tests.helpers import assert_error
+from tests.raw_files import restore_log_triggers
+
+KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
+REFUSED = ("store.damaged", "store.rolled_back")
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    srv = start_server(tmp_path / "srv", *KDF)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def base_key(server: Server, token: str) -> bytes:
+    tok = tokens.parse(token)
+    ring = Keyring(server.data / "users" / tok.user_id / "keyring.db", tok.user_id)
+    try:
+        return ring.open_grant(ring.find(tokens.lookup_tag(tok.user_id, tok.secret)), tok.secret).chain.base
+    finally:
+        ring.close()
+
+
+@contextlib.contextmanager
+def raw(folder: Path, base: bytes, restore: bool = True):
+    """The memory file opened with its file key (as the holder of any old key
+    ring copy can), the log's guards dropped for the edit and put back after."""
+    conn = sqlcipher.connect(str(folder / "memory.db"), isolation_level=None)
+    conn.execute(f"PRAGMA key = \"x'{keys.subkey(base, b'file').hex()}'\"")
+    conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
+    try:
+        conn.execute("DROP TRIGGER IF EXISTS log_no_update")
+        conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
+        conn.execute("DROP TRIGGER IF EXISTS log_no_replace")
+        yield conn
+        if restore:
+            restore_log_triggers(conn)
+    finally:
+        conn.close()
+
+
+class Store:
+    def __init__(self, server: Server, tmp: Path) -> None:
+        self.server, self.tmp = server, tmp
+        self.http = Http(server.url)
+        self.token = self.http.init()["token"]
+        self.uid = self.token[7:23]
+        self.folder = server.data / "users" / self.uid
+        self.base = base_key(server, self.token)
+
+    def settle(self, text: str = "summary") -> None:
+        while (nap := self.http.ok("POST", "/nap", self.token, json={})["nap"]) is not None:
+            self.http.ok("POST", "/nap", self.token, json={"block": nap["block"], "text": f"{text} {nap['block']}"})
+
+    def copy(self, name: str) -> Path:
+        """A stopped-server copy of the user's folder (a backup)."""
+        self.server.stop()
+        dest = self.tmp / name
+        shutil.copytree(self.folder, dest)
+        self.server.start(same_port=True)
+        return dest
+
+    @contextlib.contextmanager
+    def edit(self, restore: bool = True):
+        self.server.stop()
+        try:
+            with raw(self.folder, self.base, restore) as conn:
+                yield conn
+        finally:
+            self.server.start(same_port=True)
+
+    def refused(self, *requests: tuple[str, str, dict | None], secret: str | None = None) -> None:
+        for method, url, body in requests:
+            resp = self.http.request(method, url, self.token, **({"json": body} if body is not None else {}))
+            err = assert_error(resp, resp.status_code)
+            assert resp.status_code == 500 and err["error"] in REFUSED, (url, resp.status_code, resp.text)
+            if secret:
+                assert secret not in resp.text
+
+
+def rows(folder: Path, base: bytes, sql: str, args=()) -> list:
+    with raw(folder, base) as conn:
+        return conn.execute(sql, args).fetchall()
+
+
+def test_an_erasure_is_not_undone_by_putting_back_its_key_chunk_or_its_records(server: Server, tmp_path: Path):
+    s = Store(server, tmp_path)
+    secret = f"secret-{os.urandom(5).hex()}"
+    for i in range(8):
+        s.http.ok("POST", "/note", s.token, json={"text": f"{secret} {i}" if i == 3 else f"plain {i}"})
+    s.settle(f"quotes {secret}")
+    before = s.copy("before")
+    s.http.ok("POST", "/erase", s.token, json={"ids": [3]})
+    s.settle("rewritten")
+    (chunk,) = rows(before, s.base, "SELECT sealed FROM memory_keys WHERE chunk = 0")[0]
+    # 1. The key chunk from before the erasure put back: the erasure record wins.
+    with s.edit() as conn:
+        conn.execute("UPDATE memory_keys SET sealed = ? WHERE chunk = 0", (chunk,))
+    wake = s.http.ok("GET", "/wake", s.token)
+    assert secret not in str(wake) and wake["lines"][3].endswith(" [erased]")
+    assert s.http.ok("POST", "/recall", s.token, json={"q": secret})["total"] == 0
+    assert secret not in s.http.get("/export", s.token).text
+    # 2. And the erasure's records deleted as well (its date row, its receipt): refused.
+    with s.edit() as conn:
+        conn.execute("DELETE FROM erased")
+    s.refused(("GET", "/wake", None), ("POST", "/recall", {"q": secret}), secret=secret)
+    # 3. A summary that quoted it, from the copy before, put back at its block.
+    fresh = Store(server, tmp_path / "second")
+    for i in range(4):
+        fresh.http.ok("POST", "/note", fresh.token, json={"text": f"{secret} {i}"})
+    fresh.settle(f"quotes {secret}")
+    old = fresh.copy("old")
+    fresh.http.ok("POST", "/erase", fresh.token, json={"ids": [1]})
+    fresh.settle("rewritten without it")
+    quoted = rows(old, fresh.base, "SELECT sealed FROM summaries WHERE size = 2 AND idx = 0")[0][0]
+    with fresh.edit() as conn:
+        conn.execute("UPDATE summaries SET sealed = ? WHERE size = 2 AND idx = 0", (quoted,))
+    fresh.refused(("GET", "/zoom?block=0-3", None), ("GET", "/export", None), secret=secret)
+
+
+def test_older_summaries_config_receipts_triggers_and_spliced_rows_are_refused(server: Server, tmp_path: Path):
+    s = Store(server, tmp_path)
+    for i in range(8):
+        s.http.ok("POST", "/note", s.token, json={"text": f"memory {i}"})
+    s.settle("first")
+    s.http.ok("POST", "/config", s.token, json={"WAKE_LINES": 5})
+    s.http.ok("POST", "/erase", s.token, json={"ids": [7]})
+    s.settle("after the erasure")
+    old = s.copy("old")
+    s.http.ok("POST", "/forget", s.token, json={"block": "0-1"})
+    s.settle("second")
+
+    def restored(edit, restore_triggers: bool = True) -> None:
+        """Apply ``edit`` to the live folder, check the server refuses it,
+        then put the live folder back as it was."""
+        keep = s.copy(f"keep-{os.urandom(3).hex()}")
+        with s.edit(restore_triggers) as conn:
+            edit(conn)
+        s.refused(("POST", "/zoom", {"block": "0-3"}), ("GET", "/export", None))
+        s.server.stop()
+        shutil.rmtree(s.folder)
+        shutil.copytree(keep, s.folder)
+        s.server.start(same_port=True)
+        assert s.http.get("/wake", s.token).status_code == 200
+
+    (first,) = rows(old, s.base, "SELECT sealed FROM summaries WHERE size = 2 AND idx = 0")[0]
+    restored(lambda c: c.execute("UPDATE summaries SET sealed = ? WHERE size = 2 AND idx = 0", (first,)))
+    restored(lambda c: c.execute("DELETE FROM config"))
+    restored(lambda c: c.execute("DELETE FROM erasures"))
+    restored(lambda c: c.execute("DELETE FROM summaries WHERE size = 8"))
+    restored(lambda c: None, restore_triggers=False)  # the edit dropped the log's triggers and left them so
+
+    # A middle log row from another history of this user: the old copy served
+    # by a second server grows its own #8, which is spliced into this file.
+    for k in range(3):
+        s.http.ok("POST", "/note", s.token, json={"text": f"ours {k}"})
+    other = start_server(tmp_path / "fork", *KDF)
+    try:
+        other.stop()
+        shutil.rmtree(other.data / "users", ignore_errors=True)
+        (other.data / "users").mkdir(parents=True)
+        shutil.copytree(old, other.data / "users" / s.uid)
+        other.start(same_port=True)
+        Http(other.url).ok("POST", "/note", s.token, json={"text": "theirs 0"})
+        other.stop()
+        (spliced,) = rows(other.data / "users" / s.uid, s.base, "SELECT sealed FROM log WHERE id = 8")[0]
+    finally:
+        other.stop()
+    with s.edit() as conn:
+        conn.execute("UPDATE log SET sealed = ? WHERE id = 8", (spliced,))
+    s.refused(("POST", "/recall", {"q": "theirs"}), ("POST", "/zoom", {"block": "8-9"}), secret="theirs")
+
+
+def test_a_whole_memory_file_put_back_is_refused_even_when_only_state_changed(server: Server, tmp_path: Path):
+    s = Store(server, tmp_path)
+    for i in range(4):
+        s.http.ok("POST", "/note", s.token, json={"text": f"memory {i}"})
+    old = s.copy("old")
+    # No memory was added: only the config changed, which the log head does not see.
+    s.http.ok("POST", "/config", s.token, json={"WAKE_LINES": 3})
+    s.server.stop()
+    for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
+        (s.folder / name).unlink(missing_ok=True)
+    shutil.copy2(old / "memory.db", s.folder / "memory.db")
+    s.server.start(same_port=True)
+    resp = s.http.get("/config", s.token)
+    assert_error(resp, 500, "store.rolled_back")

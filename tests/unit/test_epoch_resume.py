@@ -1,0 +1,81 @@
+"""A revocation moves the key ring first and re-seals the memory file second.
+If the second step does not happen (a crash, a damaged or unwritable file), the
+next request that opens the file re-seals it before reading or writing
+anything: nothing is ever written under the old epoch's key once the key ring
+has moved."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from nacl import bindings
+from nacl.exceptions import CryptoError
+
+from stash.crypto import keys
+from stash.crypto.keys import KdfParams
+from stash.service.access import Vault
+
+CHEAP_KDF = KdfParams(1, 1024, 1)
+
+
+def raw_memory_file(folder: Path, base: bytes, cipher: str):
+    """The memory file opened with its file key, read only, nothing changed."""
+    import contextlib
+
+    import sqlcipher3.dbapi2 as sqlcipher
+
+    from stash.storage.files import PAGE_BYTES
+
+    @contextlib.contextmanager
+    def opened():
+        conn = sqlcipher.connect(str(folder / "memory.db"), isolation_level=None)
+        conn.execute(f"PRAGMA key = \"x'{keys.subkey(base, b'file').hex()}'\"")
+        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
+        try:
+            yield conn
+        finally:
+            conn.close()
+    return opened()
+
+
+def chunk_opens(folder: Path, base: bytes, rows_root: bytes, user_id: str) -> bool:
+    with raw_memory_file(folder, base, "sqlcipher") as conn:
+        (sealed,) = conn.execute("SELECT sealed FROM memory_keys WHERE chunk = 0").fetchone()
+    try:
+        bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(
+            sealed[24:], f"stash/v1|{user_id}|memory_keys|0".encode(), sealed[:24], keys.subkey(rows_root, b"rows"))
+        return True
+    except CryptoError:
+        return False
+
+
+def file_epoch(folder: Path, base: bytes) -> int:
+    with raw_memory_file(folder, base, "sqlcipher") as conn:
+        row = conn.execute("SELECT value FROM meta WHERE name = 'epoch'").fetchone()
+    return int(row[0])
+
+
+def test_a_revocation_cut_between_its_two_files_is_finished_by_the_next_open(tmp_path: Path):
+    vault = Vault(tmp_path / "data", CHEAP_KDF, "sqlcipher")
+    ident = vault.create_identity()
+    marker = f"m{os.urandom(5).hex()}"
+    with vault.session(ident.token, "owner") as s:
+        s.memory.note(f"{marker} before")
+        gid, _ = vault.mint_grant(s, "read")
+        old = s.chain
+    folder = tmp_path / "data" / "users" / ident.user_id
+    with vault.session(ident.token, "owner") as s:
+        # Only the key ring's half of a revocation: as if the process died after it.
+        new, stranded, _ = s.keyring.advance_epoch(s.chain, (gid,))
+    assert stranded == [] and new.epoch == 1
+    assert file_epoch(folder, old.base) == 0 and chunk_opens(folder, old.base, old.current, ident.user_id)
+
+    with vault.session(ident.token, "full") as s:
+        # The open re-sealed first; the note below is written under epoch 1.
+        assert s.memory.mf.epoch == 1
+        s.memory.note(f"{marker} after")
+        assert [m[2] for m in s.memory.mf.memories(0, 2)] == [f"{marker} before", f"{marker} after"]
+    assert file_epoch(folder, old.base) == 1
+    assert not chunk_opens(folder, old.base, old.current, ident.user_id)
+    assert chunk_opens(folder, old.base, new.current, ident.user_id)
