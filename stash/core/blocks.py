@@ -170,6 +170,31 @@ def first_pending(T: int, settled: dict[int, int]) -> Block | None:
     return todo[0] if todo else None
 
 
+BATCH_MAX = 256
+"""Most blocks one batch lists or one ``{"summaries": [...]}`` settles."""
+
+
+def batch(T: int, settled: dict[int, int], limit: int) -> list[Block]:
+    """The batch (SPEC §2.1): the longest run, up to ``limit``, of the first
+    pending blocks whose sources are settled already, so every one of them can
+    be written at once, by one agent or by parallel subagents.
+
+    A block of at most :data:`RAW_MAX` memories is written from the raw log,
+    which is always there, so it never ends a run. A larger one is written
+    from its halves' summaries: the run stops at the first such block whose
+    halves are not both settled before the batch (the batch's own blocks do
+    not count: their texts are not known while the batch is being written).
+    Settling the run in its order is settling each block as single naps would.
+    """
+    out: list[Block] = []
+    for lo, hi in pending(T, settled, limit):
+        size = hi - lo
+        if size > RAW_MAX and settled.get(size // 2, 0) < 2 * (lo // size) + 2:
+            break
+        out.append((lo, hi))
+    return out
+
+
 def halves(lo: int, hi: int) -> tuple[Block, Block]:
     mid = (lo + hi) // 2
     return (lo, mid), (mid, hi)

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import sizes
+from ..core.blocks import BATCH_MAX
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..service import idempotency
-from .jsonio import BODY_CAP, IMPORT_BODY_CAP
+from .jsonio import BODY_CAP, IMPORT_BODY_CAP, NAP_BODY_CAP
 
 Schema = dict[str, Any]
 
@@ -98,8 +99,10 @@ SCHEMAS: dict[str, Schema] = {
             "message": _str(),
             "due": _str("The block that is due.", pattern=_BLOCK_ID),
             "nap": _ref("Nap"),
+            "index": _int(0, description="In a batch of `summaries`: the position of the one out of order."),
         },
-        description="A summary was sent for a block that is not the one due.",
+        required=["error", "message", "due", "nap"],
+        description="A summary was sent for a block that is not the one due; in a batch, nothing was written.",
     ),
     "BlockId": _str("A block, inclusive at both ends: an aligned power-of-two range of at least two memories, "
                     "like 0-1, 4-7, 128-255.", pattern=_BLOCK_ID, examples=["16-31"]),
@@ -117,6 +120,15 @@ SCHEMAS: dict[str, Schema] = {
             "prompt": _str("The instruction, ending with the command that answers it."),
         },
         description="The due compression: write one line that summarises `source` and send it to POST /nap.",
+    ),
+    "BatchItem": _obj(
+        {
+            "block": _ref("BlockId"),
+            "source": {"type": "array", "items": _ref("Line"), "minItems": 2,
+                       "description": "What to compress, as in the nap object."},
+            "max_bytes": _int(1, sizes.SIZES["ENTRY_CHARS"].high, "The longest summary accepted (ENTRY_CHARS)."),
+        },
+        description="One block of a batch: everything it is written from is settled already.",
     ),
     "Head": _obj(
         {
@@ -279,17 +291,38 @@ SPECS: dict[tuple[str, str], R] = {
         description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
     ),
     ("POST", "/nap"): R(
-        _obj({"saved": _nullable(_ref("BlockId")) | {"description": "The block saved; null when nothing was written."},
-              "nap": _NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
-              "message": _str()}),
+        {"anyOf": [
+            _obj({"saved": _nullable(_ref("BlockId")) | {"description": "The block saved; null when nothing was "
+                                                                        "written."},
+                  "nap": _NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
+                  "message": _str()}, description="The answer to {} or {block, text}."),
+            _obj({"saved": {"type": "null"},
+                  "nap": _NAP_OR_NULL | {"description": "The first pending block."},
+                  "batch": {"type": "array", "maxItems": BATCH_MAX, "items": _ref("BatchItem"),
+                            "description": "The due blocks that can be written at once, in settling order."},
+                  "prompt": _nullable(_str("The instruction, ending with the command that settles them all.")),
+                  "message": _str()}, description="The answer to {batch: k}."),
+            _obj({"saved": {"type": "array", "maxItems": BATCH_MAX, "items": _ref("BlockId"),
+                            "description": "The blocks this request wrote, in order."},
+                  "nap": _NAP_OR_NULL | {"description": "What is due now."},
+                  "message": _str()}, description="The answer to {summaries: [...]}."),
+        ]},
         idempotent=True,
         body=_obj({"block": _ref("BlockId"),
-                   "text": _str("The summary: one line of at most ENTRY_CHARS bytes.", **_ONE_LINE)},
+                   "text": _str("The summary: one line of at most ENTRY_CHARS bytes.", **_ONE_LINE),
+                   "batch": _int(1, BATCH_MAX, "List up to this many due blocks that can be written at once."),
+                   "summaries": {"type": "array", "minItems": 1, "maxItems": BATCH_MAX,
+                                 "items": _obj({"block": _ref("BlockId"),
+                                                "text": _str("One line of at most ENTRY_CHARS bytes.", **_ONE_LINE)}),
+                                 "description": "Summaries to settle in order, all or nothing."}},
                   required=[]),
-        errors={422: ["nap.missing_block", "block.invalid", "block.beyond_log", *_TEXT_CODES]},
+        errors={422: ["nap.missing_block", "nap.mixed", "nap.bad_batch", "nap.bad_summaries", "block.invalid",
+                      "block.beyond_log", *_TEXT_CODES]},
         special={409: ("the block sent is not the one due", "NapConflict", ["nap.wrong_block"])},
-        description="An empty body or {} asks what is due; {block, text} settles the due block. A block that is "
-                    "already settled answers 200 with `saved: null` and writes nothing.",
+        body_cap="max_nap_body",
+        description="An empty body or {} asks what is due; {block, text} settles the due block; {batch: k} lists up "
+                    "to k due blocks that can be written at once; {summaries: [...]} settles them in order, all or "
+                    "nothing. A block that is already settled answers 200 and writes nothing.",
     ),
     **_twins(
         "/recall", {"q": _str(f"A regular expression: RE2 syntax, always case-insensitive; 1 to "
@@ -563,7 +596,7 @@ def _operation(route, spec: R, caps: dict[str, int]) -> dict:
 def document(routes, version: str, caps: dict[str, int] | None = None) -> dict:
     """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); ``caps``
     are this server's body caps by Settings field name."""
-    caps = {"max_body": BODY_CAP, "max_import_body": IMPORT_BODY_CAP, **(caps or {})}
+    caps = {"max_body": BODY_CAP, "max_import_body": IMPORT_BODY_CAP, "max_nap_body": NAP_BODY_CAP, **(caps or {})}
     paths: dict[str, dict] = {}
     for route in routes:
         spec = SPECS.get((route.method, route.path)) or R(description="Not described yet.")

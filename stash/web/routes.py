@@ -19,7 +19,7 @@ from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, onboarding, pages
 from ..storage.files import UserFiles, can_write
-from .jsonio import JSON, parse_int, query_object, read_object
+from .jsonio import JSON, NAP_BODY_CAP, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
@@ -216,7 +216,8 @@ async def openapi(request: Request) -> Response:
     from .openapi import document
 
     settings = request.app.state.settings
-    caps = {"max_body": settings.max_body, "max_import_body": settings.max_import_body}
+    caps = {"max_body": settings.max_body, "max_import_body": settings.max_import_body,
+            "max_nap_body": max(settings.max_body, NAP_BODY_CAP)}
     return JSON(document(ROUTES, __version__, caps))
 
 
@@ -272,9 +273,11 @@ async def note(request: Request) -> Response:
 
 async def nap(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"block", "text"})
+    data = await read_object(request, {"block", "text", "batch", "summaries"},
+                             cap=max(request.app.state.settings.max_body, NAP_BODY_CAP))
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /nap", data, lambda: s.memory.nap(data.get("block"), data.get("text")))))
+        s, key, "POST /nap", data, lambda: s.memory.nap(data.get("block"), data.get("text"), data.get("batch"),
+                                                        data.get("summaries")))))
 
 
 async def recall(request: Request) -> Response:

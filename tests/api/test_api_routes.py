@@ -328,7 +328,9 @@ def test_wake_parts_respect_part_lines_and_carry_next(mem: Mem) -> None:
         else:
             assert body["nap"] is None
             assert isinstance(body["next"], str)
-            assert f"part={k + 1}" in body["next"] and "T=10" in body["next"], body["next"]
+            # SPEC §3: the next step is the POST twin, no query string (a broker may refuse one).
+            assert "?" not in body["next"]
+            assert body["next"].endswith(f"\"$STASH_URL/wake\" -d '{{\"part\": {k + 1}, \"T\": 10}}'"), body["next"]
 
 
 def test_wake_parts_respect_part_chars_greedily(mem: Mem) -> None:
