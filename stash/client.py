@@ -151,6 +151,15 @@ class Steps:
     def zoom(self, block: str) -> str:
         return f"{_prog()} zoom {block}"
 
+    def recall(self, q: str, before: int) -> str:
+        return f"{_prog()} recall {shell_word(q)} --before {before}"
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word: every printed command quotes memory text
+    (a regex, a line) through this one function."""
+    return shlex.quote(text)
+
 
 SHELL = Steps()
 
@@ -434,16 +443,29 @@ def summaries_lines(api: Api, summaries: list[dict]) -> list[str]:
     return out + ["Nothing left to compress."]
 
 
-def recall_lines(api: Api, q: str) -> list[str]:
+def count_line(n: int) -> str:
+    """OptMem's count line."""
+    return "No match." if n == 0 else "1 match." if n == 1 else f"{n} matches."
+
+
+def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
+    """The matches, oldest first, then OptMem's count line; when older matches
+    were left out, the command that pages to them."""
     # The POST twin keeps the pattern (memory text) out of every URL and access log.
-    ans = api.call("POST", "/recall", {"q": q})
+    body: dict = {"q": q} if before is None else {"q": q, "before": before}
+    ans = api.call("POST", "/recall", body)
     matches = list(ans.get("matches", []))
     total = int(ans.get("total", len(matches)))
-    if total == 0:
-        return ["No matches."]
-    if total > len(matches):
-        return matches + [f"Newest {len(matches)} of {total} matches. Narrow the regex."]
-    return matches
+    count = count_line(total)
+    if before is not None and total:
+        count = count[:-1] + f" before #{before}."
+    more = ans.get("more")
+    if isinstance(more, int) and not isinstance(more, bool):
+        return matches + [f"{count} The newest {len(matches)} are shown; for the older ones "
+                          f"{api.steps.lead.lower()}{api.steps.recall(q, more)}"]
+    if total and not matches:
+        return [f"{count} None fits in PART_CHARS bytes; raise PART_CHARS (config) to see them."]
+    return matches + [count]
 
 
 def zoom_lines(api: Api, block: str) -> list[str]:
@@ -517,7 +539,7 @@ def _read_text(path: str) -> str:
 
 
 def do_recall(args: argparse.Namespace) -> int:
-    _out_lines(recall_lines(_api(), args.regex))
+    _out_lines(recall_lines(_api(), args.regex, args.before))
     return 0
 
 
@@ -1323,6 +1345,8 @@ def parser() -> argparse.ArgumentParser:
                     "the order listed (- reads stdin); all or nothing")
     sp = verb("recall", do_recall)
     sp.add_argument("regex", help="case-insensitive regular expression")
+    sp.add_argument("--before", type=int, metavar="ID", help="only memories before this id: the next older page, "
+                    "as the previous answer names it")
     sp = verb("zoom", do_zoom)
     sp.add_argument("block", help="a block of the wake, like 16-31")
     sp = verb("forget", do_forget)

@@ -76,7 +76,8 @@ Search every memory, word for word (never the summaries), with a case-insensitiv
 regular expression (RE2 syntax, no backreferences or lookaround). Use it before \
 deciding something that may have been decided before, or when the user refers \
 to something your wake does not show. Answers the newest matching memories, \
-oldest first, and says when more matched than it shows: then narrow the pattern.\
+oldest first, then the count ("15 matches."); when more matched than it shows, \
+it names the call that fetches the older ones (before=ID), or narrow the pattern.\
 """
 ZOOM = """\
 Open a block of the wake — a summary line "#lo-hi text" — into its two halves: \
@@ -114,6 +115,9 @@ class ToolCalls(client.Steps):
 
     def zoom(self, block: str) -> str:
         return f"zoom(block={_json(block)})"
+
+    def recall(self, q: str, before: int) -> str:
+        return f"recall(q={_json(q)}, before={before})"
 
 
 def _json(value: str) -> str:
@@ -180,8 +184,10 @@ def build(api: client.Api) -> MCPServer:
 
     def recall(
         q: Annotated[str, Field(description='The pattern, 1 to 512 bytes, like "deploy|rollback".')],
+        before: Annotated[int | None, Field(description=(
+            "Only memories before this id: the next older page, as the previous answer names it."), ge=0)] = None,
     ) -> CallToolResult:
-        return _answer(client.recall_lines, api, q)
+        return _answer(client.recall_lines, api, q, before)
 
     def zoom(
         block: Annotated[str, Field(description='The block to open, like "64-127", from a "#64-127" line.')],

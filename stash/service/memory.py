@@ -326,7 +326,13 @@ class Memory:
 
     # ------------------------------------------------------------ recall, zoom, forget
 
-    def recall(self, q: object) -> dict:
+    def recall(self, q: object, before: int | None = None) -> dict:
+        """The newest matches that fit one part, of the memories before
+        ``before`` (default: the whole log). ``more`` is the ``before`` of
+        the next older page: the id of the oldest match shown, when older
+        ones were left out. Pages are cut at ids, so walking ``more`` until
+        it is null yields every match exactly once, even while notes arrive
+        (they land after every page's range)."""
         if not isinstance(q, str):
             raise Invalid("Send the pattern as the string q.", code="recall.bad_pattern")
         try:
@@ -335,10 +341,21 @@ class Memory:
             raise Invalid(str(e), code="recall.bad_pattern") from None
         deadline = time.monotonic() + RECALL_SECONDS + self.mf.count() * RECALL_SECONDS_PER_MEMORY
         try:
-            found, total = recall_scan.recall(self.mf, matcher, q, self.sizes["PART_CHARS"], deadline)
+            found, total = recall_scan.recall(self.mf, matcher, q, self.sizes["PART_CHARS"], deadline, before)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.too_slow") from None
-        return {"matches": found, "total": total}
+        more = int(found[0].split(" ", 1)[0][1:]) if found and len(found) < total else None
+        count = "No match." if not total else f"{lines.plural(total, 'match')}."
+        if before is not None and total:
+            count = f"{lines.plural(total, 'match')} before #{before}."
+        if more is not None:
+            message = (f"{count} The newest {len(found)} are shown; for the older ones run: "
+                       f"{instructions.recall(more)}")
+        elif total and not found:
+            message = f"{count} None fits in PART_CHARS={self.sizes['PART_CHARS']} bytes; raise PART_CHARS."
+        else:
+            message = count
+        return {"matches": found, "total": total, "more": more, "message": message}
 
     def zoom(self, block: object) -> dict:
         lo, hi = self._block(block)

@@ -326,11 +326,18 @@ SPECS: dict[tuple[str, str], R] = {
     ),
     **_twins(
         "/recall", {"q": _str(f"A regular expression: RE2 syntax, always case-insensitive; 1 to "
-                              f"{MAX_PATTERN_BYTES} UTF-8 bytes.", minLength=1, maxLength=MAX_PATTERN_BYTES)}, ("q",),
+                              f"{MAX_PATTERN_BYTES} UTF-8 bytes.", minLength=1, maxLength=MAX_PATTERN_BYTES),
+                     "before": _int(0, description="Search only the memories before this id: the `more` of the "
+                                                   "previous page (default: the whole log).")}, ("q",),
         _obj({"matches": {**_LINES, "description": "The newest matching memories that fit PART_CHARS bytes, "
                                                    "oldest first."},
-              "total": _int(0, description="How many memories match in all.")}),
-        {**_MISSING, 422: ["recall.bad_pattern", "recall.too_slow"]},
+              "total": _int(0, description="How many memories match in the range searched (the whole log, or "
+                                           "those before `before`)."),
+              "more": _nullable(_int(0, description="The `before` of the next older page: the id of the oldest "
+                                                    "match shown, when older ones were left out.")),
+              "message": _str("The count line (`15 matches.`, `1 match.`, `No match.`), and when the answer was "
+                              "cut, the command that fetches the older matches.")}),
+        {**_MISSING, 422: ["recall.bad_pattern", "recall.too_slow", "request.bad_value"]},
         "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`. A search that "
         "runs past its time bound (5 s plus 10 µs per memory) is refused with recall.too_slow.",
     ),
@@ -429,14 +436,24 @@ SPECS: dict[tuple[str, str], R] = {
         None, media="application/gzip", query={},
         description="A tar.gz holding memory/LOG.txt, memory/TREE/<size>, memory/config and README.txt, "
                     "readable by OptMem with MEMORY_DIR=memory, and manifest.json: counts, the SHA-256 of every "
-                    "other member and one digest over them (API-REFERENCE.md, Export archive).",
+                    "other member and one digest over them (GET /reference, Export archive).",
     ),
     ("GET", "/openapi.json"): R({"type": "object", "description": "This document.",
                                  "required": ["openapi", "info", "paths", "components"],
                                  "properties": {"openapi": {"const": "3.1.0"}, "info": {"type": "object"},
+                                                "servers": {"type": "array", "description": "This server's public "
+                                                            "address: --url, else the address it was called at."},
                                                 "paths": {"type": "object"}, "components": {"type": "object"}},
                                  "additionalProperties": False}),
     ("GET", "/client"): R(_str("The client's Python source."), media="text/x-python"),
+    ("GET", "/skill"): R(_str("skill/SKILL.md: how an agent wakes, notes, naps (one at a time or in batches), "
+                              "recalls and zooms."), media="text/markdown",
+                         description="The skill, the whole protocol for an agent, served so that an agent with only "
+                                     "the AGENTS.md block can read it. Public."),
+    ("GET", "/reference"): R(_str("API-REFERENCE.md: every route, field, error code and client verb."),
+                             media="text/markdown",
+                             description="The field-by-field API reference this document is kept in step with. "
+                                         "Public."),
     **_twins(
         "/shape", {"T": _int(0, 10**15, "How many memories (default 0)."),
                    "lines": _int(1, 1000, "The line budget (default 96).")}, (),
@@ -593,9 +610,11 @@ def _operation(route, spec: R, caps: dict[str, int]) -> dict:
     return op
 
 
-def document(routes, version: str, caps: dict[str, int] | None = None) -> dict:
+def document(routes, version: str, caps: dict[str, int] | None = None, server: str | None = None) -> dict:
     """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); ``caps``
-    are this server's body caps by Settings field name."""
+    are this server's body caps by Settings field name; ``server`` is its
+    public address (``--url``, else the address it was called at), named in
+    ``servers`` so a generated client or a broker calls the right host."""
     caps = {"max_body": BODY_CAP, "max_import_body": IMPORT_BODY_CAP, "max_nap_body": NAP_BODY_CAP, **(caps or {})}
     paths: dict[str, dict] = {}
     for route in routes:
@@ -608,8 +627,10 @@ def document(routes, version: str, caps: dict[str, int] | None = None) -> dict:
             "version": version,
             "summary": "Permanent, encrypted memory for AI agents.",
             "description": "JSON in, JSON out. Every refusal is {\"error\": code, \"message\": sentence} with the "
-                           "status of its kind. The field-by-field contract is API-REFERENCE.md.",
+                           "status of its kind. The field-by-field contract is GET /reference on this server; "
+                           "the protocol for an agent is GET /skill.",
         },
+        **({"servers": [{"url": server}]} if server else {}),
         "paths": paths,
         "components": {
             "schemas": SCHEMAS,

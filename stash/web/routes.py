@@ -218,12 +218,28 @@ async def openapi(request: Request) -> Response:
     settings = request.app.state.settings
     caps = {"max_body": settings.max_body, "max_import_body": settings.max_import_body,
             "max_nap_body": max(settings.max_body, NAP_BODY_CAP)}
-    return JSON(document(ROUTES, __version__, caps))
+    address = pages.page_address(settings.public_url, request.url.scheme, request.headers.get("host"))
+    # A Host that is not a plain host[:port] names no server rather than a made-up one.
+    return JSON(document(ROUTES, __version__, caps, server=None if address == pages.PLACEHOLDER_ADDRESS else address))
 
 
 async def client(request: Request) -> Response:
     return PlainTextResponse(pages.client_source(), media_type="text/x-python; charset=utf-8",
                              headers={"Content-Disposition": 'attachment; filename="stash"'})
+
+
+async def skill(request: Request) -> Response:
+    from ..service import docs
+
+    query_object(request, set())
+    return PlainTextResponse(docs.skill(), media_type="text/markdown; charset=utf-8")
+
+
+async def reference(request: Request) -> Response:
+    from ..service import docs
+
+    query_object(request, set())
+    return PlainTextResponse(docs.reference(), media_type="text/markdown; charset=utf-8")
 
 
 async def landing(request: Request) -> Response:
@@ -282,12 +298,14 @@ async def nap(request: Request) -> Response:
 
 async def recall(request: Request) -> Response:
     if request.method == "GET":
-        data = query_object(request, {"q"})
+        data = query_object(request, {"q", "before"}, ints={"before"})
     else:
-        data = await read_object(request, {"q"})
+        data = await read_object(request, {"q", "before"})
     if "q" not in data:
         raise Malformed("Missing q: send the pattern to search for.", code="request.missing_field")
-    return JSON(await _authed(request, "read", lambda s: s.memory.recall(data["q"])))
+    before = data.get("before")
+    before = None if before is None else parse_int("before", before)
+    return JSON(await _authed(request, "read", lambda s: s.memory.recall(data["q"], before)))
 
 
 async def zoom(request: Request) -> Response:
@@ -415,6 +433,8 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export),
     RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),
     RouteSpec("GET", "/client", "public", "The single-file stash client", client),
+    RouteSpec("GET", "/skill", "public", "The skill: the whole protocol for an agent, as Markdown", skill),
+    RouteSpec("GET", "/reference", "public", "This API reference (API-REFERENCE.md), as Markdown", reference),
     RouteSpec("GET", "/shape", "public", "Block boundaries of cover(T, lines); no data", shape),
     RouteSpec("POST", "/shape", "public", "Block boundaries (POST twin of GET /shape)", shape),
     RouteSpec("GET", "/metrics", "operator", "Prometheus text: counts and latencies", metrics),

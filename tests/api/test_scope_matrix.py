@@ -164,6 +164,8 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "GET /export": lambda w, s: ("GET", "/export", None),
     "GET /openapi.json": lambda w, s: ("GET", "/openapi.json", None),
     "GET /client": lambda w, s: ("GET", "/client", None),
+    "GET /skill": lambda w, s: ("GET", "/skill", None),
+    "GET /reference": lambda w, s: ("GET", "/reference", None),
     "GET /shape": lambda w, s: ("GET", "/shape?T=10&lines=4", None),
     "POST /shape": lambda w, s: ("POST", "/shape", {"T": 10, "lines": 4}),
     "GET /metrics": lambda w, s: ("GET", "/metrics", None),

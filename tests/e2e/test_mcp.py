@@ -22,8 +22,8 @@ from tests.helpers import assert_error
 
 REQUEST_TIMEOUT = 60.0  # one tool call
 SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
-TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"}, "recall": {"q"},
-         "zoom": {"block"}, "forget": {"block"}}
+TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
+         "recall": {"q", "before"}, "zoom": {"block"}, "forget": {"block"}}
 REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": {"q"}, "zoom": {"block"}, "forget": {"block"}}
 WAKE_CURL = 'curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"'  # as API-REFERENCE.md prints it
 _CALL = re.compile(r"Call: (\w+)\((.*)\)")
@@ -140,13 +140,15 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
             await ok("note", text=word)
         settle_all(http, token)
         assert (await ok("recall", q="teapot")).splitlines() == http.ok(
-            "POST", "/recall", token, json={"q": "teapot"})["matches"]
-        assert await ok("recall", q="no such word") == "No matches."
+            "POST", "/recall", token, json={"q": "teapot"})["matches"] + ["3 matches."]
+        assert await ok("recall", q="no such word") == "No match."
         http.ok("POST", "/config", token, json={"PART_CHARS": 60})
         cut = http.ok("POST", "/recall", token, json={"q": "teapot"})
         assert cut["total"] == 3 and len(cut["matches"]) < 3
-        assert (await ok("recall", q="teapot")).splitlines() == cut["matches"] + [
-            f"Newest {len(cut['matches'])} of 3 matches. Narrow the regex."]
+        shown = (await ok("recall", q="teapot")).splitlines()
+        assert shown[:-1] == cut["matches"]
+        assert shown[-1] == (f"3 matches. The newest {len(cut['matches'])} are shown; for the older ones call: "
+                             f'recall(q="teapot", before={cut["more"]})')
         http.ok("POST", "/config", token, json={"PART_CHARS": None})
 
         # zoom answers the halves the server names.

@@ -213,7 +213,8 @@ def test_recall_searches_the_log_newest_first_within_a_part(http: Http, token: s
             break
         expected.insert(0, line)
     assert 0 < len(expected) < 12
-    assert http.ok("POST", "/recall", token, json={"q": "story"}) == {"matches": expected, "total": 12}
+    assert http.ok("POST", "/recall", token, json={"q": "story"}) == {"matches": expected, "total": 12, "more": None,
+                                                                      "message": "12 matches."}
     assert_error(http.post("/recall", token, json={"q": "(unclosed"}), 422)
 
 
