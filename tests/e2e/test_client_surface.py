@@ -311,6 +311,9 @@ def test_init_url_prints_exports_and_the_agents_block(base_url: str, http: Http,
         run = subprocess.run(["/bin/sh", "-c", script], env=shell_env, capture_output=True, text=True,
                              timeout=CLI_TIMEOUT)
         assert run.returncode == 0, (command, run.stdout, run.stderr)
+        if command.endswith('"$STASH_URL/skill"'):  # the served skill, Markdown
+            assert run.stdout == (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")
+            continue
         assert "error" not in json.loads(run.stdout), run.stdout
     assert http.ok("GET", "/wake", new_token)["lines"][0].endswith(" noted from the AGENTS.md block")
 
