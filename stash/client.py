@@ -1375,8 +1375,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def utf8_streams() -> None:
+    """Memories are UTF-8 (``→``, ``ü``, emoji): write and read them as
+    UTF-8 whatever the locale says, as OptMem does, rather than die on the
+    first character an ASCII or Latin-1 terminal cannot encode."""
+    for stream in (sys.stdout, sys.stderr, sys.stdin):
+        try:
+            stream.reconfigure(encoding="utf-8", errors="replace" if stream is not sys.stdin else "strict")
+        except (AttributeError, ValueError, OSError):  # not a text stream (replaced, closed): leave it
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    utf8_streams()
     p = parser()
     try:
         args = p.parse_args(argv)
@@ -1401,6 +1413,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        return REFUSED
+    except UnicodeDecodeError:
+        sys.stderr.write("stash: the input is not UTF-8 text; convert it (iconv -t UTF-8) and try again.\n")
+        return USAGE
+    except Exception as e:  # never a traceback: it could carry a memory's text
+        sys.stderr.write(f"stash: unexpected error ({type(e).__name__}); nothing more is shown, since a trace could "
+                         "hold memory text. Try again; if it persists, report it with the command you ran.\n")
         return REFUSED
 
 

@@ -72,7 +72,7 @@ class Session:
                 mf.check_copy(copy)
                 if self.pin is not None:
                     mf.check_pin(self.pin)
-                self._memory = Memory(mf)
+                self._memory = Memory(mf, writes=self.scope != "read")
             except BaseException:
                 mf.close()
                 raise

@@ -32,9 +32,13 @@ def today_utc() -> str:
 
 
 class Memory:
-    def __init__(self, mf: MemoryFile, today: Callable[[], str] = today_utc) -> None:
+    def __init__(self, mf: MemoryFile, today: Callable[[], str] = today_utc, *, writes: bool = True) -> None:
+        """``writes``: the capability may write (full or owner). A read
+        capability is never handed a nap or told to note: every instruction
+        it gets is one it can carry out."""
         self.mf = mf
         self.today = today
+        self.writes = writes
         self.sizes = sizes.effective(mf.config())
 
     # ------------------------------------------------------------ reading helpers
@@ -74,9 +78,12 @@ class Memory:
         return source
 
     def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict | None:
-        """The due compression at snapshot ``T`` as a nap object, or None.
-        When more than one is due, the prompt says so and how to take the
-        ones that can be written now as one batch."""
+        """The due compression at snapshot ``T`` as a nap object, or None;
+        always None for a read capability, which cannot write it. When more
+        than one is due, the prompt says so and how to take the ones that can
+        be written now as one batch."""
+        if not self.writes:
+            return None
         settled = self.mf.settled(T) if settled is None else settled
         first = blocks.first_pending(T, settled)
         if first is None:
@@ -148,6 +155,15 @@ class Memory:
                 else:
                     s = self.mf.summary(lo, hi)
                     if s is None:
+                        if not self.writes:
+                            n = blocks.pending_count(T, settled)
+                            raise Conflict(
+                                f"Cannot wake yet: the memory context needs #{blocks.block_id(lo, hi)}, which is "
+                                f"not compressed yet. The memory's writer (a full or owner capability) owes "
+                                f"{lines.plural(n, 'compression')}; this read capability cannot write them. Tell "
+                                "the user, and wake again once the writer has answered its naps.",
+                                code="wake.needs_nap", needs=blocks.block_id(lo, hi), nap=None,
+                            )
                         nap = self.nap_for(T, settled)
                         if nap is None:
                             raise Damaged(
@@ -183,7 +199,10 @@ class Memory:
         if not T:
             if part != 1:
                 raise Invalid(f"No part {part}: the memory has 1 part; wake without part.", code="wake.no_part")
-            empty = f"No memories yet. Record the first with: {instructions.note()}\n" if not now else ""
+            empty = ""
+            if not now:
+                empty = (f"No memories yet. Record the first with: {instructions.note()}\n" if self.writes else
+                         "No memories yet.\n")
             return {
                 "T": 0, "part": 1, "parts": 1, "lines": [], "awake": True, "nap": None, "next": None,
                 "message": empty + AWAKE,
@@ -361,9 +380,10 @@ class Memory:
         lo, hi = self._block(block)
         T = self.mf.count()
         if lo >= T:
+            last = f" (#0 to #{T - 1})" if T else ""
             raise Invalid(
-                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}; "
-                "zoom into a block the wake printed.",
+                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}; "
+                f"zoom into a #lo-hi line the wake prints: {instructions.wake()}",
                 code="block.beyond_log",
             )
         out = []

@@ -89,7 +89,8 @@ SCHEMAS: dict[str, Schema] = {
             "error": {"const": "wake.needs_nap"},
             "message": _str(),
             "needs": _str("The block the document needs and has no summary for.", pattern=_BLOCK_ID),
-            "nap": _ref("Nap"),
+            "nap": _nullable(_ref("Nap")) | {"description": "The first due compression; null for a read "
+                                                           "capability, which cannot write it."},
         },
         description="The wake cannot be rendered until the due compressions are done; `nap` is the first.",
     ),

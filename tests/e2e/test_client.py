@@ -248,10 +248,12 @@ def test_errors_are_clean(cli: Cli, http: Http, token: str) -> None:
     refused = cli.run("wake", env={**cli.env, "STASH_URL": dead})
     assert refused.returncode == 3 and dead in refused.stderr and "Traceback" not in refused.stderr
 
-    # A server refusal: its message on stderr, nothing on stdout, exit 1.
+    # A server refusal: its message on stderr (its command as this client's), nothing on stdout, exit 1.
     expected = assert_error(http.get("/zoom", token, params={"block": "64-127"}), 422)["message"]
     done = cli.run("zoom", "64-127")
-    assert (done.returncode, done.stdout, done.stderr.strip()) == (1, "", expected)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.strip() == expected.split("curl ")[0] + run_line("Run: " + done.stderr.split(": ")[-1])
+    assert done.stderr.strip().endswith(" wake") and "curl" not in done.stderr
 
     wrong = cli.run("wake", env={**cli.env, "STASH_TOKEN": "not-a-token"})
     assert wrong.returncode == 1
