@@ -24,7 +24,9 @@ try:
 except ImportError:  # the optional extra is absent: main() says how to add it
     MCPServer = None
 
-INSTALL = "pip install 'stash-memory[mcp]'"
+# The mcp extra's own requirement (pyproject.toml), so the line works as printed whatever way Stash was
+# installed: the package is not on the public index.
+INSTALL = "pip install 'mcp>=2.3,<3'"
 
 INSTRUCTIONS = """\
 Stash is your permanent memory across sessions. In every session, call wake \

@@ -253,5 +253,5 @@ def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, t
     done = stash_mcp(env, "import sys", "sys.modules['mcp'] = None")
     assert (done.returncode, done.stdout) == (2, ""), done
     assert done.stderr.splitlines() == [
-        "stash mcp: the mcp package is not installed; install it with: pip install 'stash-memory[mcp]'"]
+        "stash mcp: the mcp package is not installed; install it with: pip install 'mcp>=2.3,<3'"]
     assert token not in done.stderr
