@@ -53,6 +53,20 @@ CREATE TABLE IF NOT EXISTS grants (
     wrapped  BLOB                      -- master key sealed under the KEK
 );
 
+-- What an owner says a capability is for, and how it is used (one row per
+-- grant minted with a label or an expiry, or used since they existed). An
+-- expiry is also bound into the grant's wrap (associated data), so editing or
+-- deleting it here makes the wrap fail to open rather than extend the grant.
+-- The label is sealed under a key derived from the master key (associated
+-- data: user and grant id), so the key ring reveals no label. last_used is
+-- the UTC day of the last authenticated request, written at most once a day.
+CREATE TABLE IF NOT EXISTS grant_notes (
+    grant_id   INTEGER PRIMARY KEY,
+    label      BLOB,                   -- sealed label, NULL when none
+    expires    TEXT,                   -- UTC RFC 3339 "YYYY-MM-DDTHH:MM:SSZ", NULL when none
+    last_used  TEXT                    -- UTC day "YYYY-MM-DD", NULL until used
+);
+
 -- @memory
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT PRIMARY KEY,

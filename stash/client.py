@@ -653,10 +653,16 @@ def do_import(args: argparse.Namespace) -> int:
 
 def _grant_line(g: dict) -> str:
     parts = [f"#{g.get('id')}", str(g.get("scope", "?"))]
-    for key in ("created", "revoked"):
+    if g.get("label"):
+        parts.append(json.dumps(g["label"], ensure_ascii=False))
+    for key in ("created", "expires", "revoked"):
         if g.get(key):
             parts.append(f"{key} {g[key]}")
-    if not g.get("revoked") and "revoked" in g:
+    if g.get("last_used"):
+        parts.append(f"last used {g['last_used']}")
+    if g.get("expired") and not g.get("revoked"):
+        parts.append("expired")
+    elif not g.get("revoked") and "revoked" in g:
         parts.append("live")
     return "  ".join(parts)
 
@@ -671,7 +677,9 @@ def do_grants(args: argparse.Namespace) -> int:
             _out(_grant_line(g) if isinstance(g, dict) else str(g))
         return 0
     if words[0] in ("read", "full") and len(words) == 1:
-        ans = api.call("POST", "/grants", {"scope": words[0]})
+        body = {"scope": words[0]}
+        body.update({k: v for k, v in (("label", args.label), ("expires", args.expires)) if v is not None})
+        ans = api.call("POST", "/grants", body)
         grant = ans.get("grant", ans)
         _out(f"Minted #{grant.get('id', ans.get('id'))}, scope {grant.get('scope', words[0])}. "
              "Its token is shown this once; hand it over as STASH_TOKEN:")
@@ -1357,6 +1365,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("file", help="file of 'YYYY-MM-DD text' lines, oldest first (- for stdin)")
     sp = verb("grants", do_grants)
     sp.add_argument("words", nargs="*", metavar="read|full|revoke ID")
+    sp.add_argument("--label", help="when minting: what the capability is for (at most 64 bytes)")
+    sp.add_argument("--expires", metavar="TIME", help="when minting: an RFC 3339 UTC time from which it opens "
+                    "nothing, like 2027-01-31T18:00:00Z")
     sp = verb("erase", do_erase)
     sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
     verb("erasures", do_erasures)

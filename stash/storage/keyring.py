@@ -24,11 +24,27 @@ from .idempotency import Records
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
+LABEL_KEY = b"grant-labels"  # subkey purpose: the key that seals grant labels
 HEAD_COPY = "log_head"
 
 
-def wrap_aad(user_id: str, grant_id: int, scope: str) -> bytes:
-    return f"stash/v1|{user_id}|grant|{grant_id}|{scope}".encode()
+def wrap_aad(user_id: str, grant_id: int, scope: str, expires: str | None = None) -> bytes:
+    """What a wrap binds. A grant with an expiry binds it too (a grant
+    without one keeps the original form), so it cannot be extended or
+    removed by editing the key ring."""
+    aad = f"stash/v1|{user_id}|grant|{grant_id}|{scope}"
+    return (aad if expires is None else f"{aad}|expires|{expires}").encode()
+
+
+def label_aad(user_id: str, grant_id: int) -> bytes:
+    return f"stash/v1|{user_id}|grant_label|{grant_id}".encode()
+
+
+@dataclass(frozen=True)
+class GrantNotes:
+    label: bytes | None  # sealed
+    expires: str | None
+    last_used: str | None
 
 
 def now_utc() -> str:
@@ -120,9 +136,12 @@ class Keyring:
         ).fetchone()
         return Grant(*row) if row else None
 
-    def add(self, *, scope: str, tag: bytes, secret: bytes, master: bytes, kdf: keys.KdfParams) -> int:
+    def add(self, *, scope: str, tag: bytes, secret: bytes, master: bytes, kdf: keys.KdfParams,
+            expires: str | None = None, label: str | None = None) -> int:
         """File a new grant wrapping ``master`` under ``secret``'s KEK. The id
-        is allotted first because the wrap binds it."""
+        is allotted first because the wrap binds it (and ``expires``, when
+        given); ``label`` is sealed under a key derived from ``master``,
+        bound to the user and the grant id."""
         if scope not in SCOPES:
             raise ValueError("unknown scope")
         salt = keys.new_salt()
@@ -132,12 +151,66 @@ class Keyring:
                 "INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc())
             )
             grant_id = cur.lastrowid
-            wrapped = aead.seal(kek, master, wrap_aad(self.user_id, grant_id, scope))
+            wrapped = aead.seal(kek, master, wrap_aad(self.user_id, grant_id, scope, expires))
             params = {**kdf.as_dict(), "salt": salt.hex()}
             self.conn.execute(
                 "UPDATE grants SET kdf = ?, wrapped = ? WHERE id = ?", (json.dumps(params), wrapped, grant_id)
             )
+            if expires is not None or label is not None:
+                sealed = None if label is None else aead.seal(
+                    keys.subkey(master, LABEL_KEY), label.encode(), label_aad(self.user_id, grant_id))
+                self._ensure_notes()
+                self.conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
+                                  (grant_id, sealed, expires))
         return grant_id
+
+    def _ensure_notes(self) -> None:
+        """A key ring made before grant notes existed gets the table (as
+        schema.sql writes it) on its first write of one."""
+        keyring = sections()["keyring"]
+        start = keyring.index("CREATE TABLE IF NOT EXISTS grant_notes")
+        self.conn.execute(keyring[start:keyring.index(");", start) + 2])
+
+    def _has_notes(self) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'grant_notes'").fetchone() is not None
+
+    def notes(self, grant_id: int) -> GrantNotes:
+        """A grant's label (sealed), expiry and last-used day; all None when
+        it has none (or the key ring predates them)."""
+        row = None
+        if self._has_notes():
+            row = self.conn.execute("SELECT label, expires, last_used FROM grant_notes WHERE grant_id = ?",
+                                    (grant_id,)).fetchone()
+        return GrantNotes(*row) if row else GrantNotes(None, None, None)
+
+    def label(self, grant_id: int, master: bytes) -> str | None:
+        """The grant's label, opened; :class:`aead.Unsealable` when it was
+        altered or moved from another grant."""
+        sealed = self.notes(grant_id).label
+        if sealed is None:
+            return None
+        return aead.open_sealed(keys.subkey(master, LABEL_KEY), sealed, label_aad(self.user_id, grant_id)).decode()
+
+    def touch(self, grant_id: int, day: str) -> None:
+        """Record ``day`` as the grant's last use, writing only when the day
+        changed; best effort like :meth:`advance_head` (a full disk must not
+        refuse a read), and not fsynced."""
+        if self.notes(grant_id).last_used == day:
+            return
+        try:
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with self.conn:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    self._ensure_notes()
+                    self.conn.execute("INSERT INTO grant_notes(grant_id, last_used) VALUES (?, ?) "
+                                      "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
+                                      (grant_id, day))
+            finally:
+                self.conn.execute("PRAGMA synchronous = FULL")
+        except (*DB_ERRORS, OSError):
+            return
 
     def unwrap(self, grant: Grant, secret: bytes) -> bytes:
         """The master key, or :class:`aead.Unsealable` when the row was altered
@@ -151,7 +224,8 @@ class Keyring:
             kek = keys.derive_kek(secret, salt, kdf)
         except (ValueError, KeyError, TypeError, OverflowError, argon2.exceptions.HashingError):
             raise aead.Unsealable("grant key derivation parameters are unreadable") from None
-        return aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope))
+        expires = self.notes(grant.id).expires
+        return aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope, expires))
 
     def checkpoint(self) -> None:
         """Fold the WAL into the file and truncate it, so a destroyed wrapped

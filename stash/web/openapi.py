@@ -147,9 +147,13 @@ SCHEMAS: dict[str, Schema] = {
     "Grant": _obj({
         "id": _int(1, description="The capability's number; the owner's is the first."),
         "scope": {"enum": ["read", "full", "owner"]},
+        "label": _nullable(_str("What the owner said it is for (1-64 bytes of printable text).")),
         "created": _ref("Timestamp"),
+        "expires": _nullable(_ref("Timestamp")) | {"description": "When it stops opening anything; null: never."},
         "revoked": _nullable(_ref("Timestamp")),
-        "live": {"type": "boolean", "description": "False once revoked."},
+        "expired": {"type": "boolean", "description": "True once `expires` has passed."},
+        "live": {"type": "boolean", "description": "False once revoked or expired."},
+        "last_used": _nullable(_str("The UTC day of its last authenticated request.", pattern=r"^\d{4}-\d{2}-\d{2}$")),
         "you": {"type": "boolean", "description": "True for the capability that made this request."},
     }),
     "Receipt": _obj({
@@ -390,15 +394,20 @@ SPECS: dict[tuple[str, str], R] = {
     ),
     ("POST", "/grants"): R(
         _obj({
-            "id": _int(1), "scope": {"enum": ["read", "full"]}, "created": _ref("Timestamp"),
+            "id": _int(1), "scope": {"enum": ["read", "full"]}, "label": _nullable(_str()),
+            "created": _ref("Timestamp"), "expires": _nullable(_ref("Timestamp")),
             "token": _str("The new capability. Shown once, never stored.", pattern=f"^{tokens.TOKEN_PATTERN}$"),
             "note": _str(),
         }),
         status=201,
         idempotent=True,
-        body=_obj({"scope": {"enum": ["read", "full"], "description": "read may look; full may also write."}}),
+        body=_obj({"scope": {"enum": ["read", "full"], "description": "read may look; full may also write."},
+                   "label": _str("What it is for: 1 to 64 bytes of printable text.", minLength=1),
+                   "expires": _str("An RFC 3339 UTC time after now, like 2027-01-31T18:00:00Z; from then on the "
+                                   "token is refused like a revoked one.")}, required=["scope"]),
         body_required=True,
-        errors={400: ["request.empty_body", "request.missing_field"], 422: ["grants.bad_scope"]},
+        errors={400: ["request.empty_body", "request.missing_field"],
+                422: ["grants.bad_scope", "grants.bad_label", "grants.bad_expires"]},
         description="Mints a capability over this memory: the same master key wrapped under a fresh secret. "
                     "Owner is never transferable: no route mints an owner capability.",
     ),

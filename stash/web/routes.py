@@ -7,6 +7,7 @@ import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -17,7 +18,7 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..crypto.chain import Head
-from ..service import idempotency, onboarding, pages
+from ..service import grant_terms, idempotency, onboarding, pages
 from ..storage.files import UserFiles, can_write
 from .jsonio import JSON, NAP_BODY_CAP, parse_int, query_object, read_object
 
@@ -360,19 +361,22 @@ async def grants_list(request: Request) -> Response:
 
 async def grants_mint(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"scope"}, required={"scope"})
+    data = await read_object(request, {"scope", "label", "expires"}, required={"scope"})
     scope = data["scope"]
     if scope not in ("read", "full"):
         raise Invalid("scope must be \"read\" or \"full\"; ownership is never transferable.", code="grants.bad_scope")
+    label = grant_terms.check_label(data.get("label"))
+    expires = grant_terms.check_expires(data.get("expires"), datetime.now(UTC))
     vault = request.app.state.vault
 
     def mint(s) -> dict:
-        grant_id, token = vault.mint_grant(s, scope)
+        grant_id, token = vault.mint_grant(s, scope, label, expires)
         row = next(g for g in vault.list_grants(s) if g["id"] == grant_id)
         shown = ("shown once and never stored" if key is None else
                  "shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
                  "(from a copy sealed under the owner's token); it is never stored in the clear")
-        return {"id": grant_id, "scope": scope, "created": row["created"], "token": token,
+        return {"id": grant_id, "scope": scope, "label": label, "created": row["created"], "expires": expires,
+                "token": token,
                 "note": f"This token is {shown}; revoke it with DELETE /grants/{grant_id}."}
 
     answer = await _authed(request, "owner", lambda s: idempotency.keyring_write(

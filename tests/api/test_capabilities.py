@@ -187,7 +187,7 @@ def test_a_minted_token_is_shown_once_and_opens_its_scope_only(cap_api: Api, dat
         (b"  \n ", 400, "request.empty_body"),
         (b"{}", 400, "request.missing_field"),
         (b'{"scope": "read"', 400, "request.bad_json"),
-        (b'{"scope": "read", "label": "x"}', 400, "request.unknown_field"),
+        (b'{"scope": "read", "color": "x"}', 400, "request.unknown_field"),
         (b'{"scope": "owner"}', 422, "grants.bad_scope"),
         (b'{"scope": "admin"}', 422, "grants.bad_scope"),
         (b'{"scope": "READ"}', 422, "grants.bad_scope"),
