@@ -67,6 +67,17 @@ CREATE TABLE IF NOT EXISTS grant_notes (
     last_used  TEXT                    -- UTC day "YYYY-MM-DD", NULL until used
 );
 
+-- The audit trail (GET /audit): who did what, never what it was about. One
+-- row per owner-visible event; `detail` is JSON of numbers, block ids and
+-- size names only, never memory text, a label or a secret.
+CREATE TABLE IF NOT EXISTS audit (
+    id        INTEGER PRIMARY KEY,
+    at        TEXT NOT NULL,           -- UTC RFC 3339
+    grant_id  INTEGER NOT NULL,        -- the capability that did it
+    event     TEXT NOT NULL,           -- mint, revoke, rotate, erase, export, config, forget, import
+    detail    TEXT NOT NULL            -- JSON object
+);
+
 -- @memory
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT PRIMARY KEY,

@@ -165,15 +165,10 @@ class Keyring:
         return grant_id
 
     def _ensure_notes(self) -> None:
-        """A key ring made before grant notes existed gets the table (as
-        schema.sql writes it) on its first write of one."""
-        keyring = sections()["keyring"]
-        start = keyring.index("CREATE TABLE IF NOT EXISTS grant_notes")
-        self.conn.execute(keyring[start:keyring.index(");", start) + 2])
+        self._ensure_table("grant_notes")
 
     def _has_notes(self) -> bool:
-        return self.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'grant_notes'").fetchone() is not None
+        return self._has_table("grant_notes")
 
     def notes(self, grant_id: int) -> GrantNotes:
         """A grant's label (sealed), expiry and last-used day; all None when
@@ -183,6 +178,31 @@ class Keyring:
             row = self.conn.execute("SELECT label, expires, last_used FROM grant_notes WHERE grant_id = ?",
                                     (grant_id,)).fetchone()
         return GrantNotes(*row) if row else GrantNotes(None, None, None)
+
+    def _ensure_table(self, name: str) -> None:
+        """A key ring made before table ``name`` existed gets it (as
+        schema.sql writes it) on its first write of one."""
+        keyring = sections()["keyring"]
+        start = keyring.index(f"CREATE TABLE IF NOT EXISTS {name} ")
+        self.conn.execute(keyring[start:keyring.index(");", start) + 2])
+
+    def _has_table(self, name: str) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+    def record(self, grant_id: int, event: str, detail: dict) -> None:
+        """Append one audit event, in the caller's transaction when there is
+        one (so a key-ring write and its event commit together)."""
+        with write_transaction(self.conn):
+            self._ensure_table("audit")
+            self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)",
+                              (now_utc(), grant_id, event, json.dumps(detail, sort_keys=True)))
+
+    def events(self) -> list[dict]:
+        if not self._has_table("audit"):
+            return []
+        rows = self.conn.execute("SELECT id, at, grant_id, event, detail FROM audit ORDER BY id")
+        return [{"id": i, "at": at, "grant": g, "event": e, "detail": json.loads(d)} for i, at, g, e, d in rows]
 
     def label(self, grant_id: int, master: bytes) -> str | None:
         """The grant's label, opened; :class:`aead.Unsealable` when it was

@@ -435,9 +435,23 @@ SPECS: dict[tuple[str, str], R] = {
         query={},
         description="Every erasure receipt, oldest first. Never any content.",
     ),
+    ("GET", "/audit"): R(
+        _obj({"events": {"type": "array", "items": _obj({
+            "id": _int(1), "at": _ref("Timestamp"),
+            "grant": _int(1, description="The capability that did it (see GET /grants)."),
+            "event": {"enum": ["mint", "revoke", "rotate", "erase", "export", "config", "forget", "import"]},
+            "detail": {"type": "object", "description": "Numbers, block ids and size names only; never content."},
+        })}}),
+        query={},
+        description="The audit trail, oldest first: which capability minted, revoked, rotated, erased, exported, "
+                    "changed the config, forgot or imported, and when. Never any memory text.",
+    ),
     ("DELETE", "/store"): R(
         _obj({"user_id": _str(pattern="^[0-9a-f]{16}$"), "destroyed": {"const": True},
-              "memories": _int(0, description="How many memories the store held."), "at": _ref("Timestamp")}),
+              "memories": _nullable(_int(0, description="How many memories the store held.")),
+              "at": _ref("Timestamp"),
+              "receipt": _str("Where, under the server's data folder, the operator finds this receipt "
+                              "(receipts/deletions.jsonl).")}),
         body=_obj({}),
         description="Destroys the whole memory: every wrapped key and the memory file. Every token of it stops "
                     "working at once. There is no undo.",

@@ -18,7 +18,7 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..crypto.chain import Head
-from ..service import grant_terms, idempotency, onboarding, pages
+from ..service import audit, grant_terms, idempotency, onboarding, pages
 from ..storage.files import UserFiles, can_write
 from .jsonio import JSON, NAP_BODY_CAP, parse_int, query_object, read_object
 
@@ -321,7 +321,7 @@ async def zoom(request: Request) -> Response:
 
 async def forget(request: Request) -> Response:
     data = await read_object(request, {"block"}, required={"block"})
-    return JSON(await _authed(request, "full", lambda s: s.memory.forget(data["block"])))
+    return JSON(await _authed(request, "full", lambda s: audit.forget(s, data["block"])))
 
 
 async def config_get(request: Request) -> Response:
@@ -331,21 +331,21 @@ async def config_get(request: Request) -> Response:
 
 async def config_set(request: Request) -> Response:
     data = await read_object(request, None, empty_ok=False)
-    return JSON(await _authed(request, "full", lambda s: s.memory.set_config(data)))
+    return JSON(await _authed(request, "full", lambda s: audit.set_config(s, data)))
 
 
 async def import_(request: Request) -> Response:
     key = _idempotency_key(request)
     data = await read_object(request, {"entries"}, required={"entries"}, cap=request.app.state.settings.max_import_body)
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /import", data, lambda: s.memory.import_entries(data["entries"]))))
+        s, key, "POST /import", data, lambda: audit.import_entries(s, data["entries"]))))
 
 
 async def export(request: Request) -> Response:
     from ..service.export import export_archive
 
     query_object(request, set())
-    archive = await _authed(request, "owner", lambda s: export_archive(s.memory))
+    archive = await _authed(request, "owner", lambda s: audit.export(s, export_archive))
     return Response(archive, media_type="application/gzip",
                     headers={"Content-Disposition": 'attachment; filename="optmem-memory.tar.gz"'})
 
@@ -371,6 +371,7 @@ async def grants_mint(request: Request) -> Response:
 
     def mint(s) -> dict:
         grant_id, token = vault.mint_grant(s, scope, label, expires)
+        audit.record(s, "mint", grant=grant_id, scope=scope)
         row = next(g for g in vault.list_grants(s) if g["id"] == grant_id)
         shown = ("shown once and never stored" if key is None else
                  "shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
@@ -389,16 +390,21 @@ async def grants_revoke(request: Request) -> Response:
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise NotFound("No such capability; list them with GET /grants.", code="grants.unknown")
     vault = request.app.state.vault
-    return JSON(await _authed(request, "owner", lambda s: vault.revoke_grant(s, int(raw))))
+    return JSON(await _authed(request, "owner", lambda s: audit.revoke(s, vault, int(raw))))
 
 
 async def erase(request: Request) -> Response:
     from ..storage.keyring import now_utc
 
     data = await read_object(request, {"ids"}, required={"ids"})
-    answer = await _authed(request, "owner", lambda s: s.memory.erase(data["ids"], now_utc()))
+    answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"], now_utc()))
     request.app.state.metrics.event("erase")
     return JSON(answer)
+
+
+async def audit_trail(request: Request) -> Response:
+    query_object(request, set())
+    return JSON(await _authed(request, "owner", audit.trail))
 
 
 async def erasures(request: Request) -> Response:
@@ -409,7 +415,7 @@ async def erasures(request: Request) -> Response:
 async def destroy(request: Request) -> Response:
     await read_object(request, set())
     vault = request.app.state.vault
-    return JSON(await _authed(request, "owner", vault.destroy_store))
+    return JSON(await _authed(request, "owner", lambda s: audit.destroy(s, vault, vault.data_dir)))
 
 
 ROUTES: list[RouteSpec] = [
@@ -433,6 +439,7 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("DELETE", "/grants/{grant_id}", "owner", "Revoke one capability by destroying its key", grants_revoke),
     RouteSpec("POST", "/erase", "owner", "Shred individual memories for good; answers a receipt", erase),
     RouteSpec("GET", "/erasures", "owner", "Erasure receipts, never content", erasures),
+    RouteSpec("GET", "/audit", "owner", "Who did what and when, never content", audit_trail),
     RouteSpec("DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy),
     RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export),
     RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),

@@ -160,6 +160,7 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "DELETE /grants/{grant_id}": lambda w, s: ("DELETE", f"/grants/{w.fresh_grant(s)}", None),
     "POST /erase": lambda w, s: ("POST", "/erase", {"ids": [0]}),
     "GET /erasures": lambda w, s: ("GET", "/erasures", None),
+    "GET /audit": lambda w, s: ("GET", "/audit", None),
     "DELETE /store": lambda w, s: ("DELETE", "/store", None),
     "GET /export": lambda w, s: ("GET", "/export", None),
     "GET /openapi.json": lambda w, s: ("GET", "/openapi.json", None),
