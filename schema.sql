@@ -60,6 +60,31 @@ CREATE TABLE IF NOT EXISTS grants (
     box      BLOB                      -- the current epoch's number and key, sealed to pub
 );
 
+-- What an owner says a capability is for, and how it is used (one row per
+-- grant minted with a label or an expiry, or used since they existed). An
+-- expiry is also bound into the grant's wrap (associated data), so editing or
+-- deleting it here makes the wrap fail to open rather than extend the grant.
+-- The label is sealed under a key derived from the master key (associated
+-- data: user and grant id), so the key ring reveals no label. last_used is
+-- the UTC day of the last authenticated request, written at most once a day.
+CREATE TABLE IF NOT EXISTS grant_notes (
+    grant_id   INTEGER PRIMARY KEY,
+    label      BLOB,                   -- sealed label, NULL when none
+    expires    TEXT,                   -- UTC RFC 3339 "YYYY-MM-DDTHH:MM:SSZ", NULL when none
+    last_used  TEXT                    -- UTC day "YYYY-MM-DD", NULL until used
+);
+
+-- The audit trail (GET /audit): who did what, never what it was about. One
+-- row per owner-visible event; `detail` is JSON of numbers, block ids and
+-- size names only, never memory text, a label or a secret.
+CREATE TABLE IF NOT EXISTS audit (
+    id        INTEGER PRIMARY KEY,
+    at        TEXT NOT NULL,           -- UTC RFC 3339
+    grant_id  INTEGER NOT NULL,        -- the capability that did it
+    event     TEXT NOT NULL,           -- mint, revoke, rotate, erase, export, config, forget, import
+    detail    TEXT NOT NULL            -- JSON object
+);
+
 -- @memory
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT PRIMARY KEY,

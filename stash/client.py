@@ -48,7 +48,7 @@ VERBS = {
     "init": "mint a new memory on URL: prints its token once, the two export lines and the block for AGENTS.md",
     "wake": "read the wake, part by part, until it says you are awake",
     "note": "record one line of lasting effect",
-    "nap": "show the due compression, or answer it: nap <block> \"<line>\"",
+    "nap": "show the due compression, or answer it: nap <block> \"<line>\"; take many at once: nap --batch K",
     "recall": "search every memory, word for word, with a regex",
     "zoom": "open a block of the wake into its two halves",
     "forget": "drop a bad summary and every summary built on it",
@@ -141,6 +141,28 @@ class Steps:
     def note(self, text: str) -> str:
         return f"{_prog()} note {_quote_text(text)}"
 
+    def nap_batch(self, k: int) -> str:
+        return f"{_prog()} nap --batch {k}"
+
+    def nap_summaries(self, blocks: list[str]) -> str:
+        """The whole batch answered by one command: a here-document of
+        ``BLOCK LINE`` lines, read by ``nap --summaries -``. No line of it can
+        be the closing ``EOF``: each starts with a block id."""
+        body = "\n".join(f"{b} <your line for {b}>" for b in blocks)
+        return f"{_prog()} nap --summaries - <<'EOF'\n{body}\nEOF"
+
+    def zoom(self, block: str) -> str:
+        return f"{_prog()} zoom {block}"
+
+    def recall(self, q: str, before: int) -> str:
+        return f"{_prog()} recall {shell_word(q)} --before {before}"
+
+
+def shell_word(text: str) -> str:
+    """``text`` as one shell word: every printed command quotes memory text
+    (a regex, a line) through this one function."""
+    return shlex.quote(text)
+
 
 SHELL = Steps()
 
@@ -160,12 +182,21 @@ def _translate(match: re.Match, steps: Steps) -> str:
     if path == "wake":
         if "part" in query and "T" in query:
             return lead + steps.wake(int(query["part"][0]), int(query["T"][0]))
+        if isinstance(body.get("part"), int) and isinstance(body.get("T"), int):
+            return lead + steps.wake(body["part"], body["T"])
         return lead + steps.wake()
     if path == "nap":
         if body.get("block") and "text" in body:
             return lead + steps.nap(body["block"], body["text"])
+        if isinstance(body.get("batch"), int):
+            return lead + steps.nap_batch(body["batch"])
+        if isinstance(body.get("summaries"), list):
+            return lead + steps.nap_summaries([str(x.get("block")) for x in body["summaries"]
+                                               if isinstance(x, dict)])
         if not body:
             return lead + steps.nap()
+    if path == "zoom" and isinstance(body.get("block"), str):
+        return lead + steps.zoom(body["block"])
     if path == "note" and "text" in body:
         return lead + steps.note(body["text"])
     return match.group(0)
@@ -440,8 +471,9 @@ def _api(need_token: bool = True, fallback_url: str | None = None) -> Api:
 
 
 def wake_lines(api: Api, part: int | None = None, T: int | None = None) -> list[str]:
-    query = {name: value for name, value in (("part", part), ("T", T)) if value is not None}
-    ans = api.call("GET", "/wake", query=query or None)
+    # The POST twin: no query string, so a broker that refuses them passes it.
+    body = {name: value for name, value in (("part", part), ("T", T)) if value is not None}
+    ans = api.call("POST", "/wake", body)
     out = list(ans.get("lines", []))
     if not ans.get("awake"):
         return out + [f"Not awake yet. {api.steps.lead}{api.steps.wake(int(ans['part']) + 1, int(ans['T']))}"]
@@ -468,20 +500,67 @@ def nap_lines(api: Api, block: str | None = None, text: str | None = None) -> li
     return out
 
 
-def recall_lines(api: Api, q: str) -> list[str]:
+def batch_lines(api: Api, k: int) -> list[str]:
+    """Up to ``k`` due blocks that can be written at once, and the command
+    that answers them all."""
+    ans = api.call("POST", "/nap", {"batch": k})
+    if not ans.get("batch"):
+        return ["Nothing left to compress."]
+    return [localize(ans["prompt"], api.steps)]
+
+
+def read_summaries(text: str) -> list[dict]:
+    """``BLOCK LINE`` lines (blank lines skipped) as the summaries of a batch."""
+    out = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        block, _, summary = line.partition(" ")
+        if not re.fullmatch(r"\d+-\d+", block) or not summary.strip():
+            raise Failure(f"stash: line {n} must be a block id and its summary, like: 0-1 chose SQLite. "
+                          "Nothing was sent.", USAGE)
+        out.append({"block": block, "text": summary.strip()})
+    if not out:
+        raise Failure("stash: no summaries given; send one 'BLOCK LINE' line per block. Nothing was sent.", USAGE)
+    return out
+
+
+def summaries_lines(api: Api, summaries: list[dict]) -> list[str]:
+    ans = api.call("POST", "/nap", {"summaries": summaries})
+    out = [localize(ans.get("message") or "", api.steps)]
+    if ans.get("nap"):
+        return out + _nap_prompt(ans["nap"], api.steps)
+    return out + ["Nothing left to compress."]
+
+
+def count_line(n: int) -> str:
+    """OptMem's count line."""
+    return "No match." if n == 0 else "1 match." if n == 1 else f"{n} matches."
+
+
+def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
+    """The matches, oldest first, then OptMem's count line; when older matches
+    were left out, the command that pages to them."""
     # The POST twin keeps the pattern (memory text) out of every URL and access log.
-    ans = api.call("POST", "/recall", {"q": q})
+    body: dict = {"q": q} if before is None else {"q": q, "before": before}
+    ans = api.call("POST", "/recall", body)
     matches = list(ans.get("matches", []))
     total = int(ans.get("total", len(matches)))
-    if total == 0:
-        return ["No matches."]
-    if total > len(matches):
-        return matches + [f"Newest {len(matches)} of {total} matches. Narrow the regex."]
-    return matches
+    count = count_line(total)
+    if before is not None and total:
+        count = count[:-1] + f" before #{before}."
+    more = ans.get("more")
+    if isinstance(more, int) and not isinstance(more, bool):
+        return matches + [f"{count} The newest {len(matches)} are shown; for the older ones "
+                          f"{api.steps.lead.lower()}{api.steps.recall(q, more)}"]
+    if total and not matches:
+        return [f"{count} None fits in PART_CHARS bytes; raise PART_CHARS (config) to see them."]
+    return matches + [count]
 
 
 def zoom_lines(api: Api, block: str) -> list[str]:
-    return list(api.call("GET", "/zoom", query={"block": block}).get("lines", []))
+    return list(api.call("POST", "/zoom", {"block": block}).get("lines", []))
 
 
 def forget_lines(api: Api, block: str) -> list[str]:
@@ -526,13 +605,32 @@ def do_note(args: argparse.Namespace) -> int:
 
 
 def do_nap(args: argparse.Namespace) -> int:
+    if args.batch is not None or args.summaries is not None:
+        if args.block is not None or (args.batch is not None and args.summaries is not None):
+            raise Failure(f"stash: give one of: {_prog()} nap --batch K, {_prog()} nap --summaries FILE, "
+                          f'{_prog()} nap BLOCK "<line>".', USAGE)
+        if args.batch is not None:
+            _out_lines(batch_lines(_api(), args.batch))
+            return 0
+        _out_lines(summaries_lines(_api(), read_summaries(_read_text(args.summaries))))
+        return 0
     text = None if args.block is None else _text(args.text, "summary")
     _out_lines(nap_lines(_api(), args.block, text))
     return 0
 
 
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise Failure(f"stash: cannot read {path} as UTF-8 text ({_reason(e)}).", USAGE) from None
+
+
 def do_recall(args: argparse.Namespace) -> int:
-    _out_lines(recall_lines(_api(), args.regex))
+    _out_lines(recall_lines(_api(), args.regex, args.before))
     return 0
 
 
@@ -646,10 +744,16 @@ def do_import(args: argparse.Namespace) -> int:
 
 def _grant_line(g: dict) -> str:
     parts = [f"#{g.get('id')}", str(g.get("scope", "?"))]
-    for key in ("created", "revoked"):
+    if g.get("label"):
+        parts.append(json.dumps(g["label"], ensure_ascii=False))
+    for key in ("created", "expires", "revoked"):
         if g.get(key):
             parts.append(f"{key} {g[key]}")
-    if not g.get("revoked") and "revoked" in g:
+    if g.get("last_used"):
+        parts.append(f"last used {g['last_used']}")
+    if g.get("expired") and not g.get("revoked"):
+        parts.append("expired")
+    elif not g.get("revoked") and "revoked" in g:
         parts.append("live")
     return "  ".join(parts)
 
@@ -664,7 +768,9 @@ def do_grants(args: argparse.Namespace) -> int:
             _out(_grant_line(g) if isinstance(g, dict) else str(g))
         return 0
     if words[0] in ("read", "full") and len(words) == 1:
-        ans = api.call("POST", "/grants", {"scope": words[0]})
+        body = {"scope": words[0]}
+        body.update({k: v for k, v in (("label", args.label), ("expires", args.expires)) if v is not None})
+        ans = api.call("POST", "/grants", body)
         grant = ans.get("grant", ans)
         _out(f"Minted #{grant.get('id', ans.get('id'))}, scope {grant.get('scope', words[0])}. "
              "Its token is shown this once; hand it over as STASH_TOKEN:")
@@ -1111,7 +1217,7 @@ def _read_files(folder: str) -> list[str]:
 def _memories_held(api: Api) -> int:
     """How many memories the store holds (a wake that is refused means some)."""
     try:
-        return int(api.call("GET", "/wake", query={"part": 1}).get("T", 0))
+        return int(api.call("POST", "/wake", {"part": 1}).get("T", 0))
     except Failure as f:
         if f.status == 409:
             return -1
@@ -1162,25 +1268,49 @@ def import_stages(T: int, tree: dict[int, list[str | None]]) -> list[int]:
     return sorted(stops)
 
 
-def settle_from_tree(api: Api, tree: dict[int, list[str | None]]) -> int:
-    """Answer the naps the server names, in its order, with the folder's
-    summary of each block, until it names one the folder lacks; returns how
-    many were saved."""
-    saved = 0
-    nap = api.call("POST", "/nap", {}).get("nap")
-    while nap:
-        lo, _, last = str(nap.get("block", "")).partition("-")
-        size = int(last) + 1 - int(lo)
+NAP_BATCH = 256  # most summaries one POST /nap {"summaries": [...]} settles
+
+
+def settle_from_tree(api: Api, tree: dict[int, list[str | None]], T: int, settled: dict[int, int]) -> int:
+    """Settle, with the folder's summaries, every block due at ``T`` in the
+    server's order (by size, then position) up to the first one the folder
+    lacks, ``NAP_BATCH`` per request; returns how many were saved.
+    ``settled[size]`` counts what this move settled so far (each level a
+    dense prefix) and is kept up to date. The server checks the order too:
+    if its first due block is not the one expected here (another writer), it
+    stops rather than guess."""
+    todo: list[dict] = []
+    size = 2
+    while size <= T:
         texts = tree.get(size, [])
-        k = int(lo) // size
-        text = texts[k] if k < len(texts) else None
-        if text is None:
-            break
-        ans = api.call("POST", "/nap", {"block": nap["block"], "text": text})
-        if ans.get("saved") != nap["block"]:
-            break  # another writer settled it meanwhile: stop rather than guess
-        saved += 1
-        nap = ans.get("nap")
+        for k in range(settled.get(size, 0), T // size):
+            text = texts[k] if k < len(texts) else None
+            if text is None:
+                break
+            todo.append({"block": f"{k * size}-{(k + 1) * size - 1}", "text": text})
+        else:
+            size *= 2
+            continue
+        break
+    # A block the folder lacks ends the run: everything after it in the
+    # server's order waits for that one. The loop above stops at the first
+    # gap of the smallest level that has one; larger levels wait for it.
+    if not todo:
+        return 0
+    due = api.call("POST", "/nap", {}).get("nap")
+    if not due or due.get("block") != todo[0]["block"]:
+        return 0
+    saved = 0
+    for start in range(0, len(todo), NAP_BATCH):
+        chunk = todo[start:start + NAP_BATCH]
+        ans = api.call("POST", "/nap", {"summaries": chunk})
+        if ans.get("saved") != [s["block"] for s in chunk]:
+            break  # another writer settled some meanwhile: stop rather than guess
+        for s in chunk:
+            lo, _, last = s["block"].partition("-")
+            n = int(last) + 1 - int(lo)
+            settled[n] = settled.get(n, 0) + 1
+        saved += len(chunk)
     return saved
 
 
@@ -1230,6 +1360,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         raise _after(f, "(The folder's config could not be carried over.) Nothing was imported.") from None
 
     done = carried = 0
+    settled: dict[int, int] = {}
     try:
         for stop in import_stages(T, tree):
             first, last, _ = send_entries(api, entries[done:stop])
@@ -1241,7 +1372,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
             ids = [i for i in erased if first <= i <= last]
             for k in range(0, len(ids), MAX_ERASE_IDS):
                 api.call("POST", "/erase", {"ids": ids[k:k + MAX_ERASE_IDS]})
-            carried += settle_from_tree(api, tree)
+            carried += settle_from_tree(api, tree, stop, settled)
         if "ENTRY_CHARS" in sizes:
             api.call("POST", "/config", {"ENTRY_CHARS": sizes["ENTRY_CHARS"]})
         nap = api.call("POST", "/nap", {}).get("nap")
@@ -1333,8 +1464,14 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("nap", do_nap)
     sp.add_argument("block", nargs="?", help="the due block, like 0-1 (omit to see what is due)")
     sp.add_argument("text", nargs="*", help="the one-line summary")
+    sp.add_argument("--batch", type=int, metavar="K", help="list up to K (1 to 256) due blocks that can be "
+                    "written at once, and the command that answers them all")
+    sp.add_argument("--summaries", metavar="FILE", help="settle a batch: one 'BLOCK LINE' line per block, in "
+                    "the order listed (- reads stdin); all or nothing")
     sp = verb("recall", do_recall)
     sp.add_argument("regex", help="case-insensitive regular expression")
+    sp.add_argument("--before", type=int, metavar="ID", help="only memories before this id: the next older page, "
+                    "as the previous answer names it")
     sp = verb("zoom", do_zoom)
     sp.add_argument("block", help="a block of the wake, like 16-31")
     sp = verb("forget", do_forget)
@@ -1345,6 +1482,9 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("file", help="file of 'YYYY-MM-DD text' lines, oldest first (- for stdin)")
     sp = verb("grants", do_grants)
     sp.add_argument("words", nargs="*", metavar="read|full|revoke ID")
+    sp.add_argument("--label", help="when minting: what the capability is for (at most 64 bytes)")
+    sp.add_argument("--expires", metavar="TIME", help="when minting: an RFC 3339 UTC time from which it opens "
+                    "nothing, like 2027-01-31T18:00:00Z")
     sp = verb("erase", do_erase)
     sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
     verb("erasures", do_erasures)
@@ -1365,8 +1505,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def utf8_streams() -> None:
+    """Memories are UTF-8 (``→``, ``ü``, emoji): write and read them as
+    UTF-8 whatever the locale says, as OptMem does, rather than die on the
+    first character an ASCII or Latin-1 terminal cannot encode."""
+    for stream in (sys.stdout, sys.stderr, sys.stdin):
+        try:
+            stream.reconfigure(encoding="utf-8", errors="replace" if stream is not sys.stdin else "strict")
+        except (AttributeError, ValueError, OSError):  # not a text stream (replaced, closed): leave it
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    utf8_streams()
     p = parser()
     try:
         args = p.parse_args(argv)
@@ -1391,6 +1543,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
+        return REFUSED
+    except UnicodeDecodeError:
+        sys.stderr.write("stash: the input is not UTF-8 text; convert it (iconv -t UTF-8) and try again.\n")
+        return USAGE
+    except Exception as e:  # never a traceback: it could carry a memory's text
+        sys.stderr.write(f"stash: unexpected error ({type(e).__name__}); nothing more is shown, since a trace could "
+                         "hold memory text. Try again; if it persists, report it with the command you ran.\n")
         return REFUSED
 
 

@@ -24,7 +24,9 @@ try:
 except ImportError:  # the optional extra is absent: main() says how to add it
     MCPServer = None
 
-INSTALL = "pip install 'stash-memory[mcp]'"
+# The mcp extra's own requirement (pyproject.toml), so the line works as printed whatever way Stash was
+# installed: the package is not on the public index.
+INSTALL = "pip install 'mcp>=2.3,<3'"
 
 INSTRUCTIONS = """\
 Stash is your permanent memory across sessions. In every session, call wake \
@@ -62,17 +64,22 @@ NAP = """\
 Compress your memory. With block and text, saves text as the one-line summary \
 of the due block; with neither, shows what is due. A nap arrives after note, at \
 the end of wake, or in a refusal: answer every due nap before your next action, \
-one at a time, until none is left. Write one line of at most the bytes the \
+until none is left. Write one line of at most the bytes the \
 prompt names that keeps what has lasting effect (decisions, facts, names, \
 numbers, outcomes), drops what does not, and invents nothing. Blocks settle in \
-order: another block than the due one is refused with the one that is due.\
+order: another block than the due one is refused with the one that is due. \
+When many are due (the prompt says so), take them as a batch: with batch=K it \
+lists up to K blocks that can be written at once (by you, or by parallel \
+subagents that only write lines and never call Stash); answer them all with \
+summaries=[{"block": ..., "text": ...}, ...] in the order listed, all or nothing.\
 """
 RECALL = """\
 Search every memory, word for word (never the summaries), with a case-insensitive \
 regular expression (RE2 syntax, no backreferences or lookaround). Use it before \
 deciding something that may have been decided before, or when the user refers \
 to something your wake does not show. Answers the newest matching memories, \
-oldest first, and says when more matched than it shows: then narrow the pattern.\
+oldest first, then the count ("15 matches."); when more matched than it shows, \
+it names the call that fetches the older ones (before=ID), or narrow the pattern.\
 """
 ZOOM = """\
 Open a block of the wake — a summary line "#lo-hi text" — into its two halves: \
@@ -100,6 +107,19 @@ class ToolCalls(client.Steps):
 
     def note(self, text: str) -> str:
         return f"note(text={_json(text)})"
+
+    def nap_batch(self, k: int) -> str:
+        return f"nap(batch={k})"
+
+    def nap_summaries(self, blocks: list[str]) -> str:
+        items = ", ".join(f'{{"block": {_json(b)}, "text": {_json(f"<your line for {b}>")}}}' for b in blocks)
+        return f"nap(summaries=[{items}])"
+
+    def zoom(self, block: str) -> str:
+        return f"zoom(block={_json(block)})"
+
+    def recall(self, q: str, before: int) -> str:
+        return f"recall(q={_json(q)}, before={before})"
 
 
 def _json(value: str) -> str:
@@ -145,7 +165,20 @@ def build(api: client.Api) -> MCPServer:
         = None,
         text: Annotated[str | None, Field(description=(
             "The one-line summary of the block's source lines; required with block."))] = None,
+        batch: Annotated[int | None, Field(description=(
+            "List up to this many (1 to 256) due blocks that can be written at once; alone."), ge=1, le=256)]
+        = None,
+        summaries: Annotated[list[dict[str, str]] | None, Field(description=(
+            'A batch\'s answer: [{"block": "0-1", "text": "..."}, ...] in the order the batch listed; alone. '
+            "All or nothing."))] = None,
     ) -> CallToolResult:
+        if batch is not None or summaries is not None:
+            if block is not None or text is not None or (batch is not None and summaries is not None):
+                return _result("Give one of: nap(), nap(block=..., text=...), nap(batch=K), nap(summaries=[...]).",
+                               error=True)
+            if batch is not None:
+                return _answer(client.batch_lines, api, batch)
+            return _answer(client.summaries_lines, api, summaries)
         if block is not None and text is None:
             return _result(f"nap {block} needs text, the one-line summary: {api.steps.nap(block, '<your line>')}",
                            error=True)
@@ -153,8 +186,10 @@ def build(api: client.Api) -> MCPServer:
 
     def recall(
         q: Annotated[str, Field(description='The pattern, 1 to 512 bytes, like "deploy|rollback".')],
+        before: Annotated[int | None, Field(description=(
+            "Only memories before this id: the next older page, as the previous answer names it."), ge=0)] = None,
     ) -> CallToolResult:
-        return _answer(client.recall_lines, api, q)
+        return _answer(client.recall_lines, api, q, before)
 
     def zoom(
         block: Annotated[str, Field(description='The block to open, like "64-127", from a "#64-127" line.')],

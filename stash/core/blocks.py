@@ -210,6 +210,32 @@ def erase_span(i: int, T: int, settled: dict[int, int]) -> list[Block]:
             if is_settled(settled, i // size * size, (i // size + 1) * size)]
 
 
+BATCH_MAX = 256
+"""Most blocks one batch lists or one ``{"summaries": [...]}`` settles."""
+
+
+def batch(T: int, settled: dict[int, int], limit: int) -> list[Block]:
+    """The batch (SPEC §2.1): the longest run, up to ``limit``, of the first
+    pending blocks whose sources are settled already, so every one of them can
+    be written at once, by one agent or by parallel subagents.
+
+    A block of at most :data:`RAW_MAX` memories is written from the raw log,
+    which is always there, so it never ends a run. A larger one is written
+    from its halves' summaries: the run stops at the first such block whose
+    halves are not both settled before the batch (the batch's own blocks do
+    not count: their texts are not known while the batch is being written).
+    Settling the run in its order is settling each block as single naps would.
+    """
+    out: list[Block] = []
+    for lo, hi in pending(T, settled, limit):
+        size = hi - lo
+        mid = lo + size // 2
+        if size > RAW_MAX and not (is_settled(settled, lo, mid) and is_settled(settled, mid, hi)):
+            break
+        out.append((lo, hi))
+    return out
+
+
 def halves(lo: int, hi: int) -> tuple[Block, Block]:
     mid = (lo + hi) // 2
     return (lo, mid), (mid, hi)

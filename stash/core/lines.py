@@ -19,10 +19,11 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
     for ch in text:
         if ch in LINE_SEPARATORS or unicodedata.category(ch) == "Cc":
             if ch in "\r\n" or ch in LINE_SEPARATORS:
-                raise Invalid(
-                    f"The {what} spans several lines; a {what} is one line: merge them, or note them separately.",
-                    code="text.multiline",
-                )
+                # A memory can be split into several notes; a summary must stay one line of its block.
+                advice = "merge them, or note them separately" if what == "memory" else \
+                    "merge them into one line"
+                raise Invalid(f"The {what} spans several lines; a {what} is one line: {advice}.",
+                              code="text.multiline")
             raise Invalid(
                 f"The {what} contains a control character (U+{ord(ch):04X}); remove it and send one plain line.",
                 code="text.control",
@@ -34,7 +35,7 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
     if n > max_bytes:
         raise Invalid(
             f"The {what} is {n} bytes; the limit is {max_bytes} (accented characters cost 2 bytes, emoji 4). "
-            "Compress it further.",
+            + ("Compress it further." if what == "summary" else "Shorten it, or split it into separate notes."),
             code="text.too_long",
         )
     return text

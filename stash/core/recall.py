@@ -231,11 +231,11 @@ def _error_message(error: bytes) -> str:
     reason = _RE2_ERRORS.get(description)
     if reason is None:
         return (
-            "The pattern is not valid RE2 syntax. Fix it; API-REFERENCE.md lists "
+            "The pattern is not valid RE2 syntax. Fix it; $STASH_URL/reference#recall-syntax lists "
             "the accepted syntax."
         )
     return (
-        f"The pattern is not valid RE2 syntax: {reason}. Fix it; API-REFERENCE.md "
+        f"The pattern is not valid RE2 syntax: {reason}. Fix it; $STASH_URL/reference#recall-syntax "
         "lists the accepted syntax."
     )
 

@@ -14,6 +14,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Unauthorized, Unavailable
@@ -24,6 +25,7 @@ from ..storage import userlock
 from ..storage.files import MissingFile, UserFiles, available_file_cipher, storage_error
 from ..storage.keyring import Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
+from . import grant_terms
 from .memory import Memory
 
 RANK = {"read": 0, "full": 1, "owner": 2}
@@ -88,7 +90,7 @@ class Session:
                 mf.check_state_copy(state_copy)
                 if self.pin is not None:
                     mf.check_pin(self.pin)
-                self._memory = Memory(mf)
+                self._memory = Memory(mf, writes=self.scope != "read")
             except BaseException:
                 mf.close()
                 raise
@@ -171,25 +173,38 @@ class Vault:
             raise
         return Identity(user_id, token, self.file_cipher)
 
-    def mint_grant(self, session: Session, scope: str) -> tuple[int, str]:
+    def mint_grant(self, session: Session, scope: str, label: str | None = None,
+                   expires: str | None = None) -> tuple[int, str]:
         """A new capability over the session's memory: the current epoch key
-        sealed to a key pair derived from a fresh secret. Returns
-        ``(grant_id, token)``; the token exists only in this answer."""
+        sealed to a key pair derived from a fresh secret (its expiry, when
+        given, bound into its certificate; its label sealed under the epoch's
+        label key). Returns ``(grant_id, token)``; the token exists only in
+        this answer."""
         if scope not in ("read", "full"):
             raise ValueError("only read or full capabilities can be minted")
         token, secret = tokens.mint(session.user_id)
         grant_id = session.keyring.add(
             scope=scope, tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
-            chain=session.chain, kdf=self.kdf,
+            chain=session.chain, kdf=self.kdf, expires=expires, label=label,
         )
         return grant_id, token
 
     def list_grants(self, session: Session) -> list[dict]:
-        return [
-            {"id": g.id, "scope": g.scope, "created": g.created, "revoked": g.revoked,
-             "live": g.revoked is None, "you": g.id == session.grant_id}
-            for g in session.keyring.grants()
-        ]
+        """Every grant with its label (opened), expiry and last-used day."""
+        now = datetime.now(UTC)
+        out = []
+        for g in session.keyring.grants():
+            notes = session.keyring.notes(g.id)
+            try:
+                label = session.keyring.label(g.id, session.chain)
+            except (aead.Unsealable, UnicodeDecodeError):
+                raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
+                              "backup.") from None
+            is_expired = grant_terms.expired(notes.expires, now)
+            out.append({"id": g.id, "scope": g.scope, "label": label, "created": g.created, "expires": notes.expires,
+                        "revoked": g.revoked, "expired": is_expired, "live": g.revoked is None and not is_expired,
+                        "last_used": notes.last_used, "you": g.id == session.grant_id})
+        return out
 
     def revoke_grant(self, session: Session, grant_id: int) -> dict:
         """Revoke one capability: destroy its key columns (its listing row
@@ -298,6 +313,12 @@ class Vault:
         if grant is None or grant.wrapped is None:
             ring.close()
             raise Unauthorized()
+        # An expired capability is refused like a revoked one, before any key
+        # work. The stored expiry is trusted here only to refuse: one edited
+        # to extend the grant no longer matches its wrap, which then fails.
+        if grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
+            ring.close()
+            raise Unauthorized()
         return token, files, ring, grant
 
     def check_token(self, token_text: str | None) -> None:
@@ -334,6 +355,7 @@ class Vault:
                     "This capability's key is damaged or was altered, so nothing was opened; "
                     "ask the owner for a new capability."
                 ) from None
+            ring.touch(grant.id, datetime.now(UTC).date().isoformat())
             # The scope is read only after the certificate authenticated it.
             if RANK[grant.scope] < RANK[need]:
                 raise Forbidden(

@@ -4,26 +4,76 @@ Every instruction must run exactly as printed in a shell that has the two
 variables of the integration, ``STASH_URL`` and ``STASH_TOKEN``. The last line
 of each always starts with ``Run: `` so the ``stash`` client can swap in its
 own, shorter verb.
+
+Every command is built by :func:`command`, and none carries a query string or
+a trailing slash: a read goes to its POST twin with a JSON body, so an agent
+behind a broker that refuses query strings can run each one as printed
+(SPEC §3).
 """
 
 from __future__ import annotations
 
+import json
+
 _AUTH = '-H "Authorization: Bearer $STASH_TOKEN"'
+
+SKILL_PATH = "/skill"
+REFERENCE_PATH = "/reference"
+
+
+def command(path: str, body: dict | None = None) -> str:
+    """``curl`` of ``POST $STASH_URL{path}`` with ``body`` as JSON (GET when
+    there is no body). The body is written between single quotes, so it must
+    hold none: the callers put only block ids, numbers and fixed placeholders
+    in it, never memory text."""
+    if body is None:
+        return f'curl -s {_AUTH} "$STASH_URL{path}"'
+    text = json.dumps(body, ensure_ascii=False)
+    if "'" in text:
+        raise ValueError("a printed command's body cannot hold a single quote")
+    return f"curl -s {_AUTH} -X POST \"$STASH_URL{path}\" -d '{text}'"
 
 
 def nap(block: str) -> str:
-    body = '{"block": "' + block + '", "text": "<your line>"}'
-    return f"curl -s {_AUTH} -X POST \"$STASH_URL/nap\" -d '{body}'"
+    return command("/nap", {"block": block, "text": "<your line>"})
 
 
 def nap_status() -> str:
-    return f"curl -s {_AUTH} -X POST \"$STASH_URL/nap\" -d '{{}}'"
+    return command("/nap", {})
+
+
+def nap_batch(k: int) -> str:
+    return command("/nap", {"batch": k})
+
+
+def nap_summaries(block_ids: list[str]) -> str:
+    return command("/nap", {"summaries": [{"block": b, "text": f"<your line for {b}>"} for b in block_ids]})
 
 
 def wake(part: int | None = None, T: int | None = None) -> str:
-    query = "" if part is None else f"?part={part}&T={T}"
-    return f"curl -s {_AUTH} \"$STASH_URL/wake{query}\""
+    if part is None:
+        return command("/wake")
+    return command("/wake", {"part": part, "T": T})
 
 
 def note() -> str:
-    return f"curl -s {_AUTH} -X POST \"$STASH_URL/note\" -d '{{\"text\": \"<one line>\"}}'"
+    return command("/note", {"text": "<one line>"})
+
+
+def recall(before: int | None = None) -> str:
+    body: dict = {"q": "<the same regex>"}
+    if before is not None:
+        body["before"] = before
+    return command("/recall", body)
+
+
+def zoom(block: str = "<lo-hi>") -> str:
+    return command("/zoom", {"block": block})
+
+
+def skill_url() -> str:
+    return f"$STASH_URL{SKILL_PATH}"
+
+
+def reference_url() -> str:
+    return f"$STASH_URL{REFERENCE_PATH}"

@@ -32,9 +32,13 @@ def today_utc() -> str:
 
 
 class Memory:
-    def __init__(self, mf: MemoryFile, today: Callable[[], str] = today_utc) -> None:
+    def __init__(self, mf: MemoryFile, today: Callable[[], str] = today_utc, *, writes: bool = True) -> None:
+        """``writes``: the capability may write (full or owner). A read
+        capability is never handed a nap or told to note: every instruction
+        it gets is one it can carry out."""
         self.mf = mf
         self.today = today
+        self.writes = writes
         self.sizes = sizes.effective(mf.config())
 
     # ------------------------------------------------------------ reading helpers
@@ -58,25 +62,34 @@ class Memory:
     def _render_memories(self, lo: int, hi: int) -> list[str]:
         return [lines.memory_line(*m) for m in self.mf.memories(lo, hi)]
 
+    def _source(self, lo: int, hi: int) -> list[str]:
+        """The rendered lines block ``[lo, hi)`` is compressed from (SPEC §2.4)."""
+        if hi - lo <= blocks.RAW_MAX:
+            return self._render_memories(lo, hi)
+        source = []
+        for a, b in blocks.halves(lo, hi):
+            s = self.mf.summary(a, b)
+            if s is None:
+                raise Damaged(
+                    f"The summary of {blocks.block_id(a, b)} is missing though a block above it is due; "
+                    f"forget {blocks.block_id(a, b)} and nap again."
+                )
+            source.append(lines.summary_line(a, b, s))
+        return source
+
     def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict | None:
-        """The due compression at snapshot ``T`` as a nap object, or None."""
+        """The due compression at snapshot ``T`` as a nap object, or None;
+        always None for a read capability, which cannot write it. When more
+        than one is due, the prompt says so and how to take the ones that can
+        be written now as one batch."""
+        if not self.writes:
+            return None
         settled = self.mf.settled(T) if settled is None else settled
         first = blocks.first_pending(T, settled)
         if first is None:
             return None
         lo, hi = first
-        if hi - lo <= blocks.RAW_MAX:
-            source = self._render_memories(lo, hi)
-        else:
-            source = []
-            for a, b in blocks.halves(lo, hi):
-                s = self.mf.summary(a, b)
-                if s is None:
-                    raise Damaged(
-                        f"The summary of {blocks.block_id(a, b)} is missing though a block above it is due; "
-                        f"forget {blocks.block_id(a, b)} and nap again."
-                    )
-                source.append(lines.summary_line(a, b, s))
+        source = self._source(lo, hi)
         remaining = blocks.pending_count(T, settled) - 1
         bid = blocks.block_id(lo, hi)
         limit = self.sizes["ENTRY_CHARS"]
@@ -84,6 +97,14 @@ class Memory:
         if remaining:
             tail = "\n" + ("1 compression remains" if remaining == 1 else f"{remaining} compressions remain")
             tail += " after this one."
+            ready = len(blocks.batch(T, settled, blocks.BATCH_MAX))
+            if ready > 1:
+                k = min(ready, blocks.BATCH_MAX)
+                tail += (
+                    f" {k} of them can be written now: to take them as one batch (write them yourself, or split "
+                    f"them among parallel subagents that only write lines and never call Stash), instead run: "
+                    f"{instructions.nap_batch(k)}\nOtherwise:"
+                )
         prompt = (
             f"Compress memories #{bid} into one line of at most {limit} bytes.\n"
             "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
@@ -92,6 +113,35 @@ class Memory:
             + f"Run: {instructions.nap(bid)}"
         )
         return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit, "prompt": prompt}
+
+    def batch_for(self, T: int, k: int) -> dict:
+        """Up to ``k`` due blocks that can be written at once (SPEC §2.1),
+        each with its source, and the prompt that ends with the one command
+        that settles them all."""
+        settled = self.mf.settled(T)
+        nap = self.nap_for(T, settled)
+        todo = blocks.batch(T, settled, k)
+        limit = self.sizes["ENTRY_CHARS"]
+        items = [{"block": blocks.block_id(lo, hi), "source": self._source(lo, hi), "max_bytes": limit}
+                 for lo, hi in todo]
+        if not items:
+            return {"saved": None, "nap": None, "batch": [], "prompt": None, "message": "Nothing left to compress."}
+        ids = [it["block"] for it in items]
+        after = blocks.pending_count(T, settled) - len(items)
+        body = "\n\n".join(f"#{it['block']}:\n" + "\n".join("  " + s for s in it["source"]) for it in items)
+        prompt = (
+            f"Compress each of these {lines.plural(len(items), 'block')} into one line of at most {limit} bytes.\n"
+            "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
+            "can be written in parallel (by subagents that only write lines and never call Stash).\n\n"
+            + body
+            + "\n\n"
+            + (f"{lines.plural(after, 'compression')} will remain after these; ask for the next batch then.\n"
+               if after else "")
+            + "Send every line at once, in this order (all or nothing).\n"
+            + f"Run: {instructions.nap_summaries(ids)}"
+        )
+        return {"saved": None, "nap": nap, "batch": items, "prompt": prompt,
+                "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}."}
 
     # ------------------------------------------------------------ wake
 
@@ -105,6 +155,15 @@ class Memory:
                 else:
                     s = self.mf.summary(lo, hi)
                     if s is None:
+                        if not self.writes:
+                            n = blocks.pending_count(T, settled)
+                            raise Conflict(
+                                f"Cannot wake yet: the memory context needs #{blocks.block_id(lo, hi)}, which is "
+                                f"not compressed yet. The memory's writer (a full or owner capability) owes "
+                                f"{lines.plural(n, 'compression')}; this read capability cannot write them. Tell "
+                                "the user, and wake again once the writer has answered its naps.",
+                                code="wake.needs_nap", needs=blocks.block_id(lo, hi), nap=None,
+                            )
                         nap = self.nap_for(T, settled)
                         if nap is None:
                             raise Damaged(
@@ -140,7 +199,10 @@ class Memory:
         if not T:
             if part != 1:
                 raise Invalid(f"No part {part}: the memory has 1 part; wake without part.", code="wake.no_part")
-            empty = f"No memories yet. Record the first with: {instructions.note()}\n" if not now else ""
+            empty = ""
+            if not now:
+                empty = (f"No memories yet. Record the first with: {instructions.note()}\n" if self.writes else
+                         "No memories yet.\n")
             return {
                 "T": 0, "part": 1, "parts": 1, "lines": [], "awake": True, "nap": None, "next": None,
                 "message": empty + AWAKE,
@@ -184,7 +246,17 @@ class Memory:
         i = self.mf.append([(self.today(), text)])
         return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.head.as_dict()}
 
-    def nap(self, block: object = None, text: object = None) -> dict:
+    def nap(self, block: object = None, text: object = None, batch: object = None,
+            summaries: object = None) -> dict:
+        if batch is not None or summaries is not None:
+            if block is not None or text is not None or (batch is not None and summaries is not None):
+                raise Invalid("Send one of {}, {\"block\", \"text\"}, {\"batch\": k} or {\"summaries\": [...]}.",
+                              code="nap.mixed")
+            if batch is not None:
+                if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= blocks.BATCH_MAX:
+                    raise Invalid(f"batch must be a whole number from 1 to {blocks.BATCH_MAX}.", code="nap.bad_batch")
+                return self.batch_for(self.mf.count(), batch)
+            return self.settle(summaries)
         T = self.mf.count()
         if block is None:
             if text is not None:
@@ -220,9 +292,66 @@ class Memory:
                     "message": f"{bid} was forgotten meanwhile; nothing was written."}
         return {"saved": bid, "nap": self.nap_for(T), "message": f"{bid} saved."}
 
+    def settle(self, summaries: object) -> dict:
+        """Settle ``[{"block", "text"}, ...]`` in order, all or nothing, each
+        exactly as a single nap would (SPEC §2.1), so the tree is the one
+        single naps make. A block settled before the request is skipped (a
+        retry of a batch that landed writes nothing); any other block out of
+        order is 409 naming the one due, and nothing is written."""
+        if not isinstance(summaries, list) or not 1 <= len(summaries) <= blocks.BATCH_MAX:
+            raise Invalid(f"summaries must be a list of 1 to {blocks.BATCH_MAX} objects "
+                          "{\"block\": \"lo-hi\", \"text\": \"...\"}.", code="nap.bad_summaries")
+        T = self.mf.count()
+        limit = self.sizes["ENTRY_CHARS"]
+        before = self.mf.settled(T)
+        state = dict(before)
+        todo: list[tuple[int, int, str]] = []
+        for k, item in enumerate(summaries):
+            if not isinstance(item, dict) or set(item) != {"block", "text"}:
+                raise Invalid(f"Summary {k} must be an object with exactly \"block\" and \"text\"; "
+                              "nothing was written.", code="nap.bad_summaries", index=k)
+            try:
+                lo, hi = self._block(item["block"])
+                self._within(lo, hi, T)
+                text = lines.check_line(item["text"], limit, "summary")
+            except Invalid as e:
+                raise Invalid(f"Summary {k}: {e.message} Nothing was written.", code=e.code, index=k) from None
+            size = hi - lo
+            if before.get(size, 0) > lo // size:
+                continue
+            if (lo, hi) != blocks.first_pending(T, state):
+                due = self.nap_for(T, before)
+                expected = blocks.first_pending(T, state)
+                want = blocks.block_id(*expected) if expected else None
+                why = (f"the next after the ones before it is {want}" if want else
+                       "nothing is due after the ones before it")
+                raise Conflict(
+                    f"Wrong block in summary {k}: {blocks.block_id(lo, hi)}; blocks settle in order, and {why}. "
+                    f"Nothing was written; the next due is {due['block'] if due else 'none'}.",
+                    code="nap.wrong_block", due=due["block"] if due else None, nap=due, index=k,
+                )
+            todo.append((lo, hi, text))
+            state[size] = state.get(size, 0) + 1
+        if todo and not self.mf.put_summaries(todo):
+            # Another writer settled or forgot blocks between the check and the
+            # write: answered as a single nap's race is, with nothing written.
+            return {"saved": [], "nap": self.nap_for(T),
+                    "message": "Another writer settled or forgot blocks meanwhile; nothing was written. "
+                               "Answer what is due now."}
+        saved = [blocks.block_id(lo, hi) for lo, hi, _ in todo]
+        message = f"{lines.plural(len(saved), 'summary')} saved." if saved else \
+            "Every block was already settled; nothing was written."
+        return {"saved": saved, "nap": self.nap_for(T), "message": message}
+
     # ------------------------------------------------------------ recall, zoom, forget
 
-    def recall(self, q: object) -> dict:
+    def recall(self, q: object, before: int | None = None) -> dict:
+        """The newest matches that fit one part, of the memories before
+        ``before`` (default: the whole log). ``more`` is the ``before`` of
+        the next older page: the id of the oldest match shown, when older
+        ones were left out. Pages are cut at ids, so walking ``more`` until
+        it is null yields every match exactly once, even while notes arrive
+        (they land after every page's range)."""
         if not isinstance(q, str):
             raise Invalid("Send the pattern as the string q.", code="recall.bad_pattern")
         try:
@@ -231,18 +360,30 @@ class Memory:
             raise Invalid(str(e), code="recall.bad_pattern") from None
         deadline = time.monotonic() + RECALL_SECONDS + self.mf.count() * RECALL_SECONDS_PER_MEMORY
         try:
-            found, total = recall_scan.recall(self.mf, matcher, q, self.sizes["PART_CHARS"], deadline)
+            found, total = recall_scan.recall(self.mf, matcher, q, self.sizes["PART_CHARS"], deadline, before)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.too_slow") from None
-        return {"matches": found, "total": total}
+        more = int(found[0].split(" ", 1)[0][1:]) if found and len(found) < total else None
+        count = "No match." if not total else f"{lines.plural(total, 'match')}."
+        if before is not None and total:
+            count = f"{lines.plural(total, 'match')} before #{before}."
+        if more is not None:
+            message = (f"{count} The newest {len(found)} are shown; for the older ones run: "
+                       f"{instructions.recall(more)}")
+        elif total and not found:
+            message = f"{count} None fits in PART_CHARS={self.sizes['PART_CHARS']} bytes; raise PART_CHARS."
+        else:
+            message = count
+        return {"matches": found, "total": total, "more": more, "message": message}
 
     def zoom(self, block: object) -> dict:
         lo, hi = self._block(block)
         T = self.mf.count()
         if lo >= T:
+            last = f" (#0 to #{T - 1})" if T else ""
             raise Invalid(
-                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}; "
-                "zoom into a block the wake printed.",
+                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}; "
+                f"zoom into a #lo-hi line the wake prints: {instructions.wake()}",
                 code="block.beyond_log",
             )
         out = []

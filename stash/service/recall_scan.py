@@ -76,8 +76,10 @@ def merge(older: tuple[list[str], int], newer: tuple[list[str], int], part_bytes
     return [*reversed(tail), *new_kept], total
 
 
-def recall(mf: MemoryFile, matcher: Matcher, pattern: str, part_bytes: int, deadline: float) -> tuple[list[str], int]:
-    T = mf.count()
+def recall(mf: MemoryFile, matcher: Matcher, pattern: str, part_bytes: int, deadline: float,
+           stop: int | None = None) -> tuple[list[str], int]:
+    """Recall over memories ``[0, stop)`` (default: the whole log)."""
+    T = mf.count() if stop is None else min(stop, mf.count())
     split = (T // 2) // SCAN_BATCH * SCAN_BATCH
     pool = _worker_pool() if T >= PARALLEL_MIN and split else None
     if pool is None or not _worker_free.acquire(blocking=False):

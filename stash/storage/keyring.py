@@ -34,6 +34,7 @@ from .idempotency import Records
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
+LABEL_KEY = b"grant-labels"  # subkey purpose: the key that seals grant labels
 HEAD_COPY = "log_head"
 STATE_COPY = "state_version"
 EPOCH = "epoch"
@@ -47,9 +48,28 @@ def wrap_aad(user_id: str, grant_id: int, scope: str) -> bytes:
     return f"stash/v1|{user_id}|grant|{grant_id}|{scope}".encode()
 
 
-def cert_aad(user_id: str, grant_id: int, scope: str) -> bytes:
-    """Associated data of a certificate (the public key under the KEK)."""
-    return f"stash/v2|{user_id}|grant|{grant_id}|{scope}".encode()
+def label_aad(user_id: str, grant_id: int) -> bytes:
+    return f"stash/v1|{user_id}|grant_label|{grant_id}".encode()
+
+
+@dataclass(frozen=True)
+class GrantNotes:
+    label: bytes | None  # sealed under the current epoch's label key
+    expires: str | None
+    last_used: str | None
+
+
+def cert_aad(user_id: str, grant_id: int, scope: str, expires: str | None = None) -> bytes:
+    """Associated data of a certificate (the public key under the KEK). A
+    grant with an expiry binds it too, so it cannot be extended or removed by
+    editing the key ring."""
+    aad = f"stash/v2|{user_id}|grant|{grant_id}|{scope}"
+    return (aad if expires is None else f"{aad}|expires|{expires}").encode()
+
+
+def label_key(chain: KeyChain) -> bytes:
+    """The key that seals grant labels in the current epoch."""
+    return keys.subkey(chain.current, LABEL_KEY)
 
 
 def now_utc() -> str:
@@ -220,10 +240,12 @@ class Keyring:
         except ValueError:
             raise aead.Unsealable("the key ring's older epoch keys are unreadable") from None
 
-    def _insert(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams) -> int:
+    def _insert(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
+                expires: str | None = None, label: str | None = None) -> int:
         """File a grant whose box holds ``chain``'s current key (inside a
         write transaction). The id is allotted first because the certificate
-        binds it."""
+        binds it (and ``expires``, when given); ``label`` is sealed under the
+        current epoch's label key, bound to the user and the grant id."""
         if scope not in SCOPES:
             raise ValueError("unknown scope")
         salt = keys.new_salt()
@@ -234,9 +256,15 @@ class Keyring:
         self.conn.execute(
             "UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?",
             (json.dumps({**kdf.as_dict(), "salt": salt.hex()}),
-             aead.seal(kek, pub, cert_aad(self.user_id, grant_id, scope)), pub,
+             aead.seal(kek, pub, cert_aad(self.user_id, grant_id, scope, expires)), pub,
              epochs.box_epoch(pub, chain.epoch, chain.current), grant_id),
         )
+        if expires is not None or label is not None:
+            sealed = None if label is None else aead.seal(
+                label_key(chain), label.encode(), label_aad(self.user_id, grant_id))
+            self._ensure_notes()
+            self.conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
+                              (grant_id, sealed, expires))
         return grant_id
 
     def _check_epoch(self, chain: KeyChain) -> None:
@@ -244,14 +272,97 @@ class Keyring:
             raise Conflict("A capability was revoked while this request ran, so nothing was changed; retry it.",
                            code="grants.busy")
 
-    def add(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams) -> int:
+    def add(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
+            expires: str | None = None, label: str | None = None) -> int:
         """A new capability that reaches the current epoch. Refused (409) if a
         revocation moved the epoch since ``chain`` was opened: the new box
         would hold a key that is no longer current."""
         with write_transaction(self.conn):
             self._select("LIMIT 0", ())  # a format-1 ring gets its columns first
             self._check_epoch(chain)
-            return self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf)
+            return self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
+                                label=label)
+
+    def _ensure_notes(self) -> None:
+        self._ensure_table("grant_notes")
+
+    def _has_notes(self) -> bool:
+        return self._has_table("grant_notes")
+
+    def notes(self, grant_id: int) -> GrantNotes:
+        """A grant's label (sealed), expiry and last-used day; all None when
+        it has none (or the key ring predates them)."""
+        row = None
+        if self._has_notes():
+            row = self.conn.execute("SELECT label, expires, last_used FROM grant_notes WHERE grant_id = ?",
+                                    (grant_id,)).fetchone()
+        return GrantNotes(*row) if row else GrantNotes(None, None, None)
+
+    def _ensure_table(self, name: str) -> None:
+        """A key ring made before table ``name`` existed gets it (as
+        schema.sql writes it) on its first write of one."""
+        keyring = sections()["keyring"]
+        start = keyring.index(f"CREATE TABLE IF NOT EXISTS {name} ")
+        self.conn.execute(keyring[start:keyring.index(");", start) + 2])
+
+    def _has_table(self, name: str) -> bool:
+        return self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+    def record(self, grant_id: int, event: str, detail: dict) -> None:
+        """Append one audit event, in the caller's transaction when there is
+        one (so a key-ring write and its event commit together)."""
+        with write_transaction(self.conn):
+            self._ensure_table("audit")
+            self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)",
+                              (now_utc(), grant_id, event, json.dumps(detail, sort_keys=True)))
+
+    def events(self) -> list[dict]:
+        if not self._has_table("audit"):
+            return []
+        rows = self.conn.execute("SELECT id, at, grant_id, event, detail FROM audit ORDER BY id")
+        return [{"id": i, "at": at, "grant": g, "event": e, "detail": json.loads(d)} for i, at, g, e, d in rows]
+
+    def label(self, grant_id: int, chain: KeyChain) -> str | None:
+        """The grant's label, opened; :class:`aead.Unsealable` when it was
+        altered or moved from another grant."""
+        sealed = self.notes(grant_id).label
+        if sealed is None:
+            return None
+        return aead.open_sealed(label_key(chain), sealed, label_aad(self.user_id, grant_id)).decode()
+
+    def _reseal_labels(self, old: KeyChain, new: KeyChain) -> None:
+        """Move every label to the new epoch's label key (inside the epoch's
+        write transaction), so a revoked capability reads no label minted or
+        kept after its revocation."""
+        if not self._has_notes():
+            return
+        rows = self.conn.execute("SELECT grant_id, label FROM grant_notes WHERE label IS NOT NULL").fetchall()
+        for grant_id, sealed in rows:
+            aad = label_aad(self.user_id, grant_id)
+            plain = aead.open_sealed(label_key(old), sealed, aad)
+            self.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
+                              (aead.seal(label_key(new), plain, aad), grant_id))
+
+    def touch(self, grant_id: int, day: str) -> None:
+        """Record ``day`` as the grant's last use, writing only when the day
+        changed; best effort like :meth:`advance_head` (a full disk must not
+        refuse a read), and not fsynced."""
+        if self.notes(grant_id).last_used == day:
+            return
+        try:
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with self.conn:
+                    self.conn.execute("BEGIN IMMEDIATE")
+                    self._ensure_notes()
+                    self.conn.execute("INSERT INTO grant_notes(grant_id, last_used) VALUES (?, ?) "
+                                      "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
+                                      (grant_id, day))
+            finally:
+                self.conn.execute("PRAGMA synchronous = FULL")
+        except (*DB_ERRORS, OSError):
+            return
 
     def open_grant(self, grant: Grant, secret: bytes) -> Opened:
         """Every epoch key this grant reaches, or :class:`aead.Unsealable` when
@@ -276,7 +387,8 @@ class Keyring:
                 raise StaleGrant()
             return Opened(KeyChain(self.user_id, (key,)), True, kek)
         private = epochs.capability_private_key(kek)
-        pub = aead.open_sealed(kek, grant.wrapped, cert_aad(self.user_id, grant.id, grant.scope))
+        expires = self.notes(grant.id).expires
+        pub = aead.open_sealed(kek, grant.wrapped, cert_aad(self.user_id, grant.id, grant.scope, expires))
         if pub != grant.pub or pub != bytes(private.public_key) or grant.box is None:
             raise aead.Unsealable("the grant's public key does not match its certificate")
         boxed, current = epochs.open_box(private, grant.box)
@@ -335,6 +447,7 @@ class Keyring:
                 else:
                     self.conn.execute("UPDATE grants SET box = ? WHERE id = ?",
                                       (epochs.box_epoch(g.pub, new.epoch, new.current), g.id))
+            self._reseal_labels(chain, new)
             for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, new.seal_older().hex())):
                 self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))

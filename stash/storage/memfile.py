@@ -845,6 +845,21 @@ class MemoryFile:
             self._write_state()
         return True
 
+    def put_summaries(self, items: list[tuple[int, int, str]]) -> bool:
+        """Settle several blocks at once, in the given order, each under
+        exactly :meth:`put_summary`'s conditions; all or nothing: False (and
+        nothing written) if any one of them would be refused. A savepoint
+        keeps it whole inside a caller's transaction too."""
+        with write_transaction(self.conn):
+            self.conn.execute("SAVEPOINT summaries_batch")
+            for lo, hi, text in items:
+                if not self.put_summary(lo, hi, text):
+                    self.conn.execute("ROLLBACK TO summaries_batch")
+                    self.conn.execute("RELEASE summaries_batch")
+                    return False
+            self.conn.execute("RELEASE summaries_batch")
+        return True
+
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Drop block ``[lo, hi)`` and everything built on it: at each size from
         ``hi - lo`` upward, the containing block and every later one of that

@@ -90,16 +90,26 @@ def allowed_methods(app, scope) -> list[str]:
     return sorted(methods)
 
 
+def _reference_url(request) -> str:
+    """Where this server serves its API reference, as its users reach it."""
+    from ..service.pages import page_address
+
+    address = page_address(request.app.state.settings.public_url, request.url.scheme, request.headers.get("host"))
+    return f"{address}/reference"
+
+
 async def not_found(request, exc) -> JSON:
     code = getattr(exc, "status_code", 404)
     request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
     if code == 405:
-        err = StashError("This route does not take that method; see API-REFERENCE.md.", code="method_not_allowed")
+        err = StashError(f"This route does not take that method; the reference at {_reference_url(request)} "
+                         "lists each route's methods.", code="method_not_allowed")
         err.status = 405
         resp = error_response(err)
         resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
         return resp
-    return error_response(NotFound("No such route; see API-REFERENCE.md for the routes.", code="route.unknown"))
+    return error_response(NotFound(f"No such route; the routes are listed at {_reference_url(request)}.",
+                                   code="route.unknown"))
 
 
 @contextlib.asynccontextmanager

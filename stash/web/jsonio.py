@@ -12,6 +12,9 @@ from ..core.errors import Invalid, Malformed, TooLarge
 
 BODY_CAP = 64 * 1024  # default of `stash serve --max-body`
 IMPORT_BODY_CAP = 16 * 1024 * 1024  # default of `stash serve --max-import-body`
+# POST /nap's floor: a full batch of 256 summaries of 280 bytes, each up to 840 bytes JSON-escaped (4-byte
+# characters as two \uXXXX escapes) with its block id and punctuation, fits in 256 KiB.
+NAP_BODY_CAP = 256 * 1024
 
 
 class JSON(Response):

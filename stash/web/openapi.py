@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import sizes
+from ..core.blocks import BATCH_MAX
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..service import idempotency
-from .jsonio import BODY_CAP, IMPORT_BODY_CAP
+from .jsonio import BODY_CAP, IMPORT_BODY_CAP, NAP_BODY_CAP
 
 Schema = dict[str, Any]
 
@@ -88,7 +89,8 @@ SCHEMAS: dict[str, Schema] = {
             "error": {"const": "wake.needs_nap"},
             "message": _str(),
             "needs": _str("The block the document needs and has no summary for.", pattern=_BLOCK_ID),
-            "nap": _ref("Nap"),
+            "nap": _nullable(_ref("Nap")) | {"description": "The first due compression; null for a read "
+                                                           "capability, which cannot write it."},
         },
         description="The wake cannot be rendered until the due compressions are done; `nap` is the first.",
     ),
@@ -98,8 +100,10 @@ SCHEMAS: dict[str, Schema] = {
             "message": _str(),
             "due": _str("The block that is due.", pattern=_BLOCK_ID),
             "nap": _ref("Nap"),
+            "index": _int(0, description="In a batch of `summaries`: the position of the one out of order."),
         },
-        description="A summary was sent for a block that is not the one due.",
+        required=["error", "message", "due", "nap"],
+        description="A summary was sent for a block that is not the one due; in a batch, nothing was written.",
     ),
     "BlockId": _str("A block, inclusive at both ends: an aligned power-of-two range of at least two memories, "
                     "like 0-1, 4-7, 128-255.", pattern=_BLOCK_ID, examples=["16-31"]),
@@ -118,6 +122,15 @@ SCHEMAS: dict[str, Schema] = {
         },
         description="The due compression: write one line that summarises `source` and send it to POST /nap.",
     ),
+    "BatchItem": _obj(
+        {
+            "block": _ref("BlockId"),
+            "source": {"type": "array", "items": _ref("Line"), "minItems": 2,
+                       "description": "What to compress, as in the nap object."},
+            "max_bytes": _int(1, sizes.SIZES["ENTRY_CHARS"].high, "The longest summary accepted (ENTRY_CHARS)."),
+        },
+        description="One block of a batch: everything it is written from is settled already.",
+    ),
     "Head": _obj(
         {
             "count": _int(0, description="How many memories the log holds."),
@@ -134,9 +147,13 @@ SCHEMAS: dict[str, Schema] = {
     "Grant": _obj({
         "id": _int(1, description="The capability's number; the owner's is the first."),
         "scope": {"enum": ["read", "full", "owner"]},
+        "label": _nullable(_str("What the owner said it is for (1-64 bytes of printable text).")),
         "created": _ref("Timestamp"),
+        "expires": _nullable(_ref("Timestamp")) | {"description": "When it stops opening anything; null: never."},
         "revoked": _nullable(_ref("Timestamp")),
-        "live": {"type": "boolean", "description": "False once revoked."},
+        "expired": {"type": "boolean", "description": "True once `expires` has passed."},
+        "live": {"type": "boolean", "description": "False once revoked or expired."},
+        "last_used": _nullable(_str("The UTC day of its last authenticated request.", pattern=r"^\d{4}-\d{2}-\d{2}$")),
         "you": {"type": "boolean", "description": "True for the capability that made this request."},
     }),
     "Receipt": _obj({
@@ -279,25 +296,53 @@ SPECS: dict[tuple[str, str], R] = {
         description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
     ),
     ("POST", "/nap"): R(
-        _obj({"saved": _nullable(_ref("BlockId")) | {"description": "The block saved; null when nothing was written."},
-              "nap": _NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
-              "message": _str()}),
+        {"anyOf": [
+            _obj({"saved": _nullable(_ref("BlockId")) | {"description": "The block saved; null when nothing was "
+                                                                        "written."},
+                  "nap": _NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
+                  "message": _str()}, description="The answer to {} or {block, text}."),
+            _obj({"saved": {"type": "null"},
+                  "nap": _NAP_OR_NULL | {"description": "The first pending block."},
+                  "batch": {"type": "array", "maxItems": BATCH_MAX, "items": _ref("BatchItem"),
+                            "description": "The due blocks that can be written at once, in settling order."},
+                  "prompt": _nullable(_str("The instruction, ending with the command that settles them all.")),
+                  "message": _str()}, description="The answer to {batch: k}."),
+            _obj({"saved": {"type": "array", "maxItems": BATCH_MAX, "items": _ref("BlockId"),
+                            "description": "The blocks this request wrote, in order."},
+                  "nap": _NAP_OR_NULL | {"description": "What is due now."},
+                  "message": _str()}, description="The answer to {summaries: [...]}."),
+        ]},
         idempotent=True,
         body=_obj({"block": _ref("BlockId"),
-                   "text": _str("The summary: one line of at most ENTRY_CHARS bytes.", **_ONE_LINE)},
+                   "text": _str("The summary: one line of at most ENTRY_CHARS bytes.", **_ONE_LINE),
+                   "batch": _int(1, BATCH_MAX, "List up to this many due blocks that can be written at once."),
+                   "summaries": {"type": "array", "minItems": 1, "maxItems": BATCH_MAX,
+                                 "items": _obj({"block": _ref("BlockId"),
+                                                "text": _str("One line of at most ENTRY_CHARS bytes.", **_ONE_LINE)}),
+                                 "description": "Summaries to settle in order, all or nothing."}},
                   required=[]),
-        errors={422: ["nap.missing_block", "block.invalid", "block.beyond_log", *_TEXT_CODES]},
+        errors={422: ["nap.missing_block", "nap.mixed", "nap.bad_batch", "nap.bad_summaries", "block.invalid",
+                      "block.beyond_log", *_TEXT_CODES]},
         special={409: ("the block sent is not the one due", "NapConflict", ["nap.wrong_block"])},
-        description="An empty body or {} asks what is due; {block, text} settles the due block. A block that is "
-                    "already settled answers 200 with `saved: null` and writes nothing.",
+        body_cap="max_nap_body",
+        description="An empty body or {} asks what is due; {block, text} settles the due block; {batch: k} lists up "
+                    "to k due blocks that can be written at once; {summaries: [...]} settles them in order, all or "
+                    "nothing. A block that is already settled answers 200 and writes nothing.",
     ),
     **_twins(
         "/recall", {"q": _str(f"A regular expression: RE2 syntax, always case-insensitive; 1 to "
-                              f"{MAX_PATTERN_BYTES} UTF-8 bytes.", minLength=1, maxLength=MAX_PATTERN_BYTES)}, ("q",),
+                              f"{MAX_PATTERN_BYTES} UTF-8 bytes.", minLength=1, maxLength=MAX_PATTERN_BYTES),
+                     "before": _int(0, description="Search only the memories before this id: the `more` of the "
+                                                   "previous page (default: the whole log).")}, ("q",),
         _obj({"matches": {**_LINES, "description": "The newest matching memories that fit PART_CHARS bytes, "
                                                    "oldest first."},
-              "total": _int(0, description="How many memories match in all.")}),
-        {**_MISSING, 422: ["recall.bad_pattern", "recall.too_slow"]},
+              "total": _int(0, description="How many memories match in the range searched (the whole log, or "
+                                           "those before `before`)."),
+              "more": _nullable(_int(0, description="The `before` of the next older page: the id of the oldest "
+                                                    "match shown, when older ones were left out.")),
+              "message": _str("The count line (`15 matches.`, `1 match.`, `No match.`), and when the answer was "
+                              "cut, the command that fetches the older matches.")}),
+        {**_MISSING, 422: ["recall.bad_pattern", "recall.too_slow", "request.bad_value"]},
         "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`. A search that "
         "runs past its time bound (5 s plus 10 µs per memory) is refused with recall.too_slow.",
     ),
@@ -349,16 +394,20 @@ SPECS: dict[tuple[str, str], R] = {
     ),
     ("POST", "/grants"): R(
         _obj({
-            "id": _int(1), "scope": {"enum": ["read", "full"]}, "created": _ref("Timestamp"),
+            "id": _int(1), "scope": {"enum": ["read", "full"]}, "label": _nullable(_str()),
+            "created": _ref("Timestamp"), "expires": _nullable(_ref("Timestamp")),
             "token": _str("The new capability. Shown once, never stored.", pattern=f"^{tokens.TOKEN_PATTERN}$"),
             "note": _str(),
         }),
         status=201,
         idempotent=True,
-        body=_obj({"scope": {"enum": ["read", "full"], "description": "read may look; full may also write."}}),
+        body=_obj({"scope": {"enum": ["read", "full"], "description": "read may look; full may also write."},
+                   "label": _str("What it is for: 1 to 64 bytes of printable text.", minLength=1),
+                   "expires": _str("An RFC 3339 UTC time after now, like 2027-01-31T18:00:00Z; from then on the "
+                                   "token is refused like a revoked one.")}, required=["scope"]),
         body_required=True,
         errors={400: ["request.empty_body", "request.missing_field"], 409: ["grants.busy"],
-                422: ["grants.bad_scope"]},
+                422: ["grants.bad_scope", "grants.bad_label", "grants.bad_expires"]},
         description="Mints a capability over this memory: the current key epoch's key sealed to a key pair "
                     "derived from a fresh secret. Owner is never transferable: no route mints an owner capability.",
     ),
@@ -407,9 +456,23 @@ SPECS: dict[tuple[str, str], R] = {
         query={},
         description="Every erasure receipt, oldest first. Never any content.",
     ),
+    ("GET", "/audit"): R(
+        _obj({"events": {"type": "array", "items": _obj({
+            "id": _int(1), "at": _ref("Timestamp"),
+            "grant": _int(1, description="The capability that did it (see GET /grants)."),
+            "event": {"enum": ["mint", "revoke", "rotate", "erase", "export", "config", "forget", "import"]},
+            "detail": {"type": "object", "description": "Numbers, block ids and size names only; never content."},
+        })}}),
+        query={},
+        description="The audit trail, oldest first: which capability minted, revoked, rotated, erased, exported, "
+                    "changed the config, forgot or imported, and when. Never any memory text.",
+    ),
     ("DELETE", "/store"): R(
         _obj({"user_id": _str(pattern="^[0-9a-f]{16}$"), "destroyed": {"const": True},
-              "memories": _int(0, description="How many memories the store held."), "at": _ref("Timestamp")}),
+              "memories": _nullable(_int(0, description="How many memories the store held.")),
+              "at": _ref("Timestamp"),
+              "receipt": _str("Where, under the server's data folder, the operator finds this receipt "
+                              "(receipts/deletions.jsonl).")}),
         body=_obj({}),
         description="Destroys the whole memory: every wrapped key and the memory file. Every token of it stops "
                     "working at once. There is no undo.",
@@ -418,14 +481,24 @@ SPECS: dict[tuple[str, str], R] = {
         None, media="application/gzip", query={},
         description="A tar.gz holding memory/LOG.txt, memory/TREE/<size>, memory/config and README.txt, "
                     "readable by OptMem with MEMORY_DIR=memory, and manifest.json: counts, the SHA-256 of every "
-                    "other member and one digest over them (API-REFERENCE.md, Export archive).",
+                    "other member and one digest over them (GET /reference, Export archive).",
     ),
     ("GET", "/openapi.json"): R({"type": "object", "description": "This document.",
                                  "required": ["openapi", "info", "paths", "components"],
                                  "properties": {"openapi": {"const": "3.1.0"}, "info": {"type": "object"},
+                                                "servers": {"type": "array", "description": "This server's public "
+                                                            "address: --url, else the address it was called at."},
                                                 "paths": {"type": "object"}, "components": {"type": "object"}},
                                  "additionalProperties": False}),
     ("GET", "/client"): R(_str("The client's Python source."), media="text/x-python"),
+    ("GET", "/skill"): R(_str("skill/SKILL.md: how an agent wakes, notes, naps (one at a time or in batches), "
+                              "recalls and zooms."), media="text/markdown",
+                         description="The skill, the whole protocol for an agent, served so that an agent with only "
+                                     "the AGENTS.md block can read it. Public."),
+    ("GET", "/reference"): R(_str("API-REFERENCE.md: every route, field, error code and client verb."),
+                             media="text/markdown",
+                             description="The field-by-field API reference this document is kept in step with. "
+                                         "Public."),
     **_twins(
         "/shape", {"T": _int(0, 10**15, "How many memories (default 0)."),
                    "lines": _int(1, 1000, "The line budget (default 96).")}, (),
@@ -582,10 +655,12 @@ def _operation(route, spec: R, caps: dict[str, int]) -> dict:
     return op
 
 
-def document(routes, version: str, caps: dict[str, int] | None = None) -> dict:
+def document(routes, version: str, caps: dict[str, int] | None = None, server: str | None = None) -> dict:
     """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); ``caps``
-    are this server's body caps by Settings field name."""
-    caps = {"max_body": BODY_CAP, "max_import_body": IMPORT_BODY_CAP, **(caps or {})}
+    are this server's body caps by Settings field name; ``server`` is its
+    public address (``--url``, else the address it was called at), named in
+    ``servers`` so a generated client or a broker calls the right host."""
+    caps = {"max_body": BODY_CAP, "max_import_body": IMPORT_BODY_CAP, "max_nap_body": NAP_BODY_CAP, **(caps or {})}
     paths: dict[str, dict] = {}
     for route in routes:
         spec = SPECS.get((route.method, route.path)) or R(description="Not described yet.")
@@ -597,8 +672,10 @@ def document(routes, version: str, caps: dict[str, int] | None = None) -> dict:
             "version": version,
             "summary": "Permanent, encrypted memory for AI agents.",
             "description": "JSON in, JSON out. Every refusal is {\"error\": code, \"message\": sentence} with the "
-                           "status of its kind. The field-by-field contract is API-REFERENCE.md.",
+                           "status of its kind. The field-by-field contract is GET /reference on this server; "
+                           "the protocol for an agent is GET /skill.",
         },
+        **({"servers": [{"url": server}]} if server else {}),
         "paths": paths,
         "components": {
             "schemas": SCHEMAS,

@@ -7,6 +7,7 @@ import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -17,11 +18,11 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..crypto.chain import Head
-from ..service import idempotency, onboarding
+from ..service import audit, grant_terms, idempotency, onboarding
 from ..storage.files import UserFiles, can_write
 from . import pages
 from .errors import error_response
-from .jsonio import JSON, parse_int, query_object, read_object
+from .jsonio import JSON, NAP_BODY_CAP, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
@@ -216,13 +217,30 @@ async def openapi(request: Request) -> Response:
     from .openapi import document
 
     settings = request.app.state.settings
-    caps = {"max_body": settings.max_body, "max_import_body": settings.max_import_body}
-    return JSON(document(ROUTES, __version__, caps))
+    caps = {"max_body": settings.max_body, "max_import_body": settings.max_import_body,
+            "max_nap_body": max(settings.max_body, NAP_BODY_CAP)}
+    address = pages.page_address(settings.public_url, request.url.scheme, request.headers.get("host"))
+    # A Host that is not a plain host[:port] names no server rather than a made-up one.
+    return JSON(document(ROUTES, __version__, caps, server=None if address == pages.PLACEHOLDER_ADDRESS else address))
 
 
 async def client(request: Request) -> Response:
     return PlainTextResponse(pages.client_source(), media_type="text/x-python; charset=utf-8",
                              headers={"Content-Disposition": 'attachment; filename="stash"'})
+
+
+async def skill(request: Request) -> Response:
+    from ..service import docs
+
+    query_object(request, set())
+    return PlainTextResponse(docs.skill(), media_type="text/markdown; charset=utf-8")
+
+
+async def reference(request: Request) -> Response:
+    from ..service import docs
+
+    query_object(request, set())
+    return PlainTextResponse(docs.reference(), media_type="text/markdown; charset=utf-8")
 
 
 async def landing(request: Request) -> Response:
@@ -272,19 +290,23 @@ async def note(request: Request) -> Response:
 
 async def nap(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"block", "text"})
+    data = await read_object(request, {"block", "text", "batch", "summaries"},
+                             cap=max(request.app.state.settings.max_body, NAP_BODY_CAP))
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /nap", data, lambda: s.memory.nap(data.get("block"), data.get("text")))))
+        s, key, "POST /nap", data, lambda: s.memory.nap(data.get("block"), data.get("text"), data.get("batch"),
+                                                        data.get("summaries")))))
 
 
 async def recall(request: Request) -> Response:
     if request.method == "GET":
-        data = query_object(request, {"q"})
+        data = query_object(request, {"q", "before"}, ints={"before"})
     else:
-        data = await read_object(request, {"q"})
+        data = await read_object(request, {"q", "before"})
     if "q" not in data:
         raise Malformed("Missing q: send the pattern to search for.", code="request.missing_field")
-    return JSON(await _authed(request, "read", lambda s: s.memory.recall(data["q"])))
+    before = data.get("before")
+    before = None if before is None else parse_int("before", before)
+    return JSON(await _authed(request, "read", lambda s: s.memory.recall(data["q"], before)))
 
 
 async def zoom(request: Request) -> Response:
@@ -299,7 +321,7 @@ async def zoom(request: Request) -> Response:
 
 async def forget(request: Request) -> Response:
     data = await read_object(request, {"block"}, required={"block"})
-    return JSON(await _authed(request, "full", lambda s: s.memory.forget(data["block"])))
+    return JSON(await _authed(request, "full", lambda s: audit.forget(s, data["block"])))
 
 
 async def config_get(request: Request) -> Response:
@@ -309,21 +331,21 @@ async def config_get(request: Request) -> Response:
 
 async def config_set(request: Request) -> Response:
     data = await read_object(request, None, empty_ok=False)
-    return JSON(await _authed(request, "full", lambda s: s.memory.set_config(data)))
+    return JSON(await _authed(request, "full", lambda s: audit.set_config(s, data)))
 
 
 async def import_(request: Request) -> Response:
     key = _idempotency_key(request)
     data = await read_object(request, {"entries"}, required={"entries"}, cap=request.app.state.settings.max_import_body)
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /import", data, lambda: s.memory.import_entries(data["entries"]))))
+        s, key, "POST /import", data, lambda: audit.import_entries(s, data["entries"]))))
 
 
 async def export(request: Request) -> Response:
     from ..service.export import export_archive
 
     query_object(request, set())
-    archive = await _authed(request, "owner", lambda s: export_archive(s.memory))
+    archive = await _authed(request, "owner", lambda s: audit.export(s, export_archive))
     return Response(archive, media_type="application/gzip",
                     headers={"Content-Disposition": 'attachment; filename="optmem-memory.tar.gz"'})
 
@@ -339,19 +361,23 @@ async def grants_list(request: Request) -> Response:
 
 async def grants_mint(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"scope"}, required={"scope"})
+    data = await read_object(request, {"scope", "label", "expires"}, required={"scope"})
     scope = data["scope"]
     if scope not in ("read", "full"):
         raise Invalid("scope must be \"read\" or \"full\"; ownership is never transferable.", code="grants.bad_scope")
+    label = grant_terms.check_label(data.get("label"))
+    expires = grant_terms.check_expires(data.get("expires"), datetime.now(UTC))
     vault = request.app.state.vault
 
     def mint(s) -> dict:
-        grant_id, token = vault.mint_grant(s, scope)
+        grant_id, token = vault.mint_grant(s, scope, label, expires)
+        audit.record(s, "mint", grant=grant_id, scope=scope)
         row = next(g for g in vault.list_grants(s) if g["id"] == grant_id)
         shown = ("shown once and never stored" if key is None else
                  "shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
                  "(from a copy sealed under the owner's token); it is never stored in the clear")
-        return {"id": grant_id, "scope": scope, "created": row["created"], "token": token,
+        return {"id": grant_id, "scope": scope, "label": label, "created": row["created"], "expires": expires,
+                "token": token,
                 "note": f"This token is {shown}; revoke it with DELETE /grants/{grant_id}."}
 
     answer = await _authed(request, "owner", lambda s: idempotency.keyring_write(
@@ -364,22 +390,27 @@ async def grants_revoke(request: Request) -> Response:
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise NotFound("No such capability; list them with GET /grants.", code="grants.unknown")
     vault = request.app.state.vault
-    return JSON(await _authed(request, "owner", lambda s: vault.revoke_grant(s, int(raw))))
+    return JSON(await _authed(request, "owner", lambda s: audit.revoke(s, vault, int(raw))))
 
 
 async def rotate(request: Request) -> Response:
     await read_object(request, set())
     vault = request.app.state.vault
-    return JSON(await _authed(request, "owner", vault.rotate_owner))
+    return JSON(await _authed(request, "owner", lambda s: audit.rotate(s, vault)))
 
 
 async def erase(request: Request) -> Response:
     from ..storage.keyring import now_utc
 
     data = await read_object(request, {"ids"}, required={"ids"})
-    answer = await _authed(request, "owner", lambda s: s.memory.erase(data["ids"], now_utc()))
+    answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"], now_utc()))
     request.app.state.metrics.event("erase")
     return JSON(answer)
+
+
+async def audit_trail(request: Request) -> Response:
+    query_object(request, set())
+    return JSON(await _authed(request, "owner", audit.trail))
 
 
 async def erasures(request: Request) -> Response:
@@ -390,7 +421,7 @@ async def erasures(request: Request) -> Response:
 async def destroy(request: Request) -> Response:
     await read_object(request, set())
     vault = request.app.state.vault
-    return JSON(await _authed(request, "owner", vault.destroy_store))
+    return JSON(await _authed(request, "owner", lambda s: audit.destroy(s, vault, vault.data_dir)))
 
 
 ROUTES: list[RouteSpec] = [
@@ -416,10 +447,13 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("POST", "/rotate", "owner", "A new owner token; the old one ends as a revoked one does", rotate),
     RouteSpec("POST", "/erase", "owner", "Shred individual memories for good; answers a receipt", erase),
     RouteSpec("GET", "/erasures", "owner", "Erasure receipts, never content", erasures),
+    RouteSpec("GET", "/audit", "owner", "Who did what and when, never content", audit_trail),
     RouteSpec("DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy),
     RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export),
     RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),
     RouteSpec("GET", "/client", "public", "The single-file stash client", client),
+    RouteSpec("GET", "/skill", "public", "The skill: the whole protocol for an agent, as Markdown", skill),
+    RouteSpec("GET", "/reference", "public", "This API reference (API-REFERENCE.md), as Markdown", reference),
     RouteSpec("GET", "/shape", "public", "Block boundaries of cover(T, lines); no data", shape),
     RouteSpec("POST", "/shape", "public", "Block boundaries (POST twin of GET /shape)", shape),
     RouteSpec("GET", "/metrics", "operator", "Prometheus text: counts and latencies", metrics),

@@ -106,7 +106,7 @@ def test_malformed_json_is_400(seeded: Mem, url: str, raw: bytes) -> None:
 
 def test_body_over_the_cap_is_413(seeded: Mem) -> None:
     refused(seeded, 413, "POST", "/note", json={"text": "x" * 70_000})
-    refused(seeded, 413, "POST", "/nap", json={"block": "2-3", "text": "y" * 70_000})
+    refused(seeded, 413, "POST", "/nap", json={"block": "2-3", "text": "y" * 300_000})
 
 
 def test_streamed_body_over_the_cap_is_413(seeded: Mem) -> None:

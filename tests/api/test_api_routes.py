@@ -317,7 +317,9 @@ def test_wake_parts_respect_part_lines_and_carry_next(mem: Mem) -> None:
         else:
             assert body["nap"] is None
             assert isinstance(body["next"], str)
-            assert f"part={k + 1}" in body["next"] and "T=10" in body["next"], body["next"]
+            # SPEC §3: the next step is the POST twin, no query string (a broker may refuse one).
+            assert "?" not in body["next"]
+            assert body["next"].endswith(f"\"$STASH_URL/wake\" -d '{{\"part\": {k + 1}, \"T\": 10}}'"), body["next"]
 
 
 def test_wake_parts_respect_part_chars_greedily(mem: Mem) -> None:
@@ -419,7 +421,8 @@ def recall_oracle(mem: Mem, pattern: str, part_chars: int) -> dict:
             break
         kept.insert(0, line)
         size += cost(line)
-    return {"matches": kept, "total": len(hits)}
+    more = int(kept[0].split()[0][1:]) if kept and len(kept) < len(hits) else None
+    return {"matches": kept, "total": len(hits), "more": more}
 
 
 def test_recall_newest_matches_within_part_chars_and_total(api: Api, mem: Mem) -> None:
@@ -429,8 +432,8 @@ def test_recall_newest_matches_within_part_chars_and_total(api: Api, mem: Mem) -
     mem.set_config(PART_CHARS=120)
     for pattern in ("apple", "YILMAZ", "istanbul", r"pie number \d+5", "2021-03", "summary", r"^#3\d "):
         got = mem.ok(api.get("/recall", mem.token, params={"q": pattern}))
-        assert set(got) == {"matches", "total"}
-        assert got == recall_oracle(mem, pattern, 120), pattern
+        assert set(got) == {"matches", "total", "more", "message"}
+        assert {k: got[k] for k in ("matches", "total", "more")} == recall_oracle(mem, pattern, 120), pattern
         twin = api.post("/recall", mem.token, json={"q": pattern})
         assert twin.status_code == 200 and twin.json() == got
     assert mem.ok(api.get("/recall", mem.token, params={"q": "summary"}))["total"] == 0

@@ -188,7 +188,7 @@ def test_a_minted_token_is_shown_once_and_opens_its_scope_only(cap_api: Api, dat
         (b"  \n ", 400, "request.empty_body"),
         (b"{}", 400, "request.missing_field"),
         (b'{"scope": "read"', 400, "request.bad_json"),
-        (b'{"scope": "read", "label": "x"}', 400, "request.unknown_field"),
+        (b'{"scope": "read", "color": "x"}', 400, "request.unknown_field"),
         (b'{"scope": "owner"}', 422, "grants.bad_scope"),
         (b'{"scope": "admin"}', 422, "grants.bad_scope"),
         (b'{"scope": "READ"}', 422, "grants.bad_scope"),
@@ -322,8 +322,10 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
         "#4-5 not compressed yet", f"#6-7 {quoting('6-7')}"]
     assert api.get("/zoom", owner, params={"block": "0-7"}).json()["lines"] == [
         f"#0-3 {quoting('0-3')}", "#4-7 not compressed yet"]
-    assert api.post("/recall", owner, json={"q": words[5]}).json() == {"matches": [], "total": 0}
-    assert api.post("/recall", owner, json={"q": r"\[erased\]"}).json() == {"matches": [erased], "total": 1}
+    assert api.post("/recall", owner, json={"q": words[5]}).json() == {"matches": [], "total": 0, "more": None,
+                                                                      "message": "No match."}
+    assert api.post("/recall", owner, json={"q": r"\[erased\]"}).json() == {"matches": [erased], "total": 1,
+                                                                           "more": None, "message": "1 match."}
     assert api.post("/recall", owner, json={"q": "memory"}).json()["total"] == 9
     members = export_members(api, owner)
     log = members["memory/LOG.txt"]

@@ -105,15 +105,21 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
         ok("note", word)
     settle_all(http, token)
 
-    # recall prints the server's matches; when cut, says how many it shows of how many.
+    # recall prints the server's matches and OptMem's count line; when cut, the
+    # command that pages to the older matches, which runs as printed.
     want = http.ok("POST", "/recall", token, json={"q": "teapot"})
-    assert ok("recall", "teapot").splitlines() == want["matches"]
+    assert ok("recall", "teapot").splitlines() == want["matches"] + ["3 matches."]
+    assert ok("recall", "kettle").splitlines()[-1] == "1 match."
+    assert ok("recall", "no such word").splitlines() == ["No match."]
     ok("config", "PART_CHARS=60")
     cut = http.ok("POST", "/recall", token, json={"q": "teapot"})
     assert cut["total"] == 3 and len(cut["matches"]) < 3
     shown = ok("recall", "teapot").splitlines()
     assert shown[:-1] == cut["matches"]
-    assert shown[-1] == f"Newest {len(cut['matches'])} of 3 matches. Narrow the regex."
+    assert shown[-1].startswith(f"3 matches. The newest {len(cut['matches'])} are shown; for the older ones run: ")
+    older = shell(shown[-1].split(" run: ", 1)[1]).splitlines()
+    assert older[:-1] == http.ok("POST", "/recall", token, json={"q": "teapot", "before": cut["more"]})["matches"]
+    assert [m.split()[0] for m in older[:-1] + shown[:-1]] == [m.split()[0] for m in want["matches"]]
     ok("config", "PART_CHARS=")  # an empty value restores the default
     sizes = http.ok("GET", "/config", token)
     assert sizes["sizes"] == sizes["defaults"]
@@ -242,10 +248,12 @@ def test_errors_are_clean(cli: Cli, http: Http, token: str) -> None:
     refused = cli.run("wake", env={**cli.env, "STASH_URL": dead})
     assert refused.returncode == 3 and dead in refused.stderr and "Traceback" not in refused.stderr
 
-    # A server refusal: its message on stderr, nothing on stdout, exit 1.
+    # A server refusal: its message on stderr (its command as this client's), nothing on stdout, exit 1.
     expected = assert_error(http.get("/zoom", token, params={"block": "64-127"}), 422)["message"]
     done = cli.run("zoom", "64-127")
-    assert (done.returncode, done.stdout, done.stderr.strip()) == (1, "", expected)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.strip() == expected.split("curl ")[0] + run_line("Run: " + done.stderr.split(": ")[-1])
+    assert done.stderr.strip().endswith(" wake") and "curl" not in done.stderr
 
     wrong = cli.run("wake", env={**cli.env, "STASH_TOKEN": "not-a-token"})
     assert wrong.returncode == 1

@@ -192,7 +192,9 @@ def test_json_refusal_is_the_error_object_on_stdout(http: Http, base_url: str, t
     expected = assert_error(http.get("/zoom?block=64-127", token), 422)
     assert done.returncode == 1
     assert json_lines(done.stdout) == [expected]
-    assert done.stderr.strip() == expected["message"]
+    # stderr is the message with its command as this client's own (the server's names curl).
+    assert done.stderr.strip().startswith(expected["message"].split("curl ")[0])
+    assert done.stderr.strip().endswith(" wake") and "curl" not in done.stderr
 
 
 # ---------------------------------------------------------------- exit statuses
@@ -311,6 +313,9 @@ def test_init_url_prints_exports_and_the_agents_block(base_url: str, http: Http,
         run = subprocess.run(["/bin/sh", "-c", script], env=shell_env, capture_output=True, text=True,
                              timeout=CLI_TIMEOUT)
         assert run.returncode == 0, (command, run.stdout, run.stderr)
+        if command.endswith('"$STASH_URL/skill"'):  # the served skill, Markdown
+            assert run.stdout == (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")
+            continue
         assert "error" not in json.loads(run.stdout), run.stdout
     assert http.ok("GET", "/wake", new_token)["lines"][0].endswith(" noted from the AGENTS.md block")
 

@@ -17,8 +17,8 @@ from nacl.exceptions import CryptoError
 
 from stash.crypto import keys, tokens
 from stash.storage.keyring import Keyring, StaleGrant
-from tests.live import Http, Server, start_server
 from tests.helpers import assert_error
+from tests.live import Http, Server, start_server
 from tests.raw_files import raw_memory_file
 
 KEY = 32

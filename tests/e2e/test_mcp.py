@@ -24,8 +24,8 @@ from tests.live import CLI_TIMEOUT, REPO, Http, start_server
 
 REQUEST_TIMEOUT = 60.0  # one tool call
 SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
-TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text"}, "recall": {"q"}, "zoom": {"block"},
-         "forget": {"block"}}
+TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
+         "recall": {"q", "before"}, "zoom": {"block"}, "forget": {"block"}}
 REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": {"q"}, "zoom": {"block"}, "forget": {"block"}}
 WAKE_CURL = 'curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"'  # as API-REFERENCE.md prints it
 _CALL = re.compile(r"Call: (\w+)\((.*)\)")
@@ -144,13 +144,15 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
             await ok("note", text=word)
         settle_all(http, token)
         assert (await ok("recall", q="teapot")).splitlines() == http.ok(
-            "POST", "/recall", token, json={"q": "teapot"})["matches"]
-        assert await ok("recall", q="no such word") == "No matches."
+            "POST", "/recall", token, json={"q": "teapot"})["matches"] + ["3 matches."]
+        assert await ok("recall", q="no such word") == "No match."
         http.ok("POST", "/config", token, json={"PART_CHARS": 60})
         cut = http.ok("POST", "/recall", token, json={"q": "teapot"})
         assert cut["total"] == 3 and len(cut["matches"]) < 3
-        assert (await ok("recall", q="teapot")).splitlines() == cut["matches"] + [
-            f"Newest {len(cut['matches'])} of 3 matches. Narrow the regex."]
+        shown = (await ok("recall", q="teapot")).splitlines()
+        assert shown[:-1] == cut["matches"]
+        assert shown[-1] == (f"3 matches. The newest {len(cut['matches'])} are shown; for the older ones call: "
+                             f'recall(q="teapot", before={cut["more"]})')
         http.ok("POST", "/config", token, json={"PART_CHARS": None})
 
         # zoom answers the halves the server names.
@@ -183,7 +185,10 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         while "Call: nap(block=" in text:
             due = http.ok("POST", "/nap", token, json={})["nap"]
             assert call_line(text) == ("nap", {"block": due["block"], "text": "<your line>"})
-            assert prompt_body(text)[-len(prompt_body(due["prompt"])):] == prompt_body(due["prompt"])
+            # The batch the prompt offers is named as a tool call too.
+            want = [re.sub(r"curl [^\n]*'\{\"batch\": (\d+)\}'", r"nap(batch=\1)", line)
+                    for line in prompt_body(due["prompt"])]
+            assert prompt_body(text)[-len(want):] == want and "curl" not in text
             rebuilt.append(due["block"])
             text = await s.follow(text, your_line=f"rebuilt {due['block']}")
         assert rebuilt == ["2-3", "4-5", "0-3"]
@@ -202,7 +207,8 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
             ("nap", {"text": "no block"}, 422, "POST", "/nap", {"json": {"text": "no block"}}),
         ):
             text, error = await s.call(tool, **args)
-            assert error and text == assert_error(http.request(method, path, token, **kw), status)["message"], tool
+            message = assert_error(http.request(method, path, token, **kw), status)["message"]
+            assert error and text == message.replace(WAKE_CURL, "wake()"), tool
             answers.append(text)
         settle_all(http, token)
         # A block without its summary is refused before the server is asked, naming the call to make.
@@ -252,7 +258,7 @@ def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, t
     done = stash_mcp(env, "import sys", "sys.modules['mcp'] = None")
     assert (done.returncode, done.stdout) == (2, ""), done
     assert done.stderr.splitlines() == [
-        "stash mcp: the mcp package is not installed; install it with: pip install 'stash-memory[mcp]'"]
+        "stash mcp: the mcp package is not installed; install it with: pip install 'mcp>=2.3,<3'"]
     assert token not in done.stderr
 
 

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from stash.crypto import tokens
-from tests.live import CLI_TIMEOUT, REPO, Http, Server
 from tests.fixtures import make_release1 as fixture
 from tests.helpers import assert_error
+from tests.live import CLI_TIMEOUT, REPO, Http, Server
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "release1"
 

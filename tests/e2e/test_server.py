@@ -213,7 +213,10 @@ def test_recall_searches_the_log_newest_first_within_a_part(http: Http, token: s
             break
         expected.insert(0, line)
     assert 0 < len(expected) < 12
-    assert http.ok("POST", "/recall", token, json={"q": "story"}) == {"matches": expected, "total": 12}
+    cut = http.ok("POST", "/recall", token, json={"q": "story"})
+    assert {k: cut[k] for k in ("matches", "total")} == {"matches": expected, "total": 12}
+    # It says it was cut, and where the next older page starts: the oldest match shown.
+    assert cut["more"] == int(MEMORY_LINE.fullmatch(expected[0]).group(1)) and cut["message"].startswith("12 matches.")
     assert_error(http.post("/recall", token, json={"q": "(unclosed"}), 422)
 
 

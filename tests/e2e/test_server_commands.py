@@ -75,4 +75,6 @@ def test_every_command_the_server_prints_runs_as_printed(http: Http, base_url: s
     assert http.ok("GET", "/wake", token)["awake"]
     kinds = {re.search(r"\$STASH_URL/(\w+)", c).group(1) for c in agent.ran}
     assert kinds == {"note", "nap", "wake"}, agent.ran
-    assert any("part=" in c for c in agent.ran)
+    # A next part is fetched by the POST twin of /wake, and no command carries a query string.
+    assert any("-X POST" in c and '"$STASH_URL/wake"' in c for c in agent.ran)
+    assert not any("?" in c for c in agent.ran)

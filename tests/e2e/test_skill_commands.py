@@ -37,6 +37,8 @@ def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, cli
     commands = [c for c in indented_commands(SKILL.read_text(encoding="utf-8")) if c.startswith(form + " ")]
     assert len(commands) >= 8
     token = prepared(http)
+    # The file the skill's batch example tells the agent to write, one "BLOCK LINE" per block.
+    (tmp_path / "summaries.txt").write_text("0-1 a summary from the skill example\n", encoding="utf-8")
     env = {"PATH": path_with(client_file.parent), "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "STASH_URL": base_url, "STASH_TOKEN": token}
     for command in commands:

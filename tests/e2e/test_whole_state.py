@@ -19,8 +19,8 @@ import sqlcipher3.dbapi2 as sqlcipher
 from stash.crypto import keys, tokens
 from stash.storage.files import PAGE_BYTES
 from stash.storage.keyring import Keyring
-from tests.live import Http, Server, start_server
 from tests.helpers import assert_error
+from tests.live import Http, Server, start_server
 from tests.raw_files import restore_log_triggers
 
 KDF = ("--kdf-time", "1", "--kdf-memory", "1024")

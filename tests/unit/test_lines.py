@@ -257,3 +257,22 @@ def test_null_restores_a_default():
 @pytest.mark.parametrize("changes", [{}, None, [], "WAKE_LINES", [["WAKE_LINES", 5]], 5])
 def test_empty_or_non_object_changes_are_refused(changes):
     bad_change(changes)
+
+
+def test_refusals_give_advice_that_fits_a_memory_or_a_summary() -> None:
+    """A memory can be split into several notes; a summary cannot (issue 12 item 7)."""
+    from stash.core.errors import Invalid
+
+    check_line = lines.check_line
+    with pytest.raises(Invalid) as memory:
+        check_line("a\nb", 280)
+    assert "note them separately" in memory.value.message
+    with pytest.raises(Invalid) as summary:
+        check_line("a\nb", 280, "summary")
+    assert "separately" not in summary.value.message and "one line" in summary.value.message
+    with pytest.raises(Invalid) as long_memory:
+        check_line("x" * 281, 280)
+    assert long_memory.value.message.endswith("Shorten it, or split it into separate notes.")
+    with pytest.raises(Invalid) as long_summary:
+        check_line("x" * 281, 280, "summary")
+    assert long_summary.value.message.endswith("Compress it further.") and long_summary.value.code == "text.too_long"

@@ -538,7 +538,7 @@ def test_keyring_holds_one_wrap_per_live_grant_and_nothing_else_secret(store: St
     finally:
         conn.close()
     # idempotency holds sealed answers to keyed mints only (tests/unit/test_idempotency.py)
-    assert tables == {"grants", "keyring_meta", "idempotency"}
+    assert tables == {"grants", "keyring_meta", "idempotency", "grant_notes", "audit"}
     assert records == 0
     assert [g[0] for g in grants] == ["owner", "read"]
     for _, wrapped in grants:

@@ -1,0 +1,247 @@
+"""Batch naps (SPEC §2.1, issue 12 item 1): ``{"batch": k}`` lists the due
+blocks that can be written at once, ``{"summaries": [...]}`` settles them in
+order, all or nothing. The oracle is the single nap: the same summaries must
+give the same tree and the same wake."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from tests.api.support import Mem, bid, oracle_pending, state
+from tests.helpers import assert_error
+
+RAW_MAX = 16  # SPEC §2.4: larger blocks are written from their halves' summaries
+
+
+def text_of(lo: int, hi: int) -> str:
+    return f"s{lo}.{hi} → digest"
+
+
+def oracle_batch(T: int, settled: set[tuple[int, int]], k: int) -> list[tuple[int, int]]:
+    """SPEC §2.1 alone: the first pending blocks, stopping at the first one
+    written from halves that are not settled before the batch."""
+    out = []
+    for lo, hi in oracle_pending(T, settled)[:k]:
+        mid = (lo + hi) // 2
+        if hi - lo > RAW_MAX and not {(lo, mid), (mid, hi)} <= settled:
+            break
+        out.append((lo, hi))
+    return out
+
+
+def tree_by_zoom(mem: Mem, T: int) -> dict[str, list[str]]:
+    """Every summary of the tree, read back through zoom of each block above
+    size 2 that starts inside the log (a zoom shows both halves)."""
+    out = {}
+    size = 4
+    while size <= 2 * T:
+        for lo in range(0, T, size):
+            out[bid(lo, lo + size)] = mem.ok(mem.api.post("/zoom", mem.token, json={"block": bid(lo, lo + size)}))[
+                "lines"]
+        size *= 2
+    return out
+
+
+def settle_by_batches(mem: Mem, rng: random.Random) -> int:
+    """Settle everything due through batches of random size; returns requests."""
+    requests = 0
+    settled: set[tuple[int, int]] = set(mem.summaries)
+    T = len(mem.log)
+    while True:
+        k = rng.choice([1, 2, 3, 7, 64, 256])
+        ans = mem.ok(mem.api.post("/nap", mem.token, json={"batch": k}))
+        requests += 1
+        want = oracle_batch(T, settled, k)
+        assert [b["block"] for b in ans["batch"]] == [bid(*b) for b in want]
+        if not want:
+            assert ans["nap"] is None
+            return requests
+        for item, (lo, hi) in zip(ans["batch"], want):
+            assert item["max_bytes"] == 280
+            if hi - lo <= RAW_MAX:
+                assert item["source"] == [mem.memory_line(i) for i in range(lo, hi)]
+            else:
+                mid = (lo + hi) // 2
+                assert item["source"] == [mem.render(lo, mid), mem.render(mid, hi)]
+        body = {"summaries": [{"block": bid(lo, hi), "text": text_of(lo, hi)} for lo, hi in want]}
+        out = mem.ok(mem.api.post("/nap", mem.token, json=body))
+        requests += 1
+        assert out["saved"] == [bid(*b) for b in want]
+        for lo, hi in want:
+            mem.summaries[(lo, hi)] = text_of(lo, hi)
+            settled.add((lo, hi))
+        rest = oracle_pending(T, settled)
+        assert (out["nap"] or {}).get("block") == (bid(*rest[0]) if rest else None)
+
+
+def settle_singly(mem: Mem) -> None:
+    nap = mem.ok(mem.api.post("/nap", mem.token, json={}))["nap"]
+    while nap is not None:
+        lo, last = map(int, nap["block"].split("-"))
+        nap = mem.nap(nap["block"], text_of(lo, last + 1))["nap"]
+
+
+@pytest.mark.parametrize("T", [2, 5, 37, 70, 131])
+def test_batches_make_the_tree_and_wake_single_naps_make(api, T: int) -> None:
+    rng = random.Random(T)
+    texts = [f"m{i} ünï" for i in range(T)]
+    single, batched = Mem(api, api.init()["token"]), Mem(api, api.init()["token"])
+    for mem in (single, batched):
+        mem.import_(texts)
+    settle_singly(single)
+    settle_by_batches(batched, rng)
+    assert single.summaries == batched.summaries
+    assert tree_by_zoom(single, T) == tree_by_zoom(batched, T)
+    for budget in (96, 9, 3):
+        for mem in (single, batched):
+            mem.set_config(WAKE_LINES=budget)
+        a, b = single.wake_all(), batched.wake_all()
+        assert [p["lines"] for p in a] == [p["lines"] for p in b]
+        assert [line for p in b for line in p["lines"]] == batched.wake_lines(budget)
+
+
+def test_batches_between_notes_match_single_naps(api) -> None:
+    """Memories that arrive one at a time, with a batch taken now and then."""
+    rng = random.Random(7)
+    single, batched = Mem(api, api.init()["token"]), Mem(api, api.init()["token"])
+    for i in range(90):
+        for mem in (single, batched):
+            mem.note(f"n{i}")
+        settle_singly(single)
+        if rng.random() < 0.2:
+            settle_by_batches(batched, rng)
+    settle_by_batches(batched, rng)
+    assert single.summaries == batched.summaries
+    assert single.wake_all()[-1]["lines"] == batched.wake_all()[-1]["lines"]
+
+
+def test_a_batch_stops_before_a_block_whose_halves_are_not_written(mem: Mem) -> None:
+    mem.import_([f"m{i}" for i in range(64)])
+    ans = mem.ok(mem.api.post("/nap", mem.token, json={"batch": 256}))
+    # 32 + 16 + 8 + 4 raw blocks (sizes 2 to 16); 32-63 waits for 0-15 and 16-31.
+    assert len(ans["batch"]) == 60
+    assert ans["batch"][-1]["block"] == "48-63"
+    assert ans["nap"]["block"] == "0-1"
+    assert ans["prompt"].splitlines()[-1].startswith("Run: curl")
+    assert "?" not in ans["prompt"].splitlines()[-1]
+    body = json.loads(re.search(r"-d '(.*)'$", ans["prompt"]).group(1))
+    assert [s["block"] for s in body["summaries"]] == [b["block"] for b in ans["batch"]]
+
+
+def test_the_nap_prompt_names_the_batch_when_more_than_one_is_due(mem: Mem) -> None:
+    first = mem.import_(["a", "b", "c", "d"])
+    assert first["pending"] == 3
+    nap = mem.ok(mem.api.post("/nap", mem.token, json={}))["nap"]
+    assert '{"batch": 3}' in nap["prompt"]
+    assert nap["prompt"].splitlines()[-1].startswith("Run: ")
+    assert '"block": "0-1"' in nap["prompt"].splitlines()[-1]
+    mem.nap("0-1", "x")
+    mem.nap("2-3", "y")
+    last = mem.ok(mem.api.post("/nap", mem.token, json={}))["nap"]
+    assert last["block"] == "0-3" and "batch" not in last["prompt"]
+
+
+def test_a_wrong_block_refuses_the_whole_batch(mem: Mem) -> None:
+    mem.import_([f"m{i}" for i in range(8)])
+    before = state(mem.api, mem.token)
+    body = {"summaries": [{"block": "0-1", "text": "a"}, {"block": "4-5", "text": "b"}]}
+    err = assert_error(mem.api.post("/nap", mem.token, json=body), 409, "nap.wrong_block")
+    assert err["due"] == "0-1" and err["index"] == 1 and "2-3" in err["message"]
+    assert state(mem.api, mem.token) == before
+    bad_text = {"summaries": [{"block": "0-1", "text": "a"}, {"block": "2-3", "text": "x\ny"}]}
+    err = assert_error(mem.api.post("/nap", mem.token, json=bad_text), 422)
+    assert err["index"] == 1
+    assert state(mem.api, mem.token) == before
+
+
+def test_a_resent_batch_writes_nothing_again(mem: Mem) -> None:
+    mem.import_([f"m{i}" for i in range(4)])
+    body = {"summaries": [{"block": "0-1", "text": "a"}, {"block": "2-3", "text": "b"}]}
+    assert mem.ok(mem.api.post("/nap", mem.token, json=body))["saved"] == ["0-1", "2-3"]
+    before = state(mem.api, mem.token)
+    again = mem.ok(mem.api.post("/nap", mem.token, json=body))
+    assert again["saved"] == [] and again["nap"]["block"] == "0-3"
+    assert state(mem.api, mem.token) == before
+
+
+@pytest.mark.parametrize("body", [
+    {"batch": 0}, {"batch": 257}, {"batch": True}, {"batch": "3"}, {"batch": 2, "block": "0-1"},
+    {"summaries": []}, {"summaries": "0-1"}, {"summaries": [{"block": "0-1"}]},
+    {"summaries": [{"block": "0-1", "text": "a", "extra": 1}]}, {"batch": 2, "summaries": []},
+    {"summaries": [{"block": "0-1", "text": "a"}] * 257},
+])
+def test_bad_batch_requests_are_422_and_write_nothing(mem: Mem, body: dict) -> None:
+    mem.import_(["a", "b"])
+    before = state(mem.api, mem.token)
+    assert_error(mem.api.post("/nap", mem.token, json=body), 422)
+    assert state(mem.api, mem.token) == before
+
+
+def test_a_full_batch_of_the_longest_lines_fits_the_body_cap(mem: Mem) -> None:
+    mem.import_([f"m{i}" for i in range(512)])
+    ans = mem.ok(mem.api.post("/nap", mem.token, json={"batch": 256}))
+    line = "😀" * 70  # 280 bytes, 840 once escaped as \uXXXX pairs
+    body = {"summaries": [{"block": b["block"], "text": line} for b in ans["batch"]]}
+    raw = json.dumps(body).encode()  # ensure_ascii: the worst case
+    assert len(raw) > 64 * 1024
+    resp = mem.api.post("/nap", mem.token, content=raw, headers={"Content-Type": "application/json"})
+    assert resp.status_code == 200, resp.text
+    assert len(resp.json()["saved"]) == 256
+
+
+def test_a_2000_memory_import_is_awake_within_40_requests(mem: Mem) -> None:
+    """Follow only what the server prints: the refused wake's nap, the batch
+    command its prompt names, each batch's own answering command."""
+    mem.import_([f"imported {i}" for i in range(2000)])
+    requests = 0
+
+    def call(command: str) -> tuple[int, dict]:
+        nonlocal requests
+        requests += 1
+        m = re.fullmatch(r'curl -s -H "Authorization: Bearer \$STASH_TOKEN"(?: -X POST)? "\$STASH_URL(/[a-z]+)"'
+                         r"(?: -d '(.*)')?", command)
+        assert m, command
+        body = m.group(2)
+        if body is None:
+            r = mem.api.get(m.group(1), mem.token)
+        else:
+            body = body.replace("<your line>", "one line")
+            data = json.loads(body)
+            for s in data.get("summaries", []):
+                s["text"] = f"summary of {s['block']}"
+            r = mem.api.post(m.group(1), mem.token, json=data)
+        return r.status_code, r.json()
+
+    status, ans = call('curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"')
+    assert status == 409
+    prompt = ans["nap"]["prompt"]
+    while True:
+        batch_cmd = re.search(r"curl [^\n]*\{\"batch\": \d+\}'", prompt)
+        status, listed = call(batch_cmd.group(0)) if batch_cmd else call(prompt.splitlines()[-1][len("Run: "):])
+        assert status == 200
+        if batch_cmd:
+            status, listed = call(listed["prompt"].splitlines()[-1][len("Run: "):])
+            assert status == 200
+        if listed["nap"] is None:
+            break
+        prompt = listed["nap"]["prompt"]
+    status, woke = call('curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"')
+    assert status == 200 and woke["awake"]
+    print("requests to awake:", requests)
+    assert requests <= 40, requests
+
+
+def test_batch_answers_match_the_openapi_document(mem: Mem) -> None:
+    from tests.api.test_openapi import check_answer
+
+    doc = mem.api.get("/openapi.json").json()
+    mem.import_([f"m{i}" for i in range(40)])
+    listed = check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json={"batch": 5}), 200)
+    body = {"summaries": [{"block": b["block"], "text": "x"} for b in listed["batch"]]}
+    check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json=body), 200)
+    check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json={"summaries": [
+        {"block": "0-3", "text": "x"}]}), 409)
