@@ -11,8 +11,9 @@ import re
 
 import pytest
 
-from tests.api.support import Mem, bid, oracle_pending, state
+from tests.api.support import Mem, state
 from tests.helpers import assert_error
+from tests.oracle import bid, oracle_pending
 
 RAW_MAX = 16  # SPEC §2.4: larger blocks are written from their halves' summaries
 

@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from tests.e2e.conftest import Cli, Http
 from tests.e2e.test_mcp import Session, run_session
+from tests.live import Cli, Http
 
 
 def tail_command(output: str) -> str:

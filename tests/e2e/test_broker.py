@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.conftest import CLI_TIMEOUT, REPO, Http
+from tests.live import CLI_TIMEOUT, REPO, Http
 
 # Host passes through, as a reverse proxy that keeps it does, so the server names the broker's address.
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length"}

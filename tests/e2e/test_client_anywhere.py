@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.e2e.conftest import CLI_TIMEOUT, Cli, Http
+from tests.live import CLI_TIMEOUT, Cli, Http
 
 NON_UTF8 = [
     {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"},  # ASCII, as a bare container has

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tests.e2e.conftest import Cli, Http
+from tests.live import Cli, Http
 
 
 def test_grants_mint_with_label_and_expiry_and_list_them(cli: Cli, http: Http, token: str) -> None:
