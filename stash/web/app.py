@@ -20,6 +20,7 @@ from starlette.routing import Match, Route
 from ..core.errors import NotFound, StashError
 from ..service import recall_scan
 from ..service.access import Vault
+from . import pages
 from .errors import error_response
 from .forwarded import TrustedProxies
 from .jsonio import JSON
@@ -92,9 +93,7 @@ def allowed_methods(app, scope) -> list[str]:
 
 def _reference_url(request) -> str:
     """Where this server serves its API reference, as its users reach it."""
-    from ..service.pages import page_address
-
-    address = page_address(request.app.state.settings.public_url, request.url.scheme, request.headers.get("host"))
+    address = pages.page_address(request.app.state.settings.public_url, request.url.scheme, request.headers.get("host"))
     return f"{address}/reference"
 
 
