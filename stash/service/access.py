@@ -23,6 +23,7 @@ from ..storage.files import MissingFile, UserFiles, available_file_cipher, stora
 from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from .memory import Memory
+from .tag_index import TagIndex
 
 RANK = {"read": 0, "full": 1, "owner": 2}
 
@@ -113,6 +114,7 @@ class Vault:
         self.kdf = kdf
         self.file_cipher = file_cipher or available_file_cipher()
         (self.data_dir / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
 
     def create_identity(self) -> Identity:
         """A new user: folder, key ring with the owner grant, empty memory file."""
@@ -141,6 +143,7 @@ class Vault:
                     head = mf.head
                     mf.close()
                     ring.advance_head(head)
+                    self.tags.grants_seen(user_id, ring.conn)
                 finally:
                     ring.close()
         except BaseException as exc:
@@ -284,4 +287,5 @@ class Vault:
             finally:
                 session.close()
         finally:
+            self.tags.grants_seen(token.user_id, ring.conn)  # before the answer leaves: tag_index.py
             ring.close()

@@ -129,6 +129,42 @@ class UserFiles:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> bool:
+    """Write a small file readable by this user only (0600 whatever the
+    umask): with ``exclusive``, only when it does not exist yet; otherwise
+    whole or not at all (a temporary file renamed over it). Not fsynced: for
+    hints that may be lost, like the tag index's stamp. False when it could
+    not be written (or, exclusive, already existed)."""
+    path = Path(path)
+    target = path if exclusive else path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    except OSError:
+        os.close(fd)
+        _unlink_quietly(target)
+        return False
+    os.close(fd)
+    if not exclusive:
+        try:
+            os.replace(target, path)
+        except OSError:
+            _unlink_quietly(target)
+            return False
+    return True
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def can_write(folder: Path) -> bool:
     """Whether a file can be created, written, flushed to disk and removed in
     ``folder`` right now: the readiness probe. It asks the filesystem instead

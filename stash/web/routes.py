@@ -18,7 +18,7 @@ from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, T
 from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, onboarding, pages
-from ..storage.files import UserFiles, can_write
+from ..storage.files import can_write
 from .jsonio import JSON, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
@@ -62,17 +62,33 @@ def _auth_failed(request: Request) -> Unauthorized:
     return Unauthorized()
 
 
-def _precheck(request: Request) -> None:
-    """The cheap half of authentication, on the event loop before the body is
-    read: the address's failure budget, then the token's shape and checksum.
-    A bogus token ends here — no file is opened and argon2 never runs."""
+async def _precheck(request: Request) -> None:
+    """Authentication before anything of the request is read: the token's
+    shape and checksum, then its lookup tag against the in-memory index of
+    live tags (service/tag_index.py). An unknown user and a wrong secret end
+    here with the same 401 at the same cost, before any field is checked or
+    any body byte is read, so no answer tells who exists and a forged
+    request cannot make the server buffer a large body. A token whose tag is
+    live goes on even when its address spent its failure budget: others'
+    failures at a shared address never lock it out. The full check (argon2id,
+    unwrap, scope) follows in :func:`_authed`."""
     settings = request.app.state.settings
+    vault = request.app.state.vault
+    parsed = tokens.parse(_bearer(request) or "")
+    verdict: bool | None = False
+    if parsed is not None:
+        tag = tokens.lookup_tag(parsed.user_id, parsed.secret)
+        verdict = vault.tags.verdict(parsed.user_id, tag)
+        if verdict is None:  # the first request for this user in this process, or its grants changed
+            verdict = await run_in_threadpool(vault.tags.load_from_disk, parsed.user_id, tag)
+    if verdict:
+        return
     wait = request.app.state.limiter.blocked_for("auth", _client(request), settings.auth_failures_per_minute)
     if wait:
         raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
-    parsed = tokens.parse(_bearer(request) or "")
-    if parsed is None or not UserFiles(request.app.state.vault.data_dir, parsed.user_id).exists():
+    if verdict is False:
         raise _auth_failed(request)
+    # None: the key ring cannot be read; the full check says what is wrong with the store.
 
 
 def _pin(request: Request) -> Head | None:
@@ -117,7 +133,7 @@ class RouteSpec:
         try:
             _refuse_token_in_query(request)
             if self.scope in ("read", "full", "owner"):
-                _precheck(request)
+                await _precheck(request)
             return await self.handler(request)
         except StashError as err:
             from .app import error_response
