@@ -6,6 +6,7 @@ whole /64 and could otherwise rotate through addresses for free.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import threading
@@ -15,6 +16,7 @@ from collections import defaultdict, deque
 SWEEP_ABOVE = 10_000  # tracked clients before idle ones are swept out
 
 
+@functools.lru_cache(maxsize=65536)  # parsing an address costs more than the rest of a refusal
 def client_key(host: str) -> str:
     try:
         ip = ipaddress.ip_address(host)
