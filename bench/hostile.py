@@ -32,9 +32,9 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from run import Server, bogus_tokens, scrape  # noqa: E402
+from run import Server, bogus_tokens, scrape
 
-from tests.e2e.test_preauth_flood import FLOOD, FLOOD_BODY, forged_import, rss_bytes  # noqa: E402
+from tests.e2e.test_preauth_flood import FLOOD, FLOOD_BODY, forged_import, rss_bytes
 
 MIB = 1 << 20
 
