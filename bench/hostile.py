@@ -116,6 +116,66 @@ def flood(server: Server, client: httpx.Client, victim: str, rounds: int) -> lis
     ]
 
 
+def recalls(server: Server, client: httpx.Client, victim: str, rounds: int, memories: int, seconds: float,
+            at_once: bool, flooders: int = 8) -> list[str]:
+    """A tenant with ``memories`` long memories keeps ``flooders`` recalls of
+    a DFA-defeating pattern going for ``seconds``: each resent when answered,
+    after Retry-After on a 429 (or at once with ``at_once``: a client that
+    ignores it)."""
+    flooder = client.post("/init", json={}).json()["token"]
+    filler = "e" * 240
+    for start in range(0, memories, 25_000):
+        entries = [{"date": "2024-01-01", "text": f"memory {k} {filler}"}
+                   for k in range(start, min(memories, start + 25_000))]
+        r = client.post("/import", headers=bearer(flooder), json={"entries": entries}, timeout=600)
+        if r.status_code != 200:
+            raise RuntimeError(f"import answered {r.status_code}: {r.text[:200]}")
+    idle, idle_max = wake_median(client, victim, rounds)
+    stop = threading.Event()
+    statuses: dict[str, int] = {}
+    recall_s: list[float] = []
+    lock = threading.Lock()
+
+    def flood() -> None:
+        with httpx.Client(base_url=server.url, timeout=120, trust_env=False) as c:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                r = c.post("/recall", headers=bearer(flooder), json={"q": "e.{200}"})
+                key = str(r.status_code) if r.status_code == 200 else f"{r.status_code} {r.json()['error']}"
+                with lock:
+                    statuses[key] = statuses.get(key, 0) + 1
+                    if r.status_code == 200:
+                        recall_s.append(time.perf_counter() - t0)
+                if r.status_code == 429 and not at_once:
+                    stop.wait(int(r.headers["retry-after"]))
+
+    threads = [threading.Thread(target=flood) for _ in range(flooders)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    during = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.perf_counter()
+        r = client.get("/wake", headers=bearer(victim))
+        during.append(time.perf_counter() - t0)
+        if r.status_code != 200:
+            raise RuntimeError(f"the victim's wake answered {r.status_code}")
+    stop.set()
+    for t in threads:
+        t.join()
+    med = statistics.median(during) * 1000
+    return [
+        f"- flooder: {memories:,} memories, {flooders} concurrent POST /recall {{\"q\": \"e.{{200}}\"}} for "
+        f"{seconds:.0f} s, resent {'at once' if at_once else 'after Retry-After'}: "
+        f"answers {dict(sorted(statuses.items()))}; a recall that ran took "
+        f"{statistics.median(recall_s):.2f} s (median)" if recall_s else "- no recall ran",
+        f"- victim wake median idle {idle:.2f} ms (max {idle_max:.1f}); during the flood {med:.2f} ms over "
+        f"{len(during)} wakes (p95 {sorted(during)[int(len(during) * 0.95)] * 1000:.1f}, max "
+        f"{max(during) * 1000:.1f}): {med / idle:.2f}x idle",
+    ]
+
+
 def disk(data: Path, client: httpx.Client, n: int = 20) -> list[str]:
     users = data / "users"
 
@@ -131,13 +191,16 @@ def disk(data: Path, client: httpx.Client, n: int = 20) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=("refusals", "flood", "disk"), default=None)
+    p.add_argument("--only", choices=("refusals", "flood", "recalls", "disk"), default=None)
+    p.add_argument("--memories", type=int, default=100_000, help="the recall flooder's memories")
+    p.add_argument("--seconds", type=float, default=20.0, help="how long the recall flood lasts")
+    p.add_argument("--at-once", action="store_true", help="the recall flooder ignores Retry-After")
     p.add_argument("--n", type=int, default=2000, help="refusals per kind")
     p.add_argument("--rounds", type=int, default=200, help="idle wakes for the median")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stash-hostile-") as root:
         server = Server(Path(root) / "data", Path(root) / "server.log")
-        out = [f"Command: python bench/hostile.py{' --only ' + args.only if args.only else ''}; server: "
+        out = [f"Command: python bench/hostile.py {' '.join(sys.argv[1:] if argv is None else argv)}; server: "
                f"{server.command}", ""]
         try:
             with httpx.Client(base_url=server.url, timeout=60, trust_env=False) as client:
@@ -149,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                     out += refusals(server, client, owner, args.n) + [""]
                 if args.only in (None, "flood"):
                     out += flood(server, client, owner, args.rounds) + [""]
+                if args.only in (None, "recalls"):
+                    out += recalls(server, client, owner, args.rounds, args.memories, args.seconds, args.at_once) + [""]
                 if args.only in (None, "disk"):
                     out += disk(Path(root) / "data", client) + [""]
         finally:

@@ -21,6 +21,7 @@ MIN_BODY = 4096  # a note or nap body at the largest ENTRY_CHARS, every characte
 MAX_BODY = 1 << 30
 DEFAULT_SHUTDOWN_S = 30.0
 MAX_WORKERS = 64
+MAX_SLOTS = 1024
 APP_FACTORY = "stash.web.app:app_from_env"
 
 ENV_PREFIX = "STASH_"
@@ -66,6 +67,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--user-id-prefix", action="append", default=None, metavar="HEX",
                    help="mint only user ids starting with this hex prefix (this host's shard of a fleet); "
                         "repeat for several (default: any id)")
+    p.add_argument("--user-concurrency", type=int, default=4, metavar="N",
+                   help="requests one memory may have in progress at once per worker; more get 429 (default 4)")
+    p.add_argument("--user-slow", type=int, default=1, metavar="N",
+                   help="slow requests (recall, import, export) one memory may have in progress per worker "
+                        "(default 1)")
+    p.add_argument("--slow-slots", type=int, default=2, metavar="N",
+                   help="slow requests in progress per worker, all memories together; more get 429 (default 2)")
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
@@ -137,6 +145,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
             raise ConfigError(f"{flag} must be from {MIN_BODY} to {MAX_BODY} bytes.")
     if not 1 <= args.workers <= MAX_WORKERS:
         raise ConfigError(f"--workers must be 1 to {MAX_WORKERS}.")
+    for flag, value in (("--user-concurrency", args.user_concurrency), ("--user-slow", args.user_slow),
+                        ("--slow-slots", args.slow_slots)):
+        if not 1 <= value <= MAX_SLOTS:
+            raise ConfigError(f"{flag} must be 1 to {MAX_SLOTS}.")
     prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
     for prefix in prefixes:
         if not tokens.is_id_prefix(prefix):
@@ -156,6 +168,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         max_import_body=args.max_import_body,
         id_prefixes=prefixes,
         workers=args.workers,
+        user_concurrency=args.user_concurrency,
+        user_slow=args.user_slow,
+        slow_slots=args.slow_slots,
     )
 
 

@@ -74,8 +74,8 @@ class TooMany(StashError):
     status = 429
     code = "rate_limited"
 
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, retry_after: int, *, code: str | None = None) -> None:
+        super().__init__(message, code=code)
         self.retry_after = retry_after
 
 

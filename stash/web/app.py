@@ -20,6 +20,7 @@ from starlette.routing import Match, Route
 from ..core.errors import NotFound, StashError
 from ..service import recall_scan
 from ..service.access import Vault
+from .fairshare import Shares
 from .forwarded import TrustedProxies
 from .jsonio import JSON
 from .metrics import Metrics
@@ -127,6 +128,7 @@ def create_app(settings: Settings) -> Starlette:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.limiter = RateLimiter()
+    app.state.shares = Shares(settings.user_concurrency, settings.user_slow, settings.slow_slots)
     app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.add_middleware(Guard, metrics=metrics)
     return app

@@ -479,6 +479,10 @@ def error_codes(route, spec: R | None = None) -> dict[int, list[str]]:
         add(500, "store.damaged", "store.rolled_back")
         add(503, "store.missing", "store.read_only", "store.unreadable")
         add(507, "store.full")
+    if route.scope in _SECURED:
+        add(429, "busy.user")
+    if getattr(route, "slow", False):
+        add(429, "busy.slow", "busy.server")
     if route.scope in ("full", "owner"):
         add(403, "auth.scope")
     if spec.idempotent:

@@ -77,6 +77,7 @@ async def _precheck(request: Request) -> None:
     parsed = tokens.parse(_bearer(request) or "")
     verdict: bool | None = False
     if parsed is not None:
+        request.scope["stash.user"] = parsed.user_id
         tag = tokens.lookup_tag(parsed.user_id, parsed.secret)
         verdict = vault.tags.verdict(parsed.user_id, tag)
         if verdict is None:  # the first request for this user in this process, or its grants changed
@@ -127,14 +128,18 @@ class RouteSpec:
     scope: str  # public | read | full | owner | operator
     summary: str
     handler: Callable[[Request], Awaitable[Response]]
+    slow: bool = False  # holds a slow slot (fairshare.py): recall, import, export
 
     async def endpoint(self, request: Request) -> Response:
         request.scope["stash.route"] = self.path
         try:
             _refuse_token_in_query(request)
-            if self.scope in ("read", "full", "owner"):
-                await _precheck(request)
-            return await self.handler(request)
+            if self.scope not in ("read", "full", "owner"):
+                return await self.handler(request)
+            await _precheck(request)
+            # The slot is taken before the body is read, so a tenant's bodies in memory are bounded too.
+            with request.app.state.shares.hold(request.scope.get("stash.user", ""), self.slow):
+                return await self.handler(request)
         except StashError as err:
             from .app import error_response
 
@@ -411,21 +416,21 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("POST", "/wake", "read", "The wake (POST twin of GET /wake)", wake),
     RouteSpec("POST", "/note", "full", "Append one memory", note),
     RouteSpec("POST", "/nap", "full", "Ask what is due, or settle the due block", nap),
-    RouteSpec("GET", "/recall", "read", "Regex search of the verbatim log", recall),
-    RouteSpec("POST", "/recall", "read", "Regex search (POST twin of GET /recall)", recall),
+    RouteSpec("GET", "/recall", "read", "Regex search of the verbatim log", recall, slow=True),
+    RouteSpec("POST", "/recall", "read", "Regex search (POST twin of GET /recall)", recall, slow=True),
     RouteSpec("GET", "/zoom", "read", "Open a block into its two halves", zoom),
     RouteSpec("POST", "/zoom", "read", "Open a block (POST twin of GET /zoom)", zoom),
     RouteSpec("POST", "/forget", "full", "Drop a summary and what was built on it", forget),
     RouteSpec("GET", "/config", "read", "The sizes and their defaults", config_get),
     RouteSpec("POST", "/config", "full", "Change sizes; null restores a default", config_set),
-    RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_),
+    RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_, slow=True),
     RouteSpec("GET", "/grants", "owner", "Every capability, live and revoked; never a secret", grants_list),
     RouteSpec("POST", "/grants", "owner", "Mint a read or full capability; its token is shown once", grants_mint),
     RouteSpec("DELETE", "/grants/{grant_id}", "owner", "Revoke one capability by destroying its key", grants_revoke),
     RouteSpec("POST", "/erase", "owner", "Shred individual memories for good; answers a receipt", erase),
     RouteSpec("GET", "/erasures", "owner", "Erasure receipts, never content", erasures),
     RouteSpec("DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy),
-    RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export),
+    RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export, slow=True),
     RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),
     RouteSpec("GET", "/client", "public", "The single-file stash client", client),
     RouteSpec("GET", "/shape", "public", "Block boundaries of cover(T, lines); no data", shape),

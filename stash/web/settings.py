@@ -35,6 +35,9 @@ class Settings:
     max_import_body: int = IMPORT_BODY_CAP  # bytes, POST /import
     id_prefixes: tuple[str, ...] = ()  # /init mints user ids starting with one of these (a shard); () is any
     workers: int = 1
+    user_concurrency: int = 4  # requests one user may have in flight per process (fairshare.py)
+    user_slow: int = 1  # slow requests (recall, import, export) one user may have in flight per process
+    slow_slots: int = 2  # slow requests in flight per process, all users together
 
 
 def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
@@ -55,6 +58,9 @@ def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -
         "max_body": settings.max_body,
         "max_import_body": settings.max_import_body,
         "id_prefixes": list(settings.id_prefixes),
+        "user_concurrency": settings.user_concurrency,
+        "user_slow": settings.user_slow,
+        "slow_slots": settings.slow_slots,
     })
 
 
@@ -79,4 +85,7 @@ def from_env() -> Settings:
         max_body=raw["max_body"],
         max_import_body=raw["max_import_body"],
         id_prefixes=tuple(raw["id_prefixes"]),
+        user_concurrency=raw["user_concurrency"],
+        user_slow=raw["user_slow"],
+        slow_slots=raw["slow_slots"],
     )
