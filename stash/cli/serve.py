@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
+from ..service.quotas import DEFAULT_BYTES, DEFAULT_MEMORIES
 from ..web.jsonio import BODY_CAP, IMPORT_BODY_CAP
 
 DEFAULT_DATA = "~/.stash/data"
@@ -74,6 +75,12 @@ def parser() -> argparse.ArgumentParser:
                         "(default 1)")
     p.add_argument("--slow-slots", type=int, default=2, metavar="N",
                    help="slow requests in progress per worker, all memories together; more get 429 (default 2)")
+    p.add_argument("--quota-memories", type=int, default=DEFAULT_MEMORIES, metavar="N",
+                   help=f"memories one identity may hold (default {DEFAULT_MEMORIES})")
+    p.add_argument("--quota-bytes", type=int, default=DEFAULT_BYTES, metavar="BYTES",
+                   help=f"disk one identity may take before its writes are refused (default {DEFAULT_BYTES})")
+    p.add_argument("--init-per-day", type=int, default=50, metavar="N",
+                   help="identities one address may mint per 24 hours (default 50)")
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
@@ -149,6 +156,10 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
                         ("--slow-slots", args.slow_slots)):
         if not 1 <= value <= MAX_SLOTS:
             raise ConfigError(f"{flag} must be 1 to {MAX_SLOTS}.")
+    for flag, value in (("--quota-memories", args.quota_memories), ("--quota-bytes", args.quota_bytes),
+                        ("--init-per-day", args.init_per_day)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1.")
     prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
     for prefix in prefixes:
         if not tokens.is_id_prefix(prefix):
@@ -171,6 +182,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         user_concurrency=args.user_concurrency,
         user_slow=args.user_slow,
         slow_slots=args.slow_slots,
+        quota_memories=args.quota_memories,
+        quota_bytes=args.quota_bytes,
+        init_per_day=args.init_per_day,
     )
 
 

@@ -79,6 +79,14 @@ class TooMany(StashError):
         self.retry_after = retry_after
 
 
+class QuotaReached(StashError):
+    """A limit the operator set on one memory (``stash serve --quota-*``):
+    nothing was written."""
+
+    status = 403
+    code = "quota.memories"
+
+
 class Damaged(StashError):
     """Stored bytes failed authentication: they were altered, moved or belong
     to someone else. Never served; reported without naming any secret."""

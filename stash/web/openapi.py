@@ -245,7 +245,8 @@ SPECS: dict[tuple[str, str], R] = {
             "invite": _str("The operator's invite secret; needed when the server runs with --init invite."),
         }, required=[]),
         errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url", "request.bad_value"],
-                429: ["rate_limited"], 503: ["store.read_only", "store.unreadable"], 507: ["store.full"]},
+                429: ["rate_limited", "quota.identities"], 503: ["store.read_only", "store.unreadable"],
+                507: ["store.full"]},
         description="Mints an identity: a new, empty memory and its owner token.",
     ),
     **_twins(
@@ -275,7 +276,8 @@ SPECS: dict[tuple[str, str], R] = {
         body=_obj({"text": _str("One line of at most ENTRY_CHARS UTF-8 bytes, no control character; "
                                 "surrounding spaces are removed.", **_ONE_LINE)}),
         body_required=True,
-        errors={400: ["request.empty_body", "request.missing_field"], 422: _TEXT_CODES},
+        errors={400: ["request.empty_body", "request.missing_field"], 403: ["quota.memories", "quota.bytes"],
+                422: _TEXT_CODES},
         description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
     ),
     ("POST", "/nap"): R(
@@ -337,7 +339,8 @@ SPECS: dict[tuple[str, str], R] = {
         }}),
         body_required=True,
         body_cap="max_import_body",
-        errors={400: ["request.empty_body", "request.missing_field"], 422: ["import.empty"]},
+        errors={400: ["request.empty_body", "request.missing_field"], 403: ["quota.memories", "quota.bytes"],
+                422: ["import.empty"]},
         special={422: ("or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                        _IMPORT_INDEXED)},
         description="Bulk-appends dated memories, validating every entry before writing any.",

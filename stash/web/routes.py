@@ -17,11 +17,12 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..crypto.chain import Head
-from ..service import idempotency, onboarding, pages
+from ..service import idempotency, onboarding, pages, quotas
 from ..storage.files import can_write
 from .jsonio import JSON, parse_int, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
+DAY_S = 24 * 60 * 60
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
 
 
@@ -206,12 +207,17 @@ async def init(request: Request) -> Response:
     wait = limiter.blocked_for("init", client, settings.init_per_minute)
     if wait:
         raise TooMany(f"Too many identities minted from this address; wait {wait} s.", wait)
+    wait = limiter.blocked_for("init_day", client, settings.init_per_day, DAY_S)
+    if wait:
+        raise TooMany(f"This address minted the {settings.init_per_day} identities a day this server allows; "
+                      f"wait {wait} s, or reuse a token you already have.", wait, code="quota.identities")
     url = body.get("url") or settings.public_url
     if url is not None and (
         not isinstance(url, str) or len(url) > 2000 or not url.startswith(("http://", "https://"))
     ):
         raise Invalid("url must be the server's http(s) address, like https://stash.example.", code="init.bad_url")
     limiter.hit("init", client)
+    limiter.hit("init_day", client, DAY_S)
     ident = await run_in_threadpool(request.app.state.vault.create_identity)
     # Without a url, the address this request came in on; a Host header that is
     # not a plain host[:port] never reaches the pasted block (pages.page_address).
@@ -284,11 +290,23 @@ async def wake(request: Request) -> Response:
     return JSON(await _authed(request, "read", lambda s: s.memory.wake(part, T)))
 
 
+def _room(request: Request, session, adding: int) -> None:
+    """The operator's quotas (service/quotas.py), checked inside the write."""
+    settings = request.app.state.settings
+    quotas.check_room(session.memory.mf.count(), session.files.folder, adding, settings.quota_memories,
+                      settings.quota_bytes)
+
+
 async def note(request: Request) -> Response:
     key = _idempotency_key(request)
     data = await read_object(request, {"text"}, required={"text"})
+
+    def write(s) -> dict:
+        _room(request, s, 1)
+        return s.memory.note(data["text"])
+
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /note", data, lambda: s.memory.note(data["text"]))))
+        s, key, "POST /note", data, lambda: write(s))))
 
 
 async def nap(request: Request) -> Response:
@@ -336,8 +354,14 @@ async def config_set(request: Request) -> Response:
 async def import_(request: Request) -> Response:
     key = _idempotency_key(request)
     data = await read_object(request, {"entries"}, required={"entries"}, cap=request.app.state.settings.max_import_body)
+
+    def write(s) -> dict:
+        if isinstance(data["entries"], list):
+            _room(request, s, len(data["entries"]))
+        return s.memory.import_entries(data["entries"])
+
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /import", data, lambda: s.memory.import_entries(data["entries"]))))
+        s, key, "POST /import", data, lambda: write(s))))
 
 
 async def export(request: Request) -> Response:

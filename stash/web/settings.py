@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
+from ..service.quotas import DEFAULT_BYTES, DEFAULT_MEMORIES
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP
 
 SETTINGS_ENV = "STASH_SERVE_SETTINGS"
@@ -38,6 +39,9 @@ class Settings:
     user_concurrency: int = 4  # requests one user may have in flight per process (fairshare.py)
     user_slow: int = 1  # slow requests (recall, import, export) one user may have in flight per process
     slow_slots: int = 2  # slow requests in flight per process, all users together
+    quota_memories: int = DEFAULT_MEMORIES  # memories one identity may hold
+    quota_bytes: int = DEFAULT_BYTES  # bytes one identity's folder may take before writes are refused
+    init_per_day: int = 50  # identities one address may mint per 24 hours
 
 
 def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
@@ -61,6 +65,9 @@ def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -
         "user_concurrency": settings.user_concurrency,
         "user_slow": settings.user_slow,
         "slow_slots": settings.slow_slots,
+        "quota_memories": settings.quota_memories,
+        "quota_bytes": settings.quota_bytes,
+        "init_per_day": settings.init_per_day,
     })
 
 
@@ -88,4 +95,7 @@ def from_env() -> Settings:
         user_concurrency=raw["user_concurrency"],
         user_slow=raw["user_slow"],
         slow_slots=raw["slow_slots"],
+        quota_memories=raw["quota_memories"],
+        quota_bytes=raw["quota_bytes"],
+        init_per_day=raw["init_per_day"],
     )
