@@ -81,6 +81,10 @@ def parser() -> argparse.ArgumentParser:
                    help=f"disk one identity may take before its writes are refused (default {DEFAULT_BYTES})")
     p.add_argument("--init-per-day", type=int, default=50, metavar="N",
                    help="identities one address may mint per 24 hours (default 50)")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds a request's head (request line and headers) may take to arrive (default 10)")
+    p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds a kept-alive connection may idle between requests (default 5)")
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
@@ -160,6 +164,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
                         ("--init-per-day", args.init_per_day)):
         if value < 1:
             raise ConfigError(f"{flag} must be at least 1.")
+    for flag, seconds in (("--header-timeout", args.header_timeout), ("--idle-timeout", args.idle_timeout)):
+        if not 0.1 <= seconds <= 3600:
+            raise ConfigError(f"{flag} must be from 0.1 to 3600 seconds.")
     prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
     for prefix in prefixes:
         if not tokens.is_id_prefix(prefix):
@@ -185,6 +192,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         quota_memories=args.quota_memories,
         quota_bytes=args.quota_bytes,
         init_per_day=args.init_per_day,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
     )
 
 
@@ -205,6 +214,9 @@ def main(argv: list[str]) -> int:
     from ..web.metrics import clear_snapshots
     from ..web.settings import SETTINGS_ENV, to_env
 
+    # Every file and folder the server makes is its own alone (0600 in 0700), whatever umask it was started
+    # with; the workers inherit this.
+    os.umask(0o077)
     clear_snapshots(settings.data_dir)
     os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -223,7 +235,10 @@ def main(argv: list[str]) -> int:
     # itself (stash.web.forwarded), the same way in tests as in production.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _drained)
+    from ..web.timeouts import HeaderTimeoutProtocol
+
     uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
                 access_log=False, log_level="warning", server_header=False, proxy_headers=False,
-                timeout_graceful_shutdown=args.shutdown_timeout)
+                timeout_graceful_shutdown=args.shutdown_timeout, http=HeaderTimeoutProtocol,
+                timeout_keep_alive=settings.idle_timeout)
     return 0

@@ -19,7 +19,7 @@ from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Un
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..storage import userlock
-from ..storage.files import MissingFile, UserFiles, available_file_cipher, storage_error
+from ..storage.files import MissingFile, UserFiles, available_file_cipher, private_folder, storage_error
 from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from .memory import Memory
@@ -113,7 +113,7 @@ class Vault:
         self.id_prefixes = id_prefixes  # user ids this host mints start with one of these; () is any
         self.kdf = kdf
         self.file_cipher = file_cipher or available_file_cipher()
-        (self.data_dir / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_folder(self.data_dir / "users")
         self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
 
     def create_identity(self) -> Identity:

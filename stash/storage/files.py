@@ -120,13 +120,42 @@ class UserFiles:
         return self.folder.is_dir()
 
     def create_folder(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=False, mode=0o700)
+        private_folder(self.folder.parent)
+        self.folder.mkdir(exist_ok=False, mode=0o700)
+        os.chmod(self.folder, 0o700)
 
     def destroy(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=False)
 
     def destroy_quietly(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _create_private(path: Path) -> None:
+    """Make an empty file 0600 before SQLite opens it, whatever the umask:
+    SQLite gives its -wal and -shm files the mode of the database file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+
+
+def private_folder(path: Path) -> None:
+    """``path`` and any missing parents made 0700, whatever the umask (mkdir's
+    mode is filtered by it, and parents get the default)."""
+    missing = []
+    p = Path(path)
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)
 
 
 def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> bool:
@@ -245,6 +274,8 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     empty one."""
     if not create and not Path(path).is_file():
         raise MissingFile(path.name)
+    if create:
+        _create_private(Path(path))
     frozen = not create and _frozen(Path(path))
     # On a read-only filesystem SQLite cannot make the WAL's index, so a WAL
     # file could not be opened at all; a file whose WAL was folded in and

@@ -208,7 +208,8 @@ def _twins(path: str, fields: dict[str, Schema], required: tuple[str, ...], answ
 
 
 _MISSING = {400: ["request.missing_field"]}
-_TEXT_CODES = ["text.type", "text.multiline", "text.control", "text.empty", "text.too_long"]
+_TEXT_CODES = ["text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
+               "text.too_long"]
 _IMPORT_INDEXED = ["import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log", *_TEXT_CODES]
 _CONFIG = _obj({"sizes": _ref("Sizes"), "defaults": _ref("Sizes")})
 
@@ -422,7 +423,7 @@ SPECS: dict[tuple[str, str], R] = {
     ),
     ("GET", "/metrics"): R(
         _str("Prometheus text format 0.0.4."), media="text/plain",
-        errors={403: ["auth.operator"]},
+        errors={403: ["auth.operator"], 429: ["rate_limited"]},
         description="Loopback only, unless the server has a metrics token (STASH_METRICS_TOKEN): then that token "
                     "as a bearer, from anywhere.",
     ),

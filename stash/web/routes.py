@@ -212,10 +212,11 @@ async def init(request: Request) -> Response:
         raise TooMany(f"This address minted the {settings.init_per_day} identities a day this server allows; "
                       f"wait {wait} s, or reuse a token you already have.", wait, code="quota.identities")
     url = body.get("url") or settings.public_url
-    if url is not None and (
-        not isinstance(url, str) or len(url) > 2000 or not url.startswith(("http://", "https://"))
-    ):
-        raise Invalid("url must be the server's http(s) address, like https://stash.example.", code="init.bad_url")
+    # Checked as --url and the Host header are: the address goes into a block pasted into AGENTS.md and
+    # into curl commands there, so a newline, quote, backquote or $( ) must never reach it.
+    if url is not None and (not isinstance(url, str) or len(url) > 2000 or not pages.is_safe_address(url.rstrip("/"))):
+        raise Invalid("url must be the server's plain http(s) address, like https://stash.example (letters, digits "
+                      "and .-_~%/ in its path; no spaces, quotes or other characters).", code="init.bad_url")
     limiter.hit("init", client)
     limiter.hit("init_day", client, DAY_S)
     ident = await run_in_threadpool(request.app.state.vault.create_identity)
@@ -264,6 +265,12 @@ async def metrics(request: Request) -> Response:
     if settings.operator_token:
         given = _bearer(request) or ""
         if not hmac.compare_digest(given.encode(), settings.operator_token.encode()):
+            # Guesses of the operator token share the address's failure budget; the right token never waits.
+            limiter = request.app.state.limiter
+            wait = limiter.blocked_for("auth", _client(request), settings.auth_failures_per_minute)
+            if wait:
+                raise TooMany(f"Too many failed authentications from this address; wait {wait} s.", wait)
+            limiter.hit("auth", _client(request))
             raise Forbidden("Metrics need the operator token as 'Authorization: Bearer …'.", code="auth.operator")
     else:
         try:

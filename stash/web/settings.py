@@ -42,6 +42,8 @@ class Settings:
     quota_memories: int = DEFAULT_MEMORIES  # memories one identity may hold
     quota_bytes: int = DEFAULT_BYTES  # bytes one identity's folder may take before writes are refused
     init_per_day: int = 50  # identities one address may mint per 24 hours
+    header_timeout: float = 10.0  # seconds for a request's head to arrive (timeouts.py)
+    idle_timeout: float = 5.0  # seconds a kept-alive connection may idle between requests
 
 
 def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
@@ -68,6 +70,8 @@ def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -
         "quota_memories": settings.quota_memories,
         "quota_bytes": settings.quota_bytes,
         "init_per_day": settings.init_per_day,
+        "header_timeout": settings.header_timeout,
+        "idle_timeout": settings.idle_timeout,
     })
 
 
@@ -98,4 +102,6 @@ def from_env() -> Settings:
         quota_memories=raw["quota_memories"],
         quota_bytes=raw["quota_bytes"],
         init_per_day=raw["init_per_day"],
+        header_timeout=raw["header_timeout"],
+        idle_timeout=raw["idle_timeout"],
     )
