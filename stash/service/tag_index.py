@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import threading
 from collections import OrderedDict
@@ -38,6 +39,7 @@ from ..storage.files import UserFiles, write_private
 from ..storage.keyring import open_keyring
 
 STAMP = "grants.stamp"
+_USER_ID = re.compile(r"[0-9a-f]{16}")
 NONCE_BYTES = 16
 DIGEST_BYTES = 32
 MAX_USERS = 50_000  # cached users per process; about 200 bytes each, evicted least recently used
@@ -131,6 +133,26 @@ class TagIndex:
             return None
         finally:
             ring.close()
+
+    def warm(self, stop: threading.Event | None = None) -> int:
+        """Load every user's tags (up to MAX_USERS), so that even the first
+        refusal for a user after a start costs what every later one does.
+        Run in a background thread at start; requests are served meanwhile
+        (one for a user not loaded yet loads it itself). Returns how many."""
+        try:
+            names = os.listdir(self._users)
+        except OSError:
+            return 0
+        done = 0
+        for name in [n for n in names if _USER_ID.fullmatch(n)][:MAX_USERS]:
+            if stop is not None and stop.is_set():
+                break
+            with self._lock:
+                if name in self._cache:
+                    continue
+            if self.load_from_disk(name, b"") is not None:
+                done += 1
+        return done
 
     def grants_seen(self, user_id: str, conn) -> None:
         """Keep the rule of the module docstring: called by whoever may have

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -111,9 +112,12 @@ async def lifespan(app: Starlette):
     the server has drained its requests on SIGTERM every file is already
     closed; what is left to stop is this process's recall worker."""
     app.state.metrics.start()
+    stop = threading.Event()
+    threading.Thread(target=app.state.vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
     try:
         yield
     finally:
+        stop.set()
         app.state.metrics.stop()
         recall_scan.shutdown_pool()
 

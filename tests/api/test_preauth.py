@@ -144,3 +144,28 @@ def test_a_destroyed_store_is_an_unknown_user(two_workers) -> None:
     assert a.delete("/store", owner).status_code == 200
     assert_error(b.get("/wake", owner), 401, "auth.invalid")
     assert_error(a.get("/wake", owner), 401, "auth.invalid")
+
+
+def test_warming_loads_every_user_so_no_first_refusal_opens_a_key_ring(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = make_settings(tmp_path / "data", kdf=CHEAP_KDF, auth_failures_per_minute=100_000)
+    maker = Api(create_app(settings))
+    owners = [maker.init()["token"] for _ in range(3)]
+    (tmp_path / "data" / "users" / "not-a-user").mkdir()  # skipped, not loaded
+    maker.close()
+    fresh = Api(create_app(settings))  # a restarted worker: nothing cached
+    try:
+        assert fresh.app.state.vault.tags.warm() == 3
+        opened = []
+        real = keyring_module.Keyring.__init__
+
+        def counting(self, *args, **kw):
+            opened.append(1)
+            real(self, *args, **kw)
+
+        monkeypatch.setattr(keyring_module.Keyring, "__init__", counting)
+        for owner in owners:
+            assert_error(fresh.get("/wake", wrong_secret(owner)), 401, "auth.invalid")
+        assert opened == []
+    finally:
+        fresh.close()
