@@ -74,7 +74,9 @@ def refusals(server: Server, client: httpx.Client, owner: str, n: int) -> list[s
             *out]
 
 
-def flood(server: Server, client: httpx.Client, victim: str, rounds: int) -> list[str]:
+def flood(server: Server, client: httpx.Client, victim: str, rounds: int, seconds: float) -> list[str]:
+    """Waves of FLOOD concurrent forged 15 MiB imports, one after another for
+    ``seconds``, while the victim wakes and the server's RSS is sampled."""
     idle, idle_max = wake_median(client, victim, rounds)
     before = rss_bytes(server.proc.pid)
     peak = [before]
@@ -94,25 +96,32 @@ def flood(server: Server, client: httpx.Client, victim: str, rounds: int) -> lis
                 during.append(time.perf_counter() - t0)
 
     results: list = []
-    deadline = time.monotonic() + 60
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=forged_import, args=(server.port, victim, results, deadline))
-               for _ in range(FLOOD)]
     watchers = [threading.Thread(target=sample), threading.Thread(target=victim_wakes)]
-    for t in watchers + threads:
+    for t in watchers:
         t.start()
-    for t in threads:
-        t.join()
+    t0 = time.perf_counter()
+    waves = 0
+    while time.perf_counter() - t0 < seconds:
+        deadline = time.monotonic() + 60
+        threads = [threading.Thread(target=forged_import, args=(server.port, victim, results, deadline))
+                   for _ in range(FLOOD)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        waves += 1
     took = time.perf_counter() - t0
     stop.set()
     for t in watchers:
         t.join()
     return [
-        f"- {FLOOD} forged imports of {FLOOD_BODY // MIB} MiB: answers {sorted(set(results))}, all in {took:.2f} s",
+        f"- {waves} waves of {FLOOD} concurrent forged imports of {FLOOD_BODY // MIB} MiB "
+        f"({len(results)} in all, over {took:.1f} s): answers {sorted(set(results))}",
         f"- server RSS {before / MIB:.1f} MiB before, {peak[0] / MIB:.1f} MiB at peak: "
         f"growth {(peak[0] - before) / MIB:.1f} MiB (limit 64 MiB)",
         f"- victim wake median idle {idle:.2f} ms (max {idle_max:.1f}); during the flood "
-        f"{statistics.median(during) * 1000:.2f} ms over {len(during)} wakes (max {max(during) * 1000:.1f})",
+        f"{statistics.median(during) * 1000:.2f} ms over {len(during)} wakes (max {max(during) * 1000:.1f}): "
+        f"{statistics.median(during) * 1000 / idle:.2f}x idle",
     ]
 
 
@@ -194,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=("refusals", "flood", "recalls", "disk"), default=None)
     p.add_argument("--memories", type=int, default=100_000, help="the recall flooder's memories")
     p.add_argument("--seconds", type=float, default=20.0, help="how long the recall flood lasts")
+    p.add_argument("--flood-seconds", type=float, default=10.0, help="how long the forged-import flood lasts")
     p.add_argument("--at-once", action="store_true", help="the recall flooder ignores Retry-After")
     p.add_argument("--n", type=int, default=2000, help="refusals per kind")
     p.add_argument("--rounds", type=int, default=200, help="idle wakes for the median")
@@ -211,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only in (None, "refusals"):
                     out += refusals(server, client, owner, args.n) + [""]
                 if args.only in (None, "flood"):
-                    out += flood(server, client, owner, args.rounds) + [""]
+                    out += flood(server, client, owner, args.rounds, args.flood_seconds) + [""]
                 if args.only in (None, "recalls"):
                     out += recalls(server, client, owner, args.rounds, args.memories, args.seconds, args.at_once) + [""]
                 if args.only in (None, "disk"):
