@@ -19,7 +19,7 @@ from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, onboarding, pages, quotas
 from ..storage.files import can_write
-from .jsonio import JSON, parse_int, query_object, read_object
+from .jsonio import JSON, parse_int, prefetch_small_body, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
 DAY_S = 24 * 60 * 60
@@ -82,6 +82,10 @@ async def _precheck(request: Request) -> None:
         tag = tokens.lookup_tag(parsed.user_id, parsed.secret)
         verdict = vault.tags.verdict(parsed.user_id, tag)
         if verdict is None:  # the first request for this user in this process, or its grants changed
+            # A small body is taken in before the hop to a thread: a client that sent its whole request
+            # and hung up (its answer lost, to be retried with the same Idempotency-Key) still has its
+            # write made, as on every other path. A larger one waits for the verdict.
+            await prefetch_small_body(request, settings.max_body)
             verdict = await run_in_threadpool(vault.tags.load_from_disk, parsed.user_id, tag)
     if verdict:
         return
