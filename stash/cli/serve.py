@@ -132,9 +132,9 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     """The server's Settings from parsed options and the secrets' variables;
     :class:`ConfigError` for anything the server could not honour."""
     from ..crypto import tokens
-    from ..service.pages import is_safe_address
     from ..storage.files import available_file_cipher
     from ..web.forwarded import parse_network
+    from ..web.pages import is_safe_address
     from ..web.settings import Settings
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
@@ -211,13 +211,14 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from ..storage.files import available_file_cipher
-    from ..web.metrics import clear_snapshots
+    from ..web.metrics import prepare_multiprocess
     from ..web.settings import SETTINGS_ENV, to_env
 
     # Every file and folder the server makes is its own alone (0600 in 0700), whatever umask it was started
     # with; the workers inherit this.
     os.umask(0o077)
-    clear_snapshots(settings.data_dir)
+    if args.workers > 1:
+        os.environ.update(prepare_multiprocess(settings.data_dir))
     os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     print(f"stash: data in {settings.data_dir}", flush=True)

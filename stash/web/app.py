@@ -21,6 +21,7 @@ from starlette.routing import Match, Route
 from ..core.errors import NotFound, StashError
 from ..service import recall_scan
 from ..service.access import Vault
+from .errors import error_response
 from .fairshare import Shares
 from .forwarded import TrustedProxies
 from .jsonio import JSON
@@ -32,14 +33,6 @@ from .settings import Settings, from_env
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 access_log = logging.getLogger("stash.access")
 error_log = logging.getLogger("stash.error")
-
-
-def error_response(err: StashError) -> JSON:
-    headers = {}
-    retry = getattr(err, "retry_after", None)
-    if retry is not None:
-        headers["Retry-After"] = str(retry)
-    return JSON(err.body(), status_code=err.status, headers=headers)
 
 
 class Guard:
@@ -57,6 +50,10 @@ class Guard:
             return
         start = time.perf_counter()
         status = {"code": 500, "started": False}
+        # A scrape does not count itself as a request in flight.
+        counted = scope["path"] != "/metrics"
+        if counted:
+            self.metrics.request_started()
 
         async def tracked_send(message) -> None:
             if message["type"] == "http.response.start":
@@ -79,6 +76,8 @@ class Guard:
             # label or a log word, so no text of the client's reaches either.
             method = scope["method"] if scope["method"] in KNOWN_METHODS else "OTHER"
             self.metrics.observe(method, route, status["code"], elapsed, scope.get("stash.error"))
+            if counted:
+                self.metrics.request_finished()
             access_log.info("%s %s %d %.1fms", method, route, status["code"], elapsed * 1000)
 
 

@@ -17,8 +17,10 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..crypto.chain import Head
-from ..service import idempotency, onboarding, pages, quotas
+from ..service import idempotency, onboarding, quotas
 from ..storage.files import can_write
+from . import pages
+from .errors import error_response
 from .jsonio import JSON, parse_int, prefetch_small_body, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
@@ -146,8 +148,6 @@ class RouteSpec:
             with request.app.state.shares.hold(request.scope.get("stash.user", ""), self.slow):
                 return await self.handler(request)
         except StashError as err:
-            from .app import error_response
-
             request.scope["stash.error"] = err.code
             return error_response(err)
 

@@ -1,6 +1,6 @@
 """Support for the in-process API tests: a small driver over the ``api``
-fixture, and oracles written from SPEC §2 alone (never imported from the code
-under test), so an expected answer is never one the server produced."""
+fixture whose expectations come from the oracle (tests/oracle.py), never from
+the code under test."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import io
 import tarfile
 
 from tests.helpers import Api
-from tests.spec_oracle import spec_cover as oracle_cover
+from tests.oracle import bid, spec_cover
 
 OLD_DATE = "2021-03-04"
 AWAKE = "You are awake.\n"
@@ -21,37 +21,6 @@ SPEC_SIZES = {
     "PART_CHARS": 20_000,
     "PART_LINES": 500,
 }
-
-
-# ---------------------------------------------------------------- oracles (SPEC §2)
-
-
-def oracle_pending(T: int, settled: set[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Complete blocks without a summary: by size, then by position."""
-    todo = []
-    size = 2
-    while size <= T:
-        todo += [(lo, lo + size) for lo in range(0, T - size + 1, size) if (lo, lo + size) not in settled]
-        size *= 2
-    return todo
-
-
-def bid(lo: int, hi: int) -> str:
-    return f"{lo}-{hi - 1}"
-
-
-def cost(line: str) -> int:
-    return len(line.encode("utf-8")) + 1
-
-
-def oracle_parts(lines: list[str], max_lines: int, max_bytes: int) -> list[list[str]]:
-    parts: list[list[str]] = [[]]
-    for line in lines:
-        cur = parts[-1]
-        if cur and (len(cur) == max_lines or sum(map(cost, cur)) + cost(line) > max_bytes):
-            parts.append([])
-        parts[-1].append(line)
-    return [p for p in parts if p]
 
 
 def today_utc() -> dt.date:
@@ -124,7 +93,7 @@ class Mem:
 
     def wake_lines(self, budget: int, T: int | None = None) -> list[str]:
         T = len(self.log) if T is None else T
-        return [self.render(lo, hi) for lo, hi in oracle_cover(T, budget)]
+        return [self.render(lo, hi) for lo, hi in spec_cover(T, budget)]
 
 
 def export_members(api: Api, token: str) -> dict[str, bytes]:

@@ -12,21 +12,10 @@ from pathlib import Path
 import httpx
 
 from stash.web.routes import ROUTES
-from tests.api.support import (
-    AWAKE,
-    OLD_DATE,
-    SPEC_SIZES,
-    Mem,
-    bid,
-    cost,
-    export_members,
-    oracle_cover,
-    oracle_parts,
-    oracle_pending,
-    state,
-    today_utc,
-)
+from tests.api.support import AWAKE, OLD_DATE, SPEC_SIZES, Mem, export_members, state, today_utc
 from tests.helpers import Api, assert_error
+from tests.oracle import bid, cost, oracle_parts, oracle_pending
+from tests.oracle import spec_cover as oracle_cover
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
 NAP_KEYS = {"block", "source", "remaining", "max_bytes", "prompt"}

@@ -17,8 +17,9 @@ from stash.crypto import keys, tokens
 from stash.crypto.keys import KdfParams
 from stash.storage.files import PAGE_BYTES
 from stash.web.app import create_app
-from tests.api.support import bid, export_members
+from tests.api.support import export_members
 from tests.helpers import Api, assert_error, make_settings
+from tests.oracle import bid
 
 CHEAP_KDF = KdfParams(1, 1024, 1)
 TOKEN = re.compile(tokens.TOKEN_PATTERN)

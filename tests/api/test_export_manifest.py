@@ -7,8 +7,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from tests.api.support import Mem, bid, export_members, oracle_pending
+from tests.api.support import Mem, export_members
 from tests.helpers import Api
+from tests.oracle import bid, oracle_pending
 
 
 def listing(files: dict[str, bytes]) -> str:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stash.service.pages import PLACEHOLDER_ADDRESS, is_safe_address, page_address
 from stash.web.app import create_app
+from stash.web.pages import PLACEHOLDER_ADDRESS, is_safe_address, page_address
 from tests.api.support import Mem
 from tests.helpers import Api, make_settings
 

@@ -3,9 +3,9 @@ table is documented with its method and its scope, nothing else is, and live
 answers — successes and refusals — have exactly the shape the document gives
 them, with an error code the document lists for that route and status.
 
-The document is checked with a small JSON Schema evaluator written here (the
-subset OpenAPI 3.1 documents use), so a wrong field, type, range or pattern in
-either the document or the server fails a test."""
+The document is checked with jsonschema (OpenAPI 3.1 schemas are JSON Schema
+2020-12), so a wrong field, type, range or pattern in either the document or
+the server fails a test."""
 
 from __future__ import annotations
 
@@ -21,87 +21,15 @@ from stash.core import errors
 from stash.web.app import create_app
 from stash.web.routes import ROUTES
 from tests.helpers import Api, assert_error, make_settings
+from tests.schema_check import problems, resolve
 
 OLD_DATE = "2020-02-03"
 SECURED = {"read", "full", "owner"}
 RANK = {"read": 0, "full": 1, "owner": 2}
 
 
-# ---------------------------------------------------------------- a small JSON Schema evaluator
-
-
-def resolve(doc: dict, ref: str) -> Any:
-    assert ref.startswith("#/"), ref
-    node: Any = doc
-    for part in ref[2:].split("/"):
-        node = node[part.replace("~1", "/").replace("~0", "~")]
-    return node
-
-
-_TYPES = {
-    "object": lambda v: isinstance(v, dict),
-    "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None,
-}
-
-
-def problems(doc: dict, schema: Any, value: Any, at: str = "$") -> list[str]:
-    """Why ``value`` does not satisfy ``schema`` (empty when it does)."""
-    if schema is True:
-        return []
-    if schema is False:
-        return [f"{at}: nothing is allowed here"]
-    out: list[str] = []
-    if "$ref" in schema:
-        out += problems(doc, resolve(doc, schema["$ref"]), value, at)
-    if "anyOf" in schema and all(problems(doc, s, value, at) for s in schema["anyOf"]):
-        out.append(f"{at}: matches none of anyOf")
-    if "oneOf" in schema:
-        n = sum(not problems(doc, s, value, at) for s in schema["oneOf"])
-        if n != 1:
-            out.append(f"{at}: matches {n} of oneOf")
-    if "const" in schema and value != schema["const"]:
-        out.append(f"{at}: {value!r} is not {schema['const']!r}")
-    if "enum" in schema and value not in schema["enum"]:
-        out.append(f"{at}: {value!r} not in {schema['enum']}")
-    if "type" in schema:
-        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        if not any(_TYPES[t](value) for t in types):
-            return out + [f"{at}: {type(value).__name__} is not {types}"]
-    if isinstance(value, str):
-        if "pattern" in schema and not re.search(schema["pattern"], value):
-            out.append(f"{at}: {value[:60]!r} does not match {schema['pattern']}")
-        if len(value) > schema.get("maxLength", len(value)):
-            out.append(f"{at}: too long")
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < schema.get("minimum", value) or value > schema.get("maximum", value):
-            out.append(f"{at}: {value} out of range")
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0) or len(value) > schema.get("maxItems", len(value)):
-            out.append(f"{at}: {len(value)} items")
-        prefix = schema.get("prefixItems", [])
-        for k, item in enumerate(value):
-            sub = prefix[k] if k < len(prefix) else schema.get("items", True)
-            out += problems(doc, sub, item, f"{at}[{k}]")
-    if isinstance(value, dict):
-        props = schema.get("properties", {})
-        out += [f"{at}: missing {name}" for name in schema.get("required", []) if name not in value]
-        for name, item in value.items():
-            if name in props:
-                out += problems(doc, props[name], item, f"{at}.{name}")
-            elif schema.get("additionalProperties", True) is False:
-                out.append(f"{at}: undocumented field {name}")
-        if len(value) < schema.get("minProperties", 0):
-            out.append(f"{at}: too few fields")
-    return out
-
-
-def test_the_evaluator_refuses_what_it_should() -> None:
-    # The evaluator is the judge of every test below: it must be able to say no.
+def test_the_schema_checker_refuses_what_it_should() -> None:
+    # The checker is the judge of every test below: it must be able to say no.
     doc = {"components": {"schemas": {"N": {"type": "integer", "minimum": 1}}}}
     schema = {"type": "object", "required": ["a"], "additionalProperties": False,
               "properties": {"a": {"$ref": "#/components/schemas/N"},

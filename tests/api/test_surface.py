@@ -11,8 +11,8 @@ import re
 import pytest
 
 from stash.web.routes import ROUTES
-from tests.api.test_openapi import problems
 from tests.helpers import Api, assert_error
+from tests.schema_check import problems
 
 OLD_DATE = "2020-02-03"
 

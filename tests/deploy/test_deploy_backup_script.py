@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.deploy.test_deploy_files import DEPLOY
+from tests.deploy_kit import DEPLOY
 
 OLD = ["20240101T031700Z", "20240102T031700Z", "20240103T031700Z"]
 

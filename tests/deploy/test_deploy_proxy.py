@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.deploy.test_deploy_files import DEPLOY, tool
-from tests.e2e.conftest import Server, free_port, start_server
+from tests.deploy_kit import DEPLOY, tool
+from tests.live import Server, free_port, start_server
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0

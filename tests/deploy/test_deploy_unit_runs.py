@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.deploy.test_deploy_files import UNIT_BINARY, directives, stash_executable
-from tests.e2e.conftest import free_port
+from tests.deploy_kit import UNIT_BINARY, directives, stash_executable
+from tests.live import free_port
 
 UNIT_DATA = "/var/lib/stash"
 UNIT_PORT = "8080"

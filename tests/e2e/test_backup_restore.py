@@ -14,7 +14,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from tests.e2e.conftest import CLI_TIMEOUT, REPO, Http, start_server
+from tests.live import CLI_TIMEOUT, REPO, Http, start_server
 
 NOTER = Path(__file__).with_name("_noter.py")
 WAIT_S = 60.0

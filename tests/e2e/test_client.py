@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, Cli, Http, cli_env, free_port, path_with
 from tests.helpers import assert_error
+from tests.live import REPO, Cli, Http, cli_env, free_port, path_with
 
 CLIENT_SOURCE = REPO / "stash" / "client.py"
 

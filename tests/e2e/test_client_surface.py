@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from stash import client as client_module
-from tests.e2e.conftest import CLI_TIMEOUT, REPO, Cli, Http, cli_env, free_port, path_with, python_bin
 from tests.helpers import assert_error
+from tests.live import CLI_TIMEOUT, REPO, Cli, Http, cli_env, free_port, path_with, python_bin
 
 FILL = {"<your line>": "a summary the test wrote", "<one line>": "a memory the test wrote"}
 OLD = "2021-03-0"

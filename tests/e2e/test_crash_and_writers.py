@@ -28,8 +28,8 @@ import pytest
 
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
-from tests.e2e.conftest import REPO, Http, Server, start_server
-from tests.invariants import _oracle as oracle
+from tests import oracle
+from tests.live import REPO, Http, Server, start_server
 
 CHEAP_KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
 KILLS = 3

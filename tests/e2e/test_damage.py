@@ -27,8 +27,8 @@ import sqlcipher3.dbapi2 as sqlcipher
 from stash.crypto import keys
 from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
-from tests.e2e.conftest import CLI_TIMEOUT, REPO, Http, Server
 from tests.helpers import assert_error
+from tests.live import CLI_TIMEOUT, REPO, Http, Server
 
 STORAGE_CODES = {"store.full", "store.read_only", "store.unreadable"}
 

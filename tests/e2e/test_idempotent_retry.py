@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from stash import client
-from tests.e2e.conftest import CLI_TIMEOUT, REPO, Http, Server, cli_env, path_with, python_bin, start_server
+from tests.live import CLI_TIMEOUT, REPO, Http, Server, cli_env, path_with, python_bin, start_server
 
 WAIT = 30.0
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -43,7 +43,7 @@ def http(srv: Server) -> Iterator[Http]:
 
 def metric(http: Http, line_start: str) -> int:
     text = http.client.get("/metrics").text
-    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
 
 
 def wait_for(check, what: str) -> None:

@@ -18,7 +18,7 @@ import pytest
 from stash.core import blocks
 from stash.core.sizes import SIZES
 from tests.e2e.browser import Chromium, chromium_path
-from tests.e2e.conftest import HTTP_TIMEOUT, REPO, Server
+from tests.live import HTTP_TIMEOUT, REPO, Server
 
 BUDGET = SIZES["WAKE_LINES"].default
 SCREENSHOT = REPO / "test-artifacts" / "landing.png"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import CLI_TIMEOUT, Http, Server, cli_env, path_with, python_bin, secret_parts, start_server
 from tests.helpers import assert_error
+from tests.live import CLI_TIMEOUT, Http, Server, cli_env, path_with, python_bin, secret_parts, start_server
 
 
 def marker() -> str:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Cli, Http, Server, cli_env, path_with, python_bin, start_server
-from tests.spec_oracle import spec_cover
+from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
+from tests.oracle import spec_cover
 
 LOG_REC, TREE_REC = 320, 288
 

@@ -18,7 +18,7 @@ import pytest
 
 from stash.web.routes import ROUTES
 from tests.doc_commands import curl_calls, route_of
-from tests.e2e.conftest import REPO, Http
+from tests.live import REPO, Http
 
 REFERENCE = REPO / "API-REFERENCE.md"
 BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)

@@ -35,7 +35,7 @@ import httpx
 import schemathesis  # noqa: F401 - in the test extra; a missing one fails here rather than skipping
 
 from stash.web.routes import ROUTES
-from tests.e2e.conftest import Http, start_server
+from tests.live import Http, start_server
 
 CHECKS = ",".join([
     "not_a_server_error",

@@ -11,8 +11,8 @@ import tarfile
 
 import pytest
 
-from tests.e2e.conftest import Http, Server, due_after, start_server, today_range
 from tests.helpers import assert_error
+from tests.live import Http, Server, due_after, start_server, today_range
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
 MEMORY_LINE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")

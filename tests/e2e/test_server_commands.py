@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import CLI_TIMEOUT, Http
+from tests.live import CLI_TIMEOUT, Http
 
 FILL = {"<your line>": "a summary the test wrote", "<one line>": "a memory the test wrote"}
 CURL = re.compile(r"curl -s [^\n]*")

@@ -10,11 +10,7 @@ written from its own block's lines, and the append-only triggers in place.
 from __future__ import annotations
 
 import datetime as dt
-import socket
-import subprocess
-import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,9 +19,10 @@ import httpx
 from stash.core.sizes import DEFAULTS
 from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
+from tests import oracle
 from tests.helpers import assert_error
-from tests.invariants import _oracle as oracle
 from tests.invariants._workers import Child
+from tests.live import start_server
 
 # KDF parameters are stored per grant; a cheap cost keeps session opens fast.
 CHEAP_KDF = KdfParams(1, 1024, 1)
@@ -101,56 +98,9 @@ def test_processes_appending_to_one_store_keep_the_log_dense(tmp_path: Path, fil
 # ---------------------------------------------------------------- over HTTP
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """``python -m stash serve`` as its own process. Every client below sets
-    ``trust_env=False`` so that a proxy from the environment never carries
-    loopback traffic."""
-
-    def __init__(self, data: Path, log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self._out = open(log, "wb")  # closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "stash", "serve", "--data", str(data), "--port", str(self.port),
-             "--kdf-time", "1", "--kdf-memory", "1024"],
-            stdout=self._out, stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited: {self.log.read_text(errors='replace')[-3000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2, trust_env=False).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"server not up in {timeout} s: {self.log.read_text(errors='replace')[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._out.close()
-
-
 def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
-    server = Server(tmp_path / "data", tmp_path / "server.log")
+    server = start_server(tmp_path, "--kdf-time", "1", "--kdf-memory", "1024")
     try:
-        server.wait_ready()
         resp = httpx.post(server.url + "/init", json={}, timeout=30, trust_env=False)
         assert resp.status_code == 201, resp.text
         token = resp.json()["token"]

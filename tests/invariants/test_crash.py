@@ -22,7 +22,7 @@ from pathlib import Path
 from stash.core.sizes import DEFAULTS
 from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
-from tests.invariants import _oracle as oracle
+from tests import oracle
 from tests.invariants._workers import Child
 
 # KDF parameters are stored per grant; a cheap cost keeps session opens fast.

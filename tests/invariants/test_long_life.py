@@ -19,7 +19,7 @@ from stash.core.errors import Conflict
 from stash.core.sizes import DEFAULTS
 from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
-from tests.invariants import _oracle as oracle
+from tests import oracle
 
 # KDF parameters are stored per grant, so a cheap cost here changes nothing
 # that the test checks; it only keeps the one session open fast.

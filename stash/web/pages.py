@@ -1,4 +1,6 @@
-"""Static things the server hands out: the client file and the landing page."""
+"""Static things the server hands out — the client file and the landing page —
+and the check of an address taken from a request's Host header: web concerns,
+kept out of the service layer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""An independent model of one memory, written from SPEC §2 only.
+"""The one oracle of the tests: SPEC §2 written out from its words alone —
+the cover, the pending order, the parts — and an independent model of one
+memory built on it.
 
 The invariant tests keep their own record of every note and summary they
 wrote and compare the service against what this model derives from that
@@ -9,11 +11,10 @@ are rewritten from the SPEC text so that a shared mistake cannot hide.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import zlib
-
-from tests.spec_oracle import spec_cover
 
 SINGLE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")
 SUMMARY = re.compile(r"#(\d+)-(\d+) (.+)")
@@ -36,6 +37,76 @@ def parse_bid(text: str) -> tuple[int, int]:
 def cost(line: str) -> int:
     """SPEC §2.3: a line costs its UTF-8 bytes plus its newline."""
     return len(line.encode()) + 1
+
+
+def spec_tile(T: int, a: float) -> list[tuple[int, int]]:
+    """SPEC §2.2 step 2, as a recursion over [0, R)."""
+    R = 1
+    while R < T:
+        R *= 2
+    kept: list[tuple[int, int]] = []
+
+    def visit(lo: int, hi: int) -> None:
+        if lo >= T:
+            return  # dropped
+        size = hi - lo
+        if size > 1 and (hi > T or size > a * (T - lo)):
+            mid = lo + size // 2
+            visit(lo, mid)
+            visit(mid, hi)
+        else:
+            kept.append((lo, hi))
+
+    visit(0, R)
+    return kept
+
+
+@functools.lru_cache(maxsize=4096)
+def _spec_cover(T: int, budget: int) -> tuple[tuple[int, int], ...]:
+    if T <= budget:  # step 1 (T == 0 gives ())
+        return tuple((i, i + 1) for i in range(T))
+    lo, hi = 0.0, 1.0  # step 3
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if len(spec_tile(T, mid)) > budget:
+            lo = mid
+        else:
+            hi = mid
+    out = spec_tile(T, hi)
+    while len(out) < budget:  # step 4: split the newest block larger than 1
+        wide = [k for k, (a, b) in enumerate(out) if b - a > 1]
+        if not wide:
+            break
+        k = wide[-1]
+        a, b = out[k]
+        m = (a + b) // 2
+        out[k : k + 1] = [(a, m), (m, b)]
+    return tuple(out)
+
+
+def spec_cover(T: int, budget: int) -> list[tuple[int, int]]:
+    """SPEC §2.2 steps 1-4."""
+    return list(_spec_cover(T, budget))
+
+
+def oracle_pending(T: int, settled: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Complete blocks without a summary: by size, then by position."""
+    todo = []
+    size = 2
+    while size <= T:
+        todo += [(lo, lo + size) for lo in range(0, T - size + 1, size) if (lo, lo + size) not in settled]
+        size *= 2
+    return todo
+
+
+def oracle_parts(lines: list[str], max_lines: int, max_bytes: int) -> list[list[str]]:
+    parts: list[list[str]] = [[]]
+    for line in lines:
+        cur = parts[-1]
+        if cur and (len(cur) == max_lines or sum(map(cost, cur)) + cost(line) > max_bytes):
+            parts.append([])
+        parts[-1].append(line)
+    return [p for p in parts if p]
 
 
 def popcount(n: int) -> int:

@@ -1,0 +1,235 @@
+"""A real ``stash serve`` process on a free loopback port, real HTTP through
+httpx, and the ``stash`` client run as a subprocess: the one launcher of the
+end-to-end, invariant and deploy tests and of bench/.
+
+Every wait is bounded, so a server that hangs fails the test instead of
+stalling CI."""
+
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from tests.helpers import BearerClient
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+HTTP_TIMEOUT = 30.0
+CLI_TIMEOUT = 60.0
+REPO = Path(__file__).resolve().parents[1]
+TOKEN_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (a zombie holds no file or
+    port, and whoever adopted it may take a while to reap it)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+@dataclass
+class Server:
+    """One ``python -m stash serve`` process and where its output goes."""
+
+    data: Path
+    log: Path
+    extra: list[str] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)  # a command the server runs under, e.g. setpriv
+    port: int = 0
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, same_port: bool = False) -> Server:
+        # A port can be taken between probing and binding; retry on a new one.
+        for attempt in range(3):
+            if not (same_port and attempt == 0 and self.port):
+                self.port = free_port()
+            cmd = [*self.prefix, sys.executable, "-m", "stash", "serve", "--data", str(self.data),
+                   "--port", str(self.port), "--host", "127.0.0.1",
+                   # Every test client connects from 127.0.0.1: lift the per-address limits.
+                   "--init-per-minute", "100000", "--auth-failures-per-minute", "100000",
+                   "--init-per-day", "100000000", *self.extra]
+            with open(self.log, "ab") as out:
+                # Its own session, so kill9() can take every worker process with it.
+                self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                             start_new_session=True)
+            if self._wait_healthy():
+                return self
+            self.stop()
+        raise RuntimeError(f"stash serve did not come up; its log:\n{self.log_text()[-4000:]}")
+
+    def _wait_healthy(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_TIMEOUT)
+
+    def kill9(self) -> None:
+        """SIGKILL the server and every process it started (its workers), as
+        a power cut would stop them: no handler runs, nothing is flushed."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=STOP_TIMEOUT)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while time.monotonic() < deadline:
+            if not live_group_members(self.proc.pid):
+                return
+            time.sleep(0.05)
+        raise RuntimeError("server workers outlived SIGKILL")
+
+    def log_text(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""
+
+
+class Http(BearerClient):
+    """A sync httpx client bound to one real server."""
+
+    def __init__(self, base: str) -> None:
+        self.client = httpx.Client(base_url=base, timeout=HTTP_TIMEOUT)
+
+    def send(self, method: str, url: str, headers: dict, **kw) -> httpx.Response:
+        return self.client.request(method, url, headers=headers, **kw)
+
+    def init(self) -> dict:
+        resp = self.post("/init", json={})
+        assert resp.status_code == 201, resp.text
+        return resp.json()
+
+    def ok(self, method: str, url: str, token: str | None = None, **kw) -> dict:
+        resp = self.request(method, url, token, **kw)
+        assert resp.status_code in (200, 201), (method, url, resp.status_code, resp.text)
+        return resp.json()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def start_server(tmp: Path, *extra: str) -> Server:
+    tmp.mkdir(parents=True, exist_ok=True)
+    return Server(data=tmp / "data", log=tmp / "server.log", extra=list(extra)).start()
+
+
+def today_range() -> set[str]:
+    """The UTC dates a memory written around now may carry (a test can cross midnight)."""
+    now = dt.datetime.now(dt.UTC)
+    return {(now + dt.timedelta(minutes=d)).date().isoformat() for d in (-5, 0, 5)}
+
+
+def due_after(T: int) -> list[str]:
+    """Oracle, from SPEC §2.1: when every earlier block is settled, appending
+    memory #T-1 makes due exactly the blocks ending at T, smallest first."""
+    out, size = [], 2
+    while size <= T:
+        if T % size == 0:
+            out.append(f"{T - size}-{T - 1}")
+        size *= 2
+    return out
+
+
+def secret_parts(tok: str) -> tuple[str, str, bytes]:
+    """A token's secret as printed with and without its checksum, and as the
+    raw 32 bytes it encodes (base62, SPEC §4)."""
+    tail = tok.split("_")[2]
+    digits = tail[:-6]
+    n = 0
+    for c in digits:
+        n = n * 62 + TOKEN_ALPHABET.index(c)
+    return tail, digits, n.to_bytes(32, "big")
+
+
+# ---------------------------------------------------------------- the client as a subprocess
+
+
+@dataclass
+class Cli:
+    """Runs the ``stash`` client as a child process, the way a shell would."""
+
+    argv0: list[str]
+    env: dict[str, str]
+
+    def run(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.argv0, *args], env=env if env is not None else self.env, input=stdin,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=cwd)
+
+    def ok(self, *args: str, **kw) -> str:
+        res = self.run(*args, **kw)
+        assert res.returncode == 0, (args, res.returncode, res.stdout, res.stderr)
+        return res.stdout
+
+    def shell(self, line: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run a printed command exactly as an agent would paste it into a shell."""
+        return subprocess.run(["/bin/sh", "-c", line], env=env if env is not None else self.env,
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT)
+
+
+def path_with(folder: Path) -> str:
+    """A PATH that finds ``folder`` first, then only the system's basic tools,
+    so no ``stash`` installed elsewhere can answer for the one under test."""
+    return os.pathsep.join([str(folder), "/usr/bin", "/bin"])
+
+
+def python_bin(folder: Path) -> Path:
+    """A folder whose ``python3`` is this interpreter, so the client's
+    ``#!/usr/bin/env python3`` line runs under the test's Python."""
+    folder.mkdir(parents=True, exist_ok=True)
+    link = folder / "python3"
+    if not link.exists():
+        link.symlink_to(sys.executable)
+    return folder
+
+
+def cli_env(base_url: str, tok: str | None, path: str) -> dict[str, str]:
+    env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8",
+           "PYTHONIOENCODING": "utf-8", "STASH_URL": base_url}
+    if tok is not None:
+        env["STASH_TOKEN"] = tok
+    return env
