@@ -74,9 +74,11 @@ def refusals(server: Server, client: httpx.Client, owner: str, n: int) -> list[s
             *out]
 
 
-def flood(server: Server, client: httpx.Client, victim: str, rounds: int, seconds: float) -> list[str]:
-    """Waves of FLOOD concurrent forged 15 MiB imports, one after another for
-    ``seconds``, while the victim wakes and the server's RSS is sampled."""
+def flood(server: Server, client: httpx.Client, victim: str, rounds: int, seconds: float,
+          pause: float) -> list[str]:
+    """Waves of FLOOD concurrent forged 15 MiB imports for ``seconds``, each
+    wave ``pause`` seconds after the last ended (0: at once), while the victim
+    wakes and the server's RSS is sampled."""
     idle, idle_max = wake_median(client, victim, rounds)
     before = rss_bytes(server.proc.pid)
     peak = [before]
@@ -110,13 +112,14 @@ def flood(server: Server, client: httpx.Client, victim: str, rounds: int, second
         for t in threads:
             t.join()
         waves += 1
+        time.sleep(pause)
     took = time.perf_counter() - t0
     stop.set()
     for t in watchers:
         t.join()
     return [
         f"- {waves} waves of {FLOOD} concurrent forged imports of {FLOOD_BODY // MIB} MiB "
-        f"({len(results)} in all, over {took:.1f} s): answers {sorted(set(results))}",
+        f"({len(results)} in all, over {took:.1f} s, {pause:g} s between waves): answers {sorted(set(results))}",
         f"- server RSS {before / MIB:.1f} MiB before, {peak[0] / MIB:.1f} MiB at peak: "
         f"growth {(peak[0] - before) / MIB:.1f} MiB (limit 64 MiB)",
         f"- victim wake median idle {idle:.2f} ms (max {idle_max:.1f}); during the flood "
@@ -204,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memories", type=int, default=100_000, help="the recall flooder's memories")
     p.add_argument("--seconds", type=float, default=20.0, help="how long the recall flood lasts")
     p.add_argument("--flood-seconds", type=float, default=10.0, help="how long the forged-import flood lasts")
+    p.add_argument("--flood-pause", type=float, default=0.0, help="seconds between waves of forged imports")
     p.add_argument("--at-once", action="store_true", help="the recall flooder ignores Retry-After")
     p.add_argument("--n", type=int, default=2000, help="refusals per kind")
     p.add_argument("--rounds", type=int, default=200, help="idle wakes for the median")
@@ -221,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only in (None, "refusals"):
                     out += refusals(server, client, owner, args.n) + [""]
                 if args.only in (None, "flood"):
-                    out += flood(server, client, owner, args.rounds, args.flood_seconds) + [""]
+                    out += flood(server, client, owner, args.rounds, args.flood_seconds, args.flood_pause) + [""]
                 if args.only in (None, "recalls"):
                     out += recalls(server, client, owner, args.rounds, args.memories, args.seconds, args.at_once) + [""]
                 if args.only in (None, "disk"):

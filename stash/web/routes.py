@@ -99,6 +99,11 @@ async def _precheck(request: Request) -> None:
     # None: the key ring cannot be read; the full check says what is wrong with the store.
 
 
+def _has_body(request: Request) -> bool:
+    length = request.headers.get("content-length")
+    return "transfer-encoding" in request.headers or (length is not None and length != "0")
+
+
 def _pin(request: Request) -> Head | None:
     """The log head the client pinned in ``Stash-Pin``, if any."""
     text = request.headers.get("stash-pin")
@@ -139,17 +144,25 @@ class RouteSpec:
 
     async def endpoint(self, request: Request) -> Response:
         request.scope["stash.route"] = self.path
+        handled = False
         try:
             _refuse_token_in_query(request)
             if self.scope not in ("read", "full", "owner"):
+                handled = True
                 return await self.handler(request)
             await _precheck(request)
             # The slot is taken before the body is read, so a tenant's bodies in memory are bounded too.
             with request.app.state.shares.hold(request.scope.get("stash.user", ""), self.slow):
+                handled = True
                 return await self.handler(request)
         except StashError as err:
             request.scope["stash.error"] = err.code
-            return error_response(err)
+            resp = error_response(err)
+            if not handled and _has_body(request):
+                # Refused before its body was read: close the connection after the answer rather than
+                # take in and throw away the rest of a body nobody authenticated (up to 16 MiB).
+                resp.headers["Connection"] = "close"
+            return resp
 
 
 def _idempotency_key(request: Request) -> str | None:

@@ -71,6 +71,10 @@ def test_unknown_user_and_wrong_secret_get_one_answer(two_workers) -> None:
             answers.append((resp.status_code, resp.content, resp.headers.get("content-type"),
                             resp.headers.get("www-authenticate")))
         assert answers[0] == answers[1] == answers[2], (method, url)
+    # A refusal before the body was read closes the connection rather than take the rest of it in.
+    refused = api.post("/import", wrong_secret(owner), content=b"x" * 100_000)
+    assert refused.status_code == 401 and refused.headers.get("connection") == "close"
+    assert "connection" not in api.get("/wake", wrong_secret(owner)).headers  # no body: the connection stays
     # The checks refused above do exist: the owner's own request meets them.
     assert_error(api.get("/wake?x=1", owner), 400, "request.unknown_field")
 
