@@ -121,8 +121,22 @@ def _prog() -> str:
     return "stash"
 
 
-def _quote_text(placeholder: str) -> str:
-    return f'"{placeholder}"'
+def shell_word(text: str) -> str:
+    """``text`` as one POSIX shell word that the shell passes on unchanged and
+    that runs nothing: single quotes around it (inside them no character is
+    special, not even ``$``, backquote, backslash or ``!``), each single quote
+    of the text written as ``'"'"'``. This is shlex.quote, named here because
+    every printed command with data in it must go through it."""
+    return shlex.quote(text)
+
+
+def _text_args(verb: str, text: str) -> str:
+    """The command that passes ``text`` to ``verb`` exactly. A text that
+    starts with ``-`` would read as an option (or, alone, as "read stdin"), so
+    it goes through stdin instead: ``printf '%s\\n' TEXT | stash VERB -``."""
+    if text.startswith("-"):
+        return f"printf '%s\\n' {shell_word(text)} | {_prog()} {verb} -"
+    return f"{_prog()} {verb} {shell_word(text)}"
 
 
 class Steps:
@@ -136,10 +150,10 @@ class Steps:
         return f"{_prog()} wake" if part is None else f"{_prog()} wake {part} {T}"
 
     def nap(self, block: str | None = None, text: str | None = None) -> str:
-        return f"{_prog()} nap" if block is None else f"{_prog()} nap {block} {_quote_text(text or '')}"
+        return f"{_prog()} nap" if block is None else _text_args(f"nap {shell_word(block)}", text or "")
 
     def note(self, text: str) -> str:
-        return f"{_prog()} note {_quote_text(text)}"
+        return _text_args("note", text)
 
     def nap_batch(self, k: int) -> str:
         return f"{_prog()} nap --batch {k}"
@@ -156,12 +170,6 @@ class Steps:
 
     def recall(self, q: str, before: int) -> str:
         return f"{_prog()} recall {shell_word(q)} --before {before}"
-
-
-def shell_word(text: str) -> str:
-    """``text`` as one shell word: every printed command quotes memory text
-    (a regex, a line) through this one function."""
-    return shlex.quote(text)
 
 
 SHELL = Steps()
@@ -204,8 +212,19 @@ def _translate(match: re.Match, steps: Steps) -> str:
 
 def localize(text: str, steps: Steps = SHELL) -> str:
     """The server's instruction text with each of its curl commands replaced
-    by the equivalent step in ``steps`` (by default this client's command)."""
+    by the equivalent step in ``steps`` (by default this client's command).
+    Only for text the server wrote itself: memory text is data, and a memory
+    that looks like a curl command must never become a printed step (see
+    localize_prompt)."""
     return _CURL.sub(lambda m: _translate(m, steps), text)
+
+
+def localize_prompt(nap: dict, steps: Steps = SHELL) -> str:
+    """A nap's prompt with the server's own commands localized and its
+    source lines (memory text, quoted in the prompt as two spaces and the
+    rendered line) left exactly as they are."""
+    source = {"  " + line for line in nap.get("source") or [] if isinstance(line, str)}
+    return "\n".join(line if line in source else localize(line, steps) for line in nap["prompt"].split("\n"))
 
 
 # ---------------------------------------------------------------- HTTP
@@ -411,7 +430,7 @@ class Api:
         extra = None
         nap = body.get("nap")
         if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
-            extra = localize(nap["prompt"], self.steps)
+            extra = localize_prompt(nap, self.steps)
         if body.get("error") == "store.pin_mismatch":
             extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
                      "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
@@ -456,7 +475,7 @@ def _out_lines(lines: list[str]) -> None:
 
 def _nap_prompt(nap: object, steps: Steps) -> list[str]:
     if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
-        return ["", localize(nap["prompt"], steps)]
+        return ["", localize_prompt(nap, steps)]
     return []
 
 
@@ -1527,7 +1546,7 @@ def main(argv: list[str] | None = None) -> int:
             return USAGE
         _JSON["on"] = bool(args.json)
         if args.verb == "nap" and args.block is not None and not args.text:
-            raise Failure(f'stash: nap {args.block} needs the summary: {_prog()} nap {args.block} "<your line>"',
+            raise Failure(f'stash: nap {args.block} needs the summary: {SHELL.nap(args.block, "<your line>")}',
                           USAGE)
         return args.func(args)
     except SystemExit as e:  # --help

@@ -73,7 +73,8 @@ class Server:
             cmd = [*self.prefix, sys.executable, "-m", "stash", "serve", "--data", str(self.data),
                    "--port", str(self.port), "--host", "127.0.0.1",
                    # Every test client connects from 127.0.0.1: lift the per-address limits.
-                   "--init-per-minute", "100000", "--auth-failures-per-minute", "100000", *self.extra]
+                   "--init-per-minute", "100000", "--auth-failures-per-minute", "100000",
+                   "--init-per-day", "100000000", *self.extra]
             with open(self.log, "ab") as out:
                 # Its own session, so kill9() can take every worker process with it.
                 self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
+from ..service.quotas import DEFAULT_BYTES, DEFAULT_MEMORIES
 from ..web.jsonio import BODY_CAP, IMPORT_BODY_CAP
 
 DEFAULT_DATA = "~/.stash/data"
@@ -21,6 +22,7 @@ MIN_BODY = 4096  # a note or nap body at the largest ENTRY_CHARS, every characte
 MAX_BODY = 1 << 30
 DEFAULT_SHUTDOWN_S = 30.0
 MAX_WORKERS = 64
+MAX_SLOTS = 1024
 APP_FACTORY = "stash.web.app:app_from_env"
 
 ENV_PREFIX = "STASH_"
@@ -66,6 +68,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--user-id-prefix", action="append", default=None, metavar="HEX",
                    help="mint only user ids starting with this hex prefix (this host's shard of a fleet); "
                         "repeat for several (default: any id)")
+    p.add_argument("--user-concurrency", type=int, default=4, metavar="N",
+                   help="requests one memory may have in progress at once per worker; more get 429 (default 4)")
+    p.add_argument("--user-slow", type=int, default=1, metavar="N",
+                   help="slow requests (recall, import, export) one memory may have in progress per worker "
+                        "(default 1)")
+    p.add_argument("--slow-slots", type=int, default=2, metavar="N",
+                   help="slow requests in progress per worker, all memories together; more get 429 (default 2)")
+    p.add_argument("--quota-memories", type=int, default=DEFAULT_MEMORIES, metavar="N",
+                   help=f"memories one identity may hold (default {DEFAULT_MEMORIES})")
+    p.add_argument("--quota-bytes", type=int, default=DEFAULT_BYTES, metavar="BYTES",
+                   help=f"disk one identity may take before its writes are refused (default {DEFAULT_BYTES})")
+    p.add_argument("--init-per-day", type=int, default=50, metavar="N",
+                   help="identities one address may mint per 24 hours (default 50)")
+    p.add_argument("--header-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="seconds a request's head (request line and headers) may take to arrive (default 10)")
+    p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds a kept-alive connection may idle between requests (default 5)")
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
@@ -137,6 +156,17 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
             raise ConfigError(f"{flag} must be from {MIN_BODY} to {MAX_BODY} bytes.")
     if not 1 <= args.workers <= MAX_WORKERS:
         raise ConfigError(f"--workers must be 1 to {MAX_WORKERS}.")
+    for flag, value in (("--user-concurrency", args.user_concurrency), ("--user-slow", args.user_slow),
+                        ("--slow-slots", args.slow_slots)):
+        if not 1 <= value <= MAX_SLOTS:
+            raise ConfigError(f"{flag} must be 1 to {MAX_SLOTS}.")
+    for flag, value in (("--quota-memories", args.quota_memories), ("--quota-bytes", args.quota_bytes),
+                        ("--init-per-day", args.init_per_day)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1.")
+    for flag, seconds in (("--header-timeout", args.header_timeout), ("--idle-timeout", args.idle_timeout)):
+        if not 0.1 <= seconds <= 3600:
+            raise ConfigError(f"{flag} must be from 0.1 to 3600 seconds.")
     prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
     for prefix in prefixes:
         if not tokens.is_id_prefix(prefix):
@@ -156,6 +186,14 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         max_import_body=args.max_import_body,
         id_prefixes=prefixes,
         workers=args.workers,
+        user_concurrency=args.user_concurrency,
+        user_slow=args.user_slow,
+        slow_slots=args.slow_slots,
+        quota_memories=args.quota_memories,
+        quota_bytes=args.quota_bytes,
+        init_per_day=args.init_per_day,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
     )
 
 
@@ -176,6 +214,9 @@ def main(argv: list[str]) -> int:
     from ..web.metrics import prepare_multiprocess
     from ..web.settings import SETTINGS_ENV, to_env
 
+    # Every file and folder the server makes is its own alone (0600 in 0700), whatever umask it was started
+    # with; the workers inherit this.
+    os.umask(0o077)
     if args.workers > 1:
         os.environ.update(prepare_multiprocess(settings.data_dir))
     os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
@@ -195,7 +236,10 @@ def main(argv: list[str]) -> int:
     # itself (stash.web.forwarded), the same way in tests as in production.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _drained)
+    from ..web.timeouts import HeaderTimeoutProtocol
+
     uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
                 access_log=False, log_level="warning", server_header=False, proxy_headers=False,
-                timeout_graceful_shutdown=args.shutdown_timeout)
+                timeout_graceful_shutdown=args.shutdown_timeout, http=HeaderTimeoutProtocol,
+                timeout_keep_alive=settings.idle_timeout)
     return 0

@@ -74,9 +74,17 @@ class TooMany(StashError):
     status = 429
     code = "rate_limited"
 
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, retry_after: int, *, code: str | None = None) -> None:
+        super().__init__(message, code=code)
         self.retry_after = retry_after
+
+
+class QuotaReached(StashError):
+    """A limit the operator set on one memory (``stash serve --quota-*``):
+    nothing was written."""
+
+    status = 403
+    code = "quota.memories"
 
 
 class Damaged(StashError):

@@ -7,17 +7,28 @@ import unicodedata
 from .errors import Invalid
 
 LINE_SEPARATORS = {"\u2028", "\u2029"}
+# Characters that reorder what follows them on screen (Trojan Source, CVE-2021-42574): embeddings,
+# overrides and isolates, and the marks that steer them.
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Format characters (category Cf) a line may keep: the zero-width joiner and non-joiner, which shape
+# emoji sequences and Persian, Indic and other scripts. Every other Cf is invisible and refused: zero-width
+# space, word joiner, byte-order mark, soft hyphen, invisible operators, and the tag characters
+# (U+E0000-E007F) that can carry hidden ASCII to a model reading the line.
+VISIBLE_FORMAT = frozenset("\u200c\u200d")
 
 
 def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
     """One line of at most ``max_bytes`` UTF-8 bytes, surrounding spaces
     removed. Control characters and line separators are refused anywhere, even
     trailing: a stray break could forge a summary line or the awake marker in
-    a rendered wake."""
+    a rendered wake. So are bidirectional controls and invisible format
+    characters: a line is read by people and by agents, and neither must see
+    text that differs from what is stored."""
     if not isinstance(text, str):
         raise Invalid(f"The {what} must be a JSON string of one line.", code="text.type")
     for ch in text:
-        if ch in LINE_SEPARATORS or unicodedata.category(ch) == "Cc":
+        category = unicodedata.category(ch)
+        if ch in LINE_SEPARATORS or category == "Cc":
             if ch in "\r\n" or ch in LINE_SEPARATORS:
                 # A memory can be split into several notes; a summary must stay one line of its block.
                 advice = "merge them, or note them separately" if what == "memory" else \
@@ -27,6 +38,18 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
             raise Invalid(
                 f"The {what} contains a control character (U+{ord(ch):04X}); remove it and send one plain line.",
                 code="text.control",
+            )
+        if ch in BIDI_CONTROLS:
+            raise Invalid(
+                f"The {what} contains a bidirectional control (U+{ord(ch):04X}), which changes how the line "
+                "reads on screen; remove it and send the text in reading order.",
+                code="text.bidi",
+            )
+        if category == "Cf" and ch not in VISIBLE_FORMAT:
+            raise Invalid(
+                f"The {what} contains an invisible character (U+{ord(ch):04X}); remove it and send only "
+                "visible text.",
+                code="text.invisible",
             )
     text = text.strip()
     if not text:

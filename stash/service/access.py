@@ -22,11 +22,12 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..storage import userlock
-from ..storage.files import MissingFile, UserFiles, available_file_cipher, storage_error
+from ..storage.files import MissingFile, UserFiles, available_file_cipher, private_folder, storage_error
 from ..storage.keyring import Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
 from . import grant_terms
 from .memory import Memory
+from .tag_index import TagIndex
 
 RANK = {"read": 0, "full": 1, "owner": 2}
 
@@ -133,7 +134,8 @@ class Vault:
         self.id_prefixes = id_prefixes  # user ids this host mints start with one of these; () is any
         self.kdf = kdf
         self.file_cipher = file_cipher or available_file_cipher()
-        (self.data_dir / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_folder(self.data_dir / "users")
+        self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
 
     def create_identity(self) -> Identity:
         """A new user: folder, key ring with the owner grant, empty memory file."""
@@ -162,6 +164,7 @@ class Vault:
                     head, version = mf.head, mf.state_version
                     mf.close()
                     ring.advance_head(head, version)
+                    self.tags.grants_seen(user_id, ring.conn)
                 finally:
                     ring.close()
         except BaseException as exc:
@@ -374,4 +377,5 @@ class Vault:
             finally:
                 session.close()
         finally:
+            self.tags.grants_seen(token.user_id, ring.conn)  # before the answer leaves: tag_index.py
             ring.close()

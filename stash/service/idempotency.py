@@ -39,8 +39,12 @@ from ..crypto import aead, keys
 from ..storage.idempotency import Records
 
 WINDOW_SECONDS = 24 * 60 * 60
+MAX_RECORDS = 10_000  # per file: the newest keyed writes within the window; older ones are dropped first
 KEY_MAX_CHARS = 255
-PAD_BYTES = 4096
+# A record's sealed answer is padded to a multiple of this. 1 KiB keeps a note's or a nap's answer (a
+# prompt quoting two 280-byte lines) in about 2 KiB, stored inside the table's pages: at 4 KiB padding
+# every record spilled into an overflow page of its own, about 19 KiB each on 16 KiB pages.
+PAD_BYTES = 1024
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 _KEY = re.compile(rf"[\x21-\x7e]{{1,{KEY_MAX_CHARS}}}")
@@ -136,7 +140,13 @@ def run(records: Records, req: Keyed | None, work: Callable[[], dict], now: floa
     records nothing: a retry is checked afresh. Records older than
     WINDOW_SECONDS are deleted first, by every write keyed or not (``req``
     None), so an exact retry after the window is a new request and an
-    answer does not outlive the window by more than the file's next write."""
+    answer does not outlive the window by more than the file's next write;
+    so are all but the newest MAX_RECORDS - 1 before a record is added.
+
+    A write that changed nothing (a nap that only asks what is due, or
+    settles a block already settled) records nothing: its retry simply runs
+    again, which changes nothing either and answers the state of the moment,
+    so a flood of keyed no-ops costs no storage."""
     at = int(time.time() if now is None else now)
     records.ensure()
     with records.transaction():
@@ -153,8 +163,11 @@ def run(records: Records, req: Keyed | None, work: Callable[[], dict], now: floa
                     code="idempotency.key_reused",
                 )
             return Answer(req.open(sealed), replayed=True)
+        changes = records.changes()
         body = work()
-        records.put(req.lookup, req.fingerprint, at, req.seal(body))
+        if records.changes() != changes:
+            records.keep_newest(MAX_RECORDS - 1)
+            records.put(req.lookup, req.fingerprint, at, req.seal(body))
     return Answer(body)
 
 

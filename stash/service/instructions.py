@@ -9,11 +9,16 @@ Every command is built by :func:`command`, and none carries a query string or
 a trailing slash: a read goes to its POST twin with a JSON body, so an agent
 behind a broker that refuses query strings can run each one as printed
 (SPEC §3).
+
+Whatever varies in a command (a block, a text, a body) goes through
+``shell_word``, so a command stays data-safe whatever a memory or an agent's
+line holds: the shell passes it on unchanged and runs nothing in it.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 
 _AUTH = '-H "Authorization: Bearer $STASH_TOKEN"'
 
@@ -23,19 +28,23 @@ REFERENCE_PATH = "/reference"
 
 def command(path: str, body: dict | None = None) -> str:
     """``curl`` of ``POST $STASH_URL{path}`` with ``body`` as JSON (GET when
-    there is no body). The body is written between single quotes, so it must
-    hold none: the callers put only block ids, numbers and fixed placeholders
-    in it, never memory text."""
+    there is no body). The JSON text is one shell word (:func:`shell_word`),
+    so whatever a field holds reaches the server unchanged. ``ensure_ascii``
+    is off so the text reads as the agent wrote it."""
     if body is None:
         return f'curl -s {_AUTH} "$STASH_URL{path}"'
-    text = json.dumps(body, ensure_ascii=False)
-    if "'" in text:
-        raise ValueError("a printed command's body cannot hold a single quote")
-    return f"curl -s {_AUTH} -X POST \"$STASH_URL{path}\" -d '{text}'"
+    return f"curl -s {_AUTH} -X POST \"$STASH_URL{path}\" -d {shell_word(json.dumps(body, ensure_ascii=False))}"
 
 
-def nap(block: str) -> str:
-    return command("/nap", {"block": block, "text": "<your line>"})
+def shell_word(text: str) -> str:
+    """``text`` as one POSIX shell word that the shell passes on unchanged:
+    single-quoted (nothing is special inside single quotes: not ``$``,
+    backquote, backslash or ``!``), each single quote written ``'"'"'``."""
+    return shlex.quote(text)
+
+
+def nap(block: str, text: str = "<your line>") -> str:
+    return command("/nap", {"block": block, "text": text})
 
 
 def nap_status() -> str:
@@ -56,8 +65,8 @@ def wake(part: int | None = None, T: int | None = None) -> str:
     return command("/wake", {"part": part, "T": T})
 
 
-def note() -> str:
-    return command("/note", {"text": "<one line>"})
+def note(text: str = "<one line>") -> str:
+    return command("/note", {"text": text})
 
 
 def recall(before: int | None = None) -> str:

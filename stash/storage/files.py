@@ -120,13 +120,78 @@ class UserFiles:
         return self.folder.is_dir()
 
     def create_folder(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=False, mode=0o700)
+        private_folder(self.folder.parent)
+        self.folder.mkdir(exist_ok=False, mode=0o700)
+        os.chmod(self.folder, 0o700)
 
     def destroy(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=False)
 
     def destroy_quietly(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _create_private(path: Path) -> None:
+    """Make an empty file 0600 before SQLite opens it, whatever the umask:
+    SQLite gives its -wal and -shm files the mode of the database file."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+
+
+def private_folder(path: Path) -> None:
+    """``path`` and any missing parents made 0700, whatever the umask (mkdir's
+    mode is filtered by it, and parents get the default)."""
+    missing = []
+    p = Path(path)
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)
+
+
+def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> bool:
+    """Write a small file readable by this user only (0600 whatever the
+    umask): with ``exclusive``, only when it does not exist yet; otherwise
+    whole or not at all (a temporary file renamed over it). Not fsynced: for
+    hints that may be lost, like the tag index's stamp. False when it could
+    not be written (or, exclusive, already existed)."""
+    path = Path(path)
+    target = path if exclusive else path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    except OSError:
+        os.close(fd)
+        _unlink_quietly(target)
+        return False
+    os.close(fd)
+    if not exclusive:
+        try:
+            os.replace(target, path)
+        except OSError:
+            _unlink_quietly(target)
+            return False
+    return True
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def can_write(folder: Path) -> bool:
@@ -209,6 +274,8 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     empty one."""
     if not create and not Path(path).is_file():
         raise MissingFile(path.name)
+    if create:
+        _create_private(Path(path))
     frozen = not create and _frozen(Path(path))
     # On a read-only filesystem SQLite cannot make the WAL's index, so a WAL
     # file could not be opened at all; a file whose WAL was folded in and

@@ -29,6 +29,19 @@ class Records:
         """Delete every record created at or before ``before`` (Unix seconds)."""
         self.conn.execute("DELETE FROM idempotency WHERE created <= ?", (before,))
 
+    def keep_newest(self, n: int) -> None:
+        """Delete all but the ``n`` newest records (a bound per file, whatever
+        the rate of keyed writes within the window)."""
+        self.conn.execute(
+            "DELETE FROM idempotency WHERE lookup IN "
+            "(SELECT lookup FROM idempotency ORDER BY created DESC, lookup LIMIT -1 OFFSET ?)", (n,)
+        )
+
+    def changes(self) -> int:
+        """Rows this connection has inserted, updated or deleted so far: a
+        write changed nothing when this is the same before and after it."""
+        return self.conn.total_changes
+
     def find(self, lookup: bytes) -> tuple[bytes, bytes] | None:
         """``(fingerprint, sealed)`` of the record at ``lookup``, or None."""
         row = self.conn.execute("SELECT fingerprint, sealed FROM idempotency WHERE lookup = ?", (lookup,)).fetchone()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ..service import recall_scan
 from ..service.access import Vault
 from . import pages
 from .errors import error_response
+from .fairshare import Shares
 from .forwarded import TrustedProxies
 from .jsonio import JSON
 from .metrics import Metrics
@@ -118,9 +120,12 @@ async def lifespan(app: Starlette):
     the server has drained its requests on SIGTERM every file is already
     closed; what is left to stop is this process's recall worker."""
     app.state.metrics.start()
+    stop = threading.Event()
+    threading.Thread(target=app.state.vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
     try:
         yield
     finally:
+        stop.set()
         app.state.metrics.stop()
         recall_scan.shutdown_pool()
 
@@ -135,6 +140,7 @@ def create_app(settings: Settings) -> Starlette:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.limiter = RateLimiter()
+    app.state.shares = Shares(settings.user_concurrency, settings.user_slow, settings.slow_slots)
     app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.add_middleware(Guard, metrics=metrics)
     return app

@@ -7,6 +7,7 @@ never a header on its own.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 
@@ -27,6 +28,7 @@ def parse_network(text: str) -> IPNetwork:
     return ipaddress.ip_network(text.strip(), strict=True)
 
 
+@functools.lru_cache(maxsize=65536)  # parsing an address costs more than the rest of a refusal
 def _address(text: str) -> IPAddress | None:
     text = text.strip()
     if text.startswith("[") and text.endswith("]"):

@@ -40,6 +40,15 @@ async def read_body(request: Request, cap: int) -> bytes:
     return b"".join(chunks)
 
 
+async def prefetch_small_body(request: Request, cap: int) -> None:
+    """Read now, and keep for the route, a body that declares at most
+    ``cap`` bytes (the server enforces the declared length); leave any other
+    unread."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isascii() and declared.isdigit() and 0 < int(declared) <= cap:
+        await request.body()
+
+
 async def read_object(request: Request, allowed: set[str] | None, *, required: set[str] = frozenset(),
                       cap: int | None = None, empty_ok: bool = True) -> dict[str, Any]:
     """The body as a JSON object with only ``allowed`` fields: an unknown field

@@ -225,7 +225,8 @@ def _twins(path: str, fields: dict[str, Schema], required: tuple[str, ...], answ
 
 
 _MISSING = {400: ["request.missing_field"]}
-_TEXT_CODES = ["text.type", "text.multiline", "text.control", "text.empty", "text.too_long"]
+_TEXT_CODES = ["text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
+               "text.too_long"]
 _IMPORT_INDEXED = ["import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log", *_TEXT_CODES]
 _CONFIG = _obj({"sizes": _ref("Sizes"), "defaults": _ref("Sizes")})
 
@@ -262,7 +263,8 @@ SPECS: dict[tuple[str, str], R] = {
             "invite": _str("The operator's invite secret; needed when the server runs with --init invite."),
         }, required=[]),
         errors={403: ["init.disabled", "init.invite_required"], 422: ["init.bad_url", "request.bad_value"],
-                429: ["rate_limited"], 503: ["store.read_only", "store.unreadable"], 507: ["store.full"]},
+                429: ["rate_limited", "quota.identities"], 503: ["store.read_only", "store.unreadable"],
+                507: ["store.full"]},
         description="Mints an identity: a new, empty memory and its owner token.",
     ),
     **_twins(
@@ -292,7 +294,8 @@ SPECS: dict[tuple[str, str], R] = {
         body=_obj({"text": _str("One line of at most ENTRY_CHARS UTF-8 bytes, no control character; "
                                 "surrounding spaces are removed.", **_ONE_LINE)}),
         body_required=True,
-        errors={400: ["request.empty_body", "request.missing_field"], 422: _TEXT_CODES},
+        errors={400: ["request.empty_body", "request.missing_field"], 403: ["quota.memories", "quota.bytes"],
+                422: _TEXT_CODES},
         description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
     ),
     ("POST", "/nap"): R(
@@ -382,7 +385,8 @@ SPECS: dict[tuple[str, str], R] = {
         }}),
         body_required=True,
         body_cap="max_import_body",
-        errors={400: ["request.empty_body", "request.missing_field"], 422: ["import.empty"]},
+        errors={400: ["request.empty_body", "request.missing_field"], 403: ["quota.memories", "quota.bytes"],
+                422: ["import.empty"]},
         special={422: ("or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                        _IMPORT_INDEXED)},
         description="Bulk-appends dated memories, validating every entry before writing any.",
@@ -514,7 +518,7 @@ SPECS: dict[tuple[str, str], R] = {
     ),
     ("GET", "/metrics"): R(
         _str("Prometheus text format 0.0.4."), media="text/plain",
-        errors={403: ["auth.operator"]},
+        errors={403: ["auth.operator"], 429: ["rate_limited"]},
         description="Loopback only, unless the server has a metrics token (STASH_METRICS_TOKEN): then that token "
                     "as a bearer, from anywhere.",
     ),
@@ -574,6 +578,10 @@ def error_codes(route, spec: R | None = None) -> dict[int, list[str]]:
         add(500, "store.damaged", "store.rolled_back")
         add(503, "store.missing", "store.read_only", "store.unreadable")
         add(507, "store.full")
+    if route.scope in _SECURED:
+        add(429, "busy.user")
+    if getattr(route, "slow", False):
+        add(429, "busy.slow", "busy.server")
     if route.scope in ("full", "owner"):
         add(403, "auth.scope")
     if spec.idempotent:

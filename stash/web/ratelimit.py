@@ -6,6 +6,7 @@ whole /64 and could otherwise rotate through addresses for free.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import threading
@@ -15,6 +16,7 @@ from collections import defaultdict, deque
 SWEEP_ABOVE = 10_000  # tracked clients before idle ones are swept out
 
 
+@functools.lru_cache(maxsize=65536)  # parsing an address costs more than the rest of a refusal
 def client_key(host: str) -> str:
     try:
         ip = ipaddress.ip_address(host)
@@ -32,6 +34,7 @@ class RateLimiter:
         self._clock = clock
         self._lock = threading.Lock()
         self._hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)
+        self._periods: dict[str, float] = {}  # each kind's window, so a sweep keeps a day-long one whole
         self._last_sweep = clock()
 
     def _window(self, key: tuple[str, str], now: float, period: float) -> deque[float]:
@@ -55,11 +58,12 @@ class RateLimiter:
     def hit(self, kind: str, client: str, period: float = 60.0) -> None:
         now = self._clock()
         with self._lock:
+            self._periods[kind] = period
             self._window((kind, client_key(client)), now, period).append(now)
             # Memory stays bounded under a flood of addresses: at most once a
             # period, forget every client whose window has emptied.
             if len(self._hits) > SWEEP_ABOVE and now - self._last_sweep >= period:
                 self._last_sweep = now
                 for k in list(self._hits):
-                    if not self._window(k, now, period):
+                    if not self._window(k, now, self._periods.get(k[0], period)):
                         del self._hits[k]

@@ -18,13 +18,14 @@ from ..core import blocks
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
 from ..crypto import tokens
 from ..crypto.chain import Head
-from ..service import audit, grant_terms, idempotency, onboarding
-from ..storage.files import UserFiles, can_write
+from ..service import audit, grant_terms, idempotency, onboarding, quotas
+from ..storage.files import can_write
 from . import pages
 from .errors import error_response
-from .jsonio import JSON, NAP_BODY_CAP, parse_int, query_object, read_object
+from .jsonio import JSON, NAP_BODY_CAP, parse_int, prefetch_small_body, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
+DAY_S = 24 * 60 * 60
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
 
 
@@ -65,17 +66,43 @@ def _auth_failed(request: Request) -> Unauthorized:
     return Unauthorized()
 
 
-def _precheck(request: Request) -> None:
-    """The cheap half of authentication, on the event loop before the body is
-    read: the address's failure budget, then the token's shape and checksum.
-    A bogus token ends here — no file is opened and argon2 never runs."""
+async def _precheck(request: Request) -> None:
+    """Authentication before anything of the request is read: the token's
+    shape and checksum, then its lookup tag against the in-memory index of
+    live tags (service/tag_index.py). An unknown user and a wrong secret end
+    here with the same 401 at the same cost, before any field is checked or
+    any body byte is read, so no answer tells who exists and a forged
+    request cannot make the server buffer a large body. A token whose tag is
+    live goes on even when its address spent its failure budget: others'
+    failures at a shared address never lock it out. The full check (argon2id,
+    unwrap, scope) follows in :func:`_authed`."""
     settings = request.app.state.settings
+    vault = request.app.state.vault
+    parsed = tokens.parse(_bearer(request) or "")
+    verdict: bool | None = False
+    if parsed is not None:
+        request.scope["stash.user"] = parsed.user_id
+        tag = tokens.lookup_tag(parsed.user_id, parsed.secret)
+        verdict = vault.tags.verdict(parsed.user_id, tag)
+        if verdict is None:  # the first request for this user in this process, or its grants changed
+            # A small body is taken in before the hop to a thread: a client that sent its whole request
+            # and hung up (its answer lost, to be retried with the same Idempotency-Key) still has its
+            # write made, as on every other path. A larger one waits for the verdict.
+            await prefetch_small_body(request, settings.max_body)
+            verdict = await run_in_threadpool(vault.tags.load_from_disk, parsed.user_id, tag)
+    if verdict:
+        return
     wait = request.app.state.limiter.blocked_for("auth", _client(request), settings.auth_failures_per_minute)
     if wait:
         raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
-    parsed = tokens.parse(_bearer(request) or "")
-    if parsed is None or not UserFiles(request.app.state.vault.data_dir, parsed.user_id).exists():
+    if verdict is False:
         raise _auth_failed(request)
+    # None: the key ring cannot be read; the full check says what is wrong with the store.
+
+
+def _has_body(request: Request) -> bool:
+    length = request.headers.get("content-length")
+    return "transfer-encoding" in request.headers or (length is not None and length != "0")
 
 
 def _pin(request: Request) -> Head | None:
@@ -114,17 +141,29 @@ class RouteSpec:
     scope: str  # public | read | full | owner | operator
     summary: str
     handler: Callable[[Request], Awaitable[Response]]
+    slow: bool = False  # holds a slow slot (fairshare.py): recall, import, export
 
     async def endpoint(self, request: Request) -> Response:
         request.scope["stash.route"] = self.path
+        handled = False
         try:
             _refuse_token_in_query(request)
-            if self.scope in ("read", "full", "owner"):
-                _precheck(request)
-            return await self.handler(request)
+            if self.scope not in ("read", "full", "owner"):
+                handled = True
+                return await self.handler(request)
+            await _precheck(request)
+            # The slot is taken before the body is read, so a tenant's bodies in memory are bounded too.
+            with request.app.state.shares.hold(request.scope.get("stash.user", ""), self.slow):
+                handled = True
+                return await self.handler(request)
         except StashError as err:
             request.scope["stash.error"] = err.code
-            return error_response(err)
+            resp = error_response(err)
+            if not handled and _has_body(request):
+                # Refused before its body was read: close the connection after the answer rather than
+                # take in and throw away the rest of a body nobody authenticated (up to 16 MiB).
+                resp.headers["Connection"] = "close"
+            return resp
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -186,12 +225,18 @@ async def init(request: Request) -> Response:
     wait = limiter.blocked_for("init", client, settings.init_per_minute)
     if wait:
         raise TooMany(f"Too many identities minted from this address; wait {wait} s.", wait)
+    wait = limiter.blocked_for("init_day", client, settings.init_per_day, DAY_S)
+    if wait:
+        raise TooMany(f"This address minted the {settings.init_per_day} identities a day this server allows; "
+                      f"wait {wait} s, or reuse a token you already have.", wait, code="quota.identities")
     url = body.get("url") or settings.public_url
-    if url is not None and (
-        not isinstance(url, str) or len(url) > 2000 or not url.startswith(("http://", "https://"))
-    ):
-        raise Invalid("url must be the server's http(s) address, like https://stash.example.", code="init.bad_url")
+    # Checked as --url and the Host header are: the address goes into a block pasted into AGENTS.md and
+    # into curl commands there, so a newline, quote, backquote or $( ) must never reach it.
+    if url is not None and (not isinstance(url, str) or len(url) > 2000 or not pages.is_safe_address(url.rstrip("/"))):
+        raise Invalid("url must be the server's plain http(s) address, like https://stash.example (letters, digits "
+                      "and .-_~%/ in its path; no spaces, quotes or other characters).", code="init.bad_url")
     limiter.hit("init", client)
+    limiter.hit("init_day", client, DAY_S)
     ident = await run_in_threadpool(request.app.state.vault.create_identity)
     # Without a url, the address this request came in on; a Host header that is
     # not a plain host[:port] never reaches the pasted block (pages.page_address).
@@ -255,6 +300,12 @@ async def metrics(request: Request) -> Response:
     if settings.operator_token:
         given = _bearer(request) or ""
         if not hmac.compare_digest(given.encode(), settings.operator_token.encode()):
+            # Guesses of the operator token share the address's failure budget; the right token never waits.
+            limiter = request.app.state.limiter
+            wait = limiter.blocked_for("auth", _client(request), settings.auth_failures_per_minute)
+            if wait:
+                raise TooMany(f"Too many failed authentications from this address; wait {wait} s.", wait)
+            limiter.hit("auth", _client(request))
             raise Forbidden("Metrics need the operator token as 'Authorization: Bearer …'.", code="auth.operator")
     else:
         try:
@@ -281,11 +332,23 @@ async def wake(request: Request) -> Response:
     return JSON(await _authed(request, "read", lambda s: s.memory.wake(part, T)))
 
 
+def _room(request: Request, session, adding: int) -> None:
+    """The operator's quotas (service/quotas.py), checked inside the write."""
+    settings = request.app.state.settings
+    quotas.check_room(session.memory.mf.count(), session.files.folder, adding, settings.quota_memories,
+                      settings.quota_bytes)
+
+
 async def note(request: Request) -> Response:
     key = _idempotency_key(request)
     data = await read_object(request, {"text"}, required={"text"})
+
+    def write(s) -> dict:
+        _room(request, s, 1)
+        return s.memory.note(data["text"])
+
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /note", data, lambda: s.memory.note(data["text"]))))
+        s, key, "POST /note", data, lambda: write(s))))
 
 
 async def nap(request: Request) -> Response:
@@ -337,8 +400,14 @@ async def config_set(request: Request) -> Response:
 async def import_(request: Request) -> Response:
     key = _idempotency_key(request)
     data = await read_object(request, {"entries"}, required={"entries"}, cap=request.app.state.settings.max_import_body)
+
+    def write(s) -> dict:
+        if isinstance(data["entries"], list):
+            _room(request, s, len(data["entries"]))
+        return audit.import_entries(s, data["entries"])
+
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
-        s, key, "POST /import", data, lambda: audit.import_entries(s, data["entries"]))))
+        s, key, "POST /import", data, lambda: write(s))))
 
 
 async def export(request: Request) -> Response:
@@ -432,14 +501,14 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("POST", "/wake", "read", "The wake (POST twin of GET /wake)", wake),
     RouteSpec("POST", "/note", "full", "Append one memory", note),
     RouteSpec("POST", "/nap", "full", "Ask what is due, or settle the due block", nap),
-    RouteSpec("GET", "/recall", "read", "Regex search of the verbatim log", recall),
-    RouteSpec("POST", "/recall", "read", "Regex search (POST twin of GET /recall)", recall),
+    RouteSpec("GET", "/recall", "read", "Regex search of the verbatim log", recall, slow=True),
+    RouteSpec("POST", "/recall", "read", "Regex search (POST twin of GET /recall)", recall, slow=True),
     RouteSpec("GET", "/zoom", "read", "Open a block into its two halves", zoom),
     RouteSpec("POST", "/zoom", "read", "Open a block (POST twin of GET /zoom)", zoom),
     RouteSpec("POST", "/forget", "full", "Drop a summary and what was built on it", forget),
     RouteSpec("GET", "/config", "read", "The sizes and their defaults", config_get),
     RouteSpec("POST", "/config", "full", "Change sizes; null restores a default", config_set),
-    RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_),
+    RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_, slow=True),
     RouteSpec("GET", "/grants", "owner", "Every capability, live and revoked; never a secret", grants_list),
     RouteSpec("POST", "/grants", "owner", "Mint a read or full capability; its token is shown once", grants_mint),
     RouteSpec("DELETE", "/grants/{grant_id}", "owner", "Revoke one capability: a new key epoch it never reaches",
@@ -449,7 +518,7 @@ ROUTES: list[RouteSpec] = [
     RouteSpec("GET", "/erasures", "owner", "Erasure receipts, never content", erasures),
     RouteSpec("GET", "/audit", "owner", "Who did what and when, never content", audit_trail),
     RouteSpec("DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy),
-    RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export),
+    RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export, slow=True),
     RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),
     RouteSpec("GET", "/client", "public", "The single-file stash client", client),
     RouteSpec("GET", "/skill", "public", "The skill: the whole protocol for an agent, as Markdown", skill),

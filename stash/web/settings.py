@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..crypto.keys import DEFAULT_KDF, KdfParams
+from ..service.quotas import DEFAULT_BYTES, DEFAULT_MEMORIES
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP
 
 SETTINGS_ENV = "STASH_SERVE_SETTINGS"
@@ -35,6 +36,14 @@ class Settings:
     max_import_body: int = IMPORT_BODY_CAP  # bytes, POST /import
     id_prefixes: tuple[str, ...] = ()  # /init mints user ids starting with one of these (a shard); () is any
     workers: int = 1
+    user_concurrency: int = 4  # requests one user may have in flight per process (fairshare.py)
+    user_slow: int = 1  # slow requests (recall, import, export) one user may have in flight per process
+    slow_slots: int = 2  # slow requests in flight per process, all users together
+    quota_memories: int = DEFAULT_MEMORIES  # memories one identity may hold
+    quota_bytes: int = DEFAULT_BYTES  # bytes one identity's folder may take before writes are refused
+    init_per_day: int = 50  # identities one address may mint per 24 hours
+    header_timeout: float = 10.0  # seconds for a request's head to arrive (timeouts.py)
+    idle_timeout: float = 5.0  # seconds a kept-alive connection may idle between requests
 
 
 def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
@@ -55,6 +64,14 @@ def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -
         "max_body": settings.max_body,
         "max_import_body": settings.max_import_body,
         "id_prefixes": list(settings.id_prefixes),
+        "user_concurrency": settings.user_concurrency,
+        "user_slow": settings.user_slow,
+        "slow_slots": settings.slow_slots,
+        "quota_memories": settings.quota_memories,
+        "quota_bytes": settings.quota_bytes,
+        "init_per_day": settings.init_per_day,
+        "header_timeout": settings.header_timeout,
+        "idle_timeout": settings.idle_timeout,
     })
 
 
@@ -79,4 +96,12 @@ def from_env() -> Settings:
         max_body=raw["max_body"],
         max_import_body=raw["max_import_body"],
         id_prefixes=tuple(raw["id_prefixes"]),
+        user_concurrency=raw["user_concurrency"],
+        user_slow=raw["user_slow"],
+        slow_slots=raw["slow_slots"],
+        quota_memories=raw["quota_memories"],
+        quota_bytes=raw["quota_bytes"],
+        init_per_day=raw["init_per_day"],
+        header_timeout=raw["header_timeout"],
+        idle_timeout=raw["idle_timeout"],
     )

@@ -68,7 +68,6 @@ def test_grants_retry_answers_the_same_grant_and_token(api: Api, owner: str):
 
 @pytest.mark.parametrize("path, body, other", [
     ("/note", {"text": "one"}, {"text": "two"}),
-    ("/nap", {}, {"block": "0-1", "text": "x"}),
     ("/import", {"entries": [{"date": OLD_DATE, "text": "a"}]}, {"entries": [{"date": OLD_DATE, "text": "b"}]}),
     ("/grants", {"scope": "read"}, {"scope": "full"}),
 ])
@@ -78,6 +77,23 @@ def test_the_same_key_with_another_body_is_409(api: Api, owner: str, path: str, 
     before = state(api, owner), api.get("/grants", owner).json()
     assert_error(api.post(path, owner, json=other, headers=key("k")), 409, "idempotency.key_reused")
     assert (state(api, owner), api.get("/grants", owner).json()) == before
+
+
+def test_a_keyed_write_that_changes_nothing_records_nothing(api: Api, owner: str):
+    """A nap that only asks what is due stores no record (a flood of keyed
+    no-ops costs no storage): its key is then free, and a write under it is
+    recorded and replayed as usual."""
+    for text in ("one", "two"):
+        api.post("/note", owner, json={"text": text})
+    asked = api.post("/nap", owner, json={}, headers=key("k"))
+    assert asked.status_code == 200 and asked.json()["nap"]["block"] == "0-1"
+    again = api.post("/nap", owner, json={}, headers=key("k"))
+    assert again.status_code == 200 and REPLAYED not in again.headers
+    saved = api.post("/nap", owner, json={"block": "0-1", "text": "both"}, headers=key("k"))
+    assert saved.status_code == 200 and saved.json()["saved"] == "0-1"
+    replay = api.post("/nap", owner, json={"block": "0-1", "text": "both"}, headers=key("k"))
+    assert replay.headers[REPLAYED] == "true" and replay.json() == saved.json()
+    assert_error(api.post("/nap", owner, json={}, headers=key("k")), 409, "idempotency.key_reused")
 
 
 def test_the_same_key_on_another_memory_route_is_409(api: Api, owner: str):

@@ -73,6 +73,39 @@ def test_every_c0_and_c1_control_is_refused_anywhere():
             assert refused(text) in {"text.multiline", "text.control"}, hex(cp)
 
 
+# The Trojan Source class (CVE-2021-42574): text that reads on screen otherwise than it is stored.
+BIDI = ["\u202e", "\u202d", "\u202a", "\u202b", "\u202c", "\u2066", "\u2067", "\u2068", "\u2069",
+        "\u200e", "\u200f", "\u061c"]
+INVISIBLE = ["\u200b", "\ufeff", "\u2060", "\u00ad", "\u2061", "\u2064", "\u180e", "\U000e0041", "\U000e0001",
+             "\U000e007f", "\u206a", "\ufff9"]
+
+
+@pytest.mark.parametrize("ch", BIDI)
+def test_bidirectional_controls_are_refused_anywhere(ch):
+    for text in (ch, "ok" + ch, ch + "ok", "access = 'user' " + ch + " # admin"):
+        assert refused(text) == "text.bidi", hex(ord(ch))
+
+
+@pytest.mark.parametrize("ch", INVISIBLE)
+def test_invisible_format_characters_are_refused_anywhere(ch):
+    for text in (ch, "pay" + ch + "pal", ch + "x", "x" + ch):
+        assert refused(text) == "text.invisible", hex(ord(ch))
+
+
+def test_every_format_character_but_the_joiners_is_refused():
+    import sys
+    import unicodedata
+    for cp in range(sys.maxunicode + 1):
+        ch = chr(cp)
+        if unicodedata.category(ch) == "Cf" and ch not in "\u200c\u200d":
+            assert refused("a" + ch + "b") in {"text.bidi", "text.invisible"}, hex(cp)
+
+
+@pytest.mark.parametrize("text", ["👨\u200d👩\u200d👧 family", "می\u200cخواهم", "क्\u200dष", "café ✓ 日本語 😀️"])
+def test_joiners_and_visible_unicode_are_kept(text):
+    assert lines.check_line(text, 280) == text
+
+
 @pytest.mark.parametrize("value", [None, 5, 1.5, b"bytes", ["a"], {"text": "a"}])
 def test_non_strings_are_refused(value):
     refused(value)
