@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.conftest import Http, start_server
 from tests.helpers import assert_error
+from tests.live import Http, start_server
 
 FLOOD_MEMORIES = 20_000
 SLOW_PATTERN = "e.{200}"  # defeats RE2's DFA: about 75 µs per line, so each recall takes a second or more

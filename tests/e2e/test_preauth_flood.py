@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from tests.api.test_abuse import random_secret_digits, with_checksum
-from tests.e2e.conftest import Http, start_server
+from tests.live import Http, start_server
 
 MIB = 1 << 20
 FLOOD = 16

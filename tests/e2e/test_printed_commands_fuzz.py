@@ -20,7 +20,7 @@ import pytest
 from stash import client as client_module
 from stash.cli.mcp_server import ToolCalls
 from stash.service import instructions
-from tests.e2e.conftest import Http, cli_env, path_with
+from tests.live import Http, cli_env, path_with
 
 HOSTILE = [
     'ok" $(touch pwned1) "',

@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from tests.e2e.conftest import Http, start_server
 from tests.helpers import assert_error
+from tests.live import Http, start_server
 
 OLD = "2021-03-01"
 
