@@ -131,3 +131,15 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 
 CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created);
+
+-- @scan_cache
+-- The recall cache (stash/storage/scancache.py): the rendered lines of
+-- memories [piece*4096, piece*4096+4095] joined by newlines, padded and sealed
+-- as one value, bound to the user, the range and a digest of the sealed key
+-- chunks that cover it. Rebuildable from the log at any time; an erasure
+-- deletes the piece that held the memory. Created by the first recall that
+-- writes a piece.
+CREATE TABLE IF NOT EXISTS scan_cache (
+    piece   INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);

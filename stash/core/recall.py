@@ -101,6 +101,14 @@ MAX_PATTERN_BYTES = 512
 _BATCH_LINES = 512
 # In the per-line path, lines between two deadline checks.
 _DEADLINE_EVERY = 128
+# In scan_joined, the most bytes one RE2 call may cover (rounded up to the end
+# of a line): the same bound as a batch of 512 of the longest lines.
+_SEGMENT_BYTES = _BATCH_LINES * 310
+# The UTF-8 of U+0130 and U+0131, the letters FOLD_TABLE maps, share their
+# first byte: text without that byte (memchr-fast to rule out) is its own fold.
+_FOLD_LEAD = 0xC4
+_FOLDED_BYTES = ("\u0130".encode(), "\u0131".encode())
+assert all(b[0] == _FOLD_LEAD for b in _FOLDED_BYTES)
 
 # Python's re.IGNORECASE treats i, I, İ (U+0130) and ı (U+0131) as one letter;
 # RE2's (?i) only pairs i with I (its Unicode simple case folding leaves İ and ı
@@ -308,6 +316,76 @@ class Matcher:
             while kept_bytes > part_bytes:
                 kept_bytes -= kept.popleft()[1]
         return [line for line, _ in kept], total
+
+    def scan_joined(
+        self, data: bytes, room: int, *, deadline: float | None = None
+    ) -> tuple[list[str], int, bool]:
+        """Match the lines of ``data`` (UTF-8 rendered lines, each ended by
+        ``\n``, not folded) for a caller that walks the log newest first.
+
+        Returns ``(kept, total, whole)``: ``total`` counts the matching lines;
+        ``kept`` holds, oldest first, the newest of them whose costs (UTF-8
+        bytes + 1 each) fit in ``room``, stopping at the first that does not
+        fit (so older parts of the log may add nothing once ``whole`` is
+        False); ``whole`` says whether every match was kept. ``deadline`` as
+        for :meth:`scan`: each RE2 call covers at most ~160 KB of lines."""
+        folded = data
+        if data.find(_FOLD_LEAD) >= 0 and (_FOLDED_BYTES[0] in data or _FOLDED_BYTES[1] in data):
+            folded = fold(data.decode("utf-8")).encode("utf-8")
+        if self._run is None:
+            runs = self._per_line_runs(folded, deadline)
+        else:
+            runs = self._segment_runs(folded, deadline)
+        if deadline is not None:
+            _check(deadline)
+        total = sum(count for _, count in runs)
+        kept: list[str] = []
+        used = 0
+        lines: list[bytes] | None = None
+        for first, count in reversed(runs):
+            if lines is None:
+                lines = data.split(b"\n")
+            for k in range(first + count - 1, first - 1, -1):
+                cost = len(lines[k]) + 1
+                if used + cost > room:
+                    kept.reverse()
+                    return kept, total, False
+                kept.append(lines[k].decode("utf-8"))
+                used += cost
+        kept.reverse()
+        return kept, total, True
+
+    def _segment_runs(
+        self, data: bytes, deadline: float | None
+    ) -> list[tuple[int, int]]:
+        """:meth:`_joined_runs` over a long buffer, one segment of whole lines
+        (about ``_SEGMENT_BYTES``) per RE2 call at most."""
+        match = self._run
+        count = data.count
+        n = len(data)
+        runs = []
+        pos = 0  # always the start of line k
+        k = 0
+        while pos < n:
+            end = data.find(b"\n", pos + _SEGMENT_BYTES)
+            end = n if end < 0 else end + 1
+            while pos < end:
+                if deadline is not None:
+                    _check(deadline)
+                s, e = match(_UNANCHORED, data, pos, end)[0]
+                if s < 0:
+                    break
+                if e <= s or data[e - 1] != 0x0A:
+                    # Cannot happen by construction (see _RUN); never guess.
+                    return self._per_line_runs(data, deadline)
+                k += count(b"\n", pos, s)
+                lines = count(b"\n", s, e)
+                runs.append((k, lines))
+                k += lines
+                pos = e
+            k += count(b"\n", pos, end)
+            pos = end
+        return runs
 
     def _batch_runs(
         self, batch: list[str], deadline: float | None

@@ -231,7 +231,7 @@ class Memory:
             raise Invalid(str(e), code="recall.bad_pattern") from None
         deadline = time.monotonic() + RECALL_SECONDS + self.mf.count() * RECALL_SECONDS_PER_MEMORY
         try:
-            found, total = recall_scan.recall(self.mf, matcher, q, self.sizes["PART_CHARS"], deadline)
+            found, total = recall_scan.recall(self.mf, matcher, self.sizes["PART_CHARS"], deadline)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.too_slow") from None
         return {"matches": found, "total": total}

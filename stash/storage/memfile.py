@@ -17,6 +17,7 @@ from ..core.blocks import forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
+from . import scancache
 from .files import SQLCIPHER_OPEN_CLOSE, MissingFile, checkpoint, connect, storage_error, write_transaction
 from .idempotency import Records
 from .schema import sections
@@ -538,6 +539,9 @@ class MemoryFile:
                     (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), c),
                 )
                 fresh.append(i)
+            # The recall cache holds these memories' rendered text: its pieces
+            # go in this transaction, shredded by the checkpoint below.
+            scancache.invalidate(self.conn, fresh)
             gone: list[tuple[int, int]] = []
             if fresh and T >= 2:
                 lo = fresh[0] - fresh[0] % 2

@@ -18,7 +18,6 @@ from starlette.applications import Starlette
 from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
-from ..service import recall_scan
 from ..service.access import Vault
 from .forwarded import TrustedProxies
 from .jsonio import JSON
@@ -108,13 +107,12 @@ async def lifespan(app: Starlette):
     """Files are opened per request and closed at its end (the last close of
     a store checkpoints its WAL into the file and removes it), so by the time
     the server has drained its requests on SIGTERM every file is already
-    closed; what is left to stop is this process's recall worker."""
+    closed; what is left to stop is the metrics writer."""
     app.state.metrics.start()
     try:
         yield
     finally:
         app.state.metrics.stop()
-        recall_scan.shutdown_pool()
 
 
 def create_app(settings: Settings) -> Starlette:

@@ -1,0 +1,186 @@
+"""The recall cache: the rendered log, many memories per sealed piece.
+
+A recall reads every memory. Opening one AEAD per 320-byte row costs about
+3.3 µs of Python and libsodium per memory (3.3 s at a million); opening one
+AEAD per :data:`PIECE` memories costs a few milliseconds per piece. So the
+rendered lines of each complete, aligned run of ``PIECE`` memories are kept,
+joined by newlines, in one sealed value of the memory file's ``scan_cache``
+table (schema.sql, section ``scan_cache``).
+
+What keeps it honest:
+
+* **A cache, never the truth.** Every piece can be dropped and rebuilt from the
+  log; a piece that is missing, or fails to open for any reason, is rebuilt
+  from the log, which is checked as every read checks it.
+* **Sealed and bound.** Each piece is XChaCha20-Poly1305 under the file's rows
+  key with associated data naming the user, the table, the piece's range *and*
+  a BLAKE2b digest of the sealed ``memory_keys`` chunks that cover it. Moved to
+  another position or user's file it fails to open; and since an erasure
+  re-seals the erased memory's key chunk, a piece written before an erasure
+  no longer opens after it (nor does an older copy put back by hand), so the
+  cache can never show a memory that the log and its keys no longer show.
+* **Erasure shreds it.** :func:`invalidate` deletes the pieces that hold the
+  given memories, in the caller's transaction; with ``secure_delete`` on and
+  the WAL checkpointed (as erasure does), their bytes leave the file. The
+  erase path calls it (``MemoryFile.erase``), so the erased text survives in no
+  piece.
+* **Padded.** A piece's plaintext is padded to a multiple of
+  :data:`PAD_BYTES`, so its size reveals only the average length of its
+  ``PIECE`` memories to within ``PAD_BYTES / PIECE`` bytes (the log's rows
+  reveal nothing of single lengths; in a SQLCipher file the sizes are hidden
+  as well).
+* **Best effort to write.** Pieces are written by the recall that found them
+  missing, in short transactions of their own; a store that cannot be written
+  (read-only, busy, full) is still served from the log, and writes nothing.
+
+A recall served from a piece answers what the log held when the piece was
+built and authenticated; damage done to a log row *after* that is found by the
+reads that open the row (wake, zoom, nap sources, export) and by ``stash
+verify``, not by the recall.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator
+
+from ..crypto import aead
+from .schema import sections
+
+PIECE = 4096
+"""Memories per piece: a whole number of key chunks (32 of 128) and one
+``MemoryFile.scan`` batch, so a piece is built from exactly one batch."""
+
+PAD_BYTES = 4096
+LENGTH_BYTES = 4
+TABLE = "scan_cache"
+WRITE_PIECES = 16  # pieces per write transaction: the write lock is held ~tens of ms
+
+
+def ensure(conn: sqlite3.Connection) -> None:
+    """Create the table in a file made before it existed (outside any
+    transaction: executescript commits whatever is open)."""
+    conn.executescript(sections()[TABLE])
+
+
+def has_table(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)).fetchone()
+    return row is not None
+
+
+def invalidate(conn: sqlite3.Connection, ids: list[int]) -> None:
+    """Delete every piece that holds one of memories ``ids``.
+
+    The erase path calls this inside its own transaction, before it commits,
+    so a crash cannot leave the erased text in a piece; it writes nothing when
+    the table does not exist yet. The caller checkpoints the WAL afterwards
+    (``secure_delete`` zeroes the freed pages), as erasure already does."""
+    if not ids or not has_table(conn):
+        return
+    conn.executemany(f"DELETE FROM {TABLE} WHERE piece = ?", [(i // PIECE,) for i in sorted(set(ids))])
+
+
+def _pad(plain: bytes) -> bytes:
+    n = len(plain)
+    size = -(-(n + LENGTH_BYTES) // PAD_BYTES) * PAD_BYTES
+    return n.to_bytes(LENGTH_BYTES, "big") + plain + bytes(size - LENGTH_BYTES - n)
+
+
+def _unpad(padded: bytes) -> bytes | None:
+    n = int.from_bytes(padded[:LENGTH_BYTES], "big")
+    if n > len(padded) - LENGTH_BYTES:
+        return None
+    return padded[LENGTH_BYTES : LENGTH_BYTES + n]
+
+
+class ScanCache:
+    """The pieces of one open memory file. ``rows_key`` seals them;
+    ``user_id`` is bound into every piece."""
+
+    def __init__(self, conn: sqlite3.Connection, user_id: str, rows_key: bytes, keys_per_chunk: int) -> None:
+        self.conn = conn
+        self.user_id = user_id
+        self._key = rows_key
+        self._chunks_per_piece = PIECE // keys_per_chunk
+        self.digests: dict[int, bytes] = {}
+
+    def _aad(self, piece: int, keys_digest: bytes) -> bytes:
+        return f"stash/v1|{self.user_id}|{TABLE}|{piece * PIECE}-{(piece + 1) * PIECE - 1}|".encode() + keys_digest
+
+    def _keys_digests(self, start: int, stop: int) -> dict[int, bytes]:
+        """For each piece in ``[start, stop)`` whose key chunks are all there,
+        a digest of those sealed chunks (32 bytes), read in one ordered pass."""
+        per = self._chunks_per_piece
+        out: dict[int, bytes] = {}
+        rows = self.conn.execute("SELECT chunk, sealed FROM memory_keys WHERE chunk >= ? AND chunk < ? ORDER BY chunk",
+                                 (start * per, stop * per))
+        h, seen, piece = None, 0, -1
+        for chunk, sealed in rows:
+            if chunk // per != piece:
+                piece, seen = chunk // per, 0
+                h = hashlib.blake2b(digest_size=32, person=b"stash.scancache")
+            if chunk != piece * per + seen:  # a chunk is missing: the log read reports it
+                continue
+            h.update(sealed)
+            seen += 1
+            if seen == per:
+                out[piece] = h.digest()
+        return out
+
+    def pieces(self, count: int) -> Iterator[tuple[int, bytes | None]]:
+        """``(piece, joined lines or None)`` for pieces ``count - 1`` down to
+        0: the plaintext (lines joined and ended by ``\\n``) of each piece that
+        opens, None for one that is missing or does not open (stale, moved,
+        damaged: the caller rebuilds it from the log). Each piece is read by
+        its own statement, so :meth:`store` may write between two of them."""
+        if count <= 0:
+            return
+        # Read before any piece or log row: a piece rebuilt from the log is
+        # written only if its keys still have these digests (see store()).
+        self.digests = digests = self._keys_digests(0, count)
+        have = set()
+        if has_table(self.conn):
+            have = {r[0] for r in self.conn.execute(f"SELECT piece FROM {TABLE} WHERE piece < ?", (count,))}
+        for piece in range(count - 1, -1, -1):
+            plain = None
+            if piece in have and piece in digests:
+                row = self.conn.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
+                if row is not None:
+                    try:
+                        plain = _unpad(aead.open_sealed(self._key, row[0], self._aad(piece, digests[piece])))
+                    except aead.Unsealable:
+                        plain = None
+            yield piece, plain
+
+    def store(self, built: dict[int, bytes]) -> None:
+        """Seal and write pieces rebuilt from the log since :meth:`pieces`
+        read the key digests, a few per transaction. Inside each transaction
+        the digests are read again and a piece whose keys changed meanwhile
+        (an erasure landed between) is not written: it may hold text that no
+        longer exists. Gives up quietly when the file cannot be written now
+        (busy, read-only, full): the next recall tries again."""
+        items = sorted((p, plain) for p, plain in built.items() if p in self.digests)
+        if not items:
+            return
+        try:
+            if not has_table(self.conn):
+                ensure(self.conn)
+            for k in range(0, len(items), WRITE_PIECES):
+                batch = items[k : k + WRITE_PIECES]
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    now = self._keys_digests(batch[0][0], batch[-1][0] + 1)
+                    rows = [(p, aead.seal(self._key, _pad(plain), self._aad(p, now[p])))
+                            for p, plain in batch if now.get(p) == self.digests[p]]
+                    self.conn.executemany(
+                        f"INSERT INTO {TABLE}(piece, sealed) VALUES (?, ?) "
+                        "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
+                except BaseException:
+                    self.conn.rollback()
+                    raise
+                self.conn.commit()
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("sqlcipher3"):
+                return  # not written now; the log still answers
+            raise
