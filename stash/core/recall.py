@@ -318,7 +318,7 @@ class Matcher:
         return [line for line, _ in kept], total
 
     def scan_joined(
-        self, data: bytes, room: int, *, deadline: float | None = None
+        self, data: bytes, room: int, *, deadline: float | None = None, first_id: int | None = None
     ) -> tuple[list[str], int, bool]:
         """Match the lines of ``data`` (UTF-8 rendered lines, each ended by
         ``\n``, not folded) for a caller that walks the log newest first.
@@ -328,20 +328,25 @@ class Matcher:
         bytes + 1 each) fit in ``room``, stopping at the first that does not
         fit (so older parts of the log may add nothing once ``whole`` is
         False); ``whole`` says whether every match was kept. ``deadline`` as
-        for :meth:`scan`: each RE2 call covers at most ~160 KB of lines."""
+        for :meth:`scan`: each RE2 call covers at most ~160 KB of lines.
+        ``first_id``: the lines are rendered memories ``#first_id ...``,
+        ``#first_id+1 ...``, so a match's line is read from its ``#i`` instead
+        of counting the newlines before it."""
         folded = data
         if data.find(_FOLD_LEAD) >= 0 and (_FOLDED_BYTES[0] in data or _FOLDED_BYTES[1] in data):
             folded = fold(data.decode("utf-8")).encode("utf-8")
         if self._run is None:
             runs = self._per_line_runs(folded, deadline)
         else:
-            runs = self._segment_runs(folded, deadline)
+            runs = self._segment_runs(folded, deadline, first_id)
         if deadline is not None:
             _check(deadline)
         total = sum(count for _, count in runs)
         kept: list[str] = []
         used = 0
         lines: list[bytes] | None = None
+        if room <= 0 and runs:  # every line costs at least 1
+            return [], total, False
         for first, count in reversed(runs):
             if lines is None:
                 lines = data.split(b"\n")
@@ -356,7 +361,7 @@ class Matcher:
         return kept, total, True
 
     def _segment_runs(
-        self, data: bytes, deadline: float | None
+        self, data: bytes, deadline: float | None, first_id: int | None = None
     ) -> list[tuple[int, int]]:
         """:meth:`_joined_runs` over a long buffer, one segment of whole lines
         (about ``_SEGMENT_BYTES``) per RE2 call at most."""
@@ -378,12 +383,17 @@ class Matcher:
                 if e <= s or data[e - 1] != 0x0A:
                     # Cannot happen by construction (see _RUN); never guess.
                     return self._per_line_runs(data, deadline)
-                k += count(b"\n", pos, s)
+                if first_id is None:
+                    k += count(b"\n", pos, s)
+                else:
+                    start = data.rfind(b"\n", 0, s) + 1
+                    k = int(data[start + 1 : data.index(b" ", start)]) - first_id
                 lines = count(b"\n", s, e)
                 runs.append((k, lines))
                 k += lines
                 pos = e
-            k += count(b"\n", pos, end)
+            if first_id is None:
+                k += count(b"\n", pos, end)
             pos = end
         return runs
 

@@ -53,6 +53,8 @@ PIECE = 4096
 ``MemoryFile.scan`` batch, so a piece is built from exactly one batch."""
 
 PAD_BYTES = 4096
+MAX_LINE_BYTES = len("#18446744073709551615 YYYY-MM-DD \n") + 280
+MAX_PADDED = -(-(PIECE * MAX_LINE_BYTES + 4) // PAD_BYTES) * PAD_BYTES
 LENGTH_BYTES = 4
 TABLE = "scan_cache"
 WRITE_PIECES = 16  # pieces per write transaction: the write lock is held ~tens of ms
@@ -110,22 +112,29 @@ class ScanCache:
 
     def _keys_digests(self, start: int, stop: int) -> dict[int, bytes]:
         """For each piece in ``[start, stop)`` whose key chunks are all there,
-        a digest of those sealed chunks (32 bytes), read in one ordered pass."""
+        a digest of those chunks' nonces (32 bytes), read in one ordered pass.
+
+        The nonce stands for the whole sealed chunk: every re-seal (an
+        erasure) draws a fresh random 24-byte nonce, and a chunk whose other
+        bytes were changed under an old nonce fails to open when its keys are
+        read. Putting an old chunk back brings its old nonce back, and its old
+        keys with it: the log itself opens again then, so the cache shows
+        nothing more."""
         per = self._chunks_per_piece
         out: dict[int, bytes] = {}
-        rows = self.conn.execute("SELECT chunk, sealed FROM memory_keys WHERE chunk >= ? AND chunk < ? ORDER BY chunk",
-                                 (start * per, stop * per))
-        h, seen, piece = None, 0, -1
-        for chunk, sealed in rows:
+        rows = self.conn.execute(
+            "SELECT chunk, substr(sealed, 1, ?) FROM memory_keys WHERE chunk >= ? AND chunk < ? ORDER BY chunk",
+            (aead.NONCE_BYTES, start * per, stop * per))
+        nonces: list[bytes] = []
+        piece = -1
+        for chunk, nonce in rows:
             if chunk // per != piece:
-                piece, seen = chunk // per, 0
-                h = hashlib.blake2b(digest_size=32, person=b"stash.scancache")
-            if chunk != piece * per + seen:  # a chunk is missing: the log read reports it
+                piece, nonces = chunk // per, []
+            if chunk != piece * per + len(nonces):  # a chunk is missing: the log read reports it
                 continue
-            h.update(sealed)
-            seen += 1
-            if seen == per:
-                out[piece] = h.digest()
+            nonces.append(nonce)
+            if len(nonces) == per:
+                out[piece] = hashlib.blake2b(b"".join(nonces), digest_size=32, person=b"stash.scancache").digest()
         return out
 
     def pieces(self, count: int) -> Iterator[tuple[int, bytes | None]]:
@@ -139,6 +148,7 @@ class ScanCache:
         # Read before any piece or log row: a piece rebuilt from the log is
         # written only if its keys still have these digests (see store()).
         self.digests = digests = self._keys_digests(0, count)
+        opener = aead.BulkOpener(MAX_PADDED)
         have = set()
         if has_table(self.conn):
             have = {r[0] for r in self.conn.execute(f"SELECT piece FROM {TABLE} WHERE piece < ?", (count,))}
@@ -148,7 +158,7 @@ class ScanCache:
                 row = self.conn.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
                 if row is not None:
                     try:
-                        plain = _unpad(aead.open_sealed(self._key, row[0], self._aad(piece, digests[piece])))
+                        plain = _unpad(opener.open(self._key, row[0], self._aad(piece, digests[piece])))
                     except aead.Unsealable:
                         plain = None
             yield piece, plain
