@@ -41,8 +41,10 @@ def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue, stop: threading.
     cannot be cached), pieces rebuilt from the log written back; then
     ``_DONE``, or the exception that stopped it. It alone uses the file's
     connection until it has finished."""
+    cache = None
     try:
-        cache = ScanCache(mf.conn, mf.user_id, mf.file_keys().rows_key, KEYS_PER_CHUNK)
+        fk = mf.file_keys()
+        cache = ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK)
         built: dict[int, bytes] = {}
         for piece, plain in cache.pieces(pieces):
             if stop.is_set():
@@ -64,6 +66,9 @@ def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue, stop: threading.
         out.put(_DONE)
     except BaseException as exc:  # handed to the request's thread, which raises it
         out.put(exc)
+    finally:
+        if cache is not None:
+            cache.close()
 
 
 def recall(mf: MemoryFile, matcher: Matcher, part_bytes: int, deadline: float,

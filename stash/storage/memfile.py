@@ -540,8 +540,8 @@ class MemoryFile:
                 )
                 fresh.append(i)
             # The recall cache holds these memories' rendered text: its pieces
-            # go in this transaction, shredded by the checkpoint below.
-            scancache.invalidate(self.conn, fresh)
+            # go while this transaction holds the write lock (scancache.py).
+            scancache.invalidate(self._fk.path.parent, fresh)
             gone: list[tuple[int, int]] = []
             if fresh and T >= 2:
                 lo = fresh[0] - fresh[0] % 2

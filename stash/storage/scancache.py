@@ -4,8 +4,11 @@ A recall reads every memory. Opening one AEAD per 320-byte row costs about
 3.3 µs of Python and libsodium per memory (3.3 s at a million); opening one
 AEAD per :data:`PIECE` memories costs a few milliseconds per piece. So the
 rendered lines of each complete, aligned run of ``PIECE`` memories are kept,
-joined by newlines, in one sealed value of the memory file's ``scan_cache``
-table (schema.sql, section ``scan_cache``).
+joined by newlines, in one sealed value of the ``scan_cache`` table of the
+user's ``recall.db`` (schema.sql, section ``scan_cache``): a plain SQLite
+file beside ``memory.db``, since every value in it is sealed already — read
+through SQLCipher as well, each piece would be decrypted twice. Backups skip
+it; it is rebuilt after a restore.
 
 What keeps it honest:
 
@@ -20,17 +23,19 @@ What keeps it honest:
   no longer opens after it (nor does an older copy put back by hand), so the
   cache can never show a memory that the log and its keys no longer show.
 * **Erasure shreds it.** :func:`invalidate` deletes the pieces that hold the
-  given memories, in the caller's transaction; with ``secure_delete`` on and
-  the WAL checkpointed (as erasure does), their bytes leave the file. The
-  erase path calls it (``MemoryFile.erase``), so the erased text survives in no
-  piece.
+  given memories and checkpoints ``recall.db`` (``secure_delete`` zeroes the
+  freed pages). The erase path calls it inside its transaction on
+  ``memory.db``, holding that file's write lock, and :meth:`ScanCache.store`
+  writes pieces only under the same lock after checking the key digests
+  again — so no piece holding erased text is written after it, and the erased
+  text survives in no piece.
 * **Padded.** A piece's plaintext is padded to a multiple of
   :data:`PAD_BYTES`, so its size reveals only the average length of its
   ``PIECE`` memories to within ``PAD_BYTES / PIECE`` bytes (the log's rows
   reveal nothing of single lengths; in a SQLCipher file the sizes are hidden
   as well).
 * **Best effort to write.** Pieces are written by the recall that found them
-  missing, in short transactions of their own; a store that cannot be written
+  missing, a few per transaction; a store that cannot be written
   (read-only, busy, full) is still served from the log, and writes nothing.
 
 A recall served from a piece answers what the log held when the piece was
@@ -44,8 +49,10 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 
 from ..crypto import aead
+from .files import BUSY_TIMEOUT_MS
 from .schema import sections
 
 PIECE = 4096
@@ -60,27 +67,54 @@ TABLE = "scan_cache"
 WRITE_PIECES = 16  # pieces per write transaction: the write lock is held ~tens of ms
 
 
-def ensure(conn: sqlite3.Connection) -> None:
-    """Create the table in a file made before it existed (outside any
-    transaction: executescript commits whatever is open)."""
-    conn.executescript(sections()[TABLE])
+CACHE_FILE = "recall.db"
 
 
-def has_table(conn: sqlite3.Connection) -> bool:
-    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (TABLE,)).fetchone()
-    return row is not None
+def _connect(folder: Path, *, create: bool) -> sqlite3.Connection | None:
+    """The cache file of a user's folder, or None if it is not there (and
+    ``create`` is false) or cannot be opened: the log answers then."""
+    path = Path(folder) / CACHE_FILE
+    if not create and not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    except sqlite3.Error:
+        return None
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")  # a cache: a lost piece is rebuilt
+        conn.execute("PRAGMA secure_delete = ON")
+        if create:
+            conn.executescript(sections()[TABLE])
+    except sqlite3.Error:
+        conn.close()
+        return None
+    return conn
 
 
-def invalidate(conn: sqlite3.Connection, ids: list[int]) -> None:
-    """Delete every piece that holds one of memories ``ids``.
-
-    The erase path calls this inside its own transaction, before it commits,
-    so a crash cannot leave the erased text in a piece; it writes nothing when
-    the table does not exist yet. The caller checkpoints the WAL afterwards
-    (``secure_delete`` zeroes the freed pages), as erasure already does."""
-    if not ids or not has_table(conn):
+def invalidate(folder: Path, ids: list[int]) -> None:
+    """Delete every piece that holds one of memories ``ids`` from the cache
+    of the user whose folder is ``folder``, and fold the WAL into the file so
+    no copy of them survives there. The erase path calls it while it holds the
+    memory file's write lock (see the module docstring); a cache that cannot
+    be opened to do so is deleted whole."""
+    if not ids:
         return
-    conn.executemany(f"DELETE FROM {TABLE} WHERE piece = ?", [(i // PIECE,) for i in sorted(set(ids))])
+    path = Path(folder) / CACHE_FILE
+    if not path.exists():
+        return
+    conn = _connect(folder, create=False)
+    try:
+        if conn is None:
+            raise sqlite3.OperationalError("cannot open the recall cache")
+        conn.executemany(f"DELETE FROM {TABLE} WHERE piece = ?", [(i // PIECE,) for i in sorted(set(ids))])
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    finally:
+        if conn is not None:
+            conn.close()
 
 
 def _pad(plain: bytes) -> bytes:
@@ -100,8 +134,11 @@ class ScanCache:
     """The pieces of one open memory file. ``rows_key`` seals them;
     ``user_id`` is bound into every piece."""
 
-    def __init__(self, conn: sqlite3.Connection, user_id: str, rows_key: bytes, keys_per_chunk: int) -> None:
-        self.conn = conn
+    def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
+                 keys_per_chunk: int) -> None:
+        self.conn = conn  # the memory file: its key chunks, and its write lock
+        self.folder = Path(folder)
+        self.db: sqlite3.Connection | None = None
         self.user_id = user_id
         self._key = rows_key
         self._chunks_per_piece = PIECE // keys_per_chunk
@@ -150,12 +187,19 @@ class ScanCache:
         self.digests = digests = self._keys_digests(0, count)
         opener = aead.BulkOpener(MAX_PADDED)
         have = set()
-        if has_table(self.conn):
-            have = {r[0] for r in self.conn.execute(f"SELECT piece FROM {TABLE} WHERE piece < ?", (count,))}
+        self.db = _connect(self.folder, create=False)
+        if self.db is not None:
+            try:
+                have = {r[0] for r in self.db.execute(f"SELECT piece FROM {TABLE} WHERE piece < ?", (count,))}
+            except sqlite3.Error:
+                have = set()
         for piece in range(count - 1, -1, -1):
             plain = None
             if piece in have and piece in digests:
-                row = self.conn.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
+                try:
+                    row = self.db.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
+                except sqlite3.Error:
+                    row = None
                 if row is not None:
                     try:
                         plain = _unpad(opener.open(self._key, row[0], self._aad(piece, digests[piece])))
@@ -173,24 +217,39 @@ class ScanCache:
         items = sorted((p, plain) for p, plain in built.items() if p in self.digests)
         if not items:
             return
+        if self.db is None:
+            self.db = _connect(self.folder, create=True)
+            if self.db is None:
+                return
         try:
-            if not has_table(self.conn):
-                ensure(self.conn)
+            self.db.executescript(sections()[TABLE])
             for k in range(0, len(items), WRITE_PIECES):
                 batch = items[k : k + WRITE_PIECES]
+                # The memory file's write lock, held while the digests are
+                # read again and the pieces written: an erasure cannot land
+                # in between.
                 self.conn.execute("BEGIN IMMEDIATE")
                 try:
                     now = self._keys_digests(batch[0][0], batch[-1][0] + 1)
                     rows = [(p, aead.seal(self._key, _pad(plain), self._aad(p, now[p])))
                             for p, plain in batch if now.get(p) == self.digests[p]]
-                    self.conn.executemany(
-                        f"INSERT INTO {TABLE}(piece, sealed) VALUES (?, ?) "
-                        "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
-                except BaseException:
-                    self.conn.rollback()
-                    raise
-                self.conn.commit()
+                    self.db.execute("BEGIN IMMEDIATE")
+                    try:
+                        self.db.executemany(
+                            f"INSERT INTO {TABLE}(piece, sealed) VALUES (?, ?) "
+                            "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
+                    except BaseException:
+                        self.db.rollback()
+                        raise
+                    self.db.commit()
+                finally:
+                    self.conn.rollback()  # nothing was written to the memory file
         except Exception as exc:
             if isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("sqlcipher3"):
                 return  # not written now; the log still answers
             raise
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None

@@ -4,9 +4,11 @@ erasure, and tampered pieces; and an erasure must leave its text in no piece."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -52,10 +54,15 @@ def store(tmp_path_factory):
     return vault, ident.token, lines
 
 
+def cache_db(mf) -> sqlite3.Connection:
+    return sqlite3.connect(mf.file_keys().path.parent / scancache.CACHE_FILE, isolation_level=None)
+
+
 def cached_pieces(mf) -> set[int]:
-    if not scancache.has_table(mf.conn):
+    if not (mf.file_keys().path.parent / scancache.CACHE_FILE).exists():
         return set()
-    return {r[0] for r in mf.conn.execute("SELECT piece FROM scan_cache")}
+    with contextlib.closing(cache_db(mf)) as db:
+        return {r[0] for r in db.execute("SELECT piece FROM scan_cache")}
 
 
 PATTERNS = ["heron", "yilmaz", "ISTANBUL", "^#1", r"\d+ 2026", "erased", "x*", "kelp ferry", r"\A#1\d"]
@@ -67,7 +74,7 @@ def test_cold_and_warm_cache_answer_what_one_pass_does(store, pattern, part_byte
     vault, token, lines = store
     with vault.session(token, "read") as s:
         mf = s.memory.mf
-        mf.conn.execute("DELETE FROM scan_cache") if scancache.has_table(mf.conn) else None
+        (mf.file_keys().path.parent / scancache.CACHE_FILE).unlink(missing_ok=True)
         cold = recall_scan.recall(mf, compile_pattern(pattern), part_bytes, deadline=1e18)
         assert cached_pieces(mf) == {0, 1, 2}
         warm = recall_scan.recall(mf, compile_pattern(pattern), part_bytes, deadline=1e18)
@@ -89,14 +96,16 @@ def test_a_missing_piece_is_rebuilt_and_a_tampered_one_is_never_served(store):
     with vault.session(token, "read") as s:
         mf = s.memory.mf
         recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
-        mf.conn.execute("DELETE FROM scan_cache WHERE piece = 1")
-        # Piece 0 swapped into piece 2's place, and piece 1's gone: both are
-        # rendered from the log instead and written back.
-        zero = mf.conn.execute("SELECT sealed FROM scan_cache WHERE piece = 0").fetchone()[0]
-        mf.conn.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 2", (zero,))
+        with contextlib.closing(cache_db(mf)) as db:
+            db.execute("DELETE FROM scan_cache WHERE piece = 1")
+            # Piece 0 swapped into piece 2's place, and piece 1's gone: both
+            # are rendered from the log instead and written back.
+            zero = db.execute("SELECT sealed FROM scan_cache WHERE piece = 0").fetchone()[0]
+            db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 2", (zero,))
         got = recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
         assert cached_pieces(mf) == {0, 1, 2}
-        assert mf.conn.execute("SELECT sealed FROM scan_cache WHERE piece = 2").fetchone()[0] != zero
+        with contextlib.closing(cache_db(mf)) as db:
+            assert db.execute("SELECT sealed FROM scan_cache WHERE piece = 2").fetchone()[0] != zero
     assert got == one_pass(lines, "heron", 10**9)
 
 
@@ -111,14 +120,18 @@ def test_an_erasure_drops_its_piece_and_an_old_copy_of_the_piece_no_longer_opens
         mf.append([("2026-01-02", t) for t in texts])
         assert s.memory.recall("vault code")["total"] == 1
         assert cached_pieces(mf) == {0, 1}
-        old = mf.conn.execute("SELECT sealed FROM scan_cache WHERE piece = 1").fetchone()[0]
+        with contextlib.closing(cache_db(mf)) as db:
+            old = db.execute("SELECT sealed FROM scan_cache WHERE piece = 1").fetchone()[0]
         s.memory.erase([PIECE + 3], "2026-01-03T00:00:00Z")
         assert cached_pieces(mf) == {0}
-        # Shredded, not only unlinked: erasure checkpoints, secure_delete zeroes.
-        raw = (tmp_path / "users" / ident.user_id / "memory.db").read_bytes()
+        # Shredded, not only unlinked: invalidate checkpoints, secure_delete zeroes.
+        cache = tmp_path / "users" / ident.user_id / scancache.CACHE_FILE
+        wal = Path(f"{cache}-wal")
+        raw = cache.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
         assert old[:4096] not in raw and old[-4096:] not in raw
         # Someone puts the piece written before the erasure back by hand.
-        mf.conn.execute("INSERT INTO scan_cache(piece, sealed) VALUES (1, ?)", (old,))
+        with contextlib.closing(cache_db(mf)) as db:
+            db.execute("INSERT INTO scan_cache(piece, sealed) VALUES (1, ?)", (old,))
         got = s.memory.recall("vault code|erased")
     assert got == {"matches": [f"#{PIECE + 3} 2026-01-02 [erased]"], "total": 1}
 
