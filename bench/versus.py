@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -113,20 +114,35 @@ def disk_bytes(path: Path) -> int:
 # ---------------------------------------------------------------- one call each way
 
 
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 class Calls:
-    def __init__(self, url: str, token: str, memo: Path, tmp: Path) -> None:
+    """One process per call. Wall time, and CPU time: the process's own
+    (user + system, from the children's rusage) plus, for Stash, what the
+    server spent meanwhile (``/proc/<pid>/stat``, 10 ms ticks), so a loaded
+    machine cannot hide the work either side does."""
+
+    def __init__(self, url: str, token: str, memo: Path, tmp: Path, server: Server) -> None:
         self.url = url
+        self.server = server
         self.memo = memo
         self.auth = tmp / "auth"
         fd = os.open(self.auth, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(f"Authorization: Bearer {token}\n")
         self.times: dict[str, dict[str, list[float]]] = {}
+        self.cpu: dict[str, dict[str, list[float]]] = {}
 
     def _timed(self, op: str, side: str, cmd: list[str]) -> bytes:
+        s0, c0 = self.server.cpu_seconds(), children_cpu()
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, check=False)
         self.times.setdefault(op, {}).setdefault(side, []).append(time.perf_counter() - t0)
+        cpu = children_cpu() - c0 + (self.server.cpu_seconds() - s0 if side == "stash" else 0.0)
+        self.cpu.setdefault(op, {}).setdefault(side, []).append(cpu)
         if done.returncode:
             raise RuntimeError(f"{side} {op} failed ({done.returncode}): {done.stderr[:300]!r}")
         return done.stdout
@@ -154,7 +170,7 @@ def measure(T: int, data: Path, memo: Path, owner: str, reps: int, recall_reps: 
     tmp = Path(tempfile.mkdtemp(prefix="stash-versus-"))
     server = Server(data, tmp / "server.log")
     try:
-        c = Calls(server.url, token, memo, tmp)
+        c = Calls(server.url, token, memo, tmp, server)
         with httpx.Client(base_url=server.url, trust_env=False, timeout=600) as warm:
             for _ in range(5):
                 warm.get("/wake", headers={"Authorization": f"Bearer {token}"}).raise_for_status()
@@ -204,7 +220,7 @@ def measure(T: int, data: Path, memo: Path, owner: str, reps: int, recall_reps: 
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"times": c.times, "mismatches": sorted(set(mismatches)), "recalls": recalls,
+    return {"times": c.times, "cpu": c.cpu, "mismatches": sorted(set(mismatches)), "recalls": recalls,
             "first_recall": first_recall}
 
 
@@ -224,12 +240,15 @@ def report(rows: list[tuple[int, dict, dict]], argv: list[str]) -> str:
                 f"memory ({info['memo_bytes'] / 2**20:.0f} MiB). First recall after the build (fills the recall "
                 f"cache; httpx, not curl): {res['first_recall']:.2f} s. Matches: "
                 + ", ".join(f"{op} {n:,}" for op, n in res["recalls"].items()) + ".", "",
-                "| call | n | Stash (curl) median | memo stand-in median | Stash / memo |",
-                "|---|---:|---:|---:|---:|"]
+                "| call | n | Stash (curl) median | memo stand-in median | Stash / memo | CPU: Stash (curl + "
+                "server) / memo, mean | CPU ratio |",
+                "|---|---:|---:|---:|---:|---:|---:|"]
         for op, sides in res["times"].items():
             s, m = statistics.median(sides["stash"]), statistics.median(sides["memo"])
             unit, k = ("s", 1) if max(s, m) >= 1 else ("ms", 1000)
-            out.append(f"| {op} | {len(sides['stash'])} | {s * k:.1f} {unit} | {m * k:.1f} {unit} | {s / m:.2f}× |")
+            cs, cm = (statistics.mean(res["cpu"][op][side]) for side in ("stash", "memo"))
+            out.append(f"| {op} | {len(sides['stash'])} | {s * k:.1f} {unit} | {m * k:.1f} {unit} | {s / m:.2f}× | "
+                       f"{cs * 1e3:.0f} / {cm * 1e3:.0f} ms | {cs / cm:.2f}× |")
         out += ["", "Same answers from both: " + ("yes" if not res["mismatches"] else
                                                   "NO — " + ", ".join(res["mismatches"])), ""]
     return "\n".join(out) + "\n"
