@@ -59,9 +59,13 @@ def account(data: Path, token: str) -> str:
             n, b = mf.conn.execute(sql).fetchone()
             payload += b
             out.append(f"| · {table} | {n:,} | {b:,} | {b / max(T, 1):.1f} |")
-        over = mem_bytes - payload
+        freed = free * size
+        over = mem_bytes - payload - freed
         out.append(f"| · SQLite and SQLCipher (page headers and reserve, B-tree keys and interior pages, "
                    f"slack) | | {over:,} | {over / max(T, 1):.1f} |")
+        if freed:
+            out.append(f"| · free pages (reused by later writes; `VACUUM` returns them) | | {freed:,} | "
+                       f"{freed / max(T, 1):.1f} |")
     ring = folder / "keyring.db"
     with contextlib.closing(sqlite3.connect(ring)) as conn:
         size, count, free = pages(conn)
@@ -76,6 +80,9 @@ def account(data: Path, token: str) -> str:
                    f"{cache.stat().st_size:,} | {cache.stat().st_size / max(T, 1):.1f} |")
     total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     out.append(f"| **the user's folder** | | **{total:,}** | **{total / max(T, 1):.1f}** |")
+    if freed:
+        out.append(f"| **the user's folder without free pages** | | **{total - freed:,}** | "
+                   f"**{(total - freed) / max(T, 1):.1f}** |")
     return "\n".join(out) + "\n"
 
 

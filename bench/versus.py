@@ -181,6 +181,11 @@ def measure(T: int, data: Path, memo: Path, owner: str, reps: int, recall_reps: 
             warm.get(f"/recall?q={RARE_WORD.lower()}",
                      headers={"Authorization": f"Bearer {token}"}).raise_for_status()
             first_recall = time.perf_counter() - t0
+        # The floor of each side: starting the process at all.
+        for _ in range(reps):
+            c._timed("process start alone (`curl --version` / `python -c pass`)", "stash", ["curl", "--version"])
+            c._timed("process start alone (`curl --version` / `python -c pass`)", "memo",
+                     [sys.executable, "-c", "pass"])
         log(f"T={T:,}: wake and zoom")
         blocks: list[str] = []
         for _ in range(reps):
