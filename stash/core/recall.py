@@ -92,6 +92,7 @@ import re2
 # overhead of the wrapper's search().
 _RE2 = re2._re2.RE2
 _UNANCHORED = _RE2.Anchor.UNANCHORED
+_ANCHOR_START = _RE2.Anchor.ANCHOR_START
 
 MAX_PATTERN_BYTES = 512
 
@@ -221,12 +222,16 @@ def compile_pattern(q: str) -> Matcher:
     line_prog = _RE2(("(?m)" + folded).encode("utf-8"), _LINE_OPTIONS)
     if not line_prog.ok():
         raise BadPattern(_error_message(line_prog.error()))
-    run_prog = None
+    run_prog = find_prog = None
     if _NEEDS_PER_LINE.search(q) is None:
         run_prog = _RE2(_RUN.format(folded).encode("utf-8"), _RUN_OPTIONS)
-        if not run_prog.ok():  # e.g. "pattern too large" with the wrapper added
-            run_prog = None
-    return Matcher(line_prog, run_prog)
+        # The pattern alone, unable to match a newline: over joined lines its
+        # leftmost match lies inside the first matching line. RE2 finds it
+        # about ten times faster than the run wrapper when matches are sparse.
+        find_prog = _RE2(("(?m)" + folded).encode("utf-8"), _RUN_OPTIONS)
+        if not run_prog.ok() or not find_prog.ok():  # e.g. "pattern too large" with the wrapper added
+            run_prog = find_prog = None
+    return Matcher(line_prog, run_prog, find_prog)
 
 
 def _error_message(error: bytes) -> str:
@@ -251,11 +256,12 @@ def _error_message(error: bytes) -> str:
 class Matcher:
     """A compiled recall pattern; build it with ``compile_pattern``."""
 
-    __slots__ = ("_line", "_run")
+    __slots__ = ("_find", "_line", "_run")
 
-    def __init__(self, line_prog: _RE2, run_prog: _RE2 | None) -> None:
+    def __init__(self, line_prog: _RE2, run_prog: _RE2 | None, find_prog: _RE2 | None = None) -> None:
         self._line = line_prog.Match
         self._run = None if run_prog is None else run_prog.Match
+        self._find = None if find_prog is None else find_prog.Match
 
     def search(self, line: str) -> bool:
         """Does the pattern match this one rendered line?"""
@@ -335,7 +341,7 @@ class Matcher:
         folded = data
         if data.find(_FOLD_LEAD) >= 0 and (_FOLDED_BYTES[0] in data or _FOLDED_BYTES[1] in data):
             folded = fold(data.decode("utf-8")).encode("utf-8")
-        if self._run is None:
+        if self._run is None or self._find is None:
             runs = self._per_line_runs(folded, deadline)
         else:
             runs = self._segment_runs(folded, deadline, first_id)
@@ -363,9 +369,12 @@ class Matcher:
     def _segment_runs(
         self, data: bytes, deadline: float | None, first_id: int | None = None
     ) -> list[tuple[int, int]]:
-        """:meth:`_joined_runs` over a long buffer, one segment of whole lines
-        (about ``_SEGMENT_BYTES``) per RE2 call at most."""
-        match = self._run
+        """The matching lines of a long buffer of joined lines, as runs, at
+        most one segment of whole lines (about ``_SEGMENT_BYTES``) per RE2
+        call: the bare pattern finds the next matching line, then the run
+        wrapper, anchored at that line's start, takes the whole run of
+        matching lines that begins there (see ``_RUN``)."""
+        find, run = self._find, self._run
         count = data.count
         n = len(data)
         runs = []
@@ -377,18 +386,21 @@ class Matcher:
             while pos < end:
                 if deadline is not None:
                     _check(deadline)
-                s, e = match(_UNANCHORED, data, pos, end)[0]
+                s = find(_UNANCHORED, data, pos, end)[0][0]
                 if s < 0:
                     break
-                if e <= s or data[e - 1] != 0x0A:
-                    # Cannot happen by construction (see _RUN); never guess.
+                nl = data.rfind(b"\n", pos, s)
+                start = pos if nl < 0 else nl + 1
+                rs, e = run(_ANCHOR_START, data, start, end)[0]
+                if rs != start or e <= rs or data[e - 1] != 0x0A:
+                    # Cannot happen by construction (the line matches, so the
+                    # run starting at it does); never guess.
                     return self._per_line_runs(data, deadline)
                 if first_id is None:
-                    k += count(b"\n", pos, s)
+                    k += count(b"\n", pos, start)
                 else:
-                    start = data.rfind(b"\n", 0, s) + 1
                     k = int(data[start + 1 : data.index(b" ", start)]) - first_id
-                lines = count(b"\n", s, e)
+                lines = count(b"\n", start, e)
                 runs.append((k, lines))
                 k += lines
                 pos = e
