@@ -8,6 +8,10 @@
 --   DATA/users/<user_id>/memory.db   SQLCipher (raw key derived from the master
 --                                    key) where sqlcipher3 imports, else plain
 --                                    SQLite; every value in it is also sealed.
+--   DATA/users/<user_id>/recall.db   plain SQLite, made by the first recall of
+--                                    a log of 4,096 memories or more: the
+--                                    recall cache (section scan_cache). Every
+--                                    value sealed; deletable; not backed up.
 --
 -- Sealing: every stored memory, summary, config value and memory key is
 -- XChaCha20-Poly1305 with a fresh 24-byte nonce, as nonce||ciphertext||tag,
@@ -163,3 +167,15 @@ CREATE TABLE IF NOT EXISTS idempotency (
 ) WITHOUT ROWID;
 
 CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created);
+
+-- @scan_cache
+-- In recall.db. The recall cache (stash/storage/scancache.py): the rendered lines of
+-- memories [piece*4096, piece*4096+4095] joined by newlines, padded and sealed
+-- as one value, bound to the user, the range and a digest of the nonces of the key
+-- chunks that cover it. Rebuildable from the log at any time; an erasure
+-- deletes the piece that held the memory. Created by the first recall that
+-- writes a piece.
+CREATE TABLE IF NOT EXISTS scan_cache (
+    piece   INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);

@@ -70,15 +70,21 @@ def percentile(sorted_xs: list[float], q: float) -> float:
 # ---------------------------------------------------------------- server
 
 
-def start_server(data: Path, log: Path, workers: int, cheap_kdf: bool) -> tuple[subprocess.Popen, str]:
+def start_server(data: Path, log: Path, workers: int, cheap_kdf: bool,
+                 tree: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """``stash serve`` from this checkout, or with ``tree`` from another
+    checkout of the repository (its ``stash`` package first on the path)."""
     port = free_port()
+    env = None
+    if tree is not None:
+        env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "stash", "serve", "--data", str(data), "--port", str(port),
            "--workers", str(workers), "--init-per-minute", LIMIT, "--auth-failures-per-minute", LIMIT]
     if cheap_kdf:
         cmd += ["--kdf-time", "1", "--kdf-memory", "1024"]
     out = open(log, "ab")  # the server writes to it until it stops
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+                            start_new_session=True, env=env, cwd=tree)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -238,16 +244,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="data folder parent (deleted unless --keep)")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--compare", type=Path, default=None, metavar="TREE",
+                   help="first run the same load against the server of another checkout (e.g. a `git worktree` "
+                        "of an older commit), then against this one, and report both and the ratio")
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.window, args.users, args.procs, args.conns = 30.0, 10.0, 8, 2, 2
     windows = max(1, round(args.duration / args.window))
     args.duration = windows * args.window
+    out = args.out or RESULTS / f"{dt.date.today().isoformat()}-load{'-quick' if args.quick else ''}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.compare is None:
+        text, _ = run_once(args, windows, None)
+    else:
+        old, old_rate = run_once(args, windows, args.compare.resolve())
+        new, new_rate = run_once(args, windows, None)
+        rev = subprocess.run(["git", "-C", str(args.compare), "rev-parse", "--short", "HEAD"],
+                             capture_output=True, text=True).stdout.strip() or str(args.compare)
+        text = (f"# Load: the server at {rev} against this checkout, same load, one run\n\n"
+                f"Sustained requests/s: {old_rate:.1f} (at {rev}) -> {new_rate:.1f} (this checkout), "
+                f"{new_rate / old_rate:.2f}x.\n\n## At {rev}\n\n" + old.split("\n", 2)[2]
+                + "\n## This checkout\n\n" + new.split("\n", 2)[2])
+    print(text)
+    out.write_text(text)
+    print(f"written to {out}")
+    return 0
 
-    root = args.root / f"run-{os.getpid()}"
+
+def run_once(args, windows: int, tree: Path | None) -> tuple[str, float]:
+    root = args.root / f"run-{os.getpid()}-{'old' if tree else 'new'}"
     root.mkdir(parents=True, exist_ok=False)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    proc, url = start_server(root / "data", root / "server.log", args.workers, args.cheap_kdf)
+    proc, url = start_server(root / "data", root / "server.log", args.workers, args.cheap_kdf, tree)
     try:
         tokens = []
         with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT, trust_env=False) as http:
@@ -297,12 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     text = report(args, lat, errors, conflicts, rss, windows, started)
-    print(text)
-    out = args.out or RESULTS / f"{dt.date.today().isoformat()}-load{'-quick' if args.quick else ''}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"written to {out}")
-    return 0
+    total = sum(len(v) for v in lat.values()) + sum(errors.values())
+    return text, total / args.duration
 
 
 if __name__ == "__main__":

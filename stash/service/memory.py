@@ -360,7 +360,7 @@ class Memory:
             raise Invalid(str(e), code="recall.bad_pattern") from None
         deadline = time.monotonic() + RECALL_SECONDS + self.mf.count() * RECALL_SECONDS_PER_MEMORY
         try:
-            found, total = recall_scan.recall(self.mf, matcher, q, self.sizes["PART_CHARS"], deadline, before)
+            found, total = recall_scan.recall(self.mf, matcher, self.sizes["PART_CHARS"], deadline, before)
         except BadPattern as e:
             raise Invalid(str(e), code="recall.too_slow") from None
         more = int(found[0].split(" ", 1)[0][1:]) if found and len(found) < total else None

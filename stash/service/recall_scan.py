@@ -1,120 +1,119 @@
-"""A recall over the whole log, on both cores when the log is long.
+"""A recall over the whole log, read newest first from the recall cache.
 
-Recall decrypts every memory, and at a million memories one core spends about
-three seconds doing so. Above :data:`PARALLEL_MIN` the older half of the log is
-scanned by a worker process (a second interpreter, so a second core) while this
-thread scans the newer half; the two answers merge into exactly what one pass
-would give. The worker receives the file's derived keys for that one call and
-keeps nothing: it is the same server, on the same host, serving the same
-request.
+The log is read as the memories after the last complete piece (opened row by
+row, at most ``PIECE - 1`` of them) and then the pieces of
+:mod:`stash.storage.scancache`, newest first, each one AEAD for 4,096
+memories. A piece that is missing or no longer opens (written before an
+erasure, moved, damaged) is rendered from the log instead, exactly as a scan
+without a cache would, and written back for the next recall. Walking newest
+first means only the newest pieces ever have lines decoded: once the answer's
+byte budget is spent, older pieces are only counted.
+
+The answer is exactly one pass's (SPEC §2.5): every matching line counted,
+and the newest matches that fit ``part_bytes`` kept, oldest first — the
+longest run of newest matches that fits, which is what OptMem's "append, then
+drop the oldest while over budget" leaves.
 """
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import os
+import queue
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 
-from ..core.recall import Matcher, compile_pattern
-from ..storage.memfile import SCAN_BATCH, FileKeys, MemoryFile
+from ..core.recall import Matcher
+from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
+from ..storage.scancache import PIECE, WRITE_PIECES, ScanCache
 
-PARALLEL_MIN = 200_000
-"""Below this many memories one core answers well within the goal, and a
-worker would only add the cost of a round trip."""
-
-_pool: ProcessPoolExecutor | None = None
-_pool_lock = threading.Lock()
-# One job at a time: a recall that finds the worker busy with another user's
-# scans alone rather than queue behind it (its time bound is already running).
-_worker_free = threading.Semaphore(1)
+assert PIECE % SCAN_BATCH == 0, "a piece is built from whole scan batches"
 
 
-def _worker_pool() -> ProcessPoolExecutor | None:
-    global _pool
-    if (os.cpu_count() or 1) < 2:
-        return None
-    with _pool_lock:
-        if _pool is None:
-            # spawn, not fork: the server has threads, and a forked child of a
-            # threaded process may inherit a held lock.
-            _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-        return _pool
+def _cost(lines: list[str]) -> int:
+    return sum(len(line.encode()) + 1 for line in lines)
 
 
-def scan_part(fk: FileKeys, start: int, stop: int, pattern: str, part_bytes: int,
-              deadline: float) -> tuple[list[str], int]:
-    """Recall over memories ``[start, stop)`` of one file (a worker's job)."""
-    mf = MemoryFile.reopen(fk)
+_AHEAD = 4  # pieces the reader may get ahead of the matcher: ~5 MB of plaintext
+_DONE = object()
+
+
+def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue, stop: threading.Event) -> None:
+    """The reader thread: every piece from ``pieces - 1`` down to 0 as
+    ``(piece, plain, lines)`` on ``out`` (``lines`` only for a piece that
+    cannot be cached), pieces rebuilt from the log written back; then
+    ``_DONE``, or the exception that stopped it. It alone uses the file's
+    connection until it has finished."""
+    cache = None
     try:
-        matcher = compile_pattern(pattern)
-        return matcher.scan(itertools.chain.from_iterable(mf.scan(stop, start)), part_bytes, deadline=deadline)
+        fk = mf.file_keys()
+        cache = ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK)
+        built: dict[int, bytes] = {}
+        for piece, plain in cache.pieces(pieces):
+            if stop.is_set():
+                break
+            lines = None
+            if plain is None:
+                lines = [line for batch in mf.scan((piece + 1) * PIECE, piece * PIECE) for line in batch]
+                plain = ("\n".join(lines) + "\n").encode()
+                if plain.count(b"\n") == PIECE:
+                    built[piece], lines = plain, None
+                # else: a line with a newline in it (outside the contract) is
+                # never cached and is matched line by line.
+                if len(built) >= WRITE_PIECES:
+                    cache.store(built)
+                    built.clear()
+            out.put((piece, plain, lines))
+        if not stop.is_set():
+            cache.store(built)
+        out.put(_DONE)
+    except BaseException as exc:  # handed to the request's thread, which raises it
+        out.put(exc)
     finally:
-        mf.close()
+        if cache is not None:
+            cache.close()
 
 
-def merge(older: tuple[list[str], int], newer: tuple[list[str], int], part_bytes: int) -> tuple[list[str], int]:
-    """One pass's answer from two halves': the newest matches that fit.
-
-    The newer half's kept lines are the longest suffix of its matches that
-    fits; only when that is all of them is there room left for the tail of the
-    older half's kept lines."""
-    (old_kept, old_total), (new_kept, new_total) = older, newer
-    total = old_total + new_total
-    if len(new_kept) < new_total:
-        return new_kept, total
-    room = part_bytes - sum(len(line.encode()) + 1 for line in new_kept)
-    tail: list[str] = []
-    for line in reversed(old_kept):
-        cost = len(line.encode()) + 1
-        if cost > room:
-            break
-        tail.append(line)
-        room -= cost
-    return [*reversed(tail), *new_kept], total
-
-
-def recall(mf: MemoryFile, matcher: Matcher, pattern: str, part_bytes: int, deadline: float,
+def recall(mf: MemoryFile, matcher: Matcher, part_bytes: int, deadline: float,
            stop: int | None = None) -> tuple[list[str], int]:
-    """Recall over memories ``[0, stop)`` (default: the whole log)."""
-    T = mf.count() if stop is None else min(stop, mf.count())
-    split = (T // 2) // SCAN_BATCH * SCAN_BATCH
-    pool = _worker_pool() if T >= PARALLEL_MIN and split else None
-    if pool is None or not _worker_free.acquire(blocking=False):
-        return matcher.scan(itertools.chain.from_iterable(mf.scan(T)), part_bytes, deadline=deadline)
+    """``(kept, total)`` over memories ``[0, stop)`` (``stop`` defaults to
+    the log's length; a paging ``before`` bound is this ``stop``).
+
+    Two threads: one reads and opens pieces (SQLite and libsodium release the
+    GIL), this one matches them (so does RE2), so a long recall uses both
+    cores of a small machine without a second process or a second copy of
+    any key."""
+    T = mf.count()
+    stop = T if stop is None else max(0, min(stop, T))
+    pieces = stop // PIECE
+    tail = [line for batch in mf.scan(stop, pieces * PIECE) for line in batch]
+    kept, total = matcher.scan(tail, part_bytes, deadline=deadline)
+    parts = [kept]  # newest first
+    room = part_bytes - _cost(kept) if len(kept) == total else -1  # -1: budget spent
+    if not pieces:
+        return kept, total
+    found: queue.Queue = queue.Queue(maxsize=_AHEAD)
+    halt = threading.Event()
+    reader = threading.Thread(target=_read_pieces, args=(mf, pieces, found, halt), name="recall-reader", daemon=True)
+    reader.start()
     try:
-        try:
-            future = pool.submit(scan_part, mf.file_keys(), 0, split, pattern, part_bytes, deadline)
-        except (BrokenProcessPool, RuntimeError):
-            _reset_pool()
-            return matcher.scan(itertools.chain.from_iterable(mf.scan(T)), part_bytes, deadline=deadline)
-        try:
-            newer = matcher.scan(itertools.chain.from_iterable(mf.scan(T, split)), part_bytes, deadline=deadline)
-        finally:
-            try:
-                older = future.result()
-            except BrokenProcessPool:
-                _reset_pool()
-                older = None
-        if older is None:
-            older = matcher.scan(itertools.chain.from_iterable(mf.scan(split)), part_bytes, deadline=deadline)
-        return merge(older, newer, part_bytes)
+        while (item := found.get()) is not _DONE:
+            if isinstance(item, BaseException):
+                raise item
+            piece, plain, lines = item
+            if lines is not None:
+                got, count = matcher.scan(lines, max(room, 0), deadline=deadline)
+                whole = len(got) == count
+            else:
+                got, count, whole = matcher.scan_joined(plain, max(room, 0), deadline=deadline,
+                                                        first_id=piece * PIECE)
+            total += count
+            if room >= 0:
+                parts.append(got)
+                room = room - _cost(got) if whole else -1
     finally:
-        _worker_free.release()
-
-
-def shutdown_pool() -> None:
-    """Stop this process's worker, waiting for a scan it is running."""
-    global _pool
-    with _pool_lock:
-        pool, _pool = _pool, None
-    if pool is not None:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _reset_pool() -> None:
-    global _pool
-    with _pool_lock:
-        _pool = None
+        halt.set()
+        while reader.is_alive():  # unblock a reader waiting on a full queue
+            try:
+                found.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        reader.join()
+    return [line for part in reversed(parts) for line in part], total

@@ -20,6 +20,7 @@ from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailabl
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
+from . import scancache
 from .files import SQLCIPHER_OPEN_CLOSE, MissingFile, checkpoint, connect, storage_error, write_transaction
 from .idempotency import Records
 from .schema import sections
@@ -954,6 +955,9 @@ class MemoryFile:
                     (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), c),
                 )
                 fresh.append(i)
+            # The recall cache holds these memories' rendered text: its pieces
+            # go while this transaction holds the write lock (scancache.py).
+            scancache.invalidate(self._fk.path.parent, fresh)
             gone: list[tuple[int, int]] = []
             version = self._next_version()
             if fresh and T >= 2:

@@ -19,7 +19,6 @@ from starlette.applications import Starlette
 from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
-from ..service import recall_scan
 from ..service.access import Vault
 from . import pages
 from .errors import error_response
@@ -118,7 +117,7 @@ async def lifespan(app: Starlette):
     """Files are opened per request and closed at its end (the last close of
     a store checkpoints its WAL into the file and removes it), so by the time
     the server has drained its requests on SIGTERM every file is already
-    closed; what is left to stop is this process's recall worker."""
+    closed; what is left to stop is the metrics writer."""
     app.state.metrics.start()
     stop = threading.Event()
     threading.Thread(target=app.state.vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
@@ -127,7 +126,6 @@ async def lifespan(app: Starlette):
     finally:
         stop.set()
         app.state.metrics.stop()
-        recall_scan.shutdown_pool()
 
 
 def create_app(settings: Settings) -> Starlette:

@@ -120,3 +120,33 @@ def test_subkeys_over_many_masters_do_not_collide():
 def test_subkey_refuses_a_master_of_the_wrong_length(n):
     with pytest.raises(ValueError):
         keys.subkey(os.urandom(n), b"file")
+
+
+def test_a_grant_minted_at_the_former_cost_still_opens_under_the_new_default(tmp_path):
+    """Parameters are stored beside each wrap: lowering the default for new
+    grants must leave a grant minted at t=2, m=8 MiB (the default before)
+    opening with exactly those parameters, next to one minted at the new cost."""
+    import json
+
+    from stash.service.access import Vault
+    from stash.storage.files import UserFiles
+    from stash.storage.keyring import open_keyring
+
+    former = keys.KdfParams(2, 8192, 1)
+    old_vault = Vault(tmp_path, kdf=former, file_cipher="none")
+    ident = old_vault.create_identity()
+    with old_vault.session(ident.token, "owner") as s:
+        s.memory.note("written under the former cost")
+    new_vault = Vault(tmp_path, file_cipher="none")
+    assert new_vault.kdf == keys.DEFAULT_KDF != former
+    with new_vault.session(ident.token, "owner") as s:
+        assert s.memory.recall("former cost")["total"] == 1
+        _, fresh = new_vault.mint_grant(s, "read")
+    with new_vault.session(fresh, "read") as s:
+        assert s.memory.recall("former cost")["total"] == 1
+    ring = open_keyring(UserFiles(tmp_path, ident.user_id).keyring, ident.user_id)
+    try:
+        stored = [keys.KdfParams.from_dict(json.loads(g.kdf)) for g in ring.grants()]
+    finally:
+        ring.close()
+    assert stored == [former, keys.DEFAULT_KDF]

@@ -1,10 +1,14 @@
-"""Recall over a long log on two cores must answer exactly what one pass does."""
+"""Recall through the sealed scan cache must answer exactly what one pass does:
+with no cache, a whole cache, a cache missing pieces, stale pieces after an
+erasure, and tampered pieces; and an erasure must leave its text in no piece."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -13,10 +17,11 @@ from stash.core.recall import compile_pattern
 from stash.crypto.keys import KdfParams
 from stash.service import recall_scan
 from stash.service.access import Vault
-from stash.storage.memfile import SCAN_BATCH
+from stash.storage import scancache
+from stash.storage.scancache import PIECE
 from tests.raw_files import restore_log_triggers
 
-T = 3 * SCAN_BATCH + 77  # the worker takes [0, SCAN_BATCH), this process the rest
+T = 3 * PIECE + 77  # three pieces and a tail read row by row
 WORDS = ["heron", "Yılmaz", "İstanbul", "garden", "shed", "ferry", "kelp", "gato", "Straße"]
 
 
@@ -43,39 +48,100 @@ def store(tmp_path_factory):
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6))) for _ in range(T)]
     with vault.session(ident.token, "owner") as s:
         s.memory.mf.append([("2026-01-02", t) for t in texts])
-        s.memory.erase([5, SCAN_BATCH + 9], "2026-01-03T00:00:00Z")
+        s.memory.erase([5, PIECE + 9], "2026-01-03T00:00:00Z")
     lines = [f"#{i} 2026-01-02 {t}" for i, t in enumerate(texts)]
-    for i in (5, SCAN_BATCH + 9):
+    for i in (5, PIECE + 9):
         lines[i] = f"#{i} 2026-01-02 [erased]"
     return vault, ident.token, lines
 
 
-@pytest.mark.parametrize("pattern", ["heron", "yilmaz", "ISTANBUL", "^#1", r"\d+ 2026", "erased", "x*", "kelp ferry"])
-@pytest.mark.parametrize("part_bytes", [60, 2000, 20_000, 10**9])
-def test_two_cores_answer_what_one_pass_does(store, monkeypatch, pattern, part_bytes):
+def cache_db(mf) -> sqlite3.Connection:
+    return sqlite3.connect(mf.file_keys().path.parent / scancache.CACHE_FILE, isolation_level=None)
+
+
+def cached_pieces(mf) -> set[int]:
+    if not (mf.file_keys().path.parent / scancache.CACHE_FILE).exists():
+        return set()
+    with contextlib.closing(cache_db(mf)) as db:
+        return {r[0] for r in db.execute("SELECT piece FROM scan_cache")}
+
+
+PATTERNS = ["heron", "yilmaz", "ISTANBUL", "^#1", r"\d+ 2026", "erased", "x*", "kelp ferry", r"\A#1\d"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@pytest.mark.parametrize("part_bytes", [0, 60, 2000, 20_000, 10**9])
+def test_cold_and_warm_cache_answer_what_one_pass_does(store, pattern, part_bytes):
     vault, token, lines = store
-    monkeypatch.setattr(recall_scan, "PARALLEL_MIN", 1)
     with vault.session(token, "read") as s:
-        got = recall_scan.recall(s.memory.mf, compile_pattern(pattern), pattern, part_bytes, deadline=1e18)
-    assert got == one_pass(lines, pattern, part_bytes)
+        mf = s.memory.mf
+        (mf.file_keys().path.parent / scancache.CACHE_FILE).unlink(missing_ok=True)
+        cold = recall_scan.recall(mf, compile_pattern(pattern), part_bytes, deadline=1e18)
+        assert cached_pieces(mf) == {0, 1, 2}
+        warm = recall_scan.recall(mf, compile_pattern(pattern), part_bytes, deadline=1e18)
+    want = one_pass(lines, pattern, part_bytes)
+    assert cold == want
+    assert warm == want
 
 
-def test_merge_against_one_pass():
-    rng = random.Random(3)
-    for _ in range(2000):
-        lines = [f"#{i} " + "x" * rng.randint(0, 12) for i in range(rng.randint(0, 30))]
-        cut = rng.randint(0, len(lines))
-        part = rng.randint(0, 120)
-        older = one_pass(lines[:cut], "", part)
-        newer = one_pass(lines[cut:], "", part)
-        assert recall_scan.merge(older, newer, part) == one_pass(lines, "", part)
+@pytest.mark.parametrize("stop", [0, 1, PIECE - 1, PIECE, PIECE + 10, 3 * PIECE, T])
+def test_a_stop_bound_answers_one_pass_over_the_memories_below_it(store, stop):
+    vault, token, lines = store
+    with vault.session(token, "read") as s:
+        got = recall_scan.recall(s.memory.mf, compile_pattern("e"), 2000, deadline=1e18, stop=stop)
+    assert got == one_pass(lines[:stop], "e", 2000)
 
 
-def test_damage_in_the_workers_half_is_reported(tmp_path, monkeypatch):
+def test_a_missing_piece_is_rebuilt_and_a_tampered_one_is_never_served(store):
+    vault, token, lines = store
+    with vault.session(token, "read") as s:
+        mf = s.memory.mf
+        recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
+        with contextlib.closing(cache_db(mf)) as db:
+            db.execute("DELETE FROM scan_cache WHERE piece = 1")
+            # Piece 0 swapped into piece 2's place, and piece 1's gone: both
+            # are rendered from the log instead and written back.
+            zero = db.execute("SELECT sealed FROM scan_cache WHERE piece = 0").fetchone()[0]
+            db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 2", (zero,))
+        got = recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
+        assert cached_pieces(mf) == {0, 1, 2}
+        with contextlib.closing(cache_db(mf)) as db:
+            assert db.execute("SELECT sealed FROM scan_cache WHERE piece = 2").fetchone()[0] != zero
+    assert got == one_pass(lines, "heron", 10**9)
+
+
+def test_an_erasure_drops_its_piece_and_an_old_copy_of_the_piece_no_longer_opens(tmp_path):
+    vault = Vault(tmp_path, kdf=KdfParams(1, 1024, 1), file_cipher="none")
+    ident = vault.create_identity()
+    secret = "the vault code is 4711"
+    texts = [f"memory {i}" for i in range(2 * PIECE)]
+    texts[PIECE + 3] = secret
+    with vault.session(ident.token, "owner") as s:
+        mf = s.memory.mf
+        mf.append([("2026-01-02", t) for t in texts])
+        assert s.memory.recall("vault code")["total"] == 1
+        assert cached_pieces(mf) == {0, 1}
+        with contextlib.closing(cache_db(mf)) as db:
+            old = db.execute("SELECT sealed FROM scan_cache WHERE piece = 1").fetchone()[0]
+        s.memory.erase([PIECE + 3], "2026-01-03T00:00:00Z")
+        assert cached_pieces(mf) == {0}
+        # Shredded, not only unlinked: invalidate checkpoints, secure_delete zeroes.
+        cache = tmp_path / "users" / ident.user_id / scancache.CACHE_FILE
+        wal = Path(f"{cache}-wal")
+        raw = cache.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+        assert old[:4096] not in raw and old[-4096:] not in raw
+        # Someone puts the piece written before the erasure back by hand.
+        with contextlib.closing(cache_db(mf)) as db:
+            db.execute("INSERT INTO scan_cache(piece, sealed) VALUES (1, ?)", (old,))
+        got = s.memory.recall("vault code|erased")
+    assert got == {"matches": [f"#{PIECE + 3} 2026-01-02 [erased]"], "total": 1}
+
+
+def test_damage_in_a_piece_not_cached_yet_is_reported(tmp_path):
     vault = Vault(tmp_path, kdf=KdfParams(1, 1024, 1), file_cipher="none")
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2026-01-02", f"memory {i}") for i in range(2 * SCAN_BATCH + 1)])
+        s.memory.mf.append([("2026-01-02", f"memory {i}") for i in range(2 * PIECE + 1)])
     raw = sqlite3.connect(tmp_path / "users" / ident.user_id / "memory.db")
     raw.execute("DROP TRIGGER log_no_update")
     sealed = raw.execute("SELECT sealed FROM log WHERE id = 7").fetchone()[0]
@@ -83,6 +149,5 @@ def test_damage_in_the_workers_half_is_reported(tmp_path, monkeypatch):
     raw.commit()
     restore_log_triggers(raw)
     raw.close()
-    monkeypatch.setattr(recall_scan, "PARALLEL_MIN", 1)
     with vault.session(ident.token, "read") as s, pytest.raises(Damaged):
         s.memory.recall("memory")

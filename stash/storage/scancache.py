@@ -1,0 +1,255 @@
+"""The recall cache: the rendered log, many memories per sealed piece.
+
+A recall reads every memory. Opening one AEAD per 320-byte row costs about
+3.3 µs of Python and libsodium per memory (3.3 s at a million); opening one
+AEAD per :data:`PIECE` memories costs a few milliseconds per piece. So the
+rendered lines of each complete, aligned run of ``PIECE`` memories are kept,
+joined by newlines, in one sealed value of the ``scan_cache`` table of the
+user's ``recall.db`` (schema.sql, section ``scan_cache``): a plain SQLite
+file beside ``memory.db``, since every value in it is sealed already — read
+through SQLCipher as well, each piece would be decrypted twice. Backups skip
+it; it is rebuilt after a restore.
+
+What keeps it honest:
+
+* **A cache, never the truth.** Every piece can be dropped and rebuilt from the
+  log; a piece that is missing, or fails to open for any reason, is rebuilt
+  from the log, which is checked as every read checks it.
+* **Sealed and bound.** Each piece is XChaCha20-Poly1305 under the file's rows
+  key with associated data naming the user, the table, the piece's range *and*
+  a BLAKE2b digest of the sealed ``memory_keys`` chunks that cover it. Moved to
+  another position or user's file it fails to open; and since an erasure
+  re-seals the erased memory's key chunk, a piece written before an erasure
+  no longer opens after it (nor does an older copy put back by hand), so the
+  cache can never show a memory that the log and its keys no longer show.
+* **Erasure shreds it.** :func:`invalidate` deletes the pieces that hold the
+  given memories and checkpoints ``recall.db`` (``secure_delete`` zeroes the
+  freed pages). The erase path calls it inside its transaction on
+  ``memory.db``, holding that file's write lock, and :meth:`ScanCache.store`
+  writes pieces only under the same lock after checking the key digests
+  again — so no piece holding erased text is written after it, and the erased
+  text survives in no piece.
+* **Padded.** A piece's plaintext is padded to a multiple of
+  :data:`PAD_BYTES`, so its size reveals only the average length of its
+  ``PIECE`` memories to within ``PAD_BYTES / PIECE`` bytes (the log's rows
+  reveal nothing of single lengths; in a SQLCipher file the sizes are hidden
+  as well).
+* **Best effort to write.** Pieces are written by the recall that found them
+  missing, a few per transaction; a store that cannot be written
+  (read-only, busy, full) is still served from the log, and writes nothing.
+
+A recall served from a piece answers what the log held when the piece was
+built and authenticated; damage done to a log row *after* that is found by the
+reads that open the row (wake, zoom, nap sources, export) and by ``stash
+verify``, not by the recall.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..crypto import aead
+from .files import BUSY_TIMEOUT_MS
+from .schema import sections
+
+PIECE = 4096
+"""Memories per piece: a whole number of key chunks (32 of 128) and one
+``MemoryFile.scan`` batch, so a piece is built from exactly one batch."""
+
+PAD_BYTES = 4096
+MAX_LINE_BYTES = len("#18446744073709551615 YYYY-MM-DD \n") + 280
+MAX_PADDED = -(-(PIECE * MAX_LINE_BYTES + 4) // PAD_BYTES) * PAD_BYTES
+LENGTH_BYTES = 4
+TABLE = "scan_cache"
+WRITE_PIECES = 16  # pieces per write transaction: the write lock is held ~tens of ms
+
+
+CACHE_FILE = "recall.db"
+
+
+def _connect(folder: Path, *, create: bool) -> sqlite3.Connection | None:
+    """The cache file of a user's folder, or None if it is not there (and
+    ``create`` is false) or cannot be opened: the log answers then."""
+    path = Path(folder) / CACHE_FILE
+    if not create and not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    except sqlite3.Error:
+        return None
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")  # a cache: a lost piece is rebuilt
+        conn.execute("PRAGMA secure_delete = ON")
+        if create:
+            conn.executescript(sections()[TABLE])
+    except sqlite3.Error:
+        conn.close()
+        return None
+    return conn
+
+
+def invalidate(folder: Path, ids: list[int]) -> None:
+    """Delete every piece that holds one of memories ``ids`` from the cache
+    of the user whose folder is ``folder``, and fold the WAL into the file so
+    no copy of them survives there. The erase path calls it while it holds the
+    memory file's write lock (see the module docstring); a cache that cannot
+    be opened to do so is deleted whole."""
+    if not ids:
+        return
+    path = Path(folder) / CACHE_FILE
+    if not path.exists():
+        return
+    conn = _connect(folder, create=False)
+    try:
+        if conn is None:
+            raise sqlite3.OperationalError("cannot open the recall cache")
+        conn.executemany(f"DELETE FROM {TABLE} WHERE piece = ?", [(i // PIECE,) for i in sorted(set(ids))])
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def _pad(plain: bytes) -> bytes:
+    n = len(plain)
+    size = -(-(n + LENGTH_BYTES) // PAD_BYTES) * PAD_BYTES
+    return n.to_bytes(LENGTH_BYTES, "big") + plain + bytes(size - LENGTH_BYTES - n)
+
+
+def _unpad(padded: bytes) -> bytes | None:
+    n = int.from_bytes(padded[:LENGTH_BYTES], "big")
+    if n > len(padded) - LENGTH_BYTES:
+        return None
+    return padded[LENGTH_BYTES : LENGTH_BYTES + n]
+
+
+class ScanCache:
+    """The pieces of one open memory file. ``rows_key`` seals them;
+    ``user_id`` is bound into every piece."""
+
+    def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
+                 keys_per_chunk: int) -> None:
+        self.conn = conn  # the memory file: its key chunks, and its write lock
+        self.folder = Path(folder)
+        self.db: sqlite3.Connection | None = None
+        self.user_id = user_id
+        self._key = rows_key
+        self._chunks_per_piece = PIECE // keys_per_chunk
+        self.digests: dict[int, bytes] = {}
+
+    def _aad(self, piece: int, keys_digest: bytes) -> bytes:
+        return f"stash/v1|{self.user_id}|{TABLE}|{piece * PIECE}-{(piece + 1) * PIECE - 1}|".encode() + keys_digest
+
+    def _keys_digests(self, start: int, stop: int) -> dict[int, bytes]:
+        """For each piece in ``[start, stop)`` whose key chunks are all there,
+        a digest of those chunks' nonces (32 bytes), read in one ordered pass.
+
+        The nonce stands for the whole sealed chunk: every re-seal (an
+        erasure) draws a fresh random 24-byte nonce, and a chunk whose other
+        bytes were changed under an old nonce fails to open when its keys are
+        read. Putting an old chunk back brings its old nonce back, and its old
+        keys with it: the log itself opens again then, so the cache shows
+        nothing more."""
+        per = self._chunks_per_piece
+        out: dict[int, bytes] = {}
+        rows = self.conn.execute(
+            "SELECT chunk, substr(sealed, 1, ?) FROM memory_keys WHERE chunk >= ? AND chunk < ? ORDER BY chunk",
+            (aead.NONCE_BYTES, start * per, stop * per))
+        nonces: list[bytes] = []
+        piece = -1
+        for chunk, nonce in rows:
+            if chunk // per != piece:
+                piece, nonces = chunk // per, []
+            if chunk != piece * per + len(nonces):  # a chunk is missing: the log read reports it
+                continue
+            nonces.append(nonce)
+            if len(nonces) == per:
+                out[piece] = hashlib.blake2b(b"".join(nonces), digest_size=32, person=b"stash.scancache").digest()
+        return out
+
+    def pieces(self, count: int) -> Iterator[tuple[int, bytes | None]]:
+        """``(piece, joined lines or None)`` for pieces ``count - 1`` down to
+        0: the plaintext (lines joined and ended by ``\\n``) of each piece that
+        opens, None for one that is missing or does not open (stale, moved,
+        damaged: the caller rebuilds it from the log). Each piece is read by
+        its own statement, so :meth:`store` may write between two of them."""
+        if count <= 0:
+            return
+        # Read before any piece or log row: a piece rebuilt from the log is
+        # written only if its keys still have these digests (see store()).
+        self.digests = digests = self._keys_digests(0, count)
+        opener = aead.BulkOpener(MAX_PADDED)
+        have = set()
+        self.db = _connect(self.folder, create=False)
+        if self.db is not None:
+            try:
+                have = {r[0] for r in self.db.execute(f"SELECT piece FROM {TABLE} WHERE piece < ?", (count,))}
+            except sqlite3.Error:
+                have = set()
+        for piece in range(count - 1, -1, -1):
+            plain = None
+            if piece in have and piece in digests:
+                try:
+                    row = self.db.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
+                except sqlite3.Error:
+                    row = None
+                if row is not None:
+                    try:
+                        plain = _unpad(opener.open(self._key, row[0], self._aad(piece, digests[piece])))
+                    except aead.Unsealable:
+                        plain = None
+            yield piece, plain
+
+    def store(self, built: dict[int, bytes]) -> None:
+        """Seal and write pieces rebuilt from the log since :meth:`pieces`
+        read the key digests, a few per transaction. Inside each transaction
+        the digests are read again and a piece whose keys changed meanwhile
+        (an erasure landed between) is not written: it may hold text that no
+        longer exists. Gives up quietly when the file cannot be written now
+        (busy, read-only, full): the next recall tries again."""
+        items = sorted((p, plain) for p, plain in built.items() if p in self.digests)
+        if not items:
+            return
+        if self.db is None:
+            self.db = _connect(self.folder, create=True)
+            if self.db is None:
+                return
+        try:
+            self.db.executescript(sections()[TABLE])
+            for k in range(0, len(items), WRITE_PIECES):
+                batch = items[k : k + WRITE_PIECES]
+                # The memory file's write lock, held while the digests are
+                # read again and the pieces written: an erasure cannot land
+                # in between.
+                self.conn.execute("BEGIN IMMEDIATE")
+                try:
+                    now = self._keys_digests(batch[0][0], batch[-1][0] + 1)
+                    rows = [(p, aead.seal(self._key, _pad(plain), self._aad(p, now[p])))
+                            for p, plain in batch if now.get(p) == self.digests[p]]
+                    self.db.execute("BEGIN IMMEDIATE")
+                    try:
+                        self.db.executemany(
+                            f"INSERT INTO {TABLE}(piece, sealed) VALUES (?, ?) "
+                            "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
+                    except BaseException:
+                        self.db.rollback()
+                        raise
+                    self.db.commit()
+                finally:
+                    self.conn.rollback()  # nothing was written to the memory file
+        except Exception as exc:
+            if isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("sqlcipher3"):
+                return  # not written now; the log still answers
+            raise
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None
