@@ -735,7 +735,8 @@ def _batches(entries: list[dict]) -> list[list[dict]]:
 def send_entries(api: Api, entries: list[dict]) -> tuple[int, int, int]:
     """POST /import in batches under the body cap; returns (first, last,
     pending). A refusal of a later batch says how many were imported already."""
-    first = last = pending = None
+    first: int | None = None
+    last = pending = 0
     done = 0
     for batch in _batches(entries):
         try:
@@ -747,7 +748,7 @@ def send_entries(api: Api, entries: list[dict]) -> tuple[int, int, int]:
         first = ans["first"] if first is None else first
         last, pending = ans["last"], ans["pending"]
         done += len(batch)
-    return first, last, pending
+    return (0 if first is None else first), last, pending
 
 
 def do_import(args: argparse.Namespace) -> int:
@@ -1124,7 +1125,11 @@ def archive_members(data: bytes) -> dict[str, bytes]:
                 name = "/".join(parts)
                 if name in out:
                     raise Failure(f"stash: the archive holds {name!r} twice; refused, nothing was written.")
-                out[name] = tar.extractfile(m).read()
+                member = tar.extractfile(m)
+                if member is None:
+                    raise Failure(f"stash: the archive holds {name!r}, which cannot be read; refused, nothing was "
+                                  "written.")
+                out[name] = member.read()
     except (tarfile.TarError, EOFError, OSError, zlib.error):
         raise Failure("stash: the server's answer is not a readable tar.gz archive; nothing was written.") from None
     return out
@@ -1530,7 +1535,8 @@ def utf8_streams() -> None:
     first character an ASCII or Latin-1 terminal cannot encode."""
     for stream in (sys.stdout, sys.stderr, sys.stdin):
         try:
-            stream.reconfigure(encoding="utf-8", errors="replace" if stream is not sys.stdin else "strict")
+            stream.reconfigure(  # type: ignore[union-attr]  # absent on a replaced stream: caught below
+                encoding="utf-8", errors="replace" if stream is not sys.stdin else "strict")
         except (AttributeError, ValueError, OSError):  # not a text stream (replaced, closed): leave it
             pass
 

@@ -22,7 +22,7 @@ try:
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import Field
 except ImportError:  # the optional extra is absent: main() says how to add it
-    MCPServer = None
+    MCPServer = None  # type: ignore[assignment,misc]
 
 # The mcp extra's own requirement (pyproject.toml), so the line works as printed whatever way Stash was
 # installed: the package is not on the public index.

@@ -70,6 +70,7 @@ def verify_main(argv: list[str]) -> int:
     from ..service.verify import Failed, verify
 
     token = None
+    parsed: tokens.Token | None = None
     if args.token:
         token = os.environ.get("STASH_TOKEN")
         parsed = tokens.parse(token or "")
@@ -85,7 +86,7 @@ def verify_main(argv: list[str]) -> int:
     for report in reports:
         _print_report(report)
     failed = sum(not r.ok for r in reports)
-    if token is not None and not any(r.user_id == parsed.user_id for r in reports):
+    if parsed is not None and not any(r.user_id == parsed.user_id for r in reports):
         print("stash verify: the token's user has no store here.", file=sys.stderr)
         failed += 1
     print(f"stash verify: {len(reports)} users checked, {failed} failed.")

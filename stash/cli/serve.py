@@ -115,7 +115,7 @@ def parse(argv: list[str], environ: Mapping[str, str] = os.environ) -> argparse.
             lists[action.dest] = [v for v in re.split(r"[\s,]+", value) if v]
             continue
         try:
-            converted = action.type(value) if action.type else value
+            converted = action.type(value) if callable(action.type) else value
         except ValueError:
             p.error(f"${name} is {value[:40]!r}, not a valid {action.metavar or action.dest}.")
         if action.choices and converted not in action.choices:

@@ -12,7 +12,7 @@ for every input: an agent moving between the two wakes to the same document.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 Block = tuple[int, int]
 
@@ -142,7 +142,7 @@ def levels(T: int) -> Iterator[int]:
         size *= 2
 
 
-class Settled(dict):
+class Settled(dict[int, int]):
     """How far each level of the summary tree got, as :func:`pending` reads it.
 
     ``settled[size]`` is the level's *frontier*: one past its highest summary.
@@ -152,7 +152,8 @@ class Settled(dict):
     the blocks over the erased memory, so a level need not be a dense prefix).
     A plain dict is a tree without holes."""
 
-    def __init__(self, counts=(), holes: dict[int, list[int]] | None = None) -> None:
+    def __init__(self, counts: Iterable[tuple[int, int]] | dict[int, int] = (),
+                 holes: dict[int, list[int]] | None = None) -> None:
         super().__init__(counts)
         self.holes: dict[int, list[int]] = holes or {}
 

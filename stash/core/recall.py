@@ -80,8 +80,9 @@ from __future__ import annotations
 import re
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
+from typing import Any
 
 import re2
 
@@ -91,6 +92,10 @@ import re2
 # after the request is gone, and because its Match() costs half the per-call
 # overhead of the wrapper's search().
 _RE2 = re2._re2.RE2
+# google-re2 ships no type information: a compiled program and its bound
+# Match method are opaque to the checker.
+_Program = Any
+_Match = Callable[..., Any]
 _UNANCHORED = _RE2.Anchor.UNANCHORED
 _ANCHOR_START = _RE2.Anchor.ANCHOR_START
 
@@ -257,8 +262,11 @@ class Matcher:
     """A compiled recall pattern; build it with ``compile_pattern``."""
 
     __slots__ = ("_find", "_line", "_run")
+    _line: _Match
+    _run: _Match | None
+    _find: _Match | None
 
-    def __init__(self, line_prog: _RE2, run_prog: _RE2 | None, find_prog: _RE2 | None = None) -> None:
+    def __init__(self, line_prog: _Program, run_prog: _Program | None, find_prog: _Program | None = None) -> None:
         self._line = line_prog.Match
         self._run = None if run_prog is None else run_prog.Match
         self._find = None if find_prog is None else find_prog.Match
@@ -266,7 +274,7 @@ class Matcher:
     def search(self, line: str) -> bool:
         """Does the pattern match this one rendered line?"""
         data = fold(line).encode("utf-8")
-        return self._line(_UNANCHORED, data, 0, len(data))[0][0] >= 0
+        return bool(self._line(_UNANCHORED, data, 0, len(data))[0][0] >= 0)
 
     def scan(
         self,
@@ -375,6 +383,7 @@ class Matcher:
         wrapper, anchored at that line's start, takes the whole run of
         matching lines that begins there (see ``_RUN``)."""
         find, run = self._find, self._run
+        assert find is not None and run is not None, "a joined scan needs the find and run programs"
         count = data.count
         n = len(data)
         runs = []
@@ -442,6 +451,7 @@ class Matcher:
         self, data: bytes, deadline: float | None
     ) -> list[tuple[int, int]]:
         match = self._run
+        assert match is not None, "a joined scan needs the run program"
         count = data.count
         n = len(data)
         runs = []

@@ -84,11 +84,11 @@ class BulkOpener:
         ):
             raise Unsealable("sealed value failed authentication")
         if not unpad_payload:
-            return self._buf[: self._len[0]]
+            return bytes(self._buf[: self._len[0]])
         size = self._out[0] << 8 | self._out[1]
         if size > n - 2:
             raise Unsealable("padded value has an impossible length")
-        return self._buf[2 : 2 + size]
+        return bytes(self._buf[2 : 2 + size])
 
 
 class BulkSealer:
@@ -115,7 +115,7 @@ class BulkSealer:
         nonce = os.urandom(NONCE_BYTES)
         if self._fn(self._out, self._len, plaintext, len(plaintext), aad, len(aad), self._null, nonce, key):
             raise RuntimeError("libsodium refused to seal")  # pragma: no cover - cannot fail for valid sizes
-        return nonce + self._buf[: self._len[0]]
+        return nonce + bytes(self._buf[: self._len[0]])
 
 
 def pad(payload: bytes, size: int) -> bytes:

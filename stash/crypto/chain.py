@@ -61,7 +61,7 @@ class Head:
         """The text a client sends back in ``Stash-Pin``: ``count:digest``."""
         return f"{self.count}:{self.digest.hex()}"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {"count": self.count, "digest": self.digest.hex(), "pin": self.pin()}
 
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import argon2.low_level as argon2
 
@@ -55,7 +56,7 @@ class KdfParams:
         return {"alg": "argon2id", "t": self.time_cost, "m": self.memory_kib, "p": self.lanes}
 
     @classmethod
-    def from_dict(cls, d: dict) -> KdfParams:
+    def from_dict(cls, d: dict[str, Any]) -> KdfParams:
         if d.get("alg") != "argon2id":
             raise ValueError("unknown key derivation")
         return cls(int(d["t"]), int(d["m"]), int(d["p"]))

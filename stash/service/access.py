@@ -22,8 +22,8 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..storage import userlock
-from ..storage.files import MissingFile, UserFiles, available_file_cipher, private_folder, storage_error
-from ..storage.keyring import Keyring, StaleGrant, now_utc, open_keyring
+from ..storage.files import MissingFile, UserFiles, available_file_cipher, can_write, private_folder, storage_error
+from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
 from . import grant_terms
 from .memory import Memory
@@ -58,6 +58,13 @@ class Session:
     _lock: userlock.UserLock | None = field(repr=False, default=None)
 
     @property
+    def keys(self) -> KeyChain:
+        """Every epoch key, while the session lasts."""
+        if self.chain is None:
+            raise RuntimeError("the session has ended")
+        return self.chain
+
+    @property
     def memory(self) -> Memory:
         """The memory, opened on first use and checked before anything is
         served: the end of its log against the head recorded in the file
@@ -78,11 +85,11 @@ class Session:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
             try:
-                mf = MemoryFile(self.files.memory, self.user_id, self.chain, self.cipher)
+                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None
-                if self.keyring.epoch() > self.chain.epoch:
+                if self.keyring.epoch() > self.keys.epoch:
                     raise Conflict("A capability was revoked while this request was being opened, so nothing was "
                                    "done; retry it.", code="store.rekeyed") from None
                 raise
@@ -99,19 +106,26 @@ class Session:
             self._state_copy = state_copy
         return self._memory
 
+    def publish_head(self) -> None:
+        """Bring the key ring's copy of the head and state version up to the
+        memory file's (after a write, or for a store that had none). Called
+        once the request's work is done; best effort, since a copy that lags
+        is accepted by the next open (Keyring.advance_head)."""
+        if self._memory is None:
+            return
+        head, version = self._memory.mf.head, self._memory.mf.state_version
+        if (self._copy is None or self._copy.count < head.count
+                or self._state_copy is None or self._state_copy < version):
+            self.keyring.advance_head(head, version)
+
     def close(self) -> None:
-        """End the session: bring the key ring's copy of the head up to the
-        file's (after a write, or for a store that had none), then close the
-        file and let a backup in."""
+        """End the session: drop every key, close the file and let a backup
+        in. Writes nothing."""
         self.master = b""
         self.chain = None
         self.capability_key = b""
         try:
             if self._memory is not None:
-                head, version = self._memory.mf.head, self._memory.mf.state_version
-                if (self._copy is None or self._copy.count < head.count
-                        or self._state_copy is None or self._state_copy < version):
-                    self.keyring.advance_head(head, version)
                 self._memory.mf.close()
         finally:
             if self._lock is not None:
@@ -136,6 +150,11 @@ class Vault:
         self.file_cipher = file_cipher or available_file_cipher()
         private_folder(self.data_dir / "users")
         self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
+
+    def ready(self) -> bool:
+        """Readiness: a file can be created, written, synced and removed
+        where the stores live (a full disk or read-only mount says no)."""
+        return can_write(self.data_dir / "users")
 
     def create_identity(self) -> Identity:
         """A new user: folder, key ring with the owner grant, empty memory file."""
@@ -188,7 +207,7 @@ class Vault:
         token, secret = tokens.mint(session.user_id)
         grant_id = session.keyring.add(
             scope=scope, tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
-            chain=session.chain, kdf=self.kdf, expires=expires, label=label,
+            chain=session.keys, kdf=self.kdf, expires=expires, label=label,
         )
         return grant_id, token
 
@@ -199,7 +218,7 @@ class Vault:
         for g in session.keyring.grants():
             notes = session.keyring.notes(g.id)
             try:
-                label = session.keyring.label(g.id, session.chain)
+                label = session.keyring.label(g.id, session.keys)
             except (aead.Unsealable, UnicodeDecodeError):
                 raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
                               "backup.") from None
@@ -254,7 +273,7 @@ class Vault:
         step cannot run now (the file is damaged, missing or unwritable), the
         revocation is still in force: the memory file is re-sealed by the next
         request that opens it, before anything is read or written."""
-        new, stranded, minted = session.keyring.advance_epoch(session.chain, revoke, mint=mint)
+        new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint)
         session.chain = new
         try:
             # Exclusive: every request that opened the file under the old
@@ -289,7 +308,7 @@ class Vault:
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 
-    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, UserFiles, Keyring, object]:
+    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, UserFiles, Keyring, Grant]:
         """Token to (token, files, key ring, grant) — or 401 without any key
         work: checksum, then the user's folder, then the grant's tag."""
         token = tokens.parse(token_text) if token_text else None
@@ -374,6 +393,7 @@ class Vault:
             del opened
             try:
                 yield session
+                session.publish_head()
             finally:
                 session.close()
         finally:

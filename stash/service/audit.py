@@ -73,8 +73,8 @@ def import_entries(session, entries: object) -> dict:
     return answer
 
 
-def erase(session, ids: object, at: str) -> dict:
-    answer = session.memory.erase(ids, at)
+def erase(session, ids: object) -> dict:
+    answer = session.memory.erase(ids, now_utc())
     record(session, "erase", receipt=answer["receipt"], erased=len(answer["erased"]), dropped=answer["dropped"])
     return answer
 

@@ -10,6 +10,7 @@ import datetime as dt
 import re
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..core import blocks, lines, sizes
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
@@ -122,8 +123,8 @@ class Memory:
         nap = self.nap_for(T, settled)
         todo = blocks.batch(T, settled, k)
         limit = self.sizes["ENTRY_CHARS"]
-        items = [{"block": blocks.block_id(lo, hi), "source": self._source(lo, hi), "max_bytes": limit}
-                 for lo, hi in todo]
+        items: list[dict[str, Any]] = [
+            {"block": blocks.block_id(lo, hi), "source": self._source(lo, hi), "max_bytes": limit} for lo, hi in todo]
         if not items:
             return {"saved": None, "nap": None, "batch": [], "prompt": None, "message": "Nothing left to compress."}
         ids = [it["block"] for it in items]
@@ -275,6 +276,7 @@ class Memory:
                 return {"saved": None, "nap": self.nap_for(T, settled),
                         "message": f"{bid} is already settled; nothing was written."}
             due = self.nap_for(T, settled)
+            assert due is not None  # (lo, hi) is pending but not first, so a first exists
             raise Conflict(
                 f"Wrong block: {bid}. Blocks settle in order, and the next is {due['block']}; answer that one.",
                 code="nap.wrong_block", due=due["block"], nap=due,

@@ -233,7 +233,7 @@ def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> 
             _check_with_token(data_dir, folder, token_text, copy, report)
     except Failed as e:
         report.fail(str(e))
-    except (OSError, *DB_ERRORS):
+    except (OSError, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
         report.fail("a file of this store cannot be read")
     return report
 

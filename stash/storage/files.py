@@ -158,7 +158,7 @@ def private_folder(path: Path) -> None:
         os.chmod(folder, 0o700)
 
 
-def write_private(path: Path, data: bytes, *, exclusive: bool = False) -> bool:
+def write_private(path: str | Path, data: bytes, *, exclusive: bool = False) -> bool:
     """Write a small file readable by this user only (0600 whatever the
     umask): with ``exclusive``, only when it does not exist yet; otherwise
     whole or not at all (a temporary file renamed over it). Not fsynced: for
@@ -282,6 +282,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     # removed (as the last close does) is whole in itself, and is opened as
     # immutable: readable, and every write refused as read-only.
     target = f"file:{quote(Path(path).resolve().as_posix())}?immutable=1" if frozen else str(path)
+    conn: sqlite3.Connection  # sqlcipher3's connection has the same interface
     if cipher == "sqlcipher":
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")

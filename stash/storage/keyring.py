@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import argon2.exceptions
 
@@ -171,8 +172,7 @@ class Keyring:
         try:
             self.conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                with self.conn:
-                    self.conn.execute("BEGIN IMMEDIATE")
+                with write_transaction(self.conn):
                     current = self.log_head()
                     if current is None or current.count < head.count:
                         self.conn.execute(
@@ -189,7 +189,7 @@ class Keyring:
                         )
             finally:
                 self.conn.execute("PRAGMA synchronous = FULL")
-        except (*DB_ERRORS, ValueError, OSError):
+        except (*DB_ERRORS, ValueError, OSError):  # type: ignore[misc]  # a tuple of exception classes
             return False
         return True
 
@@ -203,7 +203,7 @@ class Keyring:
                     self.conn.execute(f"ALTER TABLE grants ADD COLUMN {column} BLOB")
             self.conn.execute("UPDATE keyring_meta SET value = ? WHERE name = 'format'", (FORMAT,))
 
-    def _select(self, where: str, args: tuple) -> list[Grant]:
+    def _select(self, where: str, args: tuple[object, ...]) -> list[Grant]:
         try:
             rows = self.conn.execute(f"SELECT {_COLUMNS} FROM grants {where}", args).fetchall()
         except DB_ERRORS as exc:
@@ -252,7 +252,7 @@ class Keyring:
         kek = keys.derive_kek(secret, salt, kdf)
         pub = bytes(epochs.capability_private_key(kek).public_key)
         cur = self.conn.execute("INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc()))
-        grant_id = cur.lastrowid
+        grant_id = int(cur.lastrowid or 0)
         self.conn.execute(
             "UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?",
             (json.dumps({**kdf.as_dict(), "salt": salt.hex()}),
@@ -309,7 +309,7 @@ class Keyring:
         return self.conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
-    def record(self, grant_id: int, event: str, detail: dict) -> None:
+    def record(self, grant_id: int, event: str, detail: dict[str, object]) -> None:
         """Append one audit event, in the caller's transaction when there is
         one (so a key-ring write and its event commit together)."""
         with write_transaction(self.conn):
@@ -317,7 +317,7 @@ class Keyring:
             self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)",
                               (now_utc(), grant_id, event, json.dumps(detail, sort_keys=True)))
 
-    def events(self) -> list[dict]:
+    def events(self) -> list[dict[str, object]]:
         if not self._has_table("audit"):
             return []
         rows = self.conn.execute("SELECT id, at, grant_id, event, detail FROM audit ORDER BY id")
@@ -353,15 +353,14 @@ class Keyring:
         try:
             self.conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                with self.conn:
-                    self.conn.execute("BEGIN IMMEDIATE")
+                with write_transaction(self.conn):
                     self._ensure_notes()
                     self.conn.execute("INSERT INTO grant_notes(grant_id, last_used) VALUES (?, ?) "
                                       "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
                                       (grant_id, day))
             finally:
                 self.conn.execute("PRAGMA synchronous = FULL")
-        except (*DB_ERRORS, OSError):
+        except (*DB_ERRORS, OSError):  # type: ignore[misc]  # a tuple of exception classes
             return
 
     def open_grant(self, grant: Grant, secret: bytes) -> Opened:
@@ -421,7 +420,7 @@ class Keyring:
         return cur.rowcount == 1
 
     def advance_epoch(self, chain: KeyChain, revoke: tuple[int, ...], *,
-                      mint: dict | None = None) -> tuple[KeyChain, list[int], int | None]:
+                      mint: dict[str, Any] | None = None) -> tuple[KeyChain, list[int], int | None]:
         """Start a new epoch: revoke the grants ``revoke`` (destroying their
         key columns), seal a fresh epoch key to every other live grant, keep
         the older keys under it, and with ``mint`` (keyword arguments of
@@ -445,10 +444,13 @@ class Keyring:
                     if g.id not in revoke:
                         stranded.append(g.id)
                 else:
+                    assert g.pub is not None  # a moved grant has its public key
                     self.conn.execute("UPDATE grants SET box = ? WHERE id = ?",
                                       (epochs.box_epoch(g.pub, new.epoch, new.current), g.id))
             self._reseal_labels(chain, new)
-            for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, new.seal_older().hex())):
+            older = new.seal_older()
+            assert older is not None  # a new epoch is past epoch 0
+            for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, older.hex())):
                 self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
             if mint is not None:

@@ -11,9 +11,10 @@ import hashlib
 import hmac
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.blocks import Settled, erase_span, forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
@@ -125,7 +126,7 @@ class MemoryFile:
         self._chunks: dict[int, bytes] = {}
         self.state_version = 0
         self._erased_ids: frozenset[int] = frozenset()
-        self._drops: dict = {"s": {}, "p": {}}
+        self._drops: dict[str, Any] = {"s": {}, "p": {}}
         try:
             if create:
                 self.conn.executescript(sections()["memory"])
@@ -162,7 +163,7 @@ class MemoryFile:
         self._chunks.clear()
         self._rows_key = b""
         self._chain_key = b""
-        self._fk = None
+        self._fk = None  # type: ignore[assignment]  # closed: no keys are held
         with SQLCIPHER_OPEN_CLOSE:
             self.conn.close()
 
@@ -254,14 +255,15 @@ class MemoryFile:
         checkpoint(self.conn)  # best effort: the old pages leave the WAL
         return moved
 
-    def _reseal_table(self, table: str, pk: tuple[str, ...], old_key: bytes, new_key: bytes, position,
-                      transform=None) -> int:
+    def _reseal_table(self, table: str, pk: tuple[str, ...], old_key: bytes, new_key: bytes,
+                      position: Callable[[tuple[Any, ...]], str | int],
+                      transform: Callable[[tuple[Any, ...], bytes], bytes] | None = None) -> int:
         """Re-seal one table in primary-key order, a batch at a time, so a
         million summaries are never held at once. A value that does not open
         under the old key is damage: nothing is re-sealed (the caller's
         transaction rolls back)."""
         cols = ", ".join(pk)
-        after: tuple | None = None
+        after: tuple[Any, ...] | None = None
         moved = 0
         opener = aead.BulkOpener(CHUNK_BYTES)
         sealer = aead.BulkSealer(CHUNK_BYTES)
@@ -415,7 +417,7 @@ class MemoryFile:
 
     # ------------------------------------------------------------ drop records
 
-    def _read_drops(self) -> dict:
+    def _read_drops(self) -> dict[str, Any]:
         row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (DROPS_META,)).fetchone()
         if row is None:
             return {"s": {}, "p": {}}
@@ -427,7 +429,7 @@ class MemoryFile:
             raise Damaged("The memory file's record of dropped summaries is unreadable; restore this store "
                           "from a backup.") from None
 
-    def _save_drops(self, drops: dict) -> None:
+    def _save_drops(self, drops: dict[str, Any]) -> None:
         self._drops = drops
         text = json.dumps({"s": {str(k): v for k, v in drops["s"].items()},
                            "p": {str(k): {str(i): v for i, v in recs.items()} for k, recs in drops["p"].items()}})
@@ -442,7 +444,7 @@ class MemoryFile:
         for start, v in self._drops["s"].get(size, ()):
             if start <= idx:
                 need = max(need, v)
-        return written >= need
+        return bool(written >= need)
 
     # ------------------------------------------------------------ the running digest
 
@@ -484,7 +486,8 @@ class MemoryFile:
             raise RolledBack(ROLLED_BACK)
         if head.count < T:
             raise Damaged("The log holds memories past its recorded digest; restore this store from a backup.")
-        expected = chain.step(self._chain_key, prev, T - 1, last[0]) if T else chain.genesis(self._chain_key,
+        assert last is not None or not T  # read in the same snapshot as T
+        expected = chain.step(self._chain_key, prev, T - 1, last[0]) if T and last else chain.genesis(self._chain_key,
                                                                                              self.user_id)
         if not chain.same(expected, head.digest):
             raise Damaged("The last memory of the log disagrees with its recorded digest; "
@@ -496,8 +499,7 @@ class MemoryFile:
         the file cannot be written (a read-only folder) the head is still
         computed for this request, and recorded by a later one."""
         try:
-            with self.conn:
-                self.conn.execute("BEGIN IMMEDIATE")
+            with write_transaction(self.conn):
                 if self._stored_head() is None:
                     head, prev = self.recompute_head()
                     self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?)",
@@ -603,9 +605,9 @@ class MemoryFile:
 
     def count(self) -> int:
         """T: how many memories the log holds (ids are dense from 0)."""
-        return self.conn.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM log").fetchone()[0]
+        return int(self.conn.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM log").fetchone()[0])
 
-    def append(self, items: list[tuple[str, str]], *, check=None) -> int:
+    def append(self, items: list[tuple[str, str]], *, check: Callable[[int, str | None], None] | None = None) -> int:
         """Append ``(date, text)`` memories as one transaction; returns the
         first id. Ids are taken inside the write lock, so concurrent writers
         (threads or processes) never share one. ``check(T, newest_date)`` runs
@@ -668,7 +670,7 @@ class MemoryFile:
         return self._open(self._rows_key, row[0], "erased", i).decode()
 
     def erased_count(self) -> int:
-        return self.conn.execute("SELECT COUNT(*) FROM erased").fetchone()[0]
+        return int(self.conn.execute("SELECT COUNT(*) FROM erased").fetchone()[0])
 
     def memories(self, lo: int, hi: int) -> list[tuple[int, str, str]]:
         """``(id, date, text)`` for memories ``[lo, hi)``; an erased one has
@@ -865,8 +867,7 @@ class MemoryFile:
         """Drop block ``[lo, hi)`` and everything built on it: at each size from
         ``hi - lo`` upward, the containing block and every later one of that
         level (SPEC §2.7). Returns the dropped blocks, smallest first."""
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
+        with write_transaction(self.conn):
             gone = self._drop_from(lo, hi)
             if gone:
                 version = self._next_version()
@@ -899,8 +900,7 @@ class MemoryFile:
         return out
 
     def set_config(self, changes: dict[str, int | None]) -> None:
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
+        with write_transaction(self.conn):
             for name, value in changes.items():
                 if value is None:
                     self.conn.execute("DELETE FROM config WHERE name = ?", (name,))
@@ -930,8 +930,7 @@ class MemoryFile:
         naps fill. The log rows are not touched. Returns (receipt id, newly
         erased ids, dropped blocks). Cost: O(log T) per erased memory."""
         self.idempotency_records().ensure()
-        with self.conn:
-            self.conn.execute("BEGIN IMMEDIATE")
+        with write_transaction(self.conn):
             self._chunks.clear()
             T = self.count()
             fresh = []
@@ -946,7 +945,9 @@ class MemoryFile:
                     (i, aead.seal(self._rows_key, date.encode(), self._aad("erased", i))),
                 )
                 c = i // KEYS_PER_CHUNK
-                chunk = bytearray(self._chunk(c))
+                sealed_chunk = self._chunk(c)
+                assert sealed_chunk is not None  # memory i has its key, so its chunk exists
+                chunk = bytearray(sealed_chunk)
                 k = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
                 chunk[k : k + aead.KEY_BYTES] = ERASED_KEY
                 self._chunks[c] = bytes(chunk)
@@ -979,7 +980,7 @@ class MemoryFile:
                 self.conn.execute("DELETE FROM idempotency")
             receipt = {"ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
             cur = self.conn.execute("INSERT INTO erasures(sealed) VALUES (?)", (b"",))
-            rid = cur.lastrowid
+            rid = int(cur.lastrowid or 0)
             self.conn.execute(
                 "UPDATE erasures SET sealed = ? WHERE id = ?",
                 (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), rid),
@@ -989,7 +990,7 @@ class MemoryFile:
         self.checkpoint()
         return rid, fresh, gone
 
-    def receipts(self) -> list[dict]:
+    def receipts(self) -> list[dict[str, Any]]:
         out = []
         for rid, sealed in self.conn.execute("SELECT id, sealed FROM erasures ORDER BY id"):
             out.append({"receipt": rid, **json.loads(self._open(self._rows_key, sealed, "erasures", rid))})

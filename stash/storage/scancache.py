@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..crypto import aead
-from .files import BUSY_TIMEOUT_MS
+from .files import BUSY_TIMEOUT_MS, write_transaction
 from .schema import sections
 
 PIECE = 4096
@@ -195,7 +195,7 @@ class ScanCache:
                 have = set()
         for piece in range(count - 1, -1, -1):
             plain = None
-            if piece in have and piece in digests:
+            if piece in have and piece in digests and self.db is not None:
                 try:
                     row = self.db.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
                 except sqlite3.Error:
@@ -233,15 +233,10 @@ class ScanCache:
                     now = self._keys_digests(batch[0][0], batch[-1][0] + 1)
                     rows = [(p, aead.seal(self._key, _pad(plain), self._aad(p, now[p])))
                             for p, plain in batch if now.get(p) == self.digests[p]]
-                    self.db.execute("BEGIN IMMEDIATE")
-                    try:
+                    with write_transaction(self.db):
                         self.db.executemany(
                             f"INSERT INTO {TABLE}(piece, sealed) VALUES (?, ?) "
                             "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
-                    except BaseException:
-                        self.db.rollback()
-                        raise
-                    self.db.commit()
                 finally:
                     self.conn.rollback()  # nothing was written to the memory file
         except Exception as exc:

@@ -49,7 +49,7 @@ async def prefetch_small_body(request: Request, cap: int) -> None:
         await request.body()
 
 
-async def read_object(request: Request, allowed: set[str] | None, *, required: set[str] = frozenset(),
+async def read_object(request: Request, allowed: set[str] | None, *, required: set[str] | frozenset[str] = frozenset(),
                       cap: int | None = None, empty_ok: bool = True) -> dict[str, Any]:
     """The body as a JSON object with only ``allowed`` fields: an unknown field
     is refused rather than ignored, because a typo would silently do nothing.
@@ -72,7 +72,8 @@ async def read_object(request: Request, allowed: set[str] | None, *, required: s
     return data if allowed is None else check_fields(data, allowed, required)
 
 
-def check_fields(data: dict[str, Any], allowed: set[str], required: set[str] = frozenset()) -> dict[str, Any]:
+def check_fields(data: dict[str, Any], allowed: set[str],
+                 required: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     unknown = sorted(set(data) - allowed)
     if unknown:
         names = ", ".join(repr(u[:30]) for u in unknown[:3])
@@ -86,7 +87,7 @@ def check_fields(data: dict[str, Any], allowed: set[str], required: set[str] = f
     return data
 
 
-def query_object(request: Request, allowed: set[str], ints: set[str] = frozenset()) -> dict[str, Any]:
+def query_object(request: Request, allowed: set[str], ints: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """Query parameters as fields, with the same refusal of unknown names."""
     data: dict[str, Any] = {}
     for name, value in request.query_params.multi_items():

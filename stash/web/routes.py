@@ -8,6 +8,7 @@ import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -19,12 +20,13 @@ from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, T
 from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import audit, grant_terms, idempotency, onboarding, quotas
-from ..storage.files import can_write
+from ..service.access import Session
 from . import pages
 from .errors import error_response
 from .jsonio import JSON, NAP_BODY_CAP, parse_int, prefetch_small_body, query_object, read_object
 
 CONTENT_CIPHER = "xchacha20-poly1305"
+T = TypeVar("T")
 DAY_S = 24 * 60 * 60
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
 
@@ -117,14 +119,14 @@ def _pin(request: Request) -> Head | None:
     return head
 
 
-async def _authed(request: Request, need: str, work: Callable) -> object:
+async def _authed(request: Request, need: str, work: Callable[[Session], T]) -> T:
     """Authenticate fully (grant lookup, argon2id, unwrap, scope), then run
     ``work(session)`` in a worker thread; keys live only inside it."""
     token = _bearer(request)
     vault = request.app.state.vault
     pin = _pin(request)
 
-    def run() -> object:
+    def run() -> T:
         with vault.session(token, need, pin) as session:
             return work(session)
 
@@ -196,7 +198,7 @@ async def health(request: Request) -> Response:
     answer = {"ok": True, "version": __version__, "content_cipher": CONTENT_CIPHER, "file_cipher": vault.file_cipher,
               "ready": None}
     if probe:
-        if not await run_in_threadpool(can_write, vault.data_dir / "users"):
+        if not await run_in_threadpool(vault.ready):
             raise Unavailable("The server cannot write its data folder (full, read-only or missing), so writes "
                               "would fail; send traffic elsewhere and tell the operator.", code="ready.unwritable")
         answer["ready"] = True
@@ -469,10 +471,8 @@ async def rotate(request: Request) -> Response:
 
 
 async def erase(request: Request) -> Response:
-    from ..storage.keyring import now_utc
-
     data = await read_object(request, {"ids"}, required={"ids"})
-    answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"], now_utc()))
+    answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"]))
     request.app.state.metrics.event("erase")
     return JSON(answer)
 
