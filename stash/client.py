@@ -267,7 +267,7 @@ def token() -> str:
 # so a memory put back whole from an older copy, which the server alone
 # cannot tell from the real one, is refused (409 store.pin_mismatch).
 
-PIN_RE = re.compile(r"\d{1,18}:[0-9a-f]{64}")
+PIN_RE = re.compile(r"\d{1,18}:[0-9a-f]{64}(?::\d{1,18})?")
 
 
 def pins_path() -> Path:
@@ -319,10 +319,16 @@ def remember_pin(url: str, tok: str | None, pin: object) -> None:
         return
     pins = _read_pins()
     old = pins.get(key)
-    if isinstance(old, str) and PIN_RE.fullmatch(old) and int(old.split(":")[0]) >= int(pin.split(":")[0]):
+    if isinstance(old, str) and PIN_RE.fullmatch(old) and _pin_order(old) >= _pin_order(pin):
         return
     pins[key] = pin
     _write_pins(pins)
+
+
+def _pin_order(pin: str) -> tuple[int, int]:
+    """How far a pin is along: its log's count, then its state version."""
+    parts = pin.split(":")
+    return int(parts[0]), int(parts[2]) if len(parts) > 2 else -1
 
 
 def forget_pin(url: str, tok: str | None) -> bool:

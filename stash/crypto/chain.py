@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 DIGEST_BYTES = 32
 _PERSON = b"stash.chain"
-_PIN = re.compile(r"(\d{1,18}):([0-9a-f]{64})")
+_PIN = re.compile(r"(\d{1,18}):([0-9a-f]{64})(?::(\d{1,18}))?")
 
 
 def genesis(key: bytes, user_id: str) -> bytes:
@@ -52,20 +52,29 @@ def same(a: bytes, b: bytes) -> bool:
 
 @dataclass(frozen=True)
 class Head:
-    """A log's head: how many memories it holds and the digest after the last."""
+    """A log's head: how many memories it holds and the digest after the
+    last, and, when known, the version of the memory file's whole-state head
+    at the same moment (it grows with every write of anything: memories,
+    summaries, config, erasures), so that a pin catches a rollback of any of
+    them, not only of the log."""
 
     count: int
     digest: bytes
+    state: int | None = None
 
     def pin(self) -> str:
-        """The text a client sends back in ``Stash-Pin``: ``count:digest``."""
-        return f"{self.count}:{self.digest.hex()}"
+        """The text a client sends back in ``Stash-Pin``:
+        ``count:digest`` or ``count:digest:state``."""
+        base = f"{self.count}:{self.digest.hex()}"
+        return base if self.state is None else f"{base}:{self.state}"
 
     def as_dict(self) -> dict[str, object]:
-        return {"count": self.count, "digest": self.digest.hex(), "pin": self.pin()}
+        return {"count": self.count, "digest": self.digest.hex(), "state": self.state, "pin": self.pin()}
 
     @classmethod
     def parse(cls, text: str) -> Head | None:
-        """A head written as ``count:hexdigest``, or None if it is not one."""
+        """A head written as ``count:hexdigest[:state]``, or None if it is not one."""
         m = _PIN.fullmatch(text.strip())
-        return cls(int(m.group(1)), bytes.fromhex(m.group(2))) if m else None
+        if not m:
+            return None
+        return cls(int(m.group(1)), bytes.fromhex(m.group(2)), None if m.group(3) is None else int(m.group(3)))

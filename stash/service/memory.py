@@ -185,7 +185,7 @@ class Memory:
         return out
 
     def wake(self, part: int = 1, T: int | None = None) -> dict:
-        head = self.mf.current_head()
+        head = self.mf.pinned_head(current=True)
         answer = self._wake(head.count, part, T)
         answer["head"] = head.as_dict()
         return answer
@@ -245,7 +245,7 @@ class Memory:
     def note(self, text: object) -> dict:
         text = lines.check_line(text, self.sizes["ENTRY_CHARS"])
         i = self.mf.append([(self.today(), text)])
-        return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.head.as_dict()}
+        return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.pinned_head().as_dict()}
 
     def nap(self, block: object = None, text: object = None, batch: object = None,
             summaries: object = None) -> dict:
@@ -485,4 +485,4 @@ class Memory:
         first = self.mf.append(items, check=after_newest)
         T = first + len(items)
         return {"first": first, "last": T - 1, "pending": blocks.pending_count(T, self.mf.settled(T)),
-                "head": self.mf.head.as_dict()}
+                "head": self.mf.pinned_head().as_dict()}

@@ -549,8 +549,27 @@ class MemoryFile:
         if copy.count >= self.head.count or not self.extends(copy, self.head):
             raise RolledBack(ROLLED_BACK)
 
+    def pinned_head(self, *, current: bool = False) -> Head:
+        """The head a client pins: the log's, with the file's state version
+        (``current``: both as recorded now, which another writer may have
+        moved since this file was opened)."""
+        if not current:
+            return Head(self.head.count, self.head.digest, self.state_version)
+        head, state = self.current_head(), self._stored_state()
+        return Head(head.count, head.digest, self.state_version if state is None else state[0])
+
     def check_pin(self, pin: Head) -> None:
-        """Refuse unless this log is the one a client pinned, or grew from it."""
+        """Refuse unless this log is the one a client pinned, or grew from it,
+        and the whole state is at least as far as the pinned version (versions
+        only grow, so an older one is a rollback of every file together)."""
+        if pin.state is not None and pin.state > self.state_version:
+            raise PinMismatch(
+                f"This memory was rolled back: its state is older than the one you pinned (version "
+                f"{self.state_version}, you saw {pin.state}), so every file of it was put back from an older copy "
+                "and a later memory, summary, setting or erasure may be undone. Nothing was served or written; "
+                "tell the operator to run `stash verify` and restore from a backup, or drop the pin to read what "
+                "is there now.",
+            )
         if not self.extends(pin, self.head):
             raise PinMismatch(
                 f"This memory's log does not continue the head you pinned ({pin.count} memories): it was rolled "

@@ -135,8 +135,11 @@ SCHEMAS: dict[str, Schema] = {
         {
             "count": _int(0, description="How many memories the log holds."),
             "digest": _str("The running digest after the last memory: 64 hex digits.", pattern="^[0-9a-f]{64}$"),
-            "pin": _str("`count:digest`, ready to send back as the Stash-Pin header.",
-                        pattern="^[0-9]{1,18}:[0-9a-f]{64}$"),
+            "state": _nullable(_int(0, description="The memory file's whole-state version at the same moment: it "
+                                                   "grows with every write of anything (memories, summaries, "
+                                                   "config, erasures).")),
+            "pin": _str("`count:digest:state`, ready to send back as the Stash-Pin header (`count:digest` is "
+                        "accepted too).", pattern="^[0-9]{1,18}:[0-9a-f]{64}(:[0-9]{1,18})?$"),
         },
         description="The log's head: a keyed running digest over every memory ever appended. A client that keeps "
                     "it and sends it back as Stash-Pin is refused (409 store.pin_mismatch) by a log that was "
@@ -620,9 +623,10 @@ def _operation(route, spec: R, caps: dict[str, int]) -> dict:
     if route.scope in _SECURED:
         params.append({
             "name": "Stash-Pin", "in": "header", "required": False,
-            "schema": _str(pattern="^[0-9]{1,18}:[0-9a-f]{64}$"),
-            "description": "A log head this client saw (`head.pin` of an earlier answer). The request is refused "
-                           "with 409 store.pin_mismatch unless the log is that one or grew from it.",
+            "schema": _str(pattern="^[0-9]{1,18}:[0-9a-f]{64}(:[0-9]{1,18})?$"),
+            "description": "A head this client saw (`head.pin` of an earlier answer). The request is refused "
+                           "with 409 store.pin_mismatch unless the log is that one or grew from it and the "
+                           "memory's whole state is at least at the pinned version.",
         })
     if params:
         op["parameters"] = params

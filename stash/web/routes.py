@@ -114,8 +114,8 @@ def _pin(request: Request) -> Head | None:
         return None
     head = Head.parse(text)
     if head is None:
-        raise Malformed("Stash-Pin must be a head's pin as answered in \"head\": COUNT:DIGEST (64 hex digits).",
-                        code="request.bad_pin")
+        raise Malformed("Stash-Pin must be a head's pin as answered in \"head\": COUNT:DIGEST:STATE (a 64-hex-digit "
+                        "digest; COUNT:DIGEST is accepted too).", code="request.bad_pin")
     return head
 
 

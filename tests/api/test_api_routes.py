@@ -55,10 +55,11 @@ def wake_keys_ok(body: dict) -> None:
 
 def head_ok(head: dict, count: int | None = None) -> None:
     """A log head as every write and wake answers it: the count, 64 hex
-    digits of digest, and the pin that joins them."""
-    assert set(head) == {"count", "digest", "pin"}, head
+    digits of digest, the whole state's version, and the pin that joins them."""
+    assert set(head) == {"count", "digest", "state", "pin"}, head
     assert len(head["digest"]) == 64 and int(head["digest"], 16) >= 0
-    assert head["pin"] == f"{head['count']}:{head['digest']}"
+    assert isinstance(head["state"], int) and head["state"] >= 1
+    assert head["pin"] == f"{head['count']}:{head['digest']}:{head['state']}"
     if count is not None:
         assert head["count"] >= count
 

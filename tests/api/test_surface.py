@@ -192,7 +192,7 @@ def test_every_field_of_every_route_is_in_its_reference_section(doc: dict) -> No
     from tests.api.test_docs import reference
 
     pin = reference().split("\n## The log head and Stash-Pin\n", 1)[1].split("\n## ", 1)[0]
-    assert "`Stash-Pin: <count>:<digest>`" in pin and "`pin`" in pin
+    assert "`Stash-Pin: <count>:<digest>:<state>`" in pin and "`pin`" in pin
 
 
 @pytest.mark.parametrize("invite", [1, True, ["x"], {"a": 1}])

@@ -72,3 +72,46 @@ def test_a_memory_put_back_whole_is_refused_to_a_pinning_client_until_unpinned(t
         assert run(env, "wake").returncode != 0
     finally:
         server.stop()
+
+
+def test_a_pin_catches_an_undone_erasure_when_every_file_is_put_back(tmp_path: Path):
+    """The log alone does not change when an erasure, a summary or a setting
+    does; the pin's state version does. Put every file back from before an
+    erasure: the log head is the same, the state is older, and a client that
+    pinned after the erasure is refused instead of being served the erased
+    text again."""
+    server = start_server(tmp_path / "srv")
+    try:
+        http = Http(server.url)
+        token = http.init()["token"]
+        uid = token[7:23]
+        secret = "the vault code is 4711"
+        for text in ("one", secret, "three"):
+            http.ok("POST", "/note", token, json={"text": text})
+        folder = server.data / "users" / uid
+        server.stop()
+        shutil.copytree(folder, tmp_path / "before-erasure")
+        server.start(same_port=True)
+        http.ok("POST", "/erase", token, json={"ids": [1]})
+        after = http.ok("GET", "/wake", token)["head"]
+        assert after["count"] == 3 and after["pin"].count(":") == 2
+
+        server.stop()
+        shutil.rmtree(folder)
+        shutil.copytree(tmp_path / "before-erasure", folder)
+        server.start(same_port=True)
+        # Consistent files: served as they are to whoever pinned nothing (the erased text is back)...
+        assert secret in "\n".join(http.ok("GET", "/wake", token)["lines"])
+        # ...and the log head alone matches the pin's, so only the state version tells.
+        before = http.ok("GET", "/wake", token)["head"]
+        assert (before["count"], before["digest"]) == (after["count"], after["digest"])
+        assert before["state"] < after["state"]
+        resp = http.get("/wake", token, headers={"Stash-Pin": after["pin"]})
+        assert resp.status_code == 409 and resp.json()["error"] == "store.pin_mismatch", resp.text
+        assert secret not in resp.text
+        # A pin in the older two-part form still checks the log, and passes here.
+        two_part = f"{after['count']}:{after['digest']}"
+        assert http.get("/wake", token, headers={"Stash-Pin": two_part}).status_code == 200
+        http.close()
+    finally:
+        server.stop()
