@@ -98,6 +98,7 @@ class Session:
                 mf.check_state_copy(state_copy)
                 if self.pin is not None:
                     mf.check_pin(self.pin)
+                mf.writer = self.grant_id  # sealed into every memory and summary it writes
                 self._memory = Memory(mf, writes=self.scope != "read")
             except BaseException:
                 mf.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.blocks import Settled, erase_span, forget_span, levels
-from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
+from ..core.errors import Conflict, Damaged, NotFound, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
@@ -29,6 +29,10 @@ from .schema import sections
 MEMORY_PLAINTEXT_BYTES = 320  # 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded
 SUMMARY_PLAINTEXT_BYTES = 288
 SUMMARY_VERSION_BYTES = 8  # a summary's plaintext starts with the state version it was written at
+# The grant that wrote a memory or a summary: the last bytes of its padded
+# plaintext, sealed with it (0: not recorded, as in rows written before this
+# field). The text's own padding leaves room for it, so it costs no byte.
+WRITER_BYTES = 4
 KEYS_PER_CHUNK = 128
 CHUNK_BYTES = KEYS_PER_CHUNK * aead.KEY_BYTES
 ERASED_KEY = bytes(aead.KEY_BYTES)
@@ -93,6 +97,10 @@ class KeysBehind(RolledBack):
 
 
 class MemoryFile:
+    writer = 0
+    """The grant id recorded as the writer of what this handle appends or
+    settles (the session sets it; 0 records nothing)."""
+
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
                  create: bool = False) -> None:
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
@@ -657,7 +665,8 @@ class MemoryFile:
                 key = os.urandom(aead.KEY_BYTES)
                 slot = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
                 touched[c][slot:slot + aead.KEY_BYTES] = key
-                plain = aead.pad(f"{date} {text}".encode(), MEMORY_PLAINTEXT_BYTES)
+                plain = (aead.pad(f"{date} {text}".encode(), MEMORY_PLAINTEXT_BYTES - WRITER_BYTES)
+                         + self.writer.to_bytes(WRITER_BYTES, "big"))
                 sealed = aead.seal(key, plain, self._aad("log", i))
                 self.conn.execute("INSERT INTO log(id, sealed) VALUES (?, ?)", (i, sealed))
                 prev, digest = digest, chain.step(self._chain_key, digest, i, sealed)
@@ -714,6 +723,30 @@ class MemoryFile:
 
     def memory(self, i: int) -> tuple[int, str, str]:
         return self.memories(i, i + 1)[0]
+
+    def memory_writer(self, i: int) -> int | None:
+        """The grant that wrote memory #i (0: not recorded); None once it is
+        erased, since its key, and so the record, is gone."""
+        self._chunks.clear()
+        row = self.conn.execute("SELECT sealed FROM log WHERE id = ?", (i,)).fetchone()
+        if row is None:
+            raise NotFound(f"No memory #{i}.")
+        key = self._memory_key(i)
+        if key is None or i in self._erased_ids:
+            return None
+        plain = self._open(key, row[0], "log", i)
+        return int.from_bytes(plain[-WRITER_BYTES:], "big")
+
+    def summary_writer(self, lo: int, hi: int) -> int | None:
+        """The grant that wrote the summary of ``[lo, hi)`` (0: not
+        recorded), or None when there is none."""
+        size = hi - lo
+        row = self.conn.execute("SELECT sealed FROM summaries WHERE size = ? AND idx = ?",
+                                (size, lo // size)).fetchone()
+        if row is None:
+            return None
+        plain = self._open(self._rows_key, row[0], "summaries", f"{size}|{lo // size}")
+        return int.from_bytes(plain[-WRITER_BYTES:], "big")
 
     def newest_date(self, T: int | None = None) -> str | None:
         T = self.count() if T is None else T
@@ -847,7 +880,8 @@ class MemoryFile:
             version = self._next_version()
             sealed = aead.seal(self._rows_key,
                                version.to_bytes(SUMMARY_VERSION_BYTES, "big")
-                               + aead.pad(text.encode(), SUMMARY_PLAINTEXT_BYTES),
+                               + aead.pad(text.encode(), SUMMARY_PLAINTEXT_BYTES - WRITER_BYTES)
+                               + self.writer.to_bytes(WRITER_BYTES, "big"),
                                self._aad("summaries", f"{size}|{idx}"))
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
             holes = self._holes()
