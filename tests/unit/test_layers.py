@@ -1,0 +1,88 @@
+"""The package's layers, read from its import statements: core imports no
+other layer and no web framework, crypto and storage never reach up into the
+service or the web, the web edge never opens storage itself, and no module
+imports itself back through others."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "stash"
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Every module of the package (and every outside top-level package) that
+    ``name`` imports, wherever in the file the import stands."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [target, *(f"{target}.{a.name}" for a in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [a.name for a in node.names]
+        else:
+            continue
+        for c in candidates:
+            found.add(c if c in known else c.split(".")[0])
+    return found - {name}
+
+
+GRAPH = {name: imports(name, path, modules()) for name, path in modules().items()}
+
+
+def layer(name: str) -> str:
+    return name.split(".")[1] if name.count(".") else ""
+
+
+def test_core_is_pure() -> None:
+    for name, deps in GRAPH.items():
+        if layer(name) == "core":
+            assert not {d for d in deps if d.startswith("stash.") and layer(d) != "core"}, name
+            assert not deps & {"starlette", "uvicorn", "sqlite3", "sqlcipher3", "httpx"}, name
+
+
+def test_lower_layers_never_reach_up() -> None:
+    below = {"core": set(), "crypto": {"core", "crypto"}, "storage": {"core", "crypto", "storage"}}
+    for name, deps in GRAPH.items():
+        if layer(name) in below:
+            allowed = below[layer(name)] | {layer(name)}
+            assert {layer(d) for d in deps if d.startswith("stash.")} <= allowed, name
+            assert "starlette" not in deps, name
+
+
+def test_the_web_edge_never_opens_storage() -> None:
+    for name, deps in GRAPH.items():
+        if layer(name) == "web":
+            assert not [d for d in deps if layer(d) == "storage" and d.startswith("stash.")], name
+
+
+def test_no_import_cycle() -> None:
+    seen: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(name: str, path: list[str]) -> None:
+        seen[name] = 1
+        for dep in GRAPH.get(name, ()):
+            if dep not in GRAPH or dep == "stash":
+                continue
+            assert seen.get(dep) != 1, " -> ".join([*path, name, dep])
+            if dep not in seen:
+                visit(dep, [*path, name])
+        seen[name] = 2
+
+    for name in GRAPH:
+        if name not in seen:
+            visit(name, [])
