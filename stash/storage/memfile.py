@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.blocks import Settled, erase_span, forget_span, levels
-from ..core.errors import Conflict, Damaged, NotFound, PinMismatch, RolledBack, Unavailable
+from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
@@ -730,7 +730,7 @@ class MemoryFile:
         self._chunks.clear()
         row = self.conn.execute("SELECT sealed FROM log WHERE id = ?", (i,)).fetchone()
         if row is None:
-            raise NotFound(f"No memory #{i}.")
+            raise ValueError(f"no memory #{i} in this log")
         key = self._memory_key(i)
         if key is None or i in self._erased_ids:
             return None

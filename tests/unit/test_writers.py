@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from stash.core.errors import NotFound
 from stash.service.access import Vault
 
 
@@ -32,7 +31,7 @@ def test_each_memory_and_summary_names_the_grant_that_wrote_it(tmp_path: Path) -
         assert [mf.memory_writer(i) for i in range(4)] == [owner_id, full_id, full_id, owner_id]
         assert mf.summary_writer(0, 2) == full_id and mf.summary_writer(2, 4) == owner_id
         assert mf.summary_writer(0, 4) is None  # not written yet
-        with pytest.raises(NotFound):
+        with pytest.raises(ValueError):
             mf.memory_writer(4)
         assert owner_id != full_id
 
