@@ -1,4 +1,4 @@
-"""argon2id alone, at the settings README.md weighs, beside the lookup tag.
+"""argon2id alone, at the settings SECURITY.md weighs, beside the lookup tag.
 
     python bench/kdf.py
 

@@ -19,7 +19,7 @@ def _data(arg: str) -> Path:
 
 ERASURE_NOTE = ("stash: a backup keeps what was erased after it was taken, and what capabilities revoked after it "
                 "could read, for as long as the backup is kept (the deploy timer keeps 14 daily ones); after a "
-                "restore, re-apply the erasures made since (README.md, \"Backups, restores and erasures\").")
+                "restore, re-apply the erasures made since (SECURITY.md, \"Backups, restores and erasures\").")
 
 
 def _print_report(report) -> None:

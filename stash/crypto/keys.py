@@ -6,7 +6,7 @@ that capability's secret. The secret already carries 256 uniform bits, so no
 per-guess cost matters against it (2^255 guesses on average), and a key ring
 thief who knows part of a token can already test guesses for the rest at
 BLAKE2b speed against the grant's lookup tag: argon2id is kept because the
-contract names it, at the cheapest sound cost (README, "Choosing the argon2id
+contract names it, at the cheapest sound cost (SECURITY.md, "Choosing the argon2id
 parameters"). Parameters are stored beside each wrapped key, so grants minted
 at an older, higher cost keep opening with it.
 """

@@ -14,7 +14,7 @@ from stash.cli import mcp_server
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", REPO / "API-REFERENCE.md", REPO / "deploy" / "README.md", REPO / "bench" / "README.md",
-        REPO / "skill" / "SKILL.md"]
+        REPO / "skill" / "SKILL.md", REPO / "SECURITY.md", REPO / "stash" / "CLIENT.md"]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 

@@ -217,7 +217,7 @@ def test_a_key_ring_copy_from_another_history_is_refused(user: User):
 
 
 def test_both_files_rolled_back_are_served_but_a_pinned_client_is_refused(user: User, tmp_path: Path):
-    """The limit stated in the README: who rolls back the key ring too is only
+    """The limit stated in SECURITY.md: who rolls back the key ring too is only
     caught by a client that remembers the head."""
     for t in texts(3):
         user.note(t)

@@ -1,0 +1,102 @@
+"""The documents are a front door and the rooms behind it (issue 14 item 6):
+README.md stays short, and every relative Markdown link between the documents
+reaches a file of this repository (and, into a Markdown file, one of its
+headings); no link leaves the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stash.client import VERBS
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = ["README.md", "SECURITY.md", "deploy/README.md", "stash/CLIENT.md", "bench/README.md", "API-REFERENCE.md"]
+README_MAX_LINES = 150
+
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
+LINK = re.compile(r"\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.M)
+
+
+def prose(text: str) -> str:
+    """The text with fenced blocks and code spans removed: a link is only a link outside code."""
+    return CODE_SPAN.sub("", FENCE.sub("", text))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower-cased, punctuation dropped (letters,
+    digits, ``_`` and ``-`` kept), each space a ``-``."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).lower()
+    return "".join(c for c in text if c.isalnum() or c in "_- ").replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading's anchor, with GitHub's ``-1``, ``-2`` for repeated headings."""
+    seen: dict[str, int] = {}
+    out = set()
+    for heading in HEADING.findall(FENCE.sub("", path.read_text(encoding="utf-8"))):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+def broken_links(doc: Path, root: Path = REPO) -> list[str]:
+    """Every link of ``doc`` that is not to the web and does not reach a file
+    of the repository (or a heading of it), or that leaves the repository."""
+    bad = []
+    for target in LINK.findall(prose(doc.read_text(encoding="utf-8"))):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto: — not a file of ours
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (doc.parent / file_part).resolve() if file_part else doc.resolve()
+        if not dest.is_relative_to(root.resolve()):
+            bad.append(f"{target} (outside the repository)")
+        elif not dest.exists():
+            bad.append(f"{target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            bad.append(f"{target} (no such heading)")
+    return bad
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_every_relative_link_reaches_a_file_of_the_repository(name: str) -> None:
+    doc = REPO / name
+    assert doc.exists(), name
+    assert broken_links(doc) == [], name
+
+
+def test_the_readme_is_a_front_door() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= README_MAX_LINES
+    for room in DOCS[1:] + ["skill/SKILL.md"]:
+        assert f"]({room}" in text, f"README.md does not link to {room}"
+
+
+def test_the_client_manual_names_every_verb() -> None:
+    text = (REPO / "stash" / "CLIENT.md").read_text(encoding="utf-8")
+    missing = [v for v in VERBS if not re.search(rf"\bstash {re.escape(v)}\b", text)]
+    assert missing == [], f"stash/CLIENT.md does not name {missing}"
+
+
+def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
+    """A checker that passes everything proves nothing: each kind of bad link is caught,
+    and links inside code are not links."""
+    root = tmp_path / "repo"
+    (root / "docs").mkdir(parents=True)
+    (root / "README.md").write_text("# Stash\n\n## Where to read on\n", encoding="utf-8")
+    (tmp_path / "SPEC.md").write_text("# outside\n", encoding="utf-8")
+    probe = root / "docs" / "probe.md"
+    probe.write_text(
+        "# A heading, with `code`\n\n"
+        "[ok](../README.md#where-to-read-on) [ok too](#a-heading-with-code) [web](https://example.com)\n"
+        "[gone](no-such-file.md) [out](../../SPEC.md) [anchor](../README.md#no-such-heading)\n"
+        "`[in code](nowhere.md)`\n\n```\n[in a fence](nowhere.md)\n```\n",
+        encoding="utf-8")
+    assert broken_links(probe, root) == ["no-such-file.md (no such file)", "../../SPEC.md (outside the repository)",
+                                         "../README.md#no-such-heading (no such heading)"]
