@@ -152,6 +152,13 @@ class Http(BearerClient):
         self.client.close()
 
 
+def settle_all(http: Http, tok: str) -> None:
+    """Write every pending summary, one nap at a time, until none is due."""
+    nap = http.ok("POST", "/nap", tok, json={})["nap"]
+    while nap:
+        nap = http.ok("POST", "/nap", tok, json={"block": nap["block"], "text": f"sum {nap['block']}"})["nap"]
+
+
 def start_server(tmp: Path, *extra: str) -> Server:
     tmp.mkdir(parents=True, exist_ok=True)
     return Server(data=tmp / "data", log=tmp / "server.log", extra=list(extra)).start()

@@ -18,9 +18,8 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.e2e.test_client import settle_all
 from tests.helpers import assert_error
-from tests.live import CLI_TIMEOUT, REPO, Http, start_server
+from tests.live import CLI_TIMEOUT, REPO, Http, settle_all, start_server
 
 REQUEST_TIMEOUT = 60.0  # one tool call
 SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
