@@ -14,12 +14,9 @@ import httpx
 import pytest
 
 from stash.crypto import tokens
-from stash.crypto.keys import KdfParams
 from stash.web.app import create_app
 from tests.forgery import random_secret_digits, with_checksum
-from tests.helpers import Api, assert_error, make_settings
-
-CHEAP_KDF = KdfParams(1, 1024, 1)
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 
 
 def at(app, host: str) -> Api:

@@ -18,7 +18,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.helpers import assert_error
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, settle_all, start_server
 
 REQUEST_TIMEOUT = 60.0  # one tool call
@@ -262,7 +262,7 @@ def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, t
 
 
 def test_stash_mcp_pins_by_default_and_reports_a_memory_put_back_whole(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "srv", "--kdf-time", "1", "--kdf-memory", "1024")
+    server = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
     pins = str(tmp_path / "pins.json")
     try:
         token = Http(server.url).init()["token"]
