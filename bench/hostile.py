@@ -27,14 +27,12 @@ import threading
 import time
 from pathlib import Path
 
+import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
+from run import bogus_tokens, scrape, serve
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from run import Server, bogus_tokens, scrape
-
-from tests.e2e.test_preauth_flood import FLOOD, FLOOD_BODY, forged_import, rss_bytes
+from tests.forgery import FLOOD, FLOOD_BODY, forged_import, rss_bytes
+from tests.live import Server
 
 MIB = 1 << 20
 
@@ -213,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=200, help="idle wakes for the median")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stash-hostile-") as root:
-        server = Server(Path(root) / "data", Path(root) / "server.log")
+        server = serve(Path(root) / "data", Path(root) / "server.log")
         out = [f"Command: python bench/hostile.py {' '.join(sys.argv[1:] if argv is None else argv)}; server: "
                f"{server.command}", ""]
         try:

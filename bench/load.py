@@ -32,7 +32,6 @@ import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -40,7 +39,11 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
+
+from tests.helpers import CHEAP_KDF_FLAGS
+from tests.live import Server
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -48,15 +51,8 @@ DEFAULT_ROOT = Path("/tmp/stash-load")
 MIX = {"wake": 40, "note": 30, "nap": 10, "recall": 20}
 RECALL_PATTERNS = ("deploy", "green|red", "note [0-9]+7", "zebra")
 WORDS = ("deploy", "green", "red", "cache", "schema", "release", "rollback", "index", "user", "build")
-START_TIMEOUT = 60.0
 REQUEST_TIMEOUT = 60.0
 LIMIT = "1000000000"  # per-address limits: every generator is 127.0.0.1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(sorted_xs: list[float], q: float) -> float:
@@ -70,33 +66,15 @@ def percentile(sorted_xs: list[float], q: float) -> float:
 # ---------------------------------------------------------------- server
 
 
-def start_server(data: Path, log: Path, workers: int, cheap_kdf: bool,
-                 tree: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """``stash serve`` from this checkout, or with ``tree`` from another
-    checkout of the repository (its ``stash`` package first on the path)."""
-    port = free_port()
-    env = None
+def start_server(data: Path, log: Path, workers: int, cheap_kdf: bool, tree: Path | None = None) -> Server:
+    """``stash serve`` through the tests' launcher, from this checkout, or with
+    ``tree`` from another checkout of the repository (run there, its
+    ``stash`` package first on the path)."""
+    extra = ["--workers", str(workers), *(CHEAP_KDF_FLAGS if cheap_kdf else ())]
+    server = Server(data, log, extra=extra, limits=["--init-per-minute", LIMIT, "--auth-failures-per-minute", LIMIT])
     if tree is not None:
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, "-m", "stash", "serve", "--data", str(data), "--port", str(port),
-           "--workers", str(workers), "--init-per-minute", LIMIT, "--auth-failures-per-minute", LIMIT]
-    if cheap_kdf:
-        cmd += ["--kdf-time", "1", "--kdf-memory", "1024"]
-    out = open(log, "ab")  # the server writes to it until it stops
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, env=env, cwd=tree)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"stash serve exited; see {log}")
-        try:
-            if httpx.get(url + "/health", timeout=2, trust_env=False).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit(f"stash serve did not come up; see {log}")
+        server.cwd, server.env = tree, {"PYTHONPATH": str(tree)}
+    return server.start()
 
 
 def server_rss(pgid: int) -> int:
@@ -198,7 +176,7 @@ def generator(url: str, tokens: list[str], conns: int, start: float, end: float,
 def report(args, lat, errors, conflicts, rss: list[tuple[float, int]], windows: int, started: str) -> str:
     out = [f"# Stash load test, {started}", ""]
     out.append(f"{platform.node() or 'host'}: {os.cpu_count()} cores, Python {platform.python_version()}; "
-               f"server `--workers {args.workers}`{', cheap KDF (t=1, 1 MiB)' if args.cheap_kdf else ''}; "
+               f"server `--workers {args.workers}`{', cheap KDF (t=1, 8 KiB)' if args.cheap_kdf else ''}; "
                f"{args.users} users; {args.procs} generator processes x {args.conns} keep-alive connections; "
                f"mix {', '.join(f'{k} {v}%' for k, v in MIX.items())} (plus the naps notes bring due); "
                f"{args.duration:g} s in windows of {args.window:g} s.")
@@ -240,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=4, help="load-generator processes")
     p.add_argument("--conns", type=int, default=4, help="keep-alive connections (threads) per generator")
     p.add_argument("--workers", type=int, default=1, help="stash serve --workers")
-    p.add_argument("--cheap-kdf", action="store_true", help="argon2id t=1, 1 MiB for the users' grants")
+    p.add_argument("--cheap-kdf", action="store_true",
+                   help="the tests' cheapest argon2id (tests/helpers.py CHEAP_KDF) for the users' grants")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="data folder parent (deleted unless --keep)")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--out", type=Path, default=None)
@@ -275,7 +254,8 @@ def run_once(args, windows: int, tree: Path | None) -> tuple[str, float]:
     root = args.root / f"run-{os.getpid()}-{'old' if tree else 'new'}"
     root.mkdir(parents=True, exist_ok=False)
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    proc, url = start_server(root / "data", root / "server.log", args.workers, args.cheap_kdf, tree)
+    server = start_server(root / "data", root / "server.log", args.workers, args.cheap_kdf, tree)
+    proc, url = server.proc, server.url
     try:
         tokens = []
         with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT, trust_env=False) as http:

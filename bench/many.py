@@ -27,17 +27,15 @@ import sys
 import time
 from pathlib import Path
 
+import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
+from build import _write_summaries
+from run import serve
+
+from stash.crypto.keys import subkey
+from stash.service.access import Vault
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from build import _write_summaries  # noqa: E402
-from run import Server  # noqa: E402
-
-from stash.crypto.keys import subkey  # noqa: E402
-from stash.service.access import Vault  # noqa: E402
-
 RESULTS = HERE / "results"
 
 
@@ -53,7 +51,9 @@ def populate(data: Path, users: int, memories: int) -> list[str]:
         with vault.session(ident.token, "owner") as s:
             s.memory.mf.append([("2026-11-01", f"user {k} memory {i}: prefers tea, deploys on fridays")
                                 for i in range(memories)])
-            _write_summaries(s.memory.mf, subkey(s.master, b"rows"), memories)
+            # as build.py writes them: the current epoch's row key, then the state head sealed over the rows
+            _write_summaries(s.memory.mf, subkey(s.chain.current, b"rows"), memories)
+            s.memory.mf.bulk_loaded()
         out.append(ident.token)
         if k % 500 == 499:
             log(f"{k + 1}/{users} identities")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     many_dir, many_toks, one_dir, one_tok = prepared(args.users, args.memories, args.fresh)
     tmp = RESULTS / "many-logs"
     tmp.mkdir(parents=True, exist_ok=True)
-    a, b = Server(one_dir, tmp / "one.log"), Server(many_dir, tmp / "many.log")
+    a, b = serve(one_dir, tmp / "one.log"), serve(many_dir, tmp / "many.log")
     times: dict[str, list[float]] = {"one": [], "many": []}
     peak = {"one": [0, 0], "many": [0, 0]}
     rss0 = {"one": rss(a.proc.pid), "many": rss(b.proc.pid)}

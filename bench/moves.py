@@ -31,10 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import Server  # the same server launcher as bench/run.py
+from run import serve  # tests/live.py's launcher, as bench/run.py starts it
 
 LOG_REC, TREE_REC = 320, 288  # OptMem's record widths
 _CMD = re.compile(r'curl -s -H "Authorization: Bearer \$STASH_TOKEN"(?: -X POST)? "\$STASH_URL(/[a-z]+)"'
@@ -127,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--summaries", type=int, default=100_000, help="summaries in the OptMem folder")
     args = p.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="stash-moves-"))
-    server = Server(root / "data", root / "server.log")
+    server = serve(root / "data", root / "server.log")
     try:
         a = import_to_awake(server.url, args.awake)
         print(f"import to awake: T = {a['T']:,}: awake after {a['requests']} requests ({a['batches']} batches) "

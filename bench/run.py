@@ -25,9 +25,7 @@ import os
 import platform
 import re
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import timeit
@@ -35,10 +33,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from build import RARE_WORD, Built, build, verify
 
 from stash.crypto import keys, tokens
@@ -47,6 +43,7 @@ from stash.service.access import Vault
 from stash.storage.files import UserFiles
 from stash.storage.keyring import open_keyring
 from stash.storage.memfile import MemoryFile
+from tests.live import Server
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -109,50 +106,12 @@ def ms(x: float | None, digits: int = 2) -> str:
 # ---------------------------------------------------------------- server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """``python -m stash serve`` on loopback, as an operator would run it."""
-
-    def __init__(self, data: Path, log: Path, *, auth_limit: int | None = HIGH_LIMIT) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "stash", "serve", "--data", str(data), "--port", str(self.port)]
-        if auth_limit is not None:
-            cmd += ["--auth-failures-per-minute", str(auth_limit)]
-        self.command = " ".join(cmd[1:])
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STASH_")}
-        self._log = open(log, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=1, trust_env=False).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the server did not start; see {log}")
-            time.sleep(0.1)
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+def serve(data: Path, log: Path, *, auth_limit: int | None = HIGH_LIMIT) -> Server:
+    """``stash serve`` on loopback through the tests' launcher, as an operator
+    would run it: no ``STASH_*`` variable of the caller's shell, the defaults
+    but the failed-authentication limit (none lifted when ``auth_limit`` is None)."""
+    limits = [] if auth_limit is None else ["--auth-failures-per-minute", str(auth_limit)]
+    return Server(data, log, limits=limits, inherit_stash_env=False).start()
 
 
 _METRIC = re.compile(r'stash_request_seconds_(sum|count)\{method="([A-Z]+)",route="([^"]*)"\} ([0-9.e+-]+)')
@@ -435,7 +394,7 @@ def measure_size(T: int, root: Path, counts: Counts, log: Callable[[str], None])
         log(f"  recall {q!r} in process: {v['total']:.2f} s ({v['decrypt the log']:.2f} s decrypting)")
     series: list[Series] = []
     kdf_series: list[tuple[KdfParams, Series]] = []
-    server = Server(data, root / "server.log")
+    server = serve(data, root / "server.log")
     tok = built.token
     try:
         with httpx.Client(base_url=server.url, timeout=300, trust_env=False) as c:
@@ -550,7 +509,7 @@ class LimitProbe:
 def limit_probe(data: Path, root: Path, unlimited: Series | None) -> LimitProbe:
     """Bogus tokens from one client against a server with the default limit,
     until the first 429."""
-    server = Server(data, root / "server.log", auth_limit=None)
+    server = serve(data, root / "server.log", auth_limit=None)
     bad = bogus_tokens(tokens.new_user_id())["bad checksum"]
     headers = {"Authorization": f"Bearer {bad}"}
     try:

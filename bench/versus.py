@@ -36,18 +36,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
 import orjson
+from build import RARE_WORD, build, verify
+from run import serve
+
+from stash.service.access import Vault
+from stash.service.export import LOG_REC, TREE_REC, _record
+from tests.live import Server
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from build import RARE_WORD, build, verify  # noqa: E402
-from run import Server  # noqa: E402
-
-from stash.service.access import Vault  # noqa: E402
-from stash.service.export import LOG_REC, TREE_REC, _record  # noqa: E402
-
 RESULTS = HERE / "results"
 STANDIN = HERE / "memo_standin.py"
 COMMON = "deploy.*green"
@@ -168,7 +167,7 @@ def measure(T: int, data: Path, memo: Path, owner: str, reps: int, recall_reps: 
         _, token = Vault(data).mint_grant(s, "full")
     mismatches: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix="stash-versus-"))
-    server = Server(data, tmp / "server.log")
+    server = serve(data, tmp / "server.log")
     try:
         c = Calls(server.url, token, memo, tmp, server)
         with httpx.Client(base_url=server.url, trust_env=False, timeout=600) as warm:

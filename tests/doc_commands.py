@@ -1,4 +1,4 @@
-"""Reading the commands the documents print: which route a curl command
+"""Reading the documents (API-REFERENCE.md, skill/) and the commands they print: which route a curl command
 calls, which verb a ``stash`` command names. Shared by the tests that hold
 API-REFERENCE.md and skill/ to the server."""
 
@@ -6,8 +6,24 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 from stash.web.routes import ROUTES
+
+REFERENCE = Path(__file__).resolve().parents[1] / "API-REFERENCE.md"
+SKILL_DIR = Path(__file__).resolve().parents[1] / "skill"
+SKILL = SKILL_DIR / "SKILL.md"
+AGENTS = SKILL_DIR / "AGENTS.md"
+
+
+def reference() -> str:
+    assert REFERENCE.is_file(), f"{REFERENCE.name} is missing: SPEC §3 says shapes are written down there"
+    return REFERENCE.read_text(encoding="utf-8")
+
+
+def indented_commands(doc: str) -> list[str]:
+    """The command lines of the document: its indented code lines."""
+    return [line.strip() for line in doc.splitlines() if re.match(r"^ {4,}(curl|stash) ", line)]
 
 
 def curl_calls(text: str) -> list[tuple[str, str]]:

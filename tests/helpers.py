@@ -9,7 +9,15 @@ from pathlib import Path
 
 import httpx
 
+from stash.crypto.keys import KdfParams
 from stash.web.settings import Settings
+
+# The one cheap KDF of the suite: the cheapest argon2id the key ring accepts
+# (one pass over 8 KiB), for every test where the KDF is not what is tested
+# (tests/unit/test_keys.py tests argon2 itself and keeps its own costs). As an
+# object for a Vault or Settings, and as flags for a ``stash serve``.
+CHEAP_KDF = KdfParams(time_cost=1, memory_kib=8, lanes=1)
+CHEAP_KDF_FLAGS = ("--kdf-time", str(CHEAP_KDF.time_cost), "--kdf-memory", str(CHEAP_KDF.memory_kib))
 
 ERROR_CODE = re.compile(r"[a-z_]+(\.[a-z_]+)*")
 

@@ -50,14 +50,27 @@ def live_group_members(pgid: int) -> list[int]:
     return out
 
 
+# Every test client connects from 127.0.0.1: lift the per-address limits.
+LIFTED_LIMITS = ("--init-per-minute", "100000", "--auth-failures-per-minute", "100000",
+                 "--init-per-day", "100000000")
+
+
 @dataclass
 class Server:
-    """One ``python -m stash serve`` process and where its output goes."""
+    """One ``python -m stash serve`` process and where its output goes.
+
+    Tests take the defaults; bench/ sets ``limits`` to what it measures,
+    leaves out the caller's ``STASH_*`` variables, and may run another
+    checkout's server (``cwd`` and ``env`` with its PYTHONPATH)."""
 
     data: Path
     log: Path
     extra: list[str] = field(default_factory=list)
     prefix: list[str] = field(default_factory=list)  # a command the server runs under, e.g. setpriv
+    limits: list[str] = field(default_factory=lambda: list(LIFTED_LIMITS))  # per-address limit flags
+    env: dict[str, str] = field(default_factory=dict)  # set over the inherited environment
+    inherit_stash_env: bool = True  # False: no STASH_* variable of the caller reaches the server
+    cwd: Path = REPO  # ``-m stash`` imports the package found here first
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -70,20 +83,31 @@ class Server:
         for attempt in range(3):
             if not (same_port and attempt == 0 and self.port):
                 self.port = free_port()
-            cmd = [*self.prefix, sys.executable, "-m", "stash", "serve", "--data", str(self.data),
-                   "--port", str(self.port), "--host", "127.0.0.1",
-                   # Every test client connects from 127.0.0.1: lift the per-address limits.
-                   "--init-per-minute", "100000", "--auth-failures-per-minute", "100000",
-                   "--init-per-day", "100000000", *self.extra]
+            env = {k: v for k, v in os.environ.items() if self.inherit_stash_env or not k.startswith("STASH_")}
             with open(self.log, "ab") as out:
                 # Its own session, so kill9() can take every worker process with it.
-                self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                             cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                self.proc = subprocess.Popen([*self.prefix, *self.argv()], stdout=out, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, cwd=self.cwd,
+                                             env={**env, "PYTHONUNBUFFERED": "1", **self.env},
                                              start_new_session=True)
             if self._wait_healthy():
                 return self
             self.stop()
         raise RuntimeError(f"stash serve did not come up; its log:\n{self.log_text()[-4000:]}")
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "stash", "serve", "--data", str(self.data), "--port", str(self.port),
+                "--host", "127.0.0.1", *self.limits, *self.extra]
+
+    @property
+    def command(self) -> str:
+        """The command line after the interpreter, as a report names it."""
+        return " ".join(self.argv()[1:])
+
+    def cpu_seconds(self) -> float:
+        """User plus system CPU the server's main process has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def _wait_healthy(self) -> bool:
         deadline = time.monotonic() + START_TIMEOUT
@@ -91,7 +115,7 @@ class Server:
             if self.proc.poll() is not None:
                 return False
             try:
-                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                if httpx.get(self.url + "/health", timeout=2.0, trust_env=False).status_code == 200:
                     return True
             except httpx.TransportError:
                 pass
@@ -150,6 +174,13 @@ class Http(BearerClient):
 
     def close(self) -> None:
         self.client.close()
+
+
+def settle_all(http: Http, tok: str) -> None:
+    """Write every pending summary, one nap at a time, until none is due."""
+    nap = http.ok("POST", "/nap", tok, json={})["nap"]
+    while nap:
+        nap = http.ok("POST", "/nap", tok, json={"block": nap["block"], "text": f"sum {nap['block']}"})["nap"]
 
 
 def start_server(tmp: Path, *extra: str) -> Server:

@@ -1,5 +1,6 @@
-"""A user's memory file opened as someone holding it and its key would open
-it, with the log's delete guard dropped: how the tamper tests cut a log."""
+"""A user's files opened outside the service, as someone holding a file and
+its key would open it: the one raw opener of the tamper tests (``open_raw``),
+and the memory file with the log's delete guard dropped, how they cut a log."""
 
 from __future__ import annotations
 
@@ -27,15 +28,27 @@ def restore_log_triggers(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def file_key(master: bytes) -> bytes:
+    """The SQLCipher key of a user's memory file, as the server derives it."""
+    return keys.subkey(master, b"file")
+
+
+def open_raw(path: Path, key: bytes | None, **connect: object) -> sqlite3.Connection:
+    """``path`` opened with SQLCipher under the raw 32-byte ``key`` and the
+    server's page size, or with the stdlib sqlite3 when ``key`` is None (a
+    plain file). Opening never checks the key: with a wrong one the first
+    read fails, as it does for the server."""
+    if key is None:
+        return sqlite3.connect(str(path), **connect)
+    conn = sqlcipher.connect(str(path), **connect)
+    conn.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
+    conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
+    return conn
+
+
 @contextlib.contextmanager
 def raw_memory_file(folder: Path, master: bytes, cipher: str) -> Iterator[sqlite3.Connection]:
-    path = str(folder / "memory.db")
-    if cipher == "sqlcipher":
-        conn = sqlcipher.connect(path, isolation_level=None)
-        conn.execute(f"PRAGMA key = \"x'{keys.subkey(master, b'file').hex()}'\"")
-        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
-    else:
-        conn = sqlite3.connect(path, isolation_level=None)
+    conn = open_raw(folder / "memory.db", file_key(master) if cipher == "sqlcipher" else None, isolation_level=None)
     try:
         conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
         yield conn

@@ -2,13 +2,22 @@
 
 OpenAPI 3.1 schemas are JSON Schema 2020-12, and every ``$ref`` in the
 document points into ``#/components``; a sub-schema checked on its own gets the
-document's ``components`` beside it, so those references resolve unchanged."""
+document's ``components`` beside it, so those references resolve unchanged.
+
+Also here: an answer checked against its operation (``check_answer``) and
+the error codes the package can raise, read from its source."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
+
+import stash
+from stash.core import errors
+from tests.helpers import assert_error
 
 
 def problems(doc: dict, schema: Any, value: Any) -> list[str]:
@@ -26,3 +35,51 @@ def resolve(doc: dict, ref: str) -> Any:
     for part in ref[2:].split("/"):
         node = node[part.replace("~1", "/").replace("~0", "~")]
     return node
+
+
+def operation(doc: dict, method: str, path: str) -> dict:
+    return doc["paths"][path][method.lower()]
+
+
+def check_answer(doc: dict, method: str, path: str, resp, status: int | None = None) -> dict:
+    """``resp`` is one of the responses the document gives this operation, and
+    its body satisfies that response's schema."""
+    op = operation(doc, method, path)
+    documented = op["responses"].get(str(resp.status_code))
+    assert documented is not None, (method, path, resp.status_code, resp.text[:300])
+    if status is not None:
+        assert resp.status_code == status, resp.text[:300]
+    (media, content), = documented["content"].items()
+    assert resp.headers["content-type"].split(";")[0] == media
+    if media != "application/json":
+        return {}
+    body = resp.json()
+    schema = content["schema"]
+    assert problems(doc, schema, body) == [], (method, path, body)
+    if resp.status_code < 400:
+        target = resolve(doc, schema["$ref"]) if "$ref" in schema else schema
+        if target.get("properties"):
+            assert set(body) == set(target["properties"]), (method, path)
+            assert set(target["required"]) <= set(body)
+    else:
+        assert_error(resp, resp.status_code)
+        assert body["error"] in documented["x-error-codes"], (method, path, body["error"])
+    return body
+
+
+def codes_in_source() -> set[str]:
+    """Every error code the package can raise, read from its source: the
+    ``code=`` of each raise of an error class, or the class's default."""
+    classes = {name: cls for name, cls in vars(errors).items()
+               if isinstance(cls, type) and issubclass(cls, errors.StashError)}
+    found: set[str] = set()
+    for file in Path(stash.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes):
+                continue
+            given = [k.value for k in node.keywords if k.arg == "code"]
+            if not given:
+                found.add(classes[node.func.id].code)
+            elif isinstance(given[0], ast.Constant):
+                found.add(given[0].value)
+    return found

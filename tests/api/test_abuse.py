@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import zlib
 from pathlib import Path
 
 import argon2.low_level
@@ -15,12 +14,9 @@ import httpx
 import pytest
 
 from stash.crypto import tokens
-from stash.crypto.keys import KdfParams
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
-
-CHEAP_KDF = KdfParams(1, 1024, 1)
-B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+from tests.forgery import random_secret_digits, with_checksum
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 
 
 def at(app, host: str) -> Api:
@@ -44,21 +40,6 @@ def clients():
     yield make
     for c in made:
         c.close()
-
-
-def with_checksum(body: str) -> str:
-    """SPEC §4: the last 6 characters are the base62 CRC32 of what precedes them."""
-    n = zlib.crc32(body.encode())
-    digits = ""
-    for _ in range(6):
-        n, r = divmod(n, 62)
-        digits = B62[r] + digits
-    return body + digits
-
-
-def random_secret_digits() -> str:
-    # 43 base62 digits hold more than 256 bits; a small first digit keeps it a valid secret.
-    return "1" + "".join(B62[b % 62] for b in os.urandom(42))
 
 
 def users(data_dir: Path) -> list[str]:

@@ -11,17 +11,14 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import sqlcipher3.dbapi2 as sqlcipher
 
-from stash.crypto import keys, tokens
-from stash.crypto.keys import KdfParams
-from stash.storage.files import PAGE_BYTES
+from stash.crypto import tokens
 from stash.web.app import create_app
 from tests.api.support import export_members
-from tests.helpers import Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 from tests.oracle import bid
+from tests.raw_files import file_key, open_raw
 
-CHEAP_KDF = KdfParams(1, 1024, 1)
 TOKEN = re.compile(tokens.TOKEN_PATTERN)
 STAMP = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -69,12 +66,7 @@ def log_rows(api: Api, data_dir: Path, owner: str) -> list[tuple[int, bytes]]:
         master = bytes(s.master)
         cipher = s.keyring.meta("file_cipher")
     path = data_dir / "users" / user_of(owner) / "memory.db"
-    if cipher == "sqlcipher":
-        conn = sqlcipher.connect(str(path))
-        conn.execute(f"PRAGMA key = \"x'{keys.subkey(master, b'file').hex()}'\"")
-        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
-    else:
-        conn = sqlite3.connect(str(path))
+    conn = open_raw(path, file_key(master) if cipher == "sqlcipher" else None)
     try:
         return conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall()
     finally:

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 
 from stash.cli.main import HOST_VERBS
 from stash.web.routes import ROUTES
+from tests.doc_commands import reference
 
-REFERENCE = Path(__file__).resolve().parents[2] / "API-REFERENCE.md"
 # SPEC §5 names these verbs; the client may offer more, never fewer.
 SPEC_VERBS = ("wake", "note", "nap", "recall", "zoom", "forget", "config", "import", "grants")
-
-
-def reference() -> str:
-    assert REFERENCE.is_file(), f"{REFERENCE.name} is missing: SPEC §3 says shapes are written down there"
-    return REFERENCE.read_text(encoding="utf-8")
 
 
 def route_pattern(method: str, path: str) -> re.Pattern:

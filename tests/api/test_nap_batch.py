@@ -237,7 +237,7 @@ def test_a_2000_memory_import_is_awake_within_40_requests(mem: Mem) -> None:
 
 
 def test_batch_answers_match_the_openapi_document(mem: Mem) -> None:
-    from tests.api.test_openapi import check_answer
+    from tests.schema_check import check_answer
 
     doc = mem.api.get("/openapi.json").json()
     mem.import_([f"m{i}" for i in range(40)])

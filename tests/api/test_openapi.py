@@ -9,19 +9,15 @@ the server fails a test."""
 
 from __future__ import annotations
 
-import ast
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import stash
-from stash.core import errors
 from stash.web.app import create_app
 from stash.web.routes import ROUTES
 from tests.helpers import Api, assert_error, make_settings
-from tests.schema_check import problems, resolve
+from tests.schema_check import check_answer, codes_in_source, operation, problems, resolve
 
 OLD_DATE = "2020-02-03"
 SECURED = {"read", "full", "owner"}
@@ -51,10 +47,6 @@ def doc(api: Api) -> dict:
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith("application/json")
     return resp.json()
-
-
-def operation(doc: dict, method: str, path: str) -> dict:
-    return doc["paths"][path][method.lower()]
 
 
 def all_refs(node: Any) -> list[str]:
@@ -122,24 +114,6 @@ def test_every_error_response_is_the_error_shape(doc: dict) -> None:
                     assert {"error", "message"} <= set(target["required"]), ref
 
 
-def codes_in_source() -> set[str]:
-    """Every error code the package can raise, read from its source: the
-    ``code=`` of each raise of an error class, or the class's default."""
-    classes = {name: cls for name, cls in vars(errors).items()
-               if isinstance(cls, type) and issubclass(cls, errors.StashError)}
-    found: set[str] = set()
-    for file in Path(stash.__file__).parent.rglob("*.py"):
-        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes):
-                continue
-            given = [k.value for k in node.keywords if k.arg == "code"]
-            if not given:
-                found.add(classes[node.func.id].code)
-            elif isinstance(given[0], ast.Constant):
-                found.add(given[0].value)
-    return found
-
-
 def test_documented_codes_are_the_codes_the_server_raises(doc: dict) -> None:
     documented = {code for ops in doc["paths"].values() for op in ops.values()
                   for resp in op["responses"].values() for code in resp.get("x-error-codes", [])}
@@ -154,32 +128,6 @@ def test_documented_codes_are_the_codes_the_server_raises(doc: dict) -> None:
 
 
 # ---------------------------------------------------------------- live answers against the document
-
-
-def check_answer(doc: dict, method: str, path: str, resp, status: int | None = None) -> dict:
-    """``resp`` is one of the responses the document gives this operation, and
-    its body satisfies that response's schema."""
-    op = operation(doc, method, path)
-    documented = op["responses"].get(str(resp.status_code))
-    assert documented is not None, (method, path, resp.status_code, resp.text[:300])
-    if status is not None:
-        assert resp.status_code == status, resp.text[:300]
-    (media, content), = documented["content"].items()
-    assert resp.headers["content-type"].split(";")[0] == media
-    if media != "application/json":
-        return {}
-    body = resp.json()
-    schema = content["schema"]
-    assert problems(doc, schema, body) == [], (method, path, body)
-    if resp.status_code < 400:
-        target = resolve(doc, schema["$ref"]) if "$ref" in schema else schema
-        if target.get("properties"):
-            assert set(body) == set(target["properties"]), (method, path)
-            assert set(target["required"]) <= set(body)
-    else:
-        assert_error(resp, resp.status_code)
-        assert body["error"] in documented["x-error-codes"], (method, path, body["error"])
-    return body
 
 
 def refused(doc: dict, method: str, path: str, resp, status: int, code: str) -> dict:

@@ -17,8 +17,8 @@ from stash.crypto import tokens
 from stash.service import tag_index
 from stash.storage import keyring as keyring_module
 from stash.web.app import create_app
-from tests.api.test_abuse import CHEAP_KDF, random_secret_digits, with_checksum
-from tests.helpers import Api, assert_error, make_settings
+from tests.forgery import random_secret_digits, with_checksum
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 
 
 def wrong_secret(token: str) -> str:

@@ -10,11 +10,9 @@ import httpx
 import orjson
 import pytest
 
-from stash.crypto.keys import KdfParams
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 
-CHEAP_KDF = KdfParams(1, 1024, 1)
 BOGUS = "stash1_0123456789abcdef_" + "1" * 49  # the right shape, a wrong checksum: refused without file work
 LOOPBACK_PROXY = ("127.0.0.1", "::1")
 

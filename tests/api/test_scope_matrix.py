@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from stash.crypto import tokens
-from stash.crypto.keys import KdfParams
 from stash.web.app import create_app
 from stash.web.routes import ROUTES
 from tests.api.support import state
-from tests.helpers import Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 
 REFERENCE = Path(__file__).resolve().parents[2] / "API-REFERENCE.md"
 COLUMNS = ("none", "bogus", "other user", "read", "full", "owner", "revoked")
@@ -27,10 +26,6 @@ COLUMNS = ("none", "bogus", "other user", "read", "full", "owner", "revoked")
 # a row (DELETE /store) comes after every other caller of it has been heard.
 CALL_ORDER = ("none", "bogus", "revoked", "read", "full", "other user", "owner")
 CELL = re.compile(r"2xx|[1-5][0-9][0-9]")
-
-# The argon2id cost is stored per grant and plays no part in who may call
-# what; a cheap one keeps ~200 authenticated calls fast.
-CHEAP_KDF = KdfParams(1, 1024, 1)
 
 
 def route_key(method: str, path: str) -> str:

@@ -13,21 +13,12 @@ import pytest
 from stash import client
 from stash.cli.main import HOST_VERBS
 from stash.crypto import tokens
-from tests.doc_commands import curl_calls, route_of
+from tests.doc_commands import AGENTS, SKILL, curl_calls, indented_commands, route_of
 from tests.helpers import Api
-
-SKILL_DIR = Path(__file__).resolve().parents[2] / "skill"
-SKILL = SKILL_DIR / "SKILL.md"
-AGENTS = SKILL_DIR / "AGENTS.md"
 
 
 def text(path: Path) -> str:
     return path.read_text(encoding="utf-8")
-
-
-def indented_commands(doc: str) -> list[str]:
-    """The command lines of the document: its indented code lines."""
-    return [line.strip() for line in doc.splitlines() if re.match(r"^ {4,}(curl|stash) ", line)]
 
 
 @pytest.mark.parametrize("url", ["https://stash.example", "http://127.0.0.1:8080"])

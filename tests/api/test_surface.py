@@ -140,7 +140,7 @@ def test_the_document_is_the_router_and_every_operation_is_described(api: Api, d
 
 
 def reference_sections() -> dict[str, str]:
-    from tests.api.test_docs import reference
+    from tests.doc_commands import reference
 
     parts = re.split(r"^### ", reference(), flags=re.M)
     return {p.split("\n", 1)[0]: p for p in parts[1:]}
@@ -148,8 +148,8 @@ def reference_sections() -> dict[str, str]:
 
 def test_every_error_code_is_in_the_reference_table_with_its_status() -> None:
     from stash.core import errors
-    from tests.api.test_docs import reference
-    from tests.api.test_openapi import codes_in_source
+    from tests.doc_commands import reference
+    from tests.schema_check import codes_in_source
 
     table = reference().split("## Error codes", 1)[1].split("\n## ", 1)[0]
     rows = dict(re.findall(r"^\| `([a-z_.]+)` \| (\d{3}) \|", table, re.M))
@@ -189,7 +189,7 @@ def test_every_field_of_every_route_is_in_its_reference_section(doc: dict) -> No
             missing += [f"{method.upper()} {path}: {f}" for f in fields
                         if f"`{f}`" not in section and f'"{f}"' not in section and f"{{{f}" not in section]
     assert missing == []
-    from tests.api.test_docs import reference
+    from tests.doc_commands import reference
 
     pin = reference().split("\n## The log head and Stash-Pin\n", 1)[1].split("\n## ", 1)[0]
     assert "`Stash-Pin: <count>:<digest>:<state>`" in pin and "`pin`" in pin

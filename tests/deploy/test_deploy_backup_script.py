@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from tests.deploy_kit import DEPLOY
+from tests.helpers import CHEAP_KDF
 
 OLD = ["20240101T031700Z", "20240102T031700Z", "20240103T031700Z"]
 
@@ -69,11 +70,10 @@ def test_the_script_runs_the_real_backup_and_verify(tmp_path: Path) -> None:
     import shutil
     import sys
 
-    from stash.crypto.keys import KdfParams
     from stash.service.access import Vault
 
     data = tmp_path / "data"
-    vault = Vault(data, kdf=KdfParams(1, 1024, 1))
+    vault = Vault(data, kdf=CHEAP_KDF)
     token = vault.create_identity().token
     with vault.session(token, "full") as s:
         s.memory.note("kept by the nightly backup")
@@ -88,7 +88,7 @@ def test_the_script_runs_the_real_backup_and_verify(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     (copy,) = list(backups.iterdir())
     assert copy.name.startswith("2") and (copy / "users" / vault_user(token) / "memory.db").is_file()
-    with Vault(copy, kdf=KdfParams(1, 1024, 1)).session(token, "read") as s:
+    with Vault(copy, kdf=CHEAP_KDF).session(token, "read") as s:
         assert s.memory.mf.memory(0)[2] == "kept by the nightly backup"
 
 

@@ -8,8 +8,8 @@ import json
 import re
 from pathlib import Path
 
-from tests.e2e.test_mcp import Session, run_session
 from tests.live import Cli, Http
+from tests.mcp_session import Session, run_session
 
 
 def tail_command(output: str) -> str:

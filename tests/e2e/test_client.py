@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import assert_error
-from tests.live import REPO, Cli, Http, cli_env, free_port, path_with
+from tests.live import REPO, Cli, Http, cli_env, free_port, path_with, settle_all
 
 CLIENT_SOURCE = REPO / "stash" / "client.py"
 
@@ -34,12 +34,6 @@ def run_as_printed(cli: Cli, command: str, env: dict[str, str] | None = None, **
     done = cli.shell(command, env=env)
     assert done.returncode == 0, (command, done.stdout, done.stderr)
     return done.stdout
-
-
-def settle_all(http: Http, tok: str) -> None:
-    nap = http.ok("POST", "/nap", tok, json={})["nap"]
-    while nap:
-        nap = http.ok("POST", "/nap", tok, json={"block": nap["block"], "text": f"sum {nap['block']}"})["nap"]
 
 
 def test_get_client_serves_the_client_file_as_is(client_file: Path) -> None:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from stash.crypto import tokens
+from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import CLI_TIMEOUT, REPO, Http, start_server
 
 
@@ -23,7 +24,7 @@ def run(env: dict, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_memory_put_back_whole_is_refused_to_a_pinning_client_until_unpinned(tmp_path: Path):
-    server = start_server(tmp_path / "srv", "--kdf-time", "1", "--kdf-memory", "1024")
+    server = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
     try:
         http = Http(server.url)
         token = http.init()["token"]

@@ -29,9 +29,9 @@ import pytest
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
 from tests import oracle
+from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import REPO, Http, Server, start_server
 
-CHEAP_KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
 KILLS = 3
 NOTERS = 3
 ACKS_BETWEEN_KILLS = 25
@@ -80,7 +80,7 @@ def finish(procs: list[subprocess.Popen], outs: list[Path]) -> None:
 
 
 def new_server(tmp: Path, n_workers: int) -> tuple[Server, str]:
-    server = start_server(tmp, "--workers", str(n_workers), *CHEAP_KDF)
+    server = start_server(tmp, "--workers", str(n_workers), *CHEAP_KDF_FLAGS)
     http = Http(server.url)
     try:
         token = http.init()["token"]

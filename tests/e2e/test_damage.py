@@ -22,13 +22,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-import sqlcipher3.dbapi2 as sqlcipher
 
-from stash.crypto import keys
 from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, Server
+from tests.raw_files import file_key, open_raw
 
 STORAGE_CODES = {"store.full", "store.read_only", "store.unreadable"}
 
@@ -86,10 +85,8 @@ def sqlcipher_open(data: Path, token: str):
     vault = Vault(data)
     with vault.session(token, "read") as s:
         path, master = s.files.memory, bytes(s.master)
-    conn = sqlcipher.connect(str(path), isolation_level=None)
+    conn = open_raw(path, file_key(master), isolation_level=None)
     try:
-        conn.execute(f"PRAGMA key = \"x'{keys.subkey(master, b'file').hex()}'\"")
-        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
         yield conn
     finally:
         conn.close()

@@ -17,13 +17,12 @@ from nacl.exceptions import CryptoError
 
 from stash.crypto import keys, tokens
 from stash.storage.keyring import Keyring, StaleGrant
-from tests.helpers import assert_error
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
 from tests.raw_files import raw_memory_file
 
 KEY = 32
 NONCE = 24
-KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
 
 
 def aad(user_id: str, table: str, position) -> bytes:
@@ -116,7 +115,7 @@ def settle(http: Http, token: str, text: str) -> None:
 
 @pytest.fixture
 def server(tmp_path: Path):
-    srv = start_server(tmp_path / "srv", *KDF)
+    srv = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
     try:
         yield srv
     finally:

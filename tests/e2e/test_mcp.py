@@ -5,91 +5,20 @@ called exactly as named."""
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-import anyio
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
+from tests.live import CLI_TIMEOUT, REPO, Http, settle_all, start_server
+from tests.mcp_session import Session, call_line, run_session
 
-from tests.e2e.test_client import settle_all
-from tests.helpers import assert_error
-from tests.live import CLI_TIMEOUT, REPO, Http, start_server
-
-REQUEST_TIMEOUT = 60.0  # one tool call
-SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
 TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
          "recall": {"q", "before"}, "zoom": {"block"}, "forget": {"block"}}
 REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": {"q"}, "zoom": {"block"}, "forget": {"block"}}
 WAKE_CURL = 'curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"'  # as API-REFERENCE.md prints it
-_CALL = re.compile(r"Call: (\w+)\((.*)\)")
-_ARG = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\d+)(?:, |$)')
-
-
-class Session:
-    """One MCP session with a fresh ``python -m stash mcp`` child: every tool
-    answer as (text, is_error)."""
-
-    def __init__(self, client: Client) -> None:
-        self.client = client
-
-    async def call(self, tool: str, **args: object) -> tuple[str, bool]:
-        res = await self.client.call_tool(tool, args)
-        assert len(res.content) == 1 and res.content[0].type == "text", res
-        return res.content[0].text, bool(res.is_error)
-
-    async def ok(self, tool: str, **args: object) -> str:
-        text, error = await self.call(tool, **args)
-        assert not error, (tool, args, text)
-        return text
-
-    async def follow(self, text: str, **fill: str) -> str:
-        """Call the step the last ``Call: tool(...)`` line of ``text`` names, its
-        placeholders (``<your line>``) filled in."""
-        name, args = call_line(text)
-        for key, value in args.items():
-            for placeholder, filling in fill.items():
-                if isinstance(value, str):
-                    value = value.replace(f"<{placeholder.replace('_', ' ')}>", filling)
-            assert not (isinstance(value, str) and "<" in value), (name, args)
-            args[key] = value
-        return await self.ok(name, **args)
-
-
-def call_line(text: str) -> tuple[str, dict]:
-    lines = [line for line in text.splitlines() if line.startswith("Call: ") or " Call: " in line]
-    assert lines, text
-    m = _CALL.search(lines[-1])
-    assert m, lines[-1]
-    args = {k: json.loads(v) for k, v in _ARG.findall(m.group(2))}
-    assert ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()) == m.group(2), lines[-1]
-    return m.group(1), args
-
-
-def run_session(base_url: str, tok: str, errlog: Path, script: Callable[[Session], Awaitable[None]],
-                mode: str = "auto", pins: str | None = None) -> None:
-    """Spawn ``python -m stash mcp`` with the two variables, connect the SDK's
-    stdio client to it, and run ``script``; the child's stderr goes to ``errlog``.
-    Its pins (stash/client.py) go to ``pins``, else to this test run's file."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "stash", "mcp"], cwd=str(REPO),
-                                   env={"STASH_URL": base_url, "STASH_TOKEN": tok, "PYTHONUNBUFFERED": "1",
-                                        "STASH_PINS": pins or os.environ["STASH_PINS"]})
-
-    async def main() -> None:
-        with anyio.fail_after(SESSION_TIMEOUT), open(errlog, "w", encoding="utf-8") as err:
-            async with Client(stdio_client(params, errlog=err), read_timeout_seconds=REQUEST_TIMEOUT,
-                              mode=mode) as client:
-                await script(Session(client))
-
-    anyio.run(main)
-
-
 def prompt_body(prompt: str) -> list[str]:
     """A nap prompt without its last line, the instruction that answers it."""
     return prompt.rstrip("\n").splitlines()[:-1]
@@ -263,7 +192,7 @@ def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, t
 
 
 def test_stash_mcp_pins_by_default_and_reports_a_memory_put_back_whole(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "srv", "--kdf-time", "1", "--kdf-memory", "1024")
+    server = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
     pins = str(tmp_path / "pins.json")
     try:
         token = Http(server.url).init()["token"]

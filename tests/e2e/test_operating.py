@@ -16,10 +16,9 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from tests.helpers import assert_error
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, start_server
 
-CHEAP_KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
 EXIT_TIMEOUT = 30.0
 POLL_S = 0.05
 
@@ -64,7 +63,7 @@ def wait_until_unanswered(url: str) -> None:
 
 @workers
 def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path, n_workers: int):
-    server = start_server(tmp_path, "--workers", str(n_workers), *CHEAP_KDF)
+    server = start_server(tmp_path, "--workers", str(n_workers), *CHEAP_KDF_FLAGS)
     try:
         http = Http(server.url)
         token = http.init()["token"]
@@ -111,7 +110,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path, n_w
 def test_readiness_fails_while_the_data_folder_cannot_be_written(tmp_path: Path):
     """Tests run as root, for whom permission bits do not stop a write, so the
     folder is made unwritable for real: replaced by a regular file."""
-    server = start_server(tmp_path, *CHEAP_KDF)
+    server = start_server(tmp_path, *CHEAP_KDF_FLAGS)
     http = Http(server.url)
     moved = tmp_path / "data.moved"
     try:
@@ -203,7 +202,7 @@ def value_of(families: dict, family: str, name: str, **labels: str) -> float | N
 
 @workers
 def test_metrics_parse_and_hold_nothing_of_a_user(tmp_path: Path, n_workers: int):
-    server = start_server(tmp_path, "--workers", str(n_workers), *CHEAP_KDF)
+    server = start_server(tmp_path, "--workers", str(n_workers), *CHEAP_KDF_FLAGS)
     http = Http(server.url)
     memory = "the vault code is ZEBRA-4471-QUARTZ"
     query = "QUARTZ|secretquerytext"

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
 from tests.oracle import spec_cover
 
@@ -87,7 +88,7 @@ def expected_line(memories, tree, lo: int, hi: int) -> str | None:
 def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # These tests make about two thousand authenticated requests; the
     # cheapest argon2id the server accepts keeps them to seconds.
-    srv = start_server(tmp_path_factory.mktemp("optmem-server"), "--kdf-time", "1", "--kdf-memory", "8")
+    srv = start_server(tmp_path_factory.mktemp("optmem-server"), *CHEAP_KDF_FLAGS)
     try:
         yield srv
     finally:

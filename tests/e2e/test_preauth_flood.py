@@ -11,56 +11,23 @@ bench/hostile.py measures it (bench/README.md)."""
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.api.test_abuse import random_secret_digits, with_checksum
+from tests.forgery import (
+    FLOOD,
+    FLOOD_DEADLINE,
+    MIB,
+    forged_for,
+    forged_import,
+    random_secret_digits,
+    rss_bytes,
+    with_checksum,
+)
 from tests.live import Http, start_server
-
-MIB = 1 << 20
-FLOOD = 16
-FLOOD_BODY = 15 * MIB
-CHUNK = 64 * 1024
-FLOOD_DEADLINE = 60.0  # seconds for the whole flood
-
-
-def rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
-def forged_for(token: str) -> str:
-    return with_checksum(token[:24] + random_secret_digits())
-
-
-def forged_import(port: int, token: str, results: list, deadline: float) -> None:
-    """One forged POST /import of FLOOD_BODY bytes, sent as fast as the
-    server takes it; records the status line's code (or the error)."""
-    head = (f"POST /import HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {forged_for(token)}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {FLOOD_BODY}\r\n\r\n").encode()
-    chunk = b'{"entries": [' + b" " * (CHUNK - 13)
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(head)
-        sent = 0
-        try:
-            while sent < FLOOD_BODY and time.monotonic() < deadline:
-                n = min(CHUNK, FLOOD_BODY - sent)
-                s.sendall(chunk[:n])
-                sent += n
-        except OSError:
-            pass  # the server answered and closed the connection: what it should do
-        try:
-            answer = s.recv(4096)
-        except OSError as exc:
-            results.append(f"error {type(exc).__name__}")
-            return
-    results.append(answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/1.1 ") else "no answer")
 
 
 def test_forged_import_flood_is_never_buffered(tmp_path: Path) -> None:

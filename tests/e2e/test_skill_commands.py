@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.test_skill import SKILL, indented_commands
+from tests.doc_commands import SKILL, indented_commands
 from tests.live import CLI_TIMEOUT, Http, path_with
 
 FILL = {"<one line>": "a memory from the skill example", "<your line>": "a summary from the skill example"}

@@ -14,22 +14,19 @@ import shutil
 from pathlib import Path
 
 import pytest
-import sqlcipher3.dbapi2 as sqlcipher
 
-from stash.crypto import keys, tokens
-from stash.storage.files import PAGE_BYTES
+from stash.crypto import tokens
 from stash.storage.keyring import Keyring
-from tests.helpers import assert_error
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
-from tests.raw_files import restore_log_triggers
+from tests.raw_files import file_key, open_raw, restore_log_triggers
 
-KDF = ("--kdf-time", "1", "--kdf-memory", "1024")
 REFUSED = ("store.damaged", "store.rolled_back")
 
 
 @pytest.fixture
 def server(tmp_path: Path):
-    srv = start_server(tmp_path / "srv", *KDF)
+    srv = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
     try:
         yield srv
     finally:
@@ -49,9 +46,7 @@ def base_key(server: Server, token: str) -> bytes:
 def raw(folder: Path, base: bytes, restore: bool = True):
     """The memory file opened with its file key (as the holder of any old key
     ring copy can), the log's guards dropped for the edit and put back after."""
-    conn = sqlcipher.connect(str(folder / "memory.db"), isolation_level=None)
-    conn.execute(f"PRAGMA key = \"x'{keys.subkey(base, b'file').hex()}'\"")
-    conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
+    conn = open_raw(folder / "memory.db", file_key(base), isolation_level=None)
     try:
         conn.execute("DROP TRIGGER IF EXISTS log_no_update")
         conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
@@ -178,7 +173,7 @@ def test_older_summaries_config_receipts_triggers_and_spliced_rows_are_refused(s
     # by a second server grows its own #8, which is spliced into this file.
     for k in range(3):
         s.http.ok("POST", "/note", s.token, json={"text": f"ours {k}"})
-    other = start_server(tmp_path / "fork", *KDF)
+    other = start_server(tmp_path / "fork", *CHEAP_KDF_FLAGS)
     try:
         other.stop()
         shutil.rmtree(other.data / "users", ignore_errors=True)

@@ -17,15 +17,11 @@ from pathlib import Path
 import httpx
 
 from stash.core.sizes import DEFAULTS
-from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
 from tests import oracle
-from tests.helpers import assert_error
+from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS, assert_error
 from tests.invariants._workers import Child
 from tests.live import start_server
-
-# KDF parameters are stored per grant; a cheap cost keeps session opens fast.
-CHEAP_KDF = KdfParams(1, 1024, 1)
 
 PROCESSES = 4
 NOTES_EACH = 50
@@ -99,7 +95,7 @@ def test_processes_appending_to_one_store_keep_the_log_dense(tmp_path: Path, fil
 
 
 def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
-    server = start_server(tmp_path, "--kdf-time", "1", "--kdf-memory", "1024")
+    server = start_server(tmp_path, *CHEAP_KDF_FLAGS)
     try:
         resp = httpx.post(server.url + "/init", json={}, timeout=30, trust_env=False)
         assert resp.status_code == 201, resp.text

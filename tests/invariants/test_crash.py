@@ -20,13 +20,11 @@ import time
 from pathlib import Path
 
 from stash.core.sizes import DEFAULTS
-from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
 from tests import oracle
+from tests.helpers import CHEAP_KDF
 from tests.invariants._workers import Child
 
-# KDF parameters are stored per grant; a cheap cost keeps session opens fast.
-CHEAP_KDF = KdfParams(1, 1024, 1)
 ROUNDS = 4
 
 

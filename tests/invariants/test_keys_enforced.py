@@ -18,27 +18,20 @@ import json
 import os
 import sqlite3
 import tarfile
-import zlib
 from pathlib import Path
 
 import argon2.low_level
 import pytest
-import sqlcipher3.dbapi2 as sqlcipher
 from nacl import bindings
 from nacl.exceptions import CryptoError
 
 from stash.crypto import keys, tokens
-from stash.crypto.keys import KdfParams
-from stash.storage.files import PAGE_BYTES
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
-from tests.raw_files import restore_log_triggers
+from tests.forgery import with_checksum
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.raw_files import file_key, open_raw, restore_log_triggers
 
-# argon2id's cost is stored per grant; a cheap one keeps hundreds of
-# authenticated requests fast and changes nothing about what a key binds.
-CHEAP_KDF = KdfParams(1, 1024, 1)
 NONCE, TAG, KEY = 24, 16, 32
-B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 @pytest.fixture
@@ -79,15 +72,6 @@ def grant_aad(user_id: str, grant_id: int, scope: str) -> bytes:
 
 def user_of(token: str) -> str:
     return token[7:23]
-
-
-def with_checksum(body: str) -> str:
-    """SPEC §4: the last 6 characters are the base62 CRC32 of what precedes them."""
-    n, digits = zlib.crc32(body.encode()), ""
-    for _ in range(6):
-        n, r = divmod(n, 62)
-        digits = B62[r] + digits
-    return body + digits
 
 
 def folder(data_dir: Path, user_id: str) -> Path:
@@ -132,12 +116,8 @@ def raw_memory(data_dir: Path, user_id: str, master: bytes):
     """The memory file opened outside the server, the log's guard triggers
     dropped, as someone holding the file (and its key) would."""
     path = folder(data_dir, user_id) / "memory.db"
-    if file_cipher_of(data_dir, user_id) == "sqlcipher":
-        conn = sqlcipher.connect(str(path), isolation_level=None)
-        conn.execute(f"PRAGMA key = \"x'{keys.subkey(master, b'file').hex()}'\"")
-        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
-    else:
-        conn = sqlite3.connect(str(path), isolation_level=None)
+    conn = open_raw(path, file_key(master) if file_cipher_of(data_dir, user_id) == "sqlcipher" else None,
+                    isolation_level=None)
     try:
         conn.execute("PRAGMA synchronous = OFF")  # an attacker's edits need no fsync
         conn.execute("DROP TRIGGER IF EXISTS log_no_update")

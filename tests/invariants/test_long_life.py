@@ -17,13 +17,9 @@ import pytest
 
 from stash.core.errors import Conflict
 from stash.core.sizes import DEFAULTS
-from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
 from tests import oracle
-
-# KDF parameters are stored per grant, so a cheap cost here changes nothing
-# that the test checks; it only keeps the one session open fast.
-CHEAP_KDF = KdfParams(1, 1024, 1)
+from tests.helpers import CHEAP_KDF
 
 NOTES = 3000
 SEED = 20240611

@@ -13,25 +13,18 @@ from nacl import bindings
 from nacl.exceptions import CryptoError
 
 from stash.crypto import keys
-from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
-
-CHEAP_KDF = KdfParams(1, 1024, 1)
+from tests.helpers import CHEAP_KDF
+from tests.raw_files import file_key, open_raw
 
 
 def raw_memory_file(folder: Path, base: bytes, cipher: str):
     """The memory file opened with its file key, read only, nothing changed."""
     import contextlib
 
-    import sqlcipher3.dbapi2 as sqlcipher
-
-    from stash.storage.files import PAGE_BYTES
-
     @contextlib.contextmanager
     def opened():
-        conn = sqlcipher.connect(str(folder / "memory.db"), isolation_level=None)
-        conn.execute(f"PRAGMA key = \"x'{keys.subkey(base, b'file').hex()}'\"")
-        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
+        conn = open_raw(folder / "memory.db", file_key(base), isolation_level=None)
         try:
             yield conn
         finally:

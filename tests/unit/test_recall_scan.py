@@ -14,11 +14,11 @@ import pytest
 
 from stash.core.errors import Damaged
 from stash.core.recall import compile_pattern
-from stash.crypto.keys import KdfParams
 from stash.service import recall_scan
 from stash.service.access import Vault
 from stash.storage import scancache
 from stash.storage.scancache import PIECE
+from tests.helpers import CHEAP_KDF
 from tests.raw_files import restore_log_triggers
 
 T = 3 * PIECE + 77  # three pieces and a tail read row by row
@@ -42,7 +42,7 @@ def one_pass(lines: list[str], pattern: str, part_bytes: int) -> tuple[list[str]
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     data = tmp_path_factory.mktemp("recall")
-    vault = Vault(data, kdf=KdfParams(1, 1024, 1))
+    vault = Vault(data, kdf=CHEAP_KDF)
     ident = vault.create_identity()
     rng = random.Random(11)
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6))) for _ in range(T)]
@@ -111,7 +111,7 @@ def test_a_missing_piece_is_rebuilt_and_a_tampered_one_is_never_served(store):
 
 
 def test_an_erasure_drops_its_piece_and_an_old_copy_of_the_piece_no_longer_opens(tmp_path):
-    vault = Vault(tmp_path, kdf=KdfParams(1, 1024, 1), file_cipher="none")
+    vault = Vault(tmp_path, kdf=CHEAP_KDF, file_cipher="none")
     ident = vault.create_identity()
     secret = "the vault code is 4711"
     texts = [f"memory {i}" for i in range(2 * PIECE)]
@@ -138,7 +138,7 @@ def test_an_erasure_drops_its_piece_and_an_old_copy_of_the_piece_no_longer_opens
 
 
 def test_damage_in_a_piece_not_cached_yet_is_reported(tmp_path):
-    vault = Vault(tmp_path, kdf=KdfParams(1, 1024, 1), file_cipher="none")
+    vault = Vault(tmp_path, kdf=CHEAP_KDF, file_cipher="none")
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
         s.memory.mf.append([("2026-01-02", f"memory {i}") for i in range(2 * PIECE + 1)])

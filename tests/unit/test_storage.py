@@ -23,12 +23,11 @@ from stash.core import blocks
 from stash.core.errors import Damaged, Unauthorized
 from stash.crypto import aead, keys, tokens
 from stash.service.access import Vault
-from stash.storage.files import PAGE_BYTES
 from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from stash.web.app import create_app
 from tests.helpers import Api, assert_error, make_settings
-from tests.raw_files import restore_log_triggers
+from tests.raw_files import file_key, open_raw, restore_log_triggers
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DB_ERRORS = (sqlite3.Error, sqlcipher.Error)
@@ -93,12 +92,8 @@ def store(vault: Vault, file_cipher: str) -> Store:
 def raw_memory(store: Store, *, attacker: bool = True):
     """A connection to the memory file outside the service. As an attacker
     who stole the file key would, it drops the triggers that guard the log."""
-    if store.cipher == "sqlcipher":
-        conn = sqlcipher.connect(str(store.memory_path), isolation_level=None)
-        conn.execute(f"PRAGMA key = \"x'{keys.subkey(store.master, b'file').hex()}'\"")
-        conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
-    else:
-        conn = sqlite3.connect(str(store.memory_path), isolation_level=None)
+    conn = open_raw(store.memory_path, file_key(store.master) if store.cipher == "sqlcipher" else None,
+                    isolation_level=None)
     try:
         if attacker:
             conn.execute("DROP TRIGGER IF EXISTS log_no_update")
@@ -222,10 +217,8 @@ def test_sqlcipher_file_is_not_plain_sqlite(tmp_path: Path):
     finally:
         conn.close()
     # Another key does not open it either.
-    wrong = sqlcipher.connect(str(store.memory_path))
+    wrong = open_raw(store.memory_path, os.urandom(32))
     try:
-        wrong.execute(f"PRAGMA key = \"x'{os.urandom(32).hex()}'\"")
-        wrong.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
         with pytest.raises(sqlcipher.DatabaseError):
             wrong.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
     finally:

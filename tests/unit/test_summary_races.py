@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
+from tests.helpers import CHEAP_KDF
 
 
 @pytest.fixture
 def memory_file(tmp_path):
-    vault = Vault(tmp_path, kdf=KdfParams(1, 1024, 1))
+    vault = Vault(tmp_path, kdf=CHEAP_KDF)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
         yield s.memory.mf

@@ -12,18 +12,16 @@ from pathlib import Path
 import pytest
 
 from stash.cli.main import main
-from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
+from tests.helpers import CHEAP_KDF
 from tests.raw_files import raw_memory_file
-
-FAST = KdfParams(1, 1024, 1)
 
 
 class Store:
     def __init__(self, data: Path, cipher: str, n: int = 6) -> None:
         self.data, self.cipher = data, cipher
-        vault = Vault(data, kdf=FAST, file_cipher=cipher)
+        vault = Vault(data, kdf=CHEAP_KDF, file_cipher=cipher)
         ident = vault.create_identity()
         self.token, self.user_id = ident.token, ident.user_id
         with vault.session(self.token, "full") as s:
