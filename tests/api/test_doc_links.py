@@ -100,3 +100,16 @@ def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
         encoding="utf-8")
     assert broken_links(probe, root) == ["no-such-file.md (no such file)", "../../SPEC.md (outside the repository)",
                                          "../README.md#no-such-heading (no such heading)"]
+
+
+SHOWN_BY = re.compile(r"\b((?:tests|bench)/[A-Za-z0-9_/]+\.py)\b")
+
+
+@pytest.mark.parametrize("name", [*DOCS, "skill/SKILL.md"])
+def test_every_test_or_bench_file_a_doc_names_exists(name: str) -> None:
+    """A claim's "shown by" names the test that does the attack: that file
+    must be there (a renamed or deleted test would leave the claim unproven)."""
+    named = set(SHOWN_BY.findall((REPO / name).read_text(encoding="utf-8")))
+    assert [path for path in sorted(named) if not (REPO / path).is_file()] == [], name
+    if name == "SECURITY.md":
+        assert len(named) >= 10  # the threat table cites its tests
