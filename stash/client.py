@@ -74,6 +74,8 @@ KEYED_WRITES = {("POST", "/note"), ("POST", "/nap"), ("POST", "/import"), ("POST
 RETRIES = 4  # resends of a keyed write after the first try
 RETRY_PAUSE = 0.5  # seconds before the first resend, doubling each time
 RETRY_STATUSES = (502, 503, 504)
+BUSY_RETRIES = 3  # resends of a request refused 429 busy.* (refused before any work, so always safe to resend)
+BUSY_WAIT_MAX = 10.0  # seconds: a longer Retry-After is reported instead of waited for
 _DATED = re.compile(r"(?:#\d+\s+)?(\d{4}-\d{2}-\d{2})\s+(.*)")
 _CURL = re.compile(
     r"(?P<lead>Run: )?curl -s -H \"Authorization: Bearer \$STASH_TOKEN\"(?: -X (?P<method>[A-Z]+))?"
@@ -375,11 +377,18 @@ class Api:
         if keyed:
             headers["Idempotency-Key"] = str(uuid.uuid4())
         req = urllib.request.Request(target, data=data, headers=headers, method=method)  # noqa: S310 - http(s) only
-        attempt = 0
+        attempt = busy = 0
         while True:
             try:
                 payload = self._send(req, timeout)
                 break
+            except _Busy as b:
+                # Refused before anything was done: wait as told, then the same request again.
+                if busy == BUSY_RETRIES or b.wait > BUSY_WAIT_MAX:
+                    raise b.failure from None
+                busy += 1
+                time.sleep(b.wait * (1 + random.random() / 4))
+                continue
             except _Lost as lost:
                 if not keyed or attempt == RETRIES:
                     raise lost.failure from None
@@ -410,7 +419,11 @@ class Api:
         except urllib.error.HTTPError as err:
             if err.code in RETRY_STATUSES:
                 raise _Lost(self._refusal(err)) from None
-            raise self._refusal(err) from None
+            failure = self._refusal(err)
+            error = failure.body.get("error") if isinstance(failure.body, dict) else None
+            if err.code == 429 and isinstance(error, str) and error.startswith("busy."):
+                raise _Busy(failure, _retry_after(err.headers.get("Retry-After"))) from None
+            raise failure from None
         except urllib.error.URLError as err:
             failure = Failure(f"stash: cannot reach the server at STASH_URL={_shown(self.url)} "
                               f"({_reason(err.reason)}). Check the address and that the server is running.",
@@ -442,6 +455,25 @@ class Api:
                      "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
                      f"has now with: {_prog()} unpin")
         return Failure(localize(body["message"], self.steps), REFUSED, extra, err.code, body)
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds to wait from a Retry-After header (delta-seconds); 1 when
+    absent or unreadable."""
+    try:
+        return max(0.0, float(value)) if value is not None else 1.0
+    except ValueError:
+        return 1.0
+
+
+class _Busy(Exception):
+    """A refusal for want of a free slot (429 busy.*): nothing was done, so
+    the same request is sent again after ``wait`` seconds."""
+
+    def __init__(self, failure: Failure, wait: float) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+        self.wait = wait
 
 
 class _Lost(Exception):
