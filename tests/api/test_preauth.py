@@ -79,11 +79,10 @@ def test_unknown_user_and_wrong_secret_get_one_answer(two_workers) -> None:
     assert_error(api.get("/wake?x=1", owner), 400, "request.unknown_field")
 
 
-def test_refusals_open_no_key_ring(two_workers, monkeypatch: pytest.MonkeyPatch) -> None:
-    api, _ = two_workers
-    owner = api.init()["token"]
-    assert api.get("/wake", owner).status_code == 200
-    opened = []
+@pytest.fixture
+def keyring_opens(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """One entry per key ring opened from now on (the real constructor runs)."""
+    opened: list[int] = []
     real = keyring_module.Keyring.__init__
 
     def counting(self, *args, **kw):
@@ -91,6 +90,15 @@ def test_refusals_open_no_key_ring(two_workers, monkeypatch: pytest.MonkeyPatch)
         real(self, *args, **kw)
 
     monkeypatch.setattr(keyring_module.Keyring, "__init__", counting)
+    return opened
+
+
+def test_refusals_open_no_key_ring(two_workers, keyring_opens: list[int]) -> None:
+    api, _ = two_workers
+    owner = api.init()["token"]
+    assert api.get("/wake", owner).status_code == 200
+    opened = keyring_opens
+    opened.clear()
     for _ in range(5):
         assert_error(api.get("/wake", wrong_secret(owner)), 401, "auth.invalid")
         assert_error(api.get("/wake", unknown_user(owner)), 401, "auth.invalid")
@@ -151,7 +159,7 @@ def test_a_destroyed_store_is_an_unknown_user(two_workers) -> None:
 
 
 def test_warming_loads_every_user_so_no_first_refusal_opens_a_key_ring(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                       keyring_opens: list[int]) -> None:
     settings = make_settings(tmp_path / "data", kdf=CHEAP_KDF, auth_failures_per_minute=100_000)
     maker = Api(create_app(settings))
     owners = [maker.init()["token"] for _ in range(3)]
@@ -160,14 +168,8 @@ def test_warming_loads_every_user_so_no_first_refusal_opens_a_key_ring(tmp_path:
     fresh = Api(create_app(settings))  # a restarted worker: nothing cached
     try:
         assert fresh.app.state.vault.tags.warm() == 3
-        opened = []
-        real = keyring_module.Keyring.__init__
-
-        def counting(self, *args, **kw):
-            opened.append(1)
-            real(self, *args, **kw)
-
-        monkeypatch.setattr(keyring_module.Keyring, "__init__", counting)
+        opened = keyring_opens
+        opened.clear()
         for owner in owners:
             assert_error(fresh.get("/wake", wrong_secret(owner)), 401, "auth.invalid")
         assert opened == []
