@@ -11,6 +11,7 @@ for every input: an agent moving between the two wakes to the same document.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -112,10 +113,18 @@ def cover(T: int, budget: int) -> list[Block]:
     """The blocks a wake shows, oldest first: at most ``budget`` of them,
     spanning ``[0, T)`` without gap or overlap, coarse in the past and fine near
     the present (SPEC §2.2). Every block in it is complete (``hi <= T``)."""
+    return list(_cover(T, budget))
+
+
+@functools.lru_cache(maxsize=256)
+def _cover(T: int, budget: int) -> tuple[Block, ...]:
+    """:func:`cover`, remembered: a pure function of two integers that every
+    wake and zoom of a log of that length asks again (about 60 tilings each).
+    At most 256 covers of at most 1,000 blocks (/shape's cap) are kept."""
     if T <= 0:
-        return []
+        return ()
     if T <= budget:
-        return [(i, i + 1) for i in range(T)]
+        return tuple((i, i + 1) for i in range(T))
     lo, hi = 0.0, 1.0
     for _ in range(BISECTION_STEPS):
         mid = (lo + hi) / 2
@@ -131,7 +140,7 @@ def cover(T: int, budget: int) -> list[Block]:
         a, b = out[newest]
         m = (a + b) // 2
         out[newest : newest + 1] = [(a, m), (m, b)]
-    return out
+    return tuple(out)
 
 
 def levels(T: int) -> Iterator[int]:

@@ -12,12 +12,18 @@ from __future__ import annotations
 import os
 
 from nacl import bindings
-from nacl.exceptions import CryptoError
+from nacl._sodium import ffi as _ffi  # PyNaCl's own libsodium handle
+from nacl._sodium import lib as _lib
 
 KEY_BYTES = bindings.crypto_aead_xchacha20poly1305_ietf_KEYBYTES  # 32
 NONCE_BYTES = bindings.crypto_aead_xchacha20poly1305_ietf_NPUBBYTES  # 24
 TAG_BYTES = bindings.crypto_aead_xchacha20poly1305_ietf_ABYTES  # 16
 OVERHEAD = NONCE_BYTES + TAG_BYTES
+
+# seal and open_sealed call libsodium through PyNaCl's cffi handle rather than
+# through nacl.bindings: the same function and the same checks of what matters
+# (key length, authentication), without the per-argument checks that cost
+# several times the cipher on a 320-byte row. A wake opens about a hundred rows.
 
 
 class Unsealable(Exception):
@@ -31,21 +37,28 @@ def _check_key(key: bytes) -> None:
 
 
 def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
+    """``nonce || ciphertext || tag`` under a fresh random nonce."""
     _check_key(key)
     nonce = os.urandom(NONCE_BYTES)
-    return nonce + bindings.crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, aad, nonce, key)
+    out = _ffi.new("unsigned char[]", len(plaintext) + TAG_BYTES)
+    if _lib.crypto_aead_xchacha20poly1305_ietf_encrypt(out, _ffi.NULL, plaintext, len(plaintext), aad, len(aad),
+                                                        _ffi.NULL, nonce, key):
+        raise RuntimeError("libsodium refused to seal")  # pragma: no cover - cannot fail for valid sizes
+    return nonce + bytes(_ffi.buffer(out))
 
 
 def open_sealed(key: bytes, sealed: bytes, aad: bytes) -> bytes:
+    """The plaintext, or :class:`Unsealable` when the value does not
+    authenticate under ``key`` and ``aad``; never partial bytes."""
     _check_key(key)
-    if len(sealed) < OVERHEAD:
+    n = len(sealed) - OVERHEAD
+    if n < 0:
         raise Unsealable("sealed value is shorter than nonce and tag")
-    try:
-        return bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(
-            sealed[NONCE_BYTES:], aad, sealed[:NONCE_BYTES], key
-        )
-    except CryptoError:
-        raise Unsealable("sealed value failed authentication") from None
+    out = _ffi.new("unsigned char[]", n or 1)
+    if _lib.crypto_aead_xchacha20poly1305_ietf_decrypt(out, _ffi.NULL, _ffi.NULL, sealed[NONCE_BYTES:],
+                                                        n + TAG_BYTES, aad, len(aad), sealed[:NONCE_BYTES], key):
+        raise Unsealable("sealed value failed authentication")
+    return bytes(_ffi.buffer(out, n))
 
 
 class BulkOpener:

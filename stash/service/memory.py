@@ -146,9 +146,34 @@ class Memory:
 
     # ------------------------------------------------------------ wake
 
+    def _prefetch(self, cover: list[tuple[int, int]], cache: dict) -> None:
+        """Render the lines of ``cover`` not in ``cache`` with one query per
+        run of memories and per level, instead of one per line. A block
+        whose summary is missing stays out of ``cache``, for
+        :meth:`_wake_lines` to refuse as it would one by one."""
+        todo = [b for b in cover if b not in cache]
+        singles = [lo for lo, hi in todo if hi - lo == 1]
+        start = 0
+        for k in range(1, len(singles) + 1):
+            if k == len(singles) or singles[k] != singles[k - 1] + 1:
+                for line_, i in zip(self._render_memories(singles[start], singles[k - 1] + 1),
+                                    range(singles[start], singles[k - 1] + 1)):
+                    cache[(i, i + 1)] = line_
+                start = k
+        by_size: dict[int, list[int]] = {}
+        for lo, hi in todo:
+            if hi - lo > 1:
+                by_size.setdefault(hi - lo, []).append(lo // (hi - lo))
+        for size, idxs in by_size.items():
+            for idx, text in self.mf.summaries_of(size, min(idxs), max(idxs) + 1).items():
+                lo = idx * size
+                cache[(lo, lo + size)] = lines.summary_line(lo, lo + size, text)
+
     def _wake_lines(self, T: int, budget: int, settled: dict[int, int], cache: dict) -> list[str]:
         out = []
-        for lo, hi in blocks.cover(T, budget):
+        cover = blocks.cover(T, budget)
+        self._prefetch(cover, cache)
+        for lo, hi in cover:
             key = (lo, hi)
             if key not in cache:
                 if hi - lo == 1:

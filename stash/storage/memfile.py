@@ -842,6 +842,14 @@ class MemoryFile:
         else:
             self.conn.execute("DELETE FROM meta WHERE name = ?", (HOLES_META,))
 
+    def summaries_of(self, size: int, first: int, end: int) -> dict[int, str]:
+        """The summaries of level ``size`` with index in ``[first, end)``, each
+        opened and checked as :meth:`summary` does, in one query; an index
+        without a summary is absent."""
+        rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? AND idx >= ? AND idx < ?",
+                                 (size, first, end))
+        return {idx: self._summary_text(size, idx, sealed) for idx, sealed in rows}
+
     def summary(self, lo: int, hi: int) -> str | None:
         size = hi - lo
         row = self.conn.execute(
