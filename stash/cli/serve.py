@@ -85,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
                    help="seconds a request's head (request line and headers) may take to arrive (default 10)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="seconds a kept-alive connection may idle between requests (default 5)")
+    p.add_argument("--keep-open", type=float, default=5.0, metavar="SECONDS",
+                   help="seconds a memory's files stay open in a worker after its last request, for the next "
+                        "one to reuse; 0 closes them after every request (default 5)")
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
@@ -167,6 +170,8 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     for flag, seconds in (("--header-timeout", args.header_timeout), ("--idle-timeout", args.idle_timeout)):
         if not 0.1 <= seconds <= 3600:
             raise ConfigError(f"{flag} must be from 0.1 to 3600 seconds.")
+    if not 0 <= args.keep_open <= 3600:
+        raise ConfigError("--keep-open must be from 0 to 3600 seconds.")
     prefixes = tuple(dict.fromkeys(text.lower() for text in args.user_id_prefix or ()))
     for prefix in prefixes:
         if not tokens.is_id_prefix(prefix):
@@ -194,6 +199,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         init_per_day=args.init_per_day,
         header_timeout=args.header_timeout,
         idle_timeout=args.idle_timeout,
+        keep_open=args.keep_open,
     )
 
 

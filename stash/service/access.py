@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Un
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
-from ..storage import userlock
+from ..storage import pool, userlock
 from ..storage.files import MissingFile, UserFiles, available_file_cipher, can_write, private_folder, storage_error
 from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
@@ -280,6 +281,8 @@ class Vault:
             # Exclusive: every request that opened the file under the old
             # epoch has closed it, and none opens it until it is re-sealed.
             with userlock.exclusive(session.files.folder):
+                # This worker lets go of the files it kept open under the old epoch before the answer.
+                pool.POOL.drop_folder(session.files.folder, held=True)
                 mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher)
                 mf.close()
         except (StashError, MissingFile):
@@ -299,6 +302,7 @@ class Vault:
             T = None  # a damaged, rolled-back or missing memory can still be destroyed
         session.close()
         session.keyring.close()
+        pool.POOL.drop_folder(files.folder, held=False)  # this worker's; another's finds the files gone
         for path in sorted(files.folder.iterdir()):
             if path.is_file() and path.name.startswith("keyring"):
                 size = path.stat().st_size
@@ -343,6 +347,17 @@ class Vault:
             ring.close()
             raise Unauthorized()
         return token, files, ring, grant
+
+    def keep_files_open(self, seconds: float) -> None:
+        """Keep users' files open ``seconds`` after each request in this
+        process (0: close after every request, closing any kept now)."""
+        pool.POOL.configure(seconds, pool.MAX_IDLE)
+
+    def let_go_of_idle_files(self, stop: threading.Event) -> None:
+        """Until ``stop``: close the files no request has used for longer
+        than the keep-open time, once a second."""
+        while not stop.wait(1.0):
+            pool.POOL.reap()
 
     def check_token(self, token_text: str | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""

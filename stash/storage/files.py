@@ -15,6 +15,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..core.errors import Damaged, Full, StashError, Unavailable
+from . import userlock
+from .pool import POOL, key_digest
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
     import sqlcipher3.dbapi2 as _sqlcipher
@@ -262,6 +264,68 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
 SQLCIPHER_OPEN_CLOSE = threading.Lock()
 
 
+def fold(conn: sqlite3.Connection, path: Path) -> None:
+    """Checkpoint a WAL that holds frames into the file, in one attempt that
+    does not wait: when another connection reads, the last one to finish
+    folds it.
+
+    The last close of a file checkpoints its WAL anyway (a write, an
+    ``fsync``), and a SQLCipher close must hold :data:`SQLCIPHER_OPEN_CLOSE`:
+    done there, every request of the process would queue behind one
+    request's disk flush. Done before, the close finds nothing left to
+    write; and a connection kept idle (:mod:`stash.storage.pool`) leaves its
+    file whole between requests."""
+    try:
+        if os.stat(f"{path}-wal").st_size == 0:
+            return
+    except OSError:
+        return
+    with contextlib.suppress(*DB_ERRORS):
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
+def close_now(path: Path, conn: sqlite3.Connection) -> None:
+    """Fold and close for good (a SQLCipher close under the process's lock)."""
+    fold(conn, path)
+    with SQLCIPHER_OPEN_CLOSE:
+        conn.close()
+
+
+def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None) -> None:
+    """A request is done with ``conn``: keep it idle in the process's pool
+    (:mod:`stash.storage.pool`) when the pool is on and the connection is
+    reusable, else close it. Either way its WAL is folded first."""
+    if POOL.enabled and not conn.in_transaction:
+        try:
+            live = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # an immutable open is not
+            conn.execute("PRAGMA synchronous = FULL")  # a request may have lowered it for one write
+        except DB_ERRORS:
+            live = False
+        if live:
+            fold(conn, path)
+            if POOL.give(path, key_digest(file_key), conn):
+                return
+    close_now(path, conn)
+
+
+def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
+    """How the pool closes a connection for good: a memory file's under the
+    user's lock held shared (unless the caller holds that user's lock
+    already), so a backup never copies it while its WAL is removed."""
+    if held or path.name != "memory.db":
+        close_now(path, conn)
+        return
+    with userlock.shared(path.parent):
+        close_now(path, conn)
+
+
+POOL.closer = _pool_closer
+
+
 def _frozen(path: Path) -> bool:
     """The file is on a read-only filesystem and has no WAL beside it."""
     return on_read_only_fs(path.parent) and not Path(str(path) + "-wal").exists()
@@ -274,6 +338,10 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     empty one."""
     if not create and not Path(path).is_file():
         raise MissingFile(path.name)
+    if not create and POOL.enabled:
+        kept = POOL.take(Path(path), key_digest(file_key))
+        if kept is not None:
+            return kept
     if create:
         _create_private(Path(path))
     frozen = not create and _frozen(Path(path))

@@ -30,7 +30,7 @@ from ..core.errors import Conflict
 from ..crypto import aead, epochs, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
-from .files import DB_ERRORS, checkpoint, connect, write_transaction
+from .files import DB_ERRORS, checkpoint, connect, release, write_transaction
 from .idempotency import Records
 from .schema import sections
 
@@ -112,6 +112,8 @@ class Opened:
 class Keyring:
     def __init__(self, path: Path, user_id: str, *, create: bool = False) -> None:
         self.user_id = user_id
+        self._path = path
+        self._closed = False
         self.conn = connect(path, file_key=None, cipher="none", create=create)
 
     @classmethod
@@ -126,7 +128,11 @@ class Keyring:
         return ring
 
     def close(self) -> None:
-        self.conn.close()
+        """Done with the key ring; a second close does nothing (the
+        connection may be another request's by then)."""
+        if not self._closed:
+            self._closed = True
+            release(self.conn, self._path, None)
 
     def __enter__(self) -> Keyring:
         return self

@@ -22,7 +22,7 @@ from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from . import scancache
-from .files import SQLCIPHER_OPEN_CLOSE, MissingFile, checkpoint, connect, storage_error, write_transaction
+from .files import MissingFile, checkpoint, connect, release, storage_error, write_transaction
 from .idempotency import Records
 from .schema import sections
 
@@ -117,6 +117,7 @@ class MemoryFile:
 
     def _setup(self, fk: FileKeys, create: bool, keychain: KeyChain | None = None) -> None:
         self._fk = fk
+        self._path = fk.path
         self.user_id = user_id = fk.user_id
         self._rows_key = fk.rows_key
         path, file_key, cipher = fk.path, fk.file_key, fk.cipher
@@ -171,9 +172,11 @@ class MemoryFile:
         self._chunks.clear()
         self._rows_key = b""
         self._chain_key = b""
+        if self._fk is None:
+            return  # closed already: the connection may be another request's by then
+        file_key = self._fk.file_key
         self._fk = None  # type: ignore[assignment]  # closed: no keys are held
-        with SQLCIPHER_OPEN_CLOSE:
-            self.conn.close()
+        release(self.conn, self._path, file_key)
 
     # ------------------------------------------------------------ key epochs
 

@@ -114,17 +114,27 @@ async def not_found(request, exc) -> JSON:
 
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette):
-    """Files are opened per request and closed at its end (the last close of
-    a store checkpoints its WAL into the file and removes it), so by the time
-    the server has drained its requests on SIGTERM every file is already
-    closed; what is left to stop is the metrics writer."""
+    """A user's files stay open for ``--keep-open`` seconds after its last
+    request, for the next one (storage/pool.py); a thread lets go of those
+    past it. By the time the server has drained its requests on SIGTERM,
+    what is left is to close every file still open — each checkpoints its
+    WAL into the file and removes it — and stop the metrics writer.
+
+    Only a served app keeps files open: an app driven without its lifespan
+    (the in-process API tests) closes them after every request."""
+    vault = app.state.vault
     app.state.metrics.start()
     stop = threading.Event()
-    threading.Thread(target=app.state.vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
+    threading.Thread(target=vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
+    vault.keep_files_open(app.state.settings.keep_open)
+    reaper = threading.Thread(target=vault.let_go_of_idle_files, args=(stop,), name="idle-files", daemon=True)
+    reaper.start()
     try:
         yield
     finally:
         stop.set()
+        reaper.join(timeout=5)
+        vault.keep_files_open(0)  # closes every file still open
         app.state.metrics.stop()
 
 

@@ -44,6 +44,7 @@ class Settings:
     init_per_day: int = 50  # identities one address may mint per 24 hours
     header_timeout: float = 10.0  # seconds for a request's head to arrive (timeouts.py)
     idle_timeout: float = 5.0  # seconds a kept-alive connection may idle between requests
+    keep_open: float = 5.0  # seconds a user's files stay open after its last request (storage/pool.py); 0: never
 
 
 def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
@@ -72,6 +73,7 @@ def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -
         "init_per_day": settings.init_per_day,
         "header_timeout": settings.header_timeout,
         "idle_timeout": settings.idle_timeout,
+        "keep_open": settings.keep_open,
     })
 
 
@@ -104,4 +106,5 @@ def from_env() -> Settings:
         init_per_day=raw["init_per_day"],
         header_timeout=raw["header_timeout"],
         idle_timeout=raw["idle_timeout"],
+        keep_open=raw["keep_open"],
     )

@@ -204,3 +204,21 @@ def test_a_whole_memory_file_put_back_is_refused_even_when_only_state_changed(se
     s.server.start(same_port=True)
     resp = s.http.get("/config", s.token)
     assert_error(resp, 500, "store.rolled_back")
+
+
+def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused(server: Server, tmp_path: Path):
+    """The server keeps a user's files open for a few seconds after each
+    request (--keep-open, storage/pool.py). A file copied over in place
+    meanwhile — the same inode, older bytes — must not be read through the
+    connection kept open, whose cache still holds the newer pages."""
+    s = Store(server, tmp_path)
+    for i in range(4):
+        s.http.ok("POST", "/note", s.token, json={"text": f"before {i}"})
+    s.settle()
+    older = s.copy("older") / "memory.db"
+    secret = f"later-{os.urandom(5).hex()}"
+    for i in range(3):
+        s.http.ok("POST", "/note", s.token, json={"text": f"{secret} {i}"})
+    assert s.http.ok("GET", "/wake", s.token)["T"] == 7  # the files are open in the server now
+    shutil.copyfile(older, s.folder / "memory.db")
+    s.refused(("GET", "/wake", None), ("POST", "/note", {"text": "after the put-back"}), secret=secret)

@@ -1,0 +1,191 @@
+"""Open SQLite connections kept between the requests of one process.
+
+Opening a user's two files and closing them again cost more than most
+requests do: a SQLCipher open, the WAL and its shared-memory index created
+and deleted, and every page read decrypted afresh into an empty cache. A
+connection a request has finished with is kept here instead, idle, for at
+most ``idle_seconds``, and the next request for the same file in this
+process takes it back.
+
+What keeps that as safe as a fresh open:
+
+* **Same key only.** An idle connection is filed under its path and a digest
+  of the key it was opened with; only a request that derived the same key
+  gets it. No request reads through a connection it could not have opened.
+* **At rest while idle.** Before a connection goes idle its WAL is folded
+  into the file (:func:`files.fold`), so between requests the file on disk
+  is whole by itself, as it was when every request closed its files: a
+  backup, a copy or a restore with the server stopped sees one file.
+* **Changed files are never reused.** The file's identity, size,
+  modification and change times, its WAL's size and whether its filesystem is
+  read-only are recorded when it goes idle (:func:`signature`); a file
+  replaced, restored, damaged, made unreadable or written by anyone else
+  meanwhile, or a folder remounted read-only, no longer matches, and its
+  connection is closed instead of reused, so the next open checks the file
+  from scratch.
+* **Bounded.** At most ``max_idle`` connections, each dropped ``idle_seconds``
+  after its last use (a reaper thread of the server), all of them when the
+  server stops, and every one of a user's when the store is destroyed.
+
+What an idle SQLCipher connection holds is that file's key, which revoking
+a capability does not change (SECURITY.md: the file key comes from epoch 0);
+no row key, master key or token is ever kept. Closing a memory file's
+connection takes the user's lock shared (:mod:`userlock`), as a request
+does, so a backup never copies a file while its WAL is being removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+Signature = tuple[int, int, int, int, int, int, bool]
+MAX_IDLE = 64
+"""Idle connections one process keeps at most: with their WAL and index files,
+about 200 descriptors."""
+
+
+def signature(path: Path) -> Signature | None:
+    """What changes when anyone touches the file: its device, inode, size,
+    modification time and change time (a ``chmod`` moves only the last), its
+    WAL's size, and whether the filesystem the path is on is read-only now (a
+    read-only bind mount over the folder leaves an open file writable
+    underneath)."""
+    try:
+        st = os.stat(path)
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return None
+    try:
+        wal = os.stat(f"{path}-wal").st_size
+    except OSError:
+        wal = -1
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal, read_only)
+
+
+def key_digest(key: bytes | None) -> bytes:
+    """A name for the key an idle connection was opened with; the key itself
+    is not kept twice."""
+    return hashlib.blake2b(key or b"", digest_size=16, person=b"stash-pool-key").digest()
+
+
+@dataclass
+class _Idle:
+    conn: sqlite3.Connection
+    key: bytes
+    sig: Signature
+    since: float
+
+
+class Pool:
+    def __init__(self, idle_seconds: float = 0.0, max_idle: int = MAX_IDLE) -> None:
+        self.idle_seconds = idle_seconds
+        self.max_idle = max_idle
+        self._idle: dict[str, list[_Idle]] = {}
+        self._count = 0
+        self._lock = threading.Lock()
+        # files.py sets the real one: (path, connection, caller holds that user's lock)
+        self.closer: Callable[[Path, sqlite3.Connection, bool], None] = lambda path, conn, held: conn.close()
+
+    @property
+    def enabled(self) -> bool:
+        return self.idle_seconds > 0 and self.max_idle > 0
+
+    def configure(self, idle_seconds: float, max_idle: int) -> None:
+        self.close_all()
+        self.idle_seconds, self.max_idle = idle_seconds, max_idle
+
+    def take(self, path: Path, key: bytes) -> sqlite3.Connection | None:
+        """An idle connection to ``path`` opened with this key whose file is
+        as it was left; None when there is none (stale ones are closed)."""
+        if not self.enabled:
+            return None
+        name = str(path)
+        stale: list[_Idle] = []
+        found: _Idle | None = None
+        now_sig = signature(path)
+        with self._lock:
+            entries = self._idle.get(name, [])
+            keep = []
+            for e in entries:
+                if e.sig != now_sig:
+                    stale.append(e)
+                elif found is None and e.key == key:
+                    found = e
+                else:
+                    keep.append(e)
+            if keep:
+                self._idle[name] = keep
+            else:
+                self._idle.pop(name, None)
+            self._count -= len(stale) + (found is not None)
+        for e in stale:
+            self.closer(path, e.conn, True)
+        return None if found is None else found.conn
+
+    def give(self, path: Path, key: bytes, conn: sqlite3.Connection) -> bool:
+        """Keep ``conn`` idle; False when the pool will not (the caller
+        closes it). The file must be at rest: no transaction, WAL folded."""
+        if not self.enabled or conn.in_transaction:
+            return False
+        sig = signature(path)
+        if sig is None:
+            return False
+        evicted: list[tuple[str, _Idle]] = []
+        with self._lock:
+            self._idle.setdefault(str(path), []).append(_Idle(conn, key, sig, time.monotonic()))
+            self._count += 1
+            while self._count > self.max_idle:
+                oldest = min(self._idle, key=lambda n: self._idle[n][0].since)
+                evicted.append((oldest, self._idle[oldest].pop(0)))
+                if not self._idle[oldest]:
+                    del self._idle[oldest]
+                self._count -= 1
+        for name, e in evicted:
+            self.closer(Path(name), e.conn, False)
+        return True
+
+    def _remove(self, keep: Callable[[str, _Idle], bool], held: bool = False) -> None:
+        gone: list[tuple[str, _Idle]] = []
+        with self._lock:
+            for name in list(self._idle):
+                entries = self._idle[name]
+                left = [e for e in entries if keep(name, e)]
+                gone += [(name, e) for e in entries if not keep(name, e)]
+                if left:
+                    self._idle[name] = left
+                else:
+                    del self._idle[name]
+            self._count -= len(gone)
+        for name, e in gone:
+            self.closer(Path(name), e.conn, held)
+
+    def reap(self, now: float | None = None) -> None:
+        """Close every connection idle for longer than ``idle_seconds`` (as of
+        ``now``, a ``time.monotonic()`` reading)."""
+        cutoff = (time.monotonic() if now is None else now) - self.idle_seconds
+        self._remove(lambda name, e: e.since > cutoff)
+
+    def drop_folder(self, folder: Path, *, held: bool) -> None:
+        """Close every idle connection to a file in ``folder``; ``held``:
+        the caller holds that user's lock (shared or exclusive)."""
+        prefix = str(folder) + os.sep
+        self._remove(lambda name, e: not name.startswith(prefix), held)
+
+    def close_all(self) -> None:
+        self._remove(lambda name, e: False)
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return self._count
+
+
+POOL = Pool()
+"""The process's pool: off (``idle_seconds`` 0) until ``stash serve`` turns it
+on, so tools and tests that open stores directly close what they open."""

@@ -1,0 +1,151 @@
+"""The pool of open connections kept between requests (storage/pool.py),
+on real SQLite and SQLCipher files: a connection is handed back only for the
+same file, unchanged, under the same key; the file is whole between
+requests; and the pool lets go when told to, within its bounds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stash.storage import files
+from stash.storage.pool import POOL, Pool, key_digest
+
+KEY_A = bytes(range(32))
+KEY_B = bytes(range(1, 33))
+
+
+@pytest.fixture
+def pool_on() -> Iterator[Pool]:
+    POOL.configure(60.0, 4)
+    try:
+        yield POOL
+    finally:
+        POOL.configure(0.0, 4)
+
+
+def make(path: Path, key: bytes | None = KEY_A, cipher: str = "sqlcipher") -> None:
+    conn = files.connect(path, file_key=key, cipher=cipher, create=True)
+    conn.execute("CREATE TABLE t (x INTEGER)")
+    conn.execute("INSERT INTO t VALUES (1)")
+    files.close_now(path, conn)
+
+
+def is_closed(conn: sqlite3.Connection) -> bool:
+    try:
+        conn.execute("SELECT 1")
+    except Exception as exc:  # sqlite3 and sqlcipher3 both raise ProgrammingError
+        return "closed" in str(exc)
+    return False
+
+
+def test_a_released_connection_comes_back_for_the_same_file_and_key_only(tmp_path: Path, pool_on: Pool):
+    path = tmp_path / "memory.db"
+    make(path)
+    first = files.connect(path, file_key=KEY_A, cipher="sqlcipher")
+    files.release(first, path, KEY_A)
+    assert pool_on.idle_count() == 1
+    # Another key never gets it: it opens afresh, and fails as a wrong key does.
+    with pytest.raises(Exception, match="not a database"):
+        files.connect(path, file_key=KEY_B, cipher="sqlcipher")
+    assert pool_on.idle_count() == 1
+    again = files.connect(path, file_key=KEY_A, cipher="sqlcipher")
+    assert again is first and again.execute("SELECT x FROM t").fetchall() == [(1,)]
+    files.close_now(path, again)
+
+
+def test_between_requests_the_file_is_whole_without_its_wal(tmp_path: Path, pool_on: Pool):
+    path = tmp_path / "memory.db"
+    make(path)
+    conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher")
+    conn.execute("INSERT INTO t VALUES (2)")
+    assert os.path.getsize(f"{path}-wal") > 0
+    files.release(conn, path, KEY_A)
+    assert pool_on.idle_count() == 1
+    assert os.path.getsize(f"{path}-wal") == 0
+    # A copy of the file alone, taken now, holds the write.
+    copy = tmp_path / "copy" / "memory.db"
+    copy.parent.mkdir()
+    shutil.copyfile(path, copy)
+    seen = files.connect(copy, file_key=KEY_A, cipher="sqlcipher")
+    assert seen.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,)]
+    files.close_now(copy, seen)
+
+
+@pytest.mark.parametrize("change", ["written by another connection", "copied over in place", "replaced by rename",
+                                    "its mode changed"])
+def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_closed(
+        tmp_path: Path, pool_on: Pool, change: str):
+    path = tmp_path / "keyring.db"
+    make(path, None, "none")
+    older = tmp_path / "older.db"
+    shutil.copyfile(path, older)
+    kept = files.connect(path, file_key=None, cipher="none")
+    kept.execute("INSERT INTO t VALUES (2)")
+    files.release(kept, path, None)
+    if change == "written by another connection":
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("INSERT INTO t VALUES (3)")
+        other.close()
+    elif change == "copied over in place":
+        time.sleep(0.01)  # a distinct modification time on filesystems with coarse clocks
+        shutil.copyfile(older, path)
+    elif change == "replaced by rename":
+        os.replace(older, path)
+    else:
+        path.chmod(0o400)  # only the change time moves (root reads it still: what matters is no reuse)
+    fresh = files.connect(path, file_key=None, cipher="none")
+    assert fresh is not kept and is_closed(kept)
+    want = {"written by another connection": [(1,), (2,), (3,)], "its mode changed": [(1,), (2,)]}.get(change, [(1,)])
+    assert fresh.execute("SELECT x FROM t ORDER BY x").fetchall() == want
+    files.close_now(path, fresh)
+
+
+def test_the_pool_keeps_at_most_its_bound_and_closes_the_oldest(tmp_path: Path, pool_on: Pool):
+    conns = []
+    for k in range(pool_on.max_idle + 2):
+        path = tmp_path / f"f{k}.db"
+        make(path, None, "none")
+        conn = files.connect(path, file_key=None, cipher="none")
+        files.release(conn, path, None)
+        conns.append(conn)
+    assert pool_on.idle_count() == pool_on.max_idle
+    assert [is_closed(c) for c in conns] == [True, True] + [False] * pool_on.max_idle
+
+
+def test_reap_closes_what_idled_past_its_time_and_drop_folder_only_that_folder(tmp_path: Path, pool_on: Pool):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    kept = {}
+    for name in ("a", "b"):
+        path = tmp_path / name / "keyring.db"
+        make(path, None, "none")
+        kept[name] = files.connect(path, file_key=None, cipher="none")
+        files.release(kept[name], path, None)
+    pool_on.reap(now=time.monotonic())
+    assert pool_on.idle_count() == 2
+    pool_on.drop_folder(tmp_path / "a", held=True)
+    assert is_closed(kept["a"]) and not is_closed(kept["b"])
+    pool_on.reap(now=time.monotonic() + pool_on.idle_seconds + 1)
+    assert is_closed(kept["b"]) and pool_on.idle_count() == 0
+
+
+def test_off_the_pool_keeps_nothing(tmp_path: Path):
+    assert not POOL.enabled
+    path = tmp_path / "keyring.db"
+    make(path, None, "none")
+    conn = files.connect(path, file_key=None, cipher="none")
+    files.release(conn, path, None)
+    assert is_closed(conn) and POOL.idle_count() == 0
+    assert not Path(f"{path}-wal").exists()
+
+
+def test_keys_are_named_by_digest_not_kept():
+    assert key_digest(KEY_A) != key_digest(KEY_B) and KEY_A not in key_digest(KEY_A)
+    assert len(key_digest(KEY_A)) == 16
