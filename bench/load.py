@@ -1,11 +1,11 @@
 """Sustained load on a real ``stash serve`` over loopback.
 
 Starts the server as an operator would, mints USERS identities through
-``POST /init``, then runs PROCS load-generator processes (separate
-interpreters, so the generator is not one GIL), each with CONNS threads that
-hold one keep-alive httpx client apiece. Every thread picks a random user and
-a random operation from the mix (wake, note, nap, recall) as fast as the
-server answers; a note whose answer carries a due nap is followed by the nap
+``POST /init``, then runs PROCS load-generator processes, each holding CONNS
+keep-alive connections on one asyncio event loop (raw HTTP/1.1, so the
+generator costs the shared cores little: see :class:`Conn`). Every connection
+picks a random user and a random operation from the mix (wake, note, nap,
+recall) as fast as the server answers; a note whose answer carries a due nap is followed by the nap
 that settles it, as an agent would. Meanwhile the parent samples the server's
 resident memory (every process of it, from /proc) once a second.
 
@@ -14,7 +14,7 @@ p95 / p99 latency, errors, and the server's RSS; then each operation over the
 whole run; then the first window against the last, which is where growth in
 memory or latency would show.
 
-    python bench/load.py --quick           # about 30 s: 2 generators, 8 users, 10 s windows
+    python bench/load.py --quick           # about 30 s: 4 connections, 8 users, 10 s windows
     python bench/load.py                   # 10 minutes, 1-minute windows, 50 users
     python bench/load.py --duration 1800 --workers 2
 
@@ -24,6 +24,7 @@ Numbers, never assertions: nothing here passes or fails. See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime as dt
 import math
 import multiprocessing
@@ -34,16 +35,17 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
+import urllib.parse
 from collections import defaultdict
 from pathlib import Path
 
 import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
+import orjson
 
 from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Server
+from tests.live import Server, live_group_members
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -77,6 +79,18 @@ def start_server(data: Path, log: Path, workers: int, cheap_kdf: bool, tree: Pat
     return server.start()
 
 
+def server_cpu(pgid: int) -> float:
+    """User plus system CPU seconds of every live process of the server's group."""
+    total = 0
+    for pid in live_group_members(pgid):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def server_rss(pgid: int) -> int:
     """Resident bytes of every process in the server's group (its workers too)."""
     total = 0
@@ -96,114 +110,173 @@ def server_rss(pgid: int) -> int:
 # ---------------------------------------------------------------- generators
 
 
+class Conn:
+    """One keep-alive HTTP/1.1 connection on raw asyncio streams.
+
+    The generator must cost the two cores next to nothing, or it measures
+    itself: httpx in threads spent more CPU per request than the server
+    (bench/README.md, goal 4). This sends prebuilt bytes and reads only the
+    status, Content-Length and Connection headers; it reconnects when the
+    server closes (a refusal before a body is read closes the connection)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, target: str, token: str, body: bytes | None = None
+                      ) -> tuple[int, dict, float]:
+        """(status, JSON body, Retry-After seconds) of one request."""
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = f"{method} {target} HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {token}\r\n"
+        if body is not None:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + (body or b""))
+        assert self.reader is not None
+        try:
+            status = int((await self.reader.readline()).split()[1])
+            length, close, retry = 0, False, 0.0
+            while (line := await self.reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                name = name.strip().lower()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection":
+                    close = value.strip().lower() == b"close"
+                elif name == b"retry-after":
+                    retry = float(value)
+            data = orjson.loads(await self.reader.readexactly(length)) if length else {}
+        except (IndexError, ValueError, asyncio.IncompleteReadError, ConnectionError):
+            self.close()
+            raise ConnectionError("the connection broke mid-answer") from None
+        if close:
+            self.close()
+        return status, data if isinstance(data, dict) else {}, retry
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
 def generator(url: str, tokens: list[str], conns: int, start: float, end: float, window: float,
               seed: int, results) -> None:
-    """One load process: CONNS threads until ``end``; latencies by (window, op)."""
+    """One load process: CONNS connections on one event loop until ``end``;
+    latencies by (window, op). A ``429`` is counted apart (``busy``) and its
+    ``Retry-After`` waited out on that connection, as the stash client does."""
     lat: dict[tuple[int, str], list[float]] = defaultdict(list)
     errors: dict[tuple[int, str], int] = defaultdict(int)
+    busy: dict[tuple[int, str], int] = defaultdict(int)
     conflicts: dict[int, int] = defaultdict(int)
-    lock = threading.Lock()
     ops, weights = zip(*MIX.items())
+    parsed = urllib.parse.urlsplit(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
 
-    def record(op: str, t0: float, t1: float, ok: bool) -> None:
-        w = int((t1 - start) // window)
-        with lock:
-            if ok:
-                lat[(w, op)].append(t1 - t0)
-            else:
-                errors[(w, op)] += 1
+    def window_of(t: float) -> int:
+        return int((t - start) // window)
 
-    def run(k: int) -> None:
+    async def timed(conn: Conn, op: str, method: str, target: str, tok: str, body: bytes | None = None):
+        t0 = time.monotonic()
+        try:
+            status, data, retry = await asyncio.wait_for(conn.request(method, target, tok, body), REQUEST_TIMEOUT)
+        except (TimeoutError, OSError):
+            conn.close()
+            errors[(window_of(time.monotonic()), op)] += 1
+            return None, {}
+        t1 = time.monotonic()
+        w = window_of(t1)
+        if status == 429:
+            busy[(w, op)] += 1
+            await asyncio.sleep(min(retry or 1.0, max(0.0, end - time.monotonic())))
+            return status, data
+        # a wake that finds a summary missing is a correct answer (409); the nap it names follows;
+        # another connection may have settled a nap first or made a smaller block due
+        ok = status == 200 or (status == 409 and data.get("error") in ("wake.needs_nap", "nap.wrong_block"))
+        if ok:
+            lat[(w, op)].append(t1 - t0)
+        else:
+            errors[(w, op)] += 1
+        if status == 409 and data.get("error") == "wake.needs_nap":
+            conflicts[w] += 1
+        return status, data
+
+    async def run(k: int) -> None:
         rng = random.Random(seed * 1000 + k)
-        with httpx.Client(base_url=url, timeout=REQUEST_TIMEOUT, trust_env=False) as http:
-            n = 0
-            while time.monotonic() < end:
-                tok = rng.choice(tokens)
-                auth = {"Authorization": f"Bearer {tok}"}
-                op = rng.choices(ops, weights)[0]
-                t0 = time.monotonic()
-                try:
-                    if op == "wake":
-                        resp = http.get("/wake", headers=auth)
-                    elif op == "note":
-                        words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
-                        resp = http.post("/note", headers=auth, json={"text": f"g{seed} note {n} {words}"})
-                    elif op == "nap":
-                        resp = http.post("/nap", headers=auth, json={})
-                    else:
-                        resp = http.get("/recall", headers=auth, params={"q": rng.choice(RECALL_PATTERNS)})
-                except httpx.TransportError:
-                    record(op, t0, time.monotonic(), False)
-                    continue
-                t1 = time.monotonic()
-                n += 1
-                body = resp.json()
-                # a wake that finds a summary missing is a correct answer (409); the nap it names follows
-                ok = resp.status_code == 200 or (resp.status_code == 409 and body.get("error") == "wake.needs_nap")
-                record(op, t0, t1, ok)
-                if resp.status_code == 409:
-                    with lock:
-                        conflicts[int((t1 - start) // window)] += 1
-                nap = body.get("nap") if ok else None
-                for _ in range(8):  # settle what is due, as an agent would
-                    if not nap or time.monotonic() >= end:
-                        break
-                    t0 = time.monotonic()
-                    try:
-                        resp = http.post("/nap", headers=auth, json={
-                            "block": nap["block"], "text": f"summary of {nap['block']}: {rng.choice(WORDS)}"})
-                    except httpx.TransportError:
-                        record("nap", t0, time.monotonic(), False)
-                        break
-                    t1 = time.monotonic()
-                    body = resp.json()
-                    # another thread may have settled it or made a smaller block due first
-                    ok = resp.status_code == 200 or body.get("error") == "nap.wrong_block"
-                    record("nap", t0, t1, ok)
-                    nap = body.get("nap")
+        conn = Conn(host, port)
+        n = 0
+        while time.monotonic() < end:
+            tok = rng.choice(tokens)
+            op = rng.choices(ops, weights)[0]
+            if op == "wake":
+                status, data = await timed(conn, op, "GET", "/wake", tok)
+            elif op == "note":
+                words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+                status, data = await timed(conn, op, "POST", "/note", tok,
+                                           orjson.dumps({"text": f"g{seed} note {n} {words}"}))
+            elif op == "nap":
+                status, data = await timed(conn, op, "POST", "/nap", tok, b"{}")
+            else:
+                q = urllib.parse.quote(rng.choice(RECALL_PATTERNS))
+                status, data = await timed(conn, op, "GET", f"/recall?q={q}", tok)
+            n += 1
+            nap = data.get("nap") if status in (200, 409) else None
+            for _ in range(8):  # settle what is due, as an agent would
+                if not isinstance(nap, dict) or time.monotonic() >= end:
+                    break
+                body = orjson.dumps({"block": nap["block"], "text": f"summary of {nap['block']}: {rng.choice(WORDS)}"})
+                status, data = await timed(conn, "nap", "POST", "/nap", tok, body)
+                nap = data.get("nap") if status == 200 else None
+        conn.close()
 
-    threads = [threading.Thread(target=run, args=(k,)) for k in range(conns)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    results.put((dict(lat), dict(errors), dict(conflicts)))
+    async def main() -> None:
+        await asyncio.gather(*(run(k) for k in range(conns)))
+
+    asyncio.run(main())
+    results.put((dict(lat), dict(errors), dict(busy), dict(conflicts)))
 
 
 # ---------------------------------------------------------------- report
 
 
-def report(args, lat, errors, conflicts, rss: list[tuple[float, int]], windows: int, started: str) -> str:
+def report(args, lat, errors, busy, conflicts, rss: list[tuple[float, int]], windows: int, started: str) -> str:
     out = [f"# Stash load test, {started}", ""]
     out.append(f"{platform.node() or 'host'}: {os.cpu_count()} cores, Python {platform.python_version()}; "
                f"server `--workers {args.workers}`{', cheap KDF (t=1, 8 KiB)' if args.cheap_kdf else ''}; "
-               f"{args.users} users; {args.procs} generator processes x {args.conns} keep-alive connections; "
-               f"mix {', '.join(f'{k} {v}%' for k, v in MIX.items())} (plus the naps notes bring due); "
-               f"{args.duration:g} s in windows of {args.window:g} s.")
-    out += ["", "| window | requests/s | p50 ms | p95 ms | p99 ms | errors | 409 needs_nap | server RSS MiB (max) |",
-            "|---|---|---|---|---|---|---|---|"]
+               f"{args.users} users; {args.procs} generator process(es) x {args.conns} keep-alive connections "
+               f"(raw asyncio HTTP/1.1); mix {', '.join(f'{k} {v}%' for k, v in MIX.items())} (plus the naps "
+               f"notes bring due); {args.duration:g} s in windows of {args.window:g} s. Requests/s counts "
+               f"answered requests (200, and the 409s of a wake or nap race); 429s are counted apart and "
+               f"their Retry-After waited out.")
+    out += ["", "| window | requests/s | p50 ms | p95 ms | p99 ms | errors | 429 busy | 409 needs_nap | "
+            "server RSS MiB (max) |", "|---|---|---|---|---|---|---|---|---|"]
     per_window = []
     for w in range(windows):
         xs = sorted(x for (ww, _), v in lat.items() if ww == w for x in v)
         errs = sum(n for (ww, _), n in errors.items() if ww == w)
+        refused = sum(n for (ww, _), n in busy.items() if ww == w)
         mem = [b for t, b in rss if w * args.window <= t < (w + 1) * args.window]
-        row = (len(xs) + errs) / args.window, percentile(xs, .5), percentile(xs, .95), percentile(xs, .99), errs
+        row = len(xs) / args.window, percentile(xs, .5), percentile(xs, .95), percentile(xs, .99), errs
         per_window.append((*row, max(mem) if mem else 0))
         lo, hi = w * args.window, (w + 1) * args.window
         out.append(f"| {lo:g}-{hi:g} s | {row[0]:.1f} | {row[1] * 1e3:.1f} | {row[2] * 1e3:.1f} | "
-                   f"{row[3] * 1e3:.1f} | {errs} | {conflicts.get(w, 0)} | {(max(mem) if mem else 0) / 2**20:.1f} |")
-    out += ["", "| operation | requests | p50 ms | p95 ms | p99 ms | errors |", "|---|---|---|---|---|---|"]
+                   f"{row[3] * 1e3:.1f} | {errs} | {refused} | {conflicts.get(w, 0)} | "
+                   f"{(max(mem) if mem else 0) / 2**20:.1f} |")
+    out += ["", "| operation | requests | p50 ms | p95 ms | p99 ms | errors | 429 busy |",
+            "|---|---|---|---|---|---|---|"]
     for op in (*MIX, "all"):
         xs = sorted(x for (_, o), v in lat.items() if op in (o, "all") for x in v)
         errs = sum(n for (_, o), n in errors.items() if op in (o, "all"))
+        refused = sum(n for (_, o), n in busy.items() if op in (o, "all"))
         out.append(f"| {op} | {len(xs)} | {percentile(xs, .5) * 1e3:.1f} | {percentile(xs, .95) * 1e3:.1f} | "
-                   f"{percentile(xs, .99) * 1e3:.1f} | {errs} |")
-    total = sum(len(v) for v in lat.values()) + sum(errors.values())
-    out += ["", f"Sustained: {total / args.duration:.1f} requests/s over {args.duration:g} s, "
-                f"{sum(errors.values())} errors."]
+                   f"{percentile(xs, .99) * 1e3:.1f} | {errs} | {refused} |")
+    total = sum(len(v) for v in lat.values())
+    out += ["", f"Sustained: {total / args.duration:.1f} requests/s answered over {args.duration:g} s, "
+                f"{sum(errors.values())} errors, {sum(busy.values())} answered 429 busy."]
     if len(per_window) >= 2:
         first, last = per_window[0], per_window[-1]
-        out.append(f"First window against last: p50 {first[1] * 1e3:.1f} -> {last[1] * 1e3:.1f} ms, "
+        out.append(f"First window against last: {first[0]:.1f} -> {last[0]:.1f} requests/s, "
+                   f"p50 {first[1] * 1e3:.1f} -> {last[1] * 1e3:.1f} ms, "
                    f"p99 {first[3] * 1e3:.1f} -> {last[3] * 1e3:.1f} ms, "
                    f"RSS {first[5] / 2**20:.1f} -> {last[5] / 2**20:.1f} MiB.")
     return "\n".join(out) + "\n"
@@ -215,8 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=600.0, help="seconds of load (default 600)")
     p.add_argument("--window", type=float, default=60.0, help="seconds per report row (default 60)")
     p.add_argument("--users", type=int, default=50)
-    p.add_argument("--procs", type=int, default=4, help="load-generator processes")
-    p.add_argument("--conns", type=int, default=4, help="keep-alive connections (threads) per generator")
+    p.add_argument("--procs", type=int, default=1, help="load-generator processes")
+    p.add_argument("--conns", type=int, default=16, help="keep-alive connections per generator process")
     p.add_argument("--workers", type=int, default=1, help="stash serve --workers")
     p.add_argument("--cheap-kdf", action="store_true",
                    help="the tests' cheapest argon2id (tests/helpers.py CHEAP_KDF) for the users' grants")
@@ -228,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                         "of an older commit), then against this one, and report both and the ratio")
     args = p.parse_args(argv)
     if args.quick:
-        args.duration, args.window, args.users, args.procs, args.conns = 30.0, 10.0, 8, 2, 2
+        args.duration, args.window, args.users, args.procs, args.conns = 30.0, 10.0, 8, 1, 4
     windows = max(1, round(args.duration / args.window))
     args.duration = windows * args.window
     out = args.out or RESULTS / f"{dt.date.today().isoformat()}-load{'-quick' if args.quick else ''}.md"
@@ -277,14 +350,20 @@ def run_once(args, windows: int, tree: Path | None) -> tuple[str, float]:
         rss: list[tuple[float, int]] = []
         while time.monotonic() < start:
             time.sleep(0.05)
+        cpu_start = server_cpu(proc.pid)
         while (now := time.monotonic()) < end:
             rss.append((now - start, server_rss(proc.pid)))
             time.sleep(1.0)
+        cpu_used = server_cpu(proc.pid) - cpu_start
         lat: dict[tuple[int, str], list[float]] = defaultdict(list)
         errors: dict[tuple[int, str], int] = defaultdict(int)
+        busy: dict[tuple[int, str], int] = defaultdict(int)
         conflicts: dict[int, int] = defaultdict(int)
         for _ in gens:
-            got_lat, got_err, got_conf = results.get(timeout=REQUEST_TIMEOUT + 30)
+            got_lat, got_err, got_busy, got_conf = results.get(timeout=REQUEST_TIMEOUT + 30)
+            for k, v in got_busy.items():
+                if k[0] < windows:
+                    busy[k] += v
             for k, v in got_lat.items():
                 if k[0] < windows:  # a request that ended after the clock is not counted
                     lat[k] += v
@@ -304,8 +383,11 @@ def run_once(args, windows: int, tree: Path | None) -> tuple[str, float]:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
 
-    text = report(args, lat, errors, conflicts, rss, windows, started)
-    total = sum(len(v) for v in lat.values()) + sum(errors.values())
+    total = sum(len(v) for v in lat.values())
+    text = report(args, lat, errors, busy, conflicts, rss, windows, started)
+    # CPU per answer does not depend on what else the host runs, as requests/s does.
+    text += (f"Server CPU: {cpu_used:.1f} s over the run, {cpu_used / max(1, total) * 1e3:.2f} ms per answered "
+             f"request ({cpu_used / args.duration:.2f} cores busy).\n")
     return text, total / args.duration
 
 

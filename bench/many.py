@@ -100,12 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memories", type=int, default=128)
     p.add_argument("--rounds", type=int, default=1000)
     p.add_argument("--fresh", action="store_true")
+    p.add_argument("--keep-open", type=float, default=None, metavar="SECONDS",
+                   help="stash serve --keep-open for both servers (default: the server's default)")
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     many_dir, many_toks, one_dir, one_tok = prepared(args.users, args.memories, args.fresh)
     tmp = RESULTS / "many-logs"
     tmp.mkdir(parents=True, exist_ok=True)
-    a, b = serve(one_dir, tmp / "one.log"), serve(many_dir, tmp / "many.log")
+    extra = () if args.keep_open is None else ("--keep-open", f"{args.keep_open:g}")
+    a, b = serve(one_dir, tmp / "one.log", extra=extra), serve(many_dir, tmp / "many.log", extra=extra)
     times: dict[str, list[float]] = {"one": [], "many": []}
     peak = {"one": [0, 0], "many": [0, 0]}
     rss0 = {"one": rss(a.proc.pid), "many": rss(b.proc.pid)}
@@ -132,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `python bench/many.py {' '.join(argv)}`. {len(many_toks):,} identities of {args.memories} "
         f"memories (every summary written) in one data folder ({du(many_dir) / 2**30:.2f} GiB, "
         f"{du(many_dir) / len(many_toks) / 1024:.0f} KiB each), against one such identity alone. "
-        f"{args.rounds} `GET /wake` each, alternating, one keep-alive httpx client per server; load "
+        f"{args.rounds} `GET /wake` each, alternating, one keep-alive httpx client per server; "
+        f"`--keep-open {'default (5)' if args.keep_open is None else f'{args.keep_open:g}'}`; load "
         f"{os.getloadavg()[0]:.2f} at the end.", "",
         "| server | wake median | wake p95 | open fds (peak) | RSS at start → peak |",
         "|---|---:|---:|---:|---:|",

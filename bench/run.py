@@ -106,12 +106,13 @@ def ms(x: float | None, digits: int = 2) -> str:
 # ---------------------------------------------------------------- server
 
 
-def serve(data: Path, log: Path, *, auth_limit: int | None = HIGH_LIMIT) -> Server:
+def serve(data: Path, log: Path, *, auth_limit: int | None = HIGH_LIMIT, extra: tuple[str, ...] = ()) -> Server:
     """``stash serve`` on loopback through the tests' launcher, as an operator
     would run it: no ``STASH_*`` variable of the caller's shell, the defaults
-    but the failed-authentication limit (none lifted when ``auth_limit`` is None)."""
+    but the failed-authentication limit (none lifted when ``auth_limit`` is None)
+    and any ``extra`` flags."""
     limits = [] if auth_limit is None else ["--auth-failures-per-minute", str(auth_limit)]
-    return Server(data, log, limits=limits, inherit_stash_env=False).start()
+    return Server(data, log, extra=list(extra), limits=limits, inherit_stash_env=False).start()
 
 
 _METRIC = re.compile(r'stash_request_seconds_(sum|count)\{method="([A-Z]+)",route="([^"]*)"\} ([0-9.e+-]+)')
