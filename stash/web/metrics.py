@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,6 +118,7 @@ class Metrics:
                               registry=own, multiprocess_mode="livesum")
         self._rss = Gauge("stash_resident_bytes", "Resident memory of those server processes, added up.",
                           registry=own, multiprocess_mode="livesum")
+        self._rss_read = 0.0
         if own is not None:
             own.register(_Users(data_dir))
 
@@ -134,7 +136,11 @@ class Metrics:
 
     def request_finished(self) -> None:
         self._in_flight.dec()
-        self._rss.set(resident_bytes())
+        # Read at most once a second: a read of /proc per request cost more than a refusal does.
+        now = time.monotonic()
+        if now - self._rss_read >= 1.0:
+            self._rss_read = now
+            self._rss.set(resident_bytes())
 
     def start(self) -> None:
         """This process joins the count of workers."""
