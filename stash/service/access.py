@@ -22,7 +22,15 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..storage import userlock
-from ..storage.files import MissingFile, UserFiles, available_file_cipher, can_write, private_folder, storage_error
+from ..storage.files import (
+    LEGACY_PAGE_BYTES,
+    MissingFile,
+    UserFiles,
+    available_file_cipher,
+    can_write,
+    private_folder,
+    storage_error,
+)
 from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
 from . import grant_terms
@@ -52,6 +60,8 @@ class Session:
     # this capability may read back (the record of a minted token).
     capability_key: bytes = field(repr=False, default=b"")
     pin: Head | None = None
+    # The memory file's page size, as the key ring records it (older stores: 16 KiB).
+    page_bytes: int = LEGACY_PAGE_BYTES
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -85,7 +95,7 @@ class Session:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
             try:
-                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher)
+                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher, page_bytes=self.page_bytes)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None
@@ -180,7 +190,8 @@ class Vault:
                 try:
                     ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, chain=chain,
                              kdf=self.kdf)
-                    mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True)
+                    mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True,
+                                    page_bytes=ring.memory_page_bytes())
                     head, version = mf.head, mf.state_version
                     mf.close()
                     ring.advance_head(head, version)
@@ -280,7 +291,8 @@ class Vault:
             # Exclusive: every request that opened the file under the old
             # epoch has closed it, and none opens it until it is re-sealed.
             with userlock.exclusive(session.files.folder):
-                mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher)
+                mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher,
+                                page_bytes=session.page_bytes)
                 mf.close()
         except (StashError, MissingFile):
             pass
@@ -388,9 +400,14 @@ class Vault:
                 )
             if opened.unmoved:
                 ring.move_grant(grant, opened)  # its secret is here now, and only now
+            try:
+                page_bytes = ring.memory_page_bytes()
+            except ValueError:
+                raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
+                              "from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              keys.subkey(token.secret, b"capability-idempotency"), pin)
+                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes)
             del opened
             try:
                 yield session
