@@ -116,14 +116,18 @@ class Keyring:
         self.conn = connect(path, file_key=None, cipher="none", create=create)
 
     @classmethod
-    def create(cls, path: Path, user_id: str, file_cipher: str) -> Keyring:
+    def create(cls, path: Path, user_id: str, file_cipher: str, page_bytes: int = PAGE_BYTES) -> Keyring:
+        """A new key ring, and the page size its memory file will be made
+        with (:meth:`memory_page_bytes`)."""
+        if page_bytes not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
+            raise ValueError("not a page size this release reads")
         ring = cls(path, user_id, create=True)
         # Only the tables every store uses; the others are made by their
         # first write (schema.sql, "Pages"), so an empty key ring is 4 pages.
         ring.conn.executescript(sections()["keyring"])
         ring.conn.execute(
             "INSERT INTO keyring_meta(name, value) VALUES ('user_id', ?), ('file_cipher', ?), ('format', ?), (?, ?)",
-            (user_id, file_cipher, FORMAT, MEMORY_PAGES, str(PAGE_BYTES)),
+            (user_id, file_cipher, FORMAT, MEMORY_PAGES, str(page_bytes)),
         )
         return ring
 
