@@ -1,5 +1,6 @@
 -- Stash storage schema. The server loads this file as it is; nothing here is
--- copied into code. It holds two schemas, each introduced by a "-- @name" line.
+-- copied into code. It holds the schemas of the three files, in sections each
+-- introduced by a "-- @name" line.
 --
 -- Layout on disk, one folder per user:
 --   DATA/users/<user_id>/keyring.db  plain SQLite: the grants and the master
@@ -12,6 +13,28 @@
 --                                    a log of 4,096 memories or more: the
 --                                    recall cache (section scan_cache). Every
 --                                    value sealed; deletable; not backed up.
+--
+-- Pages (since the 4 KiB layout): both files are made in 4 KiB pages, and
+-- each holds only the tables every store uses from its first request; the
+-- others (sections "keyring_on_use", "memory_on_use" and "idempotency") are
+-- made, empty, by the first write of one of their rows. Every table and every
+-- index is at least one page, so that is what an empty identity is made of:
+--   keyring.db  4 pages: 1 the schema (sqlite_master), 2 keyring_meta,
+--               3 grants, 4 the UNIQUE index on grants.tag
+--   memory.db   5 pages: 1 the schema, 2 meta, 3 log, 4 memory_keys,
+--               5 summaries
+-- = 9 pages of 4,096 bytes = 36,864 bytes (`python bench/disk.py --empty`).
+-- A table missing from a file reads as an empty one, which is what it
+-- would hold; the whole-state head covers rows, not whether a table exists,
+-- so dropping a table that held rows is refused like deleting the rows.
+-- Files written by earlier releases (16 KiB pages, every table made with the
+-- file, meta tables with rowids) are served as they are and never converted.
+-- SQLite records a plain file's page size in its header, but SQLCipher
+-- encrypts that header too, so the key ring's keyring_meta
+-- 'memory_page_bytes' says which page size memory.db is read with (absent:
+-- 16384, a file from before this). It is read before any key is known, and
+-- editing it only makes memory.db fail to open (the first page fails its
+-- HMAC), reported as damage: it protects nothing and can leak nothing.
 --
 -- Sealing: every stored memory, summary, config value and memory key is
 -- XChaCha20-Poly1305 with a fresh 24-byte nonce, as nonce||ciphertext||tag,
@@ -38,10 +61,12 @@
 -- @keyring
 PRAGMA secure_delete = ON;
 
+-- WITHOUT ROWID: the name is the key, so the table is one B-tree (one page
+-- while small) instead of a rowid table and an index on name (two).
 CREATE TABLE IF NOT EXISTS keyring_meta (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
-);
+) WITHOUT ROWID;
 
 -- One row per capability, live or revoked (format 2; format 1 had no pub/box
 -- and `wrapped` held the store's key, see stash/storage/keyring.py). A
@@ -63,6 +88,10 @@ CREATE TABLE IF NOT EXISTS grants (
     pub      BLOB,                     -- X25519 public key derived from the KEK
     box      BLOB                      -- the current epoch's number and key, sealed to pub
 );
+
+-- @keyring_on_use
+-- Made by the first write of a row (Keyring._ensure_table): a store that
+-- never labels a grant or records an event has neither.
 
 -- What an owner says a capability is for, and how it is used (one row per
 -- grant minted with a label or an expiry, or used since they existed). An
@@ -90,10 +119,11 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 
 -- @memory
+-- WITHOUT ROWID for the reason given at keyring_meta.
 CREATE TABLE IF NOT EXISTS meta (
     name  TEXT PRIMARY KEY,
     value TEXT NOT NULL
-);
+) WITHOUT ROWID;
 
 -- The append-only log. Memory #i is the row id = i; ids are dense from 0.
 -- Plaintext: a fixed 320 bytes (2-byte length, "YYYY-MM-DD text", zeros),
@@ -132,6 +162,10 @@ CREATE TABLE IF NOT EXISTS summaries (
     PRIMARY KEY (size, idx)
 ) WITHOUT ROWID;
 
+-- @memory_on_use
+-- Made by the first write of a row (MemoryFile._ensure_table): a store that
+-- never sets a size or erases a memory has none of them.
+
 -- Size overrides (SPEC §2.9); a name absent here follows the default.
 CREATE TABLE IF NOT EXISTS config (
     name    TEXT PRIMARY KEY,
@@ -156,8 +190,9 @@ CREATE TABLE IF NOT EXISTS erasures (
 -- Idempotency records, in both files: the memory file holds those of
 -- POST /note, /nap and /import, the key ring those of POST /grants. One row
 -- per keyed write that succeeded, inserted in the same transaction as the
--- write itself, and deleted once older than the retention window. Applied
--- when a file is created, and to older files before their first keyed write.
+-- write itself, and deleted once older than the retention window. Made by
+-- the first write that passes through the idempotency layer (Records.ensure),
+-- in files of every release; a new file does not have it.
 -- Nothing in a row names the Idempotency-Key or opens without it:
 CREATE TABLE IF NOT EXISTS idempotency (
     lookup       BLOB PRIMARY KEY,   -- keyed BLAKE2b of the Idempotency-Key (key: a master-derived subkey)

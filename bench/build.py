@@ -30,6 +30,7 @@ from stash.core.blocks import levels
 from stash.crypto import aead
 from stash.crypto.keys import DEFAULT_KDF, KdfParams, subkey
 from stash.service.access import Vault
+from stash.storage.files import PAGE_BYTES
 from stash.storage.memfile import SUMMARY_PLAINTEXT_BYTES
 
 APPEND_BATCH = 10_000
@@ -82,12 +83,13 @@ def _dates(T: int) -> tuple[dt.date, int]:
 
 
 def build(data_dir: Path, T: int, *, kdf: KdfParams = DEFAULT_KDF, kdf_grants: tuple[KdfParams, ...] = (),
-          seed: int = 1, progress=None) -> Built:
-    """A store of ``T`` memories with every complete block summarised."""
+          seed: int = 1, progress=None, page_bytes: int = PAGE_BYTES) -> Built:
+    """A store of ``T`` memories with every complete block summarised, its
+    memory file in pages of ``page_bytes``."""
     data_dir = Path(data_dir)
     times: dict[str, float] = {}
     t0 = time.perf_counter()
-    vault = Vault(data_dir, kdf)
+    vault = Vault(data_dir, kdf, page_bytes=page_bytes)
     ident = vault.create_identity()
     built = Built(data_dir, ident.user_id, T, ident.token, seconds=times)
     with vault.session(ident.token, "owner") as s:

@@ -6,7 +6,10 @@
 For a store it opens the memory file with the owner token kept beside it
 (``owner-token``), and for every table counts rows and the bytes of their
 stored values; the rest of each file is SQLite's (page headers, B-tree
-interior pages, free space in pages). Nothing is written.
+interior pages, free space in pages). File sizes are taken before the token is
+used: the one write a request makes (the grant's last-used day, a first use
+of which makes the key ring's grant_notes table) is not counted. With
+``--empty`` it also says what each page of the two files holds.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from stash.crypto import tokens
 from stash.service.access import Vault
 from stash.storage.scancache import CACHE_FILE
 
@@ -38,17 +42,48 @@ def pages(conn) -> tuple[int, int, int]:
     return tuple(int(conn.execute(f"PRAGMA {p}").fetchone()[0]) for p in ("page_size", "page_count", "freelist_count"))
 
 
-def account(data: Path, token: str) -> str:
+def page_map(conn) -> dict[int, str]:
+    """What each page whose number the schema names holds: page 1 the schema,
+    then each table's and index's root page. In an empty file every table is
+    its root page alone, so this is every page."""
+    out = {1: "the schema (sqlite_master)"}
+    for kind, name, root in conn.execute("SELECT type, name, rootpage FROM sqlite_master WHERE rootpage > 0"):
+        out[int(root)] = f"{kind} {name}"
+    return dict(sorted(out.items()))
+
+
+def page_table(ring_map: dict[int, str], mem_map: dict[int, str], page_bytes: dict[str, int]) -> list[str]:
+    out = ["", "| page | keyring.db | memory.db |", "|---:|---|---|"]
+    for n in range(1, max(len(ring_map), len(mem_map)) + 1):
+        out.append(f"| {n} | {ring_map.get(n, '')} | {mem_map.get(n, '')} |")
+    total = sum(page_bytes.values())
+    out.append(f"| **bytes** | {page_bytes['keyring.db']:,} | {page_bytes['memory.db']:,} |")
+    out.append("")
+    out.append(f"Pages in all: {len(ring_map) + len(mem_map)}, {total:,} bytes.")
+    return out
+
+
+def account(data: Path, token: str, *, map_pages: bool = False) -> str:
     vault = Vault(data)
     out = []
+    parsed = tokens.parse(token)
+    if parsed is None:
+        raise SystemExit("the owner token is malformed")
+    folder = data / "users" / parsed.user_id
+    # Taken before the session: opening it records the grant's last use.
+    sizes = {f.name: f.stat().st_size for f in folder.iterdir() if f.is_file()}
+    ring = folder / "keyring.db"
+    with contextlib.closing(sqlite3.connect(ring)) as conn:
+        ring_pages = pages(conn)
+        ring_map = page_map(conn)
     with vault.session(token, "read") as s:
         mf = s.memory.mf
         T = mf.count()
-        folder = mf.file_keys().path.parent
         size, count, free = pages(mf.conn)
+        mem_map = page_map(mf.conn)
         out += [f"T = {T:,}. Bytes per memory are over T.", "",
                 "| file / table | rows | stored bytes | bytes per memory |", "|---|---:|---:|---:|"]
-        mem_bytes = (folder / "memory.db").stat().st_size
+        mem_bytes = sizes["memory.db"]
         out.append(f"| memory.db (SQLCipher; {size // 1024} KiB pages, {count:,} pages, {free} free) | | "
                    f"{mem_bytes:,} | {mem_bytes / max(T, 1):.1f} |")
         payload = 0
@@ -66,11 +101,9 @@ def account(data: Path, token: str) -> str:
         if freed:
             out.append(f"| · free pages (reused by later writes; `VACUUM` returns them) | | {freed:,} | "
                        f"{freed / max(T, 1):.1f} |")
-    ring = folder / "keyring.db"
-    with contextlib.closing(sqlite3.connect(ring)) as conn:
-        size, count, free = pages(conn)
+    size, count, _ = ring_pages
     out.append(f"| keyring.db (plain SQLite; {size // 1024} KiB pages, {count} pages) | | "
-               f"{ring.stat().st_size:,} | {ring.stat().st_size / max(T, 1):.1f} |")
+               f"{sizes['keyring.db']:,} | {sizes['keyring.db'] / max(T, 1):.1f} |")
     cache = folder / CACHE_FILE
     if cache.exists():
         with contextlib.closing(sqlite3.connect(cache)) as conn:
@@ -78,11 +111,17 @@ def account(data: Path, token: str) -> str:
             n, b = conn.execute("SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM scan_cache").fetchone()
         out.append(f"| {CACHE_FILE} (recall cache, plain SQLite; {size // 1024} KiB pages) | {n:,} pieces | "
                    f"{cache.stat().st_size:,} | {cache.stat().st_size / max(T, 1):.1f} |")
-    total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    total = sum(sizes.values())
     out.append(f"| **the user's folder** | | **{total:,}** | **{total / max(T, 1):.1f}** |")
     if freed:
         out.append(f"| **the user's folder without free pages** | | **{total - freed:,}** | "
                    f"**{(total - freed) / max(T, 1):.1f}** |")
+    others = sorted(name for name in sizes if name not in ("memory.db", "keyring.db", CACHE_FILE))
+    if others:
+        out.append("")
+        out.append("Also in the folder: " + ", ".join(f"{name} ({sizes[name]:,} bytes)" for name in others) + ".")
+    if map_pages:
+        out += page_table(ring_map, mem_map, {n: sizes[n] for n in ("keyring.db", "memory.db")})
     return "\n".join(out) + "\n"
 
 
@@ -95,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             vault = Vault(Path(tmp))
             ident = vault.create_identity()
-            print(account(Path(tmp), ident.token))
+            print(account(Path(tmp), ident.token, map_pages=True))
         return 0
     if args.store is None:
         p.error("name a store folder or give --empty")

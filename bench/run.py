@@ -266,7 +266,7 @@ def request_parts(built: Built, rounds: int = 40) -> dict[str, float]:
         chain = ring.open_grant(grant, tok.secret).chain
         t = clock("argon2id + open the epoch box", t)
         cipher = ring.meta("file_cipher") or "none"
-        mf = MemoryFile(files.memory, tok.user_id, chain, cipher)
+        mf = MemoryFile(files.memory, tok.user_id, chain, cipher, page_bytes=ring.memory_page_bytes())
         t = clock(f"open memory file ({cipher})", t)
         mem = Memory(mf)
         t = clock("read config", t)

@@ -23,7 +23,16 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..storage import pool, userlock
-from ..storage.files import MissingFile, UserFiles, available_file_cipher, can_write, private_folder, storage_error
+from ..storage.files import (
+    LEGACY_PAGE_BYTES,
+    PAGE_BYTES,
+    MissingFile,
+    UserFiles,
+    available_file_cipher,
+    can_write,
+    private_folder,
+    storage_error,
+)
 from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
 from . import grant_terms
@@ -53,6 +62,8 @@ class Session:
     # this capability may read back (the record of a minted token).
     capability_key: bytes = field(repr=False, default=b"")
     pin: Head | None = None
+    # The memory file's page size, as the key ring records it (older stores: 16 KiB).
+    page_bytes: int = LEGACY_PAGE_BYTES
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -86,7 +97,7 @@ class Session:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
             try:
-                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher)
+                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher, page_bytes=self.page_bytes)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None
@@ -145,8 +156,11 @@ class Vault:
     """All users' stores under one data directory."""
 
     def __init__(self, data_dir: Path, kdf: keys.KdfParams = keys.DEFAULT_KDF, file_cipher: str | None = None,
-                 id_prefixes: tuple[str, ...] = ()) -> None:
+                 id_prefixes: tuple[str, ...] = (), page_bytes: int = PAGE_BYTES) -> None:
         self.data_dir = Path(data_dir)
+        # The page size of the memory files this vault creates: 4 KiB; 16 KiB
+        # (the old size) only for bench/pages.py, which weighs the two.
+        self.page_bytes = page_bytes
         self.id_prefixes = id_prefixes  # user ids this host mints start with one of these; () is any
         self.kdf = kdf
         self.file_cipher = file_cipher or available_file_cipher()
@@ -177,11 +191,12 @@ class Vault:
         try:
             # Held while the files are made, so a backup sees a user whole or not at all.
             with userlock.shared(files.folder):
-                ring = Keyring.create(files.keyring, user_id, self.file_cipher)
+                ring = Keyring.create(files.keyring, user_id, self.file_cipher, self.page_bytes)
                 try:
                     ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, chain=chain,
                              kdf=self.kdf)
-                    mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True)
+                    mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True,
+                                    page_bytes=ring.memory_page_bytes())
                     head, version = mf.head, mf.state_version
                     mf.close()
                     ring.advance_head(head, version)
@@ -283,7 +298,8 @@ class Vault:
             with userlock.exclusive(session.files.folder):
                 # This worker lets go of the files it kept open under the old epoch before the answer.
                 pool.POOL.drop_folder(session.files.folder, held=True)
-                mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher)
+                mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher,
+                                page_bytes=session.page_bytes)
                 mf.close()
         except (StashError, MissingFile):
             pass
@@ -403,9 +419,14 @@ class Vault:
                 )
             if opened.unmoved:
                 ring.move_grant(grant, opened)  # its secret is here now, and only now
+            try:
+                page_bytes = ring.memory_page_bytes()
+            except ValueError:
+                raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
+                              "from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              keys.subkey(token.secret, b"capability-idempotency"), pin)
+                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes)
             del opened
             try:
                 yield session

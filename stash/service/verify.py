@@ -26,8 +26,8 @@ from pathlib import Path
 from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
-from ..storage.files import DB_ERRORS, PAGE_BYTES, UserFiles
-from ..storage.keyring import HEAD_COPY, StaleGrant
+from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, UserFiles
+from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, StaleGrant
 from ..storage.memfile import HEAD_META, MemoryFile
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -69,8 +69,9 @@ def _integrity(conn, what: str) -> None:
         raise Failed(f"{what} fails SQLite's integrity check")
 
 
-def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None]:
-    """The key ring's file cipher and its copy of the log head."""
+def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]:
+    """The key ring's file cipher, its copy of the log head, and the memory
+    file's page size."""
     path = folder / "keyring.db"
     if not path.is_file():
         raise Failed("keyring.db is missing")
@@ -115,7 +116,10 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None]:
     # that has not is revoked by the next revocation or rotation.
     report.facts.append(f"{unmoved} live capabilities have not moved to key epochs yet" if unmoved else
                         "every live capability has moved to key epochs")
-    return cipher, copy
+    pages = meta.get(MEMORY_PAGES, str(LEGACY_PAGE_BYTES))
+    if pages not in (str(PAGE_BYTES), str(LEGACY_PAGE_BYTES)):
+        raise Failed("keyring.db records no known page size for memory.db")
+    return cipher, copy, int(pages)
 
 
 def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Report) -> None:
@@ -160,15 +164,16 @@ def _compare_copy(head: Head, copy: Head | None) -> None:
         raise Failed("memory.db's head and the key ring's copy disagree: one of the two files was replaced")
 
 
-def _check_encrypted_memory(path: Path, report: Report) -> None:
+def _check_encrypted_memory(path: Path, page: int, report: Report) -> None:
     size = path.stat().st_size
     with open(path, "rb") as f:
         start = f.read(len(SQLITE_HEADER))
     if start == SQLITE_HEADER:
         raise Failed("memory.db should be encrypted but is plain SQLite")
-    if size == 0 or size % PAGE_BYTES:
-        raise Failed(f"memory.db is not a whole number of {PAGE_BYTES}-byte pages: it was cut or damaged")
-    report.facts.append(f"memory file present ({size // PAGE_BYTES} encrypted pages; its contents need a token)")
+    if size == 0 or size % page:
+        raise Failed(f"memory.db is not a whole number of {page}-byte pages: it was cut or damaged")
+    report.facts.append(f"memory file present ({size // page} encrypted pages of {page // 1024} KiB; its contents "
+                        "need a token)")
 
 
 def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head | None, report: Report) -> None:
@@ -190,7 +195,9 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
             raise Failed("the token's key does not open: the key ring was altered or put back") from None
         cipher = ring.meta("file_cipher") or "none"
         try:
-            mf = MemoryFile(files.memory, token.user_id, chain, cipher)
+            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=ring.memory_page_bytes())
+        except ValueError:
+            raise Failed("keyring.db records no known page size for memory.db") from None
         except StashError as e:
             raise Failed(f"memory.db does not open with the key: {e.message}") from None
         try:
@@ -222,13 +229,13 @@ def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> 
     report = Report(folder.name)
     files = UserFiles(Path(data_dir), folder.name)
     try:
-        cipher, copy = _check_keyring(folder, report)
+        cipher, copy, page = _check_keyring(folder, report)
         if not files.memory.is_file():
             raise Failed("memory.db is missing")
         if cipher == "none":
             _check_plain_memory(files.memory, folder.name, copy, report)
         else:
-            _check_encrypted_memory(files.memory, report)
+            _check_encrypted_memory(files.memory, page, report)
         if token_text:
             _check_with_token(data_dir, folder, token_text, copy, report)
     except Failed as e:

@@ -30,7 +30,7 @@ from ..core.errors import Conflict
 from ..crypto import aead, epochs, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
-from .files import DB_ERRORS, checkpoint, connect, release, write_transaction
+from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, checkpoint, connect, release, write_transaction
 from .idempotency import Records
 from .schema import sections
 
@@ -40,6 +40,7 @@ HEAD_COPY = "log_head"
 STATE_COPY = "state_version"
 EPOCH = "epoch"
 OLDER_KEYS = "epoch_keys"
+MEMORY_PAGES = "memory_page_bytes"  # the page size memory.db is read with (schema.sql, "Pages")
 FORMAT = "2"
 _COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
 
@@ -117,13 +118,18 @@ class Keyring:
         self.conn = connect(path, file_key=None, cipher="none", create=create)
 
     @classmethod
-    def create(cls, path: Path, user_id: str, file_cipher: str) -> Keyring:
+    def create(cls, path: Path, user_id: str, file_cipher: str, page_bytes: int = PAGE_BYTES) -> Keyring:
+        """A new key ring, and the page size its memory file will be made
+        with (:meth:`memory_page_bytes`)."""
+        if page_bytes not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
+            raise ValueError("not a page size this release reads")
         ring = cls(path, user_id, create=True)
+        # Only the tables every store uses; the others are made by their
+        # first write (schema.sql, "Pages"), so an empty key ring is 4 pages.
         ring.conn.executescript(sections()["keyring"])
-        ring.conn.executescript(sections()["idempotency"])
         ring.conn.execute(
-            "INSERT INTO keyring_meta(name, value) VALUES ('user_id', ?), ('file_cipher', ?), ('format', ?)",
-            (user_id, file_cipher, FORMAT),
+            "INSERT INTO keyring_meta(name, value) VALUES ('user_id', ?), ('file_cipher', ?), ('format', ?), (?, ?)",
+            (user_id, file_cipher, FORMAT, MEMORY_PAGES, str(page_bytes)),
         )
         return ring
 
@@ -146,6 +152,23 @@ class Keyring:
     def meta(self, name: str) -> str | None:
         row = self.conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (name,)).fetchone()
         return row[0] if row else None
+
+    def memory_page_bytes(self) -> int:
+        """The page size of this user's memory file: recorded when the key
+        ring was made; a key ring made before the record existed goes with a
+        memory file of the old page size. A value edited to anything else
+        only makes the memory file fail to open (damage), so it is checked
+        for being a page size at all, not trusted for more."""
+        text = self.meta(MEMORY_PAGES)
+        if text is None:
+            return LEGACY_PAGE_BYTES
+        try:
+            n = int(text)
+        except ValueError:
+            n = 0
+        if n not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
+            raise ValueError("the key ring's record of the memory file's page size is unreadable")
+        return n
 
     def log_head(self) -> Head | None:
         """The copy of the memory log's head kept here, outside the memory
@@ -307,7 +330,7 @@ class Keyring:
     def _ensure_table(self, name: str) -> None:
         """A key ring made before table ``name`` existed gets it (as
         schema.sql writes it) on its first write of one."""
-        keyring = sections()["keyring"]
+        keyring = sections()["keyring_on_use"]
         start = keyring.index(f"CREATE TABLE IF NOT EXISTS {name} ")
         self.conn.execute(keyring[start:keyring.index(");", start) + 2])
 

@@ -22,7 +22,15 @@ from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from . import scancache
-from .files import MissingFile, checkpoint, connect, release, storage_error, write_transaction
+from .files import (
+    PAGE_BYTES,
+    MissingFile,
+    checkpoint,
+    connect,
+    release,
+    storage_error,
+    write_transaction,
+)
 from .idempotency import Records
 from .schema import sections
 
@@ -61,15 +69,17 @@ class FileKeys:
     file_key: bytes | None = field(repr=False)
     chain_key: bytes = field(repr=False, default=b"")
     epoch: int = 0
+    page_bytes: int = PAGE_BYTES  # what a SQLCipher file is read with (Keyring.memory_page_bytes)
 
     @classmethod
-    def derive(cls, path: Path, user_id: str, chain: KeyChain, cipher: str) -> FileKeys:
+    def derive(cls, path: Path, user_id: str, chain: KeyChain, cipher: str,
+               page_bytes: int = PAGE_BYTES) -> FileKeys:
         """The file key and the digest key come from epoch 0's key (they stay
         the same for the life of the file); the rows key is the current
         epoch's, so nothing sealed in this epoch opens with an older key."""
         file_key = keys.subkey(chain.base, b"file") if cipher == "sqlcipher" else None
         return cls(Path(path), user_id, cipher, keys.subkey(chain.current, b"rows"), file_key,
-                   keys.subkey(chain.base, b"chain"), chain.epoch)
+                   keys.subkey(chain.base, b"chain"), chain.epoch, page_bytes)
 
 
 HEAD_META = "log_head"
@@ -102,9 +112,11 @@ class MemoryFile:
     settles (the session sets it; 0 records nothing)."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
-                 create: bool = False) -> None:
+                 create: bool = False, page_bytes: int = PAGE_BYTES) -> None:
+        """``page_bytes``: the page size of a new file, or the one an existing
+        SQLCipher file was made with (the key ring records it)."""
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
-        self._setup(FileKeys.derive(path, user_id, keychain, cipher), create, keychain)
+        self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain)
 
     @classmethod
     def reopen(cls, fk: FileKeys) -> MemoryFile:
@@ -122,7 +134,7 @@ class MemoryFile:
         self._rows_key = fk.rows_key
         path, file_key, cipher = fk.path, fk.file_key, fk.cipher
         try:
-            self.conn = connect(path, file_key=file_key, cipher=cipher, create=create)
+            self.conn = connect(path, file_key=file_key, cipher=cipher, create=create, page_bytes=fk.page_bytes)
         except MissingFile:
             raise
         except Exception as exc:
@@ -138,8 +150,9 @@ class MemoryFile:
         self._drops: dict[str, Any] = {"s": {}, "p": {}}
         try:
             if create:
+                # Only the tables every store uses; the others are made by
+                # their first write (schema.sql, "Pages").
                 self.conn.executescript(sections()["memory"])
-                self.conn.executescript(sections()["idempotency"])
                 self.head = Head(0, chain.genesis(self._chain_key, user_id))
                 self.conn.execute(
                     "INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', ?), (?, ?), (?, ?)",
@@ -217,7 +230,6 @@ class MemoryFile:
         never a value written from now on."""
         new_key = keys.subkey(keychain.current, b"rows")
         moved = 0
-        Records(self.conn).ensure()
         with write_transaction(self.conn):
             epoch = self.file_epoch()
             if epoch == keychain.epoch:
@@ -247,7 +259,8 @@ class MemoryFile:
             moved += self._reseal_table("config", ("name",), old_key, new_key, lambda r: r[0])
             moved += self._reseal_table("erased", ("id",), old_key, new_key, lambda r: r[0])
             moved += self._reseal_table("erasures", ("id",), old_key, new_key, lambda r: r[0])
-            self.conn.execute("DELETE FROM idempotency")
+            if "idempotency" in self._tables():
+                self.conn.execute("DELETE FROM idempotency")
             self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                               (EPOCH_META, str(keychain.epoch)))
@@ -261,7 +274,7 @@ class MemoryFile:
         self._rows_key = new_key
         self.epoch = keychain.epoch
         self._fk = FileKeys(self._fk.path, self.user_id, self._fk.cipher, new_key, self._fk.file_key,
-                            self._chain_key, keychain.epoch)
+                            self._chain_key, keychain.epoch, self._fk.page_bytes)
         self._chunks.clear()
         checkpoint(self.conn)  # best effort: the old pages leave the WAL
         return moved
@@ -273,6 +286,8 @@ class MemoryFile:
         million summaries are never held at once. A value that does not open
         under the old key is damage: nothing is re-sealed (the caller's
         transaction rolls back)."""
+        if table not in self._tables():
+            return 0  # never made: nothing sealed in it
         cols = ", ".join(pk)
         after: tuple[Any, ...] | None = None
         moved = 0
@@ -327,13 +342,17 @@ class MemoryFile:
         meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?)",
                                       (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
         put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
-        for name, sealed in self.conn.execute("SELECT name, sealed FROM config ORDER BY name"):
+        # A table not made yet is read as the empty table it would be, so
+        # making one changes nothing here, and dropping one that held rows
+        # changes the digest as deleting its rows would.
+        tables = self._tables()
+        for name, sealed in self._rows(tables, "config", "SELECT name, sealed FROM config ORDER BY name"):
             put("config", name, sealed)
         erased = []
-        for i, sealed in self.conn.execute("SELECT id, sealed FROM erased ORDER BY id"):
+        for i, sealed in self._rows(tables, "erased", "SELECT id, sealed FROM erased ORDER BY id"):
             put("erased", i, sealed)
             erased.append(i)
-        for rid, sealed in self.conn.execute("SELECT id, sealed FROM erasures ORDER BY id"):
+        for rid, sealed in self._rows(tables, "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
             put("erasures", rid, sealed)
         top = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
         size = 2
@@ -345,6 +364,23 @@ class MemoryFile:
                 "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
             put("trigger", name, sql)
         return h.digest(), frozenset(erased)
+
+    def _tables(self) -> frozenset[str]:
+        """The tables this file holds now (in this snapshot): an older file
+        has every one, a newer one only those written to (schema.sql, "Pages")."""
+        return frozenset(r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+
+    def _rows(self, tables: frozenset[str], table: str, sql: str,
+              args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows ``sql`` reads from ``table``, none when it was not made yet."""
+        return self.conn.execute(sql, args).fetchall() if table in tables else []
+
+    def _ensure_table(self, name: str) -> None:
+        """Make table ``name`` of section memory_on_use as schema.sql writes it,
+        inside the caller's write transaction, before its first row."""
+        text = sections()["memory_on_use"]
+        start = text.index(f"CREATE TABLE IF NOT EXISTS {name} ")
+        self.conn.execute(text[start:text.index(");", start) + 2])
 
     def _state_mac(self, version: int, digest: bytes, rows_key: bytes | None = None) -> bytes:
         key = self._state_key() if rows_key is None else keys.subkey(rows_key, b"state")
@@ -695,13 +731,15 @@ class MemoryFile:
         return line[:10], line[11:]
 
     def _erased_date(self, i: int) -> str:
-        row = self.conn.execute("SELECT sealed FROM erased WHERE id = ?", (i,)).fetchone()
+        rows = self._rows(self._tables(), "erased", "SELECT sealed FROM erased WHERE id = ?", (i,))
+        row = rows[0] if rows else None
         if row is None:
             raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")
         return self._open(self._rows_key, row[0], "erased", i).decode()
 
     def erased_count(self) -> int:
-        return int(self.conn.execute("SELECT COUNT(*) FROM erased").fetchone()[0])
+        rows = self._rows(self._tables(), "erased", "SELECT COUNT(*) FROM erased")
+        return int(rows[0][0]) if rows else 0
 
     def memories(self, lo: int, hi: int) -> list[tuple[int, str, str]]:
         """``(id, date, text)`` for memories ``[lo, hi)``; an erased one has
@@ -959,12 +997,13 @@ class MemoryFile:
 
     def config(self) -> dict[str, int]:
         out = {}
-        for name, sealed in self.conn.execute("SELECT name, sealed FROM config"):
+        for name, sealed in self._rows(self._tables(), "config", "SELECT name, sealed FROM config"):
             out[name] = int(self._open(self._rows_key, sealed, "config", name).decode())
         return out
 
     def set_config(self, changes: dict[str, int | None]) -> None:
         with write_transaction(self.conn):
+            self._ensure_table("config")
             for name, value in changes.items():
                 if value is None:
                     self.conn.execute("DELETE FROM config WHERE name = ?", (name,))
@@ -993,8 +1032,9 @@ class MemoryFile:
         root, at most ⌊log2 T⌋ (SPEC §2.7a) — recorded as holes that the next
         naps fill. The log rows are not touched. Returns (receipt id, newly
         erased ids, dropped blocks). Cost: O(log T) per erased memory."""
-        self.idempotency_records().ensure()
         with write_transaction(self.conn):
+            self._ensure_table("erased")
+            self._ensure_table("erasures")
             self._chunks.clear()
             T = self.count()
             fresh = []
@@ -1041,7 +1081,8 @@ class MemoryFile:
             if fresh:
                 # A recorded idempotent answer may quote an erased memory (a
                 # nap's source lines); it must not outlive the memory's key.
-                self.conn.execute("DELETE FROM idempotency")
+                if "idempotency" in self._tables():
+                    self.conn.execute("DELETE FROM idempotency")
             receipt = {"ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
             cur = self.conn.execute("INSERT INTO erasures(sealed) VALUES (?)", (b"",))
             rid = int(cur.lastrowid or 0)
@@ -1056,7 +1097,7 @@ class MemoryFile:
 
     def receipts(self) -> list[dict[str, Any]]:
         out = []
-        for rid, sealed in self.conn.execute("SELECT id, sealed FROM erasures ORDER BY id"):
+        for rid, sealed in self._rows(self._tables(), "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
             out.append({"receipt": rid, **json.loads(self._open(self._rows_key, sealed, "erasures", rid))})
         return out
 

@@ -75,8 +75,12 @@ def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: lis
         shutil.copytree(folder, work)
         try:
             with raw_memory_file(work, epoch_keys[0], "sqlcipher") as conn:
+                # A table a store has not written to is not made (schema.sql, "Pages").
+                present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 for table, pos_sql in (("memory_keys", "chunk"), ("summaries", "size || '|' || idx"),
                                        ("config", "name"), ("erased", "id"), ("erasures", "id")):
+                    if table not in present:
+                        continue
                     tables += [(table, pos, sealed) for pos, sealed in
                                conn.execute(f"SELECT {pos_sql}, sealed FROM {table}")]
                 logs += conn.execute("SELECT id, sealed FROM log").fetchall()

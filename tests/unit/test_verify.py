@@ -104,7 +104,7 @@ def test_a_flipped_byte_in_the_memory_file_fails_with_the_token(capsys, pair):
     path = a.folder / "memory.db"
     data = bytearray(path.read_bytes())
     if a.cipher == "sqlcipher":
-        pos = PAGE_BYTES + 500  # inside page 2, where the log rows are
+        pos = 2 * PAGE_BYTES + 500  # inside page 3, the log's (schema.sql, "Pages")
     else:
         with a.raw() as conn:
             (sealed,) = conn.execute("SELECT sealed FROM log WHERE id = 2").fetchone()

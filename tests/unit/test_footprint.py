@@ -1,0 +1,140 @@
+"""The 4 KiB layout (schema.sql, "Pages"; issue 13, goal 3): an empty
+identity is the nine pages schema.sql lists, well under 48 KB; the tables
+it leaves out are made by their first write and, once holding rows, are
+covered by the whole-state head like any other; the memory file's page size
+is read from the key ring, and an edited record only makes the file fail to
+open, as damage, and leaves it whole. Real files, built through the service,
+edited by hand the way someone holding them would."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from stash.cli.main import main as stash_main
+from stash.core.errors import Damaged
+from stash.service.access import Vault
+from stash.storage.files import LEGACY_PAGE_BYTES, PAGE_BYTES
+from stash.storage.keyring import MEMORY_PAGES
+from tests.helpers import CHEAP_KDF
+from tests.raw_files import file_key, open_raw
+
+GOAL_BYTES = 48_000  # "an empty identity ≤ 48 KB", read strictly (48 × 1000)
+
+
+def new_identity(tmp_path: Path, cipher: str) -> tuple[Vault, str, Path]:
+    vault = Vault(tmp_path / "data", kdf=CHEAP_KDF, file_cipher=cipher)
+    ident = vault.create_identity()
+    return vault, ident.token, vault.data_dir / "users" / ident.user_id
+
+
+def tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+
+
+def edit_keyring(folder: Path, sql: str, args: tuple[object, ...] = ()) -> None:
+    conn = sqlite3.connect(folder / "keyring.db", isolation_level=None)
+    try:
+        conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("cipher", ["sqlcipher", "none"])
+def test_an_empty_identity_is_the_nine_pages_schema_sql_lists(tmp_path: Path, cipher: str):
+    vault, token, folder = new_identity(tmp_path, cipher)
+    ring, memory = folder / "keyring.db", folder / "memory.db"
+    # Measured before any request: a request records the grant's last use.
+    assert ring.stat().st_size == 4 * PAGE_BYTES
+    assert memory.stat().st_size == 5 * PAGE_BYTES
+    assert ring.stat().st_size + memory.stat().st_size <= GOAL_BYTES
+    conn = sqlite3.connect(ring)
+    try:
+        assert tables(conn) == {"keyring_meta", "grants", "sqlite_autoindex_grants_1"}
+        assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_BYTES
+        assert conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (MEMORY_PAGES,)).fetchone() == (
+            str(PAGE_BYTES),)
+    finally:
+        conn.close()
+    with vault.session(token, "owner") as s:
+        conn = s.memory.mf.conn
+        assert tables(conn) == {"meta", "log", "memory_keys", "summaries"}
+        triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+        assert triggers == {"log_no_update", "log_no_delete", "log_no_replace"}
+        # An empty store answers every read that touches a table it does not have yet.
+        assert s.memory.config()["sizes"] == s.memory.config()["defaults"]
+        assert s.memory.erasures() == {"erasures": []}
+        assert s.memory.wake()["T"] == 0
+
+
+def test_a_table_is_made_by_its_first_write_and_then_covered_by_the_state_head(tmp_path: Path):
+    vault, token, folder = new_identity(tmp_path, "sqlcipher")
+    with vault.session(token, "owner") as s:
+        master = bytes(s.master)
+        for i in range(4):
+            s.memory.note(f"memory {i}")
+        assert not {"config", "erased", "erasures"} & tables(s.memory.mf.conn)
+        s.memory.set_config({"WAKE_LINES": 40})
+        s.memory.erase([1], "2026-12-01T00:00:00Z")
+        assert {"config", "erased", "erasures"} <= tables(s.memory.mf.conn)
+    with vault.session(token, "read") as s:
+        assert s.memory.config()["sizes"]["WAKE_LINES"] == 40
+        assert [line for _, _, line in s.memory.mf.memories(0, 4)][1] == "[erased]"
+        assert len(s.memory.erasures()["erasures"]) == 1
+    # Dropping a table that holds rows is refused as their deletion would be:
+    # a missing table reads as empty, which is not what the head covers.
+    for table in ("config", "erasures", "erased"):
+        with contextlib.closing(open_raw(folder / "memory.db", file_key(master), isolation_level=None)) as conn:
+            rows = conn.execute(f"SELECT * FROM {table}").fetchall()
+            create = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
+            conn.execute(f"DROP TABLE {table}")
+        with pytest.raises(Damaged):
+            with vault.session(token, "read") as s:
+                s.memory.wake()
+        with contextlib.closing(open_raw(folder / "memory.db", file_key(master), isolation_level=None)) as conn:
+            conn.execute(create)
+            conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+        with vault.session(token, "read") as s:
+            assert s.memory.wake()["T"] == 4
+
+
+@pytest.mark.parametrize("record", [str(LEGACY_PAGE_BYTES), "8192", "four", None])
+def test_an_edited_page_size_record_is_damage_and_leaves_the_file_whole(tmp_path: Path, record: str | None):
+    vault, token, folder = new_identity(tmp_path, "sqlcipher")
+    with vault.session(token, "full") as s:
+        for i in range(3):
+            s.memory.note(f"kept {i}")
+    before = (folder / "memory.db").read_bytes()
+    if record is None:  # no record: a key ring from before the change, whose file has 16 KiB pages
+        edit_keyring(folder, "DELETE FROM keyring_meta WHERE name = ?", (MEMORY_PAGES,))
+    else:
+        edit_keyring(folder, "UPDATE keyring_meta SET value = ? WHERE name = ?", (record, MEMORY_PAGES))
+    with pytest.raises(Damaged):
+        with vault.session(token, "read") as s:
+            s.memory.wake()
+    # The refused open changed nothing: put the record back and all is served.
+    assert (folder / "memory.db").read_bytes() == before
+    edit_keyring(folder, "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (MEMORY_PAGES, str(PAGE_BYTES)))
+    with vault.session(token, "read") as s:
+        assert [text for _, _, text in s.memory.mf.memories(0, 3)] == ["kept 0", "kept 1", "kept 2"]
+
+
+def run_verify(data: Path) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = stash_main(["verify", str(data)])
+    return code, out.getvalue()
+
+
+def test_verify_reads_the_page_size_from_the_key_ring(tmp_path: Path):
+    vault, _, folder = new_identity(tmp_path, "sqlcipher")
+    code, text = run_verify(vault.data_dir)
+    assert code == 0 and "5 encrypted pages of 4 KiB" in text
+    edit_keyring(folder, "UPDATE keyring_meta SET value = '7' WHERE name = ?", (MEMORY_PAGES,))
+    code, text = run_verify(vault.data_dir)
+    assert code == 1 and "no known page size" in text
