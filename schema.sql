@@ -126,8 +126,10 @@ CREATE TABLE IF NOT EXISTS meta (
 ) WITHOUT ROWID;
 
 -- The append-only log. Memory #i is the row id = i; ids are dense from 0.
--- Plaintext: a fixed 320 bytes (2-byte length, "YYYY-MM-DD text", zeros),
--- so a row's size does not reveal its memory's length.
+-- Plaintext: a fixed 312 bytes (2-byte length, "YYYY-MM-DD text", zeros,
+-- the writer's grant id in the last 4), so a row's size does not reveal its
+-- memory's length; 11 sealed rows fill a 4 KiB page. Rows written before
+-- 2026-12-01 have 320-byte plaintexts and are read as they are.
 CREATE TABLE IF NOT EXISTS log (
     id      INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL

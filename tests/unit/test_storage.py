@@ -241,8 +241,8 @@ def test_plain_file_holds_only_ciphertext(tmp_path: Path):
         conn.close()
     assert [r[0] for r in rows] == list(range(T))
     assert len(chunks) == 1 and len(summaries) == 7 and len(config) == 1
-    # Every memory row has one length whatever its text (schema.sql: 320-byte plaintext).
-    assert {len(r[1]) for r in rows} == {320 + aead.OVERHEAD}
+    # Every memory row has one length whatever its text (schema.sql: 312-byte plaintext).
+    assert {len(r[1]) for r in rows} == {312 + aead.OVERHEAD}
     # The documented format opens: chunk under the rows key, each memory under its own key.
     user = store.user_id
     rows_key = keys.subkey(store.master, b"rows")
