@@ -68,18 +68,31 @@ def check_answer(doc: dict, method: str, path: str, resp, status: int | None = N
 
 
 def codes_in_source() -> set[str]:
-    """Every error code the package can raise, read from its source: the
-    ``code=`` of each raise of an error class, or the class's default."""
+    """Every error code the package can raise, read from its source."""
+    return set(raised_codes())
+
+
+def raised_codes() -> dict[str, set[int]]:
+    """Every error code the package can raise, with the statuses it is raised
+    with, read from its source: the ``code=`` of each raise of an error class,
+    or the class's default, and the code of each ``Refusal`` a route's field
+    declares (raised as 422 Invalid by routespec.Fields.read)."""
     classes = {name: cls for name, cls in vars(errors).items()
                if isinstance(cls, type) and issubclass(cls, errors.StashError)}
-    found: set[str] = set()
+    found: dict[str, set[int]] = {}
     for file in Path(stash.__file__).parent.rglob("*.py"):
         for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
                 continue
+            if node.func.id == "Refusal" and node.args and isinstance(node.args[0], ast.Constant):
+                found.setdefault(node.args[0].value, set()).add(errors.Invalid.status)
+                continue
+            if node.func.id not in classes:
+                continue
+            cls = classes[node.func.id]
             given = [k.value for k in node.keywords if k.arg == "code"]
             if not given:
-                found.add(classes[node.func.id].code)
+                found.setdefault(cls.code, set()).add(cls.status)
             elif isinstance(given[0], ast.Constant):
-                found.add(given[0].value)
+                found.setdefault(given[0].value, set()).add(cls.status)
     return found

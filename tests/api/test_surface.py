@@ -124,11 +124,9 @@ def test_recall_and_init_schemas_carry_the_server_limits(api: Api, owner: str, d
 
 def test_the_document_is_the_router_and_every_operation_is_described(api: Api, doc: dict) -> None:
     """Both directions, from what actually serves requests: every method and
-    path the app routes is an operation of the document, every operation is
-    routed, and every route has its own description (no stale one lingers)."""
+    path the app routes is an operation of the document, and every operation
+    is routed."""
     from starlette.routing import Route
-
-    from stash.web.openapi import SPECS
 
     routed = set()
     for route in api.app.router.routes:
@@ -136,7 +134,6 @@ def test_the_document_is_the_router_and_every_operation_is_described(api: Api, d
         routed |= {(m, route.path) for m in route.methods if m != "HEAD"}  # Starlette adds HEAD to every GET
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert documented == routed
-    assert set(SPECS) == {(r.method, r.path) for r in ROUTES}
 
 
 def reference_sections() -> dict[str, str]:
