@@ -20,8 +20,8 @@ CODES: dict[str, Code] = {
     "request.unknown_field": Code(400, "a field the route does not take"),
     "request.missing_field": Code(400, "a required field is absent"),
     "request.duplicate_field": Code(400, "a query parameter given twice"),
-    "request.bad_value": Code(422, "`part`, `T` or `lines` is not a whole number; `ready` is not 0 or 1; "
-                                   "`invite` is not a string"),
+    "request.bad_value": Code(422, "`part`, `T`, `lines`, `before` or `ready` is not a whole number; `ready` is "
+                                   "not 0 or 1; `invite` is not a string"),
     "request.too_large": Code(413, "over the body cap: `--max-body`, 64 KiB by default (`--max-import-body`, 16 "
                                    "MiB, for import; at least 256 KiB for nap)"),
     "auth.token_in_query": Code(400, "a token (or token-named parameter) in the query string"),
@@ -110,7 +110,8 @@ CODES: dict[str, Code] = {
     "store.read_only": Code(503, "the data folder is read-only: nothing can be written (reads still work)"),
     "store.full": Code(507, "the disk is full: nothing was written"),
     "internal": Code(500, "an unexpected failure"),
-    "ready.unwritable": Code(503, "the data folder cannot be written: full, read-only, missing or replaced"),
+    "ready.unwritable": Code(503, "asked with `ready=1`: the data folder cannot be written (full, read-only, "
+                                  "missing or replaced)"),
 }
 
 # Codes no route answers: they are for a path no route has, or a method its path does not take.

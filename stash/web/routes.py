@@ -570,7 +570,8 @@ ROUTES: list[RouteSpec] = [
         "POST", "/init", "public", "Mint an identity; the token is shown once", init, status=201,
         fields=Fields((
             Field("url", string(maxLength=2000, pattern="^https?://"),
-                  "the address written into `prompt`. Default: the server's `--url`; without one, the scheme, host "
+                  "an `http://…` or `https://…` address, written into `prompt`. Default: the server's `--url`; "
+                  "without one, the scheme, host "
                   "and port this request was made to (a `Host` header that is not a plain `host[:port]` is "
                   "replaced by `https://stash.example`, as on the landing page)"),
             Field("invite", string(), "the operator's invite secret; required when the server runs "

@@ -1,0 +1,47 @@
+"""API-REFERENCE.md's generated tables (field tables, scope matrix, error
+codes) are what the route declarations say now: a route, field or code
+changed without regenerating them fails here."""
+
+from __future__ import annotations
+
+from stash.web import refgen
+
+
+def test_the_generated_tables_of_the_reference_are_fresh() -> None:
+    problems = refgen.stale(refgen.REFERENCE.read_text(encoding="utf-8"))
+    assert problems == [], f"API-REFERENCE.md is stale; regenerate with: {refgen.REGENERATE}\n" + "\n".join(problems)
+
+
+def test_a_stale_or_misplaced_table_is_found() -> None:
+    """The check must be able to fail, or the test above proves nothing."""
+    text = refgen.REFERENCE.read_text(encoding="utf-8")
+    edited = text.replace("| `GET /wake` | 401 |", "| `GET /wake` | 2xx |", 1)
+    assert edited != text and refgen.stale(edited) == ["the table 'scope matrix' is stale"]
+    start = "<!-- generated: fields of POST /note -->"
+    dropped = text.replace(start, "", 1)
+    assert any("fields of POST /note" in p for p in refgen.stale(dropped))
+    doubled = text + f"\n{start}\n{refgen.END}\n"
+    assert any("appears 2 times" in p for p in refgen.stale(doubled))
+    unknown = text + f"\n<!-- generated: fields of GET /nowhere -->\n{refgen.END}\n"
+    assert any("GET /nowhere" in p for p in refgen.stale(unknown))
+
+
+def test_write_makes_a_stale_table_fresh_and_leaves_the_prose(tmp_path) -> None:
+    text = refgen.REFERENCE.read_text(encoding="utf-8")
+    path = tmp_path / "API-REFERENCE.md"
+    path.write_text(text.replace("| `POST /note` | 401 |", "| `POST /note` | 200 |", 1), encoding="utf-8")
+    assert refgen.main(["--check", str(path)]) == 1
+    assert refgen.main(["--write", str(path)]) == 0
+    assert path.read_text(encoding="utf-8") == text
+    assert refgen.main(["--check", str(path)]) == 0
+
+
+def test_field_types_say_what_the_schema_says() -> None:
+    assert refgen.describe({"type": "integer", "minimum": 0, "maximum": 10**15}) == "integer 0–10^15"
+    assert refgen.describe({"type": "integer", "minimum": 1}) == "integer ≥ 1"
+    assert refgen.describe({"type": "string", "minLength": 1, "maxLength": 512}) == "string, 1–512 characters"
+    assert refgen.describe({"$ref": "#/components/schemas/BlockId"}) == "block id"
+    assert refgen.describe({"enum": ["read", "full"]}) == '`"read"` or `"full"`'
+    items = {"type": "object", "properties": {"block": {}, "text": {}}}
+    assert refgen.describe({"type": "array", "minItems": 1, "maxItems": 256, "items": items}) == \
+        'array of 1–256 `{"block", "text"}`'
