@@ -5,16 +5,17 @@ changed without regenerating them fails here."""
 from __future__ import annotations
 
 from stash.web import refgen
+from tests.doc_commands import REFERENCE
 
 
 def test_the_generated_tables_of_the_reference_are_fresh() -> None:
-    problems = refgen.stale(refgen.REFERENCE.read_text(encoding="utf-8"))
+    problems = refgen.stale(REFERENCE.read_text(encoding="utf-8"))
     assert problems == [], f"API-REFERENCE.md is stale; regenerate with: {refgen.REGENERATE}\n" + "\n".join(problems)
 
 
 def test_a_stale_or_misplaced_table_is_found() -> None:
     """The check must be able to fail, or the test above proves nothing."""
-    text = refgen.REFERENCE.read_text(encoding="utf-8")
+    text = REFERENCE.read_text(encoding="utf-8")
     edited = text.replace("| `GET /wake` | 401 |", "| `GET /wake` | 2xx |", 1)
     assert edited != text and refgen.stale(edited) == ["the table 'scope matrix' is stale"]
     start = "<!-- generated: fields of POST /note -->"
@@ -27,7 +28,7 @@ def test_a_stale_or_misplaced_table_is_found() -> None:
 
 
 def test_write_makes_a_stale_table_fresh_and_leaves_the_prose(tmp_path) -> None:
-    text = refgen.REFERENCE.read_text(encoding="utf-8")
+    text = REFERENCE.read_text(encoding="utf-8")
     path = tmp_path / "API-REFERENCE.md"
     path.write_text(text.replace("| `POST /note` | 401 |", "| `POST /note` | 200 |", 1), encoding="utf-8")
     assert refgen.main(["--check", str(path)]) == 1
