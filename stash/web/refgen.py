@@ -20,7 +20,7 @@ from typing import Any
 from .codes import CODES
 from .routes import ROUTES, RouteSpec
 from .routespec import SECURED, Field, Fields, error_codes
-from .schemas import Schema
+from .schemas import SCHEMAS, Schema
 
 REFERENCE = Path(__file__).resolve().parents[2] / "API-REFERENCE.md"
 REGENERATE = "python -m stash.web.refgen --write"
@@ -57,23 +57,27 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)]) + "\n"
 
 
-_REF_WORDS = {"BlockId": "block id", "Timestamp": "UTC time", "Line": "rendered line"}
+# The shared schemas by the names the reference gives them: one, and many.
+_REF_WORDS = {"BlockId": ("block id", "block ids"), "Timestamp": ("UTC time", "UTC times"),
+              "Line": ("rendered line", "rendered lines"), "Nap": ("nap object", "nap objects"),
+              "Head": ("head object", "head objects"), "Grant": ("grant", "grants"),
+              "Receipt": ("receipt", "receipts")}
 
 
-def describe(schema: Schema) -> str:
+def describe(schema: Schema, many: bool = False) -> str:
     """A schema in the words of the reference's type column."""
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[1]
-        return _REF_WORDS.get(name, name)
+        return _REF_WORDS.get(name, (name, name))[many]
     if "anyOf" in schema:
-        return " or ".join(describe(s) for s in schema["anyOf"])
+        return _either([describe(s) for s in schema["anyOf"]])
     if "enum" in schema:
-        return " or ".join(f"`{json.dumps(v)}`" for v in schema["enum"])
+        return _either([f"`{json.dumps(v)}`" for v in schema["enum"]])
     if "const" in schema:
         return f"`{json.dumps(schema['const'])}`"
     kind = schema.get("type")
-    if kind == "null":
-        return "`null`"
+    if kind in ("null", "boolean"):
+        return "`null`" if kind == "null" else "boolean"
     if kind == "integer":
         return _words("integer", _range(schema.get("minimum"), schema.get("maximum")))
     if kind == "string":
@@ -82,11 +86,15 @@ def describe(schema: Schema) -> str:
         return f"{words}, {length} characters" if length else words
     if kind == "array":
         count = _range(schema.get("minItems"), schema.get("maxItems"))
-        return _words("array of", count, describe(schema.get("items", {})))
+        return _words("array of", count, describe(schema.get("items", {}), many=True))
     if kind == "object":
         names = ", ".join(f'"{n}"' for n in schema.get("properties", {}))
         return f"`{{{names}}}`"
     return "any JSON value"
+
+
+def _either(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
 
 
 def _words(*parts: str) -> str:
@@ -117,6 +125,17 @@ def fields_table(fields: Fields) -> str:
     return _table(("field", "type", "default", ""),
                   [(f"`{f.name}`", describe(f.schema) + (" or `null`" if f.nullable else ""), _default(f), f.doc)
                    for f in fields.items])
+
+
+def _meaning(schema: Schema) -> str:
+    inner = [s.get("description", "") for s in schema.get("anyOf", [])]
+    return schema.get("description") or next((d for d in inner if d), "")
+
+
+def properties_table(schema: Schema) -> str:
+    """The fields of an object schema: an answer, or a shared shape."""
+    return _table(("field", "type", ""), [(f"`{name}`", describe(prop), _meaning(prop))
+                                         for name, prop in schema.get("properties", {}).items()])
 
 
 def scope_matrix(routes: list[RouteSpec]) -> str:
@@ -164,16 +183,36 @@ def error_table(routes: list[RouteSpec]) -> str:
                    for code, c in CODES.items()])
 
 
+def _sharing(routes: list[RouteSpec], part: str) -> dict[str, Any]:
+    """The declarations of one kind (``fields`` or ``answer``), once each, by
+    the routes that share them: a GET route and its POST twin share theirs."""
+    groups: dict[int, tuple[Any, list[str]]] = {}
+    for r in routes:
+        value = getattr(r, part)
+        if value is not None:
+            groups.setdefault(id(value), (value, []))[1].append(_name(r))
+    return {" · ".join(names): value for value, names in groups.values()}
+
+
 def regions(routes: list[RouteSpec] | None = None) -> dict[str, str]:
-    """Every generated table, by the name its markers carry."""
+    """The tables the reference must carry, by the name its markers give
+    them: the scope matrix, the error codes and every route's field table."""
     routes = ROUTES if routes is None else routes
     out = {"scope matrix": scope_matrix(routes), "error codes": error_table(routes)}
-    sharing: dict[int, list[RouteSpec]] = {}
-    for r in routes:
-        if r.fields is not None and r.fields.items:
-            sharing.setdefault(id(r.fields), []).append(r)
-    for group in sharing.values():
-        out["fields of " + " · ".join(_name(r) for r in group)] = fields_table(group[0].fields)  # type: ignore[arg-type]
+    for names, fields in _sharing(routes, "fields").items():
+        if fields.items:
+            out[f"fields of {names}"] = fields_table(fields)
+    return out
+
+
+def optional_regions(routes: list[RouteSpec] | None = None) -> dict[str, str]:
+    """The tables the reference may carry where its prose wants one: a
+    route's answer, or a shared shape."""
+    routes = ROUTES if routes is None else routes
+    out = {f"answer of {names}": properties_table(answer)
+           for names, answer in _sharing(routes, "answer").items() if answer.get("properties")}
+    out |= {f"schema {name}": properties_table(schema) for name, schema in SCHEMAS.items()
+            if schema.get("properties")}
     return out
 
 
@@ -181,7 +220,8 @@ def render(text: str, tables: dict[str, str] | None = None) -> tuple[str, list[s
     """``text`` with every generated table rewritten, and what is wrong with
     its markers: a table with no place in the text, a place no table has, or
     a table placed twice."""
-    tables = regions() if tables is None else tables
+    required = regions() if tables is None else tables
+    tables = {**optional_regions(), **required} if tables is None else tables
     problems: list[str] = []
     seen: list[str] = []
 
@@ -197,7 +237,7 @@ def render(text: str, tables: dict[str, str] | None = None) -> tuple[str, list[s
     problems += [f"<!-- generated: {n} --> appears {seen.count(n)} times" for n in sorted(set(seen))
                  if seen.count(n) > 1]
     problems += [f"no place for the table {n!r}: put <!-- generated: {n} --> and {END} where it belongs"
-                 for n in tables if n not in seen]
+                 for n in required if n not in seen]
     return out, problems
 
 
@@ -205,8 +245,9 @@ def stale(text: str) -> list[str]:
     """Why the generated tables of ``text`` are not what ROUTES says now."""
     out, problems = render(text)
     if out != text:
+        tables = {**optional_regions(), **regions()}
         for name, body in _REGION.findall(text):
-            if name in regions() and body != regions()[name]:
+            if name in tables and body != tables[name]:
                 problems.append(f"the table {name!r} is stale")
     return problems
 

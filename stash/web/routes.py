@@ -1,5 +1,7 @@
-"""The HTTP surface (SPEC §3). Each endpoint parses its request, calls one
-function of the service layer in a worker thread, and returns its answer."""
+"""The HTTP surface (SPEC §3). ROUTES declares every route once: its fields,
+answer, scope and own error codes (RouteSpec). Each handler reads its fields
+through that declaration, calls one function of the service layer in a worker
+thread, and returns its answer."""
 
 from __future__ import annotations
 
@@ -550,8 +552,6 @@ SHAPE_FIELDS = Fields((
 ))
 NO_FIELDS = Fields()
 
-_HEAD_NOW = ref("Head") | {"description": "The log's head now (not at `T`): pin it."}
-
 ROUTES: list[RouteSpec] = [
     *twins(
         "/health", "public",
@@ -559,11 +559,12 @@ ROUTES: list[RouteSpec] = [
         health, HEALTH_FIELDS,
         "Liveness: 200 whenever the process serves HTTP. With ready=1, readiness for a load balancer: "
         "503 when the data folder cannot be written (full disk, read-only mount, folder gone).",
-        answer=obj({"ok": {"const": True}, "version": string(),
-                    "content_cipher": {"const": "xchacha20-poly1305"},
-                    "file_cipher": {"enum": ["sqlcipher", "none"]},
-                    "ready": {"enum": [True, None], "description": "true with ready=1 (the data folder can be "
-                                                                  "written); null when readiness was not asked."}}),
+        answer=obj({"ok": {"const": True}, "version": string("the server's version, e.g. `0.1.0`"),
+                    "content_cipher": {"const": "xchacha20-poly1305", "description": "how every row is sealed"},
+                    "file_cipher": {"enum": ["sqlcipher", "none"], "description": "whether new memory files are "
+                                                                                  "also encrypted whole on this host"},
+                    "ready": {"enum": [True, None], "description": "`true`: the probe passed; `null`: readiness "
+                                                                  "was not asked"}}),
         errors=("ready.unwritable",),
     ),
     RouteSpec(
@@ -579,13 +580,14 @@ ROUTES: list[RouteSpec] = [
                   refuse=Refusal("request.bad_value", "invite must be a string: the operator's invite secret.")),
         )),
         answer=obj({
-            "user_id": string("Public id of the new memory.", pattern="^[0-9a-f]{16}$"),
-            "token": string("The owner capability. Shown once, never stored: the only key to this memory.",
+            "user_id": string("the memory's public id: 16 hex digits", pattern="^[0-9a-f]{16}$"),
+            "token": string("the owner capability, the only key to this memory. **Shown once, never stored**",
                             pattern=f"^{tokens.TOKEN_PATTERN}$"),
             "content_cipher": {"const": "xchacha20-poly1305"},
-            "file_cipher": {"enum": ["sqlcipher", "none"]},
-            "note": string("What to do with the token."),
-            "prompt": string("The block to paste into AGENTS.md, with the server's address filled in."),
+            "file_cipher": {"enum": ["sqlcipher", "none"], "description": "the cipher of this memory's file"},
+            "note": string("what to do with the token"),
+            "prompt": string("the block to paste into AGENTS.md (`skill/AGENTS.md` with `{url}` and the byte limit "
+                             "filled in)"),
         }),
         errors=("init.disabled", "init.invite_required", "init.bad_url", "rate_limited", "quota.identities",
                 "store.read_only", "store.unreadable", "store.full"),
@@ -597,14 +599,18 @@ ROUTES: list[RouteSpec] = [
         "The bounded, hierarchical read of the whole log, cut into parts. Refused (409) only when the document "
         "needs a summary that is not written yet.",
         answer=obj({
-            "T": integer(0, description="The snapshot this part was rendered from."),
-            "part": integer(1), "parts": integer(1),
-            "lines": LINES,
-            "awake": {"type": "boolean", "description": "True on the last part only."},
-            "nap": NAP_OR_NULL | {"description": "The due compression, if any; only ever on the last part."},
-            "next": nullable(string("The command that fetches the next part; null on the last part.")),
-            "message": string("`You are awake.` on the last part, otherwise how to go on."),
-            "head": _HEAD_NOW,
+            "T": integer(0, description="the snapshot this part was rendered from"),
+            "part": integer(1, description="this part's number"),
+            "parts": integer(1, description="how many parts the document has"),
+            "lines": LINES | {"description": "this part's lines, oldest first"},
+            "awake": {"type": "boolean", "description": "`true` on the last part only"},
+            "nap": NAP_OR_NULL | {"description": "the due compression; only ever set on the last part"},
+            "next": nullable(string("the command that fetches the next part (`curl -s -H \"Authorization: Bearer "
+                                    "$STASH_TOKEN\" \"$STASH_URL/wake?part=<n>&T=<T>\"`); `null` on the last part")),
+            "message": string("last part: `You are awake.`; other parts: `Not awake yet. Run: <next>`; empty "
+                              "memory: how to record the first memory, then `You are awake.`"),
+            "head": ref("Head") | {"description": "the log's head **now** (not at the snapshot `T`), on every part: "
+                                                  "see [The log head](#the-log-head-and-stash-pin)"},
         }),
         errors=("wake.bad_t", "wake.no_part"),
         special=(Special(409, "a summary the document needs is not written yet", "WakeRefusal",
@@ -666,14 +672,18 @@ ROUTES: list[RouteSpec] = [
         "runs past its time bound (5 s plus 10 µs per memory) is refused with recall.too_slow.",
         slow=True,
         answer=obj({
-            "matches": {**LINES, "description": "The newest matching memories that fit PART_CHARS bytes, oldest "
-                                                "first."},
-            "total": integer(0, description="How many memories match in the range searched (the whole log, or "
-                                            "those before `before`)."),
-            "more": nullable(integer(0, description="The `before` of the next older page: the id of the oldest "
-                                                    "match shown, when older ones were left out.")),
-            "message": string("The count line (`15 matches.`, `1 match.`, `No match.`), and when the answer was "
-                              "cut, the command that fetches the older matches.")}),
+            "matches": {**LINES, "description": "the **newest** matching memories (of those before `before`, when "
+                                                "given) whose lines fit in `PART_CHARS` bytes (each line costs its "
+                                                "UTF-8 bytes + 1), returned oldest first. A single matching line "
+                                                "longer than `PART_CHARS` leaves `matches` empty"},
+            "total": integer(0, description="how many memories match in the range searched: the whole log, or the "
+                                            "memories before `before`"),
+            "more": nullable(integer(0)) | {"description": "when older matches were left out, the `before` of the "
+                                                           "next page (the id of the oldest match shown); `null` "
+                                                           "when this page holds every match of its range"},
+            "message": string("the count line, as OptMem prints it — `15 matches.`, `1 match.`, `No match.` "
+                              "(`… before #N.` on a later page) — and, when the answer was cut, the command that "
+                              "fetches the older matches, with `<the same regex>` to fill in")}),
         errors=("recall.bad_pattern", "recall.too_slow"),
     ),
     *twins(
@@ -715,10 +725,10 @@ ROUTES: list[RouteSpec] = [
             }, "the memories, oldest first, each with exactly `date` (`YYYY-MM-DD`) and `text`; the whole batch or "
                "nothing (see [Import rules](#import-rules))", required=True),
         )),
-        answer=obj({"first": integer(0, description="Id of the first memory imported."),
-                    "last": integer(0, description="Id of the last memory imported."),
-                    "pending": integer(0, description="Compressions now due."),
-                    "head": ref("Head") | {"description": "The log's head just after the batch: pin it."}}),
+        answer=obj({"first": integer(0, description="id of the first memory imported"),
+                    "last": integer(0, description="id of the last memory imported"),
+                    "pending": integer(0, description="how many compressions are due now"),
+                    "head": ref("Head") | {"description": "the log's head just after the batch: pin it"}}),
         errors=("quota.memories", "quota.bytes", "import.empty"),
         special=(Special(422, "or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                          ("import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log",

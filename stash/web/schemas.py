@@ -100,14 +100,14 @@ SCHEMAS: dict[str, Schema] = {
                  pattern=_LINE, examples=["#147 2026-08-19 chose jade over chrome", "#128-143 the migration"]),
     "Nap": obj(
         {
-            "block": ref("BlockId"),
+            "block": ref("BlockId") | {"description": "the block to summarise"},
             "source": {"type": "array", "items": ref("Line"), "minItems": 2,
-                       "description": "What to compress: the raw memories for a block of at most 16, "
-                                      "otherwise its two halves' summaries."},
-            "remaining": integer(0, description="Compressions still due after this one."),
+                       "description": "for a block of at most 16 memories, its raw memories (`#i DATE text`); "
+                                      "for a larger block, its two halves' summaries (`#lo-hi text`)"},
+            "remaining": integer(0, description="compressions still due after this one"),
             "max_bytes": integer(1, sizes.SIZES["ENTRY_CHARS"].high,
-                              "The longest summary accepted, in UTF-8 bytes (ENTRY_CHARS)."),
-            "prompt": string("The instruction, ending with the command that answers it."),
+                              "the longest summary accepted, in UTF-8 bytes (`ENTRY_CHARS`)"),
+            "prompt": string("the instruction, ending with the exact command that answers it"),
         },
         description="The due compression: write one line that summarises `source` and send it to POST /nap.",
     ),
@@ -137,16 +137,18 @@ SCHEMAS: dict[str, Schema] = {
     "Sizes": obj(SIZES_PROPS),
     "Timestamp": string("A UTC time, like 2026-08-19T14:03:07Z.", pattern="^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$"),
     "Grant": obj({
-        "id": integer(1, description="The capability's number; the owner's is the first."),
+        "id": integer(1, description="the capability's number (use it to revoke); the owner's is the first"),
         "scope": {"enum": ["read", "full", "owner"]},
-        "label": nullable(string("What the owner said it is for (1-64 bytes of printable text).")),
-        "created": ref("Timestamp"),
-        "expires": nullable(ref("Timestamp")) | {"description": "When it stops opening anything; null: never."},
-        "revoked": nullable(ref("Timestamp")),
-        "expired": {"type": "boolean", "description": "True once `expires` has passed."},
-        "live": {"type": "boolean", "description": "False once revoked or expired."},
-        "last_used": nullable(string("The UTC day of its last authenticated request.", pattern=r"^\d{4}-\d{2}-\d{2}$")),
-        "you": {"type": "boolean", "description": "True for the capability that made this request."},
+        "label": nullable(string()) | {"description": "what the owner said it is for, when minted with one"},
+        "created": ref("Timestamp") | {"description": "when it was minted"},
+        "expires": nullable(ref("Timestamp")) | {"description": "from when it opens nothing; `null`: never"},
+        "revoked": nullable(ref("Timestamp")) | {"description": "when it was revoked"},
+        "expired": {"type": "boolean", "description": "`true` once `expires` has passed"},
+        "live": {"type": "boolean", "description": "`false` once revoked or expired"},
+        "last_used": nullable(string(pattern=r"^\d{4}-\d{2}-\d{2}$")) | {
+            "description": "the UTC day (`YYYY-MM-DD`) of its last authenticated request; `null` if never used since "
+                           "the server recorded it"},
+        "you": {"type": "boolean", "description": "`true` for the capability making this request"},
     }),
     "Receipt": obj({
         "receipt": integer(1, description="The receipt's number."),

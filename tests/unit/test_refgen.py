@@ -25,6 +25,11 @@ def test_a_stale_or_misplaced_table_is_found() -> None:
     assert any("appears 2 times" in p for p in refgen.stale(doubled))
     unknown = text + f"\n<!-- generated: fields of GET /nowhere -->\n{refgen.END}\n"
     assert any("GET /nowhere" in p for p in refgen.stale(unknown))
+    # an answer or shared-shape table is checked where the prose places one, and needed nowhere
+    nap = text.replace("| `remaining` | integer ≥ 0 |", "| `remaining` | integer |", 1)
+    assert nap != text and refgen.stale(nap) == ["the table 'schema Nap' is stale"]
+    assert refgen.stale(text + "\n<!-- generated: answer of POST /note -->\n" + refgen.END + "\n") == [
+        "the table 'answer of POST /note' is stale"]
 
 
 def test_write_makes_a_stale_table_fresh_and_leaves_the_prose(tmp_path) -> None:
