@@ -42,8 +42,9 @@ class Field:
     # Absent although required: this message, after the body was taken as {} when
     # empty (a POST twin reads an empty body the way its GET reads an empty query).
     missing: str | None = None
-    # A whole number outside the schema's minimum/maximum, or a string field sent
-    # as something else; None leaves the value to the service.
+    # For a whole number, the refusal of one outside the schema's minimum and
+    # maximum; for any other field, of one that is not a string. None leaves the
+    # value to the service.
     refuse: Refusal | None = None
 
     def openapi_schema(self) -> Schema:
@@ -95,15 +96,13 @@ class Fields:
         for f in self.items:
             value = data.get(f.name)
             if f.whole:
-                data[f.name] = f.default if f.name not in data or (f.nullable and value is None) else parse_int(
-                    f.name, value)
+                absent = f.name not in data or (f.nullable and value is None)
+                data[f.name] = f.default if absent else parse_int(f.name, value)
             elif f.refuse is not None and f.name in data and not isinstance(value, str):
                 raise Invalid(f.refuse.message, code=f.refuse.code)
+        # Ranges only once every number is read: a request wrong twice over is refused for its type first.
         for f in self.items:
-            value = data[f.name] if f.whole else None
-            lo, hi = f.schema.get("minimum"), f.schema.get("maximum")
-            if f.refuse is not None and value is not None and (
-                    (lo is not None and value < lo) or (hi is not None and value > hi)):
+            if f.whole and f.refuse is not None and not _within(data[f.name], f.schema):
                 raise Invalid(f.refuse.message, code=f.refuse.code)
         return data
 
@@ -123,6 +122,11 @@ class Fields:
         if method != "GET":
             out.append("request.too_large")
         return out
+
+
+def _within(value: int | None, schema: Schema) -> bool:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    return value is None or ((lo is None or value >= lo) and (hi is None or value <= hi))
 
 
 class Special(NamedTuple):

@@ -174,3 +174,11 @@ def test_init_refuses_an_invite_that_is_not_a_string_in_every_mode(api: Api, inv
     # invite was ignored and an identity minted, so a broken client never found out.
     assert_error(api.post("/init", json={"invite": invite}), 422, "request.bad_value")
     assert api.post("/init", json={"invite": "ignored on an open server"}).status_code == 201
+
+
+def test_head_reads_the_query_string_as_its_get_does(api: Api, owner: str) -> None:
+    # HEAD runs the GET route's handler, so it reads the same declared fields from the query
+    # (before RouteSpec declared them, HEAD read a body instead and ignored the query).
+    assert api.request("HEAD", "/recall?q=anything", owner).status_code == 200
+    assert api.request("HEAD", "/wake?part=x", owner).status_code == 422
+    assert api.request("HEAD", "/config?stray=1", owner).status_code == 400
