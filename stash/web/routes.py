@@ -171,10 +171,12 @@ class RouteSpec:
     description: str = ""
 
     def __post_init__(self) -> None:
-        named = re.findall(r"{(\w+)}", self.path)
-        assert named == [name for name, _ in self.path_params], f"{self.path}: declare its path parameters"
+        # Refused at import, so a declaration that /openapi.json or the reference could not render never serves.
+        if re.findall(r"{(\w+)}", self.path) != [name for name, _ in self.path_params]:
+            raise ValueError(f"{self.method} {self.path}: declare each {{name}} of the path in path_params")
         unknown = [c for c in (*self.errors, *(c for s in self.special for c in s.codes)) if c not in CODES]
-        assert not unknown, f"{self.method} {self.path}: codes missing from stash/web/codes.py: {unknown}"
+        if unknown:
+            raise ValueError(f"{self.method} {self.path}: codes missing from stash/web/codes.py: {unknown}")
 
     async def endpoint(self, request: Request) -> Response:
         request.scope["stash.route"] = self.path

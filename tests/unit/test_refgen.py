@@ -4,7 +4,10 @@ changed without regenerating them fails here."""
 
 from __future__ import annotations
 
+import pytest
+
 from stash.web import refgen
+from stash.web.routes import RouteSpec, health
 from tests.doc_commands import REFERENCE
 
 
@@ -51,3 +54,10 @@ def test_field_types_say_what_the_schema_says() -> None:
     items = {"type": "object", "properties": {"block": {}, "text": {}}}
     assert refgen.describe({"type": "array", "minItems": 1, "maxItems": 256, "items": items}) == \
         'array of 1–256 `{"block", "text"}`'
+
+
+def test_a_declaration_the_generators_cannot_render_is_refused_at_import() -> None:
+    with pytest.raises(ValueError, match="path_params"):
+        RouteSpec("DELETE", "/grants/{grant_id}", "owner", "x", health)
+    with pytest.raises(ValueError, match=r"no\.such_code"):
+        RouteSpec("GET", "/x", "public", "x", health, errors=("no.such_code",))
