@@ -10,6 +10,8 @@ the error codes the package can raise, read from its source."""
 from __future__ import annotations
 
 import ast
+import inspect
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -67,19 +69,38 @@ def check_answer(doc: dict, method: str, path: str, resp, status: int | None = N
     return body
 
 
-def codes_in_source() -> set[str]:
-    """Every error code the package can raise, read from its source: the
-    ``code=`` of each raise of an error class, or the class's default."""
+def raised_codes() -> dict[str, set[int]]:
+    """Every error code the package can raise, with the statuses it is raised
+    with, read from its source: the ``code=`` of each raise of an error class,
+    or the class's default, and the code of each ``Refusal`` a route's field
+    declares (raised as 422 Invalid by routespec.Fields.read)."""
+    found: dict[str, set[int]] = {}
+    for file in Path(stash.__file__).parent.rglob("*.py"):
+        _raised_in(ast.parse(file.read_text(encoding="utf-8")), found)
+    return found
+
+
+def codes_raised_by(function: Any) -> set[str]:
+    """The codes ``function``'s own body raises (not those of what it calls)."""
+    found: dict[str, set[int]] = {}
+    _raised_in(ast.parse(textwrap.dedent(inspect.getsource(function))), found)
+    return set(found)
+
+
+def _raised_in(tree: ast.AST, found: dict[str, set[int]]) -> None:
     classes = {name: cls for name, cls in vars(errors).items()
                if isinstance(cls, type) and issubclass(cls, errors.StashError)}
-    found: set[str] = set()
-    for file in Path(stash.__file__).parent.rglob("*.py"):
-        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in classes):
-                continue
-            given = [k.value for k in node.keywords if k.arg == "code"]
-            if not given:
-                found.add(classes[node.func.id].code)
-            elif isinstance(given[0], ast.Constant):
-                found.add(given[0].value)
-    return found
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id == "Refusal" and node.args and isinstance(node.args[0], ast.Constant):
+            found.setdefault(node.args[0].value, set()).add(errors.Invalid.status)
+            continue
+        if node.func.id not in classes:
+            continue
+        cls = classes[node.func.id]
+        given = [k.value for k in node.keywords if k.arg == "code"]
+        if not given:
+            found.setdefault(cls.code, set()).add(cls.status)
+        elif isinstance(given[0], ast.Constant):
+            found.setdefault(given[0].value, set()).add(cls.status)

@@ -1,14 +1,17 @@
-"""The HTTP surface (SPEC §3). Each endpoint parses its request, calls one
-function of the service layer in a worker thread, and returns its answer."""
+"""The HTTP surface (SPEC §3). ROUTES declares every route once: its fields,
+answer, scope and own error codes (RouteSpec). Each handler reads its fields
+through that declaration, calls one function of the service layer in a worker
+thread, and returns its answer."""
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -16,14 +19,19 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from .. import __version__
 from ..core import blocks
+from ..core.blocks import BATCH_MAX
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
+from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import audit, grant_terms, idempotency, onboarding, quotas
 from ..service.access import Session
 from . import pages
+from .codes import CODES
 from .errors import error_response
-from .jsonio import JSON, NAP_BODY_CAP, parse_int, prefetch_small_body, query_object, read_object
+from .jsonio import JSON, NAP_BODY_CAP, prefetch_small_body
+from .routespec import Field, Fields, Refusal, Special
+from .schemas import CONFIG, DATE, LINES, NAP_OR_NULL, ONE_LINE, Schema, integer, nullable, obj, ref, string
 
 CONTENT_CIPHER = "xchacha20-poly1305"
 T = TypeVar("T")
@@ -138,15 +146,41 @@ async def _authed(request: Request, need: str, work: Callable[[Session], T]) -> 
 
 @dataclass(frozen=True)
 class RouteSpec:
+    """The one declaration of a route (SPEC §3): how it is called and
+    guarded, what it reads, what it answers, and which refusals are its own.
+    Requests are refused from ``fields``, and /openapi.json and the tables
+    of API-REFERENCE.md are generated from the whole declaration."""
+
     method: str
     path: str
     scope: str  # public | read | full | owner | operator
     summary: str
     handler: Callable[[Request], Awaitable[Response]]
     slow: bool = False  # holds a slow slot (fairshare.py): recall, import, export
+    fields: Fields | None = None  # None: neither the query string nor the body is read
+    answer: Schema | None = None  # None: a body no schema describes (the export archive)
+    status: int = 200
+    media: str = "application/json"
+    # The codes the handler and the service it calls can answer, beyond those of
+    # its kind, its fields, idempotency and slow slots (routespec.error_codes).
+    errors: tuple[str, ...] = ()
+    special: tuple[Special, ...] = ()
+    path_params: tuple[tuple[str, Schema], ...] = ()
+    idempotent: bool = False  # takes an Idempotency-Key header
+    body_cap: str = "max_body"  # the key of body_caps() that caps this route's body
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        # Refused at import, so a declaration that /openapi.json or the reference could not render never serves.
+        if re.findall(r"{(\w+)}", self.path) != [name for name, _ in self.path_params]:
+            raise ValueError(f"{self.method} {self.path}: declare each {{name}} of the path in path_params")
+        unknown = [c for c in (*self.errors, *(c for s in self.special for c in s.codes)) if c not in CODES]
+        if unknown:
+            raise ValueError(f"{self.method} {self.path}: codes missing from stash/web/codes.py: {unknown}")
 
     async def endpoint(self, request: Request) -> Response:
         request.scope["stash.route"] = self.path
+        request.scope["stash.spec"] = self
         handled = False
         try:
             _refuse_token_in_query(request)
@@ -168,6 +202,30 @@ class RouteSpec:
             return resp
 
 
+def twins(path: str, scope: str, summaries: tuple[str, str], handler: Callable[[Request], Awaitable[Response]],
+          fields: Fields, description: str, **kw: Any) -> tuple[RouteSpec, RouteSpec]:
+    """A read-only route and its POST twin (SPEC §3), sharing one declaration
+    of their fields: query parameters of the one, JSON body of the other."""
+    return (RouteSpec("GET", path, scope, summaries[0], handler, fields=fields, description=description, **kw),
+            RouteSpec("POST", path, scope, summaries[1], handler, fields=fields,
+                      description=description + " POST twin of the GET route: the same fields as a JSON body.",
+                      **kw))
+
+
+def body_caps(settings) -> dict[str, int]:
+    """This server's body caps, by the names routes declare as ``body_cap``."""
+    return {"max_body": settings.max_body, "max_import_body": settings.max_import_body,
+            "max_nap_body": max(settings.max_body, NAP_BODY_CAP)}
+
+
+async def _fields(request: Request) -> dict[str, Any]:
+    """The request's fields, read and refused as its route declares them."""
+    spec: RouteSpec = request.scope["stash.spec"]
+    assert spec.fields is not None, f"{spec.method} {spec.path} declares no fields"
+    cap = body_caps(request.app.state.settings)[spec.body_cap]
+    return await spec.fields.read(request, spec.method, cap)
+
+
 def _idempotency_key(request: Request) -> str | None:
     return idempotency.parse_key(request.headers.getlist(idempotency.HEADER))
 
@@ -187,13 +245,7 @@ def _once(request: Request, answer: idempotency.Answer, status_code: int = 200) 
 async def health(request: Request) -> Response:
     """Liveness; with ``?ready=1`` also readiness: 503 when the data folder
     cannot be written."""
-    if request.method == "GET":
-        data = query_object(request, {"ready"}, ints={"ready"})
-    else:
-        data = await read_object(request, {"ready"})
-    probe = parse_int("ready", data.get("ready", 0))
-    if probe not in (0, 1):
-        raise Invalid("ready must be 0 or 1.", code="request.bad_value")
+    probe = (await _fields(request))["ready"]
     vault = request.app.state.vault
     answer = {"ok": True, "version": __version__, "content_cipher": CONTENT_CIPHER, "file_cipher": vault.file_cipher,
               "ready": None}
@@ -208,9 +260,7 @@ async def health(request: Request) -> Response:
 async def init(request: Request) -> Response:
     settings = request.app.state.settings
     limiter = request.app.state.limiter
-    body = await read_object(request, {"url", "invite"})
-    if not isinstance(body.get("invite", ""), str):  # refused in every mode, so a wrong type never goes unseen
-        raise Invalid("invite must be a string: the operator's invite secret.", code="request.bad_value")
+    body = await _fields(request)  # a non-string invite is refused in every mode, so it never goes unseen
     if settings.init == "off":
         raise Forbidden("This server does not mint identities; ask its operator for one.", code="init.disabled")
     client = _client(request)
@@ -248,14 +298,8 @@ async def init(request: Request) -> Response:
 
 
 async def shape(request: Request) -> Response:
-    if request.method == "GET":
-        data = query_object(request, {"T", "lines"}, ints={"T", "lines"})
-    else:
-        data = await read_object(request, {"T", "lines"})
-    T = parse_int("T", data.get("T", 0))
-    budget = parse_int("lines", data.get("lines", 96))
-    if not 0 <= T <= 10**15 or not 1 <= budget <= 1000:
-        raise Invalid("T must be 0 to 10^15 and lines 1 to 1000.", code="shape.out_of_range")
+    data = await _fields(request)
+    T, budget = data["T"], data["lines"]
     cover = blocks.cover(T, budget)
     return JSON({"T": T, "lines": budget, "blocks": [[lo, hi - 1] for lo, hi in cover]})
 
@@ -264,8 +308,7 @@ async def openapi(request: Request) -> Response:
     from .openapi import document
 
     settings = request.app.state.settings
-    caps = {"max_body": settings.max_body, "max_import_body": settings.max_import_body,
-            "max_nap_body": max(settings.max_body, NAP_BODY_CAP)}
+    caps = body_caps(settings)
     address = pages.page_address(settings.public_url, request.url.scheme, request.headers.get("host"))
     # A Host that is not a plain host[:port] names no server rather than a made-up one.
     return JSON(document(ROUTES, __version__, caps, server=None if address == pages.PLACEHOLDER_ADDRESS else address))
@@ -279,14 +322,14 @@ async def client(request: Request) -> Response:
 async def skill(request: Request) -> Response:
     from ..service import docs
 
-    query_object(request, set())
+    await _fields(request)
     return PlainTextResponse(docs.skill(), media_type="text/markdown; charset=utf-8")
 
 
 async def reference(request: Request) -> Response:
     from ..service import docs
 
-    query_object(request, set())
+    await _fields(request)
     return PlainTextResponse(docs.reference(), media_type="text/markdown; charset=utf-8")
 
 
@@ -324,13 +367,8 @@ async def metrics(request: Request) -> Response:
 
 
 async def wake(request: Request) -> Response:
-    if request.method == "GET":
-        data = query_object(request, {"part", "T"}, ints={"part", "T"})
-    else:
-        data = await read_object(request, {"part", "T"})
-    part = parse_int("part", data.get("part", 1))
-    T = data.get("T")
-    T = None if T is None else parse_int("T", T)
+    data = await _fields(request)
+    part, T = data["part"], data["T"]
     return JSON(await _authed(request, "read", lambda s: s.memory.wake(part, T)))
 
 
@@ -343,7 +381,7 @@ def _room(request: Request, session, adding: int) -> None:
 
 async def note(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"text"}, required={"text"})
+    data = await _fields(request)
 
     def write(s) -> dict:
         _room(request, s, 1)
@@ -355,53 +393,40 @@ async def note(request: Request) -> Response:
 
 async def nap(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"block", "text", "batch", "summaries"},
-                             cap=max(request.app.state.settings.max_body, NAP_BODY_CAP))
+    data = await _fields(request)
     return _once(request, await _authed(request, "full", lambda s: idempotency.memory_write(
         s, key, "POST /nap", data, lambda: s.memory.nap(data.get("block"), data.get("text"), data.get("batch"),
                                                         data.get("summaries")))))
 
 
 async def recall(request: Request) -> Response:
-    if request.method == "GET":
-        data = query_object(request, {"q", "before"}, ints={"before"})
-    else:
-        data = await read_object(request, {"q", "before"})
-    if "q" not in data:
-        raise Malformed("Missing q: send the pattern to search for.", code="request.missing_field")
-    before = data.get("before")
-    before = None if before is None else parse_int("before", before)
-    return JSON(await _authed(request, "read", lambda s: s.memory.recall(data["q"], before)))
+    data = await _fields(request)
+    return JSON(await _authed(request, "read", lambda s: s.memory.recall(data["q"], data["before"])))
 
 
 async def zoom(request: Request) -> Response:
-    if request.method == "GET":
-        data = query_object(request, {"block"})
-    else:
-        data = await read_object(request, {"block"})
-    if "block" not in data:
-        raise Malformed("Missing block: send the block to open, like 16-31.", code="request.missing_field")
+    data = await _fields(request)
     return JSON(await _authed(request, "read", lambda s: s.memory.zoom(data["block"])))
 
 
 async def forget(request: Request) -> Response:
-    data = await read_object(request, {"block"}, required={"block"})
+    data = await _fields(request)
     return JSON(await _authed(request, "full", lambda s: audit.forget(s, data["block"])))
 
 
 async def config_get(request: Request) -> Response:
-    query_object(request, set())
+    await _fields(request)
     return JSON(await _authed(request, "read", lambda s: s.memory.config()))
 
 
 async def config_set(request: Request) -> Response:
-    data = await read_object(request, None, empty_ok=False)
+    data = await _fields(request)
     return JSON(await _authed(request, "full", lambda s: audit.set_config(s, data)))
 
 
 async def import_(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"entries"}, required={"entries"}, cap=request.app.state.settings.max_import_body)
+    data = await _fields(request)
 
     def write(s) -> dict:
         if isinstance(data["entries"], list):
@@ -415,7 +440,7 @@ async def import_(request: Request) -> Response:
 async def export(request: Request) -> Response:
     from ..service.export import export_archive
 
-    query_object(request, set())
+    await _fields(request)
     archive = await _authed(request, "owner", lambda s: audit.export(s, export_archive))
     return Response(archive, media_type="application/gzip",
                     headers={"Content-Disposition": 'attachment; filename="optmem-memory.tar.gz"'})
@@ -425,14 +450,14 @@ async def export(request: Request) -> Response:
 
 
 async def grants_list(request: Request) -> Response:
-    query_object(request, set())
+    await _fields(request)
     vault = request.app.state.vault
     return JSON(await _authed(request, "owner", lambda s: {"grants": vault.list_grants(s)}))
 
 
 async def grants_mint(request: Request) -> Response:
     key = _idempotency_key(request)
-    data = await read_object(request, {"scope", "label", "expires"}, required={"scope"})
+    data = await _fields(request)
     scope = data["scope"]
     if scope not in ("read", "full"):
         raise Invalid("scope must be \"read\" or \"full\"; ownership is never transferable.", code="grants.bad_scope")
@@ -465,66 +490,405 @@ async def grants_revoke(request: Request) -> Response:
 
 
 async def rotate(request: Request) -> Response:
-    await read_object(request, set())
+    await _fields(request)
     vault = request.app.state.vault
     return JSON(await _authed(request, "owner", lambda s: audit.rotate(s, vault)))
 
 
 async def erase(request: Request) -> Response:
-    data = await read_object(request, {"ids"}, required={"ids"})
+    data = await _fields(request)
     answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"]))
     request.app.state.metrics.event("erase")
     return JSON(answer)
 
 
 async def audit_trail(request: Request) -> Response:
-    query_object(request, set())
+    await _fields(request)
     return JSON(await _authed(request, "owner", audit.trail))
 
 
 async def erasures(request: Request) -> Response:
-    query_object(request, set())
+    await _fields(request)
     return JSON(await _authed(request, "owner", lambda s: s.memory.erasures()))
 
 
 async def destroy(request: Request) -> Response:
-    await read_object(request, set())
+    await _fields(request)
     vault = request.app.state.vault
     return JSON(await _authed(request, "owner", lambda s: audit.destroy(s, vault, vault.data_dir)))
 
 
+# ---------------------------------------------------------------- the declarations
+
+_TEXT_CODES = ("text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
+               "text.too_long")
+_BLOCK_CODES = ("block.invalid", "block.beyond_log")
+_SHAPE_RANGE = Refusal("shape.out_of_range", "T must be 0 to 10^15 and lines 1 to 1000.")
+
+HEALTH_FIELDS = Fields((
+    Field("ready", integer(0, 1), "`1`: also probe readiness — create, write, fsync and remove a temporary file "
+          "(`.ready-*`) in the data folder's `users/`; `0`: liveness only", whole=True, default=0, default_doc="`0`",
+          refuse=Refusal("request.bad_value", "ready must be 0 or 1.")),
+))
+WAKE_FIELDS = Fields((
+    Field("part", integer(1), "which part to read, from 1", whole=True, default=1, default_doc="1"),
+    Field("T", integer(0), "the snapshot to cut the parts from; pass the `T` of part 1 when fetching later parts",
+          whole=True, nullable=True, default_doc="the log's size now"),
+))
+RECALL_FIELDS = Fields((
+    Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES),
+          f"the pattern: a regular expression (RE2 syntax, always case-insensitive) of 1 to {MAX_PATTERN_BYTES} "
+          "bytes of UTF-8; see [Recall syntax](#recall-syntax)",
+          required=True, missing="Missing q: send the pattern to search for."),
+    Field("before", integer(0), "search only the memories before this id: the `more` of the previous page",
+          whole=True, nullable=True, default_doc="the whole log"),
+))
+ZOOM_FIELDS = Fields((
+    Field("block", ref("BlockId"), "the block to open", required=True,
+          missing="Missing block: send the block to open, like 16-31."),
+))
+SHAPE_FIELDS = Fields((
+    Field("T", integer(0, 10**15), "how many memories", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
+    Field("lines", integer(1, 1000), "the line budget", whole=True, default=96, default_doc="96",
+          refuse=_SHAPE_RANGE),
+))
+NO_FIELDS = Fields()
+
 ROUTES: list[RouteSpec] = [
-    RouteSpec("GET", "/health", "public", "Liveness, version and this host's ciphers", health),
-    RouteSpec("POST", "/health", "public", "Liveness and readiness (POST twin of GET /health)", health),
-    RouteSpec("POST", "/init", "public", "Mint an identity; the token is shown once", init),
-    RouteSpec("GET", "/wake", "read", "The wake document, one part at a time", wake),
-    RouteSpec("POST", "/wake", "read", "The wake (POST twin of GET /wake)", wake),
-    RouteSpec("POST", "/note", "full", "Append one memory", note),
-    RouteSpec("POST", "/nap", "full", "Ask what is due, or settle the due block", nap),
-    RouteSpec("GET", "/recall", "read", "Regex search of the verbatim log", recall, slow=True),
-    RouteSpec("POST", "/recall", "read", "Regex search (POST twin of GET /recall)", recall, slow=True),
-    RouteSpec("GET", "/zoom", "read", "Open a block into its two halves", zoom),
-    RouteSpec("POST", "/zoom", "read", "Open a block (POST twin of GET /zoom)", zoom),
-    RouteSpec("POST", "/forget", "full", "Drop a summary and what was built on it", forget),
-    RouteSpec("GET", "/config", "read", "The sizes and their defaults", config_get),
-    RouteSpec("POST", "/config", "full", "Change sizes; null restores a default", config_set),
-    RouteSpec("POST", "/import", "full", "Bulk-append dated memories, oldest first", import_, slow=True),
-    RouteSpec("GET", "/grants", "owner", "Every capability, live and revoked; never a secret", grants_list),
-    RouteSpec("POST", "/grants", "owner", "Mint a read or full capability; its token is shown once", grants_mint),
-    RouteSpec("DELETE", "/grants/{grant_id}", "owner", "Revoke one capability: a new key epoch it never reaches",
-              grants_revoke),
-    RouteSpec("POST", "/rotate", "owner", "A new owner token; the old one ends as a revoked one does", rotate),
-    RouteSpec("POST", "/erase", "owner", "Shred individual memories for good; answers a receipt", erase),
-    RouteSpec("GET", "/erasures", "owner", "Erasure receipts, never content", erasures),
-    RouteSpec("GET", "/audit", "owner", "Who did what and when, never content", audit_trail),
-    RouteSpec("DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy),
-    RouteSpec("GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export, slow=True),
-    RouteSpec("GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi),
-    RouteSpec("GET", "/client", "public", "The single-file stash client", client),
-    RouteSpec("GET", "/skill", "public", "The skill: the whole protocol for an agent, as Markdown", skill),
-    RouteSpec("GET", "/reference", "public", "This API reference (API-REFERENCE.md), as Markdown", reference),
-    RouteSpec("GET", "/shape", "public", "Block boundaries of cover(T, lines); no data", shape),
-    RouteSpec("POST", "/shape", "public", "Block boundaries (POST twin of GET /shape)", shape),
-    RouteSpec("GET", "/metrics", "operator", "Prometheus text: counts and latencies", metrics),
-    RouteSpec("GET", "/", "public", "The landing page", landing),
+    *twins(
+        "/health", "public",
+        ("Liveness, version and this host's ciphers", "Liveness and readiness (POST twin of GET /health)"),
+        health, HEALTH_FIELDS,
+        "Liveness: 200 whenever the process serves HTTP. With ready=1, readiness for a load balancer: "
+        "503 when the data folder cannot be written (full disk, read-only mount, folder gone).",
+        answer=obj({"ok": {"const": True}, "version": string("the server's version, e.g. `0.1.0`"),
+                    "content_cipher": {"const": "xchacha20-poly1305", "description": "how every row is sealed"},
+                    "file_cipher": {"enum": ["sqlcipher", "none"], "description": "whether new memory files are "
+                                                                                  "also encrypted whole on this host"},
+                    "ready": {"enum": [True, None], "description": "`true`: the probe passed; `null`: readiness "
+                                                                  "was not asked"}}),
+        errors=("ready.unwritable",),
+    ),
+    RouteSpec(
+        "POST", "/init", "public", "Mint an identity; the token is shown once", init, status=201,
+        fields=Fields((
+            Field("url", string(maxLength=2000, pattern="^https?://"),
+                  "an `http://…` or `https://…` address, written into `prompt`. Default: the server's `--url`; "
+                  "without one, the scheme, host "
+                  "and port this request was made to (a `Host` header that is not a plain `host[:port]` is "
+                  "replaced by `https://stash.example`, as on the landing page)"),
+            Field("invite", string(), "the operator's invite secret; required when the server runs "
+                  "`--init invite`, ignored otherwise",
+                  refuse=Refusal("request.bad_value", "invite must be a string: the operator's invite secret.")),
+        )),
+        answer=obj({
+            "user_id": string("the memory's public id: 16 hex digits", pattern="^[0-9a-f]{16}$"),
+            "token": string("the owner capability, the only key to this memory. **Shown once, never stored**",
+                            pattern=f"^{tokens.TOKEN_PATTERN}$"),
+            "content_cipher": {"const": "xchacha20-poly1305"},
+            "file_cipher": {"enum": ["sqlcipher", "none"], "description": "the cipher of this memory's file"},
+            "note": string("what to do with the token"),
+            "prompt": string("the block to paste into AGENTS.md (`skill/AGENTS.md` with `{url}` and the byte limit "
+                             "filled in)"),
+        }),
+        errors=("init.disabled", "init.invite_required", "init.bad_url", "rate_limited", "quota.identities",
+                "store.read_only", "store.unreadable", "store.full"),
+        description="Mints an identity: a new, empty memory and its owner token.",
+    ),
+    *twins(
+        "/wake", "read", ("The wake document, one part at a time", "The wake (POST twin of GET /wake)"), wake,
+        WAKE_FIELDS,
+        "The bounded, hierarchical read of the whole log, cut into parts. Refused (409) only when the document "
+        "needs a summary that is not written yet.",
+        answer=obj({
+            "T": integer(0, description="the snapshot this part was rendered from"),
+            "part": integer(1, description="this part's number"),
+            "parts": integer(1, description="how many parts the document has"),
+            "lines": LINES | {"description": "this part's lines, oldest first"},
+            "awake": {"type": "boolean", "description": "`true` on the last part only"},
+            "nap": NAP_OR_NULL | {"description": "the due compression; only ever set on the last part"},
+            "next": nullable(string("the command that fetches the next part (`curl -s -H \"Authorization: Bearer "
+                                    "$STASH_TOKEN\" \"$STASH_URL/wake?part=<n>&T=<T>\"`); `null` on the last part")),
+            "message": string("last part: `You are awake.`; other parts: `Not awake yet. Run: <next>`; empty "
+                              "memory: how to record the first memory, then `You are awake.`"),
+            "head": ref("Head") | {"description": "the log's head **now** (not at the snapshot `T`), on every part: "
+                                                  "see [The log head](#the-log-head-and-stash-pin)"},
+        }),
+        errors=("wake.bad_t", "wake.no_part"),
+        special=(Special(409, "a summary the document needs is not written yet", "WakeRefusal",
+                         ("wake.needs_nap",)),),
+    ),
+    RouteSpec(
+        "POST", "/note", "full", "Append one memory", note, idempotent=True,
+        fields=Fields((
+            Field("text", string(**ONE_LINE), "one line of at most `ENTRY_CHARS` bytes of UTF-8, checked as in "
+                  "[Memory and summary text](#memory-and-summary-text); surrounding spaces are removed",
+                  required=True),
+        )),
+        answer=obj({"id": integer(0, description="The new memory's position in the log."), "nap": NAP_OR_NULL,
+                    "head": ref("Head") | {"description": "The log's head just after this memory: pin it."}}),
+        errors=("quota.memories", "quota.bytes", *_TEXT_CODES),
+        description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
+    ),
+    RouteSpec(
+        "POST", "/nap", "full", "Ask what is due, or settle the due block", nap, idempotent=True,
+        body_cap="max_nap_body",
+        fields=Fields((
+            Field("block", ref("BlockId"), "the block being summarised; absent or `null` (with no `text`): ask "
+                  "what is due"),
+            Field("text", string(**ONE_LINE), "the summary: one line of at most `ENTRY_CHARS` bytes, checked as "
+                  "memory text"),
+            Field("batch", integer(1, BATCH_MAX), "list up to this many due blocks that can be written at once"),
+            Field("summaries", {"type": "array", "minItems": 1, "maxItems": BATCH_MAX,
+                                "items": obj({"block": ref("BlockId"),
+                                              "text": string("One line of at most ENTRY_CHARS bytes.",
+                                                             **ONE_LINE)})},
+                  "summaries to settle in this order, all or nothing"),
+        )),
+        answer={"anyOf": [
+            obj({"saved": nullable(ref("BlockId")) | {"description": "The block saved; null when nothing was "
+                                                                     "written."},
+                 "nap": NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
+                 "message": string()}, description="The answer to {} or {block, text}."),
+            obj({"saved": {"type": "null"},
+                 "nap": NAP_OR_NULL | {"description": "The first pending block."},
+                 "batch": {"type": "array", "maxItems": BATCH_MAX, "items": ref("BatchItem"),
+                           "description": "The due blocks that can be written at once, in settling order."},
+                 "prompt": nullable(string("The instruction, ending with the command that settles them all.")),
+                 "message": string()}, description="The answer to {batch: k}."),
+            obj({"saved": {"type": "array", "maxItems": BATCH_MAX, "items": ref("BlockId"),
+                           "description": "The blocks this request wrote, in order."},
+                 "nap": NAP_OR_NULL | {"description": "What is due now."},
+                 "message": string()}, description="The answer to {summaries: [...]}."),
+        ]},
+        errors=("nap.missing_block", "nap.mixed", "nap.bad_batch", "nap.bad_summaries", *_BLOCK_CODES, *_TEXT_CODES),
+        special=(Special(409, "the block sent is not the one due", "NapConflict", ("nap.wrong_block",)),),
+        description="An empty body or {} asks what is due; {block, text} settles the due block; {batch: k} lists up "
+                    "to k due blocks that can be written at once; {summaries: [...]} settles them in order, all or "
+                    "nothing. A block that is already settled answers 200 and writes nothing.",
+    ),
+    *twins(
+        "/recall", "read", ("Regex search of the verbatim log", "Regex search (POST twin of GET /recall)"), recall,
+        RECALL_FIELDS,
+        "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`. A search that "
+        "runs past its time bound (5 s plus 10 µs per memory) is refused with recall.too_slow.",
+        slow=True,
+        answer=obj({
+            "matches": {**LINES, "description": "the **newest** matching memories (of those before `before`, when "
+                                                "given) whose lines fit in `PART_CHARS` bytes (each line costs its "
+                                                "UTF-8 bytes + 1), returned oldest first. A single matching line "
+                                                "longer than `PART_CHARS` leaves `matches` empty"},
+            "total": integer(0, description="how many memories match in the range searched: the whole log, or the "
+                                            "memories before `before`"),
+            "more": nullable(integer(0)) | {"description": "when older matches were left out, the `before` of the "
+                                                           "next page (the id of the oldest match shown); `null` "
+                                                           "when this page holds every match of its range"},
+            "message": string("the count line, as OptMem prints it — `15 matches.`, `1 match.`, `No match.` "
+                              "(`… before #N.` on a later page) — and, when the answer was cut, the command that "
+                              "fetches the older matches, with `<the same regex>` to fill in")}),
+        errors=("recall.bad_pattern", "recall.too_slow"),
+    ),
+    *twins(
+        "/zoom", "read", ("Open a block into its two halves", "Open a block (POST twin of GET /zoom)"), zoom,
+        ZOOM_FIELDS,
+        "The block's two halves as the wake would show them; a half wholly beyond the log is omitted.",
+        answer=obj({"block": ref("BlockId"), "lines": {**LINES, "minItems": 1, "maxItems": 2}}),
+        errors=_BLOCK_CODES,
+    ),
+    RouteSpec(
+        "POST", "/forget", "full", "Drop a summary and what was built on it", forget,
+        fields=Fields((
+            Field("block", ref("BlockId"), "the block whose summary to drop; it must be complete (`hi ≤ T`)",
+                  required=True),
+        )),
+        answer=obj({"dropped": {"type": "array", "items": ref("BlockId"), "minItems": 1,
+                                "description": "Smallest first."}}),
+        errors=("forget.no_summary", *_BLOCK_CODES),
+        description="Drops a summary and every summary built on it; the log is untouched.",
+    ),
+    RouteSpec("GET", "/config", "read", "The sizes and their defaults", config_get, fields=NO_FIELDS,
+              answer=CONFIG),
+    RouteSpec(
+        "POST", "/config", "full", "Change sizes; null restores a default", config_set,
+        fields=Fields(open_schema=ref("SizeChanges"), empty_ok=False),
+        answer=CONFIG,
+        errors=("config.empty", "config.unknown_name", "config.out_of_range"),
+        description="Changes sizes; nothing is recomputed. Answers the sizes now in force, like GET /config.",
+    ),
+    RouteSpec(
+        "POST", "/import", "full", "Bulk-append dated memories, oldest first", import_, slow=True, idempotent=True,
+        body_cap="max_import_body",
+        fields=Fields((
+            Field("entries", {
+                "type": "array", "minItems": 1,
+                "items": obj({"date": string("A real calendar date, not in the future (UTC).", pattern=DATE,
+                                             format="date"),
+                              "text": string("One line of at most ENTRY_CHARS bytes.", **ONE_LINE)}),
+            }, "the memories, oldest first, each with exactly `date` (`YYYY-MM-DD`) and `text`; the whole batch or "
+               "nothing (see [Import rules](#import-rules))", required=True),
+        )),
+        answer=obj({"first": integer(0, description="id of the first memory imported"),
+                    "last": integer(0, description="id of the last memory imported"),
+                    "pending": integer(0, description="how many compressions are due now"),
+                    "head": ref("Head") | {"description": "the log's head just after the batch: pin it"}}),
+        errors=("quota.memories", "quota.bytes", "import.empty"),
+        special=(Special(422, "or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
+                         ("import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log",
+                          *_TEXT_CODES)),),
+        description="Bulk-appends dated memories, validating every entry before writing any.",
+    ),
+    RouteSpec(
+        "GET", "/grants", "owner", "Every capability, live and revoked; never a secret", grants_list,
+        fields=NO_FIELDS,
+        answer=obj({"grants": {"type": "array", "items": ref("Grant"),
+                               "description": "Oldest first, owner included."}}),
+        description="Every capability of this memory, live and revoked. Never a token or a secret.",
+    ),
+    RouteSpec(
+        "POST", "/grants", "owner", "Mint a read or full capability; its token is shown once", grants_mint,
+        status=201, idempotent=True,
+        fields=Fields((
+            Field("scope", {"enum": ["read", "full"]}, "`read` may look; `full` may also write", required=True),
+            Field("label", string(minLength=1), "what it is for: 1 to 64 bytes of printable text (no control or "
+                  "separator character; surrounding spaces removed)"),
+            Field("expires", string(), "an RFC 3339 time in UTC after now, like `2027-01-31T18:00:00Z`; from then "
+                  "on the token is refused like a revoked one"),
+        )),
+        answer=obj({
+            "id": integer(1), "scope": {"enum": ["read", "full"]}, "label": nullable(string()),
+            "created": ref("Timestamp"), "expires": nullable(ref("Timestamp")),
+            "token": string("The new capability. Shown once, never stored.", pattern=f"^{tokens.TOKEN_PATTERN}$"),
+            "note": string(),
+        }),
+        errors=("grants.busy", "grants.bad_scope", "grants.bad_label", "grants.bad_expires"),
+        description="Mints a capability over this memory: the current key epoch's key sealed to a key pair "
+                    "derived from a fresh secret. Owner is never transferable: no route mints an owner capability.",
+    ),
+    RouteSpec(
+        "DELETE", "/grants/{grant_id}", "owner", "Revoke one capability: a new key epoch it never reaches",
+        grants_revoke,
+        path_params=(("grant_id", integer(1, description="The `id` from GET /grants.")),),
+        answer=obj({"id": integer(1), "scope": {"enum": ["read", "full"]}, "revoked": ref("Timestamp"),
+                    "already": {"type": "boolean", "description": "True when it was revoked before this call."},
+                    "also_revoked": {"type": "array", "items": integer(1),
+                                     "description": "Capabilities that had not moved to key epochs (not used since "
+                                                    "the upgrade) and end with this revocation."},
+                    "epoch": integer(0, description="The store's key epoch after this call.")}),
+        errors=("grants.unknown", "grants.owner", "grants.busy"),
+        description="Revokes one capability: destroys its key columns (its listing row stays) and starts a new "
+                    "key epoch that only the other live capabilities reach, so nothing written from now on opens "
+                    "with it, whatever copies of the files it is given. Revoking a revoked capability answers 200 "
+                    "with `already: true`.",
+    ),
+    RouteSpec(
+        "POST", "/rotate", "owner", "A new owner token; the old one ends as a revoked one does", rotate,
+        fields=NO_FIELDS,
+        answer=obj({"id": integer(1, description="The new owner capability."), "scope": {"const": "owner"},
+                    "created": ref("Timestamp"),
+                    "token": string("The new owner token. Shown once, never stored.",
+                                    pattern=f"^{tokens.TOKEN_PATTERN}$"),
+                    "revoked": integer(1, description="The owner capability this call ended."),
+                    "also_revoked": {"type": "array", "items": integer(1),
+                                     "description": "Capabilities that had not moved to key epochs and end with it."},
+                    "epoch": integer(1, description="The store's key epoch after this call."),
+                    "note": string()}),
+        errors=("grants.busy",),
+        description="Rotates the owner token: a new owner capability in a new key epoch, and the calling one "
+                    "ends as a revoked one does. A read or full capability is rotated by minting a new one and "
+                    "revoking the old.",
+    ),
+    RouteSpec(
+        "POST", "/erase", "owner", "Shred individual memories for good; answers a receipt", erase,
+        fields=Fields((
+            Field("ids", {"type": "array", "minItems": 1, "maxItems": 10_000,
+                          "items": integer(0, description="A memory id, below T.")},
+                  "the memories to erase, each `0 ≤ id < T`; duplicates are allowed", required=True),
+        )),
+        answer=ref("Receipt"),
+        errors=("erase.busy", "erase.bad_ids", "erase.unknown_id"),
+        description="Shreds memories for good: each one's key is destroyed, its line stays as `[erased]` with "
+                    "its date, and only the summaries that contain one of them are dropped: the blocks on its path "
+                    "to the root, at most one per level (the next naps rewrite them). Answers a receipt.",
+    ),
+    RouteSpec(
+        "GET", "/erasures", "owner", "Erasure receipts, never content", erasures, fields=NO_FIELDS,
+        answer=obj({"erasures": {"type": "array", "items": ref("Receipt")}}),
+        description="Every erasure receipt, oldest first. Never any content.",
+    ),
+    RouteSpec(
+        "GET", "/audit", "owner", "Who did what and when, never content", audit_trail, fields=NO_FIELDS,
+        answer=obj({"events": {"type": "array", "items": obj({
+            "id": integer(1), "at": ref("Timestamp"),
+            "grant": integer(1, description="The capability that did it (see GET /grants)."),
+            "event": {"enum": ["mint", "revoke", "rotate", "erase", "export", "config", "forget", "import"]},
+            "detail": {"type": "object", "description": "Numbers, block ids and size names only; never content."},
+        })}}),
+        description="The audit trail, oldest first: which capability minted, revoked, rotated, erased, exported, "
+                    "changed the config, forgot or imported, and when. Never any memory text.",
+    ),
+    RouteSpec(
+        "DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", destroy, fields=NO_FIELDS,
+        answer=obj({"user_id": string(pattern="^[0-9a-f]{16}$"), "destroyed": {"const": True},
+                    "memories": nullable(integer(0, description="How many memories the store held.")),
+                    "at": ref("Timestamp"),
+                    "receipt": string("Where, under the server's data folder, the operator finds this receipt "
+                                      "(receipts/deletions.jsonl).")}),
+        description="Destroys the whole memory: every wrapped key and the memory file. Every token of it stops "
+                    "working at once. There is no undo.",
+    ),
+    RouteSpec(
+        "GET", "/export", "owner", "The whole memory as an OptMem-readable tar.gz", export, slow=True,
+        fields=NO_FIELDS, media="application/gzip",
+        description="A tar.gz holding memory/LOG.txt, memory/TREE/<size>, memory/config and README.txt, "
+                    "readable by OptMem with MEMORY_DIR=memory, and manifest.json: counts, the SHA-256 of every "
+                    "other member and one digest over them (GET /reference, Export archive).",
+    ),
+    RouteSpec(
+        "GET", "/openapi.json", "public", "This server's OpenAPI 3.1 document", openapi,
+        answer={"type": "object", "description": "This document.",
+                "required": ["openapi", "info", "paths", "components"],
+                "properties": {"openapi": {"const": "3.1.0"}, "info": {"type": "object"},
+                               "servers": {"type": "array", "description": "This server's public address: --url, "
+                                                                           "else the address it was called at."},
+                               "paths": {"type": "object"}, "components": {"type": "object"}},
+                "additionalProperties": False},
+    ),
+    RouteSpec("GET", "/client", "public", "The single-file stash client", client,
+              answer=string("The client's Python source."), media="text/x-python"),
+    RouteSpec(
+        "GET", "/skill", "public", "The skill: the whole protocol for an agent, as Markdown", skill,
+        fields=NO_FIELDS, media="text/markdown",
+        answer=string("skill/SKILL.md: how an agent wakes, notes, naps (one at a time or in batches), recalls and "
+                      "zooms."),
+        description="The skill, the whole protocol for an agent, served so that an agent with only the AGENTS.md "
+                    "block can read it. Public.",
+    ),
+    RouteSpec(
+        "GET", "/reference", "public", "This API reference (API-REFERENCE.md), as Markdown", reference,
+        fields=NO_FIELDS, media="text/markdown",
+        answer=string("API-REFERENCE.md: every route, field, error code and client verb."),
+        description="The field-by-field API reference; its field tables, scope matrix and error-code table are "
+                    "generated from the same route declarations as this document. Public.",
+    ),
+    *twins(
+        "/shape", "public", ("Block boundaries of cover(T, lines); no data",
+                             "Block boundaries (POST twin of GET /shape)"), shape, SHAPE_FIELDS,
+        "The block boundaries a wake of T memories shows with a budget of `lines`. Reads no memory.",
+        answer=obj({
+            "T": integer(0), "lines": integer(1),
+            "blocks": {"type": "array", "description": "cover(T, lines), oldest first, each [first, last] inclusive.",
+                       # A pair of equal schemas, so items + min/maxItems says it without prefixItems,
+                       # which some OpenAPI 3.1 tools (schemathesis 4, issue 3842) cannot load.
+                       "items": {"type": "array", "items": integer(0), "minItems": 2, "maxItems": 2}},
+        }),
+    ),
+    RouteSpec(
+        "GET", "/metrics", "operator", "Prometheus text: counts and latencies", metrics,
+        answer=string("Prometheus text format 0.0.4."), media="text/plain",
+        errors=("auth.operator", "rate_limited"),
+        description="Loopback only, unless the server has a metrics token (STASH_METRICS_TOKEN): then that token "
+                    "as a bearer, from anywhere.",
+    ),
+    RouteSpec("GET", "/", "public", "The landing page", landing, answer=string("The landing page."),
+              media="text/html"),
 ]

@@ -1,0 +1,118 @@
+"""Every error code the server answers, with its one status and what it
+means. Routes name the codes they raise (:mod:`stash.web.routes`); the status
+comes from here, so a code cannot be documented with two statuses, and the
+reference's error-code table is generated from this list and those names."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Code(NamedTuple):
+    status: int
+    meaning: str  # Markdown, one cell of API-REFERENCE.md's error-code table
+
+
+CODES: dict[str, Code] = {
+    "request.malformed": Code(400, "`Content-Length` is not a number"),
+    "request.bad_json": Code(400, "not valid JSON, or not a JSON object"),
+    "request.empty_body": Code(400, "the body is empty but fields are required"),
+    "request.unknown_field": Code(400, "a field the route does not take"),
+    "request.missing_field": Code(400, "a required field is absent"),
+    "request.duplicate_field": Code(400, "a query parameter given twice"),
+    "request.bad_value": Code(422, "`part`, `T`, `lines`, `before` or `ready` is not a whole number; `ready` is "
+                                   "not 0 or 1; `invite` is not a string"),
+    "request.too_large": Code(413, "over the body cap: `--max-body`, 64 KiB by default (`--max-import-body`, 16 "
+                                   "MiB, for import; at least 256 KiB for nap)"),
+    "auth.token_in_query": Code(400, "a token (or token-named parameter) in the query string"),
+    "auth.invalid": Code(401, "missing, malformed, unknown or revoked token"),
+    "auth.scope": Code(403, "the token's scope is too low"),
+    "auth.operator": Code(403, "not loopback, or not the metrics token"),
+    "text.type": Code(422, "the text is not a string"),
+    "text.multiline": Code(422, "a line break in the text"),
+    "text.control": Code(422, "a control character (tab included)"),
+    "text.bidi": Code(422, "a bidirectional control (U+202E and its kin)"),
+    "text.invisible": Code(422, "an invisible format character (U+200B, U+FEFF, tag characters, …)"),
+    "text.empty": Code(422, "empty after stripping spaces"),
+    "text.too_long": Code(422, "over `ENTRY_CHARS` bytes"),
+    "block.invalid": Code(422, "not a string, or not an aligned power-of-two block"),
+    "block.beyond_log": Code(422, "the block is not complete (nap, forget), or starts at or past `T` (zoom)"),
+    "nap.missing_block": Code(422, "`text` without `block`"),
+    "nap.wrong_block": Code(409, "not the due block; carries `due`, `nap` (and `index` in a batch)"),
+    "nap.mixed": Code(422, "more than one of `block`/`text`, `batch`, `summaries`"),
+    "nap.bad_batch": Code(422, "`batch` is not a whole number from 1 to 256"),
+    "nap.bad_summaries": Code(422, "`summaries` is not a list of 1 to 256 `{\"block\", \"text\"}`"),
+    "wake.needs_nap": Code(409, "the document needs a summary not written yet; carries `needs`, `nap`"),
+    "wake.bad_t": Code(422, "`T` larger than the log"),
+    "wake.no_part": Code(422, "no such part"),
+    "recall.bad_pattern": Code(422, "not a string, empty, too long, bad or unsupported syntax, too large"),
+    "recall.too_slow": Code(422, "the scan passed its time bound (5 s plus 10 µs per memory); nothing is "
+                                 "returned"),
+    "forget.no_summary": Code(404, "the block has no summary"),
+    "config.empty": Code(422, "`{}`"),
+    "config.out_of_range": Code(422, "not a whole number within the size's range"),
+    "config.unknown_name": Code(422, "a name in the body is not a size"),
+    "import.empty": Code(422, "`entries` is not a non-empty list"),
+    "import.bad_entry": Code(422, "an entry is not `{date, text}`; carries `index`"),
+    "import.bad_date": Code(422, "not a real date, or in the future; carries `index`"),
+    "import.out_of_order": Code(422, "earlier than the entry before it; carries `index`"),
+    "import.before_log": Code(422, "earlier than the newest memory; carries `index` (0)"),
+    "init.disabled": Code(403, "the server does not mint identities"),
+    "init.invite_required": Code(403, "invitation only; invite missing or wrong"),
+    "init.bad_url": Code(422, "`url` is not an http(s) address of at most 2000 characters"),
+    "grants.bad_scope": Code(422, "scope is not `read` or `full`"),
+    "grants.bad_label": Code(422, "label is not 1 to 64 bytes of printable text"),
+    "grants.bad_expires": Code(422, "expires is not an RFC 3339 UTC time after now"),
+    "grants.unknown": Code(404, "no such capability"),
+    "grants.owner": Code(409, "the owner capability is not revoked but rotated (`POST /rotate`)"),
+    "grants.busy": Code(409, "revoked, but the write-ahead log could not be flushed yet; or another revocation "
+                             "moved the key epoch meanwhile and nothing changed; retry"),
+    "erase.bad_ids": Code(422, "`ids` is not a list of 1–10,000 whole numbers"),
+    "erase.unknown_id": Code(422, "an id is not a memory"),
+    "erase.busy": Code(409, "the erasure was committed but could not yet be flushed out of the write-ahead log "
+                            "because other requests held the file; retry (erasing an erased id again is "
+                            "harmless)"),
+    "idempotency.bad_key": Code(400, "the `Idempotency-Key` header is empty, over 255 characters, has a "
+                                     "character outside visible ASCII (space included), or was sent twice"),
+    "idempotency.key_reused": Code(409, "the key was used in the last 24 hours for a different request (another "
+                                        "body, or another of note, nap and import); nothing was written"),
+    "shape.out_of_range": Code(422, "`T` over 10^15 or `lines` outside 1–1000"),
+    "route.unknown": Code(404, "no such route"),
+    "method_not_allowed": Code(405, "the route does not take that method"),
+    "rate_limited": Code(429, "too many failures or mints from this address; see `Retry-After`"),
+    "quota.memories": Code(403, "the memory would pass `--quota-memories` (default 1,000,000); nothing was "
+                                "written"),
+    "quota.bytes": Code(403, "the memory's folder already takes `--quota-bytes` (default 1 GiB); nothing was "
+                             "written"),
+    "quota.identities": Code(429, "this address minted `--init-per-day` (default 50) identities in the last 24 "
+                                  "hours; see `Retry-After`"),
+    "busy.user": Code(429, "this memory already has `--user-concurrency` (default 4) requests in progress on "
+                           "this server process; retry after `Retry-After` (1 s) and send fewer at once"),
+    "busy.slow": Code(429, "this memory already has `--user-slow` (default 1) slow request in progress; retry "
+                           "after `Retry-After` (2 s), one at a time"),
+    "busy.server": Code(429, "the process's `--slow-slots` (default 2) slow requests are all taken by other "
+                             "memories; retry after `Retry-After` (2 s). Other routes are not affected"),
+    "store.damaged": Code(500, "stored bytes failed their integrity check (a sealed value, a SQLCipher page, "
+                               "the last row against the recorded head), or a summary the tree needs is "
+                               "missing; not served"),
+    "store.rolled_back": Code(500, "the log is shorter than its recorded head, or the memory file is behind (or "
+                                   "on another history from) the key ring's copy of the head, or the key ring "
+                                   "is older than the memory file's key epoch: a file was cut short or an older "
+                                   "copy was put back. Not served; run `stash verify` and restore from a backup"),
+    "store.pin_mismatch": Code(409, "the log does not continue the head sent in `Stash-Pin`; nothing was served "
+                                    "or written"),
+    "store.rekeyed": Code(409, "a revocation moved the key epoch between reading the key ring and opening the "
+                               "memory; nothing was done, retry"),
+    "request.bad_pin": Code(400, "`Stash-Pin` is not `count:digest:state` (or `count:digest`)"),
+    "store.missing": Code(503, "the user's key ring or memory file is not in the data folder (never replaced by "
+                               "an empty one); restore it"),
+    "store.unreadable": Code(503, "a user file cannot be opened or read (an I/O error)"),
+    "store.read_only": Code(503, "the data folder is read-only: nothing can be written (reads still work)"),
+    "store.full": Code(507, "the disk is full: nothing was written"),
+    "internal": Code(500, "an unexpected failure"),
+    "ready.unwritable": Code(503, "asked with `ready=1`: the data folder cannot be written (full, read-only, "
+                                  "missing or replaced)"),
+}
+
+# Codes no route answers: they are for a path no route has, or a method its path does not take.
+OUTSIDE_ROUTES = ("route.unknown", "method_not_allowed")

@@ -1,0 +1,168 @@
+"""What a route takes: its request fields, declared once and read three ways.
+The server parses and refuses requests from these declarations
+(:meth:`Fields.read`), ``GET /openapi.json`` is built from them
+(:mod:`stash.web.openapi`), and so are the field tables, the scope matrix and
+the error-code table of API-REFERENCE.md (:mod:`stash.web.refgen`). A GET
+route and its POST twin share one :class:`Fields`, so the two cannot drift
+apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from starlette.requests import Request
+
+from ..core.errors import Invalid, Malformed
+from .codes import CODES
+from .jsonio import parse_int, query_object, read_object
+from .schemas import Schema, obj
+
+SECURED = ("read", "full", "owner")
+
+
+class Refusal(NamedTuple):
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    schema: Schema  # its JSON Schema in /openapi.json, limits included; the reference's type column says it
+    doc: str  # Markdown: the meaning column of the reference's table, and the schema's description
+    required: bool = False
+    # Whole numbers are read here (a JSON integer or a string of digits; a query
+    # string carries only digits) and get their default here. Every other field
+    # goes to the service as sent, which checks it with its own codes.
+    whole: bool = False
+    default: Any = None
+    default_doc: str = ""
+    nullable: bool = False  # a JSON null is taken as absent
+    # Absent although required: this message, after the body was taken as {} when
+    # empty (a POST twin reads an empty body the way its GET reads an empty query).
+    missing: str | None = None
+    # For a whole number, the refusal of one outside the schema's minimum and
+    # maximum; for any other field, of one that is not a string. None leaves the
+    # value to the service.
+    refuse: Refusal | None = None
+
+    def openapi_schema(self) -> Schema:
+        if "$ref" in self.schema:
+            return self.schema
+        return {**self.schema, "description": self.doc}
+
+
+@dataclass(frozen=True)
+class Fields:
+    """The fields a route reads: from the query string of a GET, from the JSON
+    body of any other method. Unknown names are refused, because a typo would
+    silently do nothing."""
+
+    items: tuple[Field, ...] = ()
+    # The body's names are values the service validates (POST /config): this
+    # schema describes it, and no name is refused here.
+    open_schema: Schema | None = None
+    empty_ok: bool = True
+
+    @property
+    def names(self) -> set[str]:
+        return {f.name for f in self.items}
+
+    @property
+    def body_required(self) -> bool:
+        return not self.empty_ok or any(f.required for f in self.items)
+
+    def schema(self) -> Schema:
+        if self.open_schema is not None:
+            return self.open_schema
+        return obj({f.name: f.openapi_schema() for f in self.items},
+                   required=[f.name for f in self.items if f.required])
+
+    async def read(self, request: Request, method: str, cap: int) -> dict[str, Any]:
+        """The fields of ``request``, whole numbers parsed and defaulted; the
+        refusals of SPEC §3 otherwise. What the body carries beyond that is
+        returned as sent: an idempotent write's record is keyed on it."""
+        if method == "GET":
+            data = query_object(request, self.names, ints={f.name for f in self.items if f.whole})
+        else:
+            data = await read_object(
+                request, None if self.open_schema is not None else self.names,
+                required={f.name for f in self.items if f.required and f.missing is None},
+                cap=cap, empty_ok=self.empty_ok)
+        for f in self.items:
+            if f.missing is not None and f.name not in data:
+                raise Malformed(f.missing, code="request.missing_field")
+        for f in self.items:
+            value = data.get(f.name)
+            if f.whole:
+                absent = f.name not in data or (f.nullable and value is None)
+                data[f.name] = f.default if absent else parse_int(f.name, value)
+            elif f.refuse is not None and f.name in data and not isinstance(value, str):
+                raise Invalid(f.refuse.message, code=f.refuse.code)
+        # Ranges only once every number is read: a request wrong twice over is refused for its type first.
+        for f in self.items:
+            if f.whole and f.refuse is not None and not _within(data[f.name], f.schema):
+                raise Invalid(f.refuse.message, code=f.refuse.code)
+        return data
+
+    def codes(self, method: str) -> list[str]:
+        """The codes :meth:`read` can answer."""
+        out = ["request.duplicate_field", "request.unknown_field"] if method == "GET" else [
+            "request.malformed", "request.bad_json"]
+        if method != "GET" and self.open_schema is None:
+            out.append("request.unknown_field")
+        if method != "GET" and (not self.empty_ok or any(f.required and f.missing is None for f in self.items)):
+            out.append("request.empty_body")
+        if any(f.required for f in self.items):
+            out.append("request.missing_field")
+        if any(f.whole for f in self.items):
+            out.append("request.bad_value")
+        out += [f.refuse.code for f in self.items if f.refuse is not None]
+        if method != "GET":
+            out.append("request.too_large")
+        return out
+
+
+def _within(value: int | None, schema: Schema) -> bool:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    return value is None or ((lo is None or value >= lo) and (hi is None or value <= hi))
+
+
+class Special(NamedTuple):
+    """Refusals of one status whose body carries more than error and message."""
+
+    status: int
+    words: str  # added to the status's description
+    schema: str  # the component schema of that body
+    codes: tuple[str, ...]
+
+
+def error_codes(route: Any) -> dict[int, list[str]]:
+    """Every error code ``route`` can answer, by status: those every route of
+    its kind shares, those its fields can answer, then its own."""
+    out: dict[int, list[str]] = {}
+
+    def add(*codes: str) -> None:
+        for code in codes:
+            status = CODES[code].status
+            if code not in out.setdefault(status, []):
+                out[status].append(code)
+
+    add("auth.token_in_query", "internal")
+    if route.fields is not None:
+        add(*route.fields.codes(route.method))
+    if route.scope in SECURED:
+        add("auth.invalid", "rate_limited", "request.bad_pin", "store.pin_mismatch", "store.rekeyed",
+            "store.damaged", "store.rolled_back", "store.missing", "store.read_only", "store.unreadable",
+            "store.full", "busy.user")
+    if route.slow:
+        add("busy.slow", "busy.server")
+    if route.scope in ("full", "owner"):
+        add("auth.scope")
+    if route.idempotent:
+        add("idempotency.bad_key", "idempotency.key_reused")
+    add(*route.errors)
+    for special in route.special:
+        add(*special.codes)
+    return dict(sorted(out.items()))
