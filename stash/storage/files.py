@@ -301,7 +301,10 @@ def fold(conn: sqlite3.Connection, path: Path) -> None:
 def close_now(path: Path, conn: sqlite3.Connection) -> None:
     """Fold and close for good (a SQLCipher close under the process's lock)."""
     fold(conn, path)
-    with SQLCIPHER_OPEN_CLOSE:
+    if _sqlcipher is not None and isinstance(conn, _sqlcipher.Connection):
+        with SQLCIPHER_OPEN_CLOSE:
+            conn.close()
+    else:
         conn.close()
 
 
