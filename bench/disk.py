@@ -2,6 +2,7 @@
 
     python bench/disk.py bench/results/store-1000000     # a store built by versus.py
     python bench/disk.py --empty                         # a freshly minted identity
+    python bench/disk.py --written 1000                  # an identity written as the server writes it
 
 For a store it opens the memory file with the owner token kept beside it
 (``owner-token``), and for every table counts rows and the bytes of their
@@ -9,7 +10,11 @@ stored values; the rest of each file is SQLite's (page headers, B-tree
 interior pages, free space in pages). File sizes are taken before the token is
 used: the one write a request makes (the grant's last-used day, a first use
 of which makes the key ring's grant_notes table) is not counted. With
-``--empty`` it also says what each page of the two files holds.
+``--empty`` it also says what each page of the two files holds. With
+``--written N`` it mints an identity and writes N memories the way the server
+does — each note in its own transaction, then every nap it brings due, each
+in its own — and accounts that folder, with what ``HOSTED`` such identities
+would take.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 
 from stash.crypto import tokens
 from stash.service.access import Vault
+from stash.storage.files import UserFiles
 from stash.storage.scancache import CACHE_FILE
 
 MEMORY_TABLES = {
@@ -125,11 +131,40 @@ def account(data: Path, token: str, *, map_pages: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+HOSTED = 10_000
+WORDS = "deploy fixed bug user prefers tests pass config database migration release branch reviewed".split()
+
+
+def written(data: Path, n: int) -> str:
+    """An identity of ``n`` memories written note by note and nap by nap, as
+    ``POST /note`` and ``POST /nap`` write them (no HTTP, no idempotency
+    records), accounted; and ``HOSTED`` of them."""
+    vault = Vault(data)
+    ident = vault.create_identity()
+    for i in range(n):
+        with vault.session(ident.token, "full") as s:
+            nap = s.memory.note(f"memory {i}: " + " ".join(WORDS[(i + k) % len(WORDS)] for k in range(8)))["nap"]
+        while nap is not None:
+            with vault.session(ident.token, "full") as s:
+                nap = s.memory.nap(nap["block"], f"summary of {nap['block']}: what lasted", None, None)["nap"]
+    text = account(data, ident.token)
+    folder = UserFiles(data, ident.user_id).folder
+    total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    return text + (f"\n{HOSTED:,} such identities: {HOSTED * total / 1e9:.2f} GB "
+                   f"({total:,} bytes each, {total / n:.1f} per memory).\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Where a store's bytes go.")
     p.add_argument("store", nargs="?", type=Path, help="a folder holding data/ and owner-token (bench/versus.py)")
     p.add_argument("--empty", action="store_true", help="account a freshly minted identity instead")
+    p.add_argument("--written", type=int, metavar="N", help="account an identity of N memories written as the "
+                   "server writes them, and what 10,000 of them take")
     args = p.parse_args(argv)
+    if args.written:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(written(Path(tmp), args.written))
+        return 0
     if args.empty:
         with tempfile.TemporaryDirectory() as tmp:
             vault = Vault(Path(tmp))

@@ -167,7 +167,8 @@ def measure(T: int, data: Path, memo: Path, owner: str, reps: int, recall_reps: 
         _, token = Vault(data).mint_grant(s, "full")
     mismatches: list[str] = []
     tmp = Path(tempfile.mkdtemp(prefix="stash-versus-"))
-    server = serve(data, tmp / "server.log")
+    # The default quota is a million memories, which the largest store fills: the notes go past it.
+    server = serve(data, tmp / "server.log", extra=("--quota-memories", str(2 * T + 10_000)))
     try:
         c = Calls(server.url, token, memo, tmp, server)
         with httpx.Client(base_url=server.url, trust_env=False, timeout=600) as warm:

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import re
+import resource
 import signal
 import sys
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ MAX_BODY = 1 << 30
 DEFAULT_SHUTDOWN_S = 30.0
 MAX_WORKERS = 64
 MAX_SLOTS = 1024
+OPEN_FILES = 8192  # see _room_for_open_files
 APP_FACTORY = "stash.web.app:app_from_env"
 
 ENV_PREFIX = "STASH_"
@@ -203,6 +205,18 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     )
 
 
+def _room_for_open_files() -> None:
+    """Raise this process's open-file limit (inherited by its workers) to
+    :data:`OPEN_FILES`, or the hard limit where that is lower: each worker
+    keeps up to storage/pool.py's MAX_IDLE connections open between requests,
+    three descriptors each, beside its clients' sockets; the usual soft
+    limit of 1,024 would be met under load long before the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 def _drained(signum, frame) -> None:
     """The stop signal, raised again once the server has finished: nothing left to do."""
 
@@ -223,6 +237,7 @@ def main(argv: list[str]) -> int:
     # Every file and folder the server makes is its own alone (0600 in 0700), whatever umask it was started
     # with; the workers inherit this.
     os.umask(0o077)
+    _room_for_open_files()
     if args.workers > 1:
         os.environ.update(prepare_multiprocess(settings.data_dir))
     os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)

@@ -273,6 +273,11 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
 # the threads met. An open costs about a millisecond.
 SQLCIPHER_OPEN_CLOSE = threading.Lock()
 
+# A connection's page cache, at most (SQLite's default is 2,000 KiB): a wake
+# or a note touches a few dozen pages, and a scan gains nothing from a cache;
+# what it bounds is the memory of the connections kept open between requests.
+CACHE_KIB = 512
+
 
 def fold(conn: sqlite3.Connection, path: Path) -> None:
     """Checkpoint a WAL that holds frames into the file, in one attempt that
@@ -395,6 +400,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA secure_delete = ON")
+        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     except Exception:
         conn.close()
         raise

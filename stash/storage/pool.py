@@ -23,7 +23,7 @@ What keeps that as safe as a fresh open:
   meanwhile, or a folder remounted read-only, no longer matches, and its
   connection is closed instead of reused, so the next open checks the file
   from scratch.
-* **Bounded.** At most ``max_idle`` connections, each dropped ``idle_seconds``
+* **Bounded.** At most ``max_idle`` connections (:data:`MAX_IDLE`), each dropped ``idle_seconds``
   after its last use (a reaper thread of the server), all of them when the
   server stops, and every one of a user's when the store is destroyed.
 
@@ -46,9 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 Signature = tuple[int, int, int, int, int, int, bool]
-MAX_IDLE = 64
-"""Idle connections one process keeps at most: with their WAL and index files,
-about 200 descriptors."""
+MAX_IDLE = 256
+"""Idle connections one process keeps at most: a key ring and a memory file
+for each of 128 memories used in the last few seconds (fewer thrash: bench
+/load.py's 50 users need 100). With their WAL and index files, about 770
+descriptors (``stash serve`` raises its open-file limit to make room), and
+at most :data:`files.CACHE_KIB` of page cache each."""
 
 
 def signature(path: Path) -> Signature | None:
