@@ -37,6 +37,7 @@ does, so a backup never copies a file while its WAL is being removed.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import sqlite3
 import threading
@@ -106,7 +107,9 @@ class Pool:
 
     def take(self, path: Path, key: bytes) -> sqlite3.Connection | None:
         """An idle connection to ``path`` opened with this key whose file is
-        as it was left; None when there is none (stale ones are closed)."""
+        as it was left; None when there is none. Stale ones are closed here,
+        as by a holder of the user's lock: a request takes a memory file's
+        connection only while it holds that lock (access.Session.memory)."""
         if not self.enabled:
             return None
         name = str(path)
@@ -119,7 +122,7 @@ class Pool:
             for e in entries:
                 if e.sig != now_sig:
                     stale.append(e)
-                elif found is None and e.key == key:
+                elif found is None and hmac.compare_digest(e.key, key):
                     found = e
                 else:
                     keep.append(e)
