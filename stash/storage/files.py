@@ -296,11 +296,7 @@ def fold(conn: sqlite3.Connection, path: Path) -> None:
     except OSError:
         return
     with contextlib.suppress(*DB_ERRORS):
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        checkpoint(conn, attempts=1, pause=0.0)
 
 
 def close_now(path: Path, conn: sqlite3.Connection) -> None:
