@@ -22,9 +22,6 @@ import shlex
 
 _AUTH = '-H "Authorization: Bearer $STASH_TOKEN"'
 
-SKILL_PATH = "/skill"
-REFERENCE_PATH = "/reference"
-
 
 def command(path: str, body: dict | None = None) -> str:
     """``curl`` of ``POST $STASH_URL{path}`` with ``body`` as JSON (GET when
@@ -45,10 +42,6 @@ def shell_word(text: str) -> str:
 
 def nap(block: str, text: str = "<your line>") -> str:
     return command("/nap", {"block": block, "text": text})
-
-
-def nap_status() -> str:
-    return command("/nap", {})
 
 
 def nap_batch(k: int) -> str:
@@ -78,11 +71,3 @@ def recall(before: int | None = None) -> str:
 
 def zoom(block: str = "<lo-hi>") -> str:
     return command("/zoom", {"block": block})
-
-
-def skill_url() -> str:
-    return f"$STASH_URL{SKILL_PATH}"
-
-
-def reference_url() -> str:
-    return f"$STASH_URL{REFERENCE_PATH}"

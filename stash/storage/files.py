@@ -23,7 +23,6 @@ try:  # SQLCipher is optional: without it the file is plain SQLite, rows still s
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     _sqlcipher = None
 
-FILE_CIPHERS = ("sqlcipher", "none")
 # The page size of every file this release creates. An empty identity is a
 # handful of pages (schema.sql, "Layout on disk"), so the page is what its
 # size is counted in: 4 KiB, the filesystem's block, not the 16 KiB of

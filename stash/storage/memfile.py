@@ -123,12 +123,6 @@ class MemoryFile:
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
         self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain)
 
-    @classmethod
-    def reopen(cls, fk: FileKeys) -> MemoryFile:
-        mf = cls.__new__(cls)
-        mf._setup(fk, False)
-        return mf
-
     def file_keys(self) -> FileKeys:
         return self._fk
 
