@@ -168,7 +168,7 @@ CREATE TABLE IF NOT EXISTS summaries (
 -- Made by the first write of a row (MemoryFile._ensure_table): a store that
 -- never sets a size or erases a memory has none of them.
 
--- Size overrides (SPEC §2.9); a name absent here follows the default.
+-- Size overrides (docs/DESIGN.md, "Sizes"); a name absent here follows the default.
 CREATE TABLE IF NOT EXISTS config (
     name    TEXT PRIMARY KEY,
     sealed  BLOB NOT NULL

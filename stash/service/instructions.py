@@ -8,7 +8,7 @@ own, shorter verb.
 Every command is built by :func:`command`, and none carries a query string or
 a trailing slash: a read goes to its POST twin with a JSON body, so an agent
 behind a broker that refuses query strings can run each one as printed
-(SPEC §3).
+(docs/DESIGN.md, "HTTP surface").
 
 Whatever varies in a command (a block, a text, a body) goes through
 ``shell_word``, so a command stays data-safe whatever a memory or an agent's

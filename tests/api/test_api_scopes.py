@@ -1,4 +1,5 @@
-"""Who may call what (SPEC §3's scope column), and how a bad token is
+"""Who may call what (the scope column of docs/DESIGN.md,
+"HTTP surface"), and how a bad token is
 refused: always the same 401, whichever way the token failed."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from stash.web.routes import ROUTES
 from tests.api.support import OLD_DATE, Mem, mint, state
 from tests.helpers import Api, assert_error
 
-# SPEC §3's table, copied by hand: the server's ROUTES must agree with it.
+# The table of docs/DESIGN.md, "HTTP surface", copied by hand: the server's ROUTES must agree with it.
 SPEC_SCOPES = {
     "GET /health": "public",
     "POST /health": "public",
@@ -123,7 +124,7 @@ RANK = {"read": 0, "full": 1, "owner": 2}
 
 
 def expected(scope: str, who: str | None) -> int | None:
-    """The status SPEC §3 gives, or None for "anything but 401/403"."""
+    """The status docs/DESIGN.md, "HTTP surface", gives, or None for "anything but 401/403"."""
     if scope in ("public", "operator"):
         return None
     if who is None:

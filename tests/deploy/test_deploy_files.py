@@ -156,7 +156,7 @@ def test_dockerfile_properties() -> None:
 # ---------------------------------------------------------------- docs
 
 
-# The options deploy/README.md walks an operator through (SPEC-level needs of issue 6).
+# The options deploy/README.md walks an operator through (the needs of issue 6).
 OPERATOR_FLAGS = ("--data", "--host", "--port", "--workers", "--url", "--trusted-proxy", "--init", "--max-body",
                   "--max-import-body", "--user-id-prefix")
 

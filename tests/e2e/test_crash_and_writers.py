@@ -10,7 +10,7 @@ What must hold, whatever the interleaving and wherever the kill lands:
 - every acknowledged summary is stored; every level of the tree is a dense
   prefix and every summary was written from its own block's lines;
 - no answer is ever a 5xx or shows a line that is not whole;
-- after the naps still due are answered, the wake is exactly what SPEC §2
+- after the naps still due are answered, the wake is exactly what docs/DESIGN.md, "Memory model",
   derives from the stored log and tree (tests/invariants/_oracle.py).
 """
 

@@ -103,7 +103,7 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         assert got == whole
         http.ok("POST", "/config", token, json={"PART_LINES": None})
 
-        # forget drops the summary and those built on it (SPEC: each level stays a dense
+        # forget drops the summary and those built on it (docs/DESIGN.md, "Forget": each level stays a dense
         # prefix); the nap() it names starts the rebuild, each answer naming the next.
         dropped = await ok("forget", block="2-3")
         assert dropped.splitlines() == [

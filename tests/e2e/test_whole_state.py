@@ -1,4 +1,4 @@
-"""The whole state is authenticated (SPEC §4, issue 10 item 3): with the
+"""The whole state is authenticated (docs/DESIGN.md, "Whole-state authentication"; issue 10 item 3): with the
 server stopped, rows of a real memory file are put back from an older copy,
 deleted, spliced in from another history of the same user, or a trigger is
 dropped — by someone holding the file key, as a revoked token's holder with an

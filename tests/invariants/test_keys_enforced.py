@@ -1,4 +1,4 @@
-"""Capabilities are enforced by the keys, not by a flag (SPEC §4).
+"""Capabilities are enforced by the keys, not by a flag (docs/DESIGN.md, "Keys and capabilities").
 
 Each test runs the real app in process and then attacks its data folder by
 hand — the stdlib sqlite3 for the key ring and plain memory files, sqlcipher3

@@ -1,8 +1,8 @@
-"""Erasure costs log T (SPEC §2.7a): erasing #i drops only the summaries on
+"""Erasure costs log T (docs/DESIGN.md, "Erase"): erasing #i drops only the summaries on
 its path to the root; every other summary stays, byte for byte; the holes are
-the pending blocks, in §2.1 order; the wake is whole again after at most
+the pending blocks, in settling order; the wake is whole again after at most
 ⌊log2 T⌋ naps per erased memory. Checked against an oracle written from the
-spec's words, on real memory files."""
+design's words, on real memory files."""
 
 from __future__ import annotations
 

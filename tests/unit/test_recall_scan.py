@@ -26,7 +26,7 @@ WORDS = ["heron", "Yılmaz", "İstanbul", "garden", "shed", "ferry", "kelp", "ga
 
 
 def one_pass(lines: list[str], pattern: str, part_bytes: int) -> tuple[list[str], int]:
-    """SPEC §2.5 from its words: every matching line, then the newest that fit."""
+    """docs/DESIGN.md, "Recall", from its words: every matching line, then the newest that fit."""
     hits = [x for x in lines if re.search(pattern, x, re.IGNORECASE)]
     kept: list[str] = []
     size = 0
