@@ -36,8 +36,8 @@ from .schema import sections
 
 # A memory's plaintext: 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded,
 # then the writer (297 bytes at most). 312 makes a sealed row 352 bytes, so a
-# 4 KiB page holds 11 log rows where 320 fitted 10 (bench/README.md, goal 3).
-# Rows written before 2026-12-01 are 320; both open, each row has one length.
+# 4 KiB page holds 11 log rows where 320 fitted 10. Rows of earlier releases
+# are 320; both open, each row has one length.
 MEMORY_PLAINTEXT_BYTES = 312
 LARGEST_MEMORY_PLAINTEXT = 320
 SUMMARY_PLAINTEXT_BYTES = 288
