@@ -13,7 +13,8 @@ import pytest
 from stash.client import VERBS
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ["README.md", "SECURITY.md", "deploy/README.md", "stash/CLIENT.md", "bench/README.md", "API-REFERENCE.md"]
+DOCS = ["README.md", "SECURITY.md", "deploy/README.md", "stash/CLIENT.md", "bench/README.md", "API-REFERENCE.md",
+        "docs/DESIGN.md", "CHANGELOG.md", "CONTRIBUTING.md", "bench/HISTORY.md"]
 README_MAX_LINES = 150
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
