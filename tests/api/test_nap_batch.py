@@ -105,6 +105,7 @@ def test_batches_make_the_tree_and_wake_single_naps_make(api, T: int) -> None:
         assert [line for p in b for line in p["lines"]] == batched.wake_lines(budget)
 
 
+@pytest.mark.slow
 def test_batches_between_notes_match_single_naps(api) -> None:
     """Memories that arrive one at a time, with a batch taken now and then."""
     rng = random.Random(7)

@@ -165,6 +165,7 @@ def check(resp, cell: str) -> None:
         assert resp.status_code == int(cell), (resp.status_code, resp.text[:300])
 
 
+@pytest.mark.slow
 def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) -> None:
     matrix = {route_key(r.method, r.path): matrix_row(r) for r in ROUTES}
     served = list(matrix)

@@ -62,6 +62,7 @@ def test_client_needs_only_the_standard_library(client_file: Path, base_url: str
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     outputs: list[str] = []
 

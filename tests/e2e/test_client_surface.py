@@ -100,6 +100,7 @@ def installed(base_url: str, token: str, client_file: Path) -> Cli:
     return Cli([sys.executable, str(client_file)], cli_env(base_url, token, path_with(client_file.parent)))
 
 
+@pytest.mark.slow
 def test_every_printed_command_runs_as_printed(installed: Cli, http: Http, token: str, tmp_path: Path) -> None:
     cli = installed
     f = Follower(cli)

@@ -32,6 +32,8 @@ from tests import oracle
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import REPO, Http, Server, start_server
 
+pytestmark = pytest.mark.slow
+
 KILLS = 3
 NOTERS = 3
 ACKS_BETWEEN_KILLS = 25

@@ -29,6 +29,8 @@ from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, Server
 from tests.raw_files import file_key, open_raw
 
+pytestmark = pytest.mark.slow
+
 STORAGE_CODES = {"store.full", "store.read_only", "store.unreadable"}
 
 

@@ -21,6 +21,8 @@ from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
 from tests.raw_files import raw_memory_file
 
+pytestmark = pytest.mark.slow
+
 KEY = 32
 NONCE = 24
 

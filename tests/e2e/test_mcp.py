@@ -11,9 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, settle_all, start_server
 from tests.mcp_session import Session, call_line, run_session
+
+pytestmark = pytest.mark.slow
 
 TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
          "recall": {"q", "before"}, "zoom": {"block"}, "forget": {"block"}}

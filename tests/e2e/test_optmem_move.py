@@ -23,6 +23,8 @@ from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
 from tests.oracle import spec_cover
 
+pytestmark = pytest.mark.slow
+
 LOG_REC, TREE_REC = 320, 288
 
 

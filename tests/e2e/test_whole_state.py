@@ -21,6 +21,8 @@ from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
 from tests.raw_files import file_key, open_raw, restore_log_triggers
 
+pytestmark = pytest.mark.slow
+
 REFUSED = ("store.damaged", "store.rolled_back")
 
 

@@ -31,6 +31,8 @@ from tests.forgery import with_checksum
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 from tests.raw_files import file_key, open_raw, restore_log_triggers
 
+pytestmark = pytest.mark.slow
+
 NONCE, TAG, KEY = 24, 16, 32
 
 

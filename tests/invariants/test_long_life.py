@@ -21,6 +21,8 @@ from stash.service.access import Vault
 from tests import oracle
 from tests.helpers import CHEAP_KDF
 
+pytestmark = pytest.mark.slow
+
 NOTES = 3000
 SEED = 20240611
 

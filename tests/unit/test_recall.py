@@ -259,6 +259,7 @@ def _case_classes() -> tuple[dict[str, set[str]], list[str]]:
     return {c: classes[find(c)] for c in cased}, cased
 
 
+@pytest.mark.slow
 def test_single_character_sweep_agrees_with_python() -> None:
     """For every cased code point c: the matcher for c matches exactly what
     Python's re.IGNORECASE matches. Each candidate in c's case class is checked
