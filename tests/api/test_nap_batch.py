@@ -86,6 +86,7 @@ def settle_singly(mem: Mem) -> None:
         nap = mem.nap(nap["block"], text_of(lo, last + 1))["nap"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T", [2, 5, 37, 70, 131])
 def test_batches_make_the_tree_and_wake_single_naps_make(api, T: int) -> None:
     rng = random.Random(T)

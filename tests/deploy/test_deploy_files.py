@@ -12,6 +12,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from stash.cli import serve
 from tests.deploy_kit import (
     DEPLOY,
@@ -178,6 +180,7 @@ def test_the_deploy_guide_names_each_operator_option_and_its_variable() -> None:
     assert missing == [], f"deploy/README.md does not mention {missing}"
 
 
+@pytest.mark.slow
 def test_what_the_image_copies_builds_the_package(tmp_path: Path) -> None:
     """The build stage sees only its COPY sources (and Dockerfile.dockerignore
     lets only those through): from exactly those, the package builds, with the

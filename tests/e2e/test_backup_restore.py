@@ -123,6 +123,7 @@ def test_backup_under_load_restores_every_memory(tmp_path: Path):
         live.stop()
 
 
+@pytest.mark.slow
 def test_backup_refuses_a_destination_that_is_not_empty(tmp_path: Path):
     live = start_server(tmp_path / "live")
     try:

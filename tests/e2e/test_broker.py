@@ -22,6 +22,8 @@ import pytest
 
 from tests.live import CLI_TIMEOUT, REPO, Http
 
+pytestmark = pytest.mark.slow
+
 # Host passes through, as a reverse proxy that keeps it does, so the server names the broker's address.
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 

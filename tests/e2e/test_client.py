@@ -17,6 +17,8 @@ import pytest
 from tests.helpers import assert_error
 from tests.live import REPO, Cli, Http, cli_env, free_port, path_with, settle_all
 
+pytestmark = pytest.mark.slow
+
 CLIENT_SOURCE = REPO / "stash" / "client.py"
 
 

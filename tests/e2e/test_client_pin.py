@@ -78,6 +78,7 @@ def test_a_memory_put_back_whole_is_refused_to_a_pinning_client_until_unpinned(t
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_pin_catches_an_undone_erasure_when_every_file_is_put_back(tmp_path: Path):
     """The log alone does not change when an erasure, a summary or a setting
     does; the pin's state version does. Put every file back from before an

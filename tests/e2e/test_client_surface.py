@@ -144,6 +144,7 @@ def json_lines(out: str) -> list:
     return [json.loads(line) for line in out.splitlines()]
 
 
+@pytest.mark.slow
 def test_json_prints_the_raw_answer_of_every_verb(http: Http, base_url: str, token: str, tmp_path: Path) -> None:
     c = module_cli(base_url, token, tmp_path)
 

@@ -17,6 +17,8 @@ import pytest
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, Http, Server, cli_env, path_with, python_bin, secret_parts, start_server
 
+pytestmark = pytest.mark.slow
+
 
 def marker() -> str:
     """24 random letters: nothing the code writes can contain them by chance."""

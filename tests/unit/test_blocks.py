@@ -179,6 +179,7 @@ def _cover(T: int, budget: int) -> tuple[tuple[int, int], ...]:
     return tuple(blocks.cover(T, budget))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_cover_equals_spec_oracle(budget):
     for T in ALL_T:
@@ -578,6 +579,7 @@ def test_forget_keeps_every_level_a_dense_prefix_of_buildable_summaries(seed):
             assert set(blocks.pending(T, state)) == _complete_blocks(T) - done
 
 
+@pytest.mark.slow
 def test_tile_and_its_count_equal_the_definition_for_many_alphas():
     # tile() finds each level's boundary by binary search instead of visiting
     # blocks one by one; the definition visits them one by one.

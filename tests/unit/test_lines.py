@@ -175,6 +175,7 @@ def random_line(rng: random.Random) -> str:
     return "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
 
 
+@pytest.mark.slow
 def test_paginate_matches_the_oracle_on_random_inputs():
     rng = random.Random(2024)
     for _ in range(3000):

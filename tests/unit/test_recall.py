@@ -293,6 +293,7 @@ def test_single_character_sweep_agrees_with_python() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_sweep_classes_are_what_python_matches() -> None:
     """Spot-check the sweep's class computation against Python directly, so the
     sweep cannot pass by leaving a Python match out of the class."""
