@@ -128,8 +128,8 @@ CREATE TABLE IF NOT EXISTS meta (
 -- The append-only log. Memory #i is the row id = i; ids are dense from 0.
 -- Plaintext: a fixed 312 bytes (2-byte length, "YYYY-MM-DD text", zeros,
 -- the writer's grant id in the last 4), so a row's size does not reveal its
--- memory's length; 11 sealed rows fill a 4 KiB page. Rows written before
--- 2026-12-01 have 320-byte plaintexts and are read as they are.
+-- memory's length; 11 sealed rows fill a 4 KiB page. Rows written by earlier
+-- releases have 320-byte plaintexts and are read as they are.
 CREATE TABLE IF NOT EXISTS log (
     id      INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
@@ -168,7 +168,7 @@ CREATE TABLE IF NOT EXISTS summaries (
 -- Made by the first write of a row (MemoryFile._ensure_table): a store that
 -- never sets a size or erases a memory has none of them.
 
--- Size overrides (SPEC §2.9); a name absent here follows the default.
+-- Size overrides (docs/DESIGN.md, "Sizes"); a name absent here follows the default.
 CREATE TABLE IF NOT EXISTS config (
     name    TEXT PRIMARY KEY,
     sealed  BLOB NOT NULL

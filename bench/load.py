@@ -116,7 +116,7 @@ class Conn:
 
     The generator must cost the two cores next to nothing, or it measures
     itself: httpx in threads spent more CPU per request than the server
-    (bench/README.md, goal 4). This sends prebuilt bytes and reads only the
+    (bench/HISTORY.md, goal 4). This sends prebuilt bytes and reads only the
     status, Content-Length and Connection headers; it reconnects when the
     server closes (a refusal before a body is read closes the connection)."""
 

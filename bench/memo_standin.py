@@ -3,7 +3,7 @@
 The baseline of ``bench/versus.py``. OptMem is a single-file Python CLI; each
 call is a fresh interpreter that reads the plaintext folder and exits. This
 script does the same work on the same layout (the one ``GET /export`` and
-``stash import-optmem`` speak, SPEC §2):
+``stash import-optmem`` speak, docs/DESIGN.md, "Memory model"):
 
 * ``LOG.txt`` — one fixed 320-byte record per memory, ``#i DATE TEXT`` padded
   with spaces and ended by a newline, so memory ``#i`` is at byte ``320·i`` and
@@ -11,7 +11,7 @@ script does the same work on the same layout (the one ``GET /export`` and
 * ``TREE/<size>`` — one fixed 288-byte record per summary of that size, each
   level a dense prefix, so a level's count is its size over 288.
 
-The algorithms are SPEC §2's, written here from the SPEC's words and sharing no
+The algorithms are those of the design document, written here from its words and sharing no
 code with ``stash`` (the harness checks that both give the same lines):
 
 * ``wake`` — the cover (§2.2: bisection, 60 halvings, then split the newest),

@@ -1,6 +1,6 @@
 """Time the owner operations whose cost issue 10 bounds, on a store of T
 memories with every block summarised (bench/build.py): erasing one memory
-(SPEC §2.7a: O(log T)), revoking a capability and rotating the owner token
+(docs/DESIGN.md, "Erase": O(log T)), revoking a capability and rotating the owner token
 (each a new key epoch: the memory file's rows re-sealed under it). Each is one
 whole request through the service layer — token to answer, argon2id included
 — timed in process. The wake is timed before and after, so a slower request

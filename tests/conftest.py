@@ -11,6 +11,16 @@ import pytest
 from stash.web.app import create_app
 from tests.helpers import Api, make_settings
 
+# SQLite syncs every commit to disk, which was half of what a test of the
+# memory model spent. No test is about surviving a power cut (a kill -9 loses
+# the process, not the page cache), so the tests' folders live on a RAM-backed
+# filesystem where there is one; the files are the same real SQLite files.
+# TMPDIR (which the servers a test starts inherit) set by hand wins.
+_RAM = Path("/dev/shm")
+if "TMPDIR" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os.X_OK):
+    os.environ["TMPDIR"] = str(_RAM)
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+
 # Every `stash` client a test runs pins the heads it sees (stash/client.py);
 # keep those pins in a folder of this test run, not in the user's ~/.config.
 os.environ.setdefault("STASH_PINS", os.path.join(tempfile.mkdtemp(prefix="stash-test-pins-"), "pins.json"))

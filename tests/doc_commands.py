@@ -17,7 +17,7 @@ AGENTS = SKILL_DIR / "AGENTS.md"
 
 
 def reference() -> str:
-    assert REFERENCE.is_file(), f"{REFERENCE.name} is missing: SPEC §3 says shapes are written down there"
+    assert REFERENCE.is_file(), f"{REFERENCE.name} is missing: the design says shapes are written down there"
     return REFERENCE.read_text(encoding="utf-8")
 
 

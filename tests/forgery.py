@@ -14,7 +14,7 @@ B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 def with_checksum(body: str) -> str:
-    """SPEC §4: the last 6 characters are the base62 CRC32 of what precedes them."""
+    """docs/DESIGN.md, "Tokens": the last 6 characters are the base62 CRC32 of what precedes them."""
     n = zlib.crc32(body.encode())
     digits = ""
     for _ in range(6):

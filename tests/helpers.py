@@ -1,5 +1,6 @@
 """Helpers shared by every kind of test: the in-process API client, the
-settings tests run with, and the one check of SPEC §3's error shape."""
+settings tests run with, and the one check of the error shape of
+(docs/DESIGN.md, "HTTP surface")."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ ERROR_CODE = re.compile(r"[a-z_]+(\.[a-z_]+)*")
 
 
 def assert_error(resp: httpx.Response, status: int, code: str | None = None) -> dict:
-    """The answer is SPEC §3's error: the status, a JSON object with a stable
+    """The answer is the error of (docs/DESIGN.md, "HTTP surface"): the status, a JSON object with a stable
     dotted ``error`` code and a one-sentence ``message``, and nothing that
     looks like a traceback, a path or a token."""
     assert resp.status_code == status, (resp.status_code, resp.text)

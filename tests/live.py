@@ -195,7 +195,7 @@ def today_range() -> set[str]:
 
 
 def due_after(T: int) -> list[str]:
-    """Oracle, from SPEC §2.1: when every earlier block is settled, appending
+    """Oracle, from docs/DESIGN.md, "Nap": when every earlier block is settled, appending
     memory #T-1 makes due exactly the blocks ending at T, smallest first."""
     out, size = [], 2
     while size <= T:
@@ -207,7 +207,7 @@ def due_after(T: int) -> list[str]:
 
 def secret_parts(tok: str) -> tuple[str, str, bytes]:
     """A token's secret as printed with and without its checksum, and as the
-    raw 32 bytes it encodes (base62, SPEC §4)."""
+    raw 32 bytes it encodes (base62, docs/DESIGN.md, "Tokens")."""
     tail = tok.split("_")[2]
     digits = tail[:-6]
     n = 0

@@ -1,4 +1,4 @@
-"""The one oracle of the tests: SPEC §2 written out from its words alone —
+"""The one oracle of the tests: docs/DESIGN.md's memory model written out from its words alone —
 the cover, the pending order, the parts — and an independent model of one
 memory built on it.
 
@@ -6,7 +6,7 @@ The invariant tests keep their own record of every note and summary they
 wrote and compare the service against what this model derives from that
 record. Nothing here imports the block arithmetic under test
 (stash.core.blocks): the cover, the tile, the pending order, forget and zoom
-are rewritten from the SPEC text so that a shared mistake cannot hide.
+are rewritten from the design's text so that a shared mistake cannot hide.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ CLOSING_SLACK = 200
 
 
 def bid(lo: int, hi: int) -> str:
-    """SPEC §1: a block is written lo-(hi-1)."""
+    """docs/DESIGN.md, "Blocks and the tree": a block is written lo-(hi-1)."""
     return f"{lo}-{hi - 1}"
 
 
@@ -35,12 +35,12 @@ def parse_bid(text: str) -> tuple[int, int]:
 
 
 def cost(line: str) -> int:
-    """SPEC §2.3: a line costs its UTF-8 bytes plus its newline."""
+    """docs/DESIGN.md, "Wake": a line costs its UTF-8 bytes plus its newline."""
     return len(line.encode()) + 1
 
 
 def spec_tile(T: int, a: float) -> list[tuple[int, int]]:
-    """SPEC §2.2 step 2, as a recursion over [0, R)."""
+    """docs/DESIGN.md, "The cover", step 2, as a recursion over [0, R)."""
     R = 1
     while R < T:
         R *= 2
@@ -85,7 +85,7 @@ def _spec_cover(T: int, budget: int) -> tuple[tuple[int, int], ...]:
 
 
 def spec_cover(T: int, budget: int) -> list[tuple[int, int]]:
-    """SPEC §2.2 steps 1-4."""
+    """docs/DESIGN.md, "The cover", steps 1-4."""
     return list(_spec_cover(T, budget))
 
 
@@ -126,7 +126,7 @@ def digest(source: list[str]) -> str:
 
 class Model:
     """The test's own record of one memory: notes as ``(date, text)``,
-    summaries keyed by ``(lo, hi)``, and what SPEC §2 derives from them."""
+    summaries keyed by ``(lo, hi)``, and what docs/DESIGN.md derives from them."""
 
     def __init__(self) -> None:
         self.notes: list[tuple[str, str]] = []
@@ -168,7 +168,7 @@ class Model:
         return out
 
     def first_pending(self) -> tuple[int, int] | None:
-        """SPEC §2.1: the complete block without a summary that comes first,
+        """docs/DESIGN.md, "Blocks and the tree": the complete block without a summary that comes first,
         smallest size first, then by position."""
         for size in self._levels():
             # _gap only remembers where the scan of this level stopped; the
@@ -194,21 +194,21 @@ class Model:
         return out
 
     def source(self, lo: int, hi: int) -> list[str]:
-        """SPEC §2.4: raw memories up to 16, else the halves' summaries."""
+        """docs/DESIGN.md, "Nap": raw memories up to 16, else the halves' summaries."""
         if hi - lo <= 16:
             return [self.memory_line(i) for i in range(lo, hi)]
         mid = (lo + hi) // 2
         return [self.render((lo, mid)), self.render((mid, hi))]
 
     def forget_set(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """SPEC §2.7: at each size from hi-lo up, the block containing lo and
+        """docs/DESIGN.md, "Forget": at each size from hi-lo up, the block containing lo and
         every later block of that level; smallest first."""
         size = hi - lo
         gone = [(a, b) for (a, b) in self.summaries if b - a >= size and a >= (lo // (b - a)) * (b - a)]
         return sorted(gone, key=lambda blk: (blk[1] - blk[0], blk[0]))
 
     def zoom(self, lo: int, hi: int) -> list[str]:
-        """SPEC §2.6: each half as the wake would render it; a half wholly
+        """docs/DESIGN.md, "Zoom": each half as the wake would render it; a half wholly
         beyond T is omitted."""
         out = []
         mid = (lo + hi) // 2
@@ -236,7 +236,7 @@ def parse_line(line: str) -> tuple[int, int, str | None, str]:
 
 
 def check_cover_shape(blocks: list[tuple[int, int]], T: int, budget: int) -> None:
-    """The properties SPEC §2.2 states of any cover, checked on its own."""
+    """The properties docs/DESIGN.md, "The cover", states of any cover, checked on its own."""
     pos = 0
     for lo, hi in blocks:
         assert lo == pos, f"gap or overlap at {lo} (expected {pos})"
@@ -267,11 +267,11 @@ def check_nap(nap: dict | None, model: Model, entry_chars: int = 280) -> None:
 
 
 def expected_doc(model: Model, sizes: dict[str, int], doc: list[str]) -> tuple[list[str], int]:
-    """The document SPEC §2.3 allows for the model, and its line budget:
+    """The document docs/DESIGN.md, "Wake", allows for the model, and its line budget:
     ``cover(T, b)`` rendered, for the budget ``b`` reached by lowering
     WAKE_LINES one at a time while the rendered lines (plus closing words)
     exceed WAKE_CHARS. The closing words' exact length is not pinned down by
-    the SPEC, so a budget is accepted as skipped only if its lines alone come
+    the design, so a budget is accepted as skipped only if its lines alone come
     within a small slack of WAKE_CHARS."""
     T = model.T
     limit = sizes["WAKE_CHARS"]
@@ -296,7 +296,7 @@ def collect_wake(mem, T: int | None = None) -> list[dict]:
 
 
 def check_parts(parts: list[dict], T: int, sizes: dict[str, int]) -> list[str]:
-    """SPEC §2.3 parts: numbered, same snapshot, awake on the last only,
+    """docs/DESIGN.md, "Wake", parts: numbered, same snapshot, awake on the last only,
     each within PART_LINES and PART_CHARS, filled greedily. Returns the
     document (every part's lines, in order)."""
     n = len(parts)

@@ -5,7 +5,8 @@ A block is an aligned power-of-two range ``[lo, hi)`` of memory positions with
 written inclusive at both ends (``"4-7"``) because that is how an agent copies
 them out of a wake or a nap prompt.
 
-These functions are the contract of SPEC §2.1–2.2 and must agree with OptMem
+These functions are the contract of docs/DESIGN.md, "Blocks and the tree" and "The
+cover", and must agree with OptMem
 for every input: an agent moving between the two wakes to the same document.
 """
 
@@ -19,7 +20,7 @@ Block = tuple[int, int]
 
 RAW_MAX = 16
 """Blocks of at most this many memories are compressed from the raw log; larger
-ones from their two halves' summaries (SPEC §2.4)."""
+ones from their two halves' summaries (docs/DESIGN.md, "Nap")."""
 
 BISECTION_STEPS = 60
 
@@ -95,7 +96,7 @@ def _kept_runs(T: int, alpha: float) -> list[tuple[int, int, int]]:
 
 
 def tile(T: int, alpha: float) -> list[Block]:
-    """SPEC §2.2 step 2: tile ``[0, T)`` keeping a block whole iff it ends by
+    """Step 2 of the cover (docs/DESIGN.md, "The cover"): tile ``[0, T)`` keeping a block whole iff it ends by
     ``T`` and its size is at most ``alpha`` times its age; oldest first."""
     if T <= 0:
         return []
@@ -112,7 +113,7 @@ def tile_count(T: int, alpha: float) -> int:
 def cover(T: int, budget: int) -> list[Block]:
     """The blocks a wake shows, oldest first: at most ``budget`` of them,
     spanning ``[0, T)`` without gap or overlap, coarse in the past and fine near
-    the present (SPEC §2.2). Every block in it is complete (``hi <= T``)."""
+    the present (docs/DESIGN.md, "The cover"). Every block in it is complete (``hi <= T``)."""
     return list(_cover(T, budget))
 
 
@@ -157,7 +158,7 @@ class Settled(dict[int, int]):
     ``settled[size]`` is the level's *frontier*: one past its highest summary.
     Blocks settle strictly in order, so below the frontier every block has a
     summary except the ``holes``: ``holes[size]`` lists, sorted, the indices
-    below the frontier whose summary an erasure dropped (SPEC §2.7a drops only
+    below the frontier whose summary an erasure dropped (docs/DESIGN.md, "Erase": it drops only
     the blocks over the erased memory, so a level need not be a dense prefix).
     A plain dict is a tree without holes."""
 
@@ -181,7 +182,7 @@ def is_settled(settled: dict[int, int], lo: int, hi: int) -> bool:
 
 
 def pending(T: int, settled: dict[int, int], limit: int | None = None) -> list[Block]:
-    """Complete blocks without a summary, in settling order (SPEC §2.1): by
+    """Complete blocks without a summary, in settling order (docs/DESIGN.md, "Blocks and the tree"): by
     size, then by position — a level's holes (below its frontier) come
     before the blocks past its frontier.
 
@@ -213,7 +214,7 @@ def first_pending(T: int, settled: dict[int, int]) -> Block | None:
 
 
 def erase_span(i: int, T: int, settled: dict[int, int]) -> list[Block]:
-    """What erasing memory ``#i`` drops (SPEC §2.7a), smallest first: the
+    """What erasing memory ``#i`` drops (docs/DESIGN.md, "Erase"), smallest first: the
     summarised blocks on its path to the root, at most one per level, so at
     most ⌊log2 T⌋ of them. Every other summary stays."""
     return [(i // size * size, (i // size + 1) * size) for size in levels(T)
@@ -225,7 +226,7 @@ BATCH_MAX = 256
 
 
 def batch(T: int, settled: dict[int, int], limit: int) -> list[Block]:
-    """The batch (SPEC §2.1): the longest run, up to ``limit``, of the first
+    """The batch (docs/DESIGN.md, "Blocks and the tree"): the longest run, up to ``limit``, of the first
     pending blocks whose sources are settled already, so every one of them can
     be written at once, by one agent or by parallel subagents.
 
@@ -252,7 +253,7 @@ def halves(lo: int, hi: int) -> tuple[Block, Block]:
 
 
 def forget_span(lo: int, hi: int, settled: dict[int, int], T: int) -> list[Block]:
-    """What ``forget lo-hi`` drops (SPEC §2.7), smallest first: at each size
+    """What ``forget lo-hi`` drops (docs/DESIGN.md, "Forget"), smallest first: at each size
     from ``hi - lo`` upward, the block containing ``lo`` and every later block
     of that level, so each level stays a dense prefix."""
     gone: list[Block] = []

@@ -1,35 +1,3 @@
-# Measured on one core, 1,000,000 synthetic rendered lines of 41-310 bytes
-# (157 MB), CPU time of Matcher.scan(lines, 20000) alone, best of 3:
-#   selective     "yilmaz"         1,000 hits   0.37 s
-#   broad         "\d"         1,000,000 hits   0.67 s
-#   broad         "e"            997,745 hits   0.68 s
-#   spanning      "\s+"        1,000,000 hits   0.65 s
-#   spanning      "[^z]+"      1,000,000 hits   0.65 s
-#   mixed         "a.*b"         774,858 hits   0.84 s
-#   pathological  "(a+)+$"             0 hits   0.36 s
-#   pathological  "(x+x+)+y"           0 hits   0.36 s
-#   pathological  "(a|a)*b"      845,924 hits   0.82 s
-#   per-line path "\A#1"         111,111 hits   0.64 s
-#   DFA-defeating "e.{200}": RE2 falls back to its NFA, ~75 s per million
-#     lines (linear, but slow): what scan()'s deadline is for.
-# Command, from the repository root (the load on the machine varies; CPU time is used):
-#   python - yilmaz '\d' e '\s+' '[^z]+' 'a.*b' '(a+)+$' \
-#       '(x+x+)+y' '(a|a)*b' '\A#1' <<'EOF'
-#   import random, sys, time
-#   from stash.core.recall import compile_pattern
-#   random.seed(1)
-#   W = ("the of and to in is was for on that with as by at from memory user"
-#        " prefers deploy server fixed bug release note python rust").split()
-#   L = [f"#{i} 2024-05-{i % 28 + 1:02d} "
-#        + " ".join(random.choices(W, k=random.randint(8, 50)))
-#        + (" yilmaz" if i % 1000 == 0 else "") for i in range(10**6)]
-#   for p in sys.argv[1:]:
-#       m, best = compile_pattern(p), []
-#       for _ in range(3):
-#           t = time.process_time(); kept, total = m.scan(L, 20000)
-#           best.append(time.process_time() - t)
-#       print(f"{p:10} {total:8d} {min(best):.2f}s")
-#   EOF
 r"""Recall: a case-insensitive regular-expression search over rendered log lines.
 
 A recall pattern is matched against each rendered memory line (``#i DATE
@@ -160,9 +128,8 @@ def _options(*, never_nl: bool) -> re2.Options:
     # is memory text and must never reach a log.
     options.log_errors = False
     # RE2's default (8 MiB for the program and the lazily built DFA), set
-    # explicitly because it was measured: 1-2 MiB makes the DFA give up and fall
-    # back to the NFA sooner (10-300x slower, e.g. on "(?s).{1000}"), while
-    # 64 MiB did not help any slow case and raises the per-request memory
+    # explicitly: less makes the DFA give up and fall back to the much slower
+    # NFA sooner, more helps no slow case and raises the per-request memory
     # ceiling. It also caps program size ("pattern too large").
     options.max_mem = 8 << 20
     # Only the span of the whole match is used; without capture groups RE2
@@ -231,8 +198,8 @@ def compile_pattern(q: str) -> Matcher:
     if _NEEDS_PER_LINE.search(q) is None:
         run_prog = _RE2(_RUN.format(folded).encode("utf-8"), _RUN_OPTIONS)
         # The pattern alone, unable to match a newline: over joined lines its
-        # leftmost match lies inside the first matching line. RE2 finds it
-        # about ten times faster than the run wrapper when matches are sparse.
+        # leftmost match lies inside the first matching line, which RE2 finds
+        # far faster than the run wrapper does when matches are sparse.
         find_prog = _RE2(("(?m)" + folded).encode("utf-8"), _RUN_OPTIONS)
         if not run_prog.ok() or not find_prog.ok():  # e.g. "pattern too large" with the wrapper added
             run_prog = find_prog = None

@@ -1,4 +1,4 @@
-"""The reading budgets of SPEC §2.9: names, defaults and accepted ranges."""
+"""The reading budgets (docs/DESIGN.md, "Sizes"): names, defaults and accepted ranges."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ OVERHEAD = NONCE_BYTES + TAG_BYTES
 # seal and open_sealed call libsodium through PyNaCl's cffi handle rather than
 # through nacl.bindings: the same function and the same checks of what matters
 # (key length, authentication), without the per-argument checks that cost
-# several times the cipher on a 320-byte row. A wake opens about a hundred rows.
+# more than the cipher itself on a row as short as ours.
 
 
 class Unsealable(Exception):

@@ -1,7 +1,7 @@
 """The documents the server serves about itself: the skill (``GET /skill``)
 and the API reference (``GET /reference``), so an agent that has only the
 AGENTS.md block can read the whole protocol from the server it talks to
-(SPEC §5). Installed wheels carry both inside the package; a source checkout
+(docs/DESIGN.md, "HTTP surface"). Installed wheels carry both inside the package; a source checkout
 has them in the repository."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ own, shorter verb.
 Every command is built by :func:`command`, and none carries a query string or
 a trailing slash: a read goes to its POST twin with a JSON body, so an agent
 behind a broker that refuses query strings can run each one as printed
-(SPEC §3).
+(docs/DESIGN.md, "HTTP surface").
 
 Whatever varies in a command (a block, a text, a body) goes through
 ``shell_word``, so a command stays data-safe whatever a memory or an agent's
@@ -21,9 +21,6 @@ import json
 import shlex
 
 _AUTH = '-H "Authorization: Bearer $STASH_TOKEN"'
-
-SKILL_PATH = "/skill"
-REFERENCE_PATH = "/reference"
 
 
 def command(path: str, body: dict | None = None) -> str:
@@ -45,10 +42,6 @@ def shell_word(text: str) -> str:
 
 def nap(block: str, text: str = "<your line>") -> str:
     return command("/nap", {"block": block, "text": text})
-
-
-def nap_status() -> str:
-    return command("/nap", {})
 
 
 def nap_batch(k: int) -> str:
@@ -78,11 +71,3 @@ def recall(before: int | None = None) -> str:
 
 def zoom(block: str = "<lo-hi>") -> str:
     return command("/zoom", {"block": block})
-
-
-def skill_url() -> str:
-    return f"$STASH_URL{SKILL_PATH}"
-
-
-def reference_url() -> str:
-    return f"$STASH_URL{REFERENCE_PATH}"

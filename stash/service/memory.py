@@ -1,4 +1,4 @@
-"""The OptMem memory model over one opened memory file (SPEC §2).
+"""The OptMem memory model over one opened memory file (docs/DESIGN.md, "Memory model").
 
 Each method is one route's whole behaviour and returns the JSON-ready answer;
 refusals are :mod:`stash.core.errors` exceptions. Nothing here knows HTTP.
@@ -64,7 +64,7 @@ class Memory:
         return [lines.memory_line(*m) for m in self.mf.memories(lo, hi)]
 
     def _source(self, lo: int, hi: int) -> list[str]:
-        """The rendered lines block ``[lo, hi)`` is compressed from (SPEC §2.4)."""
+        """The rendered lines block ``[lo, hi)`` is compressed from (docs/DESIGN.md, "Nap")."""
         if hi - lo <= blocks.RAW_MAX:
             return self._render_memories(lo, hi)
         source = []
@@ -116,7 +116,7 @@ class Memory:
         return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit, "prompt": prompt}
 
     def batch_for(self, T: int, k: int) -> dict:
-        """Up to ``k`` due blocks that can be written at once (SPEC §2.1),
+        """Up to ``k`` due blocks that can be written at once (docs/DESIGN.md, "Blocks and the tree"),
         each with its source, and the prompt that ends with the one command
         that settles them all."""
         settled = self.mf.settled(T)
@@ -321,7 +321,7 @@ class Memory:
 
     def settle(self, summaries: object) -> dict:
         """Settle ``[{"block", "text"}, ...]`` in order, all or nothing, each
-        exactly as a single nap would (SPEC §2.1), so the tree is the one
+        exactly as a single nap would (docs/DESIGN.md, "Blocks and the tree"), so the tree is the one
         single naps make. A block settled before the request is skipped (a
         retry of a batch that landed writes nothing); any other block out of
         order is 409 naming the one due, and nothing is written."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..core.errors import QuotaReached
 
 DEFAULT_MEMORIES = 1_000_000
-DEFAULT_BYTES = 1 << 30  # a memory of 1,000,000 notes takes about 820 MiB (bench/README.md)
+DEFAULT_BYTES = 1 << 30  # room for about a million memories (bench/README.md: bytes per memory)
 
 
 def folder_bytes(folder: Path) -> int:

@@ -9,7 +9,7 @@ without a cache would, and written back for the next recall. Walking newest
 first means only the newest pieces ever have lines decoded: once the answer's
 byte budget is spent, older pieces are only counted.
 
-The answer is exactly one pass's (SPEC §2.5): every matching line counted,
+The answer is exactly one pass's (docs/DESIGN.md, "Recall"): every matching line counted,
 and the newest matches that fit ``part_bytes`` kept, oldest first — the
 longest run of newest matches that fits, which is what OptMem's "append, then
 drop the oldest while over budget" leaves.

@@ -6,7 +6,7 @@ Without it, a wrong secret for a real user cost a key-ring open (about a
 millisecond) and an unknown user cost nothing, and a request's fields were
 checked in between: the answers told who exists. With it, both are refused
 after one BLAKE2b and one read of a 48-byte file, and the request's body is
-never read (SPEC §3: 401 is always the same answer).
+never read (docs/DESIGN.md, "Tokens": 401 is always the same answer).
 
 Freshness across processes (``stash serve --workers N``) rests on the
 *stamp*, ``grants.stamp`` in the user's folder: a random nonce and the digest

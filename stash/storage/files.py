@@ -23,11 +23,10 @@ try:  # SQLCipher is optional: without it the file is plain SQLite, rows still s
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     _sqlcipher = None
 
-FILE_CIPHERS = ("sqlcipher", "none")
 # The page size of every file this release creates. An empty identity is a
 # handful of pages (schema.sql, "Layout on disk"), so the page is what its
 # size is counted in: 4 KiB, the filesystem's block, not the 16 KiB of
-# earlier releases (bench/README.md, Goal 3, gives both measurements).
+# earlier releases (bench/pages.py weighs the two).
 PAGE_BYTES = 4096
 # The page size of every file made before 4 KiB pages. A plain SQLite file
 # records its own page size in its header, but a SQLCipher file does not (its
@@ -262,15 +261,10 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-# One thread at a time opens or closes a SQLCipher connection in this process.
-# Under sustained concurrent load (bench/load.py: 16 connections over 50 users)
-# the server stalled for good within a minute in two runs of three with
-# SQLCipher 4.12.0 (SQLite 3.51.1): every worker thread waited on SQLite's VFS
-# mutex (unixEnterMutex, from findReusableFd in open and unixShmBarrier in the
-# WAL), the signature of a lock-order inversion reported against that release.
-# pyproject.toml pins the SQLCipher 4.6.0 build, under which the same load ran
-# clean; this lock stays as the second guard, since opens and closes are where
-# the threads met. An open costs about a millisecond.
+# One thread at a time opens or closes a SQLCipher connection in this process:
+# opens and closes are where concurrent threads deadlocked on SQLite's VFS mutex
+# under a newer SQLCipher (bench/HISTORY.md); pyproject.toml pins a build that
+# does not, and this lock is the second guard.
 SQLCIPHER_OPEN_CLOSE = threading.Lock()
 
 # A connection's page cache, at most (SQLite's default is 2,000 KiB): a wake

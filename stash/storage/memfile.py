@@ -36,8 +36,8 @@ from .schema import sections
 
 # A memory's plaintext: 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded,
 # then the writer (297 bytes at most). 312 makes a sealed row 352 bytes, so a
-# 4 KiB page holds 11 log rows where 320 fitted 10 (bench/README.md, goal 3).
-# Rows written before 2026-12-01 are 320; both open, each row has one length.
+# 4 KiB page holds 11 log rows where 320 fitted 10. Rows of earlier releases
+# are 320; both open, each row has one length.
 MEMORY_PLAINTEXT_BYTES = 312
 LARGEST_MEMORY_PLAINTEXT = 320
 SUMMARY_PLAINTEXT_BYTES = 288
@@ -122,12 +122,6 @@ class MemoryFile:
         SQLCipher file was made with (the key ring records it)."""
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
         self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain)
-
-    @classmethod
-    def reopen(cls, fk: FileKeys) -> MemoryFile:
-        mf = cls.__new__(cls)
-        mf._setup(fk, False)
-        return mf
 
     def file_keys(self) -> FileKeys:
         return self._fk
@@ -856,7 +850,7 @@ class MemoryFile:
 
     def settled(self, T: int) -> Settled:
         """Each level's frontier up to ``T`` and its holes (blocks an erasure
-        dropped below the frontier, SPEC §2.7a)."""
+        dropped below the frontier, docs/DESIGN.md, "Erase")."""
         out = Settled(holes=self._holes())
         for size in levels(T):
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
@@ -973,7 +967,7 @@ class MemoryFile:
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Drop block ``[lo, hi)`` and everything built on it: at each size from
         ``hi - lo`` upward, the containing block and every later one of that
-        level (SPEC §2.7). Returns the dropped blocks, smallest first."""
+        level (docs/DESIGN.md, "Forget"). Returns the dropped blocks, smallest first."""
         with write_transaction(self.conn):
             gone = self._drop_from(lo, hi)
             if gone:
@@ -1034,7 +1028,7 @@ class MemoryFile:
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
         """Shred memories: record each one's date, zero its key slot, drop
         only the summaries that contain it — the blocks on its path to the
-        root, at most ⌊log2 T⌋ (SPEC §2.7a) — recorded as holes that the next
+        root, at most ⌊log2 T⌋ (docs/DESIGN.md, "Erase") — recorded as holes that the next
         naps fill. The log rows are not touched. Returns (receipt id, newly
         erased ids, dropped blocks). Cost: O(log T) per erased memory."""
         with write_transaction(self.conn):
@@ -1108,7 +1102,7 @@ class MemoryFile:
 
     def level(self, size: int) -> Iterator[str]:
         """The summaries of one level up to its first hole, in order (OptMem's
-        levels are dense: an export writes each up to its first hole, SPEC §2.7a)."""
+        levels are dense: an export writes each up to its first hole; docs/DESIGN.md, "Erase")."""
         rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? ORDER BY idx", (size,))
         for expected, (idx, sealed) in enumerate(rows):
             if idx != expected:

@@ -1,8 +1,7 @@
 """The recall cache: the rendered log, many memories per sealed piece.
 
-A recall reads every memory. Opening one AEAD per 320-byte row costs about
-3.3 µs of Python and libsodium per memory (3.3 s at a million); opening one
-AEAD per :data:`PIECE` memories costs a few milliseconds per piece. So the
+A recall reads every memory, and opening one AEAD per row is what such a
+scan spends most on; opening one per :data:`PIECE` memories is not. So the
 rendered lines of each complete, aligned run of ``PIECE`` memories are kept,
 joined by newlines, in one sealed value of the ``scan_cache`` table of the
 user's ``recall.db`` (schema.sql, section ``scan_cache``): a plain SQLite

@@ -1,4 +1,5 @@
-"""The one renderer of a refusal: a :class:`StashError` becomes SPEC §3's
+"""The one renderer of a refusal: a :class:`StashError` becomes the error of
+(docs/DESIGN.md, "HTTP surface")
 JSON body with its status, and ``Retry-After`` when it carries a wait."""
 
 from __future__ import annotations

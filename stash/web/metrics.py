@@ -30,7 +30,6 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 RUN_DIR = ".run"
 MULTIPROC_DIR = "prometheus"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-EXPOSITION_TYPE = "text/plain; version=0.0.4"
 
 # A `_created` series per counter would double the text and says nothing an
 # operator needs (the process start is in the exporter's own metrics).

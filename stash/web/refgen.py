@@ -28,7 +28,7 @@ END = "<!-- end generated -->"
 # Markers stand on lines of their own, so prose may name them.
 _REGION = re.compile(r"^<!-- generated: ([^\n]+?) -->\n(.*?)^" + re.escape(END) + "$", re.S | re.M)
 
-# What each kind of token meets at a route of each scope (SPEC §3): the scope
+# What each kind of token meets at a route of each scope (docs/DESIGN.md, "HTTP surface"): the scope
 # matrix's columns. "other user" holds a valid owner token of another memory,
 # so it is let in and acts on its own memory only.
 MATRIX_COLUMNS = ("none", "bogus", "other user", "read", "full", "owner", "revoked")

@@ -1,4 +1,4 @@
-"""The HTTP surface (SPEC §3). ROUTES declares every route once: its fields,
+"""The HTTP surface (docs/DESIGN.md, "HTTP surface"). ROUTES declares every route once: its fields,
 answer, scope and own error codes (RouteSpec). Each handler reads its fields
 through that declaration, calls one function of the service layer in a worker
 thread, and returns its answer."""
@@ -146,7 +146,7 @@ async def _authed(request: Request, need: str, work: Callable[[Session], T]) -> 
 
 @dataclass(frozen=True)
 class RouteSpec:
-    """The one declaration of a route (SPEC §3): how it is called and
+    """The one declaration of a route (docs/DESIGN.md, "HTTP surface"): how it is called and
     guarded, what it reads, what it answers, and which refusals are its own.
     Requests are refused from ``fields``, and /openapi.json and the tables
     of API-REFERENCE.md are generated from the whole declaration."""
@@ -204,7 +204,7 @@ class RouteSpec:
 
 def twins(path: str, scope: str, summaries: tuple[str, str], handler: Callable[[Request], Awaitable[Response]],
           fields: Fields, description: str, **kw: Any) -> tuple[RouteSpec, RouteSpec]:
-    """A read-only route and its POST twin (SPEC §3), sharing one declaration
+    """A read-only route and its POST twin (docs/DESIGN.md, "HTTP surface"), sharing one declaration
     of their fields: query parameters of the one, JSON body of the other."""
     return (RouteSpec("GET", path, scope, summaries[0], handler, fields=fields, description=description, **kw),
             RouteSpec("POST", path, scope, summaries[1], handler, fields=fields,

@@ -81,7 +81,7 @@ class Fields:
 
     async def read(self, request: Request, method: str, cap: int) -> dict[str, Any]:
         """The fields of ``request``, whole numbers parsed and defaulted; the
-        refusals of SPEC §3 otherwise. What the body carries beyond that is
+        refusals of docs/DESIGN.md, "HTTP surface" otherwise. What the body carries beyond that is
         returned as sent: an idempotent write's record is keyed on it."""
         if method == "GET":
             data = query_object(request, self.names, ints={f.name for f in self.items if f.whole})

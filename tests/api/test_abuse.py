@@ -1,4 +1,4 @@
-"""Abuse (SPEC §4, API-REFERENCE "Limits and rate limiting"): failed
+"""Abuse (docs/DESIGN.md, "Tokens"; API-REFERENCE "Limits and rate limiting"): failed
 authentication and identity minting are limited per client address, a
 bogus token never costs an argon2 run, /init can be closed or put behind an
 invite, and a token sent in a query string is refused and never logged."""

@@ -1,4 +1,5 @@
-"""Bad input: every refusal has SPEC §3's status and error shape, and changes
+"""Bad input: every refusal has the status and error shape of
+(docs/DESIGN.md, "HTTP surface") and error shape, and changes
 nothing — the log, the tree, the config, what is due and the wake read the
 same before and after."""
 
@@ -237,7 +238,7 @@ def test_bad_config_value_is_422(seeded: Mem, change: dict) -> None:
 def test_config_name_that_does_not_exist_is_422(seeded: Mem, change: dict) -> None:
     body = seeded.api.post("/config", seeded.token, json=change)
     assert body.status_code == 422, (
-        "an unknown size name is a valid JSON object with an invalid value (SPEC §3: 422); "
+        "an unknown size name is a valid JSON object with an invalid value (the design's HTTP surface: 422); "
         f"got {body.status_code} {body.text}. Fix: stash/web/routes.py config_set should read the body "
         "with any field names and let sizes.validate_changes refuse it (config.unknown_name)"
     )

@@ -1,5 +1,5 @@
-"""Every route's success answer, field by field, against SPEC §3, and the
-memory behaviour of SPEC §2 as seen over HTTP. Expected lines are rendered by
+"""Every route's success answer, field by field, against docs/DESIGN.md, "HTTP surface",
+and the memory behaviour of its "Memory model" as seen over HTTP. Expected lines are rendered by
 the test's own driver from what it wrote, and block layouts come from the
 oracles in ``support`` — never from the server."""
 
@@ -27,7 +27,7 @@ def texts(n: int, fmt: str = "memory number {k} about the garden") -> list[str]:
 
 
 def check_nap(nap: dict, mem: Mem, block: tuple[int, int], remaining: int) -> None:
-    """A nap object as SPEC §2.4 and §3 define it, for ``block``, whose source
+    """A nap object as docs/DESIGN.md defines it ("Nap", "HTTP surface"), for ``block``, whose source
     is rendered by the driver from what it wrote."""
     assert set(nap) == NAP_KEYS, nap
     lo, hi = block
@@ -48,7 +48,7 @@ def check_nap(nap: dict, mem: Mem, block: tuple[int, int], remaining: int) -> No
 
 def wake_keys_ok(body: dict) -> None:
     assert {"T", "part", "parts", "lines", "awake", "nap"} <= set(body), body
-    # Besides SPEC's fields a wake part may only say how to go on, and name the log's head.
+    # Besides the design's fields a wake part may only say how to go on, and name the log's head.
     assert set(body) - {"T", "part", "parts", "lines", "awake", "nap"} <= {"next", "message", "head"}, body
     head_ok(body["head"], body["T"] if body.get("T") is not None else None)
 
@@ -308,7 +308,7 @@ def test_wake_parts_respect_part_lines_and_carry_next(mem: Mem) -> None:
         else:
             assert body["nap"] is None
             assert isinstance(body["next"], str)
-            # SPEC §3: the next step is the POST twin, no query string (a broker may refuse one).
+            # docs/DESIGN.md, "Next steps": the next step is the POST twin, no query string (a broker may refuse one).
             assert "?" not in body["next"]
             assert body["next"].endswith(f"\"$STASH_URL/wake\" -d '{{\"part\": {k + 1}, \"T\": 10}}'"), body["next"]
 
@@ -344,7 +344,7 @@ def test_wake_part_from_a_snapshot_ignores_a_later_note(api: Api, mem: Mem) -> N
 
 
 def expected_wake(mem: Mem, wake_chars: int, nap_prompt: str | None = None) -> list[str]:
-    """SPEC §2.3's byte budget: lower the line budget one at a time until the
+    """The byte budget (docs/DESIGN.md, "Wake"): lower the line budget one at a time until the
     lines, the closing words and the nap prompt fit (never below one line).
     As in OptMem's wake, the room left for lines is never less than one
     memory's worth (ENTRY_CHARS): a tight budget must not wake an agent with
@@ -457,7 +457,7 @@ def test_forget_drops_smallest_first_and_naps_rebuild(api: Api, mem: Mem) -> Non
     assert len(settled) == 7
     body = mem.ok(api.post("/forget", mem.token, json={"block": "2-3"}))
     assert set(body) == {"dropped"}
-    # From SPEC §2.7: at each size, the block holding #2 and every later one.
+    # From docs/DESIGN.md, "Forget": at each size, the block holding #2 and every later one.
     want = [(2, 4), (4, 6), (6, 8), (0, 4), (4, 8), (0, 8)]
     assert body["dropped"] == [bid(*b) for b in want]
     remaining = settled - set(want)

@@ -1,5 +1,5 @@
 """Capabilities and key ownership over HTTP: listing, minting and revoking
-grants, erasing memories, destroying the store (SPEC §3 owner routes, §4)."""
+grants, erasing memories, destroying the store (docs/DESIGN.md, "HTTP surface" and "Keys and capabilities")."""
 
 from __future__ import annotations
 
@@ -264,7 +264,7 @@ def test_revoking_an_unknown_grant_or_another_memorys_grant_is_404(cap_api: Api)
 
 
 def path_of(i: int, T: int) -> list[str]:
-    """SPEC §2.7a: erasing #i drops the complete blocks that contain it, one
+    """docs/DESIGN.md, "Erase": erasing #i drops the complete blocks that contain it, one
     per level, smallest first (which is also the order they are due in)."""
     out, size = [], 2
     while size <= T:
@@ -325,7 +325,7 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     for name, blob in members.items():
         assert words[5].encode() not in blob, name
 
-    # The agent writes the dropped summaries again, in SPEC order, and they no
+    # The agent writes the dropped summaries again, in the settling order, and they no
     # longer quote what was erased.
     nap = api.post("/nap", owner, json={}).json()["nap"]
     assert nap["remaining"] == len(path_of(5, 10)) - 1

@@ -13,7 +13,8 @@ import pytest
 from stash.client import VERBS
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ["README.md", "SECURITY.md", "deploy/README.md", "stash/CLIENT.md", "bench/README.md", "API-REFERENCE.md"]
+DOCS = ["README.md", "SECURITY.md", "deploy/README.md", "stash/CLIENT.md", "bench/README.md", "API-REFERENCE.md",
+        "docs/DESIGN.md", "CHANGELOG.md", "CONTRIBUTING.md", "bench/HISTORY.md"]
 README_MAX_LINES = 150
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
@@ -90,15 +91,15 @@ def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)
     (root / "README.md").write_text("# Stash\n\n## Where to read on\n", encoding="utf-8")
-    (tmp_path / "SPEC.md").write_text("# outside\n", encoding="utf-8")
+    (tmp_path / "OUTSIDE.md").write_text("# outside\n", encoding="utf-8")
     probe = root / "docs" / "probe.md"
     probe.write_text(
         "# A heading, with `code`\n\n"
         "[ok](../README.md#where-to-read-on) [ok too](#a-heading-with-code) [web](https://example.com)\n"
-        "[gone](no-such-file.md) [out](../../SPEC.md) [anchor](../README.md#no-such-heading)\n"
+        "[gone](no-such-file.md) [out](../../OUTSIDE.md) [anchor](../README.md#no-such-heading)\n"
         "`[in code](nowhere.md)`\n\n```\n[in a fence](nowhere.md)\n```\n",
         encoding="utf-8")
-    assert broken_links(probe, root) == ["no-such-file.md (no such file)", "../../SPEC.md (outside the repository)",
+    assert broken_links(probe, root) == ["no-such-file.md (no such file)", "../../OUTSIDE.md (outside the repository)",
                                          "../README.md#no-such-heading (no such heading)"]
 
 

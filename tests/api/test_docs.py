@@ -12,7 +12,7 @@ from stash.web.routes import ROUTES
 from stash.web.routespec import error_codes
 from tests.doc_commands import reference
 
-# SPEC §5 names these verbs; the client may offer more, never fewer.
+# docs/DESIGN.md, "HTTP surface", names these verbs; the client may offer more, never fewer.
 SPEC_VERBS = ("wake", "note", "nap", "recall", "zoom", "forget", "config", "import", "grants")
 
 

@@ -1,4 +1,4 @@
-"""Batch naps (SPEC §2.1, issue 12 item 1): ``{"batch": k}`` lists the due
+"""Batch naps (docs/DESIGN.md, "Nap"; issue 12 item 1): ``{"batch": k}`` lists the due
 blocks that can be written at once, ``{"summaries": [...]}`` settles them in
 order, all or nothing. The oracle is the single nap: the same summaries must
 give the same tree and the same wake."""
@@ -15,7 +15,7 @@ from tests.api.support import Mem, state
 from tests.helpers import assert_error
 from tests.oracle import bid, oracle_pending
 
-RAW_MAX = 16  # SPEC §2.4: larger blocks are written from their halves' summaries
+RAW_MAX = 16  # docs/DESIGN.md, "Nap": larger blocks are written from their halves' summaries
 
 
 def text_of(lo: int, hi: int) -> str:
@@ -23,7 +23,7 @@ def text_of(lo: int, hi: int) -> str:
 
 
 def oracle_batch(T: int, settled: set[tuple[int, int]], k: int) -> list[tuple[int, int]]:
-    """SPEC §2.1 alone: the first pending blocks, stopping at the first one
+    """docs/DESIGN.md, "Nap", alone: the first pending blocks, stopping at the first one
     written from halves that are not settled before the batch."""
     out = []
     for lo, hi in oracle_pending(T, settled)[:k]:
@@ -86,6 +86,7 @@ def settle_singly(mem: Mem) -> None:
         nap = mem.nap(nap["block"], text_of(lo, last + 1))["nap"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T", [2, 5, 37, 70, 131])
 def test_batches_make_the_tree_and_wake_single_naps_make(api, T: int) -> None:
     rng = random.Random(T)
@@ -105,6 +106,7 @@ def test_batches_make_the_tree_and_wake_single_naps_make(api, T: int) -> None:
         assert [line for p in b for line in p["lines"]] == batched.wake_lines(budget)
 
 
+@pytest.mark.slow
 def test_batches_between_notes_match_single_naps(api) -> None:
     """Memories that arrive one at a time, with a batch taken now and then."""
     rng = random.Random(7)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.api.support import OLD_DATE
 from tests.helpers import Api
 
 N = 30_000
 
 
+@pytest.mark.slow
 def test_pathological_patterns_over_a_long_log_answer(api: Api, owner: str) -> None:
     # Lines of a's ending in "!" are the classic input on which a backtracking
     # engine explores exponentially many ways to split the a's.

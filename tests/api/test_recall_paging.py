@@ -25,6 +25,7 @@ def walk(mem: Mem, q: str) -> tuple[list[list[str]], list[dict]]:
         assert len(pages) < 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("part_chars", [60, 200, 1000])
 def test_walking_more_yields_every_match_exactly_once(mem: Mem, part_chars: int) -> None:
     texts = [("needle " if i % 3 else "hay ") + "x" * (i % 17) + f" {i}" for i in range(300)]

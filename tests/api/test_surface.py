@@ -1,4 +1,4 @@
-"""The shape of the route table itself (SPEC §3) and the regressions the
+"""The shape of the route table itself (docs/DESIGN.md, "HTTP surface") and the regressions the
 schemathesis run (tests/e2e/test_schemathesis.py) found in the server and its
 OpenAPI document: every read route that takes fields has a POST twin taking
 the same fields as JSON, no route ends in ``/``, a 405 names every method the
@@ -39,7 +39,7 @@ def test_no_route_ends_in_a_slash_and_a_trailing_slash_is_not_redirected(api: Ap
 def test_every_read_route_with_fields_has_a_post_twin_with_the_same_fields() -> None:
     table = {(r.method, r.path): r for r in ROUTES}
     reads = [r for r in ROUTES if r.method == "GET" and r.fields is not None and r.fields.items]
-    # the routes SPEC §3 gives a query string must all be here, or this test proves little
+    # the routes docs/DESIGN.md gives a query string must all be here, or this test proves little
     assert {r.path for r in reads} >= {"/wake", "/recall", "/zoom", "/shape"}
     for r in reads:
         twin = table.get(("POST", r.path))

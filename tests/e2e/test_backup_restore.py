@@ -14,6 +14,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.live import CLI_TIMEOUT, REPO, Http, start_server
 
 NOTER = Path(__file__).with_name("_noter.py")
@@ -46,6 +48,7 @@ def wait_for(predicate, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.slow
 def test_backup_under_load_restores_every_memory(tmp_path: Path):
     live = start_server(tmp_path / "live")
     http = Http(live.url)
@@ -120,6 +123,7 @@ def test_backup_under_load_restores_every_memory(tmp_path: Path):
         live.stop()
 
 
+@pytest.mark.slow
 def test_backup_refuses_a_destination_that_is_not_empty(tmp_path: Path):
     live = start_server(tmp_path / "live")
     try:

@@ -8,8 +8,12 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.live import Cli, Http
 from tests.mcp_session import Session, run_session
+
+pytestmark = pytest.mark.slow
 
 
 def tail_command(output: str) -> str:

@@ -1,5 +1,5 @@
 """An agent that has only the AGENTS.md block lives through a stand-in broker
-(SPEC §3): a loopback proxy that, like a gateway, refuses any query string
+(docs/DESIGN.md, "HTTP surface"): a loopback proxy that, like a gateway, refuses any query string
 and any trailing slash. The agent follows only what the server prints — the
 block's commands, the served skill and reference, each wake's ``next``, each
 nap's and batch's answering command, each recall's next page — run through
@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.live import CLI_TIMEOUT, REPO, Http
+
+pytestmark = pytest.mark.slow
 
 # Host passes through, as a reverse proxy that keeps it does, so the server names the broker's address.
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length"}

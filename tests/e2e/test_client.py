@@ -17,6 +17,8 @@ import pytest
 from tests.helpers import assert_error
 from tests.live import REPO, Cli, Http, cli_env, free_port, path_with, settle_all
 
+pytestmark = pytest.mark.slow
+
 CLIENT_SOURCE = REPO / "stash" / "client.py"
 
 
@@ -62,6 +64,7 @@ def test_client_needs_only_the_standard_library(client_file: Path, base_url: str
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     outputs: list[str] = []
 

@@ -13,6 +13,8 @@ import pytest
 
 from tests.live import CLI_TIMEOUT, Cli, Http
 
+pytestmark = pytest.mark.slow
+
 NON_UTF8 = [
     {"LC_ALL": "C", "LANG": "C", "PYTHONCOERCECLOCALE": "0", "PYTHONUTF8": "0"},  # ASCII, as a bare container has
     {"PYTHONIOENCODING": "latin-1", "PYTHONUTF8": "0"},  # a terminal that cannot encode →

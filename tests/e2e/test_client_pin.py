@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stash.crypto import tokens
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import CLI_TIMEOUT, REPO, Http, start_server
@@ -23,6 +25,7 @@ def run(env: dict, *args: str) -> subprocess.CompletedProcess:
                           timeout=CLI_TIMEOUT, cwd=REPO, env={**os.environ, **env})
 
 
+@pytest.mark.slow
 def test_a_memory_put_back_whole_is_refused_to_a_pinning_client_until_unpinned(tmp_path: Path):
     server = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
     try:
@@ -75,6 +78,7 @@ def test_a_memory_put_back_whole_is_refused_to_a_pinning_client_until_unpinned(t
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_pin_catches_an_undone_erasure_when_every_file_is_put_back(tmp_path: Path):
     """The log alone does not change when an erasure, a summary or a setting
     does; the pin's state version does. Put every file back from before an

@@ -1,6 +1,6 @@
 """The ``stash`` client as a script and an agent meet it: every command it
 prints is run exactly as printed, ``--json`` on every verb is the server's
-raw answer, the exit statuses are the ones API-REFERENCE.md tabulates, and
+raw answer, the exit statuses are the ones stash/CLIENT.md tabulates, and
 ``stash init URL`` prints the token once, the two export lines and the
 AGENTS.md block."""
 
@@ -100,6 +100,7 @@ def installed(base_url: str, token: str, client_file: Path) -> Cli:
     return Cli([sys.executable, str(client_file)], cli_env(base_url, token, path_with(client_file.parent)))
 
 
+@pytest.mark.slow
 def test_every_printed_command_runs_as_printed(installed: Cli, http: Http, token: str, tmp_path: Path) -> None:
     cli = installed
     f = Follower(cli)
@@ -143,6 +144,7 @@ def json_lines(out: str) -> list:
     return [json.loads(line) for line in out.splitlines()]
 
 
+@pytest.mark.slow
 def test_json_prints_the_raw_answer_of_every_verb(http: Http, base_url: str, token: str, tmp_path: Path) -> None:
     c = module_cli(base_url, token, tmp_path)
 
@@ -201,8 +203,8 @@ def test_json_refusal_is_the_error_object_on_stdout(http: Http, base_url: str, t
 
 
 def documented_exit_statuses() -> dict[int, str]:
-    text = (REPO / "API-REFERENCE.md").read_text(encoding="utf-8")
-    section = text.split("### Exit statuses", 1)[1].split("\n#", 1)[0]
+    text = (REPO / "stash" / "CLIENT.md").read_text(encoding="utf-8")
+    section = text.split("## Exit statuses", 1)[1].split("\n#", 1)[0]
     return {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d+) \| (.+?) \|", section, re.M)}
 
 

@@ -10,7 +10,7 @@ What must hold, whatever the interleaving and wherever the kill lands:
 - every acknowledged summary is stored; every level of the tree is a dense
   prefix and every summary was written from its own block's lines;
 - no answer is ever a 5xx or shows a line that is not whole;
-- after the naps still due are answered, the wake is exactly what SPEC §2
+- after the naps still due are answered, the wake is exactly what docs/DESIGN.md, "Memory model",
   derives from the stored log and tree (tests/invariants/_oracle.py).
 """
 
@@ -31,6 +31,8 @@ from stash.service.access import Vault
 from tests import oracle
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import REPO, Http, Server, start_server
+
+pytestmark = pytest.mark.slow
 
 KILLS = 3
 NOTERS = 3

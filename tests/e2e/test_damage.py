@@ -1,6 +1,6 @@
 """Bad days for the disk, against a real ``stash serve``: a full filesystem, a
 read-only data folder, a missing user file, a damaged page. Each failing
-request gets SPEC §3's error with a message that says what to do; nothing
+request gets the error of (docs/DESIGN.md, "HTTP surface") with a message that says what to do; nothing
 acknowledged before is lost once the condition clears; another user on the
 same server keeps working (or, when the whole disk is affected, keeps every
 memory); the server process stays up throughout.
@@ -28,6 +28,8 @@ from stash.storage.files import PAGE_BYTES
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, Server
 from tests.raw_files import file_key, open_raw
+
+pytestmark = pytest.mark.slow
 
 STORAGE_CODES = {"store.full", "store.read_only", "store.unreadable"}
 

@@ -125,6 +125,7 @@ def test_an_idle_kept_alive_connection_is_closed_and_a_prompt_one_served(quick_t
     assert took is not None and took >= 0.8, took
 
 
+@pytest.mark.slow
 def test_every_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
     server = Server(data=tmp_path / "fresh" / "data", log=tmp_path / "server.log",
                     prefix=["/bin/sh", "-c", 'umask 000; exec "$@"', "sh"])

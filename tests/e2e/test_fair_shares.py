@@ -20,9 +20,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.helpers import assert_error
 from tests.live import REPO, Http, start_server
+
+pytestmark = pytest.mark.slow
 
 FLOOD_MEMORIES = 20_000
 SLOW_PATTERN = "e.{200}"  # defeats RE2's DFA: about 75 µs per line, so each recall takes a second or more

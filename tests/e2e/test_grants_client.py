@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 
+import pytest
+
 from tests.live import Cli, Http
 
 
+@pytest.mark.slow
 def test_grants_mint_with_label_and_expiry_and_list_them(cli: Cli, http: Http, token: str) -> None:
     until = (dt.datetime.now(dt.UTC) + dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = cli.ok("grants", "read", "--label", "phone → backup", "--expires", until)

@@ -215,6 +215,7 @@ def test_the_client_mints_one_grant_when_the_answer_is_lost(srv: Server, http: H
     assert http.ok("GET", "/wake", minted)["T"] == 0  # the token printed is the grant's
 
 
+@pytest.mark.slow
 def test_each_write_gets_a_fresh_key_and_reads_none(srv: Server, http: Http, run_client):
     token = http.init()["token"]
     proxy = FlakyProxy(srv.port, "drop", spoil=0)

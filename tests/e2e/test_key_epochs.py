@@ -1,4 +1,4 @@
-"""Revocation and owner rotation with forward secrecy (SPEC §4, issue 10 item
+"""Revocation and owner rotation with forward secrecy (docs/DESIGN.md, "Key epochs"; issue 10 item
 1 and 2), attacked as someone with ordinary file access would: a revoked
 token plus every copy of the user's files made before and after, opened
 offline with every key that token reaches, alone and together; and the old
@@ -20,6 +20,8 @@ from stash.storage.keyring import Keyring, StaleGrant
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
 from tests.raw_files import raw_memory_file
+
+pytestmark = pytest.mark.slow
 
 KEY = 32
 NONCE = 24

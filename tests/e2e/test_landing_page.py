@@ -20,6 +20,8 @@ from stash.core.sizes import SIZES
 from tests.e2e.browser import Chromium, chromium_path
 from tests.live import HTTP_TIMEOUT, REPO, Server
 
+pytestmark = pytest.mark.slow
+
 BUDGET = SIZES["WAKE_LINES"].default
 SCREENSHOT = REPO / "test-artifacts" / "landing.png"
 BARS = """JSON.stringify([...document.querySelectorAll('#bars rect.line')].map(r => [

@@ -11,9 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, settle_all, start_server
 from tests.mcp_session import Session, call_line, run_session
+
+pytestmark = pytest.mark.slow
 
 TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
          "recall": {"q", "before"}, "zoom": {"block"}, "forget": {"block"}}
@@ -103,7 +107,7 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         assert got == whole
         http.ok("POST", "/config", token, json={"PART_LINES": None})
 
-        # forget drops the summary and those built on it (SPEC: each level stays a dense
+        # forget drops the summary and those built on it (docs/DESIGN.md, "Forget": each level stays a dense
         # prefix); the nap() it names starts the rebuild, each answer naming the next.
         dropped = await ok("forget", block="2-3")
         assert dropped.splitlines() == [

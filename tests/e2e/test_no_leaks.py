@@ -1,6 +1,6 @@
 """At rest, nothing readable: after real use of a real server, no byte of any
 file under its data folder, and nothing in its own output, carries a memory's
-text, a summary's text, a recall query, a token or a token's secret (SPEC §3,
+text, a summary's text, a recall query, a token or a token's secret (docs/DESIGN.md, "HTTP surface",
 §4). Checked for both file ciphers: with ``--file-cipher none`` the SQLite
 file is plain, so only the row sealing stands between the disk and the text."""
 
@@ -16,6 +16,8 @@ import pytest
 
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, Http, Server, cli_env, path_with, python_bin, secret_parts, start_server
+
+pytestmark = pytest.mark.slow
 
 
 def marker() -> str:

@@ -19,6 +19,8 @@ from stash.service.access import Vault
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, start_server
 
+pytestmark = pytest.mark.slow
+
 EXIT_TIMEOUT = 30.0
 POLL_S = 0.05
 

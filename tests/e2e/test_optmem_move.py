@@ -3,7 +3,8 @@ a real server: ``stash import-optmem DIR`` and ``stash export DIR``.
 
 OptMem folders are written here straight from the format (fixed-width records,
 space padded, newline terminated), never by the export code; the wake they
-should give is rendered from SPEC §2.2's oracle."""
+should give is rendered from the oracle of
+(docs/DESIGN.md, "The cover")."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import pytest
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
 from tests.oracle import spec_cover
+
+pytestmark = pytest.mark.slow
 
 LOG_REC, TREE_REC = 320, 288
 
@@ -172,7 +175,7 @@ def test_import_optmem_moves_a_folder_in_whole(run, web: Http, tmp_path: Path) -
         halves = [(lo, (lo + last + 1) // 2), ((lo + last + 1) // 2, last + 1)]
         assert got == [expected_line(memories, tree, a, b) or f"#{a}-{b - 1} not compressed yet"
                        for a, b in halves if a < T], block
-    # The wake: SPEC's cover of the folder, in parts of 15 lines, and the first missing block is due.
+    # The wake: the design's cover of the folder, in parts of 15 lines, and the first missing block is due.
     cover = spec_cover(T, 40)
     expected = [expected_line(memories, tree, lo, hi) for lo, hi in cover]
     assert None not in expected, "the folder must hold every summary its wake needs"

@@ -89,6 +89,7 @@ def test_hostile_texts_are_valid_memories() -> None:
         assert check_line(text, 280) == text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", TEXTS)
 def test_printed_commands_pass_hostile_text_exactly(text: str, http: Http, client_file: Path, base_url: str,
                                                     tmp_path: Path, shells: list[str], has_curl: bool,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import assert_error
 from tests.live import Http, start_server
 
@@ -68,6 +70,7 @@ def test_bytes_quota_refuses_whole_writes(tmp_path: Path) -> None:
         server.stop()
 
 
+@pytest.mark.slow
 def test_keyed_no_op_naps_store_nothing(http: Http, server) -> None:
     """The issue's measurement: 300 status-only naps, each with a fresh
     Idempotency-Key, grew the memory file by about 19 KiB each."""

@@ -20,6 +20,8 @@ from stash.web.routes import ROUTES
 from tests.doc_commands import curl_calls, route_of
 from tests.live import REPO, Http
 
+pytestmark = pytest.mark.slow
+
 REFERENCE = REPO / "API-REFERENCE.md"
 BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
 RUN_TIMEOUT = 60

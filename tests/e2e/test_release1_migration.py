@@ -12,10 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from stash.crypto import tokens
 from tests.fixtures import make_release1 as fixture
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, Server
+
+pytestmark = pytest.mark.slow
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "release1"
 

@@ -13,9 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.fixtures import make_release2 as fixture
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, Server
+
+pytestmark = pytest.mark.slow
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "release2"
 LEGACY_PAGE = 16384

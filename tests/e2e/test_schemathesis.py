@@ -32,10 +32,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import schemathesis  # noqa: F401 - in the test extra; a missing one fails here rather than skipping
 
 from stash.web.routes import ROUTES
 from tests.live import Http, start_server
+
+pytestmark = pytest.mark.slow
 
 CHECKS = ",".join([
     "not_a_server_error",

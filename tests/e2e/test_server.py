@@ -1,5 +1,5 @@
 """The real server over real HTTP: a process started with ``stash serve``,
-spoken to through a socket, storing on disk. Expectations come from SPEC
+spoken to through a socket, storing on disk. Expectations come from docs/DESIGN.md
 (§2 algorithms, §3 shapes) or from the test's own record of what it wrote."""
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def test_wake_tiles_the_log_with_what_was_written(http: Http, token: str) -> Non
         lo, hi = life.check_line(line)
         assert lo == edge, (line, edge)
         size = hi - lo
-        assert size & (size - 1) == 0 and lo % size == 0  # aligned power of two (SPEC §1)
+        assert size & (size - 1) == 0 and lo % size == 0  # aligned power of two (the design, "Blocks and the tree")
         sizes.append(size)
         edge = hi
     assert edge == 37
@@ -225,7 +225,7 @@ def test_forget_drops_the_summary_and_what_was_built_on_it(http: Http, token: st
     for i in range(16):
         life.note(f"forget {i}")
     dropped = http.ok("POST", "/forget", token, json={"block": "4-5"})["dropped"]
-    # SPEC §2.7: at each larger size, the containing block and every later block of that level.
+    # docs/DESIGN.md, "Forget": at each larger size, the containing block and every later block of that level.
     assert dropped == ["4-5", "6-7", "8-9", "10-11", "12-13", "14-15", "4-7", "8-11", "12-15", "0-7", "8-15", "0-15"]
     assert http.ok("POST", "/nap", token, json={})["nap"]["block"] == "4-5"
     assert http.ok("GET", "/zoom", token, params={"block": "0-7"})["lines"] == [

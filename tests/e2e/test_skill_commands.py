@@ -16,6 +16,8 @@ import pytest
 from tests.doc_commands import SKILL, indented_commands
 from tests.live import CLI_TIMEOUT, Http, path_with
 
+pytestmark = pytest.mark.slow
+
 FILL = {"<one line>": "a memory from the skill example", "<your line>": "a summary from the skill example"}
 
 

@@ -1,4 +1,4 @@
-"""The whole state is authenticated (SPEC §4, issue 10 item 3): with the
+"""The whole state is authenticated (docs/DESIGN.md, "Whole-state authentication"; issue 10 item 3): with the
 server stopped, rows of a real memory file are put back from an older copy,
 deleted, spliced in from another history of the same user, or a trigger is
 dropped — by someone holding the file key, as a revoked token's holder with an
@@ -20,6 +20,8 @@ from stash.storage.keyring import Keyring
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
 from tests.raw_files import file_key, open_raw, restore_log_triggers
+
+pytestmark = pytest.mark.slow
 
 REFUSED = ("store.damaged", "store.rolled_back")
 

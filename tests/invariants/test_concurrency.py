@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
@@ -22,6 +23,8 @@ from tests import oracle
 from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS, assert_error
 from tests.invariants._workers import Child
 from tests.live import start_server
+
+pytestmark = pytest.mark.slow
 
 PROCESSES = 4
 NOTES_EACH = 50

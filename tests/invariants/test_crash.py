@@ -19,11 +19,15 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
 from tests import oracle
 from tests.helpers import CHEAP_KDF
 from tests.invariants._workers import Child
+
+pytestmark = pytest.mark.slow
 
 ROUNDS = 4
 

@@ -18,6 +18,8 @@ import pytest
 from stash.service.access import Vault
 from stash.service.idempotency import memory_write
 
+pytestmark = pytest.mark.slow
+
 TOKEN_ENV = "STASH_TEST_TOKEN"
 WAIT = 60.0
 REPO = Path(__file__).resolve().parents[2]

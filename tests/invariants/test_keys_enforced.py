@@ -1,4 +1,4 @@
-"""Capabilities are enforced by the keys, not by a flag (SPEC §4).
+"""Capabilities are enforced by the keys, not by a flag (docs/DESIGN.md, "Keys and capabilities").
 
 Each test runs the real app in process and then attacks its data folder by
 hand — the stdlib sqlite3 for the key ring and plain memory files, sqlcipher3
@@ -30,6 +30,8 @@ from stash.web.app import create_app
 from tests.forgery import with_checksum
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 from tests.raw_files import file_key, open_raw, restore_log_triggers
+
+pytestmark = pytest.mark.slow
 
 NONCE, TAG, KEY = 24, 16, 32
 

@@ -3,7 +3,7 @@
 Thousands of notes, every nap answered as it comes due (sometimes a few notes
 late), summaries forgotten and rebuilt, sizes changed and restored. After each
 step the wake, the naps, zoom, forget and recall are compared with the test's
-own record through the SPEC §2 model in ``_oracle`` — never with the block
+own record through the model of docs/DESIGN.md in ``_oracle`` — never with the block
 arithmetic under test.
 """
 
@@ -21,10 +21,12 @@ from stash.service.access import Vault
 from tests import oracle
 from tests.helpers import CHEAP_KDF
 
+pytestmark = pytest.mark.slow
+
 NOTES = 3000
 SEED = 20240611
 
-# Words chosen so recall has to fold case the Unicode way (SPEC §2.5).
+# Words chosen so recall has to fold case the Unicode way (docs/DESIGN.md, "Recall").
 WORDS = [
     "alpha", "Gamma", "GAMMA", "gammaray", "Yılmaz", "YILMAZ", "İstanbul", "istanbul", "café", "naïve",
     "東京", "deploy", "rollback", "schema", "ticket", "🙂", "Ünal", "ŞİŞLİ", "kernel", "delta",
@@ -104,7 +106,7 @@ class Life:
         self.lowered += budget < self.sizes["WAKE_LINES"] and len(doc) > oracle.popcount(self.model.T)
 
     def wake_while_due(self) -> None:
-        """Naps are due: SPEC §2.3 refuses only when the document needs a
+        """Naps are due: the wake (docs/DESIGN.md, "Wake") refuses only when the document needs a
         block that has no summary, and then names it and carries the nap."""
         assert self.sizes["WAKE_CHARS"] == DEFAULTS["WAKE_CHARS"]
         T = self.model.T

@@ -1,4 +1,4 @@
-"""Row sealing (stash.crypto.aead): XChaCha20-Poly1305 as SPEC §4 requires.
+"""Row sealing (stash.crypto.aead): XChaCha20-Poly1305 as docs/DESIGN.md, "Sealing rows", requires.
 
 Two independent references: the published vectors of draft-irtf-cfrg-xchacha
 (§2.2.1 for HChaCha20, §A.3.1 for the AEAD), and an XChaCha20-Poly1305 built

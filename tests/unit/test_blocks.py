@@ -1,10 +1,10 @@
-"""Block arithmetic (stash.core.blocks) against oracles written from the SPEC.
+"""Block arithmetic (stash.core.blocks) against oracles written from docs/DESIGN.md.
 
-Every oracle here is written straight from the text of SPEC §1, §2.1, §2.2 and
+Every oracle here is written straight from the text of docs/DESIGN.md ("Blocks and the tree", "The cover" and
 §2.7 and deliberately shares no code with the module under test: its own
 recursive tile, its own bisection, its own fill step, its own set of complete
 blocks. The module must agree with them for every input tried, and must also
-satisfy the properties the SPEC states, checked on its own output.
+satisfy the properties the design states, checked on its own output.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.oracle import spec_cover as _spec_cover
 from tests.oracle import spec_tile as _spec_tile
 
 # --------------------------------------------------------------------------
-# Oracles, from the SPEC text only.
+# Oracles, from the design's text only.
 
 
 def _is_pow2(n: int) -> bool:
@@ -32,7 +32,7 @@ def _is_pow2(n: int) -> bool:
 
 
 def _spec_is_block(lo: int, hi: int) -> bool:
-    """SPEC §1: aligned power-of-two range, hi-lo = 2^k, k >= 1, lo % size == 0."""
+    """docs/DESIGN.md, "Blocks and the tree": aligned power-of-two range, hi-lo = 2^k, k >= 1, lo % size == 0."""
     size = hi - lo
     return lo >= 0 and size >= 2 and _is_pow2(size) and lo % size == 0
 
@@ -49,7 +49,7 @@ def _binary_tiling(T: int) -> list[tuple[int, int]]:
 
 
 def _complete_blocks(T: int) -> set[tuple[int, int]]:
-    """SPEC §2.1: every block (size >= 2, aligned) with hi <= T."""
+    """docs/DESIGN.md, "Blocks and the tree": every block (size >= 2, aligned) with hi <= T."""
     out = set()
     size = 2
     while size <= T:
@@ -74,7 +74,7 @@ def _spec_pending(T: int, settled: dict[int, int]) -> list[tuple[int, int]]:
 
 
 def _spec_forget(lo: int, hi: int, settled: dict[int, int]) -> list[tuple[int, int]]:
-    """SPEC §2.7: the block itself and, at every size from its own upward, the
+    """docs/DESIGN.md, "Forget": the block itself and, at every size from its own upward, the
     block containing it and every later block of that level, among those that
     are settled; smallest first."""
     size = hi - lo
@@ -115,7 +115,7 @@ def _random_prefix_state(
 
 
 # --------------------------------------------------------------------------
-# The oracles themselves, on cases worked out by hand from the SPEC.
+# The oracles themselves, on cases worked out by hand from the design.
 
 
 def test_oracle_hand_cases():
@@ -166,7 +166,7 @@ def test_halves_split_a_block_into_its_two_halves():
 
 
 # --------------------------------------------------------------------------
-# cover (SPEC §2.2)
+# cover (docs/DESIGN.md, "The cover")
 
 BUDGETS = (1, 2, 3, 7, 16, 50, 96, 200, 500)
 SMALL_T = tuple(range(1, 401))
@@ -179,6 +179,7 @@ def _cover(T: int, budget: int) -> tuple[tuple[int, int], ...]:
     return tuple(blocks.cover(T, budget))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_cover_equals_spec_oracle(budget):
     for T in ALL_T:
@@ -195,7 +196,7 @@ def test_cover_stays_within_budget(budget):
     """At most ``budget`` blocks whenever any tiling can be that small.
 
     [0, T) cannot be tiled by fewer than popcount(T) aligned power-of-two
-    blocks, so for a budget below that (budget 1 at T=3, say) the SPEC's own
+    blocks, so for a budget below that (budget 1 at T=3, say) the design's own
     algorithm returns tile(T, 1.0), the binary tiling, and exceeds the budget.
     That is the OptMem behaviour and the only possible one; it is pinned here.
     """
@@ -285,7 +286,7 @@ def test_cover_default_budget_at_large_T_is_full_and_ends_verbatim():
 
 
 # --------------------------------------------------------------------------
-# pending, pending_count, first_pending (SPEC §2.1)
+# pending, pending_count, first_pending (docs/DESIGN.md, "Blocks and the tree")
 
 PENDING_T = tuple(range(161)) + (255, 256, 257, 511, 1000, 1023, 1024, 4097)
 
@@ -340,7 +341,7 @@ def test_pending_does_not_mutate_the_state():
 def _settle_first(
     T: int, state: dict[int, int], done: set[tuple[int, int]]
 ) -> tuple[int, int] | None:
-    """Ask for the first pending block and settle it, checking the SPEC §2.1
+    """Ask for the first pending block and settle it, checking the docs/DESIGN.md, "Blocks and the tree",
     guarantee: it is complete, not settled yet, next in its level's prefix,
     and both its halves are already settled (or are raw memories)."""
     block = blocks.first_pending(T, state)
@@ -392,7 +393,7 @@ def test_settling_while_the_log_grows_asks_for_halves_first(seed):
 
 
 # --------------------------------------------------------------------------
-# parse_block, block_id (SPEC §1)
+# parse_block, block_id (docs/DESIGN.md, "Blocks and the tree")
 
 
 def test_block_id_is_written_inclusive():
@@ -492,7 +493,7 @@ def test_parse_block_error_is_a_value_error():
 
 
 # --------------------------------------------------------------------------
-# forget_span (SPEC §2.7)
+# forget_span (docs/DESIGN.md, "Forget")
 
 
 def _random_block(rng: random.Random, T: int) -> tuple[int, int]:
@@ -578,6 +579,7 @@ def test_forget_keeps_every_level_a_dense_prefix_of_buildable_summaries(seed):
             assert set(blocks.pending(T, state)) == _complete_blocks(T) - done
 
 
+@pytest.mark.slow
 def test_tile_and_its_count_equal_the_definition_for_many_alphas():
     # tile() finds each level's boundary by binary search instead of visiting
     # blocks one by one; the definition visits them one by one.

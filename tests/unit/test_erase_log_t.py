@@ -1,8 +1,8 @@
-"""Erasure costs log T (SPEC §2.7a): erasing #i drops only the summaries on
+"""Erasure costs log T (docs/DESIGN.md, "Erase"): erasing #i drops only the summaries on
 its path to the root; every other summary stays, byte for byte; the holes are
-the pending blocks, in §2.1 order; the wake is whole again after at most
+the pending blocks, in settling order; the wake is whole again after at most
 ⌊log2 T⌋ naps per erased memory. Checked against an oracle written from the
-spec's words, on real memory files."""
+design's words, on real memory files."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ def oracle_all_blocks(T: int) -> list[tuple[int, int]]:
     return out
 
 
-def build(tmp_path: Path, T: int, cipher: str) -> MemoryFile:
-    mf = MemoryFile(tmp_path / "memory.db", USER, os.urandom(32), cipher, create=True)
+def build(tmp_path: Path, T: int, cipher: str, master: bytes | None = None) -> MemoryFile:
+    mf = MemoryFile(tmp_path / "memory.db", USER, master or os.urandom(32), cipher, create=True)
     for start in range(0, T, 500):
         mf.append([("2026-01-01", f"memory {i}") for i in range(start, min(T, start + 500))])
     while (due := blocks.first_pending(T, mf.settled(T))) is not None:
@@ -85,15 +85,15 @@ def test_erasing_one_memory_drops_exactly_its_path(tmp_path: Path, T: int, ciphe
 
 def test_several_erasures_drop_the_union_of_their_paths_and_survive_reopening(tmp_path: Path):
     T = 777
-    mf = build(tmp_path, T, "none")
-    master = mf.file_keys()
+    master = os.urandom(32)
+    mf = build(tmp_path, T, "none", master)
     before = summaries(mf, T)
     ids = [5, 6, 400, 776]
     _, fresh, gone = mf.erase(ids, "2026-01-02T00:00:00Z")
     expect = sorted({b for i in ids for b in oracle_path(i, T)}, key=lambda b: (b[1] - b[0], b[0]))
     assert fresh == ids and gone == expect
     mf.close()
-    mf = MemoryFile.reopen(master)
+    mf = MemoryFile(tmp_path / "memory.db", USER, master, "none")
     try:
         assert summaries(mf, T) == {b: s for b, s in before.items() if b not in gone}
         assert blocks.pending(T, mf.settled(T)) == expect

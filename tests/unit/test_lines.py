@@ -1,8 +1,8 @@
 """One-line texts, output parts and size changes (stash.core.lines, stash.core.sizes).
 
-check_line follows SPEC §1 (one line, 1 to ENTRY_CHARS *bytes*, no line break
+check_line follows docs/DESIGN.md, "Memory model" (one line, 1 to ENTRY_CHARS *bytes*, no line break
 or other control character); paginate is checked against an oracle written
-from SPEC §2.3 ("parts"); validate_changes against the table of SPEC §2.9.
+from "Wake" (its parts); validate_changes against the table of "Sizes".
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_rendered_lines_have_the_spec_shape():
 
 
 def oracle_parts(items: list[str], max_lines: int, max_bytes: int) -> list[list[str]]:
-    """SPEC §2.3: fill each part greedily in order; a line costs its UTF-8
+    """docs/DESIGN.md, "Wake": fill each part greedily in order; a line costs its UTF-8
     bytes plus one. Each part takes the longest run that stays within both
     limits — or, when even one line is too large, that line alone."""
     cost = [len(s.encode("utf-8")) + 1 for s in items]
@@ -175,6 +175,7 @@ def random_line(rng: random.Random) -> str:
     return "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 40)))
 
 
+@pytest.mark.slow
 def test_paginate_matches_the_oracle_on_random_inputs():
     rng = random.Random(2024)
     for _ in range(3000):
@@ -263,7 +264,7 @@ def test_unknown_name_refuses_the_whole_change():
      ("PART_LINES", -5), ("WAKE_CHARS", 0)],
 )
 def test_out_of_range_values_are_refused(name, value):
-    # SPEC §2.9: ENTRY_CHARS is at most 280; budgets below one line or byte read nothing.
+    # docs/DESIGN.md, "Sizes": ENTRY_CHARS is at most 280; budgets below one line or byte read nothing.
     assert bad_change({name: value}) == "config.out_of_range"
 
 

@@ -1,7 +1,8 @@
 """The pure parts of ``stash import-optmem`` and ``stash export``: when to
 settle while importing, and which archive members are refused.
 
-The server's settling rule is simulated here from SPEC §2.1's words alone:
+The server's settling rule is simulated here from the words of docs/DESIGN.md,
+"Blocks and the tree", alone:
 pending blocks are the complete ones without a summary, by size smallest first,
 then by position, and only the first may be answered."""
 
@@ -35,7 +36,7 @@ def has(tree: Tree, size: int, k: int) -> bool:
 
 
 def simulate(T: int, tree: Tree, stops: list[int]) -> dict[int, set[int]]:
-    """What a server following SPEC §2.1 ends up holding when the memories
+    """What a server following docs/DESIGN.md, "Blocks and the tree", ends up holding when the memories
     arrive in ``stops`` and each round answers what it asks while the folder
     has the text."""
     settled: dict[int, set[int]] = {}
@@ -46,7 +47,7 @@ def simulate(T: int, tree: Tree, stops: list[int]) -> dict[int, set[int]]:
 
 
 def memo_folder(rng: random.Random) -> tuple[int, Tree]:
-    """A folder as OptMem leaves it: notes, naps in order, forgets (SPEC §2.7)."""
+    """A folder as OptMem leaves it: notes, naps in order, forgets (docs/DESIGN.md, "Forget")."""
     T = 0
     levels: dict[int, int] = {}  # size -> dense prefix length
     for _ in range(rng.randint(1, 40)):

@@ -259,6 +259,7 @@ def _case_classes() -> tuple[dict[str, set[str]], list[str]]:
     return {c: classes[find(c)] for c in cased}, cased
 
 
+@pytest.mark.slow
 def test_single_character_sweep_agrees_with_python() -> None:
     """For every cased code point c: the matcher for c matches exactly what
     Python's re.IGNORECASE matches. Each candidate in c's case class is checked
@@ -292,6 +293,7 @@ def test_single_character_sweep_agrees_with_python() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_sweep_classes_are_what_python_matches() -> None:
     """Spot-check the sweep's class computation against Python directly, so the
     sweep cannot pass by leaving a Python match out of the class."""

@@ -1,4 +1,4 @@
-"""Storage at rest (SPEC §4): real SQLite / SQLCipher files, attacked by hand.
+"""Storage at rest (docs/DESIGN.md, "Sealing rows", "Formats"): real SQLite / SQLCipher files, attacked by hand.
 
 Every store here is built through the service (Vault, Session, Memory) on
 disk under tmp_path, for both file ciphers. The attacks then use a raw

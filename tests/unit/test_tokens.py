@@ -1,6 +1,6 @@
-"""Capability tokens (stash.crypto.tokens) against SPEC §4.
+"""Capability tokens (stash.crypto.tokens) against docs/DESIGN.md, "Tokens".
 
-The format is rebuilt here from the SPEC text alone — its own base62, its own
+The format is rebuilt here from the design's text alone — its own base62, its own
 CRC32 checksum, its own regex — so the module is checked against the contract
 rather than against itself. Tokens are minted at run time; none is written in
 this file.
@@ -17,7 +17,7 @@ import pytest
 
 from stash.crypto import tokens
 
-B62 = string.digits + string.ascii_uppercase + string.ascii_lowercase  # 0-9A-Za-z, SPEC §4
+B62 = string.digits + string.ascii_uppercase + string.ascii_lowercase  # 0-9A-Za-z (docs/DESIGN.md, "Tokens")
 SPEC_SHAPE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{43}[0-9A-Za-z]{6}")
 
 

@@ -1,0 +1,60 @@
+"""The project cites its own design document, never a contract kept outside
+the repository: no tracked file names that outside document or cites its
+sections. Where a docstring or comment needs the rule it follows, it cites
+docs/DESIGN.md by section name."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DESIGN = REPO / "docs" / "DESIGN.md"
+
+# Built from parts, so that this file does not cite what it forbids.
+_WORD = "SP" + "EC"
+OUTSIDE = re.compile(rf"\b{_WORD}(?:\.md|\s*\u00a7|(?![A-Za-z0-9_]))")
+CITATION = re.compile(r'docs/DESIGN\.md,?\s+"([^"]+)"')
+
+
+def tracked_files() -> list[Path]:
+    """Every file git tracks here (the whole tree but .git and .venv when git is absent)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv"}
+        return [p for p in REPO.rglob("*") if p.is_file() and not skip & set(p.relative_to(REPO).parts)]
+    return [REPO / name for name in out.decode().split("\0") if name]
+
+
+def texts() -> dict[str, str]:
+    out = {}
+    for path in tracked_files():
+        try:
+            out[path.relative_to(REPO).as_posix()] = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError):  # binary fixtures; a file deleted but not yet staged
+            continue
+    return out
+
+
+def test_no_tracked_file_cites_an_outside_contract() -> None:
+    hits = [f"{name}:{text.count(chr(10), 0, m.start()) + 1}" for name, text in texts().items()
+            for m in OUTSIDE.finditer(text)]
+    assert hits == []
+
+
+def test_every_design_citation_names_a_section_of_the_design_document() -> None:
+    sections = set(re.findall(r"^## (.+?)\s*$", DESIGN.read_text(encoding="utf-8"), re.M))
+    cited = {(name, m.group(1)) for name, text in texts().items() for m in CITATION.finditer(text)}
+    assert len(cited) > 20  # the code does cite it
+    assert sorted(c for c in cited if c[1] not in sections) == []
+
+
+def test_the_checks_catch_what_they_must() -> None:
+    """A needle that matches nothing proves nothing."""
+    for cited in (f"see {_WORD} \u00a72.7", f"{_WORD}.md", f"the {_WORD}'s words", f"({_WORD} \u00a73)"):
+        assert OUTSIDE.search(cited), cited
+    for fine in (f"{_WORD}_SIZES", "SPECIAL", "spec", "inspect"):
+        assert not OUTSIDE.search(fine), fine
+    assert CITATION.findall('see (docs/DESIGN.md, "Forget") and docs/DESIGN.md "Wake"') == ["Forget", "Wake"]
