@@ -54,10 +54,12 @@ SCAN_BATCH = 32 * KEYS_PER_CHUNK  # whole chunks, so a batch starts on a chunk b
 ERASED = "[erased]"
 
 
-def _raise_if_unavailable(exc: Exception) -> None:
+def _raise_if_unavailable(exc: Exception, folder: Path) -> None:
     """A file that cannot be opened for a reason outside its bytes (a full
-    disk, a read-only folder) is reported as that, not as damage."""
-    err = storage_error(exc)
+    disk, a read-only folder) is reported as that, not as damage; the file's
+    ``folder`` tells a full disk from an unreadable file, since SQLite
+    reports a WAL index it had no room to create as an I/O error."""
+    err = storage_error(exc, folder)
     if isinstance(err, Unavailable):
         raise err from None
 
@@ -143,7 +145,7 @@ class MemoryFile:
         except MissingFile:
             raise
         except Exception as exc:
-            _raise_if_unavailable(exc)
+            _raise_if_unavailable(exc, path.parent)
             raise Damaged(
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
@@ -178,7 +180,7 @@ class MemoryFile:
             raise
         except Exception as exc:
             self.conn.close()
-            _raise_if_unavailable(exc)
+            _raise_if_unavailable(exc, path.parent)
             raise Damaged(
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
