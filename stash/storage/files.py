@@ -7,6 +7,7 @@ import errno
 import os
 import shutil
 import sqlite3
+import stat
 import tempfile
 import threading
 import time
@@ -55,6 +56,10 @@ DAMAGED = "This memory's file is damaged and was not served; the operator should
 
 class MissingFile(Exception):
     """A user's file that must exist is not there."""
+
+
+class EmptyFile(Exception):
+    """A user's file that must hold a database is empty (cut to 0 bytes)."""
 
 
 def on_read_only_fs(folder: Path) -> bool:
@@ -340,6 +345,25 @@ def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
 POOL.closer = _pool_closer
 
 
+def _refuse_empty(path: Path) -> None:
+    """Refuse to open an existing file that holds nothing: :class:`MissingFile`
+    when it is not there, :class:`EmptyFile` when it is 0 bytes.
+
+    SQLite takes an empty file for a new database and writes a header into it
+    on the first statement that sets it up (``journal_mode = WAL``): opened,
+    a file cut to 0 bytes would become a valid, empty 4 KiB database and the
+    evidence of the damage would be gone. Every other kind of damage is found
+    by SQLite's own reading of the first page, before anything is written."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise MissingFile(path.name) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MissingFile(path.name)
+    if st.st_size == 0:
+        raise EmptyFile(path.name)
+
+
 def _frozen(path: Path) -> bool:
     """The file is on a read-only filesystem and has no WAL beside it."""
     return on_read_only_fs(path.parent) and not Path(str(path) + "-wal").exists()
@@ -354,8 +378,8 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     SQLCipher file is read with (PAGE_BYTES when None); a plain file that
     exists keeps the one its header records."""
     page = PAGE_BYTES if page_bytes is None else page_bytes
-    if not create and not Path(path).is_file():
-        raise MissingFile(path.name)
+    if not create:
+        _refuse_empty(Path(path))
     if not create and POOL.enabled:
         kept = POOL.take(Path(path), key_digest(file_key))
         if kept is not None:
