@@ -320,7 +320,9 @@ def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None) -> Non
     reusable, else close it. Either way its WAL is folded first."""
     if POOL.enabled and not conn.in_transaction:
         try:
-            live = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # an immutable open is not
+            # Neither an immutable open nor one that holds its file's lock alone (connect) is kept.
+            live = (conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+                    and conn.execute("PRAGMA locking_mode").fetchone()[0] == "normal")
             conn.execute("PRAGMA synchronous = FULL")  # a request may have lowered it for one write
         except DB_ERRORS:
             live = False
@@ -392,13 +394,42 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     # removed (as the last close does) is whole in itself, and is opened as
     # immutable: readable, and every write refused as read-only.
     target = f"file:{quote(Path(path).resolve().as_posix())}?immutable=1" if frozen else str(path)
+    conn = _open(target, cipher, file_key, page, uri=frozen)
+    if frozen:
+        return conn
+    try:
+        _set_up(conn)
+    except DB_ERRORS as exc:
+        conn.close()
+        if create or not isinstance(storage_error(exc, Path(path).parent), Full):
+            raise
+        conn = _open(target, cipher, file_key, page, uri=False)
+        try:
+            # No room on the disk for the WAL's shared index (a 32 KiB -shm
+            # file, made by the first connection to open the file and removed
+            # by the last to close it): with this process holding the file's
+            # lock alone, SQLite keeps that index in its own memory instead,
+            # so the file can still be read. Other processes wait on the lock
+            # for the length of this request (release never keeps it open).
+            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+            _set_up(conn)
+        except BaseException:
+            conn.close()
+            raise
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: bool) -> sqlite3.Connection:
     conn: sqlite3.Connection  # sqlcipher3's connection has the same interface
     if cipher == "sqlcipher":
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
         with SQLCIPHER_OPEN_CLOSE:
             conn = _sqlcipher.connect(
-                target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=frozen
+                target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=uri
             )
         # A file that fails to open is reported to the caller as damage; the
         # library's own stderr lines about it would only be noise in the log.
@@ -412,16 +443,13 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         conn.execute(f"PRAGMA cipher_page_size = {page}")
     else:
         conn = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
-                               uri=frozen)
+                               uri=uri)
         conn.execute(f"PRAGMA page_size = {page}")  # takes effect when the file is created
-    if frozen:
-        return conn
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA secure_delete = ON")
-        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-    except Exception:
-        conn.close()
-        raise
     return conn
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA secure_delete = ON")
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")

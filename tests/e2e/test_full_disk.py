@@ -1,7 +1,8 @@
 """A full data disk under a real ``stash serve --workers 2``: a clear, local
 refusal. Writes that need space answer ``507 store.full`` — when a few dozen
 KiB are left as when not one byte is — never ``503 store.unreadable``; reads,
-``/health`` and ``/metrics`` keep answering; no worker dies (the workers'
+``/health`` and ``/metrics`` keep answering, reads even of files no
+worker has open (with no room for SQLite's WAL index); no worker dies (the workers'
 metrics files are not on the data disk, where a write to a mapped page with no
 room behind it would kill the worker with SIGBUS); once space is back, writes
 work without a restart and every acknowledged note is there.
@@ -78,7 +79,8 @@ def metrics_folder(worker: int) -> Path:
 
 @pytest.mark.slow
 def test_two_workers_on_a_full_disk_refuse_writes_with_507_and_keep_serving(disk: Path, tmp_path: Path) -> None:
-    srv = Server(data=disk / "data", log=tmp_path / "server.log", extra=["--workers", "2", *CHEAP_KDF_FLAGS]).start()
+    srv = Server(data=disk / "data", log=tmp_path / "server.log",
+                 extra=["--workers", "2", "--keep-open", "0", *CHEAP_KDF_FLAGS]).start()
     http = Http(srv.url)
     try:
         token = http.init()["token"]
@@ -128,12 +130,18 @@ def test_two_workers_on_a_full_disk_refuse_writes_with_507_and_keep_serving(disk
             today = datetime.now(UTC).date().isoformat()
             entries = [{"date": today, "text": f"imported avocet {j} " + "y" * 200} for j in range(400)]
             assert_error(http.post("/import", token, json={"entries": entries}), 507, "store.full")
-            assert http.get("/health").status_code == 200
-            assert http.get("/metrics").status_code == 200
-            wake = http.get("/wake", token)
-            assert wake.status_code == 200, wake.text
-            assert wake.json()["T"] == len(acked)
-            assert http.get("/recall", token, params={"q": "avocet"}).status_code == 200
+            for _ in range(3):  # each on a new connection, which either worker may take
+                fresh = Http(srv.url)
+                try:
+                    assert fresh.get("/health").status_code == 200
+                    assert fresh.get("/metrics").status_code == 200
+                    # --keep-open 0: every read opens the files anew, with no room for SQLite's WAL index
+                    wake = fresh.get("/wake", token)
+                    assert wake.status_code == 200, wake.text
+                    assert wake.json()["T"] == len(acked)
+                    assert fresh.get("/recall", token, params={"q": "avocet"}).status_code == 200
+                finally:
+                    fresh.close()
         assert worker_pids(srv.proc.pid) == before, srv.log_text()[-3000:]
         assert "SIGBUS" not in srv.log_text() and "Traceback" not in srv.log_text()
 
