@@ -322,7 +322,8 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
             raise Failed("the token's key does not open: the key ring was altered or put back") from None
         cipher = ring.meta("file_cipher") or "none"
         try:
-            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=ring.memory_page_bytes())
+            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=ring.memory_page_bytes(),
+                            recorded=ring.state_version() is not None)
         except ValueError:
             raise Failed("keyring.db records no known page size for memory.db") from None
         except StashError as e:

@@ -102,6 +102,12 @@ ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest:
                "restore this store from a backup.")
 
 
+STATE_GONE = ("This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
+              "the operator should run `stash verify` and restore this store from a backup.")
+DIGEST_GONE = ("This memory file's recorded digest was deleted (the file's format records one). Nothing was "
+               "served; the operator should run `stash verify` and restore this store from a backup.")
+
+
 KEYS_BEHIND = ("This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
                "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
                "restore this store from a backup.")
@@ -119,11 +125,13 @@ class MemoryFile:
     settles (the session sets it; 0 records nothing)."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
-                 create: bool = False, page_bytes: int = PAGE_BYTES) -> None:
+                 create: bool = False, page_bytes: int = PAGE_BYTES, recorded: bool = False) -> None:
         """``page_bytes``: the page size of a new file, or the one an existing
-        SQLCipher file was made with (the key ring records it)."""
+        SQLCipher file was made with (the key ring records it). ``recorded``:
+        the key ring holds a copy of this file's state version, so the file
+        had one (:meth:`_check_state`)."""
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
-        self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain)
+        self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain, recorded)
 
     @classmethod
     def reopen(cls, fk: FileKeys) -> MemoryFile:
@@ -134,7 +142,7 @@ class MemoryFile:
     def file_keys(self) -> FileKeys:
         return self._fk
 
-    def _setup(self, fk: FileKeys, create: bool, keychain: KeyChain | None = None) -> None:
+    def _setup(self, fk: FileKeys, create: bool, keychain: KeyChain | None = None, recorded: bool = False) -> None:
         self._fk = fk
         self._path = fk.path
         self.user_id = user_id = fk.user_id
@@ -174,7 +182,7 @@ class MemoryFile:
                     raise Damaged("This memory file does not belong to this user; restore it from a backup.")
                 self._match_epoch(keychain)
                 self.head = self._verified_head()
-                self._check_state()
+                self._check_state(recorded)
         except Damaged:
             self.conn.close()
             raise
@@ -433,11 +441,13 @@ class MemoryFile:
     def _load_state(self) -> None:
         self._drops = self._read_drops()
 
-    def _check_state(self) -> None:
+    def _check_state(self, recorded: bool = False) -> None:
         """Refuse this file unless its state matches its authenticated head
         (one snapshot). A file written before the head existed gets one now,
         once (best effort: a read-only file is served as it is, unchecked,
-        until it can be written)."""
+        until it can be written) — unless the key ring ``recorded`` a copy of
+        its state version: then the head was deleted, and the file is refused
+        as damaged with nothing written into it."""
         self.conn.execute("BEGIN")
         try:
             stored = self._stored_state()
@@ -446,6 +456,8 @@ class MemoryFile:
         finally:
             self.conn.execute("COMMIT")
         if stored is None:
+            if recorded:
+                raise Damaged(STATE_GONE)
             try:
                 with write_transaction(self.conn):
                     if self._stored_state() is None:
@@ -534,6 +546,9 @@ class MemoryFile:
         finally:
             self.conn.execute("COMMIT")
         if stored is None:
+            fmt = self.conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            if fmt is not None and fmt[0] != "1":
+                raise Damaged(DIGEST_GONE)  # only a format-1 file is computed and written here
             return self._migrate()
         head, prev = stored
         if head.count > T:

@@ -10,6 +10,9 @@ import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
+from stash.core.errors import Damaged
 from stash.storage.keyring import STATE_COPY
 from tests.unit.test_verify import Store, line_of, run
 
@@ -114,3 +117,22 @@ def test_the_key_rings_state_copy_behind_the_file_passes_and_is_said(capsys, tmp
     code, text = run(capsys, a.data, a.token)
     assert code == 0, text
 
+
+
+@pytest.mark.parametrize("row", ["state", "log_head"])
+def test_a_deleted_head_is_refused_and_not_written_again(capsys, tmp_path: Path, file_cipher: str, row: str) -> None:
+    """A file whose authenticated head (state) or running digest (log_head)
+    was deleted was once taken for one written before they existed, and got
+    a new one written into it: the damage was both served and erased."""
+    a = Store(tmp_path / "data", file_cipher)
+    with a.raw() as conn:
+        conn.execute("DELETE FROM meta WHERE name = ?", (row,))
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    path = a.folder / "memory.db"
+    evidence = path.read_bytes()
+    with pytest.raises(Damaged), a.vault.session(a.token, "read") as s:
+        s.memory.wake()
+    assert path.read_bytes() == evidence
+    code, text = run(capsys, a.data, a.token)
+    assert code == 1 and "FAIL" in line_of(text, a.user_id)
+    assert path.read_bytes() == evidence
