@@ -29,10 +29,12 @@ import random
 import re
 import shlex
 import shutil
+import signal
 import socket
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import unicodedata
 import urllib.error
@@ -88,6 +90,8 @@ OK = 0
 REFUSED = 1  # the server answered with an error: its message is on stderr
 USAGE = 2  # wrong arguments, STASH_URL or STASH_TOKEN unset or malformed, an unreadable file
 UNREACHABLE = 3  # no answer from a Stash server: connection, DNS, timeout, or not Stash at that address
+INTERRUPTED = 130  # Ctrl-C (SIGINT), as a shell reports it
+CLOSED_PIPE = 141  # whoever read the output stopped reading (`| head`), as a shell reports SIGPIPE
 
 # --json: print each answer of the server as it came, one JSON document per line, instead of text.
 _JSON = {"on": False}
@@ -1579,8 +1583,32 @@ def utf8_streams() -> None:
             pass
 
 
+def interruptible() -> None:
+    """Ctrl-C stops this command, whatever its parent did to SIGINT: a
+    process inherits an ignored SIGINT (a non-interactive shell's ``cmd &``,
+    a CI runner), and a client that ignored it could be stopped by nothing
+    short of SIGKILL. Only the main thread may set a handler."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def closed_pipe() -> int:
+    """The reader of standard output went away (``stash … | head``): stop
+    quietly. Standard output is pointed at /dev/null first, or the
+    interpreter's own flush at exit would fail on the closed pipe again and
+    print a traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (replaced, closed): nothing left to flush
+        pass
+    return CLOSED_PIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    interruptible()
     utf8_streams()
     p = parser()
     try:
@@ -1604,9 +1632,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write("\n" + f.extra.rstrip("\n") + "\n")
         return f.code
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
-        return REFUSED
+        return closed_pipe()
     except UnicodeDecodeError:
         sys.stderr.write("stash: the input is not UTF-8 text; convert it (iconv -t UTF-8) and try again.\n")
         return USAGE

@@ -18,7 +18,17 @@ HOST_VERBS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Every verb; a reader of its output that stops reading (``| head``)
+    ends it quietly (:func:`stash.client.closed_pipe`)."""
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except BrokenPipeError:
+        from ..client import closed_pipe
+
+        return closed_pipe()
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["serve"]:
         from .serve import main as serve
 

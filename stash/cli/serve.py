@@ -231,18 +231,23 @@ def main(argv: list[str]) -> int:
     import uvicorn
 
     from ..storage.files import available_file_cipher
-    from ..web.metrics import prepare_multiprocess
+    from ..web.metrics import prepare_multiprocess, remove_multiprocess
     from ..web.settings import SETTINGS_ENV, to_env
 
     # Every file and folder the server makes is its own alone (0600 in 0700), whatever umask it was started
     # with; the workers inherit this.
     os.umask(0o077)
     _room_for_open_files()
+    counters = None
     if args.workers > 1:
-        os.environ.update(prepare_multiprocess(settings.data_dir))
+        env, counters = prepare_multiprocess(settings.data_dir)
+        os.environ.update(env)
     os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     print(f"stash: data in {settings.data_dir}", flush=True)
+    if counters is not None and settings.data_dir in counters.parents:
+        print("stash: warning: no memory-backed folder (/dev/shm) apart from the data folder for the workers' "
+              "metrics; they share its disk, and a full disk stops the workers", file=sys.stderr, flush=True)
     cipher = args.file_cipher or available_file_cipher()
     print(f"stash: file cipher {cipher}; {args.workers} worker(s) listening on http://{args.host}:{args.port}",
           flush=True)
@@ -259,8 +264,12 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, _drained)
     from ..web.timeouts import HeaderTimeoutProtocol
 
-    uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
-                access_log=False, log_level="warning", server_header=False, proxy_headers=False,
-                timeout_graceful_shutdown=args.shutdown_timeout, http=HeaderTimeoutProtocol,
-                timeout_keep_alive=settings.idle_timeout)
+    try:
+        uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
+                    access_log=False, log_level="warning", server_header=False, proxy_headers=False,
+                    timeout_graceful_shutdown=args.shutdown_timeout, http=HeaderTimeoutProtocol,
+                    timeout_keep_alive=settings.idle_timeout)
+    finally:
+        if counters is not None:
+            remove_multiprocess(counters)
     return 0

@@ -97,7 +97,8 @@ class Session:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
             try:
-                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher, page_bytes=self.page_bytes)
+                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher, page_bytes=self.page_bytes,
+                                recorded=state_copy is not None)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage import userlock
+from ..storage.files import private_folder
 from .verify import Report, user_folders, verify_user
 
 
@@ -78,15 +79,17 @@ def _copy_user(folder: Path, target: Path) -> Copied:
 
 def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
     """Copy every user under ``data_dir`` into ``dest`` (which must not exist
-    or be empty), then check each copy as ``stash verify`` would without a
-    token."""
+    or be empty; it is made 0700, as is every folder in it), then check each
+    copy as ``stash verify`` would without a token."""
     data_dir, dest = Path(data_dir), Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise BackupRefused("the destination exists and is not an empty folder; choose a new one")
     if dest.resolve() == data_dir.resolve() or data_dir.resolve() in dest.resolve().parents:
         raise BackupRefused("the destination is inside the data folder; choose a folder outside it")
     folders = list(user_folders(data_dir))
-    (dest / "users").mkdir(parents=True, mode=0o700, exist_ok=True)
+    # 0700 from the top whatever the umask, so the folder `cp -a` restores from it is the server's alone too.
+    private_folder(dest / "users")
+    os.chmod(dest, 0o700)
     out = []
     for folder in folders:
         copied = _copy_user(folder, dest / "users" / folder.name)

@@ -4,11 +4,18 @@ one) open, authenticate and agree with its digest?
 Without a token only what needs no key is checked: each key ring's SQLite
 integrity, that it belongs to its folder and holds a live owner capability
 and a readable copy of the log head; a plain memory file's integrity, its
-recorded head against its rows and against the key ring's copy; an encrypted
-memory file's shape (not plain SQLite, whole pages). With one user's token,
-that user's store is checked whole: the capability unwraps, every page and
-every sealed value authenticates, and the running digest recomputed over the
-whole log equals both recorded heads.
+recorded head and state version against its rows and against the key ring's
+copies; an encrypted memory file's shape (not plain SQLite, whole pages, at
+least as many pages as the memories the key ring's copy counts need); every
+file's size against what its header and its WAL say (:func:`_check_sizes`).
+With one user's token, that user's store is checked whole, as the server
+opens it and more: the capability unwraps, the file's head and state version
+are not behind the key ring's copies, every page and every sealed value
+authenticates, and the running digest recomputed over the whole log equals
+both recorded heads.
+
+Nothing here writes into a store's files: a file found damaged stays as it
+was, for the operator to look at and restore.
 
 A report names users and their files by name only — never a path, a key, a
 token or any memory text.
@@ -27,10 +34,13 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, UserFiles
-from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, StaleGrant
-from ..storage.memfile import HEAD_META, MemoryFile
+from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
+from ..storage.memfile import HEAD_META, STATE_META, MemoryFile
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
+WAL_HEADER_BYTES, WAL_FRAME_HEADER_BYTES = 32, 24
+SEALED_ROW_BYTES = 352  # the smallest sealed log row (memfile.MEMORY_PLAINTEXT_BYTES plus the AEAD's nonce and tag)
 USER_ID = re.compile(r"[0-9a-f]{16}")
 
 
@@ -151,6 +161,7 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
     if head.count < T:
         raise Failed(f"memory.db's log holds {T} memories, more than the {head.count} its head records")
     _compare_copy(head, copy)
+    _compare_state_copy(meta.get(STATE_META), _state_copy(path.parent), report)
     report.facts.append(f"memory file ok ({T} memories, head {head.pin()[:24]}…)")
 
 
@@ -164,7 +175,50 @@ def _compare_copy(head: Head, copy: Head | None) -> None:
         raise Failed("memory.db's head and the key ring's copy disagree: one of the two files was replaced")
 
 
-def _check_encrypted_memory(path: Path, page: int, report: Report) -> None:
+def _state_copy(folder: Path) -> int | None:
+    """The key ring's copy of the memory file's state version (None: none
+    recorded yet)."""
+    conn = _plain(folder / "keyring.db")
+    try:
+        row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (STATE_COPY,)).fetchone()
+    finally:
+        conn.close()
+    if row is None:
+        return None
+    try:
+        return int(row[0])
+    except ValueError:
+        raise Failed("keyring.db's copy of the state version is unreadable") from None
+
+
+def _compare_state_copy(stored: str | None, copy: int | None, report: Report) -> None:
+    """A plain memory file's state version against the key ring's copy, as
+    the server compares them on open (MemoryFile.check_state_copy): a copy
+    ahead of the file means the file was put back from an older copy, and
+    the server refuses it; a copy behind is what a crash between the file's
+    commit and the copy leaves (or an older key ring put back), and the
+    server serves the file and brings the copy up at its next write."""
+    if stored is None:
+        if copy is not None:
+            raise Failed(f"memory.db records no state version but the key ring's copy records {copy}: "
+                         "the memory file was replaced")
+        return
+    try:
+        version = int(stored.split(" ")[0])
+    except ValueError:
+        raise Failed("memory.db's recorded state version is unreadable") from None
+    if copy is None:
+        return
+    if copy > version:
+        raise Failed(f"memory.db is at state version {version} but the key ring's copy records {copy}: the memory "
+                     "file was rolled back or cut short (the server refuses it as store.rolled_back)")
+    if copy < version:
+        report.facts.append(f"the key ring's copy of the state version ({copy}) is behind the file's ({version}): "
+                            "a crash between the two writes, or an older key ring put back; the server serves "
+                            "the file and the next write brings the copy up")
+
+
+def _check_encrypted_memory(path: Path, page: int, report: Report, copy: Head | None = None) -> None:
     size = path.stat().st_size
     with open(path, "rb") as f:
         start = f.read(len(SQLITE_HEADER))
@@ -172,8 +226,81 @@ def _check_encrypted_memory(path: Path, page: int, report: Report) -> None:
         raise Failed("memory.db should be encrypted but is plain SQLite")
     if size == 0 or size % page:
         raise Failed(f"memory.db is not a whole number of {page}-byte pages: it was cut or damaged")
+    _check_encrypted_floor(path, size, page, copy)
     report.facts.append(f"memory file present ({size // page} encrypted pages of {page // 1024} KiB; its contents "
                         "need a token)")
+
+
+def _wal_frames(db: Path, page: int) -> int:
+    """How many whole frames the WAL beside ``db`` holds (0: none, or no
+    WAL); :class:`Failed` when its header is not one of SQLite's for pages of
+    ``page`` bytes (SQLite would ignore it, and what it held with it)."""
+    wal = Path(f"{db}-wal")
+    try:
+        size = wal.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if size == 0:
+        return 0
+    with open(wal, "rb") as f:
+        header = f.read(WAL_HEADER_BYTES)
+    if len(header) < WAL_HEADER_BYTES or int.from_bytes(header[:4], "big") not in WAL_MAGIC:
+        raise Failed(f"{wal.name} is not a SQLite write-ahead log: it was cut or replaced")
+    if int.from_bytes(header[8:12], "big") != page:
+        raise Failed(f"{wal.name} holds pages of another size than {db.name}'s: it belongs to another file")
+    # A crash in the middle of a frame leaves a partial one at the end, which SQLite ignores.
+    return (size - WAL_HEADER_BYTES) // (WAL_FRAME_HEADER_BYTES + page)
+
+
+def _check_encrypted_floor(path: Path, size: int, page: int, copy: Head | None) -> None:
+    """An encrypted memory file's header (and its page count) needs the key,
+    but the key ring's copy of the log head says how many memories it holds
+    at least, and each is a sealed row of a fixed size: a file with fewer
+    pages than those rows need was cut short."""
+    if copy is None or _wal_frames(path, page):
+        return
+    need = -(-copy.count // (page // SEALED_ROW_BYTES))
+    if size // page < need:
+        raise Failed(f"memory.db has {size // page} pages, too few for the {copy.count} memories the key ring's "
+                     "copy of the log head counts: it was cut short")
+
+
+def _check_plain_size(path: Path) -> int:
+    """A plain SQLite file's size against its header: not empty, a whole
+    number of pages, and (with nothing in its WAL) as many pages as the
+    header records. Returns its page size."""
+    size = path.stat().st_size
+    if size == 0:
+        raise Failed(f"{path.name} is empty (0 bytes): it was cut or replaced")
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if len(header) < 100 or not header.startswith(SQLITE_HEADER):
+        raise Failed(f"{path.name} is not a SQLite file: it was cut or replaced")
+    page = int.from_bytes(header[16:18], "big")
+    page = 65536 if page == 1 else page
+    if page < 512 or page & (page - 1):
+        raise Failed(f"{path.name}'s header records no valid page size")
+    if _wal_frames(path, page):
+        return page  # the WAL holds newer pages; the file alone says nothing of the size
+    if size % page:
+        raise Failed(f"{path.name} is not a whole number of {page}-byte pages: it was cut or damaged")
+    pages = int.from_bytes(header[28:32], "big")
+    # SQLite trusts the header's page count only while this pair agrees (its file format, "In-header database size").
+    if pages and header[24:28] == header[92:96] and size // page < pages:
+        raise Failed(f"{path.name} has {size // page} pages but its header records {pages}: it was cut short")
+    return page
+
+
+def _check_sizes(folder: Path, cipher: str, page: int) -> None:
+    """Every size a store's files can be checked for without a key: the key
+    ring's and a plain memory file's against their headers, an encrypted
+    memory file's against its page size, and each WAL's header."""
+    _check_plain_size(folder / "keyring.db")
+    memory = folder / "memory.db"
+    if cipher == "none":
+        _check_plain_size(memory)
+    else:
+        _wal_frames(memory, page)
 
 
 def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head | None, report: Report) -> None:
@@ -195,13 +322,19 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
             raise Failed("the token's key does not open: the key ring was altered or put back") from None
         cipher = ring.meta("file_cipher") or "none"
         try:
-            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=ring.memory_page_bytes())
+            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=ring.memory_page_bytes(),
+                            recorded=ring.state_version() is not None)
         except ValueError:
             raise Failed("keyring.db records no known page size for memory.db") from None
         except StashError as e:
             raise Failed(f"memory.db does not open with the key: {e.message}") from None
         try:
             mf.check_copy(copy)
+            try:
+                state_copy = ring.state_version()
+            except ValueError:
+                raise Failed("keyring.db's copy of the state version is unreadable") from None
+            mf.check_state_copy(state_copy)
             _integrity(mf.conn, "memory.db")
             if cipher == "sqlcipher":
                 bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]
@@ -232,10 +365,11 @@ def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> 
         cipher, copy, page = _check_keyring(folder, report)
         if not files.memory.is_file():
             raise Failed("memory.db is missing")
+        _check_sizes(folder, cipher, page)
         if cipher == "none":
             _check_plain_memory(files.memory, folder.name, copy, report)
         else:
-            _check_encrypted_memory(files.memory, page, report)
+            _check_encrypted_memory(files.memory, page, report, copy)
         if token_text:
             _check_with_token(data_dir, folder, token_text, copy, report)
     except Failed as e:

@@ -7,6 +7,7 @@ import errno
 import os
 import shutil
 import sqlite3
+import stat
 import tempfile
 import threading
 import time
@@ -54,6 +55,10 @@ DAMAGED = "This memory's file is damaged and was not served; the operator should
 
 class MissingFile(Exception):
     """A user's file that must exist is not there."""
+
+
+class EmptyFile(Exception):
+    """A user's file that must hold a database is empty (cut to 0 bytes)."""
 
 
 def on_read_only_fs(folder: Path) -> bool:
@@ -309,7 +314,9 @@ def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None) -> Non
     reusable, else close it. Either way its WAL is folded first."""
     if POOL.enabled and not conn.in_transaction:
         try:
-            live = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # an immutable open is not
+            # Neither an immutable open nor one that holds its file's lock alone (connect) is kept.
+            live = (conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+                    and conn.execute("PRAGMA locking_mode").fetchone()[0] == "normal")
             conn.execute("PRAGMA synchronous = FULL")  # a request may have lowered it for one write
         except DB_ERRORS:
             live = False
@@ -334,6 +341,25 @@ def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
 POOL.closer = _pool_closer
 
 
+def _refuse_empty(path: Path) -> None:
+    """Refuse to open an existing file that holds nothing: :class:`MissingFile`
+    when it is not there, :class:`EmptyFile` when it is 0 bytes.
+
+    SQLite takes an empty file for a new database and writes a header into it
+    on the first statement that sets it up (``journal_mode = WAL``): opened,
+    a file cut to 0 bytes would become a valid, empty 4 KiB database and the
+    evidence of the damage would be gone. Every other kind of damage is found
+    by SQLite's own reading of the first page, before anything is written."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise MissingFile(path.name) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise MissingFile(path.name)
+    if st.st_size == 0:
+        raise EmptyFile(path.name)
+
+
 def _frozen(path: Path) -> bool:
     """The file is on a read-only filesystem and has no WAL beside it."""
     return on_read_only_fs(path.parent) and not Path(str(path) + "-wal").exists()
@@ -348,8 +374,8 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     SQLCipher file is read with (PAGE_BYTES when None); a plain file that
     exists keeps the one its header records."""
     page = PAGE_BYTES if page_bytes is None else page_bytes
-    if not create and not Path(path).is_file():
-        raise MissingFile(path.name)
+    if not create:
+        _refuse_empty(Path(path))
     if not create and POOL.enabled:
         kept = POOL.take(Path(path), key_digest(file_key))
         if kept is not None:
@@ -362,13 +388,42 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     # removed (as the last close does) is whole in itself, and is opened as
     # immutable: readable, and every write refused as read-only.
     target = f"file:{quote(Path(path).resolve().as_posix())}?immutable=1" if frozen else str(path)
+    conn = _open(target, cipher, file_key, page, uri=frozen)
+    if frozen:
+        return conn
+    try:
+        _set_up(conn)
+    except DB_ERRORS as exc:
+        conn.close()
+        if create or not isinstance(storage_error(exc, Path(path).parent), Full):
+            raise
+        conn = _open(target, cipher, file_key, page, uri=False)
+        try:
+            # No room on the disk for the WAL's shared index (a 32 KiB -shm
+            # file, made by the first connection to open the file and removed
+            # by the last to close it): with this process holding the file's
+            # lock alone, SQLite keeps that index in its own memory instead,
+            # so the file can still be read. Other processes wait on the lock
+            # for the length of this request (release never keeps it open).
+            conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+            _set_up(conn)
+        except BaseException:
+            conn.close()
+            raise
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: bool) -> sqlite3.Connection:
     conn: sqlite3.Connection  # sqlcipher3's connection has the same interface
     if cipher == "sqlcipher":
         if _sqlcipher is None:
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
         with SQLCIPHER_OPEN_CLOSE:
             conn = _sqlcipher.connect(
-                target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=frozen
+                target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=uri
             )
         # A file that fails to open is reported to the caller as damage; the
         # library's own stderr lines about it would only be noise in the log.
@@ -382,16 +437,13 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         conn.execute(f"PRAGMA cipher_page_size = {page}")
     else:
         conn = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
-                               uri=frozen)
+                               uri=uri)
         conn.execute(f"PRAGMA page_size = {page}")  # takes effect when the file is created
-    if frozen:
-        return conn
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA secure_delete = ON")
-        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-    except Exception:
-        conn.close()
-        raise
     return conn
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA secure_delete = ON")
+    conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")

@@ -54,10 +54,12 @@ SCAN_BATCH = 32 * KEYS_PER_CHUNK  # whole chunks, so a batch starts on a chunk b
 ERASED = "[erased]"
 
 
-def _raise_if_unavailable(exc: Exception) -> None:
+def _raise_if_unavailable(exc: Exception, folder: Path) -> None:
     """A file that cannot be opened for a reason outside its bytes (a full
-    disk, a read-only folder) is reported as that, not as damage."""
-    err = storage_error(exc)
+    disk, a read-only folder) is reported as that, not as damage; the file's
+    ``folder`` tells a full disk from an unreadable file, since SQLite
+    reports a WAL index it had no room to create as an I/O error."""
+    err = storage_error(exc, folder)
     if isinstance(err, Unavailable):
         raise err from None
 
@@ -100,6 +102,12 @@ ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest:
                "restore this store from a backup.")
 
 
+STATE_GONE = ("This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
+              "the operator should run `stash verify` and restore this store from a backup.")
+DIGEST_GONE = ("This memory file's recorded digest was deleted (the file's format records one). Nothing was "
+               "served; the operator should run `stash verify` and restore this store from a backup.")
+
+
 KEYS_BEHIND = ("This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
                "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
                "restore this store from a backup.")
@@ -117,16 +125,18 @@ class MemoryFile:
     settles (the session sets it; 0 records nothing)."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
-                 create: bool = False, page_bytes: int = PAGE_BYTES) -> None:
+                 create: bool = False, page_bytes: int = PAGE_BYTES, recorded: bool = False) -> None:
         """``page_bytes``: the page size of a new file, or the one an existing
-        SQLCipher file was made with (the key ring records it)."""
+        SQLCipher file was made with (the key ring records it). ``recorded``:
+        the key ring holds a copy of this file's state version, so the file
+        had one (:meth:`_check_state`)."""
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
-        self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain)
+        self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain, recorded)
 
     def file_keys(self) -> FileKeys:
         return self._fk
 
-    def _setup(self, fk: FileKeys, create: bool, keychain: KeyChain | None = None) -> None:
+    def _setup(self, fk: FileKeys, create: bool, keychain: KeyChain | None = None, recorded: bool = False) -> None:
         self._fk = fk
         self._path = fk.path
         self.user_id = user_id = fk.user_id
@@ -137,7 +147,7 @@ class MemoryFile:
         except MissingFile:
             raise
         except Exception as exc:
-            _raise_if_unavailable(exc)
+            _raise_if_unavailable(exc, path.parent)
             raise Damaged(
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
@@ -166,13 +176,13 @@ class MemoryFile:
                     raise Damaged("This memory file does not belong to this user; restore it from a backup.")
                 self._match_epoch(keychain)
                 self.head = self._verified_head()
-                self._check_state()
+                self._check_state(recorded)
         except Damaged:
             self.conn.close()
             raise
         except Exception as exc:
             self.conn.close()
-            _raise_if_unavailable(exc)
+            _raise_if_unavailable(exc, path.parent)
             raise Damaged(
                 "The memory file cannot be opened: it is damaged or was replaced; restore it from a backup."
             ) from None
@@ -425,11 +435,13 @@ class MemoryFile:
     def _load_state(self) -> None:
         self._drops = self._read_drops()
 
-    def _check_state(self) -> None:
+    def _check_state(self, recorded: bool = False) -> None:
         """Refuse this file unless its state matches its authenticated head
         (one snapshot). A file written before the head existed gets one now,
         once (best effort: a read-only file is served as it is, unchecked,
-        until it can be written)."""
+        until it can be written) — unless the key ring ``recorded`` a copy of
+        its state version: then the head was deleted, and the file is refused
+        as damaged with nothing written into it."""
         self.conn.execute("BEGIN")
         try:
             stored = self._stored_state()
@@ -438,6 +450,8 @@ class MemoryFile:
         finally:
             self.conn.execute("COMMIT")
         if stored is None:
+            if recorded:
+                raise Damaged(STATE_GONE)
             try:
                 with write_transaction(self.conn):
                     if self._stored_state() is None:
@@ -526,6 +540,9 @@ class MemoryFile:
         finally:
             self.conn.execute("COMMIT")
         if stored is None:
+            fmt = self.conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            if fmt is not None and fmt[0] != "1":
+                raise Damaged(DIGEST_GONE)  # only a format-1 file is computed and written here
             return self._migrate()
         head, prev = stored
         if head.count > T:

@@ -3,10 +3,10 @@ codes only, never a user, a memory, a token or a query string.
 
 The counting and the text format are prometheus_client's. With one worker the
 values live in this process. With ``--workers N`` they are prometheus_client's
-multiprocess files: ``stash serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at
-``DATA/.run/prometheus`` (emptied when it starts, so the counters begin at zero
-with the server, as a single process's do) before any worker imports the
-library, every worker writes its own file, and whichever worker answers a
+multiprocess files: ``stash serve`` points ``PROMETHEUS_MULTIPROC_DIR`` at a
+fresh folder of its own on a memory-backed filesystem apart from the data
+folder (:func:`metrics_home`, removed when it exits) before any worker imports
+the library, every worker writes its own file, and whichever worker answers a
 scrape adds up every file. A file holds only what the text itself shows.
 Counters of a worker that died stay in the totals (counters never go down);
 its gauges (memory, in-flight requests, its place among the workers) are
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,31 +28,78 @@ from prometheus_client.metrics import disable_created_metrics
 from prometheus_client.registry import Collector
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-RUN_DIR = ".run"
-MULTIPROC_DIR = "prometheus"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+FOLDER_PREFIX = "stash-metrics-"
+# Tried in order for the workers' counter files: the first that is a folder
+# this process may write in, on another filesystem than the data folder.
+MEMORY_HOMES = ("/dev/shm",  # noqa: S108 - a fresh 0700 folder of its own is made inside
+                os.environ.get("XDG_RUNTIME_DIR") or "", tempfile.gettempdir())
 
 # A `_created` series per counter would double the text and says nothing an
 # operator needs (the process start is in the exporter's own metrics).
 disable_created_metrics()
 
 
-def run_dir(data_dir: Path) -> Path:
-    return Path(data_dir) / RUN_DIR
+def _device(path: str | Path) -> int | None:
+    try:
+        return os.stat(path).st_dev
+    except OSError:
+        return None
 
 
-def multiproc_dir(data_dir: Path) -> Path:
-    return run_dir(data_dir) / MULTIPROC_DIR
+def metrics_home(data_dir: Path, homes: tuple[str, ...] = MEMORY_HOMES) -> Path | None:
+    """Where several workers keep their counter files, or None where no
+    place qualifies. prometheus_client maps those files into memory, and a
+    write to a mapped page the filesystem has no room for kills the process
+    (SIGBUS), so they must never share the data folder's filesystem: a full
+    data disk would take every worker with it, and its replacements too."""
+    data = Path(data_dir)
+    while not data.exists() and data != data.parent:
+        data = data.parent
+    data_device = _device(data)
+    for home in homes:
+        if home and os.path.isdir(home) and os.access(home, os.W_OK | os.X_OK) and _device(home) != data_device:
+            return Path(home)
+    return None
 
 
-def prepare_multiprocess(data_dir: Path) -> dict[str, str]:
-    """Empty the folder of a previous run's counters and return the
-    environment the workers need (set it before any worker starts)."""
-    folder = multiproc_dir(data_dir)
+def _sweep(home: Path) -> None:
+    """Remove the counter folders that servers which died without cleaning
+    up (kill -9) left in ``home``: those of this user whose process is gone."""
+    for folder in home.glob(FOLDER_PREFIX + "*"):
+        pid = folder.name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        try:
+            mine = folder.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def prepare_multiprocess(data_dir: Path) -> tuple[dict[str, str], Path]:
+    """A new, empty counter folder for this server's workers (so the counters
+    begin at zero with the server, as a single process's do), and the
+    environment they need (set it before any worker starts). The folder's
+    name starts with this process's id; the caller removes it when the server exits
+    (:func:`remove_multiprocess`). Where no memory-backed place apart from the
+    data folder exists, the folder falls back to ``DATA/.run/prometheus``
+    (the caller says so: a full data disk then stops the workers)."""
+    home = metrics_home(data_dir)
+    if home is not None:
+        _sweep(home)
+        # A name no other user can guess and take first in a shared folder (mkdtemp makes it 0700).
+        folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-", dir=home))
+    else:
+        folder = Path(data_dir) / ".run" / "prometheus"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True, mode=0o700)
+        os.chmod(folder.parent, 0o700)
+    os.chmod(folder, 0o700)
+    return {MULTIPROC_ENV: str(folder)}, folder
+
+
+def remove_multiprocess(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True, mode=0o700)
-    os.chmod(run_dir(data_dir), 0o700)
-    return {MULTIPROC_ENV: str(folder)}
 
 
 def resident_bytes() -> int:

@@ -223,8 +223,9 @@ class NotStash(BaseHTTPRequestHandler):
 
 def test_every_documented_exit_status(http: Http, base_url: str, token: str, tmp_path: Path) -> None:
     documented = documented_exit_statuses()
-    assert documented.keys() == {0, 1, 2, 3, 130}
+    assert documented.keys() == {0, 1, 2, 3, 130, 141}  # 130 and 141: test_interrupted_is_130, test_pipes_and_signals
     assert (client_module.OK, client_module.REFUSED, client_module.USAGE, client_module.UNREACHABLE) == (0, 1, 2, 3)
+    assert (client_module.INTERRUPTED, client_module.CLOSED_PIPE) == (130, 141)
     c = module_cli(base_url, token, tmp_path)
     no_token = {k: v for k, v in c.env.items() if k != "STASH_TOKEN"}
     cases: list[tuple[int, tuple[str, ...], dict[str, str] | None]] = [
@@ -254,7 +255,7 @@ def test_every_documented_exit_status(http: Http, base_url: str, token: str, tmp
     finally:
         server.shutdown()
         server.server_close()
-    assert {status for status, _, _ in cases} | {130} == documented.keys()
+    assert {status for status, _, _ in cases} | {130, 141} == documented.keys()
 
 
 def test_interrupted_is_130(base_url: str, token: str, tmp_path: Path) -> None:

@@ -1,0 +1,97 @@
+"""Damage a stopped server's files, start it, and see the server and ``stash
+verify`` agree: a ``memory.db`` cut to 0 bytes or cut in half, the key ring's
+copy of the state version put ahead of or behind the memory file's. A server
+never writes into a file it has just found damaged: the evidence stays
+exactly as it was, request after request, and verify still says FAIL after
+the server has seen it."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from stash.service.verify import verify as verify_folder
+from stash.storage.keyring import STATE_COPY
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
+from tests.live import Http, Server
+
+
+def verify(data: Path, token: str | None = None) -> dict[str, str]:
+    """What ``stash verify`` says of each user (its own code, in this process), by user id."""
+    return {r.user_id: ("ok  " if r.ok else "FAIL") + "  " + "; ".join(r.problems or r.facts)
+            for r in verify_folder(data, token)}
+
+
+def state_copy(folder: Path, change: int = 0) -> int:
+    """The key ring's copy of the state version, moved by ``change`` first."""
+    conn = sqlite3.connect(folder / "keyring.db", isolation_level=None)
+    try:
+        if change:
+            conn.execute("UPDATE keyring_meta SET value = CAST(value AS INTEGER) + ? WHERE name = ?",
+                         (change, STATE_COPY))
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return int(conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (STATE_COPY,)).fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+def test_damage_found_by_the_server_stays_as_it_was_and_verify_agrees(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    srv = Server(data=data, log=tmp_path / "server.log", extra=list(CHEAP_KDF_FLAGS)).start()
+    http = Http(srv.url)
+    today = datetime.now(UTC).date().isoformat()
+    try:
+        users = {}
+        for case in ("empty", "half", "ahead", "behind", "intact"):
+            ident = http.init()
+            users[case] = (ident["token"], data / "users" / ident["user_id"])
+            n = 300 if case == "half" else 8  # half of 300 sealed rows' pages cannot hold them
+            entries = [{"date": today, "text": f"{case} dunlin {k} " + "z" * 100} for k in range(n)]
+            http.ok("POST", "/import", ident["token"], json={"entries": entries})
+    finally:
+        http.close()
+        srv.stop()
+
+    def memory(case: str) -> Path:
+        return users[case][1] / "memory.db"
+
+    memory("empty").write_bytes(b"")
+    with open(memory("half"), "r+b") as f:
+        f.truncate(memory("half").stat().st_size // 2 // 4096 * 4096)
+    state_copy(users["ahead"][1], +1)
+    behind = state_copy(users["behind"][1], -1)
+    evidence = {case: memory(case).read_bytes() for case in ("empty", "half")}
+
+    def check_verify() -> None:
+        lines = verify(data)
+        for case in ("empty", "half", "ahead", "behind", "intact"):
+            user_id = users[case][1].name
+            assert ("FAIL" in lines[user_id]) == (case in ("empty", "half")), lines[user_id]
+        for case in ("ahead", "behind"):  # what only the token shows: the state version inside the file
+            with_token = verify(data, users[case][0])[users[case][1].name]
+            assert ("FAIL" in with_token) == (case == "ahead"), with_token
+
+    check_verify()
+    srv.start()
+    http = Http(srv.url)
+    try:
+        for _ in range(3):
+            for case, code in (("empty", "store.damaged"), ("half", "store.damaged"),
+                               ("ahead", "store.rolled_back")):
+                token = users[case][0]
+                assert_error(http.get("/wake", token), 500, code)
+                assert_error(http.post("/note", token, json={"text": "one more dunlin"}), 500, code)
+        for case in ("behind", "intact"):
+            assert http.ok("GET", "/wake", users[case][0])["T"] == 8
+            assert http.ok("POST", "/note", users[case][0], json={"text": "one more dunlin"})["id"] == 8
+    finally:
+        http.close()
+        srv.stop()
+    for case, before in evidence.items():
+        assert memory(case).read_bytes() == before, f"the server wrote into the {case} memory file"
+    assert state_copy(users["behind"][1]) > behind  # the next write brought the lagging copy up
+    check_verify()
