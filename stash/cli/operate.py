@@ -89,6 +89,6 @@ def verify_main(argv: list[str]) -> int:
     if parsed is not None and not any(r.user_id == parsed.user_id for r in reports):
         print("stash verify: the token's user has no store here.", file=sys.stderr)
         failed += 1
-    print(f"stash verify: {len(reports)} users checked, {failed} failed.")
+    print(f"stash verify: {len(reports)} {'user' if len(reports) == 1 else 'users'} checked, {failed} failed.")
     print(ERASURE_NOTE)
     return 1 if failed else 0

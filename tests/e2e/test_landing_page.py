@@ -164,7 +164,7 @@ def test_slider_moves_the_bars_by_keyboard_and_mouse(page: Chromium, capsys: pyt
 
 def test_a_failed_shape_is_shown_and_the_next_move_recovers(page: Chromium) -> None:
     settle(page, 300)
-    page.call("Fetch.enable", {"patterns": [{"urlPattern": "*/shape?*"}]})
+    page.call("Fetch.enable", {"patterns": [{"urlPattern": "*/shape"}]})
     try:
         page.js("document.getElementById('t').focus()")
         page.press("ArrowRight", "ArrowRight", 39)
