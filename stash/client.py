@@ -1523,7 +1523,8 @@ def do_import_optmem(args: argparse.Namespace) -> int:
             if f.status == 403:
                 raise Failure(f"stash: the folder has {plural(len(erased), 'erased memory', 'erased memories')} "
                               f"(#{erased[0]} first); "
-                              "re-creating them erased takes the owner's token. Nothing was imported.") from None
+                              f"re-creating {'it' if len(erased) == 1 else 'them'} erased takes the owner's token. "
+                              "Nothing was imported.") from None
             raise
     # The memory takes the folder's sizes; ENTRY_CHARS waits until the end,
     # since it also limits the summaries carried over.

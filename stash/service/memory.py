@@ -74,7 +74,7 @@ class Memory:
             size = 1 << (T.bit_length() - 1)
             return (f"The wake prints every one of the {T} memories word for word, so it shows no #lo-hi line; "
                     f"a complete block still opens, like {blocks.block_id(0, size)}.")
-        return f"There are no blocks yet: the log holds {lines.plural(T, 'memory')}."
+        return "There are no blocks to zoom into yet: a block holds at least 2 memories."
 
     def _within(self, lo: int, hi: int, T: int) -> None:
         if hi > T:
