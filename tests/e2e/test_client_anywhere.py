@@ -1,11 +1,10 @@
 """The client works anywhere (issue 12 item 7): UTF-8 output whatever the
-locale, no traceback ever, and a zoom past the end names the command that
-helps, which runs as printed."""
+locale, no traceback ever, and a zoom past the end names a block that
+opens."""
 
 from __future__ import annotations
 
 import re
-
 import subprocess
 import threading
 from collections.abc import Iterator
