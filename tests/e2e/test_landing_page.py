@@ -108,6 +108,11 @@ def test_page_loads_clean_under_its_policy_and_names_this_server(page: Chromium,
     quickstart = page.js("[...document.querySelectorAll('pre code')].pop().textContent")
     assert f"curl -s -X POST {server.url}/init -d '{{\"url\": \"{server.url}\"}}'" in quickstart
     assert f"export STASH_URL={server.url}\n" in quickstart
+    # The route table, rebuilt from /openapi.json, shows each read as its POST twin: no query string.
+    rows = page.wait_for("document.querySelectorAll('#routes tr').length > 6 && "
+                         "[...document.querySelectorAll('#routes tr td:first-child')].map(td => td.textContent)")
+    assert "POST /recall" in rows and "POST /zoom" in rows and "GET /recall" not in rows
+    assert not any("?" in row for row in rows) and len(rows) == len(set(rows))
     no_errors(page)
     # The policy is enforced — a script the page did not ship is refused — and
     # the refusal reaches the console this test reads, so its silence above means something.
