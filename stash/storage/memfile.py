@@ -971,9 +971,9 @@ class MemoryFile:
         return True
 
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Drop block ``[lo, hi)`` and everything built on it: at each size from
-        ``hi - lo`` upward, the containing block and every later one of that
-        level (SPEC §2.7). Returns the dropped blocks, smallest first."""
+        """Drop block ``[lo, hi)``, the block containing it at each larger
+        size, and every later block of each of those sizes (SPEC §2.7).
+        Returns the dropped blocks, smallest first."""
         with write_transaction(self.conn):
             gone = self._drop_from(lo, hi)
             if gone:
