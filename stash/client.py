@@ -1569,7 +1569,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
     again = f", {len(erased)} of them erased again" if erased else ""
     _out(f"Imported {plural(T, 'memory', 'memories')}, #0 to #{T - 1}, with {'its date' if T == 1 else 'their dates'}"
          f"{again}.")
-    _out(f"Carried over {carried} of the folder's {in_folder} summaries; "
+    _out(f"Carried over {carried} of the folder's {plural(in_folder, 'summary', 'summaries')}; "
          f"{plural(due, 'compression')} {'is' if due == 1 else 'are'} due.")
     if sizes:
         _out("Sizes carried over: " + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ".")

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.blocks import Settled, erase_span, forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
+from ..core.lines import plural
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
@@ -624,7 +625,8 @@ class MemoryFile:
             )
         if not self.extends(pin, self.head):
             raise PinMismatch(
-                f"This memory's log does not continue the head you pinned ({pin.count} memories): it was rolled "
+                f"This memory's log does not continue the head you pinned ({plural(pin.count, 'memory')}): "
+                "it was rolled "
                 "back or replaced. Nothing was served or written; tell the operator to run `stash verify` and "
                 "restore from a backup, or drop the pin to read what is there now.",
             )

@@ -21,6 +21,7 @@ from .. import __version__
 from ..core import blocks
 from ..core.blocks import BATCH_MAX
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
+from ..core.lines import plural
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..crypto.chain import Head
@@ -279,7 +280,8 @@ async def init(request: Request) -> Response:
         raise TooMany(f"Too many identities minted from this address; wait {wait} s.", wait)
     wait = limiter.blocked_for("init_day", client, settings.init_per_day, DAY_S)
     if wait:
-        raise TooMany(f"This address minted the {settings.init_per_day} identities a day this server allows; "
+        raise TooMany(f"This address minted the {plural(settings.init_per_day, 'identity')} a day this "
+                      "server allows; "
                       f"wait {wait} s, or reuse a token you already have.", wait, code="quota.identities")
     address = _block_address(request, body.get("url"))
     if address is None:
