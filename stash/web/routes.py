@@ -564,7 +564,7 @@ RECALL_FIELDS = Fields((
 ))
 ZOOM_FIELDS = Fields((
     Field("block", ref("BlockId"), "the block to open", required=True,
-          missing="Missing block: send the block to open, like 16-31."),
+          missing="Missing block: send the block to open, as a #lo-hi line of the wake names it."),
 ))
 SHAPE_FIELDS = Fields((
     Field("T", integer(0, 10**15), "how many memories", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
