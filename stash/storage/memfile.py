@@ -974,7 +974,8 @@ class MemoryFile:
 
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Drop block ``[lo, hi)``, the block containing it at each larger
-        size, and every later block of each of those sizes (SPEC §2.7).
+        size, and every later block of each of those sizes (docs/DESIGN.md,
+        "Forget").
         Returns the dropped blocks, smallest first."""
         with write_transaction(self.conn):
             gone = self._drop_from(lo, hi)
