@@ -975,8 +975,7 @@ class MemoryFile:
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Drop block ``[lo, hi)``, the block containing it at each larger
         size, and every later block of each of those sizes (docs/DESIGN.md,
-        "Forget").
-        Returns the dropped blocks, smallest first."""
+        "Forget"). Returns the dropped blocks, smallest first."""
         with write_transaction(self.conn):
             gone = self._drop_from(lo, hi)
             if gone:
