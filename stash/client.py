@@ -926,15 +926,16 @@ def do_grants(args: argparse.Namespace) -> int:
         body = {"scope": words[0], "url": api.url}
         body.update({k: v for k, v in (("label", args.label), ("expires", args.expires)) if v is not None})
         ans = api.call("POST", "/grants", body)
+        # The token stays the last line of standard output, for scripts; the agent's block goes beside it.
+        if isinstance(ans.get("prompt"), str):
+            _say("Paste this block at the top of that agent's AGENTS.md"
+                 + (" (it says the capability is read-only):" if ans.get("scope") == "read" else ":"))
+            _say()
+            _say(ans["prompt"].rstrip("\n"))
+            _say()
         _out(f"Minted #{ans.get('id')}, scope {ans.get('scope', words[0])}. "
              "Its token is shown this once; hand it over as STASH_TOKEN:")
         _out(str(ans.get("token")))
-        if isinstance(ans.get("prompt"), str):
-            _out()
-            _out("Paste this block at the top of that agent's AGENTS.md"
-                 + (" (it says the capability is read-only):" if ans.get("scope") == "read" else ":"))
-            _out()
-            _out(ans["prompt"].rstrip("\n"))
         return 0
     if words[0] == "revoke" and len(words) == 2:
         gid = words[1].lstrip("#")

@@ -160,10 +160,11 @@ def test_grants_rotate_and_forget_print_what_comes_next(base_url: str, http: Htt
     owner = http.init()["token"]
     cli = Cli([sys.executable, str(client_file)], cli_env(base_url, owner, path_with(client_file.parent)))
     # A read capability comes with the read-only block, naming this server.
-    minted = cli.ok("grants", "read")
-    reader = re.search(r"stash1_\S+", minted).group(0)
+    minted = cli.run("grants", "read")
+    assert minted.returncode == 0, minted.stderr
+    reader = minted.stdout.splitlines()[-1]  # the token stays the last line of stdout, for scripts
     block = (REPO / "skill" / "AGENTS-read.md").read_text(encoding="utf-8").replace("{url}", base_url)
-    assert minted.rstrip("\n").endswith("\n" + block.rstrip("\n")) and "read-only" in minted
+    assert minted.stderr.rstrip("\n").endswith("\n" + block.rstrip("\n")) and "read-only" in minted.stderr
     woke = cli.ok("wake", env={**cli.env, "STASH_TOKEN": reader})
     assert "read-only" in woke and woke.rstrip("\n").endswith("You are awake.")
     # forget prints the nap its answer carries, not a bare "nap".

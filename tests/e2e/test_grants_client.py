@@ -11,7 +11,7 @@ from tests.live import Cli, Http
 def test_grants_mint_with_label_and_expiry_and_list_them(cli: Cli, http: Http, token: str) -> None:
     until = (dt.datetime.now(dt.UTC) + dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = cli.ok("grants", "read", "--label", "phone → backup", "--expires", until)
-    new_token = out.splitlines()[1]  # after "Minted #2 ...", before the agent's block
+    new_token = out.splitlines()[-1]
     assert http.get("/wake", new_token).status_code == 200
     listing = cli.ok("grants").splitlines()
     row = next(line for line in listing if line.startswith("#2 "))
