@@ -47,13 +47,15 @@ from pathlib import Path
 __all__ = ["VERBS", "main"]
 
 VERBS = {
-    "init": "mint a new memory on URL: prints its token once, the two export lines and the block for AGENTS.md",
+    "init": "mint a new memory on URL: prints the two export lines (its token shown once) for "
+            "eval \"$(stash init URL)\", and the block for AGENTS.md on stderr",
     "wake": "read the wake, part by part, until it says you are awake",
     "note": "record one line of lasting effect",
     "nap": "show the due compression, or answer it: nap <block> \"<line>\"; take many at once: nap --batch K",
     "recall": "search every memory, word for word, with a regex",
     "zoom": "open a block of the wake into its two halves",
-    "forget": "drop a bad summary and every summary built on it",
+    "forget": "drop a bad summary, the block containing it at each larger size, and every later summary of "
+              "those sizes; the naps that follow write them again",
     "config": "show the sizes, or set them: config NAME=VALUE (empty value restores the default)",
     "import": "bulk-append dated memories from a file of 'YYYY-MM-DD text' lines",
     "grants": "list capabilities, mint one (read | full), or revoke one (revoke ID)",
@@ -115,16 +117,68 @@ class Failure(Exception):
 
 
 def _prog() -> str:
-    """The shell words that run this client again, so that printed commands
-    run as printed: ``stash`` when that is on PATH, else how we were started."""
-    if shutil.which("stash"):
-        return "stash"
+    """The shortest shell words that run this client again, so that printed
+    commands run as printed: ``stash`` when ``stash`` on PATH is this client,
+    else the shortest path to it (relative to the working folder or
+    absolute), with the interpreter in front only when the file cannot run
+    by itself."""
     a0 = sys.argv[0] if sys.argv else ""
-    if os.path.basename(a0) == "__main__.py":
-        return f"{shlex.quote(sys.executable)} -m stash"
+    if os.path.basename(a0) == "__main__.py":  # python -m stash
+        return "stash" if _stash_on_path_runs(None) else f"{_interpreter()} -m stash"
     if a0 and os.path.isfile(a0):
-        return f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(a0))}"
+        if _stash_on_path_runs(a0):
+            return "stash"
+        if os.access(a0, os.X_OK) and _starts_with(a0, b"#!"):
+            return shell_word(_shortest_path(a0))
+        return f"{_interpreter()} {shell_word(_shortest_path(a0))}"
     return "stash"
+
+
+def _stash_on_path_runs(script: str | None) -> bool:
+    """Whether ``stash`` as found on PATH runs this client: the very file
+    ``script`` (through any symlink), or, for ``python -m stash`` (``script``
+    None), a launcher whose ``#!`` line names this same interpreter."""
+    found = shutil.which("stash")
+    if found is None:
+        return False
+    if script is not None:
+        return os.path.realpath(found) == os.path.realpath(script)
+    return _starts_with(found, b"#!" + os.fsencode(sys.executable) + b"\n")
+
+
+def _starts_with(path: str, prefix: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(prefix)) == prefix
+    except OSError:
+        return False
+
+
+def _interpreter() -> str:
+    """This interpreter as the shortest words that start it: ``python3`` or
+    ``python`` when that name on PATH is this very path (compared without
+    resolving symlinks: a virtual environment's python is a symlink whose
+    own path decides which packages it sees), else its shortest path."""
+    here = os.path.abspath(sys.executable)
+    for name in ("python3", "python"):
+        found = shutil.which(name)
+        if found is not None and os.path.abspath(found) == here:
+            return name
+    return shell_word(_shortest_path(here))
+
+
+def _shortest_path(path: str) -> str:
+    """``path`` relative to the working folder or absolute, whichever is
+    shorter; a relative one always holds a slash, so the shell never looks
+    it up on PATH instead."""
+    absolute = os.path.abspath(path)
+    try:
+        relative = os.path.relpath(absolute)
+    except ValueError:  # another drive
+        return absolute
+    if os.sep not in relative:
+        relative = os.curdir + os.sep + relative
+    return min(relative, absolute, key=len)
 
 
 def shell_word(text: str) -> str:
@@ -252,14 +306,26 @@ def _shown(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def address(explicit: str | None = None, fallback: str | None = None,
+            explicit_is: str = "the URL argument", fallback_is: str = "--url") -> tuple[str, str]:
+    """The server's address and where it came from, in words an error can
+    name: ``explicit`` (a command's argument) first, else STASH_URL, else
+    ``fallback``. An address that is not http(s) is refused naming its source,
+    so a mistyped argument is never reported as a bad STASH_URL."""
+    for value, source in ((explicit, explicit_is), (os.environ.get("STASH_URL"), "STASH_URL"),
+                          (fallback, fallback_is)):
+        url = (value or "").strip()
+        if not url:
+            continue
+        if not url.startswith(("http://", "https://")):
+            raise Failure(f"stash: {source} must start with http:// or https:// (it is {_shown(url)!r}).", USAGE)
+        return url.rstrip("/"), source
+    raise Failure("stash: STASH_URL is not set. Set it to the server's address, like "
+                  "export STASH_URL=https://stash.example", USAGE)
+
+
 def server_url(fallback: str | None = None, explicit: str | None = None) -> str:
-    url = (explicit or "").strip() or os.environ.get("STASH_URL", "").strip() or (fallback or "")
-    if not url:
-        raise Failure("stash: STASH_URL is not set. Set it to the server's address, like "
-                      "export STASH_URL=https://stash.example", USAGE)
-    if not url.startswith(("http://", "https://")):
-        raise Failure(f"stash: STASH_URL must start with http:// or https:// (it is {_shown(url)!r}).", USAGE)
-    return url.rstrip("/")
+    return address(explicit, fallback)[0]
 
 
 def token() -> str:
@@ -357,10 +423,17 @@ class Api:
     in ``steps``' terms. It pins the memory's log head (see pins_path)
     unless STASH_PIN=off."""
 
-    def __init__(self, url: str, tok: str | None, steps: Steps = SHELL) -> None:
+    def __init__(self, url: str, tok: str | None, steps: Steps = SHELL, source: str = "STASH_URL") -> None:
         self.url = url
         self._token = tok
         self.steps = steps
+        self.source = source  # where the address came from, as errors name it
+
+    def where(self) -> str:
+        """The server as an error names it: with where its address came from."""
+        if self.source == "STASH_URL":
+            return f"STASH_URL={_shown(self.url)}"
+        return f"{_shown(self.url)} ({self.source})"
 
     def call(self, method: str, path: str, body: object = None, *, query: dict | None = None,
              raw: bool = False, timeout: float = TIMEOUT):
@@ -405,7 +478,7 @@ class Api:
         try:
             answer = json.loads(payload.decode("utf-8"))
         except ValueError:
-            raise Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer JSON; "
+            raise Failure(f"stash: the server at {self.where()} did not answer JSON; "
                           "is that the address of a Stash server?", UNREACHABLE) from None
         if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and _pinning():
             remember_pin(self.url, self._token, answer["head"].get("pin"))
@@ -429,17 +502,17 @@ class Api:
                 raise _Busy(failure, _retry_after(err.headers.get("Retry-After"))) from None
             raise failure from None
         except urllib.error.URLError as err:
-            failure = Failure(f"stash: cannot reach the server at STASH_URL={_shown(self.url)} "
+            failure = Failure(f"stash: cannot reach the server at {self.where()} "
                               f"({_reason(err.reason)}). Check the address and that the server is running.",
                               UNREACHABLE)
             if isinstance(err.reason, (ConnectionError, TimeoutError, socket.timeout)):
                 raise _Lost(failure) from None
             raise failure from None
         except (TimeoutError, socket.timeout):  # noqa: UP041 - distinct classes before Python 3.10
-            raise _Lost(Failure(f"stash: the server at STASH_URL={_shown(self.url)} did not answer within "
+            raise _Lost(Failure(f"stash: the server at {self.where()} did not answer within "
                                 f"{timeout:.0f} s; try again.", UNREACHABLE)) from None
         except (OSError, http.client.HTTPException) as err:
-            raise _Lost(Failure(f"stash: the connection to STASH_URL={_shown(self.url)} failed "
+            raise _Lost(Failure(f"stash: the connection to {self.where()} failed "
                                 f"({_reason(err)}); try again.", UNREACHABLE)) from None
 
     def _refusal(self, err: urllib.error.HTTPError) -> Failure:
@@ -448,7 +521,7 @@ class Api:
         except (ValueError, OSError):
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("message"), str):
-            return Failure(f"stash: the server at STASH_URL={_shown(self.url)} answered HTTP {err.code} "
+            return Failure(f"stash: the server at {self.where()} answered HTTP {err.code} "
                            "without a Stash error; is that the address of a Stash server?", UNREACHABLE)
         extra = None
         nap = body.get("nap")
@@ -504,6 +577,14 @@ def _out(text: str = "") -> None:
     """The plain-text answer; under --json the server's own answers stand in for it."""
     if not _JSON["on"]:
         sys.stdout.write(text + "\n")
+
+
+def _say(text: str = "") -> None:
+    """Prose beside an answer that a script reads from standard output (as
+    ``eval "$(stash init URL)"`` does): on standard error; under --json the
+    server's answer already holds it."""
+    if not _JSON["on"]:
+        sys.stderr.write(text + "\n")
 
 
 def _emit_json(answer: object) -> None:
@@ -595,6 +676,11 @@ def summaries_lines(api: Api, summaries: list[dict]) -> list[str]:
     return out + ["Nothing left to compress."]
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and ``word``, its plural (``many``, else ``word`` + s) unless n is 1."""
+    return f"{n} {word}" if n == 1 else f"{n} {many or word + 's'}"
+
+
 def count_line(n: int) -> str:
     """OptMem's count line."""
     return "No match." if n == 0 else "1 match." if n == 1 else f"{n} matches."
@@ -613,8 +699,8 @@ def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
         count = count[:-1] + f" before #{before}."
     more = ans.get("more")
     if isinstance(more, int) and not isinstance(more, bool):
-        return matches + [f"{count} The newest {len(matches)} are shown; for the older ones "
-                          f"{api.steps.lead.lower()}{api.steps.recall(q, more)}"]
+        shown = f"The newest {len(matches)} {'is' if len(matches) == 1 else 'are'} shown"
+        return matches + [f"{count} {shown}; for the older ones {api.steps.lead.lower()}{api.steps.recall(q, more)}"]
     if total and not matches:
         return [f"{count} None fits in PART_CHARS bytes; raise PART_CHARS (config) to see them."]
     return matches + [count]
@@ -625,31 +711,40 @@ def zoom_lines(api: Api, block: str) -> list[str]:
 
 
 def forget_lines(api: Api, block: str) -> list[str]:
-    dropped = api.call("POST", "/forget", {"block": block}).get("dropped", [])
-    return [f"Dropped {', '.join(dropped)}. The log is untouched; the next naps write them again.",
-            f"{api.steps.lead}{api.steps.nap()}"]
+    """What was dropped, then the nap the answer carries: the first of the
+    dropped summaries to write again."""
+    ans = api.call("POST", "/forget", {"block": block})
+    dropped = ans.get("dropped", [])
+    out = [f"Dropped {plural(len(dropped), 'summary', 'summaries')}: {', '.join(dropped)}. The log is untouched; "
+           "the next naps write them again."]
+    if ans.get("nap"):
+        return out + _nap_prompt(ans["nap"], api.steps)
+    return out + [f"{api.steps.lead}{api.steps.nap()}"]
 
 
 # ---------------------------------------------------------------- verbs
 
 
 def do_init(args: argparse.Namespace) -> int:
-    """Mint a memory on the server named by URL (else STASH_URL); print its
-    token once, as the two export lines, then the block for AGENTS.md. The
-    address written into the block is --url, else URL; with neither, the
-    server chooses (its own --url, else the address it was called at)."""
-    api = Api(server_url(args.url, explicit=args.server), None)
+    """Mint a memory on the server named by URL (else STASH_URL, else
+    --url). Standard output is only the two export lines, so that
+    ``eval "$(stash init URL)"`` sets both in the calling shell; the token's
+    note and the block for AGENTS.md go to standard error. The address
+    written into the block is --url, else URL; with neither, the server
+    chooses (its own --url, else the address it was called at)."""
+    url, source = address(args.server, args.url, explicit_is="the URL given to init", fallback_is="--url")
+    api = Api(url, None, source=source)
     public = (args.url or args.server or "").rstrip("/")
     ans = api.call("POST", "/init", {"url": public} if public else {})
-    _out(f"export STASH_URL={shlex.quote(public or api.url)}")
-    _out(f"export STASH_TOKEN={ans['token']}")
-    _out()
+    _out(f"export STASH_URL={shell_word(public or api.url)}")
+    _out(f"export STASH_TOKEN={shell_word(ans['token'])}")
+    sys.stdout.flush()
     if ans.get("note"):
-        _out(ans["note"])
-        _out()
-    _out("Paste this block at the top of your AGENTS.md:")
-    _out()
-    _out(ans.get("prompt", "").rstrip("\n"))
+        _say(ans["note"])
+        _say()
+    _say("Paste this block at the top of your AGENTS.md:")
+    _say()
+    _say(ans.get("prompt", "").rstrip("\n"))
     return 0
 
 
@@ -785,7 +880,8 @@ def send_entries(api: Api, entries: list[dict]) -> tuple[int, int, int]:
             ans = api.call("POST", "/import", {"entries": batch}, timeout=LONG_TIMEOUT)
         except Failure as f:
             if done:
-                f.message += f" (The first {done} entries were imported already; import the rest from there.)"
+                f.message += (f" (The first {plural(done, 'entry', 'entries')} {'was' if done == 1 else 'were'} "
+                              "imported already; import the rest from there.)")
             raise
         first = ans["first"] if first is None else first
         last, pending = ans["last"], ans["pending"]
@@ -797,9 +893,9 @@ def do_import(args: argparse.Namespace) -> int:
     api = _api()
     entries = read_entries(args.file)
     first, last, pending = send_entries(api, entries)
-    _out(f"Imported {len(entries)} memories, #{first} to #{last}.")
+    _out(f"Imported {plural(len(entries), 'memory', 'memories')}, #{first} to #{last}.")
     if pending:
-        _out(f"{pending} compression{'s are' if pending != 1 else ' is'} due, oldest first.")
+        _out(f"{plural(pending, 'compression')} {'is' if pending == 1 else 'are'} due, oldest first.")
         _out(f"Run: {_prog()} nap")
     return 0
 
@@ -830,13 +926,20 @@ def do_grants(args: argparse.Namespace) -> int:
             _out(_grant_line(g) if isinstance(g, dict) else str(g))
         return 0
     if words[0] in ("read", "full") and len(words) == 1:
-        body = {"scope": words[0]}
+        # The address this client calls goes into the agent's block, as init writes it.
+        body = {"scope": words[0], "url": api.url}
         body.update({k: v for k, v in (("label", args.label), ("expires", args.expires)) if v is not None})
         ans = api.call("POST", "/grants", body)
-        grant = ans.get("grant", ans)
-        _out(f"Minted #{grant.get('id', ans.get('id'))}, scope {grant.get('scope', words[0])}. "
+        # The token stays the last line of standard output, for scripts; the agent's block goes beside it.
+        if isinstance(ans.get("prompt"), str):
+            _say("Paste this block at the top of that agent's AGENTS.md"
+                 + (" (it says the capability is read-only):" if ans.get("scope") == "read" else ":"))
+            _say()
+            _say(ans["prompt"].rstrip("\n"))
+            _say()
+        _out(f"Minted #{ans.get('id')}, scope {ans.get('scope', words[0])}. "
              "Its token is shown this once; hand it over as STASH_TOKEN:")
-        _out(str(ans.get("token") or grant.get("token")))
+        _out(str(ans.get("token")))
         return 0
     if words[0] == "revoke" and len(words) == 2:
         gid = words[1].lstrip("#")
@@ -856,7 +959,8 @@ def do_grants(args: argparse.Namespace) -> int:
 
 def _receipt_line(r: dict) -> str:
     ids = ", ".join(f"#{i}" for i in r.get("ids", []))
-    return f"receipt {r.get('receipt')}  {r.get('at')}  {ids}  ({r.get('dropped', 0)} summaries dropped)"
+    dropped = plural(int(r.get("dropped", 0)), "summary", "summaries")
+    return f"receipt {r.get('receipt')}  {r.get('at')}  {ids}  ({dropped} dropped)"
 
 
 def do_erase(args: argparse.Namespace) -> int:
@@ -867,8 +971,11 @@ def do_erase(args: argparse.Namespace) -> int:
             raise Failure("stash: erase takes memory ids as the wake prints them, like #12 or 12.", USAGE)
         ids.append(int(word))
     ans = _api().call("POST", "/erase", {"ids": ids})
-    _out(f"Erased {len(ans.get('erased', []))} of {len(ids)} (the rest were erased before). "
-         "Their lines now read [erased] everywhere.")
+    fresh, asked = len(ans.get("erased", [])), len(ans.get("ids") or set(ids))
+    before = asked - fresh
+    again = f" ({before} {'was' if before == 1 else 'were'} erased before)" if before else ""
+    _out(f"Erased {fresh} of {plural(asked, 'memory', 'memories')}{again}. "
+         f"{'Its line now reads' if asked == 1 else 'Their lines now read'} [erased] everywhere.")
     _out(_receipt_line(ans))
     if ans.get("dropped"):
         _out(f"Run: {_prog()} nap")
@@ -885,7 +992,9 @@ def do_rotate(args: argparse.Namespace) -> int:
     ans = _api().call("POST", "/rotate", {})
     _out(f"Rotated: owner capability #{ans.get('revoked')} ended, #{ans.get('id')} is the owner now. "
          "The new token is shown this once; the old one opens nothing from now on. Save it:")
-    _out(f"export STASH_TOKEN={ans['token']}")
+    _out(f"export STASH_TOKEN={shell_word(ans['token'])}")
+    if isinstance(ans.get("message"), str):
+        _out(ans["message"])
     if ans.get("also_revoked"):
         ended = ", ".join(f"#{i}" for i in ans["also_revoked"])
         _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
@@ -898,7 +1007,9 @@ def do_destroy(args: argparse.Namespace) -> int:
         raise Failure("stash: destroy deletes this whole memory and every token of it, for good. "
                       f"To go ahead: {_prog()} destroy --yes", USAGE)
     ans = _api().call("DELETE", "/store")
-    _out(f"Destroyed: {ans.get('memories')} memories, at {ans.get('at')}. Every token of it now opens nothing.")
+    held = ans.get("memories")
+    what = plural(held, "memory", "memories") if isinstance(held, int) else "the memory"
+    _out(f"Destroyed: {what}, at {ans.get('at')}. Every token of it now opens nothing.")
     return 0
 
 
@@ -1034,8 +1145,9 @@ def read_optmem_tree(folder: str, T: int) -> dict[int, list[str | None]]:
         complete = T // size
         if n > complete:
             lo = complete * size
-            raise Failure(f"stash: TREE/{name} holds {n} summaries, but the log's {T} memories complete only "
-                          f"{complete} blocks of {size}: record {complete} would be block {lo}-{lo + size - 1}, "
+            raise Failure(f"stash: TREE/{name} holds {plural(n, 'summary', 'summaries')}, but the log's "
+                          f"{plural(T, 'memory', 'memories')} complete only {plural(complete, 'block')} of {size}: "
+                          f"record {complete} would be block {lo}-{lo + size - 1}, "
                           "which is not complete. Nothing was imported.", USAGE)
         texts: list[str | None] = []
         for k in range(n):
@@ -1223,7 +1335,8 @@ def unpack(members: dict[str, bytes], target: str, force: bool) -> None:
 
 def _export_summary(doc: dict) -> str:
     summaries = sum(int(n) for n in doc.get("summaries", {}).values())
-    return (f"{doc.get('memories')} memories ({doc.get('erased', 0)} erased), {summaries} summaries, "
+    return (f"{plural(int(doc.get('memories') or 0), 'memory', 'memories')} ({doc.get('erased', 0)} erased), "
+            f"{plural(summaries, 'summary', 'summaries')}, "
             f"{doc.get('pending', 0)} due; manifest digest {str(doc.get('digest'))[:16]}... checked")
 
 
@@ -1413,8 +1526,10 @@ def do_import_optmem(args: argparse.Namespace) -> int:
             api.call("GET", "/erasures")
         except Failure as f:
             if f.status == 403:
-                raise Failure(f"stash: the folder has {len(erased)} erased memories (#{erased[0]} first); "
-                              "re-creating them erased takes the owner's token. Nothing was imported.") from None
+                raise Failure(f"stash: the folder has {plural(len(erased), 'erased memory', 'erased memories')} "
+                              f"(#{erased[0]} first); "
+                              f"re-creating {'it' if len(erased) == 1 else 'them'} erased takes the owner's token. "
+                              "Nothing was imported.") from None
             raise
     # The memory takes the folder's sizes; ENTRY_CHARS waits until the end,
     # since it also limits the summaries carried over.
@@ -1451,14 +1566,16 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         log = shlex.quote(os.path.join(folder, "LOG.txt"))
         rest = f"append the rest with: tail -c +{done * OPTMEM_LOG_REC + 1} {log} > rest.txt && {_prog()} import " \
             "rest.txt; " if done < T else ""
-        raise _after(f, f"(The folder's first {done} memories are imported and {carried} summaries carried over. "
+        raise _after(f, f"(The folder's first {plural(done, 'memory', 'memories')} {'is' if done == 1 else 'are'} "
+                        f"imported and {plural(carried, 'summary', 'summaries')} carried over. "
                         f"To finish, {rest}answer what is due with {_prog()} nap{erase}; and set the sizes with "
                         f"{_prog()} config.)") from None
     due = int(nap.get("remaining", 0)) + 1 if nap else 0
     again = f", {len(erased)} of them erased again" if erased else ""
-    _out(f"Imported {T} memories, #0 to #{T - 1}, with their dates{again}.")
-    _out(f"Carried over {carried} of the folder's {in_folder} summaries; "
-         f"{due} compression{'s are' if due != 1 else ' is'} due.")
+    _out(f"Imported {plural(T, 'memory', 'memories')}, #0 to #{T - 1}, with {'its date' if T == 1 else 'their dates'}"
+         f"{again}.")
+    _out(f"Carried over {carried} of the folder's {plural(in_folder, 'summary', 'summaries')}; "
+         f"{plural(due, 'compression')} {'is' if due == 1 else 'are'} due.")
     if sizes:
         _out("Sizes carried over: " + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ".")
     if due:

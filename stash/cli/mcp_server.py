@@ -87,8 +87,10 @@ each a summary or, at the bottom, a raw memory. Zoom again into a half to go \
 further down.\
 """
 FORGET = """\
-Drop a summary that is wrong or misleading, and every summary built on it. The \
-memories themselves are untouched; the naps that follow ask you to write the \
+Drop a summary that is wrong or misleading. With it go the summary of the \
+block containing it at each larger size and every later summary of each of \
+those sizes (each size's summaries stay a dense prefix). The memories \
+themselves are untouched; the answer carries the first nap that writes the \
 dropped summaries again from their source.\
 """
 

@@ -52,7 +52,8 @@ def backup_main(argv: list[str]) -> int:
         _print_report(report)
         failed += not report.ok
     done = sum(1 for c, _ in results if c.copied)
-    print(f"stash backup: {done} users copied, {failed} copies failed their check.")
+    print(f"stash backup: {done} {'user' if done == 1 else 'users'} copied, {failed} "
+          f"{'copy' if failed == 1 else 'copies'} failed their check.")
     print(ERASURE_NOTE)
     return 1 if failed else 0
 
@@ -89,6 +90,6 @@ def verify_main(argv: list[str]) -> int:
     if parsed is not None and not any(r.user_id == parsed.user_id for r in reports):
         print("stash verify: the token's user has no store here.", file=sys.stderr)
         failed += 1
-    print(f"stash verify: {len(reports)} users checked, {failed} failed.")
+    print(f"stash verify: {len(reports)} {'user' if len(reports) == 1 else 'users'} checked, {failed} failed.")
     print(ERASURE_NOTE)
     return 1 if failed else 0

@@ -43,14 +43,12 @@ def parse_block(text: str) -> Block:
     name the same summary."""
     m = _BLOCK_ID.fullmatch(text)
     if not m:
-        raise BlockIdError(f"'{text[:40]}' is not a block id; copy one like 16-31 from the wake or the nap prompt.")
+        raise BlockIdError(f"'{text[:40]}' is not a block id (two numbers, low-high).")
     lo, last = int(m.group(1)), int(m.group(2))
     if last < lo:
-        raise BlockIdError(f"{lo}-{last} runs backwards; a block id is written low-high, like 16-31.")
+        raise BlockIdError(f"{lo}-{last} runs backwards; a block id is written low-high.")
     if not is_block(lo, last + 1):
-        raise BlockIdError(
-            f"{lo}-{last} is not an aligned power-of-two block; copy an id printed by wake, like 16-31."
-        )
+        raise BlockIdError(f"{lo}-{last} is not an aligned power-of-two block.")
     return lo, last + 1
 
 

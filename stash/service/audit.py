@@ -93,10 +93,15 @@ def revoke(session, vault, grant_id: int) -> dict:
 
 
 def rotate(session, vault) -> dict:
-    """A new owner token; recorded against the old owner grant that asked."""
+    """A new owner token; recorded against the old owner grant that asked.
+    The answer names the variable to update, since the old token now opens
+    nothing and every shell and host that holds it must take the new one."""
     grant_id = session.grant_id
     answer = vault.rotate_owner(session)
     session.keyring.record(grant_id, "rotate", {"new_grant": answer["id"], "epoch": answer["epoch"]})
+    answer["update"] = "STASH_TOKEN"
+    answer["message"] = ("Update STASH_TOKEN to this token wherever the old owner token is set (this shell, "
+                         "your agent's environment, every host that used it): the old one opens nothing from now on.")
     return answer
 
 

@@ -19,6 +19,9 @@ from ..storage.memfile import MemoryFile
 from . import instructions, recall_scan
 
 AWAKE = "You are awake."
+READ_ONLY = ("This capability is read-only: you can wake, recall and zoom, but not note, nap or forget. When "
+             "something should be remembered, tell the user (the memory's owner) instead of noting it; when you "
+             "need the past, recall it.")
 MIN_LINE_BYTES = len("#0-1 x\n")  # the shortest rendered line and its newline
 # A recall's time bound: RE2 is linear, but a pattern that defeats its DFA is a
 # slow linear, so matching gets RECALL_SECONDS beyond what opening the log
@@ -44,13 +47,34 @@ class Memory:
 
     # ------------------------------------------------------------ reading helpers
 
-    def _block(self, text: object) -> tuple[int, int]:
+    def _block(self, text: object, hint: Callable[[], str] | None = None) -> tuple[int, int]:
+        """``text`` as a block; refused with ``hint()``, a sentence naming a
+        block that fits what the caller showed (by default: copy one)."""
+        why = None
         if not isinstance(text, str):
-            raise Invalid("The block must be a string like \"16-31\".", code="block.invalid")
-        try:
-            return blocks.parse_block(text)
-        except blocks.BlockIdError as e:
-            raise Invalid(str(e), code="block.invalid") from None
+            why = "The block must be a string, written low-high."
+        else:
+            try:
+                return blocks.parse_block(text)
+            except blocks.BlockIdError as e:
+                why = str(e)
+        tip = hint() if hint else "Copy one from the wake or the nap prompt."
+        raise Invalid(f"{why} {tip}", code="block.invalid")
+
+    def _zoom_hint(self, T: int) -> str:
+        """Which block to zoom into, from what a wake of ``T`` memories shows:
+        its first ``#lo-hi`` line; when every line is a memory, the largest
+        block from #0 (zoom opens any complete block, shown or not); and when
+        the log holds fewer than two memories, that there is none yet."""
+        shown = [b for b in blocks.cover(T, self.sizes["WAKE_LINES"]) if b[1] - b[0] > 1]
+        if shown:
+            return (f"Zoom into a #lo-hi line the wake prints, like {blocks.block_id(*shown[0])} (its first): "
+                    f"{instructions.wake()}")
+        if T >= 2:
+            size = 1 << (T.bit_length() - 1)
+            return (f"The wake prints every one of the {T} memories word for word, so it shows no #lo-hi line; "
+                    f"a complete block still opens, like {blocks.block_id(0, size)}.")
+        return "There are no blocks to zoom into yet: a block holds at least 2 memories."
 
     def _within(self, lo: int, hi: int, T: int) -> None:
         if hi > T:
@@ -131,14 +155,18 @@ class Memory:
         after = blocks.pending_count(T, settled) - len(items)
         body = "\n\n".join(f"#{it['block']}:\n" + "\n".join("  " + s for s in it["source"]) for it in items)
         prompt = (
-            f"Compress each of these {lines.plural(len(items), 'block')} into one line of at most {limit} bytes.\n"
-            "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
-            "can be written in parallel (by subagents that only write lines and never call Stash).\n\n"
+            (f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.\n"
+             "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
+             "can be written in parallel (by subagents that only write lines and never call Stash).\n\n"
+             if len(items) > 1 else
+             f"Compress this block into one line of at most {limit} bytes.\n"
+             "Keep what has lasting effect, drop what does not. Invent nothing.\n\n")
             + body
             + "\n\n"
             + (f"{lines.plural(after, 'compression')} will remain after these; ask for the next batch then.\n"
                if after else "")
-            + "Send every line at once, in this order (all or nothing).\n"
+            + ("Send every line at once, in this order (all or nothing).\n" if len(items) > 1 else
+               "Send the line with this command.\n")
             + f"Run: {instructions.nap_summaries(ids)}"
         )
         return {"saved": None, "nap": nap, "batch": items, "prompt": prompt,
@@ -231,7 +259,7 @@ class Memory:
                          "No memories yet.\n")
             return {
                 "T": 0, "part": 1, "parts": 1, "lines": [], "awake": True, "nap": None, "next": None,
-                "message": empty + AWAKE,
+                "message": empty + self._awake(),
             }
         settled = self.mf.settled(T)
         nap = self.nap_for(T, settled)
@@ -262,8 +290,13 @@ class Memory:
         return {
             "T": T, "part": part, "parts": len(parts), "lines": parts[part - 1], "awake": last,
             "nap": nap if last else None, "next": nxt,
-            "message": AWAKE if last else f"Not awake yet. Run: {nxt}",
+            "message": self._awake() if last else f"Not awake yet. Run: {nxt}",
         }
+
+    def _awake(self) -> str:
+        """The wake's closing message: for a read capability, what it is and
+        what to do instead of noting or napping, before the awake line."""
+        return AWAKE if self.writes else f"{READ_ONLY}\n{AWAKE}"
 
     # ------------------------------------------------------------ note, nap
 
@@ -395,7 +428,8 @@ class Memory:
         if before is not None and total:
             count = f"{lines.plural(total, 'match')} before #{before}."
         if more is not None:
-            message = (f"{count} The newest {len(found)} are shown; for the older ones run: "
+            message = (f"{count} The newest {len(found)} {'is' if len(found) == 1 else 'are'} shown; for the "
+                       "older ones run: "
                        f"{instructions.recall(more)}")
         elif total and not found:
             message = f"{count} None fits in PART_CHARS={self.sizes['PART_CHARS']} bytes; raise PART_CHARS."
@@ -404,13 +438,13 @@ class Memory:
         return {"matches": found, "total": total, "more": more, "message": message}
 
     def zoom(self, block: object) -> dict:
-        lo, hi = self._block(block)
         T = self.mf.count()
+        lo, hi = self._block(block, lambda: self._zoom_hint(T))
         if lo >= T:
             last = f" (#0 to #{T - 1})" if T else ""
             raise Invalid(
-                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}; "
-                f"zoom into a #lo-hi line the wake prints: {instructions.wake()}",
+                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}. "
+                + self._zoom_hint(T),
                 code="block.beyond_log",
             )
         out = []
@@ -425,6 +459,11 @@ class Memory:
         return {"block": blocks.block_id(lo, hi), "lines": out}
 
     def forget(self, block: object) -> dict:
+        """Drop the summary of ``block``, the block containing it at each
+        larger size, and every later summary of each of those sizes (each
+        size's summaries stay a dense prefix: blocks.forget_span). The log is
+        untouched; the answer carries the nap now due, the first of those
+        summaries to write again."""
         lo, hi = self._block(block)
         T = self.mf.count()
         self._within(lo, hi, T)
@@ -434,7 +473,7 @@ class Memory:
                 f"No summary at {blocks.block_id(lo, hi)}: it is not compressed yet, so there is nothing to forget.",
                 code="forget.no_summary",
             )
-        return {"dropped": [blocks.block_id(a, b) for a, b in gone]}
+        return {"dropped": [blocks.block_id(a, b) for a, b in gone], "nap": self.nap_for(T)}
 
     # ------------------------------------------------------------ erasure
 

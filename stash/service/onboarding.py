@@ -1,4 +1,6 @@
-"""What ``POST /init`` hands a new user: the token once, and the AGENTS.md block."""
+"""What ``POST /init`` hands a new user, and ``POST /grants`` the agent a
+capability is minted for: the token once, and the AGENTS.md block that fits
+its scope."""
 
 from __future__ import annotations
 
@@ -8,22 +10,27 @@ from pathlib import Path
 from .access import Identity
 
 _HERE = Path(__file__).resolve().parent
-_CANDIDATES = (_HERE.parent / "skill" / "AGENTS.md", _HERE.parent.parent / "skill" / "AGENTS.md")
+_FOLDERS = (_HERE.parent / "skill", _HERE.parent.parent / "skill")
+# A read capability's block has no note or nap section: it is never asked to write.
+_TEMPLATES = {"full": "AGENTS.md", "owner": "AGENTS.md", "read": "AGENTS-read.md"}
 
 
 @cache
-def agents_template() -> str:
-    for path in _CANDIDATES:
-        if path.is_file():
-            return path.read_text(encoding="utf-8")
-    raise RuntimeError("skill/AGENTS.md is missing from the installation")
+def agents_template(scope: str = "owner") -> str:
+    name = _TEMPLATES[scope]
+    for folder in _FOLDERS:
+        if (folder / name).is_file():
+            return (folder / name).read_text(encoding="utf-8")
+    raise RuntimeError(f"skill/{name} is missing from the installation")
 
 
-def agents_block(url: str) -> str:
-    """skill/AGENTS.md with its one placeholder, ``{url}``, filled. A plain
-    replace, not str.format, so the file's JSON braces are written as they
-    are and the file reads exactly as the block it becomes."""
-    return agents_template().replace("{url}", url)
+def agents_block(url: str, scope: str = "owner") -> str:
+    """The AGENTS.md block for an agent holding a capability of ``scope``
+    (skill/AGENTS.md, or skill/AGENTS-read.md for ``read``) with its one
+    placeholder, ``{url}``, filled. A plain replace, not str.format, so the
+    file's JSON braces are written as they are and the file reads exactly as
+    the block it becomes."""
+    return agents_template(scope).replace("{url}", url)
 
 
 def init_answer(ident: Identity, url: str, content_cipher: str) -> dict:

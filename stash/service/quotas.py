@@ -33,7 +33,8 @@ def check_room(count: int, folder: Path, adding: int, max_memories: int, max_byt
     if count + adding > max_memories:
         room = max(0, max_memories - count)
         raise QuotaReached(
-            f"This memory holds {count:,} memories and this server keeps at most {max_memories:,} per memory "
+            f"This memory holds {count:,} {'memory' if count == 1 else 'memories'} and this server keeps at most "
+            f"{max_memories:,} per memory "
             f"({room:,} more fit); nothing was written. Export it (GET /export) and ask the operator for room.",
             code="quota.memories",
         )

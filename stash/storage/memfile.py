@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.blocks import Settled, erase_span, forget_span, levels
 from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
+from ..core.lines import plural
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
@@ -635,7 +636,8 @@ class MemoryFile:
             )
         if not self.extends(pin, self.head):
             raise PinMismatch(
-                f"This memory's log does not continue the head you pinned ({pin.count} memories): it was rolled "
+                f"This memory's log does not continue the head you pinned ({plural(pin.count, 'memory')}): "
+                "it was rolled "
                 "back or replaced. Nothing was served or written; tell the operator to run `stash verify` and "
                 "restore from a backup, or drop the pin to read what is there now.",
             )
@@ -982,9 +984,9 @@ class MemoryFile:
         return True
 
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Drop block ``[lo, hi)`` and everything built on it: at each size from
-        ``hi - lo`` upward, the containing block and every later one of that
-        level (docs/DESIGN.md, "Forget"). Returns the dropped blocks, smallest first."""
+        """Drop block ``[lo, hi)``, the block containing it at each larger
+        size, and every later block of each of those sizes (docs/DESIGN.md,
+        "Forget"). Returns the dropped blocks, smallest first."""
         with write_transaction(self.conn):
             gone = self._drop_from(lo, hi)
             if gone:

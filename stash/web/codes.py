@@ -63,6 +63,7 @@ CODES: dict[str, Code] = {
     "grants.bad_scope": Code(422, "scope is not `read` or `full`"),
     "grants.bad_label": Code(422, "label is not 1 to 64 bytes of printable text"),
     "grants.bad_expires": Code(422, "expires is not an RFC 3339 UTC time after now"),
+    "grants.bad_url": Code(422, "`url` is not an http(s) address of at most 2000 characters"),
     "grants.unknown": Code(404, "no such capability"),
     "grants.owner": Code(409, "the owner capability is not revoked but rotated (`POST /rotate`)"),
     "grants.busy": Code(409, "revoked, but the write-ahead log could not be flushed yet; or another revocation "

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator
 
 from ..core.errors import TooMany
+from ..core.lines import plural
 
 RETRY_S = 1
 SLOW_RETRY_S = 2
@@ -37,7 +38,8 @@ class Shares:
     def _refusal(self, user_id: str, slow: bool) -> TooMany | None:
         if self._busy.get(user_id, 0) >= self.per_user:
             return TooMany(
-                f"This memory already has {self.per_user} requests in progress on this server; wait for them "
+                f"This memory already has {plural(self.per_user, 'request')} in progress on this server; "
+                "wait for them "
                 f"(Retry-After), then retry, and send at most {self.per_user} at once.",
                 RETRY_S, code="busy.user")
         if slow and self._slow.get(user_id, 0) >= self.slow_per_user:

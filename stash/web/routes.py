@@ -21,6 +21,7 @@ from .. import __version__
 from ..core import blocks
 from ..core.blocks import BATCH_MAX
 from ..core.errors import Forbidden, Invalid, Malformed, NotFound, StashError, TooMany, Unauthorized, Unavailable
+from ..core.lines import plural
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..crypto.chain import Head
@@ -279,22 +280,35 @@ async def init(request: Request) -> Response:
         raise TooMany(f"Too many identities minted from this address; wait {wait} s.", wait)
     wait = limiter.blocked_for("init_day", client, settings.init_per_day, DAY_S)
     if wait:
-        raise TooMany(f"This address minted the {settings.init_per_day} identities a day this server allows; "
+        raise TooMany(f"This address minted the {plural(settings.init_per_day, 'identity')} a day this "
+                      "server allows; "
                       f"wait {wait} s, or reuse a token you already have.", wait, code="quota.identities")
-    url = body.get("url") or settings.public_url
-    # Checked as --url and the Host header are: the address goes into a block pasted into AGENTS.md and
-    # into curl commands there, so a newline, quote, backquote or $( ) must never reach it.
-    if url is not None and (not isinstance(url, str) or len(url) > 2000 or not pages.is_safe_address(url.rstrip("/"))):
-        raise Invalid("url must be the server's plain http(s) address, like https://stash.example (letters, digits "
-                      "and .-_~%/ in its path; no spaces, quotes or other characters).", code="init.bad_url")
+    address = _block_address(request, body.get("url"))
+    if address is None:
+        raise Invalid(_BAD_URL, code="init.bad_url")
     limiter.hit("init", client)
     limiter.hit("init_day", client, DAY_S)
     ident = await run_in_threadpool(request.app.state.vault.create_identity)
-    # Without a url, the address this request came in on; a Host header that is
-    # not a plain host[:port] never reaches the pasted block (pages.page_address).
-    address = url or pages.page_address(None, request.url.scheme, request.headers.get("host"))
     answer = onboarding.init_answer(ident, address, CONTENT_CIPHER)
     return JSON(answer, status_code=201)
+
+
+_BAD_URL = ("url must be the server's plain http(s) address, like https://stash.example (letters, digits and .-_~%/ "
+            "in its path; no spaces, quotes or other characters).")
+
+
+def _block_address(request: Request, url: object) -> str | None:
+    """The address an AGENTS.md block names: ``url`` from the body, else the
+    server's --url, else the address this request came in on (a Host header
+    that is not a plain host[:port] never reaches the block: pages.page_address);
+    None when the address given is refused. Checked as --url and the Host
+    header are: the address goes into a block pasted into AGENTS.md and into
+    curl commands there, so a newline, quote, backquote or $( ) must never
+    reach it."""
+    url = url or request.app.state.settings.public_url
+    if url is not None and (not isinstance(url, str) or len(url) > 2000 or not pages.is_safe_address(url.rstrip("/"))):
+        return None
+    return url or pages.page_address(None, request.url.scheme, request.headers.get("host"))
 
 
 async def shape(request: Request) -> Response:
@@ -463,6 +477,9 @@ async def grants_mint(request: Request) -> Response:
         raise Invalid("scope must be \"read\" or \"full\"; ownership is never transferable.", code="grants.bad_scope")
     label = grant_terms.check_label(data.get("label"))
     expires = grant_terms.check_expires(data.get("expires"), datetime.now(UTC))
+    address = _block_address(request, data.get("url"))
+    if address is None:
+        raise Invalid(_BAD_URL, code="grants.bad_url")
     vault = request.app.state.vault
 
     def mint(s) -> dict:
@@ -474,7 +491,9 @@ async def grants_mint(request: Request) -> Response:
                  "(from a copy sealed under the owner's token); it is never stored in the clear")
         return {"id": grant_id, "scope": scope, "label": label, "created": row["created"], "expires": expires,
                 "token": token,
-                "note": f"This token is {shown}; revoke it with DELETE /grants/{grant_id}."}
+                "note": f"This token is {shown}; hand it to the agent it is for as STASH_TOKEN, with the block "
+                        f"in prompt for its AGENTS.md; revoke it with DELETE /grants/{grant_id}.",
+                "prompt": onboarding.agents_block(address.rstrip("/"), scope)}
 
     answer = await _authed(request, "owner", lambda s: idempotency.keyring_write(
         s, key, "POST /grants", data, lambda: mint(s)))
@@ -545,7 +564,7 @@ RECALL_FIELDS = Fields((
 ))
 ZOOM_FIELDS = Fields((
     Field("block", ref("BlockId"), "the block to open", required=True,
-          missing="Missing block: send the block to open, like 16-31."),
+          missing="Missing block: send the block to open, as a #lo-hi line of the wake names it."),
 ))
 SHAPE_FIELDS = Fields((
     Field("T", integer(0, 10**15), "how many memories", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
@@ -610,7 +629,9 @@ ROUTES: list[RouteSpec] = [
             "next": nullable(string("the command that fetches the next part (`curl -s -H \"Authorization: Bearer "
                                     "$STASH_TOKEN\" \"$STASH_URL/wake?part=<n>&T=<T>\"`); `null` on the last part")),
             "message": string("last part: `You are awake.`; other parts: `Not awake yet. Run: <next>`; empty "
-                              "memory: how to record the first memory, then `You are awake.`"),
+                              "memory: how to record the first memory, then `You are awake.`. For a read "
+                              "capability, `You are awake.` follows a line saying it is read-only and what to do "
+                              "instead of noting or napping (tell the user; recall)"),
             "head": ref("Head") | {"description": "the log's head **now** (not at the snapshot `T`), on every part: "
                                                   "see [The log head](#the-log-head-and-stash-pin)"},
         }),
@@ -696,15 +717,21 @@ ROUTES: list[RouteSpec] = [
         errors=_BLOCK_CODES,
     ),
     RouteSpec(
-        "POST", "/forget", "full", "Drop a summary and what was built on it", forget,
+        "POST", "/forget", "full", "Drop a summary, its containing blocks and every later one of their sizes",
+        forget,
         fields=Fields((
             Field("block", ref("BlockId"), "the block whose summary to drop; it must be complete (`hi ≤ T`)",
                   required=True),
         )),
         answer=obj({"dropped": {"type": "array", "items": ref("BlockId"), "minItems": 1,
-                                "description": "Smallest first."}}),
+                                "description": "Every summary dropped, smallest first."},
+                    "nap": NAP_OR_NULL | {"description": "The compression now due: the first dropped summary to "
+                                                         "write again."}}),
         errors=("forget.no_summary", *_BLOCK_CODES),
-        description="Drops a summary and every summary built on it; the log is untouched.",
+        description="Drops the block's summary, the summary of the block containing it at each larger size, and "
+                    "every later summary of each of those sizes, so each size's summaries stay a dense prefix "
+                    "(docs/DESIGN.md, \"Forget\"). The log is untouched; the next naps write them again, and the "
+                    "answer carries the first of those naps.",
     ),
     RouteSpec("GET", "/config", "read", "The sizes and their defaults", config_get, fields=NO_FIELDS,
               answer=CONFIG),
@@ -753,14 +780,20 @@ ROUTES: list[RouteSpec] = [
                   "separator character; surrounding spaces removed)"),
             Field("expires", string(), "an RFC 3339 time in UTC after now, like `2027-01-31T18:00:00Z`; from then "
                   "on the token is refused like a revoked one"),
+            Field("url", string(maxLength=2000, pattern="^https?://"),
+                  "the address written into `prompt`, as for `POST /init`. Default: the server's `--url`, else the "
+                  "address this request was made to"),
         )),
         answer=obj({
             "id": integer(1), "scope": {"enum": ["read", "full"]}, "label": nullable(string()),
             "created": ref("Timestamp"), "expires": nullable(ref("Timestamp")),
             "token": string("The new capability. Shown once, never stored.", pattern=f"^{tokens.TOKEN_PATTERN}$"),
-            "note": string(),
+            "note": string("what to do with the token"),
+            "prompt": string("the block for the AGENTS.md of the agent the capability is for: `skill/AGENTS.md` for "
+                             "`full`; for `read`, `skill/AGENTS-read.md`, which says the capability is read-only "
+                             "and has no note or nap section"),
         }),
-        errors=("grants.busy", "grants.bad_scope", "grants.bad_label", "grants.bad_expires"),
+        errors=("grants.busy", "grants.bad_scope", "grants.bad_label", "grants.bad_expires", "grants.bad_url"),
         description="Mints a capability over this memory: the current key epoch's key sealed to a key pair "
                     "derived from a fresh secret. Owner is never transferable: no route mints an owner capability.",
     ),
@@ -791,7 +824,11 @@ ROUTES: list[RouteSpec] = [
                     "also_revoked": {"type": "array", "items": integer(1),
                                      "description": "Capabilities that had not moved to key epochs and end with it."},
                     "epoch": integer(1, description="The store's key epoch after this call."),
-                    "note": string()}),
+                    "note": string(),
+                    "update": {"const": "STASH_TOKEN",
+                               "description": "The environment variable to set to `token` wherever the old owner "
+                                              "token is set."},
+                    "message": string("What to do next: update `STASH_TOKEN` everywhere the old token is set.")}),
         errors=("grants.busy",),
         description="Rotates the owner token: a new owner capability in a new key epoch, and the calling one "
                     "ends as a revoked one does. A read or full capability is rotated by minting a new one and "

@@ -456,14 +456,15 @@ def test_forget_drops_smallest_first_and_naps_rebuild(api: Api, mem: Mem) -> Non
     settled = set(mem.summaries)
     assert len(settled) == 7
     body = mem.ok(api.post("/forget", mem.token, json={"block": "2-3"}))
-    assert set(body) == {"dropped"}
+    assert set(body) == {"dropped", "nap"}
     # From docs/DESIGN.md, "Forget": at each size, the block holding #2 and every later one.
     want = [(2, 4), (4, 6), (6, 8), (0, 4), (4, 8), (0, 8)]
     assert body["dropped"] == [bid(*b) for b in want]
     remaining = settled - set(want)
     order = oracle_pending(8, remaining)
     assert order == [(2, 4), (4, 6), (6, 8), (0, 4), (4, 8), (0, 8)]
-    assert mem.ok(api.post("/nap", mem.token, json={}))["nap"]["block"] == "2-3"
+    assert mem.ok(api.post("/nap", mem.token, json={}))["nap"] == body["nap"]  # the answer carries the next nap
+    assert body["nap"]["block"] == "2-3"
     assert_error(api.post("/forget", mem.token, json={"block": "2-3"}), 404)
     assert mem.ok(api.get("/zoom?block=0-3", mem.token))["lines"] == [
         "#0-1 summary of 0-1", "#2-3 not compressed yet"]

@@ -36,7 +36,8 @@ def test_walking_more_yields_every_match_exactly_once(mem: Mem, part_chars: int)
     assert len(pages) > 1
     assert [line for page in reversed(pages) for line in page] == want
     assert answers[0]["total"] == len(want)
-    assert answers[0]["message"].startswith(f"{len(want)} matches. The newest {len(pages[0])} are shown")
+    verb = "is" if len(pages[0]) == 1 else "are"
+    assert answers[0]["message"].startswith(f"{len(want)} matches. The newest {len(pages[0])} {verb} shown")
     for page, ans in zip(pages, answers):
         assert sum(len(x.encode()) + 1 for x in page) <= part_chars
         if ans["more"] is not None:

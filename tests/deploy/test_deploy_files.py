@@ -200,8 +200,8 @@ def test_what_the_image_copies_builds_the_package(tmp_path: Path) -> None:
     wheels = list((tmp_path / "dist").glob("*.whl"))
     assert len(wheels) == 1
     names = set(zipfile.ZipFile(wheels[0]).namelist())
-    for needed in ("stash/schema.sql", "stash/skill/AGENTS.md", "stash/skill/SKILL.md", "stash/API-REFERENCE.md",
-                   "stash/cli/serve.py", "stash/web/landing.html"):
+    for needed in ("stash/schema.sql", "stash/skill/AGENTS.md", "stash/skill/AGENTS-read.md", "stash/skill/SKILL.md",
+                   "stash/API-REFERENCE.md", "stash/cli/serve.py", "stash/web/landing.html"):
         assert needed in names, needed
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
     for src in ("pyproject.toml", "README.md", "API-REFERENCE.md", "schema.sql", "skill/", "stash/"):

@@ -110,6 +110,11 @@ def test_page_loads_clean_under_its_policy_and_names_this_server(page: Chromium,
     quickstart = page.js("[...document.querySelectorAll('pre code')].pop().textContent")
     assert f"curl -s -X POST {server.url}/init -d '{{\"url\": \"{server.url}\"}}'" in quickstart
     assert f"export STASH_URL={server.url}\n" in quickstart
+    # The route table, rebuilt from /openapi.json, shows each read as its POST twin: no query string.
+    rows = page.wait_for("document.querySelectorAll('#routes tr').length > 6 && "
+                         "[...document.querySelectorAll('#routes tr td:first-child')].map(td => td.textContent)")
+    assert "POST /recall" in rows and "POST /zoom" in rows and "GET /recall" not in rows
+    assert not any("?" in row for row in rows) and len(rows) == len(set(rows))
     no_errors(page)
     # The policy is enforced — a script the page did not ship is refused — and
     # the refusal reaches the console this test reads, so its silence above means something.
@@ -166,7 +171,7 @@ def test_slider_moves_the_bars_by_keyboard_and_mouse(page: Chromium, capsys: pyt
 
 def test_a_failed_shape_is_shown_and_the_next_move_recovers(page: Chromium) -> None:
     settle(page, 300)
-    page.call("Fetch.enable", {"patterns": [{"urlPattern": "*/shape?*"}]})
+    page.call("Fetch.enable", {"patterns": [{"urlPattern": "*/shape"}]})
     try:
         page.js("document.getElementById('t').focus()")
         page.press("ArrowRight", "ArrowRight", 39)

@@ -368,7 +368,7 @@ def test_erased_memories_take_the_owner(exported: Path, run, web: Http) -> None:
     full = web.ok("POST", "/grants", owner, json={"scope": "full"})["token"]
     done = run(full, "import-optmem", str(exported))
     assert done.returncode == 1
-    assert "erased memories (#37 first); re-creating them erased takes the owner's token" in done.stderr
+    assert "1 erased memory (#37 first); re-creating it erased takes the owner's token" in done.stderr
     assert held(web, owner) == 0
 
 
