@@ -114,9 +114,10 @@ class Settings:
     trusted_proxies: tuple[str, ...] = option(
         "--trusted-proxy", (), "a reverse proxy network whose X-Forwarded-For is believed; repeat for several",
         metavar="CIDR", convert=_network,
-        doc="none: the TCP peer is the client. Else a network (`10.0.0.0/8`) or one address (`127.0.0.1`, `::1`) of reverse proxies whose "
-            "`X-Forwarded-For` is believed. Host bits under the prefix (`10.0.0.1/8`) refuse to start (exit 2). "
-            "See [client address](../API-REFERENCE.md#limits-and-rate-limiting)")
+        doc="a network (`10.0.0.0/8`) or one address (`127.0.0.1`, `::1`) of reverse proxies whose "
+            "`X-Forwarded-For` is believed; with none, the TCP peer is the client. Host bits under the prefix "
+            "(`10.0.0.1/8`) refuse to start (exit 2). See "
+            "[client address](../API-REFERENCE.md#limits-and-rate-limiting)")
     id_prefixes: tuple[str, ...] = option(
         "--user-id-prefix", (), "mint only user ids starting with this hex prefix (this host's shard of a fleet); "
         "repeat for several", metavar="HEX", convert=_id_prefix, shown_default="any id",
