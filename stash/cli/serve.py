@@ -15,7 +15,6 @@ from types import FrameType
 from ..web.options import ENV_PREFIX, ConfigError, Option
 from ..web.settings import OPTIONS, Settings
 
-DEFAULT_DATA = next(o.default for o in OPTIONS if o.field == "data_dir")
 OPEN_FILES = 8192  # see _room_for_open_files
 APP_FACTORY = "stash.web.app:app_from_env"
 

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from .codes import CODES
+from .options import Option
 from .routes import ROUTES, RouteSpec
 from .routespec import SECURED, Field, Fields, error_codes
-from .options import Option
 from .schemas import SCHEMAS, Schema
 from .settings import OPTIONS
 

@@ -189,6 +189,7 @@ class Settings:
 
 
 OPTIONS: list[Option] = declared(Settings)
+DATA = next(o for o in OPTIONS if o.field == "data_dir")  # stash backup and verify take the same folder
 
 
 def settings_from(parsed: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
