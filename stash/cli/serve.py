@@ -37,8 +37,8 @@ def parser() -> argparse.ArgumentParser:
     renamed = ", ".join(f"{o.flag}, which is {o.env_var}" for o in OPTIONS if o.env)
     p = argparse.ArgumentParser(
         prog="stash serve", description="Run the Stash server.",
-        epilog=f"Every option can also come from the environment as {ENV_PREFIX}<OPTION> ({ENV_PREFIX}PORT, "
-               f"{ENV_PREFIX}TRUSTED_PROXY=a,b, ...), except {renamed}. A flag beats the variable.")
+        epilog=f"Every option can also come from the environment as {ENV_PREFIX}<OPTION> (a repeatable one as a "
+               f"comma- or space-separated list), except {renamed}. A flag beats the variable.")
     for o in OPTIONS:
         if o.repeat:
             p.add_argument(o.flag, action="append", default=None, metavar=o.metavar, help=_help(o))

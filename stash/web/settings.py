@@ -60,6 +60,11 @@ def _id_prefix(text: str) -> str:
 
 @dataclass
 class Settings:
+    """Everything a server process is configured with, each field declared by
+    its ``stash serve`` option in the order --help and the reference list
+    them. Built in code (tests, benches), a field left out takes the setting
+    its option's default makes."""
+
     data_dir: Path = option(
         "--data", "~/.stash/data", "data folder", metavar="DIR", convert=_folder, required=True,
         doc="the data folder; each user is `users/<user_id>/` holding `keyring.db` and `memory.db` (and two "
