@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from .serve import DEFAULT_DATA
+from ..web.settings import DATA
 
 
 def _data(arg: str) -> Path:
@@ -33,8 +33,9 @@ def backup_main(argv: list[str]) -> int:
         "Copy every user's files into DEST while the server keeps serving, then check each copy. "
         "Needs no token. DEST must not exist or be empty, and lie outside the data folder."))
     p.add_argument("dest", help="the new backup folder")
-    p.add_argument("--data", default=os.environ.get("STASH_DATA", DEFAULT_DATA),
-                   help=f"the data folder (default: $STASH_DATA or {DEFAULT_DATA})")
+    # The data folder is stash serve's, by the same flag and variable.
+    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
+                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
     args = p.parse_args(argv)
     from ..service.backup import BackupRefused, backup
     from ..service.verify import Failed
@@ -62,8 +63,8 @@ def verify_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="stash verify", description=(
         "Check every user file of a data folder or a backup: that it opens, authenticates and agrees with "
         "its digest. Without --token only what needs no key; with --token, that user's store whole."))
-    p.add_argument("dir", nargs="?", default=os.environ.get("STASH_DATA", DEFAULT_DATA),
-                   help=f"a data folder or backup (default: $STASH_DATA or {DEFAULT_DATA})")
+    p.add_argument("dir", nargs="?", default=os.environ.get(DATA.env_var, DATA.default),
+                   help=f"a data folder or backup (default: ${DATA.env_var} or {DATA.default})")
     p.add_argument("--token", action="store_true",
                    help="also check everything the capability in $STASH_TOKEN opens (its user only)")
     args = p.parse_args(argv)

@@ -1,8 +1,10 @@
-"""The tables of API-REFERENCE.md that say what the route declarations say:
-each route's field table, the scope matrix and the error-code table, written
-from ROUTES (:mod:`stash.web.routes`) and stash/web/codes.py. Prose stays
-hand-written around them; a generated table stands between
-``<!-- generated: NAME -->`` and ``<!-- end generated -->``.
+"""The tables of the reference that say what the declarations say: in
+API-REFERENCE.md each route's field table, the scope matrix and the error-code
+table, written from ROUTES (:mod:`stash.web.routes`) and stash/web/codes.py;
+in deploy/README.md ``stash serve``'s synopsis and options table, written from
+the option declarations (:mod:`stash.web.settings`). Prose stays hand-written
+around them; a generated table stands between ``<!-- generated: NAME -->``
+and ``<!-- end generated -->``.
 
     python -m stash.web.refgen --check   # exit 1, naming each stale table
     python -m stash.web.refgen --write   # rewrite them in place
@@ -18,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from .codes import CODES
+from .options import Option
 from .routes import ROUTES, RouteSpec
 from .routespec import SECURED, Field, Fields, error_codes
 from .schemas import SCHEMAS, Schema
+from .settings import OPTIONS
 
 REFERENCE = Path(__file__).resolve().parents[2] / "API-REFERENCE.md"
+DEPLOY_GUIDE = REFERENCE.parent / "deploy" / "README.md"
 REGENERATE = "python -m stash.web.refgen --write"
 END = "<!-- end generated -->"
 # Markers stand on lines of their own, so prose may name them.
@@ -216,12 +221,51 @@ def optional_regions(routes: list[RouteSpec] | None = None) -> dict[str, str]:
     return out
 
 
-def render(text: str, tables: dict[str, str] | None = None) -> tuple[str, list[str]]:
+def serve_usage(options: list[Option], width: int = 72) -> str:
+    """``stash serve``'s synopsis, one bracket per option, wrapped at ``width``."""
+    words = [f"[{o.shown}]" + ("..." if o.repeat else "") for o in options]
+    lines = ["stash serve"]
+    for word in words:
+        if len(lines[-1]) + 1 + len(word) > width:
+            lines.append(" " * len("stash serve"))
+        lines[-1] += " " + word
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def options_table(options: list[Option]) -> str:
+    """Every option: its flag, its variable, its default, the values it
+    takes, and what it does."""
+    def allowed(o: Option) -> str:
+        return ", ".join(w for w in ("repeatable" if o.repeat else "", o.allowed_text()) if w)
+
+    return _table(("option", "variable", "default", "takes", ""),
+                  [(f"`{o.shown}`".replace("|", "\\|"), f"`{o.env_var}`", o.default_text(), allowed(o),
+                    o.doc or o.help) for o in options])
+
+
+def option_regions(options: list[Option] | None = None) -> dict[str, str]:
+    """The tables deploy/README.md must carry: ``stash serve``'s synopsis and its options."""
+    options = OPTIONS if options is None else options
+    return {"stash serve synopsis": serve_usage(options), "stash serve options": options_table(options)}
+
+
+def tables_of(doc: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The tables the document ``doc`` must carry, and those it may: by its
+    name, so a copy elsewhere (a test's) is checked as the original is."""
+    if doc.parts[-2:] == DEPLOY_GUIDE.parts[-2:]:
+        return option_regions(), {}
+    return regions(), optional_regions()
+
+
+def render(text: str, tables: dict[str, str] | None = None, doc: Path = REFERENCE) -> tuple[str, list[str]]:
     """``text`` with every generated table rewritten, and what is wrong with
     its markers: a table with no place in the text, a place no table has, or
     a table placed twice."""
-    required = regions() if tables is None else tables
-    tables = {**optional_regions(), **required} if tables is None else tables
+    if tables is None:
+        required, optional = tables_of(doc)
+        tables = {**optional, **required}
+    else:
+        required = tables
     problems: list[str] = []
     seen: list[str] = []
 
@@ -241,11 +285,13 @@ def render(text: str, tables: dict[str, str] | None = None) -> tuple[str, list[s
     return out, problems
 
 
-def stale(text: str) -> list[str]:
-    """Why the generated tables of ``text`` are not what ROUTES says now."""
-    out, problems = render(text)
+def stale(text: str, doc: Path = REFERENCE) -> list[str]:
+    """Why the generated tables of ``text`` (the document ``doc``) are not
+    what the declarations say now."""
+    out, problems = render(text, doc=doc)
     if out != text:
-        tables = {**optional_regions(), **regions()}
+        required, optional = tables_of(doc)
+        tables = {**optional, **required}
         for name, body in _REGION.findall(text):
             if name in tables and body != tables[name]:
                 problems.append(f"the table {name!r} is stale")
@@ -257,22 +303,24 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="exit 1 if a generated table is stale")
     mode.add_argument("--write", action="store_true", help="rewrite the generated tables in place")
-    parser.add_argument("path", nargs="?", type=Path, default=REFERENCE)
+    parser.add_argument("paths", nargs="*", type=Path, default=[REFERENCE, DEPLOY_GUIDE],
+                        help="documents to check or rewrite (default: API-REFERENCE.md and deploy/README.md)")
     args = parser.parse_args(argv)
-    text = args.path.read_text(encoding="utf-8")
-    if args.check:
-        problems = stale(text)
+    failed = False
+    for path in args.paths:
+        text = path.read_text(encoding="utf-8")
+        if args.check:
+            problems = stale(text, path)
+        else:
+            out, problems = render(text, doc=path)
+            if out != text:
+                path.write_text(out, encoding="utf-8")
         for p in problems:
-            print(f"{args.path.name}: {p}", file=sys.stderr)
-        if problems:
-            print(f"Regenerate with: {REGENERATE}", file=sys.stderr)
-        return 1 if problems else 0
-    out, problems = render(text)
-    for p in problems:
-        print(f"{args.path.name}: {p}", file=sys.stderr)
-    if out != text:
-        args.path.write_text(out, encoding="utf-8")
-    return 1 if problems else 0
+            print(f"{path.name}: {p}", file=sys.stderr)
+        failed = failed or bool(problems)
+    if failed and args.check:
+        print(f"Regenerate with: {REGENERATE}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

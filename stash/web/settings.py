@@ -1,5 +1,10 @@
 """What one server process is configured with, and how it reaches a worker.
 
+Every field of :class:`Settings` is declared by its ``stash serve`` option
+(:mod:`stash.web.options`): adding an option is adding one field here, and the
+parser, its environment variable, its checks, what workers inherit and
+deploy/README.md's reference table follow from it.
+
 ``stash serve --workers N`` starts N processes that each build the app from
 the environment variable :data:`SETTINGS_ENV`. It carries the settings as JSON
 without any secret: the invite secret and the metrics token stay in their own
@@ -10,101 +15,201 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from ..crypto import tokens
 from ..crypto.keys import DEFAULT_KDF, KdfParams
 from ..service.quotas import DEFAULT_BYTES, DEFAULT_MEMORIES
+from .forwarded import parse_network
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP
+from .options import Option, build, declared, decode, encode, option, parts
+from .pages import is_safe_address
 
 SETTINGS_ENV = "STASH_SERVE_SETTINGS"
+MIN_BODY = 4096  # a note or nap body at the largest ENTRY_CHARS, every character \u-escaped, is under 2 KiB
+MAX_BODY = 1 << 30
+MAX_WORKERS = 64
+MAX_SLOTS = 1024
+
+
+def _folder(text: str) -> Path:
+    return Path(os.path.expanduser(text)).resolve()
+
+
+def _public_url(url: str) -> str:
+    if not is_safe_address(url.rstrip("/")):
+        raise ValueError("must be a plain http(s) address, like https://stash.example.org.")
+    return url
+
+
+def _network(text: str) -> str:
+    try:
+        return str(parse_network(text))
+    except ValueError:
+        raise ValueError("is not an address or a network like 10.0.0.0/8 (with no host bits set).") from None
+
+
+def _id_prefix(text: str) -> str:
+    if not tokens.is_id_prefix(text.lower()):
+        raise ValueError("must be 1 to 4 hex digits, like a or 3f.")
+    return text.lower()
 
 
 @dataclass
 class Settings:
-    data_dir: Path
-    kdf: KdfParams = DEFAULT_KDF
-    file_cipher: str | None = None  # None: SQLCipher where it imports
-    init: str = "open"  # "open" | "invite" | "off"
-    invite_secret: str | None = field(default=None, repr=False)
-    operator_token: str | None = field(default=None, repr=False)
-    public_url: str | None = None
-    init_per_minute: int = 10
-    auth_failures_per_minute: int = 30
-    trusted_proxies: tuple[str, ...] = ()  # networks whose X-Forwarded-For is believed; none by default
-    max_body: int = BODY_CAP  # bytes, every route but POST /import
-    max_import_body: int = IMPORT_BODY_CAP  # bytes, POST /import
-    id_prefixes: tuple[str, ...] = ()  # /init mints user ids starting with one of these (a shard); () is any
-    workers: int = 1
-    user_concurrency: int = 4  # requests one user may have in flight per process (fairshare.py)
-    user_slow: int = 1  # slow requests (recall, import, export) one user may have in flight per process
-    slow_slots: int = 2  # slow requests in flight per process, all users together
-    quota_memories: int = DEFAULT_MEMORIES  # memories one identity may hold
-    quota_bytes: int = DEFAULT_BYTES  # bytes one identity's folder may take before writes are refused
-    init_per_day: int = 50  # identities one address may mint per 24 hours
-    header_timeout: float = 10.0  # seconds for a request's head to arrive (timeouts.py)
-    idle_timeout: float = 5.0  # seconds a kept-alive connection may idle between requests
-    keep_open: float = 5.0  # seconds a user's files stay open after its last request (storage/pool.py); 0: never
+    """Everything a server process is configured with, each field declared by
+    its ``stash serve`` option in the order --help and the reference list
+    them. Built in code (tests, benches), a field left out takes the setting
+    its option's default makes."""
+
+    data_dir: Path = option(
+        "--data", "~/.stash/data", "data folder", metavar="DIR", convert=_folder, required=True,
+        doc="the data folder; each user is `users/<user_id>/` holding `keyring.db` and `memory.db` (and two "
+            "empty lock files, `lock` and `gate`, for `stash backup`, and `grants.stamp`, the tag index's hint), "
+            "and once the user has recalled, `recall.db`: the recall cache, sealed pieces of the rendered log "
+            "that can be deleted at any time (the next recall rebuilds it). Every file the server creates is "
+            "0600 and every folder 0700, whatever the umask it was started with (it sets its own to 077, and "
+            "creates database files 0600 before SQLite opens them, whose `-wal` and `-shm` take that mode)")
+    host: str = option("--host", "127.0.0.1", "address to listen on", metavar="ADDRESS")
+    port: int = option("--port", 8080, "port to listen on", metavar="PORT")
+    # STASH_URL is the client's: the server it calls. The server's own public
+    # address gets a name of its own, so a shell set up for the client cannot
+    # silently put that address into a local server's /init prompt.
+    public_url: str | None = option(
+        "--url", None, "public address written into /init's AGENTS.md block", metavar="URL",
+        env="STASH_PUBLIC_URL", convert=_public_url,
+        doc="the public address written into `/init`'s `prompt` when the request has no `url`, and into the "
+            "landing page's quickstart; a plain `http(s)://host[:port][/path]` (letters, digits, `.-_~%/` in "
+            "the path), anything else refuses to start (exit 2)")
+    workers: int = option(
+        "--workers", 1, "server processes sharing the port and the data folder", metavar="N",
+        low=1, high=MAX_WORKERS,
+        doc="server processes sharing the port and the data folder (see [Several workers](#several-workers))")
+    shutdown_timeout: float = option(
+        "--shutdown-timeout", 30.0, "on SIGTERM, how long in-flight requests may take to finish",
+        metavar="SECONDS",
+        doc="on SIGTERM or SIGINT, how long requests in flight may take to finish before their connections "
+            "are closed")
+    init: str = option(
+        "--init", "open", "who may mint identities: anyone (rate-limited), holders of the invite secret, nobody",
+        choices=("open", "invite", "off"),
+        doc="who may mint identities: anyone (rate limited), holders of the invite secret, nobody")
+    invite_secret: str | None = option(
+        "--invite-secret-env", "STASH_INVITE_SECRET",
+        "environment variable holding the invite secret for --init invite", metavar="VAR",
+        secret=True, when=("init", "invite"),
+        doc="the environment variable holding the invite secret; `--init invite` without it set refuses to "
+            "start (exit 2)")
+    operator_token: str | None = option(
+        "--metrics-token-env", "STASH_METRICS_TOKEN",
+        "environment variable holding the bearer token for /metrics (unset: loopback only)", metavar="VAR",
+        secret=True,
+        doc="the environment variable holding the bearer token for `/metrics`; unset or empty: loopback only")
+    init_per_minute: int = option(
+        "--init-per-minute", 10, "identities one address may mint per minute", metavar="N")
+    init_per_day: int = option(
+        "--init-per-day", 50, "identities one address may mint per 24 hours", metavar="N", low=1,
+        doc="identities one address may mint per 24 hours; then `429 quota.identities` with `Retry-After`")
+    auth_failures_per_minute: int = option(
+        "--auth-failures-per-minute", 30, "failed authentications one address may make per minute before 429",
+        metavar="N")
+    trusted_proxies: tuple[str, ...] = option(
+        "--trusted-proxy", (), "a reverse proxy network whose X-Forwarded-For is believed; repeat for several",
+        metavar="CIDR", convert=_network,
+        doc="a network (`10.0.0.0/8`) or one address (`127.0.0.1`, `::1`) of reverse proxies whose "
+            "`X-Forwarded-For` is believed; with none, the TCP peer is the client. Host bits under the prefix "
+            "(`10.0.0.1/8`) refuse to start (exit 2). See "
+            "[client address](../API-REFERENCE.md#limits-and-rate-limiting)")
+    id_prefixes: tuple[str, ...] = option(
+        "--user-id-prefix", (), "mint only user ids starting with this hex prefix (this host's shard of a fleet); "
+        "repeat for several", metavar="HEX", convert=_id_prefix, shown_default="any id",
+        doc="mint only user ids that start with this prefix (1 to 4 hex digits); for a fleet sharded by user "
+            "id: each host mints only ids its shard serves "
+            "([Scale-out](#6-scale-out-a-fleet-sharded-by-user-id))")
+    max_body: int = option(
+        "--max-body", BODY_CAP, "largest request body, every route but /import", metavar="BYTES",
+        low=MIN_BODY, high=MAX_BODY, doc="the largest request body on every route but `POST /import`")
+    max_import_body: int = option(
+        "--max-import-body", IMPORT_BODY_CAP, "largest POST /import body", metavar="BYTES",
+        low=MIN_BODY, high=MAX_BODY, doc="the largest `POST /import` body")
+    quota_memories: int = option(
+        "--quota-memories", DEFAULT_MEMORIES, "memories one identity may hold", metavar="N", low=1,
+        doc="memories one identity may hold; a note or import that would pass it is `403 quota.memories`, "
+            "whole")
+    quota_bytes: int = option(
+        "--quota-bytes", DEFAULT_BYTES, "disk one identity may take before its writes are refused",
+        metavar="BYTES", low=1,
+        doc="disk one identity's folder may take; once it does, notes and imports are `403 quota.bytes` (a "
+            "write that starts under it may end above it by its own size). Naps, forgets and config still "
+            "work, so the memory stays usable read-only")
+    user_concurrency: int = option(
+        "--user-concurrency", 4, "requests one memory may have in progress at once per worker; more get 429",
+        metavar="N", low=1, high=MAX_SLOTS,
+        doc="requests one memory may have in progress at once in a worker; more get `429 busy.user` (see "
+            "[fair shares](../API-REFERENCE.md#limits-and-rate-limiting))")
+    user_slow: int = option(
+        "--user-slow", 1, "slow requests (recall, import, export) one memory may have in progress per worker",
+        metavar="N", low=1, high=MAX_SLOTS,
+        doc="slow requests (recall, import, export) one memory may have in progress in a worker; more get "
+            "`429 busy.slow`")
+    slow_slots: int = option(
+        "--slow-slots", 2, "slow requests in progress per worker, all memories together; more get 429",
+        metavar="N", low=1, high=MAX_SLOTS,
+        doc="slow requests in progress in a worker, all memories together; more get `429 busy.server`")
+    header_timeout: float = option(
+        "--header-timeout", 10.0, "seconds a request's head (request line and headers) may take to arrive",
+        metavar="SECONDS", low=0.1, high=3600,
+        doc="how long a request's head (request line and headers) may take to arrive, from the connection's "
+            "opening or the request's first byte; a slower client's connection is closed without an answer "
+            "(slowloris)")
+    idle_timeout: float = option(
+        "--idle-timeout", 5.0, "seconds a kept-alive connection may idle between requests", metavar="SECONDS",
+        low=0.1, high=3600,
+        doc="how long a kept-alive connection may idle between requests before the server closes it")
+    keep_open: float = option(
+        "--keep-open", 5.0, "seconds a memory's files stay open in a worker after its last request, for the "
+        "next one to reuse; 0 closes them after every request", metavar="SECONDS", low=0, high=3600,
+        doc="how long a worker keeps a memory's two files open after its last request, so the next request "
+            "reuses them instead of opening, checking and closing them again; 0 closes them after every "
+            "request. Between requests the files are whole on disk (each file's WAL is folded in before it "
+            "goes idle), a file changed meanwhile by anyone is opened afresh, a worker keeps at most 256 files "
+            "open (the key rings and memory files of 128 memories; `stash serve` raises its open-file limit to "
+            "8,192 where the hard limit allows), each with at most 512 KiB of page cache, and all are closed "
+            "when it stops. What an open memory file holds in the worker's memory is its file key "
+            "([SECURITY.md](../SECURITY.md#what-the-server-holds-between-requests))")
+    kdf: KdfParams = parts(
+        DEFAULT_KDF,
+        Option("--kdf-time", None, "argon2id passes for new grants", metavar="N", part="time_cost",
+               doc="argon2id passes for capabilities minted from now on"),
+        Option("--kdf-memory", None, "argon2id KiB for new grants", metavar="KIB", part="memory_kib",
+               doc="argon2id memory (KiB) for capabilities minted from now on"))
+    file_cipher: str | None = option(
+        "--file-cipher", None, "whole-file cipher for new stores",
+        choices=("sqlcipher", "none"), shown_default="`sqlcipher` where `sqlcipher3` imports, else `none`",
+        doc="whole-file cipher for new memories; asking for `sqlcipher` where it does not import refuses to "
+            "start (exit 2)")
 
 
-def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
-    """The settings as JSON for :data:`SETTINGS_ENV`: every field but the two
-    secrets, which travel as the names of the variables that hold them."""
-    return json.dumps({
-        "data_dir": str(settings.data_dir),
-        "kdf": [settings.kdf.time_cost, settings.kdf.memory_kib, settings.kdf.lanes],
-        "file_cipher": settings.file_cipher,
-        "init": settings.init,
-        "invite_secret_env": invite_secret_env if settings.invite_secret else None,
-        "metrics_token_env": metrics_token_env if settings.operator_token else None,
-        "public_url": settings.public_url,
-        "init_per_minute": settings.init_per_minute,
-        "auth_failures_per_minute": settings.auth_failures_per_minute,
-        "workers": settings.workers,
-        "trusted_proxies": list(settings.trusted_proxies),
-        "max_body": settings.max_body,
-        "max_import_body": settings.max_import_body,
-        "id_prefixes": list(settings.id_prefixes),
-        "user_concurrency": settings.user_concurrency,
-        "user_slow": settings.user_slow,
-        "slow_slots": settings.slow_slots,
-        "quota_memories": settings.quota_memories,
-        "quota_bytes": settings.quota_bytes,
-        "init_per_day": settings.init_per_day,
-        "header_timeout": settings.header_timeout,
-        "idle_timeout": settings.idle_timeout,
-        "keep_open": settings.keep_open,
-    })
+OPTIONS: list[Option] = declared(Settings)
+DATA = next(o for o in OPTIONS if o.field == "data_dir")  # stash backup and verify take the same folder
+
+
+def settings_from(parsed: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:
+    """The Settings each option's parsed value (by its ``dest``) makes;
+    :class:`stash.web.options.ConfigError` for anything the server could not
+    honour."""
+    return build(Settings, parsed, environ)
+
+
+def to_env(settings: Settings, secret_envs: Mapping[str, str]) -> str:
+    """The settings as JSON for :data:`SETTINGS_ENV`: every field but the
+    secrets, which travel as the names of the variables that hold them
+    (``secret_envs``, by the option's ``dest``: ``{"invite_secret_env": ...}``)."""
+    return json.dumps(encode(settings, secret_envs))
 
 
 def from_env() -> Settings:
-    raw = json.loads(os.environ[SETTINGS_ENV])
-
-    def secret(name: str | None) -> str | None:
-        return (os.environ.get(name) or None) if name else None
-
-    return Settings(
-        data_dir=Path(raw["data_dir"]),
-        kdf=KdfParams(*raw["kdf"]),
-        file_cipher=raw["file_cipher"],
-        init=raw["init"],
-        invite_secret=secret(raw["invite_secret_env"]),
-        operator_token=secret(raw["metrics_token_env"]),
-        public_url=raw["public_url"],
-        init_per_minute=raw["init_per_minute"],
-        auth_failures_per_minute=raw["auth_failures_per_minute"],
-        workers=raw["workers"],
-        trusted_proxies=tuple(raw["trusted_proxies"]),
-        max_body=raw["max_body"],
-        max_import_body=raw["max_import_body"],
-        id_prefixes=tuple(raw["id_prefixes"]),
-        user_concurrency=raw["user_concurrency"],
-        user_slow=raw["user_slow"],
-        slow_slots=raw["slow_slots"],
-        quota_memories=raw["quota_memories"],
-        quota_bytes=raw["quota_bytes"],
-        init_per_day=raw["init_per_day"],
-        header_timeout=raw["header_timeout"],
-        idle_timeout=raw["idle_timeout"],
-        keep_open=raw["keep_open"],
-    )
+    return decode(Settings, json.loads(os.environ[SETTINGS_ENV]), os.environ)

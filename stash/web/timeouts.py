@@ -15,23 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import os
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from .settings import SETTINGS_ENV
-
-DEFAULT_HEADER_TIMEOUT_S = 10.0
+from .settings import Settings, from_env
 
 
 @functools.cache
 def header_timeout() -> float:
     """This worker's header timeout, from the settings its parent passed on."""
     try:
-        return float(json.loads(os.environ[SETTINGS_ENV])["header_timeout"])
+        return float(from_env().header_timeout)
     except (KeyError, ValueError, TypeError):
-        return DEFAULT_HEADER_TIMEOUT_S
+        return float(Settings.header_timeout)
 
 
 class HeaderTimeoutProtocol(HttpToolsProtocol):

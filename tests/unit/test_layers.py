@@ -86,3 +86,15 @@ def test_no_import_cycle() -> None:
     for name in GRAPH:
         if name not in seen:
             visit(name, [])
+
+
+def test_what_an_option_is_needs_nothing_of_the_package() -> None:
+    """stash/web/options.py is read by the command line before any server
+    starts and by every worker: it imports no other module of the package
+    and no web framework, so the declarations' machinery stands alone."""
+    deps = GRAPH["stash.web.options"]
+    assert not [d for d in deps if d.startswith("stash")], deps
+    assert not deps & {"starlette", "uvicorn", "sqlite3", "sqlcipher3", "httpx"}, deps
+    # The declarations themselves sit in the web layer (their checks are the
+    # web edge's), which the command line imports, never the reverse.
+    assert not [d for d in GRAPH["stash.web.settings"] if layer(d) in ("cli", "storage")]

@@ -61,3 +61,21 @@ def test_a_declaration_the_generators_cannot_render_is_refused_at_import() -> No
         RouteSpec("DELETE", "/grants/{grant_id}", "owner", "x", health)
     with pytest.raises(ValueError, match=r"no\.such_code"):
         RouteSpec("GET", "/x", "public", "x", health, errors=("no.such_code",))
+
+
+def test_the_serve_options_table_of_the_deploy_guide_is_checked_and_rewritten(tmp_path) -> None:
+    """deploy/README.md's `stash serve` synopsis and options table come from
+    the option declarations: an edited row is found and --write restores it."""
+    text = refgen.DEPLOY_GUIDE.read_text(encoding="utf-8")
+    assert refgen.stale(text, refgen.DEPLOY_GUIDE) == []
+    edited = text.replace("| `--port PORT` | `STASH_PORT` | 8080 |", "| `--port PORT` | `STASH_PORT` | 80 |", 1)
+    assert edited != text
+    assert refgen.stale(edited, refgen.DEPLOY_GUIDE) == ["the table 'stash serve options' is stale"]
+    dropped = text.replace("<!-- generated: stash serve synopsis -->", "", 1)
+    assert any("stash serve synopsis" in p for p in refgen.stale(dropped, refgen.DEPLOY_GUIDE))
+    path = tmp_path / "deploy" / "README.md"
+    path.parent.mkdir()
+    path.write_text(edited, encoding="utf-8")
+    assert refgen.main(["--check", str(path)]) == 1
+    assert refgen.main(["--write", str(path)]) == 0
+    assert path.read_text(encoding="utf-8") == text
