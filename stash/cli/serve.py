@@ -8,6 +8,7 @@ import os
 import re
 import resource
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -93,7 +94,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kdf-time", type=int, default=DEFAULT_KDF.time_cost, help="argon2id passes for new grants")
     p.add_argument("--kdf-memory", type=int, default=DEFAULT_KDF.memory_kib, help="argon2id KiB for new grants")
     p.add_argument("--file-cipher", choices=("sqlcipher", "none"), default=None,
-                   help="whole-file cipher for new stores (default: sqlcipher where it imports)")
+                   help="whole-file cipher for new stores (default: sqlcipher where it imports; none with "
+                        "--replicate)")
+    p.add_argument("--replicate", default=None, metavar="REPLICA",
+                   help="also stream every store to REPLICA with Litestream (stash replicate): a folder, a URL, "
+                        "or a JSON file of replica settings; new stores are then plain files, rows still sealed")
     p.add_argument("--workers", type=int, default=1,
                    help="server processes sharing the port and the data folder (default 1)")
     p.add_argument("--shutdown-timeout", type=float, default=DEFAULT_SHUTDOWN_S, metavar="SECONDS",
@@ -144,6 +149,16 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
         raise ConfigError("--file-cipher sqlcipher, but sqlcipher3 does not import here.")
+    if args.replicate is not None:
+        from ..service.replica import ReplicaError, Target, litestream_binary
+
+        if args.file_cipher == "sqlcipher":
+            raise ConfigError("--replicate needs --file-cipher none: Litestream cannot read SQLCipher files.")
+        try:
+            Target.parse(args.replicate)
+            litestream_binary()
+        except ReplicaError as e:
+            raise ConfigError(f"--replicate: {e}.") from None
     invite = environ.get(args.invite_secret_env) if args.init == "invite" else None
     if args.init == "invite" and not invite:
         raise ConfigError(f"--init invite needs the secret in ${args.invite_secret_env}.")
@@ -181,7 +196,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     return Settings(
         data_dir=Path(os.path.expanduser(args.data)).resolve(),
         kdf=KdfParams(args.kdf_time, args.kdf_memory, 1),
-        file_cipher=args.file_cipher,
+        file_cipher="none" if args.replicate is not None else args.file_cipher,
         init=args.init,
         invite_secret=invite,
         operator_token=environ.get(args.metrics_token_env) or None,
@@ -202,6 +217,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         header_timeout=args.header_timeout,
         idle_timeout=args.idle_timeout,
         keep_open=args.keep_open,
+        replicate=args.replicate,
     )
 
 
@@ -243,7 +259,7 @@ def main(argv: list[str]) -> int:
     os.environ[SETTINGS_ENV] = to_env(settings, args.invite_secret_env, args.metrics_token_env)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     print(f"stash: data in {settings.data_dir}", flush=True)
-    cipher = args.file_cipher or available_file_cipher()
+    cipher = settings.file_cipher or available_file_cipher()
     print(f"stash: file cipher {cipher}; {args.workers} worker(s) listening on http://{args.host}:{args.port}",
           flush=True)
     if settings.trusted_proxies:
@@ -259,8 +275,33 @@ def main(argv: list[str]) -> int:
         signal.signal(sig, _drained)
     from ..web.timeouts import HeaderTimeoutProtocol
 
-    uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
-                access_log=False, log_level="warning", server_header=False, proxy_headers=False,
-                timeout_graceful_shutdown=args.shutdown_timeout, http=HeaderTimeoutProtocol,
-                timeout_keep_alive=settings.idle_timeout)
+    replicator = _start_replicator(settings)
+    try:
+        uvicorn.run(APP_FACTORY, factory=True, host=args.host, port=args.port, workers=args.workers,
+                    access_log=False, log_level="warning", server_header=False, proxy_headers=False,
+                    timeout_graceful_shutdown=args.shutdown_timeout, http=HeaderTimeoutProtocol,
+                    timeout_keep_alive=settings.idle_timeout)
+    finally:
+        _stop_replicator(replicator)
     return 0
+
+
+def _start_replicator(settings) -> subprocess.Popen | None:
+    """``stash replicate`` beside the server, in its process group (a stop
+    of the service stops both), when --replicate names a replica."""
+    if settings.replicate is None:
+        return None
+    print("stash: replicating every store with Litestream (stash replicate)", flush=True)
+    return subprocess.Popen([sys.executable, "-m", "stash", "replicate", "--data", str(settings.data_dir),
+                             settings.replicate], stdin=subprocess.DEVNULL)
+
+
+def _stop_replicator(child: subprocess.Popen | None) -> None:
+    """Let it ship what the server wrote last, then end it."""
+    if child is None or child.poll() is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()

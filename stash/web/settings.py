@@ -45,6 +45,7 @@ class Settings:
     header_timeout: float = 10.0  # seconds for a request's head to arrive (timeouts.py)
     idle_timeout: float = 5.0  # seconds a kept-alive connection may idle between requests
     keep_open: float = 5.0  # seconds a user's files stay open after its last request (storage/pool.py); 0: never
+    replicate: str | None = None  # the replica `stash replicate` streams every store to; None: not replicated
 
 
 def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -> str:
@@ -74,6 +75,7 @@ def to_env(settings: Settings, invite_secret_env: str, metrics_token_env: str) -
         "header_timeout": settings.header_timeout,
         "idle_timeout": settings.idle_timeout,
         "keep_open": settings.keep_open,
+        "replicate": settings.replicate,
     })
 
 
@@ -107,4 +109,5 @@ def from_env() -> Settings:
         header_timeout=raw["header_timeout"],
         idle_timeout=raw["idle_timeout"],
         keep_open=raw["keep_open"],
+        replicate=raw["replicate"],
     )
