@@ -117,7 +117,8 @@ def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -
         "snapshot": {"interval": SNAPSHOT_INTERVAL, "retention": RETENTION},
         "dbs": [
             {"dir": str(data_dir / "users"), "pattern": PATTERN, "recursive": True, "watch": True,
-             "monitor-interval": sync_interval, "replica": {**target.at("users"), **timing}},
+             "monitor-interval": sync_interval, "truncate-page-n": 1, "min-checkpoint-page-count": 1,
+             "checkpoint-interval": sync_interval, "replica": {**target.at("users"), **timing}},
             {"path": str(data_dir / ROSTER), "monitor-interval": sync_interval,
              "replica": {**target.at(ROSTER), **timing}},
         ],
