@@ -112,6 +112,7 @@ def restore_main(argv: list[str]) -> int:
                    help=f"the data folder to restore into (default: $STASH_DATA or {DEFAULT_DATA})")
     p.add_argument("--user", action="append", default=None, metavar="ID",
                    help="restore this user only (repeatable); default: every user the replica lists")
+    p.add_argument("--jobs", type=int, default=4, metavar="N", help="users restored at once (default 4)")
     p.add_argument("--timestamp", default=None, metavar="TIME",
                    help="restore as of this moment (ISO 8601, e.g. 2026-12-01T13:00:00Z) instead of the latest")
     args = p.parse_args(argv)
@@ -143,21 +144,24 @@ def restore_main(argv: list[str]) -> int:
         return 2
     failed = skipped = 0
     started = time.monotonic()
+    wanted = [user_id for user_id, cipher in users if cipher == "none"]
     for user_id, cipher in users:
         if cipher != "none":
             print(f"{user_id}  skip  SQLCipher store: never replicated", flush=True)
             skipped += 1
-            continue
-        done = replica.restore_user(target, user_id, data, at)
-        if done.problem:
-            print(f"{user_id}  FAIL  {done.problem}", flush=True)
-            failed += 1
-            continue
-        assert done.report is not None
-        step = f", {done.stepped} moments stepped back to where its files agree" if done.stepped else ""
-        print(f"{user_id}  restored at {done.moment}{step}", flush=True)
-        _print_report(done.report)
-        failed += not done.report.ok
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(args.jobs, 64))) as pool:
+        for done in pool.map(lambda u: replica.restore_user(target, u, data, at), wanted):
+            if done.problem:
+                print(f"{done.user_id}  FAIL  {done.problem}", flush=True)
+                failed += 1
+                continue
+            assert done.report is not None
+            step = f", {done.stepped} moments stepped back to where its files agree" if done.stepped else ""
+            print(f"{done.user_id}  restored at {done.moment}{step}", flush=True)
+            _print_report(done.report)
+            failed += not done.report.ok
     took = time.monotonic() - started
     print(f"stash restore: {len(users) - failed - skipped} users restored, {failed} failed, {skipped} skipped, "
           f"in {took:.1f} s.")
