@@ -44,10 +44,19 @@ CONFIG_NAME = ".litestream.yml"
 # What Litestream keeps: a snapshot an hour, each kept a day. An erased
 # memory's sealed row leaves the replica once every snapshot and compacted
 # file taken before the erasure has aged out: RETENTION + SNAPSHOT_INTERVAL.
-SNAPSHOT_INTERVAL = "1h"
-RETENTION = "24h"
+SNAPSHOT_INTERVAL_H = 1
+RETENTION_H = 24
+SNAPSHOT_INTERVAL = f"{SNAPSHOT_INTERVAL_H}h"
+RETENTION = f"{RETENTION_H}h"
 SYNC_INTERVAL = "1s"
 RUN_TIMEOUT = 120.0
+
+
+def replica_history_ends(at: str) -> str:
+    """When the replica no longer holds what was erased at ``at`` (RFC 3339,
+    UTC): once every snapshot and compacted file taken before it has aged out."""
+    when = dt.datetime.fromisoformat(at) + dt.timedelta(hours=RETENTION_H + SNAPSHOT_INTERVAL_H)
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ReplicaError(Exception):

@@ -84,12 +84,13 @@ class Writers:
             t.join(timeout=10)
 
 
-def owner_action(http: Http, method: str, url: str, token: str, **kw) -> None:
+def owner_action(http: Http, method: str, url: str, token: str, **kw) -> dict:
     """An owner action answered whole: its write-ahead log flushed by
     Litestream's own checkpoint, since Litestream's read transaction keeps
     every other checkpoint from completing."""
     resp = http.request(method, url, token, **kw)
     assert resp.status_code == 200, resp.text
+    return resp.json()
 
 
 def texts_of(http: Http, token: str) -> set[str]:
@@ -125,7 +126,11 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         doomed = http.ok("POST", "/note", a["token"], json={"text": erased_text})["id"]
         http.ok("POST", "/note", revoked["token"], json={"text": "written by the grant later revoked"})
         owner_action(http, "DELETE", f"/grants/{revoked['id']}", a["token"])
-        owner_action(http, "POST", "/erase", a["token"], json={"ids": [doomed]})
+        receipt = owner_action(http, "POST", "/erase", a["token"], json={"ids": [doomed]})
+        # The receipt says when the replica's history lets go of it: retention plus a snapshot interval.
+        gone = dt.datetime.fromisoformat(receipt["replicas_until"]) - dt.datetime.fromisoformat(receipt["at"])
+        assert gone == dt.timedelta(hours=25)
+        assert "replicas_until" not in http.ok("GET", "/erasures", a["token"])["erasures"][0]
         writers = Writers(live.url, {"a": a["token"], "b": b["token"]})
         time.sleep(0.5)
         # A user created while replication runs, mid-writes.
