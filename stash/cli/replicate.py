@@ -153,6 +153,10 @@ def restore_main(argv: list[str]) -> int:
 
     with ThreadPoolExecutor(max(1, min(args.jobs, 64))) as pool:
         for done in pool.map(lambda u: replica.restore_user(target, u, data, at), wanted):
+            if done.absent and at is not None:
+                print(f"{done.user_id}  skip  made after that moment", flush=True)
+                skipped += 1
+                continue
             if done.problem:
                 print(f"{done.user_id}  FAIL  {done.problem}", flush=True)
                 failed += 1

@@ -126,7 +126,12 @@ def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -
         "snapshot": {"interval": SNAPSHOT_INTERVAL, "retention": RETENTION},
         "dbs": [
             {"dir": str(data_dir / "users"), "pattern": PATTERN, "recursive": True, "watch": True,
-             "monitor-interval": sync_interval, "truncate-page-n": 1, "min-checkpoint-page-count": 1,
+             # Litestream's read transaction lets no checkpoint but its own complete: it checkpoints
+             # each WAL with a frame in it every interval, so what an erasure or revocation
+             # replaced is folded in within an interval (storage/files.py, litestream_flushed).
+             # A passive checkpoint, not truncate-page-n 1: truncating after every sync makes each
+             # idle file ship a transaction a second for good (bench/README.md, "Replication").
+             "monitor-interval": sync_interval, "min-checkpoint-page-count": 1,
              "checkpoint-interval": sync_interval, "replica": {**target.at("users"), **timing}},
             {"path": str(data_dir / ROSTER), "monitor-interval": sync_interval,
              "replica": {**target.at(ROSTER), **timing}},
@@ -285,6 +290,7 @@ class Restored:
     stepped: int = 0  # moments tried before the one that agreed
     report: Report | None = None
     problem: str = ""
+    absent: bool = False  # not in the replica at that moment (made later, or never shipped)
 
     @property
     def ok(self) -> bool:
@@ -320,7 +326,8 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
             if not (_restore_file(settings["keyring.db"], ring, moment)
                     and _restore_file(settings["memory.db"], mem, moment)):
                 if tried == 1:
-                    return Restored(user_id, problem="the replica holds no copy of this user at that moment")
+                    return Restored(user_id, problem="the replica holds no copy of this user at that moment",
+                                    absent=True)
                 continue
             why = agree(ring, mem)
             if why is None:

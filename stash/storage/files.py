@@ -281,10 +281,10 @@ def _wal_header(path: str) -> bytes | None:
 
 def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLUSH_S) -> bool:
     """Litestream holds a read transaction on every file it streams, so no
-    checkpoint but its own completes; ``stash replicate`` has it truncate the
-    WAL after each sync (``truncate-page-n: 1``). Wait for that: True once
+    checkpoint but its own completes; ``stash replicate`` has it checkpoint
+    every WAL that holds a frame once an interval. Wait for that: True once
     every frame now in the WAL was checkpointed into the file and the WAL
-    truncated or restarted (its salts change, or it empties), False when the
+    restarted or truncated (its salts change, or it empties), False when the
     file is not streamed (no ``-litestream`` folder beside it) or the wait
     ran out."""
     row = conn.execute("PRAGMA database_list").fetchone()

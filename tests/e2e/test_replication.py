@@ -78,6 +78,13 @@ class Writers:
                     self.acked[label].append((time.monotonic(), text))
                 k += 1
 
+    def until(self, label: str, n: int) -> None:
+        """Wait for ``n`` acknowledged notes of ``label`` (bounded)."""
+        deadline = time.monotonic() + 30
+        while len(self.acked[label]) < n:
+            assert time.monotonic() < deadline, f"{label} acknowledged only {len(self.acked[label])} notes"
+            time.sleep(0.02)
+
     def join(self) -> None:
         self.stop.set()
         for t in self.threads:
@@ -139,7 +146,8 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         # An online backup while Litestream streams and checkpoints the same files.
         backup = stash("backup", str(tmp_path / "backup"), "--data", str(live.data))
         assert backup.returncode == 0 and "0 copies failed" in backup.stdout, (backup.stdout, backup.stderr)
-        time.sleep(1.5)
+        writers_c.until("c", 5)
+        time.sleep(LAG_S + 0.3)
         killed_at = time.monotonic()
         live.kill9()  # the server, `stash replicate` and litestream: one process group
         writers.join()
@@ -212,7 +220,7 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         after = f"after-{os.urandom(6).hex()}"
         for k in range(4):
             http.ok("POST", "/note", owner["token"], json={"text": f"{after} {k}"})
-        time.sleep(1.0)
+        time.sleep(0.5)  # five sync intervals: the last notes shipped
     finally:
         live.stop()
         http.close()
@@ -321,7 +329,8 @@ def test_sftp_replica_survives_a_kill9_and_restores_on_another_port(tmp_path: Pa
         try:
             owner = http.init()
             writers = Writers(live.url, {"s": owner["token"]})
-            time.sleep(1.5)
+            writers.until("s", 5)
+            time.sleep(LAG_S + 0.3)
             killed_at = time.monotonic()
             live.kill9()
             writers.join()
