@@ -10,7 +10,13 @@ the host. A real ``stash serve --replicate`` on loopback with a folder replica.
 3. Restore: the server is stopped and ``stash restore`` brings every user back
    into a fresh folder, timed whole and per user.
 
-    python bench/replication.py --users 20 --memories 200 --probes 60
+With ``--idle``, instead: Litestream's CPU and replica growth over 10 s on
+``--users`` idle users of 5 memories, under its default checkpoints, under
+the passive checkpoint each interval that ``stash replicate`` configures, and
+under a truncate after every sync (``truncate-page-n: 1``).
+
+    python bench/replication.py --users 100 --memories 100 --probes 100 --spacing 0.3
+    python bench/replication.py --idle --users 30
 """
 
 from __future__ import annotations
@@ -59,6 +65,47 @@ def ltx_count(folder: Path) -> int:
         return 0
 
 
+CHECKPOINTS = {
+    "Litestream's defaults": {},
+    "stash replicate's (passive, each interval)": {"min-checkpoint-page-count": 1, "checkpoint-interval": "1s"},
+    "truncate after every sync": {"truncate-page-n": 1, "min-checkpoint-page-count": 1, "checkpoint-interval": "1s"},
+}
+
+
+def idle(users: int) -> None:
+    import json
+
+    from stash.service import replica
+
+    tmp = Path(tempfile.mkdtemp(prefix="stash-repl-idle-"))
+    server = Server(data=tmp / "data", log=tmp / "server.log",
+                    extra=["--file-cipher", "none", *CHEAP_KDF_FLAGS]).start()
+    http = Http(server.url)
+    for _ in range(users):
+        token = http.init()["token"]
+        for k in range(5):
+            http.ok("POST", "/note", token, json={"text": f"note {k}"})
+    server.stop()
+    for name, settings in CHECKPOINTS.items():
+        rep = tmp / f"replica-{len(name)}"
+        cfg = replica.config(tmp / "data", replica.Target.parse(str(rep)), "1s")
+        entry = cfg["dbs"][0]
+        for key in ("truncate-page-n", "min-checkpoint-page-count", "checkpoint-interval"):
+            entry.pop(key, None)
+        entry.update(settings)
+        (tmp / "litestream.yml").write_text(json.dumps(cfg))
+        proc = subprocess.Popen([replica.litestream_binary(), "replicate", "-config", str(tmp / "litestream.yml")],
+                                stderr=subprocess.DEVNULL)
+        time.sleep(4)
+        c0, d0 = cpu_of(proc.pid), du(rep)
+        time.sleep(10)
+        c1, d1 = cpu_of(proc.pid), du(rep)
+        proc.terminate()
+        proc.wait(timeout=30)
+        print(f"{users} idle users, {name}: litestream {c1 - c0:.2f} CPU-s in 10 s, replica grew "
+              f"{(d1 - d0) / 1e6:.2f} MB", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--users", type=int, default=20)
@@ -66,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probes", type=int, default=60)
     p.add_argument("--spacing", type=float, default=0.5)
     p.add_argument("--interval", default="1s", help="Litestream's sync interval (stash replicate --interval)")
+    p.add_argument("--idle", action="store_true", help="only Litestream's cost on idle users, three checkpoint modes")
     args = p.parse_args(argv)
+    if args.idle:
+        idle(args.users)
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="stash-repl-bench-"))
     replica = tmp / "replica"
     server = Server(data=tmp / "data", log=tmp / "server.log", extra=["--replicate", str(replica), *CHEAP_KDF_FLAGS],
