@@ -16,7 +16,7 @@ from pathlib import Path
 from .serve import DEFAULT_DATA
 
 SYNC_ENV = "STASH_REPLICATE_INTERVAL"
-RESTART_PAUSE_S = 1.0
+RESTART_PAUSE_S = 0.2
 
 
 def _data(arg: str) -> Path:

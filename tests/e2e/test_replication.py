@@ -324,6 +324,13 @@ def test_sftp_replica_survives_a_kill9_and_restores_on_another_port(tmp_path: Pa
         settings.write_text(json.dumps({"type": "sftp", "host": f"127.0.0.1:{sshd.port}",
                                         "user": getpass.getuser(), "key-path": str(sshd.client_key),
                                         "path": str(remote)}))
+        # A store made before the host replicated: SQLCipher, which Litestream cannot read.
+        before = Server(data=tmp_path / "host" / "data", log=tmp_path / "before.log",
+                        extra=["--file-cipher", "sqlcipher", *CHEAP_KDF_FLAGS]).start()
+        try:
+            old = Http(before.url).init()
+        finally:
+            before.stop()
         live = replicated_server(tmp_path / "host", str(settings))
         http = Http(live.url)
         try:
@@ -341,7 +348,9 @@ def test_sftp_replica_survives_a_kill9_and_restores_on_another_port(tmp_path: Pa
         fresh = tmp_path / "standby" / "data"
         done = stash("restore", str(settings), "--data", str(fresh))
         assert done.returncode == 0, (done.stdout, done.stderr, sshd.log.read_text()[-2000:])
-        assert "1 users restored" in done.stdout
+        assert "1 users restored, 0 failed, 1 skipped" in done.stdout
+        assert f"{old['user_id']}  skip  SQLCipher store" in done.stdout
+        assert f"{old['user_id']} uses SQLCipher files, which Litestream cannot read: NOT replicated" in live.log_text()
     finally:
         sshd.stop()
     assert (remote / "users" / owner["user_id"] / "memory.db").is_dir()
