@@ -147,6 +147,9 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         # An online backup while Litestream streams and checkpoints the same files.
         backup = stash("backup", str(tmp_path / "backup"), "--data", str(live.data))
         assert backup.returncode == 0 and "0 copies failed" in backup.stdout, (backup.stdout, backup.stderr)
+        # stash verify on the live folder, Litestream's tables and read transactions in it.
+        checked = stash("verify", str(live.data))
+        assert checked.returncode == 0 and "3 users checked, 0 failed" in checked.stdout, checked.stdout
         writers_c.until("c", 5)
         time.sleep(LAG_S + 0.3)
         killed_at = time.monotonic()
