@@ -1,5 +1,5 @@
-"""The ``stash`` command: ``serve`` runs the server, ``backup`` and ``verify``
-work on its data folder; ``mcp`` serves the agent's verbs to an MCP host over
+"""The ``stash`` command: ``serve`` runs the server, ``backup``, ``verify``,
+``replicate`` and ``restore`` work on its data folder; ``mcp`` serves the agent's verbs to an MCP host over
 stdio; every other verb is the HTTP client
 (:mod:`stash.client`, also served as one file at ``GET /client``)."""
 
@@ -13,6 +13,8 @@ HOST_VERBS = {
     "serve": "run the Stash server",
     "backup": "copy every user's files of a data folder while the server runs",
     "verify": "check every file of a data folder or a backup",
+    "replicate": "stream a data folder to a replica off the host with Litestream",
+    "restore": "bring users back from a replica, each at a moment its files agree",
     "mcp": "serve wake, note, nap, recall, zoom and forget as MCP tools over stdio",
 }
 
@@ -41,6 +43,14 @@ def _main(argv: list[str]) -> int:
         from .operate import backup_main
 
         return backup_main(argv[1:])
+    if argv[:1] == ["replicate"]:
+        from .replicate import replicate_main
+
+        return replicate_main(argv[1:])
+    if argv[:1] == ["restore"]:
+        from .replicate import restore_main
+
+        return restore_main(argv[1:])
     if argv[:1] == ["verify"]:
         from .operate import verify_main
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import re
 import resource
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from types import FrameType
 
 from ..web.options import ENV_PREFIX, ConfigError, Option
-from ..web.settings import OPTIONS, Settings
+from ..web.settings import DATA, OPTIONS, Settings
 
 OPEN_FILES = 8192  # see _room_for_open_files
 APP_FACTORY = "stash.web.app:app_from_env"
@@ -88,7 +90,20 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
         raise ConfigError("--file-cipher sqlcipher, but sqlcipher3 does not import here.")
-    return settings.settings_from(vars(args), environ)
+    if args.replicate is not None:
+        from ..service.replica import ReplicaError, Target, litestream_binary
+
+        if args.file_cipher == "sqlcipher":
+            raise ConfigError("--replicate needs --file-cipher none: Litestream cannot read SQLCipher files.")
+        try:
+            Target.parse(args.replicate)
+            litestream_binary()
+        except ReplicaError as e:
+            raise ConfigError(f"--replicate: {e}.") from None
+    made = settings.settings_from(vars(args), environ)
+    # A replicated host's new stores are plain files (their rows stay sealed): Litestream reads them with its
+    # own keyless SQLite.
+    return dataclasses.replace(made, file_cipher="none") if made.replicate is not None else made
 
 
 def _room_for_open_files() -> None:
@@ -152,12 +167,35 @@ def main(argv: list[str]) -> int:
     from ..web.timeouts import HeaderTimeoutProtocol
 
     # uvicorn annotates its timeouts as int, but takes seconds as a float (asyncio's call_later).
+    replicator = _start_replicator(settings)
     try:
         uvicorn.run(APP_FACTORY, factory=True, host=settings.host, port=settings.port, workers=settings.workers,
                     access_log=False, log_level="warning", server_header=False, proxy_headers=False,
                     http=HeaderTimeoutProtocol, timeout_keep_alive=settings.idle_timeout,  # type: ignore[arg-type]
                     timeout_graceful_shutdown=settings.shutdown_timeout)  # type: ignore[arg-type]
     finally:
+        _stop_replicator(replicator)
         if counters is not None:
             remove_multiprocess(counters)
     return 0
+
+
+def _start_replicator(settings: Settings) -> subprocess.Popen[bytes] | None:
+    """``stash replicate`` beside the server, in its process group (a stop
+    of the service stops both), when --replicate names a replica."""
+    if settings.replicate is None:
+        return None
+    print("stash: replicating every store with Litestream (stash replicate)", flush=True)
+    return subprocess.Popen([sys.executable, "-m", "stash", "replicate", DATA.flag, str(settings.data_dir),
+                             settings.replicate], stdin=subprocess.DEVNULL)
+
+
+def _stop_replicator(child: subprocess.Popen[bytes] | None) -> None:
+    """Let it ship what the server wrote last, then end it."""
+    if child is None or child.poll() is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        child.kill()

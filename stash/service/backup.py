@@ -2,9 +2,10 @@
 keeps serving, taken without any token.
 
 Per user, in turn: the key ring is copied with SQLite's online backup API (it
-is plain SQLite, and grants may be minted meanwhile); the memory file, which
-is SQLCipher and cannot be read without a key, is copied as bytes while the
-user's lock is held exclusive (:mod:`stash.storage.userlock`), when no request
+is plain SQLite, and grants may be minted meanwhile), and so is a plain memory
+file (``--file-cipher none``, which Litestream may be checkpointing); a
+SQLCipher memory file, which cannot be read without a key, is copied as bytes
+while the user's lock is held exclusive (:mod:`stash.storage.userlock`), when no request
 has it open. The key ring is copied under the same lock, so its copy of the
 log head is never ahead of the memory file it describes. Each user's requests
 wait for the length of that user's copy, never fail.
@@ -42,7 +43,13 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _copy_keyring(src: Path, dst: Path) -> None:
+def _plain(path: Path) -> bool:
+    """A plain SQLite file (``--file-cipher none``), not SQLCipher."""
+    with open(path, "rb") as f:
+        return f.read(16) == b"SQLite format 3\x00"
+
+
+def _copy_plain(src: Path, dst: Path) -> None:
     source = sqlite3.connect(str(src), isolation_level=None)
     try:
         target = sqlite3.connect(str(dst), isolation_level=None)
@@ -64,12 +71,18 @@ def _copy_user(folder: Path, target: Path) -> Copied:
         if not keyring.is_file() or not memory.is_file():
             return Copied(folder.name, False, "skipped: its files are incomplete (being created or destroyed)")
         target.mkdir(mode=0o700)
-        _copy_keyring(keyring, target / "keyring.db")
-        # No request has the memory file open: it and any WAL left by a crash
-        # are at rest, and together they are one consistent state.
-        for name in ("memory.db", "memory.db-wal"):
-            if (folder / name).is_file():
-                shutil.copyfile(folder / name, target / name)
+        _copy_plain(keyring, target / "keyring.db")
+        if _plain(memory):
+            # A plain file may be open in another process that takes no user
+            # lock (Litestream, checkpointing it): SQLite's backup API copies
+            # one consistent state whatever it does.
+            _copy_plain(memory, target / "memory.db")
+        else:
+            # No request has the memory file open: it and any WAL left by a
+            # crash are at rest, and together they are one consistent state.
+            for name in ("memory.db", "memory.db-wal"):
+                if (folder / name).is_file():
+                    shutil.copyfile(folder / name, target / name)
         for path in target.iterdir():
             path.chmod(0o600)
             _fsync(path)

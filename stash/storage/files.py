@@ -254,16 +254,55 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
 def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02) -> bool:
     """``wal_checkpoint(TRUNCATE)`` until it completes: True, or False when
     readers kept it busy for every attempt. Each attempt must not wait in the
-    busy handler, or a long reader would hold the request for minutes."""
+    busy handler, or a long reader would hold the request for minutes. A file
+    Litestream streams is flushed by Litestream's own checkpoint instead
+    (:func:`litestream_flushed`)."""
     conn.execute("PRAGMA busy_timeout = 0")
     try:
         for _ in range(attempts):
             if not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
                 return True
             time.sleep(pause)
-        return False
     finally:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return attempts > 1 and litestream_flushed(conn)
+
+
+# How long a flush waits for Litestream's checkpoint: several of its sync
+# intervals (stash replicate's default is one second).
+LITESTREAM_FLUSH_S = 5.0
+
+
+def _wal_header(path: str) -> bytes | None:
+    """The WAL's salts (header bytes 16 to 24), b"" for an empty WAL, None without one."""
+    try:
+        with open(f"{path}-wal", "rb") as f:
+            head = f.read(24)
+    except OSError:
+        return None
+    return head[16:24] if len(head) == 24 else b""
+
+
+def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLUSH_S) -> bool:
+    """Litestream holds a read transaction on every file it streams, so no
+    checkpoint but its own completes; ``stash replicate`` has it checkpoint
+    every WAL that holds a frame once an interval. Wait for that: True once
+    every frame now in the WAL was checkpointed into the file and the WAL
+    restarted or truncated (its salts change, or it empties), False when the
+    file is not streamed (no ``-litestream`` folder beside it) or the wait
+    ran out."""
+    row = conn.execute("PRAGMA database_list").fetchone()
+    path = row[2] if row else ""
+    if not path or not (Path(path).parent / f".{Path(path).name}-litestream").is_dir():
+        return False
+    before = _wal_header(path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = _wal_header(path)
+        if now is None or now == b"" or now != before:
+            return True
+        time.sleep(0.01)
+    return False
 
 
 # One thread at a time opens or closes a SQLCipher connection in this process:

@@ -27,6 +27,7 @@ from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import audit, grant_terms, idempotency, onboarding, quotas
 from ..service.access import Session
+from ..service.replica import replica_history_ends
 from . import pages
 from .codes import CODES
 from .errors import error_response
@@ -518,6 +519,8 @@ async def erase(request: Request) -> Response:
     data = await _fields(request)
     answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"]))
     request.app.state.metrics.event("erase")
+    if request.app.state.settings.replicate is not None:
+        answer["replicas_until"] = replica_history_ends(answer["at"])
     return JSON(answer)
 
 

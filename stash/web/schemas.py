@@ -157,7 +157,11 @@ SCHEMAS: dict[str, Schema] = {
                                                                         "were erased before)."},
         "dropped": integer(0, description="How many summaries were dropped with them."),
         "at": ref("Timestamp"),
-    }),
+        "replicas_until": ref("Timestamp") | {
+            "description": "on a replicated host (`stash serve --replicate`), and only in the answer to the erase: "
+                           "when the replica's history no longer holds the erased memories (its retention after "
+                           "`at`); absent elsewhere"},
+    }, required=["receipt", "ids", "erased", "dropped", "at"]),
     "SizeChanges": {
         "type": "object",
         "properties": {name: nullable(p) for name, p in SIZES_PROPS.items()},

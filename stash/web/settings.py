@@ -190,7 +190,16 @@ class Settings:
         "--file-cipher", None, "whole-file cipher for new stores",
         choices=("sqlcipher", "none"), shown_default="`sqlcipher` where `sqlcipher3` imports, else `none`",
         doc="whole-file cipher for new memories; asking for `sqlcipher` where it does not import refuses to "
-            "start (exit 2)")
+            "start (exit 2); `none` whenever `--replicate` is given")
+    replicate: str | None = option(
+        "--replicate", None, "also stream every store to REPLICA with Litestream (stash replicate): a folder, a "
+        "URL, or a JSON file of replica settings; new stores are then plain files, rows still sealed",
+        metavar="REPLICA",
+        doc="stream every user's key ring and memory file to `REPLICA` with Litestream (`stash replicate` runs "
+            "beside the server): a folder, an `sftp://` or `s3://` URL, or a JSON file of replica settings. New "
+            "stores are then plain SQLite files whose rows stay sealed; SQLCipher stores already there are "
+            "reported as not replicated; with `--file-cipher sqlcipher`, or where `litestream` is not installed, "
+            "it refuses to start (exit 2). See [stash replicate](#stash-replicate)")
 
 
 OPTIONS: list[Option] = declared(Settings)

@@ -63,7 +63,8 @@ def epoch_keys_of(keyring: Path, token: str) -> list[bytes]:
         ring.close()
 
 
-def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: list[bytes]) -> set[str]:
+def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: list[bytes],
+                        cipher: str = "sqlcipher") -> set[str]:
     """Every plaintext that ``epoch_keys`` open in any of ``memory_copies``
     (folders holding a memory.db), the copies' memory keys pooled together:
     a key of memory #i found in one copy is tried on row #i of every copy."""
@@ -76,7 +77,7 @@ def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: lis
         work = folder.parent / f"{folder.name}-attack"
         shutil.copytree(folder, work)
         try:
-            with raw_memory_file(work, epoch_keys[0], "sqlcipher") as conn:
+            with raw_memory_file(work, epoch_keys[0], cipher) as conn:
                 # A table a store has not written to is not made (schema.sql, "Pages").
                 present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
                 for table, pos_sql in (("memory_keys", "chunk"), ("summaries", "size || '|' || idx"),

@@ -1,0 +1,172 @@
+"""``stash replicate`` and ``stash restore``: stream a data folder to a
+replica off the host with Litestream, and bring users back from it whole
+(deploy/README.md, "Replicated host")."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..web.settings import DATA
+
+SYNC_ENV = "STASH_REPLICATE_INTERVAL"
+RESTART_PAUSE_S = 0.2
+
+
+def _data(arg: str) -> Path:
+    return Path(os.path.expanduser(arg)).resolve()
+
+
+def replicate_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="stash replicate", description=(
+        "Stream every user's files of a data folder to REPLICA with Litestream, users created later included, "
+        "until stopped. Only plain-file stores (--file-cipher none) replicate; a SQLCipher store is reported."))
+    p.add_argument("replica", help="a folder, a URL Litestream takes (sftp://, s3://…), or a JSON file of "
+                                   "Litestream replica settings")
+    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
+                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
+    p.add_argument("--interval", default=os.environ.get(SYNC_ENV, "1s"),
+                   help=f"how often each file is shipped, as Litestream reads it (default: ${SYNC_ENV} or 1s)")
+    p.add_argument("--print-config", action="store_true", help="print Litestream's configuration and exit")
+    args = p.parse_args(argv)
+    from ..service import replica
+
+    data = _data(args.data)
+    try:
+        target = replica.Target.parse(args.replica)
+        binary = replica.litestream_binary()
+    except replica.ReplicaError as e:
+        print(f"stash replicate: {e}.", file=sys.stderr)
+        return 2
+    if args.print_config:
+        import json
+
+        print(json.dumps(replica.config(data, target, args.interval), indent=1))
+        return 0
+    (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
+    known: set[str] = set()
+    replica.update_roster(data, known)  # the roster exists before Litestream is asked to watch it
+    cfg = replica.write_config(data, target, args.interval)
+    stopping = False
+
+    def stop(signum, frame) -> None:
+        nonlocal stopping
+        stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+    _report(replica.update_roster(data, set()))
+    child: subprocess.Popen[bytes] | None = None
+    pause = _seconds(args.interval)
+    while not stopping:
+        if child is None or child.poll() is not None:
+            if child is not None:
+                print(f"stash replicate: litestream exited with {child.returncode}; restarting it.",
+                      file=sys.stderr, flush=True)
+                time.sleep(RESTART_PAUSE_S)
+            child = subprocess.Popen([binary, "replicate", "-config", str(cfg), "-no-expand-env"],
+                                     stdin=subprocess.DEVNULL)
+        _report(replica.update_roster(data, known))
+        time.sleep(pause)
+    if child is not None and child.poll() is None:
+        child.terminate()  # Litestream ships what it has before it exits
+        try:
+            child.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    return 0
+
+
+def _report(added: list[tuple[str, str]]) -> None:
+    for user_id, cipher in added:
+        if cipher != "none":
+            print(f"stash replicate: {user_id} uses SQLCipher files, which Litestream cannot read: NOT replicated "
+                  "(restore it from the daily backup, or re-import its export on a --file-cipher none server).",
+                  file=sys.stderr, flush=True)
+
+
+def _seconds(interval: str) -> float:
+    units = {"ms": 0.001, "s": 1.0, "m": 60.0}
+    for unit in ("ms", "s", "m"):
+        if interval.endswith(unit):
+            try:
+                return max(0.05, min(5.0, float(interval[: -len(unit)]) * units[unit]))
+            except ValueError:
+                break
+    return 1.0
+
+
+def restore_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="stash restore", description=(
+        "Bring users back from a Litestream replica into a data folder, each at the latest moment (or the latest "
+        "at or before --timestamp) where its key ring and memory file agree, then check each as stash verify "
+        "does. Needs no token. Run it with the server stopped, or into a new folder."))
+    p.add_argument("replica", help="the replica stash replicate writes to (folder, URL or JSON settings file)")
+    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
+                   help=f"the data folder to restore into (default: ${DATA.env_var} or {DATA.default})")
+    p.add_argument("--user", action="append", default=None, metavar="ID",
+                   help="restore this user only (repeatable); default: every user the replica lists")
+    p.add_argument("--jobs", type=int, default=4, metavar="N", help="users restored at once (default 4)")
+    p.add_argument("--timestamp", default=None, metavar="TIME",
+                   help="restore as of this moment (ISO 8601, e.g. 2026-12-01T13:00:00Z) instead of the latest")
+    args = p.parse_args(argv)
+    from ..service import replica
+    from .operate import _print_report
+
+    at = None
+    if args.timestamp:
+        try:
+            at = dt.datetime.fromisoformat(args.timestamp)
+        except ValueError:
+            print("stash restore: --timestamp must be ISO 8601, like 2026-12-01T13:00:00Z.", file=sys.stderr)
+            return 2
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=dt.UTC)
+    data = _data(args.data)
+    try:
+        target = replica.Target.parse(args.replica)
+        replica.litestream_binary()
+        (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(data, 0o700)
+        os.chmod(data / "users", 0o700)
+        if args.user:
+            users = [(u.lower(), "none") for u in args.user]
+        else:
+            users = replica.replica_users(target, data)
+    except (replica.ReplicaError, OSError) as e:
+        print(f"stash restore: {e}.", file=sys.stderr)
+        return 2
+    failed = skipped = 0
+    started = time.monotonic()
+    wanted = [user_id for user_id, cipher in users if cipher == "none"]
+    for user_id, cipher in users:
+        if cipher != "none":
+            print(f"{user_id}  skip  SQLCipher store: never replicated", flush=True)
+            skipped += 1
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(args.jobs, 64))) as pool:
+        for done in pool.map(lambda u: replica.restore_user(target, u, data, at), wanted):
+            if done.absent and at is not None:
+                print(f"{done.user_id}  skip  made after that moment", flush=True)
+                skipped += 1
+                continue
+            if done.problem:
+                print(f"{done.user_id}  FAIL  {done.problem}", flush=True)
+                failed += 1
+                continue
+            assert done.report is not None
+            step = f", {done.stepped} moments stepped back to where its files agree" if done.stepped else ""
+            print(f"{done.user_id}  restored at {done.moment}{step}", flush=True)
+            _print_report(done.report)
+            failed += not done.report.ok
+    took = time.monotonic() - started
+    print(f"stash restore: {len(users) - failed - skipped} users restored, {failed} failed, {skipped} skipped, "
+          f"in {took:.1f} s.")
+    return 1 if failed else 0

