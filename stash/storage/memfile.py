@@ -742,6 +742,11 @@ class MemoryFile:
             raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")
         return self._open(self._rows_key, row[0], "erased", i).decode()
 
+    @property
+    def erased_ids(self) -> frozenset[int]:
+        """The erased memories, as the authenticated head of this file covers them."""
+        return self._erased_ids
+
     def erased_count(self) -> int:
         rows = self._rows(self._tables(), "erased", "SELECT COUNT(*) FROM erased")
         return int(rows[0][0]) if rows else 0
