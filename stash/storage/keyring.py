@@ -74,6 +74,11 @@ def label_key(chain: KeyChain) -> bytes:
     return keys.subkey(chain.current, LABEL_KEY)
 
 
+def expired(expires: str | None, now: datetime) -> bool:
+    """True when ``expires`` (UTC RFC 3339, as stored) is at or before ``now``."""
+    return expires is not None and datetime.fromisoformat(expires.replace("Z", "+00:00")) <= now
+
+
 def now_utc() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -449,28 +454,33 @@ class Keyring:
         return cur.rowcount == 1
 
     def advance_epoch(self, chain: KeyChain, revoke: tuple[int, ...], *,
-                      mint: dict[str, Any] | None = None) -> tuple[KeyChain, list[int], int | None]:
+                      mint: dict[str, Any] | None = None,
+                      now: datetime | None = None) -> tuple[KeyChain, list[int], int | None]:
         """Start a new epoch: revoke the grants ``revoke`` (destroying their
         key columns), seal a fresh epoch key to every other live grant, keep
         the older keys under it, and with ``mint`` (keyword arguments of
         :meth:`_insert`) file a new grant in the same transaction (an owner
         rotation). Unmoved live grants cannot be reached without their
-        secrets, so they are revoked too and returned. One transaction: a
-        crash leaves the old epoch or the new one, whole. Returns the new
-        chain, the unmoved grants revoked with it, and the minted grant id."""
+        secrets, so they are revoked too and returned. A grant whose expiry
+        is at or before ``now`` (the clock when None) is revoked as well: it
+        receives no key of this epoch or any later one, whatever clock a
+        server that later opens these files keeps. One transaction: a crash
+        leaves the old epoch or the new one, whole. Returns the new chain,
+        the unmoved grants revoked with it, and the minted grant id."""
         new = chain.advance()
-        at = now_utc()
+        now = datetime.now(UTC) if now is None else now
+        at = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
         stranded: list[int] = []
         minted = None
         with write_transaction(self.conn):
             self._select("LIMIT 0", ())
             self._check_epoch(chain)
             for g in self._select("WHERE revoked IS NULL ORDER BY id", ()):
-                if g.id in revoke or not g.moved:
+                if g.id in revoke or not g.moved or expired(self.notes(g.id).expires, now):
                     self.conn.execute(
                         "UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
                         "revoked = ? WHERE id = ?", (at, g.id))
-                    if g.id not in revoke:
+                    if g.id not in revoke and not g.moved:
                         stranded.append(g.id)
                 else:
                     assert g.pub is not None  # a moved grant has its public key
