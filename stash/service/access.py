@@ -22,6 +22,7 @@ from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Un
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
+from ..crypto.owner_seal import OwnerKeys
 from ..storage import pool, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
@@ -64,6 +65,8 @@ class Session:
     pin: Head | None = None
     # The memory file's page size, as the key ring records it (older stores: 16 KiB).
     page_bytes: int = LEGACY_PAGE_BYTES
+    # The owner keys (labels, audit, last-used days), in an owner session only.
+    owner: OwnerKeys | None = field(repr=False, default=None)
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -235,14 +238,15 @@ class Vault:
         for g in session.keyring.grants():
             notes = session.keyring.notes(g.id)
             try:
-                label = session.keyring.label(g.id, session.keys)
+                label = session.keyring.label(g.id, session.keys, session.owner)
+                last_used = session.keyring.last_used(g.id, session.owner)
             except (aead.Unsealable, UnicodeDecodeError):
-                raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
-                              "backup.") from None
+                raise Damaged(f"The label or last-used day of capability {g.id} was altered; restore the key ring "
+                              "from a backup.") from None
             is_expired = grant_terms.expired(notes.expires, now)
             out.append({"id": g.id, "scope": g.scope, "label": label, "created": g.created, "expires": notes.expires,
                         "revoked": g.revoked, "expired": is_expired, "live": g.revoked is None and not is_expired,
-                        "last_used": notes.last_used, "you": g.id == session.grant_id})
+                        "last_used": last_used, "you": g.id == session.grant_id})
         return out
 
     def revoke_grant(self, session: Session, grant_id: int) -> dict:
@@ -274,7 +278,8 @@ class Vault:
         token, secret = tokens.mint(session.user_id)
         old_id = session.grant_id
         stranded, minted = self._new_epoch(session, (old_id,), mint={
-            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf})
+            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf},
+            owner=session.owner)
         session.keyring.checkpoint()
         created = next(g for g in session.keyring.grants() if g.id == minted).created
         return {"id": minted, "scope": "owner", "created": created, "token": token, "revoked": old_id,
@@ -282,15 +287,15 @@ class Vault:
                 "note": "This token is shown once and never stored; the previous owner token no longer opens this "
                         "memory."}
 
-    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
-                   ) -> tuple[list[int], int | None]:
+    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None,
+                   owner: OwnerKeys | None = None) -> tuple[list[int], int | None]:
         """Move the store to a new key epoch, the key ring first (one
         transaction: grants revoked, the new key boxed to every other live
         capability), then the memory file re-sealed under it. If the second
         step cannot run now (the file is damaged, missing or unwritable), the
         revocation is still in force: the memory file is re-sealed by the next
         request that opens it, before anything is read or written."""
-        new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint)
+        new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint, owner=owner)
         session.chain = new
         try:
             # Exclusive: every request that opened the file under the old
@@ -420,13 +425,18 @@ class Vault:
             if opened.unmoved:
                 ring.move_grant(grant, opened)  # its secret is here now, and only now
             try:
+                owner = ring.owner_keys(grant, opened.kek, opened.chain)
+            except (aead.Unsealable, UnicodeDecodeError, ValueError):
+                raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
+                              "key ring from a backup.") from None
+            try:
                 page_bytes = ring.memory_page_bytes()
             except ValueError:
                 raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
                               "from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes)
+                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes, owner)
             del opened
             try:
                 yield session
