@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,74 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
     shutil.rmtree(folder)
     shutil.copytree(after, folder)
     server.start(same_port=True)
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory: pytest.TempPathFactory):
+    """Files without the SQLCipher layer (as a replicated store keeps them):
+    every byte a raw read finds is what the rows hold."""
+    srv = start_server(tmp_path_factory.mktemp("plain"), *CHEAP_KDF_FLAGS, "--file-cipher", "none")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def blobs(folder: Path, sql: str) -> list[bytes]:
+    conn = sqlite3.connect(f"file:{folder}?mode=ro", uri=True)
+    try:
+        return [bytes(r[0]) for r in conn.execute(sql)]
+    except sqlite3.OperationalError:  # a table not made in this file
+        return []
+    finally:
+        conn.close()
+
+
+def fragments(blob: bytes, width: int = 48) -> list[bytes]:
+    """Windows of ``blob`` at every ``width`` bytes: a row spread over
+    overflow pages keeps whole windows on each page, so any surviving piece
+    of it holds one of these."""
+    return [blob[k : k + width] for k in range(0, len(blob) - width + 1, width)]
+
+
+def every_byte(folder: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file())
+
+
+@pytest.mark.slow
+def test_erasure_leaves_no_byte_of_the_erased_key_cache_piece_or_note_record_in_any_file(plain_server: Server,
+                                                                                         tmp_path: Path):
+    """After an erasure (which ends with a checkpoint), no page of any file
+    of the user — free pages and WAL included — holds any piece of the
+    sealed key chunk, recall cache piece or idempotency record from before,
+    which the old key chain would open; neither after a restart."""
+    server = plain_server
+    http = Http(server.url)
+    token = http.init()["token"]
+    folder = server.data / "users" / token[7:23]
+    secret = f"shred-{os.urandom(6).hex()}"
+    import_with_secret(http, token, f"{secret} imported")
+    noted = http.request("POST", "/note", token, json={"text": f"{secret} noted"},
+                         headers={"Idempotency-Key": f"k-{os.urandom(4).hex()}"})
+    assert noted.status_code == 200, noted.text
+    assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 2
+    server.stop()
+    old = {
+        "key chunks": blobs(folder / "memory.db", "SELECT sealed FROM memory_keys WHERE chunk IN (0, 32)"),
+        "recall cache": blobs(folder / "recall.db", "SELECT sealed FROM scan_cache"),
+        "idempotency records": blobs(folder / "memory.db", "SELECT sealed FROM idempotency")
+        + blobs(folder / "memory.db", "SELECT fingerprint FROM idempotency"),
+    }
+    assert all(old.values()), {k: len(v) for k, v in old.items()}
+    server.start(same_port=True)
+    http = Http(server.url)
+    http.ok("POST", "/erase", token, json={"ids": [5, 4200]})
+    for moment in ("live", "restarted"):
+        raw = every_byte(folder)
+        assert secret.encode() not in raw
+        for what, sealed in old.items():
+            left = [f for blob in sealed for f in fragments(blob) if f in raw]
+            assert not left, (moment, what, len(left))
+        server.stop()
+        server.start(same_port=True)
+    assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 0
