@@ -8,6 +8,8 @@ secret, with user, grant id and scope in the associated data, so editing the
 scope or swapping the public key makes it fail), and a *box*: the current
 epoch's key sealed to that public key (stash/crypto/epochs.py). The older
 epochs' keys are kept in keyring_meta, sealed under the current epoch's key.
+Labels, last-used days and audit events are sealed to the owner key
+(stash/crypto/owner_seal.py), which no epoch key opens.
 
 Format 1 (before epochs) held the store's one key wrapped under each KEK in
 ``wrapped`` and had no ``pub``/``box`` columns; such a grant is *unmoved*. Its
@@ -37,7 +39,7 @@ from .idempotency import Records
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
-LABEL_KEY = b"grant-labels"  # subkey purpose: the key that seals grant labels
+LABEL_KEY = b"grant-labels"  # subkey purpose: grant labels of a key ring whose owner has no owner key yet
 HEAD_COPY = "log_head"
 STATE_COPY = "state_version"
 EPOCH = "epoch"
