@@ -23,7 +23,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import pool, userlock
+from ..storage import memfile, pool, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -425,15 +425,27 @@ class Vault:
             if opened.unmoved:
                 ring.move_grant(grant, opened)  # its secret is here now, and only now
             try:
-                owner = ring.owner_keys(grant, opened.kek, opened.chain)
-            except (aead.Unsealable, UnicodeDecodeError, ValueError):
-                raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
-                              "key ring from a backup.") from None
-            try:
                 page_bytes = ring.memory_page_bytes()
             except ValueError:
                 raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
                               "from a backup.") from None
+            if need == "owner":
+                # The owner routes that read only the key ring (grants, audit,
+                # rotate) must not serve a key ring put back from before a
+                # rotation or revocation, which the memory file's epoch shows.
+                try:
+                    memfile.check_not_behind(memfile.FileKeys.derive(
+                        files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes))
+                except KeysBehind:
+                    if ring.epoch() > opened.chain.epoch:
+                        raise Conflict("A capability was revoked while this request was being opened, so nothing "
+                                       "was done; retry it.", code="store.rekeyed") from None
+                    raise
+            try:
+                owner = ring.owner_keys(grant, opened.kek, opened.chain)
+            except (aead.Unsealable, UnicodeDecodeError, ValueError):
+                raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
+                              "key ring from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
                               keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes, owner)

@@ -111,6 +111,28 @@ class KeysBehind(RolledBack):
     request read the ring just before the epoch moved)."""
 
 
+def check_not_behind(fk: FileKeys) -> None:
+    """Refuse (:class:`KeysBehind`) when the memory file at ``fk.path`` says
+    its rows are sealed in a later key epoch than ``fk``'s: the key ring (or
+    a page of it) was put back from before a revocation or rotation. Reads
+    that one value only, so the key-ring routes stay usable when the file is
+    missing or damaged (then nothing is refused here: an owner can still
+    revoke a leaked token)."""
+    try:
+        conn = connect(fk.path, file_key=fk.file_key, cipher=fk.cipher, page_bytes=fk.page_bytes)
+    except Exception:  # missing, damaged, busy: the key-ring route goes on
+        return
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE name = ?", (EPOCH_META,)).fetchone()
+        epoch = 0 if row is None else int(row[0])
+    except Exception:
+        epoch = 0
+    finally:
+        release(conn, fk.path, fk.file_key)
+    if epoch > fk.epoch:
+        raise KeysBehind(KEYS_BEHIND)
+
+
 class MemoryFile:
     writer = 0
     """The grant id recorded as the writer of what this handle appends or

@@ -6,9 +6,10 @@ files with its clock set back to before the expiry (Debian's ``faketime``)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
-import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -16,9 +17,7 @@ import pytest
 
 from tests.e2e.test_key_epochs import epoch_keys_of, everything_readable, settle, snapshot, text_in
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server, start_server
-
-pytestmark = pytest.mark.skipif(shutil.which("faketime") is None, reason="needs faketime (.ci/run installs it)")
+from tests.live import Http, Server, live_group_members, start_server
 
 
 @pytest.fixture
@@ -28,6 +27,19 @@ def server(tmp_path: Path):
         yield srv
     finally:
         srv.stop()
+
+
+def stop_group(srv: Server) -> None:
+    """Stop a server run under ``faketime``, which runs it as a child: the
+    whole process group, then wait until none of it is left."""
+    assert srv.proc is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(srv.proc.pid, signal.SIGTERM)
+    srv.proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while live_group_members(srv.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not live_group_members(srv.proc.pid)
 
 
 def stamp(when: dt.datetime) -> str:
@@ -80,5 +92,5 @@ def test_an_expired_grant_receives_no_later_epoch_key_offline_or_under_a_clock_s
             assert_error(resp, 401, "auth.invalid")
         assert after in got.request("POST", "/recall", owner, json={"q": after}).text  # the harness can read it
     finally:
-        back.stop()
+        stop_group(back)
         server.start(same_port=True)
