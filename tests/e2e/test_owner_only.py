@@ -16,9 +16,10 @@ import pytest
 from stash.crypto import aead, epochs, tokens
 from stash.crypto.owner_seal import OwnerKeys
 from stash.storage.keyring import Keyring, label_aad, label_key
+from tests.e2e.test_copies import pages, put_back_page
 from tests.e2e.test_key_epochs import snapshot
 from tests.fixtures import make_release2 as fixture
-from tests.helpers import CHEAP_KDF_FLAGS
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
 
 OWNER_BOX = "owner_box"  # the key ring's record of the owner box (keyring_meta)
@@ -117,6 +118,28 @@ def test_labels_audit_and_last_used_open_with_the_owner_only(server: Server, tmp
     assert [e["event"] for e in http.ok("GET", "/audit", new_owner)["events"]] == [*kinds, "rotate"]
     assert {g["label"] for g in http.ok("GET", "/grants", new_owner)["grants"]} >= {secret_label, "ci bot"}
     later = snapshot(server, uid, tmp_path / "later")
+    # The key ring's pages from before the rotation put back (the old owner
+    # row and its box come back): the rotated-away token is refused by every
+    # owner route, and the new one is not served an old key ring either.
+    server.stop()
+    folder = server.data / "users" / uid
+    old_pages, new_pages = pages(copy / "keyring.db"), pages(later / "keyring.db")
+    for k in range(min(len(old_pages), len(new_pages))):
+        if old_pages[k] != new_pages[k]:
+            put_back_page(folder / "keyring.db", copy / "keyring.db", k)
+    server.start(same_port=True)
+    try:
+        for route in ("/grants", "/audit", "/erasures"):
+            resp = http.get(route, owner)
+            assert_error(resp, 500, "store.rolled_back")
+            assert secret_label not in resp.text
+        assert http.request("POST", "/rotate", owner).status_code == 500
+    finally:
+        server.stop()
+        shutil.rmtree(folder)
+        shutil.copytree(later, folder)
+        server.start(same_port=True)
+    assert http.ok("GET", "/grants", new_owner)
     ring = Keyring(later / "keyring.db", uid)
     try:
         gid, _, hexbox = ring.meta(OWNER_BOX).partition(":")
