@@ -202,6 +202,11 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
             raise Failed(f"memory.db does not open with the key: {e.message}") from None
         try:
             mf.check_copy(copy)
+            try:
+                state_copy = ring.state_version()
+            except ValueError:
+                raise Failed("keyring.db's copy of the state version is unreadable") from None
+            mf.check_state_copy(state_copy)  # as the server checks it: a memory file put back whole
             _integrity(mf.conn, "memory.db")
             if cipher == "sqlcipher":
                 bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]

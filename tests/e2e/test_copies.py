@@ -48,15 +48,18 @@ def put_back_files(folder: Path, older: Path, name: str) -> None:
             shutil.copy2(older / (name + suffix), folder / (name + suffix))
 
 
-def served_or_refused(resp, *secrets: str, allowed: tuple[str, ...] = ()) -> None:
+def served_or_refused(resp, *secrets: str, allowed: tuple[str, ...] = ()) -> bool:
     """Either an answer that holds none of ``secrets``, or a refusal with a
     code that says rollback or damage (or one of ``allowed``, an honest
-    answer about the state) — never a bare 500."""
+    answer about the state) — never a bare 500. True when it was refused as
+    rollback or damage."""
     for secret in secrets:
         assert secret not in resp.text, resp.text[:300]
-    if resp.status_code != 200:
-        err = assert_error(resp, resp.status_code)
-        assert err["error"] in REFUSED + allowed, (resp.status_code, resp.text)
+    if resp.status_code == 200:
+        return False
+    err = assert_error(resp, resp.status_code)
+    assert err["error"] in REFUSED + allowed, (resp.status_code, resp.text)
+    return err["error"] in REFUSED
 
 
 def verify(server: Server, token: str) -> subprocess.CompletedProcess:
@@ -115,14 +118,16 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
         server.start(same_port=True)
         try:
             http = Http(server.url)
-            served_or_refused(http.request("POST", "/recall", token, json={"q": secret}), secret)
-            served_or_refused(http.request("GET", "/wake", token), secret, allowed=("wake.needs_nap",))
-            served_or_refused(http.request("GET", "/zoom?block=0-7", token), secret)
-            served_or_refused(http.request("GET", "/export", token), secret)
+            refused = [served_or_refused(http.request("POST", "/recall", token, json={"q": secret}), secret),
+                       served_or_refused(http.request("GET", "/wake", token), secret, allowed=("wake.needs_nap",)),
+                       served_or_refused(http.request("GET", "/zoom?block=0-7", token), secret),
+                       served_or_refused(http.request("GET", "/export", token), secret)]
         finally:
             server.stop()
         checked = verify(server, token)
         assert secret not in checked.stdout + checked.stderr
+        # What the server refuses to serve, `stash verify --token` reports.
+        assert checked.returncode != 0 or not any(refused), (trial, checked.stdout, checked.stderr)
     shutil.rmtree(folder)
     shutil.copytree(after, folder)
     server.start(same_port=True)
