@@ -278,8 +278,7 @@ class Vault:
         token, secret = tokens.mint(session.user_id)
         old_id = session.grant_id
         stranded, minted = self._new_epoch(session, (old_id,), mint={
-            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf},
-            owner=session.owner)
+            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf})
         session.keyring.checkpoint()
         created = next(g for g in session.keyring.grants() if g.id == minted).created
         return {"id": minted, "scope": "owner", "created": created, "token": token, "revoked": old_id,
@@ -287,15 +286,15 @@ class Vault:
                 "note": "This token is shown once and never stored; the previous owner token no longer opens this "
                         "memory."}
 
-    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None,
-                   owner: OwnerKeys | None = None) -> tuple[list[int], int | None]:
+    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
+                   ) -> tuple[list[int], int | None]:
         """Move the store to a new key epoch, the key ring first (one
         transaction: grants revoked, the new key boxed to every other live
         capability), then the memory file re-sealed under it. If the second
         step cannot run now (the file is damaged, missing or unwritable), the
         revocation is still in force: the memory file is re-sealed by the next
         request that opens it, before anything is read or written."""
-        new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint, owner=owner)
+        new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint, owner=session.owner)
         session.chain = new
         try:
             # Exclusive: every request that opened the file under the old

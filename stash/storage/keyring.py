@@ -634,6 +634,10 @@ class Keyring:
         ``owner`` (the owner keys, on a rotation) the minted owner grant gets
         them with a fresh seed added, and the labels move to that seed, so the
         rotated-away owner token opens nothing sealed to the owner after it."""
+        if mint is not None and mint.get("scope") == "owner" and owner is None and self.meta(OWNER_BOX) is not None:
+            # The new owner grant would get no owner box, and everything
+            # sealed to the owner so far would stay closed to it.
+            raise ValueError("an owner rotation needs the owner keys")
         new = chain.advance()
         now = datetime.now(UTC) if now is None else now
         at = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
