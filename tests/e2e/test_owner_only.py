@@ -76,6 +76,7 @@ def what_a_capability_reads(keyring: Path, token: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_labels_audit_and_last_used_open_with_the_owner_only(server: Server, tmp_path: Path):
     http = Http(server.url)
     owner = http.init()["token"]
