@@ -102,7 +102,8 @@ CREATE TABLE IF NOT EXISTS grants (
 -- (stash/crypto/owner_seal.py; keyring_meta 'owner_pub', 'owner_box'), bound
 -- to user and grant id, so only the owner capability opens them. Key rings
 -- from before hold labels under the epoch's label key and days in clear until
--- the owner's first request seals them.
+-- the owner's first request to an owner route seals them; a new store has
+-- its owner key from the start.
 CREATE TABLE IF NOT EXISTS grant_notes (
     grant_id   INTEGER PRIMARY KEY,
     label      BLOB,                   -- sealed label, NULL when none
@@ -115,7 +116,7 @@ CREATE TABLE IF NOT EXISTS grant_notes (
 -- grant_id = 0, event = 'sealed', detail = hex of the sealed JSON
 -- {at, grant, event, detail} (numbers, block ids and size names only, never
 -- memory text, a label or a secret). Rows from before the owner key are in
--- clear until the owner's first request seals them.
+-- clear until the owner's first request to an owner route seals them.
 CREATE TABLE IF NOT EXISTS audit (
     id        INTEGER PRIMARY KEY,
     at        TEXT NOT NULL,           -- UTC RFC 3339

@@ -441,7 +441,9 @@ class Vault:
                                        "was done; retry it.", code="store.rekeyed") from None
                     raise
             try:
-                owner = ring.owner_keys(grant, opened.kek, opened.chain)
+                # Only the owner routes read owner-only data; the others
+                # (wake, note, recall with the owner token) skip the box.
+                owner = ring.owner_keys(grant, opened.kek, opened.chain) if need == "owner" else None
             except (aead.Unsealable, UnicodeDecodeError, ValueError):
                 raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
                               "key ring from a backup.") from None

@@ -328,8 +328,16 @@ class Keyring:
         with write_transaction(self.conn):
             self._select("LIMIT 0", ())  # a format-1 ring gets its columns first
             self._check_epoch(chain)
-            return self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
-                                label=label)
+            grant_id = self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
+                                    label=label)
+            if scope == "owner" and self.meta(OWNER_BOX) is None:
+                # A new store's owner key, from its first moment, so that no
+                # event or day is ever written in clear.
+                (grant,) = self._select("WHERE id = ?", (grant_id,))
+                assert grant.pub is not None  # just filed in format 2
+                self._put_owner_keys(grant_id, grant.pub, OwnerKeys.new(self.user_id))
+                self._mark_owner_sealed()
+            return grant_id
 
     def _ensure_notes(self) -> None:
         self._ensure_table("grant_notes")
@@ -465,8 +473,9 @@ class Keyring:
                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
 
     def owner_keys(self, grant: Grant, kek: bytes, chain: KeyChain) -> OwnerKeys | None:
-        """The owner keys, for an owner grant: made on the owner's first
-        request after this release (boxed to its public key), and every
+        """The owner keys, for an owner grant: made with the store, or for a
+        store made before them on the owner's first request to an owner route
+        (boxed to its public key), and every
         label, audit event and last-used day written before then moved under
         them, in one transaction, once. None when the key ring cannot be
         written now (the data stays as it is, and the next owner request
@@ -483,11 +492,14 @@ class Keyring:
                     owner = OwnerKeys.new(self.user_id)
                     self._put_owner_keys(grant.id, bytes(epochs.capability_private_key(kek).public_key), owner)
                 self._seal_owner_data(owner, chain)
-                self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, '1') "
-                                  "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (OWNER_SEALED,))
+                self._mark_owner_sealed()
         except DB_ERRORS:
             return self.open_owner_keys(grant, kek)
         return owner
+
+    def _mark_owner_sealed(self) -> None:
+        self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, '1') "
+                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (OWNER_SEALED,))
 
     def _seal_owner_data(self, owner: OwnerKeys, chain: KeyChain) -> None:
         """Seal to ``owner`` every label, audit event and last-used day still
