@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from stash.storage.files import PAGE_BYTES
+from tests.e2e.test_whole_state import base_key, raw, rows
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import REPO, Http, Server, start_server
 
@@ -129,8 +130,28 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
             checked = verify(server, token)
             assert secret not in checked.stdout + checked.stderr
             assert checked.returncode != 0 or not any(refused), (trial, checked.stdout, checked.stderr)
+
+    # The old key chunk put back whole (its row, as one holding the file key
+    # would): served as erased, reported by verify, shredded by erasing again.
     shutil.rmtree(folder)
     shutil.copytree(after, folder)
+    base = base_key(server, token)
+    (chunk,) = rows(before, base, "SELECT sealed FROM memory_keys WHERE chunk = 0")[0]
+    with raw(folder, base) as conn:
+        conn.execute("UPDATE memory_keys SET sealed = ? WHERE chunk = 0", (chunk,))
+    put_back_files(folder, before, "recall.db")
+    server.start(same_port=True)
+    http = Http(server.url)
+    assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 0
+    server.stop()
+    checked = verify(server, token)
+    assert checked.returncode != 0 and "keys of erased memories #5 are back" in checked.stdout, checked.stdout
+    server.start(same_port=True)
+    http.ok("POST", "/erase", token, json={"ids": [5]})
+    assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 0
+    server.stop()
+    checked = verify(server, token)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     server.start(same_port=True)
 
 
