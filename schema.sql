@@ -97,19 +97,26 @@ CREATE TABLE IF NOT EXISTS grants (
 -- grant minted with a label or an expiry, or used since they existed). An
 -- expiry is also bound into the grant's wrap (associated data), so editing or
 -- deleting it here makes the wrap fail to open rather than extend the grant.
--- The label is sealed under a key derived from the master key (associated
--- data: user and grant id), so the key ring reveals no label. last_used is
--- the UTC day of the last authenticated request, written at most once a day.
+-- The label and last_used (the UTC day of the last authenticated request,
+-- written at most once a day per server process) are sealed to the owner key
+-- (stash/crypto/owner_seal.py; keyring_meta 'owner_pub', 'owner_box'), bound
+-- to user and grant id, so only the owner capability opens them. Key rings
+-- from before hold labels under the epoch's label key and days in clear until
+-- the owner's first request to an owner route seals them; a new store has
+-- its owner key from the start.
 CREATE TABLE IF NOT EXISTS grant_notes (
     grant_id   INTEGER PRIMARY KEY,
     label      BLOB,                   -- sealed label, NULL when none
-    expires    TEXT,                   -- UTC RFC 3339 "YYYY-MM-DDTHH:MM:SSZ", NULL when none
-    last_used  TEXT                    -- UTC day "YYYY-MM-DD", NULL until used
+    expires    TEXT,                   -- UTC RFC 3339 "YYYY-MM-DDTHH:MM:SSZ", NULL when none (in clear)
+    last_used  TEXT                    -- "sealed:" + hex of the sealed day, NULL until used
 );
 
 -- The audit trail (GET /audit): who did what, never what it was about. One
--- row per owner-visible event; `detail` is JSON of numbers, block ids and
--- size names only, never memory text, a label or a secret.
+-- row per owner-visible event, sealed whole to the owner key: at = '',
+-- grant_id = 0, event = 'sealed', detail = hex of the sealed JSON
+-- {at, grant, event, detail} (numbers, block ids and size names only, never
+-- memory text, a label or a secret). Rows from before the owner key are in
+-- clear until the owner's first request to an owner route seals them.
 CREATE TABLE IF NOT EXISTS audit (
     id        INTEGER PRIMARY KEY,
     at        TEXT NOT NULL,           -- UTC RFC 3339

@@ -22,7 +22,8 @@ from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Un
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
-from ..storage import pool, userlock
+from ..crypto.owner_seal import OwnerKeys
+from ..storage import memfile, pool, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -64,6 +65,8 @@ class Session:
     pin: Head | None = None
     # The memory file's page size, as the key ring records it (older stores: 16 KiB).
     page_bytes: int = LEGACY_PAGE_BYTES
+    # The owner keys (labels, audit, last-used days), in an owner session only.
+    owner: OwnerKeys | None = field(repr=False, default=None)
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -236,14 +239,15 @@ class Vault:
         for g in session.keyring.grants():
             notes = session.keyring.notes(g.id)
             try:
-                label = session.keyring.label(g.id, session.keys)
+                label = session.keyring.label(g.id, session.keys, session.owner)
+                last_used = session.keyring.last_used(g.id, session.owner)
             except (aead.Unsealable, UnicodeDecodeError):
-                raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
-                              "backup.") from None
+                raise Damaged(f"The label or last-used day of capability {g.id} was altered; restore the key ring "
+                              "from a backup.") from None
             is_expired = grant_terms.expired(notes.expires, now)
             out.append({"id": g.id, "scope": g.scope, "label": label, "created": g.created, "expires": notes.expires,
                         "revoked": g.revoked, "expired": is_expired, "live": g.revoked is None and not is_expired,
-                        "last_used": notes.last_used, "you": g.id == session.grant_id})
+                        "last_used": last_used, "you": g.id == session.grant_id})
         return out
 
     def revoke_grant(self, session: Session, grant_id: int) -> dict:
@@ -291,7 +295,7 @@ class Vault:
         step cannot run now (the file is damaged, missing or unwritable), the
         revocation is still in force: the memory file is re-sealed by the next
         request that opens it, before anything is read or written."""
-        new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint)
+        new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint, owner=session.owner)
         session.chain = new
         try:
             # Exclusive: every request that opened the file under the old
@@ -425,9 +429,28 @@ class Vault:
             except ValueError:
                 raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
                               "from a backup.") from None
+            if need == "owner":
+                # The owner routes that read only the key ring (grants, audit,
+                # rotate) must not serve a key ring put back from before a
+                # rotation or revocation, which the memory file's epoch shows.
+                try:
+                    memfile.check_not_behind(memfile.FileKeys.derive(
+                        files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes))
+                except KeysBehind:
+                    if ring.epoch() > opened.chain.epoch:
+                        raise Conflict("A capability was revoked while this request was being opened, so nothing "
+                                       "was done; retry it.", code="store.rekeyed") from None
+                    raise
+            try:
+                # Only the owner routes read owner-only data; the others
+                # (wake, note, recall with the owner token) skip the box.
+                owner = ring.owner_keys(grant, opened.kek, opened.chain) if need == "owner" else None
+            except (aead.Unsealable, UnicodeDecodeError, ValueError):
+                raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
+                              "key ring from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes)
+                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes, owner)
             del opened
             try:
                 yield session

@@ -10,6 +10,8 @@ import json
 import os
 from pathlib import Path
 
+from ..core.errors import Damaged
+from ..crypto import aead
 from ..storage.keyring import now_utc
 
 EVENTS = ("mint", "revoke", "rotate", "erase", "export", "config", "forget", "import")
@@ -34,7 +36,11 @@ def record(session, event: str, **detail: object) -> None:
 
 
 def trail(session) -> dict:
-    return {"events": session.keyring.events()}
+    try:
+        return {"events": session.keyring.events(session.owner)}
+    except (aead.Unsealable, ValueError, KeyError, TypeError):
+        raise Damaged("An audit event in the key ring was altered or moved; restore the key ring from a "
+                      "backup.") from None
 
 
 def deletion_receipt(data_dir: Path, answer: dict, grant_id: int) -> dict:

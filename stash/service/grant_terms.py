@@ -7,6 +7,7 @@ import datetime as dt
 import re
 
 from ..core.errors import Invalid
+from ..storage import keyring
 
 LABEL_MAX_BYTES = 64
 _RFC3339_UTC = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}:\d{2})(?:\.\d{1,9})?(?:[Zz]|\+00:00)")
@@ -45,5 +46,4 @@ def check_expires(expires: object, now: dt.datetime) -> str | None:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def expired(expires: str | None, now: dt.datetime) -> bool:
-    return expires is not None and dt.datetime.fromisoformat(expires.replace("Z", "+00:00")) <= now
+expired = keyring.expired

@@ -317,9 +317,21 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
         raise Failed("the token does not open this store (wrong, revoked, or the key ring is damaged)") from None
     try:
         try:
-            chain = ring.open_grant(grant, token.secret).chain
+            opened = ring.open_grant(grant, token.secret)
         except (aead.Unsealable, StaleGrant):
             raise Failed("the token's key does not open: the key ring was altered or put back") from None
+        chain = opened.chain
+        if grant.scope == "owner":
+            # Owner-only data, as GET /grants and GET /audit open it.
+            try:
+                owner = ring.open_owner_keys(grant, opened.kek)
+                for g in ring.grants():
+                    ring.label(g.id, chain, owner)
+                    ring.last_used(g.id, owner)
+                ring.events(owner)
+            except (aead.Unsealable, UnicodeDecodeError, ValueError, KeyError, TypeError):
+                raise Failed("a label, last-used day or audit event in keyring.db was altered, or moved from "
+                             "another key ring") from None
         cipher = ring.meta("file_cipher") or "none"
         try:
             mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=ring.memory_page_bytes(),
@@ -334,7 +346,7 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
                 state_copy = ring.state_version()
             except ValueError:
                 raise Failed("keyring.db's copy of the state version is unreadable") from None
-            mf.check_state_copy(state_copy)
+            mf.check_state_copy(state_copy)  # as the server checks it: a memory file put back whole
             _integrity(mf.conn, "memory.db")
             if cipher == "sqlcipher":
                 bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]
@@ -348,6 +360,11 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
             summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
             mf.config()
             mf.receipts()
+            back = mf.erased_keys_back()
+            if back:
+                raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
+                             "memory.db (a page or row from before the erasure was put back); they are still "
+                             "served as erased — erase them again (stash erase) to shred the keys")
         except StashError as e:
             raise Failed(f"with the token: {e.message}") from None
         finally:

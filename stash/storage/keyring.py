@@ -8,6 +8,8 @@ secret, with user, grant id and scope in the associated data, so editing the
 scope or swapping the public key makes it fail), and a *box*: the current
 epoch's key sealed to that public key (stash/crypto/epochs.py). The older
 epochs' keys are kept in keyring_meta, sealed under the current epoch's key.
+Labels, last-used days and audit events are sealed to the owner key
+(stash/crypto/owner_seal.py), which no epoch key opens.
 
 Format 1 (before epochs) held the store's one key wrapped under each KEK in
 ``wrapped`` and had no ``pub``/``box`` columns; such a grant is *unmoved*. Its
@@ -30,16 +32,23 @@ from ..core.errors import Conflict
 from ..crypto import aead, epochs, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
+from ..crypto.owner_seal import OwnerKeys, is_sealed
+from ..crypto.owner_seal import seal as seal_to_owner
 from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, checkpoint, connect, release, write_transaction
 from .idempotency import Records
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
-LABEL_KEY = b"grant-labels"  # subkey purpose: the key that seals grant labels
+LABEL_KEY = b"grant-labels"  # subkey purpose: grant labels of a key ring whose owner has no owner key yet
 HEAD_COPY = "log_head"
 STATE_COPY = "state_version"
 EPOCH = "epoch"
 OLDER_KEYS = "epoch_keys"
+OWNER_PUB = "owner_pub"  # the owner public key, hex: anyone may seal to it (crypto/owner_seal.py)
+OWNER_BOX = "owner_box"  # "<owner grant id>:<hex of every owner seed sealed to that grant>"
+OWNER_SEALED = "owner_sealed"  # "1" once every label, event and last-used day is sealed to the owner
+SEALED_EVENT = "sealed"  # the event column of an audit row whose whole content is sealed to the owner
+SEALED_DAY = "sealed:"  # starts a last-used day sealed to the owner (hex follows)
 MEMORY_PAGES = "memory_page_bytes"  # the page size memory.db is read with (schema.sql, "Pages")
 FORMAT = "2"
 _COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
@@ -56,9 +65,15 @@ def label_aad(user_id: str, grant_id: int) -> bytes:
 
 @dataclass(frozen=True)
 class GrantNotes:
-    label: bytes | None  # sealed under the current epoch's label key
+    label: bytes | None  # sealed to the owner key (or, before it existed, under the epoch's label key)
     expires: str | None
-    last_used: str | None
+    last_used: str | None  # sealed to the owner key (``SEALED_DAY``…), or a day written before it existed
+
+
+# The day each grant was last recorded as used by this process, so a sealed
+# day (which no request but the owner's can read back) is written once a day
+# per process rather than on every request.
+_TOUCHED: dict[tuple[str, str, int], str] = {}
 
 
 def cert_aad(user_id: str, grant_id: int, scope: str, expires: str | None = None) -> bytes:
@@ -72,6 +87,11 @@ def cert_aad(user_id: str, grant_id: int, scope: str, expires: str | None = None
 def label_key(chain: KeyChain) -> bytes:
     """The key that seals grant labels in the current epoch."""
     return keys.subkey(chain.current, LABEL_KEY)
+
+
+def expired(expires: str | None, now: datetime) -> bool:
+    """True when ``expires`` (UTC RFC 3339, as stored) is at or before ``now``."""
+    return expires is not None and datetime.fromisoformat(expires.replace("Z", "+00:00")) <= now
 
 
 def now_utc() -> str:
@@ -289,8 +309,7 @@ class Keyring:
              epochs.box_epoch(pub, chain.epoch, chain.current), grant_id),
         )
         if expires is not None or label is not None:
-            sealed = None if label is None else aead.seal(
-                label_key(chain), label.encode(), label_aad(self.user_id, grant_id))
+            sealed = None if label is None else self._seal_label(grant_id, label.encode(), chain)
             self._ensure_notes()
             self.conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
                               (grant_id, sealed, expires))
@@ -309,8 +328,16 @@ class Keyring:
         with write_transaction(self.conn):
             self._select("LIMIT 0", ())  # a format-1 ring gets its columns first
             self._check_epoch(chain)
-            return self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
-                                label=label)
+            grant_id = self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
+                                    label=label)
+            if scope == "owner" and self.meta(OWNER_BOX) is None:
+                # A new store's owner key, from its first moment, so that no
+                # event or day is ever written in clear.
+                (grant,) = self._select("WHERE id = ?", (grant_id,))
+                assert grant.pub is not None  # just filed in format 2
+                self._put_owner_keys(grant_id, grant.pub, OwnerKeys.new(self.user_id))
+                self._mark_owner_sealed()
+            return grant_id
 
     def _ensure_notes(self) -> None:
         self._ensure_table("grant_notes")
@@ -340,45 +367,196 @@ class Keyring:
 
     def record(self, grant_id: int, event: str, detail: dict[str, object]) -> None:
         """Append one audit event, in the caller's transaction when there is
-        one (so a key-ring write and its event commit together)."""
+        one (so a key-ring write and its event commit together). Its time,
+        grant, kind and detail are sealed to the owner key; in clear only in
+        a store whose owner has not made a request since this release (the
+        owner's next request seals them, :meth:`owner_keys`)."""
+        public = self.owner_public()
         with write_transaction(self.conn):
             self._ensure_table("audit")
-            self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)",
-                              (now_utc(), grant_id, event, json.dumps(detail, sort_keys=True)))
+            if public is None:
+                row = (now_utc(), grant_id, event, json.dumps(detail, sort_keys=True))
+            else:
+                row = ("", 0, SEALED_EVENT, self._sealed_event(public, now_utc(), grant_id, event, detail))
+            self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)", row)
 
-    def events(self) -> list[dict[str, object]]:
+    def events(self, owner: OwnerKeys | None = None) -> list[dict[str, object]]:
+        """Every audit event, oldest first; :class:`aead.Unsealable` when one
+        sealed to the owner does not open with ``owner``."""
         if not self._has_table("audit"):
             return []
-        rows = self.conn.execute("SELECT id, at, grant_id, event, detail FROM audit ORDER BY id")
-        return [{"id": i, "at": at, "grant": g, "event": e, "detail": json.loads(d)} for i, at, g, e, d in rows]
+        out: list[dict[str, object]] = []
+        for i, at, g, e, d in self.conn.execute("SELECT id, at, grant_id, event, detail FROM audit ORDER BY id"):
+            if e != SEALED_EVENT:
+                out.append({"id": i, "at": at, "grant": g, "event": e, "detail": json.loads(d)})
+                continue
+            if owner is None:
+                raise aead.Unsealable("the audit opens with the owner capability only")
+            try:
+                sealed = bytes.fromhex(d)
+            except ValueError:
+                raise aead.Unsealable("a sealed audit event is unreadable") from None
+            row = json.loads(owner.open(sealed, "audit"))
+            out.append({"id": i, "at": row["at"], "grant": row["grant"], "event": row["event"],
+                        "detail": row["detail"]})
+        return out
 
-    def label(self, grant_id: int, chain: KeyChain) -> str | None:
+    def label(self, grant_id: int, chain: KeyChain, owner: OwnerKeys | None = None) -> str | None:
         """The grant's label, opened; :class:`aead.Unsealable` when it was
-        altered or moved from another grant."""
+        altered or moved from another grant, or is sealed to the owner and
+        ``owner`` is not given."""
         sealed = self.notes(grant_id).label
         if sealed is None:
             return None
+        if is_sealed(sealed):
+            if owner is None:
+                raise aead.Unsealable("a label opens with the owner capability only")
+            return owner.open(sealed, f"grant_label|{grant_id}").decode()
         return aead.open_sealed(label_key(chain), sealed, label_aad(self.user_id, grant_id)).decode()
 
+    def _seal_label(self, grant_id: int, plain: bytes, chain: KeyChain) -> bytes:
+        """A label sealed to the owner key; under the epoch's label key only
+        in a store whose owner has not yet been given one."""
+        public = self.owner_public()
+        if public is not None:
+            return seal_to_owner(self.user_id, public, f"grant_label|{grant_id}", plain)
+        return aead.seal(label_key(chain), plain, label_aad(self.user_id, grant_id))
+
     def _reseal_labels(self, old: KeyChain, new: KeyChain) -> None:
-        """Move every label to the new epoch's label key (inside the epoch's
-        write transaction), so a revoked capability reads no label minted or
-        kept after its revocation."""
+        """Move every label still under the epoch's label key to the new
+        epoch's (inside the epoch's write transaction), so a revoked
+        capability reads no label minted or kept after its revocation. A
+        label sealed to the owner stays as it is: no epoch key opens it."""
         if not self._has_notes():
             return
         rows = self.conn.execute("SELECT grant_id, label FROM grant_notes WHERE label IS NOT NULL").fetchall()
         for grant_id, sealed in rows:
+            if is_sealed(sealed):
+                continue
             aad = label_aad(self.user_id, grant_id)
             plain = aead.open_sealed(label_key(old), sealed, aad)
             self.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
                               (aead.seal(label_key(new), plain, aad), grant_id))
 
+    # ------------------------------------------------------------ owner-only data
+
+    def owner_public(self) -> bytes | None:
+        """The owner public key, or None before the store has one. Trusted
+        only to seal to: a key edited in makes the owner's reads of what was
+        sealed to it fail (damage), and gives nothing already sealed."""
+        text = self.meta(OWNER_PUB)
+        try:
+            public = None if text is None else bytes.fromhex(text)
+        except ValueError:
+            public = None
+        return public if public is not None and len(public) == epochs.PUBLIC_KEY_BYTES else None
+
+    def open_owner_keys(self, grant: Grant, kek: bytes) -> OwnerKeys | None:
+        """The owner seeds in the owner box, when it is this grant's; None
+        when the store has no box yet or it is another grant's."""
+        text = self.meta(OWNER_BOX)
+        if text is None:
+            return None
+        gid, _, hexbox = text.partition(":")
+        if gid != str(grant.id):
+            return None
+        try:
+            box = bytes.fromhex(hexbox)
+        except ValueError:
+            raise aead.Unsealable("the owner box is unreadable") from None
+        return OwnerKeys.unbox(self.user_id, grant.id, epochs.capability_private_key(kek), box)
+
+    def _put_owner_keys(self, grant_id: int, grant_public: bytes, owner: OwnerKeys) -> None:
+        for name, value in ((OWNER_PUB, owner.public.hex()),
+                            (OWNER_BOX, f"{grant_id}:{owner.box(grant_id, grant_public).hex()}")):
+            self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+
+    def owner_keys(self, grant: Grant, kek: bytes, chain: KeyChain) -> OwnerKeys | None:
+        """The owner keys, for an owner grant: made with the store, or for a
+        store made before them on the owner's first request to an owner route
+        (boxed to its public key), and every
+        label, audit event and last-used day written before then moved under
+        them, in one transaction, once. None when the key ring cannot be
+        written now (the data stays as it is, and the next owner request
+        tries again) or ``grant`` is not the owner's."""
+        if grant.scope != "owner":
+            return None
+        owner = self.open_owner_keys(grant, kek)
+        if owner is not None and self.meta(OWNER_SEALED) == "1":
+            return owner
+        try:
+            with write_transaction(self.conn):
+                owner = self.open_owner_keys(grant, kek)
+                if owner is None:
+                    owner = OwnerKeys.new(self.user_id)
+                    self._put_owner_keys(grant.id, bytes(epochs.capability_private_key(kek).public_key), owner)
+                self._seal_owner_data(owner, chain)
+                self._mark_owner_sealed()
+        except DB_ERRORS:
+            return self.open_owner_keys(grant, kek)
+        return owner
+
+    def _mark_owner_sealed(self) -> None:
+        self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, '1') "
+                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (OWNER_SEALED,))
+
+    def _seal_owner_data(self, owner: OwnerKeys, chain: KeyChain) -> None:
+        """Seal to ``owner`` every label, audit event and last-used day still
+        in clear or under an epoch key (inside the caller's transaction).
+        secure_delete overwrites the cells they leave."""
+        public = owner.public
+        if self._has_notes():
+            for grant_id, label, day in self.conn.execute(
+                    "SELECT grant_id, label, last_used FROM grant_notes").fetchall():
+                if label is not None and not is_sealed(label):
+                    plain = aead.open_sealed(label_key(chain), label, label_aad(self.user_id, grant_id))
+                    self.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
+                                      (seal_to_owner(self.user_id, public, f"grant_label|{grant_id}", plain),
+                                       grant_id))
+                if day is not None and not day.startswith(SEALED_DAY):
+                    self.conn.execute("UPDATE grant_notes SET last_used = ? WHERE grant_id = ?",
+                                      (self._sealed_day(public, grant_id, day), grant_id))
+        if self._has_table("audit"):
+            for rid, at, grant_id, event, detail in self.conn.execute(
+                    "SELECT id, at, grant_id, event, detail FROM audit WHERE event != ?", (SEALED_EVENT,)).fetchall():
+                self.conn.execute("UPDATE audit SET at = '', grant_id = 0, event = ?, detail = ? WHERE id = ?",
+                                  (SEALED_EVENT, self._sealed_event(public, at, grant_id, event,
+                                                                    json.loads(detail)), rid))
+
+    def _sealed_day(self, public: bytes, grant_id: int, day: str) -> str:
+        return SEALED_DAY + seal_to_owner(self.user_id, public, f"last_used|{grant_id}", day.encode()).hex()
+
+    def _sealed_event(self, public: bytes, at: str, grant_id: int, event: str, detail: object) -> str:
+        plain = json.dumps({"at": at, "grant": grant_id, "event": event, "detail": detail}, sort_keys=True)
+        return seal_to_owner(self.user_id, public, "audit", plain.encode()).hex()
+
+    def last_used(self, grant_id: int, owner: OwnerKeys | None) -> str | None:
+        """The grant's last-used day, opened with the owner keys."""
+        day = self.notes(grant_id).last_used
+        if day is None or not day.startswith(SEALED_DAY):
+            return day
+        if owner is None:
+            raise aead.Unsealable("a last-used day opens with the owner capability only")
+        try:
+            value = bytes.fromhex(day[len(SEALED_DAY):])
+        except ValueError:
+            raise aead.Unsealable("a sealed last-used day is unreadable") from None
+        return owner.open(value, f"last_used|{grant_id}").decode()
+
     def touch(self, grant_id: int, day: str) -> None:
-        """Record ``day`` as the grant's last use, writing only when the day
-        changed; best effort like :meth:`advance_head` (a full disk must not
-        refuse a read), and not fsynced."""
-        if self.notes(grant_id).last_used == day:
+        """Record ``day`` as the grant's last use, sealed to the owner key:
+        written once a day per grant and process (a sealed day cannot be
+        read back to compare), best effort like :meth:`advance_head` (a full
+        disk must not refuse a read), and not fsynced."""
+        memo = (str(self._path), self.user_id, grant_id)
+        if _TOUCHED.get(memo) == day:
             return
+        public = self.owner_public()
+        if public is None and self.notes(grant_id).last_used == day:
+            _TOUCHED[memo] = day
+            return
+        value = day if public is None else self._sealed_day(public, grant_id, day)
         try:
             self.conn.execute("PRAGMA synchronous = NORMAL")
             try:
@@ -386,11 +564,14 @@ class Keyring:
                     self._ensure_notes()
                     self.conn.execute("INSERT INTO grant_notes(grant_id, last_used) VALUES (?, ?) "
                                       "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
-                                      (grant_id, day))
+                                      (grant_id, value))
             finally:
                 self.conn.execute("PRAGMA synchronous = FULL")
         except (*DB_ERRORS, OSError):  # type: ignore[misc]  # a tuple of exception classes
             return
+        if len(_TOUCHED) > 100_000:
+            _TOUCHED.clear()
+        _TOUCHED[memo] = day
 
     def open_grant(self, grant: Grant, secret: bytes) -> Opened:
         """Every epoch key this grant reaches, or :class:`aead.Unsealable` when
@@ -449,28 +630,40 @@ class Keyring:
         return cur.rowcount == 1
 
     def advance_epoch(self, chain: KeyChain, revoke: tuple[int, ...], *,
-                      mint: dict[str, Any] | None = None) -> tuple[KeyChain, list[int], int | None]:
+                      mint: dict[str, Any] | None = None, owner: OwnerKeys | None = None,
+                      now: datetime | None = None) -> tuple[KeyChain, list[int], int | None]:
         """Start a new epoch: revoke the grants ``revoke`` (destroying their
         key columns), seal a fresh epoch key to every other live grant, keep
         the older keys under it, and with ``mint`` (keyword arguments of
         :meth:`_insert`) file a new grant in the same transaction (an owner
         rotation). Unmoved live grants cannot be reached without their
-        secrets, so they are revoked too and returned. One transaction: a
-        crash leaves the old epoch or the new one, whole. Returns the new
-        chain, the unmoved grants revoked with it, and the minted grant id."""
+        secrets, so they are revoked too and returned. A grant whose expiry
+        is at or before ``now`` (the clock when None) is revoked as well: it
+        receives no key of this epoch or any later one, whatever clock a
+        server that later opens these files keeps. One transaction: a crash
+        leaves the old epoch or the new one, whole. Returns the new chain,
+        the unmoved grants revoked with it, and the minted grant id. With
+        ``owner`` (the owner keys, on a rotation) the minted owner grant gets
+        them with a fresh seed added, and the labels move to that seed, so the
+        rotated-away owner token opens nothing sealed to the owner after it."""
+        if mint is not None and mint.get("scope") == "owner" and owner is None and self.meta(OWNER_BOX) is not None:
+            # The new owner grant would get no owner box, and everything
+            # sealed to the owner so far would stay closed to it.
+            raise ValueError("an owner rotation needs the owner keys")
         new = chain.advance()
-        at = now_utc()
+        now = datetime.now(UTC) if now is None else now
+        at = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
         stranded: list[int] = []
         minted = None
         with write_transaction(self.conn):
             self._select("LIMIT 0", ())
             self._check_epoch(chain)
             for g in self._select("WHERE revoked IS NULL ORDER BY id", ()):
-                if g.id in revoke or not g.moved:
+                if g.id in revoke or not g.moved or expired(self.notes(g.id).expires, now):
                     self.conn.execute(
                         "UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
                         "revoked = ? WHERE id = ?", (at, g.id))
-                    if g.id not in revoke:
+                    if g.id not in revoke and not g.moved:
                         stranded.append(g.id)
                 else:
                     assert g.pub is not None  # a moved grant has its public key
@@ -484,7 +677,23 @@ class Keyring:
                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
             if mint is not None:
                 minted = self._insert(chain=new, **mint)
+                if owner is not None and mint.get("scope") == "owner":
+                    fresh = owner.advance()
+                    (grant,) = self._select("WHERE id = ?", (minted,))
+                    assert grant.pub is not None  # just minted in format 2
+                    self._put_owner_keys(minted, grant.pub, fresh)
+                    self._reseal_owner_labels(owner, fresh)
         return new, stranded, minted
+
+    def _reseal_owner_labels(self, old: OwnerKeys, new: OwnerKeys) -> None:
+        if not self._has_notes():
+            return
+        for grant_id, label in self.conn.execute(
+                "SELECT grant_id, label FROM grant_notes WHERE label IS NOT NULL").fetchall():
+            if is_sealed(label):
+                what = f"grant_label|{grant_id}"
+                self.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
+                                  (seal_to_owner(self.user_id, new.public, what, old.open(label, what)), grant_id))
 
     def unmoved_live(self) -> int:
         """How many live grants still have to move to the epoch scheme."""

@@ -120,6 +120,28 @@ class KeysBehind(RolledBack):
     request read the ring just before the epoch moved)."""
 
 
+def check_not_behind(fk: FileKeys) -> None:
+    """Refuse (:class:`KeysBehind`) when the memory file at ``fk.path`` says
+    its rows are sealed in a later key epoch than ``fk``'s: the key ring (or
+    a page of it) was put back from before a revocation or rotation. Reads
+    that one value only, so the key-ring routes stay usable when the file is
+    missing or damaged (then nothing is refused here: an owner can still
+    revoke a leaked token)."""
+    try:
+        conn = connect(fk.path, file_key=fk.file_key, cipher=fk.cipher, page_bytes=fk.page_bytes)
+    except Exception:  # missing, damaged, busy: the key-ring route goes on
+        return
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE name = ?", (EPOCH_META,)).fetchone()
+        epoch = 0 if row is None else int(row[0])
+    except Exception:
+        epoch = 0
+    finally:
+        release(conn, fk.path, fk.file_key)
+    if epoch > fk.epoch:
+        raise KeysBehind(KEYS_BEHIND)
+
+
 class MemoryFile:
     writer = 0
     """The grant id recorded as the writer of what this handle appends or
@@ -755,6 +777,21 @@ class MemoryFile:
             raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")
         return self._open(self._rows_key, row[0], "erased", i).decode()
 
+    @property
+    def erased_ids(self) -> frozenset[int]:
+        """The erased memories, as the authenticated head of this file covers them."""
+        return self._erased_ids
+
+    def erased_keys_back(self) -> list[int]:
+        """Erased memories whose key slot holds a key again: a key chunk (or
+        its page) from before the erasure was put back. They are still served
+        as erased; erasing them again shreds the key."""
+        self._chunks.clear()
+        try:
+            return [i for i in sorted(self._erased_ids) if self._memory_key(i) is not None]
+        finally:
+            self._chunks.clear()
+
     def erased_count(self) -> int:
         rows = self._rows(self._tables(), "erased", "SELECT COUNT(*) FROM erased")
         return int(rows[0][0]) if rows else 0
@@ -1055,17 +1092,23 @@ class MemoryFile:
             self._ensure_table("erasures")
             self._chunks.clear()
             T = self.count()
-            fresh = []
+            fresh: list[int] = []
+            shredded: list[int] = []
             for i in sorted(set(ids)):
                 if i >= T:
                     continue
                 if self._memory_key(i) is None:
                     continue
-                _, date, _ = self.memory(i)
-                self.conn.execute(
-                    "INSERT INTO erased(id, sealed) VALUES (?, ?)",
-                    (i, aead.seal(self._rows_key, date.encode(), self._aad("erased", i))),
-                )
+                # Erased already, yet its key is back: a key chunk from
+                # before the erasure was put back. Shred it again; the
+                # record stays as it is.
+                again = i in self._erased_ids
+                if not again:
+                    _, date, _ = self.memory(i)
+                    self.conn.execute(
+                        "INSERT INTO erased(id, sealed) VALUES (?, ?)",
+                        (i, aead.seal(self._rows_key, date.encode(), self._aad("erased", i))),
+                    )
                 c = i // KEYS_PER_CHUNK
                 sealed_chunk = self._chunk(c)
                 assert sealed_chunk is not None  # memory i has its key, so its chunk exists
@@ -1077,10 +1120,10 @@ class MemoryFile:
                     "UPDATE memory_keys SET sealed = ? WHERE chunk = ?",
                     (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), c),
                 )
-                fresh.append(i)
+                (shredded if again else fresh).append(i)
             # The recall cache holds these memories' rendered text: its pieces
             # go while this transaction holds the write lock (scancache.py).
-            scancache.invalidate(self._fk.path.parent, fresh)
+            scancache.invalidate(self._fk.path.parent, fresh + shredded)
             gone: list[tuple[int, int]] = []
             version = self._next_version()
             if fresh and T >= 2:

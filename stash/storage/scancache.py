@@ -16,11 +16,14 @@ What keeps it honest:
   from the log, which is checked as every read checks it.
 * **Sealed and bound.** Each piece is XChaCha20-Poly1305 under the file's rows
   key with associated data naming the user, the table, the piece's range *and*
-  a BLAKE2b digest of the sealed ``memory_keys`` chunks that cover it. Moved to
-  another position or user's file it fails to open; and since an erasure
-  re-seals the erased memory's key chunk, a piece written before an erasure
-  no longer opens after it (nor does an older copy put back by hand), so the
-  cache can never show a memory that the log and its keys no longer show.
+  a BLAKE2b digest of the sealed ``memory_keys`` chunks that cover it and of
+  the erased ids in its range (from the erasure record, which the memory
+  file's authenticated head covers). Moved to another position or user's file
+  it fails to open; a piece written before an erasure no longer opens after
+  it, even when the key chunk that held the erased key is put back from an
+  older copy together with the old ``recall.db`` (the nonces match again, the
+  erased ids do not), so the cache never shows a memory that the erasure
+  record says is gone.
 * **Erasure shreds it.** :func:`invalidate` deletes the pieces that hold the
   given memories and checkpoints ``recall.db`` (``secure_delete`` zeroes the
   freed pages). The erase path calls it inside its transaction on
@@ -45,6 +48,7 @@ verify``, not by the recall.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import sqlite3
 from collections.abc import Iterator
@@ -134,7 +138,7 @@ class ScanCache:
     ``user_id`` is bound into every piece."""
 
     def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
-                 keys_per_chunk: int) -> None:
+                 keys_per_chunk: int, erased: frozenset[int] = frozenset()) -> None:
         self.conn = conn  # the memory file: its key chunks, and its write lock
         self.folder = Path(folder)
         self.db: sqlite3.Connection | None = None
@@ -142,13 +146,17 @@ class ScanCache:
         self._key = rows_key
         self._chunks_per_piece = PIECE // keys_per_chunk
         self.digests: dict[int, bytes] = {}
+        self._erased = sorted(erased)  # the authenticated erasure record of the open memory file
 
     def _aad(self, piece: int, keys_digest: bytes) -> bytes:
         return f"stash/v1|{self.user_id}|{TABLE}|{piece * PIECE}-{(piece + 1) * PIECE - 1}|".encode() + keys_digest
 
     def _keys_digests(self, start: int, stop: int) -> dict[int, bytes]:
         """For each piece in ``[start, stop)`` whose key chunks are all there,
-        a digest of those chunks' nonces (32 bytes), read in one ordered pass.
+        a digest of those chunks' nonces and of the erased ids in the piece
+        (32 bytes), read in one ordered pass. A piece with no erased id has
+        the digest of its nonces alone, as pieces written before erasures
+        were bound.
 
         The nonce stands for the whole sealed chunk: every re-seal (an
         erasure) draws a fresh random 24-byte nonce, and a chunk whose other
@@ -170,7 +178,12 @@ class ScanCache:
                 continue
             nonces.append(nonce)
             if len(nonces) == per:
-                out[piece] = hashlib.blake2b(b"".join(nonces), digest_size=32, person=b"stash.scancache").digest()
+                h = hashlib.blake2b(b"".join(nonces), digest_size=32, person=b"stash.scancache")
+                lo = bisect.bisect_left(self._erased, piece * PIECE)
+                hi = bisect.bisect_left(self._erased, (piece + 1) * PIECE)
+                if lo < hi:
+                    h.update(b"|erased|" + ",".join(map(str, self._erased[lo:hi])).encode())
+                out[piece] = h.digest()
         return out
 
     def pieces(self, count: int) -> Iterator[tuple[int, bytes | None]]:

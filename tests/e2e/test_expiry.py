@@ -1,0 +1,96 @@
+"""Expiry is revocation (issue 20 item 2): from the first key epoch after a
+grant's expiry it receives no epoch key, whether or not it was presented
+again. Attacked for real: the expired token with copies of the files, opened
+offline with the project's own classes, and under a server started on those
+files with its clock set back to before the expiry (Debian's ``faketime``)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_key_epochs import epoch_keys_of, everything_readable, settle, snapshot, text_in
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error
+from tests.live import Http, Server, live_group_members, start_server
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    srv = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def stop_group(srv: Server) -> None:
+    """Stop a server run under ``faketime``, which runs it as a child: the
+    whole process group, then wait until none of it is left."""
+    assert srv.proc is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(srv.proc.pid, signal.SIGTERM)
+    srv.proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while live_group_members(srv.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not live_group_members(srv.proc.pid)
+
+
+def stamp(when: dt.datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.slow
+def test_an_expired_grant_receives_no_later_epoch_key_offline_or_under_a_clock_set_back(server: Server,
+                                                                                       tmp_path: Path):
+    http = Http(server.url)
+    owner = http.init()["token"]
+    uid = owner[7:23]
+    minted_at = dt.datetime.now(dt.UTC)
+    expires = minted_at.replace(microsecond=0) + dt.timedelta(seconds=2)
+    lapsed = http.ok("POST", "/grants", owner, json={"scope": "read", "expires": stamp(expires)})
+    other = http.ok("POST", "/grants", owner, json={"scope": "full"})
+    before = f"before-{os.urandom(6).hex()}"
+    http.ok("POST", "/note", owner, json={"text": before})
+    assert http.ok("GET", "/wake", lapsed["token"])  # live until its expiry
+    while dt.datetime.now(dt.UTC) <= expires:
+        time.sleep(0.2)
+    assert_error(http.get("/wake", lapsed["token"]), 401, "auth.invalid")
+
+    # Two new epochs (a revocation, an owner rotation); the expired token is
+    # never presented again. Then a secret.
+    http.ok("DELETE", f"/grants/{other['id']}", owner)
+    owner = http.ok("POST", "/rotate", owner)["token"]
+    after = f"after-{os.urandom(6).hex()}"
+    for k in range(3):
+        http.ok("POST", "/note", owner, json={"text": f"{after} {k}"})
+    settle(http, owner, f"{after} summary")
+    listed = {g["id"]: g for g in http.ok("GET", "/grants", owner)["grants"]}
+    assert listed[lapsed["id"]]["expired"] and not listed[lapsed["id"]]["live"]
+    copy = snapshot(server, uid, tmp_path / "copy")
+
+    # Offline, the project's own classes on a copy: the expired grant opens no key.
+    assert epoch_keys_of(copy / "keyring.db", lapsed["token"]) == []
+    assert text_in(after, everything_readable(uid, [copy], epoch_keys_of(copy / "keyring.db", owner)))
+
+    # A server on these files whose clock is set back to before the expiry.
+    server.stop()
+    earlier = minted_at - dt.timedelta(minutes=1)
+    back = Server(data=server.data, log=server.log, extra=list(server.extra),
+                  prefix=["faketime", earlier.strftime("%Y-%m-%d %H:%M:%S")]).start()
+    try:
+        got = Http(back.url)
+        for resp in (got.get("/wake", lapsed["token"]),
+                     got.request("POST", "/recall", lapsed["token"], json={"q": after})):
+            assert after not in resp.text
+            assert_error(resp, 401, "auth.invalid")
+        assert after in got.request("POST", "/recall", owner, json={"q": after}).text  # the harness can read it
+    finally:
+        stop_group(back)
+        server.start(same_port=True)
