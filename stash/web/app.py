@@ -140,12 +140,14 @@ async def lifespan(app: Starlette):
     vault = app.state.vault
     app.state.metrics.start()
     stop = threading.Event()
-    threading.Thread(target=vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
     try:
         with vault.keeping_files_open(app.state.settings.keep_open):
-            yield
+            threading.Thread(target=vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
+            try:
+                yield
+            finally:
+                stop.set()
     finally:
-        stop.set()
         app.state.metrics.stop()
 
 

@@ -5,7 +5,9 @@ requests; and the pool lets go when told to, within its bounds."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 import shutil
 import sqlite3
 import time
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import stash
 from stash.storage import files
 from stash.storage.pool import Pool, key_digest
 
@@ -171,3 +174,14 @@ def test_its_owner_closing_the_pool_closes_every_kept_file_whole(tmp_path: Path)
 def test_keys_are_named_by_digest_not_kept():
     assert key_digest(KEY_A) != key_digest(KEY_B) and KEY_A not in key_digest(KEY_A)
     assert len(key_digest(KEY_A)) == 16
+
+
+def test_no_module_holds_a_pool_of_its_own():
+    """A pool exists only where its owner built it (the server's lifespan):
+    a tool or test that opens stores gets no process-wide pool by importing
+    the package."""
+    for info in pkgutil.walk_packages(stash.__path__, "stash."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        assert not [name for name, value in vars(module).items() if isinstance(value, Pool)], info.name
