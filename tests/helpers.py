@@ -63,13 +63,46 @@ class BearerClient:
         return self.request("DELETE", url, token, **kw)
 
 
-class Api(BearerClient):
-    """A synchronous face over httpx's ASGI transport, for plain test functions."""
+class Lifespan:
+    """The ASGI lifespan protocol as a server speaks it: startup before the
+    first request, shutdown after the last."""
 
     def __init__(self, app) -> None:
         self.app = app
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+
+    async def _say(self, kind: str) -> None:
+        await self.inbox.put({"type": f"lifespan.{kind}"})
+        answer = await self.outbox.get()
+        if answer["type"] != f"lifespan.{kind}.complete":
+            raise RuntimeError(f"the app's lifespan {kind} failed: {answer.get('message', '')}")
+
+    async def start(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+        self.task = asyncio.get_running_loop().create_task(self.app(scope, self.inbox.get, self.outbox.put))
+        await self._say("startup")
+
+    async def stop(self) -> None:
+        await self._say("shutdown")
+        assert self.task is not None
+        await self.task
+
+
+class Api(BearerClient):
+    """A synchronous face over httpx's ASGI transport, for plain test
+    functions. The app runs its lifespan, as a served one does: started here,
+    stopped by :meth:`close` (with ``keep_open`` in its settings, it keeps
+    users' files open between requests and closes them there)."""
+
+    def __init__(self, app, *, lifespan: bool = True) -> None:
+        self.app = app
         self.loop = asyncio.new_event_loop()
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://stash.test")
+        self.lifespan = Lifespan(app) if lifespan else None
+        if self.lifespan is not None:
+            self.loop.run_until_complete(self.lifespan.start())
 
     def send(self, method: str, url: str, headers: dict, **kw) -> httpx.Response:
         return self.loop.run_until_complete(self.client.request(method, url, headers=headers, **kw))
@@ -81,12 +114,17 @@ class Api(BearerClient):
 
     def close(self) -> None:
         self.loop.run_until_complete(self.client.aclose())
+        if self.lifespan is not None:
+            self.loop.run_until_complete(self.lifespan.stop())
         self.loop.close()
 
 
 def make_settings(data_dir: Path, **kw) -> Settings:
     """Settings for tests: every request comes from one address, so the
-    per-address limits are lifted unless a test sets them."""
+    per-address limits are lifted unless a test sets them; and a memory's
+    files are closed after every request (``keep_open`` 0) unless a test
+    keeps them open (tests/api/conftest.py runs modules both ways)."""
+    kw.setdefault("keep_open", 0.0)
     kw.setdefault("init_per_minute", 10_000)
     kw.setdefault("auth_failures_per_minute", 10_000)
     return Settings(data_dir=data_dir, **kw)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import memfile, pool, userlock
+from ..storage import memfile, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -31,11 +30,13 @@ from ..storage.files import (
     UserFiles,
     available_file_cipher,
     can_write,
+    new_pool,
     private_folder,
     storage_error,
 )
 from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
+from ..storage.pool import Pool
 from . import grant_terms
 from .memory import Memory
 from .tag_index import TagIndex
@@ -67,6 +68,8 @@ class Session:
     page_bytes: int = LEGACY_PAGE_BYTES
     # The owner keys (labels, audit, last-used days), in an owner session only.
     owner: OwnerKeys | None = field(repr=False, default=None)
+    # Where the memory file's connection may be kept for the next request (Vault.keeping_files_open).
+    pool: Pool | None = field(repr=False, default=None)
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -101,7 +104,7 @@ class Session:
                               "backup.") from None
             try:
                 mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher, page_bytes=self.page_bytes,
-                                recorded=state_copy is not None)
+                                recorded=state_copy is not None, pool=self.pool)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None
@@ -170,6 +173,7 @@ class Vault:
         self.file_cipher = file_cipher or available_file_cipher()
         private_folder(self.data_dir / "users")
         self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
+        self.pool: Pool | None = None  # none until the server keeps files open (keeping_files_open)
 
     def ready(self) -> bool:
         """Readiness: a file can be created, written, synced and removed
@@ -195,12 +199,12 @@ class Vault:
         try:
             # Held while the files are made, so a backup sees a user whole or not at all.
             with userlock.shared(files.folder):
-                ring = Keyring.create(files.keyring, user_id, self.file_cipher, self.page_bytes)
+                ring = Keyring.create(files.keyring, user_id, self.file_cipher, self.page_bytes, pool=self.pool)
                 try:
                     ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, chain=chain,
                              kdf=self.kdf)
                     mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True,
-                                    page_bytes=ring.memory_page_bytes())
+                                    page_bytes=ring.memory_page_bytes(), pool=self.pool)
                     head, version = mf.head, mf.state_version
                     mf.close()
                     ring.advance_head(head, version)
@@ -302,9 +306,10 @@ class Vault:
             # epoch has closed it, and none opens it until it is re-sealed.
             with userlock.exclusive(session.files.folder):
                 # This worker lets go of the files it kept open under the old epoch before the answer.
-                pool.POOL.drop_folder(session.files.folder, held=True)
+                if session.pool is not None:
+                    session.pool.drop_folder(session.files.folder, held=True)
                 mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher,
-                                page_bytes=session.page_bytes)
+                                page_bytes=session.page_bytes, pool=session.pool)
                 mf.close()
         except (StashError, MissingFile):
             pass
@@ -323,7 +328,8 @@ class Vault:
             T = None  # a damaged, rolled-back or missing memory can still be destroyed
         session.close()
         session.keyring.close()
-        pool.POOL.drop_folder(files.folder, held=False)  # this worker's; another's finds the files gone
+        if session.pool is not None:  # this worker's; another's finds the files gone
+            session.pool.drop_folder(files.folder, held=False)
         for path in sorted(files.folder.iterdir()):
             if path.is_file() and path.name.startswith("keyring"):
                 size = path.stat().st_size
@@ -344,7 +350,7 @@ class Vault:
         if not files.exists():
             raise Unauthorized()
         try:
-            ring = open_keyring(files.keyring, token.user_id)
+            ring = open_keyring(files.keyring, token.user_id, self.pool)
         except Exception as exc:
             # The user's folder is there but its key ring cannot be opened:
             # say so, rather than blame the token.
@@ -369,16 +375,19 @@ class Vault:
             raise Unauthorized()
         return token, files, ring, grant
 
-    def keep_files_open(self, seconds: float) -> None:
-        """Keep users' files open ``seconds`` after each request in this
-        process (0: close after every request, closing any kept now)."""
-        pool.POOL.configure(seconds, pool.MAX_IDLE)
-
-    def let_go_of_idle_files(self, stop: threading.Event) -> None:
-        """Until ``stop``: close the files no request has used for longer
-        than the keep-open time, once a second."""
-        while not stop.wait(1.0):
-            pool.POOL.reap()
+    @contextlib.contextmanager
+    def keeping_files_open(self, seconds: float) -> Iterator[Pool]:
+        """For the block (a server's life): keep users' files open
+        ``seconds`` after each request (0: close them after every request)
+        in a pool built here, which every session, key ring and tag load of
+        this vault uses; on exit the pool is closed, and with it every file
+        still open. Outside such a block the vault keeps nothing open."""
+        with new_pool(seconds) as kept:
+            self.pool = self.tags.pool = kept
+            try:
+                yield kept
+            finally:
+                self.pool = self.tags.pool = None
 
     def check_token(self, token_text: str | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
@@ -450,7 +459,8 @@ class Vault:
                               "key ring from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes, owner)
+                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes, owner,
+                              self.pool)
             del opened
             try:
                 yield session

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from ..storage.files import UserFiles, write_private
 from ..storage.keyring import open_keyring
+from ..storage.pool import Pool
 
 STAMP = "grants.stamp"
 _USER_ID = re.compile(r"[0-9a-f]{16}")
@@ -79,6 +80,8 @@ class TagIndex:
         self._users = os.fspath(UserFiles(self.data_dir, "x").folder.parent)
         self._cache: OrderedDict[str, tuple[bytes, frozenset[bytes]]] = OrderedDict()
         self._lock = threading.Lock()
+        # Where a key ring read here may be kept open for the next request (Vault.keeping_files_open).
+        self.pool: Pool | None = None
 
     def _stamp_path(self, user_id: str) -> str:
         return f"{self._users}/{user_id}/{STAMP}"
@@ -123,7 +126,7 @@ class TagIndex:
         if not files.exists():
             return False
         try:
-            ring = open_keyring(files.keyring, user_id)
+            ring = open_keyring(files.keyring, user_id, self.pool)
         except Exception:
             return None
         try:

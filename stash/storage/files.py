@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from ..core.errors import Damaged, Full, StashError, Unavailable
 from . import userlock
-from .pool import POOL, key_digest
+from .pool import MAX_IDLE, Pool, key_digest
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
     import sqlcipher3.dbapi2 as _sqlcipher
@@ -347,11 +347,11 @@ def close_now(path: Path, conn: sqlite3.Connection) -> None:
         conn.close()
 
 
-def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None) -> None:
-    """A request is done with ``conn``: keep it idle in the process's pool
-    (:mod:`stash.storage.pool`) when the pool is on and the connection is
-    reusable, else close it. Either way its WAL is folded first."""
-    if POOL.enabled and not conn.in_transaction:
+def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None, pool: Pool | None = None) -> None:
+    """A request is done with ``conn``: keep it idle in ``pool``
+    (:mod:`stash.storage.pool`) when there is one, it is on and the connection
+    is reusable, else close it. Either way its WAL is folded first."""
+    if pool is not None and pool.enabled and not conn.in_transaction:
         try:
             # Neither an immutable open nor one that holds its file's lock alone (connect) is kept.
             live = (conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -361,7 +361,7 @@ def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None) -> Non
             live = False
         if live:
             fold(conn, path)
-            if POOL.give(path, key_digest(file_key), conn):
+            if pool.give(path, key_digest(file_key), conn):
                 return
     close_now(path, conn)
 
@@ -377,7 +377,10 @@ def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
         close_now(path, conn)
 
 
-POOL.closer = _pool_closer
+def new_pool(idle_seconds: float, max_idle: int = MAX_IDLE) -> Pool:
+    """A pool that keeps connections idle ``idle_seconds`` (0: none) and
+    closes them as this module does; its owner closes it."""
+    return Pool(idle_seconds, max_idle, closer=_pool_closer)
 
 
 def _refuse_empty(path: Path) -> None:
@@ -405,18 +408,19 @@ def _frozen(path: Path) -> bool:
 
 
 def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = False,
-            page_bytes: int | None = None) -> sqlite3.Connection:
+            page_bytes: int | None = None, pool: Pool | None = None) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, fsync
     on commit, and freed pages overwritten so destroyed keys leave no copy.
     Without ``create`` a missing file is :class:`MissingFile`, never a new
     empty one. ``page_bytes``: the page size of a new file, and the one a
     SQLCipher file is read with (PAGE_BYTES when None); a plain file that
-    exists keeps the one its header records."""
+    exists keeps the one its header records. ``pool``: where a connection
+    kept idle since an earlier request may be taken back from."""
     page = PAGE_BYTES if page_bytes is None else page_bytes
     if not create:
         _refuse_empty(Path(path))
-    if not create and POOL.enabled:
-        kept = POOL.take(Path(path), key_digest(file_key))
+    if not create and pool is not None and pool.enabled:
+        kept = pool.take(Path(path), key_digest(file_key))
         if kept is not None:
             return kept
     if create:

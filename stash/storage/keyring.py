@@ -36,6 +36,7 @@ from ..crypto.owner_seal import OwnerKeys, is_sealed
 from ..crypto.owner_seal import seal as seal_to_owner
 from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, checkpoint, connect, release, write_transaction
 from .idempotency import Records
+from .pool import Pool
 from .schema import sections
 
 SCOPES = ("read", "full", "owner")
@@ -131,19 +132,21 @@ class Opened:
 
 
 class Keyring:
-    def __init__(self, path: Path, user_id: str, *, create: bool = False) -> None:
+    def __init__(self, path: Path, user_id: str, *, create: bool = False, pool: Pool | None = None) -> None:
         self.user_id = user_id
         self._path = path
         self._closed = False
-        self.conn = connect(path, file_key=None, cipher="none", create=create)
+        self._pool = pool
+        self.conn = connect(path, file_key=None, cipher="none", create=create, pool=pool)
 
     @classmethod
-    def create(cls, path: Path, user_id: str, file_cipher: str, page_bytes: int = PAGE_BYTES) -> Keyring:
+    def create(cls, path: Path, user_id: str, file_cipher: str, page_bytes: int = PAGE_BYTES,
+               pool: Pool | None = None) -> Keyring:
         """A new key ring, and the page size its memory file will be made
         with (:meth:`memory_page_bytes`)."""
         if page_bytes not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
             raise ValueError("not a page size this release reads")
-        ring = cls(path, user_id, create=True)
+        ring = cls(path, user_id, create=True, pool=pool)
         # Only the tables every store uses; the others are made by their
         # first write (schema.sql, "Pages"), so an empty key ring is 4 pages.
         ring.conn.executescript(sections()["keyring"])
@@ -158,7 +161,7 @@ class Keyring:
         connection may be another request's by then)."""
         if not self._closed:
             self._closed = True
-            release(self.conn, self._path, None)
+            release(self.conn, self._path, None, self._pool)
 
     def __enter__(self) -> Keyring:
         return self
@@ -710,7 +713,8 @@ class Keyring:
         return self._select("ORDER BY id", ())
 
 
-def open_keyring(path: Path, user_id: str) -> Keyring:
-    """The key ring at ``path``; :class:`MissingFile` if it is not there."""
-    return Keyring(path, user_id)
+def open_keyring(path: Path, user_id: str, pool: Pool | None = None) -> Keyring:
+    """The key ring at ``path``; :class:`MissingFile` if it is not there.
+    ``pool``: where its connection may be kept between requests."""
+    return Keyring(path, user_id, pool=pool)
 

@@ -33,6 +33,7 @@ from .files import (
     write_transaction,
 )
 from .idempotency import Records
+from .pool import Pool
 from .schema import sections
 
 # A memory's plaintext: 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded,
@@ -148,11 +149,14 @@ class MemoryFile:
     settles (the session sets it; 0 records nothing)."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
-                 create: bool = False, page_bytes: int = PAGE_BYTES, recorded: bool = False) -> None:
+                 create: bool = False, page_bytes: int = PAGE_BYTES, recorded: bool = False,
+                 pool: Pool | None = None) -> None:
         """``page_bytes``: the page size of a new file, or the one an existing
         SQLCipher file was made with (the key ring records it). ``recorded``:
         the key ring holds a copy of this file's state version, so the file
-        had one (:meth:`_check_state`)."""
+        had one (:meth:`_check_state`). ``pool``: where its connection may be
+        kept between requests."""
+        self._pool = pool
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
         self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain, recorded)
 
@@ -166,7 +170,8 @@ class MemoryFile:
         self._rows_key = fk.rows_key
         path, file_key, cipher = fk.path, fk.file_key, fk.cipher
         try:
-            self.conn = connect(path, file_key=file_key, cipher=cipher, create=create, page_bytes=fk.page_bytes)
+            self.conn = connect(path, file_key=file_key, cipher=cipher, create=create, page_bytes=fk.page_bytes,
+                                pool=self._pool)
         except MissingFile:
             raise
         except Exception as exc:
@@ -221,7 +226,7 @@ class MemoryFile:
             return  # closed already: the connection may be another request's by then
         file_key = self._fk.file_key
         self._fk = None  # type: ignore[assignment]  # closed: no keys are held
-        release(self.conn, self._path, file_key)
+        release(self.conn, self._path, file_key, self._pool)
 
     # ------------------------------------------------------------ key epochs
 

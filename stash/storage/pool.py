@@ -24,8 +24,16 @@ What keeps that as safe as a fresh open:
   connection is closed instead of reused, so the next open checks the file
   from scratch.
 * **Bounded.** At most ``max_idle`` connections (:data:`MAX_IDLE`), each dropped ``idle_seconds``
-  after its last use (a reaper thread of the server), all of them when the
-  server stops, and every one of a user's when the store is destroyed.
+  after its last use (the pool's own reaper thread, while it is open as a
+  context manager), all of them when the pool is closed, and every one of a
+  user's when the store is destroyed.
+
+A pool has one owner: the server's lifespan builds it
+(:func:`files.new_pool`) and closes it when the server stops, and hands it to
+whatever opens files for requests (the service's ``Vault``), which passes it
+down to each file it opens. There is no process-wide pool: a tool that opens
+stores itself (``stash verify``, ``stash backup``, the tests) passes none, and
+closes what it opens.
 
 What an idle SQLCipher connection holds is that file's key, which revoking
 a capability does not change (SECURITY.md: the file key comes from epoch 0);
@@ -87,23 +95,45 @@ class _Idle:
     since: float
 
 
+Closer = Callable[[Path, sqlite3.Connection, bool], None]
+"""How a pool closes a connection for good: (path, connection, whether the
+caller holds that user's lock already)."""
+
+
 class Pool:
-    def __init__(self, idle_seconds: float = 0.0, max_idle: int = MAX_IDLE) -> None:
+    """Connections kept idle between requests, under the rules of the module
+    docstring. ``closer`` closes one for good (:func:`files.new_pool` gives
+    the one that folds the WAL and takes the user's lock)."""
+
+    def __init__(self, idle_seconds: float, max_idle: int = MAX_IDLE, *, closer: Closer) -> None:
         self.idle_seconds = idle_seconds
         self.max_idle = max_idle
+        self.closer = closer
         self._idle: dict[str, list[_Idle]] = {}
         self._count = 0
+        self._closed = False
         self._lock = threading.Lock()
-        # files.py sets the real one: (path, connection, caller holds that user's lock)
-        self.closer: Callable[[Path, sqlite3.Connection, bool], None] = lambda path, conn, held: conn.close()
+        self._stop = threading.Event()
+        self._reaper: threading.Thread | None = None
 
     @property
     def enabled(self) -> bool:
-        return self.idle_seconds > 0 and self.max_idle > 0
+        return self.idle_seconds > 0 and self.max_idle > 0 and not self._closed
 
-    def configure(self, idle_seconds: float, max_idle: int) -> None:
-        self.close_all()
-        self.idle_seconds, self.max_idle = idle_seconds, max_idle
+    def __enter__(self) -> Pool:
+        """Start the thread that closes, once a second, what idled past
+        ``idle_seconds`` (none when the pool keeps nothing)."""
+        if self.enabled and self._reaper is None:
+            self._reaper = threading.Thread(target=self._reap_until_closed, name="idle-files", daemon=True)
+            self._reaper.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _reap_until_closed(self) -> None:
+        while not self._stop.wait(1.0):
+            self.reap()
 
     def take(self, path: Path, key: bytes) -> sqlite3.Connection | None:
         """An idle connection to ``path`` opened with this key whose file is
@@ -145,6 +175,8 @@ class Pool:
             return False
         evicted: list[tuple[str, _Idle]] = []
         with self._lock:
+            if self._closed:  # closed since the check above: nothing is kept after close
+                return False
             self._idle.setdefault(str(path), []).append(_Idle(conn, key, sig, time.monotonic()))
             self._count += 1
             while self._count > self.max_idle:
@@ -184,14 +216,17 @@ class Pool:
         prefix = str(folder) + os.sep
         self._remove(lambda name, e: not name.startswith(prefix), held)
 
-    def close_all(self) -> None:
+    def close(self) -> None:
+        """Stop the reaper and close every idle connection; from now on
+        nothing is kept (a request still finishing closes its files)."""
+        with self._lock:
+            self._closed = True
+        self._stop.set()
+        if self._reaper is not None:
+            self._reaper.join(timeout=5)
         self._remove(lambda name, e: False)
 
     def idle_count(self) -> int:
         with self._lock:
             return self._count
 
-
-POOL = Pool()
-"""The process's pool: off (``idle_seconds`` 0) until ``stash serve`` turns it
-on, so tools and tests that open stores directly close what they open."""

@@ -131,26 +131,23 @@ async def not_found(request, exc) -> JSON:
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette):
     """A user's files stay open for ``--keep-open`` seconds after its last
-    request, for the next one (storage/pool.py); a thread lets go of those
-    past it. By the time the server has drained its requests on SIGTERM,
-    what is left is to close every file still open — each checkpoints its
-    WAL into the file and removes it — and stop the metrics writer.
-
-    Only a served app keeps files open: an app driven without its lifespan
-    (the in-process API tests) closes them after every request."""
+    request, for the next one: the pool that keeps them is built here and
+    handed to the vault for the server's life (Vault.keeping_files_open,
+    storage/pool.py). By the time the server has drained its requests on
+    SIGTERM, what is left is to close that pool — every file still open
+    checkpoints its WAL into the file and removes it — and stop the metrics
+    writer. An app driven without its lifespan keeps no file open."""
     vault = app.state.vault
     app.state.metrics.start()
     stop = threading.Event()
-    threading.Thread(target=vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
-    vault.keep_files_open(app.state.settings.keep_open)
-    reaper = threading.Thread(target=vault.let_go_of_idle_files, args=(stop,), name="idle-files", daemon=True)
-    reaper.start()
     try:
-        yield
+        with vault.keeping_files_open(app.state.settings.keep_open):
+            threading.Thread(target=vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
+            try:
+                yield
+            finally:
+                stop.set()
     finally:
-        stop.set()
-        reaper.join(timeout=5)
-        vault.keep_files_open(0)  # closes every file still open
         app.state.metrics.stop()
 
 

@@ -24,8 +24,8 @@ STAMP = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @pytest.fixture
-def cap_api(data_dir: Path):
-    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF)))
+def cap_api(data_dir: Path, keep_open: float):
+    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF, keep_open=keep_open)))
     yield client
     client.close()
 

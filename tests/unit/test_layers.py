@@ -98,3 +98,23 @@ def test_what_an_option_is_needs_nothing_of_the_package() -> None:
     # The declarations themselves sit in the web layer (their checks are the
     # web edge's), which the command line imports, never the reverse.
     assert not [d for d in GRAPH["stash.web.settings"] if layer(d) in ("cli", "storage")]
+
+
+def test_no_module_rewires_another_when_imported() -> None:
+    """A module's top level assigns nothing into what it imported (a closer
+    set on another module's object, a function swapped in): what one module
+    needs of another is passed to it, as the kept-open pool is passed to
+    each file it keeps (storage/pool.py)."""
+    for name, path in modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {(a.asname or a.name).split(".")[0] for node in tree.body
+                    if isinstance(node, ast.Import | ast.ImportFrom) for a in node.names}
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else [])
+            for target in targets:
+                base = target
+                while isinstance(base, ast.Attribute | ast.Subscript):
+                    base = base.value
+                if base is not target and isinstance(base, ast.Name):
+                    assert base.id not in imported, f"{name}:{node.lineno} assigns into {base.id}"

@@ -5,6 +5,7 @@ requests; and the pool lets go when told to, within its bounds."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import sqlite3
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import stash
 from stash.storage import files
-from stash.storage.pool import POOL, Pool, key_digest
+from stash.storage.pool import Pool, key_digest
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
@@ -23,11 +25,11 @@ KEY_B = bytes(range(1, 33))
 
 @pytest.fixture
 def pool_on() -> Iterator[Pool]:
-    POOL.configure(60.0, 4)
+    pool = files.new_pool(60.0, 4)
     try:
-        yield POOL
+        yield pool
     finally:
-        POOL.configure(0.0, 4)
+        pool.close()
 
 
 def make(path: Path, key: bytes | None = KEY_A, cipher: str = "sqlcipher") -> None:
@@ -48,14 +50,14 @@ def is_closed(conn: sqlite3.Connection) -> bool:
 def test_a_released_connection_comes_back_for_the_same_file_and_key_only(tmp_path: Path, pool_on: Pool):
     path = tmp_path / "memory.db"
     make(path)
-    first = files.connect(path, file_key=KEY_A, cipher="sqlcipher")
-    files.release(first, path, KEY_A)
+    first = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
+    files.release(first, path, KEY_A, pool_on)
     assert pool_on.idle_count() == 1
     # Another key never gets it: it opens afresh, and fails as a wrong key does.
     with pytest.raises(Exception, match="not a database"):
-        files.connect(path, file_key=KEY_B, cipher="sqlcipher")
+        files.connect(path, file_key=KEY_B, cipher="sqlcipher", pool=pool_on)
     assert pool_on.idle_count() == 1
-    again = files.connect(path, file_key=KEY_A, cipher="sqlcipher")
+    again = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
     assert again is first and again.execute("SELECT x FROM t").fetchall() == [(1,)]
     files.close_now(path, again)
 
@@ -63,10 +65,10 @@ def test_a_released_connection_comes_back_for_the_same_file_and_key_only(tmp_pat
 def test_between_requests_the_file_is_whole_without_its_wal(tmp_path: Path, pool_on: Pool):
     path = tmp_path / "memory.db"
     make(path)
-    conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher")
+    conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
     conn.execute("INSERT INTO t VALUES (2)")
     assert os.path.getsize(f"{path}-wal") > 0
-    files.release(conn, path, KEY_A)
+    files.release(conn, path, KEY_A, pool_on)
     assert pool_on.idle_count() == 1
     assert os.path.getsize(f"{path}-wal") == 0
     # A copy of the file alone, taken now, holds the write.
@@ -86,9 +88,9 @@ def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_clos
     make(path, None, "none")
     older = tmp_path / "older.db"
     shutil.copyfile(path, older)
-    kept = files.connect(path, file_key=None, cipher="none")
+    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
     kept.execute("INSERT INTO t VALUES (2)")
-    files.release(kept, path, None)
+    files.release(kept, path, None, pool_on)
     if change == "written by another connection":
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("INSERT INTO t VALUES (3)")
@@ -100,7 +102,7 @@ def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_clos
         os.replace(older, path)
     else:
         path.chmod(0o400)  # only the change time moves (root reads it still: what matters is no reuse)
-    fresh = files.connect(path, file_key=None, cipher="none")
+    fresh = files.connect(path, file_key=None, cipher="none", pool=pool_on)
     assert fresh is not kept and is_closed(kept)
     want = {"written by another connection": [(1,), (2,), (3,)], "its mode changed": [(1,), (2,)]}.get(change, [(1,)])
     assert fresh.execute("SELECT x FROM t ORDER BY x").fetchall() == want
@@ -112,8 +114,8 @@ def test_the_pool_keeps_at_most_its_bound_and_closes_the_oldest(tmp_path: Path, 
     for k in range(pool_on.max_idle + 2):
         path = tmp_path / f"f{k}.db"
         make(path, None, "none")
-        conn = files.connect(path, file_key=None, cipher="none")
-        files.release(conn, path, None)
+        conn = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+        files.release(conn, path, None, pool_on)
         conns.append(conn)
     assert pool_on.idle_count() == pool_on.max_idle
     assert [is_closed(c) for c in conns] == [True, True] + [False] * pool_on.max_idle
@@ -126,8 +128,8 @@ def test_reap_closes_what_idled_past_its_time_and_drop_folder_only_that_folder(t
     for name in ("a", "b"):
         path = tmp_path / name / "keyring.db"
         make(path, None, "none")
-        kept[name] = files.connect(path, file_key=None, cipher="none")
-        files.release(kept[name], path, None)
+        kept[name] = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+        files.release(kept[name], path, None, pool_on)
     pool_on.reap(now=time.monotonic())
     assert pool_on.idle_count() == 2
     pool_on.drop_folder(tmp_path / "a", held=True)
@@ -136,16 +138,50 @@ def test_reap_closes_what_idled_past_its_time_and_drop_folder_only_that_folder(t
     assert is_closed(kept["b"]) and pool_on.idle_count() == 0
 
 
-def test_off_the_pool_keeps_nothing(tmp_path: Path):
-    assert not POOL.enabled
+@pytest.mark.parametrize("kind", ["no pool", "a pool of 0 seconds", "a closed pool"])
+def test_off_the_pool_keeps_nothing(tmp_path: Path, kind: str):
+    off = None if kind == "no pool" else files.new_pool(0.0 if kind == "a pool of 0 seconds" else 60.0, 4)
+    if kind == "a closed pool":
+        assert off is not None and off.enabled
+        off.close()
+    assert off is None or not off.enabled
     path = tmp_path / "keyring.db"
     make(path, None, "none")
-    conn = files.connect(path, file_key=None, cipher="none")
-    files.release(conn, path, None)
-    assert is_closed(conn) and POOL.idle_count() == 0
+    conn = files.connect(path, file_key=None, cipher="none", pool=off)
+    files.release(conn, path, None, off)
+    assert is_closed(conn) and (off is None or off.idle_count() == 0)
     assert not Path(f"{path}-wal").exists()
+
+
+def test_its_owner_closing_the_pool_closes_every_kept_file_whole(tmp_path: Path):
+    """What a server's lifespan does when it stops: every file still kept
+    open is closed, its WAL folded in and removed."""
+    paths = [tmp_path / "keyring.db", tmp_path / "memory.db"]
+    with files.new_pool(60.0, 4) as pool:
+        kept = []
+        for path in paths:
+            make(path, None, "none")
+            conn = files.connect(path, file_key=None, cipher="none", pool=pool)
+            conn.execute("INSERT INTO t VALUES (2)")
+            files.release(conn, path, None, pool)
+            kept.append(conn)
+        assert pool.idle_count() == 2 and not any(is_closed(c) for c in kept)
+    assert pool.idle_count() == 0 and all(is_closed(c) for c in kept)
+    assert not any(Path(f"{p}-wal").exists() for p in paths)
 
 
 def test_keys_are_named_by_digest_not_kept():
     assert key_digest(KEY_A) != key_digest(KEY_B) and KEY_A not in key_digest(KEY_A)
     assert len(key_digest(KEY_A)) == 16
+
+
+def test_no_module_holds_a_pool_of_its_own():
+    """A pool exists only where its owner built it (the server's lifespan):
+    no module of the package makes one when imported, so a tool or test that
+    opens stores gets no process-wide pool."""
+    for path in Path(stash.__file__).parent.rglob("*.py"):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+            if isinstance(value, ast.Call):
+                callee = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+                assert callee not in ("Pool", "new_pool"), f"{path.name}:{node.lineno}"
