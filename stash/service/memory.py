@@ -422,7 +422,7 @@ class Memory:
             raise Invalid(
                 f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}; "
                 "zoom into a #lo-hi line the wake prints.",
-                code="block.beyond_log", run=[instructions.wake()],
+                code="block.beyond_log",
             )
         out = []
         for a, b in blocks.halves(lo, hi):

@@ -66,11 +66,9 @@ SCHEMAS: dict[str, Schema] = {
         {
             "error": string("A stable dotted code, like request.unknown_field; branch on this, never on the message."),
             "message": string("One sentence for a human or an agent that says what to do next."),
-            "run": RUN,
         },
-        required=["error", "message"],
         description="Every refusal. Some codes add fields: see WakeRefusal, NapConflict and IndexedError; a "
-                    "refusal that says what to run carries it in `run`.",
+                    "refusal that hands over what to run carries it as data (`nap`, `run`).",
     ),
     "Step": obj(
         {
