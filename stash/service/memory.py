@@ -236,7 +236,7 @@ class Memory:
                 raise Invalid(f"No part {part}: the memory has 1 part; wake without part.", code="wake.no_part")
             empty, run = "", []
             if not now:
-                empty = "No memories yet. To record the first one, run the command below.\n" if self.writes else \
+                empty = "No memories yet; the order below records the first one.\n" if self.writes else \
                     "No memories yet.\n"
                 run = [instructions.note()] if self.writes else []
             return {

@@ -55,6 +55,6 @@ def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, cli
             assert done.stdout, command
             assert "-H \"Accept: text/plain\"" in command or "/skill" in command
         assert token not in done.stdout + done.stderr
-    # the walk did what it says: its note is in the log, and 32-63 was forgotten
-    assert http.ok("POST", "/recall", token, json={"q": "memory from the skill example"})["total"] == 2  # noted, imported
+    # the walk did what it says: its note and its import are in the log, and 32-63 was forgotten
+    assert http.ok("POST", "/recall", token, json={"q": "memory from the skill example"})["total"] == 2
     assert http.ok("GET", "/zoom?block=0-63", token)["lines"][1] == "#32-63 not compressed yet"
