@@ -568,6 +568,9 @@ def nap_lines(api: Api, block: str | None = None, text: str | None = None) -> li
     What is given is sent, so the server refuses a ``text`` without ``block``."""
     body = {name: value for name, value in (("block", block), ("text", text)) if value is not None}
     ans = api.call("POST", "/nap", body)
+    due = nap_text(ans.get("nap"), api.steps) if block is None else None
+    if due:
+        return [due]  # what is due: the prompt alone, as memo prints it
     message = ans.get("message") or (f"{ans['saved']} saved." if ans.get("saved") else "")
     out = [message] if message else []
     if ans.get("nap"):

@@ -125,8 +125,11 @@ def _wake(a: dict[str, Any]) -> list[str]:
 def _nap_answer(a: dict[str, Any]) -> list[str]:
     if "batch" in a:
         return [a["prompt"]] if a.get("prompt") else [a["message"]]
+    nap = a.get("nap")
+    if nap and a["saved"] is None and a["message"] == f"Compress {nap['block']} next.":
+        return [nap["prompt"]]  # asked what is due: the prompt alone, as memo prints it
     out = [a["message"]]
-    return out + (_nap(a["nap"]) if a.get("nap") else [] if a["message"].startswith("Nothing") else
+    return out + (_nap(nap) if nap else [] if a["message"].startswith("Nothing") else
                   ["Nothing left to compress."])
 
 

@@ -109,7 +109,7 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         assert dropped.splitlines() == [
             "Dropped 2-3, 4-5, 0-3. The log is untouched; the next naps write them again.", "Call: nap()"]
         text = await s.follow(dropped)
-        assert text.startswith("Compress 2-3 next.\n")
+        assert text.startswith("Compress memories #2-3 into one line")
         rebuilt = []
         while "Call: nap(block=" in text:
             due = http.ok("POST", "/nap", token, json={})["nap"]
