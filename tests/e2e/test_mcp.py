@@ -143,7 +143,7 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         settle_all(http, token)
         # A block without its summary is refused before the server is asked, naming the call to make.
         assert await s.call("nap", block="4-5") == (
-            'nap 4-5 needs text, the one-line summary: nap(block="4-5", text="<your line>")', True)
+            'nap 4-5 needs text, the one-line summary:\nCall: nap(block="4-5", text="<your line>")', True)
 
     errlog = tmp_path / "mcp.stderr"
     run_session(base_url, token, errlog, script)
