@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from stash import client as client_module
+from tests.doc_commands import indented_commands
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Cli, Http, cli_env, free_port, path_with, python_bin
 
@@ -316,21 +317,21 @@ def test_init_url_prints_exports_and_the_agents_block(base_url: str, http: Http,
     assert done.stdout.rstrip("\n").endswith("\n" + block)
     assert "Paste this block at the top of your AGENTS.md:" in done.stdout
     # The export lines and every command of the block run as printed, in a shell that ran the exports.
-    commands = [line.strip() for line in block.splitlines() if line.startswith("    curl ")]
+    commands = [c for c in indented_commands(block) if c.startswith("curl ")]
     assert len(commands) >= 4
     fill = {"<one line>": "noted from the AGENTS.md block", "<regex>": "agents", "<lo-hi>": "0-1"}
     shell_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
     for command in commands:
         for k, v in fill.items():
             command = command.replace(k, v)
-        script = "\n".join(exports) + "\n" + command.replace("curl -s ", "curl -fsS ", 1)
+        script = "\n".join(exports) + "\n" + command.replace("curl -s", "curl -f -s", 1)
         run = subprocess.run(["/bin/sh", "-c", script], env=shell_env, capture_output=True, text=True,
                              timeout=CLI_TIMEOUT)
         assert run.returncode == 0, (command, run.stdout, run.stderr)
         if command.endswith('"$STASH_URL/skill"'):  # the served skill, Markdown
             assert run.stdout == (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")
             continue
-        assert "error" not in json.loads(run.stdout), run.stdout
+        assert run.stdout and run.stderr == "", run
     assert http.ok("GET", "/wake", new_token)["lines"][0].endswith(" noted from the AGENTS.md block")
 
 
