@@ -16,13 +16,9 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.doc_commands import indented_commands
 from tests.live import CLI_TIMEOUT, Http
 from tests.printed import orders
-
-pytestmark = pytest.mark.slow
 
 NOTES = ["Priya's review is due Friday", "don't use the v2 API; it's deprecated", 'she said "ship it"',
          "the build box is C:\\ci\\runner\\", "100% of %s and !! stay as typed"]
