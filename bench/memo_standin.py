@@ -132,6 +132,8 @@ def cover(T: int, budget: int) -> list[tuple[int, int]]:
 
 
 def nap_prompt(f: Folder) -> str:
+    """memo's nap prompt, byte for byte (OptMem's ``memo``, ``nap_prompt``):
+    no count line when nothing remains, and the command after ``Run: ``."""
     due = f.pending(limit=1)
     if not due:
         return ""
@@ -142,11 +144,13 @@ def nap_prompt(f: Folder) -> str:
         mid = (lo + hi) // 2
         source = [f.summary(lo, mid) or "", f.summary(mid, hi) or ""]
     left = f.remaining() - 1
+    tail = "" if not left else "\n" + ("1 compression remains" if left == 1 else
+                                       f"{left} compressions remain") + " after this one."
     return (f"Compress memories #{lo}-{hi - 1} into one line of at most {ENTRY_CHARS} bytes.\n"
             "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
             + "\n".join("  " + s for s in source)
-            + f"\n\n{left} compressions remain after this one.\n"
-            + f"Run: memo nap {lo}-{hi - 1} \"<summary>\"\n")
+            + f"\n{tail}\n"
+            + f"Run: memo nap {lo}-{hi - 1} \"<your line>\"\n")
 
 
 def wake(f: Folder) -> str:

@@ -81,10 +81,6 @@ RETRY_STATUSES = (502, 503, 504)
 BUSY_RETRIES = 3  # resends of a request refused 429 busy.* (refused before any work, so always safe to resend)
 BUSY_WAIT_MAX = 10.0  # seconds: a longer Retry-After is reported instead of waited for
 _DATED = re.compile(r"(?:#\d+\s+)?(\d{4}-\d{2}-\d{2})\s+(.*)")
-_CURL = re.compile(
-    r"(?P<lead>Run: )?curl -s -H \"Authorization: Bearer \$STASH_TOKEN\"(?: -X (?P<method>[A-Z]+))?"
-    r" \"\$STASH_URL/(?P<path>[a-z]+)(?:\?(?P<query>[^\"]*))?\"(?: -d '(?P<body>[^']*)')?"
-)
 
 
 # Exit statuses a script can rely on (API-REFERENCE.md, "The stash client").
@@ -190,101 +186,127 @@ def shell_word(text: str) -> str:
     return shlex.quote(text)
 
 
-def _text_args(verb: str, text: str) -> str:
-    """The command that passes ``text`` to ``verb`` exactly. A text that
-    starts with ``-`` would read as an option (or, alone, as "read stdin"), so
-    it goes through stdin instead: ``printf '%s\\n' TEXT | stash VERB -``."""
-    if text.startswith("-"):
-        return f"printf '%s\\n' {shell_word(text)} | {_prog()} {verb} -"
-    return f"{_prog()} {verb} {shell_word(text)}"
+DELIMITER = "STASH_END"  # the server's too: no line a note, summary or pattern accepts equals it
+_BLOCK_ID = re.compile(r"[0-9]{1,19}-[0-9]{1,19}")
+BATCH_OFFER = ("Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
+               "only write lines and never call Stash):")
+
+
+def _heredoc(command: str, lines: list[str]) -> str:
+    """``command`` reading ``lines`` from a quoted here-document: the shell
+    passes every byte of them on, so a placeholder replaced by any line a
+    memory may hold reaches the server exactly."""
+    return f"{command} <<'{DELIMITER}'\n" + "\n".join(lines) + f"\n{DELIMITER}"
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _block(value: object) -> bool:
+    return isinstance(value, str) and _BLOCK_ID.fullmatch(value) is not None
 
 
 class Steps:
-    """How an instruction names the next step: here as a command of this
-    client that runs as printed in a shell; ``stash mcp`` names tool calls
-    instead. ``lead`` starts an instruction line (the server writes ``Run: ``)."""
+    """How a next step is named: here as a command of this client that runs
+    as printed in sh, dash or bash; ``stash mcp`` names tool calls instead.
+    Each is built from the server's step object (``run`` in its answers):
+    only its numbers and block ids, each checked, reach a command, and the
+    text an agent fills in is this client's own placeholder."""
 
     lead = "Run: "
 
     def wake(self, part: int | None = None, T: int | None = None) -> str:
         return f"{_prog()} wake" if part is None else f"{_prog()} wake {part} {T}"
 
-    def nap(self, block: str | None = None, text: str | None = None) -> str:
-        return f"{_prog()} nap" if block is None else _text_args(f"nap {shell_word(block)}", text or "")
+    def nap(self, block: str | None = None) -> str:
+        if block is None:
+            return f"{_prog()} nap"
+        return _heredoc(f"{_prog()} nap {block} -", ["<your line>"])
 
-    def note(self, text: str) -> str:
-        return _text_args("note", text)
+    def note(self) -> str:
+        return _heredoc(f"{_prog()} note -", ["<one line>"])
 
     def nap_batch(self, k: int) -> str:
         return f"{_prog()} nap --batch {k}"
 
     def nap_summaries(self, blocks: list[str]) -> str:
-        """The whole batch answered by one command: a here-document of
-        ``BLOCK LINE`` lines, read by ``nap --summaries -``. No line of it can
-        be the closing ``EOF``: each starts with a block id."""
-        body = "\n".join(f"{b} <your line for {b}>" for b in blocks)
-        return f"{_prog()} nap --summaries - <<'EOF'\n{body}\nEOF"
+        return _heredoc(f"{_prog()} nap --summaries -", [f"{b} <your line for {b}>" for b in blocks])
 
-    def zoom(self, block: str) -> str:
-        return f"{_prog()} zoom {block}"
+    def zoom(self) -> str:
+        return _heredoc(f"{_prog()} zoom -", ["<lo-hi>"])
 
-    def recall(self, q: str, before: int) -> str:
-        return f"{_prog()} recall {shell_word(q)} --before {before}"
+    def recall(self, before: int | None = None) -> str:
+        more = "" if before is None else f" --before {before}"
+        return _heredoc(f"{_prog()} recall -{more}", ["<the same regex>" if before is not None else "<regex>"])
+
+    def render(self, step: object) -> str | None:
+        """This client's command for one of the server's step objects; None
+        for a step it does not know (a newer server's), which is left out."""
+        if not isinstance(step, dict) or not isinstance(step.get("fields"), dict):
+            return None
+        path, fields = step.get("path"), step["fields"]
+        keys = set(fields)
+        if path == "/wake":
+            if not keys:
+                return self.wake()
+            if keys == {"part", "T"} and _whole(fields["part"]) and _whole(fields["T"]):
+                return self.wake(fields["part"], fields["T"])
+        elif path == "/nap":
+            if not keys:
+                return self.nap()
+            if keys == {"block", "text"} and _block(fields["block"]):
+                return self.nap(fields["block"])
+            if keys == {"batch"} and _whole(fields["batch"]):
+                return self.nap_batch(fields["batch"])
+            items = fields.get("summaries")
+            if keys == {"summaries"} and isinstance(items, list) and items and all(
+                    isinstance(x, dict) and _block(x.get("block")) for x in items):
+                return self.nap_summaries([x["block"] for x in items])
+        elif path == "/note" and keys == {"text"}:
+            return self.note()
+        elif path == "/recall" and "q" in keys and keys <= {"q", "before"}:
+            before = fields.get("before")
+            if before is None or _whole(before):
+                return self.recall(before)
+        elif path == "/zoom" and keys == {"block"}:
+            return self.zoom()
+        return None
+
+    def orders(self, run: object) -> list[str]:
+        """Each known step of ``run`` as an order on its own line."""
+        steps = run if isinstance(run, list) else []
+        return [self.lead + cmd for cmd in (self.render(s) for s in steps) if cmd is not None]
 
 
 SHELL = Steps()
 
 
-def _translate(match: re.Match, steps: Steps) -> str:
-    """One of the server's curl commands as the next step in ``steps``' terms;
-    unknown forms stay as they are, since they run as printed anyway."""
-    lead = steps.lead if match.group("lead") else ""
-    path = match.group("path")
-    query = urllib.parse.parse_qs(match.group("query") or "")
-    body: dict = {}
-    if match.group("body"):
-        try:
-            body = json.loads(match.group("body"))
-        except ValueError:
-            return match.group(0)
-    if path == "wake":
-        if "part" in query and "T" in query:
-            return lead + steps.wake(int(query["part"][0]), int(query["T"][0]))
-        if isinstance(body.get("part"), int) and isinstance(body.get("T"), int):
-            return lead + steps.wake(body["part"], body["T"])
-        return lead + steps.wake()
-    if path == "nap":
-        if body.get("block") and "text" in body:
-            return lead + steps.nap(body["block"], body["text"])
-        if isinstance(body.get("batch"), int):
-            return lead + steps.nap_batch(body["batch"])
-        if isinstance(body.get("summaries"), list):
-            return lead + steps.nap_summaries([str(x.get("block")) for x in body["summaries"]
-                                               if isinstance(x, dict)])
-        if not body:
-            return lead + steps.nap()
-    if path == "zoom" and isinstance(body.get("block"), str):
-        return lead + steps.zoom(body["block"])
-    if path == "note" and "text" in body:
-        return lead + steps.note(body["text"])
-    return match.group(0)
-
-
-def localize(text: str, steps: Steps = SHELL) -> str:
-    """The server's instruction text with each of its curl commands replaced
-    by the equivalent step in ``steps`` (by default this client's command).
-    Only for text the server wrote itself: memory text is data, and a memory
-    that looks like a curl command must never become a printed step (see
-    localize_prompt)."""
-    return _CURL.sub(lambda m: _translate(m, steps), text)
-
-
-def localize_prompt(nap: dict, steps: Steps = SHELL) -> str:
-    """A nap's prompt with the server's own commands localized and its
-    source lines (memory text, quoted in the prompt as two spaces and the
-    rendered line) left exactly as they are."""
-    source = {"  " + line for line in nap.get("source") or [] if isinstance(line, str)}
-    return "\n".join(line if line in source else localize(line, steps) for line in nap["prompt"].split("\n"))
+def nap_text(nap: object, steps: Steps = SHELL) -> str | None:
+    """A nap object as OptMem's prompt, its commands in ``steps``' terms.
+    Rendered from the object's fields, never from the server's ``prompt``:
+    each source line (memory text) is shown as one indented data line."""
+    if not isinstance(nap, dict) or not _block(nap.get("block")):
+        return None
+    source = [x for x in nap.get("source") or [] if isinstance(x, str)]
+    left = nap.get("remaining") if _whole(nap.get("remaining")) else 0
+    limit = nap.get("max_bytes") if _whole(nap.get("max_bytes")) else 280
+    tail = "" if not left else "\n" + ("1 compression remains" if left == 1 else
+                                       f"{left} compressions remain") + " after this one."
+    run: list = nap["run"] if isinstance(nap.get("run"), list) else []
+    first = [s for s in run if isinstance(s, dict) and s.get("path") == "/nap"
+             and isinstance(s.get("fields"), dict) and set(s["fields"]) == {"block", "text"}]
+    text = (f"Compress memories #{nap['block']} into one line of at most {limit} bytes.\n"
+            "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
+            + "\n".join("  " + line for line in source)
+            + f"\n{tail}\n" + "\n".join(steps.orders(first[:1] or [{"path": "/nap", "fields": {
+                "block": nap["block"], "text": ""}}])))
+    for s in run:
+        if isinstance(s, dict) and isinstance(s.get("fields"), dict) and set(s["fields"]) == {"batch"}:
+            order = steps.orders([s])
+            if order:
+                text += f"\n{BATCH_OFFER.format(k=s['fields']['batch'])}\n" + order[0]
+    return text
 
 
 # ---------------------------------------------------------------- HTTP
@@ -523,15 +545,14 @@ class Api:
         if not isinstance(body, dict) or not isinstance(body.get("message"), str):
             return Failure(f"stash: the server at {self.where()} answered HTTP {err.code} "
                            "without a Stash error; is that the address of a Stash server?", UNREACHABLE)
-        extra = None
-        nap = body.get("nap")
-        if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
-            extra = localize_prompt(nap, self.steps)
+        shown = [text for text in (nap_text(body.get("nap"), self.steps), *self.steps.orders(body.get("run")))
+                 if text]
+        extra = "\n\n".join(shown) if shown else None
         if body.get("error") == "store.pin_mismatch":
             extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
                      "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
                      f"has now with: {_prog()} unpin")
-        return Failure(localize(body["message"], self.steps), REFUSED, extra, err.code, body)
+        return Failure(body["message"], REFUSED, extra, err.code, body)
 
 
 def _retry_after(value: str | None) -> float:
@@ -597,9 +618,8 @@ def _out_lines(lines: list[str]) -> None:
 
 
 def _nap_prompt(nap: object, steps: Steps) -> list[str]:
-    if isinstance(nap, dict) and isinstance(nap.get("prompt"), str):
-        return ["", localize_prompt(nap, steps)]
-    return []
+    text = nap_text(nap, steps)
+    return ["", text] if text else []
 
 
 def _api(need_token: bool = True, fallback_url: str | None = None) -> Api:
@@ -618,9 +638,9 @@ def wake_lines(api: Api, part: int | None = None, T: int | None = None) -> list[
     ans = api.call("POST", "/wake", body)
     out = list(ans.get("lines", []))
     if not ans.get("awake"):
-        return out + [f"Not awake yet. {api.steps.lead}{api.steps.wake(int(ans['part']) + 1, int(ans['T']))}"]
-    out.append(localize(ans.get("message") or "You are awake.", api.steps))
-    return out + _nap_prompt(ans.get("nap"), api.steps)
+        return out + ["Not awake yet.", *api.steps.orders(ans.get("run"))]
+    out.append(ans.get("message") or "You are awake.")
+    return out + api.steps.orders(ans.get("run")) + _nap_prompt(ans.get("nap"), api.steps)
 
 
 def note_lines(api: Api, text: str) -> list[str]:
@@ -633,8 +653,11 @@ def nap_lines(api: Api, block: str | None = None, text: str | None = None) -> li
     What is given is sent, so the server refuses a ``text`` without ``block``."""
     body = {name: value for name, value in (("block", block), ("text", text)) if value is not None}
     ans = api.call("POST", "/nap", body)
+    due = nap_text(ans.get("nap"), api.steps) if block is None else None
+    if due:
+        return [due]  # what is due: the prompt alone, as memo prints it
     message = ans.get("message") or (f"{ans['saved']} saved." if ans.get("saved") else "")
-    out = [localize(message, api.steps)] if message else []
+    out = [message] if message else []
     if ans.get("nap"):
         return out + _nap_prompt(ans["nap"], api.steps)
     if not message.startswith("Nothing"):
@@ -646,9 +669,22 @@ def batch_lines(api: Api, k: int) -> list[str]:
     """Up to ``k`` due blocks that can be written at once, and the command
     that answers them all."""
     ans = api.call("POST", "/nap", {"batch": k})
-    if not ans.get("batch"):
+    items = [it for it in ans.get("batch") or [] if isinstance(it, dict) and _block(it.get("block"))]
+    if not items:
         return ["Nothing left to compress."]
-    return [localize(ans["prompt"], api.steps)]
+    limit = items[0].get("max_bytes") if _whole(items[0].get("max_bytes")) else 280
+    out = [f"Compress each of these {len(items)} block{'s' if len(items) != 1 else ''} into one line of at most "
+           f"{limit} bytes.",
+           "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they can "
+           "be written in parallel (by subagents that only write lines and never call Stash).", ""]
+    for it in items:
+        out += [f"#{it['block']}:", *("  " + x for x in it.get("source") or [] if isinstance(x, str)), ""]
+    nap = ans.get("nap")
+    after = nap["remaining"] + 1 - len(items) if isinstance(nap, dict) and _whole(nap.get("remaining")) else 0
+    if after > 0:
+        out.append(f"{after} compression{'s' if after != 1 else ''} will remain after these; ask for the next "
+                   "batch then.")
+    return out + ["Send every line at once, in this order (all or nothing).", *api.steps.orders(ans.get("run"))]
 
 
 def read_summaries(text: str) -> list[dict]:
@@ -670,7 +706,7 @@ def read_summaries(text: str) -> list[dict]:
 
 def summaries_lines(api: Api, summaries: list[dict]) -> list[str]:
     ans = api.call("POST", "/nap", {"summaries": summaries})
-    out = [localize(ans.get("message") or "", api.steps)]
+    out = [ans.get("message") or ""]
     if ans.get("nap"):
         return out + _nap_prompt(ans["nap"], api.steps)
     return out + ["Nothing left to compress."]
@@ -699,8 +735,9 @@ def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
         count = count[:-1] + f" before #{before}."
     more = ans.get("more")
     if isinstance(more, int) and not isinstance(more, bool):
-        shown = f"The newest {len(matches)} {'is' if len(matches) == 1 else 'are'} shown"
-        return matches + [f"{count} {shown}; for the older ones {api.steps.lead.lower()}{api.steps.recall(q, more)}"]
+        shown = "is" if len(matches) == 1 else "are"
+        return matches + [f"{count} The newest {len(matches)} {shown} shown; the command below fetches the older "
+                          "ones.", *api.steps.orders(ans.get("run"))]
     if total and not matches:
         return [f"{count} None fits in PART_CHARS bytes; raise PART_CHARS (config) to see them."]
     return matches + [count]
@@ -785,13 +822,18 @@ def _read_text(path: str) -> str:
         raise Failure(f"stash: cannot read {path} as UTF-8 text ({_reason(e)}).", USAGE) from None
 
 
+def _stdin_line(value: str) -> str:
+    """``value``, or for ``-`` the one line on stdin (its line break removed)."""
+    return sys.stdin.read().rstrip("\n") if value == "-" else value
+
+
 def do_recall(args: argparse.Namespace) -> int:
-    _out_lines(recall_lines(_api(), args.regex, args.before))
+    _out_lines(recall_lines(_api(), _stdin_line(args.regex), args.before))
     return 0
 
 
 def do_zoom(args: argparse.Namespace) -> int:
-    _out_lines(zoom_lines(_api(), args.block))
+    _out_lines(zoom_lines(_api(), _stdin_line(args.block).strip()))
     return 0
 
 
@@ -1652,11 +1694,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--summaries", metavar="FILE", help="settle a batch: one 'BLOCK LINE' line per block, in "
                     "the order listed (- reads stdin); all or nothing")
     sp = verb("recall", do_recall)
-    sp.add_argument("regex", help="case-insensitive regular expression")
+    sp.add_argument("regex", help="case-insensitive regular expression (- reads it from stdin, one line)")
     sp.add_argument("--before", type=int, metavar="ID", help="only memories before this id: the next older page, "
                     "as the previous answer names it")
     sp = verb("zoom", do_zoom)
-    sp.add_argument("block", help="a block of the wake, like 16-31")
+    sp.add_argument("block", help="a block of the wake, like 16-31 (- reads it from stdin)")
     sp = verb("forget", do_forget)
     sp.add_argument("block", help="the summary to drop, like 16-31")
     sp = verb("config", do_config)
@@ -1735,8 +1777,8 @@ def main(argv: list[str] | None = None) -> int:
             return USAGE
         _JSON["on"] = bool(args.json)
         if args.verb == "nap" and args.block is not None and not args.text:
-            raise Failure(f'stash: nap {args.block} needs the summary: {SHELL.nap(args.block, "<your line>")}',
-                          USAGE)
+            raise Failure(f"stash: nap {args.block} needs the summary; give it on stdin:\n{SHELL.lead}"
+                          f"{SHELL.nap(args.block if _block(args.block) else '<lo-hi>')}", USAGE)
         return args.func(args)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0

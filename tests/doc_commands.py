@@ -21,20 +21,53 @@ def reference() -> str:
     return REFERENCE.read_text(encoding="utf-8")
 
 
+DELIMITER = "STASH_END"
+
+
 def indented_commands(doc: str) -> list[str]:
-    """The command lines of the document: its indented code lines."""
-    return [line.strip() for line in doc.splitlines() if re.match(r"^ {4,}(curl|stash) ", line)]
+    """The commands of the document: its indented code lines that start
+    with curl or stash, each with the lines of its quoted here-document
+    through the closing delimiter, as one text."""
+    out: list[str] = []
+    lines = doc.splitlines()
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        k += 1
+        if not re.match(r"^ {4,}(curl|stash) ", line):
+            continue
+        command = [line.strip()]
+        if command[0].endswith(f"<<'{DELIMITER}'"):
+            while k < len(lines) and command[-1] != DELIMITER:
+                command.append(lines[k].strip())
+                k += 1
+            assert command[-1] == DELIMITER, command
+        out.append("\n".join(command))
+    return out
+
+
+def without_heredoc(text: str) -> str:
+    """``text`` with the lines of each quoted here-document left out: they
+    are data, not shell."""
+    out, inside = [], False
+    for line in text.split("\n"):
+        if inside:
+            inside = line != DELIMITER
+            continue
+        out.append(line)
+        inside = line.endswith(f"<<'{DELIMITER}'")
+    return "\n".join(out)
 
 
 def curl_calls(text: str) -> list[tuple[str, str]]:
     """(method, path) of every curl command in ``text``, read as curl reads
     its arguments: -X names the method, else -d makes it POST, else GET."""
     calls = []
-    for command in re.split(r"&&|;|\n", text):
-        words = shlex.split(command)
+    for command in re.split(r"&&|;|\n", without_heredoc(text)):
+        words = shlex.split(command.split(" <<'")[0])
         if not words or words[0] != "curl":
             continue
-        method = "POST" if "-d" in words else "GET"
+        method = "POST" if "-d" in words or "--data-binary" in words else "GET"
         if "-X" in words:
             method = words[words.index("-X") + 1]
         urls = [w for w in words if w.startswith("$STASH_URL")]

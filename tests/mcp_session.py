@@ -42,7 +42,8 @@ class Session:
         return text
 
     async def follow(self, text: str, **fill: str) -> str:
-        """Call the step the last ``Call: tool(...)`` line of ``text`` names, its
+        """Call the step the first ``Call: tool(...)`` line of ``text`` names
+        (an answer's orders come in the order to follow them), its
         placeholders (``<your line>``) filled in."""
         name, args = call_line(text)
         for key, value in args.items():
@@ -55,12 +56,12 @@ class Session:
 
 
 def call_line(text: str) -> tuple[str, dict]:
-    lines = [line for line in text.splitlines() if line.startswith("Call: ") or " Call: " in line]
+    lines = [line for line in text.splitlines() if line.startswith("Call: ")]
     assert lines, text
-    m = _CALL.search(lines[-1])
-    assert m, lines[-1]
+    m = _CALL.search(lines[0])
+    assert m, lines[0]
     args = {k: json.loads(v) for k, v in _ARG.findall(m.group(2))}
-    assert ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()) == m.group(2), lines[-1]
+    assert ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()) == m.group(2), lines[0]
     return m.group(1), args
 
 

@@ -97,18 +97,19 @@ dropped summaries again from their source.\
 
 class ToolCalls(client.Steps):
     """Names each next step as a call of this server's tools, its arguments
-    as JSON values: ``Call: nap(block="0-1", text="<your line>")``."""
+    as JSON values: ``Call: nap(block="0-1", text="<your line>")``. Built,
+    as the client's commands are, from the server's step objects."""
 
     lead = "Call: "
 
     def wake(self, part: int | None = None, T: int | None = None) -> str:
         return "wake()" if part is None else f"wake(part={part}, T={T})"
 
-    def nap(self, block: str | None = None, text: str | None = None) -> str:
-        return "nap()" if block is None else f"nap(block={_json(block)}, text={_json(text or '')})"
+    def nap(self, block: str | None = None) -> str:
+        return "nap()" if block is None else f"nap(block={_json(block)}, text={_json('<your line>')})"
 
-    def note(self, text: str) -> str:
-        return f"note(text={_json(text)})"
+    def note(self) -> str:
+        return f"note(text={_json('<one line>')})"
 
     def nap_batch(self, k: int) -> str:
         return f"nap(batch={k})"
@@ -117,11 +118,13 @@ class ToolCalls(client.Steps):
         items = ", ".join(f'{{"block": {_json(b)}, "text": {_json(f"<your line for {b}>")}}}' for b in blocks)
         return f"nap(summaries=[{items}])"
 
-    def zoom(self, block: str) -> str:
-        return f"zoom(block={_json(block)})"
+    def zoom(self) -> str:
+        return f"zoom(block={_json('<lo-hi>')})"
 
-    def recall(self, q: str, before: int) -> str:
-        return f"recall(q={_json(q)}, before={before})"
+    def recall(self, before: int | None = None) -> str:
+        if before is None:
+            return f"recall(q={_json('<regex>')})"
+        return f"recall(q={_json('<the same regex>')}, before={before})"
 
 
 def _json(value: str) -> str:
@@ -182,7 +185,8 @@ def build(api: client.Api) -> MCPServer:
                 return _answer(client.batch_lines, api, batch)
             return _answer(client.summaries_lines, api, summaries)
         if block is not None and text is None:
-            return _result(f"nap {block} needs text, the one-line summary: {api.steps.nap(block, '<your line>')}",
+            shown = block if client._block(block) else "<lo-hi>"
+            return _result(f"nap {shown} needs text, the one-line summary:\n{api.steps.lead}{api.steps.nap(shown)}",
                            error=True)
         return _answer(client.nap_lines, api, block, text)
 

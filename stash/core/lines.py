@@ -15,6 +15,9 @@ BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u206
 # space, word joiner, byte-order mark, soft hyphen, invisible operators, and the tag characters
 # (U+E0000-E007F) that can carry hidden ASCII to a model reading the line.
 VISIBLE_FORMAT = frozenset("\u200c\u200d")
+# Closes the quoted here-documents of every printed command (service/instructions.py). No line a note,
+# summary or recall accepts equals it, so no agent's line pasted into a command can close one early.
+DELIMITER = "STASH_END"
 
 
 def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
@@ -54,6 +57,9 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
     text = text.strip()
     if not text:
         raise Invalid(f"The {what} is empty; send one line of text.", code="text.empty")
+    if text == DELIMITER:
+        raise Invalid(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
+                      f"write the {what} with more words.", code="text.reserved")
     n = len(text.encode())
     if n > max_bytes:
         raise Invalid(

@@ -54,6 +54,8 @@ from typing import Any
 
 import re2
 
+from .lines import DELIMITER
+
 # The pybind class behind re2.compile(). Used directly because re2.compile()
 # keeps the last 128 compiled patterns (the pattern text, which is private
 # memory text, and up to max_mem of DFA state each) in a module-level cache
@@ -180,6 +182,9 @@ def compile_pattern(q: str) -> Matcher:
     """Validate and compile a recall pattern; raise BadPattern if it is unusable."""
     if not q:
         raise BadPattern("The pattern is empty. Send at least one character to search for.")
+    if q == DELIMITER:
+        raise BadPattern(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
+                         f"search for {DELIMITER[:-1]}[{DELIMITER[-1]}] instead.")
     try:
         size = len(q.encode("utf-8"))
     except UnicodeEncodeError:

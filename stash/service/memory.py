@@ -31,6 +31,26 @@ RECALL_SECONDS_PER_MEMORY = 10e-6
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
+def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: list[dict]) -> str:
+    """The compression prompt: OptMem's own, byte for byte, up to its command
+    (docs/DESIGN.md, "Nap"), then each command of ``run`` as an order on its
+    own line: the nap first, then the batch offer when ``run`` has one."""
+    tail = "" if not remaining else "\n" + (
+        "1 compression remains" if remaining == 1 else f"{remaining} compressions remain") + " after this one."
+    text = (f"Compress memories #{bid} into one line of at most {limit} bytes.\n"
+            "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
+            + "\n".join("  " + s for s in source)
+            + f"\n{tail}\n"
+            + instructions.run_lines(run[:1]))
+    if len(run) > 1:
+        text += (f"\n{BATCH_OFFER.format(k=run[1]['fields']['batch'])}\n" + instructions.run_lines(run[1:]))
+    return text
+
+
+BATCH_OFFER = ("Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
+               "only write lines and never call Stash):")
+
+
 def today_utc() -> str:
     return dt.datetime.now(dt.UTC).date().isoformat()
 
@@ -68,8 +88,7 @@ class Memory:
         the log holds fewer than two memories, that there is none yet."""
         shown = [b for b in blocks.cover(T, self.sizes["WAKE_LINES"]) if b[1] - b[0] > 1]
         if shown:
-            return (f"Zoom into a #lo-hi line the wake prints, like {blocks.block_id(*shown[0])} (its first): "
-                    f"{instructions.wake()}")
+            return f"Zoom into a #lo-hi line the wake prints, like {blocks.block_id(*shown[0])} (its first)."
         if T >= 2:
             size = 1 << (T.bit_length() - 1)
             return (f"The wake prints every one of the {T} memories word for word, so it shows no #lo-hi line; "
@@ -118,26 +137,12 @@ class Memory:
         remaining = blocks.pending_count(T, settled) - 1
         bid = blocks.block_id(lo, hi)
         limit = self.sizes["ENTRY_CHARS"]
-        tail = ""
-        if remaining:
-            tail = "\n" + ("1 compression remains" if remaining == 1 else f"{remaining} compressions remain")
-            tail += " after this one."
-            ready = len(blocks.batch(T, settled, blocks.BATCH_MAX))
-            if ready > 1:
-                k = min(ready, blocks.BATCH_MAX)
-                tail += (
-                    f" {k} of them can be written now: to take them as one batch (write them yourself, or split "
-                    f"them among parallel subagents that only write lines and never call Stash), instead run: "
-                    f"{instructions.nap_batch(k)}\nOtherwise:"
-                )
-        prompt = (
-            f"Compress memories #{bid} into one line of at most {limit} bytes.\n"
-            "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
-            + "\n".join("  " + s for s in source)
-            + f"\n{tail}\n"
-            + f"Run: {instructions.nap(bid)}"
-        )
-        return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit, "prompt": prompt}
+        run = [instructions.nap(bid)]
+        ready = len(blocks.batch(T, settled, blocks.BATCH_MAX)) if remaining else 0
+        if ready > 1:
+            run.append(instructions.nap_batch(min(ready, blocks.BATCH_MAX)))
+        return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit,
+                "prompt": nap_prompt(bid, source, remaining, limit, run), "run": run}
 
     def batch_for(self, T: int, k: int) -> dict:
         """Up to ``k`` due blocks that can be written at once (docs/DESIGN.md, "Blocks and the tree"),
@@ -150,8 +155,10 @@ class Memory:
         items: list[dict[str, Any]] = [
             {"block": blocks.block_id(lo, hi), "source": self._source(lo, hi), "max_bytes": limit} for lo, hi in todo]
         if not items:
-            return {"saved": None, "nap": None, "batch": [], "prompt": None, "message": "Nothing left to compress."}
+            return {"saved": None, "nap": None, "batch": [], "prompt": None, "run": [],
+                    "message": "Nothing left to compress."}
         ids = [it["block"] for it in items]
+        run = [instructions.nap_summaries(ids)]
         after = blocks.pending_count(T, settled) - len(items)
         body = "\n\n".join(f"#{it['block']}:\n" + "\n".join("  " + s for s in it["source"]) for it in items)
         prompt = (
@@ -167,9 +174,9 @@ class Memory:
                if after else "")
             + ("Send every line at once, in this order (all or nothing).\n" if len(items) > 1 else
                "Send the line with this command.\n")
-            + f"Run: {instructions.nap_summaries(ids)}"
+            + instructions.run_lines(run)
         )
-        return {"saved": None, "nap": nap, "batch": items, "prompt": prompt,
+        return {"saved": None, "nap": nap, "batch": items, "prompt": prompt, "run": run,
                 "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}."}
 
     # ------------------------------------------------------------ wake
@@ -216,7 +223,7 @@ class Memory:
                                 f"not compressed yet. The memory's writer (a full or owner capability) owes "
                                 f"{lines.plural(n, 'compression')}; this read capability cannot write them. Tell "
                                 "the user, and wake again once the writer has answered its naps.",
-                                code="wake.needs_nap", needs=blocks.block_id(lo, hi), nap=None,
+                                code="wake.needs_nap", needs=blocks.block_id(lo, hi), nap=None, run=[],
                             )
                         nap = self.nap_for(T, settled)
                         if nap is None:
@@ -227,11 +234,12 @@ class Memory:
                         n = blocks.pending_count(T, settled)
                         raise Conflict(
                             f"Cannot wake: the memory context needs #{blocks.block_id(lo, hi)}, which is not "
-                            f"compressed yet. Do the {lines.plural(n, 'compression')} due (the nap below), then "
-                            f"wake again: {instructions.wake()}",
+                            f"compressed yet. Do the {lines.plural(n, 'compression')} due (the first is below), "
+                            "then wake again.",
                             code="wake.needs_nap",
                             needs=blocks.block_id(lo, hi),
                             nap=nap,
+                            run=[instructions.wake()],
                         )
                     cache[key] = lines.summary_line(lo, hi, s)
             out.append(cache[key])
@@ -253,13 +261,14 @@ class Memory:
         if not T:
             if part != 1:
                 raise Invalid(f"No part {part}: the memory has 1 part; wake without part.", code="wake.no_part")
-            empty = ""
+            empty, run = "", []
             if not now:
-                empty = (f"No memories yet. Record the first with: {instructions.note()}\n" if self.writes else
-                         "No memories yet.\n")
+                empty = "No memories yet; the order below records the first one.\n" if self.writes else \
+                    "No memories yet.\n"
+                run = [instructions.note()] if self.writes else []
             return {
                 "T": 0, "part": 1, "parts": 1, "lines": [], "awake": True, "nap": None, "next": None,
-                "message": empty + self._awake(),
+                "message": empty + self._awake(), "run": run,
             }
         settled = self.mf.settled(T)
         nap = self.nap_for(T, settled)
@@ -286,11 +295,11 @@ class Memory:
                 code="wake.no_part",
             )
         last = part == len(parts)
-        nxt = None if last else instructions.wake(part + 1, T)
+        run = [] if last else [instructions.wake(part + 1, T)]
         return {
             "T": T, "part": part, "parts": len(parts), "lines": parts[part - 1], "awake": last,
-            "nap": nap if last else None, "next": nxt,
-            "message": self._awake() if last else f"Not awake yet. Run: {nxt}",
+            "nap": nap if last else None, "next": instructions.render(run[0]) if run else None,
+            "message": self._awake() if last else "Not awake yet: read the next part.", "run": run,
         }
 
     def _awake(self) -> str:
@@ -427,15 +436,16 @@ class Memory:
         count = "No match." if not total else f"{lines.plural(total, 'match')}."
         if before is not None and total:
             count = f"{lines.plural(total, 'match')} before #{before}."
+        run = []
         if more is not None:
-            message = (f"{count} The newest {len(found)} {'is' if len(found) == 1 else 'are'} shown; for the "
-                       "older ones run: "
-                       f"{instructions.recall(more)}")
+            message = (f"{count} The newest {len(found)} {'is' if len(found) == 1 else 'are'} shown; the command "
+                       "below fetches the older ones.")
+            run = [instructions.recall(more)]
         elif total and not found:
             message = f"{count} None fits in PART_CHARS={self.sizes['PART_CHARS']} bytes; raise PART_CHARS."
         else:
             message = count
-        return {"matches": found, "total": total, "more": more, "message": message}
+        return {"matches": found, "total": total, "more": more, "message": message, "run": run}
 
     def zoom(self, block: object) -> dict:
         T = self.mf.count()
@@ -548,5 +558,6 @@ class Memory:
 
         first = self.mf.append(items, check=after_newest)
         T = first + len(items)
-        return {"first": first, "last": T - 1, "pending": blocks.pending_count(T, self.mf.settled(T)),
-                "head": self.mf.pinned_head().as_dict()}
+        pending = blocks.pending_count(T, self.mf.settled(T))
+        return {"first": first, "last": T - 1, "pending": pending, "head": self.mf.pinned_head().as_dict(),
+                "run": [instructions.nap_status()] if pending else []}

@@ -14,7 +14,8 @@ class Code(NamedTuple):
 
 
 CODES: dict[str, Code] = {
-    "request.malformed": Code(400, "`Content-Length` is not a number"),
+    "request.malformed": Code(400, "`Content-Length` is not a number; a text/plain body that is not UTF-8, or sent "
+                                   "to a route that takes JSON only"),
     "request.bad_json": Code(400, "not valid JSON, or not a JSON object"),
     "request.empty_body": Code(400, "the body is empty but fields are required"),
     "request.unknown_field": Code(400, "a field the route does not take"),
@@ -22,6 +23,7 @@ CODES: dict[str, Code] = {
     "request.duplicate_field": Code(400, "a query parameter given twice"),
     "request.bad_value": Code(422, "`part`, `T`, `lines`, `before` or `ready` is not a whole number; `ready` is "
                                    "not 0 or 1; `invite` is not a string"),
+    "request.bad_plain": Code(400, "a text/plain body whose lines are not the route's plain form"),
     "request.too_large": Code(413, "over the body cap: `--max-body`, 64 KiB by default (`--max-import-body`, 16 "
                                    "MiB, for import; at least 256 KiB for nap)"),
     "auth.token_in_query": Code(400, "a token (or token-named parameter) in the query string"),
@@ -34,6 +36,7 @@ CODES: dict[str, Code] = {
     "text.bidi": Code(422, "a bidirectional control (U+202E and its kin)"),
     "text.invisible": Code(422, "an invisible format character (U+200B, U+FEFF, tag characters, …)"),
     "text.empty": Code(422, "empty after stripping spaces"),
+    "text.reserved": Code(422, "exactly `STASH_END`, the delimiter of printed here-documents"),
     "text.too_long": Code(422, "over `ENTRY_CHARS` bytes"),
     "block.invalid": Code(422, "not a string, or not an aligned power-of-two block"),
     "block.beyond_log": Code(422, "the block is not complete (nap, forget), or starts at or past `T` (zoom)"),

@@ -21,6 +21,7 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
+        self.content = content  # kept for a text/plain rendering (plaintext.as_text)
         return orjson.dumps(content)
 
 

@@ -80,9 +80,16 @@ def _operation(route, caps: dict[str, int]) -> dict:
                            "an unknown field is refused.",
             "content": {"application/json": {"schema": route.fields.schema()}},
         }
+        if route.fields.plain is not None:
+            op["requestBody"]["description"] += (" Or a `text/plain` body (UTF-8; one final line break is "
+                                                 f"removed): {route.fields.plain_doc}.")
+            op["requestBody"]["content"]["text/plain"] = {"schema": {"type": "string"}}
     ok: dict[str, Any] = {"description": "Success", "content": {route.media: {}}}
     if route.answer is not None:
         ok["content"][route.media]["schema"] = route.answer
+    if route.media == "application/json":
+        # Accept: text/plain (plaintext.py): the same answer as memo prints it.
+        ok["content"]["text/plain"] = {"schema": {"type": "string"}}
     if route.idempotent:
         ok["headers"] = {idempotency.REPLAYED_HEADER: {
             "description": "`true` when this is the recorded answer to an earlier request with the same "
@@ -101,7 +108,10 @@ def _operation(route, caps: dict[str, int]) -> dict:
         resp: dict[str, Any] = {
             "description": f"{text}. Codes: {', '.join(codes)}.",
             "x-error-codes": codes,
-            "content": {"application/json": {"schema": schema}},
+            "content": {"application/json": {"schema": schema},
+                        "text/plain": {"schema": {"type": "string", "description": "With Accept: text/plain: the "
+                                                  "message, then any nap and `Run:` lines; the code is in the "
+                                                  "Stash-Error header."}}},
         }
         if status == 429:
             resp["headers"] = {"Retry-After": {"description": "Seconds to wait.", "schema": integer(1)}}

@@ -127,9 +127,12 @@ def _default(field: Field) -> str:
 
 
 def fields_table(fields: Fields) -> str:
-    return _table(("field", "type", "default", ""),
-                  [(f"`{f.name}`", describe(f.schema) + (" or `null`" if f.nullable else ""), _default(f), f.doc)
-                   for f in fields.items])
+    table = _table(("field", "type", "default", ""),
+                   [(f"`{f.name}`", describe(f.schema) + (" or `null`" if f.nullable else ""), _default(f), f.doc)
+                    for f in fields.items])
+    if fields.plain is None:
+        return table
+    return table + f"\nAs a `text/plain` body (see [Plain text](#plain-text)): {fields.plain_doc}.\n"
 
 
 def _meaning(schema: Schema) -> str:

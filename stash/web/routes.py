@@ -28,12 +28,12 @@ from ..crypto.chain import Head
 from ..service import audit, grant_terms, idempotency, onboarding, quotas
 from ..service.access import Session
 from ..service.replica import replica_history_ends
-from . import pages
+from . import pages, plaintext
 from .codes import CODES
 from .errors import error_response
 from .jsonio import JSON, NAP_BODY_CAP, prefetch_small_body
 from .routespec import Field, Fields, Refusal, Special
-from .schemas import CONFIG, DATE, LINES, NAP_OR_NULL, ONE_LINE, Schema, integer, nullable, obj, ref, string
+from .schemas import CONFIG, DATE, LINES, NAP_OR_NULL, ONE_LINE, RUN, Schema, integer, nullable, obj, ref, string
 
 CONTENT_CIPHER = "xchacha20-poly1305"
 T = TypeVar("T")
@@ -188,20 +188,28 @@ class RouteSpec:
             _refuse_token_in_query(request)
             if self.scope not in ("read", "full", "owner"):
                 handled = True
-                return await self.handler(request)
+                return self._negotiated(request, await self.handler(request))
             await _precheck(request)
             # The slot is taken before the body is read, so a tenant's bodies in memory are bounded too.
             with request.app.state.shares.hold(request.scope.get("stash.user", ""), self.slow):
                 handled = True
-                return await self.handler(request)
+                return self._negotiated(request, await self.handler(request))
         except StashError as err:
             request.scope["stash.error"] = err.code
-            resp = error_response(err)
+            resp = self._negotiated(request, error_response(err))
             if not handled and _has_body(request):
                 # Refused before its body was read: close the connection after the answer rather than
                 # take in and throw away the rest of a body nobody authenticated (up to 16 MiB).
                 resp.headers["Connection"] = "close"
             return resp
+
+
+    def _negotiated(self, request: Request, response: Response) -> Response:
+        """The answer as the client asked: JSON, or memo's plain text when
+        its Accept prefers text/plain (plaintext.py)."""
+        if self.media == "application/json" and plaintext.wants_text(request):
+            return plaintext.as_text(self.path, response)
+        return response
 
 
 def twins(path: str, scope: str, summaries: tuple[str, str], handler: Callable[[Request], Awaitable[Response]],
@@ -543,7 +551,7 @@ async def destroy(request: Request) -> Response:
 # ---------------------------------------------------------------- the declarations
 
 _TEXT_CODES = ("text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
-               "text.too_long")
+               "text.too_long", "text.reserved")
 _BLOCK_CODES = ("block.invalid", "block.beyond_log")
 _SHAPE_RANGE = Refusal("shape.out_of_range", "T must be 0 to 10^15 and lines 1 to 1000.")
 
@@ -564,11 +572,12 @@ RECALL_FIELDS = Fields((
           required=True, missing="Missing q: send the pattern to search for."),
     Field("before", integer(0), "search only the memories before this id: the `more` of the previous page",
           whole=True, nullable=True, default_doc="the whole log"),
-))
+), plain=plaintext.recall_body,
+   plain_doc="the pattern, exactly as its first line holds it; for a later page, a second line `before N`")
 ZOOM_FIELDS = Fields((
     Field("block", ref("BlockId"), "the block to open", required=True,
           missing="Missing block: send the block to open, as a #lo-hi line of the wake names it."),
-))
+), plain=plaintext.zoom_body, plain_doc="the block, like `16-31`")
 SHAPE_FIELDS = Fields((
     Field("T", integer(0, 10**15), "how many memories", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
     Field("lines", integer(1, 1000), "the line budget", whole=True, default=96, default_doc="96",
@@ -629,12 +638,14 @@ ROUTES: list[RouteSpec] = [
             "lines": LINES | {"description": "this part's lines, oldest first"},
             "awake": {"type": "boolean", "description": "`true` on the last part only"},
             "nap": NAP_OR_NULL | {"description": "the due compression; only ever set on the last part"},
-            "next": nullable(string("the command that fetches the next part (`curl -s -H \"Authorization: Bearer "
-                                    "$STASH_TOKEN\" \"$STASH_URL/wake?part=<n>&T=<T>\"`); `null` on the last part")),
-            "message": string("last part: `You are awake.`; other parts: `Not awake yet. Run: <next>`; empty "
-                              "memory: how to record the first memory, then `You are awake.`. For a read "
-                              "capability, `You are awake.` follows a line saying it is read-only and what to do "
-                              "instead of noting or napping (tell the user; recall)"),
+            "next": nullable(string("the curl command of `run[0]`, which fetches the next part; `null` on the last "
+                                    "part")),
+            "message": string("last part: `You are awake.`; other parts: `Not awake yet: read the next part.`; "
+                              "empty memory: how to record the first memory (the command is in `run`), then "
+                              "`You are awake.`. For a read capability, `You are awake.` follows a line saying it "
+                              "is read-only and what to do instead of noting or napping (tell the user; recall)"),
+            "run": RUN | {"description": "the next part's request (`{\"part\", \"T\"}`) on every part but the "
+                                         "last; for an empty memory, the note to record the first one"},
             "head": ref("Head") | {"description": "the log's head **now** (not at the snapshot `T`), on every part: "
                                                   "see [The log head](#the-log-head-and-stash-pin)"},
         }),
@@ -648,7 +659,7 @@ ROUTES: list[RouteSpec] = [
             Field("text", string(**ONE_LINE), "one line of at most `ENTRY_CHARS` bytes of UTF-8, checked as in "
                   "[Memory and summary text](#memory-and-summary-text); surrounding spaces are removed",
                   required=True),
-        )),
+        ), plain=plaintext.note_body, plain_doc="the memory: one line"),
         answer=obj({"id": integer(0, description="The new memory's position in the log."), "nap": NAP_OR_NULL,
                     "head": ref("Head") | {"description": "The log's head just after this memory: pin it."}}),
         errors=("quota.memories", "quota.bytes", *_TEXT_CODES),
@@ -668,7 +679,9 @@ ROUTES: list[RouteSpec] = [
                                               "text": string("One line of at most ENTRY_CHARS bytes.",
                                                              **ONE_LINE)})},
                   "summaries to settle in this order, all or nothing"),
-        )),
+        ), plain=plaintext.nap_body,
+           plain_doc="`lo-hi text` lines: none asks what is due, one settles that block, several settle them in "
+                     "order (a batch)"),
         answer={"anyOf": [
             obj({"saved": nullable(ref("BlockId")) | {"description": "The block saved; null when nothing was "
                                                                      "written."},
@@ -679,6 +692,8 @@ ROUTES: list[RouteSpec] = [
                  "batch": {"type": "array", "maxItems": BATCH_MAX, "items": ref("BatchItem"),
                            "description": "The due blocks that can be written at once, in settling order."},
                  "prompt": nullable(string("The instruction, ending with the command that settles them all.")),
+                 "run": RUN | {"description": "The command that settles them all: one `block text` line per "
+                                              "block. Empty when nothing is due."},
                  "message": string()}, description="The answer to {batch: k}."),
             obj({"saved": {"type": "array", "maxItems": BATCH_MAX, "items": ref("BlockId"),
                            "description": "The blocks this request wrote, in order."},
@@ -708,8 +723,10 @@ ROUTES: list[RouteSpec] = [
                                                            "next page (the id of the oldest match shown); `null` "
                                                            "when this page holds every match of its range"},
             "message": string("the count line, as OptMem prints it — `15 matches.`, `1 match.`, `No match.` "
-                              "(`… before #N.` on a later page) — and, when the answer was cut, the command that "
-                              "fetches the older matches, with `<the same regex>` to fill in")}),
+                              "(`… before #N.` on a later page) — and, when the answer was cut, that the command in "
+                              "`run` fetches the older matches"),
+            "run": RUN | {"description": "when `more` is set: the next older page, with `<the same regex>` to fill "
+                                         "in; else empty"}}),
         errors=("recall.bad_pattern", "recall.too_slow"),
     ),
     *twins(
@@ -756,11 +773,13 @@ ROUTES: list[RouteSpec] = [
                               "text": string("One line of at most ENTRY_CHARS bytes.", **ONE_LINE)}),
             }, "the memories, oldest first, each with exactly `date` (`YYYY-MM-DD`) and `text`; the whole batch or "
                "nothing (see [Import rules](#import-rules))", required=True),
-        )),
+        ), plain=plaintext.import_body, plain_doc="`YYYY-MM-DD text` lines, oldest first"),
         answer=obj({"first": integer(0, description="id of the first memory imported"),
                     "last": integer(0, description="id of the last memory imported"),
                     "pending": integer(0, description="how many compressions are due now"),
-                    "head": ref("Head") | {"description": "the log's head just after the batch: pin it"}}),
+                    "head": ref("Head") | {"description": "the log's head just after the batch: pin it"},
+                    "run": RUN | {"description": "when compressions are due, the request that hands over the "
+                                                 "first (`{}` to POST /nap); else empty"}}),
         errors=("quota.memories", "quota.bytes", "import.empty"),
         special=(Special(422, "or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                          ("import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log",

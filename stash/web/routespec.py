@@ -8,6 +8,7 @@ apart."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -15,7 +16,7 @@ from starlette.requests import Request
 
 from ..core.errors import Invalid, Malformed
 from .codes import CODES
-from .jsonio import parse_int, query_object, read_object
+from .jsonio import check_fields, parse_int, query_object, read_body, read_object
 from .schemas import Schema, obj
 
 SECURED = ("read", "full", "owner")
@@ -64,6 +65,10 @@ class Fields:
     # schema describes it, and no name is refused here.
     open_schema: Schema | None = None
     empty_ok: bool = True
+    # A route that also takes a text/plain body: how its text becomes these fields, and the Markdown that says
+    # so in the reference. None: JSON only.
+    plain: Callable[[str], dict[str, Any]] | None = None
+    plain_doc: str = ""
 
     @property
     def names(self) -> set[str]:
@@ -85,6 +90,11 @@ class Fields:
         returned as sent: an idempotent write's record is keyed on it."""
         if method == "GET":
             data = query_object(request, self.names, ints={f.name for f in self.items if f.whole})
+        elif is_plain(request):
+            if self.plain is None:
+                raise Malformed("This route takes a JSON body, not text/plain; send a JSON object.",
+                                code="request.malformed")
+            data = check_fields(self.plain(plain_text(await read_body(request, cap))), self.names)
         else:
             data = await read_object(
                 request, None if self.open_schema is not None else self.names,
@@ -110,6 +120,8 @@ class Fields:
         """The codes :meth:`read` can answer."""
         out = ["request.duplicate_field", "request.unknown_field"] if method == "GET" else [
             "request.malformed", "request.bad_json"]
+        if method != "GET" and self.plain is not None:
+            out.append("request.bad_plain")
         if method != "GET" and self.open_schema is None:
             out.append("request.unknown_field")
         if method != "GET" and (not self.empty_ok or any(f.required and f.missing is None for f in self.items)):
@@ -122,6 +134,22 @@ class Fields:
         if method != "GET":
             out.append("request.too_large")
         return out
+
+
+def is_plain(request: Request) -> bool:
+    """The body is ``text/plain`` (any charset parameter is ignored: it is read as UTF-8)."""
+    return request.headers.get("content-type", "").split(";")[0].strip().lower() == "text/plain"
+
+
+def plain_text(raw: bytes) -> str:
+    """A text/plain body as text: UTF-8, and the one line break a
+    here-document or ``echo`` ends it with removed, so that the text is
+    exactly the lines that were written."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Malformed("The text/plain body is not UTF-8; send it as UTF-8.", code="request.malformed") from None
+    return text[:-1] if text.endswith("\n") else text
 
 
 def _within(value: int | None, schema: Schema) -> bool:

@@ -57,13 +57,33 @@ SIZES_PROPS = {
     name: integer(s.low, s.high, f"{s.meaning} (default {s.default})") for name, s in sizes.SIZES.items()
 }
 
+RUN: Schema = {"type": "array", "items": {"$ref": "#/components/schemas/Step"},
+               "description": "The next steps this answer hands over, in the order its text gives them (each one "
+                              "`Run:` line of the text): see [Next steps](#next-steps)."}
+
 SCHEMAS: dict[str, Schema] = {
     "Error": obj(
         {
             "error": string("A stable dotted code, like request.unknown_field; branch on this, never on the message."),
             "message": string("One sentence for a human or an agent that says what to do next."),
         },
-        description="Every refusal. Some codes add fields: see WakeRefusal, NapConflict and IndexedError.",
+        description="Every refusal. Some codes add fields: see WakeRefusal, NapConflict and IndexedError; a "
+                    "refusal that hands over what to run carries it as data (`nap`, `run`).",
+    ),
+    "Step": obj(
+        {
+            "method": {"enum": ["GET", "POST"]},
+            "path": string("The route, like `/nap`; never a query string.", pattern="^/[a-z]+$"),
+            "fields": {"type": "object", "description": "The JSON body a program sends (`{}`: none), its "
+                                                        "placeholders still in it."},
+            "plain": nullable(string("The same request as a `text/plain` body, one line per line, placeholders "
+                                     "still in it; `null` when the step has nothing to fill in.")),
+            "placeholders": {"type": "array", "items": string(),
+                             "description": "The strings of `fields` and `plain` the caller replaces with its own "
+                                            "text, like `<your line>`."},
+        },
+        description="One next step as data. Clients render their own command from it; the curl text beside it "
+                    "in the answer is rendered from it too.",
     ),
     "IndexedError": obj(
         {
@@ -80,6 +100,7 @@ SCHEMAS: dict[str, Schema] = {
             "needs": string("The block the document needs and has no summary for.", pattern=BLOCK_ID),
             "nap": nullable(ref("Nap")) | {"description": "The first due compression; null for a read "
                                                            "capability, which cannot write it."},
+            "run": RUN | {"description": "The wake to run again once nothing is due; empty for a read capability."},
         },
         description="The wake cannot be rendered until the due compressions are done; `nap` is the first.",
     ),
@@ -107,7 +128,10 @@ SCHEMAS: dict[str, Schema] = {
             "remaining": integer(0, description="compressions still due after this one"),
             "max_bytes": integer(1, sizes.SIZES["ENTRY_CHARS"].high,
                               "the longest summary accepted, in UTF-8 bytes (`ENTRY_CHARS`)"),
-            "prompt": string("the instruction, ending with the exact command that answers it"),
+            "prompt": string("the instruction: OptMem's nap prompt byte for byte up to its command, then each "
+                             "command of `run` as a `Run:` line of its own (the nap, then the batch offer)"),
+            "run": RUN | {"description": "the nap (a `block text` line to fill), then, when more than one block "
+                                         "can be written at once, the batch offer (`{\"batch\": k}`)"},
         },
         description="The due compression: write one line that summarises `source` and send it to POST /nap.",
     ),

@@ -18,7 +18,8 @@ from tests.oracle import bid, cost, oracle_parts, oracle_pending
 from tests.oracle import spec_cover as oracle_cover
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
-NAP_KEYS = {"block", "source", "remaining", "max_bytes", "prompt"}
+NAP_STATUS = {"method": "POST", "path": "/nap", "fields": {}, "plain": None, "placeholders": []}
+NAP_KEYS = {"block", "source", "remaining", "max_bytes", "prompt", "run"}
 MEMORY_LINE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")
 
 
@@ -39,9 +40,10 @@ def check_nap(nap: dict, mem: Mem, block: tuple[int, int], remaining: int) -> No
         assert nap["source"] == [mem.render(lo, mid), mem.render(mid, hi)]
     assert nap["remaining"] == remaining
     assert nap["max_bytes"] == SPEC_SIZES["ENTRY_CHARS"]
-    last = nap["prompt"].rstrip("\n").splitlines()[-1]
-    # The prompt ends with the command that answers it: the nap route and this block.
-    assert "/nap" in last and bid(lo, hi) in last, nap["prompt"]
+    # The first order of the prompt is the command that answers it: the nap route and this block.
+    assert nap["run"][0]["fields"] == {"block": bid(lo, hi), "text": "<your line>"}
+    first = nap["prompt"].split("\nRun: ", 1)[1].split("\n")
+    assert "/nap" in first[0] and first[1] == f"{bid(lo, hi)} <your line>", nap["prompt"]
     for line in nap["source"]:
         assert line in nap["prompt"]
 
@@ -49,7 +51,7 @@ def check_nap(nap: dict, mem: Mem, block: tuple[int, int], remaining: int) -> No
 def wake_keys_ok(body: dict) -> None:
     assert {"T", "part", "parts", "lines", "awake", "nap"} <= set(body), body
     # Besides the design's fields a wake part may only say how to go on, and name the log's head.
-    assert set(body) - {"T", "part", "parts", "lines", "awake", "nap"} <= {"next", "message", "head"}, body
+    assert set(body) - {"T", "part", "parts", "lines", "awake", "nap"} <= {"next", "message", "head", "run"}, body
     head_ok(body["head"], body["T"] if body.get("T") is not None else None)
 
 
@@ -311,6 +313,8 @@ def test_wake_parts_respect_part_lines_and_carry_next(mem: Mem) -> None:
             # docs/DESIGN.md, "Next steps": the next step is the POST twin, no query string (a broker may refuse one).
             assert "?" not in body["next"]
             assert body["next"].endswith(f"\"$STASH_URL/wake\" -d '{{\"part\": {k + 1}, \"T\": 10}}'"), body["next"]
+            assert body["run"] == [{"method": "POST", "path": "/wake", "fields": {"part": k + 1, "T": 10},
+                                    "plain": None, "placeholders": []}]
 
 
 def test_wake_parts_respect_part_chars_greedily(mem: Mem) -> None:
@@ -423,7 +427,7 @@ def test_recall_newest_matches_within_part_chars_and_total(api: Api, mem: Mem) -
     mem.set_config(PART_CHARS=120)
     for pattern in ("apple", "YILMAZ", "istanbul", r"pie number \d+5", "2021-03", "summary", r"^#3\d "):
         got = mem.ok(api.get("/recall", mem.token, params={"q": pattern}))
-        assert set(got) == {"matches", "total", "more", "message"}
+        assert set(got) == {"matches", "total", "more", "message", "run"}
         assert {k: got[k] for k in ("matches", "total", "more")} == recall_oracle(mem, pattern, 120), pattern
         twin = api.post("/recall", mem.token, json={"q": pattern})
         assert twin.status_code == 200 and twin.json() == got
@@ -496,15 +500,18 @@ def test_config_changes_and_null_restores(api: Api, mem: Mem) -> None:
 def test_import_answers_first_last_pending(api: Api, mem: Mem) -> None:
     body = mem.import_(texts(3))
     assert body.pop("head")["count"] == 3
+    assert body.pop("run") == [NAP_STATUS]
     assert body == {"first": 0, "last": 2, "pending": len(oracle_pending(3, set()))}
     body = mem.import_(texts(2), date="2021-03-05")
     assert body.pop("head")["count"] == 5
+    assert body.pop("run") == [NAP_STATUS]
     assert body == {"first": 3, "last": 4, "pending": 3}
     mem.settle_all()
     mem.note("from today")
     today = today_utc().isoformat()
     body = mem.import_(["same day is fine", "still today"], date=today)
     assert body.pop("head")["count"] == 8
+    assert body.pop("run") == ([NAP_STATUS] if body["pending"] else [])
     assert body == {"first": 6, "last": 7, "pending": len(oracle_pending(8, set(mem.summaries)))}
     lines = mem.ok(api.post("/recall", mem.token, json={"q": "."}))["matches"]
     assert lines == [mem.memory_line(i) for i in range(8)]

@@ -315,9 +315,10 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     assert api.get("/zoom", owner, params={"block": "0-7"}).json()["lines"] == [
         f"#0-3 {quoting('0-3')}", "#4-7 not compressed yet"]
     assert api.post("/recall", owner, json={"q": words[5]}).json() == {"matches": [], "total": 0, "more": None,
-                                                                      "message": "No match."}
+                                                                      "message": "No match.", "run": []}
     assert api.post("/recall", owner, json={"q": r"\[erased\]"}).json() == {"matches": [erased], "total": 1,
-                                                                           "more": None, "message": "1 match."}
+                                                                           "more": None, "message": "1 match.",
+                                                                           "run": []}
     assert api.post("/recall", owner, json={"q": "memory"}).json()["total"] == 9
     members = export_members(api, owner)
     log = members["memory/LOG.txt"]

@@ -55,7 +55,7 @@ def test_minting_answers_the_block_for_the_agent_it_is_meant_for(mem: Mem) -> No
     assert routes == {"/skill", "/wake", "/recall", "/zoom"}
     assert "read-only" in read["prompt"] and "### While working: note" not in read["prompt"]
     assert "/note" in {path for c in indented_commands(full["prompt"]) for _, path in curl_calls(c)}
-    assert "### While working: note" in full["prompt"] and "`nap`" in full["prompt"]
+    assert "### While working: note" in full["prompt"] and "carries a nap" in full["prompt"]
     for answer in (read, full):
         assert "STASH_TOKEN" in answer["note"] and answer["token"] not in answer["prompt"]
     # Without a url: the address the request came in on, as /init does.

@@ -64,7 +64,7 @@ def test_page_loads_nothing_from_elsewhere(api: Api) -> None:
 
 def test_quickstart_names_the_host_the_page_was_asked_on(api: Api) -> None:
     text = quickstart(api.get("/", headers={"Host": "memory.example.org:8443"}).text)
-    assert "curl -s -X POST http://memory.example.org:8443/init" in text
+    assert "curl -sS -H \"Accept: text/plain\" http://memory.example.org:8443/init" in text
     assert "export STASH_URL=http://memory.example.org:8443\n" in text
     assert "{{" not in api.get("/").text
 

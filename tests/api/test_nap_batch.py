@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 
 import pytest
 
@@ -129,19 +128,20 @@ def test_a_batch_stops_before_a_block_whose_halves_are_not_written(mem: Mem) -> 
     assert len(ans["batch"]) == 60
     assert ans["batch"][-1]["block"] == "48-63"
     assert ans["nap"]["block"] == "0-1"
-    assert ans["prompt"].splitlines()[-1].startswith("Run: curl")
-    assert "?" not in ans["prompt"].splitlines()[-1]
-    body = json.loads(re.search(r"-d '(.*)'$", ans["prompt"]).group(1))
+    assert ans["prompt"].split("\nRun: ")[-1].startswith("curl") and "?" not in ans["prompt"]
+    body = ans["run"][0]["fields"]
     assert [s["block"] for s in body["summaries"]] == [b["block"] for b in ans["batch"]]
+    assert ans["prompt"].endswith("\n".join(f"{b['block']} <your line for {b['block']}>" for b in ans["batch"])
+                                  + "\nSTASH_END")
 
 
 def test_the_nap_prompt_names_the_batch_when_more_than_one_is_due(mem: Mem) -> None:
     first = mem.import_(["a", "b", "c", "d"])
     assert first["pending"] == 3
     nap = mem.ok(mem.api.post("/nap", mem.token, json={}))["nap"]
-    assert '{"batch": 3}' in nap["prompt"]
     assert nap["prompt"].splitlines()[-1].startswith("Run: ")
-    assert '"block": "0-1"' in nap["prompt"].splitlines()[-1]
+    assert nap["prompt"].splitlines()[-1].endswith(""" -d '{"batch": 3}'""")
+    assert [s["fields"] for s in nap["run"]] == [{"block": "0-1", "text": "<your line>"}, {"batch": 3}]
     mem.nap("0-1", "x")
     mem.nap("2-3", "y")
     last = mem.ok(mem.api.post("/nap", mem.token, json={}))["nap"]
@@ -202,37 +202,36 @@ def test_a_2000_memory_import_is_awake_within_40_requests(mem: Mem) -> None:
     mem.import_([f"imported {i}" for i in range(2000)])
     requests = 0
 
-    def call(command: str) -> tuple[int, dict]:
+    def call(step: dict) -> tuple[int, dict]:
         nonlocal requests
         requests += 1
-        m = re.fullmatch(r'curl -s -H "Authorization: Bearer \$STASH_TOKEN"(?: -X POST)? "\$STASH_URL(/[a-z]+)"'
-                         r"(?: -d '(.*)')?", command)
-        assert m, command
-        body = m.group(2)
-        if body is None:
-            r = mem.api.get(m.group(1), mem.token)
+        assert "?" not in step["path"]
+        if step["method"] == "GET":
+            r = mem.api.get(step["path"], mem.token)
         else:
-            body = body.replace("<your line>", "one line")
-            data = json.loads(body)
+            data = json.loads(json.dumps(step["fields"]))
             for s in data.get("summaries", []):
                 s["text"] = f"summary of {s['block']}"
-            r = mem.api.post(m.group(1), mem.token, json=data)
+            if "text" in data:
+                data["text"] = "one line"
+            r = mem.api.post(step["path"], mem.token, json=data)
         return r.status_code, r.json()
 
-    status, ans = call('curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"')
-    assert status == 409
-    prompt = ans["nap"]["prompt"]
+    wake = {"method": "GET", "path": "/wake", "fields": {}}
+    status, ans = call(wake)
+    assert status == 409 and ans["run"] == [{**wake, "plain": None, "placeholders": []}]
+    nap = ans["nap"]
     while True:
-        batch_cmd = re.search(r"curl [^\n]*\{\"batch\": \d+\}'", prompt)
-        status, listed = call(batch_cmd.group(0)) if batch_cmd else call(prompt.splitlines()[-1][len("Run: "):])
+        # The batch offer when there is one, else the nap itself.
+        status, listed = call(nap["run"][-1])
         assert status == 200
-        if batch_cmd:
-            status, listed = call(listed["prompt"].splitlines()[-1][len("Run: "):])
+        if "batch" in listed:
+            status, listed = call(listed["run"][0])
             assert status == 200
         if listed["nap"] is None:
             break
-        prompt = listed["nap"]["prompt"]
-    status, woke = call('curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"')
+        nap = listed["nap"]
+    status, woke = call(wake)
     assert status == 200 and woke["awake"]
     print("requests to awake:", requests)
     assert requests <= 40, requests

@@ -39,10 +39,11 @@ def test_a_read_capability_refused_a_wake_is_told_the_writer_owes_it(mem: Mem) -
 
 def test_an_empty_memory_does_not_tell_a_reader_to_note(mem: Mem) -> None:
     reader = mint(mem.api, mem.token, "read")
-    assert "/note" in mem.ok(mem.api.get("/wake", mem.token))["message"]
+    assert [s["path"] for s in mem.ok(mem.api.get("/wake", mem.token))["run"]] == ["/note"]
     woke = mem.ok(mem.api.get("/wake", reader))
     assert woke["message"].startswith("No memories yet.\nThis capability is read-only")
     assert woke["message"].endswith("\nYou are awake.") and commands(woke["message"]) == []
+    assert woke["run"] == []
 
 
 def test_a_full_capability_still_gets_its_naps(mem: Mem) -> None:

@@ -12,33 +12,34 @@ import pytest
 
 from tests.live import Cli, Http
 from tests.mcp_session import Session, run_session
+from tests.printed import orders
 
 pytestmark = pytest.mark.slow
 
 
 def tail_command(output: str) -> str:
-    """Everything from the last ``Run: `` on: a batch's answer is a
-    here-document that spans several lines."""
-    _, sep, rest = output.rpartition("Run: ")
-    assert sep, output
-    return rest.rstrip("\n")
+    """The last command handed over: a batch's answer is a here-document
+    that spans several lines."""
+    return orders(output)[-1]
 
 
 def test_the_client_takes_a_batch_as_the_prompt_says(cli: Cli, http: Http, token: str) -> None:
     entries = [{"date": "2024-05-06", "text": f"m{i} ü"} for i in range(40)]
     http.ok("POST", "/import", token, json={"entries": entries})
     due = cli.ok("nap")
-    offer = re.search(r"instead run: (\S.* nap --batch (\d+))$", due, re.M)
+    # The batch offer is an order of its own, after the nap's.
+    offer = re.fullmatch(r"\S.* nap --batch (\d+)", orders(due)[1])
     assert offer, due
-    listed = cli.shell(offer.group(1))
+    assert due.splitlines()[-2].startswith("Or write ") and due.splitlines()[-1] == "Run: " + offer.group(0)
+    listed = cli.shell(offer.group(0))
     assert listed.returncode == 0, listed.stderr
     blocks = re.findall(r"^#(\d+-\d+):$", listed.stdout, re.M)
-    assert blocks == [b["block"] for b in http.ok("POST", "/nap", token, json={"batch": int(offer.group(2))})["batch"]]
+    assert blocks == [b["block"] for b in http.ok("POST", "/nap", token, json={"batch": int(offer.group(1))})["batch"]]
     command = tail_command(listed.stdout)
-    assert "<<'EOF'" in command and command.endswith("\nEOF")
+    assert "<<'STASH_END'" in command and command.endswith("\nSTASH_END")
     for b in blocks:
         command = command.replace(f"<your line for {b}>", f"sum {b} — ünï")
-    assert "<" not in command.replace("<<'EOF'", "")
+    assert "<" not in command.replace("<<'STASH_END'", "")
     done = cli.shell(command)
     assert done.returncode == 0, (command, done.stderr)
     assert done.stdout.startswith(f"{len(blocks)} summaries saved.")
@@ -70,7 +71,7 @@ def test_mcp_takes_a_batch_as_the_prompt_names_it(base_url: str, http: Http, tok
 
     async def script(s: Session) -> None:
         due = await s.ok("nap")
-        offer = re.search(r"instead run: nap\(batch=(\d+)\)", due)
+        offer = re.fullmatch(r"nap\(batch=(\d+)\)", orders(due, "Call: ")[1])
         assert offer, due
         listed = await s.ok("nap", batch=int(offer.group(1)))
         m = re.search(r"Call: nap\(summaries=(\[.*\])\)$", listed)

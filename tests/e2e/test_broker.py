@@ -20,7 +20,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.doc_commands import indented_commands
 from tests.live import CLI_TIMEOUT, REPO, Http
+from tests.printed import orders
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +113,7 @@ class Agent:
         self.runs = 0
 
     def run(self, command: str) -> str:
-        assert "<" not in command.replace("<<'EOF'", ""), command
+        assert re.search(r"<[a-z][a-z -]*>", command) is None, command
         self.runs += 1
         done = subprocess.run(["/bin/sh", "-c", command], env=self.env, cwd=self.cwd, capture_output=True,
                               text=True, timeout=CLI_TIMEOUT)
@@ -122,14 +124,8 @@ class Agent:
         return json.loads(self.run(command))
 
 
-def last_run(prompt: str) -> str:
-    runs = [line for line in prompt.splitlines() if line.startswith("Run: ")]
-    assert runs, prompt
-    return runs[-1].removeprefix("Run: ")
-
-
 def block_commands(block: str) -> list[str]:
-    return [line.strip() for line in block.splitlines() if line.startswith("    curl ")]
+    return indented_commands(block)
 
 
 def test_an_agent_lives_through_a_broker_on_what_the_server_prints(broker: Broker, http: Http,
@@ -156,46 +152,48 @@ def test_an_agent_lives_through_a_broker_on_what_the_server_prints(broker: Broke
     assert http.post("/config", token, json={"PART_LINES": 40, "PART_CHARS": 1500}).status_code == 200
 
     wake_cmd = next(c for c in commands if c.endswith('"$STASH_URL/wake"'))
-    answer = agent.json(wake_cmd)
-    assert answer.get("error") == "wake.needs_nap"
-    prompt = answer["nap"]["prompt"]
+    answer = agent.run(wake_cmd)
+    assert answer.startswith("Cannot wake: ")
     batches = 0
     while True:
-        offer = re.search(r"instead run: (curl [^\n]*'\{\"batch\": \d+\}')", prompt)
+        nap, *offer = orders(answer)
         if offer:
-            listed = agent.json(offer.group(1))
+            listed = agent.run(offer[0])
             batches += 1
-            command = last_run(listed["prompt"])
-            for item in listed["batch"]:
-                command = command.replace(f"<your line for {item['block']}>", f"summary of {item['block']}")
-        else:
-            command = last_run(prompt).replace("<your line>", "one summary")
-        settled = agent.json(command)
-        assert "error" not in settled, settled
-        if settled["nap"] is None:
+            command = orders(listed)[-1]
+            for block in re.findall(r"^#(\d+-\d+):$", listed, re.M):
+                command = command.replace(f"<your line for {block}>", f"summary of {block}")
+        elif " wake" in nap or nap.endswith('"$STASH_URL/wake"'):
             break
-        prompt = settled["nap"]["prompt"]
+        else:
+            command = nap.replace("<your line>", "one summary")
+        answer = agent.run(command)
+        if not orders(answer) or answer.startswith("Nothing left"):
+            break
     assert batches >= 2
 
-    # Wake to the end, part by part, each through the `next` the last part printed.
-    answer = agent.json(wake_cmd)
-    lines = list(answer["lines"])
-    while not answer["awake"]:
-        assert "?" not in answer["next"]
-        answer = agent.json(answer["next"])
-        lines += answer["lines"]
-    assert answer["nap"] is None and len(lines) == 96
+    # Wake to the end, part by part, each through the order the last part printed.
+    answer = agent.run(wake_cmd)
+    lines: list[str] = []
+    while True:
+        text = answer.splitlines()
+        if "You are awake." in text:
+            lines += text[1:text.index("You are awake.")]
+            break
+        assert text[-2] == "Not awake yet." and "?" not in text[-1]
+        lines += text[1:-2]
+        answer = agent.run(orders(answer)[0])
+    assert "Compress" not in answer and len(lines) == 96
     assert lines[-1] == "#599 2024-02-03 imported memory number 599"
 
-    # Recall pages through every match by the command each page prints.
+    # Recall pages through every match by the order each page prints.
     recall_cmd = next(c for c in commands if '"$STASH_URL/recall"' in c).replace("<regex>", "number")
-    page = agent.json(recall_cmd)
-    found = list(page["matches"])
+    page = agent.run(recall_cmd)
+    found = [x for x in page.splitlines() if x.startswith("#")]
     pages = 1
-    while page["more"] is not None:
-        nxt = page["message"].split("run: ", 1)[1].replace("<the same regex>", "number")
-        page = agent.json(nxt)
-        found = page["matches"] + found
+    while orders(page):
+        page = agent.run(orders(page)[0].replace("<the same regex>", "number"))
+        found = [x for x in page.splitlines() if x.startswith("#")] + found
         pages += 1
     assert pages > 1
     assert found == [f"#{i} 2024-02-03 imported memory number {i}" for i in range(600)]
@@ -203,7 +201,7 @@ def test_an_agent_lives_through_a_broker_on_what_the_server_prints(broker: Broke
     # Zoom into the oldest summary line of the wake, by the block's command.
     oldest = re.match(r"#(\d+-\d+) ", lines[0]).group(1)
     zoom_cmd = next(c for c in commands if '"$STASH_URL/zoom"' in c).replace("<lo-hi>", oldest)
-    assert len(agent.json(zoom_cmd)["lines"]) == 2
+    assert len(agent.run(zoom_cmd).splitlines()) == 2
 
     assert broker.refused == [], broker.refused
     assert len(broker.passed) >= agent.runs

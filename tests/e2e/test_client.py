@@ -7,6 +7,7 @@ and every command it prints is run exactly as printed, through ``/bin/sh``."""
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import tarfile
@@ -16,6 +17,7 @@ import pytest
 
 from tests.helpers import assert_error
 from tests.live import REPO, Cli, Http, cli_env, free_port, path_with, settle_all
+from tests.printed import orders
 
 pytestmark = pytest.mark.slow
 
@@ -23,16 +25,16 @@ CLIENT_SOURCE = REPO / "stash" / "client.py"
 
 
 def run_line(output: str) -> str:
-    """The command of the last ``Run: ...`` line of an output."""
-    runs = [line for line in output.splitlines() if line.startswith("Run: ")]
+    """The last command an output hands over, here-document included."""
+    runs = orders(output)
     assert runs, output
-    return runs[-1].removeprefix("Run: ")
+    return runs[-1]
 
 
 def run_as_printed(cli: Cli, command: str, env: dict[str, str] | None = None, **fill: str) -> str:
     for placeholder, text in fill.items():
         command = command.replace(f"<{placeholder.replace('_', ' ')}>", text)
-    assert "<" not in command, command
+    assert re.search(r"<[a-z][a-z -]*>", command) is None, command
     done = cli.shell(command, env=env)
     assert done.returncode == 0, (command, done.stdout, done.stderr)
     return done.stdout
@@ -83,10 +85,10 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
 
     # An empty memory: the wake says so, and how to record the first memory.
     empty = ok("wake")
-    assert empty.rstrip("\n").splitlines()[-1] == "You are awake."
-    first = [line for line in empty.splitlines() if "note" in line]
+    assert "You are awake." in empty.splitlines()
+    first = [cmd for cmd in orders(empty) if " note " in cmd]
     assert first, empty
-    shell(first[0].split(": ", 1)[1], one_line="first memory from the printed command")
+    shell(first[0], one_line="first memory from the printed command")
     assert http.ok("GET", "/wake", token)["lines"][0].endswith(" first memory from the printed command")
 
     # note: the answer carries the due nap, whose printed command settles it.
@@ -111,12 +113,14 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     ok("config", "PART_CHARS=60")
     cut = http.ok("POST", "/recall", token, json={"q": "teapot"})
     assert cut["total"] == 3 and len(cut["matches"]) < 3
-    shown = ok("recall", "teapot").splitlines()
-    assert shown[:-1] == cut["matches"]
-    assert shown[-1].startswith(f"3 matches. The newest {len(cut['matches'])} are shown; for the older ones run: ")
-    older = shell(shown[-1].split(" run: ", 1)[1]).splitlines()
+    printed = ok("recall", "teapot")
+    shown = printed.splitlines()[:len(cut["matches"])]
+    assert shown == cut["matches"]
+    assert printed.splitlines()[len(shown)] == (f"3 matches. The newest {len(shown)} are shown; the command below "
+                                                "fetches the older ones.")
+    older = shell(run_line(printed), the_same_regex="teapot").splitlines()
     assert older[:-1] == http.ok("POST", "/recall", token, json={"q": "teapot", "before": cut["more"]})["matches"]
-    assert [m.split()[0] for m in older[:-1] + shown[:-1]] == [m.split()[0] for m in want["matches"]]
+    assert [m.split()[0] for m in older[:-1] + shown] == [m.split()[0] for m in want["matches"]]
     ok("config", "PART_CHARS=")  # an empty value restores the default
     sizes = http.ok("GET", "/config", token)
     assert sizes["sizes"] == sizes["defaults"]
@@ -156,7 +160,7 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     assert http.ok("POST", "/recall", other, json={"q": "."})["matches"] == mine
     # The printed way on asks for the first nap the import made due.
     prompt = run_as_printed(cli, run_line(done.stdout), env={**cli.env, "STASH_TOKEN": other})
-    assert " nap 0-1 " in run_line(prompt)
+    assert " nap 0-1 " in orders(prompt)[0]
 
     # grants: mint a read capability, see it listed, revoke it.
     out = ok("grants", "read")
@@ -217,9 +221,9 @@ def test_wake_parts_are_read_by_the_printed_commands(cli: Cli, http: Http, token
         if lines[-1] == "You are awake.":
             got += lines[:-1]
             break
-        assert lines[-1].startswith("Not awake yet. Run: ")
-        got += lines[:-1]
-        out = run_as_printed(cli, lines[-1].removeprefix("Not awake yet. Run: "))
+        assert lines[-2] == "Not awake yet." and lines[-1].startswith("Run: ")
+        got += lines[:-2]
+        out = run_as_printed(cli, lines[-1].removeprefix("Run: "))
     assert got == whole
 
 
@@ -230,10 +234,12 @@ def test_a_refused_wake_hands_over_the_nap(cli: Cli, http: Http, token: str) -> 
     refused = cli.run("wake")
     assert refused.returncode == 1
     body = assert_error(http.get("/wake", token), 409)
-    # The server's message, with its curl command rewritten to this client's own.
-    assert refused.stderr.startswith(body["message"].split("curl ")[0])
+    # The server's message, then the nap and the wake again as this client's own commands.
+    assert refused.stderr.startswith(body["message"])
     assert "curl" not in refused.stderr and not refused.stdout
-    run_as_printed(cli, run_line(refused.stderr), your_line="needs both")
+    nap, wake = orders(refused.stderr)
+    assert wake.endswith(" wake")
+    run_as_printed(cli, nap, your_line="needs both")
     assert cli.ok("wake").splitlines() == ["#0-1 needs both", "You are awake."]
 
 
@@ -247,7 +253,7 @@ def test_errors_are_clean(cli: Cli, http: Http, token: str) -> None:
     refused = cli.run("wake", env={**cli.env, "STASH_URL": dead})
     assert refused.returncode == 3 and dead in refused.stderr and "Traceback" not in refused.stderr
 
-    # A server refusal: its message on stderr (its command as this client's), nothing on stdout, exit 1.
+    # A server refusal: its message on stderr, nothing on stdout, exit 1.
     expected = assert_error(http.get("/zoom", token, params={"block": "64-127"}), 422)["message"]
     done = cli.run("zoom", "64-127")
     assert (done.returncode, done.stdout) == (1, "")

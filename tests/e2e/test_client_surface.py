@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from stash import client as client_module
+from tests.doc_commands import indented_commands
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Cli, Http, cli_env, free_port, path_with, python_bin
 
@@ -43,13 +44,23 @@ def printed_commands(text: str, prog: str) -> list[str]:
     """Every command in an output: from the client's name to the end of its
     line (a sentence's closing full stop is not part of it)."""
     found = []
-    for line in text.splitlines():
+    lines = text.splitlines()
+    n = 0
+    while n < len(lines):
+        line = lines[n]
+        n += 1
         k = line.find(prog + " ")
         if k < 0 or line.lstrip().startswith("usage:"):
             continue
         command = line[k:]
         if command.endswith(".") and not command.endswith('"."'):
             command = command[:-1]
+        if command.endswith("<<'STASH_END'"):  # the lines it sends follow, to the delimiter
+            while n < len(lines):
+                command += "\n" + lines[n]
+                n += 1
+                if lines[n - 1] == "STASH_END":
+                    break
         found.append(command)
     return found
 
@@ -57,9 +68,9 @@ def printed_commands(text: str, prog: str) -> list[str]:
 class Follower:
     """Runs the client, then every command its output prints, through
     /bin/sh exactly as printed (placeholders like ``<your line>`` filled),
-    then the commands those print, and so on. An output's last command is
-    its next step (a refused wake says: do the nap below, then wake again:
-    ...), so each output's commands run last first."""
+    then the commands those print, and so on, in the order printed (a
+    refused wake hands over the nap, then the wake again); an order offered
+    as an alternative to the one before it is left."""
 
     def __init__(self, cli: Cli) -> None:
         self.cli = cli
@@ -74,11 +85,16 @@ class Follower:
 
     def follow(self, text: str, env: dict[str, str] | None, depth: int) -> None:
         assert depth < 60, "printed commands did not come to an end"
-        for command in reversed(printed_commands(text, self.prog)):
+        lines = text.splitlines()
+        for command in printed_commands(text, self.prog):
+            first = command.split("\n")[0]
+            above = [lines[k - 1] for k in range(1, len(lines)) if lines[k].endswith(first)]
+            if above and above[0].startswith("Or "):
+                continue  # an alternative to the order before it (the batch offer), taken by test_batch_clients
             line = command
             for placeholder, value in FILL.items():
                 line = line.replace(placeholder, value)
-            assert "<" not in line, f"a printed command with an unknown placeholder: {command}"
+            assert re.search(r"<[a-z][a-z -]*>", line) is None, f"an unknown placeholder: {command}"
             done = self.cli.shell(line, env=env)
             assert done.returncode == 0, (command, done.returncode, done.stdout, done.stderr)
             self.ran.append(command.removeprefix(self.prog + " "))
@@ -197,9 +213,8 @@ def test_json_refusal_is_the_error_object_on_stdout(http: Http, base_url: str, t
     expected = assert_error(http.get("/zoom?block=64-127", token), 422)
     assert done.returncode == 1
     assert json_lines(done.stdout) == [expected]
-    # stderr is the message with its command as this client's own (the server's names curl).
-    assert done.stderr.strip().startswith(expected["message"].split("curl ")[0])
-    assert "curl" not in done.stderr
+    # stderr is the server's message as it is: it names no command.
+    assert done.stderr.strip() == expected["message"] and "curl" not in done.stderr
 
 
 # ---------------------------------------------------------------- exit statuses
@@ -306,21 +321,21 @@ def test_init_url_prints_exports_and_the_agents_block(base_url: str, http: Http,
     assert done.stderr.rstrip("\n").endswith("\n" + block)
     assert "Paste this block at the top of your AGENTS.md:" in done.stderr
     # The export lines and every command of the block run as printed, in a shell that ran the exports.
-    commands = [line.strip() for line in block.splitlines() if line.startswith("    curl ")]
+    commands = [c for c in indented_commands(block) if c.startswith("curl ")]
     assert len(commands) >= 4
     fill = {"<one line>": "noted from the AGENTS.md block", "<regex>": "agents", "<lo-hi>": "0-1"}
     shell_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)}
     for command in commands:
         for k, v in fill.items():
             command = command.replace(k, v)
-        script = "\n".join(exports) + "\n" + command.replace("curl -s ", "curl -fsS ", 1)
+        script = "\n".join(exports) + "\n" + command.replace("curl -s", "curl -f -s", 1)
         run = subprocess.run(["/bin/sh", "-c", script], env=shell_env, capture_output=True, text=True,
                              timeout=CLI_TIMEOUT)
         assert run.returncode == 0, (command, run.stdout, run.stderr)
         if command.endswith('"$STASH_URL/skill"'):  # the served skill, Markdown
             assert run.stdout == (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")
             continue
-        assert "error" not in json.loads(run.stdout), run.stdout
+        assert run.stdout and run.stderr == "", run
     assert http.ok("GET", "/wake", new_token)["lines"][0].endswith(" noted from the AGENTS.md block")
 
 

@@ -5,7 +5,6 @@ called exactly as named."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
@@ -22,10 +21,10 @@ pytestmark = pytest.mark.slow
 TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
          "recall": {"q", "before"}, "zoom": {"block"}, "forget": {"block"}}
 REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": {"q"}, "zoom": {"block"}, "forget": {"block"}}
-WAKE_CURL = 'curl -s -H "Authorization: Bearer $STASH_TOKEN" "$STASH_URL/wake"'  # as API-REFERENCE.md prints it
 def prompt_body(prompt: str) -> list[str]:
-    """A nap prompt without its last line, the instruction that answers it."""
-    return prompt.rstrip("\n").splitlines()[:-1]
+    """A nap prompt up to its first order, the one that answers it."""
+    lines = prompt.rstrip("\n").splitlines()
+    return lines[:next(k for k, line in enumerate(lines) if line.startswith(("Run: ", "Call: ")))]
 
 
 def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, tmp_path: Path) -> None:
@@ -46,8 +45,7 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
 
         # An empty memory: awake at once, told how to note the first memory, as a tool call.
         empty = (await ok("wake")).splitlines()
-        assert empty[-1] == "You are awake."
-        assert 'note(text="<one line>")' in empty[0] and "curl" not in "\n".join(empty)
+        assert empty[1:] == ["You are awake.", 'Call: note(text="<one line>")'] and "curl" not in empty[0]
 
         # note answers the id; the second carries the due nap, its instruction a call of nap.
         http.ok("POST", "/config", token, json={"WAKE_LINES": 1})
@@ -63,8 +61,9 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         text, error = await s.call("wake")
         refusal = assert_error(http.get("/wake", token), 409)
         message, prompt = text.split("\n\n", 1)
-        assert error and message == refusal["message"].replace(WAKE_CURL, "wake()")
+        assert error and message == refusal["message"]
         assert prompt_body(prompt) == prompt_body(refusal["nap"]["prompt"]) and "curl" not in text
+        assert text.splitlines()[-1] == "Call: wake()"
 
         saved = await s.follow(prompt, your_line="first and second")
         assert saved.splitlines() == ["0-1 saved.", "Nothing left to compress."]
@@ -83,9 +82,9 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         cut = http.ok("POST", "/recall", token, json={"q": "teapot"})
         assert cut["total"] == 3 and len(cut["matches"]) < 3
         shown = (await ok("recall", q="teapot")).splitlines()
-        assert shown[:-1] == cut["matches"]
-        assert shown[-1] == (f"3 matches. The newest {len(cut['matches'])} are shown; for the older ones call: "
-                             f'recall(q="teapot", before={cut["more"]})')
+        assert shown[:-2] == cut["matches"]
+        assert shown[-2:] == [f"3 matches. The newest {len(cut['matches'])} are shown; the command below fetches "
+                              "the older ones.", f'Call: recall(q="<the same regex>", before={cut["more"]})']
         http.ok("POST", "/config", token, json={"PART_CHARS": None})
 
         # zoom answers the halves the server names.
@@ -99,10 +98,11 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         got, text = [], await ok("wake")
         for _ in range(len(whole)):
             lines = text.splitlines()
-            got += lines[:-1]
             if lines[-1] == "You are awake.":
+                got += lines[:-1]
                 break
-            assert lines[-1].startswith("Not awake yet. Call: wake(part=")
+            assert lines[-2] == "Not awake yet." and lines[-1].startswith("Call: wake(part=")
+            got += lines[:-2]
             text = await s.follow(text)
         assert got == whole
         http.ok("POST", "/config", token, json={"PART_LINES": None})
@@ -119,9 +119,10 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
             due = http.ok("POST", "/nap", token, json={})["nap"]
             assert call_line(text) == ("nap", {"block": due["block"], "text": "<your line>"})
             # The batch the prompt offers is named as a tool call too.
-            want = [re.sub(r"curl [^\n]*'\{\"batch\": (\d+)\}'", r"nap(batch=\1)", line)
-                    for line in prompt_body(due["prompt"])]
-            assert prompt_body(text)[-len(want):] == want and "curl" not in text
+            assert prompt_body(text)[-len(prompt_body(due["prompt"])):] == prompt_body(due["prompt"])
+            offers = [s["fields"]["batch"] for s in due["run"][1:]]
+            assert [line for line in text.splitlines() if line.startswith("Call: nap(batch=")] == [
+                f"Call: nap(batch={k})" for k in offers] and "curl" not in text
             rebuilt.append(due["block"])
             text = await s.follow(text, your_line=f"rebuilt {due['block']}")
         assert rebuilt == ["2-3", "4-5", "0-3"]
@@ -141,12 +142,12 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         ):
             text, error = await s.call(tool, **args)
             message = assert_error(http.request(method, path, token, **kw), status)["message"]
-            assert error and text == message.replace(WAKE_CURL, "wake()"), tool
+            assert error and text == message, tool
             answers.append(text)
         settle_all(http, token)
         # A block without its summary is refused before the server is asked, naming the call to make.
         assert await s.call("nap", block="4-5") == (
-            'nap 4-5 needs text, the one-line summary: nap(block="4-5", text="<your line>")', True)
+            'nap 4-5 needs text, the one-line summary:\nCall: nap(block="4-5", text="<your line>")', True)
 
     errlog = tmp_path / "mcp.stderr"
     run_session(base_url, token, errlog, script)

@@ -104,7 +104,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path, n_w
         http = Http(server.url)
         found = http.ok("GET", "/recall", token, params={"q": "entry 2999 "})
         assert found == {"matches": ["#2999 2026-01-02 entry 2999 of the import"], "total": 1, "more": None,
-                         "message": "1 match."}
+                         "message": "1 match.", "run": []}
         http.close()
     finally:
         server.stop()

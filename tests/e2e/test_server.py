@@ -11,8 +11,10 @@ import tarfile
 
 import pytest
 
+from stash.service import instructions
 from tests.helpers import assert_error
 from tests.live import Http, Server, due_after, start_server, today_range
+from tests.printed import orders
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
 MEMORY_LINE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")
@@ -103,7 +105,8 @@ def test_nap_object_carries_source_and_a_runnable_prompt(http: Http, token: str)
     assert due["max_bytes"] == SPEC_DEFAULTS["ENTRY_CHARS"]
     assert due["remaining"] == 0
     assert [MEMORY_LINE.fullmatch(s).group(3) for s in due["source"]] == ["fact 0", "fact 1"]
-    assert due["prompt"].rstrip("\n").splitlines()[-1].startswith("Run: curl ")
+    assert orders(due["prompt"]) == [instructions.render(s) for s in due["run"]]
+    assert orders(due["prompt"])[0].startswith("curl ")
     # A wrong block is a 409 naming the due one; nothing is written.
     http.ok("POST", "/note", token, json={"text": "fact 3"})
     body = assert_error(http.post("/nap", token, json={"block": "2-3", "text": "x"}), 409)
@@ -116,12 +119,11 @@ def test_server_prompt_command_runs_as_printed(http: Http, token: str, base_url:
         pytest.skip("curl is not installed here")
     http.ok("POST", "/note", token, json={"text": "alpha"})
     nap = http.ok("POST", "/note", token, json={"text": "beta"})["nap"]
-    command = nap["prompt"].rstrip("\n").splitlines()[-1].removeprefix("Run: ")
-    command = command.replace("<your line>", "alpha then beta")
+    command = orders(nap["prompt"])[0].replace("<your line>", "alpha then beta")
     env = {"PATH": "/usr/bin:/bin", "STASH_URL": base_url, "STASH_TOKEN": token}
     done = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
-    assert '"saved":"0-1"' in done.stdout.replace(" ", "")
+    assert done.stdout.startswith("0-1 saved.")
     assert http.ok("GET", "/zoom", token, params={"block": "0-3"})["lines"][0] == "#0-1 alpha then beta"
 
 
@@ -256,7 +258,7 @@ def test_import_appends_dated_memories_all_or_nothing(http: Http, token: str) ->
     ans = http.ok("POST", "/import", token, json={"entries": entries})
     # 9 memories complete 0-1, 2-3, 4-5, 6-7, 0-3, 4-7, 0-7: seven blocks, none settled.
     assert ans.pop("head")["count"] == 9
-    assert ans == {"first": 0, "last": 8, "pending": 7}
+    assert ans == {"first": 0, "last": 8, "pending": 7, "run": [instructions.nap_status()]}
     lines = http.ok("GET", "/wake", token)["lines"]
     assert lines == [f"#{i} {e['date']} {e['text']}" for i, e in enumerate(entries)]
     # Nothing older than the newest memory may follow it.
