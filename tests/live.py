@@ -15,8 +15,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -152,6 +154,12 @@ class Server:
     def log_text(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace") if self.log.exists() else ""
 
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 class Http(BearerClient):
     """A sync httpx client bound to one real server."""
@@ -240,6 +248,35 @@ class Cli:
         """Run a printed command exactly as an agent would paste it into a shell."""
         return subprocess.run(["/bin/sh", "-c", line], env=env if env is not None else self.env,
                               capture_output=True, text=True, timeout=CLI_TIMEOUT)
+
+
+def interrupted_while_waiting(argv: list[str], env_for: Callable[[str], dict[str, str]],
+                              **popen: Any) -> tuple[int, str]:
+    """Run ``argv`` against a server that accepts and never answers
+    (``env_for`` makes its environment from that server's URL), send it SIGINT
+    once its request is sent, as Ctrl-C would; its exit status and stderr."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(1)
+    silent.settimeout(CLI_TIMEOUT)
+    proc = subprocess.Popen(argv, env=env_for(f"http://127.0.0.1:{silent.getsockname()[1]}"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    try:
+        conn, _ = silent.accept()  # the client is now waiting for an answer
+        conn.settimeout(CLI_TIMEOUT)
+        conn.recv(4096)  # and has sent its request
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=CLI_TIMEOUT)
+        conn.close()
+        return code, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=CLI_TIMEOUT)
+        proc.stdout.close()
+        proc.stderr.close()
+        silent.close()
 
 
 def path_with(folder: Path) -> str:

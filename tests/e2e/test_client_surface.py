@@ -10,12 +10,9 @@ import json
 import os
 import re
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -24,7 +21,17 @@ import pytest
 from stash import client as client_module
 from tests.doc_commands import indented_commands
 from tests.helpers import assert_error
-from tests.live import CLI_TIMEOUT, REPO, Cli, Http, cli_env, free_port, path_with, python_bin
+from tests.live import (
+    CLI_TIMEOUT,
+    REPO,
+    Cli,
+    Http,
+    cli_env,
+    free_port,
+    interrupted_while_waiting,
+    path_with,
+    python_bin,
+)
 
 FILL = {"<your line>": "a summary the test wrote", "<one line>": "a memory the test wrote"}
 OLD = "2021-03-0"
@@ -279,28 +286,10 @@ def test_every_documented_exit_status(http: Http, base_url: str, token: str, tmp
 def test_interrupted_is_130(base_url: str, token: str, tmp_path: Path) -> None:
     """A server that accepts and never answers; the client waits on it until
     interrupted, and exits 130 as a shell does after Ctrl-C."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(1)
-    silent.settimeout(CLI_TIMEOUT)
-    c = module_cli(f"http://127.0.0.1:{silent.getsockname()[1]}", token, tmp_path)
-    proc = subprocess.Popen([*c.argv0, "wake"], env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        conn, _ = silent.accept()  # the client is now waiting for an answer
-        conn.settimeout(CLI_TIMEOUT)
-        conn.recv(4096)  # and has sent its request
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=CLI_TIMEOUT) == 130
-        assert "Traceback" not in proc.stderr.read()
-        conn.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=CLI_TIMEOUT)
-        proc.stdout.close()
-        proc.stderr.close()
-        silent.close()
+    argv0 = module_cli(base_url, token, tmp_path).argv0
+    code, err = interrupted_while_waiting([*argv0, "wake"], lambda url: module_cli(url, token, tmp_path).env)
+    assert code == 130
+    assert "Traceback" not in err
 
 
 # ---------------------------------------------------------------- stash init URL

@@ -71,11 +71,8 @@ def verify(server: Server, token: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = start_server(tmp_path_factory.mktemp("copies"), *CHEAP_KDF_FLAGS)
-    try:
+    with start_server(tmp_path_factory.mktemp("copies"), *CHEAP_KDF_FLAGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def import_with_secret(http: Http, token: str, secret: str, n: int = 4200, at: int = 5) -> None:
@@ -163,11 +160,8 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
 def plain_server(tmp_path_factory: pytest.TempPathFactory):
     """Files without the SQLCipher layer (as a replicated store keeps them):
     every byte a raw read finds is what the rows hold."""
-    srv = start_server(tmp_path_factory.mktemp("plain"), *CHEAP_KDF_FLAGS, "--file-cipher", "none")
-    try:
+    with start_server(tmp_path_factory.mktemp("plain"), *CHEAP_KDF_FLAGS, "--file-cipher", "none") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def blobs(folder: Path, sql: str) -> list[bytes]:

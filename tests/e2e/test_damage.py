@@ -12,7 +12,6 @@ root, for whom permission bits do not make anything read-only)."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import subprocess
@@ -25,6 +24,7 @@ import pytest
 
 from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
+from tests.disk_space import fill
 from tests.helpers import assert_error
 from tests.live import CLI_TIMEOUT, REPO, Http, Server
 from tests.raw_files import file_key, open_raw
@@ -92,20 +92,6 @@ def sqlcipher_open(data: Path, token: str):
         yield conn
     finally:
         conn.close()
-
-
-def fill(folder: Path) -> Path:
-    """Fill the filesystem under ``folder`` until not one more byte fits."""
-    filler = folder / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        for size in (1 << 20, 1 << 12, 1):
-            while True:
-                try:
-                    f.write(b"\xff" * size)
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC, e
-                    break
-    return filler
 
 
 def test_a_full_disk_refuses_writes_clearly_and_loses_nothing(tmp_path: Path):

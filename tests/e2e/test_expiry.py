@@ -22,11 +22,8 @@ from tests.live import Http, Server, live_group_members, start_server
 
 @pytest.fixture
 def server(tmp_path: Path):
-    srv = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
-    try:
+    with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def stop_group(srv: Server) -> None:

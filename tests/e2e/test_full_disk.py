@@ -12,7 +12,6 @@ test fails on a server that keeps those metrics files in the data folder."""
 
 from __future__ import annotations
 
-import errno
 import os
 import subprocess
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.disk_space import fill
 from tests.e2e.test_backup_restore import log_of
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server
@@ -44,23 +44,6 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
-
-
-def fill(folder: Path, leave: int = 0) -> Path:
-    """Fill the filesystem under ``folder`` until not one more byte fits,
-    then give back about ``leave`` bytes."""
-    filler = folder / "filler"
-    with open(filler, "ab", buffering=0) as f:
-        for size in (1 << 20, 1 << 12, 1):
-            while True:
-                try:
-                    f.write(b"\xff" * size)
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC, e
-                    break
-        if leave:
-            f.truncate(max(0, f.tell() - leave))
-    return filler
 
 
 def worker_pids(pid: int) -> set[int]:

@@ -122,11 +122,8 @@ def settle(http: Http, token: str, text: str) -> None:
 
 @pytest.fixture
 def server(tmp_path: Path):
-    srv = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
-    try:
+    with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_every_copy(server: Server,

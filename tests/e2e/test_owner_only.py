@@ -28,11 +28,8 @@ RELEASE2 = Path(__file__).resolve().parents[1] / "fixtures" / "release2"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
-    srv = start_server(tmp_path_factory.mktemp("owner-only"), *CHEAP_KDF_FLAGS)
-    try:
+    with start_server(tmp_path_factory.mktemp("owner-only"), *CHEAP_KDF_FLAGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def opened(keyring: Path, token: str):

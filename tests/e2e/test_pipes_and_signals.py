@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +20,7 @@ import pytest
 from stash.service.access import Vault
 from stash.service.backup import backup
 from tests.helpers import CHEAP_KDF
-from tests.live import CLI_TIMEOUT, REPO
+from tests.live import CLI_TIMEOUT, REPO, interrupted_while_waiting
 
 CLOSED_PIPE = 141
 
@@ -71,30 +69,11 @@ def test_a_closed_pipe_ends_every_kind_of_verb_quietly(base_url: str, token: str
 
 def test_ctrl_c_stops_the_client_even_when_its_parent_ignores_sigint(token: str) -> None:
     """The launch the issue found: the child inherits SIGINT ignored."""
-    silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
-    silent.listen(1)
-    silent.settimeout(CLI_TIMEOUT)
-    env = stash_env(f"http://127.0.0.1:{silent.getsockname()[1]}", token)
-    proc = subprocess.Popen([sys.executable, "-m", "stash", "wake"], env=env, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    try:
-        conn, _ = silent.accept()  # the client is now waiting for an answer
-        conn.settimeout(CLI_TIMEOUT)
-        conn.recv(4096)
-        time.sleep(0.2)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=CLI_TIMEOUT) == 130
-        assert "Traceback" not in proc.stderr.read()
-        conn.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=CLI_TIMEOUT)
-        proc.stdout.close()
-        proc.stderr.close()
-        silent.close()
+    code, err = interrupted_while_waiting(
+        [sys.executable, "-m", "stash", "wake"], lambda url: stash_env(url, token), cwd=REPO,
+        stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert code == 130
+    assert "Traceback" not in err
 
 
 def test_a_backup_and_a_folder_restored_from_it_are_0700_at_the_top(data: Path, tmp_path: Path) -> None:

@@ -28,11 +28,8 @@ REFUSED = ("store.damaged", "store.rolled_back")
 
 @pytest.fixture
 def server(tmp_path: Path):
-    srv = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS)
-    try:
+    with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def base_key(server: Server, token: str) -> bytes:
