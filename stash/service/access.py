@@ -120,13 +120,16 @@ class Session:
         return self._memory
 
     def publish_head(self) -> None:
-        """Bring the key ring's copy of the head and state version up to the
-        memory file's (after a write, or for a store that had none). Called
-        once the request's work is done; best effort, since a copy that lags
-        is accepted by the next open (Keyring.advance_head)."""
-        if self._memory is None:
-            return
-        head, version = self._memory.mf.head, self._memory.mf.state_version
+        """Bring the key ring's copy of the head and state version up to what
+        the memory file has committed (after a write, or for a store that had
+        none): read back from the file (MemoryFile.committed), never taken
+        from what this request meant to write, so a rolled-back write leaves
+        no trace in the copy. Called once the request's work is done; best
+        effort, since a copy that lags is accepted by the next open
+        (Keyring.advance_head)."""
+        if self._memory is None or self.chain is None or self._memory.mf.conn.in_transaction:
+            return  # nothing opened, the session ended early (a destroyed store), or a write is still open
+        head, version = self._memory.mf.committed()
         if (self._copy is None or self._copy.count < head.count
                 or self._state_copy is None or self._state_copy < version):
             self.keyring.advance_head(head, version)
@@ -197,7 +200,7 @@ class Vault:
                              kdf=self.kdf)
                     mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True,
                                     page_bytes=ring.memory_page_bytes())
-                    head, version = mf.head, mf.state_version
+                    head, version = mf.committed()
                     mf.close()
                     ring.advance_head(head, version)
                     self.tags.grants_seen(user_id, ring.conn)

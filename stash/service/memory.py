@@ -331,7 +331,9 @@ class Memory:
         T = self.mf.count()
         limit = self.sizes["ENTRY_CHARS"]
         before = self.mf.settled(T)
-        state = dict(before)
+        # The tree as it will be once the blocks before each one are written:
+        # an erasure's holes are filled where they are, the frontiers move on.
+        state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()})
         todo: list[tuple[int, int, str]] = []
         for k, item in enumerate(summaries):
             if not isinstance(item, dict) or set(item) != {"block", "text"}:
@@ -344,7 +346,7 @@ class Memory:
             except Invalid as e:
                 raise Invalid(f"Summary {k}: {e.message} Nothing was written.", code=e.code, index=k) from None
             size = hi - lo
-            if before.get(size, 0) > lo // size:
+            if blocks.is_settled(before, lo, hi):
                 continue
             if (lo, hi) != blocks.first_pending(T, state):
                 due = self.nap_for(T, before)
@@ -358,7 +360,10 @@ class Memory:
                     code="nap.wrong_block", due=due["block"] if due else None, nap=due, index=k,
                 )
             todo.append((lo, hi, text))
-            state[size] = state.get(size, 0) + 1
+            if lo // size in state.holes.get(size, ()):
+                state.holes[size].remove(lo // size)
+            else:
+                state[size] = state.get(size, 0) + 1
         if todo and not self.mf.put_summaries(todo):
             # Another writer settled or forgot blocks between the check and the
             # write: answered as a single nap's race is, with nothing written.

@@ -166,6 +166,7 @@ class MemoryFile:
                 with write_transaction(self.conn):
                     self._write_state()
                 self._load_state()
+                self.state_version = self.committed()[1]
             else:
                 row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
                 if not row or row[0] != user_id:
@@ -413,16 +414,36 @@ class MemoryFile:
     def _write_state(self) -> int:
         """Advance the state head over what this write transaction leaves:
         version + 1, MAC over the new digest. Every write calls it last,
-        inside its transaction, so the head and the state commit together."""
+        inside its transaction, so the head and the state commit together.
+
+        Nothing outside the file is told the new version here: the
+        transaction may still be rolled back (a batch's savepoint, a refusal
+        of the caller's, a failed commit). What leaves this handle is read
+        back from what the file committed (:meth:`committed`)."""
         stored = self._stored_state()
         version = (stored[0] if stored else 0) + 1
         digest, erased = self._state_digest()
         self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
                           "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                           (STATE_META, f"{version} {self._state_mac(version, digest).hex()}"))
-        self.state_version = version
         self._erased_ids = erased
         return version
+
+    def committed(self) -> tuple[Head, int]:
+        """The log head and state version this file holds committed now, read
+        in one snapshot outside any transaction: the only values a copy kept
+        elsewhere (the key ring's) may be raised to. A version this handle
+        wrote in a transaction that was then rolled back is never among them,
+        and a version another writer committed meanwhile is as good as its
+        own (versions only grow while nothing is rolled back)."""
+        if self.conn.in_transaction:
+            raise RuntimeError("committed() reads what is committed: no transaction may be open")
+        self.conn.execute("BEGIN")
+        try:
+            stored, state = self._stored_head(), self._stored_state()
+        finally:
+            self.conn.execute("COMMIT")
+        return (self.head if stored is None else stored[0]), (0 if state is None else state[0])
 
     def _next_version(self) -> int:
         stored = self._stored_state()
@@ -606,7 +627,8 @@ class MemoryFile:
         (``current``: both as recorded now, which another writer may have
         moved since this file was opened)."""
         if not current:
-            return Head(self.head.count, self.head.digest, self.state_version)
+            state = self._stored_state()  # inside a write: the version it commits, or nothing is answered
+            return Head(self.head.count, self.head.digest, self.state_version if state is None else state[0])
         head, state = self.current_head(), self._stored_state()
         return Head(head.count, head.digest, self.state_version if state is None else state[0])
 
