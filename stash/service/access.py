@@ -35,11 +35,19 @@ from ..storage.files import (
 )
 from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile
-from . import grant_terms
+from . import grant_terms, idempotency
 from .memory import Memory
 from .tag_index import TagIndex
 
 RANK = {"read": 0, "full": 1, "owner": 2}
+FLUSH_LOCK_SECONDS = 5.0  # how long an erasure's flush waits for this user's requests in progress to end
+
+
+def capability_key(secret: bytes) -> bytes:
+    """Derived from a token's secret, which is never stored: seals what only
+    that capability may read back (the record of a minted token, a rotation's
+    new owner token)."""
+    return keys.subkey(secret, b"capability-idempotency")
 
 
 @dataclass
@@ -133,6 +141,20 @@ class Session:
         if (self._copy is None or self._copy.count < head.count
                 or self._state_copy is None or self._state_copy < version):
             self.keyring.advance_head(head, version)
+
+    def flush_memory(self) -> bool:
+        """Empty the memory file's WAL into the file now (after an erasure):
+        this request lets go of its shared hold on the user's lock and takes
+        it exclusive, so no other request of this user is reading or writing
+        the file meanwhile and the flush cannot be kept busy; new requests
+        wait behind it for that moment. False when the requests in progress
+        did not end within FLUSH_LOCK_SECONDS (the flush stays pending)."""
+        mf = self.memory.mf
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        with userlock.exclusive_within(self.files.folder, FLUSH_LOCK_SECONDS) as held:
+            return held and mf.flush()
 
     def close(self) -> None:
         """End the session: drop every key, close the file and let a backup
@@ -263,7 +285,6 @@ class Vault:
         stranded: list[int] = []
         if not already:
             stranded = self._new_epoch(session, (grant_id,))[0]
-        session.keyring.checkpoint()  # a retry after grants.busy flushes it
         revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
         return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
                 "also_revoked": stranded, "epoch": session.keyring.epoch()}
@@ -278,7 +299,6 @@ class Vault:
         old_id = session.grant_id
         stranded, minted = self._new_epoch(session, (old_id,), mint={
             "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf})
-        session.keyring.checkpoint()
         created = next(g for g in session.keyring.grants() if g.id == minted).created
         return {"id": minted, "scope": "owner", "created": created, "token": token, "revoked": old_id,
                 "also_revoked": stranded, "epoch": session.keyring.epoch(),
@@ -287,14 +307,27 @@ class Vault:
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
                    ) -> tuple[list[int], int | None]:
-        """Move the store to a new key epoch, the key ring first (one
-        transaction: grants revoked, the new key boxed to every other live
-        capability), then the memory file re-sealed under it. If the second
-        step cannot run now (the file is damaged, missing or unwritable), the
-        revocation is still in force: the memory file is re-sealed by the next
-        request that opens it, before anything is read or written."""
+        """Move the store to a new key epoch in the key ring (one transaction,
+        which may be the caller's: grants revoked, the new key boxed to every
+        other live capability). The memory file follows in
+        :meth:`finish_epoch`, once that transaction has committed; until then,
+        or if it never runs (a crash), the next request that opens the file
+        re-seals it before anything is read or written."""
         new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint)
         session.chain = new
+        return stranded, minted
+
+    def finish_epoch(self, session: Session) -> bool:
+        """After a revocation or rotation committed: re-seal the memory file
+        under the new epoch now, and flush the key ring's WAL so the destroyed
+        key columns are left in no file. True when the flush is done (False:
+        it is still pending, and every later close of the key ring retries
+        it). The re-seal holds the user's lock exclusive for its length, so
+        this user's other requests wait for it (API-REFERENCE.md, "Owner
+        actions under load")."""
+        if session.keyring.epoch() > session.keys.epoch:
+            return session.keyring.flush()  # a newer epoch than this session's: its own finish re-seals
+        new = session.keys
         try:
             # Exclusive: every request that opened the file under the old
             # epoch has closed it, and none opens it until it is re-sealed.
@@ -304,9 +337,27 @@ class Vault:
                 mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher,
                                 page_bytes=session.page_bytes)
                 mf.close()
+                # Held exclusive, no request of this user is between its key ring reads and writes.
+                return session.keyring.flush()
         except (StashError, MissingFile):
-            pass
-        return stranded, minted
+            return session.keyring.flush()
+
+    def replay_rotation(self, token_text: str | None, key: str) -> dict | None:
+        """The recorded answer of a rotation this (now revoked) owner token
+        asked for with Idempotency-Key ``key``, or None: so a rotation whose
+        answer was lost, by a dropped connection or a crash after it
+        committed, is delivered by resending it (idempotency.rotation_replay).
+        The key ring's WAL flush is tried again, as the first answer did."""
+        token = tokens.parse(token_text) if token_text else None
+        if token is None:
+            return None
+        files = UserFiles(self.data_dir, token.user_id)
+        if not files.keyring.is_file():
+            return None
+        with open_keyring(files.keyring, token.user_id) as ring:
+            answer = idempotency.rotation_replay(ring.idempotency_records(), token.user_id,
+                                                 capability_key(token.secret), key)
+            return None if answer is None else {**answer.body, "flushed": ring.flush()}
 
     def unmoved(self, session: Session) -> int:
         return session.keyring.unmoved_live()
@@ -429,7 +480,7 @@ class Vault:
                               "from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes)
+                              capability_key(token.secret), pin, page_bytes)
             del opened
             try:
                 yield session

@@ -334,7 +334,7 @@ class Memory:
         # The tree as it will be once the blocks before each one are written:
         # an erasure's holes are filled where they are, the frontiers move on.
         state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()})
-        todo: list[tuple[int, int, str]] = []
+        parsed: list[tuple[int, int, str]] = []
         for k, item in enumerate(summaries):
             if not isinstance(item, dict) or set(item) != {"block", "text"}:
                 raise Invalid(f"Summary {k} must be an object with exactly \"block\" and \"text\"; "
@@ -342,9 +342,11 @@ class Memory:
             try:
                 lo, hi = self._block(item["block"])
                 self._within(lo, hi, T)
-                text = lines.check_line(item["text"], limit, "summary")
+                parsed.append((lo, hi, lines.check_line(item["text"], limit, "summary")))
             except Invalid as e:
                 raise Invalid(f"Summary {k}: {e.message} Nothing was written.", code=e.code, index=k) from None
+        todo: list[tuple[int, int, str]] = []
+        for k, (lo, hi, text) in enumerate(parsed):
             size = hi - lo
             if blocks.is_settled(before, lo, hi):
                 continue

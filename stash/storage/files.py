@@ -262,6 +262,26 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
+FLUSH_WAIT_MS = 5_000
+
+
+def flush(conn: sqlite3.Connection, wait_ms: int | None = None) -> bool:
+    """Fold the whole WAL into the file and truncate it, so a page version
+    that held a destroyed key survives in neither: True once done, False when
+    ``wait_ms`` passed first. Unlike :func:`checkpoint` it waits, in SQLite's
+    busy handler, for the writer lock and for every reader to reach the
+    newest snapshot, and while it waits it holds new writers back: under a
+    steady stream of writes the WAL is never empty on its own, so the flush
+    makes its moment instead of waiting for one. Readers are never held."""
+    conn.execute(f"PRAGMA busy_timeout = {FLUSH_WAIT_MS if wait_ms is None else int(wait_ms)}")
+    try:
+        return not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except DB_ERRORS:
+        return False
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
 # One thread at a time opens or closes a SQLCipher connection in this process.
 # Under sustained concurrent load (bench/load.py: 16 connections over 50 users)
 # the server stalled for good within a minute in two runs of three with

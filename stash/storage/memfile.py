@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.blocks import Settled, erase_span, forget_span, levels
-from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
+from ..core.errors import Damaged, PinMismatch, RolledBack, Unavailable
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
@@ -27,6 +27,7 @@ from .files import (
     MissingFile,
     checkpoint,
     connect,
+    flush,
     release,
     storage_error,
     write_transaction,
@@ -1045,13 +1046,12 @@ class MemoryFile:
 
     # ------------------------------------------------------------ erasure
 
-    def checkpoint(self) -> None:
+    def flush(self) -> bool:
         """Fold the WAL into the file and truncate it, so a page that held a
         destroyed key survives in neither (freed pages are zeroed by
-        secure_delete)."""
-        if not checkpoint(self.conn):
-            raise Conflict("The store is busy and the erasure could not be flushed yet; retry the erase shortly.",
-                       code="erase.busy")
+        secure_delete): :func:`files.flush`. False when it could not be done
+        yet; every later close of the file tries again."""
+        return flush(self.conn)
 
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
         """Shred memories: record each one's date, zero its key slot, drop
@@ -1119,7 +1119,6 @@ class MemoryFile:
             )
             self._write_state()
         self._chunks.clear()
-        self.checkpoint()
         return rid, fresh, gone
 
     def receipts(self) -> list[dict[str, Any]]:
