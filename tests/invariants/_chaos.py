@@ -227,6 +227,8 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
     """What a user is promised after the chaos; the broken promises, each a line."""
     problems = [f"5xx: {e}" for e in tally.errors]
     problems += [f"backup failed: {f}" for f in tally.backup_failures]
+    problems += [f"an action in force answered {code}" for code in tally.refusals
+                 if code.endswith(("grants.busy", "erase.busy"))]
     c = Client(server, tally)
     try:
         owner = tally.owner

@@ -24,7 +24,7 @@ def server(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_honest_chaos_keeps_every_promise(server, tmp_path: Path, seed: int):
     tally, fulls = _chaos.run(server, seed, SECONDS, tmp_path)
     problems = _chaos.check(server, tally, fulls)
