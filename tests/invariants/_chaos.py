@@ -142,12 +142,22 @@ def _reader(server: Server, tally: Tally, token: str, stop: threading.Event) -> 
         c.close()
 
 
-def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Event, scratch: Path) -> None:
+OPS = ("erase", "rotate", "revoke", "forget", "backup")
+
+
+def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Event, scratch: Path,
+           pause: tuple[float, float]) -> None:
     c = Client(server, tally)
-    n = 0
+    n = n_op = 0
+    order = list(OPS)
     try:
         while not stop.is_set():
-            op = rng.choice(("rotate", "revoke", "erase", "forget", "backup"))
+            # Every action in turn, in a shuffled order, erasure first: a short
+            # run still sees each one, and batches answered after an erasure.
+            if n_op % len(OPS) == 0:
+                order = [OPS[0], *rng.sample(OPS[1:], len(OPS) - 1)]
+            op = order[n_op % len(OPS)]
+            n_op += 1
             owner = tally.owner
             if op == "rotate":
                 resp = c.call("POST", "/rotate", owner, key=str(uuid.uuid4()), json={})
@@ -180,14 +190,16 @@ def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Eve
                     tally.backups.append((dest, before))
                 else:
                     tally.backup_failures.append(res.stdout[-400:] + res.stderr[-400:])
-            stop.wait(rng.uniform(0.1, 0.6))
+            stop.wait(rng.uniform(*pause))
     finally:
         c.close()
 
 
-def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int = 3) -> tuple[Tally, list[str]]:
-    """One chaos run on a new memory of ``server``: returns the tally and
-    the full capabilities of its writers."""
+def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int = 3,
+        pause: tuple[float, float] = (0.1, 0.6), preload: int = 0) -> tuple[Tally, list[str]]:
+    """One chaos run on a new memory of ``server`` (``preload`` memories
+    imported and settled first): returns the tally and the full capabilities
+    of its writers."""
     rng = random.Random(seed)
     tally = Tally()
     boot = Client(server, tally)
@@ -199,13 +211,27 @@ def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int =
         resp = boot.call("POST", "/grants", tally.owner, json={"scope": "full"})
         assert resp.status_code == 201, resp.text
         fulls.append(resp.json()["token"])
+    if preload:
+        # A memory with a settled past, so erasures leave holes below the frontiers.
+        resp = boot.call("POST", "/import", tally.owner, key=str(uuid.uuid4()), json={"entries": [
+            {"date": "2026-01-01", "text": f"chaos past {k}"} for k in range(preload)]})
+        assert resp.status_code == 200, resp.text
+        tally.acked.update({k: f"chaos past {k}" for k in range(preload)})
+        for _ in range(64):
+            items = boot.call("POST", "/nap", tally.owner, json={"batch": 256}).json()["batch"]
+            if not items:
+                break
+            resp = boot.call("POST", "/nap", tally.owner, json={"summaries": [
+                {"block": it["block"], "text": f"past {it['block']}"} for it in items]})
+            assert resp.status_code == 200, resp.text
     boot.close()
     stop = threading.Event()
     threads = [threading.Thread(target=_writer, args=(server, tally, fulls[k % 2], f"w{k}", stop))
                for k in range(writers)]
     threads.append(threading.Thread(target=_napper, args=(server, tally, fulls[0], stop)))
     threads.append(threading.Thread(target=_reader, args=(server, tally, fulls[1], stop)))
-    threads.append(threading.Thread(target=_owner, args=(server, tally, random.Random(rng.random()), stop, scratch)))
+    owner_rng = random.Random(rng.random())
+    threads.append(threading.Thread(target=_owner, args=(server, tally, owner_rng, stop, scratch, pause)))
     for t in threads:
         t.start()
     time.sleep(seconds)
@@ -233,16 +259,20 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
     try:
         owner = tally.owner
         erased = _erased(c, owner, problems)
-        # Settle everything due, then wake to the last part.
-        for _ in range(10_000):
-            resp = c.call("POST", "/nap", owner, key=str(uuid.uuid4()), json={})
+        # Settle everything due, as printed (a batch at a time), then wake to the last part.
+        for _ in range(1000):
+            resp = c.call("POST", "/nap", owner, key=str(uuid.uuid4()), json={"batch": 256})
             if resp.status_code != 200:
                 problems.append(f"nap: {resp.status_code} {resp.text[:200]}")
                 break
-            nap = resp.json()["nap"]
-            if nap is None:
+            items = resp.json()["batch"]
+            if not items:
                 break
-            c.call("POST", "/nap", owner, key=str(uuid.uuid4()), json={"block": nap["block"], "text": "settled"})
+            resp = c.call("POST", "/nap", owner, key=str(uuid.uuid4()), json={"summaries": [
+                {"block": it["block"], "text": "settled"} for it in items]})
+            if resp.status_code != 200 or len(resp.json()["saved"]) != len(items):
+                problems.append(f"summaries as printed: {resp.status_code} {resp.text[:200]}")
+                break
         part, awake = 1, False
         while not awake:
             resp = c.call("GET", f"/wake?part={part}", owner)

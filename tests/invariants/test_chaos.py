@@ -13,7 +13,7 @@ from tests.helpers import CHEAP_KDF_FLAGS
 from tests.invariants import _chaos
 from tests.live import start_server
 
-SECONDS = 2.5
+SECONDS = 2.0
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def server(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2])
 def test_honest_chaos_keeps_every_promise(server, tmp_path: Path, seed: int):
-    tally, fulls = _chaos.run(server, seed, SECONDS, tmp_path)
+    tally, fulls = _chaos.run(server, seed, SECONDS, tmp_path, pause=(0.05, 0.3), preload=300)
     problems = _chaos.check(server, tally, fulls)
     assert tally.acked, "no note was acknowledged"
     assert not problems, "\n".join(problems[:20]) + f"\n{tally.statuses}\n" + server.log_text()[-3000:]
