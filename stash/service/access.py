@@ -34,7 +34,7 @@ from ..storage.files import (
     storage_error,
 )
 from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
-from ..storage.memfile import KeysBehind, MemoryFile
+from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from . import grant_terms, idempotency
 from .memory import Memory
 from .tag_index import TagIndex
@@ -105,7 +105,20 @@ class Session:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
             try:
-                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher, page_bytes=self.page_bytes)
+                try:
+                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                                    page_bytes=self.page_bytes, reseal=False)
+                except ResealDue:
+                    # A revocation committed and its re-seal has not run yet:
+                    # run it now, alone (no request still under the old keys).
+                    self._lock.release()
+                    with userlock.exclusive(self.files.folder):
+                        pool.POOL.drop_folder(self.files.folder, held=True)
+                        MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                                   page_bytes=self.page_bytes).close()
+                    self._lock.acquire_shared()
+                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                                    page_bytes=self.page_bytes)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None

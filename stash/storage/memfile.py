@@ -112,16 +112,26 @@ class KeysBehind(RolledBack):
     request read the ring just before the epoch moved)."""
 
 
+class ResealDue(Exception):
+    """The file is from an earlier epoch than the key chain, and this open
+    may not re-seal it: the caller re-seals it while no other request has the
+    file open (access.Session.memory), since a request still working under
+    the old epoch's keys would otherwise read or write across the change."""
+
+
 class MemoryFile:
     writer = 0
     """The grant id recorded as the writer of what this handle appends or
     settles (the session sets it; 0 records nothing)."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
-                 create: bool = False, page_bytes: int = PAGE_BYTES) -> None:
+                 create: bool = False, page_bytes: int = PAGE_BYTES, reseal: bool = True) -> None:
         """``page_bytes``: the page size of a new file, or the one an existing
-        SQLCipher file was made with (the key ring records it)."""
+        SQLCipher file was made with (the key ring records it). ``reseal``
+        False: a file from an earlier epoch raises :class:`ResealDue` instead
+        of being re-sealed here."""
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
+        self._may_reseal = reseal
         self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain)
 
     @classmethod
@@ -175,7 +185,7 @@ class MemoryFile:
                 self._match_epoch(keychain)
                 self.head = self._verified_head()
                 self._check_state()
-        except Damaged:
+        except (Damaged, ResealDue):
             self.conn.close()
             raise
         except Exception as exc:
@@ -220,6 +230,8 @@ class MemoryFile:
         if epoch < self.epoch:
             if keychain is None:
                 raise Damaged("The memory file is from an older key epoch; retry the request.")
+            if not getattr(self, "_may_reseal", True):
+                raise ResealDue()
             self.reseal(keychain)
 
     def reseal(self, keychain: KeyChain) -> int:

@@ -57,12 +57,12 @@ class Tally:
             self.statuses[resp.status_code] += 1
             if resp.status_code >= 400:
                 try:
-                    code = resp.json().get("error")
+                    code, message = resp.json().get("error"), resp.json().get("message")
                 except ValueError:
-                    code = resp.text[:80]
+                    code, message = resp.text[:80], ""
                 self.refusals[f"{resp.status_code} {code}"] += 1
                 if resp.status_code >= 500:
-                    self.errors.append(f"{resp.status_code} {code} {route}")
+                    self.errors.append(f"{resp.status_code} {code} {route}: {message}")
 
     @property
     def requests(self) -> int:
