@@ -70,7 +70,8 @@ LONG_TIMEOUT = 300.0
 IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # well under the server's 16 MiB import cap
 # Writes that carry an Idempotency-Key, so that resending one whose answer was
 # lost cannot write twice: the server replays the first answer instead.
-KEYED_WRITES = {("POST", "/note"), ("POST", "/nap"), ("POST", "/import"), ("POST", "/grants")}
+KEYED_WRITES = {("POST", "/note"), ("POST", "/nap"), ("POST", "/import"), ("POST", "/grants"), ("POST", "/rotate"),
+                ("POST", "/erase")}
 RETRIES = 4  # resends of a keyed write after the first try
 RETRY_PAUSE = 0.5  # seconds before the first resend, doubling each time
 RETRY_STATUSES = (502, 503, 504)
