@@ -33,7 +33,7 @@ from ..storage.files import (
     private_folder,
     storage_error,
 )
-from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
+from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from . import grant_terms, idempotency
 from .memory import Memory
@@ -431,6 +431,23 @@ class Vault:
             raise Unauthorized()
         return token, files, ring, grant
 
+    @staticmethod
+    def _open_grant(ring: Keyring, grant: Grant, token: tokens.Token) -> tuple[Opened, Grant]:
+        """Open ``grant``, read a moment earlier. A revocation or rotation that
+        committed in between moved the epoch past the row as read (its box,
+        the older keys), which would look like a stale or altered row; so a
+        refusal is final only when the row read again is the same (or gone:
+        revoked meanwhile). Then the grant as opened."""
+        try:
+            return ring.open_grant(grant, token.secret), grant
+        except (StaleGrant, aead.Unsealable):
+            again = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+            if again is None or again.wrapped is None:
+                raise StaleGrant() from None  # revoked meanwhile: refused as a revoked token is
+            if again == grant:
+                raise
+        return ring.open_grant(again, token.secret), again
+
     def keep_files_open(self, seconds: float) -> None:
         """Keep users' files open ``seconds`` after each request in this
         process (0: close after every request, closing any kept now)."""
@@ -468,7 +485,7 @@ class Vault:
         token, files, ring, grant = self._authenticate(token_text)
         try:
             try:
-                opened = ring.open_grant(grant, token.secret)
+                opened, grant = self._open_grant(ring, grant, token)
             except StaleGrant:
                 raise Unauthorized() from None
             except aead.Unsealable:

@@ -60,7 +60,7 @@ class Tally:
                     code, message = resp.json().get("error"), resp.json().get("message")
                 except ValueError:
                     code, message = resp.text[:80], ""
-                self.refusals[f"{resp.status_code} {code}"] += 1
+                self.refusals[f"{resp.status_code} {code}" + (f" {route}" if resp.status_code == 401 else "")] += 1
                 if resp.status_code >= 500:
                     self.errors.append(f"{resp.status_code} {code} {route}: {message}")
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from stash.service.access import Vault
+from stash.storage.keyring import StaleGrant
 from tests.helpers import CHEAP_KDF
 
 
@@ -28,3 +31,27 @@ def test_a_batch_refused_half_way_does_not_raise_the_copy(tmp_path: Path) -> Non
         assert s.memory.nap("0-1", "first pair")["saved"] == "0-1"
     with vault.session(token, "read") as s:
         assert s.memory.mf.summary(0, 2) == "first pair"
+
+
+def test_a_grant_read_just_before_a_revocation_still_opens(tmp_path: Path) -> None:
+    """A request reads its grant row, then another request's revocation of a
+    different capability commits, then the first opens its grant: the row as
+    read holds the old epoch's box. That is a race, not a stale row put back,
+    and the live capability must open (it answered 401 before)."""
+    vault = Vault(tmp_path / "data", kdf=CHEAP_KDF)
+    owner = vault.create_identity().token
+    with vault.session(owner, "owner") as s:
+        _, writer = vault.mint_grant(s, "full")
+        doomed, _ = vault.mint_grant(s, "read")
+    token, _, ring, grant = vault._authenticate(writer)
+    try:
+        with vault.session(owner, "owner") as s:
+            vault.revoke_grant(s, doomed)
+        with pytest.raises(StaleGrant):
+            ring.open_grant(grant, token.secret)  # the row as read is an epoch behind
+        opened, fresh = vault._open_grant(ring, grant, token)
+        assert fresh.id == grant.id and opened.chain.epoch == ring.epoch()
+    finally:
+        ring.close()
+    with vault.session(writer, "full") as s:
+        assert s.memory.note("still here")["id"] == 0
