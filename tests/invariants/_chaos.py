@@ -255,6 +255,7 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
     problems += [f"backup failed: {f}" for f in tally.backup_failures]
     problems += [f"an action in force answered {code}" for code in tally.refusals
                  if code.endswith(("grants.busy", "erase.busy"))]
+    problems += [f"a live capability was refused: {code}" for code in tally.refusals if code.startswith("401")]
     c = Client(server, tally)
     try:
         owner = tally.owner
