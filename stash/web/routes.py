@@ -106,7 +106,8 @@ async def _precheck(request: Request) -> None:
     if wait:
         raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
     if verdict is False:
-        if request.scope.get("stash.route") == "/rotate" and idempotency.HEADER in request.headers:
+        if (parsed is not None and request.scope.get("stash.route") == "/rotate"
+                and idempotency.HEADER in request.headers):
             return  # a revoked owner token resending its rotation: the route looks for its record
         raise _auth_failed(request)
     # None: the key ring cannot be read; the full check says what is wrong with the store.
