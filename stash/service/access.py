@@ -165,9 +165,13 @@ class Session:
         mf = self.memory.mf
         if self._lock is not None:
             self._lock.release()
-            self._lock = None
-        with userlock.exclusive_within(self.files.folder, FLUSH_LOCK_SECONDS) as held:
-            return held and mf.flush()
+        try:
+            with userlock.exclusive_within(self.files.folder, FLUSH_LOCK_SECONDS) as held:
+                return held and mf.flush()
+        finally:
+            # Held shared again until the file is closed, as by every request (userlock.py).
+            self._lock = userlock.UserLock(self.files.folder)
+            self._lock.acquire_shared()
 
     def close(self) -> None:
         """End the session: drop every key, close the file and let a backup
