@@ -74,7 +74,8 @@ LONG_TIMEOUT = 300.0
 IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # well under the server's 16 MiB import cap
 # Writes that carry an Idempotency-Key, so that resending one whose answer was
 # lost cannot write twice: the server replays the first answer instead.
-KEYED_WRITES = {("POST", "/note"), ("POST", "/nap"), ("POST", "/import"), ("POST", "/grants")}
+KEYED_WRITES = {("POST", "/note"), ("POST", "/nap"), ("POST", "/import"), ("POST", "/grants"), ("POST", "/rotate"),
+                ("POST", "/erase")}
 RETRIES = 4  # resends of a keyed write after the first try
 RETRY_PAUSE = 0.5  # seconds before the first resend, doubling each time
 RETRY_STATUSES = (502, 503, 504)
@@ -456,6 +457,7 @@ class Api:
         if self.source == "STASH_URL":
             return f"STASH_URL={_shown(self.url)}"
         return f"{_shown(self.url)} ({self.source})"
+        self.last: object = None  # the last answer, for the exit status of a write (do_nap)
 
     def call(self, method: str, path: str, body: object = None, *, query: dict | None = None,
              raw: bool = False, timeout: float = TIMEOUT):
@@ -502,6 +504,7 @@ class Api:
         except ValueError:
             raise Failure(f"stash: the server at {self.where()} did not answer JSON; "
                           "is that the address of a Stash server?", UNREACHABLE) from None
+        self.last = answer
         if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and _pinning():
             remember_pin(self.url, self._token, answer["head"].get("pin"))
         if _JSON["on"]:
@@ -805,11 +808,26 @@ def do_nap(args: argparse.Namespace) -> int:
         if args.batch is not None:
             _out_lines(batch_lines(_api(), args.batch))
             return 0
-        _out_lines(summaries_lines(_api(), read_summaries(_read_text(args.summaries))))
-        return 0
+        api = _api()
+        _out_lines(summaries_lines(api, read_summaries(_read_text(args.summaries))))
+        return _saved_something(api)
     text = None if args.block is None else _text(args.text, "summary")
-    _out_lines(nap_lines(_api(), args.block, text))
-    return 0
+    api = _api()
+    _out_lines(nap_lines(api, args.block, text))
+    return 0 if text is None else _saved_something(api)
+
+
+def _saved_something(api: Api) -> int:
+    """The exit status of a write that meant to save: non-zero, with a line
+    on stderr, when the answer says nothing was saved (``saved`` null or
+    empty), so a script or an agent that only reads the status does not go
+    on as if its summaries were kept."""
+    answer = api.last if isinstance(api.last, dict) else {}
+    if answer.get("saved"):
+        return OK
+    sys.stdout.flush()
+    sys.stderr.write("stash: nothing was saved (see the message above); answer what is due now.\n")
+    return REFUSED
 
 
 def _read_text(path: str) -> str:

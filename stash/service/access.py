@@ -34,14 +34,22 @@ from ..storage.files import (
     private_folder,
     storage_error,
 )
-from ..storage.keyring import Grant, Keyring, StaleGrant, now_utc, open_keyring
-from ..storage.memfile import KeysBehind, MemoryFile
+from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
+from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from ..storage.pool import Pool
-from . import grant_terms
+from . import grant_terms, idempotency
 from .memory import Memory
 from .tag_index import TagIndex
 
 RANK = {"read": 0, "full": 1, "owner": 2}
+FLUSH_LOCK_SECONDS = 5.0  # how long an erasure's flush waits for this user's requests in progress to end
+
+
+def capability_key(secret: bytes) -> bytes:
+    """Derived from a token's secret, which is never stored: seals what only
+    that capability may read back (the record of a minted token, a rotation's
+    new owner token)."""
+    return keys.subkey(secret, b"capability-idempotency")
 
 
 @dataclass
@@ -103,8 +111,22 @@ class Session:
                 raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
                               "backup.") from None
             try:
-                mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher, page_bytes=self.page_bytes,
-                                recorded=state_copy is not None, pool=self.pool)
+                try:
+                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                                    page_bytes=self.page_bytes, recorded=state_copy is not None, pool=self.pool,
+                                    reseal=False)
+                except ResealDue:
+                    # A revocation committed and its re-seal has not run yet:
+                    # run it now, alone (no request still under the old keys).
+                    self._lock.release()
+                    with userlock.exclusive(self.files.folder):
+                        if self.pool is not None:
+                            self.pool.drop_folder(self.files.folder, held=True)
+                        MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                                   page_bytes=self.page_bytes, recorded=state_copy is not None).close()
+                    self._lock.acquire_shared()
+                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                                    page_bytes=self.page_bytes, recorded=state_copy is not None, pool=self.pool)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None
@@ -127,16 +149,37 @@ class Session:
         return self._memory
 
     def publish_head(self) -> None:
-        """Bring the key ring's copy of the head and state version up to the
-        memory file's (after a write, or for a store that had none). Called
-        once the request's work is done; best effort, since a copy that lags
-        is accepted by the next open (Keyring.advance_head)."""
-        if self._memory is None:
-            return
-        head, version = self._memory.mf.head, self._memory.mf.state_version
+        """Bring the key ring's copy of the head and state version up to what
+        the memory file has committed (after a write, or for a store that had
+        none): read back from the file (MemoryFile.committed), never taken
+        from what this request meant to write, so a rolled-back write leaves
+        no trace in the copy. Called once the request's work is done; best
+        effort, since a copy that lags is accepted by the next open
+        (Keyring.advance_head)."""
+        if self._memory is None or self.chain is None or self._memory.mf.conn.in_transaction:
+            return  # nothing opened, the session ended early (a destroyed store), or a write is still open
+        head, version = self._memory.mf.committed()
         if (self._copy is None or self._copy.count < head.count
                 or self._state_copy is None or self._state_copy < version):
             self.keyring.advance_head(head, version)
+
+    def flush_memory(self) -> bool:
+        """Empty the memory file's WAL into the file now (after an erasure):
+        this request lets go of its shared hold on the user's lock and takes
+        it exclusive, so no other request of this user is reading or writing
+        the file meanwhile and the flush cannot be kept busy; new requests
+        wait behind it for that moment. False when the requests in progress
+        did not end within FLUSH_LOCK_SECONDS (the flush stays pending)."""
+        mf = self.memory.mf
+        if self._lock is not None:
+            self._lock.release()
+        try:
+            with userlock.exclusive_within(self.files.folder, FLUSH_LOCK_SECONDS) as held:
+                return held and mf.flush()
+        finally:
+            # Held shared again until the file is closed, as by every request (userlock.py).
+            self._lock = userlock.UserLock(self.files.folder)
+            self._lock.acquire_shared()
 
     def close(self) -> None:
         """End the session: drop every key, close the file and let a backup
@@ -205,7 +248,7 @@ class Vault:
                              kdf=self.kdf)
                     mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True,
                                     page_bytes=ring.memory_page_bytes(), pool=self.pool)
-                    head, version = mf.head, mf.state_version
+                    head, version = mf.committed()
                     mf.close()
                     ring.advance_head(head, version)
                     self.tags.grants_seen(user_id, ring.conn)
@@ -269,7 +312,6 @@ class Vault:
         stranded: list[int] = []
         if not already:
             stranded = self._new_epoch(session, (grant_id,))[0]
-        session.keyring.checkpoint()  # a retry after grants.busy flushes it
         revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
         return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
                 "also_revoked": stranded, "epoch": session.keyring.epoch()}
@@ -284,7 +326,6 @@ class Vault:
         old_id = session.grant_id
         stranded, minted = self._new_epoch(session, (old_id,), mint={
             "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf})
-        session.keyring.checkpoint()
         created = next(g for g in session.keyring.grants() if g.id == minted).created
         return {"id": minted, "scope": "owner", "created": created, "token": token, "revoked": old_id,
                 "also_revoked": stranded, "epoch": session.keyring.epoch(),
@@ -293,14 +334,27 @@ class Vault:
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
                    ) -> tuple[list[int], int | None]:
-        """Move the store to a new key epoch, the key ring first (one
-        transaction: grants revoked, the new key boxed to every other live
-        capability), then the memory file re-sealed under it. If the second
-        step cannot run now (the file is damaged, missing or unwritable), the
-        revocation is still in force: the memory file is re-sealed by the next
-        request that opens it, before anything is read or written."""
+        """Move the store to a new key epoch in the key ring (one transaction,
+        which may be the caller's: grants revoked, the new key boxed to every
+        other live capability). The memory file follows in
+        :meth:`finish_epoch`, once that transaction has committed; until then,
+        or if it never runs (a crash), the next request that opens the file
+        re-seals it before anything is read or written."""
         new, stranded, minted = session.keyring.advance_epoch(session.keys, revoke, mint=mint, owner=session.owner)
         session.chain = new
+        return stranded, minted
+
+    def finish_epoch(self, session: Session) -> bool:
+        """After a revocation or rotation committed: re-seal the memory file
+        under the new epoch now, and flush the key ring's WAL so the destroyed
+        key columns are left in no file. True when the flush is done (False:
+        it is still pending, and every later close of the key ring retries
+        it). The re-seal holds the user's lock exclusive for its length, so
+        this user's other requests wait for it (API-REFERENCE.md, "Owner
+        actions under load")."""
+        if session.keyring.epoch() > session.keys.epoch:
+            return session.keyring.flush()  # a newer epoch than this session's: its own finish re-seals
+        new = session.keys
         try:
             # Exclusive: every request that opened the file under the old
             # epoch has closed it, and none opens it until it is re-sealed.
@@ -311,9 +365,27 @@ class Vault:
                 mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher,
                                 page_bytes=session.page_bytes, pool=session.pool)
                 mf.close()
+                # Held exclusive, no request of this user is between its key ring reads and writes.
+                return session.keyring.flush()
         except (StashError, MissingFile):
-            pass
-        return stranded, minted
+            return session.keyring.flush()
+
+    def replay_rotation(self, token_text: str | None, key: str) -> dict | None:
+        """The recorded answer of a rotation this (now revoked) owner token
+        asked for with Idempotency-Key ``key``, or None: so a rotation whose
+        answer was lost, by a dropped connection or a crash after it
+        committed, is delivered by resending it (idempotency.rotation_replay).
+        The key ring's WAL flush is tried again, as the first answer did."""
+        token = tokens.parse(token_text) if token_text else None
+        if token is None:
+            return None
+        files = UserFiles(self.data_dir, token.user_id)
+        if not files.keyring.is_file():
+            return None
+        with open_keyring(files.keyring, token.user_id) as ring:
+            answer = idempotency.rotation_replay(ring.idempotency_records(), token.user_id,
+                                                 capability_key(token.secret), key)
+            return None if answer is None else {**answer.body, "flushed": ring.flush()}
 
     def unmoved(self, session: Session) -> int:
         return session.keyring.unmoved_live()
@@ -389,6 +461,23 @@ class Vault:
             finally:
                 self.pool = self.tags.pool = None
 
+    @staticmethod
+    def _open_grant(ring: Keyring, grant: Grant, token: tokens.Token) -> tuple[Opened, Grant]:
+        """Open ``grant``, read a moment earlier. A revocation or rotation that
+        committed in between moved the epoch past the row as read (its box,
+        the older keys), which would look like a stale or altered row; so a
+        refusal is final only when the row read again is the same (or gone:
+        revoked meanwhile). Then the grant as opened."""
+        try:
+            return ring.open_grant(grant, token.secret), grant
+        except (StaleGrant, aead.Unsealable):
+            again = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+            if again is None or again.wrapped is None:
+                raise StaleGrant() from None  # revoked meanwhile: refused as a revoked token is
+            if again == grant:
+                raise
+        return ring.open_grant(again, token.secret), again
+
     def check_token(self, token_text: str | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
         _, _, ring, _ = self._authenticate(token_text)
@@ -415,7 +504,7 @@ class Vault:
         token, files, ring, grant = self._authenticate(token_text)
         try:
             try:
-                opened = ring.open_grant(grant, token.secret)
+                opened, grant = self._open_grant(ring, grant, token)
             except StaleGrant:
                 raise Unauthorized() from None
             except aead.Unsealable:
@@ -459,8 +548,7 @@ class Vault:
                               "key ring from a backup.") from None
             session = Session(token.user_id, grant.scope, grant.id, ring, files,
                               ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              keys.subkey(token.secret, b"capability-idempotency"), pin, page_bytes, owner,
-                              self.pool)
+                              capability_key(token.secret), pin, page_bytes, owner, self.pool)
             del opened
             try:
                 yield session

@@ -373,8 +373,10 @@ class Memory:
         T = self.mf.count()
         limit = self.sizes["ENTRY_CHARS"]
         before = self.mf.settled(T)
-        state = dict(before)
-        todo: list[tuple[int, int, str]] = []
+        # The tree as it will be once the blocks before each one are written:
+        # an erasure's holes are filled where they are, the frontiers move on.
+        state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()})
+        parsed: list[tuple[int, int, str]] = []
         for k, item in enumerate(summaries):
             if not isinstance(item, dict) or set(item) != {"block", "text"}:
                 raise Invalid(f"Summary {k} must be an object with exactly \"block\" and \"text\"; "
@@ -382,11 +384,13 @@ class Memory:
             try:
                 lo, hi = self._block(item["block"])
                 self._within(lo, hi, T)
-                text = lines.check_line(item["text"], limit, "summary")
+                parsed.append((lo, hi, lines.check_line(item["text"], limit, "summary")))
             except Invalid as e:
                 raise Invalid(f"Summary {k}: {e.message} Nothing was written.", code=e.code, index=k) from None
+        todo: list[tuple[int, int, str]] = []
+        for k, (lo, hi, text) in enumerate(parsed):
             size = hi - lo
-            if before.get(size, 0) > lo // size:
+            if blocks.is_settled(before, lo, hi):
                 continue
             if (lo, hi) != blocks.first_pending(T, state):
                 due = self.nap_for(T, before)
@@ -400,7 +404,10 @@ class Memory:
                     code="nap.wrong_block", due=due["block"] if due else None, nap=due, index=k,
                 )
             todo.append((lo, hi, text))
-            state[size] = state.get(size, 0) + 1
+            if lo // size in state.holes.get(size, ()):
+                state.holes[size].remove(lo // size)
+            else:
+                state[size] = state.get(size, 0) + 1
         if todo and not self.mf.put_summaries(todo):
             # Another writer settled or forgot blocks between the check and the
             # write: answered as a single nap's race is, with nothing written.

@@ -283,6 +283,13 @@ def _wal_header(path: str) -> bytes | None:
     return head[16:24] if len(head) == 24 else b""
 
 
+def _streamed(conn: sqlite3.Connection) -> str | None:
+    """The file's path when Litestream streams it (its ``-litestream`` folder lies beside it)."""
+    row = conn.execute("PRAGMA database_list").fetchone()
+    path = row[2] if row else ""
+    return path if path and (Path(path).parent / f".{Path(path).name}-litestream").is_dir() else None
+
+
 def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLUSH_S) -> bool:
     """Litestream holds a read transaction on every file it streams, so no
     checkpoint but its own completes; ``stash replicate`` has it checkpoint
@@ -291,9 +298,8 @@ def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLU
     restarted or truncated (its salts change, or it empties), False when the
     file is not streamed (no ``-litestream`` folder beside it) or the wait
     ran out."""
-    row = conn.execute("PRAGMA database_list").fetchone()
-    path = row[2] if row else ""
-    if not path or not (Path(path).parent / f".{Path(path).name}-litestream").is_dir():
+    path = _streamed(conn)
+    if path is None:
         return False
     before = _wal_header(path)
     deadline = time.monotonic() + timeout
@@ -305,10 +311,36 @@ def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLU
     return False
 
 
+FLUSH_WAIT_MS = 5_000
+
+
+def flush(conn: sqlite3.Connection, wait_ms: int | None = None) -> bool:
+    """Fold the whole WAL into the file and truncate it, so a page version
+    that held a destroyed key survives in neither: True once done, False when
+    ``wait_ms`` passed first. Unlike :func:`checkpoint` it waits, in SQLite's
+    busy handler, for the writer lock and for every reader to reach the
+    newest snapshot, and while it waits it holds new writers back: under a
+    steady stream of writes the WAL is never empty on its own, so the flush
+    makes its moment instead of waiting for one. Readers are never held. A
+    file Litestream streams is flushed by Litestream's own checkpoint instead
+    (:func:`litestream_flushed`): its read transaction never ends, so ours
+    would never complete."""
+    if _streamed(conn) is not None:
+        return litestream_flushed(conn)
+    conn.execute(f"PRAGMA busy_timeout = {FLUSH_WAIT_MS if wait_ms is None else int(wait_ms)}")
+    try:
+        return not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except DB_ERRORS:
+        return False
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+
+
 # One thread at a time opens or closes a SQLCipher connection in this process:
 # opens and closes are where concurrent threads deadlocked on SQLite's VFS mutex
 # under a newer SQLCipher (bench/HISTORY.md); pyproject.toml pins a build that
 # does not, and this lock is the second guard.
+
 SQLCIPHER_OPEN_CLOSE = threading.Lock()
 
 # A connection's page cache, at most (SQLite's default is 2,000 KiB): a wake

@@ -52,3 +52,9 @@ class Records:
             "INSERT INTO idempotency(lookup, fingerprint, created, sealed) VALUES (?, ?, ?, ?)",
             (lookup, fingerprint, created, sealed),
         )
+
+    def created(self, lookup: bytes) -> int:
+        """When the record at ``lookup`` was made (Unix seconds); 0 when there is none."""
+        row = self.conn.execute("SELECT created FROM idempotency WHERE lookup = ?", (lookup,)).fetchone()
+        return int(row[0]) if row else 0
+

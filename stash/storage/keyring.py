@@ -34,7 +34,7 @@ from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys, is_sealed
 from ..crypto.owner_seal import seal as seal_to_owner
-from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, checkpoint, connect, release, write_transaction
+from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, connect, flush, release, write_transaction
 from .idempotency import Records
 from .pool import Pool
 from .schema import sections
@@ -702,12 +702,11 @@ class Keyring:
         """How many live grants still have to move to the epoch scheme."""
         return sum(1 for g in self._select("WHERE revoked IS NULL", ()) if not g.moved)
 
-    def checkpoint(self) -> None:
+    def flush(self) -> bool:
         """Fold the WAL into the file and truncate it, so a destroyed wrapped
-        key is left in neither."""
-        if not checkpoint(self.conn):
-            raise Conflict("The key ring is busy and the revocation could not be flushed yet; it is in force — "
-                           "retry the revoke shortly to flush it.", code="grants.busy")
+        key is left in neither (:func:`files.flush`); False when it could not
+        be done yet (every later close of the key ring tries again)."""
+        return flush(self.conn)
 
     def grants(self) -> list[Grant]:
         return self._select("ORDER BY id", ())

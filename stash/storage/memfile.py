@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.blocks import Settled, erase_span, forget_span, levels
-from ..core.errors import Conflict, Damaged, PinMismatch, RolledBack, Unavailable
+from ..core.errors import Damaged, PinMismatch, RolledBack, Unavailable
 from ..core.lines import plural
 from ..crypto import aead, chain, keys
 from ..crypto.chain import Head
@@ -28,6 +28,7 @@ from .files import (
     MissingFile,
     checkpoint,
     connect,
+    flush,
     release,
     storage_error,
     write_transaction,
@@ -143,6 +144,13 @@ def check_not_behind(fk: FileKeys) -> None:
         raise KeysBehind(KEYS_BEHIND)
 
 
+class ResealDue(Exception):
+    """The file is from an earlier epoch than the key chain, and this open
+    may not re-seal it: the caller re-seals it while no other request has the
+    file open (access.Session.memory), since a request still working under
+    the old epoch's keys would otherwise read or write across the change."""
+
+
 class MemoryFile:
     writer = 0
     """The grant id recorded as the writer of what this handle appends or
@@ -150,13 +158,15 @@ class MemoryFile:
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
                  create: bool = False, page_bytes: int = PAGE_BYTES, recorded: bool = False,
-                 pool: Pool | None = None) -> None:
+                 pool: Pool | None = None, reseal: bool = True) -> None:
         """``page_bytes``: the page size of a new file, or the one an existing
         SQLCipher file was made with (the key ring records it). ``recorded``:
         the key ring holds a copy of this file's state version, so the file
         had one (:meth:`_check_state`). ``pool``: where its connection may be
-        kept between requests."""
+        kept between requests. ``reseal`` False: a file from an earlier epoch
+        raises :class:`ResealDue` instead of being re-sealed here."""
         self._pool = pool
+        self._may_reseal = reseal
         keychain = master if isinstance(master, KeyChain) else KeyChain(user_id, (master,))
         self._setup(FileKeys.derive(path, user_id, keychain, cipher, page_bytes), create, keychain, recorded)
 
@@ -198,6 +208,7 @@ class MemoryFile:
                 with write_transaction(self.conn):
                     self._write_state()
                 self._load_state()
+                self.state_version = self.committed()[1]
             else:
                 row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
                 if not row or row[0] != user_id:
@@ -205,7 +216,7 @@ class MemoryFile:
                 self._match_epoch(keychain)
                 self.head = self._verified_head()
                 self._check_state(recorded)
-        except Damaged:
+        except (Damaged, ResealDue):
             self.conn.close()
             raise
         except Exception as exc:
@@ -250,6 +261,8 @@ class MemoryFile:
         if epoch < self.epoch:
             if keychain is None:
                 raise Damaged("The memory file is from an older key epoch; retry the request.")
+            if not getattr(self, "_may_reseal", True):
+                raise ResealDue()
             self.reseal(keychain)
 
     def reseal(self, keychain: KeyChain) -> int:
@@ -445,16 +458,36 @@ class MemoryFile:
     def _write_state(self) -> int:
         """Advance the state head over what this write transaction leaves:
         version + 1, MAC over the new digest. Every write calls it last,
-        inside its transaction, so the head and the state commit together."""
+        inside its transaction, so the head and the state commit together.
+
+        Nothing outside the file is told the new version here: the
+        transaction may still be rolled back (a batch's savepoint, a refusal
+        of the caller's, a failed commit). What leaves this handle is read
+        back from what the file committed (:meth:`committed`)."""
         stored = self._stored_state()
         version = (stored[0] if stored else 0) + 1
         digest, erased = self._state_digest()
         self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
                           "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                           (STATE_META, f"{version} {self._state_mac(version, digest).hex()}"))
-        self.state_version = version
         self._erased_ids = erased
         return version
+
+    def committed(self) -> tuple[Head, int]:
+        """The log head and state version this file holds committed now, read
+        in one snapshot outside any transaction: the only values a copy kept
+        elsewhere (the key ring's) may be raised to. A version this handle
+        wrote in a transaction that was then rolled back is never among them,
+        and a version another writer committed meanwhile is as good as its
+        own (versions only grow while nothing is rolled back)."""
+        if self.conn.in_transaction:
+            raise RuntimeError("committed() reads what is committed: no transaction may be open")
+        self.conn.execute("BEGIN")
+        try:
+            stored, state = self._stored_head(), self._stored_state()
+        finally:
+            self.conn.execute("COMMIT")
+        return (self.head if stored is None else stored[0]), (0 if state is None else state[0])
 
     def _next_version(self) -> int:
         stored = self._stored_state()
@@ -645,7 +678,8 @@ class MemoryFile:
         (``current``: both as recorded now, which another writer may have
         moved since this file was opened)."""
         if not current:
-            return Head(self.head.count, self.head.digest, self.state_version)
+            state = self._stored_state()  # inside a write: the version it commits, or nothing is answered
+            return Head(self.head.count, self.head.digest, self.state_version if state is None else state[0])
         head, state = self.current_head(), self._stored_state()
         return Head(head.count, head.digest, self.state_version if state is None else state[0])
 
@@ -1078,13 +1112,12 @@ class MemoryFile:
 
     # ------------------------------------------------------------ erasure
 
-    def checkpoint(self) -> None:
+    def flush(self) -> bool:
         """Fold the WAL into the file and truncate it, so a page that held a
         destroyed key survives in neither (freed pages are zeroed by
-        secure_delete)."""
-        if not checkpoint(self.conn):
-            raise Conflict("The store is busy and the erasure could not be flushed yet; retry the erase shortly.",
-                       code="erase.busy")
+        secure_delete): :func:`files.flush`. False when it could not be done
+        yet; every later close of the file tries again."""
+        return flush(self.conn)
 
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
         """Shred memories: record each one's date, zero its key slot, drop
@@ -1158,7 +1191,6 @@ class MemoryFile:
             )
             self._write_state()
         self._chunks.clear()
-        self.checkpoint()
         return rid, fresh, gone
 
     def receipts(self) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +77,36 @@ def shared(folder: Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def _flock_within(fd: int, deadline: float) -> bool:
+    """LOCK_EX on ``fd`` unless ``deadline`` (time.monotonic) passes first."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
+
+@contextlib.contextmanager
+def exclusive_within(folder: Path, seconds: float) -> Iterator[bool]:
+    """:func:`exclusive` for at most ``seconds`` of waiting: yields True
+    while held, or False (held by nobody) when the user's requests in
+    progress did not all end in time. New requests queue behind it (the gate)
+    while it waits, so the wait is bounded by the requests already running."""
+    gate = _open(Path(folder) / GATE_NAME)
+    lock = _open(Path(folder) / LOCK_NAME)
+    deadline = time.monotonic() + seconds
+    try:
+        got = all(_flock_within(fd, deadline) for fd in (gate, lock) if fd is not None)
+        yield got
+    finally:
+        for fd in (lock, gate):
+            if fd is not None:
+                os.close(fd)
 
 
 @contextlib.contextmanager

@@ -69,13 +69,10 @@ CODES: dict[str, Code] = {
     "grants.bad_url": Code(422, "`url` is not an http(s) address of at most 2000 characters"),
     "grants.unknown": Code(404, "no such capability"),
     "grants.owner": Code(409, "the owner capability is not revoked but rotated (`POST /rotate`)"),
-    "grants.busy": Code(409, "revoked, but the write-ahead log could not be flushed yet; or another revocation "
-                             "moved the key epoch meanwhile and nothing changed; retry"),
+    "grants.busy": Code(409, "another revocation or rotation moved the key epoch while this request ran, and "
+                             "nothing changed; retry"),
     "erase.bad_ids": Code(422, "`ids` is not a list of 1–10,000 whole numbers"),
     "erase.unknown_id": Code(422, "an id is not a memory"),
-    "erase.busy": Code(409, "the erasure was committed but could not yet be flushed out of the write-ahead log "
-                            "because other requests held the file; retry (erasing an erased id again is "
-                            "harmless)"),
     "idempotency.bad_key": Code(400, "the `Idempotency-Key` header is empty, over 255 characters, has a "
                                      "character outside visible ASCII (space included), or was sent twice"),
     "idempotency.key_reused": Code(409, "the key was used in the last 24 hours for a different request (another "

@@ -33,7 +33,21 @@ from .codes import CODES
 from .errors import error_response
 from .jsonio import JSON, NAP_BODY_CAP, prefetch_small_body
 from .routespec import Field, Fields, Refusal, Special
-from .schemas import CONFIG, DATE, LINES, NAP_OR_NULL, ONE_LINE, RUN, Schema, integer, nullable, obj, ref, string
+from .schemas import (
+    CONFIG,
+    DATE,
+    LINES,
+    NAP_OR_NULL,
+    ONE_LINE,
+    RUN,
+    SCHEMAS,
+    Schema,
+    integer,
+    nullable,
+    obj,
+    ref,
+    string,
+)
 
 CONTENT_CIPHER = "xchacha20-poly1305"
 T = TypeVar("T")
@@ -108,6 +122,9 @@ async def _precheck(request: Request) -> None:
     if wait:
         raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
     if verdict is False:
+        if (parsed is not None and request.scope.get("stash.route") == "/rotate"
+                and idempotency.HEADER in request.headers):
+            return  # a revoked owner token resending its rotation: the route looks for its record
         raise _auth_failed(request)
     # None: the key ring cannot be read; the full check says what is wrong with the store.
 
@@ -513,23 +530,37 @@ async def grants_revoke(request: Request) -> Response:
     raw = request.path_params["grant_id"]
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise NotFound("No such capability; list them with GET /grants.", code="grants.unknown")
+    key = _idempotency_key(request)
     vault = request.app.state.vault
-    return JSON(await _authed(request, "owner", lambda s: audit.revoke(s, vault, int(raw))))
+    return _once(request, await _authed(request, "owner", lambda s: audit.revoke(s, vault, int(raw), key)))
 
 
 async def rotate(request: Request) -> Response:
+    key = _idempotency_key(request)
     await _fields(request)
     vault = request.app.state.vault
-    return JSON(await _authed(request, "owner", lambda s: audit.rotate(s, vault)))
+    try:
+        return _once(request, await _authed(request, "owner", lambda s: audit.rotate(s, vault, key)))
+    except Unauthorized:
+        # The old token of a rotation that committed is revoked: resent with
+        # its Idempotency-Key, it still gets the answer it lost.
+        token = _bearer(request)
+        replay = None if key is None else await run_in_threadpool(vault.replay_rotation, token, key)
+        if replay is None:
+            raise
+        return _once(request, idempotency.Answer(replay, replayed=True))
 
 
 async def erase(request: Request) -> Response:
+    key = _idempotency_key(request)
     data = await _fields(request)
-    answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"]))
-    request.app.state.metrics.event("erase")
+    answer = await _authed(request, "owner", lambda s: audit.erase(s, data["ids"], key))
+    if not answer.replayed:
+        request.app.state.metrics.event("erase")
     if request.app.state.settings.replicate is not None:
-        answer["replicas_until"] = replica_history_ends(answer["at"])
-    return JSON(answer)
+        answer = idempotency.Answer({**answer.body, "replicas_until": replica_history_ends(answer.body["at"])},
+                                    answer.replayed)
+    return _once(request, answer)
 
 
 async def audit_trail(request: Request) -> Response:
@@ -549,6 +580,10 @@ async def destroy(request: Request) -> Response:
 
 
 # ---------------------------------------------------------------- the declarations
+
+FLUSHED = {"type": "boolean", "description": "`true`: the write-ahead log holding the destroyed keys was flushed "
+           "into the file and emptied; `false`: the action is in force, the flush is still pending (every later "
+           "close of the file retries it; a resend with the same Idempotency-Key tries again)."}
 
 _TEXT_CODES = ("text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
                "text.too_long", "text.reserved")
@@ -828,8 +863,9 @@ ROUTES: list[RouteSpec] = [
                     "also_revoked": {"type": "array", "items": integer(1),
                                      "description": "Capabilities that had not moved to key epochs (not used since "
                                                     "the upgrade) and end with this revocation."},
-                    "epoch": integer(0, description="The store's key epoch after this call.")}),
-        errors=("grants.unknown", "grants.owner", "grants.busy"),
+                    "epoch": integer(0, description="The store's key epoch after this call."),
+                    "flushed": FLUSHED}),
+        errors=("grants.unknown", "grants.owner", "grants.busy"), idempotent=True,
         description="Revokes one capability: destroys its key columns (its listing row stays) and starts a new "
                     "key epoch that only the other live capabilities reach, so nothing written from now on opens "
                     "with it, whatever copies of the files it is given. Revoking a revoked capability answers 200 "
@@ -850,8 +886,9 @@ ROUTES: list[RouteSpec] = [
                     "update": {"const": "STASH_TOKEN",
                                "description": "The environment variable to set to `token` wherever the old owner "
                                               "token is set."},
-                    "message": string("What to do next: update `STASH_TOKEN` everywhere the old token is set.")}),
-        errors=("grants.busy",),
+                    "message": string("What to do next: update `STASH_TOKEN` everywhere the old token is set."),
+                    "flushed": FLUSHED}),
+        errors=("grants.busy",), idempotent=True,
         description="Rotates the owner token: a new owner capability in a new key epoch, and the calling one "
                     "ends as a revoked one does. A read or full capability is rotated by minting a new one and "
                     "revoking the old.",
@@ -863,8 +900,9 @@ ROUTES: list[RouteSpec] = [
                           "items": integer(0, description="A memory id, below T.")},
                   "the memories to erase, each `0 ≤ id < T`; duplicates are allowed", required=True),
         )),
-        answer=ref("Receipt"),
-        errors=("erase.busy", "erase.bad_ids", "erase.unknown_id"),
+        answer=obj({**SCHEMAS["Receipt"]["properties"], "flushed": FLUSHED},
+                   required=[*SCHEMAS["Receipt"]["required"], "flushed"]),
+        errors=("erase.bad_ids", "erase.unknown_id"), idempotent=True,
         description="Shreds memories for good: each one's key is destroyed, its line stays as `[erased]` with "
                     "its date, and only the summaries that contain one of them are dropped: the blocks on its path "
                     "to the root, at most one per level (the next naps rewrite them). Answers a receipt.",

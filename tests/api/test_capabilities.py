@@ -342,6 +342,7 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     assert second["receipt"] > receipt["receipt"]
     listed = api.get("/erasures", owner)
     assert listed.status_code == 200
+    assert all(r.pop("flushed") is True for r in (receipt, second))  # nothing else held the file
     assert listed.json() == {"erasures": [receipt, second]}
     for w in words:
         assert w not in listed.text

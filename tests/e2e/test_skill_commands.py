@@ -51,7 +51,10 @@ def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, cli
             line = line.replace(placeholder, value)
         done = subprocess.run(["/bin/sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=CLI_TIMEOUT)
-        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        # The skill's nap examples name blocks this memory settled already: they save nothing, and the
+        # client says so by its status (1, "nothing was saved").
+        answered = done.returncode == 1 and "nothing was saved" in done.stderr and "already settled" in done.stdout
+        assert done.returncode == 0 or answered, (command, done.stdout, done.stderr)
         if form == "curl" and " -o " not in line:
             # curl -s exits 0 on a refusal too: the plain-text answer must not be an error's
             assert done.stdout, command

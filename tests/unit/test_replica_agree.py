@@ -71,6 +71,7 @@ def moments(tmp_path: Path):
         copy(live / name, mid / name)
     with vault.session(ident.token, "owner") as s:
         vault.revoke_grant(s, gid)
+        vault.finish_epoch(s)  # the memory file re-sealed under the new epoch, as the route does
     late = tmp_path / "late"
     late.mkdir()
     for name in ("keyring.db", "memory.db"):
