@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from stash.web.routes import ROUTES
+from tests.printed import DELIMITER, commands
 
 REFERENCE = Path(__file__).resolve().parents[1] / "API-REFERENCE.md"
 SKILL_DIR = Path(__file__).resolve().parents[1] / "skill"
@@ -21,29 +22,14 @@ def reference() -> str:
     return REFERENCE.read_text(encoding="utf-8")
 
 
-DELIMITER = "STASH_END"
 
 
 def indented_commands(doc: str) -> list[str]:
     """The commands of the document: its indented code lines that start
     with curl or stash, each with the lines of its quoted here-document
     through the closing delimiter, as one text."""
-    out: list[str] = []
-    lines = doc.splitlines()
-    k = 0
-    while k < len(lines):
-        line = lines[k]
-        k += 1
-        if not re.match(r"^ {4,}(curl|stash) ", line):
-            continue
-        command = [line.strip()]
-        if command[0].endswith(f"<<'{DELIMITER}'"):
-            while k < len(lines) and command[-1] != DELIMITER:
-                command.append(lines[k].strip())
-                k += 1
-            assert command[-1] == DELIMITER, command
-        out.append("\n".join(command))
-    return out
+    return commands(doc.splitlines(), lambda line: line.strip() if re.match(r"^ {4,}(curl|stash) ", line) else None,
+                    str.strip)
 
 
 def without_heredoc(text: str) -> str:

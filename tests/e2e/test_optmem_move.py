@@ -91,11 +91,8 @@ def expected_line(memories, tree, lo: int, hi: int) -> str | None:
 def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     # These tests make about two thousand authenticated requests; the
     # cheapest argon2id the server accepts keeps them to seconds.
-    srv = start_server(tmp_path_factory.mktemp("optmem-server"), *CHEAP_KDF_FLAGS)
-    try:
+    with start_server(tmp_path_factory.mktemp("optmem-server"), *CHEAP_KDF_FLAGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")

@@ -191,11 +191,8 @@ class Memory:
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """This module's own server, with the cheap KDF: it mints a memory per
     case, and what is under test is the commands, not the KDF."""
-    srv = start_server(tmp_path_factory.mktemp("fuzz-server"), *CHEAP_KDF_FLAGS)
-    try:
+    with start_server(tmp_path_factory.mktemp("fuzz-server"), *CHEAP_KDF_FLAGS) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="module")
