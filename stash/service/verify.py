@@ -133,6 +133,10 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]
 
 
 def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Report) -> None:
+    # The key ring's copies are read before the memory file: a server writes
+    # the file first and the copy after its commit, so on a live folder a
+    # copy read first is never ahead of an honest file.
+    state_copy = _state_copy(path.parent)
     try:
         conn = _plain(path)
         try:
@@ -161,7 +165,7 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
     if head.count < T:
         raise Failed(f"memory.db's log holds {T} memories, more than the {head.count} its head records")
     _compare_copy(head, copy)
-    _compare_state_copy(meta.get(STATE_META), _state_copy(path.parent), report)
+    _compare_state_copy(meta.get(STATE_META), state_copy, report)
     report.facts.append(f"memory file ok ({T} memories, head {head.pin()[:24]}…)")
 
 

@@ -129,7 +129,11 @@ def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http,
                          '"$STASH_URL/grants" -d \'{"scope": "read"}\'')
     reader_token = next(line.split(": ", 1)[1] for line in granted.splitlines() if line.startswith("token: "))
     reader = Agent({**base, "STASH_TOKEN": reader_token}, cwd)
-    assert reader.run(wake) == woke
+    read_wake = reader.run(wake).splitlines()
+    assert [line for line in read_wake if line.startswith("#")] == [line for line in woke.splitlines()
+                                                                   if line.startswith("#")]
+    # Its wake says what it is: read-only, what to do instead of noting, then awake.
+    assert read_wake[-2].startswith("This capability is read-only") and read_wake[-1] == "You are awake."
     refused = reader.run(note, **{"<one line>": "a reader's note"})
     assert "scope" in refused.lower() and http.ok("GET", "/wake", token)["T"] == 45
     assert agent.ran > 10

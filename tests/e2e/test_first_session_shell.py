@@ -174,7 +174,7 @@ def test_grants_rotate_and_forget_print_what_comes_next(base_url: str, http: Htt
         http.ok("POST", "/nap", owner, json={"block": due["block"], "text": f"summary of {due['block']}"})
     forgot = cli.ok("forget", "0-1")
     assert forgot.startswith("Dropped 3 summaries: 0-1, 2-3, 0-3.")
-    assert "Compress memories #0-1 into one line" in forgot and "stash nap 0-1 '<your line>'" in forgot
+    assert "Compress memories #0-1 into one line" in forgot and "Run: stash nap 0-1 - <<'STASH_END'" in forgot
     # rotate says to update STASH_TOKEN, and the export line it prints runs.
     rotated = cli.ok("rotate")
     assert "Update STASH_TOKEN" in rotated
