@@ -297,16 +297,36 @@ class Restored:
         return not self.problem and self.report is not None and self.report.ok
 
 
+# How far back the key ring is tried against one moment of the memory file
+# before that moment is given up for an earlier one.
+RING_STEPS = 8
+
+
+def _restore_points(settings: dict[str, object], local: Path, at: dt.datetime | None) -> list[dt.datetime | None]:
+    """The moments a file can be restored to, latest first: ``at`` (None:
+    the latest), then the end of each earlier second Litestream shipped a
+    transaction of it in (it stamps them to the second, and a restore takes
+    every transaction stamped at or before its moment)."""
+    seconds = sorted({t.replace(microsecond=0) for t in _moments(settings, local)}, reverse=True)
+    ends = [s + dt.timedelta(microseconds=999_999) for s in seconds]
+    return [at, *(e for e in ends if at is None or e < at)]
+
+
 def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime | None = None) -> Restored:
     """Bring one user back into ``data_dir`` from the replica, at the latest
     moment (or the latest at or before ``at``) where its key ring and memory
     file agree (:func:`agree`), then check it as ``stash verify`` does.
 
-    Each file is restored at the same moment; when they disagree (one
-    stream had shipped a transaction the other had not), the moment steps
-    back before the last second either file wrote in, until they agree. The
-    first moment of a store always agrees, so a user is never refused for
-    good; what a step loses is the second it steps over, and only that."""
+    The two files are two streams, each shipped on its own clock, so the
+    key ring's last transaction may be newer than the memory file's (its
+    copies of the head ahead: refused) or the other way round (accepted, as
+    after a crash between the two commits). The memory file is restored at
+    the latest moment first and the key ring at the same moment, then at
+    each earlier one (up to :data:`RING_STEPS`); when none agrees, the memory
+    file steps back a moment and the key ring is tried again. A key ring is
+    never taken from after its memory file's moment, and a store's first
+    moments always agree, so a user is never refused for good; what a step
+    loses is the transactions it steps over, and only those."""
     if not USER_ID.fullmatch(user_id):
         return Restored(user_id, problem="not a user id")
     folder = Path(data_dir) / "users" / user_id
@@ -317,35 +337,36 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
     try:
         ring, mem = stage / "keyring.db", stage / "memory.db"
         settings = {name: target.at(f"users/{user_id}/{name}") for name in REPLICATED}
-        candidates: list[dt.datetime | None] = [at]
-        seen: set[dt.datetime] = set()
-        tried = 0
-        while candidates:
-            moment = candidates.pop(0)
-            tried += 1
-            if not (_restore_file(settings["keyring.db"], ring, moment)
-                    and _restore_file(settings["memory.db"], mem, moment)):
-                if tried == 1:
-                    return Restored(user_id, problem="the replica holds no copy of this user at that moment",
-                                    absent=True)
+        if not (_restore_file(settings["keyring.db"], ring, at) and _restore_file(settings["memory.db"], mem, at)):
+            return Restored(user_id, problem="the replica holds no copy of this user at that moment", absent=True)
+        if agree(ring, mem) is None:
+            return _settle(user_id, stage, folder, data_dir, at, 0)
+        ring_points = _restore_points(settings["keyring.db"], ring, at)
+        tried = 1
+        for m in _restore_points(settings["memory.db"], mem, at):
+            if not _restore_file(settings["memory.db"], mem, m):
                 continue
-            why = agree(ring, mem)
-            if why is None:
-                for name in REPLICATED:
-                    os.chmod(stage / name, 0o600)
-                os.chmod(stage, 0o700)
-                os.rename(stage, folder)
-                label = "latest" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-                return Restored(user_id, label, tried - 1, verify_user(Path(data_dir), folder))
-            if tried == 1:
-                # Step back before each second either file wrote in, latest first.
-                limit = at or dt.datetime.max.replace(tzinfo=dt.UTC)
-                for name in REPLICATED:
-                    seen.update(t.replace(microsecond=0) for t in _moments(settings[name], stage / name))
-                candidates = [s - dt.timedelta(milliseconds=1) for s in sorted(seen, reverse=True) if s <= limit]
+            earlier = [k for k in ring_points if m is None or (k is not None and k <= m)]
+            for k in earlier[:RING_STEPS]:
+                if (m, k) == (at, at) or not _restore_file(settings["keyring.db"], ring, k):
+                    continue
+                if agree(ring, mem) is None:
+                    return _settle(user_id, stage, folder, data_dir, m, tried)
+                tried += 1
         return Restored(user_id, problem="no moment of the replica has its two files agreeing")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+
+
+def _settle(user_id: str, stage: Path, folder: Path, data_dir: Path, moment: dt.datetime | None,
+            stepped: int) -> Restored:
+    """The agreeing pair in ``stage`` becomes the user's folder, checked."""
+    for name in REPLICATED:
+        os.chmod(stage / name, 0o600)
+    os.chmod(stage, 0o700)
+    os.rename(stage, folder)
+    label = "latest" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return Restored(user_id, label, stepped, verify_user(Path(data_dir), folder))
 
 
 def replica_users(target: Target, work: Path) -> list[tuple[str, str]]:
