@@ -62,8 +62,12 @@ def test_backup_under_load_restores_every_memory(tmp_path: Path):
             writers.append(subprocess.Popen(
                 [sys.executable, str(NOTER), live.url, label, str(stop)], stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "STASH_TEST_TOKEN": token}))
-        wait_for(lambda: http.ok("GET", "/wake", a["token"])["T"] >= 30
-                 and http.ok("GET", "/wake", b["token"])["T"] >= 10, "the writers to get going")
+        # How many memories each holds, counted by a recall of every line: a wake
+        # would be refused once the log outgrows WAKE_LINES with nothing napped.
+        def held(token: str) -> int:
+            return http.ok("POST", "/recall", token, json={"q": "."})["total"]
+
+        wait_for(lambda: held(a["token"]) >= 30 and held(b["token"]) >= 10, "the writers to get going")
         before = {u["user_id"]: log_of(http, u["token"]) for u in (a, b)}
 
         backup = tmp_path / "backup"
