@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..core.lines import plural
 from ..web.settings import DATA
 
 SYNC_ENV = "STASH_REPLICATE_INTERVAL"
@@ -162,11 +163,11 @@ def restore_main(argv: list[str]) -> int:
                 failed += 1
                 continue
             assert done.report is not None
-            step = f", {done.stepped} moments stepped back to where its files agree" if done.stepped else ""
+            step = f", {plural(done.stepped, 'moment')} stepped back to where its files agree" if done.stepped else ""
             print(f"{done.user_id}  restored at {done.moment}{step}", flush=True)
             _print_report(done.report)
             failed += not done.report.ok
     took = time.monotonic() - started
-    print(f"stash restore: {len(users) - failed - skipped} users restored, {failed} failed, {skipped} skipped, "
-          f"in {took:.1f} s.")
+    restored = plural(len(users) - failed - skipped, "user")
+    print(f"stash restore: {restored} restored, {failed} failed, {skipped} skipped, in {took:.1f} s.")
     return 1 if failed else 0
