@@ -84,10 +84,31 @@ def raised_codes() -> dict[str, set[int]]:
 
 
 def codes_raised_by(function: Any) -> set[str]:
-    """The codes ``function``'s own body raises (not those of what it calls)."""
+    """The codes ``function``'s own body raises, and those raised by the
+    body of each function of the package it calls by name (``admit(...)``
+    or ``module.admit(...)``): a handler's codes, whether it raises them
+    itself or hands its fields to one service function that does."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     found: dict[str, set[int]] = {}
-    _raised_in(ast.parse(textwrap.dedent(inspect.getsource(function))), found)
+    _raised_in(tree, found)
+    for callee in _callees(tree, function.__globals__):
+        _raised_in(ast.parse(textwrap.dedent(inspect.getsource(callee))), found)
     return set(found)
+
+
+def _callees(tree: ast.AST, names: dict[str, Any]) -> list[Any]:
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        target = None
+        if isinstance(node.func, ast.Name):
+            target = names.get(node.func.id)
+        elif isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name):
+            target = getattr(names.get(node.func.value.id), node.func.attr, None)
+        if inspect.isfunction(target) and target.__module__.startswith("stash."):
+            out.append(target)
+    return out
 
 
 def _raised_in(tree: ast.AST, found: dict[str, set[int]]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from ..core import blocks, lines, sizes
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
 from ..core.recall import BadPattern, compile_pattern
+from ..storage.keyring import now_utc
 from ..storage.memfile import MemoryFile
 from . import instructions, recall_scan
 
@@ -307,6 +308,10 @@ class Memory:
         what to do instead of noting or napping, before the awake line."""
         return AWAKE if self.writes else f"{READ_ONLY}\n{AWAKE}"
 
+    def count(self) -> int:
+        """How many memories the log holds."""
+        return self.mf.count()
+
     # ------------------------------------------------------------ note, nap
 
     def note(self, text: object) -> dict:
@@ -496,7 +501,9 @@ class Memory:
 
     MAX_ERASE = 10_000
 
-    def erase(self, ids: object, at: str) -> dict:
+    def erase(self, ids: object, at: str | None = None) -> dict:
+        """Shred memories ``ids`` (docs/DESIGN.md, "Erase"); the receipt is dated ``at``, by default now."""
+        at = at or now_utc()
         if (not isinstance(ids, list) or not ids or len(ids) > self.MAX_ERASE
                 or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)):
             raise Invalid(f"Send {{\"ids\": [...]}}: 1 to {self.MAX_ERASE} memory ids as whole numbers.",

@@ -13,11 +13,9 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
-from starlette.requests import Request
 from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
@@ -40,19 +38,12 @@ error_log = logging.getLogger("stash.error")
 class Guard:
     """Outermost middleware: renders every failure as the error shape, logs one
     line per request (method, route template, status, time — never the query
-    string), and counts it.
+    string), and counts it. Requests reach their route through Starlette's
+    router only."""
 
-    A request for one of the routes' own method and fixed path (``direct``)
-    goes straight to its endpoint, past Starlette's exception middleware and
-    router, which would find the same endpoint at a cost about that of a
-    refused token: the endpoint renders every error it raises itself, and
-    anything else is this class's 500 either way. Every other request (a path
-    with a parameter, HEAD, an unknown route or method) takes Starlette's way."""
-
-    def __init__(self, app, metrics: Metrics, direct: dict[tuple[str, str], Callable] | None = None) -> None:
+    def __init__(self, app, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
-        self.direct = direct or {}
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -72,13 +63,7 @@ class Guard:
             await send(message)
 
         try:
-            endpoint = None if scope.get("root_path") else self.direct.get((scope["method"], scope["path"]))
-            if endpoint is None:
-                await self.app(scope, receive, tracked_send)
-            else:
-                scope["path_params"] = {}
-                response = await endpoint(Request(scope, receive, tracked_send))
-                await response(scope, receive, tracked_send)
+            await self.app(scope, receive, tracked_send)
         except Exception as exc:  # the one place that turns a bug into a clean 500
             error_log.error("unhandled %s on %s", type(exc).__name__, scope.get("stash.route", "-"))
             if not status["started"]:
@@ -163,8 +148,7 @@ def create_app(settings: Settings) -> Starlette:
     app.state.limiter = RateLimiter()
     app.state.shares = Shares(settings.user_concurrency, settings.user_slow, settings.slow_slots)
     app.state.proxies = TrustedProxies(settings.trusted_proxies)
-    direct = {(r.method, r.path): r.endpoint for r in ROUTES if "{" not in r.path}
-    app.add_middleware(Guard, metrics=metrics, direct=direct)
+    app.add_middleware(Guard, metrics=metrics)
     return app
 
 

@@ -1,5 +1,5 @@
 """The OpenAPI 3.1 document served at ``GET /openapi.json``, generated from
-the route declarations alone (:class:`stash.web.routes.RouteSpec`): paths,
+the route declarations alone (:class:`stash.web.dispatch.RouteSpec`): paths,
 methods, scopes, fields with their limits, answer schemas and each route's
 error codes. There is no second table to keep in step."""
 
@@ -9,7 +9,6 @@ from typing import Any
 
 from ..crypto import tokens
 from ..service import idempotency
-from .jsonio import BODY_CAP, IMPORT_BODY_CAP, NAP_BODY_CAP
 from .routespec import SECURED, error_codes
 from .schemas import SCHEMAS, integer, ref, string
 
@@ -41,7 +40,7 @@ _STATUS_WORDS = {
 }
 
 
-def _operation(route, caps: dict[str, int]) -> dict:
+def _operation(route, settings: Any) -> dict:
     op: dict[str, Any] = {
         "operationId": route.method.lower() + "_" + (route.path.strip("/").replace(".", "_") or "landing"),
         "summary": route.summary,
@@ -76,7 +75,7 @@ def _operation(route, caps: dict[str, int]) -> dict:
     if route.method != "GET" and route.fields is not None:
         op["requestBody"] = {
             "required": route.fields.body_required,
-            "description": f"A JSON object of at most {caps[route.body_cap]} bytes (this server's cap); "
+            "description": f"A JSON object of at most {route.body_cap.of(settings)} bytes (this server's cap); "
                            "an unknown field is refused.",
             "content": {"application/json": {"schema": route.fields.schema()}},
         }
@@ -120,15 +119,14 @@ def _operation(route, caps: dict[str, int]) -> dict:
     return op
 
 
-def document(routes, version: str, caps: dict[str, int] | None = None, server: str | None = None) -> dict:
-    """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); ``caps``
-    are this server's body caps by Settings field name; ``server`` is its
-    public address (``--url``, else the address it was called at), named in
+def document(routes, version: str, settings: Any = None, server: str | None = None) -> dict:
+    """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); the body
+    caps are ``settings``' (None: the defaults); ``server`` is its public
+    address (``--url``, else the address it was called at), named in
     ``servers`` so a generated client or a broker calls the right host."""
-    caps = {"max_body": BODY_CAP, "max_import_body": IMPORT_BODY_CAP, "max_nap_body": NAP_BODY_CAP, **(caps or {})}
     paths: dict[str, dict] = {}
     for route in routes:
-        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, caps)
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, settings)
     return {
         "openapi": "3.1.0",
         "info": {

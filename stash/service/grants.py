@@ -1,0 +1,51 @@
+"""What the owner does with capabilities, as answers: a capability minted
+with its terms checked and the AGENTS.md block of the agent it is for; the
+owner token rotated with what to update. The key work is the vault's
+(access.py); this module says what the owner is handed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from ..core.errors import Invalid
+from . import grant_terms, onboarding
+from .access import Session, Vault
+
+BAD_URL = ("url must be the server's plain http(s) address, like https://stash.example (letters, digits and .-_~%/ "
+           "in its path; no spaces, quotes or other characters).")
+MINTABLE = ("read", "full")
+
+
+def mint(session: Session, vault: Vault, scope: object, label: object, expires: object, address: str | None,
+         keyed: bool) -> dict[str, object]:
+    """A new read or full capability. Its terms are checked before anything
+    is written; ``address`` is the server address its AGENTS.md block names
+    (None: the one given was refused); ``keyed``: the request carried an
+    Idempotency-Key, so the token can be shown again to an exact retry."""
+    if scope not in MINTABLE:
+        raise Invalid("scope must be \"read\" or \"full\"; ownership is never transferable.", code="grants.bad_scope")
+    label = grant_terms.check_label(label)
+    expires = grant_terms.check_expires(expires, datetime.now(UTC))
+    if address is None:
+        raise Invalid(BAD_URL, code="grants.bad_url")
+    grant_id, token = vault.mint_grant(session, scope, label, expires)
+    row = next(g for g in vault.list_grants(session) if g["id"] == grant_id)
+    shown = ("shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
+             "(from a copy sealed under the owner's token); it is never stored in the clear" if keyed else
+             "shown once and never stored")
+    return {"id": grant_id, "scope": scope, "label": label, "created": row["created"], "expires": expires,
+            "token": token,
+            "note": f"This token is {shown}; hand it to the agent it is for as STASH_TOKEN, with the block in prompt "
+                    f"for its AGENTS.md; revoke it with DELETE /grants/{grant_id}.",
+            "prompt": onboarding.agents_block(address.rstrip("/"), scope)}
+
+
+def rotate(session: Session, vault: Vault) -> dict[str, object]:
+    """A new owner token. The answer names the variable to update, since the
+    old token now opens nothing and every shell and host that holds it must
+    take the new one."""
+    answer = vault.rotate_owner(session)
+    answer["update"] = "STASH_TOKEN"
+    answer["message"] = ("Update STASH_TOKEN to this token wherever the old owner token is set (this shell, your "
+                         "agent's environment, every host that used it): the old one opens nothing from now on.")
+    return answer

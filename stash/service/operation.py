@@ -1,0 +1,145 @@
+"""One authenticated call, run the way its route declares it.
+
+A route declares what happens around its handler: the scope it needs, the
+file its Idempotency-Key record is kept in, the memories it adds (checked
+against the operator's quotas), the audit event it leaves, and the cleanup
+after it commits. :func:`perform` is the one place that runs those
+declarations, so no handler wires them by hand and two routes that declare
+the same thing cannot do it differently."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import Unauthorized
+from ..crypto.chain import Head
+from . import audit, idempotency, quotas
+from .access import Session, Vault
+
+RECORDS = ("memory", "keyring", "rotation")
+CLEANUPS = ("memory", "epoch")
+Handler = Callable[[Session, dict[str, Any], Any], Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    """The audit event a route leaves (audit.EVENTS), and its detail, made
+    from the request's fields and the answer; a detail of None leaves none
+    (a revocation of a revoked capability changed nothing)."""
+
+    name: str
+    detail: Callable[[Session, dict[str, Any], Any], dict[str, object] | None]
+
+    def __post_init__(self) -> None:
+        if self.name not in audit.EVENTS:
+            raise ValueError(f"unknown audit event {self.name}")
+
+
+@dataclass(frozen=True)
+class Effects:
+    """What a route does beyond its handler. ``record``: where its
+    Idempotency-Key record lives (``memory`` file, ``keyring``, or
+    ``rotation``: the key ring, sealed under the old owner token's secret);
+    ``adds``: how many memories the request adds; ``cleanup``: the flush run
+    after the write commits (``memory``: the memory file's WAL; ``epoch``:
+    re-seal under the new key epoch and flush the key ring)."""
+
+    scope: str
+    record: str | None = None
+    event: Event | None = None
+    adds: Callable[[dict[str, Any]], int | None] | None = None  # None from it: no check
+    cleanup: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.record not in (None, *RECORDS) or self.cleanup not in (None, *CLEANUPS):
+            raise ValueError(f"unknown record {self.record!r} or cleanup {self.cleanup!r}")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A call's answer: replayed from an earlier request's record, or with
+    the audit event it recorded (None: none)."""
+
+    body: Any
+    replayed: bool = False
+    event: str | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The operator's quotas per memory (quotas.py)."""
+
+    memories: int
+    bytes: int
+
+
+def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects, route: str,
+            fields: dict[str, Any], key: str | None, limits: Limits, handler: Handler,
+            context: Any = None) -> Outcome:
+    """Authenticate ``token`` for ``effects.scope``, then run ``handler``
+    with the session, the parsed fields and ``context`` as declared.
+
+    The quota check runs inside the write's transaction, so two writes
+    cannot both slip under a limit. The audit event of a key-ring write is
+    recorded in that write's transaction; the event of a memory-file write
+    is recorded once the write has committed (the event lives in the key
+    ring, another file), and a replayed answer records none. A rotation
+    resent by its revoked old token, with its Idempotency-Key, answers its
+    recorded answer (idempotency.rotation_write)."""
+    try:
+        with vault.session(token, effects.scope, pin) as session:
+            return _run(vault, session, effects, route, fields, key, limits, handler, context)
+    except Unauthorized:
+        if effects.record != "rotation" or key is None:
+            raise
+        replay = vault.replay_rotation(token, key)
+        if replay is None:
+            raise
+        return Outcome(replay, replayed=True)
+
+
+def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any], key: str | None,
+         limits: Limits, handler: Handler, context: Any) -> Outcome:
+    grant_id = session.grant_id  # a rotation's event belongs to the owner capability that asked for it
+    in_keyring = effects.record in ("keyring", "rotation")
+    recorded: list[str] = []
+
+    def work() -> Any:
+        adding = None if effects.adds is None else effects.adds(fields)
+        if adding is not None:
+            quotas.check_room(session.memory.count(), session.files.folder, adding, limits.memories, limits.bytes)
+        answer = handler(session, fields, context)
+        if in_keyring:
+            recorded[:] = _record(session, grant_id, effects.event, fields, answer)
+        return answer
+
+    if effects.record == "memory":
+        done = idempotency.memory_write(session, key, route, fields, work)
+    elif effects.record == "keyring":
+        done = idempotency.keyring_write(session, key, route, fields, work)
+    elif effects.record == "rotation":
+        done = idempotency.rotation_write(session, key, work)
+    else:
+        done = idempotency.Answer(work())
+    if not in_keyring and not done.replayed:
+        recorded[:] = _record(session, grant_id, effects.event, fields, done.body)
+    body = done.body
+    if effects.cleanup == "memory":
+        body = {**body, "flushed": session.flush_memory()}
+    elif effects.cleanup == "epoch":
+        body = {**body, "flushed": vault.finish_epoch(session)}
+    # A replay recorded nothing now, whatever the first request did.
+    return Outcome(body, done.replayed, None if done.replayed else next(iter(recorded), None))
+
+
+def _record(session: Session, grant_id: int, event: Event | None, fields: dict[str, Any], answer: Any) -> list[str]:
+    """Record ``event`` for this answer; the names recorded (none or one)."""
+    if event is None:
+        return []
+    detail = event.detail(session, fields, answer)
+    if detail is None:
+        return []
+    session.keyring.record(grant_id, event.name, detail)
+    return [event.name]
