@@ -73,9 +73,27 @@ TIMEOUT = 30.0
 LONG_TIMEOUT = 300.0
 IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # well under the server's 16 MiB import cap
 # Writes that carry an Idempotency-Key, so that resending one whose answer was
-# lost cannot write twice: the server replays the first answer instead.
-KEYED_WRITES = {("POST", "/note"), ("POST", "/nap"), ("POST", "/import"), ("POST", "/grants"), ("POST", "/rotate"),
-                ("POST", "/erase")}
+# lost cannot write twice: the server replays the first answer instead. Written
+# from the server's route declarations by `python -m stash.web.refgen --write`.
+# <!-- generated: keyed writes -->
+KEYED_WRITES = frozenset({
+    ("DELETE", "/grants/{grant_id}"),
+    ("POST", "/erase"),
+    ("POST", "/grants"),
+    ("POST", "/import"),
+    ("POST", "/nap"),
+    ("POST", "/note"),
+    ("POST", "/rotate"),
+})
+# <!-- end generated -->
+_KEYED = [(method, re.compile("[^/]+".join(map(re.escape, re.split(r"\{\w+\}", path)))))
+          for method, path in KEYED_WRITES]
+
+
+def is_keyed(method: str, path: str) -> bool:
+    """The request is one of the server's keyed writes (a path like
+    ``/grants/7`` matches its route's ``/grants/{grant_id}``)."""
+    return any(m == method and pattern.fullmatch(path) for m, pattern in _KEYED)
 RETRIES = 4  # resends of a keyed write after the first try
 RETRY_PAUSE = 0.5  # seconds before the first resend, doubling each time
 RETRY_STATUSES = (502, 503, 504)
@@ -474,7 +492,7 @@ class Api:
             pin = pinned(self.url, self._token) if _pinning() else None
             if pin:
                 headers["Stash-Pin"] = pin
-        keyed = (method, path) in KEYED_WRITES
+        keyed = is_keyed(method, path)
         if keyed:
             headers["Idempotency-Key"] = str(uuid.uuid4())
         req = urllib.request.Request(target, data=data, headers=headers, method=method)  # noqa: S310 - http(s) only

@@ -1,7 +1,9 @@
 """The audit trail (``GET /audit``): which capability did what, and when —
 never what it was about. Events are kept in the user's key ring, beside the
 grants they name; a store's deletion, which removes that key ring, leaves its
-receipt in the data folder, where the operator finds it."""
+receipt in the data folder, where the operator finds it. Which event a route
+leaves, and its detail, is declared with the route; operation.perform records
+it."""
 
 from __future__ import annotations
 

@@ -2,9 +2,11 @@
 API-REFERENCE.md each route's field table, the scope matrix and the error-code
 table, written from ROUTES (:mod:`stash.web.routes`) and stash/web/codes.py;
 in deploy/README.md ``stash serve``'s synopsis and options table, written from
-the option declarations (:mod:`stash.web.settings`). Prose stays hand-written
-around them; a generated table stands between ``<!-- generated: NAME -->``
-and ``<!-- end generated -->``.
+the option declarations (:mod:`stash.web.settings`); in the client
+(stash/client.py) the set of writes it sends with an Idempotency-Key, written
+from the routes that take one. Prose stays hand-written around them; a
+generated table stands between ``<!-- generated: NAME -->`` and
+``<!-- end generated -->`` (in Python, each marker behind ``# ``).
 
     python -m stash.web.refgen --check   # exit 1, naming each stale table
     python -m stash.web.refgen --write   # rewrite them in place
@@ -28,10 +30,11 @@ from .settings import OPTIONS
 
 REFERENCE = Path(__file__).resolve().parents[2] / "API-REFERENCE.md"
 DEPLOY_GUIDE = REFERENCE.parent / "deploy" / "README.md"
+CLIENT = Path(__file__).resolve().parents[1] / "client.py"
 REGENERATE = "python -m stash.web.refgen --write"
 END = "<!-- end generated -->"
 # Markers stand on lines of their own, so prose may name them.
-_REGION = re.compile(r"^<!-- generated: ([^\n]+?) -->\n(.*?)^" + re.escape(END) + "$", re.S | re.M)
+_REGION = re.compile(r"^((?:# )?)<!-- generated: ([^\n]+?) -->\n(.*?)^\1" + re.escape(END) + "$", re.S | re.M)
 
 # What each kind of token meets at a route of each scope (docs/DESIGN.md, "HTTP surface"): the scope
 # matrix's columns. "other user" holds a valid owner token of another memory,
@@ -252,11 +255,21 @@ def option_regions(options: list[Option] | None = None) -> dict[str, str]:
     return {"stash serve synopsis": serve_usage(options), "stash serve options": options_table(options)}
 
 
+def keyed_writes(routes: list[RouteSpec] | None = None) -> str:
+    """The client's KEYED_WRITES: every route that takes an Idempotency-Key."""
+    routes = ROUTES if routes is None else routes
+    pairs = sorted({(r.method, r.path) for r in routes if r.idempotent})
+    return "KEYED_WRITES = frozenset({\n" + "".join(f"    ({json.dumps(m)}, {json.dumps(p)}),\n"
+                                                    for m, p in pairs) + "})\n"
+
+
 def tables_of(doc: Path) -> tuple[dict[str, str], dict[str, str]]:
     """The tables the document ``doc`` must carry, and those it may: by its
     name, so a copy elsewhere (a test's) is checked as the original is."""
     if doc.parts[-2:] == DEPLOY_GUIDE.parts[-2:]:
         return option_regions(), {}
+    if doc.name == CLIENT.name:
+        return {"keyed writes": keyed_writes()}, {}
     return regions(), optional_regions()
 
 
@@ -273,12 +286,12 @@ def render(text: str, tables: dict[str, str] | None = None, doc: Path = REFERENC
     seen: list[str] = []
 
     def fill(match: re.Match[str]) -> str:
-        name = match.group(1)
+        lead, name = match.group(1), match.group(2)
         seen.append(name)
         if name not in tables:
             problems.append(f"no table is generated for <!-- generated: {name} -->")
             return match.group(0)
-        return f"<!-- generated: {name} -->\n{tables[name]}{END}"
+        return f"{lead}<!-- generated: {name} -->\n{tables[name]}{lead}{END}"
 
     out = _REGION.sub(fill, text)
     problems += [f"<!-- generated: {n} --> appears {seen.count(n)} times" for n in sorted(set(seen))
@@ -295,7 +308,7 @@ def stale(text: str, doc: Path = REFERENCE) -> list[str]:
     if out != text:
         required, optional = tables_of(doc)
         tables = {**optional, **required}
-        for name, body in _REGION.findall(text):
+        for _, name, body in _REGION.findall(text):
             if name in tables and body != tables[name]:
                 problems.append(f"the table {name!r} is stale")
     return problems
@@ -306,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="exit 1 if a generated table is stale")
     mode.add_argument("--write", action="store_true", help="rewrite the generated tables in place")
-    parser.add_argument("paths", nargs="*", type=Path, default=[REFERENCE, DEPLOY_GUIDE],
-                        help="documents to check or rewrite (default: API-REFERENCE.md and deploy/README.md)")
+    parser.add_argument("paths", nargs="*", type=Path, default=[REFERENCE, DEPLOY_GUIDE, CLIENT],
+                        help="documents to check or rewrite (default: API-REFERENCE.md, deploy/README.md and "
+                             "stash/client.py)")
     args = parser.parse_args(argv)
     failed = False
     for path in args.paths:

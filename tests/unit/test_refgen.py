@@ -79,3 +79,24 @@ def test_the_serve_options_table_of_the_deploy_guide_is_checked_and_rewritten(tm
     assert refgen.main(["--check", str(path)]) == 1
     assert refgen.main(["--write", str(path)]) == 0
     assert path.read_text(encoding="utf-8") == text
+
+
+def test_the_clients_keyed_writes_are_the_routes_that_take_a_key(tmp_path) -> None:
+    """The client's KEYED_WRITES is generated from the declarations: equal
+    to the server's, a route's path parameter matched by any value, and a
+    hand edit found by --check and undone by --write."""
+    from stash import client
+    from stash.web.routes import ROUTES
+
+    assert client.KEYED_WRITES == {(r.method, r.path) for r in ROUTES if r.idempotent}
+    assert client.is_keyed("DELETE", "/grants/7") and client.is_keyed("POST", "/note")
+    assert not client.is_keyed("DELETE", "/grants") and not client.is_keyed("DELETE", "/grants/7/x")
+    assert not client.is_keyed("GET", "/note") and not client.is_keyed("DELETE", "/store")
+    text = refgen.CLIENT.read_text(encoding="utf-8")
+    edited = text.replace('    ("POST", "/erase"),\n', "", 1)
+    assert edited != text and refgen.stale(edited, refgen.CLIENT) == ["the table 'keyed writes' is stale"]
+    path = tmp_path / "client.py"
+    path.write_text(edited, encoding="utf-8")
+    assert refgen.main(["--check", str(path)]) == 1
+    assert refgen.main(["--write", str(path)]) == 0
+    assert path.read_text(encoding="utf-8") == text
