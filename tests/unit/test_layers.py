@@ -118,3 +118,34 @@ def test_no_module_rewires_another_when_imported() -> None:
                     base = base.value
                 if base is not target and isinstance(base, ast.Name):
                     assert base.id not in imported, f"{name}:{node.lineno} assigns into {base.id}"
+
+
+def test_the_service_layer_never_imports_the_web_framework() -> None:
+    for name, deps in GRAPH.items():
+        if layer(name) == "service":
+            assert not deps & {"starlette", "uvicorn", "httpx"}, name
+            assert not [d for d in deps if layer(d) in ("web", "cli") and d.startswith("stash.")], name
+
+
+# What a route declares, and service/operation.py alone runs: a session of a scope, an Idempotency-Key
+# record, an audit event, a quota check. A handler or any other module of the edge that did one of
+# these itself would be a second path beside the declaration.
+DECLARED_WORK = {"session", "memory_write", "keyring_write", "rotation_write", "record", "check_room"}
+
+
+def called_names(path: Path) -> set[str]:
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            out.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return out
+
+
+def test_what_a_route_declares_is_run_in_one_place() -> None:
+    found = {name: called_names(path) & DECLARED_WORK for name, path in modules().items()
+             if layer(name) == "web"}
+    assert {name: calls for name, calls in found.items() if calls} == {}
+    # the reading sees such calls where they are made
+    assert {"session", "memory_write", "keyring_write", "rotation_write", "record", "check_room"} <= \
+        called_names(PACKAGE / "service" / "operation.py")
