@@ -96,35 +96,14 @@ _TEXT_CODES = ("text.type", "text.multiline", "text.control", "text.bidi", "text
 _BLOCK_CODES = ("block.invalid", "block.beyond_log")
 _SHAPE_RANGE = Refusal("shape.out_of_range", "T must be 0 to 10^15 and lines 1 to 1000.")
 
+NO_FIELDS = Fields()
+
+
 HEALTH_FIELDS = Fields((
     Field("ready", integer(0, 1), "`1`: also probe readiness — create, write, fsync and remove a temporary file "
           "(`.ready-*`) in the data folder's `users/`; `0`: liveness only", whole=True, default=0, default_doc="`0`",
           refuse=Refusal("request.bad_value", "ready must be 0 or 1.")),
 ))
-WAKE_FIELDS = Fields((
-    Field("part", integer(1), "which part to read, from 1", whole=True, default=1, default_doc="1"),
-    Field("T", integer(0), "the snapshot to cut the parts from; pass the `T` of part 1 when fetching later parts",
-          whole=True, nullable=True, default_doc="the log's size now"),
-))
-RECALL_FIELDS = Fields((
-    Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES),
-          f"the pattern: a regular expression (RE2 syntax, always case-insensitive) of 1 to {MAX_PATTERN_BYTES} "
-          "bytes of UTF-8; see [Recall syntax](#recall-syntax)",
-          required=True, missing="Missing q: send the pattern to search for."),
-    Field("before", integer(0), "search only the memories before this id: the `more` of the previous page",
-          whole=True, nullable=True, default_doc="the whole log"),
-), plain=plaintext.recall_body,
-   plain_doc="the pattern, exactly as its first line holds it; for a later page, a second line `before N`")
-ZOOM_FIELDS = Fields((
-    Field("block", ref("BlockId"), "the block to open", required=True,
-          missing="Missing block: send the block to open, as a #lo-hi line of the wake names it."),
-), plain=plaintext.zoom_body, plain_doc="the block, like `16-31`")
-SHAPE_FIELDS = Fields((
-    Field("T", integer(0, 10**15), "how many memories", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
-    Field("lines", integer(1, 1000), "the line budget", whole=True, default=96, default_doc="96",
-          refuse=_SHAPE_RANGE),
-))
-NO_FIELDS = Fields()
 
 
 @twins(
@@ -186,6 +165,13 @@ async def init(f: Args, call: Call) -> Answer:
     assert address is not None
     ident = await run_in_threadpool(call.vault.create_identity)
     return onboarding.init_answer(ident, address, CONTENT_CIPHER)
+
+
+WAKE_FIELDS = Fields((
+    Field("part", integer(1), "which part to read, from 1", whole=True, default=1, default_doc="1"),
+    Field("T", integer(0), "the snapshot to cut the parts from; pass the `T` of part 1 when fetching later parts",
+          whole=True, nullable=True, default_doc="the log's size now"),
+))
 
 
 @twins(
@@ -280,6 +266,17 @@ def nap(s: Session, f: Args, call: Call) -> Answer:
     return s.memory.nap(f.get("block"), f.get("text"), f.get("batch"), f.get("summaries"))
 
 
+RECALL_FIELDS = Fields((
+    Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES),
+          f"the pattern: a regular expression (RE2 syntax, always case-insensitive) of 1 to {MAX_PATTERN_BYTES} "
+          "bytes of UTF-8; see [Recall syntax](#recall-syntax)",
+          required=True, missing="Missing q: send the pattern to search for."),
+    Field("before", integer(0), "search only the memories before this id: the `more` of the previous page",
+          whole=True, nullable=True, default_doc="the whole log"),
+), plain=plaintext.recall_body,
+   plain_doc="the pattern, exactly as its first line holds it; for a later page, a second line `before N`")
+
+
 @twins(
     "/recall", "read", ("Regex search of the verbatim log", "Regex search (POST twin of GET /recall)"),
     RECALL_FIELDS,
@@ -305,6 +302,12 @@ def nap(s: Session, f: Args, call: Call) -> Answer:
 )
 def recall(s: Session, f: Args, call: Call) -> Answer:
     return s.memory.recall(f["q"], f["before"])
+
+
+ZOOM_FIELDS = Fields((
+    Field("block", ref("BlockId"), "the block to open", required=True,
+          missing="Missing block: send the block to open, as a #lo-hi line of the wake names it."),
+), plain=plaintext.zoom_body, plain_doc="the block, like `16-31`")
 
 
 @twins(
@@ -601,6 +604,13 @@ async def skill(f: Args, call: Call) -> str:
 )
 async def reference(f: Args, call: Call) -> str:
     return docs.reference()
+
+
+SHAPE_FIELDS = Fields((
+    Field("T", integer(0, 10**15), "how many memories", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
+    Field("lines", integer(1, 1000), "the line budget", whole=True, default=96, default_doc="96",
+          refuse=_SHAPE_RANGE),
+))
 
 
 @twins(
