@@ -127,15 +127,15 @@ KEY_RING_FORMATS = (
 )
 
 MEMORY_FORMATS = (
+    Format(MEMORY_FILE, "format 1", "a log without a running digest",
+           "meta has no 'log_head' ('format' is 1 or absent)", "storage.memfile.MemoryFile._migrate",
+           "before 0.1.0", _memory(lambda m: "log_head" not in m), mark="1", upgrade="_migrate"),
     Format(MEMORY_FILE, "SQLCipher", "every page encrypted under the file key, every row sealed too",
            "the key ring's 'file_cipher' is sqlcipher; the file has no SQLite header",
            "storage.files.connect", "0.1.0", lambda d: d.cipher == "sqlcipher"),
     Format(MEMORY_FILE, "plain SQLite", "pages in clear, every row sealed (where SQLCipher is missing, and on a "
            "replicated host)", "the key ring's 'file_cipher' is none; the file starts with SQLite's header",
            "storage.files.connect", "0.1.0", lambda d: d.cipher == "none"),
-    Format(MEMORY_FILE, "format 1", "a log without a running digest",
-           "meta has no 'log_head' ('format' is 1 or absent)", "storage.memfile.MemoryFile._migrate",
-           "before 0.1.0", _memory(lambda m: "log_head" not in m), mark="1", upgrade="_migrate"),
     Format(MEMORY_FILE, "format 2 (running digest)", "the log's head: count, previous digest, digest",
            "meta 'log_head' and 'format' 2", "storage.memfile.MemoryFile._verified_head", "0.1.0",
            _memory(lambda m: "log_head" in m), mark="2"),
@@ -171,8 +171,14 @@ MEMORY_FORMATS = (
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
-PAGE_FORMATS = {LEGACY_PAGE_BYTES: MEMORY_FORMATS[4], PAGE_BYTES: MEMORY_FORMATS[10]}
-ROW_FORMATS = {OLDER_MEMORY_PLAINTEXT_BYTES: MEMORY_FORMATS[5], MEMORY_PLAINTEXT_BYTES: MEMORY_FORMATS[11]}
+
+def _named(name: str) -> Format:
+    (found,) = [f for f in MEMORY_FORMATS if f.name == name]
+    return found
+
+
+PAGE_FORMATS = {LEGACY_PAGE_BYTES: _named("16 KiB pages"), PAGE_BYTES: _named("4 KiB pages")}
+ROW_FORMATS = {OLDER_MEMORY_PLAINTEXT_BYTES: _named("rows 320 B"), MEMORY_PLAINTEXT_BYTES: _named("rows 312 B")}
 
 
 def of_file(file: str) -> tuple[Format, ...]:
