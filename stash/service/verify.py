@@ -35,14 +35,14 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..storage import formats
-from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, UserFiles
+from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, UserFiles
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.memfile import HEAD_META, STATE_META, MemoryFile
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
 WAL_HEADER_BYTES, WAL_FRAME_HEADER_BYTES = 32, 24
-SEALED_ROW_BYTES = 352  # the smallest sealed log row (memfile.MEMORY_PLAINTEXT_BYTES plus the AEAD's nonce and tag)
+SEALED_ROW_BYTES = min(formats.ROW_FORMATS) + aead.OVERHEAD  # the smallest sealed log row
 USER_ID = re.compile(r"[0-9a-f]{16}")
 
 
@@ -129,7 +129,7 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]
     report.facts.append(f"{unmoved} live capabilities have not moved to key epochs yet" if unmoved else
                         "every live capability has moved to key epochs")
     pages = meta.get(MEMORY_PAGES, str(LEGACY_PAGE_BYTES))
-    if pages not in (str(PAGE_BYTES), str(LEGACY_PAGE_BYTES)):
+    if pages not in {str(n) for n in formats.PAGE_FORMATS}:
         raise Failed("keyring.db records no known page size for memory.db")
     return cipher, copy, int(pages)
 

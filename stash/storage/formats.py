@@ -98,8 +98,14 @@ def _lacks_one(made_on_use: str) -> Callable[[OnDisk], bool | None]:
     return shows
 
 
-def _pages(n: int) -> Callable[[OnDisk], bool | None]:
-    return lambda d: d.memory_pages == n
+def _pages(n: int, release: str, recognised: str) -> Format:
+    return Format(MEMORY_FILE, f"{n // 1024} KiB pages", f"pages of {n} bytes", f"PRAGMA page_size ({recognised})",
+                  "storage.keyring.Keyring.memory_page_bytes", release, lambda d: d.memory_pages == n)
+
+
+def _rows(plain: int, handler: str, release: str) -> Format:
+    return Format(MEMORY_FILE, f"rows {plain} B", f"memory plaintexts of {plain} bytes",
+                  f"sealed log rows of {plain + aead.OVERHEAD} bytes", handler, release, _sealed("row_bytes", plain))
 
 
 KEY_RING_FORMATS = (
@@ -139,12 +145,8 @@ MEMORY_FORMATS = (
     Format(MEMORY_FILE, "format 2 (running digest)", "the log's head: count, previous digest, digest",
            "meta 'log_head' and 'format' 2", "storage.memfile.MemoryFile._verified_head", "0.1.0",
            _memory(lambda m: "log_head" in m), mark="2"),
-    Format(MEMORY_FILE, "16 KiB pages", f"pages of {LEGACY_PAGE_BYTES} bytes",
-           "PRAGMA page_size (SQLCipher: the key ring records no page size, or 16384)",
-           "storage.keyring.Keyring.memory_page_bytes", "0.1.0", _pages(LEGACY_PAGE_BYTES)),
-    Format(MEMORY_FILE, "rows 320 B", f"memory plaintexts of {OLDER_MEMORY_PLAINTEXT_BYTES} bytes",
-           f"sealed log rows of {OLDER_MEMORY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
-           "storage.memfile.MemoryFile.scan", "0.1.0", _sealed("row_bytes", OLDER_MEMORY_PLAINTEXT_BYTES)),
+    _pages(LEGACY_PAGE_BYTES, "0.1.0", "SQLCipher: the key ring records no page size, or 16384"),
+    _rows(OLDER_MEMORY_PLAINTEXT_BYTES, "storage.memfile.MemoryFile.scan", "0.1.0"),
     Format(MEMORY_FILE, "unversioned summaries", f"summary plaintexts of {SUMMARY_PLAINTEXT_BYTES} bytes",
            f"sealed summaries of {SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
            "storage.memfile.MemoryFile._summary_text", "0.1.0", _sealed("summary_bytes", SUMMARY_PLAINTEXT_BYTES)),
@@ -159,18 +161,15 @@ MEMORY_FORMATS = (
            f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
            "storage.memfile.MemoryFile._summary_text", "0.2.0",
            _sealed("summary_bytes", SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES)),
-    Format(MEMORY_FILE, "4 KiB pages", f"pages of {PAGE_BYTES} bytes",
-           "PRAGMA page_size (SQLCipher: the key ring's 'memory_page_bytes')",
-           "storage.keyring.Keyring.memory_page_bytes", "0.3.0", _pages(PAGE_BYTES)),
-    Format(MEMORY_FILE, "rows 312 B", f"memory plaintexts of {MEMORY_PLAINTEXT_BYTES} bytes",
-           f"sealed log rows of {MEMORY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
-           "storage.memfile.MemoryFile.append", "0.3.0", _sealed("row_bytes", MEMORY_PLAINTEXT_BYTES)),
+    _pages(PAGE_BYTES, "0.3.0", "SQLCipher: the key ring's 'memory_page_bytes'"),
+    _rows(MEMORY_PLAINTEXT_BYTES, "storage.memfile.MemoryFile.append", "0.3.0"),
     Format(MEMORY_FILE, "tables made on use", "config, erased and erasures are made by their first row",
            "a table of schema.sql's memory_on_use section is absent", "storage.formats.make_on_use", "0.3.0",
            _lacks_one("memory_on_use")),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
+
 
 def _named(name: str) -> Format:
     (found,) = [f for f in MEMORY_FORMATS if f.name == name]

@@ -145,7 +145,7 @@ class Keyring:
                pool: Pool | None = None) -> Keyring:
         """A new key ring, and the page size its memory file will be made
         with (:meth:`memory_page_bytes`)."""
-        if page_bytes not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
+        if page_bytes not in formats.PAGE_FORMATS:
             raise ValueError("not a page size this release reads")
         ring = cls(path, user_id, create=True, pool=pool)
         # Only the tables every store uses; the others are made by their
@@ -190,7 +190,7 @@ class Keyring:
             n = int(text)
         except ValueError:
             n = 0
-        if n not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
+        if n not in formats.PAGE_FORMATS:
             raise ValueError("the key ring's record of the memory file's page size is unreadable")
         return n
 

@@ -29,8 +29,8 @@ class ErasurePart(RowCodec):
     def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
         """Shred memories: record each one's date, zero its key slot, drop
         only the summaries that contain it (:meth:`TreePart._drop_erased`).
-        The log rows are not touched. Returns (receipt id, newly
-        erased ids, dropped blocks). Cost: O(log T) per erased memory."""
+        The log rows are not touched. Returns (receipt id, newly erased ids,
+        dropped blocks). Cost: O(log T) per erased memory."""
         with write_transaction(self.conn):
             self._ensure_table("erased")
             self._ensure_table("erasures")
