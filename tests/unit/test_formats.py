@@ -122,7 +122,9 @@ def test_a_release2_store_opens_and_verify_names_its_formats(capsys, tmp_path: P
     assert by_mark(formats.KEY_RING, ring_mark).name in ring
     assert_memory_named(memory, page, rows, mark)
     versioned = formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD
+    assert sums and sums <= {versioned, formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD}
     assert ("versioned summaries" in memory) == (versioned in sums)
+    assert ("unversioned summaries" in memory) == (versioned - formats.SUMMARY_VERSION_BYTES in sums)
 
 
 def test_a_release1_store_moves_up_through_the_registry(capsys, tmp_path: Path):
