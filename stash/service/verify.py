@@ -29,18 +29,20 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
-from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, UserFiles
+from ..storage import formats
+from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, UserFiles
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.memfile import HEAD_META, STATE_META, MemoryFile
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
 WAL_HEADER_BYTES, WAL_FRAME_HEADER_BYTES = 32, 24
-SEALED_ROW_BYTES = 352  # the smallest sealed log row (memfile.MEMORY_PLAINTEXT_BYTES plus the AEAD's nonce and tag)
+SEALED_ROW_BYTES = min(formats.ROW_FORMATS) + aead.OVERHEAD  # the smallest sealed log row
 USER_ID = re.compile(r"[0-9a-f]{16}")
 
 
@@ -127,7 +129,7 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]
     report.facts.append(f"{unmoved} live capabilities have not moved to key epochs yet" if unmoved else
                         "every live capability has moved to key epochs")
     pages = meta.get(MEMORY_PAGES, str(LEGACY_PAGE_BYTES))
-    if pages not in (str(PAGE_BYTES), str(LEGACY_PAGE_BYTES)):
+    if pages not in {str(n) for n in formats.PAGE_FORMATS}:
         raise Failed("keyring.db records no known page size for memory.db")
     return cipher, copy, int(pages)
 
@@ -307,13 +309,16 @@ def _check_sizes(folder: Path, cipher: str, page: int) -> None:
         _wal_frames(memory, page)
 
 
-def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head | None, report: Report) -> None:
-    """Everything the owner's (or any) capability can open."""
+def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head | None,
+                      report: Report) -> dict[str, object] | None:
+    """Everything the owner's (or any) capability can open. Returns what the
+    opened memory file shows of its format (None: the token is another
+    user's)."""
     from .access import Vault
 
     token = tokens.parse(token_text)
     if token is None or token.user_id != folder.name:
-        return
+        return None
     vault = Vault(data_dir)
     try:
         _, files, ring, grant = vault._authenticate(token_text)
@@ -369,6 +374,7 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
                 raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
                              "memory.db (a page or row from before the erasure was put back); they are still "
                              "served as erased — erase them again (stash erase) to shred the keys")
+            shown = formats.read_memory_file(mf.conn)
         except StashError as e:
             raise Failed(f"with the token: {e.message}") from None
         finally:
@@ -377,6 +383,28 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
                             f"and the whole chain recomputes to head {whole.pin()[:24]}…")
     finally:
         ring.close()
+    return shown
+
+
+def _formats(folder: Path, cipher: str, page: int, memory: dict[str, object] | None) -> str:
+    """The format registry's entries this user's files are at, as one fact;
+    an encrypted memory file without a token shows only its cipher and the
+    page size its key ring records."""
+    conn = _plain(folder / "keyring.db")
+    try:
+        meta, columns, tables = formats.read_key_ring(conn)
+    finally:
+        conn.close()
+    shown: dict[str, Any] = {"memory_pages": page, **(memory or {})}
+    return formats.describe(formats.OnDisk(meta, columns, tables, cipher, **shown))
+
+
+def _read_plain_memory(path: Path) -> dict[str, object]:
+    conn = _plain(path)
+    try:
+        return formats.read_memory_file(conn)
+    finally:
+        conn.close()
 
 
 def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> Report:
@@ -387,12 +415,15 @@ def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> 
         if not files.memory.is_file():
             raise Failed("memory.db is missing")
         _check_sizes(folder, cipher, page)
+        memory = None
         if cipher == "none":
             _check_plain_memory(files.memory, folder.name, copy, report)
+            memory = _read_plain_memory(files.memory)
         else:
             _check_encrypted_memory(files.memory, page, report, copy)
         if token_text:
-            _check_with_token(data_dir, folder, token_text, copy, report)
+            memory = _check_with_token(data_dir, folder, token_text, copy, report) or memory
+        report.facts.append(_formats(folder, cipher, page, memory))
     except Failed as e:
         report.fail(str(e))
     except (OSError, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes

@@ -34,6 +34,7 @@ from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys, is_sealed
 from ..crypto.owner_seal import seal as seal_to_owner
+from . import formats
 from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, connect, flush, release, write_transaction
 from .idempotency import Records
 from .pool import Pool
@@ -50,8 +51,8 @@ OWNER_BOX = "owner_box"  # "<owner grant id>:<hex of every owner seed sealed to 
 OWNER_SEALED = "owner_sealed"  # "1" once every label, event and last-used day is sealed to the owner
 SEALED_EVENT = "sealed"  # the event column of an audit row whose whole content is sealed to the owner
 SEALED_DAY = "sealed:"  # starts a last-used day sealed to the owner (hex follows)
-MEMORY_PAGES = "memory_page_bytes"  # the page size memory.db is read with (schema.sql, "Pages")
-FORMAT = "2"
+MEMORY_PAGES = formats.MEMORY_PAGES  # the page size memory.db is read with (schema.sql, "Pages")
+FORMAT = formats.current_mark(formats.KEY_RING)
 _COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
 
 
@@ -144,7 +145,7 @@ class Keyring:
                pool: Pool | None = None) -> Keyring:
         """A new key ring, and the page size its memory file will be made
         with (:meth:`memory_page_bytes`)."""
-        if page_bytes not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
+        if page_bytes not in formats.PAGE_FORMATS:
             raise ValueError("not a page size this release reads")
         ring = cls(path, user_id, create=True, pool=pool)
         # Only the tables every store uses; the others are made by their
@@ -189,7 +190,7 @@ class Keyring:
             n = int(text)
         except ValueError:
             n = 0
-        if n not in (PAGE_BYTES, LEGACY_PAGE_BYTES):
+        if n not in formats.PAGE_FORMATS:
             raise ValueError("the key ring's record of the memory file's page size is unreadable")
         return n
 
@@ -246,14 +247,20 @@ class Keyring:
         return True
 
     def _upgrade(self) -> None:
-        """Give a format-1 key ring the columns of format 2 (once; the ALTERs
-        and the format mark commit together)."""
+        """Bring a key ring of an earlier format to the current one: every
+        upgrade step the format registry lists, in its order, and the format
+        mark, in one transaction (once)."""
         with write_transaction(self.conn):
-            have = {r[1] for r in self.conn.execute("PRAGMA table_info(grants)")}
-            for column in ("pub", "box"):
-                if column not in have:
-                    self.conn.execute(f"ALTER TABLE grants ADD COLUMN {column} BLOB")
+            for step in formats.upgrades(formats.KEY_RING):
+                getattr(self, step)()
             self.conn.execute("UPDATE keyring_meta SET value = ? WHERE name = 'format'", (FORMAT,))
+
+    def _add_epoch_columns(self) -> None:
+        """Format 1 to 2: the grants' pub and box columns, where missing."""
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(grants)")}
+        for column in ("pub", "box"):
+            if column not in have:
+                self.conn.execute(f"ALTER TABLE grants ADD COLUMN {column} BLOB")
 
     def _select(self, where: str, args: tuple[object, ...]) -> list[Grant]:
         try:
@@ -358,11 +365,7 @@ class Keyring:
         return GrantNotes(*row) if row else GrantNotes(None, None, None)
 
     def _ensure_table(self, name: str) -> None:
-        """A key ring made before table ``name`` existed gets it (as
-        schema.sql writes it) on its first write of one."""
-        keyring = sections()["keyring_on_use"]
-        start = keyring.index(f"CREATE TABLE IF NOT EXISTS {name} ")
-        self.conn.execute(keyring[start:keyring.index(");", start) + 2])
+        formats.make_on_use(self.conn, "keyring_on_use", name)
 
     def _has_table(self, name: str) -> bool:
         return self.conn.execute(

@@ -149,3 +149,17 @@ def test_what_a_route_declares_is_run_in_one_place() -> None:
     # the reading sees such calls where they are made
     assert {"session", "memory_write", "keyring_write", "rotation_write", "record", "check_room"} <= \
         called_names(PACKAGE / "service" / "operation.py")
+def test_the_memory_file_parts_stand_alone() -> None:
+    """Each part of the memory file (stash/storage/memfile/) is a module a
+    reader can hold alone: under 300 lines, never importing the handle that
+    composes the parts; the format registry imports neither file it
+    describes (they dispatch from it, never the reverse)."""
+    parts = {n: p for n, p in modules().items() if n.startswith("stash.storage.memfile.")}
+    assert {"stash.storage.memfile.rows", "stash.storage.memfile.log", "stash.storage.memfile.tree",
+            "stash.storage.memfile.state", "stash.storage.memfile.reseal"} <= set(parts)
+    for name, path in parts.items():
+        assert len(path.read_text(encoding="utf-8").splitlines()) < 300, name
+        assert "stash.storage.memfile.handle" not in GRAPH[name], name
+        assert {layer(d) for d in GRAPH[name] if d.startswith("stash.")} <= {"core", "crypto", "storage"}, name
+    assert not [d for d in GRAPH["stash.storage.formats"]
+                if d.startswith(("stash.storage.memfile", "stash.storage.keyring"))]

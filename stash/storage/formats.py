@@ -1,0 +1,258 @@
+"""Every on-disk format a user's two files have had, in order, with how each
+is told on disk and the reader or upgrade step that handles it
+(docs/DESIGN.md, "Formats").
+
+This registry is the one place that knows the order of the formats: the key
+ring's and the memory file's format marks, the upgrade steps that move a file
+from one mark to the next (:func:`upgrades`, :func:`upgrade_of`), the page
+sizes and row lengths each release wrote, and which tables a file makes on
+first use (:func:`make_on_use`). It reads files (``stash verify`` reports a
+user's formats from it, :func:`formats_of`) and never writes one except
+through those steps.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..crypto import aead
+from .files import LEGACY_PAGE_BYTES, PAGE_BYTES
+from .schema import sections
+
+KEY_RING = "key ring"
+MEMORY_FILE = "memory file"
+MEMORY_PAGES = "memory_page_bytes"  # the key ring's record of the memory file's page size
+RELEASES = ("before 0.1.0", "0.1.0", "0.2.0", "0.3.0", "unreleased")
+
+# A memory's plaintext: 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded,
+# then the writer (297 bytes at most). 312 makes a sealed row 352 bytes, so a
+# 4 KiB page holds 11 log rows where 320 fitted 10. Rows of earlier releases
+# are 320; both open, each row has one length.
+MEMORY_PLAINTEXT_BYTES = 312
+OLDER_MEMORY_PLAINTEXT_BYTES = 320
+SUMMARY_PLAINTEXT_BYTES = 288
+SUMMARY_VERSION_BYTES = 8  # a summary's plaintext starts with the state version it was written at
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """What a user's files show of their format, read without changing them
+    (:func:`read_key_ring`, :func:`read_memory_file`). A field is None when it
+    cannot be read: an encrypted memory file's contents without a key."""
+
+    keyring_meta: Mapping[str, str]
+    keyring_columns: frozenset[str]
+    keyring_tables: frozenset[str]
+    cipher: str
+    memory_pages: int
+    memory_meta: Mapping[str, str] | None = None
+    memory_tables: frozenset[str] | None = None
+    row_bytes: frozenset[int] | None = None  # sealed log row lengths
+    summary_bytes: frozenset[int] | None = None  # sealed summary lengths
+
+
+@dataclass(frozen=True)
+class Format:
+    """One format of one file: ``name`` as ``stash verify`` prints it,
+    ``what`` it is, how it is ``recognised`` on disk, the ``handler`` (a
+    qualified name under ``stash.``) that reads or upgrades it, the
+    ``release`` whose stores first had it, and ``shows``: whether a user's
+    files are at it (None: not told without the key). ``mark`` is the file's
+    ``format`` meta value at this format; ``upgrade`` names the method of the
+    file's class that brings a file at this mark to the next one."""
+
+    file: str
+    name: str
+    what: str
+    recognised: str
+    handler: str
+    release: str
+    shows: Callable[[OnDisk], bool | None]
+    mark: str | None = None
+    upgrade: str | None = None
+
+
+def _memory(test: Callable[[Mapping[str, str]], bool]) -> Callable[[OnDisk], bool | None]:
+    return lambda d: None if d.memory_meta is None else test(d.memory_meta)
+
+
+def _sealed(field: str, plain: int) -> Callable[[OnDisk], bool | None]:
+    def shows(d: OnDisk) -> bool | None:
+        lengths: frozenset[int] | None = getattr(d, field)
+        return None if lengths is None else plain + aead.OVERHEAD in lengths
+    return shows
+
+
+def _lacks_one(made_on_use: str) -> Callable[[OnDisk], bool | None]:
+    """A store made since tables are made on first use (its key ring records
+    the page size, which came with it) that lacks a table of section
+    ``made_on_use``; one holding them all cannot be told from an older one,
+    and an older key ring lacks the tables its release did not have."""
+    def shows(d: OnDisk) -> bool | None:
+        tables = d.keyring_tables if made_on_use == "keyring_on_use" else d.memory_tables
+        if tables is None or MEMORY_PAGES not in d.keyring_meta:
+            return None
+        return not on_use_tables(made_on_use) <= tables or None
+    return shows
+
+
+def _pages(n: int, release: str, recognised: str) -> Format:
+    return Format(MEMORY_FILE, f"{n // 1024} KiB pages", f"pages of {n} bytes", f"PRAGMA page_size ({recognised})",
+                  "storage.keyring.Keyring.memory_page_bytes", release, lambda d: d.memory_pages == n)
+
+
+def _rows(plain: int, handler: str, release: str) -> Format:
+    return Format(MEMORY_FILE, f"rows {plain} B", f"memory plaintexts of {plain} bytes",
+                  f"sealed log rows of {plain + aead.OVERHEAD} bytes", handler, release, _sealed("row_bytes", plain))
+
+
+KEY_RING_FORMATS = (
+    Format(KEY_RING, "format 1", "each capability's master key wrapped under its token, no key epochs",
+           "keyring_meta 'format' is 1; grants has no pub and box columns",
+           "storage.keyring.Keyring._add_epoch_columns", "0.1.0",
+           lambda d: d.keyring_meta.get("format") == "1" or "pub" not in d.keyring_columns,
+           mark="1", upgrade="_add_epoch_columns"),
+    Format(KEY_RING, "format 2 (key epochs)",
+           "each capability opens the key chain sealed to it (pub, box); grants move one by one when "
+           "each token is next used", "keyring_meta 'format' is 2; grants has pub and box columns",
+           "storage.keyring.Keyring.move_grant", "0.2.0",
+           lambda d: d.keyring_meta.get("format") == "2" and "pub" in d.keyring_columns, mark="2"),
+    Format(KEY_RING, "memory page size recorded", "the key ring records the memory file's page size",
+           "keyring_meta 'memory_page_bytes' (absent: the memory file has 16 KiB pages)",
+           "storage.keyring.Keyring.memory_page_bytes", "0.3.0",
+           lambda d: MEMORY_PAGES in d.keyring_meta),
+    Format(KEY_RING, "tables made on use", "grant_notes and audit are made by their first row",
+           "a table of schema.sql's keyring_on_use section is absent",
+           "storage.formats.make_on_use", "0.3.0", _lacks_one("keyring_on_use")),
+    Format(KEY_RING, "owner-sealed labels", "every label, last-used day and audit event sealed to the owner key",
+           "keyring_meta 'owner_sealed' is 1 (before: labels under the epoch's label key, the rest in clear, "
+           "sealed on the owner's next request)", "storage.keyring.Keyring.owner_keys", "unreleased",
+           lambda d: d.keyring_meta.get("owner_sealed") == "1"),
+)
+
+MEMORY_FORMATS = (
+    Format(MEMORY_FILE, "format 1", "a log without a running digest",
+           "meta has no 'log_head' ('format' is 1 or absent)", "storage.memfile.MemoryFile._migrate",
+           "before 0.1.0", _memory(lambda m: "log_head" not in m), mark="1", upgrade="_migrate"),
+    Format(MEMORY_FILE, "SQLCipher", "every page encrypted under the file key, every row sealed too",
+           "the key ring's 'file_cipher' is sqlcipher; the file has no SQLite header",
+           "storage.files.connect", "0.1.0", lambda d: d.cipher == "sqlcipher"),
+    Format(MEMORY_FILE, "plain SQLite", "pages in clear, every row sealed (where SQLCipher is missing, and on a "
+           "replicated host)", "the key ring's 'file_cipher' is none; the file starts with SQLite's header",
+           "storage.files.connect", "0.1.0", lambda d: d.cipher == "none"),
+    Format(MEMORY_FILE, "format 2 (running digest)", "the log's head: count, previous digest, digest",
+           "meta 'log_head' and 'format' 2", "storage.memfile.MemoryFile._verified_head", "0.1.0",
+           _memory(lambda m: "log_head" in m), mark="2"),
+    _pages(LEGACY_PAGE_BYTES, "0.1.0", "SQLCipher: the key ring records no page size, or 16384"),
+    _rows(OLDER_MEMORY_PLAINTEXT_BYTES, "storage.memfile.MemoryFile.scan", "0.1.0"),
+    Format(MEMORY_FILE, "unversioned summaries", f"summary plaintexts of {SUMMARY_PLAINTEXT_BYTES} bytes",
+           f"sealed summaries of {SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
+           "storage.memfile.MemoryFile._summary_text", "0.1.0", _sealed("summary_bytes", SUMMARY_PLAINTEXT_BYTES)),
+    Format(MEMORY_FILE, "key epochs", "rows sealed under the key of the epoch meta names",
+           "meta 'epoch' (absent: epoch 0)", "storage.memfile.MemoryFile._match_epoch", "0.2.0",
+           _memory(lambda m: "epoch" in m)),
+    Format(MEMORY_FILE, "authenticated state", "a MAC over the whole state and its version",
+           "meta 'state' (absent: written once on open, unless the key ring holds a copy of its version)",
+           "storage.memfile.MemoryFile._check_state", "0.2.0", _memory(lambda m: "state" in m)),
+    Format(MEMORY_FILE, "versioned summaries", "each summary's plaintext starts with the state version it "
+           "was written at", f"sealed summaries of "
+           f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
+           "storage.memfile.MemoryFile._summary_text", "0.2.0",
+           _sealed("summary_bytes", SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES)),
+    _pages(PAGE_BYTES, "0.3.0", "SQLCipher: the key ring's 'memory_page_bytes'"),
+    _rows(MEMORY_PLAINTEXT_BYTES, "storage.memfile.MemoryFile.append", "0.3.0"),
+    Format(MEMORY_FILE, "tables made on use", "config, erased and erasures are made by their first row",
+           "a table of schema.sql's memory_on_use section is absent", "storage.formats.make_on_use", "0.3.0",
+           _lacks_one("memory_on_use")),
+)
+
+FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
+
+
+def _named(name: str) -> Format:
+    (found,) = [f for f in MEMORY_FORMATS if f.name == name]
+    return found
+
+
+PAGE_FORMATS = {LEGACY_PAGE_BYTES: _named("16 KiB pages"), PAGE_BYTES: _named("4 KiB pages")}
+ROW_FORMATS = {OLDER_MEMORY_PLAINTEXT_BYTES: _named("rows 320 B"), MEMORY_PLAINTEXT_BYTES: _named("rows 312 B")}
+
+
+def of_file(file: str) -> tuple[Format, ...]:
+    return tuple(f for f in FORMATS if f.file == file)
+
+
+def current_mark(file: str) -> str:
+    """The ``format`` meta value a new file of ``file`` is written with."""
+    return [f.mark for f in of_file(file) if f.mark is not None][-1]
+
+
+def upgrades(file: str) -> list[str]:
+    """Every upgrade step of ``file``, oldest first: each is idempotent, so a
+    file at any earlier format runs them all, in this order."""
+    return [f.upgrade for f in of_file(file) if f.upgrade is not None]
+
+
+def upgrade_of(file: str, mark: str | None) -> str | None:
+    """The step that brings a file whose ``format`` meta is ``mark`` (None:
+    no such row, the oldest) to the next mark; None when the mark needs none
+    or is not one of this registry's."""
+    marked = [f for f in of_file(file) if f.mark is not None]
+    found = marked[0] if mark is None else next((f for f in marked if f.mark == mark), None)
+    return None if found is None else found.upgrade
+
+
+def on_use_tables(section: str) -> frozenset[str]:
+    """The tables of schema.sql's ``section`` that a file makes by their first row."""
+    text = sections()[section]
+    return frozenset(part.split(" ", 1)[0] for part in text.split("CREATE TABLE IF NOT EXISTS ")[1:])
+
+
+def make_on_use(conn: sqlite3.Connection, section: str, name: str) -> None:
+    """Make table ``name`` of schema.sql's ``section`` as schema.sql writes it,
+    inside the caller's write transaction, before its first row: a file of an
+    earlier release has it from its start, a newer one only once written to."""
+    text = sections()[section]
+    start = text.index(f"CREATE TABLE IF NOT EXISTS {name} ")
+    conn.execute(text[start:text.index(");", start) + 2])
+
+
+def _tables(conn: sqlite3.Connection) -> frozenset[str]:
+    return frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+
+
+def read_key_ring(conn: sqlite3.Connection) -> tuple[dict[str, str], frozenset[str], frozenset[str]]:
+    """A key ring's meta, its grants' columns and its tables."""
+    meta = dict(conn.execute("SELECT name, value FROM keyring_meta"))
+    columns = frozenset(r[1] for r in conn.execute("PRAGMA table_info(grants)"))
+    return meta, columns, _tables(conn)
+
+
+def read_memory_file(conn: sqlite3.Connection) -> dict[str, object]:
+    """What a readable memory file shows of its format: the fields of
+    :class:`OnDisk` named ``memory_*``, ``row_bytes`` and ``summary_bytes``."""
+    return {
+        "memory_pages": int(conn.execute("PRAGMA page_size").fetchone()[0]),
+        "memory_meta": dict(conn.execute("SELECT name, value FROM meta")),
+        "memory_tables": _tables(conn),
+        "row_bytes": frozenset(r[0] for r in conn.execute("SELECT DISTINCT length(sealed) FROM log")),
+        "summary_bytes": frozenset(r[0] for r in conn.execute("SELECT DISTINCT length(sealed) FROM summaries")),
+    }
+
+
+def formats_of(disk: OnDisk) -> list[Format]:
+    """The registry's entries a user's files show, in the registry's order."""
+    return [f for f in FORMATS if f.shows(disk)]
+
+
+def describe(disk: OnDisk) -> str:
+    """One line per user for ``stash verify``: each file's formats by name."""
+    found = formats_of(disk)
+    parts = []
+    for file in (KEY_RING, MEMORY_FILE):
+        names = [f.name for f in found if f.file == file] or ["not told without a token"]
+        parts.append(f"{file}: {', '.join(names)}")
+    unread = "" if disk.memory_meta is not None else " (the memory file's rows need a token)"
+    return f"formats: {'; '.join(parts)}{unread}"

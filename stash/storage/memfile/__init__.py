@@ -1,0 +1,25 @@
+"""A user's memory file: the sealed log, summary tree and config.
+
+One handle, :class:`MemoryFile`, made of one part per concern, each a module
+a reader can hold alone: the row codec (``rows``), the log and its key
+chunks (``log``), erasure (``erasure``), the summary tree (``tree``),
+whole-state authentication (``state``), the running digest and pins
+(``head``), key epochs and re-sealing (``reseal``), and what they share
+(``base``). The formats these files have had are in :mod:`..formats`.
+"""
+
+from ..formats import MEMORY_PLAINTEXT_BYTES, SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES
+from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META, FileKeys
+from .handle import MemoryFile
+from .head import DIGEST_GONE
+from .log import CHUNK_BYTES, ERASED_KEY, KEYS_PER_CHUNK, SCAN_BATCH
+from .reseal import KEYS_BEHIND, RESEAL_BATCH, KeysBehind, ResealDue, check_not_behind
+from .rows import ERASED, LARGEST_MEMORY_PLAINTEXT, WRITER_BYTES
+from .state import STATE_GONE
+
+__all__ = [
+    "CHUNK_BYTES", "DIGEST_GONE", "DROPS_META", "EPOCH_META", "ERASED", "ERASED_KEY", "HEAD_META", "HOLES_META",
+    "KEYS_BEHIND", "KEYS_PER_CHUNK", "LARGEST_MEMORY_PLAINTEXT", "MEMORY_PLAINTEXT_BYTES", "RESEAL_BATCH",
+    "ROLLED_BACK", "SCAN_BATCH", "STATE_GONE", "STATE_META", "SUMMARY_PLAINTEXT_BYTES", "SUMMARY_VERSION_BYTES",
+    "WRITER_BYTES", "FileKeys", "KeysBehind", "MemoryFile", "ResealDue", "check_not_behind",
+]

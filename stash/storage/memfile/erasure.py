@@ -1,0 +1,107 @@
+"""Erasure: shredding memories by destroying their keys, the receipts that
+record it, and flushing the pages that held a destroyed key.
+
+The log rows stay; a memory's key slot is zeroed and its date kept in a
+sealed erasure record, and only the summaries that contain it are dropped
+(the tree's :meth:`TreePart._drop_erased`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...crypto import aead
+from .. import scancache
+from ..files import flush, write_transaction
+from .log import ERASED_KEY, KEYS_PER_CHUNK
+from .rows import RowCodec
+
+
+class ErasurePart(RowCodec):
+    def flush(self) -> bool:
+        """Fold the WAL into the file and truncate it, so a page that held a
+        destroyed key survives in neither (freed pages are zeroed by
+        secure_delete): :func:`files.flush`. False when it could not be done
+        yet; every later close of the file tries again."""
+        return flush(self.conn)
+
+    def erase(self, ids: list[int], at: str) -> tuple[int, list[int], list[tuple[int, int]]]:
+        """Shred memories: record each one's date, zero its key slot, drop
+        only the summaries that contain it (:meth:`TreePart._drop_erased`).
+        The log rows are not touched. Returns (receipt id, newly erased ids,
+        dropped blocks). Cost: O(log T) per erased memory."""
+        with write_transaction(self.conn):
+            self._ensure_table("erased")
+            self._ensure_table("erasures")
+            self._chunks.clear()
+            T = self.count()
+            fresh: list[int] = []
+            shredded: list[int] = []
+            for i in sorted(set(ids)):
+                if i >= T:
+                    continue
+                if self._memory_key(i) is None:
+                    continue
+                # Erased already, yet its key is back: a key chunk from
+                # before the erasure was put back. Shred it again; the
+                # record stays as it is.
+                again = i in self._erased_ids
+                if not again:
+                    _, date, _ = self.memory(i)
+                    self.conn.execute(
+                        "INSERT INTO erased(id, sealed) VALUES (?, ?)",
+                        (i, aead.seal(self._rows_key, date.encode(), self._aad("erased", i))),
+                    )
+                c = i // KEYS_PER_CHUNK
+                sealed_chunk = self._chunk(c)
+                assert sealed_chunk is not None  # memory i has its key, so its chunk exists
+                chunk = bytearray(sealed_chunk)
+                k = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
+                chunk[k : k + aead.KEY_BYTES] = ERASED_KEY
+                self._chunks[c] = bytes(chunk)
+                self.conn.execute(
+                    "UPDATE memory_keys SET sealed = ? WHERE chunk = ?",
+                    (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), c),
+                )
+                (shredded if again else fresh).append(i)
+            # The recall cache holds these memories' rendered text: its pieces
+            # go while this transaction holds the write lock (scancache.py).
+            scancache.invalidate(self._fk.path.parent, fresh + shredded)
+            version = self._next_version()
+            gone = self._drop_erased(fresh, T, version) if fresh and T >= 2 else []
+            if fresh:
+                # A recorded idempotent answer may quote an erased memory (a
+                # nap's source lines); it must not outlive the memory's key.
+                if "idempotency" in self._tables():
+                    self.conn.execute("DELETE FROM idempotency")
+            receipt = {"ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
+            cur = self.conn.execute("INSERT INTO erasures(sealed) VALUES (?)", (b"",))
+            rid = int(cur.lastrowid or 0)
+            self.conn.execute(
+                "UPDATE erasures SET sealed = ? WHERE id = ?",
+                (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), rid),
+            )
+            self._write_state()
+        self._chunks.clear()
+        return rid, fresh, gone
+
+    def receipts(self) -> list[dict[str, Any]]:
+        out = []
+        for rid, sealed in self._rows(self._tables(), "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
+            out.append({"receipt": rid, **json.loads(self._open(self._rows_key, sealed, "erasures", rid))})
+        return out
+
+    def erased_keys_back(self) -> list[int]:
+        """Erased memories whose key slot holds a key again: a key chunk (or
+        its page) from before the erasure was put back. They are still served
+        as erased; erasing them again shreds the key."""
+        self._chunks.clear()
+        try:
+            return [i for i in sorted(self._erased_ids) if self._memory_key(i) is not None]
+        finally:
+            self._chunks.clear()
+
+    def erased_count(self) -> int:
+        rows = self._rows(self._tables(), "erased", "SELECT COUNT(*) FROM erased")
+        return int(rows[0][0]) if rows else 0

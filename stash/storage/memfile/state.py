@@ -1,0 +1,174 @@
+"""Whole-state authentication: the state digest over everything an answer
+depends on besides the log rows, its version and MAC, checked on every open.
+
+Every write advances the head last, inside its own transaction
+(:meth:`StatePart._write_state`), so the head and the state commit together;
+what leaves a handle is read back from what the file committed
+(:meth:`StatePart.committed`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from ...core.errors import Damaged, RolledBack
+from ...crypto import keys
+from ...crypto.chain import Head
+from ..files import write_transaction
+from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
+from .rows import RowCodec
+
+STATE_GONE = ("This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
+              "the operator should run `stash verify` and restore this store from a backup.")
+
+
+class StatePart(RowCodec):
+    def _state_key(self) -> bytes:
+        return keys.subkey(self._rows_key, b"state")
+
+    def _state_digest(self) -> tuple[bytes, frozenset[int]]:
+        """A digest of everything in this file that a request's answer
+        depends on, besides the log rows (which the running digest covers and
+        the per-memory keys bind): the log head, the key epoch, every config,
+        erasure-date and receipt row as stored, the holes and drop records,
+        each summary level's frontier, and the log's append-only triggers.
+        Cheap enough for every open: the tables it reads whole are the small
+        ones (at most five config rows, one row per erased memory and per
+        receipt); the summary tree is covered by one indexed read per level
+        and by :meth:`_summary_valid`. Returns the erased ids too."""
+        h = hashlib.blake2b(digest_size=32, person=b"stash.state")
+
+        def put(*parts: object) -> None:
+            for part in parts:
+                b = part if isinstance(part, bytes) else str(part).encode()
+                h.update(len(b).to_bytes(8, "big"))
+                h.update(b)
+
+        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?)",
+                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
+        put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
+        # A table not made yet is read as the empty table it would be, so
+        # making one changes nothing here, and dropping one that held rows
+        # changes the digest as deleting its rows would.
+        tables = self._tables()
+        for name, sealed in self._rows(tables, "config", "SELECT name, sealed FROM config ORDER BY name"):
+            put("config", name, sealed)
+        erased = []
+        for i, sealed in self._rows(tables, "erased", "SELECT id, sealed FROM erased ORDER BY id"):
+            put("erased", i, sealed)
+            erased.append(i)
+        for rid, sealed in self._rows(tables, "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
+            put("erasures", rid, sealed)
+        top = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
+        size = 2
+        while size <= top:
+            top_idx = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            put("level", size, top_idx)
+            size *= 2
+        for name, sql in self.conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
+            put("trigger", name, sql)
+        return h.digest(), frozenset(erased)
+
+    def _state_mac(self, version: int, digest: bytes, rows_key: bytes | None = None) -> bytes:
+        key = self._state_key() if rows_key is None else keys.subkey(rows_key, b"state")
+        return hashlib.blake2b(version.to_bytes(8, "big") + digest, key=key, digest_size=32,
+                               person=b"stash.state.mac").digest()
+
+    def bulk_loaded(self) -> None:
+        """Advance the state head over rows written straight into the file by
+        bench/build.py (a million summaries in a few transactions); the
+        server's own writes advance it themselves."""
+        with write_transaction(self.conn):
+            self._write_state()
+
+    def _stored_state(self) -> tuple[int, bytes] | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (STATE_META,)).fetchone()
+        if row is None:
+            return None
+        try:
+            v, mac = row[0].split(" ")
+            return int(v), bytes.fromhex(mac)
+        except ValueError:
+            raise Damaged("The memory file's authenticated head is unreadable; restore this store from a "
+                          "backup.") from None
+
+    def _write_state(self) -> int:
+        """Advance the state head over what this write transaction leaves:
+        version + 1, MAC over the new digest. Every write calls it last,
+        inside its transaction, so the head and the state commit together.
+
+        Nothing outside the file is told the new version here: the
+        transaction may still be rolled back (a batch's savepoint, a refusal
+        of the caller's, a failed commit). What leaves this handle is read
+        back from what the file committed (:meth:`committed`)."""
+        stored = self._stored_state()
+        version = (stored[0] if stored else 0) + 1
+        digest, erased = self._state_digest()
+        self._put_meta(STATE_META, f"{version} {self._state_mac(version, digest).hex()}")
+        self._erased_ids = erased
+        return version
+
+    def committed(self) -> tuple[Head, int]:
+        """The log head and state version this file holds committed now, read
+        in one snapshot outside any transaction: the only values a copy kept
+        elsewhere (the key ring's) may be raised to. A version this handle
+        wrote in a transaction that was then rolled back is never among them,
+        and a version another writer committed meanwhile is as good as its
+        own (versions only grow while nothing is rolled back)."""
+        if self.conn.in_transaction:
+            raise RuntimeError("committed() reads what is committed: no transaction may be open")
+        self.conn.execute("BEGIN")
+        try:
+            stored, state = self._stored_head(), self._stored_state()
+        finally:
+            self.conn.execute("COMMIT")
+        return (self.head if stored is None else stored[0]), (0 if state is None else state[0])
+
+    def _next_version(self) -> int:
+        stored = self._stored_state()
+        return (stored[0] if stored else 0) + 1
+
+    def _load_state(self) -> None:
+        self._drops = self._read_drops()
+
+    def _check_state(self, recorded: bool = False) -> None:
+        """Refuse this file unless its state matches its authenticated head
+        (one snapshot). A file written before the head existed gets one now,
+        once (best effort: a read-only file is served as it is, unchecked,
+        until it can be written) — unless the key ring ``recorded`` a copy of
+        its state version: then the head was deleted, and the file is refused
+        as damaged with nothing written into it."""
+        self.conn.execute("BEGIN")
+        try:
+            stored = self._stored_state()
+            digest, erased = self._state_digest()
+            drops = self._read_drops()
+        finally:
+            self.conn.execute("COMMIT")
+        if stored is None:
+            if recorded:
+                raise Damaged(STATE_GONE)
+            try:
+                with write_transaction(self.conn):
+                    if self._stored_state() is None:
+                        self._write_state()
+            except Exception as exc:
+                if isinstance(exc, Damaged):
+                    raise
+                self._erased_ids, self._drops = erased, drops
+                return
+            return self._check_state()
+        version, mac = stored
+        if not hmac.compare_digest(mac, self._state_mac(version, digest)):
+            raise Damaged("This memory file's state does not match its authenticated head: a row or page was "
+                          "put back from an older copy, deleted, or altered. Nothing was served; the operator "
+                          "should run `stash verify` and restore this store from a backup.")
+        self.state_version, self._erased_ids, self._drops = version, erased, drops
+
+    def check_state_copy(self, copy: int | None) -> None:
+        """Refuse this file if the key ring's copy of the state version is
+        ahead of it: the file was put back whole from an older copy."""
+        if copy is not None and copy > self.state_version:
+            raise RolledBack(ROLLED_BACK)

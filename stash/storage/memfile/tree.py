@@ -1,0 +1,231 @@
+"""The summary tree: settling summaries, the holes an erasure leaves, the
+drops of forget and erase, and reading levels back.
+
+A level is settled left to right up to its frontier; an erasure drops the
+blocks on its memory's path below the frontier as holes, which the next naps
+fill. Every drop is recorded with the state version it happened at
+(:meth:`TreePart._summary_valid`), so a summary put back from before its
+block was dropped is refused rather than served.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from ...core.blocks import Settled, erase_span, forget_span, levels
+from ...core.errors import Damaged, RolledBack
+from ...crypto import aead
+from ..files import write_transaction
+from .base import DROPS_META, HOLES_META
+from .rows import RowCodec
+
+
+class TreePart(RowCodec):
+    def settled(self, T: int) -> Settled:
+        """Each level's frontier up to ``T`` and its holes (blocks an erasure
+        dropped below the frontier, docs/DESIGN.md, "Erase")."""
+        out = Settled(holes=self._holes())
+        for size in levels(T):
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            out[size] = 0 if top is None else top + 1
+        return out
+
+    def _holes(self) -> dict[int, list[int]]:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (HOLES_META,)).fetchone()
+        if row is None:
+            return {}
+        try:
+            return {int(size): sorted(int(k) for k in ks) for size, ks in json.loads(row[0]).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise Damaged("The memory file's record of erased summaries is unreadable; "
+                          "restore this store from a backup.") from None
+
+    def _save_holes(self, holes: dict[int, list[int]]) -> None:
+        """Record ``holes``, keeping only those still below their level's
+        frontier (a hole at or past it is just a block not written yet)."""
+        kept = {}
+        for size, ks in holes.items():
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            below = sorted({k for k in ks if top is not None and k < top})
+            if below:
+                kept[str(size)] = below
+        if kept:
+            self._put_meta(HOLES_META, json.dumps(kept))
+        else:
+            self.conn.execute("DELETE FROM meta WHERE name = ?", (HOLES_META,))
+
+    def summaries_of(self, size: int, first: int, end: int) -> dict[int, str]:
+        """The summaries of level ``size`` with index in ``[first, end)``, each
+        opened and checked as :meth:`summary` does, in one query; an index
+        without a summary is absent."""
+        rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? AND idx >= ? AND idx < ?",
+                                 (size, first, end))
+        return {idx: self._summary_text(size, idx, sealed) for idx, sealed in rows}
+
+    def summary(self, lo: int, hi: int) -> str | None:
+        size = hi - lo
+        row = self.conn.execute(
+            "SELECT sealed FROM summaries WHERE size = ? AND idx = ?", (size, lo // size)
+        ).fetchone()
+        if row is None:
+            return None
+        return self._summary_text(size, lo // size, row[0])
+
+    def _summary_text(self, size: int, idx: int, sealed: bytes) -> str:
+        """Open one summary and check it is current: written after the last
+        drop of its block (:meth:`_summary_valid`). Plaintexts written before
+        the state head existed carry no version (0)."""
+        written, plain = self._open_summary(size, idx, sealed)
+        lo = idx * size
+        if not self._summary_valid(size, idx, written):
+            raise RolledBack(f"The summary of {lo}-{lo + size - 1} is an older copy of one that was dropped "
+                             "(forgotten, or erased over); it was not served. The operator should run `stash "
+                             "verify` and restore this store from a backup.")
+        try:
+            return aead.unpad(plain).decode()
+        except (aead.Unsealable, UnicodeDecodeError):
+            raise Damaged(f"The summary of {lo}-{lo + size - 1} is unreadable; forget it and nap again.") from None
+
+    def summary_writer(self, lo: int, hi: int) -> int | None:
+        """The grant that wrote the summary of ``[lo, hi)`` (0: not
+        recorded), or None when there is none."""
+        size = hi - lo
+        row = self.conn.execute("SELECT sealed FROM summaries WHERE size = ? AND idx = ?",
+                                (size, lo // size)).fetchone()
+        if row is None:
+            return None
+        return self._writer_of(self._open_summary(size, lo // size, row[0])[1])
+
+    def put_summary(self, lo: int, hi: int, text: str) -> bool:
+        """Settle block ``[lo, hi)`` if it is still the next one of its level
+        or one of its holes and, above size 2, both its halves are still
+        settled. False if another writer got there first, or a forget dropped
+        a half meanwhile."""
+        size = hi - lo
+        idx = lo // size
+        with write_transaction(self.conn):
+            version = self._next_version()
+            sealed = self._seal_summary(size, idx, version, text)
+            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            holes = self._holes()
+            hole = idx in holes.get(size, ()) and top is not None and idx < top
+            if (0 if top is None else top + 1) != idx and not hole:
+                return False
+            if size > 2:
+                halves = self.conn.execute(
+                    "SELECT COUNT(*) FROM summaries WHERE size = ? AND idx IN (?, ?)", (size // 2, 2 * idx, 2 * idx + 1)
+                ).fetchone()[0]
+                if halves != 2:
+                    return False
+            self.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
+            if hole:
+                holes[size].remove(idx)
+                self._save_holes(holes)
+            self._write_state()
+        return True
+
+    def put_summaries(self, items: list[tuple[int, int, str]]) -> bool:
+        """Settle several blocks at once, in the given order, each under
+        exactly :meth:`put_summary`'s conditions; all or nothing: False (and
+        nothing written) if any one of them would be refused. A savepoint
+        keeps it whole inside a caller's transaction too."""
+        with write_transaction(self.conn):
+            self.conn.execute("SAVEPOINT summaries_batch")
+            for lo, hi, text in items:
+                if not self.put_summary(lo, hi, text):
+                    self.conn.execute("ROLLBACK TO summaries_batch")
+                    self.conn.execute("RELEASE summaries_batch")
+                    return False
+            self.conn.execute("RELEASE summaries_batch")
+        return True
+
+    def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Drop block ``[lo, hi)``, the block containing it at each larger
+        size, and every later block of each of those sizes (docs/DESIGN.md,
+        "Forget"). Returns the dropped blocks, smallest first."""
+        with write_transaction(self.conn):
+            gone = self._drop_from(lo, hi)
+            if gone:
+                version = self._next_version()
+                drops = self._read_drops()
+                for size in sorted({b - a for a, b in gone}):
+                    # A later suffix record from an earlier start supersedes the ones it covers.
+                    start = lo // size
+                    drops["s"][size] = [r for r in drops["s"].get(size, []) if r[0] < start] + [(start, version)]
+                self._save_drops(drops)
+                self._write_state()
+            return gone
+
+    def _drop_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Delete what :func:`blocks.forget_span` says forget drops."""
+        top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
+        settled = self.settled(top_size)
+        gone = forget_span(lo, hi, settled, top_size)
+        for size in sorted({b - a for a, b in gone}):
+            self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, lo // size))
+        if settled.holes:
+            self._save_holes(settled.holes)  # holes past the new frontiers are gone with them
+        return gone
+
+    def _drop_erased(self, fresh: list[int], T: int, version: int) -> list[tuple[int, int]]:
+        """Drop the summaries that contain the newly erased memories
+        ``fresh`` — the blocks on each one's path to the root, at most
+        ⌊log2 T⌋ (docs/DESIGN.md, "Erase") — as holes the next naps fill,
+        recorded as dropped at state ``version``. Returns the dropped blocks,
+        smallest first."""
+        gone: list[tuple[int, int]] = []
+        settled = self.settled(T)
+        drops = self._read_drops()
+        for i in fresh:
+            for a, b in erase_span(i, T, settled):
+                size = b - a
+                self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
+                settled.holes.setdefault(size, []).append(a // size)
+                drops["p"].setdefault(size, {})[a // size] = version
+                gone.append((a, b))
+        gone.sort(key=lambda blk: (blk[1] - blk[0], blk[0]))
+        self._save_holes(settled.holes)
+        self._save_drops(drops)
+        return gone
+
+    def level(self, size: int) -> Iterator[str]:
+        """The summaries of one level up to its first hole, in order (OptMem's
+        levels are dense: an export writes each up to its first hole; docs/DESIGN.md, "Erase")."""
+        rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? ORDER BY idx", (size,))
+        for expected, (idx, sealed) in enumerate(rows):
+            if idx != expected:
+                return
+            yield self._summary_text(size, idx, sealed)
+
+    def level_sizes(self) -> list[int]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size")]
+
+    def _read_drops(self) -> dict[str, Any]:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (DROPS_META,)).fetchone()
+        if row is None:
+            return {"s": {}, "p": {}}
+        try:
+            raw = json.loads(row[0])
+            return {"s": {int(k): [(int(f), int(v)) for f, v in recs] for k, recs in raw["s"].items()},
+                    "p": {int(k): {int(i): int(v) for i, v in recs.items()} for k, recs in raw["p"].items()}}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise Damaged("The memory file's record of dropped summaries is unreadable; restore this store "
+                          "from a backup.") from None
+
+    def _save_drops(self, drops: dict[str, Any]) -> None:
+        self._drops = drops
+        text = json.dumps({"s": {str(k): v for k, v in drops["s"].items()},
+                           "p": {str(k): {str(i): v for i, v in recs.items()} for k, recs in drops["p"].items()}})
+        self._put_meta(DROPS_META, text)
+
+    def _summary_valid(self, size: int, idx: int, written: int) -> bool:
+        """A summary written at state version ``written`` is current unless
+        its block was dropped (forgotten or erased over) after that: then it
+        is an older copy put back."""
+        need = self._drops["p"].get(size, {}).get(idx, 0)
+        for start, v in self._drops["s"].get(size, ()):
+            if start <= idx:
+                need = max(need, v)
+        return bool(written >= need)
