@@ -15,7 +15,10 @@ authenticates, and the running digest recomputed over the whole log equals
 both recorded heads.
 
 Nothing here writes into a store's files: a file found damaged stays as it
-was, for the operator to look at and restore.
+was, for the operator to look at and restore. The check with a token opens a
+private copy of the user's files (:func:`_private_copy`), since opening a
+store with its key may upgrade or re-seal it; it needs room in TMPDIR for
+that user's files.
 
 A report names users and their files by name only — never a path, a key, a
 token or any memory text.
@@ -23,9 +26,12 @@ token or any memory text.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,7 +315,7 @@ def _check_sizes(folder: Path, cipher: str, page: int) -> None:
         _wal_frames(memory, page)
 
 
-def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head | None,
+def _check_with_token(folder: Path, token_text: str, copy: Head | None,
                       report: Report) -> dict[str, object] | None:
     """Everything the owner's (or any) capability can open. Returns what the
     opened memory file shows of its format (None: the token is another
@@ -319,7 +325,29 @@ def _check_with_token(data_dir: Path, folder: Path, token_text: str, copy: Head 
     token = tokens.parse(token_text)
     if token is None or token.user_id != folder.name:
         return None
-    vault = Vault(data_dir)
+    with _private_copy(folder) as copy_dir:
+        return _open_with_token(Vault(copy_dir), token_text, token, copy, report)
+
+
+@contextlib.contextmanager
+def _private_copy(folder: Path) -> Iterator[Path]:
+    """A data folder holding a copy of this user's files, in a private
+    temporary folder (TMPDIR, mode 0700) removed afterwards. Opening a store
+    with its key upgrades an older format, re-seals a file an epoch behind,
+    records the grant's use and checkpoints the WAL on close; all of that
+    happens to the copy, so a store verified with a token, or a backup of
+    one, is left byte for byte as it was."""
+    with tempfile.TemporaryDirectory(prefix="stash-verify-") as tmp:
+        target = UserFiles(Path(tmp), folder.name).folder
+        target.mkdir(parents=True, mode=0o700)
+        for path in folder.iterdir():
+            if path.is_file() and not path.is_symlink():
+                shutil.copyfile(path, target / path.name)
+        yield Path(tmp)
+
+
+def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Head | None,
+                     report: Report) -> dict[str, object] | None:
     try:
         _, files, ring, grant = vault._authenticate(token_text)
     except StashError:
@@ -422,7 +450,7 @@ def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> 
         else:
             _check_encrypted_memory(files.memory, page, report, copy)
         if token_text:
-            memory = _check_with_token(data_dir, folder, token_text, copy, report) or memory
+            memory = _check_with_token(folder, token_text, copy, report) or memory
         report.facts.append(_formats(folder, cipher, page, memory))
     except Failed as e:
         report.fail(str(e))

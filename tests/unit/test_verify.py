@@ -156,3 +156,27 @@ def test_a_folder_that_is_not_a_data_folder_is_a_usage_error(capsys, tmp_path: P
     code, text = run(capsys, tmp_path)
     assert code == 2
     assert "users folder" in text
+
+
+def _files(data: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(data)): p.read_bytes() for p in sorted(data.rglob("*")) if p.is_file()}
+
+
+def test_verify_with_a_token_leaves_every_file_as_it_was(capsys, tmp_path: Path) -> None:
+    """Opening a store with its key may upgrade an older format, record the
+    grant's use and checkpoint the WAL: verify does all that to a copy. A
+    release1 store (whose key ring its first open upgrades) and a current
+    one keep every byte, and no file appears beside them."""
+    from stash.crypto import tokens
+    from tests.fixtures import make_release1 as release1
+
+    old = tmp_path / "old"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "release1", old)
+    body = f"stash1_{release1.USER_ID}_{tokens._b62(int.from_bytes(release1.secret_of('owner'), 'big'), 43)}"
+    current = Store(tmp_path / "new", "none")
+    for data, token in ((old, body + tokens._checksum(body)), (current.data, current.token)):
+        before = _files(data)
+        code, text = run(capsys, data, token)
+        assert code == 0, text
+        assert "with the token: all" in text
+        assert _files(data) == before
