@@ -40,10 +40,11 @@ from typing import Any
 from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
+from ..crypto.epochs import KeyChain
 from ..storage import formats
-from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, UserFiles
+from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
-from ..storage.memfile import HEAD_META, STATE_META, MemoryFile
+from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
@@ -371,7 +372,9 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
                              "another key ring") from None
         cipher = ring.meta("file_cipher") or "none"
         try:
-            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=ring.memory_page_bytes(),
+            page = ring.memory_page_bytes()
+            shown = _memory_formats(files.memory, token.user_id, chain, cipher, page)
+            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=page,
                             recorded=ring.state_version() is not None)
         except ValueError:
             raise Failed("keyring.db records no known page size for memory.db") from None
@@ -402,7 +405,6 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
                 raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
                              "memory.db (a page or row from before the erasure was put back); they are still "
                              "served as erased — erase them again (stash erase) to shred the keys")
-            shown = formats.read_memory_file(mf.conn)
         except StashError as e:
             raise Failed(f"with the token: {e.message}") from None
         finally:
@@ -412,6 +414,22 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
     finally:
         ring.close()
     return shown
+
+
+def _memory_formats(path: Path, user_id: str, chain: KeyChain, cipher: str, page: int) -> dict[str, object]:
+    """What the memory file shows of its format as it is, read with its key
+    before :class:`MemoryFile` opens it (an open may upgrade it)."""
+    fk = FileKeys.derive(path, user_id, chain, cipher, page)
+    try:
+        conn = connect(path, file_key=fk.file_key, cipher=cipher, page_bytes=page)
+    except (MissingFile, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
+        raise Failed("memory.db does not open with the key") from None
+    try:
+        return formats.read_memory_file(conn)
+    except DB_ERRORS:  # type: ignore[misc]
+        raise Failed("memory.db does not open with the key") from None
+    finally:
+        conn.close()
 
 
 def _formats(folder: Path, cipher: str, page: int, memory: dict[str, object] | None) -> str:
