@@ -666,7 +666,7 @@ def wake_lines(api: Api, part: int | None = None, T: int | None = None) -> list[
 
 def note_lines(api: Api, text: str) -> list[str]:
     ans = api.call("POST", "/note", {"text": text})
-    return [f"Noted #{ans['id']}."] + _nap_prompt(ans.get("nap"), api.steps)
+    return [f"Saved as #{ans['id']}."] + _nap_prompt(ans.get("nap"), api.steps)
 
 
 def nap_lines(api: Api, block: str | None = None, text: str | None = None) -> list[str]:

@@ -115,7 +115,7 @@ class Follower:
 
 
 def test_printed_commands_are_found_and_only_those() -> None:
-    text = ('Noted #3.\n\nRun: stash nap 0-1 "<your line>"\nTo go ahead: stash destroy --yes\n'
+    text = ('Saved as #3.\n\nRun: stash nap 0-1 "<your line>"\nTo go ahead: stash destroy --yes\n'
             "stash: STASH_TOKEN is not set. Set it; a new memory gets one from: stash init\n"
             "usage: stash [-h] [--json] VERB ...\nStash 0.1.0 at http://x; stash-export.tar.gz")
     assert printed_commands(text, "stash") == ['stash nap 0-1 "<your line>"', "stash destroy --yes", "stash init"]

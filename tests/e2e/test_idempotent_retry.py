@@ -192,7 +192,7 @@ def test_the_client_resends_a_lost_note_with_the_same_key(srv: Server, http: Htt
     finally:
         proxy.close()
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[0] == "Noted #0."
+    assert done.stdout.splitlines()[0] == "Saved as #0."
     assert len(proxy.keys) == 2 and proxy.keys[0] == proxy.keys[1] and UUID.fullmatch(proxy.keys[0])
     assert count(http, token, text) == 1
     # Dropped: the server wrote the first and replayed it to the resend. 502:

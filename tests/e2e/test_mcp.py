@@ -49,9 +49,9 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
 
         # note answers the id; the second carries the due nap, its instruction a call of nap.
         http.ok("POST", "/config", token, json={"WAKE_LINES": 1})
-        assert await ok("note", text="first") == "Noted #0."
+        assert await ok("note", text="first") == "Saved as #0."
         second = await ok("note", text="second ünïcödé ✓")
-        assert second.splitlines()[:2] == ["Noted #1.", ""]
+        assert second.splitlines()[:2] == ["Saved as #1.", ""]
         due = http.ok("POST", "/nap", token, json={})["nap"]
         assert prompt_body(second)[2:] == prompt_body(due["prompt"])
         assert call_line(second) == ("nap", {"block": "0-1", "text": "<your line>"})
