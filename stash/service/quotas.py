@@ -16,12 +16,17 @@ DEFAULT_BYTES = 1 << 30  # room for about a million memories (bench/README.md: b
 
 def folder_bytes(folder: Path) -> int:
     """The bytes of every file in a user's folder (key ring, memory file,
-    their write-ahead logs): what the memory costs the disk now."""
+    their write-ahead logs): what the memory costs the disk now. A file
+    removed between the listing and its size (a WAL or shared-memory file
+    that another request's close deleted) holds nothing and counts 0."""
     total = 0
     with os.scandir(folder) as entries:
         for entry in entries:
             if entry.is_file(follow_symlinks=False):
-                total += entry.stat(follow_symlinks=False).st_size
+                try:
+                    total += entry.stat(follow_symlinks=False).st_size
+                except FileNotFoundError:
+                    continue
     return total
 
 
