@@ -99,6 +99,10 @@ RETRY_PAUSE = 0.5  # seconds before the first resend, doubling each time
 RETRY_STATUSES = (502, 503, 504)
 BUSY_RETRIES = 3  # resends of a request refused 429 busy.* (refused before any work, so always safe to resend)
 BUSY_WAIT_MAX = 10.0  # seconds: a longer Retry-After is reported instead of waited for
+# Refusals that say nothing was done and the same request will go through: a revocation moved the key
+# epoch while the request opened the memory. Resent like a busy refusal, after a short pause.
+REDO_CODES = ("store.rekeyed",)
+REDO_WAIT = 0.2
 _DATED = re.compile(r"(?:#\d+\s+)?(\d{4}-\d{2}-\d{2})\s+(.*)")
 
 
@@ -543,6 +547,8 @@ class Api:
             error = failure.body.get("error") if isinstance(failure.body, dict) else None
             if err.code == 429 and isinstance(error, str) and error.startswith("busy."):
                 raise _Busy(failure, _retry_after(err.headers.get("Retry-After"))) from None
+            if error in REDO_CODES:
+                raise _Busy(failure, REDO_WAIT) from None
             raise failure from None
         except urllib.error.URLError as err:
             failure = Failure(f"stash: cannot reach the server at {self.where()} "
@@ -586,8 +592,9 @@ def _retry_after(value: str | None) -> float:
 
 
 class _Busy(Exception):
-    """A refusal for want of a free slot (429 busy.*): nothing was done, so
-    the same request is sent again after ``wait`` seconds."""
+    """A refusal for want of a free slot (429 busy.*), or one of REDO_CODES:
+    nothing was done, so the same request is sent again after ``wait``
+    seconds."""
 
     def __init__(self, failure: Failure, wait: float) -> None:
         super().__init__(failure.message)
