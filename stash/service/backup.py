@@ -106,7 +106,7 @@ def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
     out = []
     for folder in folders:
         copied = _copy_user(folder, dest / "users" / folder.name)
-        report = verify_user(dest, dest / "users" / folder.name) if copied.copied else None
+        report = verify_user(dest / "users" / folder.name) if copied.copied else None
         out.append((copied, report))
     _fsync(dest / "users")
     return out

@@ -366,7 +366,7 @@ def _settle(user_id: str, stage: Path, folder: Path, data_dir: Path, moment: dt.
     os.chmod(stage, 0o700)
     os.rename(stage, folder)
     label = "latest" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return Restored(user_id, label, stepped, verify_user(Path(data_dir), folder))
+    return Restored(user_id, label, stepped, verify_user(folder))
 
 
 def replica_users(target: Target, work: Path) -> list[tuple[str, str]]:

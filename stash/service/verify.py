@@ -14,11 +14,10 @@ are not behind the key ring's copies, every page and every sealed value
 authenticates, and the running digest recomputed over the whole log equals
 both recorded heads.
 
-Nothing here writes into a store's files: a file found damaged stays as it
-was, for the operator to look at and restore. The check with a token opens a
-private copy of the user's files (:func:`_private_copy`), since opening a
-store with its key may upgrade or re-seal it; it needs room in TMPDIR for
-that user's files.
+Nothing here writes into a store's files: every check runs on a private
+copy of one user's files at a time (:func:`_private_copy`), so a file found
+damaged stays as it was, for the operator to look at and restore; TMPDIR
+needs room for the largest user's files.
 
 A report names users and their files by name only — never a path, a key, a
 token or any memory text.
@@ -28,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -41,7 +41,7 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
-from ..storage import formats
+from ..storage import formats, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
@@ -326,25 +326,50 @@ def _check_with_token(folder: Path, token_text: str, copy: Head | None,
     token = tokens.parse(token_text)
     if token is None or token.user_id != folder.name:
         return None
-    with _private_copy(folder) as copy_dir:
-        return _open_with_token(Vault(copy_dir), token_text, token, copy, report)
+    return _open_with_token(Vault(folder.parent.parent), token_text, token, copy, report)
+
+
+COPIED = re.compile(r"(keyring|memory|recall)\.db(-wal)?")
 
 
 @contextlib.contextmanager
 def _private_copy(folder: Path) -> Iterator[Path]:
-    """A data folder holding a copy of this user's files, in a private
-    temporary folder (TMPDIR, mode 0700) removed afterwards. Opening a store
-    with its key upgrades an older format, re-seals a file an epoch behind,
-    records the grant's use and checkpoints the WAL on close; all of that
-    happens to the copy, so a store verified with a token, or a backup of
-    one, is left byte for byte as it was."""
+    """This user's folder as a copy in a private temporary data folder
+    (TMPDIR, mode 0700), overwritten with zeros and removed afterwards.
+
+    Every check runs on the copy: SQLite checkpoints and deletes a WAL when a
+    connection closes, and opening a store with its key may upgrade an older
+    format, re-seal a file an epoch behind and record the capability's use,
+    so a store verified in place would not stay as it was found. The copy is
+    made of the files' bytes (a WAL and its partial last frame included) under
+    the user's lock held exclusive, the lock ``stash backup`` copies under:
+    no request of a running server has the files open meanwhile, so they are
+    at rest and their copy is one consistent state. The lock is taken only
+    where a server made it; nothing is created in ``folder``."""
     with tempfile.TemporaryDirectory(prefix="stash-verify-") as tmp:
         target = UserFiles(Path(tmp), folder.name).folder
         target.mkdir(parents=True, mode=0o700)
-        for path in folder.iterdir():
-            if path.is_file() and not path.is_symlink():
-                shutil.copyfile(path, target / path.name)
-        yield Path(tmp)
+        try:
+            with userlock.exclusive(folder, create=False):
+                for path in folder.iterdir():
+                    if COPIED.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+                        shutil.copyfile(path, target / path.name)
+            yield target
+        finally:
+            for path in target.iterdir():
+                _shred(path)
+
+
+def _shred(path: Path) -> None:
+    """Overwrite a copied file with zeros before it is removed, so its sealed
+    rows and erased keys' old pages are not left in TMPDIR's free blocks."""
+    with contextlib.suppress(OSError):
+        size = path.stat().st_size
+        with open(path, "r+b") as f:
+            for _ in range(0, size, 1 << 20):
+                f.write(bytes(min(1 << 20, size - f.tell())))
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Head | None,
@@ -453,9 +478,19 @@ def _read_plain_memory(path: Path) -> dict[str, object]:
         conn.close()
 
 
-def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> Report:
+def verify_user(folder: Path, token_text: str | None = None) -> Report:
+    """Check one user's files, on a private copy of them (:func:`_private_copy`)."""
     report = Report(folder.name)
-    files = UserFiles(Path(data_dir), folder.name)
+    try:
+        with _private_copy(folder) as copied:
+            _verify_files(copied, token_text, report)
+    except OSError:
+        report.fail("a file of this store cannot be read")
+    return report
+
+
+def _verify_files(folder: Path, token_text: str | None, report: Report) -> None:
+    files = UserFiles(folder.parent.parent, folder.name)
     try:
         cipher, copy, page = _check_keyring(folder, report)
         if not files.memory.is_file():
@@ -474,8 +509,7 @@ def verify_user(data_dir: Path, folder: Path, token_text: str | None = None) -> 
         report.fail(str(e))
     except (OSError, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
         report.fail("a file of this store cannot be read")
-    return report
 
 
 def verify(data_dir: Path, token_text: str | None = None) -> list[Report]:
-    return [verify_user(data_dir, folder, token_text) for folder in user_folders(data_dir)]
+    return [verify_user(folder, token_text) for folder in user_folders(data_dir)]

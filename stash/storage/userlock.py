@@ -30,12 +30,13 @@ LOCK_NAME = "lock"
 GATE_NAME = "gate"
 
 
-def _open(path: Path) -> int | None:
-    """The lock file, created if need be; None when it neither exists nor
-    can be created (a read-only folder: nothing there can be written, so
-    there is nothing to keep a copy consistent against)."""
+def _open(path: Path, create: bool = True) -> int | None:
+    """The lock file, created if need be (and ``create``); None when it
+    neither exists nor can be created (a read-only folder: nothing there can
+    be written, so there is nothing to keep a copy consistent against; or a
+    folder no server has used)."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_CLOEXEC, 0o600)
     except OSError:
         try:
             return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -110,11 +111,13 @@ def exclusive_within(folder: Path, seconds: float) -> Iterator[bool]:
 
 
 @contextlib.contextmanager
-def exclusive(folder: Path) -> Iterator[None]:
+def exclusive(folder: Path, create: bool = True) -> Iterator[None]:
     """Hold off every request of this user: returns once none has its files
-    open, and keeps new ones waiting until the block ends."""
-    gate = _open(Path(folder) / GATE_NAME)
-    lock = _open(Path(folder) / LOCK_NAME)
+    open, and keeps new ones waiting until the block ends. ``create=False``
+    takes only the lock files a server already made (``stash verify``
+    creates nothing in what it checks)."""
+    gate = _open(Path(folder) / GATE_NAME, create)
+    lock = _open(Path(folder) / LOCK_NAME, create)
     try:
         if gate is not None:
             fcntl.flock(gate, fcntl.LOCK_EX)

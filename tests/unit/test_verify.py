@@ -164,9 +164,11 @@ def _files(data: Path) -> dict[str, bytes]:
 
 def test_verify_with_a_token_leaves_every_file_as_it_was(capsys, tmp_path: Path) -> None:
     """Opening a store with its key may upgrade an older format, record the
-    grant's use and checkpoint the WAL: verify does all that to a copy. A
-    release1 store (whose key ring its first open upgrades) and a current
-    one keep every byte, and no file appears beside them."""
+    grant's use, and closing a connection checkpoints and deletes the WAL:
+    verify does all that to a copy. A release1 store (whose key ring its
+    first open upgrades), a current one and one with a WAL left by a crash
+    keep every byte, with and without a token, and no file appears beside
+    them."""
     from stash.crypto import tokens
     from tests.fixtures import make_release1 as release1
 
@@ -174,12 +176,22 @@ def test_verify_with_a_token_leaves_every_file_as_it_was(capsys, tmp_path: Path)
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "release1", old)
     body = f"stash1_{release1.USER_ID}_{tokens._b62(int.from_bytes(release1.secret_of('owner'), 'big'), 43)}"
     current = Store(tmp_path / "new", "none")
-    for data, token in ((old, body + tokens._checksum(body)), (current.data, current.token)):
+    # A store as a crash leaves it: its memory file's WAL holds committed notes no checkpoint moved yet.
+    crashed = tmp_path / "crashed" / "users" / current.user_id
+    crashed.mkdir(parents=True)
+    with current.vault.session(current.token, "full") as s:
+        s.memory.note("after the last checkpoint")
+        for name in ("keyring.db", "memory.db", "memory.db-wal"):
+            shutil.copyfile(current.folder / name, crashed / name)
+    assert (crashed / "memory.db-wal").stat().st_size > 0
+    for data, token in ((old, body + tokens._checksum(body)), (current.data, current.token),
+                        (crashed.parent.parent, current.token)):
         before = _files(data)
-        code, text = run(capsys, data, token)
-        assert code == 0, text
+        for given in (None, token):
+            code, text = run(capsys, data, given)
+            assert code == 0, text
+            assert _files(data) == before
         assert "with the token: all" in text
-        assert _files(data) == before
     # The formats said are those of the files as they are, not of what an open makes of them: release1
     # predates the authenticated state that its first open writes.
     code, text = run(capsys, old, body + tokens._checksum(body))
