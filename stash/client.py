@@ -94,6 +94,8 @@ def is_keyed(method: str, path: str) -> bool:
     """The request is one of the server's keyed writes (a path like
     ``/grants/7`` matches its route's ``/grants/{grant_id}``)."""
     return any(m == method and pattern.fullmatch(path) for m, pattern in _KEYED)
+
+
 RETRIES = 4  # resends of a keyed write after the first try
 RETRY_PAUSE = 0.5  # seconds before the first resend, doubling each time
 RETRY_STATUSES = (502, 503, 504)

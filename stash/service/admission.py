@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from ..core.errors import Forbidden, Invalid, TooMany
 from ..core.lines import plural
-from .grants import BAD_URL
+from .onboarding import BAD_URL
 
 DAY_S = 24 * 60 * 60
 

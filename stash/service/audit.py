@@ -29,14 +29,6 @@ def user_digest(user_id: str) -> str:
     return hashlib.sha256(f"stash/v1|deleted-user|{user_id}".encode()).hexdigest()
 
 
-def record(session, event: str, **detail: object) -> None:
-    """Append ``event`` done by the session's capability. ``detail`` holds
-    numbers, block ids and size names only, never memory text."""
-    if event not in EVENTS:
-        raise ValueError(f"unknown audit event {event}")
-    session.keyring.record(session.grant_id, event, detail)
-
-
 def trail(session) -> dict:
     try:
         return {"events": session.keyring.events(session.owner)}

@@ -10,9 +10,8 @@ from datetime import UTC, datetime
 from ..core.errors import Invalid
 from . import grant_terms, onboarding
 from .access import Session, Vault
+from .onboarding import BAD_URL
 
-BAD_URL = ("url must be the server's plain http(s) address, like https://stash.example (letters, digits and .-_~%/ "
-           "in its path; no spaces, quotes or other characters).")
 MINTABLE = ("read", "full")
 
 

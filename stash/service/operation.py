@@ -77,9 +77,11 @@ class Limits:
 
 def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects, route: str,
             fields: dict[str, Any], key: str | None, limits: Limits, handler: Handler,
-            context: Any = None) -> Outcome:
+            context: Any = None, sent: dict[str, Any] | None = None) -> Outcome:
     """Authenticate ``token`` for ``effects.scope``, then run ``handler``
-    with the session, the parsed fields and ``context`` as declared.
+    with the session, the parsed fields and ``context`` as declared. An
+    Idempotency-Key's record is of ``route`` and ``sent`` (the body as sent;
+    by default ``fields``).
 
     The quota check runs inside the write's transaction, so two writes
     cannot both slip under a limit. The audit event of a key-ring write is
@@ -90,7 +92,8 @@ def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects,
     recorded answer (idempotency.rotation_write)."""
     try:
         with vault.session(token, effects.scope, pin) as session:
-            return _run(vault, session, effects, route, fields, key, limits, handler, context)
+            return _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
+                        handler, context)
     except Unauthorized:
         if effects.record != "rotation" or key is None:
             raise
@@ -100,8 +103,8 @@ def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects,
         return Outcome(replay, replayed=True)
 
 
-def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any], key: str | None,
-         limits: Limits, handler: Handler, context: Any) -> Outcome:
+def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any],
+         sent: dict[str, Any], key: str | None, limits: Limits, handler: Handler, context: Any) -> Outcome:
     grant_id = session.grant_id  # a rotation's event belongs to the owner capability that asked for it
     in_keyring = effects.record in ("keyring", "rotation")
     recorded: list[str] = []
@@ -116,9 +119,9 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         return answer
 
     if effects.record == "memory":
-        done = idempotency.memory_write(session, key, route, fields, work)
+        done = idempotency.memory_write(session, key, route, sent, work)
     elif effects.record == "keyring":
-        done = idempotency.keyring_write(session, key, route, fields, work)
+        done = idempotency.keyring_write(session, key, route, sent, work)
     elif effects.record == "rotation":
         done = idempotency.rotation_write(session, key, work)
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -214,12 +214,6 @@ def _pin(request: Request) -> Head | None:
     return head
 
 
-# A handler of a route open to all: the parsed fields and the call; it answers a dict (JSON), a str or bytes
-# (the route's media type), or a Response. A handler of a route that needs a capability is a plain function
-# of (session, fields, call), run in a worker thread by operation.perform.
-PublicHandler = Callable[[dict[str, Any], Call], Awaitable[Any]]
-
-
 @dataclass(frozen=True)
 class RouteSpec:
     """The one declaration of a route (docs/DESIGN.md, "HTTP surface"): how it is called and
@@ -232,13 +226,16 @@ class RouteSpec:
     path: str
     scope: str  # public | read | full | owner | operator
     summary: str
+    # A route open to all: ``async (fields, call)``; one that needs a capability: ``(session, fields, call)``,
+    # run in a worker thread by operation.perform. It answers a dict (JSON), a str or bytes (``media``), or
+    # a Response.
     handler: Callable[..., Any]
     slow: bool = False  # holds a slow slot (fairshare.py): recall, import, export
     fields: Fields | None = None  # None: neither the query string nor the body is read
     answer: Schema | None = None  # None: a body no schema describes (the export archive)
     status: int = 200
     media: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()  # sent with every answer that is not JSON
+    headers: tuple[tuple[str, str], ...] = ()  # sent with an answer the handler gives as str or bytes
     # The codes the handler and the service it calls can answer, beyond those of
     # its kind, its fields, idempotency and slow slots (routespec.error_codes).
     errors: tuple[str, ...] = ()
@@ -284,9 +281,9 @@ class RouteSpec:
         try:
             _refuse_token_in_query(request)
             if self.scope not in SECURED:
+                handled = True
                 if self.scope == "operator":
                     _operator(request)
-                handled = True
                 fields = await self._fields(request)
                 return self._answer(request, await self.handler(fields, Call(request)))
             await _precheck(request, self)
@@ -306,14 +303,17 @@ class RouteSpec:
     async def _secured(self, request: Request) -> Response:
         params = self._path_params(request)
         key = idempotency.parse_key(request.headers.getlist(idempotency.HEADER)) if self.idempotent else None
-        fields = {**params, **await self._fields(request)}
+        body = await self._fields(request)
+        fields = {**params, **body}
+        # An Idempotency-Key's record is of the request as sent: the path with its values, and the body.
+        route = f"{self.method} {self.path.format(**params)}"
         settings = request.app.state.settings
         limits = Limits(settings.quota_memories, settings.quota_bytes)
         token = bearer(request)
         try:
             done = await run_in_threadpool(operation.perform, request.app.state.vault, token, _pin(request),
-                                           self.effects, self.name, fields, key, limits, self.handler,
-                                           Call(request, key))
+                                           self.effects, route, fields, key, limits, self.handler,
+                                           Call(request, key), body)
         except Unauthorized:
             raise _auth_failed(request) from None
         metrics = request.app.state.metrics

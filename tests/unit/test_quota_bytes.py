@@ -1,7 +1,7 @@
 """The byte quota sums a user's folder while other requests of the same
 user close their files, which deletes WAL and shared-memory files: a file
 gone between the listing and its size counts nothing, and never turns a
-write into a 503 store.unreadable (the chaos run found one)."""
+write into a 503 store.unreadable."""
 
 from __future__ import annotations
 

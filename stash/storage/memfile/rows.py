@@ -48,6 +48,7 @@ class RowCodec(FilePart):
         except (aead.Unsealable, UnicodeDecodeError):
             raise Damaged(f"Memory #{i} is unreadable; restore this store from a backup.") from None
         return line[:10], line[11:]
+
     def _memory_plain(self, date: str, text: str) -> bytes:
         return (aead.pad(f"{date} {text}".encode(), MEMORY_PLAINTEXT_BYTES - WRITER_BYTES)
                 + self.writer.to_bytes(WRITER_BYTES, "big"))
