@@ -11,7 +11,6 @@ structure that outlives the request.)
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from ..storage.files import (
     available_file_cipher,
     can_write,
     new_pool,
+    overwrite_with_zeros,
     private_folder,
     storage_error,
 )
@@ -404,11 +404,7 @@ class Vault:
             session.pool.drop_folder(files.folder, held=False)
         for path in sorted(files.folder.iterdir()):
             if path.is_file() and path.name.startswith("keyring"):
-                size = path.stat().st_size
-                with open(path, "r+b") as f:
-                    f.write(bytes(size))
-                    f.flush()
-                    os.fsync(f.fileno())
+                overwrite_with_zeros(path)
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 

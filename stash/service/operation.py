@@ -107,15 +107,16 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
          sent: dict[str, Any], key: str | None, limits: Limits, handler: Handler, context: Any) -> Outcome:
     grant_id = session.grant_id  # a rotation's event belongs to the owner capability that asked for it
     in_keyring = effects.record in ("keyring", "rotation")
-    recorded: list[str] = []
+    recorded: str | None = None
 
     def work() -> Any:
+        nonlocal recorded
         adding = None if effects.adds is None else effects.adds(fields)
         if adding is not None:
             quotas.check_room(session.memory.count(), session.files.folder, adding, limits.memories, limits.bytes)
         answer = handler(session, fields, context)
         if in_keyring:
-            recorded[:] = _record(session, grant_id, effects.event, fields, answer)
+            recorded = _record(session, grant_id, effects.event, fields, answer)
         return answer
 
     if effects.record == "memory":
@@ -127,22 +128,22 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
     else:
         done = idempotency.Answer(work())
     if not in_keyring and not done.replayed:
-        recorded[:] = _record(session, grant_id, effects.event, fields, done.body)
+        recorded = _record(session, grant_id, effects.event, fields, done.body)
     body = done.body
     if effects.cleanup == "memory":
         body = {**body, "flushed": session.flush_memory()}
     elif effects.cleanup == "epoch":
         body = {**body, "flushed": vault.finish_epoch(session)}
     # A replay recorded nothing now, whatever the first request did.
-    return Outcome(body, done.replayed, None if done.replayed else next(iter(recorded), None))
+    return Outcome(body, done.replayed, None if done.replayed else recorded)
 
 
-def _record(session: Session, grant_id: int, event: Event | None, fields: dict[str, Any], answer: Any) -> list[str]:
-    """Record ``event`` for this answer; the names recorded (none or one)."""
+def _record(session: Session, grant_id: int, event: Event | None, fields: dict[str, Any], answer: Any) -> str | None:
+    """Record ``event`` for this answer; its name, or None when none was recorded."""
     if event is None:
-        return []
+        return None
     detail = event.detail(session, fields, answer)
     if detail is None:
-        return []
+        return None
     session.keyring.record(grant_id, event.name, detail)
-    return [event.name]
+    return event.name

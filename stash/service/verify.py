@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import sqlite3
@@ -42,7 +41,7 @@ from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..storage import formats, userlock
-from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect
+from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
 
@@ -335,7 +334,8 @@ COPIED = re.compile(r"(keyring|memory|recall)\.db(-wal)?")
 @contextlib.contextmanager
 def _private_copy(folder: Path) -> Iterator[Path]:
     """This user's folder as a copy in a private temporary data folder
-    (TMPDIR, mode 0700), overwritten with zeros and removed afterwards.
+    (TMPDIR, mode 0700), overwritten with zeros and removed afterwards
+    (:func:`stash.storage.files.overwrite_with_zeros`).
 
     Every check runs on the copy: SQLite checkpoints and deletes a WAL when a
     connection closes, and opening a store with its key may upgrade an older
@@ -357,19 +357,8 @@ def _private_copy(folder: Path) -> Iterator[Path]:
             yield target
         finally:
             for path in target.iterdir():
-                _shred(path)
-
-
-def _shred(path: Path) -> None:
-    """Overwrite a copied file with zeros before it is removed, so its sealed
-    rows and erased keys' old pages are not left in TMPDIR's free blocks."""
-    with contextlib.suppress(OSError):
-        size = path.stat().st_size
-        with open(path, "r+b") as f:
-            for _ in range(0, size, 1 << 20):
-                f.write(bytes(min(1 << 20, size - f.tell())))
-            f.flush()
-            os.fsync(f.fileno())
+                with contextlib.suppress(OSError):
+                    overwrite_with_zeros(path)
 
 
 def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Head | None,

@@ -158,6 +158,18 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+def overwrite_with_zeros(path: Path) -> None:
+    """Write zeros over the whole of a file, durably, before it is removed:
+    its sealed rows and the pages of destroyed keys are then not left in the
+    filesystem's free blocks (on a filesystem that writes in place)."""
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        for _ in range(0, size, 1 << 20):
+            f.write(bytes(min(1 << 20, size - f.tell())))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def private_folder(path: Path) -> None:
     """``path`` and any missing parents made 0700, whatever the umask (mkdir's
     mode is filtered by it, and parents get the default)."""

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..core.errors import Forbidden, Malformed, StashError, TooMany, Unauthorized
+from ..core.errors import Forbidden, Invalid, Malformed, StashError, TooMany, Unauthorized
 from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, operation
@@ -33,7 +33,7 @@ from ..service.operation import Effects, Event, Limits
 from . import pages, plaintext
 from .codes import CODES
 from .errors import error_response
-from .jsonio import BODY_CAP, IMPORT_BODY_CAP, JSON, NAP_BODY_CAP, prefetch_small_body
+from .jsonio import BODY_CAP, IMPORT_BODY_CAP, JSON, NAP_BODY_CAP, parse_int, prefetch_small_body
 from .routespec import SECURED, Fields, Special
 from .schemas import Schema
 
@@ -263,10 +263,6 @@ class RouteSpec:
             raise ValueError(f"{self.method} {self.path}: only a route that needs a capability writes")
 
     @property
-    def name(self) -> str:
-        return f"{self.method} {self.path}"
-
-    @property
     def idempotent(self) -> bool:
         """Takes an Idempotency-Key header."""
         return self.record is not None
@@ -327,11 +323,11 @@ class RouteSpec:
     def _path_params(self, request: Request) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, _ in self.path_params:
-            raw = request.path_params[name]
-            if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+            try:
+                out[name] = parse_int(name, request.path_params[name])
+            except Invalid:
                 assert self.unknown is not None
-                raise self.unknown()
-            out[name] = int(raw)
+                raise self.unknown() from None
         return out
 
     async def _fields(self, request: Request) -> dict[str, Any]:
