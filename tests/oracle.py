@@ -89,14 +89,36 @@ def spec_cover(T: int, budget: int) -> list[tuple[int, int]]:
     return list(_spec_cover(T, budget))
 
 
-def oracle_pending(T: int, settled: set[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Complete blocks without a summary: by size, then by position."""
+def oracle_pending(T: int, settled: set[tuple[int, int]],
+                   erased: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
+    """Complete blocks without a summary, but for those whose every memory
+    is erased (docs/DESIGN.md, "Erase": they need none): by size, then by
+    position."""
     todo = []
     size = 2
     while size <= T:
-        todo += [(lo, lo + size) for lo in range(0, T - size + 1, size) if (lo, lo + size) not in settled]
+        todo += [(lo, lo + size) for lo in range(0, T - size + 1, size)
+                 if (lo, lo + size) not in settled and not all_erased(lo, lo + size, erased)]
         size *= 2
     return todo
+
+
+def all_erased(lo: int, hi: int, erased: frozenset[int] | set[int]) -> bool:
+    """docs/DESIGN.md, "Erase": a block whose every memory is erased."""
+    return all(i in erased for i in range(lo, hi))
+
+
+def oracle_batch(T: int, settled: set[tuple[int, int]], erased: frozenset[int], limit: int) -> list[tuple[int, int]]:
+    """docs/DESIGN.md, "Blocks and the tree": the longest run of the first
+    pending blocks whose sources are there before the batch: raw memories up
+    to 16, else both halves summarised or wholly erased."""
+    out = []
+    for lo, hi in oracle_pending(T, settled, erased)[:limit]:
+        mid = (lo + hi) // 2
+        if hi - lo > 16 and not all((h in settled or all_erased(*h, erased)) for h in ((lo, mid), (mid, hi))):
+            break
+        out.append((lo, hi))
+    return out
 
 
 def oracle_parts(lines: list[str], max_lines: int, max_bytes: int) -> list[list[str]]:
@@ -131,7 +153,19 @@ class Model:
     def __init__(self) -> None:
         self.notes: list[tuple[str, str]] = []
         self.summaries: dict[tuple[int, int], str] = {}
+        self.erased: set[int] = set()
         self._gap: dict[int, int] = {}
+
+    def erase(self, i: int) -> list[tuple[int, int]]:
+        """docs/DESIGN.md, "Erase": the memory's text is gone and the summaries
+        that contain it are dropped; returns them, smallest first."""
+        self.erased.add(i)
+        gone = sorted((b for b in self.summaries if b[0] <= i < b[1]), key=lambda b: (b[1] - b[0], b[0]))
+        self.drop(gone)
+        return gone
+
+    def wholly_erased(self, lo: int, hi: int) -> bool:
+        return all_erased(lo, hi, self.erased)
 
     def add_note(self, date: str, text: str) -> None:
         self.notes.append((date, text))
@@ -152,12 +186,14 @@ class Model:
 
     def memory_line(self, i: int) -> str:
         date, text = self.notes[i]
-        return f"#{i} {date} {text}"
+        return f"#{i} {date} {'[erased]' if i in self.erased else text}"
 
     def render(self, block: tuple[int, int]) -> str:
         lo, hi = block
         if hi - lo == 1:
             return self.memory_line(lo)
+        if self.wholly_erased(lo, hi):
+            return f"#{bid(lo, hi)} [erased]"
         return f"#{bid(lo, hi)} {self.summaries[block]}"
 
     def _levels(self) -> list[int]:
@@ -174,7 +210,7 @@ class Model:
             # _gap only remembers where the scan of this level stopped; the
             # truth is membership in self.summaries
             k = self._gap.get(size, 0)
-            while (k * size, (k + 1) * size) in self.summaries:
+            while (k * size, (k + 1) * size) in self.summaries or self.wholly_erased(k * size, (k + 1) * size):
                 k += 1
             self._gap[size] = k
             if (k + 1) * size <= self.T:
@@ -182,8 +218,10 @@ class Model:
         return None
 
     def pending_count(self) -> int:
-        """Complete blocks minus summaries (every summary is of a complete block)."""
-        return sum(self.T // size for size in self._levels()) - len(self.summaries)
+        """Complete blocks minus summaries (every summary is of a complete
+        block) minus the wholly erased ones (none of which has a summary)."""
+        erased = sum(1 for lo, hi in self.complete_blocks() if self.wholly_erased(lo, hi)) if self.erased else 0
+        return sum(self.T // size for size in self._levels()) - len(self.summaries) - erased
 
     def complete_blocks(self) -> list[tuple[int, int]]:
         out = []
@@ -217,6 +255,8 @@ class Model:
                 continue
             if b - a == 1:
                 out.append(self.memory_line(a))
+            elif b <= self.T and self.wholly_erased(a, b):
+                out.append(f"#{bid(a, b)} [erased]")
             elif b <= self.T and (a, b) in self.summaries:
                 out.append(f"#{bid(a, b)} {self.summaries[(a, b)]}")
             else:
@@ -329,10 +369,12 @@ def check_wake(mem, model: Model, sizes: dict[str, int]) -> tuple[list[str], int
     check_cover_shape(blocks, T, budget)
     for line in doc:
         lo, hi, date, text = parse_line(line)
-        if hi - lo == 1:
+        if hi - lo == 1 and lo not in model.erased:
             assert (date, text) == model.notes[lo], (line, model.notes[lo])
-        else:
+        elif hi - lo > 1 and not model.wholly_erased(lo, hi):
             assert text == model.summaries.get((lo, hi)), (line, model.summaries.get((lo, hi)))
+        else:
+            assert line == model.render((lo, hi)), (line, model.render((lo, hi)))
     assert doc == want
     check_nap(parts[-1]["nap"], model, sizes["ENTRY_CHARS"])
     return doc, len(parts), budget

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 
 Block = tuple[int, int]
@@ -150,48 +151,154 @@ def levels(T: int) -> Iterator[int]:
         size *= 2
 
 
+class Erased:
+    """The erased memory positions, as maximal runs ``[start, end)``, and
+    which blocks they cover whole (docs/DESIGN.md, "Erase": a block whose
+    every memory is erased needs no summary).
+
+    Runs are maximal, so the memory just past a run is not erased: a block
+    that reaches past a run's end holds a live memory. That makes every
+    question a binary search over the runs, and a level's count of wholly
+    erased blocks one over its own prefix sums (made once per level asked)."""
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        starts: list[int] = []
+        ends: list[int] = []
+        for i in sorted(set(ids)):
+            if ends and ends[-1] == i:
+                ends[-1] = i + 1
+            else:
+                starts.append(i)
+                ends.append(i + 1)
+        self.starts, self.ends = starts, ends
+        self._levels: dict[int, tuple[list[int], list[int], list[int]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.starts)
+
+    def __len__(self) -> int:
+        return sum(e - s for s, e in zip(self.starts, self.ends))
+
+    def covers(self, lo: int, hi: int) -> bool:
+        """Every memory of ``[lo, hi)`` is erased."""
+        j = bisect_right(self.starts, lo) - 1
+        return j >= 0 and self.ends[j] >= hi
+
+    def next_live(self, size: int, k: int) -> int:
+        """The first index ``>= k`` of level ``size`` whose block holds a
+        memory that is not erased."""
+        j = bisect_right(self.starts, k * size) - 1
+        if j >= 0 and self.ends[j] >= (k + 1) * size:
+            return self.ends[j] // size  # that block reaches past the run, to a live memory
+        return k
+
+    def _level(self, size: int) -> tuple[list[int], list[int], list[int]]:
+        if size not in self._levels:
+            first: list[int] = []
+            end: list[int] = []
+            cum = [0]
+            for s, e in zip(self.starts, self.ends):
+                a, b = -(-s // size), e // size
+                if a < b:
+                    first.append(a)
+                    end.append(b)
+                    cum.append(cum[-1] + b - a)
+            self._levels[size] = (first, end, cum)
+        return self._levels[size]
+
+    def whole_blocks(self, size: int, first: int, end: int) -> int:
+        """How many blocks of level ``size`` with index in ``[first, end)``
+        are wholly erased."""
+        if first >= end:
+            return 0
+        bfirst, bend, cum = self._level(size)
+        j0 = bisect_right(bend, first)
+        j1 = bisect_left(bfirst, end)
+        if j0 >= j1:
+            return 0
+        return cum[j1] - cum[j0] - max(0, first - bfirst[j0]) - max(0, bend[j1 - 1] - end)
+
+
+NO_ERASURE = Erased()
+
+
 class Settled(dict[int, int]):
     """How far each level of the summary tree got, as :func:`pending` reads it.
 
     ``settled[size]`` is the level's *frontier*: one past its highest summary.
     Blocks settle strictly in order, so below the frontier every block has a
-    summary except the ``holes``: ``holes[size]`` lists, sorted, the indices
-    below the frontier whose summary an erasure dropped (docs/DESIGN.md, "Erase": it drops only
-    the blocks over the erased memory, so a level need not be a dense prefix).
-    A plain dict is a tree without holes."""
+    summary except the ``holes`` and the wholly ``erased`` blocks:
+    ``holes[size]`` lists, sorted, the indices below the frontier whose
+    summary an erasure dropped (docs/DESIGN.md, "Erase": it drops only the
+    blocks over the erased memory, so a level need not be a dense prefix);
+    ``erased`` are the erased memories, and a block they cover whole is
+    neither settled nor pending (it renders as erased). A plain dict is a
+    tree without holes or erasures."""
 
     def __init__(self, counts: Iterable[tuple[int, int]] | dict[int, int] = (),
-                 holes: dict[int, list[int]] | None = None) -> None:
+                 holes: dict[int, list[int]] | None = None, erased: Erased | None = None) -> None:
         super().__init__(counts)
         self.holes: dict[int, list[int]] = holes or {}
+        self.erased: Erased = erased or NO_ERASURE
+
+
+def erased_of(settled: dict[int, int]) -> Erased:
+    return getattr(settled, "erased", NO_ERASURE)
+
+
+def is_erased(settled: dict[int, int], lo: int, hi: int) -> bool:
+    """Every memory of ``[lo, hi)`` is erased: the block needs no summary."""
+    return erased_of(settled).covers(lo, hi)
 
 
 def holes_below(settled: dict[int, int], size: int, limit: int) -> list[int]:
-    """The level's holes below ``limit`` (and below its frontier)."""
+    """The level's holes below ``limit`` (and below its frontier) that still
+    hold a memory that is not erased."""
     top = min(settled.get(size, 0), limit)
-    return [k for k in getattr(settled, "holes", {}).get(size, ()) if k < top]
+    erased = erased_of(settled)
+    return [k for k in getattr(settled, "holes", {}).get(size, ())
+            if k < top and not erased.covers(k * size, (k + 1) * size)]
+
+
+def _in_sorted(ks: list[int], k: int) -> bool:
+    j = bisect_left(ks, k)
+    return j < len(ks) and ks[j] == k
 
 
 def is_settled(settled: dict[int, int], lo: int, hi: int) -> bool:
-    """Block ``[lo, hi)`` has a summary."""
+    """Block ``[lo, hi)`` has a summary (a wholly erased block has none)."""
     size = hi - lo
     k = lo // size
-    return k < settled.get(size, 0) and k not in getattr(settled, "holes", {}).get(size, ())
+    return (k < settled.get(size, 0) and not _in_sorted(getattr(settled, "holes", {}).get(size, []), k)
+            and not is_erased(settled, lo, hi))
+
+
+def is_ready(settled: dict[int, int], lo: int, hi: int) -> bool:
+    """Block ``[lo, hi)`` can stand in a larger block's source: it has a
+    summary, or it is wholly erased and renders as such."""
+    return is_settled(settled, lo, hi) or is_erased(settled, lo, hi)
 
 
 def pending(T: int, settled: dict[int, int], limit: int | None = None) -> list[Block]:
-    """Complete blocks without a summary, in settling order (docs/DESIGN.md, "Blocks and the tree"): by
-    size, then by position — a level's holes (below its frontier) come
-    before the blocks past its frontier.
+    """Complete blocks without a summary that hold a memory not erased, in
+    settling order (docs/DESIGN.md, "Blocks and the tree"): by size, then by
+    position — a level's holes (below its frontier) come before the blocks
+    past its frontier.
 
     ``settled`` is a :class:`Settled` (or a plain dict of frontiers for a
     tree without holes). Blocks are only ever settled in this order and
     forgotten from a point upward, so below the frontier only an erasure's
-    holes are missing.
+    holes (and wholly erased blocks, which are never due) are missing.
     """
     todo: list[Block] = []
+    erased = erased_of(settled)
     for size in levels(T):
-        ks = holes_below(settled, size, T // size) + list(range(settled.get(size, 0), T // size))
+        n = T // size
+        ks = holes_below(settled, size, n)
+        k = erased.next_live(size, settled.get(size, 0))
+        while k < n and (limit is None or len(ks) + len(todo) < limit):
+            ks.append(k)
+            k = erased.next_live(size, k + 1)
         for k in ks:
             todo.append((k * size, (k + 1) * size))
             if limit is not None and len(todo) >= limit:
@@ -202,7 +309,10 @@ def pending(T: int, settled: dict[int, int], limit: int | None = None) -> list[B
 def pending_count(T: int, settled: dict[int, int]) -> int:
     """``len(pending(T, settled))`` without listing. A level may hold more
     summaries than a past snapshot ``T`` needs, so each level is clamped at 0."""
-    return sum(max(0, T // size - settled.get(size, 0)) + len(holes_below(settled, size, T // size))
+    erased = erased_of(settled)
+    return sum(max(0, T // size - settled.get(size, 0))
+               - erased.whole_blocks(size, settled.get(size, 0), T // size)
+               + len(holes_below(settled, size, T // size))
                for size in levels(T))
 
 
@@ -225,7 +335,8 @@ BATCH_MAX = 256
 
 def batch(T: int, settled: dict[int, int], limit: int) -> list[Block]:
     """The batch (docs/DESIGN.md, "Blocks and the tree"): the longest run, up to ``limit``, of the first
-    pending blocks whose sources are settled already, so every one of them can
+    pending blocks whose sources are settled already (a wholly erased half is a
+    source as it is: it renders as erased), so every one of them can
     be written at once, by one agent or by parallel subagents.
 
     A block of at most :data:`RAW_MAX` memories is written from the raw log,
@@ -239,7 +350,7 @@ def batch(T: int, settled: dict[int, int], limit: int) -> list[Block]:
     for lo, hi in pending(T, settled, limit):
         size = hi - lo
         mid = lo + size // 2
-        if size > RAW_MAX and not (is_settled(settled, lo, mid) and is_settled(settled, mid, hi)):
+        if size > RAW_MAX and not (is_ready(settled, lo, mid) and is_ready(settled, mid, hi)):
             break
         out.append((lo, hi))
     return out
@@ -259,7 +370,6 @@ def forget_span(lo: int, hi: int, settled: dict[int, int], T: int) -> list[Block
     while size <= max(T, hi - lo):
         k = lo // size
         n = settled.get(size, 0)
-        holes = set(getattr(settled, "holes", {}).get(size, ()))
-        gone.extend((i * size, (i + 1) * size) for i in range(k, n) if i not in holes)
+        gone.extend((i * size, (i + 1) * size) for i in range(k, n) if is_settled(settled, i * size, (i + 1) * size))
         size *= 2
     return gone

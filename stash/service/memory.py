@@ -16,7 +16,7 @@ from ..core import blocks, lines, sizes
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
 from ..core.recall import BadPattern, compile_pattern
 from ..storage.keyring import now_utc
-from ..storage.memfile import MemoryFile
+from ..storage.memfile import ERASED, MemoryFile
 from . import instructions, recall_scan
 
 AWAKE = "You are awake."
@@ -112,7 +112,11 @@ class Memory:
         if hi - lo <= blocks.RAW_MAX:
             return self._render_memories(lo, hi)
         source = []
+        erased = self.mf.erased_runs()
         for a, b in blocks.halves(lo, hi):
+            if erased.covers(a, b):
+                source.append(lines.summary_line(a, b, ERASED))
+                continue
             s = self.mf.summary(a, b)
             if s is None:
                 raise Damaged(
@@ -208,6 +212,10 @@ class Memory:
     def _wake_lines(self, T: int, budget: int, settled: dict[int, int], cache: dict) -> list[str]:
         out = []
         cover = blocks.cover(T, budget)
+        for lo, hi in cover:
+            # A wholly erased block shows as erased, never from a row (docs/DESIGN.md, "Erase").
+            if hi - lo > 1 and blocks.is_erased(settled, lo, hi):
+                cache[(lo, hi)] = lines.summary_line(lo, hi, ERASED)
         self._prefetch(cover, cache)
         for lo, hi in cover:
             key = (lo, hi)
@@ -412,7 +420,7 @@ class Memory:
             if lo // size in state.holes.get(size, ()):
                 state.holes[size].remove(lo // size)
             else:
-                state[size] = state.get(size, 0) + 1
+                state[size] = lo // size + 1  # past any wholly erased blocks it skipped
         if todo and not self.mf.put_summaries(todo):
             # Another writer settled or forgot blocks between the check and the
             # write: answered as a single nap's race is, with nothing written.
@@ -475,6 +483,8 @@ class Memory:
                 continue
             if b - a == 1:
                 out.extend(self._render_memories(a, b))
+            elif b <= T and self.mf.erased_runs().covers(a, b):
+                out.append(lines.summary_line(a, b, ERASED))
             else:
                 s = self.mf.summary(a, b) if b <= T else None
                 out.append(lines.summary_line(a, b, s if s is not None else "not compressed yet"))

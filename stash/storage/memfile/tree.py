@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ...core.blocks import Settled, erase_span, forget_span, levels
+from ...core.blocks import Erased, Settled, erase_span, forget_span, levels
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead
 from ..files import write_transaction
@@ -24,9 +24,10 @@ from .rows import RowCodec
 
 class TreePart(RowCodec):
     def settled(self, T: int) -> Settled:
-        """Each level's frontier up to ``T`` and its holes (blocks an erasure
-        dropped below the frontier, docs/DESIGN.md, "Erase")."""
-        out = Settled(holes=self._holes())
+        """Each level's frontier up to ``T``, its holes (blocks an erasure
+        dropped below the frontier, docs/DESIGN.md, "Erase") and the erased
+        memories, whose wholly erased blocks need no summary."""
+        out = Settled(holes=self._holes(), erased=self.erased_runs())
         for size in levels(T):
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
             out[size] = 0 if top is None else top + 1
@@ -42,13 +43,31 @@ class TreePart(RowCodec):
             raise Damaged("The memory file's record of erased summaries is unreadable; "
                           "restore this store from a backup.") from None
 
-    def _save_holes(self, holes: dict[int, list[int]]) -> None:
+    def erased_runs(self) -> Erased:
+        """The erased memories (as the authenticated state covers them) as
+        runs, made once per state: a wake and its nap ask several times."""
+        cached = getattr(self, "_erased_runs", None)
+        if cached is None or cached[0] is not self._erased_ids:
+            cached = (self._erased_ids, Erased(self._erased_ids))
+            self._erased_runs = cached
+        return cached[1]
+
+    def _erased_in(self, lo: int, hi: int) -> int:
+        """How many of memories ``[lo, hi)`` are erased, as this transaction sees it."""
+        if hi <= lo or "erased" not in self._tables():
+            return 0
+        return int(self.conn.execute("SELECT COUNT(*) FROM erased WHERE id >= ? AND id < ?", (lo, hi)).fetchone()[0])
+
+    def _save_holes(self, holes: dict[int, list[int]], erased: Erased | None = None) -> None:
         """Record ``holes``, keeping only those still below their level's
-        frontier (a hole at or past it is just a block not written yet)."""
+        frontier (a hole at or past it is just a block not written yet) and
+        not wholly ``erased`` (such a block is never due again)."""
         kept = {}
+        erased = self.erased_runs() if erased is None else erased
         for size, ks in holes.items():
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
-            below = sorted({k for k in ks if top is not None and k < top})
+            below = sorted({k for k in ks if top is not None and k < top
+                            and not erased.covers(k * size, (k + 1) * size)})
             if below:
                 kept[str(size)] = below
         if kept:
@@ -100,9 +119,11 @@ class TreePart(RowCodec):
 
     def put_summary(self, lo: int, hi: int, text: str) -> bool:
         """Settle block ``[lo, hi)`` if it is still the next one of its level
-        or one of its holes and, above size 2, both its halves are still
-        settled. False if another writer got there first, or a forget dropped
-        a half meanwhile."""
+        (past blocks wholly erased, which need none) or one of its holes and,
+        above size 2, both its halves are still settled or wholly erased.
+        False if another writer got there first, or a forget dropped a half
+        meanwhile. Erasures are read inside the transaction, so a stale view
+        of them can only refuse, never let a block in out of order."""
         size = hi - lo
         idx = lo // size
         with write_transaction(self.conn):
@@ -111,14 +132,18 @@ class TreePart(RowCodec):
             top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
             holes = self._holes()
             hole = idx in holes.get(size, ()) and top is not None and idx < top
-            if (0 if top is None else top + 1) != idx and not hole:
+            frontier = 0 if top is None else top + 1
+            if not hole and not (frontier <= idx and self._erased_in(frontier * size, lo) == lo - frontier * size):
                 return False
+            if self._erased_in(lo, hi) == size:
+                return False  # a wholly erased block has no summary
             if size > 2:
-                halves = self.conn.execute(
-                    "SELECT COUNT(*) FROM summaries WHERE size = ? AND idx IN (?, ?)", (size // 2, 2 * idx, 2 * idx + 1)
-                ).fetchone()[0]
-                if halves != 2:
-                    return False
+                half = size // 2
+                have = {r[0] for r in self.conn.execute(
+                    "SELECT idx FROM summaries WHERE size = ? AND idx IN (?, ?)", (half, 2 * idx, 2 * idx + 1))}
+                for k in (2 * idx, 2 * idx + 1):
+                    if k not in have and self._erased_in(k * half, (k + 1) * half) != half:
+                        return False
             self.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
             if hole:
                 holes[size].remove(idx)
@@ -173,20 +198,29 @@ class TreePart(RowCodec):
         """Drop the summaries that contain the newly erased memories
         ``fresh`` — the blocks on each one's path to the root, at most
         ⌊log2 T⌋ (docs/DESIGN.md, "Erase") — as holes the next naps fill,
-        recorded as dropped at state ``version``. Returns the dropped blocks,
-        smallest first."""
-        gone: list[tuple[int, int]] = []
+        recorded as dropped at state ``version``; a block left wholly erased
+        is no hole and needs no drop record (it is never served from a row
+        again: it renders as erased). Returns the dropped blocks, smallest
+        first. Each path is read against the tree as it was, so the cost is
+        O(log T) per memory however many are erased at once."""
         settled = self.settled(T)
+        erased = Erased(self._erased_ids | set(fresh))
         drops = self._read_drops()
+        dropped: set[tuple[int, int]] = set()
         for i in fresh:
             for a, b in erase_span(i, T, settled):
+                if (a, b) in dropped:
+                    continue
+                dropped.add((a, b))
                 size = b - a
                 self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
-                settled.holes.setdefault(size, []).append(a // size)
-                drops["p"].setdefault(size, {})[a // size] = version
-                gone.append((a, b))
-        gone.sort(key=lambda blk: (blk[1] - blk[0], blk[0]))
-        self._save_holes(settled.holes)
+                if not erased.covers(a, b):
+                    drops["p"].setdefault(size, {})[a // size] = version
+        gone = sorted(dropped, key=lambda blk: (blk[1] - blk[0], blk[0]))
+        holes = {size: list(ks) for size, ks in settled.holes.items()}
+        for a, b in gone:
+            holes.setdefault(b - a, []).append(a // (b - a))
+        self._save_holes(holes, erased)
         self._save_drops(drops)
         return gone
 
