@@ -61,6 +61,8 @@ VERBS = {
     "grants": "list capabilities, mint one (read | full), or revoke one (revoke ID)",
     "erase": "shred memories for good by id (owner): erase ID [ID ...]",
     "erasures": "list the erasure receipts (owner)",
+    "undo": "erase what one capability wrote (undo --grant ID) or a range (undo --first I --last J), slice by "
+            "slice (owner); revoke the capability first",
     "rotate": "replace the owner token: prints the new one once; the old one stops working (owner)",
     "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
@@ -72,6 +74,7 @@ VERBS = {
 TIMEOUT = 30.0
 LONG_TIMEOUT = 300.0
 IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # well under the server's 16 MiB import cap
+IMPORT_BATCH_ENTRIES = 10_000  # the server's default --import-per-request for a full capability
 # Writes that carry an Idempotency-Key, so that resending one whose answer was
 # lost cannot write twice: the server replays the first answer instead. Written
 # from the server's route declarations by `python -m stash.web.refgen --write`.
@@ -79,6 +82,7 @@ IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # well under the server's 16 MiB import ca
 KEYED_WRITES = frozenset({
     ("DELETE", "/grants/{grant_id}"),
     ("POST", "/erase"),
+    ("POST", "/erase/undo"),
     ("POST", "/grants"),
     ("POST", "/import"),
     ("POST", "/nap"),
@@ -948,7 +952,7 @@ def _batches(entries: list[dict]) -> list[list[dict]]:
     size = 0
     for e in entries:
         n = len(json.dumps(e, ensure_ascii=False).encode("utf-8")) + 2
-        if out[-1] and size + n > IMPORT_BATCH_BYTES:
+        if out[-1] and (size + n > IMPORT_BATCH_BYTES or len(out[-1]) >= IMPORT_BATCH_ENTRIES):
             out.append([])
             size = 0
         out[-1].append(e)
@@ -1065,6 +1069,27 @@ def do_erase(args: argparse.Namespace) -> int:
          f"{'Its line now reads' if asked == 1 else 'Their lines now read'} [erased] everywhere.")
     _out(_receipt_line(ans))
     if ans.get("dropped"):
+        _out(f"Run: {_prog()} nap")
+    return 0
+
+
+def do_undo(args: argparse.Namespace) -> int:
+    """POST /erase/undo until the range is done, one bounded slice per call."""
+    body: dict = {k: v for k, v in (("grant", args.grant), ("first", args.first), ("last", args.last))
+                  if v is not None}
+    api = _api()
+    erased = dropped = 0
+    while True:
+        ans = api.call("POST", "/erase/undo", body)
+        erased += len(ans.get("erased", []))
+        dropped += int(ans.get("dropped", 0))
+        if ans.get("receipt") is not None:
+            _out(_receipt_line(ans))
+        if ans.get("more") is None:
+            break
+        body["first"] = ans["more"]
+    _out(f"Erased {plural(erased, 'memory', 'memories')}; {plural(dropped, 'summary', 'summaries')} dropped.")
+    if dropped:
         _out(f"Run: {_prog()} nap")
     return 0
 
@@ -1758,6 +1783,10 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("erase", do_erase)
     sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
     verb("erasures", do_erasures)
+    sp = verb("undo", do_undo)
+    sp.add_argument("--grant", type=int, metavar="ID", help="erase what this capability wrote (its id in grants)")
+    sp.add_argument("--first", type=int, metavar="I", help="first memory id of the range (default 0)")
+    sp.add_argument("--last", type=int, metavar="J", help="last memory id of the range (default: the newest)")
     verb("rotate", do_rotate)
     sp = verb("destroy", do_destroy)
     sp.add_argument("--yes", action="store_true", help="confirm: the memory cannot be recovered")

@@ -113,7 +113,8 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         nonlocal recorded
         adding = None if effects.adds is None else effects.adds(fields)
         if adding is not None:
-            quotas.check_room(session.memory.count(), session.files.folder, adding, limits.memories, limits.bytes)
+            live = session.memory.count() - len(session.memory.mf.erased_ids)
+            quotas.check_room(live, session.files.folder, adding, limits.memories, limits.bytes)
         answer = handler(session, fields, context)
         if in_keyring:
             recorded = _record(session, grant_id, effects.event, fields, answer)

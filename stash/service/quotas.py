@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import QuotaReached
 
 DEFAULT_MEMORIES = 1_000_000
 DEFAULT_BYTES = 1 << 30  # room for about a million memories (bench/README.md: bytes per memory)
+DEFAULT_IMPORT_PER_REQUEST = 10_000
+DEFAULT_IMPORT_PER_DAY = 100_000
 
 
 def folder_bytes(folder: Path) -> int:
@@ -31,10 +34,14 @@ def folder_bytes(folder: Path) -> int:
 
 
 def check_room(count: int, folder: Path, adding: int, max_memories: int, max_bytes: int) -> None:
-    """Refuse a write of ``adding`` memories to a log of ``count`` when it
-    would pass the operator's limits. The byte limit is checked against what
-    the folder holds before the write, so one write may end above it by its
-    own size (at most one import body)."""
+    """Refuse a write of ``adding`` memories to a log of ``count`` live
+    (not erased) memories when it would pass the operator's limits. Erased
+    memories keep their positions but count for nothing here, so an owner who
+    erases what a capability flooded in gets the room back (docs/DESIGN.md,
+    "Erase"); their rows still take disk, which the byte limit counts. The
+    byte limit is checked against what the folder holds before the write,
+    so one write may end above it by its own size (at most one import
+    body)."""
     if count + adding > max_memories:
         room = max(0, max_memories - count)
         raise QuotaReached(
@@ -50,3 +57,45 @@ def check_room(count: int, folder: Path, adding: int, max_memories: int, max_byt
             "per memory; nothing was written. Export it (GET /export) and ask the operator for room.",
             code="quota.bytes",
         )
+
+
+def check_import(scope: str, adding: int, today_so_far: int, per_request: int, per_day: int, day: str) -> None:
+    """Refuse an import by a full capability of more than ``per_request``
+    memories at once, or one that takes its imports of UTC ``day`` past
+    ``per_day`` (``stash serve --import-per-request``, ``--import-per-day``),
+    so one capability cannot in one request or one day owe its memory's
+    writers hundreds of thousands of naps. The owner is not bounded: its
+    imports are its own, and it can undo any of them (``POST /erase/undo``)."""
+    if scope != "full":
+        return
+    if adding > per_request:
+        raise QuotaReached(
+            f"This capability may import at most {per_request:,} memories per request and this one has "
+            f"{adding:,}; nothing was written. Send them in batches of {per_request:,} or fewer.",
+            code="quota.import_request",
+        )
+    if today_so_far + adding > per_day:
+        room = max(0, per_day - today_so_far)
+        raise QuotaReached(
+            f"This capability imported {today_so_far:,} memories today ({day} UTC) and may import at most "
+            f"{per_day:,} a day ({room:,} more today); nothing was written. Import the rest tomorrow, or ask the "
+            "memory's owner to.",
+            code="quota.import_day",
+        )
+
+
+def bounded_import(session: Any, entries: object, per_request: int, per_day: int) -> dict[str, Any]:
+    """``POST /import`` within :func:`check_import`'s bounds: checked and
+    counted inside the import's own transaction (the route's idempotency
+    record holds the file's write lock around it), so concurrent imports of
+    one capability cannot pass the day's bound together."""
+    memory = session.memory
+    if session.scope != "full" or not isinstance(entries, list):
+        answer: dict[str, Any] = memory.import_entries(entries)
+        return answer
+    day = memory.today()
+    check_import(session.scope, len(entries), memory.mf.imported_on(day, session.grant_id), per_request, per_day,
+                 day)
+    answer = memory.import_entries(entries)
+    memory.mf.count_import(day, session.grant_id, len(entries))
+    return answer

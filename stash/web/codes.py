@@ -73,6 +73,8 @@ CODES: dict[str, Code] = {
                              "nothing changed; retry"),
     "erase.bad_ids": Code(422, "`ids` is not a list of 1–10,000 whole numbers"),
     "erase.unknown_id": Code(422, "an id is not a memory"),
+    "undo.bad_range": Code(422, "`first` or `last` is not a memory id, `last` is before `first`, or neither "
+                                "`grant` nor `last` was sent; nothing was erased"),
     "idempotency.bad_key": Code(400, "the `Idempotency-Key` header is empty, over 255 characters, has a "
                                      "character outside visible ASCII (space included), or was sent twice"),
     "idempotency.key_reused": Code(409, "the key was used in the last 24 hours for a different request (another "
@@ -85,6 +87,10 @@ CODES: dict[str, Code] = {
                                 "written"),
     "quota.bytes": Code(403, "the memory's folder already takes `--quota-bytes` (default 1 GiB); nothing was "
                              "written"),
+    "quota.import_request": Code(403, "a full capability's import has more entries than `--import-per-request` "
+                                      "(default 10,000); nothing was written"),
+    "quota.import_day": Code(403, "the full capability's imports today (UTC) would pass `--import-per-day` "
+                                  "(default 100,000); nothing was written"),
     "quota.identities": Code(429, "this address minted `--init-per-day` (default 50) identities in the last 24 "
                                   "hours; see `Retry-After`"),
     "busy.user": Code(429, "this memory already has `--user-concurrency` (default 4) requests in progress on "

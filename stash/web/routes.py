@@ -26,7 +26,7 @@ from ..core.blocks import BATCH_MAX
 from ..core.errors import NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
-from ..service import admission, audit, docs, grants, onboarding
+from ..service import admission, audit, docs, grants, onboarding, quotas, undo
 from ..service.access import Session
 from ..service.export import export_archive
 from ..service.operation import Event
@@ -377,7 +377,7 @@ def config_set(s: Session, f: Args, call: Call) -> Answer:
                 "head": ref("Head") | {"description": "the log's head just after the batch: pin it"},
                 "run": RUN | {"description": "when compressions are due, the request that hands over the "
                                              "first (`{}` to POST /nap); else empty"}}),
-    errors=("quota.memories", "quota.bytes", "import.empty"),
+    errors=("quota.memories", "quota.bytes", "quota.import_request", "quota.import_day", "import.empty"),
     special=(Special(422, "or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                      ("import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log",
                       *_TEXT_CODES)),),
@@ -385,7 +385,7 @@ def config_set(s: Session, f: Args, call: Call) -> Answer:
     record="memory", adds=_entries, event=Event("import", lambda s, f, a: {"first": a["first"], "last": a["last"]}),
 )
 def import_(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.import_entries(f["entries"])
+    return quotas.bounded_import(s, f["entries"], call.settings.import_per_request, call.settings.import_per_day)
 
 
 @route(
@@ -504,6 +504,46 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
     if call.replicating:
         receipt["replicas_until"] = replica_history_ends(receipt["at"])
     return receipt
+
+
+@route(
+    "POST", "/erase/undo", "owner", "Undo a capability: erase what it wrote, or a range, a slice at a time",
+    fields=Fields((
+        Field("grant", integer(1, description="A capability's `id` from GET /grants."),
+              "erase only the memories this capability wrote (live or revoked)"),
+        Field("first", integer(0), "the first id of the range (default 0); send the answer's `more` here for "
+              "the next slice"),
+        Field("last", integer(0), "the last id of the range, inclusive (default: the newest); without `grant` "
+              "it is required, so the whole log is never a default"),
+    )),
+    answer=obj({"receipt": nullable(integer(1, description="The erasure's receipt (GET /erasures); null when "
+                                                            "this slice held nothing to erase.")),
+                "ids": {"type": "array", "items": integer(0), "description": "The ids this slice erased."},
+                "erased": {"type": "array", "items": integer(0), "description": "Those erased by this call."},
+                "dropped": integer(0, description="How many summaries were dropped with them."),
+                "at": nullable(ref("Timestamp")),
+                "more": nullable(integer(0, description="Send it as `first`, with the same other fields, for the "
+                                                        "next slice; null when the range is done.")),
+                "message": string("what was done and what to send next"),
+                "replicas_until": ref("Timestamp") | {"description": "as in POST /erase"},
+                "flushed": FLUSHED},
+               required=["receipt", "ids", "erased", "dropped", "at", "more", "message", "flushed"]),
+    errors=("undo.bad_range", "grants.unknown"),
+    description="The owner's way back after a capability wrote what it should not have: erases, as POST /erase "
+                "does, the memories of the range `first`..`last` that `grant` wrote (every one of them without "
+                "`grant`), at most 10,000 per call and looking at most 100,000 ids. Erased memories need no nap "
+                "and do not count against `--quota-memories`, so once `more` is null the wake and the quota "
+                "are as if they had never been written. Revoke the capability first (DELETE /grants/{id}).",
+    record="memory", cleanup="memory",
+    event=Event("erase", lambda s, f, a: None if a["receipt"] is None else
+                {"receipt": a["receipt"], "erased": len(a["erased"]), "dropped": a["dropped"]}),
+)
+def erase_undo(s: Session, f: Args, call: Call) -> Answer:
+    known = {g["id"] for g in call.vault.list_grants(s)}
+    answer = undo.undo(s.memory, f.get("grant"), f.get("first"), f.get("last"), known)
+    if call.replicating and answer["at"] is not None:
+        answer["replicas_until"] = replica_history_ends(answer["at"])
+    return answer
 
 
 @route(

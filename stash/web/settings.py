@@ -22,7 +22,7 @@ from typing import Any
 
 from ..crypto import tokens
 from ..crypto.keys import DEFAULT_KDF, KdfParams
-from ..service.quotas import DEFAULT_BYTES, DEFAULT_MEMORIES
+from ..service.quotas import DEFAULT_BYTES, DEFAULT_IMPORT_PER_DAY, DEFAULT_IMPORT_PER_REQUEST, DEFAULT_MEMORIES
 from .forwarded import parse_network
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP
 from .options import Option, build, declared, decode, encode, option, parts
@@ -145,6 +145,18 @@ class Settings:
         doc="disk one identity's folder may take; once it does, notes and imports are `403 quota.bytes` (a "
             "write that starts under it may end above it by its own size). Naps, forgets and config still "
             "work, so the memory stays usable read-only")
+    import_per_request: int = option(
+        "--import-per-request", DEFAULT_IMPORT_PER_REQUEST, "memories one POST /import of a full capability may add",
+        metavar="N", low=1,
+        doc="memories one `POST /import` by a full capability may add; more is `403 quota.import_request`, "
+            "whole. The owner's imports are not bounded")
+    import_per_day: int = option(
+        "--import-per-day", DEFAULT_IMPORT_PER_DAY, "memories one full capability may import per UTC day",
+        metavar="N", low=1,
+        doc="memories one full capability may import per UTC day, all its requests together; then `403 "
+            "quota.import_day`, whole, until the next UTC day. Notes are not counted. So one capability owes "
+            "its memory at most this many naps a day by import, and its owner can undo them all "
+            "([the owner's way back](../API-REFERENCE.md#post-eraseundo))")
     user_concurrency: int = option(
         "--user-concurrency", 4, "requests one memory may have in progress at once per worker; more get 429",
         metavar="N", low=1, high=MAX_SLOTS,

@@ -22,6 +22,7 @@ from ..idempotency import Records
 from ..pool import Pool
 from ..schema import sections
 from .base import EPOCH_META, HEAD_META, FileKeys
+from .budget import BudgetPart
 from .erasure import ErasurePart
 from .head import HeadPart
 from .log import LogPart
@@ -40,7 +41,7 @@ def _raise_if_unavailable(exc: Exception, folder: Path) -> None:
         raise err from None
 
 
-class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart):
+class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BudgetPart):
     """A user's memory file: the sealed log, summary tree and config."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,

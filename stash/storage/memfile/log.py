@@ -136,6 +136,21 @@ class LogPart(RowCodec):
             return None
         return self._writer_of(self._open(key, row[0], "log", i))
 
+    def writers(self, lo: int, hi: int) -> Iterator[tuple[int, int | None]]:
+        """``(id, grant that wrote it)`` for memories ``[lo, hi)``, oldest
+        first (0: not recorded); None for an erased memory. The writer is
+        sealed inside the memory's own row, so only a capability that can
+        read the memory can learn it."""
+        self._chunks.clear()
+        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
+        for i, sealed in rows:
+            key = self._memory_key(i)
+            if key is None or i in self._erased_ids:
+                yield i, None
+            else:
+                yield i, self._writer_of(self._open(key, sealed, "log", i))
+        self._chunks.clear()
+
     def newest_date(self, T: int | None = None) -> str | None:
         T = self.count() if T is None else T
         return self.memory(T - 1)[1] if T else None
