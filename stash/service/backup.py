@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage import userlock
+from ..storage import safeopen, userlock
 from ..storage.files import private_folder
 from .verify import Report, user_folders, verify_user
 
@@ -50,9 +49,11 @@ def _plain(path: Path) -> bool:
 
 
 def _copy_plain(src: Path, dst: Path) -> None:
-    source = sqlite3.connect(str(src), isolation_level=None)
+    # Copied as it is, crafted or not (the check of the copy reports it); hardened,
+    # so nothing of its schema runs while it is copied.
+    source = safeopen.open_plain(src, check=False)
     try:
-        target = sqlite3.connect(str(dst), isolation_level=None)
+        target = safeopen.open_plain(dst, check=False)
         try:
             source.backup(target)
             # The copy stays in WAL mode like its source; fold it into one file.

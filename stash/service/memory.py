@@ -323,8 +323,20 @@ class Memory:
     # ------------------------------------------------------------ note, nap
 
     def note(self, text: object) -> dict:
+        """Append one memory, dated the later of today (UTC) and the newest
+        memory's date (docs/DESIGN.md, "Memory model"): a clock set back
+        never makes the log's dates go backwards, so every log keeps the
+        import rule (non-decreasing dates) and its export imports again. The
+        newest date is read inside the write lock, so a racing note cannot
+        slip an earlier date in after a later one."""
         text = lines.check_line(text, self.sizes["ENTRY_CHARS"])
-        i = self.mf.append([(self.today(), text)])
+        items = [(self.today(), text)]
+
+        def not_before_newest(T: int, newest: str | None) -> None:
+            if newest is not None and newest > items[0][0]:
+                items[0] = (newest, text)  # append reads its items after this check, inside the lock
+
+        i = self.mf.append(items, check=not_before_newest)
         return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.pinned_head().as_dict()}
 
     def nap(self, block: object = None, text: object = None, batch: object = None,

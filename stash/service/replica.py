@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..crypto.chain import Head
+from ..storage import safeopen
 from ..storage.keyring import EPOCH, HEAD_COPY, STATE_COPY
 from ..storage.memfile import EPOCH_META, HEAD_META, STATE_META
 from .verify import USER_ID, Report, verify_user
@@ -161,7 +162,7 @@ def _roster(path: Path) -> sqlite3.Connection:
 def file_cipher(folder: Path) -> str | None:
     """The file cipher a user's key ring records, or None while it is unreadable."""
     try:
-        conn = sqlite3.connect(f"file:{folder / 'keyring.db'}?mode=ro", uri=True, timeout=5)
+        conn = safeopen.open_plain(folder / "keyring.db", read_only=True)
         try:
             row = conn.execute("SELECT value FROM keyring_meta WHERE name = 'file_cipher'").fetchone()
         finally:
@@ -252,7 +253,7 @@ def _moments(settings: dict[str, object], local: Path) -> list[dt.datetime]:
 
 
 def _meta(path: Path, table: str) -> dict[str, str]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = safeopen.open_plain(path, read_only=True)  # a crafted view or trigger is refused, never run
     try:
         return dict(conn.execute(f"SELECT name, value FROM {table}").fetchall())
     finally:

@@ -40,7 +40,7 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
-from ..storage import formats, userlock
+from ..storage import formats, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
@@ -78,7 +78,7 @@ def user_folders(data_dir: Path) -> Iterator[Path]:
 
 
 def _plain(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(str(path), isolation_level=None)
+    return safeopen.open_plain(path)  # a crafted view or trigger is refused, never run
 
 
 def _integrity(conn, what: str) -> None:

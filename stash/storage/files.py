@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..core.errors import Damaged, Full, StashError, Unavailable
-from . import userlock
+from . import safeopen, userlock
 from .pool import MAX_IDLE, Pool, key_digest
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
@@ -459,7 +459,9 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     empty one. ``page_bytes``: the page size of a new file, and the one a
     SQLCipher file is read with (PAGE_BYTES when None); a plain file that
     exists keeps the one its header records. ``pool``: where a connection
-    kept idle since an earlier request may be taken back from."""
+    kept idle since an earlier request may be taken back from. Before it is
+    handed over, the file's schema is checked to be one Stash makes
+    (:mod:`stash.storage.safeopen`): a crafted view or trigger never runs."""
     page = PAGE_BYTES if page_bytes is None else page_bytes
     if not create:
         _refuse_empty(Path(path))
@@ -477,9 +479,15 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     target = f"file:{quote(Path(path).resolve().as_posix())}?immutable=1" if frozen else str(path)
     conn = _open(target, cipher, file_key, page, uri=frozen)
     if frozen:
+        try:
+            safeopen.check_schema(conn, Path(path).name)
+        except BaseException:
+            conn.close()
+            raise
         return conn
     try:
         _set_up(conn)
+        safeopen.check_schema(conn, Path(path).name)
     except DB_ERRORS as exc:
         conn.close()
         if create or not isinstance(storage_error(exc, Path(path).parent), Full):
@@ -494,6 +502,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
             # for the length of this request (release never keeps it open).
             conn.execute("PRAGMA locking_mode = EXCLUSIVE")
             _set_up(conn)
+            safeopen.check_schema(conn, Path(path).name)
         except BaseException:
             conn.close()
             raise
@@ -522,10 +531,12 @@ def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: b
         # wrong size (an edited key ring) fails the first page's HMAC: the
         # file is refused as damaged, never read some other way.
         conn.execute(f"PRAGMA cipher_page_size = {page}")
+        safeopen.harden(conn)
     else:
         conn = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
                                uri=uri)
         conn.execute(f"PRAGMA page_size = {page}")  # takes effect when the file is created
+        safeopen.harden(conn)
     return conn
 
 

@@ -55,6 +55,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..crypto import aead
+from . import safeopen
 from .files import BUSY_TIMEOUT_MS, write_transaction
 from .schema import sections
 
@@ -84,6 +85,8 @@ def _connect(folder: Path, *, create: bool) -> sqlite3.Connection | None:
     except sqlite3.Error:
         return None
     try:
+        safeopen.harden(conn)
+        safeopen.check_schema(conn, CACHE_FILE)  # a crafted cache is not read: the log answers
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")  # a cache: a lost piece is rebuilt
         conn.execute("PRAGMA secure_delete = ON")

@@ -34,8 +34,9 @@ def pool_on() -> Iterator[Pool]:
 
 def make(path: Path, key: bytes | None = KEY_A, cipher: str = "sqlcipher") -> None:
     conn = files.connect(path, file_key=key, cipher=cipher, create=True)
-    conn.execute("CREATE TABLE t (x INTEGER)")
-    conn.execute("INSERT INTO t VALUES (1)")
+    # A table name both files may hold: a file's schema is checked on open (storage/safeopen.py).
+    conn.execute("CREATE TABLE idempotency (x INTEGER)")
+    conn.execute("INSERT INTO idempotency VALUES (1)")
     files.close_now(path, conn)
 
 
@@ -58,7 +59,7 @@ def test_a_released_connection_comes_back_for_the_same_file_and_key_only(tmp_pat
         files.connect(path, file_key=KEY_B, cipher="sqlcipher", pool=pool_on)
     assert pool_on.idle_count() == 1
     again = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
-    assert again is first and again.execute("SELECT x FROM t").fetchall() == [(1,)]
+    assert again is first and again.execute("SELECT x FROM idempotency").fetchall() == [(1,)]
     files.close_now(path, again)
 
 
@@ -66,7 +67,7 @@ def test_between_requests_the_file_is_whole_without_its_wal(tmp_path: Path, pool
     path = tmp_path / "memory.db"
     make(path)
     conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
-    conn.execute("INSERT INTO t VALUES (2)")
+    conn.execute("INSERT INTO idempotency VALUES (2)")
     assert os.path.getsize(f"{path}-wal") > 0
     files.release(conn, path, KEY_A, pool_on)
     assert pool_on.idle_count() == 1
@@ -76,7 +77,7 @@ def test_between_requests_the_file_is_whole_without_its_wal(tmp_path: Path, pool
     copy.parent.mkdir()
     shutil.copyfile(path, copy)
     seen = files.connect(copy, file_key=KEY_A, cipher="sqlcipher")
-    assert seen.execute("SELECT x FROM t ORDER BY x").fetchall() == [(1,), (2,)]
+    assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]
     files.close_now(copy, seen)
 
 
@@ -89,11 +90,11 @@ def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_clos
     older = tmp_path / "older.db"
     shutil.copyfile(path, older)
     kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-    kept.execute("INSERT INTO t VALUES (2)")
+    kept.execute("INSERT INTO idempotency VALUES (2)")
     files.release(kept, path, None, pool_on)
     if change == "written by another connection":
         other = sqlite3.connect(path, isolation_level=None)
-        other.execute("INSERT INTO t VALUES (3)")
+        other.execute("INSERT INTO idempotency VALUES (3)")
         other.close()
     elif change == "copied over in place":
         time.sleep(0.01)  # a distinct modification time on filesystems with coarse clocks
@@ -105,7 +106,7 @@ def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_clos
     fresh = files.connect(path, file_key=None, cipher="none", pool=pool_on)
     assert fresh is not kept and is_closed(kept)
     want = {"written by another connection": [(1,), (2,), (3,)], "its mode changed": [(1,), (2,)]}.get(change, [(1,)])
-    assert fresh.execute("SELECT x FROM t ORDER BY x").fetchall() == want
+    assert fresh.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == want
     files.close_now(path, fresh)
 
 
@@ -162,7 +163,7 @@ def test_its_owner_closing_the_pool_closes_every_kept_file_whole(tmp_path: Path)
         for path in paths:
             make(path, None, "none")
             conn = files.connect(path, file_key=None, cipher="none", pool=pool)
-            conn.execute("INSERT INTO t VALUES (2)")
+            conn.execute("INSERT INTO idempotency VALUES (2)")
             files.release(conn, path, None, pool)
             kept.append(conn)
         assert pool.idle_count() == 2 and not any(is_closed(c) for c in kept)
