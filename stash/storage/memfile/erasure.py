@@ -36,11 +36,13 @@ class ErasurePart(RowCodec):
             self._ensure_table("erasures")
             self._chunks.clear()
             T = self.count()
+            wanted = [i for i in sorted(set(ids)) if i < T]
+            dates = self._dates_of(wanted)
+            self._chunks.clear()  # _dates_of read the chunks as they are; the shredding starts from them afresh
             fresh: list[int] = []
             shredded: list[int] = []
-            for i in sorted(set(ids)):
-                if i >= T:
-                    continue
+            touched: dict[int, bytearray] = {}
+            for i in wanted:
                 if self._memory_key(i) is None:
                     continue
                 # Erased already, yet its key is back: a key chunk from
@@ -48,23 +50,25 @@ class ErasurePart(RowCodec):
                 # record stays as it is.
                 again = i in self._erased_ids
                 if not again:
-                    _, date, _ = self.memory(i)
                     self.conn.execute(
                         "INSERT INTO erased(id, sealed) VALUES (?, ?)",
-                        (i, aead.seal(self._rows_key, date.encode(), self._aad("erased", i))),
+                        (i, aead.seal(self._rows_key, dates[i].encode(), self._aad("erased", i))),
                     )
                 c = i // KEYS_PER_CHUNK
-                sealed_chunk = self._chunk(c)
-                assert sealed_chunk is not None  # memory i has its key, so its chunk exists
-                chunk = bytearray(sealed_chunk)
+                if c not in touched:
+                    sealed_chunk = self._chunk(c)
+                    assert sealed_chunk is not None  # memory i has its key, so its chunk exists
+                    touched[c] = bytearray(sealed_chunk)
                 k = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
-                chunk[k : k + aead.KEY_BYTES] = ERASED_KEY
-                self._chunks[c] = bytes(chunk)
+                touched[c][k : k + aead.KEY_BYTES] = ERASED_KEY
+                self._chunks[c] = bytes(touched[c])
+                (shredded if again else fresh).append(i)
+            # Each touched chunk re-sealed once, however many of its keys went.
+            for c, chunk in touched.items():
                 self.conn.execute(
                     "UPDATE memory_keys SET sealed = ? WHERE chunk = ?",
                     (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), c),
                 )
-                (shredded if again else fresh).append(i)
             # The recall cache holds these memories' rendered text: its pieces
             # go while this transaction holds the write lock (scancache.py).
             scancache.invalidate(self._fk.path.parent, fresh + shredded)
@@ -85,6 +89,18 @@ class ErasurePart(RowCodec):
             self._write_state()
         self._chunks.clear()
         return rid, fresh, gone
+
+    def _dates_of(self, ids: list[int]) -> dict[int, str]:
+        """The dates of memories ``ids`` (sorted), read one run of
+        consecutive ids at a time rather than one row each."""
+        out: dict[int, str] = {}
+        start = 0
+        for k in range(1, len(ids) + 1):
+            if k == len(ids) or ids[k] != ids[k - 1] + 1:
+                for i, date, _ in self.memories(ids[start], ids[k - 1] + 1):
+                    out[i] = date
+                start = k
+        return out
 
     def receipts(self) -> list[dict[str, Any]]:
         out = []

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from ...core.blocks import Erased, Settled, erase_span, forget_span, levels
+from ...core.blocks import Erased, Settled, forget_span, is_settled, levels
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead
 from ..files import write_transaction
@@ -207,12 +207,13 @@ class TreePart(RowCodec):
         erased = Erased(self._erased_ids | set(fresh))
         drops = self._read_drops()
         dropped: set[tuple[int, int]] = set()
-        for i in fresh:
-            for a, b in erase_span(i, T, settled):
-                if (a, b) in dropped:
+        for size in levels(T):
+            # Each block over a fresh memory once, however many of its memories went.
+            for k in sorted({i // size for i in fresh}):
+                a, b = k * size, (k + 1) * size
+                if b > T or not is_settled(settled, a, b):
                     continue
                 dropped.add((a, b))
-                size = b - a
                 self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
                 if not erased.covers(a, b):
                     drops["p"].setdefault(size, {})[a // size] = version
