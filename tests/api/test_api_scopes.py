@@ -97,6 +97,7 @@ CALLS = {
     "POST /grants": lambda w, who: ("POST", "/grants", {"scope": "read"}),
     "DELETE /grants/{id}": lambda w, who: ("DELETE", f"/grants/{w.spare}", None),
     "POST /erase": lambda w, who: ("POST", "/erase", {"ids": [0]}),
+    "POST /erase/undo": lambda w, who: ("POST", "/erase/undo", {"first": 0, "last": 0}),
     "GET /erasures": lambda w, who: ("GET", "/erasures", None),
     "GET /audit": lambda w, who: ("GET", "/audit", None),
     "DELETE /store": lambda w, who: ("DELETE", "/store", None),

@@ -129,6 +129,7 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "POST /grants": lambda w, s: ("POST", "/grants", {"scope": "read"}),
     "DELETE /grants/{grant_id}": lambda w, s: ("DELETE", f"/grants/{w.fresh_grant(s)}", None),
     "POST /erase": lambda w, s: ("POST", "/erase", {"ids": [0]}),
+    "POST /erase/undo": lambda w, s: ("POST", "/erase/undo", {"first": 0, "last": 0}),
     "GET /erasures": lambda w, s: ("GET", "/erasures", None),
     "GET /audit": lambda w, s: ("GET", "/audit", None),
     "DELETE /store": lambda w, s: ("DELETE", "/store", None),
