@@ -33,7 +33,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -65,6 +65,7 @@ class ForeignSchema(sqlite3.DatabaseError):
     sqlite_errorname = "SQLITE_CORRUPT"
 
 
+@lru_cache(maxsize=64)
 def _normal(sql: str | None) -> str:
     return re.sub(r"\s+", " ", sql or "").strip()
 
