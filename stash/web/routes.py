@@ -111,7 +111,7 @@ HEALTH_FIELDS = Fields((
     ("Liveness, version and this host's ciphers", "Liveness and readiness (POST twin of GET /health)"), HEALTH_FIELDS,
     "Liveness: 200 whenever the process serves HTTP. With ready=1, readiness for a load balancer: "
     "503 when the data folder cannot be written (full disk, read-only mount, folder gone).",
-    answer=obj({"ok": {"const": True}, "version": string("the server's version, e.g. `0.1.0`"),
+    answer=obj({"ok": {"const": True}, "version": string("the server's version, e.g. `0.4.0`"),
                 "content_cipher": {"const": "xchacha20-poly1305", "description": "how every row is sealed"},
                 "file_cipher": {"enum": ["sqlcipher", "none"], "description": "whether new memory files are "
                                                                               "also encrypted whole on this host"},
