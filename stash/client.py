@@ -36,6 +36,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import traceback
 import unicodedata
 import urllib.error
 import urllib.parse
@@ -45,6 +46,10 @@ import zlib
 from pathlib import Path
 
 __all__ = ["VERBS", "main"]
+
+# The verbs of the installed package that this one file lacks (stash/cli/main.py's HOST_VERBS): named so
+# that asking the one file for one says where it is instead of "invalid choice".
+PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "mcp")
 
 VERBS = {
     "init": "mint a new memory on URL: prints the two export lines (its token shown once) for "
@@ -581,7 +586,17 @@ class Api:
             extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
                      "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
                      f"has now with: {_prog()} unpin")
-        return Failure(body["message"], REFUSED, extra, err.code, body)
+        message = body["message"]
+        if body.get("error") == "auth.invalid":
+            message = self.token_refused()
+        return Failure(message, REFUSED, extra, err.code, body)
+
+    def token_refused(self) -> str:
+        """The 401 as this client's user acts on it: the server's sentence
+        is curl's (an Authorization header); here the token is STASH_TOKEN."""
+        return (f"stash: the server at {self.where()} refused STASH_TOKEN: it is mistyped, revoked or another "
+                f"server's (each gets this same answer). Set STASH_TOKEN to a valid capability "
+                f"(export STASH_TOKEN=stash1_…), or mint a new memory with: {_prog()} init URL")
 
 
 def _retry_after(value: str | None) -> float:
@@ -888,7 +903,9 @@ def do_forget(args: argparse.Namespace) -> int:
 
 
 def _config_value(text: str) -> object:
-    if text == "":
+    """A size's value as the server takes it: empty, ``null`` (the word the
+    server's refusal offers) or ``default`` restore the default."""
+    if text in ("", "null", "default"):
         return None
     try:
         return int(text)
@@ -1816,6 +1833,10 @@ def main(argv: list[str] | None = None) -> int:
     utf8_streams()
     p = parser()
     try:
+        if argv[:1] and argv[0] in PACKAGE_VERBS:
+            raise Failure(f"stash: {argv[0]} runs only from the installed package, not this one-file client "
+                          f"(it has the HTTP verbs alone): from a checkout, python3 -m venv .venv && "
+                          f".venv/bin/pip install '.[mcp]', then .venv/bin/stash {argv[0]}", USAGE)
         args = p.parse_args(argv)
         if not getattr(args, "func", None):
             p.print_help(sys.stderr)
@@ -1843,6 +1864,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("stash: the input is not UTF-8 text; convert it (iconv -t UTF-8) and try again.\n")
         return USAGE
     except Exception as e:  # never a traceback: it could carry a memory's text
+        if os.environ.get("STASH_DEBUG"):  # unless asked for, on this machine (CONTRIBUTING, "Debugging")
+            traceback.print_exc()
         sys.stderr.write(f"stash: unexpected error ({type(e).__name__}); nothing more is shown, since a trace could "
                          "hold memory text. Try again; if it persists, report it with the command you ran.\n")
         return REFUSED

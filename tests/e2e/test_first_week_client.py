@@ -1,0 +1,47 @@
+"""The first week's stumbles of the client (issue 30), run in process against
+the session's real server: a refused token names STASH_TOKEN, ``null``
+restores a size, the one-file client says where ``mcp`` and ``serve`` are,
+and its messages name a way forward."""
+
+from __future__ import annotations
+
+import pytest
+
+from stash import client
+from stash.cli.main import HOST_VERBS
+
+
+def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, url: str, token: str | None,
+        *argv: str) -> tuple[int, str, str]:
+    monkeypatch.setenv("STASH_URL", url)
+    if token is None:
+        monkeypatch.delenv("STASH_TOKEN", raising=False)
+    else:
+        monkeypatch.setenv("STASH_TOKEN", token)
+    code = client.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_refused_token_names_stash_token_not_a_header(monkeypatch, capsys, base_url: str, token: str) -> None:
+    wrong = token[:-1] + ("A" if token[-1] != "A" else "B")
+    code, _, err = run(monkeypatch, capsys, base_url, wrong, "wake")
+    assert code == client.REFUSED
+    assert "STASH_TOKEN" in err and "Authorization" not in err and "init URL" in err
+
+
+def test_config_null_restores_the_default_as_the_refusal_offers(monkeypatch, capsys, base_url: str,
+                                                                 token: str) -> None:
+    code, out, _ = run(monkeypatch, capsys, base_url, token, "config", "WAKE_LINES=40")
+    assert code == 0 and "WAKE_LINES=40  (default" in out
+    code, out, err = run(monkeypatch, capsys, base_url, token, "config", "WAKE_LINES=null")
+    assert code == 0, err
+    assert any(line.startswith("WAKE_LINES=") and "(default" not in line for line in out.splitlines())
+
+
+def test_the_one_file_client_says_where_the_package_verbs_are(monkeypatch, capsys, base_url: str) -> None:
+    assert set(client.PACKAGE_VERBS) == set(HOST_VERBS)
+    for verb in ("mcp", "serve"):
+        code, _, err = run(monkeypatch, capsys, base_url, None, verb)
+        assert code == client.USAGE
+        assert "invalid choice" not in err and "installed package" in err and "pip install" in err
