@@ -480,13 +480,13 @@ class Api:
         self._token = tok
         self.steps = steps
         self.source = source  # where the address came from, as errors name it
+        self.last: object = None  # the last answer, for the exit status of a write (do_nap)
 
     def where(self) -> str:
         """The server as an error names it: with where its address came from."""
         if self.source == "STASH_URL":
             return f"STASH_URL={_shown(self.url)}"
         return f"{_shown(self.url)} ({self.source})"
-        self.last: object = None  # the last answer, for the exit status of a write (do_nap)
 
     def call(self, method: str, path: str, body: object = None, *, query: dict | None = None,
              raw: bool = False, timeout: float = TIMEOUT):
@@ -814,6 +814,9 @@ def do_init(args: argparse.Namespace) -> int:
     note and the block for AGENTS.md go to standard error. The address
     written into the block is --url, else URL; with neither, the server
     chooses (its own --url, else the address it was called at)."""
+    if not (args.server or os.environ.get("STASH_URL", "").strip() or args.url):
+        raise Failure(f"stash: init needs the server's address: {_prog()} init URL, like "
+                      f"{_prog()} init http://127.0.0.1:8080", USAGE)
     url, source = address(args.server, args.url, explicit_is="the URL given to init", fallback_is="--url")
     api = Api(url, None, source=source)
     public = (args.url or args.server or "").rstrip("/")
@@ -865,7 +868,7 @@ def _saved_something(api: Api) -> int:
     empty), so a script or an agent that only reads the status does not go
     on as if its summaries were kept."""
     answer = api.last if isinstance(api.last, dict) else {}
-    if answer.get("saved"):
+    if answer.get("saved") or answer.get("settled"):  # settled: a resend of a block whose summary stands
         return OK
     sys.stdout.flush()
     sys.stderr.write("stash: nothing was saved (see the message above); answer what is due now.\n")

@@ -48,6 +48,10 @@ def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: lis
     return text
 
 
+# A batch prompt's text besides its blocks (its instructions, the remaining count, the command's
+# curl line), with room to spare: Memory.batch_fit.
+BATCH_OVERHEAD = 1_000
+
 BATCH_OFFER = ("Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
                "only write lines and never call Stash):")
 
@@ -139,16 +143,36 @@ class Memory:
         bid = blocks.block_id(lo, hi)
         limit = self.sizes["ENTRY_CHARS"]
         run = [instructions.nap(bid)]
-        ready = len(blocks.batch(T, settled, blocks.BATCH_MAX)) if remaining else 0
+        ready = self.batch_fit(blocks.batch(T, settled, blocks.BATCH_MAX)) if remaining else 0
         if ready > 1:
-            run.append(instructions.nap_batch(min(ready, blocks.BATCH_MAX)))
+            run.append(instructions.nap_batch(ready))
         return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit,
                 "prompt": nap_prompt(bid, source, remaining, limit, run), "run": run}
+
+    def batch_fit(self, ready: list[tuple[int, int]]) -> int:
+        """How many of the ``ready`` blocks a batch offer names: as many as
+        fit in one part (PART_CHARS bytes), as a wake part does, because
+        harnesses cut long output; always at least one. Each block costs its
+        ``#lo-hi:`` line, its source lines and its line in the command, read
+        for real: reading stops once the part is full, so an offer reads at
+        most about one part's worth of lines."""
+        room = self.sizes["PART_CHARS"] - BATCH_OVERHEAD
+        n = 0
+        for lo, hi in ready:
+            bid = blocks.block_id(lo, hi)
+            room -= 2 * len(bid) + 8 + sum(len(s.encode()) + 3 for s in self._source(lo, hi)) + 1 + len(
+                instructions.summary_placeholder(bid)) + 2
+            if room < 0:
+                break
+            n += 1
+        return max(1, n) if ready else 0
 
     def batch_for(self, T: int, k: int) -> dict:
         """Up to ``k`` due blocks that can be written at once (docs/DESIGN.md, "Blocks and the tree"),
         each with its source, and the prompt that ends with the one command
-        that settles them all."""
+        that settles them all: as many of them as fit in one part
+        (PART_CHARS bytes; always at least one), the rest left for the next
+        batch, which the prompt says remain."""
         settled = self.mf.settled(T)
         nap = self.nap_for(T, settled)
         todo = blocks.batch(T, settled, k)
@@ -158,11 +182,29 @@ class Memory:
         if not items:
             return {"saved": None, "nap": None, "batch": [], "prompt": None, "run": [],
                     "message": "Nothing left to compress."}
+        pending = blocks.pending_count(T, settled)
+        fits, over = 1, len(items) + 1  # the largest count known to fit, the smallest known not to
+        if len(self._batch_prompt(items, pending, limit).encode()) <= self.sizes["PART_CHARS"]:
+            fits = over = len(items)
+        while over - fits > 1:
+            mid = (fits + over) // 2
+            if len(self._batch_prompt(items[:mid], pending, limit).encode()) <= self.sizes["PART_CHARS"]:
+                fits = mid
+            else:
+                over = mid
+        items = items[:fits]
         ids = [it["block"] for it in items]
         run = [instructions.nap_summaries(ids)]
-        after = blocks.pending_count(T, settled) - len(items)
+        return {"saved": None, "nap": nap, "batch": items, "prompt": self._batch_prompt(items, pending, limit),
+                "run": run, "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}."}
+
+    @staticmethod
+    def _batch_prompt(items: list[dict[str, Any]], pending: int, limit: int) -> str:
+        ids = [it["block"] for it in items]
+        run = [instructions.nap_summaries(ids)]
+        after = pending - len(items)
         body = "\n\n".join(f"#{it['block']}:\n" + "\n".join("  " + s for s in it["source"]) for it in items)
-        prompt = (
+        return (
             (f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.\n"
              "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
              "can be written in parallel (by subagents that only write lines and never call Stash).\n\n"
@@ -177,8 +219,6 @@ class Memory:
                "Send the line with this command.\n")
             + instructions.run_lines(run)
         )
-        return {"saved": None, "nap": nap, "batch": items, "prompt": prompt, "run": run,
-                "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}."}
 
     # ------------------------------------------------------------ wake
 
@@ -345,7 +385,7 @@ class Memory:
         first = blocks.first_pending(T, settled)
         if (lo, hi) != first:
             if blocks.is_settled(settled, lo, hi):
-                return {"saved": None, "nap": self.nap_for(T, settled),
+                return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
                         "message": f"{bid} is already settled; nothing was written."}
             due = self.nap_for(T, settled)
             assert due is not None  # (lo, hi) is pending but not first, so a first exists
@@ -360,7 +400,7 @@ class Memory:
             # a half this block builds on.
             settled = self.mf.settled(T)
             if blocks.is_settled(settled, lo, hi):
-                return {"saved": None, "nap": self.nap_for(T, settled),
+                return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
                         "message": f"{bid} is already settled; nothing was written."}
             return {"saved": None, "nap": self.nap_for(T, settled),
                     "message": f"{bid} was forgotten meanwhile; nothing was written."}

@@ -241,7 +241,10 @@ def note(s: Session, f: Args, call: Call) -> Answer:
         obj({"saved": nullable(ref("BlockId")) | {"description": "The block saved; null when nothing was "
                                                                  "written."},
              "nap": NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
-             "message": string()}, description="The answer to {} or {block, text}."),
+             "message": string(),
+             "settled": ref("BlockId") | {"description": "Only when the block sent was settled already: its "
+                                                         "summary stands, so a resend is done (nothing written)."}},
+            required=["saved", "nap", "message"], description="The answer to {} or {block, text}."),
         obj({"saved": {"type": "null"},
              "nap": NAP_OR_NULL | {"description": "The first pending block."},
              "batch": {"type": "array", "maxItems": BATCH_MAX, "items": ref("BatchItem"),

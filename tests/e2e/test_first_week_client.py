@@ -45,3 +45,20 @@ def test_the_one_file_client_says_where_the_package_verbs_are(monkeypatch, capsy
         code, _, err = run(monkeypatch, capsys, base_url, None, verb)
         assert code == client.USAGE
         assert "invalid choice" not in err and "installed package" in err and "pip install" in err
+
+
+def test_resending_a_settled_block_is_done_not_a_failure(monkeypatch, capsys, base_url: str, token: str) -> None:
+    for line in ("first", "second"):
+        assert run(monkeypatch, capsys, base_url, token, "note", line)[0] == 0
+    code, _, err = run(monkeypatch, capsys, base_url, token, "nap", "0-1", "the two first lines")
+    assert code == 0, err
+    code, out, err = run(monkeypatch, capsys, base_url, token, "nap", "0-1", "the two first lines")
+    assert code == 0, err
+    assert "already settled" in out and "nothing was saved" not in err
+
+
+def test_init_without_an_address_suggests_init_url(monkeypatch, capsys) -> None:
+    monkeypatch.delenv("STASH_URL", raising=False)
+    code = client.main(["init"])
+    err = capsys.readouterr().err
+    assert code == client.USAGE and "init URL" in err and "http://127.0.0.1:8080" in err

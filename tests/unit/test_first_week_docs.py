@@ -32,3 +32,23 @@ def test_clientmds_mcp_table_names_every_parameter_of_every_tool() -> None:
     declared = declared_tool_parameters()
     assert sorted(declared) == sorted(TOOLS)
     assert documented_tool_parameters() == declared
+
+
+def readme() -> str:
+    return (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_says_the_first_session_needs_a_second_terminal_and_shows_port() -> None:
+    text = readme()
+    quickstart = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    first = text.split("## A first session", 1)[1].split("\n## ", 1)[0]
+    assert "--port" in quickstart
+    assert "second terminal" in first.split("```", 1)[0] or "second one" in quickstart
+
+
+def test_the_readmes_quickstart_prose_has_no_sentence_over_60_words() -> None:
+    quickstart = readme().split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    prose = re.sub(r"```.*?```", "", quickstart, flags=re.S)
+    sentences = re.split(r"(?<=[.:])\s+(?=[A-Z*`(-])|\n\s*\n|\n- ", prose)
+    longest = max(sentences, key=lambda s: len(s.split()))
+    assert len(longest.split()) <= 60, longest
