@@ -681,7 +681,11 @@ def wake_lines(api: Api, part: int | None = None, T: int | None = None) -> list[
     # The POST twin: no query string, so a broker that refuses them passes it.
     body = {name: value for name, value in (("part", part), ("T", T)) if value is not None}
     ans = api.call("POST", "/wake", body)
-    out = list(ans.get("lines", []))
+    out = []
+    if _whole(ans.get("parts")) and ans["parts"] > 1:  # the same header as the server's text/plain part
+        out.append(f"Your memory, part {ans.get('part')} of {ans['parts']}, oldest first "
+                   f"({plural(ans.get('T', 0), 'memory', 'memories')}).")
+    out += list(ans.get("lines", []))
     if not ans.get("awake"):
         return out + ["Not awake yet.", *api.steps.orders(ans.get("run"))]
     out.append(ans.get("message") or "You are awake.")
@@ -1711,8 +1715,12 @@ def _text(words: list[str], what: str) -> str:
     text = " ".join(words)
     if text == "-":
         text = sys.stdin.read().rstrip("\n")
+        if not text.strip():
+            raise Failure(f"stash: the {what} read from standard input is empty; give the line there, as the "
+                          f"printed here-document does (<<'{DELIMITER}', the line, then {DELIMITER}). A line that "
+                          f"is exactly {DELIMITER} ends it early: reword that line.", USAGE)
     if not text.strip():
-        raise Failure(f"stash: the {what} is empty; give one line of text in quotes.", USAGE)
+        raise Failure(f"stash: the {what} is empty; give one line of text, on standard input with -.", USAGE)
     return text
 
 

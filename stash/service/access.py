@@ -511,11 +511,7 @@ class Vault:
             ring.touch(grant.id, datetime.now(UTC).date().isoformat())
             # The scope is read only after the certificate authenticated it.
             if RANK[grant.scope] < RANK[need]:
-                raise Forbidden(
-                    f"This capability is scoped {grant.scope}; this route needs {need}. "
-                    "Ask the owner for a capability with that scope.",
-                    code="auth.scope",
-                )
+                raise Forbidden(scope_refusal(grant.scope, need), code="auth.scope")
             if opened.unmoved:
                 ring.move_grant(grant, opened)  # its secret is here now, and only now
             try:
@@ -554,3 +550,18 @@ class Vault:
         finally:
             self.tags.grants_seen(token.user_id, ring.conn)  # before the answer leaves: tag_index.py
             ring.close()
+
+
+def scope_refusal(scope: str, need: str) -> str:
+    """The 403 for a capability of ``scope`` on a route that needs ``need``,
+    saying what its agent's block says to do: a read capability tells the
+    user what should be remembered (skill/AGENTS-read.md); a full one asks
+    the owner for what only the owner may do."""
+    if scope == "read" and need == "full":
+        return ("This capability is scoped read; this route needs full. Tell the user (the memory's owner) "
+                "what should be remembered instead of writing it.")
+    if need == "owner":
+        return (f"This capability is scoped {scope}; this route needs owner, which is never handed on. Ask the "
+                "owner to do it.")
+    return (f"This capability is scoped {scope}; this route needs {need}. Ask the owner for a capability with that "
+            "scope.")

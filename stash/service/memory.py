@@ -100,6 +100,18 @@ class Memory:
                     f"a complete block still opens, like {blocks.block_id(0, size)}.")
         return "There are no blocks to zoom into yet: a block holds at least 2 memories."
 
+    def _zoom_next(self, T: int) -> list[dict[str, Any]]:
+        """The order that helps after a zoom past the end, as memo names one:
+        the zoom :meth:`_zoom_hint` suggests, filled in; with no block yet,
+        the wake."""
+        shown = [b for b in blocks.cover(T, self.sizes["WAKE_LINES"]) if b[1] - b[0] > 1]
+        if not shown and T >= 2:
+            shown = [(0, 1 << (T.bit_length() - 1))]
+        if not shown:
+            return [instructions.wake()]
+        bid = blocks.block_id(*shown[0])
+        return [instructions.step("POST", "/zoom", {"block": bid}, bid)]
+
     def _within(self, lo: int, hi: int, T: int) -> None:
         if hi > T:
             raise Invalid(
@@ -431,7 +443,9 @@ class Memory:
                 self._within(lo, hi, T)
                 parsed.append((lo, hi, lines.check_line(item["text"], limit, "summary")))
             except Invalid as e:
-                raise Invalid(f"Summary {k}: {e.message} Nothing was written.", code=e.code, index=k) from None
+                raise Invalid(f"Summary {k}: {e.message} Nothing was written: fix that line and send all "
+                              f"{len(summaries)} again with the same command, or ask for a new batch.",
+                              code=e.code, index=k) from None
         todo: list[tuple[int, int, str]] = []
         for k, (lo, hi, text) in enumerate(parsed):
             size = hi - lo
@@ -507,7 +521,7 @@ class Memory:
             raise Invalid(
                 f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}. "
                 + self._zoom_hint(T),
-                code="block.beyond_log",
+                code="block.beyond_log", run=self._zoom_next(T),
             )
         out = []
         for a, b in blocks.halves(lo, hi):
@@ -606,7 +620,8 @@ class Memory:
             if newest is not None and items[0][0] < newest:
                 raise Invalid(
                     f"Entry 0: {items[0][0]} is earlier than the newest memory (#{T - 1}, {newest}); import only "
-                    "memories dated on or after it. Nothing was imported.",
+                    "memories dated on or after it, or import an older past into a new, empty memory (POST /init, "
+                    "or stash init URL) before noting there. Nothing was imported.",
                     code="import.before_log", index=0,
                 )
 

@@ -66,7 +66,10 @@ SCHEMAS: dict[str, Schema] = {
         {
             "error": string("A stable dotted code, like request.unknown_field; branch on this, never on the message."),
             "message": string("One sentence for a human or an agent that says what to do next."),
+            "run": RUN | {"description": "Only on a refusal with a way forward to run (a zoom past the end): "
+                                         "that order."},
         },
+        required=["error", "message"],
         description="Every refusal. Some codes add fields: see WakeRefusal, NapConflict and IndexedError; a "
                     "refusal that hands over what to run carries it as data (`nap`, `run`).",
     ),

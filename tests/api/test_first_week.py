@@ -90,3 +90,52 @@ def test_a_batch_answer_fits_in_one_part_and_its_offer_sizes_itself(api: Api, ow
     assert "will remain after these" in big.text
     ans = api.post("/nap", owner, json={"batch": 256}).json()
     assert len(ans["prompt"].encode()) <= part and len(ans["batch"]) >= offer
+
+
+def test_an_import_of_older_dates_says_to_use_a_new_memory(api: Api, owner: str) -> None:
+    assert api.post("/note", owner, json={"text": "today"}).status_code == 200
+    resp = api.post("/import", owner, json={"entries": [{"date": "2020-01-01", "text": "old"}]})
+    assert resp.status_code == 422 and resp.json()["error"] == "import.before_log"
+    assert "new, empty memory" in resp.json()["message"] and "init" in resp.json()["message"]
+
+
+def test_an_empty_text_names_the_here_documents_end_line(api: Api, owner: str) -> None:
+    # What a here-document sends when a pasted line equal to its end line closed it before the text.
+    resp = api.post("/note", owner, content=b"\n", headers={"Content-Type": "text/plain"})
+    assert resp.status_code == 422 and resp.json()["error"] == "text.empty"
+    assert "STASH_END" in resp.json()["message"]
+
+
+def test_a_read_capabilitys_refusal_says_what_its_block_says(api: Api, owner: str) -> None:
+    reader = api.post("/grants", owner, json={"scope": "read"}).json()
+    resp = api.post("/note", reader["token"], json={"text": "x"})
+    assert resp.status_code == 403 and resp.json()["error"] == "auth.scope"
+    assert "tell the user" in resp.json()["message"].lower() and "tell the user" in reader["prompt"].lower()
+
+
+def test_a_full_grants_block_says_the_log_is_shared(api: Api, owner: str) -> None:
+    full = api.post("/grants", owner, json={"scope": "full"}).json()
+    init = api.init()
+    assert full["prompt"] != init["prompt"]
+    assert "other agents write to the same log" in full["prompt"]
+    assert "same log" not in init["prompt"]
+
+
+def test_a_refused_batch_says_how_to_go_on(api: Api, owner: str) -> None:
+    for i in range(4):
+        api.post("/note", owner, json={"text": f"n{i}"})
+    resp = api.post("/nap", owner, json={"summaries": [{"block": "0-1", "text": "fine"}, {"block": "2-3", "text": ""}]})
+    assert resp.status_code == 422
+    assert "send all 2 again" in resp.json()["message"]
+
+
+def test_a_zoom_past_the_end_hands_over_a_zoom_that_opens(api: Api, owner: str) -> None:
+    for i in range(4):
+        api.post("/note", owner, json={"text": f"z{i}"})
+    resp = api.post("/zoom", owner, json={"block": "64-127"})
+    assert resp.status_code == 422 and resp.json()["error"] == "block.beyond_log"
+    (step,) = resp.json()["run"]
+    assert step["path"] == "/zoom" and step["fields"] == {"block": "0-3"}
+    assert api.post("/zoom", owner, json=step["fields"]).status_code == 200
+    text = api.post("/zoom", owner, json={"block": "64-127"}, headers={"Accept": "text/plain"}).text
+    assert "Run: curl" in text and "0-3" in text.split("Run:", 1)[1]

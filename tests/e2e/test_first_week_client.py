@@ -62,3 +62,41 @@ def test_init_without_an_address_suggests_init_url(monkeypatch, capsys) -> None:
     code = client.main(["init"])
     err = capsys.readouterr().err
     assert code == client.USAGE and "init URL" in err and "http://127.0.0.1:8080" in err
+
+
+def test_note_dash_with_empty_input_speaks_of_standard_input(monkeypatch, capsys, base_url: str,
+                                                             token: str) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    code, _, err = run(monkeypatch, capsys, base_url, token, "note", "-")
+    assert code == client.USAGE
+    assert "standard input" in err and "in quotes" not in err and "STASH_END" in err
+
+
+def test_the_clients_first_wake_part_has_the_part_header(monkeypatch, capsys, base_url: str, token: str,
+                                                         http) -> None:
+    for i in range(6):
+        assert run(monkeypatch, capsys, base_url, token, "note", f"header line {i} " + "x" * 200)[0] == 0
+    assert run(monkeypatch, capsys, base_url, token, "config", "PART_CHARS=600")[0] == 0
+    for b in ("0-1", "2-3", "0-3", "4-5"):
+        run(monkeypatch, capsys, base_url, token, "nap", b, f"summary {b}")
+    _, out, err = run(monkeypatch, capsys, base_url, token, "wake")
+    curl = http.send("GET", "/wake", {"Authorization": f"Bearer {token}", "Accept": "text/plain"}).text
+    assert curl.startswith("Your memory, part 1 of "), curl
+    assert out.splitlines()[0] == curl.splitlines()[0], (out, err)
+
+
+def test_the_skills_file_form_imports_2000_lines(base_url: str, token: str, tmp_path) -> None:
+    import subprocess
+
+    from tests.live import CLI_TIMEOUT, REPO
+
+    skill = (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")
+    line = next(x.strip() for x in skill.splitlines() if "--data-binary @memories.txt" in x)
+    (tmp_path / "memories.txt").write_text("".join(f"2020-01-01 imported line {i:04d} " + "y" * 80 + "\n"
+                                                   for i in range(2000)))
+    done = subprocess.run(["/bin/sh", "-c", line], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT, env={"PATH": "/usr/bin:/bin", "STASH_URL": base_url,
+                                                    "STASH_TOKEN": token})
+    assert done.returncode == 0 and "Imported 2000" in done.stdout, (done.stdout, done.stderr)

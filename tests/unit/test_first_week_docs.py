@@ -52,3 +52,13 @@ def test_the_readmes_quickstart_prose_has_no_sentence_over_60_words() -> None:
     sentences = re.split(r"(?<=[.:])\s+(?=[A-Z*`(-])|\n\s*\n|\n- ", prose)
     longest = max(sentences, key=lambda s: len(s.split()))
     assert len(longest.split()) <= 60, longest
+
+
+def test_restore_fails_when_it_restored_nobody_or_skipped_anyone() -> None:
+    from stash.cli.replicate import INCOMPLETE, restore_status
+
+    assert restore_status(3, 0, 0) == 0
+    assert restore_status(0, 0, 4) == INCOMPLETE != 0  # the quickstart folder's SQLCipher stores, all skipped
+    assert restore_status(2, 0, 1) == INCOMPLETE
+    assert restore_status(0, 0, 0) == INCOMPLETE
+    assert restore_status(2, 1, 1) == 1
