@@ -21,7 +21,7 @@ from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
 from ..service.access import Vault
-from . import pages, plaintext
+from . import pages, plaintext, tracelog
 from .errors import error_response
 from .fairshare import Shares
 from .forwarded import TrustedProxies
@@ -66,7 +66,8 @@ class Guard:
         try:
             await self.app(scope, receive, tracked_send)
         except Exception as exc:  # the one place that turns a bug into a clean 500
-            error_log.error("unhandled %s on %s", type(exc).__name__, scope.get("stash.route", "-"))
+            error_log.error("unhandled %s on %s: %s", type(exc).__name__, scope.get("stash.route", "-"),
+                            tracelog.whole(exc) if tracelog.debugging() else tracelog.frames(exc))
             if not status["started"]:
                 scope["stash.error"] = StashError.code
                 err = StashError("The server failed to answer; try again, and report it if it persists.")

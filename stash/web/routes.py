@@ -319,6 +319,8 @@ ZOOM_FIELDS = Fields((
     "The block's two halves as the wake would show them; a half wholly beyond the log is omitted.",
     answer=obj({"block": ref("BlockId"), "lines": {**LINES, "minItems": 1, "maxItems": 2}}),
     errors=_BLOCK_CODES,
+    special=(Special(422, "a block beyond the log carries the zoom that helps", "ZoomRefusal",
+                     ("block.beyond_log",)),),
 )
 def zoom(s: Session, f: Args, call: Call) -> Answer:
     return s.memory.zoom(f["block"])

@@ -66,10 +66,7 @@ SCHEMAS: dict[str, Schema] = {
         {
             "error": string("A stable dotted code, like request.unknown_field; branch on this, never on the message."),
             "message": string("One sentence for a human or an agent that says what to do next."),
-            "run": RUN | {"description": "Only on a refusal with a way forward to run (a zoom past the end): "
-                                         "that order."},
         },
-        required=["error", "message"],
         description="Every refusal. Some codes add fields: see WakeRefusal, NapConflict and IndexedError; a "
                     "refusal that hands over what to run carries it as data (`nap`, `run`).",
     ),
@@ -106,6 +103,15 @@ SCHEMAS: dict[str, Schema] = {
             "run": RUN | {"description": "The wake to run again once nothing is due; empty for a read capability."},
         },
         description="The wake cannot be rendered until the due compressions are done; `nap` is the first.",
+    ),
+    "ZoomRefusal": obj(
+        {
+            "error": {"const": "block.beyond_log"},
+            "message": string(),
+            "run": RUN | {"description": "A zoom that opens (the block the message suggests), or the wake when "
+                                         "the log has no block yet."},
+        },
+        description="The block starts beyond the log; `run` is the order that helps, as memo names one.",
     ),
     "NapConflict": obj(
         {

@@ -139,3 +139,29 @@ def test_a_zoom_past_the_end_hands_over_a_zoom_that_opens(api: Api, owner: str) 
     assert api.post("/zoom", owner, json=step["fields"]).status_code == 200
     text = api.post("/zoom", owner, json={"block": "64-127"}, headers={"Accept": "text/plain"}).text
     assert "Run: curl" in text and "0-3" in text.split("Run:", 1)[1]
+
+
+def test_a_500_logs_its_frames_and_never_a_value(api: Api, owner: str, monkeypatch, caplog) -> None:
+    import logging
+
+    from stash.service.memory import Memory
+
+    secret = "the memory text that must never reach a log"
+
+    def broken(self, text):
+        raise KeyError(secret)
+
+    monkeypatch.setattr(Memory, "note", broken)
+    monkeypatch.delenv("STASH_DEBUG", raising=False)
+    caplog.set_level(logging.ERROR, logger="stash.error")
+    resp = api.post("/note", owner, json={"text": secret})
+    assert resp.status_code == 500 and secret not in resp.text and "Traceback" not in resp.text
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "stash.error"]
+    assert line.startswith("unhandled KeyError on /note: KeyError at ")
+    assert "test_first_week.py:" in line and " broken" in line and "stash/web/app.py:" in line
+    assert secret not in line and "/work/" not in line and "/home/" not in line
+    caplog.clear()
+    monkeypatch.setenv("STASH_DEBUG", "1")  # a developer's machine: the whole trace, values and all
+    api.post("/note", owner, json={"text": secret})
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "stash.error"]
+    assert "Traceback (most recent call last)" in line and secret in line

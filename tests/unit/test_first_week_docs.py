@@ -62,3 +62,27 @@ def test_restore_fails_when_it_restored_nobody_or_skipped_anyone() -> None:
     assert restore_status(2, 0, 1) == INCOMPLETE
     assert restore_status(0, 0, 0) == INCOMPLETE
     assert restore_status(2, 1, 1) == 1
+
+
+def test_contributing_has_a_debugging_section_that_names_stash_debug() -> None:
+    text = (REPO / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text.split("## Debugging\n", 1)[1].split("\n## ", 1)[0]
+    from stash.web.tracelog import DEBUG_ENV
+
+    assert f"{DEBUG_ENV}=1" in section and "tests/live.py" in section and "stash/web/tracelog.py" in section
+    assert (REPO / "stash" / "web" / "tracelog.py").is_file()
+
+
+def test_designs_code_map_names_only_modules_that_exist_and_every_section() -> None:
+    text = (REPO / "docs" / "DESIGN.md").read_text(encoding="utf-8")
+    code_map = text.split("\n## Code map\n", 1)[1].split("\n## ", 1)[0]
+    for path in set(re.findall(r"`((?:stash/)?[a-z_/]+\.py)`", code_map)):
+        candidates = [REPO / path, REPO / "stash" / path, REPO / "stash" / "web" / path,
+                      REPO / "stash" / "storage" / "memfile" / path]
+        assert any(c.is_file() for c in candidates), path
+    sections = [s for s in re.findall(r"^## (.+)$", text, re.M) if s != "Code map"]
+    table = code_map.split("### Which module holds each section", 1)[1].split("###", 1)[0]
+    named = {name.strip() for row in table.splitlines()[3:] if row.startswith("|")
+             for name in row.split("|")[1].split(",")}
+    assert set(sections) <= named, set(sections) - named
+    assert "POST /note" in code_map and "userlock" in code_map and "pool" in code_map
