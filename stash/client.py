@@ -45,7 +45,11 @@ import uuid
 import zlib
 from pathlib import Path
 
-__all__ = ["VERBS", "main"]
+# What this module offers the package: the verbs (main, VERBS) and what stash mcp (stash/cli/mcp_server.py) and
+# stash/cli/main.py call; tests/unit/test_tooling.py holds it to their use.
+__all__ = ["VERBS", "Api", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
+           "nap_lines", "note_lines", "recall_lines", "server_url", "summaries_lines", "token", "wake_lines",
+           "zoom_lines"]
 
 # The verbs of the installed package that this one file lacks (stash/cli/main.py's HOST_VERBS): named so
 # that asking the one file for one says where it is instead of "invalid choice".
@@ -235,6 +239,9 @@ def _whole(value: object) -> bool:
 
 def _block(value: object) -> bool:
     return isinstance(value, str) and _BLOCK_ID.fullmatch(value) is not None
+
+
+is_block = _block  # its public name, for stash mcp
 
 
 class Steps:

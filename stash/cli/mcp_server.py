@@ -188,7 +188,7 @@ def build(api: client.Api) -> MCPServer:
                 return _answer(client.batch_lines, api, batch)
             return _answer(client.summaries_lines, api, summaries)
         if block is not None and text is None:
-            shown = block if client._block(block) else "<lo-hi>"
+            shown = block if client.is_block(block) else "<lo-hi>"
             return _result(f"nap {shown} needs text, the one-line summary:\n{api.steps.lead}{api.steps.nap(shown)}",
                            error=True)
         return _answer(client.nap_lines, api, block, text)

@@ -32,7 +32,7 @@ RECALL_SECONDS_PER_MEMORY = 10e-6
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: list[dict]) -> str:
+def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: list[dict[str, Any]]) -> str:
     """The compression prompt: OptMem's own, byte for byte, up to its command
     (docs/DESIGN.md, "Nap"), then each command of ``run`` as an order on its
     own line: the nap first, then the batch offer when ``run`` has one."""
@@ -138,7 +138,7 @@ class Memory:
             source.append(lines.summary_line(a, b, s))
         return source
 
-    def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict | None:
+    def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict[str, Any] | None:
         """The due compression at snapshot ``T`` as a nap object, or None;
         always None for a read capability, which cannot write it. When more
         than one is due, the prompt says so and how to take the ones that can
@@ -179,7 +179,7 @@ class Memory:
             n += 1
         return max(1, n) if ready else 0
 
-    def batch_for(self, T: int, k: int) -> dict:
+    def batch_for(self, T: int, k: int) -> dict[str, Any]:
         """Up to ``k`` due blocks that can be written at once (docs/DESIGN.md, "Blocks and the tree"),
         each with its source, and the prompt that ends with the one command
         that settles them all: as many of them as fit in one part
@@ -234,7 +234,7 @@ class Memory:
 
     # ------------------------------------------------------------ wake
 
-    def _prefetch(self, cover: list[tuple[int, int]], cache: dict) -> None:
+    def _prefetch(self, cover: list[tuple[int, int]], cache: dict[tuple[int, int], str]) -> None:
         """Render the lines of ``cover`` not in ``cache`` with one query per
         run of memories and per level, instead of one per line. A block
         whose summary is missing stays out of ``cache``, for
@@ -257,7 +257,7 @@ class Memory:
                 lo = idx * size
                 cache[(lo, lo + size)] = lines.summary_line(lo, lo + size, text)
 
-    def _wake_lines(self, T: int, budget: int, settled: dict[int, int], cache: dict) -> list[str]:
+    def _wake_lines(self, T: int, budget: int, settled: dict[int, int], cache: dict[tuple[int, int], str]) -> list[str]:
         out = []
         cover = blocks.cover(T, budget)
         self._prefetch(cover, cache)
@@ -298,13 +298,13 @@ class Memory:
             out.append(cache[key])
         return out
 
-    def wake(self, part: int = 1, T: int | None = None) -> dict:
+    def wake(self, part: int = 1, T: int | None = None) -> dict[str, Any]:
         head = self.mf.pinned_head(current=True)
         answer = self._wake(head.count, part, T)
         answer["head"] = head.as_dict()
         return answer
 
-    def _wake(self, now: int, part: int, T: int | None) -> dict:
+    def _wake(self, now: int, part: int, T: int | None) -> dict[str, Any]:
         if T is None:
             T = now
         elif T > now:
@@ -329,7 +329,7 @@ class Memory:
         if nap:
             room -= len(("\n" + nap["prompt"] + "\n").encode())
         room = max(room, self.sizes["ENTRY_CHARS"])
-        cache: dict = {}
+        cache: dict[tuple[int, int], str] = {}
         # Lowering one step at a time is the rule; budgets that cannot fit are
         # skipped exactly: cover(T, b) has at least min(b, T) lines and every
         # rendered line costs at least MIN_LINE_BYTES, so no b above
@@ -366,13 +366,13 @@ class Memory:
 
     # ------------------------------------------------------------ note, nap
 
-    def note(self, text: object) -> dict:
+    def note(self, text: object) -> dict[str, Any]:
         text = lines.check_line(text, self.sizes["ENTRY_CHARS"])
         i = self.mf.append([(self.today(), text)])
         return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.pinned_head().as_dict()}
 
     def nap(self, block: object = None, text: object = None, batch: object = None,
-            summaries: object = None) -> dict:
+            summaries: object = None) -> dict[str, Any]:
         if batch is not None or summaries is not None:
             if block is not None or text is not None or (batch is not None and summaries is not None):
                 raise Invalid("Send one of {}, {\"block\", \"text\"}, {\"batch\": k} or {\"summaries\": [...]}.",
@@ -418,7 +418,7 @@ class Memory:
                     "message": f"{bid} was forgotten meanwhile; nothing was written."}
         return {"saved": bid, "nap": self.nap_for(T), "message": f"{bid} saved."}
 
-    def settle(self, summaries: object) -> dict:
+    def settle(self, summaries: object) -> dict[str, Any]:
         """Settle ``[{"block", "text"}, ...]`` in order, all or nothing, each
         exactly as a single nap would (docs/DESIGN.md, "Blocks and the tree"), so the tree is the one
         single naps make. A block settled before the request is skipped (a
@@ -480,7 +480,7 @@ class Memory:
 
     # ------------------------------------------------------------ recall, zoom, forget
 
-    def recall(self, q: object, before: int | None = None) -> dict:
+    def recall(self, q: object, before: int | None = None) -> dict[str, Any]:
         """The newest matches that fit one part, of the memories before
         ``before`` (default: the whole log). ``more`` is the ``before`` of
         the next older page: the id of the oldest match shown, when older
@@ -513,7 +513,7 @@ class Memory:
             message = count
         return {"matches": found, "total": total, "more": more, "message": message, "run": run}
 
-    def zoom(self, block: object) -> dict:
+    def zoom(self, block: object) -> dict[str, Any]:
         T = self.mf.count()
         lo, hi = self._block(block, lambda: self._zoom_hint(T))
         if lo >= T:
@@ -534,7 +534,7 @@ class Memory:
                 out.append(lines.summary_line(a, b, s if s is not None else "not compressed yet"))
         return {"block": blocks.block_id(lo, hi), "lines": out}
 
-    def forget(self, block: object) -> dict:
+    def forget(self, block: object) -> dict[str, Any]:
         """Drop the summary of ``block``, the block containing it at each
         larger size, and every later summary of each of those sizes (each
         size's summaries stay a dense prefix: blocks.forget_span). The log is
@@ -555,7 +555,7 @@ class Memory:
 
     MAX_ERASE = 10_000
 
-    def erase(self, ids: object, at: str | None = None) -> dict:
+    def erase(self, ids: object, at: str | None = None) -> dict[str, Any]:
         """Shred memories ``ids`` (docs/DESIGN.md, "Erase"); the receipt is dated ``at``, by default now."""
         at = at or now_utc()
         if (not isinstance(ids, list) or not ids or len(ids) > self.MAX_ERASE
@@ -570,20 +570,20 @@ class Memory:
         rid, fresh, gone = self.mf.erase(ids, at)
         return {"receipt": rid, "ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
 
-    def erasures(self) -> dict:
+    def erasures(self) -> dict[str, Any]:
         return {"erasures": self.mf.receipts()}
 
     # ------------------------------------------------------------ config, import
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         return {"sizes": dict(self.sizes), "defaults": dict(sizes.DEFAULTS)}
 
-    def set_config(self, changes: object) -> dict:
+    def set_config(self, changes: object) -> dict[str, Any]:
         self.mf.set_config(sizes.validate_changes(changes))
         self.sizes = sizes.effective(self.mf.config())
         return self.config()
 
-    def import_entries(self, entries: object) -> dict:
+    def import_entries(self, entries: object) -> dict[str, Any]:
         if not isinstance(entries, list) or not entries:
             raise Invalid("Send {\"entries\": [{\"date\": \"YYYY-MM-DD\", \"text\": \"...\"}, ...]}, oldest first.",
                           code="import.empty")
