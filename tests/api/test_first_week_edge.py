@@ -158,7 +158,7 @@ def test_a_500_logs_its_frames_and_never_a_value(api: Api, owner: str, monkeypat
     assert resp.status_code == 500 and secret not in resp.text and "Traceback" not in resp.text
     (line,) = [r.getMessage() for r in caplog.records if r.name == "stash.error"]
     assert line.startswith("unhandled KeyError on /note: KeyError at ")
-    assert "test_first_week.py:" in line and " broken" in line and "stash/web/app.py:" in line
+    assert "test_first_week_edge.py:" in line and " broken" in line and "stash/web/app.py:" in line
     assert secret not in line and "/work/" not in line and "/home/" not in line
     caplog.clear()
     monkeypatch.setenv("STASH_DEBUG", "1")  # a developer's machine: the whole trace, values and all
