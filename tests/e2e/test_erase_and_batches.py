@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_batch_clients import tail_command
+from tests.batch_kit import tail_command
 from tests.live import Cli, Http, cli_env, path_with
 
 

@@ -28,8 +28,8 @@ import pytest
 
 from stash.crypto import keys, tokens
 from stash.service.replica import Target, litestream_binary
-from tests.e2e.test_backup_restore import log_of
-from tests.e2e.test_key_epochs import epoch_keys_of, everything_readable, text_in
+from tests.backup_kit import log_of
+from tests.epoch_kit import epoch_keys_of, everything_readable, text_in
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import CLI_TIMEOUT, REPO, Http, Server, free_port
 

@@ -62,3 +62,14 @@ def test_the_clients_all_is_what_the_package_uses_of_it() -> None:
     assert used <= set(client.__all__), used - set(client.__all__)
     assert not [name for name in client.__all__ if name.startswith("_")]
     assert all(hasattr(client, name) for name in client.__all__)
+
+
+def test_no_test_module_imports_another() -> None:
+    # What tests share lives in tests/*.py helpers (helpers.py, live.py, the *_kit.py modules), never in a
+    # test module, whose collection would then run twice over or break with its neighbour.
+    offenders = []
+    for path in (REPO / "tests").rglob("test_*.py"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if re.match(r"\s*(from|import) tests(\.\w+)*\.test_\w+", line):
+                offenders.append(f"{path.relative_to(REPO)}: {line.strip()}")
+    assert offenders == []
