@@ -31,16 +31,40 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import orjson
 
 from ..core.errors import Conflict, Damaged, Malformed
 from ..crypto import aead, keys
+from ..crypto.epochs import KeyChain
 from ..storage.idempotency import Records
 
-if TYPE_CHECKING:
-    from .access import Session
+
+class _HasRecords(Protocol):
+    def idempotency_records(self) -> Records: ...
+
+
+class _HasMemoryFile(Protocol):
+    @property
+    def mf(self) -> _HasRecords: ...
+
+
+class Session(Protocol):
+    """What a keyed write needs of service.access's Session (named here, not
+    imported: access imports this module)."""
+
+    user_id: str
+    master: bytes
+    capability_key: bytes
+    @property
+    def keyring(self) -> _HasRecords: ...
+
+    @property
+    def keys(self) -> KeyChain: ...
+
+    @property
+    def memory(self) -> _HasMemoryFile: ...
 
 WINDOW_SECONDS = 24 * 60 * 60
 MAX_RECORDS = 10_000  # per file: the newest keyed writes within the window; older ones are dropped first
