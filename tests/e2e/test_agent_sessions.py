@@ -10,12 +10,11 @@ part, and no answer needs a JSON decoder."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 from tests.doc_commands import indented_commands
-from tests.live import CLI_TIMEOUT, Http
-from tests.printed import orders
+from tests.live import Http
+from tests.printed import answer_naps, orders, run_printed
 
 PART = 1_500  # PART_CHARS: small, so wakes and batches are cut into parts
 
@@ -25,33 +24,14 @@ class Shell:
         self.env, self.cwd, self.ran = env, cwd, 0
 
     def run(self, command: str, **fill: str) -> str:
-        for placeholder, text in fill.items():
-            assert placeholder in command, (placeholder, command)
-            command = command.replace(placeholder, text)
-        assert re.search(r"<[a-z][a-z -]*[a-z0-9]>", command) is None, command
-        done = subprocess.run(["/bin/sh", "-c", command], env=self.env, cwd=self.cwd, capture_output=True,
-                              text=True, timeout=CLI_TIMEOUT)
-        assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
-        assert len(done.stdout.encode()) <= PART + 2_000, len(done.stdout)  # a part, and its nap prompt
+        out = run_printed(command, self.env, self.cwd, **fill)
+        assert len(out.encode()) <= PART + 2_000, len(out)  # a part, and its nap prompt
         self.ran += 1
-        return done.stdout
+        return out
 
     def naps(self, answer: str) -> str:
         """Answer every nap handed over, the batch whenever one is offered."""
-        for _ in range(100):
-            naps = [c for c in orders(answer) if '"$STASH_URL/nap"' in c]
-            if not naps:
-                return answer
-            offer = [c for c in naps if '{"batch": ' in c]
-            if offer:
-                listed = self.run(offer[0])
-                command = orders(listed)[-1]
-                for block in re.findall(r"^#(\d+-\d+):$", listed, re.M):
-                    command = command.replace(f"<your line for {block}>", f"what {block} holds")
-                answer = self.run(command)
-            else:
-                answer = self.run(next(c for c in naps if "<your line>" in c), **{"<your line>": "it is summed up"})
-        raise AssertionError("the naps did not come to an end")
+        return answer_naps(answer, self.run)
 
     def wake(self, command: str) -> list[str]:
         """Every part, in order; the lines of the wake."""
