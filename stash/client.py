@@ -36,6 +36,7 @@ import tarfile
 import tempfile
 import threading
 import time
+import traceback
 import unicodedata
 import urllib.error
 import urllib.parse
@@ -44,7 +45,15 @@ import uuid
 import zlib
 from pathlib import Path
 
-__all__ = ["VERBS", "main"]
+# What this module offers the package: the verbs (main, VERBS) and what stash mcp (stash/cli/mcp_server.py) and
+# stash/cli/main.py call; tests/unit/test_tooling.py holds it to their use.
+__all__ = ["VERBS", "Api", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
+           "nap_lines", "note_lines", "recall_lines", "server_url", "summaries_lines", "token", "wake_lines",
+           "zoom_lines"]
+
+# The verbs of the installed package that this one file lacks (stash/cli/main.py's HOST_VERBS): named so
+# that asking the one file for one says where it is instead of "invalid choice".
+PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "mcp")
 
 VERBS = {
     "init": "mint a new memory on URL: prints the two export lines (its token shown once) for "
@@ -234,6 +243,9 @@ def _whole(value: object) -> bool:
 
 def _block(value: object) -> bool:
     return isinstance(value, str) and _BLOCK_ID.fullmatch(value) is not None
+
+
+is_block = _block  # its public name, for stash mcp
 
 
 class Steps:
@@ -479,13 +491,13 @@ class Api:
         self._token = tok
         self.steps = steps
         self.source = source  # where the address came from, as errors name it
+        self.last: object = None  # the last answer, for the exit status of a write (do_nap)
 
     def where(self) -> str:
         """The server as an error names it: with where its address came from."""
         if self.source == "STASH_URL":
             return f"STASH_URL={_shown(self.url)}"
         return f"{_shown(self.url)} ({self.source})"
-        self.last: object = None  # the last answer, for the exit status of a write (do_nap)
 
     def call(self, method: str, path: str, body: object = None, *, query: dict | None = None,
              raw: bool = False, timeout: float = TIMEOUT):
@@ -585,7 +597,17 @@ class Api:
             extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
                      "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
                      f"has now with: {_prog()} unpin")
-        return Failure(body["message"], REFUSED, extra, err.code, body)
+        message = body["message"]
+        if body.get("error") == "auth.invalid":
+            message = self.token_refused()
+        return Failure(message, REFUSED, extra, err.code, body)
+
+    def token_refused(self) -> str:
+        """The 401 as this client's user acts on it: the server's sentence
+        is curl's (an Authorization header); here the token is STASH_TOKEN."""
+        return (f"stash: the server at {self.where()} refused STASH_TOKEN: it is mistyped, revoked or another "
+                f"server's (each gets this same answer). Set STASH_TOKEN to a valid capability "
+                f"(export STASH_TOKEN=stash1_…), or mint a new memory with: {_prog()} init URL")
 
 
 def _retry_after(value: str | None) -> float:
@@ -670,7 +692,11 @@ def wake_lines(api: Api, part: int | None = None, T: int | None = None) -> list[
     # The POST twin: no query string, so a broker that refuses them passes it.
     body = {name: value for name, value in (("part", part), ("T", T)) if value is not None}
     ans = api.call("POST", "/wake", body)
-    out = list(ans.get("lines", []))
+    out = []
+    if _whole(ans.get("parts")) and ans["parts"] > 1:  # the same header as the server's text/plain part
+        out.append(f"Your memory, part {ans.get('part')} of {ans['parts']}, oldest first "
+                   f"({plural(ans.get('T', 0), 'memory', 'memories')}).")
+    out += list(ans.get("lines", []))
     if not ans.get("awake"):
         return out + ["Not awake yet.", *api.steps.orders(ans.get("run"))]
     out.append(ans.get("message") or "You are awake.")
@@ -803,6 +829,9 @@ def do_init(args: argparse.Namespace) -> int:
     note and the block for AGENTS.md go to standard error. The address
     written into the block is --url, else URL; with neither, the server
     chooses (its own --url, else the address it was called at)."""
+    if not (args.server or os.environ.get("STASH_URL", "").strip() or args.url):
+        raise Failure(f"stash: init needs the server's address: {_prog()} init URL, like "
+                      f"{_prog()} init http://127.0.0.1:8080", USAGE)
     url, source = address(args.server, args.url, explicit_is="the URL given to init", fallback_is="--url")
     api = Api(url, None, source=source)
     public = (args.url or args.server or "").rstrip("/")
@@ -854,7 +883,7 @@ def _saved_something(api: Api) -> int:
     empty), so a script or an agent that only reads the status does not go
     on as if its summaries were kept."""
     answer = api.last if isinstance(api.last, dict) else {}
-    if answer.get("saved"):
+    if answer.get("saved") or answer.get("settled"):  # settled: a resend of a block whose summary stands
         return OK
     sys.stdout.flush()
     sys.stderr.write("stash: nothing was saved (see the message above); answer what is due now.\n")
@@ -892,7 +921,9 @@ def do_forget(args: argparse.Namespace) -> int:
 
 
 def _config_value(text: str) -> object:
-    if text == "":
+    """A size's value as the server takes it: empty, ``null`` (the word the
+    server's refusal offers) or ``default`` restore the default."""
+    if text in ("", "null", "default"):
         return None
     try:
         return int(text)
@@ -1716,8 +1747,12 @@ def _text(words: list[str], what: str) -> str:
     text = " ".join(words)
     if text == "-":
         text = sys.stdin.read().rstrip("\n")
+        if not text.strip():
+            raise Failure(f"stash: the {what} read from standard input is empty; give the line there, as the "
+                          f"printed here-document does (<<'{DELIMITER}', the line, then {DELIMITER}). A line that "
+                          f"is exactly {DELIMITER} ends it early: reword that line.", USAGE)
     if not text.strip():
-        raise Failure(f"stash: the {what} is empty; give one line of text in quotes.", USAGE)
+        raise Failure(f"stash: the {what} is empty; give one line of text, on standard input with -.", USAGE)
     return text
 
 
@@ -1845,6 +1880,10 @@ def main(argv: list[str] | None = None) -> int:
     utf8_streams()
     p = parser()
     try:
+        if argv[:1] and argv[0] in PACKAGE_VERBS:
+            raise Failure(f"stash: {argv[0]} runs only from the installed package, not this one-file client "
+                          f"(it has the HTTP verbs alone): from a checkout, python3 -m venv .venv && "
+                          f".venv/bin/pip install '.[mcp]', then .venv/bin/stash {argv[0]}", USAGE)
         args = p.parse_args(argv)
         if not getattr(args, "func", None):
             p.print_help(sys.stderr)
@@ -1872,6 +1911,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("stash: the input is not UTF-8 text; convert it (iconv -t UTF-8) and try again.\n")
         return USAGE
     except Exception as e:  # never a traceback: it could carry a memory's text
+        if os.environ.get("STASH_DEBUG"):  # unless asked for, on this machine (CONTRIBUTING, "Debugging")
+            traceback.print_exc()
         sys.stderr.write(f"stash: unexpected error ({type(e).__name__}); nothing more is shown, since a trace could "
                          "hold memory text. Try again; if it persists, report it with the command you ran.\n")
         return REFUSED

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from stash.web.app import create_app
+from stash.web.tracelog import debugging
 from tests.helpers import Api, make_settings
 
 # SQLite syncs every commit to disk, which was half of what a test of the
@@ -46,3 +47,18 @@ def api(data_dir: Path):
 @pytest.fixture
 def owner(api: Api) -> str:
     return api.init()["token"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under STASH_DEBUG (CONTRIBUTING, "Debugging"), a failed test's report
+    ends with the log of every real server the test process started: their
+    whole traces, since STASH_DEBUG reaches them through the environment."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and debugging():
+        from tests.live import STARTED
+
+        for server in {id(s): s for s in STARTED}.values():
+            if server.log_text():
+                report.sections.append((f"stash serve log ({server.log.name})", server.log_text()[-20_000:]))

@@ -57,6 +57,10 @@ LIFTED_LIMITS = ("--init-per-minute", "100000", "--auth-failures-per-minute", "1
                  "--init-per-day", "100000000")
 
 
+# Every server this test process started, for STASH_DEBUG's report of a failed test.
+STARTED: list[Server] = []
+
+
 @dataclass
 class Server:
     """One ``python -m stash serve`` process and where its output goes.
@@ -81,6 +85,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, *, same_port: bool = False) -> Server:
+        STARTED.append(self)  # under STASH_DEBUG, a failing test shows this server's log (tests/conftest.py)
         # A port can be taken between probing and binding; retry on a new one.
         for attempt in range(3):
             if not (same_port and attempt == 0 and self.port):

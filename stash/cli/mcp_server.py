@@ -16,6 +16,8 @@ import sys
 from typing import Annotated
 
 from .. import __version__, client
+from ..core.blocks import BATCH_MAX
+from ..core.recall import MAX_PATTERN_BYTES
 
 try:
     from mcp.server import MCPServer
@@ -171,7 +173,8 @@ def build(api: client.Api) -> MCPServer:
         text: Annotated[str | None, Field(description=(
             "The one-line summary of the block's source lines; required with block."))] = None,
         batch: Annotated[int | None, Field(description=(
-            "List up to this many (1 to 256) due blocks that can be written at once; alone."), ge=1, le=256)]
+            f"List up to this many (1 to {BATCH_MAX}) due blocks that can be written at once; alone."), ge=1,
+            le=BATCH_MAX)]
         = None,
         summaries: Annotated[list[dict[str, str]] | None, Field(description=(
             'A batch\'s answer: [{"block": "0-1", "text": "..."}, ...] in the order the batch listed; alone. '
@@ -185,13 +188,13 @@ def build(api: client.Api) -> MCPServer:
                 return _answer(client.batch_lines, api, batch)
             return _answer(client.summaries_lines, api, summaries)
         if block is not None and text is None:
-            shown = block if client._block(block) else "<lo-hi>"
+            shown = block if client.is_block(block) else "<lo-hi>"
             return _result(f"nap {shown} needs text, the one-line summary:\n{api.steps.lead}{api.steps.nap(shown)}",
                            error=True)
         return _answer(client.nap_lines, api, block, text)
 
     def recall(
-        q: Annotated[str, Field(description='The pattern, 1 to 512 bytes, like "deploy|rollback".')],
+        q: Annotated[str, Field(description=f'The pattern, 1 to {MAX_PATTERN_BYTES} bytes, like "deploy|rollback".')],
         before: Annotated[int | None, Field(description=(
             "Only memories before this id: the next older page, as the previous answer names it."), ge=0)] = None,
     ) -> CallToolResult:

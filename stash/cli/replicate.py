@@ -170,4 +170,20 @@ def restore_main(argv: list[str]) -> int:
     took = time.monotonic() - started
     restored = plural(len(users) - failed - skipped, "user")
     print(f"stash restore: {restored} restored, {failed} failed, {skipped} skipped, in {took:.1f} s.")
-    return 1 if failed else 0
+    status = restore_status(len(users) - failed - skipped, failed, skipped)
+    if status == INCOMPLETE:
+        print("stash restore: not every user of the replica was restored (see the skip lines above); a failover "
+              "must not go on as if they were.", file=sys.stderr)
+    return status
+
+
+INCOMPLETE = 3  # restored nobody, or skipped someone: a failover script must not take it for success
+
+
+def restore_status(restored: int, failed: int, skipped: int) -> int:
+    """``stash restore``'s exit status: 1 when a user failed, 3
+    (:data:`INCOMPLETE`) when it skipped one or restored nobody, else 0, so
+    a failover script that reads only the status is never fooled."""
+    if failed:
+        return 1
+    return INCOMPLETE if skipped or not restored else 0

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import os
 import re
 import resource
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from types import FrameType
 
@@ -118,6 +121,70 @@ def _room_for_open_files() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
+def startup_problem(settings: Settings) -> str | None:
+    """What would stop the server once it said it listens, as one sentence
+    saying what to do, or None: the data folder must be a folder this user
+    can make and write in, and the address must be free to bind. Checked
+    before anything is printed, so "listening" is printed only by a server
+    that can listen and store (a bind race with another process after this
+    check is still uvicorn's to report)."""
+    from ..storage.files import private_folder
+
+    data = settings.data_dir
+    try:
+        private_folder(data)
+        if not data.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "not a folder")
+        probe = tempfile.NamedTemporaryFile(dir=data, prefix=".stash-probe-")
+        probe.close()
+    except OSError as err:
+        return (f"cannot use the data folder {data} ({err.strerror or type(err).__name__}); "
+                f"give {DATA.flag} a folder this user can create and write in.")
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a TIME_WAIT is no obstacle
+            s.bind((settings.host, settings.port))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            return (f"port {settings.port} on {settings.host} is already in use (another server?); stop it or "
+                    f"choose another port with --port.")
+        return (f"cannot listen on {settings.host}:{settings.port} ({err.strerror or type(err).__name__}); "
+                f"check --host and --port.")
+    return None
+
+
+SHUTTING_DOWN = "stash: shutting down: no new connections; finishing the requests in flight"
+
+
+class _ShutdownOnly(logging.Filter):
+    """uvicorn's warnings and errors, and of its info lines only the one that
+    says a stop signal was taken, reworded as ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        if record.getMessage() == "Shutting down":
+            record.msg, record.args = SHUTTING_DOWN, ()
+            return True
+        return False
+
+
+def shutdown_logging() -> dict[str, object]:
+    """uvicorn's logging: its warnings, and one line when shutdown starts
+    (main prints the line when it ends); every other info line of uvicorn's
+    (started, waiting for startup...) says nothing an operator acts on."""
+    return {
+        "version": 1, "disable_existing_loggers": False,
+        "filters": {"shutdown": {"()": _ShutdownOnly}},
+        "formatters": {"plain": {"format": "%(asctime)s %(name)s %(message)s"}},
+        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["shutdown"],
+                                "stream": "ext://sys.stderr"}},
+        "loggers": {"uvicorn": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
+                    "uvicorn.access": {"level": "WARNING"}},
+    }
+
+
 def _drained(signum: int, frame: FrameType | None) -> None:
     """The stop signal, raised again once the server has finished: nothing left to do."""
 
@@ -128,6 +195,10 @@ def main(argv: list[str]) -> int:
         settings = settings_from(args)
     except ConfigError as err:
         print(f"stash: {err}", file=sys.stderr)
+        return 2
+    problem = startup_problem(settings)
+    if problem is not None:
+        print(f"stash: {problem}", file=sys.stderr)
         return 2
     import uvicorn
 
@@ -170,13 +241,15 @@ def main(argv: list[str]) -> int:
     replicator = _start_replicator(settings)
     try:
         uvicorn.run(APP_FACTORY, factory=True, host=settings.host, port=settings.port, workers=settings.workers,
-                    access_log=False, log_level="warning", server_header=False, proxy_headers=False,
+                    access_log=False, log_config=shutdown_logging(), log_level=None, server_header=False,
+                    proxy_headers=False,
                     http=HeaderTimeoutProtocol, timeout_keep_alive=settings.idle_timeout,  # type: ignore[arg-type]
                     timeout_graceful_shutdown=settings.shutdown_timeout)  # type: ignore[arg-type]
     finally:
         _stop_replicator(replicator)
         if counters is not None:
             remove_multiprocess(counters)
+    print("stash: stopped; every request in flight was answered or timed out", file=sys.stderr, flush=True)
     return 0
 
 

@@ -56,7 +56,8 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
             )
     text = text.strip()
     if not text:
-        raise Invalid(f"The {what} is empty; send one line of text.", code="text.empty")
+        raise Invalid(f"The {what} is empty; send one line of text. (Sent from a printed here-document? A line "
+                      f"that is exactly {DELIMITER} ends it early: reword that line.)", code="text.empty")
     if text == DELIMITER:
         raise Invalid(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
                       f"write the {what} with more words.", code="text.reserved")

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Unauthorized, Unavailable
 from ..crypto import aead, keys, tokens
@@ -279,7 +280,7 @@ class Vault:
         )
         return grant_id, token
 
-    def list_grants(self, session: Session) -> list[dict]:
+    def list_grants(self, session: Session) -> list[dict[str, Any]]:
         """Every grant with its label (opened), expiry and last-used day."""
         now = datetime.now(UTC)
         out = []
@@ -297,7 +298,7 @@ class Vault:
                         "last_used": last_used, "you": g.id == session.grant_id})
         return out
 
-    def revoke_grant(self, session: Session, grant_id: int) -> dict:
+    def revoke_grant(self, session: Session, grant_id: int) -> dict[str, Any]:
         """Revoke one capability: destroy its key columns (its listing row
         stays) and start a new key epoch that only the other live
         capabilities reach, so nothing written from now on opens with it,
@@ -316,7 +317,7 @@ class Vault:
         return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
                 "also_revoked": stranded, "epoch": session.keyring.epoch()}
 
-    def rotate_owner(self, session: Session) -> dict:
+    def rotate_owner(self, session: Session) -> dict[str, Any]:
         """A new owner token; the calling owner capability ends as a revoked
         one does (a new key epoch the old token never reaches)."""
         if session.scope != "owner":
@@ -332,7 +333,7 @@ class Vault:
                 "note": "This token is shown once and never stored; the previous owner token no longer opens this "
                         "memory."}
 
-    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
+    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict[str, Any] | None = None
                    ) -> tuple[list[int], int | None]:
         """Move the store to a new key epoch in the key ring (one transaction,
         which may be the caller's: grants revoked, the new key boxed to every
@@ -370,7 +371,7 @@ class Vault:
         except (StashError, MissingFile):
             return session.keyring.flush()
 
-    def replay_rotation(self, token_text: str | None, key: str) -> dict | None:
+    def replay_rotation(self, token_text: str | None, key: str) -> dict[str, Any] | None:
         """The recorded answer of a rotation this (now revoked) owner token
         asked for with Idempotency-Key ``key``, or None: so a rotation whose
         answer was lost, by a dropped connection or a crash after it
@@ -390,7 +391,7 @@ class Vault:
     def unmoved(self, session: Session) -> int:
         return session.keyring.unmoved_live()
 
-    def destroy_store(self, session: Session) -> dict:
+    def destroy_store(self, session: Session) -> dict[str, Any]:
         """Remove the user's whole folder: key ring (every wrapped key) and
         memory file. The key ring is overwritten before it is unlinked."""
         files = session.files
@@ -511,11 +512,7 @@ class Vault:
             ring.touch(grant.id, datetime.now(UTC).date().isoformat())
             # The scope is read only after the certificate authenticated it.
             if RANK[grant.scope] < RANK[need]:
-                raise Forbidden(
-                    f"This capability is scoped {grant.scope}; this route needs {need}. "
-                    "Ask the owner for a capability with that scope.",
-                    code="auth.scope",
-                )
+                raise Forbidden(scope_refusal(grant.scope, need), code="auth.scope")
             if opened.unmoved:
                 ring.move_grant(grant, opened)  # its secret is here now, and only now
             try:
@@ -554,3 +551,18 @@ class Vault:
         finally:
             self.tags.grants_seen(token.user_id, ring.conn)  # before the answer leaves: tag_index.py
             ring.close()
+
+
+def scope_refusal(scope: str, need: str) -> str:
+    """The 403 for a capability of ``scope`` on a route that needs ``need``,
+    saying what its agent's block says to do: a read capability tells the
+    user what should be remembered (skill/AGENTS-read.md); a full one asks
+    the owner for what only the owner may do."""
+    if scope == "read" and need == "full":
+        return ("This capability is scoped read; this route needs full. Tell the user (the memory's owner) "
+                "what should be remembered instead of writing it.")
+    if need == "owner":
+        return (f"This capability is scoped {scope}; this route needs owner, which is never handed on. Ask the "
+                "owner to do it.")
+    return (f"This capability is scoped {scope}; this route needs {need}. Ask the owner for a capability with that "
+            "scope.")

@@ -31,12 +31,40 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
 
 import orjson
 
 from ..core.errors import Conflict, Damaged, Malformed
 from ..crypto import aead, keys
+from ..crypto.epochs import KeyChain
 from ..storage.idempotency import Records
+
+
+class _HasRecords(Protocol):
+    def idempotency_records(self) -> Records: ...
+
+
+class _HasMemoryFile(Protocol):
+    @property
+    def mf(self) -> _HasRecords: ...
+
+
+class Session(Protocol):
+    """What a keyed write needs of service.access's Session (named here, not
+    imported: access imports this module)."""
+
+    user_id: str
+    master: bytes
+    capability_key: bytes
+    @property
+    def keyring(self) -> _HasRecords: ...
+
+    @property
+    def keys(self) -> KeyChain: ...
+
+    @property
+    def memory(self) -> _HasMemoryFile: ...
 
 WINDOW_SECONDS = 24 * 60 * 60
 MAX_RECORDS = 10_000  # per file: the newest keyed writes within the window; older ones are dropped first
@@ -66,7 +94,7 @@ def parse_key(values: list[str]) -> str | None:
 
 @dataclass(frozen=True)
 class Answer:
-    body: dict
+    body: dict[str, Any]
     replayed: bool = False
 
 
@@ -101,7 +129,7 @@ class Keyed:
 
     @classmethod
     def make(cls, *, user_id: str, file: str, master: bytes, seal_root: bytes, route: str, key: str,
-             body: dict) -> Keyed:
+             body: dict[str, Any]) -> Keyed:
         if len(seal_root) != aead.KEY_BYTES:
             raise ValueError("an idempotency record needs a 32-byte seal root")
         store = keys.subkey(master, b"idempotency")
@@ -118,12 +146,12 @@ class Keyed:
     def _aad(self) -> bytes:
         return f"stash/v1|{self.user_id}|{self.file}|idempotency|{self.lookup.hex()}".encode()
 
-    def seal(self, body: dict) -> bytes:
+    def seal(self, body: dict[str, Any]) -> bytes:
         return aead.seal(self.seal_key, _pad(orjson.dumps(body)), self._aad())
 
-    def open(self, sealed: bytes) -> dict:
+    def open(self, sealed: bytes) -> dict[str, Any]:
         try:
-            return orjson.loads(_unpad(aead.open_sealed(self.seal_key, sealed, self._aad())))
+            return cast(dict[str, Any], orjson.loads(_unpad(aead.open_sealed(self.seal_key, sealed, self._aad()))))
         except (aead.Unsealable, orjson.JSONDecodeError):
             raise Damaged(
                 "The recorded answer to this Idempotency-Key failed its integrity check and was not replayed; "
@@ -131,7 +159,7 @@ class Keyed:
             ) from None
 
 
-def run(records: Records, req: Keyed | None, work: Callable[[], dict], now: float | None = None) -> Answer:
+def run(records: Records, req: Keyed | None, work: Callable[[], dict[str, Any]], now: float | None = None) -> Answer:
     """Run ``work`` once per key: inside the file's write lock, find the key's
     record; replay it, refuse a different request under it, or run ``work``
     and record its answer in the same transaction as what ``work`` wrote.
@@ -171,19 +199,19 @@ def run(records: Records, req: Keyed | None, work: Callable[[], dict], now: floa
     return Answer(body)
 
 
-def memory_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict],
-                 now: float | None = None) -> Answer:
+def memory_write(session: Session, key: str | None, route: str, body: dict[str, Any],
+                 work: Callable[[], dict[str, Any]], now: float | None = None) -> Answer:
     """A write to the session's memory file, once per Idempotency-Key."""
     req = None
     if key is not None:
         req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
-                         seal_root=keys.subkey(session.chain.current, b"idempotency"), route=route, key=key,
+                         seal_root=keys.subkey(session.keys.current, b"idempotency"), route=route, key=key,
                          body=body)
     return run(session.memory.mf.idempotency_records(), req, work, now)
 
 
-def keyring_write(session, key: str | None, route: str, body: dict, work: Callable[[], dict],
-                  now: float | None = None) -> Answer:
+def keyring_write(session: Session, key: str | None, route: str, body: dict[str, Any],
+                  work: Callable[[], dict[str, Any]], now: float | None = None) -> Answer:
     """A write to the session's key ring, once per Idempotency-Key. The answer
     is sealed under the calling capability's own key (derived from its token
     secret), so the record of a minted token opens only for the owner's
@@ -207,7 +235,8 @@ def _rotation(user_id: str, capability_key: bytes, key: str) -> Keyed:
                       route=ROTATE_ROUTE, key=key, body={})
 
 
-def rotation_write(session, key: str | None, work: Callable[[], dict], now: float | None = None) -> Answer:
+def rotation_write(session: Session, key: str | None, work: Callable[[], dict[str, Any]],
+                   now: float | None = None) -> Answer:
     """``POST /rotate`` once per Idempotency-Key: its answer, new token
     included, is recorded in the key ring in the transaction that moves the
     epoch (so a crash leaves both or neither), sealed under a key derived from

@@ -32,7 +32,7 @@ RECALL_SECONDS_PER_MEMORY = 10e-6
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
-def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: list[dict]) -> str:
+def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: list[dict[str, Any]]) -> str:
     """The compression prompt: OptMem's own, byte for byte, up to its command
     (docs/DESIGN.md, "Nap"), then each command of ``run`` as an order on its
     own line: the nap first, then the batch offer when ``run`` has one."""
@@ -47,6 +47,10 @@ def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: lis
         text += (f"\n{BATCH_OFFER.format(k=run[1]['fields']['batch'])}\n" + instructions.run_lines(run[1:]))
     return text
 
+
+# A batch prompt's text besides its blocks (its instructions, the remaining count, the command's
+# curl line), with room to spare: Memory.batch_fit.
+BATCH_OVERHEAD = 1_000
 
 BATCH_OFFER = ("Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
                "only write lines and never call Stash):")
@@ -96,6 +100,18 @@ class Memory:
                     f"a complete block still opens, like {blocks.block_id(0, size)}.")
         return "There are no blocks to zoom into yet: a block holds at least 2 memories."
 
+    def _zoom_next(self, T: int) -> list[dict[str, Any]]:
+        """The order that helps after a zoom past the end, as memo names one:
+        the zoom :meth:`_zoom_hint` suggests, filled in; with no block yet,
+        the wake."""
+        shown = [b for b in blocks.cover(T, self.sizes["WAKE_LINES"]) if b[1] - b[0] > 1]
+        if not shown and T >= 2:
+            shown = [(0, 1 << (T.bit_length() - 1))]
+        if not shown:
+            return [instructions.wake()]
+        bid = blocks.block_id(*shown[0])
+        return [instructions.step("POST", "/zoom", {"block": bid}, bid)]
+
     def _within(self, lo: int, hi: int, T: int) -> None:
         if hi > T:
             raise Invalid(
@@ -126,7 +142,7 @@ class Memory:
             source.append(lines.summary_line(a, b, s))
         return source
 
-    def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict | None:
+    def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict[str, Any] | None:
         """The due compression at snapshot ``T`` as a nap object, or None;
         always None for a read capability, which cannot write it. When more
         than one is due, the prompt says so and how to take the ones that can
@@ -143,16 +159,36 @@ class Memory:
         bid = blocks.block_id(lo, hi)
         limit = self.sizes["ENTRY_CHARS"]
         run = [instructions.nap(bid)]
-        ready = len(blocks.batch(T, settled, blocks.BATCH_MAX)) if remaining else 0
+        ready = self.batch_fit(blocks.batch(T, settled, blocks.BATCH_MAX)) if remaining else 0
         if ready > 1:
-            run.append(instructions.nap_batch(min(ready, blocks.BATCH_MAX)))
+            run.append(instructions.nap_batch(ready))
         return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit,
                 "prompt": nap_prompt(bid, source, remaining, limit, run), "run": run}
 
-    def batch_for(self, T: int, k: int) -> dict:
+    def batch_fit(self, ready: list[tuple[int, int]]) -> int:
+        """How many of the ``ready`` blocks a batch offer names: as many as
+        fit in one part (PART_CHARS bytes), as a wake part does, because
+        harnesses cut long output; always at least one. Each block costs its
+        ``#lo-hi:`` line, its source lines and its line in the command, read
+        for real: reading stops once the part is full, so an offer reads at
+        most about one part's worth of lines."""
+        room = self.sizes["PART_CHARS"] - BATCH_OVERHEAD
+        n = 0
+        for lo, hi in ready:
+            bid = blocks.block_id(lo, hi)
+            room -= 2 * len(bid) + 8 + sum(len(s.encode()) + 3 for s in self._source(lo, hi)) + 1 + len(
+                instructions.summary_placeholder(bid)) + 2
+            if room < 0:
+                break
+            n += 1
+        return max(1, n) if ready else 0
+
+    def batch_for(self, T: int, k: int) -> dict[str, Any]:
         """Up to ``k`` due blocks that can be written at once (docs/DESIGN.md, "Blocks and the tree"),
         each with its source, and the prompt that ends with the one command
-        that settles them all."""
+        that settles them all: as many of them as fit in one part
+        (PART_CHARS bytes; always at least one), the rest left for the next
+        batch, which the prompt says remain."""
         settled = self.mf.settled(T)
         nap = self.nap_for(T, settled)
         todo = blocks.batch(T, settled, k)
@@ -162,11 +198,29 @@ class Memory:
         if not items:
             return {"saved": None, "nap": None, "batch": [], "prompt": None, "run": [],
                     "message": "Nothing left to compress."}
+        pending = blocks.pending_count(T, settled)
+        fits, over = 1, len(items) + 1  # the largest count known to fit, the smallest known not to
+        if len(self._batch_prompt(items, pending, limit).encode()) <= self.sizes["PART_CHARS"]:
+            fits = over = len(items)
+        while over - fits > 1:
+            mid = (fits + over) // 2
+            if len(self._batch_prompt(items[:mid], pending, limit).encode()) <= self.sizes["PART_CHARS"]:
+                fits = mid
+            else:
+                over = mid
+        items = items[:fits]
         ids = [it["block"] for it in items]
         run = [instructions.nap_summaries(ids)]
-        after = blocks.pending_count(T, settled) - len(items)
+        return {"saved": None, "nap": nap, "batch": items, "prompt": self._batch_prompt(items, pending, limit),
+                "run": run, "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}."}
+
+    @staticmethod
+    def _batch_prompt(items: list[dict[str, Any]], pending: int, limit: int) -> str:
+        ids = [it["block"] for it in items]
+        run = [instructions.nap_summaries(ids)]
+        after = pending - len(items)
         body = "\n\n".join(f"#{it['block']}:\n" + "\n".join("  " + s for s in it["source"]) for it in items)
-        prompt = (
+        return (
             (f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.\n"
              "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
              "can be written in parallel (by subagents that only write lines and never call Stash).\n\n"
@@ -181,12 +235,10 @@ class Memory:
                "Send the line with this command.\n")
             + instructions.run_lines(run)
         )
-        return {"saved": None, "nap": nap, "batch": items, "prompt": prompt, "run": run,
-                "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}."}
 
     # ------------------------------------------------------------ wake
 
-    def _prefetch(self, cover: list[tuple[int, int]], cache: dict) -> None:
+    def _prefetch(self, cover: list[tuple[int, int]], cache: dict[tuple[int, int], str]) -> None:
         """Render the lines of ``cover`` not in ``cache`` with one query per
         run of memories and per level, instead of one per line. A block
         whose summary is missing stays out of ``cache``, for
@@ -209,7 +261,7 @@ class Memory:
                 lo = idx * size
                 cache[(lo, lo + size)] = lines.summary_line(lo, lo + size, text)
 
-    def _wake_lines(self, T: int, budget: int, settled: dict[int, int], cache: dict) -> list[str]:
+    def _wake_lines(self, T: int, budget: int, settled: dict[int, int], cache: dict[tuple[int, int], str]) -> list[str]:
         out = []
         cover = blocks.cover(T, budget)
         for lo, hi in cover:
@@ -254,13 +306,13 @@ class Memory:
             out.append(cache[key])
         return out
 
-    def wake(self, part: int = 1, T: int | None = None) -> dict:
+    def wake(self, part: int = 1, T: int | None = None) -> dict[str, Any]:
         head = self.mf.pinned_head(current=True)
         answer = self._wake(head.count, part, T)
         answer["head"] = head.as_dict()
         return answer
 
-    def _wake(self, now: int, part: int, T: int | None) -> dict:
+    def _wake(self, now: int, part: int, T: int | None) -> dict[str, Any]:
         if T is None:
             T = now
         elif T > now:
@@ -285,7 +337,7 @@ class Memory:
         if nap:
             room -= len(("\n" + nap["prompt"] + "\n").encode())
         room = max(room, self.sizes["ENTRY_CHARS"])
-        cache: dict = {}
+        cache: dict[tuple[int, int], str] = {}
         # Lowering one step at a time is the rule; budgets that cannot fit are
         # skipped exactly: cover(T, b) has at least min(b, T) lines and every
         # rendered line costs at least MIN_LINE_BYTES, so no b above
@@ -322,7 +374,7 @@ class Memory:
 
     # ------------------------------------------------------------ note, nap
 
-    def note(self, text: object) -> dict:
+    def note(self, text: object) -> dict[str, Any]:
         """Append one memory, dated the later of today (UTC) and the newest
         memory's date (docs/DESIGN.md, "Memory model"): a clock set back
         never makes the log's dates go backwards, so every log keeps the
@@ -340,7 +392,7 @@ class Memory:
         return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.pinned_head().as_dict()}
 
     def nap(self, block: object = None, text: object = None, batch: object = None,
-            summaries: object = None) -> dict:
+            summaries: object = None) -> dict[str, Any]:
         if batch is not None or summaries is not None:
             if block is not None or text is not None or (batch is not None and summaries is not None):
                 raise Invalid("Send one of {}, {\"block\", \"text\"}, {\"batch\": k} or {\"summaries\": [...]}.",
@@ -365,7 +417,7 @@ class Memory:
         first = blocks.first_pending(T, settled)
         if (lo, hi) != first:
             if blocks.is_settled(settled, lo, hi):
-                return {"saved": None, "nap": self.nap_for(T, settled),
+                return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
                         "message": f"{bid} is already settled; nothing was written."}
             due = self.nap_for(T, settled)
             assert due is not None  # (lo, hi) is pending but not first, so a first exists
@@ -380,13 +432,13 @@ class Memory:
             # a half this block builds on.
             settled = self.mf.settled(T)
             if blocks.is_settled(settled, lo, hi):
-                return {"saved": None, "nap": self.nap_for(T, settled),
+                return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
                         "message": f"{bid} is already settled; nothing was written."}
             return {"saved": None, "nap": self.nap_for(T, settled),
                     "message": f"{bid} was forgotten meanwhile; nothing was written."}
         return {"saved": bid, "nap": self.nap_for(T), "message": f"{bid} saved."}
 
-    def settle(self, summaries: object) -> dict:
+    def settle(self, summaries: object) -> dict[str, Any]:
         """Settle ``[{"block", "text"}, ...]`` in order, all or nothing, each
         exactly as a single nap would (docs/DESIGN.md, "Blocks and the tree"), so the tree is the one
         single naps make. A block settled before the request is skipped (a
@@ -411,7 +463,9 @@ class Memory:
                 self._within(lo, hi, T)
                 parsed.append((lo, hi, lines.check_line(item["text"], limit, "summary")))
             except Invalid as e:
-                raise Invalid(f"Summary {k}: {e.message} Nothing was written.", code=e.code, index=k) from None
+                raise Invalid(f"Summary {k}: {e.message} Nothing was written: fix that line and send all "
+                              f"{len(summaries)} again with the same command, or ask for a new batch.",
+                              code=e.code, index=k) from None
         todo: list[tuple[int, int, str]] = []
         for k, (lo, hi, text) in enumerate(parsed):
             size = hi - lo
@@ -446,7 +500,7 @@ class Memory:
 
     # ------------------------------------------------------------ recall, zoom, forget
 
-    def recall(self, q: object, before: int | None = None) -> dict:
+    def recall(self, q: object, before: int | None = None) -> dict[str, Any]:
         """The newest matches that fit one part, of the memories before
         ``before`` (default: the whole log). ``more`` is the ``before`` of
         the next older page: the id of the oldest match shown, when older
@@ -479,7 +533,7 @@ class Memory:
             message = count
         return {"matches": found, "total": total, "more": more, "message": message, "run": run}
 
-    def zoom(self, block: object) -> dict:
+    def zoom(self, block: object) -> dict[str, Any]:
         T = self.mf.count()
         lo, hi = self._block(block, lambda: self._zoom_hint(T))
         if lo >= T:
@@ -487,7 +541,7 @@ class Memory:
             raise Invalid(
                 f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}. "
                 + self._zoom_hint(T),
-                code="block.beyond_log",
+                code="block.beyond_log", run=self._zoom_next(T),
             )
         out = []
         for a, b in blocks.halves(lo, hi):
@@ -502,7 +556,7 @@ class Memory:
                 out.append(lines.summary_line(a, b, s if s is not None else "not compressed yet"))
         return {"block": blocks.block_id(lo, hi), "lines": out}
 
-    def forget(self, block: object) -> dict:
+    def forget(self, block: object) -> dict[str, Any]:
         """Drop the summary of ``block``, the block containing it at each
         larger size, and every later summary of each of those sizes (each
         size's summaries stay a dense prefix: blocks.forget_span). The log is
@@ -523,7 +577,7 @@ class Memory:
 
     MAX_ERASE = 10_000
 
-    def erase(self, ids: object, at: str | None = None) -> dict:
+    def erase(self, ids: object, at: str | None = None) -> dict[str, Any]:
         """Shred memories ``ids`` (docs/DESIGN.md, "Erase"); the receipt is dated ``at``, by default now."""
         at = at or now_utc()
         if (not isinstance(ids, list) or not ids or len(ids) > self.MAX_ERASE
@@ -538,20 +592,20 @@ class Memory:
         rid, fresh, gone = self.mf.erase(ids, at)
         return {"receipt": rid, "ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
 
-    def erasures(self) -> dict:
+    def erasures(self) -> dict[str, Any]:
         return {"erasures": self.mf.receipts()}
 
     # ------------------------------------------------------------ config, import
 
-    def config(self) -> dict:
+    def config(self) -> dict[str, Any]:
         return {"sizes": dict(self.sizes), "defaults": dict(sizes.DEFAULTS)}
 
-    def set_config(self, changes: object) -> dict:
+    def set_config(self, changes: object) -> dict[str, Any]:
         self.mf.set_config(sizes.validate_changes(changes))
         self.sizes = sizes.effective(self.mf.config())
         return self.config()
 
-    def import_entries(self, entries: object) -> dict:
+    def import_entries(self, entries: object) -> dict[str, Any]:
         if not isinstance(entries, list) or not entries:
             raise Invalid("Send {\"entries\": [{\"date\": \"YYYY-MM-DD\", \"text\": \"...\"}, ...]}, oldest first.",
                           code="import.empty")
@@ -588,7 +642,8 @@ class Memory:
             if newest is not None and items[0][0] < newest:
                 raise Invalid(
                     f"Entry 0: {items[0][0]} is earlier than the newest memory (#{T - 1}, {newest}); import only "
-                    "memories dated on or after it. Nothing was imported.",
+                    "memories dated on or after it, or import an older past into a new, empty memory (POST /init, "
+                    "or stash init URL) before noting there. Nothing was imported.",
                     code="import.before_log", index=0,
                 )
 

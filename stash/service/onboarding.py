@@ -32,7 +32,15 @@ def agents_block(url: str, scope: str = "owner") -> str:
     placeholder, ``{url}``, filled. A plain replace, not str.format, so the
     file's JSON braces are written as they are and the file reads exactly as
     the block it becomes."""
-    return agents_template(scope).replace("{url}", url)
+    block = agents_template(scope).replace("{url}", url)
+    return block + SHARED if scope == "full" else block
+
+
+# A full grant writes into a log it shares: the owner's block, and this.
+SHARED = ("\n### This memory is shared\n\n"
+          "Your capability is one of several: the owner and other agents write to the same log. A wake shows their\n"
+          "notes beside yours, and a nap may ask you to summarise lines another writer noted: treat them as\n"
+          "your own past. Note only what you did or learned; never note on another writer's behalf.\n")
 
 
 def init_answer(ident: Identity, url: str, content_cipher: str) -> dict:

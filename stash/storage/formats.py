@@ -24,7 +24,7 @@ from .schema import sections
 KEY_RING = "key ring"
 MEMORY_FILE = "memory file"
 MEMORY_PAGES = "memory_page_bytes"  # the key ring's record of the memory file's page size
-RELEASES = ("before 0.1.0", "0.1.0", "0.2.0", "0.3.0", "unreleased")
+RELEASES = ("before 0.1.0", "0.1.0", "0.2.0", "0.3.0", "0.4.0", "unreleased")
 
 # A memory's plaintext: 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded,
 # then the writer (297 bytes at most). 312 makes a sealed row 352 bytes, so a
@@ -128,7 +128,7 @@ KEY_RING_FORMATS = (
            "storage.formats.make_on_use", "0.3.0", _lacks_one("keyring_on_use")),
     Format(KEY_RING, "owner-sealed labels", "every label, last-used day and audit event sealed to the owner key",
            "keyring_meta 'owner_sealed' is 1 (before: labels under the epoch's label key, the rest in clear, "
-           "sealed on the owner's next request)", "storage.keyring.Keyring.owner_keys", "unreleased",
+           "sealed on the owner's next request)", "storage.keyring.Keyring.owner_keys", "0.4.0",
            lambda d: d.keyring_meta.get("owner_sealed") == "1"),
 )
 

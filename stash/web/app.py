@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.responses import Response
 from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
 from ..service.access import Vault
-from . import pages
+from . import pages, plaintext, tracelog
 from .errors import error_response
 from .fairshare import Shares
 from .forwarded import TrustedProxies
@@ -65,7 +66,8 @@ class Guard:
         try:
             await self.app(scope, receive, tracked_send)
         except Exception as exc:  # the one place that turns a bug into a clean 500
-            error_log.error("unhandled %s on %s", type(exc).__name__, scope.get("stash.route", "-"))
+            error_log.error("unhandled %s on %s: %s", type(exc).__name__, scope.get("stash.route", "-"),
+                            tracelog.whole(exc) if tracelog.debugging() else tracelog.frames(exc))
             if not status["started"]:
                 scope["stash.error"] = StashError.code
                 err = StashError("The server failed to answer; try again, and report it if it persists.")
@@ -99,8 +101,14 @@ def _reference_url(request) -> str:
     return f"{address}/reference"
 
 
-async def not_found(request, exc) -> JSON:
-    code = getattr(exc, "status_code", 404)
+async def not_found(request, exc) -> Response:
+    """404 and 405 as every refusal is answered: JSON, or plain text when
+    ``Accept`` asks for it (a 404 is where a curl user most needs to read)."""
+    resp = _unrouted(request, getattr(exc, "status_code", 404))
+    return plaintext.as_text(request.url.path, resp) if plaintext.wants_text(request) else resp
+
+
+def _unrouted(request, code: int) -> JSON:
     request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
     if code == 405:
         err = StashError(f"This route does not take that method; the reference at {_reference_url(request)} "
@@ -109,8 +117,18 @@ async def not_found(request, exc) -> JSON:
         resp = error_response(err)
         resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
         return resp
+    path = request.url.path
+    if len(path) > 1 and path.endswith("/") and _routed(request.app, request.scope, path.rstrip("/")):
+        return error_response(NotFound(f"No such route: drop the trailing slash ({path.rstrip('/')}); the routes are "
+                                       f"listed at {_reference_url(request)}.", code="route.unknown"))
     return error_response(NotFound(f"No such route; the routes are listed at {_reference_url(request)}.",
                                    code="route.unknown"))
+
+
+def _routed(app, scope, path: str) -> bool:
+    """Some route takes ``path`` (by any method)."""
+    return any(route.matches({**scope, "path": path, "method": "GET"})[0] is not Match.NONE
+               for route in app.router.routes)
 
 
 @contextlib.asynccontextmanager

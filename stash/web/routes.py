@@ -111,7 +111,7 @@ HEALTH_FIELDS = Fields((
     ("Liveness, version and this host's ciphers", "Liveness and readiness (POST twin of GET /health)"), HEALTH_FIELDS,
     "Liveness: 200 whenever the process serves HTTP. With ready=1, readiness for a load balancer: "
     "503 when the data folder cannot be written (full disk, read-only mount, folder gone).",
-    answer=obj({"ok": {"const": True}, "version": string("the server's version, e.g. `0.1.0`"),
+    answer=obj({"ok": {"const": True}, "version": string("the server's version, e.g. `0.4.0`"),
                 "content_cipher": {"const": "xchacha20-poly1305", "description": "how every row is sealed"},
                 "file_cipher": {"enum": ["sqlcipher", "none"], "description": "whether new memory files are "
                                                                               "also encrypted whole on this host"},
@@ -241,7 +241,10 @@ def note(s: Session, f: Args, call: Call) -> Answer:
         obj({"saved": nullable(ref("BlockId")) | {"description": "The block saved; null when nothing was "
                                                                  "written."},
              "nap": NAP_OR_NULL | {"description": "What is due now (after saving, if something was saved)."},
-             "message": string()}, description="The answer to {} or {block, text}."),
+             "message": string(),
+             "settled": ref("BlockId") | {"description": "Only when the block sent was settled already: its "
+                                                         "summary stands, so a resend is done (nothing written)."}},
+            required=["saved", "nap", "message"], description="The answer to {} or {block, text}."),
         obj({"saved": {"type": "null"},
              "nap": NAP_OR_NULL | {"description": "The first pending block."},
              "batch": {"type": "array", "maxItems": BATCH_MAX, "items": ref("BatchItem"),
@@ -316,6 +319,8 @@ ZOOM_FIELDS = Fields((
     "The block's two halves as the wake would show them; a half wholly beyond the log is omitted.",
     answer=obj({"block": ref("BlockId"), "lines": {**LINES, "minItems": 1, "maxItems": 2}}),
     errors=_BLOCK_CODES,
+    special=(Special(422, "a block beyond the log carries the zoom that helps", "ZoomRefusal",
+                     ("block.beyond_log",)),),
 )
 def zoom(s: Session, f: Args, call: Call) -> Answer:
     return s.memory.zoom(f["block"])

@@ -84,6 +84,19 @@ class Fields:
         return obj({f.name: f.openapi_schema() for f in self.items},
                    required=[f.name for f in self.items if f.required])
 
+    def _form_hint(self, request: Request, err: Malformed) -> Malformed:
+        """A body that is not JSON, sent as a form (``curl -d 'text'`` sends
+        application/x-www-form-urlencoded): the refusal also says how to send
+        the text as it is, on a route that takes text/plain."""
+        form = request.headers.get("content-type", "").split(";")[0].strip().lower() == (
+            "application/x-www-form-urlencoded")
+        if err.code != "request.bad_json" or not form:
+            return err
+        how = ("send it as text: -H 'Content-Type: text/plain' --data-binary @- with the text on stdin, or send "
+               "one JSON object" if self.plain is not None else "send one JSON object")
+        return Malformed(f"The body is not valid JSON, and it came as a form (curl -d sends one); {how}.",
+                         code="request.bad_json")
+
     async def read(self, request: Request, method: str, cap: int) -> dict[str, Any]:
         """The fields of ``request``, whole numbers parsed and defaulted; the
         refusals of docs/DESIGN.md, "HTTP surface" otherwise. What the body carries beyond that is
@@ -96,10 +109,13 @@ class Fields:
                                 code="request.malformed")
             data = check_fields(self.plain(plain_text(await read_body(request, cap))), self.names)
         else:
-            data = await read_object(
-                request, None if self.open_schema is not None else self.names,
-                required={f.name for f in self.items if f.required and f.missing is None},
-                cap=cap, empty_ok=self.empty_ok)
+            try:
+                data = await read_object(
+                    request, None if self.open_schema is not None else self.names,
+                    required={f.name for f in self.items if f.required and f.missing is None},
+                    cap=cap, empty_ok=self.empty_ok)
+            except Malformed as err:
+                raise self._form_hint(request, err) from None
         for f in self.items:
             if f.missing is not None and f.name not in data:
                 raise Malformed(f.missing, code="request.missing_field")

@@ -104,6 +104,15 @@ SCHEMAS: dict[str, Schema] = {
         },
         description="The wake cannot be rendered until the due compressions are done; `nap` is the first.",
     ),
+    "ZoomRefusal": obj(
+        {
+            "error": {"const": "block.beyond_log"},
+            "message": string(),
+            "run": RUN | {"description": "A zoom that opens (the block the message suggests), or the wake when "
+                                         "the log has no block yet."},
+        },
+        description="The block starts beyond the log; `run` is the order that helps, as memo names one.",
+    ),
     "NapConflict": obj(
         {
             "error": {"const": "nap.wrong_block"},

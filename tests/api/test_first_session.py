@@ -11,6 +11,7 @@ import re
 import pytest
 
 from stash.core import blocks
+from stash.service.onboarding import SHARED
 from stash.web.routes import ROUTES
 from tests.api.support import Mem, mint
 from tests.doc_commands import SKILL_DIR, curl_calls, indented_commands
@@ -48,8 +49,10 @@ def test_minting_answers_the_block_for_the_agent_it_is_meant_for(mem: Mem) -> No
     read = mem.ok(mem.api.post("/grants", mem.token, json={"scope": "read", "url": url}), 201)
     full = mem.ok(mem.api.post("/grants", mem.token, json={"scope": "full", "url": url}), 201)
     assert read["prompt"] == READ_BLOCK.read_text(encoding="utf-8").replace("{url}", url)
-    assert full["prompt"] == FULL_BLOCK.read_text(encoding="utf-8").replace("{url}", url)
-    assert full["prompt"] == mem.ok(mem.api.post("/init", json={"url": url}), 201)["prompt"]
+    # A full agent's block is the owner's and a section on sharing the log (issue 30 item 15).
+    owner_block = FULL_BLOCK.read_text(encoding="utf-8").replace("{url}", url)
+    assert full["prompt"] == owner_block + SHARED
+    assert owner_block == mem.ok(mem.api.post("/init", json={"url": url}), 201)["prompt"]
     # The read agent's block teaches only what a read capability can do, and says what it is.
     routes = {path for c in indented_commands(read["prompt"]) for _, path in curl_calls(c)}
     assert routes == {"/skill", "/wake", "/recall", "/zoom"}

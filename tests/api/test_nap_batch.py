@@ -186,6 +186,8 @@ def test_bad_batch_requests_are_422_and_write_nothing(mem: Mem, body: dict) -> N
 
 def test_a_full_batch_of_the_longest_lines_fits_the_body_cap(mem: Mem) -> None:
     mem.import_([f"m{i}" for i in range(512)])
+    # A part large enough for all 256 blocks: a batch answers only as many as fit in one.
+    assert mem.api.post("/config", mem.token, json={"PART_CHARS": 1_000_000}).status_code == 200
     ans = mem.ok(mem.api.post("/nap", mem.token, json={"batch": 256}))
     line = "😀" * 70  # 280 bytes, 840 once escaped as \uXXXX pairs
     body = {"summaries": [{"block": b["block"], "text": line} for b in ans["batch"]]}
@@ -196,9 +198,11 @@ def test_a_full_batch_of_the_longest_lines_fits_the_body_cap(mem: Mem) -> None:
     assert len(resp.json()["saved"]) == 256
 
 
-def test_a_2000_memory_import_is_awake_within_40_requests(mem: Mem) -> None:
+def test_a_2000_memory_import_is_awake_within_50_requests(mem: Mem) -> None:
     """Follow only what the server prints: the refused wake's nap, the batch
-    command its prompt names, each batch's own answering command."""
+    command its prompt names, each batch's own answering command. Each batch
+    holds what fits in one part (20 KB), so the long leaf blocks come a few
+    at a time (49 requests, against 40 when a batch was any size)."""
     mem.import_([f"imported {i}" for i in range(2000)])
     requests = 0
 
@@ -234,7 +238,7 @@ def test_a_2000_memory_import_is_awake_within_40_requests(mem: Mem) -> None:
     status, woke = call(wake)
     assert status == 200 and woke["awake"]
     print("requests to awake:", requests)
-    assert requests <= 40, requests
+    assert requests <= 50, requests
 
 
 def test_batch_answers_match_the_openapi_document(mem: Mem) -> None:

@@ -5,38 +5,25 @@ as the operator would run them, and a second ``stash serve`` on the copy."""
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.backup_kit import log_of
 from tests.live import CLI_TIMEOUT, REPO, Http, start_server
 
 NOTER = Path(__file__).with_name("_noter.py")
 WAIT_S = 60.0
-LOG_REC = 320
 
 
 def stash(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True,
                           timeout=CLI_TIMEOUT, cwd=REPO, env={**os.environ, **(env or {})})
-
-
-def log_of(http: Http, token: str) -> list[str]:
-    """Every memory as ``#i DATE TEXT``, from the owner's export (the log
-    whole, oldest first)."""
-    resp = http.get("/export", token)
-    assert resp.status_code == 200, resp.text
-    with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
-        data = tar.extractfile("memory/LOG.txt").read()
-    assert len(data) % LOG_REC == 0
-    return [data[k:k + LOG_REC].decode().rstrip() for k in range(0, len(data), LOG_REC)]
 
 
 def wait_for(predicate, what: str) -> None:

@@ -10,17 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.batch_kit import tail_command
 from tests.live import Cli, Http
 from tests.mcp_session import Session, run_session
 from tests.printed import orders
 
 pytestmark = pytest.mark.slow
-
-
-def tail_command(output: str) -> str:
-    """The last command handed over: a batch's answer is a here-document
-    that spans several lines."""
-    return orders(output)[-1]
 
 
 def test_the_client_takes_a_batch_as_the_prompt_says(cli: Cli, http: Http, token: str) -> None:

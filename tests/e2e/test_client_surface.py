@@ -223,8 +223,11 @@ def test_json_refusal_is_the_error_object_on_stdout(http: Http, base_url: str, t
     expected = assert_error(http.get("/zoom?block=64-127", token), 422)
     assert done.returncode == 1
     assert json_lines(done.stdout) == [expected]
-    # stderr is the server's message as it is: it names no command.
-    assert done.stderr.strip() == expected["message"] and "curl" not in done.stderr
+    # stderr is the server's message as it is, then the order that helps (a zoom past the end hands one
+    # over, as memo's does) in the client's own words: no curl.
+    message, _, order = done.stderr.strip().partition("\n\n")
+    assert message == expected["message"] and "curl" not in done.stderr
+    assert order.startswith("Run: ") and " wake" in order  # two memories: no block yet, so the wake
 
 
 # ---------------------------------------------------------------- exit statuses

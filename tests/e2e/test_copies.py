@@ -13,32 +13,17 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from stash.storage.files import PAGE_BYTES
-from tests.e2e.test_whole_state import base_key, raw, rows
+from tests.copies_kit import SIDE, pages, put_back_page, verify
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import REPO, Http, Server, start_server
+from tests.live import Http, Server, start_server
+from tests.state_kit import base_key, raw, rows
 
 REFUSED = ("store.damaged", "store.rolled_back")
 FILES = ("memory.db", "keyring.db", "recall.db")
-SIDE = ("", "-wal", "-shm")
-
-
-def pages(path: Path) -> list[bytes]:
-    data = path.read_bytes() if path.exists() else b""
-    return [data[k : k + PAGE_BYTES] for k in range(0, len(data), PAGE_BYTES)]
-
-
-def put_back_page(path: Path, older: Path, index: int) -> None:
-    page = pages(older)[index]
-    with open(path, "r+b") as f:
-        f.seek(index * PAGE_BYTES)
-        f.write(page)
 
 
 def put_back_files(folder: Path, older: Path, name: str) -> None:
@@ -61,12 +46,6 @@ def served_or_refused(resp, *secrets: str, allowed: tuple[str, ...] = ()) -> boo
     err = assert_error(resp, resp.status_code)
     assert err["error"] in REFUSED + allowed, (resp.status_code, resp.text)
     return err["error"] in REFUSED
-
-
-def verify(server: Server, token: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120,
-                          env={**os.environ, "STASH_TOKEN": token})
 
 
 @pytest.fixture(scope="module")

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import subprocess
 from pathlib import Path
 
 from tests.doc_commands import indented_commands
-from tests.live import CLI_TIMEOUT, Http
-from tests.printed import orders
+from tests.live import Http
+from tests.printed import answer_naps, orders, run_printed
 
 NOTES = ["Priya's review is due Friday", "don't use the v2 API; it's deprecated", 'she said "ship it"',
          "the build box is C:\\ci\\runner\\", "100% of %s and !! stay as typed"]
@@ -31,41 +30,20 @@ class Agent:
         self.ran = 0
 
     def run(self, command: str, **fill: str) -> str:
-        for placeholder, text in fill.items():
-            assert placeholder in command, (placeholder, command)
-            command = command.replace(placeholder, text)
-        assert re.search(r"<[a-z][a-z -]*[a-z0-9]>", command) is None, command
-        done = subprocess.run(["/bin/sh", "-c", command], env=self.env, cwd=self.cwd, capture_output=True,
-                              text=True, timeout=CLI_TIMEOUT)
-        assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
+        out = run_printed(command, self.env, self.cwd, **fill)
         assert list(self.cwd.iterdir()) == []
         self.ran += 1
-        return done.stdout
+        return out
 
     def naps(self, answer: str) -> str:
         """Answer every nap an answer hands over, taking the batch whenever
         one is offered; return the last answer."""
-        for _ in range(200):
-            found = orders(answer)
-            naps = [c for c in found if '"$STASH_URL/nap"' in c]
-            if not naps:
-                return answer
-            offer = [c for c in naps if '{"batch": ' in c]
-            if offer:
-                listed = self.run(offer[0])
-                command = orders(listed)[-1]
-                for block in re.findall(r"^#(\d+-\d+):$", listed, re.M):
-                    command = command.replace(f"<your line for {block}>", f"what {block} holds")
-                answer = self.run(command)
-                # After an erasure this needs the batch to fill its holes (issue 18: h18a's fix).
-                assert "nothing was written" not in answer.split("\n", 1)[0], answer
-            elif any("<your line>" in c for c in naps):
-                due = next(c for c in naps if "<your line>" in c)
-                answer = self.run(due, **{"<your line>": "one summary, it's done"})
-            else:
-                answer = self.run(naps[0])
-        raise AssertionError("the naps did not come to an end")
 
+        def whole(answer: str) -> None:
+            # After an erasure this needs the batch to fill its holes (issue 18: h18a's fix).
+            assert "nothing was written" not in answer.split("\n", 1)[0], answer
+
+        return answer_naps(answer, self.run, "one summary, it's done", whole)
 
 def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http, tmp_path: Path) -> None:
     cwd = tmp_path / "cwd"

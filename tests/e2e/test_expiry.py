@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_key_epochs import epoch_keys_of, everything_readable, settle, snapshot, text_in
+from tests.epoch_kit import epoch_keys_of, everything_readable, settle, snapshot, text_in
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, live_group_members, start_server
 

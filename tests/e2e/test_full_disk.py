@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.backup_kit import log_of
 from tests.disk_space import fill
-from tests.e2e.test_backup_restore import log_of
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server
+from tests.workers_kit import metrics_folder, worker_pids
 
 
 def _mount_tmpfs(where: Path, size: str) -> None:
@@ -44,20 +45,6 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
-
-
-def worker_pids(pid: int) -> set[int]:
-    """The server's worker processes (its children)."""
-    out: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out.update(int(c) for c in (task / "children").read_text().split())
-    return out
-
-
-def metrics_folder(worker: int) -> Path:
-    """Where a worker keeps its metrics files, from its environment."""
-    env = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
-    return Path(next(v for v in env if v.startswith(b"PROMETHEUS_MULTIPROC_DIR=")).split(b"=", 1)[1].decode())
 
 
 @pytest.mark.slow

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from tests.e2e.test_full_disk import metrics_folder, worker_pids
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, start_server
+from tests.workers_kit import metrics_folder, worker_pids
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ import pytest
 from stash.crypto import aead, epochs, tokens
 from stash.crypto.owner_seal import OwnerKeys
 from stash.storage.keyring import Keyring, label_aad, label_key
-from tests.e2e.test_copies import pages, put_back_page
-from tests.e2e.test_key_epochs import snapshot
+from tests.copies_kit import pages, put_back_page
+from tests.epoch_kit import snapshot
 from tests.fixtures import make_release2 as fixture
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server

@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from stash.crypto import tokens
-from stash.storage.keyring import Keyring
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
-from tests.raw_files import file_key, open_raw, restore_log_triggers
+from tests.state_kit import base_key, raw, rows
 
 pytestmark = pytest.mark.slow
 
@@ -30,31 +28,6 @@ REFUSED = ("store.damaged", "store.rolled_back")
 def server(tmp_path: Path):
     with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
         yield srv
-
-
-def base_key(server: Server, token: str) -> bytes:
-    tok = tokens.parse(token)
-    ring = Keyring(server.data / "users" / tok.user_id / "keyring.db", tok.user_id)
-    try:
-        return ring.open_grant(ring.find(tokens.lookup_tag(tok.user_id, tok.secret)), tok.secret).chain.base
-    finally:
-        ring.close()
-
-
-@contextlib.contextmanager
-def raw(folder: Path, base: bytes, restore: bool = True):
-    """The memory file opened with its file key (as the holder of any old key
-    ring copy can), the log's guards dropped for the edit and put back after."""
-    conn = open_raw(folder / "memory.db", file_key(base), isolation_level=None)
-    try:
-        conn.execute("DROP TRIGGER IF EXISTS log_no_update")
-        conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
-        conn.execute("DROP TRIGGER IF EXISTS log_no_replace")
-        yield conn
-        if restore:
-            restore_log_triggers(conn)
-    finally:
-        conn.close()
 
 
 class Store:
@@ -94,11 +67,6 @@ class Store:
             assert resp.status_code == 500 and err["error"] in REFUSED, (url, resp.status_code, resp.text)
             if secret:
                 assert secret not in resp.text
-
-
-def rows(folder: Path, base: bytes, sql: str, args=()) -> list:
-    with raw(folder, base) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def test_an_erasure_is_not_undone_by_putting_back_its_key_chunk_or_its_records(server: Server, tmp_path: Path):

@@ -19,7 +19,7 @@ from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from tests.fixtures import make_release1, make_release2
 from tests.helpers import CHEAP_KDF
-from tests.unit.test_verify import line_of, run
+from tests.verify_kit import line_of, run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

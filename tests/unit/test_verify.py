@@ -5,67 +5,13 @@ everything."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from stash.cli.main import main
-from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
-from tests.helpers import CHEAP_KDF
-from tests.raw_files import raw_memory_file
-
-
-class Store:
-    def __init__(self, data: Path, cipher: str, n: int = 6) -> None:
-        self.data, self.cipher = data, cipher
-        vault = Vault(data, kdf=CHEAP_KDF, file_cipher=cipher)
-        ident = vault.create_identity()
-        self.token, self.user_id = ident.token, ident.user_id
-        with vault.session(self.token, "full") as s:
-            self.master = bytes(s.master)
-            for k in range(n):
-                s.memory.note(f"osprey memory {k}")
-        self.folder = data / "users" / self.user_id
-        self.vault = vault
-
-    def note(self, n: int) -> None:
-        with self.vault.session(self.token, "full") as s:
-            for k in range(n):
-                s.memory.note(f"later osprey {k}")
-
-    def raw(self):
-        """The memory file as someone holding it and its key would open it,
-        with the log's guards dropped."""
-        return raw_memory_file(self.folder, self.master, self.cipher)
-
-
-def run(capsys, data: Path, token: str | None = None) -> tuple[int, str]:
-    args = ["verify", str(data)]
-    old = os.environ.get("STASH_TOKEN")
-    if token is not None:
-        os.environ["STASH_TOKEN"] = token
-        args.append("--token")
-    try:
-        code = main(args)
-    finally:
-        if old is None:
-            os.environ.pop("STASH_TOKEN", None)
-        else:
-            os.environ["STASH_TOKEN"] = old
-    out = capsys.readouterr()
-    text = out.out + out.err
-    assert str(data) not in text and "/tmp" not in text
-    if token is not None:
-        assert token.split("_")[2] not in text
-    return code, text
-
-
-def line_of(text: str, user_id: str) -> str:
-    (line,) = [x for x in text.splitlines() if x.startswith(user_id)]
-    return line
+from tests.verify_kit import Store, line_of, run
 
 
 @pytest.fixture

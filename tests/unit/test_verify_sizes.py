@@ -14,7 +14,7 @@ import pytest
 
 from stash.core.errors import Damaged
 from stash.storage.keyring import STATE_COPY
-from tests.unit.test_verify import Store, line_of, run
+from tests.verify_kit import Store, line_of, run
 
 MANY = 300  # enough sealed rows that half the file cannot hold them
 

@@ -123,7 +123,7 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
         self._rows_key = b""
         self._chain_key = b""
         if self._fk is None:
-            return  # closed already: the connection may be another request's by then
+            return  # type: ignore[unreachable]  # closed already: the connection may be another request's by then
         file_key = self._fk.file_key
         self._fk = None  # type: ignore[assignment]  # closed: no keys are held
         release(self.conn, self._path, file_key, self._pool)

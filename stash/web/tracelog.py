@@ -1,0 +1,56 @@
+"""What the server logs of a failure it did not expect: where it happened,
+never what it held.
+
+A 500's log line names the exception's type and each frame of its traceback
+as ``file:line function``, innermost last: enough to find the bug, and
+nothing a memory's text, a token or a key could ride in on (an exception's
+message and a frame's values are never written; file names are shown from
+the package folder down, never as this machine's paths). ``STASH_DEBUG`` set
+to anything but empty, ``0`` or ``off`` in the server's environment (a
+developer's own machine: CONTRIBUTING, "Debugging") logs the whole trace
+instead, values and all."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import PurePath
+
+DEBUG_ENV = "STASH_DEBUG"
+_CHAIN_LIMIT = 3  # exceptions followed along __cause__ / __context__
+
+
+def debugging(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+    return environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "off", "no", "false")
+
+
+def shown_file(filename: str) -> str:
+    """A frame's file from the package folder down: ``stash/web/app.py``,
+    ``starlette/routing.py``; never the folders above (this machine's)."""
+    parts = PurePath(filename).parts
+    for anchor in ("site-packages", "dist-packages"):
+        if anchor in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(anchor):])
+    if "stash" in parts:
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("stash"):])
+    return parts[-1] if parts else "?"
+
+
+def frames(exc: BaseException) -> str:
+    """The failure as one line: ``KeyError at stash/x.py:12 f < stash/y.py:40 g``
+    (outermost first), each earlier exception of the chain after ``; during``."""
+    out: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(out) < _CHAIN_LIMIT:
+        seen.add(id(current))
+        where = " > ".join(f"{shown_file(f.filename)}:{f.lineno} {f.name}"
+                           for f in traceback.extract_tb(current.__traceback__))
+        out.append(f"{type(current).__name__} at {where or '?'}")
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return "; during ".join(out)
+
+
+def whole(exc: BaseException) -> str:
+    """The whole trace, messages and values included: for STASH_DEBUG only."""
+    return "".join(traceback.format_exception(exc)).rstrip("\n")

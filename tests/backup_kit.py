@@ -1,0 +1,21 @@
+"""Helpers shared by tests, moved whole from tests/e2e/test_backup_restore.py so that no test module imports another."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from tests.live import Http
+
+LOG_REC = 320
+
+
+def log_of(http: Http, token: str) -> list[str]:
+    """Every memory as ``#i DATE TEXT``, from the owner's export (the log
+    whole, oldest first)."""
+    resp = http.get("/export", token)
+    assert resp.status_code == 200, resp.text
+    with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
+        data = tar.extractfile("memory/LOG.txt").read()
+    assert len(data) % LOG_REC == 0
+    return [data[k:k + LOG_REC].decode().rstrip() for k in range(0, len(data), LOG_REC)]

@@ -1,0 +1,41 @@
+"""Helpers shared by tests, moved whole from tests/e2e/test_whole_state.py so that no test module imports another."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from stash.crypto import tokens
+from stash.storage.keyring import Keyring
+from tests.live import Server
+from tests.raw_files import file_key, open_raw, restore_log_triggers
+
+
+def base_key(server: Server, token: str) -> bytes:
+    tok = tokens.parse(token)
+    ring = Keyring(server.data / "users" / tok.user_id / "keyring.db", tok.user_id)
+    try:
+        return ring.open_grant(ring.find(tokens.lookup_tag(tok.user_id, tok.secret)), tok.secret).chain.base
+    finally:
+        ring.close()
+
+
+@contextlib.contextmanager
+def raw(folder: Path, base: bytes, restore: bool = True):
+    """The memory file opened with its file key (as the holder of any old key
+    ring copy can), the log's guards dropped for the edit and put back after."""
+    conn = open_raw(folder / "memory.db", file_key(base), isolation_level=None)
+    try:
+        conn.execute("DROP TRIGGER IF EXISTS log_no_update")
+        conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
+        conn.execute("DROP TRIGGER IF EXISTS log_no_replace")
+        yield conn
+        if restore:
+            restore_log_triggers(conn)
+    finally:
+        conn.close()
+
+
+def rows(folder: Path, base: bytes, sql: str, args=()) -> list:
+    with raw(folder, base) as conn:
+        return conn.execute(sql, args).fetchall()
