@@ -245,3 +245,27 @@ def test_the_copies_are_sealed_an_edit_or_deletion_of_one_is_refused(store: Stor
         s.put_back(keep)
         s.start()
         assert s.ok("GET", "/wake")["T"] == 3
+
+
+def test_what_a_plain_memory_file_shows_of_an_erasure_and_a_sqlcipher_one_does_not(store: Store) -> None:
+    """SECURITY.md, "What a replicated store shows": the erased ids and the
+    config names are plain columns of a plain file; a SQLCipher file shows
+    no table at all without its key."""
+    s = store
+    for text in ("alpha memory", ERASED, "charlie memory"):
+        s.ok("POST", "/note", json={"text": text})
+    s.ok("POST", "/erase", json={"ids": [1]})
+    s.ok("POST", "/config", json={"WAKE_LINES": 50})
+    s.stop()
+    conn = sqlite3.connect(s.folder / "memory.db")
+    try:
+        if s.cipher == "none":
+            assert conn.execute("SELECT id FROM erased").fetchall() == [(1,)]
+            assert conn.execute("SELECT name FROM config").fetchall() == [("WAKE_LINES",)]
+            assert not any(b"BRAVO" in bytes(r[0]) for r in conn.execute("SELECT sealed FROM log"))
+        else:
+            with pytest.raises(sqlite3.DatabaseError):
+                conn.execute("SELECT id FROM erased").fetchall()
+    finally:
+        conn.close()
+    s.start()
