@@ -72,24 +72,30 @@ def _parse_head(text: str | None) -> tuple[int, int, int, bytes] | None:
     return int(count), int(rid), int(epoch), bytes.fromhex(mac)
 
 
-def _last(conn: sqlite3.Connection) -> tuple[int, bytes, int]:
-    """The chain so far: how many events it links, the last link, its epoch."""
-    row = conn.execute("SELECT COUNT(*) FROM audit WHERE at LIKE 'chain:%'").fetchone()
-    last = conn.execute("SELECT at FROM audit WHERE at LIKE 'chain:%' ORDER BY id DESC LIMIT 1").fetchone()
-    if last is None:
-        return 0, b"", 0
-    _, epoch, mac = last[0].split(":")
-    return int(row[0]), bytes.fromhex(mac), int(epoch)
+def _last(conn: sqlite3.Connection) -> tuple[int, bytes]:
+    """The chain so far, from the audit head (two indexed reads, however long
+    the trail): how many events it links and the last link."""
+    row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (ring_copies.AUDIT_HEAD,)).fetchone()
+    head = _parse_head(None if row is None else row[0])
+    if head is None:
+        return 0, b""
+    last = conn.execute("SELECT at FROM audit WHERE id = ?", (head[1],)).fetchone()
+    if last is None or not str(last[0]).startswith(LINK):
+        raise ValueError("the audit head names no linked event")
+    return head[0], bytes.fromhex(str(last[0]).split(":")[2])
 
 
 def append(conn: sqlite3.Connection, user_id: str, chain: KeyChain, rid: int, sealed: str) -> None:
     """Link event ``rid`` (just inserted, its sealed text ``sealed``) to the
-    chain and move the audit head to it, inside the caller's transaction."""
-    count, prev, _ = _last(conn)
+    chain and move the audit head to it, inside the caller's transaction.
+    The head is written first: it checks the key ring's sealed copies, and
+    when they do not hold (altered, or a revocation committed while this
+    request ran) the event is left unlinked, never the head half moved."""
+    count, prev = _last(conn)
     link = _link(user_id, chain, chain.epoch, prev, rid, sealed)
-    conn.execute("UPDATE audit SET at = ? WHERE id = ?", (f"{LINK}{chain.epoch}:{link.hex()}", rid))
     head = _head_mac(user_id, chain, chain.epoch, count + 1, rid, link)
     ring_copies.put(conn, user_id, chain, {ring_copies.AUDIT_HEAD: f"{count + 1}:{rid}:{chain.epoch}:{head.hex()}"})
+    conn.execute("UPDATE audit SET at = ? WHERE id = ?", (f"{LINK}{chain.epoch}:{link.hex()}", rid))
 
 
 def check(rows: list[tuple[int, str, str]], head_text: str | None, user_id: str, chain: KeyChain) -> Trail:

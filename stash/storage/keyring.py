@@ -418,7 +418,13 @@ class Keyring:
                 row = ("", 0, SEALED_EVENT, self._sealed_event(public, now_utc(), grant_id, event, detail))
             cur = self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)", row)
             if public is not None and chain is not None:
-                audit_chain.append(self.conn, self.user_id, chain, int(cur.lastrowid or 0), row[3])
+                try:
+                    audit_chain.append(self.conn, self.user_id, chain, int(cur.lastrowid or 0), row[3])
+                except (Conflict, Damaged, ValueError):
+                    # The event stays, unlinked: the write it records may have
+                    # committed already, and the trail then says it is not
+                    # intact (SECURITY.md, "Owner-only data").
+                    pass
 
     def trail(self, owner: OwnerKeys, chain: KeyChain) -> tuple[list[dict[str, object]], audit_chain.Trail]:
         """Every audit event (:meth:`events`) and what the MAC chain says of

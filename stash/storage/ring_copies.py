@@ -143,10 +143,13 @@ def put(conn: sqlite3.Connection, user_id: str, chain: KeyChain, changes: dict[s
 def rekey(conn: sqlite3.Connection, user_id: str, old: KeyChain, new: KeyChain) -> None:
     """Re-seal the copies under ``new``'s epoch (inside the transaction that
     starts it), after checking them under ``old``'s; a key ring without the
-    MAC yet stays without it."""
+    MAC yet stays without it, and one whose copies fail it keeps failing."""
     values, text = _values(conn)
     if text is None:
         return
-    _verify(user_id, old, values, text)
+    try:
+        _verify(user_id, old, values, text)
+    except Damaged:
+        return  # left as it is (failing): an edit of the copies must not stop a revocation
     mac = _mac(user_id, new.epoch, new.current, values)
     conn.execute("UPDATE keyring_meta SET value = ? WHERE name = ?", (f"{new.epoch}:{mac.hex()}", COPIES_MAC))

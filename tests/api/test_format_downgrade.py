@@ -269,3 +269,18 @@ def test_what_a_plain_memory_file_shows_of_an_erasure_and_a_sqlcipher_one_does_n
     finally:
         conn.close()
     s.start()
+
+
+def test_copies_edited_do_not_stop_the_owner_revoking_a_capability(store: Store) -> None:
+    """Whoever edits the copies can make the memory unservable (damage), but
+    not keep a leaked capability alive: the revocation still goes through."""
+    s = store
+    s.ok("POST", "/note", json={"text": "one"})
+    leaked = s.ok("POST", "/grants", json={"scope": "full"})
+    s.stop()
+    with s.keyring_rows() as conn:
+        conn.execute("UPDATE keyring_meta SET value = '9' WHERE name = 'state_version'")
+    s.start()
+    assert_error(s.http.get("/wake", s.owner), 500, "store.damaged")
+    s.ok("DELETE", f"/grants/{leaked['id']}")
+    assert_error(s.http.get("/wake", leaked["token"]), 401, "auth.invalid")
