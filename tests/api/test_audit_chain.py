@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stash.crypto import owner_seal, tokens
+from stash.service.grant_terms import LABEL_MAX_BYTES
 from stash.service.verify import verify_user
+from stash.storage.keyring import LABEL_PAD
 from tests.helpers import Api
 
 
@@ -100,6 +102,7 @@ def test_labels_and_audit_events_each_seal_to_one_size(api: Api, owner: str, dat
     assert api.post("/erase", owner, json={"ids": [0]}).status_code == 200
     assert api.get("/export", owner).status_code == 200
     assert api.delete("/grants/2", owner).status_code == 200
+    assert LABEL_PAD == 2 + LABEL_MAX_BYTES  # the longest label fills the pad exactly
     with ring(data_dir, owner) as conn:
         labels = {r[0] for r in conn.execute("SELECT length(label) FROM grant_notes WHERE label IS NOT NULL")}
         events = conn.execute("SELECT length(detail) FROM audit").fetchall()

@@ -75,8 +75,9 @@ class StatePart(RowCodec):
             return
         if recorded:
             raise Damaged(STATE_GONE)
-        if self._newer_than_stateless() is not None:
-            raise Damaged(NEWER_WITHOUT_STATE)
+        shown = self._newer_than_stateless()
+        if shown is not None:
+            raise Damaged(NEWER_WITHOUT_STATE.replace(" (it was", f" ({shown}; it was"))
 
     def check_ring_sealed(self, sealed: bool) -> None:
         """Refuse this file when its authenticated format (mark 3) says the
