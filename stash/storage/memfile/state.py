@@ -98,6 +98,7 @@ class StatePart(RowCodec):
                 self._write_state()
         except (sqlite3.Error, OSError):
             return False
+        self.state_version = self.committed()[1]
         return True
 
     def _state_key(self) -> bytes:
