@@ -58,10 +58,11 @@ class StatePart(RowCodec):
             return "page size"
         if not formats.on_use_tables("memory_on_use") <= self._tables():
             return "tables made on use"
-        newer = (("log", formats.MEMORY_PLAINTEXT_BYTES),
-                 ("summaries", formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES))
-        for table, plain in newer:
-            if self.conn.execute(f"SELECT 1 FROM {table} WHERE length(sealed) = ? LIMIT 1",
+        # Every length but the one rows and summaries had then: a later layout
+        # (a row format added after this one included) shows as newer.
+        older = (("log", formats.OLDER_MEMORY_PLAINTEXT_BYTES), ("summaries", formats.SUMMARY_PLAINTEXT_BYTES))
+        for table, plain in older:
+            if self.conn.execute(f"SELECT 1 FROM {table} WHERE length(sealed) != ? LIMIT 1",
                                  (plain + aead.OVERHEAD,)).fetchone():
                 return f"{table} row length"
         return None
