@@ -33,7 +33,7 @@ def file_key(master: bytes) -> bytes:
     return keys.subkey(master, b"file")
 
 
-def open_raw(path: Path, key: bytes | None, **connect: object) -> sqlite3.Connection:
+def open_raw(path: Path, key: bytes | None, page_bytes: int = PAGE_BYTES, **connect: object) -> sqlite3.Connection:
     """``path`` opened with SQLCipher under the raw 32-byte ``key`` and the
     server's page size, or with the stdlib sqlite3 when ``key`` is None (a
     plain file). Opening never checks the key: with a wrong one the first
@@ -42,13 +42,15 @@ def open_raw(path: Path, key: bytes | None, **connect: object) -> sqlite3.Connec
         return sqlite3.connect(str(path), **connect)
     conn = sqlcipher.connect(str(path), **connect)
     conn.execute(f"PRAGMA key = \"x'{key.hex()}'\"")
-    conn.execute(f"PRAGMA cipher_page_size = {PAGE_BYTES}")
+    conn.execute(f"PRAGMA cipher_page_size = {page_bytes}")
     return conn
 
 
 @contextlib.contextmanager
-def raw_memory_file(folder: Path, master: bytes, cipher: str) -> Iterator[sqlite3.Connection]:
-    conn = open_raw(folder / "memory.db", file_key(master) if cipher == "sqlcipher" else None, isolation_level=None)
+def raw_memory_file(folder: Path, master: bytes, cipher: str,
+                    page_bytes: int = PAGE_BYTES) -> Iterator[sqlite3.Connection]:
+    conn = open_raw(folder / "memory.db", file_key(master) if cipher == "sqlcipher" else None, page_bytes,
+                    isolation_level=None)
     try:
         conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
         yield conn

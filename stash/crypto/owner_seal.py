@@ -34,20 +34,38 @@ from . import aead
 SEED_BYTES = 32
 MAX_SEEDS = 1 << 16  # bounds what a hand-edited box may ask to be read
 MARK = b"stash-owner1:"  # starts every value sealed to the owner key (no earlier format starts so)
+PADDED = b"stash-owner2:"  # starts a value whose plaintext is padded (:func:`seal` with ``pad``)
+LENGTH_BYTES = 2  # a padded plaintext starts with the value's length, big-endian
 
 
 def _context(user_id: str, what: str) -> bytes:
     return f"stash/v2|{user_id}|{what}|".encode()
 
 
-def seal(user_id: str, public_key: bytes, what: str, plain: bytes) -> bytes:
+def seal(user_id: str, public_key: bytes, what: str, plain: bytes, pad: int = 0) -> bytes:
     """``plain`` sealed to the owner public key, bound to ``what`` (the
-    table and row it is written to)."""
-    return MARK + SealedBox(PublicKey(public_key)).encrypt(_context(user_id, what) + plain)
+    table and row it is written to). With ``pad``, the plaintext is its
+    2-byte length, the value and zeros up to the next multiple of ``pad``
+    bytes, so the sealed size tells only that bucket, not the length."""
+    if not pad:
+        return MARK + SealedBox(PublicKey(public_key)).encrypt(_context(user_id, what) + plain)
+    if len(plain) >= 1 << (8 * LENGTH_BYTES):
+        raise ValueError("too long to pad")
+    body = len(plain).to_bytes(LENGTH_BYTES, "big") + plain
+    body += bytes(-len(body) % pad)
+    return PADDED + SealedBox(PublicKey(public_key)).encrypt(_context(user_id, what) + body)
 
 
 def is_sealed(value: bytes) -> bool:
-    return value.startswith(MARK)
+    return value.startswith(MARK) or value.startswith(PADDED)
+
+
+def _unpad(body: bytes) -> bytes:
+    n = int.from_bytes(body[:LENGTH_BYTES], "big")
+    value, rest = body[LENGTH_BYTES:LENGTH_BYTES + n], body[LENGTH_BYTES + n:]
+    if len(body) < LENGTH_BYTES or len(value) != n or any(rest):
+        raise aead.Unsealable("a padded owner value is malformed")
+    return value
 
 
 @dataclass(frozen=True)
@@ -83,7 +101,8 @@ class OwnerKeys:
         store never had."""
         if not is_sealed(value):
             raise aead.Unsealable("not a value sealed to the owner")
-        body, context = value[len(MARK):], _context(self.user_id, what)
+        padded = value.startswith(PADDED)
+        body, context = value[len(MARK):], _context(self.user_id, what)  # both marks are one length
         for seed in reversed(self.seeds):
             try:
                 plain = SealedBox(PrivateKey(seed)).decrypt(body)
@@ -91,7 +110,7 @@ class OwnerKeys:
                 continue
             if not plain.startswith(context):
                 raise aead.Unsealable("a sealed owner value was moved from another row")
-            return plain[len(context):]
+            return _unpad(plain[len(context):]) if padded else plain[len(context):]
         raise aead.Unsealable("a sealed owner value does not open with this store's owner keys")
 
     def box(self, grant_id: int, grant_public_key: bytes) -> bytes:

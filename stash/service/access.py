@@ -22,7 +22,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import memfile, userlock
+from ..storage import memfile, ring_copies, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -37,6 +37,7 @@ from ..storage.files import (
 )
 from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
+from ..storage.memfile.state import AUTHENTICATED_MARK
 from ..storage.pool import Pool
 from . import grant_terms, idempotency
 from .memory import Memory
@@ -105,16 +106,13 @@ class Session:
             # The copy is read before the file is opened: it is written only
             # after the file commits, so read in this order it is never ahead
             # of the file unless the file was rolled back.
-            try:
-                copy = self.keyring.log_head()
-                state_copy = self.keyring.state_version()
-            except ValueError:
-                raise Damaged("The key ring's copy of the log digest is unreadable; restore the store from a "
-                              "backup.") from None
+            copies = self.keyring.copies(self.keys)  # their MAC checked (storage/ring_copies.py)
+            copy, state_copy = copies.head, copies.state
+            recorded = ring_copies.state_required(self.keyring.conn, copies)
             try:
                 try:
                     mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
-                                    page_bytes=self.page_bytes, recorded=state_copy is not None, pool=self.pool,
+                                    page_bytes=self.page_bytes, recorded=recorded, pool=self.pool,
                                     reseal=False)
                 except ResealDue:
                     # A revocation committed and its re-seal has not run yet:
@@ -124,10 +122,10 @@ class Session:
                         if self.pool is not None:
                             self.pool.drop_folder(self.files.folder, held=True)
                         MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
-                                   page_bytes=self.page_bytes, recorded=state_copy is not None).close()
+                                   page_bytes=self.page_bytes, recorded=recorded).close()
                     self._lock.acquire_shared()
                     mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
-                                    page_bytes=self.page_bytes, recorded=state_copy is not None, pool=self.pool)
+                                    page_bytes=self.page_bytes, recorded=recorded, pool=self.pool)
             except KeysBehind:
                 self._lock.release()
                 self._lock = None
@@ -138,6 +136,13 @@ class Session:
             try:
                 mf.check_copy(copy)
                 mf.check_state_copy(state_copy)
+                mf.check_ring_sealed(copies.authenticated)
+                if not copies.authenticated or mf.format_mark() != AUTHENTICATED_MARK:
+                    # An older store: its copies sealed first, then the file's
+                    # format authenticated (in that order: storage/ring_copies.py).
+                    head, version = mf.committed()
+                    if self.keyring.advance_head(head, version, chain=self.keys):
+                        mf.authenticate_format()
                 if self.pin is not None:
                     mf.check_pin(self.pin)
                 mf.writer = self.grant_id  # sealed into every memory and summary it writes
@@ -162,7 +167,7 @@ class Session:
         head, version = self._memory.mf.committed()
         if (self._copy is None or self._copy.count < head.count
                 or self._state_copy is None or self._state_copy < version):
-            self.keyring.advance_head(head, version)
+            self.keyring.advance_head(head, version, chain=self.chain)
 
     def flush_memory(self) -> bool:
         """Empty the memory file's WAL into the file now (after an erasure):
@@ -251,7 +256,7 @@ class Vault:
                                     page_bytes=ring.memory_page_bytes(), pool=self.pool)
                     head, version = mf.committed()
                     mf.close()
-                    ring.advance_head(head, version)
+                    ring.advance_head(head, version, chain=chain)
                     self.tags.grants_seen(user_id, ring.conn)
                 finally:
                     ring.close()

@@ -146,5 +146,5 @@ def _record(session: Session, grant_id: int, event: Event | None, fields: dict[s
     detail = event.detail(session, fields, answer)
     if detail is None:
         return None
-    session.keyring.record(grant_id, event.name, detail)
+    session.keyring.record(grant_id, event.name, detail, session.keys)
     return event.name

@@ -40,7 +40,7 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
-from ..storage import formats, safeopen, userlock
+from ..storage import formats, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
@@ -381,6 +381,10 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
                     ring.label(g.id, chain, owner)
                     ring.last_used(g.id, owner)
                 ring.events(owner)
+                if owner is not None:
+                    _, trail = ring.trail(owner, chain)
+                    if not trail.intact:
+                        raise Failed(f"the audit trail's MAC chain does not hold: {trail.problem}")
             except (aead.Unsealable, UnicodeDecodeError, ValueError, KeyError, TypeError):
                 raise Failed("a label, last-used day or audit event in keyring.db was altered, or moved from "
                              "another key ring") from None
@@ -388,19 +392,20 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
         try:
             page = ring.memory_page_bytes()
             shown = _memory_formats(files.memory, token.user_id, chain, cipher, page)
+            try:
+                copies = ring.copies(chain)  # their MAC, as the server checks it
+            except StashError as e:
+                raise Failed(f"keyring.db: {e.message}") from None
             mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=page,
-                            recorded=ring.state_version() is not None)
+                            recorded=ring_copies.state_required(ring.conn, copies))
         except ValueError:
             raise Failed("keyring.db records no known page size for memory.db") from None
         except StashError as e:
             raise Failed(f"memory.db does not open with the key: {e.message}") from None
         try:
-            mf.check_copy(copy)
-            try:
-                state_copy = ring.state_version()
-            except ValueError:
-                raise Failed("keyring.db's copy of the state version is unreadable") from None
-            mf.check_state_copy(state_copy)  # as the server checks it: a memory file put back whole
+            mf.check_copy(copies.head)
+            mf.check_state_copy(copies.state)  # as the server checks it: a memory file put back whole
+            mf.check_ring_sealed(copies.authenticated)
             _integrity(mf.conn, "memory.db")
             if cipher == "sqlcipher":
                 bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]

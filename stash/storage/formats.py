@@ -130,6 +130,10 @@ KEY_RING_FORMATS = (
            "keyring_meta 'owner_sealed' is 1 (before: labels under the epoch's label key, the rest in clear, "
            "sealed on the owner's next request)", "storage.keyring.Keyring.owner_keys", "0.4.0",
            lambda d: d.keyring_meta.get("owner_sealed") == "1"),
+    Format(KEY_RING, "sealed copies", "the copies of the memory's log head and state version and the audit head "
+           "carry a MAC under the current epoch's key; the audit events are MAC-chained",
+           "keyring_meta 'copies_mac' (before: the copies in clear, sealed by the first session that opens the "
+           "memory)", "storage.ring_copies.read", "unreleased", lambda d: "copies_mac" in d.keyring_meta),
 )
 
 MEMORY_FORMATS = (
@@ -144,7 +148,7 @@ MEMORY_FORMATS = (
            "storage.files.connect", "0.1.0", lambda d: d.cipher == "none"),
     Format(MEMORY_FILE, "format 2 (running digest)", "the log's head: count, previous digest, digest",
            "meta 'log_head' and 'format' 2", "storage.memfile.MemoryFile._verified_head", "0.1.0",
-           _memory(lambda m: "log_head" in m), mark="2"),
+           _memory(lambda m: "log_head" in m), mark="2", upgrade="authenticate_format"),
     _pages(LEGACY_PAGE_BYTES, "0.1.0", "SQLCipher: the key ring records no page size, or 16384"),
     _rows(OLDER_MEMORY_PLAINTEXT_BYTES, "storage.memfile.MemoryFile.scan", "0.1.0"),
     Format(MEMORY_FILE, "unversioned summaries", f"summary plaintexts of {SUMMARY_PLAINTEXT_BYTES} bytes",
@@ -166,6 +170,11 @@ MEMORY_FORMATS = (
     Format(MEMORY_FILE, "tables made on use", "config, erased and erasures are made by their first row",
            "a table of schema.sql's memory_on_use section is absent", "storage.formats.make_on_use", "0.3.0",
            _lacks_one("memory_on_use")),
+    Format(MEMORY_FILE, "authenticated format", "the format mark inside the state MAC, and the key ring's copies "
+           "sealed; no state head is then damage, as is any layout of 0.2.0 on without one",
+           "meta 'format' 3 (a file at 2 moves to it once its key ring's copies are sealed)",
+           "storage.memfile.MemoryFile.authenticate_format", "unreleased",
+           _memory(lambda m: m.get("format") == "3"), mark="3"),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
@@ -187,6 +196,13 @@ def of_file(file: str) -> tuple[Format, ...]:
 def current_mark(file: str) -> str:
     """The ``format`` meta value a new file of ``file`` is written with."""
     return [f.mark for f in of_file(file) if f.mark is not None][-1]
+
+
+def next_mark(file: str, mark: str) -> str:
+    """The mark after ``mark``: what an upgrade step from ``mark`` writes
+    (the later marks each have a step of their own)."""
+    marks = [f.mark for f in of_file(file) if f.mark is not None]
+    return marks[marks.index(mark) + 1]
 
 
 def upgrades(file: str) -> list[str]:

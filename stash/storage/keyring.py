@@ -28,13 +28,13 @@ from typing import Any
 
 import argon2.exceptions
 
-from ..core.errors import Conflict
+from ..core.errors import Conflict, Damaged
 from ..crypto import aead, epochs, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys, is_sealed
 from ..crypto.owner_seal import seal as seal_to_owner
-from . import formats
+from . import audit_chain, formats, ring_copies
 from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, connect, flush, release, write_transaction
 from .idempotency import Records
 from .pool import Pool
@@ -42,8 +42,8 @@ from .schema import sections
 
 SCOPES = ("read", "full", "owner")
 LABEL_KEY = b"grant-labels"  # subkey purpose: grant labels of a key ring whose owner has no owner key yet
-HEAD_COPY = "log_head"
-STATE_COPY = "state_version"
+HEAD_COPY = ring_copies.HEAD_COPY
+STATE_COPY = ring_copies.STATE_COPY
 EPOCH = "epoch"
 OLDER_KEYS = "epoch_keys"
 OWNER_PUB = "owner_pub"  # the owner public key, hex: anyone may seal to it (crypto/owner_seal.py)
@@ -54,6 +54,8 @@ SEALED_DAY = "sealed:"  # starts a last-used day sealed to the owner (hex follow
 MEMORY_PAGES = formats.MEMORY_PAGES  # the page size memory.db is read with (schema.sql, "Pages")
 FORMAT = formats.current_mark(formats.KEY_RING)
 _COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
+LABEL_PAD = 66  # a sealed label's plaintext: 2-byte length + grant_terms.LABEL_MAX_BYTES, so every label is one size
+AUDIT_PAD = 256  # a sealed audit event's plaintext is a multiple of this (SECURITY.md, "What the files show")
 
 
 def wrap_aad(user_id: str, grant_id: int, scope: str) -> bytes:
@@ -214,18 +216,25 @@ class Keyring:
         except ValueError:
             raise ValueError("the key ring's copy of the state version is unreadable") from None
 
-    def advance_head(self, head: Head, state_version: int | None = None) -> bool:
+    def advance_head(self, head: Head, state_version: int | None = None, *, chain: KeyChain | None = None) -> bool:
         """Record ``head`` as the copy unless the copy is already as far: it
         only moves forward, so concurrent writers finishing out of order leave
         the furthest one. Best effort (False when it could not be written, as
         on a full disk): a copy that lags is accepted by the next open when
         the log extends it, and the next write brings it up to date. For the
         same reason its commit is not fsynced (a power cut may lose it, which
-        is a lag): that keeps the cost of a note at one fsync, not two."""
+        is a lag): that keeps the cost of a note at one fsync, not two.
+        With ``chain`` the copies are sealed too (:mod:`ring_copies`);
+        without it, a key ring whose copies are sealed is left as it is (a
+        lag), never given a copy its MAC does not cover."""
         try:
             self.conn.execute("PRAGMA synchronous = NORMAL")
             try:
                 with write_transaction(self.conn):
+                    if chain is not None:
+                        return self._advance_sealed_copies(head, state_version, chain)
+                    if self.meta(ring_copies.COPIES_MAC) is not None:
+                        return False
                     current = self.log_head()
                     if current is None or current.count < head.count:
                         self.conn.execute(
@@ -245,6 +254,27 @@ class Keyring:
         except (*DB_ERRORS, ValueError, OSError):  # type: ignore[misc]  # a tuple of exception classes
             return False
         return True
+
+    def _advance_sealed_copies(self, head: Head, state_version: int | None, chain: KeyChain) -> bool:
+        """:meth:`advance_head`'s work with the copies sealed, inside its
+        transaction: each copy only moves forward, and the MAC is written
+        even when neither moves (a key ring whose copies were never sealed)."""
+        try:
+            copies = ring_copies.read(self.conn, self.user_id, chain)
+        except (Damaged, Conflict):
+            return False  # altered meanwhile, or a newer epoch's: the next open says which
+        changes = {}
+        if copies.head is None or copies.head.count < head.count:
+            changes[HEAD_COPY] = head.pin()
+        if state_version is not None and (copies.state is None or copies.state < state_version):
+            changes[STATE_COPY] = str(state_version)
+        if changes or not copies.authenticated:
+            ring_copies.put(self.conn, self.user_id, chain, changes)
+        return True
+
+    def copies(self, chain: KeyChain) -> ring_copies.Copies:
+        """The copies kept here, checked against their MAC (:mod:`ring_copies`)."""
+        return ring_copies.read(self.conn, self.user_id, chain)
 
     def _upgrade(self) -> None:
         """Bring a key ring of an earlier format to the current one: every
@@ -371,12 +401,14 @@ class Keyring:
         return self.conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
-    def record(self, grant_id: int, event: str, detail: dict[str, object]) -> None:
+    def record(self, grant_id: int, event: str, detail: dict[str, object], chain: KeyChain | None = None) -> None:
         """Append one audit event, in the caller's transaction when there is
         one (so a key-ring write and its event commit together). Its time,
-        grant, kind and detail are sealed to the owner key; in clear only in
-        a store whose owner has not made a request since this release (the
-        owner's next request seals them, :meth:`owner_keys`)."""
+        grant, kind and detail are sealed to the owner key, padded
+        (:data:`AUDIT_PAD`), and with ``chain`` linked to the trail's MAC
+        chain (:mod:`audit_chain`); in clear only in a store whose owner has
+        not made a request since this release (the owner's next request
+        seals them, :meth:`owner_keys`)."""
         public = self.owner_public()
         with write_transaction(self.conn):
             self._ensure_table("audit")
@@ -384,7 +416,28 @@ class Keyring:
                 row = (now_utc(), grant_id, event, json.dumps(detail, sort_keys=True))
             else:
                 row = ("", 0, SEALED_EVENT, self._sealed_event(public, now_utc(), grant_id, event, detail))
-            self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)", row)
+            cur = self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)", row)
+            if public is not None and chain is not None:
+                try:
+                    audit_chain.append(self.conn, self.user_id, chain, int(cur.lastrowid or 0), row[3])
+                except (Conflict, Damaged, ValueError):
+                    # The event stays, unlinked: the write it records may have
+                    # committed already, and the trail then says it is not
+                    # intact (SECURITY.md, "Owner-only data").
+                    pass
+
+    def trail(self, owner: OwnerKeys, chain: KeyChain) -> tuple[list[dict[str, object]], audit_chain.Trail]:
+        """Every audit event (:meth:`events`) and what the MAC chain says of
+        them, read in one snapshot."""
+        self.conn.execute("BEGIN")  # one snapshot for the rows and the head
+        try:
+            out = self.events(owner)
+            rows = self.conn.execute("SELECT id, at, detail FROM audit ORDER BY id").fetchall() \
+                if self._has_table("audit") else []
+            head = self.meta(ring_copies.AUDIT_HEAD)
+        finally:
+            self.conn.execute("COMMIT")
+        return out, audit_chain.check(rows, head, self.user_id, chain)
 
     def events(self, owner: OwnerKeys | None = None) -> list[dict[str, object]]:
         """Every audit event, oldest first; :class:`aead.Unsealable` when one
@@ -425,7 +478,7 @@ class Keyring:
         in a store whose owner has not yet been given one."""
         public = self.owner_public()
         if public is not None:
-            return seal_to_owner(self.user_id, public, f"grant_label|{grant_id}", plain)
+            return seal_to_owner(self.user_id, public, f"grant_label|{grant_id}", plain, pad=LABEL_PAD)
         return aead.seal(label_key(chain), plain, label_aad(self.user_id, grant_id))
 
     def _reseal_labels(self, old: KeyChain, new: KeyChain) -> None:
@@ -518,7 +571,8 @@ class Keyring:
                 if label is not None and not is_sealed(label):
                     plain = aead.open_sealed(label_key(chain), label, label_aad(self.user_id, grant_id))
                     self.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                                      (seal_to_owner(self.user_id, public, f"grant_label|{grant_id}", plain),
+                                      (seal_to_owner(self.user_id, public, f"grant_label|{grant_id}", plain,
+                                                     pad=LABEL_PAD),
                                        grant_id))
                 if day is not None and not day.startswith(SEALED_DAY):
                     self.conn.execute("UPDATE grant_notes SET last_used = ? WHERE grant_id = ?",
@@ -535,7 +589,7 @@ class Keyring:
 
     def _sealed_event(self, public: bytes, at: str, grant_id: int, event: str, detail: object) -> str:
         plain = json.dumps({"at": at, "grant": grant_id, "event": event, "detail": detail}, sort_keys=True)
-        return seal_to_owner(self.user_id, public, "audit", plain.encode()).hex()
+        return seal_to_owner(self.user_id, public, "audit", plain.encode(), pad=AUDIT_PAD).hex()
 
     def last_used(self, grant_id: int, owner: OwnerKeys | None) -> str | None:
         """The grant's last-used day, opened with the owner keys."""
@@ -681,6 +735,7 @@ class Keyring:
             for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, older.hex())):
                 self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+            ring_copies.rekey(self.conn, self.user_id, chain, new)  # a copy from before this epoch fails its MAC
             if mint is not None:
                 minted = self._insert(chain=new, **mint)
                 if owner is not None and mint.get("scope") == "owner":
@@ -699,7 +754,9 @@ class Keyring:
             if is_sealed(label):
                 what = f"grant_label|{grant_id}"
                 self.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                                  (seal_to_owner(self.user_id, new.public, what, old.open(label, what)), grant_id))
+                                  (seal_to_owner(self.user_id, new.public, what, old.open(label, what),
+                                                 pad=LABEL_PAD),
+                                   grant_id))
 
     def unmoved_live(self) -> int:
         """How many live grants still have to move to the epoch scheme."""

@@ -567,9 +567,18 @@ def erasures(s: Session, f: Args, call: Call) -> Answer:
         "grant": integer(1, description="The capability that did it (see GET /grants)."),
         "event": {"enum": ["mint", "revoke", "rotate", "erase", "export", "config", "forget", "import"]},
         "detail": {"type": "object", "description": "Numbers, block ids and size names only; never content."},
-    })}}),
+    })}, "trail": obj({
+        "intact": {"type": "boolean", "description": "True when every event from `chained_from` on is linked to "
+                   "the one before it by its MAC and the last is the one the key ring's audit head records: none "
+                   "was deleted, inserted, altered or reordered. False: the key ring was edited; the events are "
+                   "still listed, but are not the trail as written."},
+        "chained_from": nullable(integer(1, description="The first event the chain covers; earlier ones were "
+                                                        "written before the chain existed (an earlier release).")),
+        "problem": nullable(string("What broke the chain, when it is broken.")),
+    })}),
     description="The audit trail, oldest first: which capability minted, revoked, rotated, erased, exported, "
-                "changed the config, forgot or imported, and when. Never any memory text.",
+                "changed the config, forgot or imported, and when, and whether its MAC chain holds "
+                "(`trail.intact`). Never any memory text.",
 )
 def audit_trail(s: Session, f: Args, call: Call) -> Answer:
     return audit.trail(s)

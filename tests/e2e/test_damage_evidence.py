@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from stash.service.access import Vault
 from stash.service.verify import verify as verify_folder
+from stash.storage import ring_copies
+from stash.storage.files import write_transaction
 from stash.storage.keyring import STATE_COPY
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server
@@ -25,13 +28,20 @@ def verify(data: Path, token: str | None = None) -> dict[str, str]:
             for r in verify_folder(data, token)}
 
 
-def state_copy(folder: Path, change: int = 0) -> int:
-    """The key ring's copy of the state version, moved by ``change`` first."""
+def state_copy(folder: Path, change: int = 0, token: str | None = None) -> int:
+    """The key ring's copy of the state version, moved by ``change`` first
+    and sealed with ``token``'s keys, as a server leaves it (one edited by
+    hand fails its MAC: storage/ring_copies.py)."""
+    chain = None
+    if change:
+        with Vault(folder.parent.parent).session(token, "read") as s:
+            chain = s.keys
     conn = sqlite3.connect(folder / "keyring.db", isolation_level=None)
     try:
-        if change:
-            conn.execute("UPDATE keyring_meta SET value = CAST(value AS INTEGER) + ? WHERE name = ?",
-                         (change, STATE_COPY))
+        value = int(conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (STATE_COPY,)).fetchone()[0])
+        if chain is not None:
+            with write_transaction(conn):
+                ring_copies.put(conn, folder.name, chain, {STATE_COPY: str(value + change)})
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return int(conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (STATE_COPY,)).fetchone()[0])
     finally:
@@ -62,8 +72,8 @@ def test_damage_found_by_the_server_stays_as_it_was_and_verify_agrees(tmp_path: 
     memory("empty").write_bytes(b"")
     with open(memory("half"), "r+b") as f:
         f.truncate(memory("half").stat().st_size // 2 // 4096 * 4096)
-    state_copy(users["ahead"][1], +1)
-    behind = state_copy(users["behind"][1], -1)
+    state_copy(users["ahead"][1], +1, users["ahead"][0])
+    behind = state_copy(users["behind"][1], -1, users["behind"][0])
     evidence = {case: memory(case).read_bytes() for case in ("empty", "half")}
 
     def check_verify() -> None:

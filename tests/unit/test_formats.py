@@ -117,8 +117,15 @@ def test_a_release2_store_opens_and_verify_names_its_formats(capsys, tmp_path: P
     owner = make_release2.token_of("owner")
     code, text = run(capsys, data, owner)
     assert code == 0, text
+    assert "authenticated format" not in named(text, make_release2.USER_ID)[1]  # verify changes nothing
+    # A session moves the memory file to the authenticated format, once its
+    # key ring's copies are sealed; verify then names it.
     page, rows, sums, mark = memory_facts(Vault(data), owner)
+    assert mark == formats.current_mark(formats.MEMORY_FILE)
+    code, text = run(capsys, data, owner)
+    assert code == 0, text
     ring, memory = named(text, make_release2.USER_ID)
+    assert "sealed copies" in ring
     assert by_mark(formats.KEY_RING, ring_mark).name in ring
     assert_memory_named(memory, page, rows, mark)
     versioned = formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD

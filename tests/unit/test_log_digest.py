@@ -14,9 +14,13 @@ from pathlib import Path
 import pytest
 
 from stash.crypto import chain, keys
+from stash.crypto.epochs import KeyChain
 from stash.service.access import Vault
+from stash.storage import ring_copies
+from stash.storage.files import LEGACY_PAGE_BYTES, write_transaction
+from stash.storage.schema import sections
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 from tests.raw_files import raw_memory_file
 
 
@@ -210,10 +214,21 @@ def test_a_key_ring_copy_from_another_history_is_refused(user: User):
         user.note(t)
     ring = user.ring()
     try:
-        ring.execute("UPDATE keyring_meta SET value = ? WHERE name = 'log_head'", ("2:" + "ab" * 32,))
+        # Sealed as a server holding the key would seal it (a copy another
+        # history of this user left): the file does not extend it.
+        with write_transaction(ring):
+            ring_copies.put(ring, user.user_id, KeyChain(user.user_id, (user.master,)),
+                            {"log_head": "2:" + "ab" * 32})
     finally:
         ring.close()
     assert_error(user.wake(), 500, "store.rolled_back")
+    ring = user.ring()
+    try:
+        # Edited in by hand: its MAC fails before it is compared (storage/ring_copies.py).
+        ring.execute("UPDATE keyring_meta SET value = ? WHERE name = 'log_head'", ("3:" + "ab" * 32,))
+    finally:
+        ring.close()
+    assert_error(user.wake(), 500, "store.damaged")
 
 
 def test_both_files_rolled_back_are_served_but_a_pinned_client_is_refused(user: User, tmp_path: Path):
@@ -270,23 +285,37 @@ def test_a_malformed_pin_is_400(user: User, pin: str):
 # ----------------------------------------------------------------- stores from before the digest
 
 
-def test_a_store_written_before_the_digest_gets_it_on_first_open(user: User):
-    heads = [user.note(t)["head"] for t in texts(5)]
-    with user.raw() as conn:
-        conn.execute("DELETE FROM meta WHERE name = 'log_head'")
+def test_a_store_written_before_the_digest_gets_it_on_first_open(http: Api, data_dir: Path, file_cipher: str):
+    """A store as the releases before 0.1.0 left it: 16 KiB pages, every
+    table made, no digest, no state head, no key epoch, no copies (made here
+    with no memories: this release's rows have a later, sealed length, which
+    itself says the file is newer)."""
+    vault = Vault(data_dir, kdf=CHEAP_KDF, file_cipher=file_cipher, page_bytes=LEGACY_PAGE_BYTES)
+    ident = vault.create_identity()
+    user = User.__new__(User)
+    user.http, user.token, user.user_id, user.cipher = http, ident.token, ident.user_id, file_cipher
+    user.folder = data_dir / "users" / ident.user_id
+    with vault.session(user.token, "read") as s:
+        user.master = bytes(s.master)
+        genesis = s.memory.mf.head
+    with raw_memory_file(user.folder, user.master, file_cipher, LEGACY_PAGE_BYTES) as conn:
+        conn.execute("DELETE FROM meta WHERE name IN ('log_head', 'state', 'epoch', 'drops')")
         conn.execute("UPDATE meta SET value = '1' WHERE name = 'format'")
+        conn.executescript(sections()["memory_on_use"])
     ring = user.ring()
     try:
-        ring.execute("DELETE FROM keyring_meta WHERE name = 'log_head'")
+        ring.execute("DELETE FROM keyring_meta WHERE name IN ('log_head', 'state_version', 'copies_mac', "
+                     "'memory_page_bytes')")
     finally:
         ring.close()
-    assert user.wake().json()["head"] == heads[-1]
-    with user.raw() as conn:
-        assert conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()[0] == "2"
-    assert user.note("after the upgrade")["head"]["count"] == 6
+    assert user.wake().json()["head"]["pin"].startswith(f"0:{genesis.digest.hex()}")
+    with raw_memory_file(user.folder, user.master, file_cipher, LEGACY_PAGE_BYTES) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()[0] == "3"
+    heads = [user.note(t)["head"] for t in texts(5)]
+    assert heads[-1]["count"] == 5
     # Once recorded, the digest guards the upgraded store like any other.
-    with user.raw() as conn:
-        conn.execute("DELETE FROM log WHERE id = 5")
+    with raw_memory_file(user.folder, user.master, file_cipher, LEGACY_PAGE_BYTES) as conn:
+        conn.execute("DELETE FROM log WHERE id = 4")
     assert_error(user.wake(), 500, "store.rolled_back")
 
 

@@ -7,7 +7,7 @@ import pytest
 from nacl.public import PrivateKey
 
 from stash.crypto import aead
-from stash.crypto.owner_seal import OwnerKeys, seal
+from stash.crypto.owner_seal import OwnerKeys, is_sealed, seal
 
 
 def test_a_sealed_value_opens_only_at_its_row_in_its_store_with_the_owner_seeds() -> None:
@@ -42,3 +42,17 @@ def test_the_owner_box_opens_for_its_grant_only() -> None:
     for user, grant, key in (("u1", 2, grant_key), ("u2", 1, grant_key), ("u1", 1, other_key)):
         with pytest.raises(aead.Unsealable):
             OwnerKeys.unbox(user, grant, key, box)
+
+
+def test_a_padded_value_opens_to_itself_and_its_size_tells_only_its_bucket() -> None:
+    owner = OwnerKeys.new("u1")
+    sizes = set()
+    for plain in (b"", b"x", b"y" * 64):
+        sealed = seal("u1", owner.public, "grant_label|2", plain, pad=66)
+        assert is_sealed(sealed) and owner.open(sealed, "grant_label|2") == plain
+        sizes.add(len(sealed))
+    assert len(sizes) == 1
+    longer = seal("u1", owner.public, "grant_label|2", b"z" * 65, pad=66)
+    assert len(longer) > sizes.pop()  # past the bucket: the next one
+    with pytest.raises(aead.Unsealable):
+        owner.open(seal("u1", owner.public, "grant_label|3", b"x", pad=66), "grant_label|2")

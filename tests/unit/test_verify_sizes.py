@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from stash.core.errors import Damaged
+from stash.storage import ring_copies
+from stash.storage.files import write_transaction
 from stash.storage.keyring import STATE_COPY
 from tests.verify_kit import Store, line_of, run
 
@@ -36,9 +38,14 @@ def state_copy(store: Store) -> int:
 
 
 def set_state_copy(store: Store, value: int) -> None:
+    """The copy set to ``value`` and sealed, as a server holding the key
+    would leave it (a copy edited by hand fails its MAC: storage/ring_copies.py)."""
+    with store.vault.session(store.token, "read") as s:
+        chain = s.keys
     conn = sqlite3.connect(store.folder / "keyring.db", isolation_level=None)
     try:
-        conn.execute("UPDATE keyring_meta SET value = ? WHERE name = ?", (str(value), STATE_COPY))
+        with write_transaction(conn):
+            ring_copies.put(conn, store.user_id, chain, {STATE_COPY: str(value)})
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()

@@ -102,6 +102,7 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
                 row = self.conn.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
                 if not row or row[0] != user_id:
                     raise Damaged("This memory file does not belong to this user; restore it from a backup.")
+                self._refuse_stateless(recorded)
                 self._match_epoch(keychain)
                 self.head = self._verified_head()
                 self._check_state(recorded)

@@ -57,7 +57,7 @@ class HeadPart(RowCodec):
         if stored is None:
             fmt = self.conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
             step = formats.upgrade_of(formats.MEMORY_FILE, None if fmt is None else fmt[0])
-            if step is None:
+            if step is None or step != formats.upgrade_of(formats.MEMORY_FILE, None):
                 raise Damaged(DIGEST_GONE)  # only a file from before the digest has it computed here
             head: Head = getattr(self, step)()
             return head
@@ -85,7 +85,7 @@ class HeadPart(RowCodec):
                     self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?)",
                                       (HEAD_META, self._head_text(head, prev)))
                     self.conn.execute("UPDATE meta SET value = ? WHERE name = 'format'",
-                                      (formats.current_mark(formats.MEMORY_FILE),))
+                                      (formats.next_mark(formats.MEMORY_FILE, "1"),))
         except Exception as exc:
             if isinstance(exc, Damaged):
                 raise

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import sqlite3
 
 from ...core.errors import Damaged, RolledBack
-from ...crypto import keys
+from ...crypto import aead, keys
 from ...crypto.chain import Head
-from ..files import write_transaction
+from .. import formats
+from ..files import LEGACY_PAGE_BYTES, write_transaction
 from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
 from .rows import RowCodec
 
@@ -23,7 +25,83 @@ STATE_GONE = ("This memory file's authenticated head was deleted (its key ring r
               "the operator should run `stash verify` and restore this store from a backup.")
 
 
+LEGACY_MARKS = (None, "1", "2")  # format marks written before the mark was authenticated
+AUTHENTICATED_MARK = "3"  # formats.py, "authenticated format"
+RING_UNSEALED = ("This memory file's authenticated format says its key ring's copies are sealed, and they are not "
+                 "(deleted, or put back from an older key ring). Nothing was served; the operator should run "
+                 "`stash verify` and restore this store from a backup.")
+NEWER_WITHOUT_STATE = ("This memory file has no authenticated head but shows a format that always has one (it was "
+                       "deleted, so an older format could be claimed). Nothing was served; the operator should run "
+                       "`stash verify` and restore this store from a backup.")
+
+
 class StatePart(RowCodec):
+    def format_mark(self) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+        return None if row is None else str(row[0])
+
+    def _newer_than_stateless(self) -> str | None:
+        """What in this file shows a format newer than the last one without
+        a state head (before 0.2.0), or None: an authenticated mark, a key
+        epoch, the drop records, pages other than 16 KiB, a table made on
+        use still absent, a row or summary of a later length. Each is
+        written only by releases that also write the state head, and the row
+        and summary lengths are sealed (not editable); run only for a file
+        that lacks its head, so its full scans of the log are rare."""
+        meta = dict(self.conn.execute("SELECT name, value FROM meta"))
+        if meta.get("format") not in LEGACY_MARKS:
+            return "format mark"
+        for name in (EPOCH_META, DROPS_META):
+            if name in meta:
+                return f"meta {name}"
+        if int(self.conn.execute("PRAGMA page_size").fetchone()[0]) != LEGACY_PAGE_BYTES:
+            return "page size"
+        if not formats.on_use_tables("memory_on_use") <= self._tables():
+            return "tables made on use"
+        # Every length but the one rows and summaries had then: a later layout
+        # (a row format added after this one included) shows as newer.
+        older = (("log", formats.OLDER_MEMORY_PLAINTEXT_BYTES), ("summaries", formats.SUMMARY_PLAINTEXT_BYTES))
+        for table, plain in older:
+            if self.conn.execute(f"SELECT 1 FROM {table} WHERE length(sealed) != ? LIMIT 1",
+                                 (plain + aead.OVERHEAD,)).fetchone():
+                return f"{table} row length"
+        return None
+
+    def _refuse_stateless(self, recorded: bool) -> None:
+        """Refuse a file without its state head unless it is a file of a
+        store from before 0.2.0 as such a store is (:meth:`_check_state`
+        gives it one): before anything re-seals or upgrades it, so no later
+        step can bless a file whose head was deleted."""
+        if self._stored_state() is not None:
+            return
+        if recorded:
+            raise Damaged(STATE_GONE)
+        shown = self._newer_than_stateless()
+        if shown is not None:
+            raise Damaged(NEWER_WITHOUT_STATE.replace(" (it was", f" ({shown}; it was"))
+
+    def check_ring_sealed(self, sealed: bool) -> None:
+        """Refuse this file when its authenticated format (mark 3) says the
+        key ring's copies are sealed and they are not (``sealed`` False)."""
+        if not sealed and self.format_mark() == AUTHENTICATED_MARK:
+            raise Damaged(RING_UNSEALED)
+
+    def authenticate_format(self) -> bool:
+        """Move this file to the authenticated format (mark 3), which puts
+        the mark inside the state MAC. Only once the key ring's copies are
+        sealed (the session sees to it), so a crash in between leaves a pair
+        that opens. Best effort: False when the file cannot be written now."""
+        try:
+            with write_transaction(self.conn):
+                if self.format_mark() == AUTHENTICATED_MARK or self._stored_state() is None:
+                    return False
+                self._put_meta("format", AUTHENTICATED_MARK)
+                self._write_state()
+        except (sqlite3.Error, OSError):
+            return False
+        self.state_version = self.committed()[1]
+        return True
+
     def _state_key(self) -> bytes:
         return keys.subkey(self._rows_key, b"state")
 
@@ -45,9 +123,14 @@ class StatePart(RowCodec):
                 h.update(len(b).to_bytes(8, "big"))
                 h.update(b)
 
-        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?)",
+        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, 'format')",
                                       (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
         put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
+        if meta.get("format") not in LEGACY_MARKS:
+            # From mark 3 on the mark is inside the MAC, so no older format
+            # can be claimed by editing it (and a file at 1 or 2 digests as
+            # those releases did).
+            put("format", meta.get("format"))
         # A table not made yet is read as the empty table it would be, so
         # making one changes nothing here, and dropping one that held rows
         # changes the digest as deleting its rows would.

@@ -1,0 +1,110 @@
+"""The audit trail is MAC-chained and padded (issue 26, findings 6 and 7;
+storage/audit_chain.py): anyone who can write the key ring can seal an
+event to the cleartext owner public key, or delete one, but ``GET /audit``
+then answers ``trail.intact: false``; every label and every event seals to
+one size. Edits made with the sqlite3 module on the real key ring."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from stash.crypto import owner_seal, tokens
+from stash.service.grant_terms import LABEL_MAX_BYTES
+from stash.service.verify import verify_user
+from stash.storage.keyring import LABEL_PAD
+from tests.helpers import Api
+
+
+@contextlib.contextmanager
+def ring(data_dir: Path, token: str) -> Iterator[sqlite3.Connection]:
+    uid = tokens.parse(token).user_id
+    conn = sqlite3.connect(data_dir / "users" / uid / "keyring.db", isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def trail(api: Api, owner: str) -> dict:
+    resp = api.get("/audit", owner)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def some_events(api: Api, owner: str) -> dict:
+    full = api.post("/grants", owner, json={"scope": "full"}).json()
+    doomed = api.post("/grants", owner, json={"scope": "read"}).json()
+    assert api.post("/note", full["token"], json={"text": "one"}).status_code == 200
+    assert api.get("/export", owner).status_code == 200
+    assert api.delete(f"/grants/{doomed['id']}", owner).status_code == 200
+    return full
+
+
+def test_an_untouched_trail_is_intact_from_its_first_event(api: Api, owner: str) -> None:
+    some_events(api, owner)
+    got = trail(api, owner)
+    assert [e["event"] for e in got["events"]] == ["mint", "mint", "export", "revoke"]
+    assert got["trail"] == {"intact": True, "chained_from": got["events"][0]["id"], "problem": None}
+
+
+def test_a_forged_revoke_sealed_to_the_owner_public_key_is_detected(api: Api, owner: str, data_dir: Path) -> None:
+    """Finding 7 as reported: a revoke of a grant that is still live, sealed
+    to the cleartext owner_pub (no key needed), inserted into the trail."""
+    full = some_events(api, owner)
+    uid = tokens.parse(owner).user_id
+    with ring(data_dir, owner) as conn:
+        public = bytes.fromhex(conn.execute("SELECT value FROM keyring_meta WHERE name = 'owner_pub'").fetchone()[0])
+        forged = json.dumps({"at": "2026-12-01T00:00:00Z", "grant": 1, "event": "revoke",
+                             "detail": {"grant": full["id"]}}, sort_keys=True).encode()
+        sealed = owner_seal.seal(uid, public, "audit", forged, pad=256).hex()
+        last_at = conn.execute("SELECT at FROM audit ORDER BY id DESC LIMIT 1").fetchone()[0]
+        conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, 0, 'sealed', ?)", (last_at, sealed))
+    got = trail(api, owner)
+    assert [e["event"] for e in got["events"]][-1] == "revoke"  # shown, and said to be not the trail's
+    assert got["trail"]["intact"] is False and got["trail"]["problem"]
+    assert not verify_user(data_dir / "users" / uid, owner).ok
+
+
+def test_a_deleted_event_middle_or_newest_is_detected(api: Api, owner: str, data_dir: Path) -> None:
+    some_events(api, owner)
+    with ring(data_dir, owner) as conn:
+        rows = conn.execute("SELECT * FROM audit ORDER BY id").fetchall()
+
+    def edit(*sql: str) -> dict:
+        with ring(data_dir, owner) as conn:
+            conn.execute("DELETE FROM audit")
+            conn.executemany(f"INSERT INTO audit VALUES ({', '.join('?' * len(rows[0]))})", rows)
+            for statement in sql:
+                conn.execute(statement)
+        return trail(api, owner)["trail"]
+
+    assert edit()["intact"] is True  # put back as it was: intact
+    assert edit(f"DELETE FROM audit WHERE id = {rows[1][0]}")["intact"] is False
+    newest = edit(f"DELETE FROM audit WHERE id = {rows[-1][0]}")
+    assert newest["intact"] is False and "head" in newest["problem"]
+    assert edit("DELETE FROM audit")["intact"] is False  # the whole trail
+    swapped = edit(f"UPDATE audit SET detail = (SELECT detail FROM audit WHERE id = {rows[0][0]}) "
+                   f"WHERE id = {rows[1][0]}")
+    assert swapped["intact"] is False
+
+
+def test_labels_and_audit_events_each_seal_to_one_size(api: Api, owner: str, data_dir: Path) -> None:
+    """Finding 6: a sealed label was 101 bytes plus its length, and audit
+    events as long as their detail (mint 193 B, revoke 178 B, ...)."""
+    for label in ("x", "a label of sixty-four bytes, the most a label may be: 0123456789"[:64]):
+        assert api.post("/grants", owner, json={"scope": "read", "label": label}).status_code == 201
+    assert api.post("/note", owner, json={"text": "one"}).status_code == 200
+    assert api.post("/config", owner, json={"WAKE_LINES": 50}).status_code == 200
+    assert api.post("/erase", owner, json={"ids": [0]}).status_code == 200
+    assert api.get("/export", owner).status_code == 200
+    assert api.delete("/grants/2", owner).status_code == 200
+    assert LABEL_PAD == 2 + LABEL_MAX_BYTES  # the longest label fills the pad exactly
+    with ring(data_dir, owner) as conn:
+        labels = {r[0] for r in conn.execute("SELECT length(label) FROM grant_notes WHERE label IS NOT NULL")}
+        events = conn.execute("SELECT length(detail) FROM audit").fetchall()
+    assert len(labels) == 1
+    assert len(events) == 6 and len({n for (n,) in events}) == 1
