@@ -84,21 +84,7 @@ class Memory:
         else:
             request = ("POST", "/import", {"json": {"entries": [{"date": today(), "text": f"imp {key} {k}"}
                                                                 for k in range(200)]}})
-        out: list = []
-
-        def send() -> None:
-            try:
-                out.append(httpx.request(request[0], self.server.url + request[1], headers=self.h(key),
-                                         timeout=30, **request[2]))
-            except httpx.TransportError:
-                out.append(None)
-
-        thread = threading.Thread(target=send)
-        thread.start()
-        threading.Event().wait(self.rng.uniform(0, 0.08))
-        self.server.kill9()
-        thread.join(timeout=30)
-        self.restart()
+        self._killed_during(request[0], request[1], self.h(key), request[2])
         resent = self.http.request(request[0], request[1], headers=self.h(key), **request[2])
         if op == "forget":  # no key: forgetting twice finds nothing the second time
             assert resent.status_code in (200, 404), resent.text
@@ -133,17 +119,14 @@ class Memory:
             self.notes.update({body["first"] + k: f"imp {key} {k}" for k in range(200)})
         self.alive(op)
 
-    def _rotate_unkeyed(self) -> None:
-        """``POST /rotate`` without an Idempotency-Key, as API-REFERENCE's
-        curl example sends it, killed at a random instant: the old token is
-        still the owner unless the answer arrived, and then the new one is.
-        Either way the owner can go on (rotating again if the answer was
-        lost), and once the token held is used there is one live owner."""
+    def _killed_during(self, method: str, path: str, headers: dict, kw: dict) -> httpx.Response | None:
+        """Send one request, kill -9 the server at a random instant of it
+        and start it again; the answer, if one arrived before the kill."""
         out: list = []
 
         def send() -> None:
             try:
-                out.append(httpx.post(self.server.url + "/rotate", headers=self.h(), json={}, timeout=30))
+                out.append(httpx.request(method, self.server.url + path, headers=headers, timeout=30, **kw))
             except httpx.TransportError:
                 out.append(None)
 
@@ -153,7 +136,16 @@ class Memory:
         self.server.kill9()
         thread.join(timeout=30)
         self.restart()
-        answered = out[0] if out and out[0] is not None and out[0].status_code == 200 else None
+        return out[0] if out else None
+
+    def _rotate_unkeyed(self) -> None:
+        """``POST /rotate`` without an Idempotency-Key, as API-REFERENCE's
+        curl example sends it, killed at a random instant: the old token is
+        still the owner unless the answer arrived, and then the new one is.
+        Either way the owner can go on (rotating again if the answer was
+        lost), and once the token held is used there is one live owner."""
+        out = self._killed_during("POST", "/rotate", self.h(), {"json": {}})
+        answered = out if out is not None and out.status_code == 200 else None
         if answered is None:
             # The answer was lost: the old token still works as the owner.
             assert self.http.get("/grants", headers=self.h()).status_code == 200
