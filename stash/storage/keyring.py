@@ -465,6 +465,11 @@ class Keyring:
         if text is None:
             return None
         gid, _, hexbox = text.partition(":")
+        pending = self.pending_owner()
+        if gid != str(grant.id) and pending is not None and pending[1] == grant.id and pending[2] is not None:
+            # A rotation's successor not yet presented (stash verify --token):
+            # its copy of the owner seeds, boxed to it at the rotation.
+            return OwnerKeys.unbox(self.user_id, grant.id, epochs.capability_private_key(kek), pending[2])
         if gid != str(grant.id):
             return None
         try:
@@ -764,10 +769,8 @@ class Keyring:
             pending = self.pending_owner()
             if pending is None or pending[1] != grant.id or self.epoch() != chain.epoch:
                 return None
-            old_id, _, box = pending
-            owner = None
-            if box is not None:
-                owner = OwnerKeys.unbox(self.user_id, grant.id, epochs.capability_private_key(kek), box)
+            old_id = pending[0]
+            owner = self.open_owner_keys(grant, kek)
             new, _, _ = self.advance_epoch(chain, (old_id,))
             (fresh_grant,) = self._select("WHERE id = ?", (grant.id,))
             if owner is not None:

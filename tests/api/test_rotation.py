@@ -104,3 +104,18 @@ def test_a_reader_keeps_working_across_a_rotation_and_its_retirement(mem: Mem) -
     mem.ok(mem.api.post("/note", new, json={"text": "after the retirement"}))
     woke = mem.ok(mem.api.post("/wake", reader, json={}))
     assert "after the retirement" in "\n".join(woke["lines"])
+
+
+def test_stash_verify_opens_the_store_with_a_successor_not_yet_used(mem: Mem, data_dir: Path, capsys,
+                                                                      monkeypatch) -> None:
+    """Between a rotation and its new token's first use, the new token
+    already opens the owner-only data (its copy of the owner seeds was boxed
+    to it at the rotation), so `stash verify --token` passes with it."""
+    from stash.cli.main import main
+
+    mem.ok(mem.api.post("/grants", mem.token, json={"scope": "read", "label": "ci bot"}), 201)
+    new = mem.ok(mem.api.post("/rotate", mem.token, json={}))["token"]
+    monkeypatch.setenv("STASH_TOKEN", new)
+    code = main(["verify", str(data_dir), "--token"])
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
