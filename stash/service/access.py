@@ -371,9 +371,9 @@ class Vault:
         under the new epoch now, and flush the key ring's WAL so the destroyed
         key columns are left in no file. True when the flush is done (False:
         it is still pending, and every later close of the key ring retries
-        it). The re-seal holds the user's lock exclusive for its length, so
-        this user's other requests wait for it (API-REFERENCE.md, "Owner
-        actions under load")."""
+        it). The move holds the user's lock exclusive for one transaction of
+        constant work (MemoryFile.reseal), so this user's other requests wait
+        only a moment (API-REFERENCE.md, "Owner actions under load")."""
         if session.keyring.epoch() > session.keys.epoch:
             return session.keyring.flush()  # a newer epoch than this session's: its own finish re-seals
         new = session.keys

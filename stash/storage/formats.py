@@ -166,6 +166,12 @@ MEMORY_FORMATS = (
     Format(MEMORY_FILE, "tables made on use", "config, erased and erasures are made by their first row",
            "a table of schema.sql's memory_on_use section is absent", "storage.formats.make_on_use", "0.3.0",
            _lacks_one("memory_on_use")),
+    # The upgrade is the file's first new epoch from this release on (it adds
+    # the columns, constant work): a file that never has one stays as it is.
+    Format(MEMORY_FILE, "row epochs", "each sealed row records the key epoch that sealed it, so a new epoch "
+           "re-seals one key chunk instead of every row", "meta 'sealed_base' (the epoch of rows whose epoch is "
+           "NULL); memory_keys, summaries, config, erased and erasures have an epoch column",
+           "storage.memfile.MemoryFile.reseal", "unreleased", _memory(lambda m: "sealed_base" in m)),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
