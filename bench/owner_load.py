@@ -7,9 +7,13 @@ grants, and meanwhile the owner mints a grant, revokes one, rotates the owner
 token (and presents the new one, which retires the old), erases a memory,
 forgets the largest block and imports 1,000 lines, one at a time, each over
 HTTP. Prints each action's time and the agents' note latencies p50/p99/max,
-before any action (the baseline) and while each ran.
+before any action (the baseline) and while each ran. ``--tree DIR`` serves
+the same store with another checkout's server (an older one: "before");
+the store stays usable by this one afterwards.
 
     python bench/owner_load.py --data /tmp/stash-bench/load1m -T 1000000
+    git worktree add /tmp/before c9cc522
+    python bench/owner_load.py --data /tmp/stash-bench/load1m --tree /tmp/before
 """
 
 from __future__ import annotations
@@ -68,9 +72,19 @@ class Agent(threading.Thread):
         return [s for t, s, _ in self.done if a <= t <= b]
 
 
+def kept_tokens(data: Path) -> Path:
+    return data.parent / f"{data.name}.tokens"
+
+
+def keep(data: Path, tokens: list[str]) -> None:
+    fd = os.open(kept_tokens(data), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(tokens))
+
+
 def store(data: Path, T: int) -> tuple[str, list[str]]:
     """The owner token and two agent tokens of the store at ``data``, built now unless it is there."""
-    kept = data.parent / f"{data.name}.tokens"
+    kept = kept_tokens(data)
     if kept.is_file():
         owner, *agents = kept.read_text().split()
         return owner, agents
@@ -82,9 +96,7 @@ def store(data: Path, T: int) -> tuple[str, list[str]]:
     vault = Vault(data)
     with vault.session(built.token, "owner") as s:
         agents = [vault.mint_grant(s, "full")[1] for _ in range(2)]
-    fd = os.open(kept, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join([built.token, *agents]))
+    keep(data, [built.token, *agents])
     return built.token, agents
 
 
@@ -93,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", required=True, type=Path)
     p.add_argument("-T", type=int, default=1_000_000)
     p.add_argument("--baseline", type=float, default=10.0, help="seconds of notes before any owner action")
+    p.add_argument("--tree", type=Path, help="serve with the stash package of this checkout (an older one)")
     args = p.parse_args(argv)
     owner, agent_tokens = store(args.data, args.T)
-    server = Server(args.data, args.data.parent / f"{args.data.name}.log", extra=["--workers", "2"]).start()
+    server = Server(args.data, args.data.parent / f"{args.data.name}.log", extra=["--workers", "2"])
+    if args.tree is not None:
+        server.cwd, server.env = args.tree, {"PYTHONPATH": str(args.tree)}
+    server.start()
     http = httpx.Client(base_url=server.url, timeout=600, trust_env=False)
 
     def call(method: str, path: str, token: str, **kw) -> dict:
@@ -118,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             ("mint a read grant", "POST", "/grants", {"json": {"scope": "read"}}),
             ("revoke it", "DELETE", "/grants/{gid}", {}),
             ("rotate the owner token", "POST", "/rotate", {"json": {}}),
-            ("the new owner token's first use (retires the old)", "GET", "/grants", {}),
+            ("the new owner token's first use (this tree: retires the old)", "GET", "/grants", {}),
             ("erase one memory", "POST", "/erase", {"json": {"ids": [args.T - 1]}}),
             (f"forget the block 0-{size - 1}", "POST", "/forget", {"json": {"block": f"0-{size - 1}"}}),
             ("import 1,000 lines", "POST", "/import",
@@ -134,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 gid = answer["id"]
             if path == "/rotate":
                 owner = answer["token"]
+                keep(args.data, [owner, *agent_tokens])
             during = [s for ag in agents for s in ag.within(a - 0.2, b)]
             print(f"{name}: {(b - a) * 1000:.0f} ms; agents meanwhile {stats(during)}", flush=True)
         time.sleep(2)

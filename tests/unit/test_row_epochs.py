@@ -151,7 +151,7 @@ def test_a_store_two_epochs_on_reads_rows_of_three_epochs(bumped):
 
 
 @pytest.mark.parametrize("attack", ["epoch edited", "epoch nulled", "summary swapped across epochs",
-                                    "base edited", "chunk epoch edited"])
+                                    "base edited", "chunk epoch edited", "epoch not a number", "epoch ahead"])
 def test_tampering_with_row_epochs_is_refused_as_damage(bumped, attack: str):
     vault, ident, path = bumped
     if attack == "epoch edited":
@@ -167,6 +167,10 @@ def test_tampering_with_row_epochs_is_refused_as_damage(bumped, attack: str):
         conn.execute("UPDATE summaries SET sealed = ?, epoch = 2 WHERE size = 2 AND idx = 0", (sealed,))
         conn.commit()
         conn.close()
+    elif attack == "epoch not a number":
+        edit(path, "UPDATE summaries SET epoch = 'two' WHERE epoch = 2")
+    elif attack == "epoch ahead":
+        edit(path, "UPDATE memory_keys SET epoch = 9 WHERE epoch IS NOT NULL")
     elif attack == "base edited":
         edit(path, "UPDATE meta SET value = '1' WHERE name = 'sealed_base'")
     else:

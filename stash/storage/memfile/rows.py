@@ -55,11 +55,11 @@ class RowCodec(FilePart):
         chain for, fails as damage: an edited ``epoch`` value only makes the
         row fail to open."""
         e = self._base_epoch if epoch is None else epoch
-        if e == self.epoch:
+        if e == self.epoch and type(e) is int:
             return self._rows_key
-        key = self._epoch_keys.get(e)
+        key = self._epoch_keys.get(e) if type(e) is int else None
         if key is None:
-            if self._keychain is None or not 0 <= e < self.epoch:
+            if self._keychain is None or type(e) is not int or not 0 <= e < self.epoch:
                 raise Damaged("A stored row names a key epoch this file cannot have; restore this store from a "
                               "backup.")
             key = keys.subkey(self._keychain.key(e), b"rows")
