@@ -108,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tree", type=Path, help="serve with the stash package of this checkout (an older one)")
     args = p.parse_args(argv)
     owner, agent_tokens = store(args.data, args.T)
-    server = Server(args.data, args.data.parent / f"{args.data.name}.log", extra=["--workers", "2"])
+    # Room above the default quota of a million, for the notes and the import.
+    server = Server(args.data, args.data.parent / f"{args.data.name}.log",
+                    extra=["--workers", "2", "--quota-memories", str(args.T + 100_000), "--quota-bytes", str(8 << 30)])
     if args.tree is not None:
         server.cwd, server.env = args.tree, {"PYTHONPATH": str(args.tree)}
     server.start()

@@ -110,15 +110,21 @@ def test_each_earlier_release_is_upgraded_by_its_first_new_epoch_and_loses_nothi
     assert formats.MEMORY_FORMATS[-1] in formats.formats_of(disk)
 
 
-@pytest.fixture
-def bumped(tmp_path: Path):
-    """A store (plain file) two epochs on: rows of three epochs side by side."""
-    vault = Vault(tmp_path / "data", CHEAP_KDF, "none")
+def settle(s) -> None:
+    while items := s.memory.batch_for(s.memory.mf.count(), 256)["batch"]:
+        s.memory.settle([{"block": it["block"], "text": f"summary {it['block']}"} for it in items])
+
+
+@pytest.fixture(scope="module")
+def two_epochs_on(tmp_path_factory):
+    """A store (plain file) two epochs on: rows of three epochs side by side.
+    Built once; each test gets its own copy of the folder."""
+    data = tmp_path_factory.mktemp("epochs") / "data"
+    vault = Vault(data, CHEAP_KDF, "none")
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
         s.memory.import_entries([{"date": "2026-11-01", "text": f"epoch-0 memory {i}"} for i in range(200)])
-        while (nap := s.memory.nap_for(s.memory.mf.count())) is not None:
-            s.memory.nap(nap["block"], f"summary {nap['block']}")
+        settle(s)
     for _ in range(2):
         with vault.session(ident.token, "owner") as s:
             gid, _ = vault.mint_grant(s, "read")
@@ -126,9 +132,15 @@ def bumped(tmp_path: Path):
             vault.finish_epoch(s)
         with vault.session(ident.token, "owner") as s:
             s.memory.note("one more")
-            while (nap := s.memory.nap_for(s.memory.mf.count())) is not None:
-                s.memory.nap(nap["block"], f"later summary {nap['block']}")
-    return vault, ident, tmp_path / "data" / "users" / ident.user_id / "memory.db"
+            settle(s)
+    return data, ident
+
+
+@pytest.fixture
+def bumped(two_epochs_on, tmp_path: Path):
+    data, ident = two_epochs_on
+    shutil.copytree(data, tmp_path / "data")
+    return Vault(tmp_path / "data", CHEAP_KDF), ident, tmp_path / "data" / "users" / ident.user_id / "memory.db"
 
 
 def edit(path: Path, sql: str, *args: object) -> None:
