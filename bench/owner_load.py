@@ -73,7 +73,8 @@ class Agent(threading.Thread):
             time.sleep(0.05)
 
     def within(self, a: float, b: float) -> list[float]:
-        return [s for t, s, _ in self.done if a <= t <= b]
+        """The notes in progress at any moment of ``[a, b]``."""
+        return [s for t, s, _ in self.done if t <= b and t + s >= a]
 
 
 def kept_tokens(data: Path) -> Path:
@@ -110,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-T", type=int, default=1_000_000)
     p.add_argument("--baseline", type=float, default=10.0, help="seconds of notes before any owner action")
     p.add_argument("--tree", type=Path, help="serve with the stash package of this checkout (an older one)")
+    p.add_argument("--forget", help="the block to forget (default: the first of the largest size)")
+    p.add_argument("--erase", type=int, help="the memory to erase (default: T - 1)")
     args = p.parse_args(argv)
     owner, agent_tokens = store(args.data, args.T)
     # Room above the default quota of a million, for the notes and the import.
@@ -136,13 +139,15 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         today = dt.datetime.now(dt.UTC).date().isoformat()
         size = 1 << (args.T.bit_length() - 1)
+        forget = args.forget or f"0-{size - 1}"
+        erase = args.T - 1 if args.erase is None else args.erase
         actions: list[tuple[str, str, str, dict]] = [
             ("mint a read grant", "POST", "/grants", {"json": {"scope": "read"}}),
             ("revoke it", "DELETE", "/grants/{gid}", {}),
             ("rotate the owner token", "POST", "/rotate", {"json": {}}),
             ("the new owner token's first use (this tree: retires the old)", "GET", "/grants", {}),
-            ("erase one memory", "POST", "/erase", {"json": {"ids": [args.T - 1]}}),
-            (f"forget the block 0-{size - 1}", "POST", "/forget", {"json": {"block": f"0-{size - 1}"}}),
+            ("erase one memory", "POST", "/erase", {"json": {"ids": [erase]}}),
+            (f"forget the block {forget}", "POST", "/forget", {"json": {"block": forget}}),
             ("import 1,000 lines", "POST", "/import",
              {"json": {"entries": [{"date": today, "text": f"imported {k}"} for k in range(1000)]}}),
         ]
@@ -157,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             if path == "/rotate":
                 owner = answer["token"]
                 keep(args.data, [owner, *agent_tokens])
-            during = [s for ag in agents for s in ag.within(a - 0.2, b)]
+            during = [s for ag in agents for s in ag.within(a, b)]
             print(f"{name}: {(b - a) * 1000:.0f} ms; agents meanwhile {stats(during)}", flush=True)
         time.sleep(2)
     finally:
