@@ -3,10 +3,12 @@ store while two agents note (issue 27): nothing half-applied, no lockout, no
 `store.rolled_back` or other 500 ever answered, the resend completes, every
 acknowledged note is there, and the revocation's guarantee holds once it has
 answered: no row written in a later epoch opens with the revoked token's
-keys (docs/DESIGN.md, "Key epochs"). A few trials, seeded, 1 and 2 workers."""
+keys (docs/DESIGN.md, "Key epochs"). One trial per setup (1 and 2 workers),
+seeded; more with STASH_EPOCH_KILL9_TRIALS."""
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
@@ -24,7 +26,9 @@ from tests.invariants._kill9 import CASES
 from tests.live import Server
 
 T = 2048
-TRIALS = 2  # revocations killed per server setup (the 1-worker setup: the first only)
+# Revocations killed per server setup: one, for the suite's time budget
+# (CONTRIBUTING); STASH_EPOCH_KILL9_TRIALS=20 for a longer run.
+TRIALS = int(os.environ.get("STASH_EPOCH_KILL9_TRIALS", "1"))
 
 
 def summarised_store(data: Path) -> tuple[str, str, list[str], list[tuple[int, str]]]:
@@ -86,7 +90,7 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str)
     try:
         for a in agents:
             a.start()
-        for gid, reader in readers[:1] if case == "1-worker" else readers:
+        for gid, reader in readers:
             key = str(uuid.uuid4())
             headers = {"Authorization": f"Bearer {owner}", "Idempotency-Key": key}
             sent = threading.Thread(target=lambda gid=gid, headers=headers: _quietly(
@@ -119,8 +123,7 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str)
         mf = s.memory.mf
         chain = s.keys
         lines = [line for batch in mf.scan(mf.count()) for line in batch]
-        trials = 1 if case == "1-worker" else TRIALS
-        assert chain.epoch == trials and mf.epoch == trials  # nothing half-applied
+        assert chain.epoch == TRIALS and mf.epoch == TRIALS  # nothing half-applied
     for a in agents:
         for i, text in a.acked.items():
             assert lines[i].endswith(text), (i, lines[i], text)
@@ -130,7 +133,7 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str)
         rows = conn.execute("SELECT chunk, sealed, epoch FROM memory_keys WHERE epoch IS NOT NULL").fetchall()
     finally:
         conn.close()
-    assert {e for _, _, e in rows} >= {trials}
+    assert {e for _, _, e in rows} >= {TRIALS}
     for c, sealed, e in rows:
         ad = f"stash/v1|{user_id}|memory_keys|{c}".encode()
         aead.open_sealed(keys.subkey(chain.key(e), b"rows"), sealed, ad)
