@@ -72,7 +72,7 @@ VERBS = {
     "erasures": "list the erasure receipts (owner)",
     "undo": "erase what one capability wrote (undo --grant ID) or a range (undo --first I --last J), slice by "
             "slice (owner); revoke the capability first",
-    "rotate": "replace the owner token: prints the new one once; the old one stops working (owner)",
+    "rotate": "replace the owner token: prints the new one once and uses it, which ends the old one (owner)",
     "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
     "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory",
@@ -1132,9 +1132,17 @@ def do_erasures(args: argparse.Namespace) -> int:
 
 
 def do_rotate(args: argparse.Namespace) -> int:
-    ans = _api().call("POST", "/rotate", {})
-    _out(f"Rotated: owner capability #{ans.get('revoked')} ended, #{ans.get('id')} is the owner now. "
-         "The new token is shown this once; the old one opens nothing from now on. Save it:")
+    api = _api()
+    ans = api.call("POST", "/rotate", {})
+    # The new token's first use is what ends the old one: present it now.
+    try:
+        Api(api.url, ans["token"], api.steps, api.source).call("GET", "/grants")
+        ended = f"owner capability #{ans.get('retires')} ended"
+    except Failure:
+        ended = (f"owner capability #{ans.get('retires')} ends at the new token's first use (it could not be "
+                 "used just now)")
+    _out(f"Rotated: {ended}, #{ans.get('id')} is the owner now. "
+         "The new token is shown this once; the old one opens nothing once it has been used. Save it:")
     _out(f"export STASH_TOKEN={shell_word(ans['token'])}")
     if isinstance(ans.get("message"), str):
         _out(ans["message"])

@@ -39,7 +39,7 @@ from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from ..storage.memfile.state import AUTHENTICATED_MARK
 from ..storage.pool import Pool
-from . import grant_terms, idempotency
+from . import grant_terms
 from .memory import Memory
 from .tag_index import TagIndex
 
@@ -323,20 +323,42 @@ class Vault:
                 "also_revoked": stranded, "epoch": session.keyring.epoch()}
 
     def rotate_owner(self, session: Session) -> dict[str, Any]:
-        """A new owner token; the calling owner capability ends as a revoked
-        one does (a new key epoch the old token never reaches)."""
+        """A new owner token. The calling owner capability stays the owner
+        until the new token is first presented, and that first use retires it
+        as a revocation does (a new key epoch the old token never reaches:
+        :meth:`_retire_predecessor`). So whatever instant the answer is lost
+        (a crash, a cut connection, no Idempotency-Key), the old token still
+        works and can simply rotate again; a successor never presented is
+        revoked by the next rotation."""
         if session.scope != "owner":
             raise Forbidden("Only the owner capability can be rotated; rotate a read or full one by minting a new "
                             "one (POST /grants) and revoking the old (DELETE /grants/{id}).", code="auth.scope")
         token, secret = tokens.mint(session.user_id)
         old_id = session.grant_id
-        stranded, minted = self._new_epoch(session, (old_id,), mint={
-            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf})
+        session.chain, stranded, minted = session.keyring.rotate_owner(session.keys, old_id, mint={
+            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf},
+            owner=session.owner)
         created = next(g for g in session.keyring.grants() if g.id == minted).created
-        return {"id": minted, "scope": "owner", "created": created, "token": token, "revoked": old_id,
+        return {"id": minted, "scope": "owner", "created": created, "token": token, "retires": old_id,
                 "also_revoked": stranded, "epoch": session.keyring.epoch(),
-                "note": "This token is shown once and never stored; the previous owner token no longer opens this "
-                        "memory."}
+                "note": "This token is shown once and never stored. The previous owner token keeps working until "
+                        "this one is first used (any request), which ends it as a revocation does."}
+
+    def _retire_predecessor(self, ring: Keyring, grant: Grant, token: tokens.Token,
+                            opened: Opened) -> tuple[Opened, Grant, bool]:
+        """When ``grant`` is a rotation's successor presented for the first
+        time, retire the owner grant it succeeds (Keyring.retire_owner) and
+        return the grant opened in the new epoch; True when this request
+        retired it (its key-ring WAL and memory file then move to the new
+        epoch before it goes on, :meth:`finish_epoch`)."""
+        pending = ring.pending_owner()
+        if pending is None or pending[1] != grant.id:
+            return opened, grant, False
+        new = ring.retire_owner(opened.chain, grant, opened.kek)
+        again = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+        if again is None or again.wrapped is None:
+            raise StaleGrant()  # a newer rotation revoked it meanwhile
+        return ring.open_grant(again, token.secret), again, new is not None
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict[str, Any] | None = None
                    ) -> tuple[list[int], int | None]:
@@ -355,9 +377,9 @@ class Vault:
         under the new epoch now, and flush the key ring's WAL so the destroyed
         key columns are left in no file. True when the flush is done (False:
         it is still pending, and every later close of the key ring retries
-        it). The re-seal holds the user's lock exclusive for its length, so
-        this user's other requests wait for it (API-REFERENCE.md, "Owner
-        actions under load")."""
+        it). The move holds the user's lock exclusive for one transaction of
+        constant work (MemoryFile.reseal), so this user's other requests wait
+        only a moment (API-REFERENCE.md, "Owner actions under load")."""
         if session.keyring.epoch() > session.keys.epoch:
             return session.keyring.flush()  # a newer epoch than this session's: its own finish re-seals
         new = session.keys
@@ -375,23 +397,6 @@ class Vault:
                 return session.keyring.flush()
         except (StashError, MissingFile):
             return session.keyring.flush()
-
-    def replay_rotation(self, token_text: str | None, key: str) -> dict[str, Any] | None:
-        """The recorded answer of a rotation this (now revoked) owner token
-        asked for with Idempotency-Key ``key``, or None: so a rotation whose
-        answer was lost, by a dropped connection or a crash after it
-        committed, is delivered by resending it (idempotency.rotation_replay).
-        The key ring's WAL flush is tried again, as the first answer did."""
-        token = tokens.parse(token_text) if token_text else None
-        if token is None:
-            return None
-        files = UserFiles(self.data_dir, token.user_id)
-        if not files.keyring.is_file():
-            return None
-        with open_keyring(files.keyring, token.user_id) as ring:
-            answer = idempotency.rotation_replay(ring.idempotency_records(), token.user_id,
-                                                 capability_key(token.secret), key)
-            return None if answer is None else {**answer.body, "flushed": ring.flush()}
 
     def unmoved(self, session: Session) -> int:
         return session.keyring.unmoved_live()
@@ -507,6 +512,7 @@ class Vault:
         try:
             try:
                 opened, grant = self._open_grant(ring, grant, token)
+                opened, grant, retired = self._retire_predecessor(ring, grant, token, opened)
             except StaleGrant:
                 raise Unauthorized() from None
             except aead.Unsealable:
@@ -549,6 +555,8 @@ class Vault:
                               capability_key(token.secret), pin, page_bytes, owner, self.pool)
             del opened
             try:
+                if retired:
+                    self.finish_epoch(session)
                 yield session
                 session.publish_head()
             finally:

@@ -228,9 +228,10 @@ ROTATE_ROUTE = "POST /rotate"
 
 def _rotation(user_id: str, capability_key: bytes, key: str) -> Keyed:
     """The record of one rotation: found and sealed with keys derived from
-    the old owner token's secret alone (``capability_key``), because once
-    the rotation commits that token is revoked and opens no epoch key: a
-    resend of it can prove only that it holds the secret and the key."""
+    the old owner token's secret alone (``capability_key``): only that
+    token, resent with the key, finds and opens it, and only while it is
+    still the owner (until the new token's first use, which revokes it and
+    deletes the record: Keyring.retire_owner)."""
     return Keyed.make(user_id=user_id, file="keyring", master=capability_key, seal_root=capability_key,
                       route=ROTATE_ROUTE, key=key, body={})
 
@@ -238,27 +239,10 @@ def _rotation(user_id: str, capability_key: bytes, key: str) -> Keyed:
 def rotation_write(session: Session, key: str | None, work: Callable[[], dict[str, Any]],
                    now: float | None = None) -> Answer:
     """``POST /rotate`` once per Idempotency-Key: its answer, new token
-    included, is recorded in the key ring in the transaction that moves the
-    epoch (so a crash leaves both or neither), sealed under a key derived from
-    the old owner token's secret and the Idempotency-Key; the server keeps no
-    token in the clear, and only that old token resent with that key opens
-    it (:func:`rotation_replay`)."""
+    included, is recorded in the key ring in the transaction that files the
+    new owner grant (so a crash leaves both or neither), sealed under a key
+    derived from the old owner token's secret and the Idempotency-Key; the
+    server keeps no token in the clear, and only that old token resent with
+    that key opens it, as an ordinary replay (:func:`_rotation`)."""
     req = None if key is None else _rotation(session.user_id, session.capability_key, key)
     return run(session.keyring.idempotency_records(), req, work, now)
-
-
-def rotation_replay(records: Records, user_id: str, capability_key: bytes, key: str,
-                    now: float | None = None) -> Answer | None:
-    """The recorded answer of a rotation the old owner token asked for with
-    ``key`` within the window, or None when there is none (the rotation never
-    committed, or the token or key is another)."""
-    req = _rotation(user_id, capability_key, key)
-    at = int(time.time() if now is None else now)
-    records.ensure()
-    found = records.find(req.lookup)
-    if found is None or not hmac.compare_digest(found[0], req.fingerprint):
-        return None
-    if records.created(req.lookup) <= at - WINDOW_SECONDS:
-        return None
-    return Answer(req.open(found[1]), replayed=True)
-

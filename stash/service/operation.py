@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import Unauthorized
 from ..crypto.chain import Head
 from . import audit, idempotency, quotas
 from .access import Session, Vault
@@ -88,19 +87,12 @@ def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects,
     recorded in that write's transaction; the event of a memory-file write
     is recorded once the write has committed (the event lives in the key
     ring, another file), and a replayed answer records none. A rotation
-    resent by its revoked old token, with its Idempotency-Key, answers its
-    recorded answer (idempotency.rotation_write)."""
-    try:
-        with vault.session(token, effects.scope, pin) as session:
-            return _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
-                        handler, context)
-    except Unauthorized:
-        if effects.record != "rotation" or key is None:
-            raise
-        replay = vault.replay_rotation(token, key)
-        if replay is None:
-            raise
-        return Outcome(replay, replayed=True)
+    resent by its old token, with its Idempotency-Key, answers its
+    recorded answer (idempotency.rotation_write) while that token is still
+    the owner, i.e. until the new token's first use; after it, 401."""
+    with vault.session(token, effects.scope, pin) as session:
+        return _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
+                    handler, context)
 
 
 def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any],

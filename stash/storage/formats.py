@@ -175,6 +175,12 @@ MEMORY_FORMATS = (
            "meta 'format' 3 (a file at 2 moves to it once its key ring's copies are sealed)",
            "storage.memfile.MemoryFile.authenticate_format", "unreleased",
            _memory(lambda m: m.get("format") == "3"), mark="3"),
+    # The upgrade is the file's first new epoch from this release on (it adds
+    # the columns, constant work): a file that never has one stays as it is.
+    Format(MEMORY_FILE, "row epochs", "each sealed row records the key epoch that sealed it, so a new epoch "
+           "re-seals one key chunk instead of every row", "meta 'sealed_base' (the epoch of rows whose epoch is "
+           "NULL); memory_keys, summaries, config, erased and erasures have an epoch column",
+           "storage.memfile.MemoryFile.reseal", "unreleased", _memory(lambda m: "sealed_base" in m)),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS

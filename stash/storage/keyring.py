@@ -48,6 +48,7 @@ EPOCH = "epoch"
 OLDER_KEYS = "epoch_keys"
 OWNER_PUB = "owner_pub"  # the owner public key, hex: anyone may seal to it (crypto/owner_seal.py)
 OWNER_BOX = "owner_box"  # "<owner grant id>:<hex of every owner seed sealed to that grant>"
+OWNER_NEXT = "owner_next"  # "<old owner id>:<new owner id>:<hex of the owner seeds sealed to the new one>"
 OWNER_SEALED = "owner_sealed"  # "1" once every label, event and last-used day is sealed to the owner
 SEALED_EVENT = "sealed"  # the event column of an audit row whose whole content is sealed to the owner
 SEALED_DAY = "sealed:"  # starts a last-used day sealed to the owner (hex follows)
@@ -517,6 +518,11 @@ class Keyring:
         if text is None:
             return None
         gid, _, hexbox = text.partition(":")
+        pending = self.pending_owner()
+        if gid != str(grant.id) and pending is not None and pending[1] == grant.id and pending[2] is not None:
+            # A rotation's successor not yet presented (stash verify --token):
+            # its copy of the owner seeds, boxed to it at the rotation.
+            return OwnerKeys.unbox(self.user_id, grant.id, epochs.capability_private_key(kek), pending[2])
         if gid != str(grant.id):
             return None
         try:
@@ -757,6 +763,85 @@ class Keyring:
                                   (seal_to_owner(self.user_id, new.public, what, old.open(label, what),
                                                  pad=LABEL_PAD),
                                    grant_id))
+
+    # ------------------------------------------------------------ owner rotation
+
+    def pending_owner(self) -> tuple[int, int, bytes | None] | None:
+        """``(old id, new id, owner box of the new one)`` while a rotation
+        waits for its new token's first use, else None. A value edited in
+        names grants the certificates and boxes must still open, so it gives
+        nobody a key; an unreadable one reads as none."""
+        text = self.meta(OWNER_NEXT)
+        if text is None:
+            return None
+        old, _, rest = text.partition(":")
+        new, _, hexbox = rest.partition(":")
+        try:
+            return int(old), int(new), bytes.fromhex(hexbox) if hexbox else None
+        except ValueError:
+            return None
+
+    def rotate_owner(self, chain: KeyChain, old_id: int, mint: dict[str, Any],
+                     owner: OwnerKeys | None) -> tuple[KeyChain, list[int], int]:
+        """File a successor to owner grant ``old_id`` (keyword arguments of
+        :meth:`_insert`) that reaches the current epoch, and record it as
+        pending (:data:`OWNER_NEXT`, with the owner seeds boxed to it), in one
+        transaction. The old grant stays the owner until the successor is first
+        presented (:meth:`retire_owner`), so an answer lost to a crash or a cut
+        connection never leaves the owner without a working token. A successor
+        of an earlier rotation that was never presented is revoked here, with
+        a new epoch, since its token may be in a lost answer. Returns the chain
+        now current, the grants revoked with it and the successor's id."""
+        if owner is None and self.meta(OWNER_BOX) is not None:
+            raise ValueError("an owner rotation needs the owner keys")
+        with write_transaction(self.conn):
+            self._select("LIMIT 0", ())
+            self._check_epoch(chain)
+            stranded: list[int] = []
+            pending = self.pending_owner()
+            earlier = [] if pending is None or pending[0] != old_id else [pending[1]]
+            live_earlier = [g for g in earlier if any(x.id == g for x in self._select(
+                "WHERE id = ? AND revoked IS NULL", (g,)))]
+            if live_earlier:
+                chain, stranded, _ = self.advance_epoch(chain, tuple(live_earlier))
+                stranded = [*live_earlier, *stranded]
+            minted = self._insert(chain=chain, **mint)
+            (grant,) = self._select("WHERE id = ?", (minted,))
+            assert grant.pub is not None  # just filed in format 2
+            box = "" if owner is None else owner.box(minted, grant.pub).hex()
+            self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                              (OWNER_NEXT, f"{old_id}:{minted}:{box}"))
+        return chain, stranded, minted
+
+    def retire_owner(self, chain: KeyChain, grant: Grant, kek: bytes) -> KeyChain | None:
+        """The first use of a rotation's successor ``grant`` (opened with
+        ``kek``): revoke the owner grant it succeeds with a new epoch, hand
+        it the owner keys with a fresh seed and re-seal the labels to it (so
+        the rotated-away token opens nothing sealed to the owner, or written,
+        from now on), in one transaction. Returns the new chain, or None when
+        ``grant`` is no pending successor (retired already, by a concurrent
+        first use: the caller opens the grant again)."""
+        with write_transaction(self.conn):
+            pending = self.pending_owner()
+            if pending is None or pending[1] != grant.id or self.epoch() != chain.epoch:
+                return None
+            old_id = pending[0]
+            owner = self.open_owner_keys(grant, kek)
+            new, _, _ = self.advance_epoch(chain, (old_id,))
+            (fresh_grant,) = self._select("WHERE id = ?", (grant.id,))
+            if owner is not None:
+                assert fresh_grant.pub is not None
+                fresh = owner.advance()
+                self._put_owner_keys(grant.id, fresh_grant.pub, fresh)
+                self._reseal_owner_labels(owner, fresh)
+            self.conn.execute("DELETE FROM keyring_meta WHERE name = ?", (OWNER_NEXT,))
+            if self._has_table("idempotency"):
+                # Every record here is an owner route's, sealed to the retired
+                # token: the rotation's (holding the new token) must not
+                # outlive the moment its old token stops being the owner.
+                self.conn.execute("DELETE FROM idempotency")
+        return new
 
     def unmoved_live(self) -> int:
         """How many live grants still have to move to the epoch scheme."""

@@ -166,8 +166,6 @@ async def _precheck(request: Request, spec: RouteSpec) -> None:
     if wait:
         raise TooMany(f"Too many failed authentications from this address; wait {wait} s and check the token.", wait)
     if verdict is False:
-        if parsed is not None and spec.record == "rotation" and idempotency.HEADER in request.headers:
-            return  # a revoked owner token resending its rotation: perform() looks for its record
         raise _auth_failed(request)
     # None: the key ring cannot be read; the full check says what is wrong with the store.
 

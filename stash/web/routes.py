@@ -460,15 +460,17 @@ def grants_revoke(s: Session, f: Args, call: Call) -> Answer:
 
 
 @route(
-    "POST", "/rotate", "owner", "A new owner token; the old one ends as a revoked one does",
+    "POST", "/rotate", "owner", "A new owner token; its first use ends the old one as a revocation does",
     fields=NO_FIELDS,
     answer=obj({"id": integer(1, description="The new owner capability."), "scope": {"const": "owner"},
                 "created": ref("Timestamp"),
                 "token": string("The new owner token. Shown once, never stored.",
                                 pattern=f"^{tokens.TOKEN_PATTERN}$"),
-                "revoked": integer(1, description="The owner capability this call ended."),
+                "retires": integer(1, description="The owner capability (the caller) that the new token's "
+                                                  "first use ends, as a revocation does."),
                 "also_revoked": {"type": "array", "items": integer(1),
-                                 "description": "Capabilities that had not moved to key epochs and end with it."},
+                                 "description": "Capabilities ended now: the successor of an earlier rotation "
+                                                "that was never used, and those that had not moved to key epochs."},
                 "epoch": integer(1, description="The store's key epoch after this call."),
                 "note": string(),
                 "update": {"const": "STASH_TOKEN",
@@ -477,8 +479,9 @@ def grants_revoke(s: Session, f: Args, call: Call) -> Answer:
                 "message": string("What to do next: update `STASH_TOKEN` everywhere the old token is set."),
                 "flushed": FLUSHED}),
     errors=("grants.busy",),
-    description="Rotates the owner token: a new owner capability in a new key epoch, and the calling one "
-                "ends as a revoked one does. A read or full capability is rotated by minting a new one and "
+    description="Rotates the owner token: a new owner capability, and the calling one ends as a revoked one "
+                "does (a new key epoch) at the new token's first use, so a lost answer never leaves the owner "
+                "without a working token. A read or full capability is rotated by minting a new one and "
                 "revoking the old.",
     record="rotation", cleanup="epoch",
     event=Event("rotate", lambda s, f, a: {"new_grant": a["id"], "epoch": a["epoch"]}),

@@ -113,7 +113,7 @@ def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(
         assert secret_after not in resp.text and "key ring" in body["message"]
 
 
-def test_rotate_gives_a_new_owner_token_and_the_old_one_dies_as_a_revoked_one_does(server: Server,
+def test_rotate_gives_a_new_owner_token_whose_first_use_ends_the_old_as_a_revocation_does(server: Server,
                                                                                     tmp_path: Path):
     http = Http(server.url)
     first = http.init()["token"]
@@ -124,15 +124,16 @@ def test_rotate_gives_a_new_owner_token_and_the_old_one_dies_as_a_revoked_one_do
 
     rotated = http.ok("POST", "/rotate", first)
     second = rotated["token"]
-    assert rotated["scope"] == "owner" and rotated["epoch"] == 1 and second != first
+    assert rotated["scope"] == "owner" and rotated["epoch"] == 0 and second != first
     assert tokens.parse(second).user_id == uid
+    http.ok("GET", "/wake", first)  # the owner still, until the new token is first used
+    after = f"after-{os.urandom(6).hex()}"
+    http.ok("POST", "/note", second, json={"text": after})  # that first use starts epoch 1
     assert_error(http.get("/wake", first), 401, "auth.invalid")
     assert_error(http.post("/rotate", first), 401, "auth.invalid")
-    after = f"after-{os.urandom(6).hex()}"
-    http.ok("POST", "/note", second, json={"text": after})
     assert http.ok("POST", "/recall", reader, json={"q": "after|before"})["total"] == 2
     grants = {g["id"]: g for g in http.ok("GET", "/grants", second)["grants"]}
-    assert grants[rotated["revoked"]]["revoked"] and grants[rotated["id"]]["live"]
+    assert grants[rotated["retires"]]["revoked"] and grants[rotated["id"]]["live"]
     # Rotation is owner-only; a read or full capability is rotated by mint + revoke.
     assert_error(http.post("/rotate", reader), 403, "auth.scope")
     assert_error(http.post("/rotate", second, json={"x": 1}), 400)

@@ -27,7 +27,7 @@ def today() -> str:
     return dt.datetime.now(dt.UTC).date().isoformat()
 
 
-OPS = ("rotate", "revoke", "erase", "forget", "batch", "import", "backup")
+OPS = ("rotate", "rotate-unkeyed", "revoke", "erase", "forget", "batch", "import", "backup")
 CASES = {"1-worker": ["--workers", "1", "--keep-open", "0"],
          "2-workers-kept-open": ["--workers", "2", "--keep-open", "5"]}
 
@@ -65,6 +65,8 @@ class Memory:
         key = str(uuid.uuid4())
         if op == "backup":
             return self._backup()
+        if op == "rotate-unkeyed":
+            return self._rotate_unkeyed()
         if op == "rotate":
             request = ("POST", "/rotate", {"json": {}})
         elif op == "revoke":
@@ -82,21 +84,7 @@ class Memory:
         else:
             request = ("POST", "/import", {"json": {"entries": [{"date": today(), "text": f"imp {key} {k}"}
                                                                 for k in range(200)]}})
-        out: list = []
-
-        def send() -> None:
-            try:
-                out.append(httpx.request(request[0], self.server.url + request[1], headers=self.h(key),
-                                         timeout=30, **request[2]))
-            except httpx.TransportError:
-                out.append(None)
-
-        thread = threading.Thread(target=send)
-        thread.start()
-        threading.Event().wait(self.rng.uniform(0, 0.08))
-        self.server.kill9()
-        thread.join(timeout=30)
-        self.restart()
+        self._killed_during(request[0], request[1], self.h(key), request[2])
         resent = self.http.request(request[0], request[1], headers=self.h(key), **request[2])
         if op == "forget":  # no key: forgetting twice finds nothing the second time
             assert resent.status_code in (200, 404), resent.text
@@ -107,11 +95,14 @@ class Memory:
             old, self.owner = self.owner, body["token"]
             again = self.http.post("/rotate", headers=self.h(key, old), json={})
             assert again.status_code == 200 and again.json()["token"] == self.owner  # exactly once
-            assert self.http.get("/wake", headers=self.h(token=old)).status_code == 401
-            other = self.http.post("/rotate", headers=self.h(str(uuid.uuid4()), old), json={})
-            assert other.status_code == 401  # only the same key opens the record
+            # The new token's first use retires the old one; from then on the
+            # old token, with the key or without, is refused as revoked.
             grants = self.http.get("/grants", headers=self.h()).json()["grants"]
             assert sum(g["scope"] == "owner" and g["live"] for g in grants) == 1
+            assert self.http.get("/wake", headers=self.h(token=old)).status_code == 401
+            assert self.http.post("/rotate", headers=self.h(key, old), json={}).status_code == 401
+            other = self.http.post("/rotate", headers=self.h(str(uuid.uuid4()), old), json={})
+            assert other.status_code == 401
         elif op == "revoke":
             assert body["revoked"] is not None
             assert self.http.get("/wake", headers=self.h(token=grant["token"])).status_code == 401
@@ -127,6 +118,45 @@ class Memory:
             assert lines["total"] == 200, lines["total"]  # once, whole
             self.notes.update({body["first"] + k: f"imp {key} {k}" for k in range(200)})
         self.alive(op)
+
+    def _killed_during(self, method: str, path: str, headers: dict, kw: dict) -> httpx.Response | None:
+        """Send one request, kill -9 the server at a random instant of it
+        and start it again; the answer, if one arrived before the kill."""
+        out: list = []
+
+        def send() -> None:
+            try:
+                out.append(httpx.request(method, self.server.url + path, headers=headers, timeout=30, **kw))
+            except httpx.TransportError:
+                out.append(None)
+
+        thread = threading.Thread(target=send)
+        thread.start()
+        threading.Event().wait(self.rng.uniform(0, 0.08))
+        self.server.kill9()
+        thread.join(timeout=30)
+        self.restart()
+        return out[0] if out else None
+
+    def _rotate_unkeyed(self) -> None:
+        """``POST /rotate`` without an Idempotency-Key, as API-REFERENCE's
+        curl example sends it, killed at a random instant: the old token is
+        still the owner unless the answer arrived, and then the new one is.
+        Either way the owner can go on (rotating again if the answer was
+        lost), and once the token held is used there is one live owner."""
+        out = self._killed_during("POST", "/rotate", self.h(), {"json": {}})
+        answered = out if out is not None and out.status_code == 200 else None
+        if answered is None:
+            # The answer was lost: the old token still works as the owner.
+            assert self.http.get("/grants", headers=self.h()).status_code == 200
+            resent = self.http.post("/rotate", headers=self.h(), json={})
+            assert resent.status_code == 200, resent.text
+            answered = resent
+        old, self.owner = self.owner, answered.json()["token"]
+        grants = self.http.get("/grants", headers=self.h()).json()["grants"]
+        assert sum(g["scope"] == "owner" and g["live"] for g in grants) == 1
+        assert self.http.get("/wake", headers=self.h(token=old)).status_code == 401
+        self.alive("rotate-unkeyed")
 
     def _backup(self) -> None:
         dest = self.scratch / f"backup{self.backups}"

@@ -2,7 +2,8 @@
 backup, then the same request resent (same Idempotency-Key, same token): no
 lockout, nothing half-applied, the resend completes, every acknowledged note
 present (tests/invariants/_kill9.py). A rotation in particular is delivered
-exactly once (SECURITY.md, "Rotation answers kept for a resend"). One trial
+exactly once (SECURITY.md, "Rotation answers kept for a resend"), and one
+sent without a key ends with a working owner token. One trial
 per action here, the actions split between the two server setups, seeded
 (a backup killed mid-copy only in bench/kill9.py, which runs every action in
 both setups, many times)."""
@@ -18,8 +19,8 @@ from tests.helpers import CHEAP_KDF_FLAGS
 from tests.invariants import _kill9
 from tests.live import start_server
 
-SPLIT = {"1-worker": ("rotate", "forget", "import"),
-         "2-workers-kept-open": ("rotate", "revoke", "erase", "batch")}
+SPLIT = {"1-worker": ("rotate", "rotate-unkeyed", "forget", "import"),
+         "2-workers-kept-open": ("rotate", "rotate-unkeyed", "revoke", "erase", "batch")}
 
 
 @pytest.mark.slow

@@ -13,13 +13,13 @@ from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, ST
 from .handle import MemoryFile
 from .head import DIGEST_GONE
 from .log import CHUNK_BYTES, ERASED_KEY, KEYS_PER_CHUNK, SCAN_BATCH
-from .reseal import KEYS_BEHIND, RESEAL_BATCH, KeysBehind, ResealDue, check_not_behind
+from .reseal import KEYS_BEHIND, KeysBehind, ResealDue, check_not_behind
 from .rows import ERASED, LARGEST_MEMORY_PLAINTEXT, WRITER_BYTES
 from .state import STATE_GONE
 
 __all__ = [
     "CHUNK_BYTES", "DIGEST_GONE", "DROPS_META", "EPOCH_META", "ERASED", "ERASED_KEY", "HEAD_META", "HOLES_META",
-    "KEYS_BEHIND", "KEYS_PER_CHUNK", "LARGEST_MEMORY_PLAINTEXT", "MEMORY_PLAINTEXT_BYTES", "RESEAL_BATCH",
+    "KEYS_BEHIND", "KEYS_PER_CHUNK", "LARGEST_MEMORY_PLAINTEXT", "MEMORY_PLAINTEXT_BYTES",
     "ROLLED_BACK", "SCAN_BATCH", "STATE_GONE", "STATE_META", "SUMMARY_PLAINTEXT_BYTES", "SUMMARY_VERSION_BYTES",
     "WRITER_BYTES", "FileKeys", "KeysBehind", "MemoryFile", "ResealDue", "check_not_behind",
 ]

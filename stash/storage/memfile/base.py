@@ -25,6 +25,12 @@ HOLES_META = "holes"  # JSON {size: [idx, ...]}: summaries an erasure dropped be
 EPOCH_META = "epoch"  # the epoch whose key seals this file's rows; absent means 0
 STATE_META = "state"  # "V mac": the authenticated head over the whole state (MemoryFile._state_digest)
 DROPS_META = "drops"  # JSON: which summaries were dropped at which state version (forget and erase)
+# The epoch whose key sealed every row whose ``epoch`` column is NULL: the
+# file's epoch when its first new epoch after this release added the column
+# (MemoryFile.reseal). Absent: the file has no such column, and every row is
+# sealed under the key of the epoch EPOCH_META names.
+SEALED_BASE_META = "sealed_base"
+SEALED_TABLES = ("memory_keys", "summaries", "config", "erased", "erasures")  # rows under an epoch's rows key
 
 ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest: the file was cut short or "
                "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
@@ -73,6 +79,10 @@ class FilePart:
     _pool: Pool | None
     _may_reseal: bool
     _rows_key: bytes
+    _keychain: KeyChain | None  # every epoch key, to open rows sealed in an earlier epoch
+    _epoch_keys: dict[int, bytes]  # rows keys of earlier epochs derived so far (this handle's life)
+    _epoch_columns: dict[str, bool]  # which sealed tables have an ``epoch`` column (this handle's life)
+    _base_epoch: int  # the epoch of a row whose ``epoch`` is NULL (SEALED_BASE_META)
     _chain_key: bytes
     _chunks: dict[int, bytes]  # opened key chunks, cleared whenever another writer may have changed one
     _erased_ids: frozenset[int]
@@ -97,7 +107,16 @@ class FilePart:
         return int(self.conn.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM log").fetchone()[0])
 
     def _ensure_table(self, name: str) -> None:
+        """Make table ``name`` before its first row (inside the caller's
+        write transaction); in a file that records row epochs
+        (:data:`SEALED_BASE_META`), a sealed table gets its ``epoch`` column
+        with it, so its rows never read as sealed in the base epoch."""
         formats.make_on_use(self.conn, "memory_on_use", name)
+        if name in SEALED_TABLES:
+            self._epoch_columns.pop(name, None)
+            based = self.conn.execute("SELECT 1 FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone()
+            if based is not None and not any(r[1] == "epoch" for r in self.conn.execute(f"PRAGMA table_info({name})")):
+                self.conn.execute(f"ALTER TABLE {name} ADD COLUMN epoch INTEGER")
 
     if TYPE_CHECKING:  # what one part calls of another; each is defined once, in its part
         def _write_state(self) -> int: ...

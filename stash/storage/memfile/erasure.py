@@ -50,9 +50,10 @@ class ErasurePart(RowCodec):
                 # record stays as it is.
                 again = i in self._erased_ids
                 if not again:
+                    cols, marks, epoch = self._epoch_of_write("erased")
                     self.conn.execute(
-                        "INSERT INTO erased(id, sealed) VALUES (?, ?)",
-                        (i, aead.seal(self._rows_key, dates[i].encode(), self._aad("erased", i))),
+                        f"INSERT INTO erased(id, sealed{cols}) VALUES (?, ?{marks})",
+                        (i, aead.seal(self._rows_key, dates[i].encode(), self._aad("erased", i)), *epoch),
                     )
                 c = i // KEYS_PER_CHUNK
                 if c not in touched:
@@ -65,9 +66,10 @@ class ErasurePart(RowCodec):
                 (shredded if again else fresh).append(i)
             # Each touched chunk re-sealed once, however many of its keys went.
             for c, chunk in touched.items():
+                also, _, epoch = self._epoch_of_write("memory_keys")
                 self.conn.execute(
-                    "UPDATE memory_keys SET sealed = ? WHERE chunk = ?",
-                    (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), c),
+                    f"UPDATE memory_keys SET sealed = ?{' , epoch = ?' if also else ''} WHERE chunk = ?",
+                    (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), *epoch, c),
                 )
             # The recall cache holds these memories' rendered text: its pieces
             # go while this transaction holds the write lock (scancache.py).
@@ -82,9 +84,10 @@ class ErasurePart(RowCodec):
             receipt = {"ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
             cur = self.conn.execute("INSERT INTO erasures(sealed) VALUES (?)", (b"",))
             rid = int(cur.lastrowid or 0)
+            also, _, epoch = self._epoch_of_write("erasures")
             self.conn.execute(
-                "UPDATE erasures SET sealed = ? WHERE id = ?",
-                (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), rid),
+                f"UPDATE erasures SET sealed = ?{' , epoch = ?' if also else ''} WHERE id = ?",
+                (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), *epoch, rid),
             )
             self._write_state()
         self._chunks.clear()
@@ -104,8 +107,10 @@ class ErasurePart(RowCodec):
 
     def receipts(self) -> list[dict[str, Any]]:
         out = []
-        for rid, sealed in self._rows(self._tables(), "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
-            out.append({"receipt": rid, **json.loads(self._open(self._rows_key, sealed, "erasures", rid))})
+        ep = self._epoch_sql("erasures")
+        for rid, sealed, epoch in self._rows(self._tables(), "erasures",
+                                             f"SELECT id, sealed, {ep} FROM erasures ORDER BY id"):
+            out.append({"receipt": rid, **json.loads(self._open(self._key_of(epoch), sealed, "erasures", rid))})
         return out
 
     def erased_keys_back(self) -> list[int]:

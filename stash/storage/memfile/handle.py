@@ -79,6 +79,10 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
             ) from None
         self._chain_key = fk.chain_key
         self.epoch = fk.epoch
+        self._keychain = keychain
+        self._epoch_keys = {}
+        self._epoch_columns = {}
+        self._base_epoch = fk.epoch
         self._chunks = {}
         self.state_version = 0
         self._erased_ids = frozenset()
@@ -121,6 +125,8 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
 
     def close(self) -> None:
         self._chunks.clear()
+        self._epoch_keys.clear()
+        self._keychain = None
         self._rows_key = b""
         self._chain_key = b""
         if self._fk is None:
@@ -131,8 +137,9 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
 
     def config(self) -> dict[str, int]:
         out = {}
-        for name, sealed in self._rows(self._tables(), "config", "SELECT name, sealed FROM config"):
-            out[name] = int(self._open(self._rows_key, sealed, "config", name).decode())
+        ep = self._epoch_sql("config")
+        for name, sealed, epoch in self._rows(self._tables(), "config", f"SELECT name, sealed, {ep} FROM config"):
+            out[name] = int(self._open(self._key_of(epoch), sealed, "config", name).decode())
         return out
 
     def set_config(self, changes: dict[str, int | None]) -> None:
@@ -143,9 +150,11 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
                     self.conn.execute("DELETE FROM config WHERE name = ?", (name,))
                 else:
                     sealed = aead.seal(self._rows_key, str(value).encode(), self._aad("config", name))
+                    cols, marks, epoch = self._epoch_of_write("config")
+                    also = ", epoch = excluded.epoch" if epoch else ""
                     self.conn.execute(
-                        "INSERT INTO config(name, sealed) VALUES (?, ?) "
-                        "ON CONFLICT(name) DO UPDATE SET sealed = excluded.sealed",
-                        (name, sealed),
+                        f"INSERT INTO config(name, sealed{cols}) VALUES (?, ?{marks}) "
+                        f"ON CONFLICT(name) DO UPDATE SET sealed = excluded.sealed{also}",
+                        (name, sealed, *epoch),
                     )
             self._write_state()

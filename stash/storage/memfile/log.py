@@ -30,17 +30,19 @@ class LogPart(RowCodec):
     def _chunk(self, c: int, *, create: bool = False) -> bytes | None:
         if c in self._chunks:
             return self._chunks[c]
-        row = self.conn.execute("SELECT sealed FROM memory_keys WHERE chunk = ?", (c,)).fetchone()
+        row = self.conn.execute(f"SELECT sealed, {self._epoch_sql('memory_keys')} FROM memory_keys WHERE chunk = ?",
+                                (c,)).fetchone()
         if row is None:
             if not create:
                 return None
             plain = os.urandom(CHUNK_BYTES)
+            cols, marks, epoch = self._epoch_of_write("memory_keys")
             self.conn.execute(
-                "INSERT INTO memory_keys(chunk, sealed) VALUES (?, ?)",
-                (c, aead.seal(self._rows_key, plain, self._aad("memory_keys", c))),
+                f"INSERT INTO memory_keys(chunk, sealed{cols}) VALUES (?, ?{marks})",
+                (c, aead.seal(self._rows_key, plain, self._aad("memory_keys", c)), *epoch),
             )
         else:
-            plain = self._open(self._rows_key, row[0], "memory_keys", c)
+            plain = self._open(self._key_of(row[1]), row[0], "memory_keys", c)
             if len(plain) != CHUNK_BYTES:
                 raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
         self._chunks[c] = plain
@@ -88,11 +90,13 @@ class LogPart(RowCodec):
                 sealed = aead.seal(key, self._memory_plain(date, text), self._aad("log", i))
                 self.conn.execute("INSERT INTO log(id, sealed) VALUES (?, ?)", (i, sealed))
                 prev, digest = digest, chain.step(self._chain_key, digest, i, sealed)
+            cols, marks, epoch = self._epoch_of_write("memory_keys")
+            also = ", epoch = excluded.epoch" if epoch else ""
             for c, plain_chunk in touched.items():
                 self.conn.execute(
-                    "INSERT INTO memory_keys(chunk, sealed) VALUES (?, ?) "
-                    "ON CONFLICT(chunk) DO UPDATE SET sealed = excluded.sealed",
-                    (c, aead.seal(self._rows_key, bytes(plain_chunk), self._aad("memory_keys", c))))
+                    f"INSERT INTO memory_keys(chunk, sealed{cols}) VALUES (?, ?{marks}) "
+                    f"ON CONFLICT(chunk) DO UPDATE SET sealed = excluded.sealed{also}",
+                    (c, aead.seal(self._rows_key, bytes(plain_chunk), self._aad("memory_keys", c)), *epoch))
                 self._chunks[c] = bytes(plain_chunk)
             head = Head(base + len(items), digest)
             self._put_meta(HEAD_META, self._head_text(head, prev))
@@ -210,11 +214,12 @@ class LogPart(RowCodec):
         return f"#{i} {self._erased_date(i)} {ERASED}"
 
     def _erased_date(self, i: int) -> str:
-        rows = self._rows(self._tables(), "erased", "SELECT sealed FROM erased WHERE id = ?", (i,))
+        rows = self._rows(self._tables(), "erased",
+                          f"SELECT sealed, {self._epoch_sql('erased')} FROM erased WHERE id = ?", (i,))
         row = rows[0] if rows else None
         if row is None:
             raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")
-        return self._open(self._rows_key, row[0], "erased", i).decode()
+        return self._open(self._key_of(row[1]), row[0], "erased", i).decode()
 
     @property
     def erased_ids(self) -> frozenset[int]:

@@ -2,26 +2,24 @@
 moving every value sealed under a rows key to the current epoch's.
 
 A file is never ahead of its key ring (:class:`KeysBehind`); one behind is
-re-sealed whole, in one transaction, only while no other request has it
-open (:class:`ResealDue`).
+moved to the new epoch in one transaction of constant work (rows keep the
+epoch that sealed them), only while no other request has it open
+(:class:`ResealDue`).
 """
 
 from __future__ import annotations
 
 import hmac
 import os
-from collections.abc import Callable
-from typing import Any
 
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, keys
 from ...crypto.epochs import KeyChain
 from ..files import checkpoint, connect, release, write_transaction
-from .base import EPOCH_META, FileKeys
+from .base import EPOCH_META, SEALED_BASE_META, SEALED_TABLES, FileKeys
 from .log import CHUNK_BYTES, KEYS_PER_CHUNK
 from .rows import RowCodec
 
-RESEAL_BATCH = 4096
 KEYS_BEHIND = ("This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
                "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
                "restore this store from a backup.")
@@ -86,20 +84,35 @@ class ResealPart(RowCodec):
             if not getattr(self, "_may_reseal", True):
                 raise ResealDue()
             self.reseal(keychain)
+        self._base_epoch = self._read_base()
+
+    def _read_base(self) -> int:
+        """The epoch of rows whose ``epoch`` is NULL (:data:`SEALED_BASE_META`;
+        absent: the file's own epoch, since no new epoch has begun in it
+        since rows record theirs)."""
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone()
+        try:
+            return self.file_epoch() if row is None else int(row[0])
+        except ValueError:
+            raise Damaged("The memory file's base key epoch is unreadable; restore this store from a "
+                          "backup.") from None
 
     def reseal(self, keychain: KeyChain) -> int:
-        """Re-seal every value this file seals under a rows key (memory-key
-        chunks, summaries, config, erasure dates and receipts) from its
-        epoch's key to ``keychain``'s current one, in one transaction, and record
-        the new epoch. The slots of the newest memory-key chunk that no memory
-        uses yet get fresh random keys, so a memory written from now on has a
-        key no older key ever sealed; idempotency records (sealed under an
-        epoch-derived key) are dropped. Log rows are not touched: each is
-        sealed under its own memory key. Returns how many values moved.
+        """Move this file to ``keychain``'s current epoch, in one transaction
+        whose work does not grow with the memory: every row already sealed
+        stays sealed under the key of the epoch that wrote it (each row
+        records that epoch, :data:`SEALED_BASE_META` for the rows from before
+        the column), and every row written from now on is sealed under the
+        new epoch's rows key. The slots of the newest memory-key chunk that no
+        memory uses yet get fresh random keys and the chunk is sealed under
+        the new key, so a memory written from now on has a key no older key
+        ever sealed; idempotency records (sealed under an epoch-derived key)
+        are dropped; the authenticated head moves to the new key. Returns how
+        many rows were re-sealed (0 or 1).
 
-        After this, an older epoch's key opens nothing in this file but the
-        SQLCipher layer (whose key is epoch 0's): row counts and positions,
-        never a value written from now on."""
+        So a key of an earlier epoch opens nothing written from now on, in
+        this file or any later copy; what it opens in the current file is
+        what it could open before (docs/DESIGN.md, "Key epochs")."""
         new_key = keys.subkey(keychain.current, b"rows")
         moved = 0
         with write_transaction(self.conn):
@@ -112,26 +125,37 @@ class ResealPart(RowCodec):
             stored = self._stored_state()
             if stored is not None and not hmac.compare_digest(
                     stored[1], self._state_mac(stored[0], self._state_digest()[0], old_key)):
-                # Re-sealing must not bless a state that was tampered with.
+                # Moving the head to the new key must not bless a state that was tampered with.
                 raise Damaged("This memory file's state does not match its authenticated head; nothing was "
                               "re-sealed. The operator should run `stash verify` and restore it from a backup.")
+            tables = self._tables()
+            if self.conn.execute("SELECT 1 FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone() is None:
+                # From now on rows of two epochs live side by side: each says
+                # which. The rows so far are all in this file's epoch.
+                for table in SEALED_TABLES:
+                    if table in tables and not self._has_epoch(table):
+                        self.conn.execute(f"ALTER TABLE {table} ADD COLUMN epoch INTEGER")
+                self._put_meta(SEALED_BASE_META, str(epoch))
+            self._epoch_columns.clear()
             T = self.count()
-            fresh_from = (T // KEYS_PER_CHUNK, T % KEYS_PER_CHUNK)
-
-            def chunk_plain(c: int, plain: bytes) -> bytes:
-                if c == fresh_from[0] and len(plain) == CHUNK_BYTES:
-                    k = fresh_from[1] * aead.KEY_BYTES
-                    return plain[:k] + os.urandom(CHUNK_BYTES - k)
-                return plain
-
-            moved += self._reseal_table("memory_keys", ("chunk",), old_key, new_key,
-                                        lambda r: r[0], lambda r, p: chunk_plain(r[0], p))
-            moved += self._reseal_table("summaries", ("size", "idx"), old_key, new_key,
-                                        lambda r: f"{r[0]}|{r[1]}")
-            moved += self._reseal_table("config", ("name",), old_key, new_key, lambda r: r[0])
-            moved += self._reseal_table("erased", ("id",), old_key, new_key, lambda r: r[0])
-            moved += self._reseal_table("erasures", ("id",), old_key, new_key, lambda r: r[0])
-            if "idempotency" in self._tables():
+            c, used = T // KEYS_PER_CHUNK, T % KEYS_PER_CHUNK
+            row = self.conn.execute("SELECT sealed, epoch FROM memory_keys WHERE chunk = ?", (c,)).fetchone()
+            base = self._read_base()
+            if row is not None:
+                try:
+                    chunk_key = keys.subkey(keychain.key(base if row[1] is None else int(row[1])), b"rows")
+                except (KeyError, ValueError):
+                    raise Damaged("A memory key chunk names a key epoch this file cannot have; restore this "
+                                  "store from a backup.") from None
+                plain = self._open(chunk_key, row[0], "memory_keys", c)
+                if len(plain) != CHUNK_BYTES:
+                    raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
+                k = used * aead.KEY_BYTES
+                fresh = plain[:k] + os.urandom(CHUNK_BYTES - k)
+                self.conn.execute("UPDATE memory_keys SET sealed = ?, epoch = ? WHERE chunk = ?",
+                                  (aead.seal(new_key, fresh, self._aad("memory_keys", c)), keychain.epoch, c))
+                moved = 1
+            if "idempotency" in tables:
                 self.conn.execute("DELETE FROM idempotency")
             self._put_meta(EPOCH_META, str(keychain.epoch))
             old_rows_key, self._rows_key = self._rows_key, new_key
@@ -142,46 +166,12 @@ class ResealPart(RowCodec):
                 self._rows_key = old_rows_key
                 raise
         self._rows_key = new_key
+        self._keychain = keychain
+        self._epoch_keys.clear()
         self.epoch = keychain.epoch
+        self._base_epoch = self._read_base()
         self._fk = FileKeys(self._fk.path, self.user_id, self._fk.cipher, new_key, self._fk.file_key,
                             self._chain_key, keychain.epoch, self._fk.page_bytes)
         self._chunks.clear()
-        checkpoint(self.conn)  # best effort: the old pages leave the WAL
+        checkpoint(self.conn)  # best effort: the newest chunk's old page leaves the WAL
         return moved
-
-    def _reseal_table(self, table: str, pk: tuple[str, ...], old_key: bytes, new_key: bytes,
-                      position: Callable[[tuple[Any, ...]], str | int],
-                      transform: Callable[[tuple[Any, ...], bytes], bytes] | None = None) -> int:
-        """Re-seal one table in primary-key order, a batch at a time, so a
-        million summaries are never held at once. A value that does not open
-        under the old key is damage: nothing is re-sealed (the caller's
-        transaction rolls back)."""
-        if table not in self._tables():
-            return 0  # never made: nothing sealed in it
-        cols = ", ".join(pk)
-        after: tuple[Any, ...] | None = None
-        moved = 0
-        opener = aead.BulkOpener(CHUNK_BYTES)
-        sealer = aead.BulkSealer(CHUNK_BYTES)
-        while True:
-            where = "" if after is None else f"WHERE ({cols}) > ({', '.join('?' * len(pk))})"
-            rows = self.conn.execute(f"SELECT {cols}, sealed FROM {table} {where} ORDER BY {cols} LIMIT ?",
-                                     (*(after or ()), RESEAL_BATCH)).fetchall()
-            if not rows:
-                return moved
-            updates = []
-            for row in rows:
-                key, sealed = row[:-1], row[-1]
-                ad = self._aad(table, position(key))
-                try:
-                    plain = bytes(opener.open(old_key, sealed, ad))
-                except aead.Unsealable:
-                    raise Damaged(f"Stored {table} data at {position(key)} failed its integrity check; nothing "
-                                  "was re-sealed. Restore this store from a backup.") from None
-                if transform is not None:
-                    plain = transform(key, plain)
-                updates.append((sealer.seal(new_key, plain, ad), *key))
-            self.conn.executemany(
-                f"UPDATE {table} SET sealed = ? WHERE {' AND '.join(f'{c} = ?' for c in pk)}", updates)
-            moved += len(rows)
-            after = rows[-1][:-1]

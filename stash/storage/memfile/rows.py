@@ -12,7 +12,7 @@ before that field carry none, read as version 0), and ends in its writer.
 from __future__ import annotations
 
 from ...core.errors import Damaged
-from ...crypto import aead
+from ...crypto import aead, keys
 from ..formats import (
     MEMORY_PLAINTEXT_BYTES,
     OLDER_MEMORY_PLAINTEXT_BYTES,
@@ -32,6 +32,46 @@ ERASED = "[erased]"
 class RowCodec(FilePart):
     def _aad(self, table: str, position: str | int) -> bytes:
         return f"stash/v1|{self.user_id}|{table}|{position}".encode()
+
+    def _has_epoch(self, table: str) -> bool:
+        """Whether ``table`` records each row's epoch: only a file that has
+        had a new epoch since rows record theirs does (docs/DESIGN.md,
+        "Key epochs"). Read once per handle, as no other request changes it
+        while this one has the file open (a new epoch holds the user's lock
+        exclusive)."""
+        has = self._epoch_columns.get(table)
+        if has is None:
+            has = any(r[1] == "epoch" for r in self.conn.execute(f"PRAGMA table_info({table})"))
+            self._epoch_columns[table] = has
+        return has
+
+    def _epoch_sql(self, table: str) -> str:
+        """What a SELECT reads as a row's epoch: its column, or NULL (the base epoch)."""
+        return "epoch" if self._has_epoch(table) else "NULL"
+
+    def _key_of(self, epoch: int | None) -> bytes:
+        """The rows key of the epoch that sealed a row (None: the file's base
+        epoch). An epoch this file is not past, or one the handle has no key
+        chain for, fails as damage: an edited ``epoch`` value only makes the
+        row fail to open."""
+        e = self._base_epoch if epoch is None else epoch
+        if e == self.epoch and type(e) is int:
+            return self._rows_key
+        key = self._epoch_keys.get(e) if type(e) is int else None
+        if key is None:
+            if self._keychain is None or type(e) is not int or not 0 <= e < self.epoch:
+                raise Damaged("A stored row names a key epoch this file cannot have; restore this store from a "
+                              "backup.")
+            key = keys.subkey(self._keychain.key(e), b"rows")
+            self._epoch_keys[e] = key
+        return key
+
+    def _epoch_of_write(self, table: str) -> tuple[str, str, tuple[int, ...]]:
+        """The column list, placeholders and value that record a row written
+        now as sealed in the current epoch (nothing for a table without the
+        column: then no new epoch has begun since, and its rows are all in
+        the file's epoch)."""
+        return (", epoch", ", ?", (self.epoch,)) if self._has_epoch(table) else ("", "", ())
 
     def _open(self, key: bytes, sealed: bytes, table: str, position: str | int) -> bytes:
         try:
@@ -60,10 +100,10 @@ class RowCodec(FilePart):
                          + self.writer.to_bytes(WRITER_BYTES, "big"),
                          self._aad("summaries", f"{size}|{idx}"))
 
-    def _open_summary(self, size: int, idx: int, sealed: bytes) -> tuple[int, bytes]:
+    def _open_summary(self, size: int, idx: int, sealed: bytes, epoch: int | None) -> tuple[int, bytes]:
         """The state version a summary was written at (0: before the field)
         and its padded text."""
-        plain = self._open(self._rows_key, sealed, "summaries", f"{size}|{idx}")
+        plain = self._open(self._key_of(epoch), sealed, "summaries", f"{size}|{idx}")
         if len(plain) == SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES:
             return int.from_bytes(plain[:SUMMARY_VERSION_BYTES], "big"), plain[SUMMARY_VERSION_BYTES:]
         return 0, plain

@@ -79,24 +79,24 @@ class TreePart(RowCodec):
         """The summaries of level ``size`` with index in ``[first, end)``, each
         opened and checked as :meth:`summary` does, in one query; an index
         without a summary is absent."""
-        rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? AND idx >= ? AND idx < ?",
-                                 (size, first, end))
-        return {idx: self._summary_text(size, idx, sealed) for idx, sealed in rows}
+        rows = self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
+                                 "WHERE size = ? AND idx >= ? AND idx < ?", (size, first, end))
+        return {idx: self._summary_text(size, idx, sealed, epoch) for idx, sealed, epoch in rows}
 
     def summary(self, lo: int, hi: int) -> str | None:
         size = hi - lo
         row = self.conn.execute(
-            "SELECT sealed FROM summaries WHERE size = ? AND idx = ?", (size, lo // size)
-        ).fetchone()
+            f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
+            (size, lo // size)).fetchone()
         if row is None:
             return None
-        return self._summary_text(size, lo // size, row[0])
+        return self._summary_text(size, lo // size, row[0], row[1])
 
-    def _summary_text(self, size: int, idx: int, sealed: bytes) -> str:
+    def _summary_text(self, size: int, idx: int, sealed: bytes, epoch: int | None) -> str:
         """Open one summary and check it is current: written after the last
         drop of its block (:meth:`_summary_valid`). Plaintexts written before
         the state head existed carry no version (0)."""
-        written, plain = self._open_summary(size, idx, sealed)
+        written, plain = self._open_summary(size, idx, sealed, epoch)
         lo = idx * size
         if not self._summary_valid(size, idx, written):
             raise RolledBack(f"The summary of {lo}-{lo + size - 1} is an older copy of one that was dropped "
@@ -111,11 +111,11 @@ class TreePart(RowCodec):
         """The grant that wrote the summary of ``[lo, hi)`` (0: not
         recorded), or None when there is none."""
         size = hi - lo
-        row = self.conn.execute("SELECT sealed FROM summaries WHERE size = ? AND idx = ?",
-                                (size, lo // size)).fetchone()
+        row = self.conn.execute(f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries "
+                                "WHERE size = ? AND idx = ?", (size, lo // size)).fetchone()
         if row is None:
             return None
-        return self._writer_of(self._open_summary(size, lo // size, row[0])[1])
+        return self._writer_of(self._open_summary(size, lo // size, row[0], row[1])[1])
 
     def put_summary(self, lo: int, hi: int, text: str) -> bool:
         """Settle block ``[lo, hi)`` if it is still the next one of its level
@@ -144,7 +144,9 @@ class TreePart(RowCodec):
                 for k in (2 * idx, 2 * idx + 1):
                     if k not in have and self._erased_in(k * half, (k + 1) * half) != half:
                         return False
-            self.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
+            cols, marks, epoch = self._epoch_of_write("summaries")
+            self.conn.execute(f"INSERT INTO summaries(size, idx, sealed{cols}) VALUES (?, ?, ?{marks})",
+                              (size, idx, sealed, *epoch))
             if hole:
                 holes[size].remove(idx)
                 self._save_holes(holes)
@@ -228,11 +230,12 @@ class TreePart(RowCodec):
     def level(self, size: int) -> Iterator[str]:
         """The summaries of one level up to its first hole, in order (OptMem's
         levels are dense: an export writes each up to its first hole; docs/DESIGN.md, "Erase")."""
-        rows = self.conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? ORDER BY idx", (size,))
-        for expected, (idx, sealed) in enumerate(rows):
+        rows = self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
+                                 "WHERE size = ? ORDER BY idx", (size,))
+        for expected, (idx, sealed, epoch) in enumerate(rows):
             if idx != expected:
                 return
-            yield self._summary_text(size, idx, sealed)
+            yield self._summary_text(size, idx, sealed, epoch)
 
     def level_sizes(self) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size")]
