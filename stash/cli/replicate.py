@@ -56,7 +56,8 @@ def replicate_main(argv: list[str]) -> int:
         return 0
     (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
     known: set[str] = set()
-    replica.update_roster(data, known)  # the roster exists before Litestream is asked to watch it
+    # The roster exists before Litestream is asked to watch it; only plain-file users are streamed.
+    streamed = {user_id for user_id, cipher in replica.update_roster(data, known) if cipher == "none"}
     cfg = replica.write_config(data, target, args.interval)
     stopping = False
 
@@ -70,7 +71,7 @@ def replicate_main(argv: list[str]) -> int:
     from ..service import replication_status as rs
 
     status = rs.Status(os.getpid(), time.time(), False)
-    lag = rs.Lag()
+    lag = rs.Lag(Path(str(target.settings["path"])) if target.settings.get("type") == "file" else None)
     child: subprocess.Popen[bytes] | None = None
     pause = _seconds(args.interval)
     while not stopping:
@@ -85,9 +86,11 @@ def replicate_main(argv: list[str]) -> int:
             child = subprocess.Popen([binary, "replicate", "-config", str(cfg), "-no-expand-env"],
                                      stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
             threading.Thread(target=_watch_errors, args=(child, status), daemon=True).start()
-        _report(replica.update_roster(data, known))
+        added = replica.update_roster(data, known)
+        _report(added)
+        streamed |= {user_id for user_id, cipher in added if cipher == "none"}
         status.litestream_up = child.poll() is None
-        status.lag_seconds = lag.measure(data, known)
+        status.lag_seconds = lag.measure(data, streamed)
         status.written = time.time()
         rs.write(data, status)
         time.sleep(pause)

@@ -10,11 +10,12 @@ or older than :data:`STALE_S` (the supervisor is gone), Litestream is down,
 an error was seen in the last :data:`ERROR_WINDOW_S` seconds, or the lag is
 over :data:`MAX_LAG_S`.
 
-The lag is, for the oldest write to a replicated file that Litestream has not
-yet written into its own transaction files beside it, the seconds since that
-write (0 when nothing is pending), read from file times each pass: a bound to
-the pass, not to the millisecond. A transaction Litestream wrote but could
-not upload shows as an error, not as lag.
+The lag is, for the oldest write to a replicated file not yet in the
+replica, the seconds since that write (0 when nothing is pending), read from
+file times each pass: a bound to the pass, not to the millisecond. "In the
+replica" is judged by the replica's own folder for a folder replica, and by
+the transaction files Litestream keeps beside each file for any other (there
+an upload that fails shows as an error, not as lag).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from ..storage.layout import DATA_FILES, USER_ID
 
 STATUS = Path(".run") / "replication.json"
 STALE_S = 15.0
-ERROR_WINDOW_S = 30.0
+# Litestream logs a failure that repeats at most once every 30 s (and retries
+# ever more rarely, up to every 5 minutes): an error keeps the host not ready
+# for twice that, and a failure that outlasts it shows as lag once writes wait.
+ERROR_WINDOW_S = 60.0
 MAX_LAG_S = 60.0
 ERROR_KINDS = ("disk_full", "unwritable", "other")
 
@@ -107,8 +111,18 @@ class Lag:
     """The lag, kept across passes: per replicated file, since when a write
     has been waiting for Litestream (:mod:`stash.service.replication_status`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, replica_root: Path | None = None) -> None:
         self._pending: dict[Path, float] = {}
+        self._root = replica_root  # a folder replica's root, else None
+
+    def _shipped(self, folder: Path, user_id: str, name: str) -> float:
+        """When the newest transaction of the file reached where it is judged shipped."""
+        level0 = (self._root / "users" / user_id / name if self._root is not None
+                  else folder / f".{name}-litestream") / "ltx" / "0"
+        try:
+            return os.stat(level0).st_mtime
+        except OSError:
+            return 0.0
 
     def measure(self, data_dir: Path, users: set[str], now: float | None = None) -> float:
         now = time.time() if now is None else now
@@ -121,10 +135,7 @@ class Lag:
                 path = folder / name
                 with contextlib.suppress(OSError):
                     wrote = os.stat(f"{path}-wal").st_mtime
-                    try:
-                        shipped = os.stat(folder / f".{name}-litestream" / "ltx" / "0").st_mtime
-                    except OSError:
-                        shipped = 0.0
+                    shipped = self._shipped(folder, user_id, name)
                     if wrote <= shipped:
                         self._pending.pop(path, None)
                         continue

@@ -40,6 +40,7 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
+from ..storage import files as storage_files
 from ..storage import formats, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
@@ -353,17 +354,11 @@ def _signature(folder: Path, quota_bytes: int | None) -> list[tuple[str, int, in
 
 def copy_allocated(src: Path, dst: Path) -> None:
     """Copy ``src`` into a new ``dst`` extent by extent, as the file system
-    records them (SEEK_DATA and SEEK_HOLE): a hole stays a hole, so a sparse
-    file of terabytes that holds nothing costs nothing to copy."""
+    records them (:func:`stash.storage.files.data_extents`): a hole stays a
+    hole, so a sparse file of terabytes that holds nothing costs nothing."""
     with open(src, "rb") as f, open(dst, "xb") as out:
-        fd, size = f.fileno(), os.fstat(f.fileno()).st_size
-        at = 0
-        while at < size:
-            try:
-                start = os.lseek(fd, at, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data after ``at``
-                break
-            end = os.lseek(fd, start, os.SEEK_HOLE)
+        size = os.fstat(f.fileno()).st_size
+        for start, end in storage_files.data_extents(f.fileno(), size):
             f.seek(start)
             out.seek(start)
             left = end - start
@@ -373,7 +368,6 @@ def copy_allocated(src: Path, dst: Path) -> None:
                     break
                 out.write(chunk)
                 left -= len(chunk)
-            at = end
         out.truncate(size)
 
 

@@ -158,14 +158,37 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """The ``(start, end)`` ranges of an open file that hold data, as the
+    file system records them (SEEK_DATA, SEEK_HOLE); the rest are holes,
+    which read as zeros and take no disk. The whole file where the file
+    system does not tell."""
+    at = 0
+    while at < size:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data after ``at``
+                return
+            yield at, size  # SEEK_DATA unsupported here
+            return
+        yield start, min(end, size)
+        at = end
+
+
 def overwrite_with_zeros(path: Path) -> None:
-    """Write zeros over the whole of a file, durably, before it is removed:
-    its sealed rows and the pages of destroyed keys are then not left in the
-    filesystem's free blocks (on a filesystem that writes in place)."""
+    """Write zeros over every byte of a file that holds data, durably, before
+    it is removed: its sealed rows and the pages of destroyed keys are then
+    not left in the filesystem's free blocks (on a filesystem that writes in
+    place). A hole holds nothing and stays a hole, so a sparse file costs
+    only what it holds."""
     size = path.stat().st_size
     with open(path, "r+b") as f:
-        for _ in range(0, size, 1 << 20):
-            f.write(bytes(min(1 << 20, size - f.tell())))
+        for start, end in list(data_extents(f.fileno(), size)):
+            f.seek(start)
+            for at in range(start, end, 1 << 20):
+                f.write(bytes(min(1 << 20, end - at)))
         f.flush()
         os.fsync(f.fileno())
 
