@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import statistics
 import sys
 import tempfile
@@ -30,20 +29,10 @@ import time
 from pathlib import Path
 
 import _repo  # noqa: F401  (puts the checkout on sys.path)
+from replication import du, ltx_count
 
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import Http, Server
-
-
-def du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def ltx_count(folder: Path) -> int:
-    try:
-        return len(os.listdir(folder))
-    except OSError:
-        return 0
 
 
 def window(replica: Path, seconds: float) -> int:

@@ -82,7 +82,8 @@ def read(data_dir: Path) -> Status | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -95,7 +96,7 @@ def _alive(pid: int) -> bool:
 def problem(status: Status | None, now: float | None = None) -> str | None:
     """Why replication is not healthy now (words safe to answer), or None."""
     now = time.time() if now is None else now
-    if status is None or now - status.written > STALE_S or not _alive(status.pid):
+    if status is None or now - status.written > STALE_S or not alive(status.pid):
         return "the replication supervisor (stash replicate) is not running"
     if not status.litestream_up:
         return "Litestream is not running"

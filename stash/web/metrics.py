@@ -27,6 +27,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import disable_created_metrics
 from prometheus_client.registry import Collector
 
+from ..service.replication_status import alive as _alive
+
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 FOLDER_PREFIX = "stash-metrics-"
@@ -118,16 +120,6 @@ def user_count(data_dir: Path) -> int:
             return sum(1 for e in it if e.is_dir(follow_symlinks=False))
     except OSError:
         return 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Users(Collector):

@@ -4,6 +4,8 @@ service/replication_status.py, cli/supervise.py): a real ``stash serve
 
 - An idle user ships (nearly) nothing over a window: the configuration
   before this one shipped a transaction, and a whole file, every interval.
+  Files dropped beside a user's own (``kitten.db``, ``memory.db.evil.db``)
+  are not streamed.
 - kill -9 of the ``stash replicate`` supervisor: the server is not ready
   until it is back, starts it again, and notes reach the replica again.
   kill -9 of Litestream alone: started again, counted in /metrics.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -93,6 +96,14 @@ def test_idle_ships_nothing_a_killed_supervisor_or_litestream_comes_back_and_a_f
     http = Http(live.url)
     try:
         owner = http.init()
+        # Files that are not Stash's, as someone with write access to the folder drops them: never streamed.
+        for name in ("kitten.db", "memory.db.evil.db"):
+            dropped = sqlite3.connect(live.data / "users" / owner["user_id"] / name)
+            dropped.execute("PRAGMA journal_mode = WAL")
+            dropped.execute("CREATE TABLE t (x)")
+            dropped.execute("INSERT INTO t VALUES ('not ours')")
+            dropped.commit()
+            dropped.close()
         for k in range(3):
             http.ok("POST", "/note", owner["token"], json={"text": f"before the idle window {k}"})
         wait_for(lambda: l0(replica, owner["user_id"]) and ready(live.url).status_code == 200)
@@ -101,6 +112,7 @@ def test_idle_ships_nothing_a_killed_supervisor_or_litestream_comes_back_and_a_f
         time.sleep(IDLE_WINDOW_S)
         assert du(replica) - before <= IDLE_SHIPS_AT_MOST
         assert metric(live.url, "stash_replication_ready") == 1.0
+        assert sorted(os.listdir(replica / "users" / owner["user_id"])) == ["keyring.db", "memory.db"]
 
         (supervisor,) = children(live.proc.pid, b"replicate")
         (litestream,) = children(supervisor, b"litestream")
