@@ -35,21 +35,31 @@ from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import Http, Server
 
 
-def window(replica: Path, seconds: float) -> int:
-    """The replica's growth in bytes over ``seconds``."""
-    before = du(replica)
+def files(path: Path) -> dict[Path, int]:
+    return {p: p.stat().st_size for p in path.rglob("*") if p.is_file()}
+
+
+def window(replica: Path, seconds: float) -> tuple[int, int]:
+    """What the replica took in over ``seconds``: the bytes of the files
+    written meanwhile (what was shipped), and its net growth (Litestream's
+    retention removes compacted files, so the net can be below zero)."""
+    before = files(replica)
     time.sleep(seconds)
-    return du(replica) - before
+    after = files(replica)
+    shipped = sum(size for path, size in after.items() if before.get(path) != size)
+    return shipped, sum(after.values()) - sum(before.values())
 
 
-def per_hour(grown: int, seconds: float, users: int = 1) -> str:
-    return f"{grown / users * 3600 / seconds / 1e3:,.1f} KB/h per user (measured {grown:,} B over {seconds:.0f} s)"
+def per_hour(grown: tuple[int, int], seconds: float, users: int = 1) -> str:
+    shipped, net = grown
+    return (f"{shipped / users * 3600 / seconds / 1e3:,.1f} KB/h per user shipped (measured {shipped:,} B in new "
+            f"files over {seconds:.0f} s, extrapolated to an hour; net growth {net:,} B)")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--users", type=int, default=10, help="idle users (each ran /init only)")
-    p.add_argument("--notes", type=int, default=200, help="notes to one user, one at a time")
+    p.add_argument("--notes", type=int, default=200, help="notes to one user, one at a time (0: the idle window only)")
     p.add_argument("--spacing", type=float, default=0.0, help="pause between two notes (s)")
     p.add_argument("--import-lines", type=int, default=5000)
     p.add_argument("--window", type=float, default=60.0, help="each idle window (s)")
@@ -64,12 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         users = [http.init() for _ in range(args.users)]
         time.sleep(args.settle)
-        grown = window(replica, args.window)
-        print(f"idle, {args.users} users after /init: {per_hour(grown, args.window, args.users)}", flush=True)
+        idle = per_hour(window(replica, args.window), args.window, args.users)
+        print(f"idle, {args.users} users after /init: {idle}", flush=True)
 
+        if not args.notes:
+            return 0
         writer = users[0]
         l0 = replica / "users" / writer["user_id"] / "memory.db" / "ltx" / "0"
-        before, lags = du(replica), []
+        before, lags = files(replica), []
         for k in range(args.notes):
             seen = ltx_count(l0)
             http.ok("POST", "/note", writer["token"], json={"text": f"note {k} of the cost bench"})
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             lags.append(time.monotonic() - acked)
             time.sleep(args.spacing)
         time.sleep(args.settle)
-        shipped = du(replica) - before
+        shipped = sum(size for path, size in files(replica).items() if before.get(path) != size)
         lags.sort()
         print(f"notes: {args.notes} acknowledged notes shipped {shipped:,} B, {shipped / args.notes:,.0f} B per note "
               f"(both files, settle included)", flush=True)
@@ -90,18 +102,19 @@ def main(argv: list[str] | None = None) -> int:
         big = users[1] if len(users) > 1 else writer
         entries = [{"date": today, "text": f"imported line {k} of the cost bench, some words to make it real"}
                    for k in range(args.import_lines)]
-        before = du(replica)
+        before = files(replica)
         http.ok("POST", "/import", big["token"], json={"entries": entries})
         time.sleep(args.settle)
-        print(f"import of {args.import_lines:,} lines: shipped {du(replica) - before:,} B "
+        took = sum(size for path, size in files(replica).items() if before.get(path) != size)
+        print(f"import of {args.import_lines:,} lines: shipped {took:,} B, settle included "
               f"(data folder {du(tmp / 'data'):,} B)", flush=True)
-        grown = window(replica, args.window)
-        print(f"idle after the import: {per_hour(grown, args.window)} (the whole host's growth)", flush=True)
+        print(f"idle after the import: {per_hour(window(replica, args.window), args.window)} (the whole host)",
+              flush=True)
     finally:
         http.close()
         server.stop()
-    grown = window(replica, min(args.window, 20.0))
-    print(f"server stopped: the replica grew {grown:,} B in {min(args.window, 20.0):.0f} s", flush=True)
+    shipped, net = window(replica, min(args.window, 20.0))
+    print(f"server stopped: {shipped:,} B shipped in {min(args.window, 20.0):.0f} s (net {net:,} B)", flush=True)
     print(f"replica total {du(replica):,} B; folder {tmp}")
     return 0
 
