@@ -335,7 +335,7 @@ def _wal_frames_pages(path: str) -> list[int] | None:
                 return []
             page = int.from_bytes(header[8:12], "big")
             salts = header[16:24]
-            pages = []
+            pages: list[int] = []
             while True:
                 frame = f.read(24)
                 if len(frame) < 24 or frame[8:16] != salts:
