@@ -91,3 +91,24 @@ def test_a_backup_is_whole_or_verify_says_what_is_missing(capsys, tmp_path: Path
     assert run(capsys, dest)[0] == 0
     code, text = run(capsys, dest, backup=True)
     assert code == 1 and "it has no backup.json" in text
+
+
+def test_the_users_lock_is_free_while_verify_copies(capsys, store: Store, monkeypatch):
+    """The copy is taken between two moments under the lock, not under it:
+    a request (here, the lock taken exclusive from another open file) gets
+    the lock while the copy runs."""
+    import stash.service.verify as verify
+    from stash.storage import userlock
+
+    real = verify.copy_allocated
+    free: list[bool] = []
+
+    def watched(src: Path, dst: Path) -> None:
+        with userlock.exclusive_within(store.folder, 0.5) as held:
+            free.append(held)
+        real(src, dst)
+
+    monkeypatch.setattr(verify, "copy_allocated", watched)
+    code, text = run(capsys, store.data)
+    assert code == 0, text
+    assert free and all(free)
