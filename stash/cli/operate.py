@@ -10,9 +10,9 @@ import os
 import sys
 from pathlib import Path
 
-from ..web.settings import DATA, OPTIONS
+from ..web.settings import DATA
+from ..web.settings import QUOTA_BYTES as QUOTA
 
-QUOTA = next(o for o in OPTIONS if o.field == "quota_bytes")
 # A write that starts under the quota may end above it by its own size: a file
 # over twice the quota is no store's (verify refuses to copy it).
 OVERSIZE_FACTOR = 2
