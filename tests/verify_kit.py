@@ -35,8 +35,8 @@ class Store:
         return raw_memory_file(self.folder, self.master, self.cipher)
 
 
-def run(capsys, data: Path, token: str | None = None) -> tuple[int, str]:
-    args = ["verify", str(data)]
+def run(capsys, data: Path, token: str | None = None, backup: bool = False) -> tuple[int, str]:
+    args = ["verify", str(data), *(["--backup"] if backup else [])]
     old = os.environ.get("STASH_TOKEN")
     if token is not None:
         os.environ["STASH_TOKEN"] = token

@@ -11,6 +11,18 @@ import sys
 from pathlib import Path
 
 from ..web.settings import DATA
+from ..web.settings import QUOTA_BYTES as QUOTA
+
+# A write that starts under the quota may end above it by its own size: a file
+# over twice the quota is no store's (verify refuses to copy it).
+OVERSIZE_FACTOR = 2
+
+
+def _env_int(name: str, default: object) -> int:
+    try:
+        return int(os.environ.get(name, "") or int(default))  # type: ignore[call-overload]
+    except ValueError:
+        return int(default)  # type: ignore[call-overload]
 
 
 def _data(arg: str) -> Path:
@@ -67,9 +79,15 @@ def verify_main(argv: list[str]) -> int:
                    help=f"a data folder or backup (default: ${DATA.env_var} or {DATA.default})")
     p.add_argument("--token", action="store_true",
                    help="also check everything the capability in $STASH_TOKEN opens (its user only)")
+    p.add_argument("--backup", action="store_true",
+                   help="DIR must be a finished stash backup (its backup.json complete and agreeing with its files)")
+    p.add_argument(QUOTA.flag, type=int, default=_env_int(QUOTA.env_var, QUOTA.default), metavar="BYTES",
+                   help=f"the server's {QUOTA.flag}: a file over twice this is refused, not copied "
+                        f"(default: ${QUOTA.env_var} or {QUOTA.default})")
     args = p.parse_args(argv)
     from ..crypto import tokens
-    from ..service.verify import Failed, verify
+    from ..service.backup import check_manifest
+    from ..service.verify import Failed, unknown_entries, verify
 
     token = None
     parsed: tokens.Token | None = None
@@ -80,14 +98,25 @@ def verify_main(argv: list[str]) -> int:
             print("stash verify: --token reads a capability from $STASH_TOKEN, which does not hold one.",
                   file=sys.stderr)
             return 2
+    folder = _data(args.dir)
     try:
-        reports = verify(_data(args.dir), token)
+        reports = verify(folder, token, OVERSIZE_FACTOR * args.quota_bytes)
     except Failed as e:
         print(f"stash verify: {e}.", file=sys.stderr)
         return 2
     for report in reports:
         _print_report(report)
     failed = sum(not r.ok for r in reports)
+    # Whole-folder checks, after the users: a backup's manifest, and what users/ holds that is no user's.
+    for problem in check_manifest(folder, required=args.backup):
+        print(f"backup  FAIL  {problem}", flush=True)
+        failed += 1
+    strange = unknown_entries(folder)
+    if strange:
+        shown = ", ".join(repr(n)[:80] for n in strange[:10]) + (" and more" if len(strange) > 10 else "")
+        print(f"users/  FAIL  holds entries that are not users' folders: {shown} (never replicated or restored; "
+              "look at them, then remove them)", flush=True)
+        failed += 1
     if parsed is not None and not any(r.user_id == parsed.user_id for r in reports):
         print("stash verify: the token's user has no store here.", file=sys.stderr)
         failed += 1

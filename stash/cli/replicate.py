@@ -5,11 +5,14 @@ replica off the host with Litestream, and bring users back from it whole
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime as dt
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from ..web.settings import DATA
 
 SYNC_ENV = "STASH_REPLICATE_INTERVAL"
 RESTART_PAUSE_S = 0.2
+STOP_MARGIN_S = 5.0  # beyond Litestream's own shutdown sync, before it is killed
 
 
 def _data(arg: str) -> Path:
@@ -52,7 +56,8 @@ def replicate_main(argv: list[str]) -> int:
         return 0
     (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
     known: set[str] = set()
-    replica.update_roster(data, known)  # the roster exists before Litestream is asked to watch it
+    # The roster exists before Litestream is asked to watch it; only plain-file users are streamed.
+    streamed = {user_id for user_id, cipher in replica.update_roster(data, known) if cipher == "none"}
     cfg = replica.write_config(data, target, args.interval)
     stopping = False
 
@@ -63,6 +68,10 @@ def replicate_main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     _report(replica.update_roster(data, set()))
+    from ..service import replication_status as rs
+
+    status = rs.Status(os.getpid(), time.time(), False)
+    lag = rs.Lag(Path(str(target.settings["path"])) if target.settings.get("type") == "file" else None)
     child: subprocess.Popen[bytes] | None = None
     pause = _seconds(args.interval)
     while not stopping:
@@ -70,18 +79,57 @@ def replicate_main(argv: list[str]) -> int:
             if child is not None:
                 print(f"stash replicate: litestream exited with {child.returncode}; restarting it.",
                       file=sys.stderr, flush=True)
+                status.restarts += 1
+                status.litestream_up = False
+                rs.write(data, dataclasses.replace(status, written=time.time()))
                 time.sleep(RESTART_PAUSE_S)
             child = subprocess.Popen([binary, "replicate", "-config", str(cfg), "-no-expand-env"],
-                                     stdin=subprocess.DEVNULL)
-        _report(replica.update_roster(data, known))
+                                     stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+            threading.Thread(target=_watch_errors, args=(child, status), daemon=True).start()
+        added = replica.update_roster(data, known)
+        _report(added)
+        streamed |= {user_id for user_id, cipher in added if cipher == "none"}
+        status.litestream_up = child.poll() is None
+        status.lag_seconds = lag.measure(data, streamed)
+        status.written = time.time()
+        rs.write(data, status)
         time.sleep(pause)
     if child is not None and child.poll() is None:
-        child.terminate()  # Litestream ships what it has before it exits
+        child.terminate()  # Litestream ships what it has before it exits, for at most SHUTDOWN_SYNC_S
         try:
-            child.wait(timeout=30)
+            child.wait(timeout=replica.SHUTDOWN_SYNC_S + STOP_MARGIN_S)
         except subprocess.TimeoutExpired:
             child.kill()
+    status.litestream_up = False
+    rs.write(data, dataclasses.replace(status, written=time.time()))
     return 0
+
+
+def _die_with_parent() -> None:
+    """In the child, before it runs: Linux ends it (SIGTERM) when this
+    supervisor dies, even by kill -9, so a supervisor started again never
+    finds an orphaned Litestream still streaming the same files."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _watch_errors(child: subprocess.Popen[bytes], status) -> None:
+    """Pass Litestream's log through to ours, counting its errors by kind
+    (service/replication_status.py) for /health?ready=1 and /metrics."""
+    from ..service import replication_status as rs
+
+    assert child.stderr is not None
+    for raw in child.stderr:
+        line = raw.decode("utf-8", "replace")
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        kind = rs.classify(line)
+        if kind is not None:
+            status.errors[kind] = status.errors.get(kind, 0) + 1
+            status.last_error, status.last_error_at = kind, time.time()
 
 
 def _report(added: list[tuple[str, str]]) -> None:

@@ -11,7 +11,6 @@ import re
 import resource
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from types import FrameType
 
 from ..web.options import ENV_PREFIX, ConfigError, Option
 from ..web.settings import DATA, OPTIONS, Settings
+from .supervise import Replicator
 
 OPEN_FILES = 8192  # see _room_for_open_files
 APP_FACTORY = "stash.web.app:app_from_env"
@@ -253,22 +253,22 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _start_replicator(settings: Settings) -> subprocess.Popen[bytes] | None:
+def _start_replicator(settings: Settings) -> Replicator | None:
     """``stash replicate`` beside the server, in its process group (a stop
-    of the service stops both), when --replicate names a replica."""
+    of the service stops both), watched and started again if it exits, when
+    --replicate names a replica."""
     if settings.replicate is None:
         return None
     print("stash: replicating every store with Litestream (stash replicate)", flush=True)
-    return subprocess.Popen([sys.executable, "-m", "stash", "replicate", DATA.flag, str(settings.data_dir),
-                             settings.replicate], stdin=subprocess.DEVNULL)
+    return Replicator(settings.data_dir, settings.replicate).start()
 
 
-def _stop_replicator(child: subprocess.Popen[bytes] | None) -> None:
-    """Let it ship what the server wrote last, then end it."""
-    if child is None or child.poll() is not None:
+def _stop_replicator(replicator: Replicator | None) -> None:
+    """Let it ship what the server wrote last, for at most
+    :data:`~stash.service.replica.SHUTDOWN_SYNC_S` plus a margin, then end it."""
+    if replicator is None:
         return
-    child.terminate()
-    try:
-        child.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        child.kill()
+    from ..service.replica import SHUTDOWN_SYNC_S
+    from .replicate import STOP_MARGIN_S
+
+    replicator.stop(SHUTDOWN_SYNC_S + 2 * STOP_MARGIN_S)

@@ -34,12 +34,13 @@ from pathlib import Path
 from ..crypto.chain import Head
 from ..storage import safeopen
 from ..storage.keyring import EPOCH, HEAD_COPY, STATE_COPY
+from ..storage.layout import DATA_FILES, USER_ID
 from ..storage.memfile import EPOCH_META, HEAD_META, STATE_META
-from .verify import USER_ID, Report, verify_user
+from .verify import Report, verify_user
 
-# Both replicated files of a user; recall.db and every other file stay out.
-PATTERN = "[km]*.db"
-REPLICATED = ("keyring.db", "memory.db")
+# Both replicated files of a user, each by its exact name (storage/layout.py);
+# recall.db and every other file stay out.
+REPLICATED = DATA_FILES
 ROSTER = "roster.db"
 CONFIG_NAME = ".litestream.yml"
 # What Litestream keeps: a snapshot an hour, each kept a day. An erased
@@ -51,6 +52,10 @@ SNAPSHOT_INTERVAL = f"{SNAPSHOT_INTERVAL_H}h"
 RETENTION = f"{RETENTION_H}h"
 SYNC_INTERVAL = "1s"
 RUN_TIMEOUT = 120.0
+# How long Litestream, once stopped, keeps trying to ship what it has not yet
+# shipped (its own default is 30 s): the bound `stash serve` waits for the
+# replica on shutdown (deploy/README.md, "Replicated host").
+SHUTDOWN_SYNC_S = 5
 
 
 def replica_history_ends(at: str) -> str:
@@ -118,25 +123,31 @@ class Target:
 
 def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -> dict[str, object]:
     """Litestream's configuration (JSON is YAML) for ``data_dir``: every
-    user's two files by pattern, users created later included (``watch``),
-    and the roster."""
+    user's two files, each by its exact name, users created later included
+    (``watch``), and the roster.
+
+    What a checkpoint costs the replica decides what replication costs
+    (bench/README.md, "Replication cost"). Litestream writes a row of its own
+    after each checkpoint it runs; a page-count trigger of one page
+    (``min-checkpoint-page-count: 1``) sees that row's frame as reason for
+    the next checkpoint, every interval, and each restarted WAL made it ship
+    the whole file again: an idle host shipped for good. Its time trigger
+    (``checkpoint-interval``) fires only when a write was shipped since the
+    last checkpoint, so it is kept at the sync interval (an erasure's or a
+    revocation's replaced pages are folded into the file within about an
+    interval: storage/files.py, ``litestream_flushed``) and the page-count
+    trigger is left at Litestream's own (1,000 pages)."""
     data_dir = Path(data_dir)
     timing = {"sync-interval": sync_interval}
+    users = [{"dir": str(data_dir / "users"), "pattern": name, "recursive": True, "watch": True,
+              "monitor-interval": sync_interval, "checkpoint-interval": sync_interval,
+              "replica": {**target.at("users"), **timing}} for name in REPLICATED]
     return {
         "logging": {"level": "warn", "stderr": True},
         "snapshot": {"interval": SNAPSHOT_INTERVAL, "retention": RETENTION},
-        "dbs": [
-            {"dir": str(data_dir / "users"), "pattern": PATTERN, "recursive": True, "watch": True,
-             # Litestream's read transaction lets no checkpoint but its own complete: it checkpoints
-             # each WAL with a frame in it every interval, so what an erasure or revocation
-             # replaced is folded in within an interval (storage/files.py, litestream_flushed).
-             # A passive checkpoint, not truncate-page-n 1: truncating after every sync makes each
-             # idle file ship a transaction a second for good (bench/README.md, "Replication").
-             "monitor-interval": sync_interval, "min-checkpoint-page-count": 1,
-             "checkpoint-interval": sync_interval, "replica": {**target.at("users"), **timing}},
-            {"path": str(data_dir / ROSTER), "monitor-interval": sync_interval,
-             "replica": {**target.at(ROSTER), **timing}},
-        ],
+        "shutdown-sync-timeout": f"{SHUTDOWN_SYNC_S}s",
+        "dbs": [*users, {"path": str(data_dir / ROSTER), "monitor-interval": sync_interval,
+                         "replica": {**target.at(ROSTER), **timing}}],
     }
 
 

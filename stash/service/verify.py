@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
-import shutil
 import sqlite3
 import tempfile
 from collections.abc import Iterator
@@ -40,16 +40,17 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
+from ..storage import files as storage_files
 from ..storage import formats, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
+from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
 WAL_HEADER_BYTES, WAL_FRAME_HEADER_BYTES = 32, 24
 SEALED_ROW_BYTES = min(formats.ROW_FORMATS) + aead.OVERHEAD  # the smallest sealed log row
-USER_ID = re.compile(r"[0-9a-f]{16}")
 
 
 class Failed(Exception):
@@ -329,10 +330,49 @@ def _check_with_token(folder: Path, token_text: str, copy: Head | None,
 
 
 COPIED = re.compile(r"(keyring|memory|recall)\.db(-wal)?")
+COPY_ATTEMPTS = 3
+COPY_CHUNK = 1 << 20
+
+
+def _copied_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if COPIED.fullmatch(p.name) and p.is_file() and not p.is_symlink())
+
+
+def _signature(folder: Path, quota_bytes: int | None) -> list[tuple[str, int, int, int]]:
+    """Each file to copy, by name, size, change time and inode: what a write
+    of the server (or a WAL's checkpoint and removal) changes. A file larger
+    than ``quota_bytes`` (stash verify passes twice the user's quota) is refused here, before any byte of it is read."""
+    out = []
+    for path in _copied_files(folder):
+        st = path.stat()
+        if quota_bytes is not None and st.st_size > quota_bytes:
+            raise Failed(f"{path.name} is {st.st_size:,} bytes, more than any store's file can be (twice "
+                         "--quota-bytes): not copied; look at it by hand")
+        out.append((path.name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return out
+
+
+def copy_allocated(src: Path, dst: Path) -> None:
+    """Copy ``src`` into a new ``dst`` extent by extent, as the file system
+    records them (:func:`stash.storage.files.data_extents`): a hole stays a
+    hole, so a sparse file of terabytes that holds nothing costs nothing."""
+    with open(src, "rb") as f, open(dst, "xb") as out:
+        size = os.fstat(f.fileno()).st_size
+        for start, end in storage_files.data_extents(f.fileno(), size):
+            f.seek(start)
+            out.seek(start)
+            left = end - start
+            while left > 0:
+                chunk = f.read(min(COPY_CHUNK, left))
+                if not chunk:
+                    break
+                out.write(chunk)
+                left -= len(chunk)
+        out.truncate(size)
 
 
 @contextlib.contextmanager
-def _private_copy(folder: Path) -> Iterator[Path]:
+def _private_copy(folder: Path, quota_bytes: int | None = None) -> Iterator[Path]:
     """This user's folder as a copy in a private temporary data folder
     (TMPDIR, mode 0700), overwritten with zeros and removed afterwards
     (:func:`stash.storage.files.overwrite_with_zeros`).
@@ -340,20 +380,35 @@ def _private_copy(folder: Path) -> Iterator[Path]:
     Every check runs on the copy: SQLite checkpoints and deletes a WAL when a
     connection closes, and opening a store with its key may upgrade an older
     format, re-seal a file an epoch behind and record the capability's use,
-    so a store verified in place would not stay as it was found. The copy is
-    made of the files' bytes (a WAL and its partial last frame included) under
-    the user's lock held exclusive, the lock ``stash backup`` copies under:
-    no request of a running server has the files open meanwhile, so they are
-    at rest and their copy is one consistent state. The lock is taken only
-    where a server made it; nothing is created in ``folder``."""
+    so a store verified in place would not stay as it was found.
+
+    The copy is made of the files' bytes (a WAL and its partial last frame
+    included), only their allocated extents (:func:`copy_allocated`), and
+    only of files no larger than a user's quota. The user's lock (the one
+    ``stash backup`` copies under) is held exclusive only for a moment before
+    the copy and one after, to read each file's size, change time and inode:
+    no request of a running server has the files open at either moment, and
+    when both agree the files were at rest in between, so the copy is one
+    consistent state; when they differ the copy is made again (up to
+    :data:`COPY_ATTEMPTS` times). The server's requests wait for those two
+    moments, never for the copy. The lock is taken only where a server made
+    it; nothing is created in ``folder``."""
     with tempfile.TemporaryDirectory(prefix="stash-verify-") as tmp:
         target = UserFiles(Path(tmp), folder.name).folder
         target.mkdir(parents=True, mode=0o700)
         try:
-            with userlock.exclusive(folder, create=False):
-                for path in folder.iterdir():
-                    if COPIED.fullmatch(path.name) and path.is_file() and not path.is_symlink():
-                        shutil.copyfile(path, target / path.name)
+            for _ in range(COPY_ATTEMPTS):
+                with userlock.exclusive(folder, create=False):
+                    before = _signature(folder, quota_bytes)
+                for path in target.iterdir():
+                    overwrite_with_zeros(path)
+                for name, *_rest in before:
+                    copy_allocated(folder / name, target / name)
+                with userlock.exclusive(folder, create=False):
+                    if _signature(folder, quota_bytes) == before:
+                        break
+            else:
+                raise Failed(f"its files changed during each of {COPY_ATTEMPTS} copies; run verify again")
             yield target
         finally:
             for path in target.iterdir():
@@ -472,15 +527,33 @@ def _read_plain_memory(path: Path) -> dict[str, object]:
         conn.close()
 
 
-def verify_user(folder: Path, token_text: str | None = None) -> Report:
-    """Check one user's files, on a private copy of them (:func:`_private_copy`)."""
+def verify_user(folder: Path, token_text: str | None = None, quota_bytes: int | None = None) -> Report:
+    """Check one user's files, on a private copy of them (:func:`_private_copy`),
+    and name what its folder holds that is not Stash's (storage/layout.py)."""
     report = Report(folder.name)
     try:
-        with _private_copy(folder) as copied:
+        with _private_copy(folder, quota_bytes) as copied:
             _verify_files(copied, token_text, report)
+        strange = unknown_in_user(folder)
+        if strange:
+            report.fail(f"its folder holds files that are not Stash's: {_names(strange)} (never replicated or "
+                        "restored; look at them, then remove them)")
+    except Failed as e:
+        report.fail(str(e))
     except OSError:
         report.fail("a file of this store cannot be read")
     return report
+
+
+def _names(names: list[str], most: int = 10) -> str:
+    """File names as a report shows them: quoted (repr), at most ``most``."""
+    shown = ", ".join(repr(n)[:80] for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def unknown_entries(data_dir: Path) -> list[str]:
+    """What the data folder's ``users/`` holds that is not a user's folder."""
+    return unknown_in_users(Path(data_dir) / "users")
 
 
 def _verify_files(folder: Path, token_text: str | None, report: Report) -> None:
@@ -505,5 +578,5 @@ def _verify_files(folder: Path, token_text: str | None, report: Report) -> None:
         report.fail("a file of this store cannot be read")
 
 
-def verify(data_dir: Path, token_text: str | None = None) -> list[Report]:
-    return [verify_user(folder, token_text) for folder in user_folders(data_dir)]
+def verify(data_dir: Path, token_text: str | None = None, quota_bytes: int | None = None) -> list[Report]:
+    return [verify_user(folder, token_text, quota_bytes) for folder in user_folders(data_dir)]

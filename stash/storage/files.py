@@ -158,14 +158,37 @@ def _create_private(path: Path) -> None:
     os.close(fd)
 
 
+def data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """The ``(start, end)`` ranges of an open file that hold data, as the
+    file system records them (SEEK_DATA, SEEK_HOLE); the rest are holes,
+    which read as zeros and take no disk. The whole file where the file
+    system does not tell."""
+    at = 0
+    while at < size:
+        try:
+            start = os.lseek(fd, at, os.SEEK_DATA)
+            end = os.lseek(fd, start, os.SEEK_HOLE)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data after ``at``
+                return
+            yield at, size  # SEEK_DATA unsupported here
+            return
+        yield start, min(end, size)
+        at = end
+
+
 def overwrite_with_zeros(path: Path) -> None:
-    """Write zeros over the whole of a file, durably, before it is removed:
-    its sealed rows and the pages of destroyed keys are then not left in the
-    filesystem's free blocks (on a filesystem that writes in place)."""
+    """Write zeros over every byte of a file that holds data, durably, before
+    it is removed: its sealed rows and the pages of destroyed keys are then
+    not left in the filesystem's free blocks (on a filesystem that writes in
+    place). A hole holds nothing and stays a hole, so a sparse file costs
+    only what it holds."""
     size = path.stat().st_size
     with open(path, "r+b") as f:
-        for _ in range(0, size, 1 << 20):
-            f.write(bytes(min(1 << 20, size - f.tell())))
+        for start, end in list(data_extents(f.fileno(), size)):
+            f.seek(start)
+            for at in range(start, end, 1 << 20):
+                f.write(bytes(min(1 << 20, end - at)))
         f.flush()
         os.fsync(f.fileno())
 
@@ -302,14 +325,51 @@ def _streamed(conn: sqlite3.Connection) -> str | None:
     return path if path and (Path(path).parent / f".{Path(path).name}-litestream").is_dir() else None
 
 
+def _wal_frames_pages(path: str) -> list[int] | None:
+    """The page numbers of the frames of the WAL's current generation (those
+    carrying its header's salts), in order; None without a readable WAL."""
+    try:
+        with open(f"{path}-wal", "rb") as f:
+            header = f.read(32)
+            if len(header) < 32:
+                return []
+            page = int.from_bytes(header[8:12], "big")
+            salts = header[16:24]
+            pages: list[int] = []
+            while True:
+                frame = f.read(24)
+                if len(frame) < 24 or frame[8:16] != salts:
+                    return pages
+                pages.append(int.from_bytes(frame[:4], "big"))
+                f.seek(page, os.SEEK_CUR)
+    except OSError:
+        return None
+
+
+def _only_litestreams(conn: sqlite3.Connection, path: str) -> bool:
+    """The WAL's current generation holds nothing but Litestream's own row
+    (``_litestream_seq``, which it writes after each checkpoint): so it
+    restarted after everything written before was checkpointed."""
+    pages = _wal_frames_pages(path)
+    if pages is None or not pages:
+        return pages is not None
+    try:
+        row = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = '_litestream_seq'").fetchone()
+    except DB_ERRORS:
+        return False
+    return row is not None and set(pages) == {int(row[0])}
+
+
 def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLUSH_S) -> bool:
     """Litestream holds a read transaction on every file it streams, so no
     checkpoint but its own completes; ``stash replicate`` has it checkpoint
-    every WAL that holds a frame once an interval. Wait for that: True once
-    every frame now in the WAL was checkpointed into the file and the WAL
-    restarted or truncated (its salts change, or it empties), False when the
-    file is not streamed (no ``-litestream`` folder beside it) or the wait
-    ran out."""
+    a WAL once an interval after a write of it was shipped. Wait for that:
+    True once every frame now in the WAL was checkpointed into the file and
+    the WAL restarted or truncated (its salts change, or it empties, or its
+    current generation holds only the row Litestream writes after each
+    checkpoint: it may have checkpointed between the commit and this call),
+    False when the file is not streamed (no ``-litestream`` folder beside
+    it) or the wait ran out."""
     path = _streamed(conn)
     if path is None:
         return False
@@ -317,7 +377,7 @@ def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLU
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         now = _wal_header(path)
-        if now is None or now == b"" or now != before:
+        if now is None or now == b"" or now != before or _only_litestreams(conn, path):
             return True
         time.sleep(0.01)
     return False

@@ -8,6 +8,7 @@ path, key, token or memory text — reaches the client or a log.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import sys
@@ -30,6 +31,7 @@ from .metrics import Metrics
 from .ratelimit import RateLimiter
 from .routes import ROUTES
 from .settings import Settings, from_env
+from .stopping import drain, stopping_error
 
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
 access_log = logging.getLogger("stash.access")
@@ -65,6 +67,13 @@ class Guard:
 
         try:
             await self.app(scope, receive, tracked_send)
+        except asyncio.CancelledError:
+            # Cut by the shutdown timeout before an answer began (web/stopping.py): Stash's error shape, not
+            # uvicorn's bare 500.
+            if not status["started"]:
+                cut = stopping_error()
+                scope["stash.error"] = cut.code
+                await error_response(cut)(scope, receive, tracked_send)
         except Exception as exc:  # the one place that turns a bug into a clean 500
             error_log.error("unhandled %s on %s: %s", type(exc).__name__, scope.get("stash.route", "-"),
                             tracelog.whole(exc) if tracelog.debugging() else tracelog.frames(exc))
@@ -148,6 +157,7 @@ async def lifespan(app: Starlette):
             threading.Thread(target=vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
             try:
                 yield
+                await drain(app.state.works)  # requests cut by the shutdown timeout finish their work first
             finally:
                 stop.set()
     finally:
@@ -156,7 +166,7 @@ async def lifespan(app: Starlette):
 
 def create_app(settings: Settings) -> Starlette:
     vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes)
-    metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1)
+    metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1, replicating=settings.replicate is not None)
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
     app.router.redirect_slashes = False  # no route ends in "/": a trailing slash is 404, not a redirect
@@ -164,6 +174,7 @@ def create_app(settings: Settings) -> Starlette:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.limiter = RateLimiter()
+    app.state.works = set()  # every request's work in its thread (web/stopping.py)
     app.state.shares = Shares(settings.user_concurrency, settings.user_slow, settings.slow_slots)
     app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.add_middleware(Guard, metrics=metrics)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..service.replication_status import ERROR_WINDOW_S, MAX_LAG_S
+
 
 class Code(NamedTuple):
     status: int
@@ -119,6 +121,13 @@ CODES: dict[str, Code] = {
     "internal": Code(500, "an unexpected failure"),
     "ready.unwritable": Code(503, "asked with `ready=1`: the data folder cannot be written (full, read-only, "
                                   "missing or replaced)"),
+    "ready.replication": Code(503, "asked with `ready=1` on a host that replicates: the replication supervisor or "
+                                   "Litestream is down, Litestream reported an error in the last "
+                                   f"{ERROR_WINDOW_S:.0f} s (a full or unwritable replica), or the replica is over "
+                                   f"{MAX_LAG_S:.0f} s behind"),
+    "server.stopping": Code(503, "the server was stopping and cut this request before it finished; resend it with "
+                                 "the same `Idempotency-Key` once the server is back (a write sent without one may "
+                                 "have been done)"),
 }
 
 # Codes no route answers: they are for a path no route has, or a method its path does not take.

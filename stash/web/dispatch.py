@@ -30,7 +30,7 @@ from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, operation
 from ..service.operation import Effects, Event, Limits
-from . import pages, plaintext
+from . import pages, plaintext, stopping
 from .codes import CODES
 from .errors import error_response
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP, JSON, NAP_BODY_CAP, parse_int, prefetch_small_body
@@ -305,9 +305,9 @@ class RouteSpec:
         limits = Limits(settings.quota_memories, settings.quota_bytes)
         token = bearer(request)
         try:
-            done = await run_in_threadpool(operation.perform, request.app.state.vault, token, _pin(request),
-                                           self.effects, route, fields, key, limits, self.handler,
-                                           Call(request, key), body)
+            done = await stopping.run_work(request.app.state.works, operation.perform, request.app.state.vault,
+                                           token, _pin(request), self.effects, route, fields, key, limits,
+                                           self.handler, Call(request, key), body)
         except Unauthorized:
             raise _auth_failed(request) from None
         metrics = request.app.state.metrics

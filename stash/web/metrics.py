@@ -27,6 +27,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import disable_created_metrics
 from prometheus_client.registry import Collector
 
+from ..service.replication_status import alive as _alive
+
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 FOLDER_PREFIX = "stash-metrics-"
@@ -120,16 +122,6 @@ def user_count(data_dir: Path) -> int:
         return 0
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _Users(Collector):
     """``stash_users``, counted from the data folder at each scrape."""
 
@@ -141,12 +133,44 @@ class _Users(Collector):
         yield GaugeMetricFamily("stash_users", "Users (stores) in the data folder.", value=count)
 
 
+class _Replication(Collector):
+    """On a host that replicates: what ``stash replicate`` last wrote of
+    itself (service/replication_status.py), read at each scrape. Counts and
+    seconds only, never a user or a path."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self._data_dir = data_dir
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from ..service import replication_status as rs
+
+        status = rs.read(self._data_dir)
+        healthy = rs.problem(status) is None
+        yield GaugeMetricFamily("stash_replication_ready", "1 while replication is up, error-free and within "
+                                "its lag bound (as /health?ready=1 judges it).", value=int(healthy))
+        up = status is not None and rs.problem(status) != rs.problem(None)
+        yield GaugeMetricFamily("stash_replication_supervisor_up", "1 while stash replicate writes its status.",
+                                value=int(up))
+        yield GaugeMetricFamily("stash_replication_litestream_up", "1 while Litestream runs.",
+                                value=int(up and status is not None and status.litestream_up))
+        yield GaugeMetricFamily("stash_replication_lag_seconds", "Seconds the oldest write not yet shipped by "
+                                "Litestream has waited (0: none).", value=status.lag_seconds if status else 0.0)
+        yield GaugeMetricFamily("stash_replication_restarts", "Times the supervisor restarted Litestream.",
+                                value=status.restarts if status else 0)
+        errors = GaugeMetricFamily("stash_replication_errors", "Litestream's error lines since the supervisor "
+                                   "started, by kind.", labels=("kind",))
+        for kind in rs.ERROR_KINDS:
+            errors.add_metric((kind,), (status.errors.get(kind, 0) if status else 0))
+        yield errors
+
+
 class Metrics:
     """One server process's metrics; ``shared`` when it is one of several
     workers writing prometheus_client's multiprocess files."""
 
-    def __init__(self, data_dir: Path | None = None, *, shared: bool = False) -> None:
+    def __init__(self, data_dir: Path | None = None, *, shared: bool = False, replicating: bool = False) -> None:
         self._data_dir = data_dir
+        self._replication = _Replication(data_dir) if replicating and data_dir is not None else None
         self._folder: str | None = os.environ.get(MULTIPROC_ENV) if shared else None
         if shared and not (self._folder and os.path.isdir(self._folder)):
             raise RuntimeError("several workers count into PROMETHEUS_MULTIPROC_DIR, which stash serve sets")
@@ -168,6 +192,8 @@ class Metrics:
         self._rss_read = 0.0
         if own is not None:
             own.register(_Users(data_dir))
+            if self._replication is not None:
+                own.register(self._replication)
 
     def observe(self, method: str, route: str, status: int, seconds: float, error: str | None = None) -> None:
         self._requests.labels(method, route, str(status)).inc()
@@ -212,4 +238,6 @@ class Metrics:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, self._folder)
         registry.register(_Users(self._data_dir))
+        if self._replication is not None:
+            registry.register(self._replication)
         return generate_latest(registry).decode()

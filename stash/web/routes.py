@@ -26,7 +26,7 @@ from ..core.blocks import BATCH_MAX
 from ..core.errors import NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
-from ..service import admission, audit, docs, grants, onboarding, quotas, undo
+from ..service import admission, audit, docs, grants, onboarding, quotas, replication_status, undo
 from ..service.access import Session
 from ..service.export import export_archive
 from ..service.operation import Event
@@ -110,14 +110,15 @@ HEALTH_FIELDS = Fields((
     "/health", "public",
     ("Liveness, version and this host's ciphers", "Liveness and readiness (POST twin of GET /health)"), HEALTH_FIELDS,
     "Liveness: 200 whenever the process serves HTTP. With ready=1, readiness for a load balancer: "
-    "503 when the data folder cannot be written (full disk, read-only mount, folder gone).",
+    "503 when the data folder cannot be written (full disk, read-only mount, folder gone), or, on a host that "
+    "replicates, when replication is down, failing or behind (`ready.replication`).",
     answer=obj({"ok": {"const": True}, "version": string("the server's version, e.g. `0.4.0`"),
                 "content_cipher": {"const": "xchacha20-poly1305", "description": "how every row is sealed"},
                 "file_cipher": {"enum": ["sqlcipher", "none"], "description": "whether new memory files are "
                                                                               "also encrypted whole on this host"},
                 "ready": {"enum": [True, None], "description": "`true`: the probe passed; `null`: readiness "
                                                               "was not asked"}}),
-    errors=("ready.unwritable",),
+    errors=("ready.unwritable", "ready.replication"),
 )
 async def health(f: Args, call: Call) -> Answer:
     """Liveness; with ``ready=1`` also readiness: 503 when the data folder
@@ -128,6 +129,11 @@ async def health(f: Args, call: Call) -> Answer:
         if not await run_in_threadpool(call.vault.ready):
             raise Unavailable("The server cannot write its data folder (full, read-only or missing), so writes "
                               "would fail; send traffic elsewhere and tell the operator.", code="ready.unwritable")
+        if call.replicating:
+            lagging = replication_status.problem(replication_status.read(call.vault.data_dir))
+            if lagging is not None:
+                raise Unavailable(f"Replication is not keeping up ({lagging}), so new writes may not reach the "
+                                  "replica; send traffic elsewhere and tell the operator.", code="ready.replication")
         answer["ready"] = True
     return answer
 

@@ -193,7 +193,7 @@ def error_codes(route: Any) -> dict[int, list[str]]:
             if code not in out.setdefault(status, []):
                 out[status].append(code)
 
-    add("auth.token_in_query", "internal")
+    add("auth.token_in_query", "internal", "server.stopping")
     if route.fields is not None:
         add(*route.fields.codes(route.method))
     if route.scope in SECURED:

@@ -145,8 +145,10 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         erased_text = f"erase me {os.urandom(6).hex()}"
         doomed = http.ok("POST", "/note", a["token"], json={"text": erased_text})["id"]
         http.ok("POST", "/note", revoked["token"], json={"text": "written by the grant later revoked"})
-        owner_action(http, "DELETE", f"/grants/{revoked['id']}", a["token"])
+        # Each flushed by Litestream's checkpoint, which may come before the flush waits for it.
+        assert owner_action(http, "DELETE", f"/grants/{revoked['id']}", a["token"])["flushed"] is True
         receipt = owner_action(http, "POST", "/erase", a["token"], json={"ids": [doomed]})
+        assert receipt["flushed"] is True
         # The receipt says when the replica's history lets go of it: retention plus a snapshot interval.
         gone = dt.datetime.fromisoformat(receipt["replicas_until"]) - dt.datetime.fromisoformat(receipt["at"])
         assert gone == dt.timedelta(hours=25)

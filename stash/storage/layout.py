@@ -1,0 +1,70 @@
+"""Which files of a data folder are Stash's own: the one rule ``stash
+replicate``, ``stash restore`` and ``stash verify`` share (docs/DESIGN.md,
+"Replication").
+
+A user's folder is ``users/<16 hex digits>/`` and holds exactly the files
+named here; anything else found in it (another ``*.db``, a nested folder, a
+file named like ours with a suffix) is not a user's data: it is never
+replicated or restored, and ``stash verify`` names it. A new kind of file or
+folder under a user (per-memory folders, say) is added here, once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+USER_ID = re.compile(r"[0-9a-f]{16}")
+# The two files a user's memory is (replicated, backed up, restored).
+DATA_FILES = ("keyring.db", "memory.db")
+# Rebuilt from the log: never replicated, backed up when present.
+CACHE_FILES = ("recall.db",)
+SQLITE_SIDE = ("-wal", "-shm", "-journal")
+# Empty lock files, the tag index's hint, a readiness probe's file while it runs.
+SMALL_FILES = ("lock", "gate", "grants.stamp")
+PROBE = re.compile(r"\.ready-[A-Za-z0-9_]+")
+# What Litestream keeps beside each file it streams.
+LITESTREAM_FOLDER = re.compile(r"\.(keyring|memory)\.db-litestream")
+
+
+def known_file(name: str) -> bool:
+    """Whether ``name``, directly in a user's folder, is one of Stash's own."""
+    for base in (*DATA_FILES, *CACHE_FILES):
+        if name == base or any(name == base + side for side in SQLITE_SIDE):
+            return True
+    return name in SMALL_FILES or PROBE.fullmatch(name) is not None
+
+
+def known_folder(name: str) -> bool:
+    """Whether ``name``, directly in a user's folder, is a folder of ours."""
+    return LITESTREAM_FOLDER.fullmatch(name) is not None
+
+
+def unknown_in_user(folder: Path) -> list[str]:
+    """What a user's folder holds that is not Stash's, as names relative to
+    it (a folder ends in ``/``), sorted."""
+    out = []
+    for entry in sorted(Path(folder).iterdir()):
+        if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+            out.append(entry.name)
+        elif entry.is_dir():
+            if not known_folder(entry.name):
+                out.append(entry.name + "/")
+        elif not known_file(entry.name):
+            out.append(entry.name)
+    return out
+
+
+def unknown_in_users(users: Path) -> list[str]:
+    """What ``users/`` holds that is not a user's folder (names relative to
+    it; a folder ends in ``/``), readiness probes excepted."""
+    out = []
+    for entry in sorted(Path(users).iterdir()):
+        if entry.is_dir() and not entry.is_symlink() and USER_ID.fullmatch(entry.name):
+            continue
+        if entry.is_file() and PROBE.fullmatch(entry.name):
+            continue
+        if entry.name.startswith(".restore-") and entry.is_dir():
+            continue  # a restore staging its files
+        out.append(entry.name + ("/" if entry.is_dir() else ""))
+    return out
