@@ -8,6 +8,7 @@ stalling CI."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import signal
@@ -306,3 +307,16 @@ def cli_env(base_url: str, tok: str | None, path: str) -> dict[str, str]:
     if tok is not None:
         env["STASH_TOKEN"] = tok
     return env
+
+
+def stop_group(srv: Server) -> None:
+    """Stop a server run under ``faketime``, which runs it as a child: the
+    whole process group, then wait until none of it is left."""
+    assert srv.proc is not None
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(srv.proc.pid, signal.SIGTERM)
+    srv.proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while live_group_members(srv.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not live_group_members(srv.proc.pid)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_expiry import stop_group
 from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Http, Server
+from tests.live import Http, Server, stop_group
 
 
 @pytest.mark.slow

@@ -6,10 +6,8 @@ files with its clock set back to before the expiry (Debian's ``faketime``)."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
-import signal
 import time
 from pathlib import Path
 
@@ -17,26 +15,13 @@ import pytest
 
 from tests.epoch_kit import epoch_keys_of, everything_readable, settle, snapshot, text_in
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server, live_group_members, start_server
+from tests.live import Http, Server, start_server, stop_group
 
 
 @pytest.fixture
 def server(tmp_path: Path):
     with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
         yield srv
-
-
-def stop_group(srv: Server) -> None:
-    """Stop a server run under ``faketime``, which runs it as a child: the
-    whole process group, then wait until none of it is left."""
-    assert srv.proc is not None
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(srv.proc.pid, signal.SIGTERM)
-    srv.proc.wait(timeout=30)
-    deadline = time.monotonic() + 30
-    while live_group_members(srv.proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not live_group_members(srv.proc.pid)
 
 
 def stamp(when: dt.datetime) -> str:
