@@ -81,6 +81,7 @@ KEYED_WRITES = frozenset({
     ("POST", "/erase"),
     ("POST", "/grants"),
     ("POST", "/import"),
+    ("POST", "/memories"),
     ("POST", "/nap"),
     ("POST", "/note"),
     ("POST", "/rotate"),

@@ -21,7 +21,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import memfile, userlock
+from ..storage import inbox, memfile, memories, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -36,12 +36,26 @@ from ..storage.files import (
 )
 from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
+from ..storage.memories import MAIN, MemoryFiles
 from ..storage.pool import Pool
-from . import grant_terms, idempotency
+from . import append, grant_terms, idempotency
 from .memory import Memory
 from .tag_index import TagIndex
 
-RANK = {"read": 0, "full": 1, "owner": 2}
+RANK = {"append": -1, "read": 0, "full": 1, "owner": 2}
+
+
+def allowed(scope: str, need: str) -> bool:
+    """Scopes nest read < full < owner; append may only note, which full and owner may too."""
+    if need == "append":
+        return scope in ("append", "full", "owner")
+    return scope != "append" and RANK[scope] >= RANK[need]
+
+
+def unknown_memory() -> NotFound:
+    """One answer for a memory that is not there and one the capability is not bound to."""
+    return NotFound("No such memory for this capability; an owner lists them with GET /memories.",
+                    code="memory.unknown")
 FLUSH_LOCK_SECONDS = 5.0  # how long an erasure's flush waits for this user's requests in progress to end
 
 
@@ -78,6 +92,13 @@ class Session:
     owner: OwnerKeys | None = field(repr=False, default=None)
     # Where the memory file's connection may be kept for the next request (Vault.keeping_files_open).
     pool: Pool | None = field(repr=False, default=None)
+    # Which memory of the identity this session acts on (docs/DESIGN.md, "Memories").
+    memory_name: str = "main"
+    # Main's key ring (the same object as ``keyring`` for main): the tags of other memories' capabilities.
+    main_keyring: Keyring | None = field(repr=False, default=None)
+    # The token's secret and lookup tag, in an owner session only: what enrols the owner in a new memory.
+    owner_secret: bytes = field(repr=False, default=b"")
+    tag: bytes = field(repr=False, default=b"")
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -97,6 +118,8 @@ class Session:
         (MemoryFile), that head against the copy in the key ring, and, when
         the client pinned one, against the client's."""
         if self._memory is None:
+            if self.scope == "append":
+                raise Forbidden("This capability is scoped append; it may only note (POST /note).", code="auth.scope")
             if not self.master:
                 raise RuntimeError("the session has ended")
             self._lock = userlock.UserLock(self.files.folder)
@@ -112,7 +135,7 @@ class Session:
                               "backup.") from None
             try:
                 try:
-                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                    mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
                                     page_bytes=self.page_bytes, recorded=state_copy is not None, pool=self.pool,
                                     reseal=False)
                 except ResealDue:
@@ -122,10 +145,10 @@ class Session:
                     with userlock.exclusive(self.files.folder):
                         if self.pool is not None:
                             self.pool.drop_folder(self.files.folder, held=True)
-                        MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                        MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
                                    page_bytes=self.page_bytes, recorded=state_copy is not None).close()
                     self._lock.acquire_shared()
-                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                    mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
                                     page_bytes=self.page_bytes, recorded=state_copy is not None, pool=self.pool)
             except KeysBehind:
                 self._lock.release()
@@ -140,6 +163,7 @@ class Session:
                 if self.pin is not None:
                     mf.check_pin(self.pin)
                 mf.writer = self.grant_id  # sealed into every memory and summary it writes
+                append.fold(self, mf)  # an append capability's notes join the log before anything is read
                 self._memory = Memory(mf, writes=self.scope != "read")
             except BaseException:
                 mf.close()
@@ -187,6 +211,7 @@ class Session:
         self.master = b""
         self.chain = None
         self.capability_key = b""
+        self.owner_secret = b""
         try:
             if self._memory is not None:
                 self._memory.mf.close()
@@ -304,6 +329,17 @@ class Vault:
         whatever copies of the files it is given (:meth:`_new_epoch`)."""
         grant = next((g for g in session.keyring.grants() if g.id == grant_id), None)
         if grant is None:
+            found = next((g for g in inbox.grants(session.keyring.conn) if g.id == grant_id), None)
+            if found is None:
+                raise NotFound(f"No capability {grant_id}; list them with GET /grants.", code="grants.unknown")
+            # An append capability holds no key: ending it needs no new epoch.
+            at = inbox.revoke(session.keyring.conn, grant_id)
+            if at is not None and found.tag is not None and session.main_keyring is not None:
+                memories.drop_tags(session.main_keyring.conn, tag=bytes(found.tag))
+            return {"id": grant_id, "scope": "append", "revoked": at or found.revoked, "already": at is None,
+                    "also_revoked": [], "epoch": session.keyring.epoch()}
+        if grant.scope == "owner" and session.memory_name != MAIN:
+            grant = None  # the owner's enrolment in this memory is not a capability of its own
             raise NotFound(f"No capability {grant_id}; list them with GET /grants.", code="grants.unknown")
         if grant.scope == "owner":
             raise Conflict("The owner capability is not revoked but rotated: POST /rotate gives a new owner token "
@@ -311,10 +347,18 @@ class Vault:
         already = grant.revoked is not None
         stranded: list[int] = []
         if not already:
+            tag = self._tag_of(session.keyring, grant_id)
             stranded = self._new_epoch(session, (grant_id,))[0]
+            if tag is not None and session.memory_name != MAIN and session.main_keyring is not None:
+                memories.drop_tags(session.main_keyring.conn, tag=tag)
         revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
         return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
                 "also_revoked": stranded, "epoch": session.keyring.epoch()}
+
+    @staticmethod
+    def _tag_of(ring: Keyring, grant_id: int) -> bytes | None:
+        row = ring.conn.execute("SELECT tag FROM grants WHERE id = ?", (grant_id,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
 
     def rotate_owner(self, session: Session) -> dict:
         """A new owner token; the calling owner capability ends as a revoked
@@ -326,11 +370,31 @@ class Vault:
         old_id = session.grant_id
         stranded, minted = self._new_epoch(session, (old_id,), mint={
             "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf})
+        self.owner_everywhere(session, secret)
         created = next(g for g in session.keyring.grants() if g.id == minted).created
         return {"id": minted, "scope": "owner", "created": created, "token": token, "revoked": old_id,
                 "also_revoked": stranded, "epoch": session.keyring.epoch(),
                 "note": "This token is shown once and never stored; the previous owner token no longer opens this "
                         "memory."}
+
+    def owner_everywhere(self, session: Session, secret: bytes) -> None:
+        """The owner's new key in every memory other than main (after main's
+        rotation committed): in each memory's key ring, a new epoch that
+        revokes the old owner enrolment and enrols the new token, with the
+        owner keys carried over (Keyring.advance_epoch). Each memory's file
+        is re-sealed by its next open. The one place a new owner key reaches
+        every memory (docs/DESIGN.md, "Memories")."""
+        for name in memories.names(self.data_dir, session.user_id)[1:]:
+            files = MemoryFiles(self.data_dir, session.user_id, name)
+            with open_keyring(files.keyring, memories.store_id(session.user_id, name), self.pool) as ring:
+                grant = ring.find(session.tag)
+                if grant is None or grant.scope != "owner":
+                    continue  # already moved to the new token (a resent rotation)
+                opened = ring.open_grant(grant, session.owner_secret)
+                owner = ring.owner_keys(grant, opened.kek, opened.chain)
+                ring.advance_epoch(opened.chain, (grant.id,), owner=owner, mint={
+                    "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret,
+                    "kdf": self.kdf})
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
                    ) -> tuple[list[int], int | None]:
@@ -362,7 +426,7 @@ class Vault:
                 # This worker lets go of the files it kept open under the old epoch before the answer.
                 if session.pool is not None:
                     session.pool.drop_folder(session.files.folder, held=True)
-                mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher,
+                mf = MemoryFile(session.files.memory, session.keyring.user_id, new, session.cipher,
                                 page_bytes=session.page_bytes, pool=session.pool)
                 mf.close()
                 # Held exclusive, no request of this user is between its key ring reads and writes.
@@ -408,40 +472,71 @@ class Vault:
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 
-    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, UserFiles, Keyring, Grant]:
-        """Token to (token, files, key ring, grant) — or 401 without any key
-        work: checksum, then the user's folder, then the grant's tag."""
-        token = tokens.parse(token_text) if token_text else None
-        if token is None:
-            raise Unauthorized()
-        files = UserFiles(self.data_dir, token.user_id)
-        if not files.exists():
-            raise Unauthorized()
+    def _open_ring(self, files: UserFiles, store: str) -> Keyring:
         try:
-            ring = open_keyring(files.keyring, token.user_id, self.pool)
+            return open_keyring(files.keyring, store, self.pool)
         except Exception as exc:
             # The user's folder is there but its key ring cannot be opened:
             # say so, rather than blame the token.
             err = storage_error(exc, self.data_dir)
             raise err or Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
+
+    @staticmethod
+    def _find(ring: Keyring, tag: bytes) -> Grant | None:
+        """The grant filed under ``tag`` in ``ring``: a read, full or owner
+        one, or an append one (which holds no key: wrapped is None)."""
         try:
-            grant = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+            grant = ring.find(tag)
+            if grant is None:
+                found = inbox.find(ring.conn, tag)
+                if found is not None and found.tag is not None:
+                    grant = Grant(found.id, "append", found.created, found.revoked, None, None)
         except Exception as exc:
-            ring.close()
-            err = storage_error(exc, self.data_dir)
+            err = storage_error(exc)
             if err is not None and not isinstance(err, Damaged):
                 raise err from None
             raise Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
-        if grant is None or grant.wrapped is None:
-            ring.close()
+        return grant
+
+    def _authenticate(self, token_text: str | None
+                      ) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant, Keyring, str]:
+        """Token to (token, files, key ring, grant, main's key ring, the
+        memory it is bound to) — or 401 without any key work: checksum, then
+        the user's folder, then the grant's tag, in main's key ring or, for a
+        capability bound to another memory, in that memory's (found by its
+        tag in main's, storage/memories.py)."""
+        token = tokens.parse(token_text) if token_text else None
+        if token is None:
             raise Unauthorized()
-        # An expired capability is refused like a revoked one, before any key
-        # work. The stored expiry is trusted here only to refuse: one edited
-        # to extend the grant no longer matches its wrap, which then fails.
-        if grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
-            ring.close()
+        files = MemoryFiles(self.data_dir, token.user_id)
+        if not files.exists():
             raise Unauthorized()
-        return token, files, ring, grant
+        main = ring = self._open_ring(files, token.user_id)
+        tag = tokens.lookup_tag(token.user_id, token.secret)
+        home = MAIN
+        try:
+            grant = self._find(main, tag)
+            if grant is None:
+                name = memories.home_of(main.conn, tag)
+                if name is None or not memories.exists(self.data_dir, token.user_id, name):
+                    raise Unauthorized()
+                files = MemoryFiles(self.data_dir, token.user_id, name)
+                ring = self._open_ring(files, memories.store_id(token.user_id, name))
+                home = name
+                grant = self._find(ring, tag)
+            if grant is None or (grant.wrapped is None and grant.scope != "append"):
+                raise Unauthorized()
+            # An expired capability is refused like a revoked one, before any key
+            # work. The stored expiry is trusted here only to refuse: one edited
+            # to extend the grant no longer matches its wrap, which then fails.
+            if grant.scope != "append" and grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
+                raise Unauthorized()
+        except BaseException:
+            if ring is not main:
+                ring.close()
+            main.close()
+            raise
+        return token, files, ring, grant, main, home
 
     @contextlib.contextmanager
     def keeping_files_open(self, seconds: float) -> Iterator[Pool]:
@@ -476,16 +571,20 @@ class Vault:
 
     def check_token(self, token_text: str | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
-        _, _, ring, _ = self._authenticate(token_text)
-        ring.close()
+        _, _, ring, _, main, _ = self._authenticate(token_text)
+        if ring is not main:
+            ring.close()
+        main.close()
 
     @contextlib.contextmanager
-    def session(self, token_text: str | None, need: str, pin: Head | None = None) -> Iterator[Session]:
-        """An authenticated session. A storage failure inside it (a full disk,
-        a read-only folder, an unreadable file) becomes the refusal that says
-        so, never a bare 500."""
+    def session(self, token_text: str | None, need: str, pin: Head | None = None,
+                memory: str | None = None) -> Iterator[Session]:
+        """An authenticated session on ``memory`` (None: the one the
+        capability is bound to; the owner's is main). A storage failure
+        inside it (a full disk, a read-only folder, an unreadable file)
+        becomes the refusal that says so, never a bare 500."""
         try:
-            with self._session(token_text, need, pin) as session:
+            with self._session(token_text, need, pin, memory) as session:
                 yield session
         except StashError:
             raise
@@ -496,61 +595,97 @@ class Vault:
             raise err from None
 
     @contextlib.contextmanager
-    def _session(self, token_text: str | None, need: str, pin: Head | None) -> Iterator[Session]:
-        token, files, ring, grant = self._authenticate(token_text)
+    def _session(self, token_text: str | None, need: str, pin: Head | None, memory: str | None
+                 ) -> Iterator[Session]:
+        token, files, ring, grant, main, home = self._authenticate(token_text)
+        rings = [main] if ring is main else [ring, main]
         try:
-            try:
-                opened, grant = self._open_grant(ring, grant, token)
-            except StaleGrant:
-                raise Unauthorized() from None
-            except aead.Unsealable:
-                raise Damaged(
-                    "This capability's key is damaged or was altered, so nothing was opened; "
-                    "ask the owner for a new capability."
-                ) from None
-            ring.touch(grant.id, datetime.now(UTC).date().isoformat())
-            # The scope is read only after the certificate authenticated it.
-            if RANK[grant.scope] < RANK[need]:
-                raise Forbidden(
-                    f"This capability is scoped {grant.scope}; this route needs {need}. "
-                    "Ask the owner for a capability with that scope.",
-                    code="auth.scope",
-                )
-            if opened.unmoved:
-                ring.move_grant(grant, opened)  # its secret is here now, and only now
-            try:
-                page_bytes = ring.memory_page_bytes()
-            except ValueError:
-                raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
-                              "from a backup.") from None
-            if need == "owner":
-                # The owner routes that read only the key ring (grants, audit,
-                # rotate) must not serve a key ring put back from before a
-                # rotation or revocation, which the memory file's epoch shows.
+            target = memory if memory is not None else (MAIN if grant.scope == "owner" else home)
+            if target != home:
+                # Bound by keys: only the owner is enrolled in every memory's key ring.
+                if grant.scope != "owner" or not memories.exists(self.data_dir, token.user_id, target):
+                    raise unknown_memory()
+                files = MemoryFiles(self.data_dir, token.user_id, target)
+                ring = self._open_ring(files, memories.store_id(token.user_id, target))
+                rings.append(ring)
+                grant_in = self._find(ring, tokens.lookup_tag(token.user_id, token.secret))
+                if grant_in is None or grant_in.scope != "owner" or grant_in.wrapped is None:
+                    raise Damaged("The owner capability is not enrolled in this memory's key ring; restore the "
+                                  "identity from a backup.")
+                grant = grant_in
+            if grant.scope == "append":
+                if not allowed(grant.scope, need):
+                    raise Forbidden(f"This capability is scoped append; this route needs {need}. An append "
+                                    "capability may only note (POST /note).", code="auth.scope")
+                session = Session(token.user_id, "append", grant.id, ring, files, ring.meta("file_cipher") or "none",
+                                  capability_key=capability_key(token.secret), pool=self.pool, memory_name=target,
+                                  main_keyring=main)
                 try:
-                    memfile.check_not_behind(memfile.FileKeys.derive(
-                        files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes))
-                except KeysBehind:
-                    if ring.epoch() > opened.chain.epoch:
-                        raise Conflict("A capability was revoked while this request was being opened, so nothing "
-                                       "was done; retry it.", code="store.rekeyed") from None
-                    raise
-            try:
-                # Only the owner routes read owner-only data; the others
-                # (wake, note, recall with the owner token) skip the box.
-                owner = ring.owner_keys(grant, opened.kek, opened.chain) if need == "owner" else None
-            except (aead.Unsealable, UnicodeDecodeError, ValueError):
-                raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
-                              "key ring from a backup.") from None
-            session = Session(token.user_id, grant.scope, grant.id, ring, files,
-                              ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              capability_key(token.secret), pin, page_bytes, owner, self.pool)
-            del opened
-            try:
-                yield session
-                session.publish_head()
-            finally:
-                session.close()
+                    yield session
+                finally:
+                    session.close()
+                return
+            yield from self._opened(token, files, ring, grant, need, pin, target, main)
         finally:
-            self.tags.grants_seen(token.user_id, ring.conn)  # before the answer leaves: tag_index.py
-            ring.close()
+            self.tags.grants_seen(token.user_id, main.conn)  # before the answer leaves: tag_index.py
+            for r in rings:
+                r.close()
+
+    def _opened(self, token: tokens.Token, files: MemoryFiles, ring: Keyring, grant: Grant, need: str,
+                pin: Head | None, target: str, main: Keyring) -> Iterator[Session]:
+        try:
+            opened, grant = self._open_grant(ring, grant, token)
+        except StaleGrant:
+            raise Unauthorized() from None
+        except aead.Unsealable:
+            raise Damaged(
+                "This capability's key is damaged or was altered, so nothing was opened; "
+                "ask the owner for a new capability."
+            ) from None
+        ring.touch(grant.id, datetime.now(UTC).date().isoformat())
+        # The scope is read only after the certificate authenticated it.
+        if not allowed(grant.scope, need):
+            raise Forbidden(
+                f"This capability is scoped {grant.scope}; this route needs {need}. "
+                "Ask the owner for a capability with that scope.",
+                code="auth.scope",
+            )
+        if opened.unmoved:
+            ring.move_grant(grant, opened)  # its secret is here now, and only now
+        try:
+            page_bytes = ring.memory_page_bytes()
+        except ValueError:
+            raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
+                          "from a backup.") from None
+        if need == "owner":
+            # The owner routes that read only the key ring (grants, audit,
+            # rotate) must not serve a key ring put back from before a
+            # rotation or revocation, which the memory file's epoch shows.
+            try:
+                memfile.check_not_behind(memfile.FileKeys.derive(
+                    files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes))
+            except KeysBehind:
+                if ring.epoch() > opened.chain.epoch:
+                    raise Conflict("A capability was revoked while this request was being opened, so nothing "
+                                   "was done; retry it.", code="store.rekeyed") from None
+                raise
+        try:
+            # Only the owner routes read owner-only data; the others
+            # (wake, note, recall with the owner token) skip the box.
+            owner = ring.owner_keys(grant, opened.kek, opened.chain) if need == "owner" else None
+        except (aead.Unsealable, UnicodeDecodeError, ValueError):
+            raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
+                          "key ring from a backup.") from None
+        session = Session(token.user_id, grant.scope, grant.id, ring, files,
+                          ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
+                          capability_key(token.secret), pin, page_bytes, owner, self.pool,
+                          memory_name=target, main_keyring=main,
+                          owner_secret=token.secret if grant.scope == "owner" else b"",
+                          tag=tokens.lookup_tag(token.user_id, token.secret))
+        del opened
+        try:
+            yield session
+            session.publish_head()
+        finally:
+            session.close()
+

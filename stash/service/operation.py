@@ -77,7 +77,7 @@ class Limits:
 
 def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects, route: str,
             fields: dict[str, Any], key: str | None, limits: Limits, handler: Handler,
-            context: Any = None, sent: dict[str, Any] | None = None) -> Outcome:
+            context: Any = None, sent: dict[str, Any] | None = None, memory: str | None = None) -> Outcome:
     """Authenticate ``token`` for ``effects.scope``, then run ``handler``
     with the session, the parsed fields and ``context`` as declared. An
     Idempotency-Key's record is of ``route`` and ``sent`` (the body as sent;
@@ -91,7 +91,7 @@ def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects,
     resent by its revoked old token, with its Idempotency-Key, answers its
     recorded answer (idempotency.rotation_write)."""
     try:
-        with vault.session(token, effects.scope, pin) as session:
+        with vault.session(token, effects.scope, pin, memory) as session:
             return _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
                         handler, context)
     except Unauthorized:
@@ -113,13 +113,18 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         nonlocal recorded
         adding = None if effects.adds is None else effects.adds(fields)
         if adding is not None:
-            quotas.check_room(session.memory.count(), session.files.folder, adding, limits.memories, limits.bytes)
+            if session.scope != "append":  # an append note checks inside its own lock (service/append.py)
+                quotas.check_room(session.memory.count(), session.files.folder, adding, limits.memories,
+                                  limits.bytes)
         answer = handler(session, fields, context)
         if in_keyring:
             recorded = _record(session, grant_id, effects.event, fields, answer)
         return answer
 
-    if effects.record == "memory":
+    if effects.record == "memory" and session.scope == "append":
+        # It holds no key of the memory: its record is sealed under its own secret, in the key ring.
+        done = idempotency.rotation_write(session, key, work)
+    elif effects.record == "memory":
         done = idempotency.memory_write(session, key, route, sent, work)
     elif effects.record == "keyring":
         done = idempotency.keyring_write(session, key, route, sent, work)

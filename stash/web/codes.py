@@ -67,6 +67,13 @@ CODES: dict[str, Code] = {
     "grants.bad_label": Code(422, "label is not 1 to 64 bytes of printable text"),
     "grants.bad_expires": Code(422, "expires is not an RFC 3339 UTC time after now"),
     "grants.bad_url": Code(422, "`url` is not an http(s) address of at most 2000 characters"),
+    "memory.unknown": Code(404, "no such memory for this capability: the same answer whether the name exists or "
+                                "not"),
+    "memory.bad_name": Code(422, "a memory name is 1 to 64 of `a-z 0-9 . _ -`, starting with a letter or digit"),
+    "memory.exists": Code(409, "a memory of that name exists already"),
+    "memory.too_many": Code(409, "the identity holds `--max-memories` memories already"),
+    "memory.main": Code(409, "memory `main` goes only with the identity (`DELETE /store`)"),
+    "append.not_ready": Code(409, "the memory's keys changed and no read-capable request has opened it since"),
     "grants.unknown": Code(404, "no such capability"),
     "grants.owner": Code(409, "the owner capability is not revoked but rotated (`POST /rotate`)"),
     "grants.busy": Code(409, "another revocation or rotation moved the key epoch while this request ran, and "
