@@ -36,7 +36,9 @@ from ..storage.files import (
 )
 from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
-from ..storage.memories import MAIN, MemoryFiles
+from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
+
+__all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
 from ..storage.pool import Pool
 from . import append, grant_terms, idempotency
 from .memory import Memory
@@ -498,8 +500,15 @@ class Vault:
             raise Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
         return grant
 
-    def _authenticate(self, token_text: str | None
-                      ) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant, Keyring, str]:
+    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant]:
+        """Token to (token, files, key ring, grant) of the memory it is bound to, or 401 (:meth:`_capability`)."""
+        token, files, ring, grant, main, _ = self._capability(token_text)
+        if ring is not main:
+            main.close()
+        return token, files, ring, grant
+
+    def _capability(self, token_text: str | None
+                    ) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant, Keyring, str]:
         """Token to (token, files, key ring, grant, main's key ring, the
         memory it is bound to) — or 401 without any key work: checksum, then
         the user's folder, then the grant's tag, in main's key ring or, for a
@@ -571,7 +580,7 @@ class Vault:
 
     def check_token(self, token_text: str | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
-        _, _, ring, _, main, _ = self._authenticate(token_text)
+        _, _, ring, _, main, _ = self._capability(token_text)
         if ring is not main:
             ring.close()
         main.close()
@@ -597,7 +606,7 @@ class Vault:
     @contextlib.contextmanager
     def _session(self, token_text: str | None, need: str, pin: Head | None, memory: str | None
                  ) -> Iterator[Session]:
-        token, files, ring, grant, main, home = self._authenticate(token_text)
+        token, files, ring, grant, main, home = self._capability(token_text)
         rings = [main] if ring is main else [ring, main]
         try:
             target = memory if memory is not None else (MAIN if grant.scope == "owner" else home)

@@ -29,9 +29,8 @@ from ..core.errors import Forbidden, Invalid, Malformed, StashError, TooMany, Un
 from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, operation
-from ..service.access import unknown_memory
+from ..service.access import unknown_memory, valid_name
 from ..service.operation import Effects, Event, Limits
-from ..storage.memories import valid_name
 from . import pages, plaintext
 from .codes import CODES
 from .errors import error_response

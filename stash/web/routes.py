@@ -28,11 +28,10 @@ from ..core.errors import NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..service import admission, append, audit, docs, grants, memories, onboarding
-from ..service.access import Session
+from ..service.access import NAME_PATTERN, Session
 from ..service.export import export_archive
 from ..service.operation import Event, Limits
 from ..service.replica import replica_history_ends
-from ..storage.memories import NAME_PATTERN
 from . import pages, plaintext
 from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, MEMORY_PREFIX, Call
 from .dispatch import RouteSpec as RouteSpec  # the declaration's class, named where the declarations are
