@@ -82,6 +82,7 @@ KEYED_WRITES = frozenset({
     ("POST", "/grants"),
     ("POST", "/import"),
     ("POST", "/memories"),
+    ("POST", "/memories/{source}/fork"),
     ("POST", "/nap"),
     ("POST", "/note"),
     ("POST", "/rotate"),

@@ -13,17 +13,23 @@ token and every file of the identity it opens nothing of another memory.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
+
 from ..core.errors import Conflict, Invalid
+from ..core.recall import BadPattern, compile_pattern
 from ..crypto import inbox_seal, keys, tokens
 from ..crypto.epochs import KeyChain
 from ..storage import inbox, memories, userlock
 from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
+from ..storage.memfile import fork as fork_files
 from ..storage.memories import MAIN, MemoryFiles
 from .access import Session, Vault, unknown_memory
 from .append import ensure_public
 
 DEFAULT_MAX_MEMORIES = 100
+ERASE_MAX = 10_000  # matches one erasure across memories may take, as POST /erase's ids
 BAD_NAME = ("A memory's name is 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or "
             "digit.")
 
@@ -201,3 +207,144 @@ def file_tag(session: Session, tag: bytes) -> None:
     """Record in main's key ring which memory a new capability is bound to."""
     if session.memory_name != MAIN and session.main_keyring is not None:
         memories.put_tag(session.main_keyring.conn, tag, session.memory_name)
+
+
+# ------------------------------------------------------------ fork
+
+
+def fork(vault: Vault, session: Session, name: object, at: object,
+         max_memories: int = DEFAULT_MAX_MEMORIES) -> dict:
+    """A new, independent memory ``name`` holding the first ``at`` memories of
+    the session's memory (default all), erased ones erased, the summaries of
+    every block inside them and its sizes, all sealed afresh under the new
+    memory's own keys; only the owner is enrolled in it, so no capability of
+    the source opens it. Built whole in a staging folder and published by
+    one rename."""
+    name = check_name(name)
+    src = session.memory
+    T = src.count()
+    if at is None:
+        at = T
+    if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= T:
+        raise Invalid(f"at must be a whole number from 0 to {T} (this memory's T).", code="memory.bad_at")
+    memories.sweep(vault.data_dir, session.user_id)
+    if memories.exists(vault.data_dir, session.user_id, name):
+        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    _room(vault, session, max_memories)
+    staged, chain, _ = _build(vault, session, name)
+    store = memories.store_id(session.user_id, name)
+    with open_keyring(staged.keyring, store) as ring:
+        dst = MemoryFile(staged.memory, store, chain, vault.file_cipher, page_bytes=ring.memory_page_bytes(),
+                         recorded=True)
+        try:
+            erased = fork_files.copy_log(src.mf, dst, at)
+            if erased:
+                dst.erase(erased, now_utc())
+            summaries = fork_files.copy_tree(src.mf, dst, at)
+            config: dict[str, int | None] = {**src.mf.config()}
+            if config:
+                dst.set_config(config)
+            head, version = dst.committed()
+        finally:
+            dst.close()
+        ring.advance_head(head, version)
+    if not memories.publish(staged):
+        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    return {**describe(vault, session.user_id, name), "source": session.memory_name, "at": at,
+            "erased": len(erased), "summaries": summaries}
+
+
+# ------------------------------------------------------------ erase across memories
+
+
+def erase_matcher(words: object, q: object) -> Callable[[str], bool]:
+    """The one place an erasure's query becomes a test on a rendered line
+    ``#i DATE TEXT``: ``q`` is a recall regex (docs/DESIGN.md, "Recall");
+    ``words`` is word search, which this release does not serve yet: it is
+    wired in here, and only here."""
+    if (words is None) == (q is None):
+        raise Invalid("Send exactly one of \"q\" (a recall regex) or \"words\".", code="memory.bad_query")
+    if words is not None:
+        raise Invalid("Word search is not served by this server yet; erase with \"q\", a recall regex.",
+                      code="memory.bad_query")
+    if not isinstance(q, str):
+        raise Invalid("q is a recall regex, as a string.", code="memory.bad_query")
+    try:
+        matcher = compile_pattern(q)
+    except BadPattern as e:
+        raise Invalid(str(e), code="memory.bad_query") from None
+    return matcher.search
+
+
+def matching(session: Session, test: Callable[[str], bool]) -> list[int]:
+    """The ids of memory's memories whose rendered line passes ``test``,
+    erased ones left out (their text is gone)."""
+    mf = session.memory.mf
+    erased = mf.erased_ids
+    out = []
+    for batch in mf.scan(mf.count(), 0):
+        for line in batch:
+            i = int(line.split(" ", 1)[0][1:])
+            if i not in erased and test(line):
+                out.append(i)
+    return out
+
+
+def fingerprint(session: Session, query: str) -> str:
+    """A keyed fingerprint of an erasure's query, never the query: keyed by
+    main's epoch-0 key, so only the owner can test a guess against it."""
+    key = hashlib.blake2b(b"erase-query", key=session.keys.base, digest_size=32, person=b"stash.erase.fp").digest()
+    return hashlib.blake2b(query.encode(), key=key, digest_size=16).hexdigest()
+
+
+def erase_across(vault: Vault, session: Session, token: str | None, words: object, q: object, names: object,
+                 dry_run: object) -> dict:
+    """Erase every memory matching the query in every memory named (default
+    all), as ``POST /erase`` does in each: counted first in every memory, then
+    erased memory by memory (each memory's erasure is its own transaction
+    and its own receipt there); one receipt for the whole, naming memories
+    and counts, never the text nor the query (its keyed fingerprint). Over
+    ERASE_MAX matches in all: 422, nothing erased. A crash part-way leaves
+    some memories erased and the rest untouched; resending the same request
+    finishes it (what was erased no longer matches)."""
+    test = erase_matcher(words, q)
+    every = memories.names(vault.data_dir, session.user_id)
+    if names is None:
+        chosen = every
+    elif (not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names)
+          or len(set(names)) != len(names)):
+        raise Invalid("memories is a list of memory names, each once.", code="memory.bad_query")
+    else:
+        missing = [n for n in names if n not in every]
+        if missing:
+            raise unknown_memory()
+        chosen = list(names)
+    if not isinstance(dry_run, bool) and dry_run is not None:
+        raise Invalid("dry_run is true or false.", code="memory.bad_query")
+    found: dict[str, list[int]] = {}
+    for name in chosen:
+        if name == session.memory_name:
+            found[name] = matching(session, test)
+        else:
+            with vault.session(token, "owner", memory=name) as other:
+                found[name] = matching(other, test)
+    total = sum(len(ids) for ids in found.values())
+    if total > ERASE_MAX:
+        raise Invalid(f"{total:,} memories match, more than the {ERASE_MAX:,} one erasure may take; nothing was "
+                      "erased. Narrow the query or name fewer memories.", code="memory.too_many_matches")
+    at = now_utc()
+    counts = []
+    for name in chosen:
+        ids = found[name]
+        if ids and not dry_run:
+            for lo in range(0, len(ids), ERASE_MAX):
+                if name == session.memory_name:
+                    session.memory.erase(ids[lo:lo + ERASE_MAX], at)
+                else:
+                    with vault.session(token, "owner", memory=name) as other:
+                        other.memory.erase(ids[lo:lo + ERASE_MAX], at)
+        counts.append({"name": name, "erased": len(ids)})
+    query = q if q is not None else words
+    assert isinstance(query, str)
+    return {"memories": counts, "total": total, "dry_run": bool(dry_run), "at": at,
+            "fingerprint": fingerprint(session, ("q:" if q is not None else "words:") + query)}

@@ -705,6 +705,50 @@ def memories_delete(s: Session, f: Args, call: Call) -> Answer:
     return memories.delete(call.vault, s, f["name"])
 
 
+@route("POST", "/memories/{source}/fork", "owner", "Fork a memory at a position, under new keys", status=201,
+       name_params=("source",), fields=Fields((
+           Field("name", string(pattern=f"^{NAME_PATTERN}$"), "the new memory's name", required=True),
+           Field("at", integer(0), "how many of the source's first memories it holds (default all, its T)"),
+       )),
+       answer=obj({**MEMORY_ROW["properties"], "source": string("the memory forked"),
+                   "at": integer(0, description="the memories copied"),
+                   "erased": integer(0, description="of those, erased in the source and so in the fork"),
+                   "summaries": integer(0, description="summaries copied: every block inside the first `at`")}),
+       errors=("memory.unknown", "memory.bad_name", "memory.exists", "memory.too_many", "memory.bad_at"),
+       description="A new, independent memory holding the first `at` memories of memory `source`, erased ones "
+                   "erased, the summaries of every block inside them and its sizes, sealed afresh under its own "
+                   "keys. Only the owner is enrolled in it: no capability of the source opens it.",
+       memory_of=lambda vault, user, f: f.get("source"), record="keyring",
+       unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
+def memories_fork(s: Session, f: Args, call: Call) -> Answer:
+    return memories.fork(call.vault, s, f["name"], f.get("at"), call.settings.max_memories)
+
+
+@route("POST", "/memories/erase", "owner", "Erase what matches, across memories; one receipt", fields=Fields((
+    Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES), "a recall regex (see [Recall syntax]"
+          "(#recall-syntax)), matched against each rendered line"),
+    Field("words", string(minLength=1), "word search (not served by this release: `422 memory.bad_query`)"),
+    Field("memories", {"type": "array", "items": string(pattern=f"^{NAME_PATTERN}$")},
+          "the memories to erase in (default: every one)"),
+    Field("dry_run", {"type": "boolean"}, "`true`: count, erase nothing"),
+)), answer=obj({
+    "memories": {"type": "array", "items": obj({"name": string(), "erased": integer(0)}),
+                 "description": "each memory named, with how many of its memories matched (and were erased)"},
+    "total": integer(0), "dry_run": {"type": "boolean"}, "at": ref("Timestamp"),
+    "fingerprint": string("a keyed fingerprint of the query (never the query): only the owner can test a guess "
+                          "against it"),
+}), errors=("memory.unknown", "memory.bad_query", "memory.too_many_matches"),
+    description="Erases, as `POST /erase` does, every memory whose line matches `q` in every memory named "
+                "(default all), and answers one receipt naming the memories and counts, never the text nor the "
+                "query. Every memory is counted before anything is erased: over 10,000 matches is 422 and "
+                "erases nothing.",
+    event=Event("erase", lambda s, f, a: None if a["dry_run"] else {
+        "across": {m["name"]: m["erased"] for m in a["memories"]}, "fingerprint": a["fingerprint"]}))
+def memories_erase(s: Session, f: Args, call: Call) -> Answer:
+    return memories.erase_across(call.vault, s, call.token, f.get("words"), f.get("q"), f.get("memories"),
+                                 f.get("dry_run"))
+
+
 # Every memory route is served again under /m/{name}, acting on that memory; the public documents too, so
 # an agent whose STASH_URL ends in /m/{name} fetches the skill and the reference as its block says.
 MEMORY_PATHS = ("/wake", "/note", "/nap", "/recall", "/zoom", "/forget", "/config", "/import", "/export", "/erase",

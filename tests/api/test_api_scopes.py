@@ -108,6 +108,8 @@ CALLS = {
     "GET /memories": lambda w, who: ("GET", "/memories", None),
     "POST /memories": lambda w, who: ("POST", "/memories", {"name": f"by-{who}"}),
     "DELETE /memories/{id}": lambda w, who: ("DELETE", "/memories/nope", None),
+    "POST /memories/{id}/fork": lambda w, who: ("POST", "/memories/main/fork", {"name": f"f-{who}"}),
+    "POST /memories/erase": lambda w, who: ("POST", "/memories/erase", {"q": "alpha", "dry_run": True}),
     "GET /openapi.json": lambda w, who: ("GET", "/openapi.json", None),
     "GET /client": lambda w, who: ("GET", "/client", None),
     "GET /skill": lambda w, who: ("GET", "/skill", None),

@@ -119,3 +119,54 @@ def test_revoking_in_a_starts_an_epoch_in_a_only(api: Api, data_dir) -> None:
     assert api.get("/wake", g["token"]).status_code == 401
     listed = api.get("/grants", owner["token"]).json()["grants"]
     assert any(r["id"] == g["id"] and r["memory"] == "a" and not r["live"] for r in listed)
+
+
+def test_fork_copies_a_prefix_under_new_keys_and_no_source_grant_opens_it(api: Api) -> None:
+    owner = api.init()["token"]
+    api.post("/memories", owner, json={"name": "src"})
+    api.post("/m/src/import", owner, json={"entries": [{"date": "2021-01-0" + str(i + 1), "text": f"line {i}"}
+                                                        for i in range(6)]})
+    for block in ("0-1", "2-3", "4-5", "0-3"):
+        nap = api.post("/m/src/nap", owner, json={}).json()["nap"]
+        assert nap["block"] == block
+        api.post("/m/src/nap", owner, json={"block": block, "text": f"sum {block}"})
+    assert api.post("/m/src/erase", owner, json={"ids": [1]}).status_code == 200
+    reader = _mint(api, owner, "full", "src")["token"]
+    made = api.post("/memories/src/fork", owner, json={"name": "copy", "at": 5})
+    assert made.status_code == 201, made.text
+    assert made.json()["T"] == 5 and made.json()["erased"] == 1
+    assert api.post("/memories/src/fork", owner, json={"name": "x", "at": 7}).json()["error"] == "memory.bad_at"
+    zoom = api.get("/m/copy/zoom?block=2-3", owner).json()
+    assert [ln for ln in zoom["lines"]] == ["#2 2021-01-03 line 2", "#3 2021-01-04 line 3"]
+    # The summary of 2-3 came across; 0-1 and 0-3 held the erased #1 and were dropped in the source too.
+    assert api.get("/m/copy/zoom?block=0-3", owner).json()["lines"][1] == "#2-3 sum 2-3"
+    assert "[erased]" in api.get("/m/copy/zoom?block=0-1", owner).text
+    assert "#4" in api.get("/m/copy/wake", owner).text and "#5 " not in api.get("/m/copy/wake", owner).text
+    # Independent: the source's full capability opens nothing of the fork; the two evolve apart.
+    assert api.get("/m/copy/wake", reader).json()["error"] == "memory.unknown"
+    api.post("/m/copy/note", owner, json={"text": "only in the fork"})
+    assert "only in the fork" not in api.get("/m/src/wake", owner).text
+
+
+def test_erase_across_memories_one_receipt_counts_only(api: Api) -> None:
+    owner = api.init()["token"]
+    for name in ("a", "b"):
+        api.post("/memories", owner, json={"name": name})
+    api.post("/m/a/note", owner, json={"text": "user ada lovelace said hi"})
+    api.post("/m/b/note", owner, json={"text": "ada again"})
+    api.post("/m/b/note", owner, json={"text": "someone else"})
+    api.post("/note", owner, json={"text": "ada in main"})
+    dry = api.post("/memories/erase", owner, json={"q": "ada", "memories": ["a", "b"], "dry_run": True}).json()
+    assert dry["memories"] == [{"name": "a", "erased": 1}, {"name": "b", "erased": 1}] and dry["total"] == 2
+    assert "ada" in api.get("/m/a/wake", owner).text
+    done = api.post("/memories/erase", owner, json={"q": "ada"})
+    assert done.status_code == 200, done.text
+    body = done.json()
+    assert {m["name"]: m["erased"] for m in body["memories"]} == {"main": 1, "a": 1, "b": 1}
+    assert "ada" not in done.text and len(body["fingerprint"]) == 32
+    for path in ("/wake", "/m/a/wake", "/m/b/wake"):
+        assert "ada" not in api.get(path, owner).text
+    assert "someone else" in api.get("/m/b/wake", owner).text
+    assert api.post("/memories/erase", owner, json={"q": "x", "memories": ["nope"]}).json()["error"] == \
+        "memory.unknown"
+    assert api.post("/memories/erase", owner, json={}).json()["error"] == "memory.bad_query"

@@ -284,7 +284,8 @@ def test_scope_refusals_match(api: Api, doc: dict, owner: str) -> None:
             continue
         for scope, token in tokens.items():
             # A /m/{name} copy is called on memory main, which every capability here is bound to.
-            resp = api.request(r.method, r.path.replace("{name}", "main"), token, **SAMPLES.get((r.method, r.base), {}))
+            path = r.path.replace("{name}", "main").replace("{source}", "main")
+            resp = api.request(r.method, path, token, **SAMPLES.get((r.method, r.base), {}))
             # append is beside read, not above it: full and owner may note, read may not
             if (scope not in ("full", "owner")) if r.scope == "append" else RANK[scope] < RANK[r.scope]:
                 refused(doc, r.method, r.path, resp, 403, "auth.scope")
@@ -310,6 +311,8 @@ SAMPLES: dict[tuple[str, str], dict] = {
     ("POST", "/grants"): {"json": {"scope": "read"}},
     ("POST", "/erase"): {"json": {"ids": [0]}},
     ("POST", "/memories"): {"json": {"name": "sample"}},
+    ("POST", "/memories/{source}/fork"): {"json": {"name": "sample-fork"}},
+    ("POST", "/memories/erase"): {"json": {"q": "one", "dry_run": True}},
 }
 
 

@@ -150,6 +150,8 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "GET /memories": lambda w, s: ("GET", "/memories", None),
     "POST /memories": lambda w, s: ("POST", "/memories", {"name": f"n{os.urandom(4).hex()}"}),
     "DELETE /memories/{name}": lambda w, s: ("DELETE", f"/memories/{w.fresh_memory(s)}", None),
+    "POST /memories/{source}/fork": lambda w, s: ("POST", "/memories/main/fork", {"name": f"f{os.urandom(4).hex()}"}),
+    "POST /memories/erase": lambda w, s: ("POST", "/memories/erase", {"q": "nothing-matches-this", "dry_run": True}),
 }
 
 
