@@ -264,3 +264,13 @@ CREATE TABLE IF NOT EXISTS inbox (
     claim     INTEGER NOT NULL,
     sealed    BLOB NOT NULL
 );
+
+-- In main's key ring only: one random salt per memory other than main. The
+-- owner is enrolled in memory n's key ring under a secret derived from its
+-- token's secret and salt n, so deleting memory n (which deletes its salt
+-- here) leaves nothing of it that the owner token opens, even from copies of
+-- its files kept from before.
+CREATE TABLE IF NOT EXISTS memory_salts (
+    number  INTEGER PRIMARY KEY,
+    salt    BLOB NOT NULL
+);

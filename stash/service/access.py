@@ -98,9 +98,8 @@ class Session:
     memory_name: str = "main"
     # Main's key ring (the same object as ``keyring`` for main): the tags of other memories' capabilities.
     main_keyring: Keyring | None = field(repr=False, default=None)
-    # The token's secret and lookup tag, in an owner session only: what enrols the owner in a new memory.
+    # The token's secret, in an owner session only: what enrols the owner in a new memory.
     owner_secret: bytes = field(repr=False, default=b"")
-    tag: bytes = field(repr=False, default=b"")
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -386,16 +385,22 @@ class Vault:
         owner keys carried over (Keyring.advance_epoch). Each memory's file
         is re-sealed by its next open. The one place a new owner key reaches
         every memory (docs/DESIGN.md, "Memories")."""
+        main = session.main_keyring or session.keyring
         for name in memories.names(self.data_dir, session.user_id)[1:]:
             files = MemoryFiles(self.data_dir, session.user_id, name)
             with open_keyring(files.keyring, memories.store_id(session.user_id, name), self.pool) as ring:
-                grant = ring.find(session.tag)
+                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
+                if salt is None:
+                    continue
+                old = memories.owner_secret(session.owner_secret, salt)
+                new = memories.owner_secret(secret, salt)
+                grant = ring.find(tokens.lookup_tag(session.user_id, old))
                 if grant is None or grant.scope != "owner":
                     continue  # already moved to the new token (a resent rotation)
-                opened = ring.open_grant(grant, session.owner_secret)
+                opened = ring.open_grant(grant, old)
                 owner = ring.owner_keys(grant, opened.kek, opened.chain)
                 ring.advance_epoch(opened.chain, (grant.id,), owner=owner, mint={
-                    "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret,
+                    "scope": "owner", "tag": tokens.lookup_tag(session.user_id, new), "secret": new,
                     "kdf": self.kdf})
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict | None = None
@@ -608,6 +613,7 @@ class Vault:
                  ) -> Iterator[Session]:
         token, files, ring, grant, main, home = self._capability(token_text)
         rings = [main] if ring is main else [ring, main]
+        enrolled = token
         try:
             target = memory if memory is not None else (MAIN if grant.scope == "owner" else home)
             if target != home:
@@ -617,7 +623,11 @@ class Vault:
                 files = MemoryFiles(self.data_dir, token.user_id, target)
                 ring = self._open_ring(files, memories.store_id(token.user_id, target))
                 rings.append(ring)
-                grant_in = self._find(ring, tokens.lookup_tag(token.user_id, token.secret))
+                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
+                if salt is None:
+                    raise unknown_memory()  # deleted: its salt is gone, and with it the owner's way in
+                enrolled = tokens.Token(token.user_id, memories.owner_secret(token.secret, salt))
+                grant_in = self._find(ring, tokens.lookup_tag(token.user_id, enrolled.secret))
                 if grant_in is None or grant_in.scope != "owner" or grant_in.wrapped is None:
                     raise Damaged("The owner capability is not enrolled in this memory's key ring; restore the "
                                   "identity from a backup.")
@@ -634,14 +644,18 @@ class Vault:
                 finally:
                     session.close()
                 return
-            yield from self._opened(token, files, ring, grant, need, pin, target, main)
+            yield from self._opened(enrolled if target != home else token, files, ring, grant, need, pin, target,
+                                    main, token.secret)
         finally:
             self.tags.grants_seen(token.user_id, main.conn)  # before the answer leaves: tag_index.py
             for r in rings:
                 r.close()
 
     def _opened(self, token: tokens.Token, files: MemoryFiles, ring: Keyring, grant: Grant, need: str,
-                pin: Head | None, target: str, main: Keyring) -> Iterator[Session]:
+                pin: Head | None, target: str, main: Keyring, secret: bytes) -> Iterator[Session]:
+        """The session of ``grant``, opened with ``token`` (for the owner in a
+        memory other than main: the secret it is enrolled under there);
+        ``secret`` is the token's own."""
         try:
             opened, grant = self._open_grant(ring, grant, token)
         except StaleGrant:
@@ -689,8 +703,7 @@ class Vault:
                           ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
                           capability_key(token.secret), pin, page_bytes, owner, self.pool,
                           memory_name=target, main_keyring=main,
-                          owner_secret=token.secret if grant.scope == "owner" else b"",
-                          tag=tokens.lookup_tag(token.user_id, token.secret))
+                          owner_secret=secret if grant.scope == "owner" else b"")
         del opened
         try:
             yield session

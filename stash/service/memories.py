@@ -50,7 +50,9 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
     """A new, empty memory ``name`` in a staging folder, the owner enrolled:
     its key ring (2 KiB pages), a fresh master key, its memory file. Not
     published yet."""
-    number = memories.next_number(session.main_keyring.conn if session.main_keyring else session.keyring.conn)
+    main = session.main_keyring or session.keyring
+    number = memories.next_number(main.conn)
+    secret = memories.owner_secret(session.owner_secret, memories.new_salt(main.conn, number))
     staged = memories.staging(vault.data_dir, session.user_id, name)
     store = memories.store_id(session.user_id, name)
     chain = KeyChain(store, (keys.new_master_key(),))
@@ -62,7 +64,8 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
         try:
             # The owner's grant here takes the first id of this memory's range; later grants follow it.
             ring.conn.execute("INSERT INTO grants(id, tag, scope, created) VALUES (?, NULL, 'read', '')", (base - 1,))
-            ring.add(scope="owner", tag=session.tag, secret=session.owner_secret, chain=chain, kdf=vault.kdf)
+            ring.add(scope="owner", tag=tokens.lookup_tag(session.user_id, secret), secret=secret, chain=chain,
+                     kdf=vault.kdf)
             ring.conn.execute("DELETE FROM grants WHERE id = ?", (base - 1,))
             for meta, value in ((memories.NUMBER, str(number)), (memories.CREATED, now_utc()),
                                 (inbox_seal.PUBLIC_META, inbox_seal.public_text(chain))):
@@ -140,14 +143,19 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     files = MemoryFiles(vault.data_dir, session.user_id, name)
     with _ring(vault, session.user_id, name) as ring:
         head = ring.log_head()
+        number = memories.number_of(ring.conn)
         ended = [g.id for g in ring.grants() if g.revoked is None and g.scope != "owner"]
         ended += [g.id for g in inbox.grants(ring.conn) if g.revoked is None]
     with userlock.exclusive(files.folder):
         if vault.pool is not None:
             vault.pool.drop_folder(files.folder, held=True)
         gone = memories.retire(files)
-    memories.shred(gone)
     main = session.main_keyring or session.keyring
+    # Its salt goes first: from then on the owner token opens nothing of it,
+    # even from copies of its files kept from before.
+    memories.drop_salt(main.conn, number)
+    main.flush()
+    memories.shred(gone)
     memories.drop_tags(main.conn, memory=name)
     vault.tags.grants_seen(session.user_id, main.conn)
     return {"memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,

@@ -20,6 +20,7 @@ grant of one memory, and a memory's number is never reused.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
@@ -216,6 +217,41 @@ def next_number(conn: sqlite3.Connection) -> int:
         conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                      "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (COUNTER, str(n)))
     return n
+
+
+SALT_BYTES = 32
+
+
+def new_salt(conn: sqlite3.Connection, number: int) -> bytes:
+    """Draw and keep memory ``number``'s salt in main's key ring."""
+    salt = secrets.token_bytes(SALT_BYTES)
+    with write_transaction(conn):
+        ensure(conn, "memory_salts")
+        conn.execute("INSERT OR REPLACE INTO memory_salts(number, salt) VALUES (?, ?)", (number, salt))
+    return salt
+
+
+def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
+    if number <= 0 or not _has(conn, "memory_salts"):
+        return None
+    row = conn.execute("SELECT salt FROM memory_salts WHERE number = ?", (number,)).fetchone()
+    return None if row is None or len(row[0]) != SALT_BYTES else bytes(row[0])
+
+
+def drop_salt(conn: sqlite3.Connection, number: int) -> None:
+    """Destroy memory ``number``'s salt (secure_delete overwrites its cell;
+    the caller flushes the WAL)."""
+    if not _has(conn, "memory_salts"):
+        return
+    with write_transaction(conn):
+        conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
+
+
+def owner_secret(secret: bytes, salt: bytes) -> bytes:
+    """The secret the owner token is enrolled under in the memory whose salt
+    is ``salt``: BLAKE2b keyed by the salt, so it exists only while both the
+    token and main's key ring's salt do (schema.sql, "memory_salts")."""
+    return hashlib.blake2b(secret, key=salt, digest_size=32, person=b"stash.mem.owner").digest()
 
 
 def number_of(conn: sqlite3.Connection) -> int:
