@@ -25,6 +25,7 @@ from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from ..storage.memfile import fork as fork_files
 from ..storage.memories import MAIN, MemoryFiles
+from . import audit
 from .access import Session, Vault, unknown_memory
 from .append import ensure_public
 
@@ -188,6 +189,19 @@ def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]
             rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
             rows += _appends(other.keyring, name)
     return rows
+
+
+def every_event(vault: Vault, session: Session, token: str | None) -> dict:
+    """The audit trail of every memory, each event naming its ``memory``:
+    each memory's events live in its own key ring, sealed to its owner keys,
+    so each is opened by an owner session on it; oldest first by time (then
+    memory and id, which number events within one memory)."""
+    rows = [{**e, "memory": MAIN} for e in audit.trail(session)["events"]]
+    for name in memories.names(vault.data_dir, session.user_id)[1:]:
+        with vault.session(token, "owner", memory=name) as other:
+            rows += [{**e, "memory": name} for e in audit.trail(other)["events"]]
+    rows.sort(key=lambda e: (str(e["at"]), e["memory"] != MAIN, e["memory"], e["id"]))
+    return {"events": rows}
 
 
 def _appends(ring: Keyring, name: str) -> list[dict]:

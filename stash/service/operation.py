@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.errors import Unauthorized
 from ..crypto.chain import Head
+from ..storage import memories
 from . import audit, idempotency, quotas
 from .access import Session, Vault
 
@@ -114,8 +115,10 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         adding = None if effects.adds is None else effects.adds(fields)
         if adding is not None:
             if session.scope != "append":  # an append note checks inside its own lock (service/append.py)
-                quotas.check_room(session.memory.count(), session.files.folder, adding, limits.memories,
-                                  limits.bytes)
+                # The quotas count every memory of the identity together.
+                others, their_bytes = memories.others_usage(vault.data_dir, session.user_id, session.memory_name)
+                quotas.check_room(session.memory.count() + others, session.files.folder, adding, limits.memories,
+                                  limits.bytes - their_bytes)
         answer = handler(session, fields, context)
         if in_keyring:
             recorded = _record(session, grant_id, effects.event, fields, answer)

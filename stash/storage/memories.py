@@ -261,3 +261,34 @@ def number_of(conn: sqlite3.Connection) -> int:
         return int(row[0]) if row else 0
     except ValueError:
         return -1
+
+
+def others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
+    """``(memories, bytes)`` of every memory of the user but ``but``: the
+    memories as each key ring's copy of its log head records them, the bytes
+    of each folder's files. What an identity's quotas add to the memory being
+    written (they count all its memories together); nothing to add, at the
+    cost of one folder listing, for an identity with main alone."""
+    count = size = 0
+    for name in names(data_dir, user_id):
+        if name == but:
+            continue
+        files = MemoryFiles(data_dir, user_id, name)
+        try:
+            with os.scandir(files.folder) as entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        size += entry.stat(follow_symlinks=False).st_size
+            conn = sqlite3.connect(f"file:{files.keyring}?mode=ro", uri=True)
+            try:
+                row = conn.execute("SELECT value FROM keyring_meta WHERE name = 'log_head'").fetchone()
+            finally:
+                conn.close()
+        except (OSError, sqlite3.Error):
+            continue
+        if row is not None:
+            try:
+                count += int(str(row[0]).split(":", 1)[0])
+            except ValueError:
+                pass
+    return count, size

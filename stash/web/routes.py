@@ -534,12 +534,14 @@ def erasures(s: Session, f: Args, call: Call) -> Answer:
         "grant": integer(1, description="The capability that did it (see GET /grants)."),
         "event": {"enum": ["mint", "revoke", "rotate", "erase", "export", "config", "forget", "import"]},
         "detail": {"type": "object", "description": "Numbers, block ids and size names only; never content."},
+        "memory": string("the memory it touched (each memory numbers its own events from 1)"),
     })}}),
-    description="The audit trail, oldest first: which capability minted, revoked, rotated, erased, exported, "
-                "changed the config, forgot or imported, and when. Never any memory text.",
+    description="The audit trail of every memory of the identity, oldest first: which capability minted, "
+                "revoked, rotated, erased, exported, changed the config, forgot or imported, in which memory, "
+                "and when. Never any memory text.",
 )
 def audit_trail(s: Session, f: Args, call: Call) -> Answer:
-    return audit.trail(s)
+    return memories.every_event(call.vault, s, call.token)
 
 
 @route(

@@ -152,21 +152,52 @@ def test_erase_across_memories_one_receipt_counts_only(api: Api) -> None:
     owner = api.init()["token"]
     for name in ("a", "b"):
         api.post("/memories", owner, json={"name": name})
-    api.post("/m/a/note", owner, json={"text": "user ada lovelace said hi"})
-    api.post("/m/b/note", owner, json={"text": "ada again"})
+    api.post("/m/a/note", owner, json={"text": "user lovelace said hi"})
+    api.post("/m/b/note", owner, json={"text": "lovelace again"})
     api.post("/m/b/note", owner, json={"text": "someone else"})
-    api.post("/note", owner, json={"text": "ada in main"})
-    dry = api.post("/memories/erase", owner, json={"q": "ada", "memories": ["a", "b"], "dry_run": True}).json()
+    api.post("/note", owner, json={"text": "lovelace in main"})
+    dry = api.post("/memories/erase", owner, json={"q": "lovelace", "memories": ["a", "b"], "dry_run": True}).json()
     assert dry["memories"] == [{"name": "a", "erased": 1}, {"name": "b", "erased": 1}] and dry["total"] == 2
-    assert "ada" in api.get("/m/a/wake", owner).text
-    done = api.post("/memories/erase", owner, json={"q": "ada"})
+    assert "lovelace" in api.get("/m/a/wake", owner).text
+    done = api.post("/memories/erase", owner, json={"q": "lovelace"})
     assert done.status_code == 200, done.text
     body = done.json()
     assert {m["name"]: m["erased"] for m in body["memories"]} == {"main": 1, "a": 1, "b": 1}
-    assert "ada" not in done.text and len(body["fingerprint"]) == 32
+    assert "lovelace" not in done.text and len(body["fingerprint"]) == 32
     for path in ("/wake", "/m/a/wake", "/m/b/wake"):
-        assert "ada" not in api.get(path, owner).text
+        assert "lovelace" not in api.get(path, owner).text
     assert "someone else" in api.get("/m/b/wake", owner).text
     assert api.post("/memories/erase", owner, json={"q": "x", "memories": ["nope"]}).json()["error"] == \
         "memory.unknown"
     assert api.post("/memories/erase", owner, json={}).json()["error"] == "memory.bad_query"
+
+
+def test_max_memories_and_quotas_count_every_memory(data_dir) -> None:
+    from stash.web.app import create_app
+    from tests.helpers import make_settings
+
+    api = Api(create_app(make_settings(data_dir, max_memories=2, quota_memories=3)))
+    try:
+        owner = api.init()["token"]
+        assert api.post("/memories", owner, json={"name": "a"}).status_code == 201
+        assert api.post("/memories", owner, json={"name": "b"}).json()["error"] == "memory.too_many"
+        for _ in range(2):
+            assert api.post("/note", owner, json={"text": "in main"}).status_code == 200
+        assert api.post("/m/a/note", owner, json={"text": "third of the identity"}).status_code == 200
+        assert api.post("/m/a/note", owner, json={"text": "one too many"}).json()["error"] == "quota.memories"
+        app = _mint(api, owner, "append", "a")["token"]
+        assert api.post("/note", app, json={"text": "one too many"}).json()["error"] == "quota.memories"
+    finally:
+        api.close()
+
+
+def test_audit_names_the_memory(api: Api) -> None:
+    owner = api.init()["token"]
+    api.post("/memories", owner, json={"name": "a"})
+    g = _mint(api, owner, "read", "a")
+    api.delete(f"/grants/{g['id']}", owner)
+    api.post("/m/a/config", owner, json={"WAKE_LINES": 50})
+    events = api.get("/audit", owner).json()["events"]
+    seen = {(e["event"], e["memory"]) for e in events}
+    assert {("mint", "a"), ("revoke", "a"), ("config", "a")} <= seen
+    assert all(e["memory"] == "a" for e in events if e["event"] in ("mint", "revoke", "config"))
