@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..storage import userlock
 from ..storage.files import private_folder
+from . import memory_ops
 from .verify import Report, user_folders, verify_user
 
 
@@ -106,6 +107,8 @@ def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
     out = []
     for folder in folders:
         copied = _copy_user(folder, dest / "users" / folder.name)
+        if copied.copied:  # and every other memory of this user (docs/DESIGN.md, "Memories")
+            memory_ops.backup_memories(folder, dest / "users" / folder.name, _copy_user)
         report = verify_user(dest / "users" / folder.name) if copied.copied else None
         out.append((copied, report))
     _fsync(dest / "users")
