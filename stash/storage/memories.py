@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 from . import formats
@@ -263,12 +264,32 @@ def number_of(conn: sqlite3.Connection) -> int:
         return -1
 
 
+USAGE_SECONDS = 5.0  # how old the other memories' usage a quota check adds may be, in one process
+_USAGE: dict[tuple[str, str, str], tuple[float, tuple[int, int]]] = {}
+
+
 def others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
     """``(memories, bytes)`` of every memory of the user but ``but``: the
     memories as each key ring's copy of its log head records them, the bytes
     of each folder's files. What an identity's quotas add to the memory being
     written (they count all its memories together); nothing to add, at the
-    cost of one folder listing, for an identity with main alone."""
+    cost of one folder listing, for an identity with main alone. Read at most
+    once every USAGE_SECONDS per process and memory written, so a note to one
+    of a hundred memories costs what a note to one does: the memory written
+    is counted exactly, inside its write; the others as they were then."""
+    memo = (str(data_dir), user_id, but)
+    now = time.monotonic()
+    kept = _USAGE.get(memo)
+    if kept is not None and now - kept[0] < USAGE_SECONDS:
+        return kept[1]
+    usage = _others_usage(data_dir, user_id, but)
+    if len(_USAGE) > 10_000:
+        _USAGE.clear()
+    _USAGE[memo] = (now, usage)
+    return usage
+
+
+def _others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
     count = size = 0
     for name in names(data_dir, user_id):
         if name == but:
