@@ -85,8 +85,6 @@ KEYED_WRITES = frozenset({
     ("POST", "/erase"),
     ("POST", "/grants"),
     ("POST", "/import"),
-    ("POST", "/memories"),
-    ("POST", "/memories/{source}/fork"),
     ("POST", "/nap"),
     ("POST", "/note"),
     ("POST", "/rotate"),

@@ -126,6 +126,7 @@ def describe(vault: Vault, user_id: str, name: str) -> dict:
 
 
 def listing(vault: Vault, session: Session) -> dict:
+    memories.sweep(vault.data_dir, session.user_id)
     rows = [describe(vault, session.user_id, n) for n in memories.names(vault.data_dir, session.user_id)]
     rows.sort(key=lambda r: (r["created"], r["name"]))
     return {"memories": rows}
@@ -139,6 +140,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     if name == MAIN:
         raise Conflict("Memory main is deleted only with the whole identity: DELETE /store.",
                        code="memory.main")
+    memories.sweep(vault.data_dir, session.user_id)
     if not memories.exists(vault.data_dir, session.user_id, name):
         raise unknown_memory()
     files = MemoryFiles(vault.data_dir, session.user_id, name)

@@ -687,8 +687,8 @@ def memories_list(s: Session, f: Args, call: Call) -> Answer:
           "digit; unique in the identity", required=True),
 )), answer=MEMORY_ROW, errors=("memory.bad_name", "memory.exists", "memory.too_many"),
     description="A new, empty memory under a fresh master key of its own, the owner enrolled in its key ring. "
-                "Serve it at `/m/{name}/…`; mint capabilities bound to it with `POST /grants {\"memory\"}`.",
-    record="keyring")
+                "Serve it at `/m/{name}/…`; mint capabilities bound to it with `POST /grants {\"memory\"}`. "
+                "Resent after a lost answer, it is `409 memory.exists`: the memory is there, whole.")
 def memories_create(s: Session, f: Args, call: Call) -> Answer:
     return memories.create(call.vault, s, f["name"], call.settings.max_memories)
 
@@ -720,7 +720,7 @@ def memories_delete(s: Session, f: Args, call: Call) -> Answer:
        description="A new, independent memory holding the first `at` memories of memory `source`, erased ones "
                    "erased, the summaries of every block inside them and its sizes, sealed afresh under its own "
                    "keys. Only the owner is enrolled in it: no capability of the source opens it.",
-       memory_of=lambda vault, user, f: f.get("source"), record="keyring",
+       memory_of=lambda vault, user, f: f.get("source"),
        unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
 def memories_fork(s: Session, f: Args, call: Call) -> Answer:
     return memories.fork(call.vault, s, f["name"], f.get("at"), call.settings.max_memories)
