@@ -187,6 +187,7 @@ class Session:
         if (self._copy is None or self._copy.count < head.count
                 or self._state_copy is None or self._state_copy < version):
             self.keyring.advance_head(head, version)
+            memories.note_write_day(self.keyring, datetime.now(UTC).date().isoformat())
 
     def flush_memory(self) -> bool:
         """Empty the memory file's WAL into the file now (after an erasure):

@@ -20,6 +20,7 @@ from ..core.errors import Conflict, Invalid
 from ..core.recall import BadPattern, compile_pattern
 from ..crypto import inbox_seal, keys, tokens
 from ..crypto.epochs import KeyChain
+from ..crypto.owner_seal import OwnerKeys
 from ..storage import inbox, memories, userlock
 from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
@@ -104,8 +105,9 @@ def create(vault: Vault, session: Session, name: object, max_memories: int = DEF
     return describe(vault, session.user_id, name)
 
 
-def describe(vault: Vault, user_id: str, name: str) -> dict:
-    """A memory's listing row, read from its key ring only (no key needed)."""
+def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = None) -> dict:
+    """A memory's listing row, read from its key ring (``owner``: that
+    memory's owner keys, which open its last write day)."""
     files = MemoryFiles(vault.data_dir, user_id, name)
     with _ring(vault, user_id, name) as ring:
         head = ring.log_head()
@@ -113,7 +115,7 @@ def describe(vault: Vault, user_id: str, name: str) -> dict:
         appends = [g for g in inbox.grants(ring.conn) if g.revoked is None]
         created = ring.meta(memories.CREATED) or next((g.created for g in ring.grants()), "")
         pending = inbox.pending(ring.conn)
-        last = ring.meta("last_write")
+        last = memories.write_day(ring, owner)
     size = 0
     for path in files.folder.iterdir():
         if path.is_file():
@@ -125,9 +127,12 @@ def describe(vault: Vault, user_id: str, name: str) -> dict:
             "last_write": last, "grants": len(live) + len(appends)}
 
 
-def listing(vault: Vault, session: Session) -> dict:
+def listing(vault: Vault, session: Session, token: str | None) -> dict:
     memories.sweep(vault.data_dir, session.user_id)
-    rows = [describe(vault, session.user_id, n) for n in memories.names(vault.data_dir, session.user_id)]
+    rows = [describe(vault, session.user_id, MAIN, session.owner)]
+    for name in memories.names(vault.data_dir, session.user_id)[1:]:
+        with vault.session(token, "owner", memory=name) as other:
+            rows.append(describe(vault, session.user_id, name, other.owner))
     rows.sort(key=lambda r: (r["created"], r["name"]))
     return {"memories": rows}
 

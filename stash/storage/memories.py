@@ -29,8 +29,11 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ..crypto import owner_seal
+from ..crypto.owner_seal import OwnerKeys
 from . import formats
 from .files import UserFiles, overwrite_with_zeros, private_folder, write_transaction
+from .keyring import Keyring
 
 MAIN = "main"
 SUBFOLDER = "m"
@@ -313,3 +316,41 @@ def _others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
             except ValueError:
                 pass
     return count, size
+
+
+LAST_WRITE = "last_write"  # key ring meta: the day of the memory's last write, hex, sealed to its owner
+_WRITTEN: dict[str, str] = {}
+
+
+def note_write_day(ring: Keyring, day: str) -> None:
+    """Record ``day`` as the memory's last write, sealed to its owner key
+    (so a thief of the key ring does not learn when it was last used):
+    written once a day per process and key ring, best effort like the key
+    ring's other copies (a full disk must not refuse a write that committed)."""
+    path = str(ring.conn.execute("PRAGMA database_list").fetchone()[2])
+    if _WRITTEN.get(path) == day:
+        return
+    public = ring.owner_public()
+    if public is None:
+        return
+    value = owner_seal.seal(ring.user_id, public, LAST_WRITE, day.encode()).hex()
+    try:
+        with write_transaction(ring.conn):
+            ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (LAST_WRITE, value))
+    except (sqlite3.Error, OSError):
+        return
+    if len(_WRITTEN) > 100_000:
+        _WRITTEN.clear()
+    _WRITTEN[path] = day
+
+
+def write_day(ring: Keyring, owner: OwnerKeys | None) -> str | None:
+    """The memory's last write day, opened with its owner keys (None: not recorded, or no keys)."""
+    text = ring.meta(LAST_WRITE)
+    if text is None or owner is None:
+        return None
+    try:
+        return owner.open(bytes.fromhex(text), LAST_WRITE).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None

@@ -679,7 +679,7 @@ _NAME_PARAM = "the memory's name"
        description="Every memory of this identity, `main` included, oldest first, read from the key rings "
                    "alone.")
 def memories_list(s: Session, f: Args, call: Call) -> Answer:
-    return memories.listing(call.vault, s)
+    return memories.listing(call.vault, s, call.token)
 
 
 @route("POST", "/memories", "owner", "Create an empty memory", status=201, fields=Fields((

@@ -36,8 +36,9 @@ def test_every_memory_route_under_m_and_isolated(api: Api) -> None:
     api.post("/m/proj-a/note", owner, json={"text": "only in a"})
     assert "only in a" in api.get("/m/proj-a/wake", owner).text
     assert "only in a" not in api.get("/wake", owner).text
-    names = [m["name"] for m in api.get("/memories", owner).json()["memories"]]
-    assert names == ["main", "proj-a"]
+    rows = api.get("/memories", owner).json()["memories"]
+    assert [m["name"] for m in rows] == ["main", "proj-a"]
+    assert rows[1]["last_write"] == rows[1]["created"][:10] and rows[0]["last_write"] is None
 
 
 def test_bound_capability_404_is_uniform(api: Api) -> None:
