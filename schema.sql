@@ -14,6 +14,10 @@
 --                                    recall cache (section scan_cache). Every
 --                                    value sealed; deletable; not backed up.
 --
+--   DATA/users/<user_id>/m/<name>/   another memory of the same identity: the
+--                                    same three files (docs/DESIGN.md, "Memories"),
+--                                    its key ring in 2 KiB pages.
+--
 -- Pages (since the 4 KiB layout): both files are made in 4 KiB pages, and
 -- each holds only the tables every store uses from its first request; the
 -- others (sections "keyring_on_use", "memory_on_use" and "idempotency") are

@@ -130,6 +130,12 @@ KEY_RING_FORMATS = (
            "keyring_meta 'owner_sealed' is 1 (before: labels under the epoch's label key, the rest in clear, "
            "sealed on the owner's next request)", "storage.keyring.Keyring.owner_keys", "unreleased",
            lambda d: d.keyring_meta.get("owner_sealed") == "1"),
+    Format(KEY_RING, "memories", "an identity holds named memories: main's key ring numbers them and keeps their "
+           "capabilities' tags and owner salts (memory_tags, memory_salts); another memory's key ring, in "
+           "m/<name>/ with 2 KiB pages, records its number; append capabilities and their waiting notes "
+           "(append_grants, inbox) in each memory's", "keyring_meta 'memories_made' (main) or "
+           "'memory_number' (another memory)", "storage.memories.names", "unreleased",
+           lambda d: "memories_made" in d.keyring_meta or "memory_number" in d.keyring_meta),
 )
 
 MEMORY_FORMATS = (
