@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage import userlock
-from ..storage.files import private_folder
+from ..storage.files import fsync_path, private_folder
 from . import memory_ops
 from .verify import Report, user_folders, verify_user
 
@@ -37,11 +37,7 @@ class Copied:
 
 
 def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path)
 
 
 def _plain(path: Path) -> bool:

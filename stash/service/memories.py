@@ -296,13 +296,15 @@ def erase_matcher(words: object, q: object) -> Callable[[str], bool]:
     if words is not None:
         raise Invalid("Word search is not served by this server yet; erase with \"q\", a recall regex.",
                       code="memory.bad_query")
-    if not isinstance(q, str):
-        raise Invalid("q is a recall regex, as a string.", code="memory.bad_query")
     try:
-        matcher = compile_pattern(q)
+        # The pattern is compiled as recall compiles it (core/recall.py), so it matches what recall finds.
+        return compile_pattern(q).search if isinstance(q, str) else _refuse("q is a recall regex, as a string.")
     except BadPattern as e:
-        raise Invalid(str(e), code="memory.bad_query") from None
-    return matcher.search
+        return _refuse(str(e))
+
+
+def _refuse(message: str) -> Callable[[str], bool]:
+    raise Invalid(message, code="memory.bad_query")
 
 
 def matching(session: Session, test: Callable[[str], bool]) -> list[int]:

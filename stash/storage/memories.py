@@ -32,7 +32,7 @@ from pathlib import Path
 from ..crypto import owner_seal
 from ..crypto.owner_seal import OwnerKeys
 from . import formats
-from .files import UserFiles, overwrite_with_zeros, private_folder, write_transaction
+from .files import UserFiles, fsync_path, overwrite_with_zeros, private_folder, write_transaction
 from .keyring import Keyring
 
 MAIN = "main"
@@ -120,7 +120,7 @@ def publish(staged: MemoryFiles) -> bool:
     except OSError:
         shutil.rmtree(staged.folder, ignore_errors=True)
         return False
-    _sync(final.parent)
+    fsync_path(final.parent)  # the rename is durable once its folder is flushed
     staged.at(final)
     return True
 
@@ -130,7 +130,7 @@ def retire(files: MemoryFiles) -> Path:
     there for any request), and return where it went, to be shredded."""
     gone = files.user_folder / SUBFOLDER / f"{_RETIRED}{secrets.token_hex(8)}"
     os.rename(files.folder, gone)
-    _sync(gone.parent)
+    fsync_path(gone.parent)
     return gone
 
 
@@ -159,14 +159,6 @@ def sweep(data_dir: Path, user_id: str) -> None:
             shred(parent / n)
         elif n.startswith(_STAGED):
             shutil.rmtree(parent / n, ignore_errors=True)
-
-
-def _sync(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------- main's key ring
