@@ -61,7 +61,7 @@ def test_a_reporter_runs_its_block_with_curl_and_reads_nothing(cli: Cli, http: H
     assert "ci: 1 match" in erased and "done!" not in erased
 
 
-def test_fork_and_delete_from_the_client(cli: Cli, http: Http, token: str) -> None:
+def test_fork_import_and_delete_from_the_client(cli: Cli, http: Http, token: str, tmp_path) -> None:
     base = cli.env["STASH_URL"].rstrip("/")
     cli.ok("memories", "create", "src")
     src = {**cli.env, "STASH_URL": f"{base}/m/src"}
@@ -71,6 +71,11 @@ def test_fork_and_delete_from_the_client(cli: Cli, http: Http, token: str) -> No
     copy = {**cli.env, "STASH_URL": f"{base}/m/copy"}
     woke = cli.ok("wake", env=copy)
     assert "src line 1" in woke and "src line 2" not in woke
+    # An export of one memory moves into another with import-optmem --memory.
+    cli.ok("export", str(tmp_path / "exported"), env=src)
+    cli.ok("memories", "create", "moved")
+    cli.ok("import-optmem", str(tmp_path / "exported"), "--memory", "moved")
+    assert cli.ok("wake", env={**cli.env, "STASH_URL": f"{base}/m/moved"}) == cli.ok("wake", env=src)
     assert cli.run("memories", "delete", "copy").returncode == 2
     assert "Destroyed memory copy" in cli.ok("memories", "delete", "copy", "--yes")
     assert cli.run("wake", env=copy).returncode != 0
