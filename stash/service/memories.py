@@ -22,9 +22,9 @@ from ..crypto import inbox_seal, keys, tokens
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
 from ..storage import inbox, memories, userlock
+from ..storage import memory_fork as fork_files
 from ..storage.keyring import Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
-from ..storage.memfile import fork as fork_files
 from ..storage.memories import MAIN, MemoryFiles
 from . import audit
 from .access import Session, Vault, unknown_memory

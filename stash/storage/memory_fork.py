@@ -3,9 +3,9 @@ file, under that file's own keys (docs/DESIGN.md, "Memories": fork)."""
 
 from __future__ import annotations
 
-from ...core.blocks import levels
-from ..files import write_transaction
-from .handle import MemoryFile
+from ..core.blocks import levels
+from .files import write_transaction
+from .memfile import MemoryFile
 
 BATCH = 4096
 
