@@ -618,7 +618,11 @@ class Vault:
         try:
             target = memory if memory is not None else (MAIN if grant.scope == "owner" else home)
             if target != home:
-                # Bound by keys: only the owner is enrolled in every memory's key ring.
+                # Bound by keys: only the owner is enrolled in every memory's key ring. An owner route
+                # asked by another capability is refused for its scope, whichever memory it names.
+                if grant.scope != "owner" and need == "owner":
+                    raise Forbidden(f"This capability is scoped {grant.scope}; this route needs owner. "
+                                    "Ask the owner for a capability with that scope.", code="auth.scope")
                 if grant.scope != "owner" or not memories.exists(self.data_dir, token.user_id, target):
                     raise unknown_memory()
                 files = MemoryFiles(self.data_dir, token.user_id, target)

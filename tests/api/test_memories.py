@@ -202,3 +202,13 @@ def test_audit_names_the_memory(api: Api) -> None:
     seen = {(e["event"], e["memory"]) for e in events}
     assert {("mint", "a"), ("revoke", "a"), ("config", "a")} <= seen
     assert all(e["memory"] == "a" for e in events if e["event"] in ("mint", "revoke", "config"))
+
+
+def test_an_owner_route_naming_another_memory_is_refused_for_scope_not_memory(api: Api) -> None:
+    owner = api.init()["token"]
+    api.post("/memories", owner, json={"name": "b"})
+    in_b = _mint(api, owner, "read", "b")
+    reader = _mint(api, owner, "full")["token"]
+    resp = api.delete(f"/grants/{in_b['id']}", reader)
+    assert resp.status_code == 403 and resp.json()["error"] == "auth.scope"
+    assert api.get("/wake", in_b["token"]).status_code == 200
