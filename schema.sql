@@ -14,6 +14,10 @@
 --                                    recall cache (section scan_cache). Every
 --                                    value sealed; deletable; not backed up.
 --
+--   DATA/users/<user_id>/m/<name>/   another memory of the same identity: the
+--                                    same three files (docs/DESIGN.md, "Memories"),
+--                                    its key ring in 2 KiB pages.
+--
 -- Pages (since the 4 KiB layout): both files are made in 4 KiB pages, and
 -- each holds only the tables every store uses from its first request; the
 -- others (sections "keyring_on_use", "memory_on_use" and "idempotency") are
@@ -222,4 +226,55 @@ CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created);
 CREATE TABLE IF NOT EXISTS scan_cache (
     piece   INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
+);
+
+-- @memories
+-- One owner, many memories (docs/DESIGN.md, "Memories"). Memory `main` is
+-- the user's folder itself; memory <name> is the same three files in
+-- DATA/users/<user_id>/m/<name>/, its own master key, epochs and grants.
+-- These tables are made on use, by the first write of one of their rows.
+
+-- In main's key ring only: the lookup tag of every live capability bound to
+-- another memory, so a token finds its memory (and the tag index knows it)
+-- with one lookup, however many memories the identity holds. A tag is a keyed
+-- hash of a secret (never a key); a row left by a crash points at a grant
+-- that is not there and opens nothing.
+CREATE TABLE IF NOT EXISTS memory_tags (
+    tag     BLOB PRIMARY KEY,
+    memory  TEXT NOT NULL
+);
+
+-- In each memory's key ring: the append capabilities bound to it. An append
+-- capability holds no key at all: `tag` finds it, and `mac` (keyed by the
+-- memory's epoch-0 key, which only read-capable holders reach) lets the
+-- fold refuse a row nobody minted. Revoking sets `revoked`; tag and mac stay,
+-- so the notes it wrote before still fold.
+CREATE TABLE IF NOT EXISTS append_grants (
+    id       INTEGER PRIMARY KEY,
+    tag      BLOB UNIQUE,
+    created  TEXT NOT NULL,
+    revoked  TEXT,
+    mac      BLOB
+);
+
+-- In each memory's key ring: notes an append capability wrote, each sealed
+-- (libsodium sealed box) to the memory's current epoch public key, waiting
+-- to be folded into the log by the next read-capable open. `claim` is the
+-- log position its answer named.
+CREATE TABLE IF NOT EXISTS inbox (
+    seq       INTEGER PRIMARY KEY,
+    grant_id  INTEGER NOT NULL,
+    epoch     INTEGER NOT NULL,
+    claim     INTEGER NOT NULL,
+    sealed    BLOB NOT NULL
+);
+
+-- In main's key ring only: one random salt per memory other than main. The
+-- owner is enrolled in memory n's key ring under a secret derived from its
+-- token's secret and salt n, so deleting memory n (which deletes its salt
+-- here) leaves nothing of it that the owner token opens, even from copies of
+-- its files kept from before.
+CREATE TABLE IF NOT EXISTS memory_salts (
+    number  INTEGER PRIMARY KEY,
+    salt    BLOB NOT NULL
 );

@@ -67,7 +67,10 @@ VERBS = {
               "those sizes; the naps that follow write them again",
     "config": "show the sizes, or set them: config NAME=VALUE (empty value restores the default)",
     "import": "bulk-append dated memories from a file of 'YYYY-MM-DD text' lines",
-    "grants": "list capabilities, mint one (read | full), or revoke one (revoke ID)",
+    "grants": "list capabilities, mint one (read | append | full; --memory NAME binds it to that memory), or "
+              "revoke one (revoke ID)",
+    "memories": "the owner's memories: list; create NAME; delete NAME --yes; fork SOURCE NAME [--at N]; "
+                "erase --q REGEX [--memory NAME ...] [--dry-run]",
     "erase": "shred memories for good by id (owner): erase ID [ID ...]",
     "erasures": "list the erasure receipts (owner)",
     "undo": "erase what one capability wrote (undo --grant ID) or a range (undo --first I --last J), slice by "
@@ -75,7 +78,8 @@ VERBS = {
     "rotate": "replace the owner token: prints the new one once and uses it, which ends the old one (owner)",
     "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
-    "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory",
+    "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory (or, with "
+                     "--memory NAME, into that memory of the owner's)",
     "health": "check that the server answers, and which ciphers it uses",
     "unpin": "forget the log head this client pinned for this memory, to accept an older state restored on purpose",
 }
@@ -678,8 +682,13 @@ def _nap_prompt(nap: object, steps: Steps) -> list[str]:
     return ["", text] if text else []
 
 
-def _api(need_token: bool = True, fallback_url: str | None = None) -> Api:
+def _api(need_token: bool = True, fallback_url: str | None = None, memory: str | None = None) -> Api:
+    """The server at STASH_URL; with ``memory``, its memory of that name
+    (``/m/NAME``, the name quoted whole: the server refuses one that is not a
+    memory's name)."""
     url = server_url(fallback_url)
+    if memory is not None:
+        url = f"{url.rstrip('/')}/m/{urllib.parse.quote(memory, safe='')}"
     return Api(url, token() if need_token else None)
 
 
@@ -1024,6 +1033,8 @@ def do_import(args: argparse.Namespace) -> int:
 
 def _grant_line(g: dict) -> str:
     parts = [f"#{g.get('id')}", str(g.get("scope", "?"))]
+    if g.get("memory") not in (None, "main"):
+        parts.append(f"memory {g['memory']}")
     if g.get("label"):
         parts.append(json.dumps(g["label"], ensure_ascii=False))
     for key in ("created", "expires", "revoked"):
@@ -1047,10 +1058,11 @@ def do_grants(args: argparse.Namespace) -> int:
         for g in grants if isinstance(grants, list) else []:
             _out(_grant_line(g) if isinstance(g, dict) else str(g))
         return 0
-    if words[0] in ("read", "full") and len(words) == 1:
+    if words[0] in ("read", "append", "full") and len(words) == 1:
         # The address this client calls goes into the agent's block, as init writes it.
         body = {"scope": words[0], "url": api.url}
-        body.update({k: v for k, v in (("label", args.label), ("expires", args.expires)) if v is not None})
+        body.update({k: v for k, v in (("label", args.label), ("expires", args.expires), ("memory", args.memory))
+                     if v is not None})
         ans = api.call("POST", "/grants", body)
         # The token stays the last line of standard output, for scripts; the agent's block goes beside it.
         if isinstance(ans.get("prompt"), str):
@@ -1059,7 +1071,8 @@ def do_grants(args: argparse.Namespace) -> int:
             _say()
             _say(ans["prompt"].rstrip("\n"))
             _say()
-        _out(f"Minted #{ans.get('id')}, scope {ans.get('scope', words[0])}. "
+        bound = f", bound to memory {ans['memory']}" if ans.get("memory") not in (None, "main") else ""
+        _out(f"Minted #{ans.get('id')}, scope {ans.get('scope', words[0])}{bound}. "
              "Its token is shown this once; hand it over as STASH_TOKEN:")
         _out(str(ans.get("token")))
         return 0
@@ -1075,8 +1088,64 @@ def do_grants(args: argparse.Namespace) -> int:
             _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
                  f"{_prog()} grants read|full")
         return 0
-    raise Failure(f"stash: grants takes nothing (list), read or full (mint), or revoke ID; the IDs are listed by: "
-                  f"{_prog()} grants", USAGE)
+    raise Failure(f"stash: grants takes nothing (list), read, append or full (mint), or revoke ID; the IDs are "
+                  f"listed by: {_prog()} grants", USAGE)
+
+
+def _memory_line(m: dict) -> str:
+    return (f"{m.get('name')}: {plural(m.get('T') or 0, 'memory', 'memories')}, {m.get('bytes')} bytes, "
+            f"created {m.get('created')}, {plural(m.get('grants') or 0, 'capability', 'capabilities')}")
+
+
+def do_memories(args: argparse.Namespace) -> int:
+    """The owner's memories (docs/DESIGN.md, "Memories"): each verb one route."""
+    api = _api()
+    words = args.words
+    quoted = [urllib.parse.quote(w, safe="") for w in words]
+    if not words:
+        for m in api.call("GET", "/memories").get("memories", []):
+            _out(_memory_line(m))
+        return 0
+    if words[0] == "create" and len(words) == 2:
+        made = api.call("POST", "/memories", {"name": words[1]})
+        _out(f"Created memory {made.get('name')}. Its agents use STASH_URL={api.url.rstrip('/')}/m/{quoted[1]}; "
+             f"mint their capabilities with: {_prog()} grants full --memory {shlex.quote(words[1])}")
+        return 0
+    if words[0] == "delete" and len(words) == 2:
+        if not args.yes:
+            raise Failure(f"stash: delete destroys memory {words[1]} and every capability of it, for good. "
+                          f"To go ahead: {_prog()} memories delete {shlex.quote(words[1])} --yes", USAGE)
+        gone = api.call("DELETE", f"/memories/{quoted[1]}")
+        _out(f"Destroyed memory {gone.get('memory')} ({plural(gone.get('memories') or 0, 'memory', 'memories')}) "
+             f"at {gone.get('at')}; its capabilities open nothing from now on.")
+        return 0
+    if words[0] == "fork" and len(words) == 3:
+        body: dict = {"name": words[2]}
+        if args.at is not None:
+            body["at"] = args.at
+        made = api.call("POST", f"/memories/{quoted[1]}/fork", body)
+        _out(f"Forked {made.get('source')} at {made.get('at')} into {made.get('name')} "
+             f"({plural(made.get('summaries') or 0, 'summary', 'summaries')} carried over); no capability of "
+             f"{made.get('source')} opens it.")
+        return 0
+    if words[0] == "erase" and len(words) == 1:
+        if (args.q is None) == (args.words_query is None):
+            raise Failure(f"stash: memories erase takes --q REGEX or --words WORDS. See: {_prog()} memories --help",
+                          USAGE)
+        body = {k: v for k, v in (("q", args.q), ("words", args.words_query)) if v is not None}
+        if args.memory:
+            body["memories"] = list(args.memory)
+        if args.dry_run:
+            body["dry_run"] = True
+        done = api.call("POST", "/memories/erase", body)
+        verb = "match" if done.get("dry_run") else "erased"
+        for m in done.get("memories", []):
+            _out(f"{m.get('name')}: {m.get('erased')} {verb}")
+        _out(f"Total {done.get('total')} at {done.get('at')}; query fingerprint {done.get('fingerprint')}."
+             + (" Nothing was erased (dry run)." if done.get("dry_run") else ""))
+        return 0
+    raise Failure(f"stash: memories takes nothing (list), create NAME, delete NAME --yes, fork SOURCE NAME "
+                  f"[--at N] or erase --q REGEX. See: {_prog()} memories --help", USAGE)
 
 
 def _receipt_line(r: dict) -> str:
@@ -1665,7 +1734,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
     sizes = read_optmem_config(folder)
     in_folder = sum(1 for texts in tree.values() for t in texts if t is not None)
 
-    api = _api()
+    api = _api(memory=args.memory)
     held = _memories_held(api)
     if held:
         raise Failure("stash: this memory is not empty; import-optmem moves a whole OptMem memory into an empty "
@@ -1823,6 +1892,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--label", help="when minting: what the capability is for (at most 64 bytes)")
     sp.add_argument("--expires", metavar="TIME", help="when minting: an RFC 3339 UTC time from which it opens "
                     "nothing, like 2027-01-31T18:00:00Z")
+    sp.add_argument("--memory", metavar="NAME", help="when minting: the memory it is bound to (default main)")
+    sp = verb("memories", do_memories)
+    sp.add_argument("words", nargs="*", metavar="create NAME|delete NAME|fork SOURCE NAME|erase")
+    sp.add_argument("--yes", action="store_true", help="confirm a delete: the memory cannot be recovered")
+    sp.add_argument("--at", type=int, metavar="N", help="fork: how many of the first memories (default all)")
+    sp.add_argument("--q", metavar="REGEX", help="erase: every memory whose line matches this recall regex")
+    sp.add_argument("--words", dest="words_query", metavar="WORDS", help="erase: by word search instead")
+    sp.add_argument("--memory", action="append", metavar="NAME", help="erase: only in this memory (repeat it; "
+                    "default every memory)")
+    sp.add_argument("--dry-run", action="store_true", help="erase: count, erase nothing")
     sp = verb("erase", do_erase)
     sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
     verb("erasures", do_erasures)
@@ -1842,6 +1921,8 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("import-optmem", do_import_optmem)
     sp.add_argument("dir", metavar="DIR", help="an OptMem memory folder (with LOG.txt) or a folder written by "
                     "stash export (with memory/LOG.txt and manifest.json)")
+    sp.add_argument("--memory", metavar="NAME", help="into this memory of the owner's (made first with: stash "
+                    "memories create NAME) instead of the one STASH_URL names")
     sp = verb("health", do_health)
     verb("unpin", do_unpin)
     return p

@@ -22,7 +22,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import memfile, ring_copies, userlock
+from ..storage import inbox, memfile, memories, ring_copies, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -38,12 +38,28 @@ from ..storage.files import (
 from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from ..storage.memfile.state import AUTHENTICATED_MARK
+from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
+
+__all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
 from ..storage.pool import Pool
-from . import grant_terms
+from . import append, grant_terms
 from .memory import Memory
 from .tag_index import TagIndex
 
-RANK = {"read": 0, "full": 1, "owner": 2}
+RANK = {"append": -1, "read": 0, "full": 1, "owner": 2}
+
+
+def allowed(scope: str, need: str) -> bool:
+    """Scopes nest read < full < owner; append may only note, which full and owner may too."""
+    if need == "append":
+        return scope in ("append", "full", "owner")
+    return scope != "append" and RANK[scope] >= RANK[need]
+
+
+def unknown_memory() -> NotFound:
+    """One answer for a memory that is not there and one the capability is not bound to."""
+    return NotFound("No such memory for this capability; an owner lists them with GET /memories.",
+                    code="memory.unknown")
 FLUSH_LOCK_SECONDS = 5.0  # how long an erasure's flush waits for this user's requests in progress to end
 
 
@@ -80,6 +96,12 @@ class Session:
     owner: OwnerKeys | None = field(repr=False, default=None)
     # Where the memory file's connection may be kept for the next request (Vault.keeping_files_open).
     pool: Pool | None = field(repr=False, default=None)
+    # Which memory of the identity this session acts on (docs/DESIGN.md, "Memories").
+    memory_name: str = "main"
+    # Main's key ring (the same object as ``keyring`` for main): the tags of other memories' capabilities.
+    main_keyring: Keyring | None = field(repr=False, default=None)
+    # The token's secret, in an owner session only: what enrols the owner in a new memory.
+    owner_secret: bytes = field(repr=False, default=b"")
     _memory: Memory | None = field(repr=False, default=None)
     _copy: Head | None = field(repr=False, default=None)
     _state_copy: int | None = field(repr=False, default=None)
@@ -99,6 +121,8 @@ class Session:
         (MemoryFile), that head against the copy in the key ring, and, when
         the client pinned one, against the client's."""
         if self._memory is None:
+            if self.scope == "append":
+                raise Forbidden("This capability is scoped append; it may only note (POST /note).", code="auth.scope")
             if not self.master:
                 raise RuntimeError("the session has ended")
             self._lock = userlock.UserLock(self.files.folder)
@@ -111,7 +135,7 @@ class Session:
             recorded = ring_copies.state_required(self.keyring.conn, copies)
             try:
                 try:
-                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                    mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
                                     page_bytes=self.page_bytes, recorded=recorded, pool=self.pool,
                                     reseal=False)
                 except ResealDue:
@@ -121,10 +145,10 @@ class Session:
                     with userlock.exclusive(self.files.folder):
                         if self.pool is not None:
                             self.pool.drop_folder(self.files.folder, held=True)
-                        MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                        MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
                                    page_bytes=self.page_bytes, recorded=recorded).close()
                     self._lock.acquire_shared()
-                    mf = MemoryFile(self.files.memory, self.user_id, self.keys, self.cipher,
+                    mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
                                     page_bytes=self.page_bytes, recorded=recorded, pool=self.pool)
             except KeysBehind:
                 self._lock.release()
@@ -146,6 +170,7 @@ class Session:
                 if self.pin is not None:
                     mf.check_pin(self.pin)
                 mf.writer = self.grant_id  # sealed into every memory and summary it writes
+                append.fold(self, mf)  # an append capability's notes join the log before anything is read
                 self._memory = Memory(mf, writes=self.scope != "read")
             except BaseException:
                 mf.close()
@@ -168,6 +193,7 @@ class Session:
         if (self._copy is None or self._copy.count < head.count
                 or self._state_copy is None or self._state_copy < version):
             self.keyring.advance_head(head, version, chain=self.chain)
+            memories.note_write_day(self.keyring, datetime.now(UTC).date().isoformat())
 
     def flush_memory(self) -> bool:
         """Empty the memory file's WAL into the file now (after an erasure):
@@ -193,6 +219,7 @@ class Session:
         self.master = b""
         self.chain = None
         self.capability_key = b""
+        self.owner_secret = b""
         try:
             if self._memory is not None:
                 self._memory.mf.close()
@@ -310,6 +337,17 @@ class Vault:
         whatever copies of the files it is given (:meth:`_new_epoch`)."""
         grant = next((g for g in session.keyring.grants() if g.id == grant_id), None)
         if grant is None:
+            found = next((g for g in inbox.grants(session.keyring.conn) if g.id == grant_id), None)
+            if found is None:
+                raise NotFound(f"No capability {grant_id}; list them with GET /grants.", code="grants.unknown")
+            # An append capability holds no key: ending it needs no new epoch.
+            at = inbox.revoke(session.keyring.conn, grant_id)
+            if at is not None and found.tag is not None and session.main_keyring is not None:
+                memories.drop_tags(session.main_keyring.conn, tag=bytes(found.tag))
+            return {"id": grant_id, "scope": "append", "revoked": at or found.revoked, "already": at is None,
+                    "also_revoked": [], "epoch": session.keyring.epoch()}
+        if grant.scope == "owner" and session.memory_name != MAIN:
+            grant = None  # the owner's enrolment in this memory is not a capability of its own
             raise NotFound(f"No capability {grant_id}; list them with GET /grants.", code="grants.unknown")
         if grant.scope == "owner":
             raise Conflict("The owner capability is not revoked but rotated: POST /rotate gives a new owner token "
@@ -317,10 +355,18 @@ class Vault:
         already = grant.revoked is not None
         stranded: list[int] = []
         if not already:
+            tag = self._tag_of(session.keyring, grant_id)
             stranded = self._new_epoch(session, (grant_id,))[0]
+            if tag is not None and session.memory_name != MAIN and session.main_keyring is not None:
+                memories.drop_tags(session.main_keyring.conn, tag=tag)
         revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
         return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
                 "also_revoked": stranded, "epoch": session.keyring.epoch()}
+
+    @staticmethod
+    def _tag_of(ring: Keyring, grant_id: int) -> bytes | None:
+        row = ring.conn.execute("SELECT tag FROM grants WHERE id = ?", (grant_id,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
 
     def rotate_owner(self, session: Session) -> dict[str, Any]:
         """A new owner token. The calling owner capability stays the owner
@@ -338,6 +384,7 @@ class Vault:
         session.chain, stranded, minted = session.keyring.rotate_owner(session.keys, old_id, mint={
             "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf},
             owner=session.owner)
+        self.owner_everywhere(session, secret)
         created = next(g for g in session.keyring.grants() if g.id == minted).created
         return {"id": minted, "scope": "owner", "created": created, "token": token, "retires": old_id,
                 "also_revoked": stranded, "epoch": session.keyring.epoch(),
@@ -359,6 +406,60 @@ class Vault:
         if again is None or again.wrapped is None:
             raise StaleGrant()  # a newer rotation revoked it meanwhile
         return ring.open_grant(again, token.secret), again, new is not None
+
+    def owner_everywhere(self, session: Session, secret: bytes) -> None:
+        """Enrol a rotation's new owner token (``secret``) in every memory
+        other than main: in each memory's key ring, a new epoch that mints
+        the new owner enrolment with the owner keys carried over
+        (Keyring.advance_epoch). The old enrolment stays, as main's old owner
+        grant does, until the new token's first use retires it
+        (:meth:`retire_everywhere`), so a lost rotation answer locks the
+        owner out of no memory. The one place a new owner key reaches every
+        memory (docs/DESIGN.md, "Memories")."""
+        main = session.main_keyring or session.keyring
+        for name in memories.names(self.data_dir, session.user_id)[1:]:
+            files = MemoryFiles(self.data_dir, session.user_id, name)
+            with open_keyring(files.keyring, memories.store_id(session.user_id, name), self.pool) as ring:
+                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
+                if salt is None:
+                    continue
+                old = memories.owner_secret(session.owner_secret, salt)
+                new = memories.owner_secret(secret, salt)
+                if ring.find(tokens.lookup_tag(session.user_id, new)) is not None:
+                    continue  # enrolled already (a resent rotation)
+                grant = ring.find(tokens.lookup_tag(session.user_id, old))
+                if grant is None or grant.scope != "owner" or grant.wrapped is None:
+                    continue
+                opened = ring.open_grant(grant, old)
+                owner = ring.owner_keys(grant, opened.kek, opened.chain)
+                ring.advance_epoch(opened.chain, (), owner=owner, mint={
+                    "scope": "owner", "tag": tokens.lookup_tag(session.user_id, new), "secret": new,
+                    "kdf": self.kdf})
+
+    def retire_everywhere(self, session: Session) -> None:
+        """At a rotation's retirement (the new owner token's first use, in
+        main): in every other memory, end every owner enrolment but this
+        token's, in a new epoch of that memory, as main's retirement ended
+        the old owner grant there; undelivered successors of earlier
+        rotations end with it."""
+        main = session.main_keyring or session.keyring
+        for name in memories.names(self.data_dir, session.user_id)[1:]:
+            files = MemoryFiles(self.data_dir, session.user_id, name)
+            with open_keyring(files.keyring, memories.store_id(session.user_id, name), self.pool) as ring:
+                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
+                if salt is None:
+                    continue
+                mine = memories.owner_secret(session.owner_secret, salt)
+                grant = ring.find(tokens.lookup_tag(session.user_id, mine))
+                if grant is None or grant.scope != "owner" or grant.wrapped is None:
+                    continue
+                others = tuple(g.id for g in ring.grants()
+                               if g.scope == "owner" and g.id != grant.id and g.wrapped is not None)
+                if not others:
+                    continue
+                opened = ring.open_grant(grant, mine)
+                owner = ring.owner_keys(grant, opened.kek, opened.chain)
+                ring.advance_epoch(opened.chain, others, owner=owner)
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict[str, Any] | None = None
                    ) -> tuple[list[int], int | None]:
@@ -390,7 +491,7 @@ class Vault:
                 # This worker lets go of the files it kept open under the old epoch before the answer.
                 if session.pool is not None:
                     session.pool.drop_folder(session.files.folder, held=True)
-                mf = MemoryFile(session.files.memory, session.user_id, new, session.cipher,
+                mf = MemoryFile(session.files.memory, session.keyring.user_id, new, session.cipher,
                                 page_bytes=session.page_bytes, pool=session.pool)
                 mf.close()
                 # Held exclusive, no request of this user is between its key ring reads and writes.
@@ -419,40 +520,78 @@ class Vault:
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 
-    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, UserFiles, Keyring, Grant]:
-        """Token to (token, files, key ring, grant) — or 401 without any key
-        work: checksum, then the user's folder, then the grant's tag."""
-        token = tokens.parse(token_text) if token_text else None
-        if token is None:
-            raise Unauthorized()
-        files = UserFiles(self.data_dir, token.user_id)
-        if not files.exists():
-            raise Unauthorized()
+    def _open_ring(self, files: UserFiles, store: str) -> Keyring:
         try:
-            ring = open_keyring(files.keyring, token.user_id, self.pool)
+            return open_keyring(files.keyring, store, self.pool)
         except Exception as exc:
             # The user's folder is there but its key ring cannot be opened:
             # say so, rather than blame the token.
             err = storage_error(exc, self.data_dir)
             raise err or Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
+
+    @staticmethod
+    def _find(ring: Keyring, tag: bytes) -> Grant | None:
+        """The grant filed under ``tag`` in ``ring``: a read, full or owner
+        one, or an append one (which holds no key: wrapped is None)."""
         try:
-            grant = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+            grant = ring.find(tag)
+            if grant is None:
+                found = inbox.find(ring.conn, tag)
+                if found is not None and found.tag is not None:
+                    grant = Grant(found.id, "append", found.created, found.revoked, None, None)
         except Exception as exc:
-            ring.close()
-            err = storage_error(exc, self.data_dir)
+            err = storage_error(exc)
             if err is not None and not isinstance(err, Damaged):
                 raise err from None
             raise Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
-        if grant is None or grant.wrapped is None:
-            ring.close()
-            raise Unauthorized()
-        # An expired capability is refused like a revoked one, before any key
-        # work. The stored expiry is trusted here only to refuse: one edited
-        # to extend the grant no longer matches its wrap, which then fails.
-        if grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
-            ring.close()
-            raise Unauthorized()
+        return grant
+
+    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant]:
+        """Token to (token, files, key ring, grant) of the memory it is bound to, or 401 (:meth:`_capability`)."""
+        token, files, ring, grant, main, _ = self._capability(token_text)
+        if ring is not main:
+            main.close()
         return token, files, ring, grant
+
+    def _capability(self, token_text: str | None
+                    ) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant, Keyring, str]:
+        """Token to (token, files, key ring, grant, main's key ring, the
+        memory it is bound to) — or 401 without any key work: checksum, then
+        the user's folder, then the grant's tag, in main's key ring or, for a
+        capability bound to another memory, in that memory's (found by its
+        tag in main's, storage/memories.py)."""
+        token = tokens.parse(token_text) if token_text else None
+        if token is None:
+            raise Unauthorized()
+        files = MemoryFiles(self.data_dir, token.user_id)
+        if not files.exists():
+            raise Unauthorized()
+        main = ring = self._open_ring(files, token.user_id)
+        tag = tokens.lookup_tag(token.user_id, token.secret)
+        home = MAIN
+        try:
+            grant = self._find(main, tag)
+            if grant is None:
+                name = memories.home_of(main.conn, tag)
+                if name is None or not memories.exists(self.data_dir, token.user_id, name):
+                    raise Unauthorized()
+                files = MemoryFiles(self.data_dir, token.user_id, name)
+                ring = self._open_ring(files, memories.store_id(token.user_id, name))
+                home = name
+                grant = self._find(ring, tag)
+            if grant is None or (grant.wrapped is None and grant.scope != "append"):
+                raise Unauthorized()
+            # An expired capability is refused like a revoked one, before any key
+            # work. The stored expiry is trusted here only to refuse: one edited
+            # to extend the grant no longer matches its wrap, which then fails.
+            if grant.scope != "append" and grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
+                raise Unauthorized()
+        except BaseException:
+            if ring is not main:
+                ring.close()
+            main.close()
+            raise
+        return token, files, ring, grant, main, home
 
     @contextlib.contextmanager
     def keeping_files_open(self, seconds: float) -> Iterator[Pool]:
@@ -487,16 +626,20 @@ class Vault:
 
     def check_token(self, token_text: str | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
-        _, _, ring, _ = self._authenticate(token_text)
-        ring.close()
+        _, _, ring, _, main, _ = self._capability(token_text)
+        if ring is not main:
+            ring.close()
+        main.close()
 
     @contextlib.contextmanager
-    def session(self, token_text: str | None, need: str, pin: Head | None = None) -> Iterator[Session]:
-        """An authenticated session. A storage failure inside it (a full disk,
-        a read-only folder, an unreadable file) becomes the refusal that says
-        so, never a bare 500."""
+    def session(self, token_text: str | None, need: str, pin: Head | None = None,
+                memory: str | None = None) -> Iterator[Session]:
+        """An authenticated session on ``memory`` (None: the one the
+        capability is bound to; the owner's is main). A storage failure
+        inside it (a full disk, a read-only folder, an unreadable file)
+        becomes the refusal that says so, never a bare 500."""
         try:
-            with self._session(token_text, need, pin) as session:
+            with self._session(token_text, need, pin, memory) as session:
                 yield session
         except StashError:
             raise
@@ -507,63 +650,113 @@ class Vault:
             raise err from None
 
     @contextlib.contextmanager
-    def _session(self, token_text: str | None, need: str, pin: Head | None) -> Iterator[Session]:
-        token, files, ring, grant = self._authenticate(token_text)
+    def _session(self, token_text: str | None, need: str, pin: Head | None, memory: str | None
+                 ) -> Iterator[Session]:
+        token, files, ring, grant, main, home = self._capability(token_text)
+        rings = [main] if ring is main else [ring, main]
+        enrolled = token
         try:
-            try:
-                opened, grant = self._open_grant(ring, grant, token)
-                opened, grant, retired = self._retire_predecessor(ring, grant, token, opened)
-            except StaleGrant:
-                raise Unauthorized() from None
-            except aead.Unsealable:
-                raise Damaged(
-                    "This capability's key is damaged or was altered, so nothing was opened; "
-                    "ask the owner for a new capability."
-                ) from None
-            ring.touch(grant.id, datetime.now(UTC).date().isoformat())
-            # The scope is read only after the certificate authenticated it.
-            if RANK[grant.scope] < RANK[need]:
-                raise Forbidden(scope_refusal(grant.scope, need), code="auth.scope")
-            if opened.unmoved:
-                ring.move_grant(grant, opened)  # its secret is here now, and only now
-            try:
-                page_bytes = ring.memory_page_bytes()
-            except ValueError:
-                raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
-                              "from a backup.") from None
-            if need == "owner":
-                # The owner routes that read only the key ring (grants, audit,
-                # rotate) must not serve a key ring put back from before a
-                # rotation or revocation, which the memory file's epoch shows.
+            target = memory if memory is not None else (MAIN if grant.scope == "owner" else home)
+            if target != home:
+                # Bound by keys: only the owner is enrolled in every memory's key ring. An owner route
+                # asked by another capability is refused for its scope, whichever memory it names.
+                if grant.scope != "owner" and need == "owner":
+                    raise Forbidden(f"This capability is scoped {grant.scope}; this route needs owner. "
+                                    "Ask the owner for a capability with that scope.", code="auth.scope")
+                if grant.scope != "owner" or not memories.exists(self.data_dir, token.user_id, target):
+                    raise unknown_memory()
+                files = MemoryFiles(self.data_dir, token.user_id, target)
+                ring = self._open_ring(files, memories.store_id(token.user_id, target))
+                rings.append(ring)
+                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
+                if salt is None:
+                    raise unknown_memory()  # deleted: its salt is gone, and with it the owner's way in
+                enrolled = tokens.Token(token.user_id, memories.owner_secret(token.secret, salt))
+                grant_in = self._find(ring, tokens.lookup_tag(token.user_id, enrolled.secret))
+                if grant_in is None or grant_in.scope != "owner" or grant_in.wrapped is None:
+                    raise Damaged("The owner capability is not enrolled in this memory's key ring; restore the "
+                                  "identity from a backup.")
+                grant = grant_in
+            if grant.scope == "append":
+                if not allowed(grant.scope, need):
+                    raise Forbidden(f"This capability is scoped append; this route needs {need}. An append "
+                                    "capability may only note (POST /note).", code="auth.scope")
+                session = Session(token.user_id, "append", grant.id, ring, files, ring.meta("file_cipher") or "none",
+                                  capability_key=capability_key(token.secret), pool=self.pool, memory_name=target,
+                                  main_keyring=main)
                 try:
-                    memfile.check_not_behind(memfile.FileKeys.derive(
-                        files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes))
-                except KeysBehind:
-                    if ring.epoch() > opened.chain.epoch:
-                        raise Conflict("A capability was revoked while this request was being opened, so nothing "
-                                       "was done; retry it.", code="store.rekeyed") from None
-                    raise
-            try:
-                # Only the owner routes read owner-only data; the others
-                # (wake, note, recall with the owner token) skip the box.
-                owner = ring.owner_keys(grant, opened.kek, opened.chain) if need == "owner" else None
-            except (aead.Unsealable, UnicodeDecodeError, ValueError):
-                raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
-                              "key ring from a backup.") from None
-            session = Session(token.user_id, grant.scope, grant.id, ring, files,
-                              ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                              capability_key(token.secret), pin, page_bytes, owner, self.pool)
-            del opened
-            try:
-                if retired:
-                    self.finish_epoch(session)
-                yield session
-                session.publish_head()
-            finally:
-                session.close()
+                    yield session
+                finally:
+                    session.close()
+                return
+            yield from self._opened(enrolled if target != home else token, files, ring, grant, need, pin, target,
+                                    main, token.secret)
         finally:
-            self.tags.grants_seen(token.user_id, ring.conn)  # before the answer leaves: tag_index.py
-            ring.close()
+            self.tags.grants_seen(token.user_id, main.conn)  # before the answer leaves: tag_index.py
+            for r in rings:
+                r.close()
+
+    def _opened(self, token: tokens.Token, files: MemoryFiles, ring: Keyring, grant: Grant, need: str,
+                pin: Head | None, target: str, main: Keyring, secret: bytes) -> Iterator[Session]:
+        """The session of ``grant``, opened with ``token`` (for the owner in a
+        memory other than main: the secret it is enrolled under there);
+        ``secret`` is the token's own."""
+        try:
+            opened, grant = self._open_grant(ring, grant, token)
+            retired = False
+            if target == MAIN:  # a rotation's successor retires its predecessor at its first use, in main
+                opened, grant, retired = self._retire_predecessor(ring, grant, token, opened)
+        except StaleGrant:
+            raise Unauthorized() from None
+        except aead.Unsealable:
+            raise Damaged(
+                "This capability's key is damaged or was altered, so nothing was opened; "
+                "ask the owner for a new capability."
+            ) from None
+        ring.touch(grant.id, datetime.now(UTC).date().isoformat())
+        # The scope is read only after the certificate authenticated it.
+        if not allowed(grant.scope, need):
+            raise Forbidden(scope_refusal(grant.scope, need), code="auth.scope")
+        if opened.unmoved:
+            ring.move_grant(grant, opened)  # its secret is here now, and only now
+        try:
+            page_bytes = ring.memory_page_bytes()
+        except ValueError:
+            raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
+                          "from a backup.") from None
+        if need == "owner":
+            # The owner routes that read only the key ring (grants, audit,
+            # rotate) must not serve a key ring put back from before a
+            # rotation or revocation, which the memory file's epoch shows.
+            try:
+                memfile.check_not_behind(memfile.FileKeys.derive(
+                    files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes))
+            except KeysBehind:
+                if ring.epoch() > opened.chain.epoch:
+                    raise Conflict("A capability was revoked while this request was being opened, so nothing "
+                                   "was done; retry it.", code="store.rekeyed") from None
+                raise
+        try:
+            # Only the owner routes read owner-only data; the others
+            # (wake, note, recall with the owner token) skip the box.
+            owner = ring.owner_keys(grant, opened.kek, opened.chain) if need == "owner" else None
+        except (aead.Unsealable, UnicodeDecodeError, ValueError):
+            raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
+                          "key ring from a backup.") from None
+        session = Session(token.user_id, grant.scope, grant.id, ring, files,
+                          ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
+                          capability_key(token.secret), pin, page_bytes, owner, self.pool,
+                          memory_name=target, main_keyring=main,
+                          owner_secret=secret if grant.scope == "owner" else b"")
+        del opened
+        try:
+            if retired:
+                self.finish_epoch(session)
+                self.retire_everywhere(session)
+            yield session
+            session.publish_head()
+        finally:
+            session.close()
 
 
 def scope_refusal(scope: str, need: str) -> str:

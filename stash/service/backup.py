@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage import safeopen, userlock
-from ..storage.files import private_folder
+from ..storage.files import fsync_path, private_folder
+from . import memory_ops
 from .verify import Report, user_folders, verify_user
 
 
@@ -37,11 +38,7 @@ class Copied:
 
 
 def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(path)
 
 
 def _plain(path: Path) -> bool:
@@ -144,6 +141,8 @@ def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
     skipped: dict[str, str] = {}
     for folder in folders:
         copied = _copy_user(folder, dest / "users" / folder.name)
+        if copied.copied:  # and every other memory of this user (docs/DESIGN.md, "Memories")
+            memory_ops.backup_memories(folder, dest / "users" / folder.name, _copy_user)
         report = verify_user(dest / "users" / folder.name) if copied.copied else None
         out.append((copied, report))
         if copied.copied:

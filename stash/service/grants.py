@@ -8,11 +8,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..core.errors import Invalid
-from . import grant_terms, onboarding
+from ..crypto import tokens
+from ..storage import inbox
+from ..storage.memories import MAIN
+from . import grant_terms, memories, onboarding
 from .access import Session, Vault
 from .onboarding import BAD_URL
 
-MINTABLE = ("read", "full")
+MINTABLE = ("read", "full", "append")
 
 
 def mint(session: Session, vault: Vault, scope: object, label: object, expires: object, address: str | None,
@@ -22,17 +25,31 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
     (None: the one given was refused); ``keyed``: the request carried an
     Idempotency-Key, so the token can be shown again to an exact retry."""
     if scope not in MINTABLE:
-        raise Invalid("scope must be \"read\" or \"full\"; ownership is never transferable.", code="grants.bad_scope")
+        raise Invalid("scope must be \"read\", \"append\" or \"full\"; ownership is never transferable.",
+                      code="grants.bad_scope")
     label = grant_terms.check_label(label)
     expires = grant_terms.check_expires(expires, datetime.now(UTC))
     if address is None:
         raise Invalid(BAD_URL, code="grants.bad_url")
-    grant_id, token = vault.mint_grant(session, scope, label, expires)
-    row = next(g for g in vault.list_grants(session) if g["id"] == grant_id)
+    if scope == "append":
+        if label is not None or expires is not None:
+            raise Invalid("An append capability takes no label or expiry in this release; revoke it to end it.",
+                          code="grants.bad_scope")
+        grant_id, token = memories.mint_append(vault, session)
+        created = next(g.created for g in inbox.grants(session.keyring.conn) if g.id == grant_id)
+    else:
+        grant_id, token = vault.mint_grant(session, scope, label, expires)
+        parsed = tokens.parse(token)
+        assert parsed is not None
+        memories.file_tag(session, tokens.lookup_tag(parsed.user_id, parsed.secret))
+        created = next(g for g in vault.list_grants(session) if g["id"] == grant_id)["created"]
+    if session.memory_name != MAIN:
+        address = f"{address.rstrip('/')}/m/{session.memory_name}"
     shown = ("shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
              "(from a copy sealed under the owner's token); it is never stored in the clear" if keyed else
              "shown once and never stored")
-    return {"id": grant_id, "scope": scope, "label": label, "created": row["created"], "expires": expires,
+    return {"id": grant_id, "scope": scope, "label": label, "created": created, "expires": expires,
+            "memory": session.memory_name,
             "token": token,
             "note": f"This token is {shown}; hand it to the agent it is for as STASH_TOKEN, with the block in prompt "
                     f"for its AGENTS.md; revoke it with DELETE /grants/{grant_id}.",

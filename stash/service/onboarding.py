@@ -12,7 +12,7 @@ from .access import Identity
 _HERE = Path(__file__).resolve().parent
 _FOLDERS = (_HERE.parent / "skill", _HERE.parent.parent / "skill")
 # A read capability's block has no note or nap section: it is never asked to write.
-_TEMPLATES = {"full": "AGENTS.md", "owner": "AGENTS.md", "read": "AGENTS-read.md"}
+_TEMPLATES = {"full": "AGENTS.md", "owner": "AGENTS.md", "read": "AGENTS-read.md", "append": "AGENTS-append.md"}
 BAD_URL = ("url must be the server's plain http(s) address, like https://stash.example (letters, digits and .-_~%/ "
            "in its path; no spaces, quotes or other characters).")
 

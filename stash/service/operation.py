@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..crypto.chain import Head
+from ..storage import memories
 from . import audit, idempotency, quotas
 from .access import Session, Vault
 
@@ -76,7 +77,7 @@ class Limits:
 
 def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects, route: str,
             fields: dict[str, Any], key: str | None, limits: Limits, handler: Handler,
-            context: Any = None, sent: dict[str, Any] | None = None) -> Outcome:
+            context: Any = None, sent: dict[str, Any] | None = None, memory: str | None = None) -> Outcome:
     """Authenticate ``token`` for ``effects.scope``, then run ``handler``
     with the session, the parsed fields and ``context`` as declared. An
     Idempotency-Key's record is of ``route`` and ``sent`` (the body as sent;
@@ -90,7 +91,7 @@ def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects,
     resent by its old token, with its Idempotency-Key, answers its
     recorded answer (idempotency.rotation_write) while that token is still
     the owner, i.e. until the new token's first use; after it, 401."""
-    with vault.session(token, effects.scope, pin) as session:
+    with vault.session(token, effects.scope, pin, memory) as session:
         return _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
                     handler, context)
 
@@ -105,14 +106,21 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         nonlocal recorded
         adding = None if effects.adds is None else effects.adds(fields)
         if adding is not None:
-            live = session.memory.count() - len(session.memory.mf.erased_ids)
-            quotas.check_room(live, session.files.folder, adding, limits.memories, limits.bytes)
+            if session.scope != "append":  # an append note checks inside its own lock (service/append.py)
+                # The quotas count every memory of the identity together; erased memories count for nothing.
+                others, their_bytes = memories.others_usage(vault.data_dir, session.user_id, session.memory_name)
+                live = session.memory.count() - len(session.memory.mf.erased_ids)
+                quotas.check_room(live + others, session.files.folder, adding, limits.memories,
+                                  limits.bytes - their_bytes)
         answer = handler(session, fields, context)
         if in_keyring:
             recorded = _record(session, grant_id, effects.event, fields, answer)
         return answer
 
-    if effects.record == "memory":
+    if effects.record == "memory" and session.scope == "append":
+        # It holds no key of the memory: its record is sealed under its own secret, in the key ring.
+        done = idempotency.rotation_write(session, key, work)
+    elif effects.record == "memory":
         done = idempotency.memory_write(session, key, route, sent, work)
     elif effects.record == "keyring":
         done = idempotency.keyring_write(session, key, route, sent, work)

@@ -35,6 +35,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from ..storage import inbox, memories
 from ..storage.files import UserFiles, write_private
 from ..storage.keyring import open_keyring
 from ..storage.pool import Pool
@@ -48,8 +49,11 @@ MAX_USERS = 50_000  # cached users per process; about 200 bytes each, evicted le
 
 def live_tags(conn) -> frozenset[bytes]:
     """The lookup tags of every live grant in a key ring connection (the
-    grants table's ``tag`` column: revoking sets it to NULL)."""
-    return frozenset(bytes(row[0]) for row in conn.execute("SELECT tag FROM grants WHERE tag IS NOT NULL"))
+    grants table's ``tag`` column: revoking sets it to NULL), with main's
+    append capabilities and the capabilities of the user's other memories
+    (storage/memories.py keeps their tags in main's key ring)."""
+    tags = frozenset(bytes(row[0]) for row in conn.execute("SELECT tag FROM grants WHERE tag IS NOT NULL"))
+    return tags | inbox.live_tags(conn) | memories.other_tags(conn)
 
 
 def tags_digest(tags: frozenset[bytes]) -> bytes:

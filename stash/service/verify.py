@@ -46,6 +46,7 @@ from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
+from . import memory_ops
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
@@ -542,6 +543,7 @@ def verify_user(folder: Path, token_text: str | None = None, quota_bytes: int | 
         report.fail(str(e))
     except OSError:
         report.fail("a file of this store cannot be read")
+    memory_ops.verify_memories(folder, token_text, report)  # every other memory of this user
     return report
 
 

@@ -605,3 +605,12 @@ def _set_up(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA secure_delete = ON")
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file, or a folder's entries (a rename in it), to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -134,6 +134,12 @@ KEY_RING_FORMATS = (
            "carry a MAC under the current epoch's key; the audit events are MAC-chained",
            "keyring_meta 'copies_mac' (before: the copies in clear, sealed by the first session that opens the "
            "memory)", "storage.ring_copies.read", "unreleased", lambda d: "copies_mac" in d.keyring_meta),
+    Format(KEY_RING, "memories", "an identity holds named memories: main's key ring numbers them and keeps their "
+           "capabilities' tags and owner salts (memory_tags, memory_salts); another memory's key ring, in "
+           "m/<name>/ with 2 KiB pages, records its number; append capabilities and their waiting notes "
+           "(append_grants, inbox) in each memory's", "keyring_meta 'memories_made' (main) or "
+           "'memory_number' (another memory)", "storage.memories.names", "unreleased",
+           lambda d: "memories_made" in d.keyring_meta or "memory_number" in d.keyring_meta),
 )
 
 MEMORY_FORMATS = (

@@ -29,7 +29,7 @@ from typing import Any
 import argon2.exceptions
 
 from ..core.errors import Conflict, Damaged
-from ..crypto import aead, epochs, keys
+from ..crypto import aead, epochs, inbox_seal, keys
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys, is_sealed
@@ -136,21 +136,23 @@ class Opened:
 
 
 class Keyring:
-    def __init__(self, path: Path, user_id: str, *, create: bool = False, pool: Pool | None = None) -> None:
+    def __init__(self, path: Path, user_id: str, *, create: bool = False, pool: Pool | None = None,
+                 ring_page_bytes: int | None = None) -> None:
         self.user_id = user_id
         self._path = path
         self._closed = False
         self._pool = pool
-        self.conn = connect(path, file_key=None, cipher="none", create=create, pool=pool)
+        self.conn = connect(path, file_key=None, cipher="none", create=create, pool=pool, page_bytes=ring_page_bytes)
 
     @classmethod
     def create(cls, path: Path, user_id: str, file_cipher: str, page_bytes: int = PAGE_BYTES,
-               pool: Pool | None = None) -> Keyring:
+               pool: Pool | None = None, ring_page_bytes: int | None = None) -> Keyring:
         """A new key ring, and the page size its memory file will be made
-        with (:meth:`memory_page_bytes`)."""
+        with (:meth:`memory_page_bytes`); ``ring_page_bytes``: its own page
+        size (a memory other than main: storage/memories.py)."""
         if page_bytes not in formats.PAGE_FORMATS:
             raise ValueError("not a page size this release reads")
-        ring = cls(path, user_id, create=True, pool=pool)
+        ring = cls(path, user_id, create=True, pool=pool, ring_page_bytes=ring_page_bytes)
         # Only the tables every store uses; the others are made by their
         # first write (schema.sql, "Pages"), so an empty key ring is 4 pages.
         ring.conn.executescript(sections()["keyring"])
@@ -738,7 +740,8 @@ class Keyring:
             self._reseal_labels(chain, new)
             older = new.seal_older()
             assert older is not None  # a new epoch is past epoch 0
-            for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, older.hex())):
+            for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, older.hex()),
+                                (inbox_seal.PUBLIC_META, inbox_seal.public_text(new))):
                 self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
             ring_copies.rekey(self.conn, self.user_id, chain, new)  # a copy from before this epoch fails its MAC

@@ -69,6 +69,17 @@ CODES: dict[str, Code] = {
     "grants.bad_label": Code(422, "label is not 1 to 64 bytes of printable text"),
     "grants.bad_expires": Code(422, "expires is not an RFC 3339 UTC time after now"),
     "grants.bad_url": Code(422, "`url` is not an http(s) address of at most 2000 characters"),
+    "memory.unknown": Code(404, "no such memory for this capability: the same answer whether the name exists or "
+                                "not"),
+    "memory.bad_name": Code(422, "a memory name is 1 to 64 of `a-z 0-9 . _ -`, starting with a letter or digit"),
+    "memory.exists": Code(409, "a memory of that name exists already"),
+    "memory.too_many": Code(409, "the identity holds `--max-memories` memories already"),
+    "memory.main": Code(409, "memory `main` goes only with the identity (`DELETE /store`)"),
+    "memory.bad_at": Code(422, "a fork's `at` is not a whole number from 0 to the memory's T"),
+    "memory.bad_query": Code(422, "an erasure across memories needs exactly one of `q` (a recall regex) or `words`; "
+                                  "`memories` a list of names; `dry_run` a boolean"),
+    "memory.too_many_matches": Code(422, "more than 10,000 memories match an erasure across memories"),
+    "append.not_ready": Code(409, "the memory's keys changed and no read-capable request has opened it since"),
     "grants.unknown": Code(404, "no such capability"),
     "grants.owner": Code(409, "the owner capability is not revoked but rotated (`POST /rotate`)"),
     "grants.busy": Code(409, "another revocation or rotation moved the key epoch while this request ran, and "

@@ -29,6 +29,7 @@ from ..core.errors import Forbidden, Invalid, Malformed, StashError, TooMany, Un
 from ..crypto import tokens
 from ..crypto.chain import Head
 from ..service import idempotency, operation
+from ..service.access import unknown_memory, valid_name
 from ..service.operation import Effects, Event, Limits
 from . import pages, plaintext, stopping
 from .codes import CODES
@@ -37,6 +38,7 @@ from .jsonio import BODY_CAP, IMPORT_BODY_CAP, JSON, NAP_BODY_CAP, parse_int, pr
 from .routespec import SECURED, Fields, Special
 from .schemas import Schema
 
+MEMORY_PREFIX = "/m/{name}"
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
 
 
@@ -96,6 +98,11 @@ class Call:
     @property
     def client(self) -> str:
         return client_address(self._request)
+
+    @property
+    def token(self) -> str | None:
+        """The request's bearer token: for a route that acts on every memory of the identity (GET /grants)."""
+        return bearer(self._request)
 
     @property
     def replicating(self) -> bool:
@@ -247,10 +254,24 @@ class RouteSpec:
     cleanup: str | None = None  # what is flushed once it committed (operation.CLEANUPS), said in "flushed"
     body_cap: BodyCap = MAX_BODY
     description: str = ""
+    # Served under /m/{name}: the same route on memory ``name`` (docs/DESIGN.md, "Memories").
+    under: bool = False
+    # The body field that names the memory the session acts on (POST /grants's "memory").
+    memory_from: str | None = None
+    # Or how the memory is found from the fields (vault, user id, fields -> name or None: unknown).
+    memory_of: Callable[..., str | None] | None = None
+    # Path parameters that are memory names (strings), not whole numbers.
+    name_params: tuple[str, ...] = ()
+
+    @property
+    def base(self) -> str:
+        """The path of the route this one is the /m/{name} copy of (itself when not one)."""
+        return self.path.removeprefix(MEMORY_PREFIX) if self.under else self.path
 
     def __post_init__(self) -> None:
         # Refused at import, so a declaration that /openapi.json or the reference could not render never serves.
-        if re.findall(r"{(\w+)}", self.path) != [name for name, _ in self.path_params]:
+        named = [n for n in re.findall(r"{(\w+)}", self.path)[1 if self.under else 0:] if n not in self.name_params]
+        if named != [name for name, _ in self.path_params]:
             raise ValueError(f"{self.method} {self.path}: declare each {{name}} of the path in path_params")
         if self.path_params and self.unknown is None:
             raise ValueError(f"{self.method} {self.path}: declare the refusal of an unknown path parameter")
@@ -299,15 +320,16 @@ class RouteSpec:
         key = idempotency.parse_key(request.headers.getlist(idempotency.HEADER)) if self.idempotent else None
         body = await self._fields(request)
         fields = {**params, **body}
+        memory = self._memory(request, fields)
         # An Idempotency-Key's record is of the request as sent: the path with its values, and the body.
-        route = f"{self.method} {self.path.format(**params)}"
+        route = f"{self.method} {self.path.format(**params, **({'name': memory} if self.under else {}))}"
         settings = request.app.state.settings
         limits = Limits(settings.quota_memories, settings.quota_bytes)
         token = bearer(request)
         try:
             done = await stopping.run_work(request.app.state.works, operation.perform, request.app.state.vault,
                                            token, _pin(request), self.effects, route, fields, key, limits,
-                                           self.handler, Call(request, key), body)
+                                           self.handler, Call(request, key), body, memory)
         except Unauthorized:
             raise _auth_failed(request) from None
         metrics = request.app.state.metrics
@@ -318,8 +340,29 @@ class RouteSpec:
         headers = {idempotency.REPLAYED_HEADER: "true"} if done.replayed else None
         return self._answer(request, done.body, headers)
 
+    def _memory(self, request: Request, body: dict[str, Any]) -> str | None:
+        """The memory this call names: /m/{name}, or the declared body field; None: the capability's own."""
+        if self.under:
+            name = request.path_params.get("name")
+        elif self.memory_from is not None:
+            name = body.get(self.memory_from)
+        elif self.memory_of is not None:
+            name = self.memory_of(request.app.state.vault, request.scope.get("stash.user", ""), body)
+            if name is None:
+                assert self.unknown is not None
+                raise self.unknown()
+        else:
+            return None
+        if name is not None and not valid_name(name):
+            raise unknown_memory()
+        return name
+
     def _path_params(self, request: Request) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        for name in self.name_params:
+            if not valid_name(request.path_params[name]):
+                raise unknown_memory()
+            out[name] = request.path_params[name]
         for name, _ in self.path_params:
             try:
                 out[name] = parse_int(name, request.path_params[name])
@@ -346,5 +389,5 @@ class RouteSpec:
         """The answer as the client asked: JSON, or memo's plain text when
         its Accept prefers text/plain (plaintext.py)."""
         if self.media == "application/json" and plaintext.wants_text(request):
-            return plaintext.as_text(self.path, response)
+            return plaintext.as_text(self.base, response)
         return response

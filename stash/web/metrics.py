@@ -122,6 +122,27 @@ def user_count(data_dir: Path) -> int:
         return 0
 
 
+def memory_count(data_dir: Path) -> int:
+    """How many memories the data folder holds, every identity's main and each
+    of its others (docs/DESIGN.md, "Memories"): a count, never a name."""
+    total = 0
+    try:
+        with os.scandir(Path(data_dir) / "users") as users:
+            for user in users:
+                if not user.is_dir(follow_symlinks=False):
+                    continue
+                total += 1
+                try:
+                    with os.scandir(os.path.join(user.path, "m")) as others:
+                        total += sum(1 for e in others if e.is_dir(follow_symlinks=False)
+                                     and not e.name.startswith("."))
+                except OSError:
+                    continue
+    except OSError:
+        return 0
+    return total
+
+
 class _Users(Collector):
     """``stash_users``, counted from the data folder at each scrape."""
 
@@ -131,6 +152,9 @@ class _Users(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         count = user_count(self._data_dir) if self._data_dir is not None else 0
         yield GaugeMetricFamily("stash_users", "Users (stores) in the data folder.", value=count)
+        memories = memory_count(self._data_dir) if self._data_dir is not None else 0
+        yield GaugeMetricFamily("stash_memories", "Memories in the data folder: each identity's main and its "
+                                "others.", value=memories)
 
 
 class _Replication(Collector):

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..service.access import allowed
 from .codes import CODES
 from .options import Option
 from .routes import ROUTES, RouteSpec
@@ -40,7 +41,6 @@ _REGION = re.compile(r"^((?:# )?)<!-- generated: ([^\n]+?) -->\n(.*?)^\1" + re.e
 # matrix's columns. "other user" holds a valid owner token of another memory,
 # so it is let in and acts on its own memory only.
 MATRIX_COLUMNS = ("none", "bogus", "other user", "read", "full", "owner", "revoked")
-_RANK = {"read": 0, "full": 1, "owner": 2}
 
 
 def matrix_row(route: RouteSpec) -> dict[str, str]:
@@ -50,7 +50,7 @@ def matrix_row(route: RouteSpec) -> dict[str, str]:
         return dict.fromkeys(MATRIX_COLUMNS, "2xx")
     row = {"none": "401", "bogus": "401", "revoked": "401", "other user": "2xx"}
     for scope in ("read", "full", "owner"):
-        row[scope] = "2xx" if _RANK[scope] >= _RANK[route.scope] else "403"
+        row[scope] = "2xx" if allowed(scope, route.scope) else "403"
     return {column: row[column] for column in MATRIX_COLUMNS}
 
 
@@ -208,7 +208,7 @@ def _sharing(routes: list[RouteSpec], part: str) -> dict[str, Any]:
 def regions(routes: list[RouteSpec] | None = None) -> dict[str, str]:
     """The tables the reference must carry, by the name its markers give
     them: the scope matrix, the error codes and every route's field table."""
-    routes = ROUTES if routes is None else routes
+    routes = [r for r in ROUTES if not r.under] if routes is None else routes
     out = {"scope matrix": scope_matrix(routes), "error codes": error_table(routes)}
     for names, fields in _sharing(routes, "fields").items():
         if fields.items:
@@ -219,7 +219,7 @@ def regions(routes: list[RouteSpec] | None = None) -> dict[str, str]:
 def optional_regions(routes: list[RouteSpec] | None = None) -> dict[str, str]:
     """The tables the reference may carry where its prose wants one: a
     route's answer, or a shared shape."""
-    routes = ROUTES if routes is None else routes
+    routes = [r for r in ROUTES if not r.under] if routes is None else routes
     out = {f"answer of {names}": properties_table(answer)
            for names, answer in _sharing(routes, "answer").items() if answer.get("properties")}
     out |= {f"schema {name}": properties_table(schema) for name, schema in SCHEMAS.items()
@@ -257,7 +257,7 @@ def option_regions(options: list[Option] | None = None) -> dict[str, str]:
 
 def keyed_writes(routes: list[RouteSpec] | None = None) -> str:
     """The client's KEYED_WRITES: every route that takes an Idempotency-Key."""
-    routes = ROUTES if routes is None else routes
+    routes = [r for r in ROUTES if not r.under] if routes is None else routes
     pairs = sorted({(r.method, r.path) for r in routes if r.idempotent})
     return "KEYED_WRITES = frozenset({\n" + "".join(f"    ({json.dumps(m)}, {json.dumps(p)}),\n"
                                                     for m, p in pairs) + "})\n"

@@ -15,6 +15,7 @@ reference's tables and the client's list of keyed writes."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace as _replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -26,13 +27,13 @@ from ..core.blocks import BATCH_MAX
 from ..core.errors import NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
-from ..service import admission, audit, docs, grants, onboarding, quotas, replication_status, undo
-from ..service.access import Session
+from ..service import admission, append, audit, docs, grants, memories, onboarding, quotas, replication_status, undo
+from ..service.access import NAME_PATTERN, Session
 from ..service.export import export_archive
-from ..service.operation import Event
+from ..service.operation import Event, Limits
 from ..service.replica import replica_history_ends
 from . import pages, plaintext
-from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, Call
+from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, MEMORY_PREFIX, Call
 from .dispatch import RouteSpec as RouteSpec  # the declaration's class, named where the declarations are
 from .openapi import document
 from .routespec import Field, Fields, Refusal, Special
@@ -212,18 +213,21 @@ def wake(s: Session, f: Args, call: Call) -> Answer:
 
 
 @route(
-    "POST", "/note", "full", "Append one memory", fields=Fields((
+    "POST", "/note", "append", "Append one memory", fields=Fields((
         Field("text", string(**ONE_LINE), "one line of at most `ENTRY_CHARS` bytes of UTF-8, checked as in "
               "[Memory and summary text](#memory-and-summary-text); surrounding spaces are removed",
               required=True),
     ), plain=plaintext.note_body, plain_doc="the memory: one line"),
     answer=obj({"id": integer(0, description="The new memory's position in the log."), "nap": NAP_OR_NULL,
                 "head": ref("Head") | {"description": "The log's head just after this memory: pin it."}}),
-    errors=("quota.memories", "quota.bytes", *_TEXT_CODES),
-    description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any.",
+    errors=("quota.memories", "quota.bytes", "append.not_ready", *_TEXT_CODES),
+    description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any. "
+                "An append capability's answer is `{\"id\", \"nap\": null}` only: no head, nothing of the memory.",
     record="memory", adds=lambda f: 1,
 )
 def note(s: Session, f: Args, call: Call) -> Answer:
+    if s.scope == "append":
+        return append.note(s, f["text"], Limits(call.settings.quota_memories, call.settings.quota_bytes))
     return s.memory.note(f["text"])
 
 
@@ -407,13 +411,16 @@ def import_(s: Session, f: Args, call: Call) -> Answer:
     description="Every capability of this memory, live and revoked. Never a token or a secret.",
 )
 def grants_list(s: Session, f: Args, call: Call) -> Answer:
-    return {"grants": call.vault.list_grants(s)}
+    return {"grants": memories.every_grant(call.vault, s, call.token)}
 
 
 @route(
     "POST", "/grants", "owner", "Mint a read or full capability; its token is shown once",
     status=201, fields=Fields((
-        Field("scope", {"enum": ["read", "full"]}, "`read` may look; `full` may also write", required=True),
+        Field("scope", {"enum": ["read", "append", "full"]}, "`read` may look; `append` may only note; `full` "
+              "may also write", required=True),
+        Field("memory", string(pattern=f"^{NAME_PATTERN}$"), "the memory it is bound to (default `main`); its "
+              "`prompt` names the address ending in `/m/{name}`"),
         Field("label", string(minLength=1), "what it is for: 1 to 64 bytes of printable text (no control or "
               "separator character; surrounding spaces removed)"),
         Field("expires", string(), "an RFC 3339 time in UTC after now, like `2027-01-31T18:00:00Z`; from then "
@@ -423,7 +430,8 @@ def grants_list(s: Session, f: Args, call: Call) -> Answer:
               "address this request was made to"),
     )),
     answer=obj({
-        "id": integer(1), "scope": {"enum": ["read", "full"]}, "label": nullable(string()),
+        "id": integer(1), "scope": {"enum": ["read", "append", "full"]}, "label": nullable(string()),
+        "memory": string("the memory it is bound to"),
         "created": ref("Timestamp"), "expires": nullable(ref("Timestamp")),
         "token": string("The new capability. Shown once, never stored.", pattern=f"^{tokens.TOKEN_PATTERN}$"),
         "note": string("what to do with the token"),
@@ -434,7 +442,9 @@ def grants_list(s: Session, f: Args, call: Call) -> Answer:
     errors=("grants.busy", "grants.bad_scope", "grants.bad_label", "grants.bad_expires", "grants.bad_url"),
     description="Mints a capability over this memory: the current key epoch's key sealed to a key pair "
                 "derived from a fresh secret. Owner is never transferable: no route mints an owner capability.",
-    record="keyring", event=Event("mint", lambda s, f, a: {"grant": a["id"], "scope": a["scope"]}),
+    record="keyring", event=Event("mint", lambda s, f, a: {"grant": a["id"], "scope": a["scope"],
+                                                           "memory": s.memory_name}),
+    memory_from="memory",
 )
 def grants_mint(s: Session, f: Args, call: Call) -> Answer:
     return grants.mint(s, call.vault, f["scope"], f.get("label"), f.get("expires"), call.block_address(f.get("url")),
@@ -444,7 +454,7 @@ def grants_mint(s: Session, f: Args, call: Call) -> Answer:
 @route(
     "DELETE", "/grants/{grant_id}", "owner", "Revoke one capability: a new key epoch it never reaches",
     path_params=(("grant_id", integer(1, description="The `id` from GET /grants.")),),
-    answer=obj({"id": integer(1), "scope": {"enum": ["read", "full"]}, "revoked": ref("Timestamp"),
+    answer=obj({"id": integer(1), "scope": {"enum": ["read", "append", "full"]}, "revoked": ref("Timestamp"),
                 "already": {"type": "boolean", "description": "True when it was revoked before this call."},
                 "also_revoked": {"type": "array", "items": integer(1),
                                  "description": "Capabilities that had not moved to key epochs (not used since "
@@ -458,7 +468,9 @@ def grants_mint(s: Session, f: Args, call: Call) -> Answer:
                 "with `already: true`.",
     record="keyring", cleanup="epoch",
     unknown=lambda: NotFound("No such capability; list them with GET /grants.", code="grants.unknown"),
-    event=Event("revoke", lambda s, f, a: None if a["already"] else {"grant": f["grant_id"]}),
+    event=Event("revoke", lambda s, f, a: None if a["already"] else {"grant": f["grant_id"],
+                                                                      "memory": s.memory_name}),
+    memory_of=lambda vault, user, f: memories.memory_of_grant(vault, user, f["grant_id"]),
 )
 def grants_revoke(s: Session, f: Args, call: Call) -> Answer:
     revoked: Answer = call.vault.revoke_grant(s, f["grant_id"])
@@ -576,21 +588,23 @@ def erasures(s: Session, f: Args, call: Call) -> Answer:
         "grant": integer(1, description="The capability that did it (see GET /grants)."),
         "event": {"enum": ["mint", "revoke", "rotate", "erase", "export", "config", "forget", "import"]},
         "detail": {"type": "object", "description": "Numbers, block ids and size names only; never content."},
+        "memory": string("the memory it touched (each memory numbers its own events from 1)"),
     })}, "trail": obj({
-        "intact": {"type": "boolean", "description": "True when every event from `chained_from` on is linked to "
-                   "the one before it by its MAC and the last is the one the key ring's audit head records: none "
-                   "was deleted, inserted, altered or reordered. False: the key ring was edited; the events are "
-                   "still listed, but are not the trail as written."},
-        "chained_from": nullable(integer(1, description="The first event the chain covers; earlier ones were "
-                                                        "written before the chain existed (an earlier release).")),
-        "problem": nullable(string("What broke the chain, when it is broken.")),
+        "intact": {"type": "boolean", "description": "True when, in every memory, every event from `chained_from` "
+                   "on is linked to the one before it by its MAC and the last is the one that memory's key ring's "
+                   "audit head records: none was deleted, inserted, altered or reordered. False: a key ring was "
+                   "edited; the events are still listed, but are not the trail as written."},
+        "chained_from": nullable(integer(1, description="The first event of memory main the chain covers; earlier "
+                                                        "ones were written before the chain existed (an earlier "
+                                                        "release).")),
+        "problem": nullable(string("What broke a chain, and in which memory, when one is broken.")),
     })}),
-    description="The audit trail, oldest first: which capability minted, revoked, rotated, erased, exported, "
-                "changed the config, forgot or imported, and when, and whether its MAC chain holds "
-                "(`trail.intact`). Never any memory text.",
+    description="The audit trail of every memory of the identity, oldest first: which capability minted, "
+                "revoked, rotated, erased, exported, changed the config, forgot or imported, in which memory, "
+                "and when, and whether each memory's MAC chain holds (`trail.intact`). Never any memory text.",
 )
 def audit_trail(s: Session, f: Args, call: Call) -> Answer:
-    return audit.trail(s)
+    return memories.every_event(call.vault, s, call.token)
 
 
 @route(
@@ -709,3 +723,100 @@ async def metrics(f: Args, call: Call) -> Response:
 async def landing(f: Args, call: Call) -> Response:
     text, headers = pages.landing_page(call.page_address(call.settings.public_url))
     return HTMLResponse(text, headers=headers)
+
+
+# ---------------------------------------------------------------- memories (docs/DESIGN.md, "Memories")
+
+MEMORY_ROW = obj({
+    "name": string("the memory's name"), "T": integer(0, description="memories in its log (notes an append "
+                                                                      "capability left included)"),
+    "bytes": integer(0, description="its files' bytes on disk"), "created": ref("Timestamp"),
+    "last_write": nullable(string("the day of its last write, when recorded")),
+    "grants": integer(0, description="its live capabilities, the owner's not counted"),
+})
+_NAME_PARAM = "the memory's name"
+
+
+@route("GET", "/memories", "owner", "The identity's memories, oldest first", fields=NO_FIELDS,
+       answer=obj({"memories": {"type": "array", "items": MEMORY_ROW}}),
+       description="Every memory of this identity, `main` included, oldest first, read from the key rings "
+                   "alone.")
+def memories_list(s: Session, f: Args, call: Call) -> Answer:
+    return memories.listing(call.vault, s, call.token)
+
+
+@route("POST", "/memories", "owner", "Create an empty memory", status=201, fields=Fields((
+    Field("name", string(pattern=f"^{NAME_PATTERN}$"), "1 to 64 of `a-z 0-9 . _ -`, starting with a letter or "
+          "digit; unique in the identity", required=True),
+)), answer=MEMORY_ROW, errors=("memory.bad_name", "memory.exists", "memory.too_many"),
+    description="A new, empty memory under a fresh master key of its own, the owner enrolled in its key ring. "
+                "Serve it at `/m/{name}/…`; mint capabilities bound to it with `POST /grants {\"memory\"}`. "
+                "Resent after a lost answer, it is `409 memory.exists`: the memory is there, whole.")
+def memories_create(s: Session, f: Args, call: Call) -> Answer:
+    return memories.create(call.vault, s, f["name"], call.settings.max_memories)
+
+
+@route("DELETE", "/memories/{name}", "owner", "Destroy one memory for good; answers a receipt",
+       name_params=("name",),
+       answer=obj({"memory": string(), "destroyed": {"const": True},
+                   "memories": integer(0, description="how many memories its log held"),
+                   "grants_ended": {"type": "array", "items": integer(1)}, "at": ref("Timestamp")}),
+       errors=("memory.unknown", "memory.main"),
+       description="Renames the memory away in one step (from then on nothing opens it), overwrites every file "
+                   "of it with zeros (its key ring first) and removes them; its capabilities end. Memory `main` "
+                   "goes only with the identity (`DELETE /store`).",
+       unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
+def memories_delete(s: Session, f: Args, call: Call) -> Answer:
+    return memories.delete(call.vault, s, f["name"])
+
+
+@route("POST", "/memories/{source}/fork", "owner", "Fork a memory at a position, under new keys", status=201,
+       name_params=("source",), fields=Fields((
+           Field("name", string(pattern=f"^{NAME_PATTERN}$"), "the new memory's name", required=True),
+           Field("at", integer(0), "how many of the source's first memories it holds (default all, its T)"),
+       )),
+       answer=obj({**MEMORY_ROW["properties"], "source": string("the memory forked"),
+                   "at": integer(0, description="the memories copied"),
+                   "erased": integer(0, description="of those, erased in the source and so in the fork"),
+                   "summaries": integer(0, description="summaries copied: every block inside the first `at`")}),
+       errors=("memory.unknown", "memory.bad_name", "memory.exists", "memory.too_many", "memory.bad_at"),
+       description="A new, independent memory holding the first `at` memories of memory `source`, erased ones "
+                   "erased, the summaries of every block inside them and its sizes, sealed afresh under its own "
+                   "keys. Only the owner is enrolled in it: no capability of the source opens it.",
+       memory_of=lambda vault, user, f: f.get("source"),
+       unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
+def memories_fork(s: Session, f: Args, call: Call) -> Answer:
+    return memories.fork(call.vault, s, f["name"], f.get("at"), call.settings.max_memories)
+
+
+@route("POST", "/memories/erase", "owner", "Erase what matches, across memories; one receipt", fields=Fields((
+    Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES), "a recall regex (see [Recall syntax]"
+          "(#recall-syntax)), matched against each rendered line"),
+    Field("words", string(minLength=1), "word search (not served by this release: `422 memory.bad_query`)"),
+    Field("memories", {"type": "array", "items": string(pattern=f"^{NAME_PATTERN}$")},
+          "the memories to erase in (default: every one)"),
+    Field("dry_run", {"type": "boolean"}, "`true`: count, erase nothing"),
+)), answer=obj({
+    "memories": {"type": "array", "items": obj({"name": string(), "erased": integer(0)}),
+                 "description": "each memory named, with how many of its memories matched (and were erased)"},
+    "total": integer(0), "dry_run": {"type": "boolean"}, "at": ref("Timestamp"),
+    "fingerprint": string("a keyed fingerprint of the query (never the query): only the owner can test a guess "
+                          "against it"),
+}), errors=("memory.unknown", "memory.bad_query", "memory.too_many_matches"),
+    description="Erases, as `POST /erase` does, every memory whose line matches `q` in every memory named "
+                "(default all), and answers one receipt naming the memories and counts, never the text nor the "
+                "query. Every memory is counted before anything is erased: over 10,000 matches is 422 and "
+                "erases nothing.",
+    event=Event("erase", lambda s, f, a: None if a["dry_run"] else {
+        "across": {m["name"]: m["erased"] for m in a["memories"]}, "fingerprint": a["fingerprint"]}))
+def memories_erase(s: Session, f: Args, call: Call) -> Answer:
+    return memories.erase_across(call.vault, s, call.token, f.get("words"), f.get("q"), f.get("memories"),
+                                 f.get("dry_run"))
+
+
+# Every memory route is served again under /m/{name}, acting on that memory; the public documents too, so
+# an agent whose STASH_URL ends in /m/{name} fetches the skill and the reference as its block says.
+MEMORY_PATHS = ("/wake", "/note", "/nap", "/recall", "/zoom", "/forget", "/config", "/import", "/export", "/erase",
+                "/erasures", "/skill", "/reference", "/health")
+ROUTES.extend([_replace(r, path=MEMORY_PREFIX + r.path, under=True) for r in list(ROUTES)
+               if r.path in MEMORY_PATHS])

@@ -19,7 +19,7 @@ from .codes import CODES
 from .jsonio import check_fields, parse_int, query_object, read_body, read_object
 from .schemas import Schema, obj
 
-SECURED = ("read", "full", "owner")
+SECURED = ("append", "read", "full", "owner")
 
 
 class Refusal(NamedTuple):
@@ -202,8 +202,11 @@ def error_codes(route: Any) -> dict[int, list[str]]:
             "store.full", "busy.user")
     if route.slow:
         add("busy.slow", "busy.server")
-    if route.scope in ("full", "owner"):
+    if route.scope in ("append", "full", "owner"):
         add("auth.scope")
+    if route.scope in SECURED and (getattr(route, "under", False) or getattr(route, "memory_from", None)
+                                   or getattr(route, "memory_of", None)):
+        add("memory.unknown")
     if route.idempotent:
         add("idempotency.bad_key", "idempotency.key_reused")
     add(*route.errors)

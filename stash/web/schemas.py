@@ -171,7 +171,8 @@ SCHEMAS: dict[str, Schema] = {
     "Timestamp": string("A UTC time, like 2026-08-19T14:03:07Z.", pattern="^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$"),
     "Grant": obj({
         "id": integer(1, description="the capability's number (use it to revoke); the owner's is the first"),
-        "scope": {"enum": ["read", "full", "owner"]},
+        "scope": {"enum": ["read", "append", "full", "owner"]},
+        "memory": string("the memory it is bound to (the owner reaches every one; listed once, in main)"),
         "label": nullable(string()) | {"description": "what the owner said it is for, when minted with one"},
         "created": ref("Timestamp") | {"description": "when it was minted"},
         "expires": nullable(ref("Timestamp")) | {"description": "from when it opens nothing; `null`: never"},

@@ -139,6 +139,10 @@ class Settings:
         "--quota-memories", DEFAULT_MEMORIES, "memories one identity may hold", metavar="N", low=1,
         doc="memories one identity may hold; a note or import that would pass it is `403 quota.memories`, "
             "whole")
+    max_memories: int = option(
+        "--max-memories", 100, "memories (named logs) one identity may hold", metavar="N", low=1, high=10_000,
+        doc="memories (named logs, `POST /memories`) one identity may hold, `main` included; one more is "
+            "`409 memory.too_many`")
     quota_bytes: int = option(
         "--quota-bytes", DEFAULT_BYTES, "disk one identity may take before its writes are refused",
         metavar="BYTES", low=1,

@@ -50,8 +50,11 @@ SCOPES = design_scopes()
 
 def test_routes_table_matches_the_design() -> None:
     assert len(SCOPES) > 30 and SCOPES["DELETE /grants/{id}"] == "owner"  # the table was read
-    served = {normal(r.method, r.path): r.scope for r in ROUTES}
+    served = {normal(r.method, r.path): r.scope for r in ROUTES if not r.under}
     assert served == SCOPES
+    # Every /m/{name} copy has its route's scope; the design's table lists each route once.
+    assert all(r.scope == next(b.scope for b in ROUTES if b.path == r.base and b.method == r.method)
+               for r in ROUTES if r.under)
 
 
 class World:
@@ -103,6 +106,11 @@ CALLS = {
     "DELETE /store": lambda w, who: ("DELETE", "/store", None),
     "POST /rotate": lambda w, who: ("POST", "/rotate", {}),
     "GET /export": lambda w, who: ("GET", "/export", None),
+    "GET /memories": lambda w, who: ("GET", "/memories", None),
+    "POST /memories": lambda w, who: ("POST", "/memories", {"name": f"by-{who}"}),
+    "DELETE /memories/{id}": lambda w, who: ("DELETE", "/memories/nope", None),
+    "POST /memories/{id}/fork": lambda w, who: ("POST", "/memories/main/fork", {"name": f"f-{who}"}),
+    "POST /memories/erase": lambda w, who: ("POST", "/memories/erase", {"q": "alpha", "dry_run": True}),
     "GET /openapi.json": lambda w, who: ("GET", "/openapi.json", None),
     "GET /client": lambda w, who: ("GET", "/client", None),
     "GET /skill": lambda w, who: ("GET", "/skill", None),
@@ -122,6 +130,8 @@ def expected(scope: str, who: str | None) -> int | None:
         return None
     if who is None:
         return 401
+    if scope == "append":  # append is beside read, not above it: full and owner may note, read may not
+        return 200 if who in ("full", "owner") else 403
     return 200 if RANK[who] >= RANK[scope] else 403
 
 

@@ -41,12 +41,12 @@ def test_every_kind_of_event_is_recorded_with_its_grant_and_no_content(api: Api,
     assert [(e["event"], e["grant"]) for e in got] == [
         ("mint", 1), ("mint", 1), ("import", writer["id"]), ("forget", writer["id"]), ("config", writer["id"]),
         ("erase", 1), ("export", 1), ("revoke", 1)]
-    assert got[0]["detail"] == {"grant": writer["id"], "scope": "full"}
+    assert got[0]["detail"] == {"grant": writer["id"], "scope": "full", "memory": "main"}
     assert got[2]["detail"] == {"first": 0, "last": 5}
     assert got[3]["detail"] == {"block": "2-3", "dropped": 1}
     assert got[4]["detail"] == {"names": ["WAKE_LINES"]}
     assert got[5]["detail"]["erased"] == 1
-    assert got[7]["detail"] == {"grant": reader["id"]}
+    assert got[7]["detail"] == {"grant": reader["id"], "memory": "main"}
     assert [e["id"] for e in got] == sorted(e["id"] for e in got)
     assert all(e["at"].endswith("Z") for e in got)
     assert SECRET_WORDS not in api.get("/audit", owner).text

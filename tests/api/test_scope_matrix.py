@@ -96,6 +96,11 @@ class World:
             assert resp.status_code == 200, resp.text
             nap = resp.json()["nap"]
 
+    def fresh_memory(self, store: Store) -> str:
+        name = f"m{os.urandom(4).hex()}"
+        assert self.api.post("/memories", store.owner, json={"name": name}).status_code == 201
+        return name
+
     def fresh_grant(self, store: Store) -> int:
         self._grant(store, "read")
         return self._grant_ids(store)[-1]
@@ -143,7 +148,23 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "POST /shape": lambda w, s: ("POST", "/shape", {"T": 10, "lines": 4}),
     "GET /metrics": lambda w, s: ("GET", "/metrics", None),
     "GET /": lambda w, s: ("GET", "/", None),
+    "GET /memories": lambda w, s: ("GET", "/memories", None),
+    "POST /memories": lambda w, s: ("POST", "/memories", {"name": f"n{os.urandom(4).hex()}"}),
+    "DELETE /memories/{name}": lambda w, s: ("DELETE", f"/memories/{w.fresh_memory(s)}", None),
+    "POST /memories/{source}/fork": lambda w, s: ("POST", "/memories/main/fork", {"name": f"f{os.urandom(4).hex()}"}),
+    "POST /memories/erase": lambda w, s: ("POST", "/memories/erase", {"q": "nothing-matches-this", "dry_run": True}),
 }
+
+
+def _under(base: Callable[[World, Store], Call]) -> Callable[[World, Store], Call]:
+    """A route's /m/{name} copy, called on memory main (every token here is bound to it)."""
+    def call(w: World, s: Store) -> Call:
+        method, url, body = base(w, s)
+        return method, "/m/main" + url, body
+    return call
+
+
+CALLS.update({route_key(r.method, r.path): _under(CALLS[route_key(r.method, r.base)]) for r in ROUTES if r.under})
 
 
 @pytest.fixture

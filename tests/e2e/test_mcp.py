@@ -234,3 +234,17 @@ def test_stash_mcp_pins_by_default_and_reports_a_memory_put_back_whole(tmp_path:
         assert token not in Path(pins).read_text()
     finally:
         server.stop()
+
+
+def test_one_memory_per_process_chosen_by_its_url(base_url: str, http: Http, token: str, tmp_path: Path) -> None:
+    """``stash mcp`` with STASH_URL ending in /m/{name} serves that memory: its
+    note lands there and nowhere else, its wake reads it."""
+    assert http.post("/memories", token, json={"name": "by-mcp"}).status_code == 201
+
+    async def script(s: Session) -> None:
+        assert "Saved as #0." in await s.ok("note", text="noted through mcp")
+        assert "noted through mcp" in await s.ok("wake")
+
+    run_session(f"{base_url}/m/by-mcp", token, tmp_path / "mcp.stderr", script)
+    assert "noted through mcp" in http.get("/m/by-mcp/wake", token).text
+    assert "noted through mcp" not in http.get("/wake", token).text

@@ -405,3 +405,59 @@ def test_a_line_equal_to_the_delimiter_is_harmless(name: str, http: Http, env: d
         assert DELIMITER in done.stdout + done.stderr and "Saved" not in done.stdout, (shell, done.stdout)
     after = http.ok("GET", "/wake", m.token)
     assert after["lines"] == before["lines"] and after["nap"] == before["nap"]
+
+
+class BoundMemory(Memory):
+    """A memory other than main, reached by a full capability bound to it at
+    an address ending in /m/{name}, as POST /grants {"memory"} hands it over;
+    read back through its owner at /m/{name}."""
+
+    def __init__(self, http: Http, env: dict[str, str]) -> None:
+        self.http = http
+        self.owner = http.init()["token"]
+        http.ok("POST", "/memories", self.owner, json={"name": "fz"})
+        minted = http.ok("POST", "/grants", self.owner, json={"scope": "full", "memory": "fz"})
+        self.token = minted["token"]
+        assert f"{env['STASH_URL'].rstrip('/')}/m/fz" in http.ok(
+            "POST", "/grants", self.owner, json={"scope": "read", "memory": "fz", "url": env["STASH_URL"]})["prompt"]
+        self.env = {**env, "STASH_URL": f"{env['STASH_URL'].rstrip('/')}/m/fz", "STASH_TOKEN": self.token}
+        http.ok("POST", "/m/fz/config", self.token, json={"PART_CHARS": PART_CHARS_MAX})
+
+    def texts(self) -> list[str]:
+        lines = self.http.ok("POST", "/m/fz/recall", self.owner, json={"q": "."})["matches"]
+        return [line.split(" ", 2)[2] for line in lines]
+
+    def text(self, method: str, path: str, **kw) -> str:
+        return super().text(method, f"/m/fz{path}", **kw)
+
+
+def test_the_templates_take_every_line_at_an_address_ending_in_m_name(http: Http, env: dict[str, str],
+                                                                      printed: dict[str, str],
+                                                                      tmp_path: Path) -> None:
+    """The same templates, unchanged, run by an agent whose STASH_URL ends in
+    /m/{name}: what they store lands in that memory, exactly, and the reads
+    answer from it. A sample of lines per shell (the full fuzz is above)."""
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    cwd = tmp_path / "cwd"
+    per_shell = split_lines(LINES)
+    m = BoundMemory(http, env)
+    stored = []
+    for shell, lines in per_shell.items():
+        lines = lines[:4]
+        done = run(shell, "\n".join(fill(printed["note"], "<one line>", t) for t in lines), m.env, cwd)
+        assert done.stdout.count("Saved as #") == len(lines), (shell, done.stderr)
+        stored += lines
+        body = fill(printed["import"], "YYYY-MM-DD <one line>", "\n".join(f"{today} {t}" for t in lines))
+        assert run(shell, body, m.env, cwd).stdout.startswith(f"Imported {len(lines)} memories")
+        stored += lines
+        run(shell, fill(printed["client note"], "<one line>", lines[0]), m.env, cwd)
+        stored.append(lines[0])
+    assert m.texts() == stored
+    assert http.ok("POST", "/recall", m.owner, json={"q": "."})["total"] == 0  # main holds none of it
+    for shell, lines in per_shell.items():
+        for name, placeholder in (("recall", "<regex>"), ("zoom", "<lo-hi>")):
+            chosen = lines[4:7]
+            script = "\necho @@@\n".join(fill(printed[name], placeholder, t) for t in chosen)
+            got = run(shell, script, m.env, cwd).stdout.split("@@@\n")
+            body = {"zoom": lambda t: {"block": t}, "recall": lambda t: {"q": t}}[name]
+            assert got == [m.text("POST", f"/{name}", json=body(t)) for t in chosen], (shell, name)

@@ -1,0 +1,388 @@
+"""One owner, many memories: the owner's routes over an identity's memories
+and the capabilities bound to each (docs/DESIGN.md, "Memories").
+
+Each memory has its own key ring, master key and epochs (storage/memories.py
+for where it lives). The owner reaches every memory because it is enrolled
+in each memory's key ring as a grant of its own (its public key and a box of
+that memory's epoch key), made while the owner's secret is present: when the
+memory is created, forked, or the owner token rotated. A read, append or
+full capability is filed only in its own memory's key ring, and in main's
+key ring only its lookup tag (to find the memory it is bound to), so with its
+token and every file of the identity it opens nothing of another memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from ..core.errors import Conflict, Invalid
+from ..core.recall import BadPattern, compile_pattern
+from ..crypto import inbox_seal, keys, tokens
+from ..crypto.epochs import KeyChain
+from ..crypto.owner_seal import OwnerKeys
+from ..storage import inbox, memories, userlock
+from ..storage import memory_fork as fork_files
+from ..storage.keyring import Keyring, now_utc, open_keyring
+from ..storage.memfile import MemoryFile
+from ..storage.memories import MAIN, MemoryFiles
+from . import audit
+from .access import Session, Vault, unknown_memory
+from .append import ensure_public
+
+DEFAULT_MAX_MEMORIES = 100
+ERASE_MAX = 10_000  # matches one erasure across memories may take, as POST /erase's ids
+BAD_NAME = ("A memory's name is 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or "
+            "digit.")
+
+
+def check_name(name: object) -> str:
+    if not memories.valid_name(name):
+        raise Invalid(BAD_NAME, code="memory.bad_name")
+    assert isinstance(name, str)
+    return name
+
+
+def _ring(vault: Vault, user_id: str, name: str) -> Keyring:
+    return open_keyring(MemoryFiles(vault.data_dir, user_id, name).keyring, memories.store_id(user_id, name),
+                        vault.pool)
+
+
+def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyChain, int]:
+    """A new, empty memory ``name`` in a staging folder, the owner enrolled:
+    its key ring (2 KiB pages), a fresh master key, its memory file. Not
+    published yet."""
+    main = session.main_keyring or session.keyring
+    number = memories.next_number(main.conn)
+    secret = memories.owner_secret(session.owner_secret, memories.new_salt(main.conn, number))
+    staged = memories.staging(vault.data_dir, session.user_id, name)
+    store = memories.store_id(session.user_id, name)
+    chain = KeyChain(store, (keys.new_master_key(),))
+    ring = Keyring.create(staged.keyring, store, vault.file_cipher, vault.page_bytes,
+                          ring_page_bytes=memories.RING_PAGE_BYTES)
+    try:
+        base = number * memories.GRANT_ID_SPAN
+        ring.conn.execute("BEGIN IMMEDIATE")
+        try:
+            # The owner's grant here takes the first id of this memory's range; later grants follow it.
+            ring.conn.execute("INSERT INTO grants(id, tag, scope, created) VALUES (?, NULL, 'read', '')", (base - 1,))
+            ring.add(scope="owner", tag=tokens.lookup_tag(session.user_id, secret), secret=secret, chain=chain,
+                     kdf=vault.kdf)
+            ring.conn.execute("DELETE FROM grants WHERE id = ?", (base - 1,))
+            for meta, value in ((memories.NUMBER, str(number)), (memories.CREATED, now_utc()),
+                                (inbox_seal.PUBLIC_META, inbox_seal.public_text(chain))):
+                ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?)", (meta, value))
+        except BaseException:
+            ring.conn.rollback()
+            raise
+        ring.conn.commit()
+        mf = MemoryFile(staged.memory, store, chain, vault.file_cipher, create=True,
+                        page_bytes=ring.memory_page_bytes())
+        head, version = mf.committed()
+        mf.close()
+        ring.advance_head(head, version)
+    finally:
+        ring.close()
+    return staged, chain, number
+
+
+def _room(vault: Vault, session: Session, max_memories: int) -> None:
+    if len(memories.names(vault.data_dir, session.user_id)) >= max_memories:
+        raise Conflict(f"This identity holds {max_memories} memories, the most this server allows; delete one "
+                       "(DELETE /memories/{name}) first.", code="memory.too_many")
+
+
+def create(vault: Vault, session: Session, name: object, max_memories: int = DEFAULT_MAX_MEMORIES) -> dict:
+    """A new empty memory, published whole by one rename (storage/memories.py)."""
+    name = check_name(name)
+    memories.sweep(vault.data_dir, session.user_id)
+    if memories.exists(vault.data_dir, session.user_id, name):
+        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    _room(vault, session, max_memories)
+    staged, _, _ = _build(vault, session, name)
+    if not memories.publish(staged):
+        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    return describe(vault, session.user_id, name)
+
+
+def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = None) -> dict:
+    """A memory's listing row, read from its key ring (``owner``: that
+    memory's owner keys, which open its last write day)."""
+    files = MemoryFiles(vault.data_dir, user_id, name)
+    with _ring(vault, user_id, name) as ring:
+        head = ring.log_head()
+        live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"]
+        appends = [g for g in inbox.grants(ring.conn) if g.revoked is None]
+        created = ring.meta(memories.CREATED) or next((g.created for g in ring.grants()), "")
+        pending = inbox.pending(ring.conn)
+        last = memories.write_day(ring, owner)
+    size = 0
+    for path in files.folder.iterdir():
+        if path.is_file():
+            try:
+                size += path.stat().st_size
+            except OSError:
+                pass
+    return {"name": name, "T": (head.count if head else 0) + pending, "bytes": size, "created": created,
+            "last_write": last, "grants": len(live) + len(appends)}
+
+
+def listing(vault: Vault, session: Session, token: str | None) -> dict:
+    memories.sweep(vault.data_dir, session.user_id)
+    rows = [describe(vault, session.user_id, MAIN, session.owner)]
+    for name in memories.names(vault.data_dir, session.user_id)[1:]:
+        with vault.session(token, "owner", memory=name) as other:
+            rows.append(describe(vault, session.user_id, name, other.owner))
+    rows.sort(key=lambda r: (r["created"], r["name"]))
+    return {"memories": rows}
+
+
+def delete(vault: Vault, session: Session, name: str) -> dict:
+    """Destroy one memory for good: renamed away in one step (from then on
+    nothing opens it), every file overwritten with zeros and removed (its
+    key ring, and with it every key, first), its capabilities' tags dropped
+    from main's key ring. ``main`` goes only with the identity."""
+    if name == MAIN:
+        raise Conflict("Memory main is deleted only with the whole identity: DELETE /store.",
+                       code="memory.main")
+    memories.sweep(vault.data_dir, session.user_id)
+    if not memories.exists(vault.data_dir, session.user_id, name):
+        raise unknown_memory()
+    files = MemoryFiles(vault.data_dir, session.user_id, name)
+    with _ring(vault, session.user_id, name) as ring:
+        head = ring.log_head()
+        number = memories.number_of(ring.conn)
+        ended = [g.id for g in ring.grants() if g.revoked is None and g.scope != "owner"]
+        ended += [g.id for g in inbox.grants(ring.conn) if g.revoked is None]
+    with userlock.exclusive(files.folder):
+        if vault.pool is not None:
+            vault.pool.drop_folder(files.folder, held=True)
+        gone = memories.retire(files)
+    main = session.main_keyring or session.keyring
+    # Its salt goes first: from then on the owner token opens nothing of it,
+    # even from copies of its files kept from before.
+    memories.drop_salt(main.conn, number)
+    main.flush()
+    memories.shred(gone)
+    memories.drop_tags(main.conn, memory=name)
+    vault.tags.grants_seen(session.user_id, main.conn)
+    return {"memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
+            "at": now_utc()}
+
+
+# ------------------------------------------------------------ bound capabilities
+
+
+def memory_of_grant(vault: Vault, user_id: str, grant_id: int) -> str | None:
+    """Which memory a grant id belongs to (storage/memories.py, "Ids")."""
+    n = grant_id // memories.GRANT_ID_SPAN
+    if n == 0:
+        return MAIN
+    for name in memories.names(vault.data_dir, user_id)[1:]:
+        with _ring(vault, user_id, name) as ring:
+            if memories.number_of(ring.conn) == n:
+                return name
+    return None
+
+
+def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]:
+    """Every capability of the identity, each memory's with its ``memory``:
+    main's from this session, every other memory's from an owner session on
+    it (its labels are sealed to that memory's owner keys). The owner's
+    enrolment in each memory is not listed again."""
+    rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session.keyring, MAIN)
+    for name in memories.names(vault.data_dir, session.user_id)[1:]:
+        with vault.session(token, "owner", memory=name) as other:
+            rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
+            rows += _appends(other.keyring, name)
+    return rows
+
+
+def every_event(vault: Vault, session: Session, token: str | None) -> dict:
+    """The audit trail of every memory, each event naming its ``memory``:
+    each memory's events live in its own key ring, sealed to its owner keys,
+    so each is opened by an owner session on it; oldest first by time (then
+    memory and id, which number events within one memory)."""
+    first = audit.trail(session)
+    rows = [{**e, "memory": MAIN} for e in first["events"]]
+    chains = [(MAIN, first["trail"])]
+    for name in memories.names(vault.data_dir, session.user_id)[1:]:
+        with vault.session(token, "owner", memory=name) as other:
+            theirs = audit.trail(other)
+            rows += [{**e, "memory": name} for e in theirs["events"]]
+            chains.append((name, theirs["trail"]))
+    rows.sort(key=lambda e: (str(e["at"]), e["memory"] != MAIN, e["memory"], e["id"]))
+    broken = [(name, chain) for name, chain in chains if not chain["intact"]]
+    trail = {"intact": not broken, "chained_from": first["trail"]["chained_from"],
+             "problem": f"memory {broken[0][0]}: {broken[0][1]['problem']}" if broken else None}
+    return {"events": rows, "trail": trail}
+
+
+def _appends(ring: Keyring, name: str) -> list[dict]:
+    return [{"id": g.id, "scope": "append", "label": None, "created": g.created, "expires": None,
+             "revoked": g.revoked, "expired": False, "live": g.revoked is None, "last_used": None, "you": False,
+             "memory": name} for g in inbox.grants(ring.conn)]
+
+
+def mint_append(vault: Vault, session: Session) -> tuple[int, str]:
+    """A new append capability over the session's memory: its tag and a MAC
+    under the memory's keys; no key at all (service/append.py)."""
+    token, secret = tokens.mint(session.user_id)
+    tag = tokens.lookup_tag(session.user_id, secret)
+    ring = session.keyring
+    ensure_public(ring, session.keys)
+    number = memories.number_of(ring.conn)
+    grant_id = inbox.add(ring.conn, max(number, 0), tag,
+                         lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag))
+    if session.memory_name != MAIN and session.main_keyring is not None:
+        memories.put_tag(session.main_keyring.conn, tag, session.memory_name)
+    return grant_id, token
+
+
+def file_tag(session: Session, tag: bytes) -> None:
+    """Record in main's key ring which memory a new capability is bound to."""
+    if session.memory_name != MAIN and session.main_keyring is not None:
+        memories.put_tag(session.main_keyring.conn, tag, session.memory_name)
+
+
+# ------------------------------------------------------------ fork
+
+
+def fork(vault: Vault, session: Session, name: object, at: object,
+         max_memories: int = DEFAULT_MAX_MEMORIES) -> dict:
+    """A new, independent memory ``name`` holding the first ``at`` memories of
+    the session's memory (default all), erased ones erased, the summaries of
+    every block inside them and its sizes, all sealed afresh under the new
+    memory's own keys; only the owner is enrolled in it, so no capability of
+    the source opens it. Built whole in a staging folder and published by
+    one rename."""
+    name = check_name(name)
+    src = session.memory
+    T = src.count()
+    if at is None:
+        at = T
+    if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= T:
+        raise Invalid(f"at must be a whole number from 0 to {T} (this memory's T).", code="memory.bad_at")
+    memories.sweep(vault.data_dir, session.user_id)
+    if memories.exists(vault.data_dir, session.user_id, name):
+        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    _room(vault, session, max_memories)
+    staged, chain, _ = _build(vault, session, name)
+    store = memories.store_id(session.user_id, name)
+    with open_keyring(staged.keyring, store) as ring:
+        dst = MemoryFile(staged.memory, store, chain, vault.file_cipher, page_bytes=ring.memory_page_bytes(),
+                         recorded=True)
+        try:
+            erased = fork_files.copy_log(src.mf, dst, at)
+            if erased:
+                dst.erase(erased, now_utc())
+            summaries = fork_files.copy_tree(src.mf, dst, at)
+            config: dict[str, int | None] = {**src.mf.config()}
+            if config:
+                dst.set_config(config)
+            head, version = dst.committed()
+        finally:
+            dst.close()
+        ring.advance_head(head, version)
+    if not memories.publish(staged):
+        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    return {**describe(vault, session.user_id, name), "source": session.memory_name, "at": at,
+            "erased": len(erased), "summaries": summaries}
+
+
+# ------------------------------------------------------------ erase across memories
+
+
+def erase_matcher(words: object, q: object) -> Callable[[str], bool]:
+    """The one place an erasure's query becomes a test on a rendered line
+    ``#i DATE TEXT``: ``q`` is a recall regex (docs/DESIGN.md, "Recall");
+    ``words`` is word search, which this release does not serve yet: it is
+    wired in here, and only here."""
+    if (words is None) == (q is None):
+        raise Invalid("Send exactly one of \"q\" (a recall regex) or \"words\".", code="memory.bad_query")
+    if words is not None:
+        raise Invalid("Word search is not served by this server yet; erase with \"q\", a recall regex.",
+                      code="memory.bad_query")
+    try:
+        # The pattern is compiled as recall compiles it (core/recall.py), so it matches what recall finds.
+        return compile_pattern(q).search if isinstance(q, str) else _refuse("q is a recall regex, as a string.")
+    except BadPattern as e:
+        return _refuse(str(e))
+
+
+def _refuse(message: str) -> Callable[[str], bool]:
+    raise Invalid(message, code="memory.bad_query")
+
+
+def matching(session: Session, test: Callable[[str], bool]) -> list[int]:
+    """The ids of memory's memories whose rendered line passes ``test``,
+    erased ones left out (their text is gone)."""
+    mf = session.memory.mf
+    erased = mf.erased_ids
+    out = []
+    for batch in mf.scan(mf.count(), 0):
+        for line in batch:
+            i = int(line.split(" ", 1)[0][1:])
+            if i not in erased and test(line):
+                out.append(i)
+    return out
+
+
+def fingerprint(session: Session, query: str) -> str:
+    """A keyed fingerprint of an erasure's query, never the query: keyed by
+    main's epoch-0 key, so only the owner can test a guess against it."""
+    key = hashlib.blake2b(b"erase-query", key=session.keys.base, digest_size=32, person=b"stash.erase.fp").digest()
+    return hashlib.blake2b(query.encode(), key=key, digest_size=16).hexdigest()
+
+
+def erase_across(vault: Vault, session: Session, token: str | None, words: object, q: object, names: object,
+                 dry_run: object) -> dict:
+    """Erase every memory matching the query in every memory named (default
+    all), as ``POST /erase`` does in each: counted first in every memory, then
+    erased memory by memory (each memory's erasure is its own transaction
+    and its own receipt there); one receipt for the whole, naming memories
+    and counts, never the text nor the query (its keyed fingerprint). Over
+    ERASE_MAX matches in all: 422, nothing erased. A crash part-way leaves
+    some memories erased and the rest untouched; resending the same request
+    finishes it (what was erased no longer matches)."""
+    test = erase_matcher(words, q)
+    every = memories.names(vault.data_dir, session.user_id)
+    if names is None:
+        chosen = every
+    elif (not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names)
+          or len(set(names)) != len(names)):
+        raise Invalid("memories is a list of memory names, each once.", code="memory.bad_query")
+    else:
+        missing = [n for n in names if n not in every]
+        if missing:
+            raise unknown_memory()
+        chosen = list(names)
+    if not isinstance(dry_run, bool) and dry_run is not None:
+        raise Invalid("dry_run is true or false.", code="memory.bad_query")
+    found: dict[str, list[int]] = {}
+    for name in chosen:
+        if name == session.memory_name:
+            found[name] = matching(session, test)
+        else:
+            with vault.session(token, "owner", memory=name) as other:
+                found[name] = matching(other, test)
+    total = sum(len(ids) for ids in found.values())
+    if total > ERASE_MAX:
+        raise Invalid(f"{total:,} memories match, more than the {ERASE_MAX:,} one erasure may take; nothing was "
+                      "erased. Narrow the query or name fewer memories.", code="memory.too_many_matches")
+    at = now_utc()
+    counts = []
+    for name in chosen:
+        ids = found[name]
+        if ids and not dry_run:
+            for lo in range(0, len(ids), ERASE_MAX):
+                if name == session.memory_name:
+                    session.memory.erase(ids[lo:lo + ERASE_MAX], at)
+                else:
+                    with vault.session(token, "owner", memory=name) as other:
+                        other.memory.erase(ids[lo:lo + ERASE_MAX], at)
+        counts.append({"name": name, "erased": len(ids)})
+    query = q if q is not None else words
+    assert isinstance(query, str)
+    return {"memories": counts, "total": total, "dry_run": bool(dry_run), "at": at,
+            "fingerprint": fingerprint(session, ("q:" if q is not None else "words:") + query)}

@@ -1,0 +1,348 @@
+"""Where each memory of an identity lives on disk (docs/DESIGN.md, "Memories").
+
+Memory ``main`` is the user's folder itself, exactly as every earlier release
+wrote it, so nothing moves and every token keeps working bound to it. Memory
+``<name>`` is the same three files (key ring, memory file, recall cache) in
+``users/<user_id>/m/<name>/``, under its own master key and epochs.
+
+Every multi-step change of the set of memories is made by one ``rename``:
+a new memory (or a fork) is built whole in a hidden staging folder and then
+renamed to its name; a deleted memory is renamed to a hidden folder first (it
+is gone from that instant) and shredded after. A crash leaves at most a hidden
+folder, which :func:`sweep` finishes (a staged one removed, a retired one
+shredded); the set of memories itself is never half-changed.
+
+Ids: a grant of the memory numbered ``n`` (main is 0) has an id in
+``[n * GRANT_ID_SPAN, (n + 1) * GRANT_ID_SPAN)``, append capabilities from
+``APPEND_ID_OFFSET`` up within it, so ``DELETE /grants/{id}`` names one
+grant of one memory, and a memory's number is never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+from ..crypto import owner_seal
+from ..crypto.owner_seal import OwnerKeys
+from . import formats
+from .files import UserFiles, fsync_path, overwrite_with_zeros, private_folder, write_transaction
+from .keyring import Keyring
+
+MAIN = "main"
+SUBFOLDER = "m"
+NAME_PATTERN = r"[a-z0-9][a-z0-9._-]{0,63}"
+_NAME = re.compile(NAME_PATTERN)
+GRANT_ID_SPAN = 1_000_000
+APPEND_ID_OFFSET = 500_000
+COUNTER = "memories_made"  # main key ring: how many memories were ever numbered
+NUMBER = "memory_number"  # a memory's key ring: its number
+CREATED = "memory_created"  # a memory's key ring: when it was made (main: its owner grant's time)
+_STAGED = ".new-"
+_RETIRED = ".gone-"
+SECTION = "memories"
+# A memory's key ring is made with pages of this size: it holds a handful of
+# grants, so 2 KiB pages keep an extra empty memory under 32 KiB on disk
+# (its four pages are 8 KiB; the memory file's five 4 KiB pages are 20 KiB).
+RING_PAGE_BYTES = 2048
+
+
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def store_id(user_id: str, name: str) -> str:
+    """The id every row of memory ``name`` is bound to (associated data, the
+    files' ``user_id`` records): the user id for ``main``, as before, and
+    ``<user_id>/m/<name>`` for another, so a row or a whole file moved from
+    one memory to another fails to open even before the keys differ."""
+    return user_id if name == MAIN else f"{user_id}/{SUBFOLDER}/{name}"
+
+
+class MemoryFiles(UserFiles):
+    """The folder of one memory of one user."""
+
+    def __init__(self, data_dir: Path, user_id: str, name: str = MAIN) -> None:
+        super().__init__(data_dir, user_id)
+        self.user_folder = self.folder
+        self.name = name
+        if name != MAIN:
+            self.at(self.folder / SUBFOLDER / name)
+
+    def at(self, folder: Path) -> None:
+        """Point at ``folder`` (a staging folder while a memory is built)."""
+        self.folder = folder
+        self.keyring = folder / "keyring.db"
+        self.memory = folder / "memory.db"
+
+    def exists(self) -> bool:
+        return self.keyring.is_file() if self.name != MAIN else super().exists()
+
+
+def names(data_dir: Path, user_id: str) -> list[str]:
+    """Every memory of the user: ``main`` and each published sub-folder."""
+    parent = UserFiles(data_dir, user_id).folder / SUBFOLDER
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        entries = []
+    return [MAIN, *sorted(n for n in entries if valid_name(n) and (parent / n / "keyring.db").is_file())]
+
+
+def exists(data_dir: Path, user_id: str, name: str) -> bool:
+    return valid_name(name) and MemoryFiles(data_dir, user_id, name).exists()
+
+
+def staging(data_dir: Path, user_id: str, name: str) -> MemoryFiles:
+    """A fresh hidden folder to build memory ``name`` in, 0700."""
+    files = MemoryFiles(data_dir, user_id, name)
+    parent = files.user_folder / SUBFOLDER
+    private_folder(parent)
+    folder = parent / f"{_STAGED}{name}-{secrets.token_hex(4)}"
+    folder.mkdir(mode=0o700)
+    os.chmod(folder, 0o700)
+    files.at(folder)
+    return files
+
+
+def publish(staged: MemoryFiles) -> bool:
+    """Give the staged folder its name, in one rename; False when a memory of
+    that name appeared meanwhile (the staged one is then removed)."""
+    final = staged.user_folder / SUBFOLDER / staged.name
+    try:
+        os.rename(staged.folder, final)  # refused over a non-empty folder
+    except OSError:
+        shutil.rmtree(staged.folder, ignore_errors=True)
+        return False
+    fsync_path(final.parent)  # the rename is durable once its folder is flushed
+    staged.at(final)
+    return True
+
+
+def retire(files: MemoryFiles) -> Path:
+    """Take memory ``files.name`` away in one rename (from here on it is not
+    there for any request), and return where it went, to be shredded."""
+    gone = files.user_folder / SUBFOLDER / f"{_RETIRED}{secrets.token_hex(8)}"
+    os.rename(files.folder, gone)
+    fsync_path(gone.parent)
+    return gone
+
+
+def shred(folder: Path) -> None:
+    """Overwrite every file with zeros (the key ring's wrapped keys and boxes
+    first), then remove the folder: its keys are gone from the files, and
+    with them everything sealed under them."""
+    for path in sorted(folder.iterdir(), key=lambda p: (not p.name.startswith("keyring"), p.name)):
+        if path.is_file():
+            try:
+                overwrite_with_zeros(path)
+            except OSError:
+                pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep(data_dir: Path, user_id: str) -> None:
+    """Finish what a crash left: remove staged folders, shred retired ones."""
+    parent = UserFiles(data_dir, user_id).folder / SUBFOLDER
+    try:
+        entries = os.listdir(parent)
+    except OSError:
+        return
+    for n in entries:
+        if n.startswith(_RETIRED):
+            shred(parent / n)
+        elif n.startswith(_STAGED):
+            shutil.rmtree(parent / n, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- main's key ring
+
+
+def _has(conn: sqlite3.Connection, table: str) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (table,)).fetchone() is not None
+
+
+def ensure(conn: sqlite3.Connection, table: str) -> None:
+    if not _has(conn, table):
+        formats.make_on_use(conn, SECTION, table)
+
+
+def home_of(conn: sqlite3.Connection, tag: bytes) -> str | None:
+    """The memory a capability not in main's key ring is bound to, by its tag."""
+    if not _has(conn, "memory_tags"):
+        return None
+    row = conn.execute("SELECT memory FROM memory_tags WHERE tag = ?", (tag,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def put_tag(conn: sqlite3.Connection, tag: bytes, name: str) -> None:
+    with write_transaction(conn):
+        ensure(conn, "memory_tags")
+        conn.execute("INSERT OR REPLACE INTO memory_tags(tag, memory) VALUES (?, ?)", (tag, name))
+
+
+def drop_tags(conn: sqlite3.Connection, *, tag: bytes | None = None, memory: str | None = None) -> None:
+    if not _has(conn, "memory_tags"):
+        return
+    with write_transaction(conn):
+        if tag is not None:
+            conn.execute("DELETE FROM memory_tags WHERE tag = ?", (tag,))
+        if memory is not None:
+            conn.execute("DELETE FROM memory_tags WHERE memory = ?", (memory,))
+
+
+def other_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
+    """The tags of every live capability bound to a memory other than main."""
+    if not _has(conn, "memory_tags"):
+        return frozenset()
+    return frozenset(bytes(r[0]) for r in conn.execute("SELECT tag FROM memory_tags"))
+
+
+def next_number(conn: sqlite3.Connection) -> int:
+    """Number the next memory (main is 0), never reusing one."""
+    with write_transaction(conn):
+        row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (COUNTER,)).fetchone()
+        n = (int(row[0]) if row else 0) + 1
+        conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                     "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (COUNTER, str(n)))
+    return n
+
+
+SALT_BYTES = 32
+
+
+def new_salt(conn: sqlite3.Connection, number: int) -> bytes:
+    """Draw and keep memory ``number``'s salt in main's key ring."""
+    salt = secrets.token_bytes(SALT_BYTES)
+    with write_transaction(conn):
+        ensure(conn, "memory_salts")
+        conn.execute("INSERT OR REPLACE INTO memory_salts(number, salt) VALUES (?, ?)", (number, salt))
+    return salt
+
+
+def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
+    if number <= 0 or not _has(conn, "memory_salts"):
+        return None
+    row = conn.execute("SELECT salt FROM memory_salts WHERE number = ?", (number,)).fetchone()
+    return None if row is None or len(row[0]) != SALT_BYTES else bytes(row[0])
+
+
+def drop_salt(conn: sqlite3.Connection, number: int) -> None:
+    """Destroy memory ``number``'s salt (secure_delete overwrites its cell;
+    the caller flushes the WAL)."""
+    if not _has(conn, "memory_salts"):
+        return
+    with write_transaction(conn):
+        conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
+
+
+def owner_secret(secret: bytes, salt: bytes) -> bytes:
+    """The secret the owner token is enrolled under in the memory whose salt
+    is ``salt``: BLAKE2b keyed by the salt, so it exists only while both the
+    token and main's key ring's salt do (schema.sql, "memory_salts")."""
+    return hashlib.blake2b(secret, key=salt, digest_size=32, person=b"stash.mem.owner").digest()
+
+
+def number_of(conn: sqlite3.Connection) -> int:
+    """This memory's number, from its key ring (main's has none: 0)."""
+    row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (NUMBER,)).fetchone()
+    try:
+        return int(row[0]) if row else 0
+    except ValueError:
+        return -1
+
+
+USAGE_SECONDS = 5.0  # how old the other memories' usage a quota check adds may be, in one process
+_USAGE: dict[tuple[str, str, str], tuple[float, tuple[int, int]]] = {}
+
+
+def others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
+    """``(memories, bytes)`` of every memory of the user but ``but``: the
+    memories as each key ring's copy of its log head records them, the bytes
+    of each folder's files. What an identity's quotas add to the memory being
+    written (they count all its memories together); nothing to add, at the
+    cost of one folder listing, for an identity with main alone. Read at most
+    once every USAGE_SECONDS per process and memory written, so a note to one
+    of a hundred memories costs what a note to one does: the memory written
+    is counted exactly, inside its write; the others as they were then."""
+    memo = (str(data_dir), user_id, but)
+    now = time.monotonic()
+    kept = _USAGE.get(memo)
+    if kept is not None and now - kept[0] < USAGE_SECONDS:
+        return kept[1]
+    usage = _others_usage(data_dir, user_id, but)
+    if len(_USAGE) > 10_000:
+        _USAGE.clear()
+    _USAGE[memo] = (now, usage)
+    return usage
+
+
+def _others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
+    count = size = 0
+    for name in names(data_dir, user_id):
+        if name == but:
+            continue
+        files = MemoryFiles(data_dir, user_id, name)
+        try:
+            with os.scandir(files.folder) as entries:
+                for entry in entries:
+                    if entry.is_file(follow_symlinks=False):
+                        size += entry.stat(follow_symlinks=False).st_size
+            conn = sqlite3.connect(f"file:{files.keyring}?mode=ro", uri=True)
+            try:
+                row = conn.execute("SELECT value FROM keyring_meta WHERE name = 'log_head'").fetchone()
+            finally:
+                conn.close()
+        except (OSError, sqlite3.Error):
+            continue
+        if row is not None:
+            try:
+                count += int(str(row[0]).split(":", 1)[0])
+            except ValueError:
+                pass
+    return count, size
+
+
+LAST_WRITE = "last_write"  # key ring meta: the day of the memory's last write, hex, sealed to its owner
+_WRITTEN: dict[str, str] = {}
+
+
+def note_write_day(ring: Keyring, day: str) -> None:
+    """Record ``day`` as the memory's last write, sealed to its owner key
+    (so a thief of the key ring does not learn when it was last used):
+    written once a day per process and key ring, best effort like the key
+    ring's other copies (a full disk must not refuse a write that committed)."""
+    path = str(ring.conn.execute("PRAGMA database_list").fetchone()[2])
+    if _WRITTEN.get(path) == day:
+        return
+    public = ring.owner_public()
+    if public is None:
+        return
+    value = owner_seal.seal(ring.user_id, public, LAST_WRITE, day.encode()).hex()
+    try:
+        with write_transaction(ring.conn):
+            ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (LAST_WRITE, value))
+    except (sqlite3.Error, OSError):
+        return
+    if len(_WRITTEN) > 100_000:
+        _WRITTEN.clear()
+    _WRITTEN[path] = day
+
+
+def write_day(ring: Keyring, owner: OwnerKeys | None) -> str | None:
+    """The memory's last write day, opened with its owner keys (None: not recorded, or no keys)."""
+    text = ring.meta(LAST_WRITE)
+    if text is None or owner is None:
+        return None
+    try:
+        return owner.open(bytes.fromhex(text), LAST_WRITE).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None

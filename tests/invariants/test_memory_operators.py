@@ -1,0 +1,78 @@
+"""Backup, verify (with and without a token), restore from a backup, the
+replication config and metrics cover every memory of an identity."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+from stash.service.backup import backup
+from stash.service.replica import PATTERN
+from stash.service.verify import verify
+from stash.web.metrics import memory_count
+from tests.helpers import CHEAP_KDF, Api, make_settings
+
+
+def _world(data: Path) -> tuple[str, str, str]:
+    from stash.web.app import create_app
+
+    api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
+    try:
+        made = api.init()
+        owner = made["token"]
+        for name in ("a", "b"):
+            api.post("/memories", owner, json={"name": name})
+            api.post(f"/m/{name}/note", owner, json={"text": f"kept in {name}"})
+        bound = api.post("/grants", owner, json={"scope": "read", "memory": "a"}).json()["token"]
+    finally:
+        api.close()
+    return made["user_id"], owner, bound
+
+
+def test_backup_verify_and_restore_cover_every_memory(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    user, owner, bound = _world(data)
+    results = backup(data, tmp_path / "backup")
+    assert all(c.copied for c, _ in results)
+    copied = tmp_path / "backup" / "users" / user / "m"
+    assert sorted(p.name for p in copied.iterdir()) == ["a", "b"]
+    (report,) = verify(tmp_path / "backup")
+    assert report.ok, report.problems
+    assert any(f.startswith("memory a: files ok") for f in report.facts)
+    (with_owner,) = verify(tmp_path / "backup", owner)
+    assert with_owner.ok and any("memory b: files ok" in f and "opens with the token (1 memories)" in f
+                                 for f in with_owner.facts), with_owner.facts
+    (with_bound,) = verify(tmp_path / "backup", bound)
+    assert any("memory b" in f and "bound to another memory" in f for f in with_bound.facts)
+    # A restore is the backup copied back: every memory answers again.
+    shutil.rmtree(data)
+    shutil.copytree(tmp_path / "backup", data)
+    from stash.web.app import create_app
+
+    api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
+    try:
+        for name in ("a", "b"):
+            assert f"kept in {name}" in api.get(f"/m/{name}/wake", owner).text
+        assert "kept in a" in api.get("/wake", bound).text
+    finally:
+        api.close()
+    # Damage in one memory is named by verify.
+    ring = sqlite3.connect(data / "users" / user / "m" / "b" / "keyring.db")
+    ring.execute("UPDATE keyring_meta SET value = 'someone-else' WHERE name = 'user_id'")
+    ring.commit()
+    ring.close()
+    (bad,) = verify(data)
+    assert not bad.ok and any(p.startswith("memory b:") for p in bad.problems)
+
+
+def test_replication_and_metrics_cover_every_memory(tmp_path: Path) -> None:
+    import fnmatch
+
+    data = tmp_path / "data"
+    user, _, _ = _world(data)
+    # The replicated pattern is matched recursively under users/, so each memory's two files are in it.
+    files = [p for p in (data / "users" / user).rglob("*.db") if fnmatch.fnmatch(p.name, PATTERN)]
+    assert {p.relative_to(data / "users" / user).as_posix() for p in files} >= {
+        "keyring.db", "memory.db", "m/a/keyring.db", "m/a/memory.db", "m/b/keyring.db", "m/b/memory.db"}
+    assert memory_count(data) == 3
