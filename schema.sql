@@ -228,7 +228,7 @@ CREATE TABLE IF NOT EXISTS scan_cache (
     sealed  BLOB NOT NULL
 );
 
--- @memories
+-- @keyring_memories
 -- One owner, many memories (docs/DESIGN.md, "Memories"). Memory `main` is
 -- the user's folder itself; memory <name> is the same three files in
 -- DATA/users/<user_id>/m/<name>/, its own master key, epochs and grants.

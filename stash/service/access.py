@@ -764,7 +764,7 @@ def scope_refusal(scope: str, need: str) -> str:
     saying what its agent's block says to do: a read capability tells the
     user what should be remembered (skill/AGENTS-read.md); a full one asks
     the owner for what only the owner may do."""
-    if scope == "read" and need == "full":
+    if scope == "read" and need in ("append", "full"):
         return ("This capability is scoped read; this route needs full. Tell the user (the memory's owner) "
                 "what should be remembered instead of writing it.")
     if need == "owner":

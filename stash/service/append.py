@@ -114,7 +114,7 @@ def _fold(ring: Keyring, mf: Any, chain: Any) -> None:
                 mf.writer = writer
         last = w.seq
     head, version = mf.committed()
-    ring.advance_head(head, version)
+    ring.advance_head(head, version, chain=chain)
     if last is not None:
         inbox.done(ring.conn, last)
 

@@ -80,7 +80,7 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
                         page_bytes=ring.memory_page_bytes())
         head, version = mf.committed()
         mf.close()
-        ring.advance_head(head, version)
+        ring.advance_head(head, version, chain=chain)
     finally:
         ring.close()
     return staged, chain, number
@@ -283,7 +283,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
             head, version = dst.committed()
         finally:
             dst.close()
-        ring.advance_head(head, version)
+        ring.advance_head(head, version, chain=chain)
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
     return {**describe(vault, session.user_id, name), "source": session.memory_name, "at": at,

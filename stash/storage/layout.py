@@ -40,18 +40,38 @@ def known_folder(name: str) -> bool:
     return LITESTREAM_FOLDER.fullmatch(name) is not None
 
 
-def unknown_in_user(folder: Path) -> list[str]:
+MEMORIES = "m"
+"""A user's other memories: ``m/<name>/``, each holding the same files as the user's folder."""
+MEMORY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+MEMORY_IN_PASSING = re.compile(r"\.(new|gone)-.+")  # a memory being built or deleted (storage/memories.py)
+
+
+def unknown_in_user(folder: Path, *, memory: bool = False) -> list[str]:
     """What a user's folder holds that is not Stash's, as names relative to
-    it (a folder ends in ``/``), sorted."""
+    it (a folder ends in ``/``), sorted. ``memory``: the folder is one of
+    the user's other memories, which holds no ``m/`` of its own."""
     out = []
     for entry in sorted(Path(folder).iterdir()):
         if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
             out.append(entry.name)
         elif entry.is_dir():
-            if not known_folder(entry.name):
+            if entry.name == MEMORIES and not memory:
+                out += [f"{MEMORIES}/{name}" for name in _unknown_memories(entry)]
+            elif not known_folder(entry.name):
                 out.append(entry.name + "/")
         elif not known_file(entry.name):
             out.append(entry.name)
+    return out
+
+
+def _unknown_memories(folder: Path) -> list[str]:
+    out = []
+    for entry in sorted(folder.iterdir()):
+        named = MEMORY_NAME.fullmatch(entry.name) or MEMORY_IN_PASSING.fullmatch(entry.name)
+        if entry.is_symlink() or not entry.is_dir() or not named:
+            out.append(entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else ""))
+        else:
+            out += [f"{entry.name}/{name}" for name in unknown_in_user(entry, memory=True)]
     return out
 
 

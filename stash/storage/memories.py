@@ -46,7 +46,7 @@ NUMBER = "memory_number"  # a memory's key ring: its number
 CREATED = "memory_created"  # a memory's key ring: when it was made (main: its owner grant's time)
 _STAGED = ".new-"
 _RETIRED = ".gone-"
-SECTION = "memories"
+SECTION = "keyring_memories"
 # A memory's key ring is made with pages of this size: it holds a handful of
 # grants, so 2 KiB pages keep an extra empty memory under 32 KiB on disk
 # (its four pages are 8 KiB; the memory file's five 4 KiB pages are 20 KiB).

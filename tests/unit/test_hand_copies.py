@@ -88,7 +88,7 @@ def test_designs_route_table_is_every_declared_route() -> None:
         return route[0], re.sub(r"\{\w+\}", "{}", route[1])
 
     listed = {shape(r) for r in listed}
-    declared = {shape((r.method, r.path)) for r in ROUTES}
+    declared = {shape((r.method, r.path)) for r in ROUTES if not r.under}  # a /m/{name} copy is its route's
     assert listed == declared, (listed - declared, declared - listed)
 
 
