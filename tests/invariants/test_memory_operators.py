@@ -72,7 +72,8 @@ def test_replication_and_metrics_cover_every_memory(tmp_path: Path) -> None:
     data = tmp_path / "data"
     user, _, _ = _world(data)
     # The replicated pattern is matched recursively under users/, so each memory's two files are in it.
-    files = [p for p in (data / "users" / user).rglob("*.db") if any(fnmatch.fnmatch(p.name, name) for name in REPLICATED)]
+    files = [p for p in (data / "users" / user).rglob("*.db")
+             if any(fnmatch.fnmatch(p.name, name) for name in REPLICATED)]
     assert {p.relative_to(data / "users" / user).as_posix() for p in files} >= {
         "keyring.db", "memory.db", "m/a/keyring.db", "m/a/memory.db", "m/b/keyring.db", "m/b/memory.db"}
     assert memory_count(data) == 3
