@@ -223,3 +223,15 @@ CREATE TABLE IF NOT EXISTS scan_cache (
     piece   INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
 );
+
+-- @word_cache
+-- In recall.db. The word index (stash/storage/wordcache.py): for memories
+-- [piece*4096, piece*4096+4095], their folded words (sorted) and, per word, the
+-- memories holding it, padded and sealed as one value, bound exactly as a
+-- scan_cache piece is (user, range, key-chunk nonces, erased ids). Rebuildable
+-- from the log at any time; an erasure deletes the piece that held the memory.
+-- Created by the first word search that writes a piece.
+CREATE TABLE IF NOT EXISTS word_cache (
+    piece   INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);

@@ -67,6 +67,9 @@ MAX_LINE_BYTES = len("#18446744073709551615 YYYY-MM-DD \n") + 280
 MAX_PADDED = -(-(PIECE * MAX_LINE_BYTES + 4) // PAD_BYTES) * PAD_BYTES
 LENGTH_BYTES = 4
 TABLE = "scan_cache"
+WORD_TABLE = "word_cache"
+"""The word index's pieces (:mod:`stash.storage.wordcache`), in the same file,
+sealed and bound the same way, deleted by the same :func:`invalidate`."""
 WRITE_PIECES = 16  # pieces per write transaction: the write lock is held ~tens of ms
 
 
@@ -110,7 +113,11 @@ def invalidate(folder: Path, ids: list[int]) -> None:
     try:
         if conn is None:
             raise sqlite3.OperationalError("cannot open the recall cache")
-        conn.executemany(f"DELETE FROM {TABLE} WHERE piece = ?", [(i // PIECE,) for i in sorted(set(ids))])
+        pieces = [(i // PIECE,) for i in sorted(set(ids))]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table in (TABLE, WORD_TABLE):
+            if table in tables or table == TABLE:
+                conn.executemany(f"DELETE FROM {table} WHERE piece = ?", pieces)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     except sqlite3.Error:
         for suffix in ("", "-wal", "-shm"):
@@ -135,7 +142,11 @@ def _unpad(padded: bytes) -> bytes | None:
 
 class ScanCache:
     """The pieces of one open memory file. ``rows_key`` seals them;
-    ``user_id`` is bound into every piece."""
+    ``user_id`` is bound into every piece. ``table`` names the table its
+    pieces live in (and the schema section that makes it): a subclass keeps
+    other pieces of the same range beside these, bound the same way."""
+
+    table = TABLE
 
     def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
                  keys_per_chunk: int, erased: frozenset[int] = frozenset()) -> None:
@@ -149,7 +160,7 @@ class ScanCache:
         self._erased = sorted(erased)  # the authenticated erasure record of the open memory file
 
     def _aad(self, piece: int, keys_digest: bytes) -> bytes:
-        return f"stash/v1|{self.user_id}|{TABLE}|{piece * PIECE}-{(piece + 1) * PIECE - 1}|".encode() + keys_digest
+        return f"stash/v1|{self.user_id}|{self.table}|{piece * PIECE}-{(piece + 1) * PIECE - 1}|".encode() + keys_digest
 
     def _keys_digests(self, start: int, stop: int) -> dict[int, bytes]:
         """For each piece in ``[start, stop)`` whose key chunks are all there,
@@ -202,14 +213,15 @@ class ScanCache:
         self.db = _connect(self.folder, create=False)
         if self.db is not None:
             try:
-                have = {r[0] for r in self.db.execute(f"SELECT piece FROM {TABLE} WHERE piece < ?", (count,))}
+                have = {r[0] for r in self.db.execute(f"SELECT piece FROM {self.table} WHERE piece < ?",
+                                                      (count,))}
             except sqlite3.Error:
                 have = set()
         for piece in range(count - 1, -1, -1):
             plain = None
             if piece in have and piece in digests and self.db is not None:
                 try:
-                    row = self.db.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
+                    row = self.db.execute(f"SELECT sealed FROM {self.table} WHERE piece = ?", (piece,)).fetchone()
                 except sqlite3.Error:
                     row = None
                 if row is not None:
@@ -234,7 +246,7 @@ class ScanCache:
             if self.db is None:
                 return
         try:
-            self.db.executescript(sections()[TABLE])
+            self.db.executescript(sections()[self.table])
             for k in range(0, len(items), WRITE_PIECES):
                 batch = items[k : k + WRITE_PIECES]
                 # The memory file's write lock, held while the digests are
@@ -247,7 +259,7 @@ class ScanCache:
                             for p, plain in batch if now.get(p) == self.digests[p]]
                     with write_transaction(self.db):
                         self.db.executemany(
-                            f"INSERT INTO {TABLE}(piece, sealed) VALUES (?, ?) "
+                            f"INSERT INTO {self.table}(piece, sealed) VALUES (?, ?) "
                             "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
                 finally:
                     self.conn.rollback()  # nothing was written to the memory file
