@@ -39,14 +39,14 @@ class BadPiece(ValueError):
     """Bytes that are not a word piece (never expected from a sealed piece)."""
 
 
-def _le(values: array) -> bytes:
+def _le(values: array[int]) -> bytes:
     if sys.byteorder == "big":
         values = array(values.typecode, values)
         values.byteswap()
     return values.tobytes()
 
 
-def _from_le(typecode: str, data: bytes) -> array:
+def _from_le(typecode: str, data: bytes) -> array[int]:
     out = array(typecode)
     out.frombytes(data)
     if sys.byteorder == "big":

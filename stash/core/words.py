@@ -47,6 +47,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .lines import DELIMITER
+
 MAX_QUERY_BYTES = 512
 """The longest words query, in UTF-8 bytes."""
 MAX_WORDS = 16
@@ -110,6 +112,9 @@ def parse_query(text: object) -> Query:
         raise BadWords("The words are not valid Unicode text. Send them as UTF-8.") from None
     if size > MAX_QUERY_BYTES:
         raise BadWords(f"The words are {size} bytes; the limit is {MAX_QUERY_BYTES}. Send fewer words.")
+    if text == DELIMITER:
+        raise BadWords(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
+                       f"search for {DELIMITER.replace('_', ' ')} instead.")
     distinct = tuple(dict.fromkeys(words(text)))
     if not distinct:
         raise BadWords("The words hold no letter or digit. Send at least one word to search for.")
@@ -209,8 +214,8 @@ class Cursor:
         return f"w1.{self.T}.{self.stats.n}.{self.stats.length}.{dfs}.{self.score}.{self.id}"
 
 
-_CURSOR = re.compile(r"w1\.(\d{1,15})\.(\d{1,15})\.(\d{1,18})\.(\d{1,15}(?:-\d{1,15}){0,%d})\.(\d{1,8})\.(\d{1,15})"
-                     % (MAX_WORDS - 1))
+_CURSOR = re.compile(r"w1\.(\d{1,15})\.(\d{1,15})\.(\d{1,18})\.(\d{1,15}(?:-\d{1,15}){0,%s})\.(\d{1,8})\.(\d{1,15})"
+                     .replace("%s", str(MAX_WORDS - 1)))
 
 
 def parse_cursor(text: object, query: Query) -> Cursor:

@@ -122,13 +122,14 @@ def recall(before: int | None = None) -> dict[str, Any]:
 
 def recall_words(before: str | None = None) -> dict[str, Any]:
     """A words search; with ``before`` (a page's ``more``), its next page.
-    The plain body is the words on its first line, then a line ``words``
-    (or ``words before CURSOR``): the second line is what tells it from a
-    regex, whose body is one line or a ``before N`` line."""
+    The plain body is the words on its first line, then a line ``#words``
+    (or ``#words before CURSOR``): the second line is what tells it from a
+    regex, whose body is one line or a ``before N`` line, and it is a shell
+    comment should a pasted line close the here-document early."""
     w = WORDS if before is None else SAME_WORDS
     if before is None:
-        return step("POST", "/recall", {"words": w}, f"{w}\nwords", [w])
-    return step("POST", "/recall", {"words": w, "before": before}, f"{w}\nwords before {before}", [w])
+        return step("POST", "/recall", {"words": w}, f"{w}\n#words", [w])
+    return step("POST", "/recall", {"words": w, "before": before}, f"{w}\n#words before {before}", [w])
 
 
 def zoom() -> dict[str, Any]:

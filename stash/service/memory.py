@@ -12,9 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core import blocks, lines, sizes
+from ..core import blocks, lines, sizes, words
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
-from ..core import words
 from ..core.recall import BadPattern, compile_pattern
 from ..storage.keyring import now_utc
 from ..storage.memfile import MemoryFile

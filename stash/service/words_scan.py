@@ -36,6 +36,14 @@ MIN_LINE_COST = len("#0 2026-01-01 x\n")
 """The fewest bytes a rendered memory line costs, newline included."""
 
 
+_INDEX = [True]  # the server's --word-index, set once at start-up by use_index()
+
+
+def use_index(on: bool) -> None:
+    """Whether searches keep and read the sealed word index (``--word-index``)."""
+    _INDEX[0] = on
+
+
 class TooSlow(Exception):
     """The search ran past its deadline."""
 
@@ -91,9 +99,10 @@ def _pieces(mf: MemoryFile, pieces: int, cached: bool, deadline: float) -> Itera
 
 
 def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, cursor: Cursor | None = None,
-           *, cached: bool = True) -> Found:
+           *, cached: bool | None = None) -> Found:
     """The page of the words search ``query`` after ``cursor`` (default: the
     first page, over the whole log). Raises TooSlow past ``deadline``."""
+    cached = _INDEX[0] if cached is None else cached
     T = mf.count() if cursor is None else cursor.T
     k = len(query.words)
     keys = [w.encode("utf-8") for w in query.words]

@@ -21,9 +21,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from .. import __version__
-from ..core import blocks
+from ..core import blocks, words
 from ..core.blocks import BATCH_MAX
-from ..core import words
 from ..core.errors import Invalid, Malformed, NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
@@ -34,8 +33,8 @@ from ..service.operation import Event
 from ..service.replica import replica_history_ends
 from . import pages, plaintext
 from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, Call
-from .jsonio import parse_int
 from .dispatch import RouteSpec as RouteSpec  # the declaration's class, named where the declarations are
+from .jsonio import parse_int
 from .openapi import document
 from .routespec import Field, Fields, Refusal, Special
 from .schemas import (
@@ -282,7 +281,7 @@ RECALL_FIELDS = Fields((
           "in both, the `more` of the previous page", nullable=True, default_doc="the whole log, the first page"),
 ), plain=plaintext.recall_body,
    plain_doc="the pattern, exactly as its first line holds it; for a later page, a second line `before N`. "
-             "Or words on the first line and a second line `words` (a later page: `words before CURSOR`)")
+             "Or words on the first line and a second line `#words` (a later page: `#words before CURSOR`)")
 
 
 @twins(

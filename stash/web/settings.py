@@ -200,6 +200,13 @@ class Settings:
             "stores are then plain SQLite files whose rows stay sealed; SQLCipher stores already there are "
             "reported as not replicated; with `--file-cipher sqlcipher`, or where `litestream` is not installed, "
             "it refuses to start (exit 2). See [stash replicate](#stash-replicate)")
+    word_index: str = option(
+        "--word-index", "on", "keep the sealed word index beside the recall cache (recall.db) for words searches",
+        choices=("on", "off"),
+        doc="`on`: words searches (`/recall` with `words`) keep and read a sealed word index in each memory's "
+            "`recall.db` (about 50 bytes per memory, see bench/README.md); `off`: no index is written and every "
+            "words search reads the whole log, about as slow as a regex recall that finds no recall cache. "
+            "Existing index pieces are left unread while off")
 
 
 OPTIONS: list[Option] = declared(Settings)

@@ -85,7 +85,7 @@ def test_paging_shows_every_match_once(mem: Mem, part_chars: int) -> None:
         assert p["total"] == len(want)
         if p["more"] is not None:
             assert p["run"][0]["fields"] == {"words": "<the same words>", "before": p["more"]}
-            assert p["run"][0]["plain"] == f"<the same words>\nwords before {p['more']}"
+            assert p["run"][0]["plain"] == f"<the same words>\n#words before {p['more']}"
 
 
 def test_pages_hold_still_while_notes_and_an_erasure_land(mem: Mem, owner: str) -> None:
@@ -105,7 +105,7 @@ def test_pages_hold_still_while_notes_and_an_erasure_land(mem: Mem, owner: str) 
 
 def test_text_answers_and_plain_bodies(mem: Mem) -> None:
     mem.import_(["Café on Friday", "deploy friday"])
-    resp = mem.api.post("/recall", mem.token, content="CAFE fri\nwords".encode(),
+    resp = mem.api.post("/recall", mem.token, content=b"CAFE fri\n#words",
                         headers={"Content-Type": "text/plain", "Accept": "text/plain"})
     assert resp.status_code == 200
     lines = resp.text.splitlines()
