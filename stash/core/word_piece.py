@@ -48,6 +48,8 @@ def _le(values: array[int]) -> bytes:
 
 def _from_le(typecode: str, data: bytes) -> array[int]:
     out = array(typecode)
+    if len(data) % out.itemsize:
+        raise BadPiece("truncated word piece")
     out.frombytes(data)
     if sys.byteorder == "big":
         out.byteswap()
