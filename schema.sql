@@ -235,3 +235,12 @@ CREATE TABLE IF NOT EXISTS word_cache (
     piece   INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
 );
+
+-- @word_tail
+-- In recall.db. The word index of the memories after the last complete
+-- word_cache piece, one piece per 512 memories [piece*512, piece*512+511], in
+-- word_cache's format and bound, sealed and deleted exactly as word_cache.
+CREATE TABLE IF NOT EXISTS word_tail (
+    piece   INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);

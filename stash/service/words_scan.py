@@ -1,10 +1,11 @@
 """A words recall over the whole log (docs/DESIGN.md, "Word search").
 
 The log ``[0, T)`` is read as word-index pieces (:mod:`stash.core.word_piece`)
-of 4,096 memories: from the sealed word cache (:mod:`stash.storage.wordcache`)
-when it is on and a piece opens, else built from the log (and written back
-when the cache is on), and the memories after the last complete piece built
-on the spot. Two passes:
+of 4,096 memories, then of 512 after the last of those: from the sealed word
+index (:mod:`stash.storage.wordcache`) when it is on and a piece opens, else
+built from the log (and written back when the index is on); the fewer than
+512 memories after the last complete piece are built from the log on the
+spot. Two passes:
 
 1. every piece, each query word: the postings slice of the words it
    prefixes. This gives each word's document frequency over ``[0, T)``, the
@@ -21,6 +22,7 @@ first, their lines read from the log, as many as fit in ``part_bytes``.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,9 +30,9 @@ from dataclasses import dataclass
 
 from ..core import word_piece, words
 from ..core.words import Cursor, Query, Stats
-from ..storage.memfile import KEYS_PER_CHUNK, MemoryFile
+from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
 from ..storage.scancache import PIECE, WRITE_PIECES
-from ..storage.wordcache import WordCache
+from ..storage.wordcache import WordCache, WordTail
 
 MIN_LINE_COST = len("#0 2026-01-01 x\n")
 """The fewest bytes a rendered memory line costs, newline included."""
@@ -68,30 +70,41 @@ def _texts(mf: MemoryFile, lines: list[str], first: int) -> list[str | None]:
 
 
 def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
+    if lo % SCAN_BATCH:
+        erased = mf.erased_ids
+        return word_piece.build([None if i in erased else text for i, _, text in mf.memories(lo, hi)])
     lines = [line for batch in mf.scan(hi, lo) for line in batch]
     return word_piece.build(_texts(mf, lines, lo))
 
 
-def _pieces(mf: MemoryFile, pieces: int, cached: bool, deadline: float) -> Iterator[tuple[int, bytes]]:
-    """``(piece, word piece bytes)`` for pieces ``pieces - 1`` down to 0."""
+def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached: bool,
+            deadline: float) -> Iterator[tuple[int, bytes]]:
+    """``(first memory, word piece bytes)`` for the pieces of ``kind``'s size
+    numbered ``stop - 1`` down to ``start``: from the word index when
+    ``cached`` and a piece opens, else built from the log (and then written
+    back when ``cached``)."""
+    size = kind.size
     if not cached:
-        for piece in range(pieces - 1, -1, -1):
+        for piece in range(stop - 1, start - 1, -1):
             _check(deadline)
-            yield piece, _from_log(mf, piece * PIECE, (piece + 1) * PIECE)
+            yield piece * size, _from_log(mf, piece * size, (piece + 1) * size)
         return
     fk = mf.file_keys()
-    cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
+    cache = kind(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
     built: dict[int, bytes] = {}
     try:
-        for piece, plain in cache.pieces(pieces):
+        for piece, plain in cache.pieces(stop, start):
             _check(deadline)
             if plain is None:
-                plain = built[piece] = _from_log(mf, piece * PIECE, (piece + 1) * PIECE)
+                plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
                 if len(built) >= WRITE_PIECES:
                     cache.store(built)
                     built.clear()
-            yield piece, plain
+            yield piece * size, plain
         cache.store(built)
+        built.clear()
+        if isinstance(cache, WordTail):
+            cache.drop_below(start)
     finally:
         if built:  # a deadline cut the walk: keep what was built for the next search
             cache.store(built)
@@ -111,11 +124,13 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     found: list[tuple[int, word_piece.PieceIndex, list[tuple[int, int]]]] = []
     dfs = [0] * k
     n = length = total = 0
-    tail = T - pieces * PIECE
-    sources: list[tuple[int, bytes]] = []
-    if tail:
-        sources.append((pieces, _from_log(mf, pieces * PIECE, T)))
-    for piece, data in (*sources, *_pieces(mf, pieces, cached, deadline)):
+    # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
+    tails = T // WordTail.size
+    rest = tails * WordTail.size
+    sources = [(rest, _from_log(mf, rest, T))] if rest < T else []
+    walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, deadline),
+                            _pieces(mf, WordCache, pieces, 0, cached, deadline))
+    for base, data in walks:
         idx = word_piece.PieceIndex(data)
         spans = [idx.span(key) for key in keys]
         held: set[int] = set()
@@ -128,7 +143,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
         n += len(idx.lengths) - idx.lengths.count(0)
         length += sum(idx.lengths)
         if held:
-            found.append((piece * PIECE, idx, spans))
+            found.append((base, idx, spans))
     stats = cursor.stats if cursor is not None else Stats(n, length, tuple(dfs))
     weights = stats.weights()
     # Pass 2: score, rarest words first, until no unscored memory can reach the page.
