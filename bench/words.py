@@ -84,9 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         client = httpx.Client(base_url=server.url, timeout=600)
         T = client.get("/wake", headers={"Authorization": f"Bearer {token}"}).json()["T"]
         print(f"T = {T:,}, {args.runs} warm runs of each query, words and regex interleaved\n")
-        cold_w, _ = timed(client, token, {"words": "cold start"})
-        cold_r, _ = timed(client, token, {"q": "cold start"})
-        print(f"cold (builds the cache): words {cold_w:.2f} s, regex {cold_r:.2f} s\n")
+        cold = {}
+        for kind, body in (("words", {"words": "cold start"}), ("regex", {"q": "cold start"})):
+            t, tries = time.perf_counter(), 0
+            while True:  # a cold cache may take more than one call's time bound: each call keeps what it built
+                tries += 1
+                r = client.post("/recall", json=body, headers={"Authorization": f"Bearer {token}"})
+                if r.status_code == 200:
+                    break
+                assert r.json()["error"] == "recall.too_slow", r.text
+            cold[kind] = f"{time.perf_counter() - t:.1f} s in {tries} call{'s' if tries > 1 else ''}"
+        print(f"cold (builds the cache): words {cold['words']}, regex {cold['regex']}\n")
         print("| words | regex | matches (words / regex) | words median (p90) | regex median (p90) | words / regex |")
         print("|---|---|---|---|---|---|")
         for words, regex in QUERIES:

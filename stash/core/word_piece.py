@@ -14,10 +14,14 @@ Words sorted by bytes put every word a query word prefixes in one run
 before ``word + b"\\xff"``), and their postings are then one slice of the
 array: :meth:`PieceIndex.span`.
 
-Layout: ``b"WP1"``, then three little-endian uint32 (word count, bytes of the
-joined words, postings count), the joined words, ``word count + 1`` uint32
-starts into the postings, the postings as uint16, then one uint16 length per
-memory to the end.
+Layout: ``b"WP2"``, then five little-endian uint32 (word count, bytes of the
+joined words, postings count, memories holding a word, words in all), the
+joined words (each preceded by ``\n``), ``word count`` uint32 offsets of the
+words' ``\n`` in the joined words, ``word count + 1`` uint32 starts into the
+postings, the postings as uint16, then one uint16 length per memory to the
+end. A lookup never splits the words: the first and last word a prefix
+starts are the first and last ``\n + prefix`` in the joined words (they
+are contiguous), found by ``bytes.find`` and ``rfind``.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from collections.abc import Sequence
 
 from .words import words
 
-MAGIC = b"WP1"
-_HEAD = struct.Struct("<3sIII")
+MAGIC = b"WP2"
+_HEAD = struct.Struct("<3sIIIII")
 MAX_MEMORIES = 1 << 16
 
 
@@ -69,42 +73,58 @@ def build(texts: Sequence[str | None]) -> bytes:
         for w in dict.fromkeys(ws):
             postings.setdefault(w, []).append(k)
     encoded = sorted((w.encode("utf-8"), ids) for w, ids in postings.items())
-    joined = b"\n".join(w for w, _ in encoded)
+    joined = b"".join(b"\n" + w for w, _ in encoded)
+    at = array("I")
+    pos = 0
+    for key, _ in encoded:
+        at.append(pos)
+        pos += len(key) + 1
     starts = array("I", [0])
     flat = array("H")
     for _, ids in encoded:
         flat.extend(ids)
         starts.append(len(flat))
-    return (_HEAD.pack(MAGIC, len(encoded), len(joined), len(flat)) + joined + _le(starts) + _le(flat)
-            + _le(lengths))
+    held = len(lengths) - lengths.count(0)
+    return (_HEAD.pack(MAGIC, len(encoded), len(joined), len(flat), held, sum(lengths)) + joined + _le(at)
+            + _le(starts) + _le(flat) + _le(lengths))
 
 
 class PieceIndex:
-    """A piece read back: look a query word up with :meth:`span`."""
+    """A piece read back: look a query word up with :meth:`span`. ``held``
+    is how many of its memories hold a word, ``words`` their words in all."""
 
-    __slots__ = ("lengths", "postings", "starts", "terms")
+    __slots__ = ("at", "held", "joined", "lengths", "postings", "starts", "words")
 
     def __init__(self, data: bytes) -> None:
         if len(data) < _HEAD.size:
             raise BadPiece("short word piece")
-        magic, n, joined, flat = _HEAD.unpack_from(data)
+        magic, n, joined, flat, self.held, self.words = _HEAD.unpack_from(data)
         if magic != MAGIC:
             raise BadPiece("not a word piece")
         pos = _HEAD.size
-        self.terms = data[pos : pos + joined].split(b"\n") if n else []
+        self.joined = data[pos : pos + joined]
         pos += joined
+        self.at = _from_le("I", data[pos : pos + 4 * n])
+        pos += 4 * n
         self.starts = _from_le("I", data[pos : pos + 4 * (n + 1)])
         pos += 4 * (n + 1)
         self.postings = _from_le("H", data[pos : pos + 2 * flat])
         pos += 2 * flat
         self.lengths = _from_le("H", data[pos:])
-        if (len(self.terms) != n or len(self.starts) != n + 1 or len(self.postings) != flat
-                or (len(data) - pos) % 2 or self.starts[-1] != flat):
+        if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
+                or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)):
             raise BadPiece("inconsistent word piece")
 
     def span(self, word: bytes) -> tuple[int, int]:
         """The slice of :attr:`postings` listing the memories that hold a
         word ``word`` (folded, UTF-8) is a prefix of."""
-        lo = bisect_left(self.terms, word)
-        hi = bisect_left(self.terms, word + b"\xff", lo)
+        key = b"\n" + word
+        first = self.joined.find(key)
+        if first < 0:
+            return 0, 0
+        last = self.joined.rfind(key)
+        lo = bisect_left(self.at, first)
+        hi = bisect_left(self.at, last) + 1
+        if lo >= len(self.at) or self.at[lo] != first or self.at[hi - 1] != last:
+            raise BadPiece("inconsistent word piece")
         return self.starts[lo], self.starts[hi]

@@ -179,11 +179,12 @@ def score(stats: Stats, weights: Sequence[float], tfs: Sequence[int], length: in
 def rank(query: Query, memories: Iterable[tuple[int, str]]) -> list[tuple[int, int]]:
     """The reference ranking of a small collection: ``(score, id)`` of every
     matching memory of ``memories`` (``(id, text)`` pairs), best first, ties
-    newer first, with statistics taken from the collection itself. The
+    newer first, with statistics taken from the collection itself (``n``
+    counts the memories holding at least one word). The
     service ranks a whole log the same way from its word index."""
     docs = [(i, words(text)) for i, text in memories]
     tfs = {i: frequencies(query, ws) for i, ws in docs}
-    stats = Stats(len(docs), sum(len(ws) for _, ws in docs),
+    stats = Stats(sum(1 for _, ws in docs if ws), sum(len(ws) for _, ws in docs),
                   tuple(sum(1 for i, _ in docs if tfs[i][k]) for k in range(len(query.words))))
     weights = stats.weights()
     out = [(score(stats, weights, tfs[i], len(ws)), i) for i, ws in docs]

@@ -50,6 +50,27 @@ class TooSlow(Exception):
     """The search ran past its deadline."""
 
 
+BUILD_SECONDS_PER_MEMORY = 100e-6
+"""What building the word index of one memory from the log may add to a
+search's time bound: the first search of a large log builds its index
+(about 25 µs a memory on a quiet core), which the bound must not cut short
+again and again; the rest of the search keeps the bound it was given."""
+
+
+class Clock:
+    """A search's deadline, extended by what building index pieces may take."""
+
+    def __init__(self, deadline: float) -> None:
+        self.end = deadline
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise TooSlow
+
+    def built(self, memories: int) -> None:
+        self.end += memories * BUILD_SECONDS_PER_MEMORY
+
+
 @dataclass
 class Found:
     lines: list[str]
@@ -57,11 +78,6 @@ class Found:
     total: int
     more: Cursor | None
     cut: bool = False  # a match was left out because its line alone is longer than the page
-
-
-def _check(deadline: float) -> None:
-    if time.monotonic() > deadline:
-        raise TooSlow
 
 
 def _texts(mf: MemoryFile, lines: list[str], first: int) -> list[str | None]:
@@ -78,29 +94,38 @@ def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
 
 
 def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached: bool,
-            deadline: float) -> Iterator[tuple[int, bytes]]:
-    """``(first memory, word piece bytes)`` for the pieces of ``kind``'s size
+            clock: Clock) -> Iterator[tuple[int, word_piece.PieceIndex]]:
+    """``(first memory, word piece)`` for the pieces of ``kind``'s size
     numbered ``stop - 1`` down to ``start``: from the word index when
     ``cached`` and a piece opens, else built from the log (and then written
     back when ``cached``)."""
     size = kind.size
     if not cached:
         for piece in range(stop - 1, start - 1, -1):
-            _check(deadline)
-            yield piece * size, _from_log(mf, piece * size, (piece + 1) * size)
+            clock.check()
+            clock.built(size)
+            yield piece * size, word_piece.PieceIndex(_from_log(mf, piece * size, (piece + 1) * size))
         return
     fk = mf.file_keys()
     cache = kind(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
     built: dict[int, bytes] = {}
     try:
         for piece, plain in cache.pieces(stop, start):
-            _check(deadline)
-            if plain is None:
+            clock.check()
+            idx = None
+            if plain is not None:
+                try:
+                    idx = word_piece.PieceIndex(plain)
+                except word_piece.BadPiece:  # sealed by an older layout: rebuilt like a missing one
+                    idx = None
+            if idx is None:
+                clock.built(size)
                 plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
+                idx = word_piece.PieceIndex(plain)
                 if len(built) >= WRITE_PIECES:
                     cache.store(built)
                     built.clear()
-            yield piece * size, plain
+            yield piece * size, idx
         cache.store(built)
         built.clear()
         if isinstance(cache, WordTail):
@@ -111,11 +136,117 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
         cache.close()
 
 
+def _lines(mf: MemoryFile, ids: list[int], gap: int = 16) -> dict[int, str]:
+    """The rendered lines of memories ``ids``, read a run at a time: ids
+    closer than ``gap`` are read as one range (a row read costs less than a
+    separate call)."""
+    out: dict[int, str] = {}
+    todo = sorted(set(ids))
+    k = 0
+    while k < len(todo):
+        j = k
+        while j + 1 < len(todo) and todo[j + 1] - todo[j] <= gap:
+            j += 1
+        want = set(todo[k : j + 1])
+        for i, date, text in mf.memories(todo[k], todo[j] + 1):
+            if i in want:
+                out[i] = f"#{i} {date} {text}"
+        k = j + 1
+    return out
+
+
+class _Scorer:
+    """:func:`stash.core.words.score`, with the part that depends only on a
+    memory's length computed once per length."""
+
+    def __init__(self, stats: Stats, weights: list[float]) -> None:
+        self.stats, self.weights = stats, weights
+        self.avg = stats.length / stats.n if stats.n and stats.length else 1.0
+        self.bound = sum(weights) * (words.K1 + 1)
+        self._single: dict[tuple[int, int], int] = {}
+
+    def score(self, mask: int, tfs: list[int], length: int) -> int:
+        """The score of a memory holding the words of ``mask`` (bit j: query
+        word j), ``tfs`` their frequencies (all 1 may be passed as ``[]``)."""
+        if not tfs:
+            key = (mask, length)
+            got = self._single.get(key)
+            if got is None:
+                ones = [1 if mask >> j & 1 else 0 for j in range(len(self.weights))]
+                got = self._single[key] = words.score(self.stats, self.weights, ones, length)
+            return got
+        return words.score(self.stats, self.weights, tfs, length)
+
+
+def _rank(found: list[tuple[int, word_piece.PieceIndex, list[tuple[int, int]]]], stats: Stats, k: int,
+          room: int, after: tuple[int, int] | None, clock: Clock) -> list[tuple[int, int]]:
+    """``(score, id)`` of enough matches to fill a page after ``after``: all
+    of the best ``room`` of them, in no order (no page holds ``room`` lines).
+
+    First the memories holding every word (they outrank all others): set
+    intersections, scored by length. If ``room`` of them lie after the
+    cursor, nothing else can reach the page. Otherwise the others, rarest
+    word first: once ``room`` scored memories beat what a memory holding only
+    the words not yet looked at could reach, the rest is never scored."""
+    weights = stats.weights()
+    scorer = _Scorer(stats, weights)
+    full = (1 << k) - 1
+    whole = sum(weights)
+    out: dict[int, int] = {}
+
+    def keep(s: int, i: int) -> None:
+        out[i] = s
+
+    def ahead(limit: float) -> int:
+        return sum(1 for i, s in out.items() if s > limit and (after is None or (s, i) < after))
+
+    # The pieces' postings: each word's memories, and their frequencies only where a prefix names two words.
+    sets: list[tuple[int, word_piece.PieceIndex, list[set[int]], list[Counter[int] | None]]] = []
+    for base, idx, spans in found:
+        clock.check()
+        slices = [idx.postings[a:b] for a, b in spans]
+        held = [set(sl) for sl in slices]
+        tfs = [Counter(sl) if len(sl) != len(h) else None for sl, h in zip(slices, held)]
+        sets.append((base, idx, held, tfs))
+        every = set.intersection(*held)
+        multi = any(c is not None for c in tfs)
+        lengths = idx.lengths
+        for off in every:
+            tf = [c[off] if c is not None else 1 for c in tfs] if multi else []
+            keep(scorer.score(full, tf, lengths[off]), base + off)
+    if ahead(words.SCALE - 1) >= room or k == 1:
+        return [(s, i) for i, s in out.items()]
+    order = sorted(range(k), key=lambda j: -weights[j])
+    for done in range(1, k + 1):
+        clock.check()
+        j = order[done - 1]
+        for base, idx, held, tfs in sets:
+            lengths = idx.lengths
+            for off in held[j]:
+                i = base + off
+                if i in out:
+                    continue
+                mask = 0
+                for m in range(k):
+                    if off in held[m]:
+                        mask |= 1 << m
+                multi = any(tfs[m] is not None for m in range(k) if mask >> m & 1)
+                tf = [(tfs[m][off] if tfs[m] is not None else 1) if mask >> m & 1 else 0  # type: ignore[index]
+                      for m in range(k)] if multi else []
+                keep(scorer.score(mask, tf, lengths[off]), i)
+        # What a memory holding none of the words looked at so far could reach (below 1: it misses some).
+        reach = sum(weights[m] for m in order[done:]) / whole * words.SCALE if whole else 0.0
+        if done < k and ahead(reach) >= room:
+            break
+    return [(s, i) for i, s in out.items()]
+
+
 def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, cursor: Cursor | None = None,
            *, cached: bool | None = None) -> Found:
     """The page of the words search ``query`` after ``cursor`` (default: the
     first page, over the whole log). Raises TooSlow past ``deadline``."""
     cached = _INDEX[0] if cached is None else cached
+    clock = Clock(deadline)
     T = mf.count() if cursor is None else cursor.T
     k = len(query.words)
     keys = [w.encode("utf-8") for w in query.words]
@@ -127,11 +258,10 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
     tails = T // WordTail.size
     rest = tails * WordTail.size
-    sources = [(rest, _from_log(mf, rest, T))] if rest < T else []
-    walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, deadline),
-                            _pieces(mf, WordCache, pieces, 0, cached, deadline))
-    for base, data in walks:
-        idx = word_piece.PieceIndex(data)
+    sources = [(rest, word_piece.PieceIndex(_from_log(mf, rest, T)))] if rest < T else []
+    walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, clock),
+                            _pieces(mf, WordCache, pieces, 0, cached, clock))
+    for base, idx in walks:
         spans = [idx.span(key) for key in keys]
         held: set[int] = set()
         for j, (a, b) in enumerate(spans):
@@ -140,42 +270,24 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
                 dfs[j] += len(ids)
                 held |= ids
         total += len(held)
-        n += len(idx.lengths) - idx.lengths.count(0)
-        length += sum(idx.lengths)
+        n += idx.held
+        length += idx.words
         if held:
             found.append((base, idx, spans))
     stats = cursor.stats if cursor is not None else Stats(n, length, tuple(dfs))
-    weights = stats.weights()
-    # Pass 2: score, rarest words first, until no unscored memory can reach the page.
-    order = sorted(range(k), key=lambda j: -weights[j])
-    whole = sum(weights)
+    # Pass 2: score, most-word memories first, then rarest words first, until no unscored memory can reach
+    # the page.
     after = None if cursor is None else (cursor.score, cursor.id)
-    room = part_bytes // MIN_LINE_COST + 1  # no page holds more lines
-    scored: dict[int, int] = {}
-    for done in range(1, k + 1):
-        _check(deadline)
-        rare = order[:done]
-        for base, idx, spans in found:
-            tfs_of = [Counter(idx.postings[a:b]) for a, b in spans]
-            for j in rare:
-                for off in tfs_of[j]:
-                    i = base + off
-                    if i in scored:
-                        continue
-                    scored[i] = words.score(stats, weights, [c.get(off, 0) for c in tfs_of], idx.lengths[off])
-        # What a memory holding none of the words scored so far could reach (below 1: it misses some).
-        reach = sum(weights[j] for j in order[done:]) / whole * words.SCALE if whole else 0.0
-        if done < k:
-            ahead = sum(1 for i, s in scored.items() if s > reach and (after is None or (s, i) < after))
-            if ahead >= room:
-                break
-    ranked = sorted(((s, i) for i, s in scored.items() if s and (after is None or (s, i) < after)), reverse=True)
+    scored = _rank(found, stats, k, part_bytes // MIN_LINE_COST + 1, after, clock)
+    ranked = sorted(((s, i) for s, i in scored if s and (after is None or (s, i) < after)), reverse=True)
     lines: list[str] = []
     scores: list[int] = []
     used = 0
-    for s, i in ranked:
-        _, date, text = mf.memory(i)
-        line = f"#{i} {date} {text}"
+    rendered: dict[int, str] = {}
+    for k, (s, i) in enumerate(ranked):
+        if i not in rendered:  # the next lines, a few hundred at a time: a page is read, never the whole ranking
+            rendered = _lines(mf, [j for _, j in ranked[k : k + 256]])
+        line = rendered[i]
         cost = len(line.encode("utf-8")) + 1
         if used + cost > part_bytes:
             break
