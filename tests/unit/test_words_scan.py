@@ -56,3 +56,30 @@ def test_the_store_ranks_as_the_reference_does(tmp_path: Path) -> None:
         finally:
             words_scan.use_index(True)
     assert off == words.rank(words.parse_query("the zebra"), live)
+
+
+def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path) -> None:
+    """The race the write lock closes: a search builds a piece, an erasure of
+    one of its memories commits, then the search stores what it built — it
+    must write nothing (the piece holds the erased memory's words)."""
+    from stash.core import word_piece
+    from stash.storage.memfile import KEYS_PER_CHUNK
+    from stash.storage.wordcache import WordCache
+
+    vault = Vault(tmp_path, CHEAP_KDF)
+    ident = vault.create_identity()
+    with vault.session(ident.token, "owner") as s:
+        s.memory.mf.append([("2024-01-02", f"secretword{i}") for i in range(4096)])
+    with vault.session(ident.token, "read") as a:
+        mf = a.memory.mf
+        fk = mf.file_keys()
+        cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
+        assert list(cache.pieces(1)) == [(0, None)]
+        built = {0: word_piece.build([f"secretword{i}" for i in range(4096)])}
+        with vault.session(ident.token, "owner") as b:
+            b.memory.mf.erase([5], "2024-01-03")
+        cache.store(built)
+        cache.close()
+    import sqlite3
+    with sqlite3.connect(tmp_path / "users" / ident.user_id / "recall.db") as db:
+        assert db.execute("SELECT count(*) FROM word_cache").fetchone()[0] == 0
