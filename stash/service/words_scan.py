@@ -22,6 +22,7 @@ first, their lines read from the log, as many as fit in ``part_bytes``.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 from collections import Counter
@@ -136,7 +137,7 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
         cache.close()
 
 
-def _lines(mf: MemoryFile, ids: list[int], gap: int = 16) -> dict[int, str]:
+def _lines(mf: MemoryFile, ids: list[int], gap: int = 1) -> dict[int, str]:
     """The rendered lines of memories ``ids``, read a run at a time: ids
     closer than ``gap`` are read as one range (a row read costs less than a
     separate call)."""
@@ -178,9 +179,14 @@ class _Scorer:
         return words.score(self.stats, self.weights, tfs, length)
 
 
-def _rank(found: list[tuple[int, word_piece.PieceIndex, list[tuple[int, int]]]], stats: Stats, k: int,
-          room: int, after: tuple[int, int] | None, clock: Clock) -> list[tuple[int, int]]:
-    """``(score, id)`` of enough matches to fill a page after ``after``: all
+Found_ = tuple[int, word_piece.PieceIndex, list[tuple[int, int]], list[set[int]]]
+"""A piece holding matches: its first memory, its index, each query word's
+postings slice and the set of its offsets."""
+
+
+def _rank(found: list[Found_], stats: Stats, k: int,
+          room: int, after: tuple[int, int] | None, clock: Clock) -> dict[int, int]:
+    """The scores, by id, of enough matches to fill a page after ``after``: all
     of the best ``room`` of them, in no order (no page holds ``room`` lines).
 
     First the memories holding every word (they outrank all others): set
@@ -194,28 +200,31 @@ def _rank(found: list[tuple[int, word_piece.PieceIndex, list[tuple[int, int]]]],
     whole = sum(weights)
     out: dict[int, int] = {}
 
-    def keep(s: int, i: int) -> None:
-        out[i] = s
-
     def ahead(limit: float) -> int:
         return sum(1 for i, s in out.items() if s > limit and (after is None or (s, i) < after))
 
     # The pieces' postings: each word's memories, and their frequencies only where a prefix names two words.
     sets: list[tuple[int, word_piece.PieceIndex, list[set[int]], list[Counter[int] | None]]] = []
-    for base, idx, spans in found:
+    by_length: list[int] = []  # the score of a memory holding every word once, by its length
+    for base, idx, spans, held in found:
         clock.check()
-        slices = [idx.postings[a:b] for a, b in spans]
-        held = [set(sl) for sl in slices]
-        tfs = [Counter(sl) if len(sl) != len(h) else None for sl, h in zip(slices, held)]
+        tfs = [Counter(idx.postings[a:b]) if b - a != len(h) else None for (a, b), h in zip(spans, held)]
         sets.append((base, idx, held, tfs))
         every = set.intersection(*held)
-        multi = any(c is not None for c in tfs)
+        if not every:
+            continue
         lengths = idx.lengths
-        for off in every:
-            tf = [c[off] if c is not None else 1 for c in tfs] if multi else []
-            keep(scorer.score(full, tf, lengths[off]), base + off)
+        if any(c is not None for c in tfs):
+            for off in every:
+                tf = [c[off] if c is not None else 1 for c in tfs]
+                out[base + off] = scorer.score(full, tf, lengths[off])
+            continue
+        top = max(lengths[off] for off in every)
+        while len(by_length) <= top:
+            by_length.append(scorer.score(full, [], len(by_length)))
+        out.update({base + off: by_length[lengths[off]] for off in every})
     if ahead(words.SCALE - 1) >= room or k == 1:
-        return [(s, i) for i, s in out.items()]
+        return out
     order = sorted(range(k), key=lambda j: -weights[j])
     for done in range(1, k + 1):
         clock.check()
@@ -233,12 +242,12 @@ def _rank(found: list[tuple[int, word_piece.PieceIndex, list[tuple[int, int]]]],
                 multi = any(tfs[m] is not None for m in range(k) if mask >> m & 1)
                 tf = [(tfs[m][off] if tfs[m] is not None else 1) if mask >> m & 1 else 0  # type: ignore[index]
                       for m in range(k)] if multi else []
-                keep(scorer.score(mask, tf, lengths[off]), i)
+                out[i] = scorer.score(mask, tf, lengths[off])
         # What a memory holding none of the words looked at so far could reach (below 1: it misses some).
         reach = sum(weights[m] for m in order[done:]) / whole * words.SCALE if whole else 0.0
         if done < k and ahead(reach) >= room:
             break
-    return [(s, i) for i, s in out.items()]
+    return out
 
 
 def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, cursor: Cursor | None = None,
@@ -252,7 +261,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     keys = [w.encode("utf-8") for w in query.words]
     # Pass 1: each piece's postings slices, the document frequencies, the matches.
     pieces = T // PIECE
-    found: list[tuple[int, word_piece.PieceIndex, list[tuple[int, int]]]] = []
+    found: list[Found_] = []
     dfs = [0] * k
     n = length = total = 0
     # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
@@ -263,23 +272,22 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
                             _pieces(mf, WordCache, pieces, 0, cached, clock))
     for base, idx in walks:
         spans = [idx.span(key) for key in keys]
-        held: set[int] = set()
-        for j, (a, b) in enumerate(spans):
-            if b > a:
-                ids = set(idx.postings[a:b])
-                dfs[j] += len(ids)
-                held |= ids
+        sets = [set(idx.postings[a:b]) for a, b in spans]
+        held = set().union(*sets)
+        for j, ids in enumerate(sets):
+            dfs[j] += len(ids)
         total += len(held)
         n += idx.held
         length += idx.words
         if held:
-            found.append((base, idx, spans))
+            found.append((base, idx, spans, sets))
     stats = cursor.stats if cursor is not None else Stats(n, length, tuple(dfs))
     # Pass 2: score, most-word memories first, then rarest words first, until no unscored memory can reach
     # the page.
     after = None if cursor is None else (cursor.score, cursor.id)
-    scored = _rank(found, stats, k, part_bytes // MIN_LINE_COST + 1, after, clock)
-    ranked = sorted(((s, i) for s, i in scored if s and (after is None or (s, i) < after)), reverse=True)
+    room = part_bytes // MIN_LINE_COST + 1  # no page holds this many lines
+    scored = _rank(found, stats, k, room, after, clock)
+    ranked = heapq.nlargest(room + 1, ((s, i) for i, s in scored.items() if s and (after is None or (s, i) < after)))
     lines: list[str] = []
     scores: list[int] = []
     used = 0
