@@ -204,7 +204,7 @@ class Settings:
         "--word-index", "on", "keep the sealed word index beside the recall cache (recall.db) for words searches",
         choices=("on", "off"),
         doc="`on`: words searches (`/recall` with `words`) keep and read a sealed word index in each memory's "
-            "`recall.db` (about 50 bytes per memory, see bench/README.md); `off`: no index is written and every "
+            "`recall.db` (about 52 bytes per memory on bench text, see bench/README.md); `off`: no index is written and every "
             "words search reads the whole log, about as slow as a regex recall that finds no recall cache. "
             "Existing index pieces are left unread while off")
 
