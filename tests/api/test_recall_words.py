@@ -67,7 +67,7 @@ def test_ties_rank_newer_first(mem: Mem) -> None:
     assert ids(got) == [4, 3, 2, 1, 0] and len(set(got["scores"])) == 1
 
 
-@pytest.mark.parametrize("part_chars", [60, 300])
+@pytest.mark.parametrize("part_chars", [120, 600])
 def test_paging_shows_every_match_once(mem: Mem, part_chars: int) -> None:
     texts = [("needle " if i % 3 else "hay ") + "x" * (i % 17) + f" {i}" + (" thread" if i % 5 == 0 else "")
              for i in range(200)]

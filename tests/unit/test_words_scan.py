@@ -83,3 +83,15 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
     import sqlite3
     with sqlite3.connect(tmp_path / "users" / ident.user_id / "recall.db") as db:
         assert db.execute("SELECT count(*) FROM word_cache").fetchone()[0] == 0
+
+
+def test_a_search_past_its_time_bound_stops(tmp_path: Path) -> None:
+    import time
+
+    vault = Vault(tmp_path, CHEAP_KDF)
+    ident = vault.create_identity()
+    with vault.session(ident.token, "owner") as s:
+        s.memory.mf.append([("2024-01-02", f"word {i}") for i in range(600)])
+    with vault.session(ident.token, "read") as s:
+        with pytest.raises(words_scan.TooSlow):
+            words_scan.search(s.memory.mf, words.parse_query("word"), 1000, time.monotonic() - 1)
