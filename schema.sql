@@ -278,3 +278,24 @@ CREATE TABLE IF NOT EXISTS memory_salts (
     number  INTEGER PRIMARY KEY,
     salt    BLOB NOT NULL
 );
+
+-- @word_cache
+-- In recall.db. The word index (stash/storage/wordcache.py): for memories
+-- [piece*4096, piece*4096+4095], their folded words (sorted) and, per word, the
+-- memories holding it, padded and sealed as one value, bound exactly as a
+-- scan_cache piece is (user, range, key-chunk nonces, erased ids). Rebuildable
+-- from the log at any time; an erasure deletes the piece that held the memory.
+-- Created by the first word search that writes a piece.
+CREATE TABLE IF NOT EXISTS word_cache (
+    piece   INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);
+
+-- @word_tail
+-- In recall.db. The word index of the memories after the last complete
+-- word_cache piece, one piece per 512 memories [piece*512, piece*512+511], in
+-- word_cache's format and bound, sealed and deleted exactly as word_cache.
+CREATE TABLE IF NOT EXISTS word_tail (
+    piece   INTEGER PRIMARY KEY,
+    sealed  BLOB NOT NULL
+);

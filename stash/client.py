@@ -61,7 +61,8 @@ VERBS = {
     "wake": "read the wake, part by part, until it says you are awake",
     "note": "record one line of lasting effect",
     "nap": "show the due compression, or answer it: nap <block> \"<line>\"; take many at once: nap --batch K",
-    "recall": "search every memory, word for word, with a regex",
+    "recall": "search every memory with a regex, or by words with --words (prefixes, any case or accent, best "
+              "first)",
     "zoom": "open a block of the wake into its two halves",
     "forget": "drop a bad summary, the block containing it at each larger size, and every later summary of "
               "those sizes; the naps that follow write them again",
@@ -285,6 +286,11 @@ class Steps:
         more = "" if before is None else f" --before {before}"
         return _heredoc(f"{_prog()} recall -{more}", ["<the same regex>" if before is not None else "<regex>"])
 
+    def recall_words(self, before: str | None = None) -> str:
+        more = "" if before is None else f" --before {before}"
+        return _heredoc(f"{_prog()} recall --words -{more}",
+                        ["<the same words>" if before is not None else "<words>"])
+
     def render(self, step: object) -> str | None:
         """This client's command for one of the server's step objects; None
         for a step it does not know (a newer server's), which is left out."""
@@ -314,6 +320,10 @@ class Steps:
             before = fields.get("before")
             if before is None or _whole(before):
                 return self.recall(before)
+        elif path == "/recall" and "words" in keys and keys <= {"words", "before"}:
+            before = fields.get("before")
+            if before is None or (isinstance(before, str) and _CURSOR.fullmatch(before)):
+                return self.recall_words(before)
         elif path == "/zoom" and keys == {"block"}:
             return self.zoom()
         return None
@@ -812,6 +822,26 @@ def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
     return matches + [count]
 
 
+def recall_words_lines(api: Api, words: str, before: str | None = None) -> list[str]:
+    """The matches, best first, each with its score, then the count line;
+    when more were left out, the command that fetches the next page."""
+    body: dict = {"words": words} if before is None else {"words": words, "before": before}
+    ans = api.call("POST", "/recall", body)
+    matches = list(ans.get("matches", []))
+    scores = list(ans.get("scores", []))
+    total = int(ans.get("total", len(matches)))
+    out = matches + [count_line(total)]
+    if isinstance(ans.get("more"), str):
+        shown = "is" if len(matches) == 1 else "are"
+        out[-1] += f" The best {len(matches)} {shown} shown, best first; the command below fetches the next ones."
+        out += api.steps.orders(ans.get("run"))
+    elif total and not matches:
+        out[-1] += " The next one does not fit in PART_CHARS bytes; raise PART_CHARS (config) to see it."
+    if len(scores) == len(matches) and matches:
+        out.insert(len(matches), "Scores, best first: " + " ".join(f"{x:.3f}" for x in scores))
+    return out
+
+
 def zoom_lines(api: Api, block: str) -> list[str]:
     return list(api.call("POST", "/zoom", {"block": block}).get("lines", []))
 
@@ -909,13 +939,26 @@ def _read_text(path: str) -> str:
         raise Failure(f"stash: cannot read {path} as UTF-8 text ({_reason(e)}).", USAGE) from None
 
 
+_CURSOR = re.compile(r"w1(\.[0-9-]{1,300}){6}")  # a words search's page cursor, as the server writes it
+
+
 def _stdin_line(value: str) -> str:
     """``value``, or for ``-`` the one line on stdin (its line break removed)."""
     return sys.stdin.read().rstrip("\n") if value == "-" else value
 
 
 def do_recall(args: argparse.Namespace) -> int:
-    _out_lines(recall_lines(_api(), _stdin_line(args.regex), args.before))
+    if args.words:
+        if args.before is not None and not _CURSOR.fullmatch(args.before):
+            raise Failure("stash: --before takes the cursor the previous page of a words search printed.", USAGE)
+        _out_lines(recall_words_lines(_api(), _stdin_line(args.regex), args.before))
+        return 0
+    before = args.before
+    if before is not None:
+        if not (before.isascii() and before.isdigit()):
+            raise Failure("stash: --before takes a memory id, like --before 40.", USAGE)
+        before = int(before)
+    _out_lines(recall_lines(_api(), _stdin_line(args.regex), before))
     return 0
 
 
@@ -1876,9 +1919,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--summaries", metavar="FILE", help="settle a batch: one 'BLOCK LINE' line per block, in "
                     "the order listed (- reads stdin); all or nothing")
     sp = verb("recall", do_recall)
-    sp.add_argument("regex", help="case-insensitive regular expression (- reads it from stdin, one line)")
-    sp.add_argument("--before", type=int, metavar="ID", help="only memories before this id: the next older page, "
-                    "as the previous answer names it")
+    sp.add_argument("regex", help="case-insensitive regular expression, or with --words the words (- reads it "
+                    "from stdin, one line)")
+    sp.add_argument("--words", action="store_true", help="search by words instead: each word matches as the "
+                    "prefix of a word, whatever its case or accents; best first")
+    sp.add_argument("--before", metavar="ID", help="only memories before this id: the next older page, as the "
+                    "previous answer names it (with --words: the cursor it names)")
     sp = verb("zoom", do_zoom)
     sp.add_argument("block", help="a block of the wake, like 16-31 (- reads it from stdin)")
     sp = verb("forget", do_forget)

@@ -81,7 +81,14 @@ regular expression (RE2 syntax, no backreferences or lookaround). Use it before 
 deciding something that may have been decided before, or when the user refers \
 to something your wake does not show. Answers the newest matching memories, \
 oldest first, then the count ("15 matches."); when more matched than it shows, \
-it names the call that fetches the older ones (before=ID), or narrow the pattern.\
+it names the call that fetches the older ones (before=ID), or narrow the pattern. \
+Or, instead of q, give words: the words you remember, or the whole question \
+("when did Priya move the Harbor review?"). Each word matches as the prefix of \
+a word of a memory, whatever its case or accents ("cafe" finds "Café", "dep" \
+finds "deployed"); memories holding every word come first, rare words weigh \
+most; answers the best matches, best first, with their scores. Use words to \
+find something by what it was about; use q when you know the exact text or \
+need every match in order.\
 """
 ZOOM = """\
 Open a block of the wake — a summary line "#lo-hi text" — into its two halves: \
@@ -127,6 +134,11 @@ class ToolCalls(client.Steps):
         if before is None:
             return f"recall(q={_json('<regex>')})"
         return f"recall(q={_json('<the same regex>')}, before={before})"
+
+    def recall_words(self, before: str | None = None) -> str:
+        if before is None:
+            return f"recall(words={_json('<words>')})"
+        return f"recall(words={_json('<the same words>')}, before={_json(before)})"
 
 
 def _json(value: str) -> str:
@@ -194,10 +206,22 @@ def build(api: client.Api) -> MCPServer:
         return _answer(client.nap_lines, api, block, text)
 
     def recall(
-        q: Annotated[str, Field(description=f'The pattern, 1 to {MAX_PATTERN_BYTES} bytes, like "deploy|rollback".')],
-        before: Annotated[int | None, Field(description=(
-            "Only memories before this id: the next older page, as the previous answer names it."), ge=0)] = None,
+        q: Annotated[str | None, Field(
+            description=f'The pattern, 1 to {MAX_PATTERN_BYTES} bytes, like "deploy|rollback".')] = None,
+        before: Annotated[int | str | None, Field(description=(
+            "Only memories before this id: the next older page, as the previous answer names it (for words: "
+            "the cursor it names)."))] = None,
+        words: Annotated[str | None, Field(description=(
+            'Instead of q: words, or a whole question, like "priya harbor review"; best matches first.'))] = None,
     ) -> CallToolResult:
+        if (q is None) == (words is None):
+            return _result("Give one of q (a regex) or words.", error=True)
+        if words is not None:
+            if before is not None and not isinstance(before, str):
+                return _result("With words, before is the cursor the previous answer named.", error=True)
+            return _answer(client.recall_words_lines, api, words, before)
+        if before is not None and (isinstance(before, str) or before < 0):
+            return _result("With q, before is a memory id, as the previous answer named it.", error=True)
         return _answer(client.recall_lines, api, q, before)
 
     def zoom(

@@ -35,6 +35,8 @@ ONE_LINE = "<one line>"
 YOUR_LINE = "<your line>"
 SAME_REGEX = "<the same regex>"
 REGEX = "<regex>"
+WORDS = "<words>"
+SAME_WORDS = "<the same words>"
 BLOCK = "<lo-hi>"
 DATE = "YYYY-MM-DD"
 
@@ -116,6 +118,18 @@ def recall(before: int | None = None) -> dict[str, Any]:
     if before is None:
         return step("POST", "/recall", {"q": q}, q, [q])
     return step("POST", "/recall", {"q": q, "before": before}, f"{q}\nbefore {before}", [q])
+
+
+def recall_words(before: str | None = None) -> dict[str, Any]:
+    """A words search; with ``before`` (a page's ``more``), its next page.
+    The plain body is the words on its first line, then a line ``#words``
+    (or ``#words before CURSOR``): the second line is what tells it from a
+    regex, whose body is one line or a ``before N`` line, and it is a shell
+    comment should a pasted line close the here-document early."""
+    w = WORDS if before is None else SAME_WORDS
+    if before is None:
+        return step("POST", "/recall", {"words": w}, f"{w}\n#words", [w])
+    return step("POST", "/recall", {"words": w, "before": before}, f"{w}\n#words before {before}", [w])
 
 
 def zoom() -> dict[str, Any]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
+from ..core import words as word_search
 from ..core.errors import Conflict, Invalid
 from ..core.recall import BadPattern, compile_pattern
 from ..crypto import inbox_seal, keys, tokens
@@ -295,14 +296,20 @@ def fork(vault: Vault, session: Session, name: object, at: object,
 
 def erase_matcher(words: object, q: object) -> Callable[[str], bool]:
     """The one place an erasure's query becomes a test on a rendered line
-    ``#i DATE TEXT``: ``q`` is a recall regex (docs/DESIGN.md, "Recall");
-    ``words`` is word search, which this release does not serve yet: it is
-    wired in here, and only here."""
+    ``#i DATE TEXT``: ``q`` is a recall regex over the whole line
+    (docs/DESIGN.md, "Recall"); ``words`` is word search over the text
+    (docs/DESIGN.md, "Word search"), and a memory is erased only when it
+    holds every word of the query, each as a word prefix: the memories a
+    words search ranks first, never every memory that shares one common
+    word with the query."""
     if (words is None) == (q is None):
         raise Invalid("Send exactly one of \"q\" (a recall regex) or \"words\".", code="memory.bad_query")
     if words is not None:
-        raise Invalid("Word search is not served by this server yet; erase with \"q\", a recall regex.",
-                      code="memory.bad_query")
+        try:
+            query = word_search.parse_query(words)
+        except word_search.BadWords as e:
+            return _refuse(str(e))
+        return lambda line: word_search.matches_all(query, line.split(" ", 2)[2] if line.count(" ") >= 2 else "")
     try:
         # The pattern is compiled as recall compiles it (core/recall.py), so it matches what recall finds.
         return compile_pattern(q).search if isinstance(q, str) else _refuse("q is a recall regex, as a string.")

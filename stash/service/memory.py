@@ -12,12 +12,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..core import blocks, lines, sizes
+from ..core import blocks, lines, sizes, words
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
 from ..core.recall import BadPattern, compile_pattern
 from ..storage.keyring import now_utc
 from ..storage.memfile import ERASED, MemoryFile
-from . import instructions, recall_scan
+from . import instructions, recall_scan, words_scan
 
 AWAKE = "You are awake."
 READ_ONLY = ("This capability is read-only: you can wake, recall and zoom, but not note, nap or forget. When "
@@ -532,6 +532,46 @@ class Memory:
         else:
             message = count
         return {"matches": found, "total": total, "more": more, "message": message, "run": run}
+
+    def recall_words(self, text: object, before: object = None) -> dict[str, Any]:
+        """A words search (docs/DESIGN.md, "Word search"): the best matches
+        that fit one part, best first, with their scores; ``more`` is the
+        cursor of the next page (sent back as ``before``), which ranks the
+        same memories with the same statistics, so walking it shows every
+        match once."""
+        try:
+            query = words.parse_query(text)
+            cursor = None if before is None else words.parse_cursor(before, query)
+        except words.BadWords as e:
+            raise Invalid(str(e), code="recall.bad_words") from None
+        if cursor is not None and cursor.T > self.mf.count():
+            raise Invalid("before is not the more of a previous page of this search. Send the more the last "
+                          "page answered, or leave before out for the first page.", code="recall.bad_words")
+        deadline = time.monotonic() + RECALL_SECONDS + self.mf.count() * RECALL_SECONDS_PER_MEMORY
+        try:
+            found = words_scan.search(self.mf, query, self.sizes["PART_CHARS"], deadline, cursor)
+        except words_scan.TooSlow:
+            raise Invalid("The words took too long to search this memory. Send longer or fewer words, "
+                          "or search again: the index built meanwhile is kept.", code="recall.too_slow") from None
+        more = None if found.more is None else found.more.text()
+        total = found.total
+        count = "No match." if not total else f"{lines.plural(total, 'match')}."
+        run = []
+        if more is not None:
+            message = (f"{count} The best {len(found.lines)} {'is' if len(found.lines) == 1 else 'are'} shown, "
+                       "best first; the command below fetches the next ones.")
+            run = [instructions.recall_words(more)]
+        elif found.cut:
+            message = (f"{count} The next one does not fit in PART_CHARS={self.sizes['PART_CHARS']} bytes; "
+                       "raise PART_CHARS to see it and those after it.")
+        elif not total:
+            message = count
+        elif cursor is not None:
+            message = f"{count} These are the last of them."
+        else:
+            message = f"{count} Best first."
+        return {"matches": found.lines, "scores": [s / words.SCALE for s in found.scores], "total": total,
+                "more": more, "message": message, "run": run}
 
     def zoom(self, block: object) -> dict[str, Any]:
         T = self.mf.count()

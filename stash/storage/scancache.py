@@ -68,6 +68,12 @@ MAX_LINE_BYTES = len("#18446744073709551615 YYYY-MM-DD \n") + 280
 MAX_PADDED = -(-(PIECE * MAX_LINE_BYTES + 4) // PAD_BYTES) * PAD_BYTES
 LENGTH_BYTES = 4
 TABLE = "scan_cache"
+WORD_TABLE = "word_cache"
+WORD_TAIL_TABLE = "word_tail"
+WORD_TAIL = 512
+"""The word index's pieces (:mod:`stash.storage.wordcache`), in the same file,
+sealed and bound the same way, deleted by the same :func:`invalidate`: one per
+``PIECE`` memories, and one per ``WORD_TAIL`` memories after the last of those."""
 WRITE_PIECES = 16  # pieces per write transaction: the write lock is held ~tens of ms
 
 
@@ -113,7 +119,10 @@ def invalidate(folder: Path, ids: list[int]) -> None:
     try:
         if conn is None:
             raise sqlite3.OperationalError("cannot open the recall cache")
-        conn.executemany(f"DELETE FROM {TABLE} WHERE piece = ?", [(i // PIECE,) for i in sorted(set(ids))])
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table, size in ((TABLE, PIECE), (WORD_TABLE, PIECE), (WORD_TAIL_TABLE, WORD_TAIL)):
+            if table in tables or table == TABLE:
+                conn.executemany(f"DELETE FROM {table} WHERE piece = ?", [(i // size,) for i in sorted(set(ids))])
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     except sqlite3.Error:
         for suffix in ("", "-wal", "-shm"):
@@ -138,7 +147,12 @@ def _unpad(padded: bytes) -> bytes | None:
 
 class ScanCache:
     """The pieces of one open memory file. ``rows_key`` seals them;
-    ``user_id`` is bound into every piece."""
+    ``user_id`` is bound into every piece. ``table`` names the table its
+    pieces live in (and the schema section that makes it): a subclass keeps
+    other pieces of the same range beside these, bound the same way."""
+
+    table = TABLE
+    size = PIECE  # memories per piece: a whole number of key chunks
 
     def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
                  keys_per_chunk: int, erased: frozenset[int] = frozenset()) -> None:
@@ -147,12 +161,13 @@ class ScanCache:
         self.db: sqlite3.Connection | None = None
         self.user_id = user_id
         self._key = rows_key
-        self._chunks_per_piece = PIECE // keys_per_chunk
+        self._chunks_per_piece = self.size // keys_per_chunk
         self.digests: dict[int, bytes] = {}
         self._erased = sorted(erased)  # the authenticated erasure record of the open memory file
 
     def _aad(self, piece: int, keys_digest: bytes) -> bytes:
-        return f"stash/v1|{self.user_id}|{TABLE}|{piece * PIECE}-{(piece + 1) * PIECE - 1}|".encode() + keys_digest
+        return (f"stash/v1|{self.user_id}|{self.table}|{piece * self.size}-{(piece + 1) * self.size - 1}|".encode()
+                + keys_digest)
 
     def _keys_digests(self, start: int, stop: int) -> dict[int, bytes]:
         """For each piece in ``[start, stop)`` whose key chunks are all there,
@@ -182,37 +197,38 @@ class ScanCache:
             nonces.append(nonce)
             if len(nonces) == per:
                 h = hashlib.blake2b(b"".join(nonces), digest_size=32, person=b"stash.scancache")
-                lo = bisect.bisect_left(self._erased, piece * PIECE)
-                hi = bisect.bisect_left(self._erased, (piece + 1) * PIECE)
+                lo = bisect.bisect_left(self._erased, piece * self.size)
+                hi = bisect.bisect_left(self._erased, (piece + 1) * self.size)
                 if lo < hi:
                     h.update(b"|erased|" + ",".join(map(str, self._erased[lo:hi])).encode())
                 out[piece] = h.digest()
         return out
 
-    def pieces(self, count: int) -> Iterator[tuple[int, bytes | None]]:
+    def pieces(self, count: int, start: int = 0) -> Iterator[tuple[int, bytes | None]]:
         """``(piece, joined lines or None)`` for pieces ``count - 1`` down to
-        0: the plaintext (lines joined and ended by ``\\n``) of each piece that
+        ``start``: the plaintext (lines joined and ended by ``\\n``) of each piece that
         opens, None for one that is missing or does not open (stale, moved,
         damaged: the caller rebuilds it from the log). Each piece is read by
         its own statement, so :meth:`store` may write between two of them."""
-        if count <= 0:
+        if count <= start:
             return
         # Read before any piece or log row: a piece rebuilt from the log is
         # written only if its keys still have these digests (see store()).
-        self.digests = digests = self._keys_digests(0, count)
+        self.digests = digests = self._keys_digests(start, count)
         opener = aead.BulkOpener(MAX_PADDED)
         have = set()
         self.db = _connect(self.folder, create=False)
         if self.db is not None:
             try:
-                have = {r[0] for r in self.db.execute(f"SELECT piece FROM {TABLE} WHERE piece < ?", (count,))}
+                have = {r[0] for r in self.db.execute(
+                    f"SELECT piece FROM {self.table} WHERE piece >= ? AND piece < ?", (start, count))}
             except sqlite3.Error:
                 have = set()
-        for piece in range(count - 1, -1, -1):
+        for piece in range(count - 1, start - 1, -1):
             plain = None
             if piece in have and piece in digests and self.db is not None:
                 try:
-                    row = self.db.execute(f"SELECT sealed FROM {TABLE} WHERE piece = ?", (piece,)).fetchone()
+                    row = self.db.execute(f"SELECT sealed FROM {self.table} WHERE piece = ?", (piece,)).fetchone()
                 except sqlite3.Error:
                     row = None
                 if row is not None:
@@ -237,7 +253,7 @@ class ScanCache:
             if self.db is None:
                 return
         try:
-            self.db.executescript(sections()[TABLE])
+            self.db.executescript(sections()[self.table])
             for k in range(0, len(items), WRITE_PIECES):
                 batch = items[k : k + WRITE_PIECES]
                 # The memory file's write lock, held while the digests are
@@ -250,7 +266,7 @@ class ScanCache:
                             for p, plain in batch if now.get(p) == self.digests[p]]
                     with write_transaction(self.db):
                         self.db.executemany(
-                            f"INSERT INTO {TABLE}(piece, sealed) VALUES (?, ?) "
+                            f"INSERT INTO {self.table}(piece, sealed) VALUES (?, ?) "
                             "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
                 finally:
                     self.conn.rollback()  # nothing was written to the memory file

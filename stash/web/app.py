@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
+from ..service import words_scan
 from ..service.access import Vault
 from . import pages, plaintext, tracelog
 from .errors import error_response
@@ -166,6 +167,7 @@ async def lifespan(app: Starlette):
 
 def create_app(settings: Settings) -> Starlette:
     vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes)
+    words_scan.use_index(settings.word_index == "on")
     metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1, replicating=settings.replicate is not None)
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)

@@ -53,6 +53,9 @@ CODES: dict[str, Code] = {
     "recall.bad_pattern": Code(422, "not a string, empty, too long, bad or unsupported syntax, too large"),
     "recall.too_slow": Code(422, "the scan passed its time bound (5 s plus 10 µs per memory); nothing is "
                                  "returned"),
+    "recall.bad_words": Code(422, "`words` not a string, over 512 bytes, no word or more than 16 different words; "
+                                  "or `before` not the `more` of a page of this words search"),
+    "recall.q_and_words": Code(422, "both `q` and `words`: send one"),
     "forget.no_summary": Code(404, "the block has no summary"),
     "config.empty": Code(422, "`{}`"),
     "config.out_of_range": Code(422, "not a whole number within the size's range"),

@@ -55,14 +55,25 @@ def nap_body(text: str) -> dict[str, Any]:
 
 def recall_body(text: str) -> dict[str, Any]:
     """The pattern, exactly as its first line holds it; a second line
-    ``before N`` asks for the page before memory N."""
+    ``before N`` asks for the page before memory N. A second line ``#words``
+    makes the first line words instead (docs/DESIGN.md, "Word search"), and
+    ``#words before CURSOR`` asks for the page a words search's ``more``
+    named. The ``#`` is there for the shell: should a pasted line close a
+    here-document early, the marker line left over is a comment, not a
+    command."""
     q, *rest = text.split("\n")
     if not rest:
         return {"q": q}
     word, _, n = rest[0].partition(" ")
+    if len(rest) == 1 and word == "#words":
+        cursor = n.removeprefix("before ")
+        if not n:
+            return {"words": q}
+        if cursor != n and cursor:
+            return {"words": q, "before": cursor}
     if len(rest) != 1 or word != "before":
-        raise Malformed("A recall body is the pattern on one line, then optionally a line `before N`.",
-                        code="request.bad_plain")
+        raise Malformed("A recall body is the pattern on one line, then optionally a line `before N`; or words on "
+                        "one line, then a line `#words` (or `#words before CURSOR`).", code="request.bad_plain")
     return {"q": q, "before": n}
 
 

@@ -22,9 +22,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from .. import __version__
-from ..core import blocks
+from ..core import blocks, words
 from ..core.blocks import BATCH_MAX
-from ..core.errors import NotFound, Unavailable
+from ..core.errors import Invalid, Malformed, NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
 from ..service import admission, append, audit, docs, grants, memories, onboarding, quotas, replication_status, undo
@@ -35,6 +35,7 @@ from ..service.replica import replica_history_ends
 from . import pages, plaintext
 from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, MEMORY_PREFIX, Call
 from .dispatch import RouteSpec as RouteSpec  # the declaration's class, named where the declarations are
+from .jsonio import parse_int
 from .openapi import document
 from .routespec import Field, Fields, Refusal, Special
 from .schemas import (
@@ -282,19 +283,28 @@ def nap(s: Session, f: Args, call: Call) -> Answer:
 RECALL_FIELDS = Fields((
     Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES),
           f"the pattern: a regular expression (RE2 syntax, always case-insensitive) of 1 to {MAX_PATTERN_BYTES} "
-          "bytes of UTF-8; see [Recall syntax](#recall-syntax)",
-          required=True, missing="Missing q: send the pattern to search for."),
-    Field("before", integer(0), "search only the memories before this id: the `more` of the previous page",
-          whole=True, nullable=True, default_doc="the whole log"),
+          "bytes of UTF-8; see [Recall syntax](#recall-syntax). Send `q` or `words`, not both",
+          default_doc="required unless `words` is sent"),
+    Field("words", string(minLength=1, maxLength=words.MAX_QUERY_BYTES),
+          f"words instead of a pattern (1 to {words.MAX_QUERY_BYTES} bytes, at most {words.MAX_WORDS} different "
+          "words): each word matches as the prefix of a word of the memory, case- and accent-folded, best "
+          "first; see [Word search](#word-search)", default_doc="none: a regex search"),
+    Field("before", {"anyOf": [integer(0), string(maxLength=words.MAX_CURSOR_BYTES)]},
+          "with `q`: search only the memories before this id; with `words`: the cursor of the next page; "
+          "in both, the `more` of the previous page", nullable=True, default_doc="the whole log, the first page"),
 ), plain=plaintext.recall_body,
-   plain_doc="the pattern, exactly as its first line holds it; for a later page, a second line `before N`")
+   plain_doc="the pattern, exactly as its first line holds it; for a later page, a second line `before N`. "
+             "Or words on the first line and a second line `#words` (a later page: `#words before CURSOR`)")
 
 
 @twins(
-    "/recall", "read", ("Regex search of the verbatim log", "Regex search (POST twin of GET /recall)"),
+    "/recall", "read", ("Regex or words search of the verbatim log",
+                        "Regex or words search (POST twin of GET /recall)"),
     RECALL_FIELDS,
-    "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`. A search that "
-    "runs past its time bound (5 s plus 10 µs per memory) is refused with recall.too_slow.",
+    "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`: by a regex "
+    "(`q`: every match, newest kept, oldest first) or by words (`words`: ranked, best first, with `scores`; "
+    "see [Word search](#word-search)). A search that runs past its time bound (5 s plus 10 µs per memory) is "
+    "refused with recall.too_slow.",
     slow=True,
     answer=obj({
         "matches": {**LINES, "description": "the **newest** matching memories (of those before `before`, when "
@@ -303,18 +313,33 @@ RECALL_FIELDS = Fields((
                                             "longer than `PART_CHARS` leaves `matches` empty"},
         "total": integer(0, description="how many memories match in the range searched: the whole log, or the "
                                         "memories before `before`"),
-        "more": nullable(integer(0)) | {"description": "when older matches were left out, the `before` of the "
-                                                       "next page (the id of the oldest match shown); `null` "
-                                                       "when this page holds every match of its range"},
+        "more": {"anyOf": [integer(0), string(), {"type": "null"}],
+                 "description": "when older matches were left out, the `before` of the next page (the id of the "
+                                "oldest match shown); `null` when this page holds every match of its range. For "
+                                "`words`: a cursor string naming the next page, `null` on the last"},
+        "scores": {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 2},
+                   "description": "`words` only: one score per match, non-increasing; 1 or more when the memory "
+                                  "holds every word of the query, below 1 otherwise (see [Word "
+                                  "search](#word-search))"},
         "message": string("the count line, as OptMem prints it — `15 matches.`, `1 match.`, `No match.` "
                           "(`… before #N.` on a later page) — and, when the answer was cut, that the command in "
                           "`run` fetches the older matches"),
         "run": RUN | {"description": "when `more` is set: the next older page, with `<the same regex>` to fill "
-                                     "in; else empty"}}),
-    errors=("recall.bad_pattern", "recall.too_slow"),
+                                     "in (`<the same words>` for words); else empty"}},
+               required=["matches", "total", "more", "message", "run"]),
+    errors=("request.missing_field", "request.bad_value", "recall.bad_pattern", "recall.bad_words",
+            "recall.q_and_words", "recall.too_slow"),
 )
 def recall(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.recall(f["q"], f["before"])
+    before = f.get("before")
+    if f.get("words") is not None:
+        if f.get("q") is not None:
+            raise Invalid("Send q (a regex) or words, not both.", code="recall.q_and_words")
+        return s.memory.recall_words(f["words"], before)
+    if f.get("q") is None:
+        raise Malformed("Missing q: send the pattern to search for (or words=, to search by words).",
+                        code="request.missing_field")
+    return s.memory.recall(f["q"], None if before is None else parse_int("before", before))
 
 
 ZOOM_FIELDS = Fields((
@@ -792,7 +817,8 @@ def memories_fork(s: Session, f: Args, call: Call) -> Answer:
 @route("POST", "/memories/erase", "owner", "Erase what matches, across memories; one receipt", fields=Fields((
     Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES), "a recall regex (see [Recall syntax]"
           "(#recall-syntax)), matched against each rendered line"),
-    Field("words", string(minLength=1), "word search (not served by this release: `422 memory.bad_query`)"),
+    Field("words", string(minLength=1), "words, as a words search takes them (see [Word search](#word-search)): "
+          "erases the memories that hold every word, each as a word prefix"),
     Field("memories", {"type": "array", "items": string(pattern=f"^{NAME_PATTERN}$")},
           "the memories to erase in (default: every one)"),
     Field("dry_run", {"type": "boolean"}, "`true`: count, erase nothing"),

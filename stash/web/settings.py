@@ -216,6 +216,13 @@ class Settings:
             "stores are then plain SQLite files whose rows stay sealed; SQLCipher stores already there are "
             "reported as not replicated; with `--file-cipher sqlcipher`, or where `litestream` is not installed, "
             "it refuses to start (exit 2). See [stash replicate](#stash-replicate)")
+    word_index: str = option(
+        "--word-index", "on", "keep the sealed word index beside the recall cache (recall.db) for words searches",
+        choices=("on", "off"),
+        doc="`on`: words searches (`/recall` with `words`) keep and read a sealed word index in each memory's "
+            "`recall.db` (about 52 bytes per memory on bench text, see bench/README.md); `off`: no index is "
+            "written and every words search builds it from the whole log, slower than any regex recall (tens "
+            "of seconds at a million memories). Existing index pieces are left unread while off")
 
 
 OPTIONS: list[Option] = declared(Settings)

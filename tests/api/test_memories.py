@@ -173,6 +173,24 @@ def test_erase_across_memories_one_receipt_counts_only(api: Api) -> None:
     assert api.post("/memories/erase", owner, json={}).json()["error"] == "memory.bad_query"
 
 
+def test_erase_across_by_words_takes_every_word_folded(api: Api) -> None:
+    """An end user's name typed without its accents or case erases every memory holding all of its words, in
+    every memory, and no memory holding only one of them."""
+    owner = api.init()["token"]
+    api.post("/memories", owner, json={"name": "support"})
+    api.post("/note", owner, json={"text": "Ayşe Yılmaz asked for a refund"})
+    api.post("/m/support/note", owner, json={"text": "ticket from AYŞE YILMAZ, Café Istanbul"})
+    api.post("/m/support/note", owner, json={"text": "Ayşe Demir is another customer"})
+    dry = api.post("/memories/erase", owner, json={"words": "ayse yilm", "dry_run": True}).json()
+    assert {m["name"]: m["erased"] for m in dry["memories"]} == {"main": 1, "support": 1} and dry["total"] == 2
+    done = api.post("/memories/erase", owner, json={"words": "ayse yilm"})
+    assert done.status_code == 200, done.text
+    assert "ayse" not in done.text.lower() and "Yılmaz" not in api.get("/m/support/wake", owner).text
+    assert "Ayşe Demir" in api.get("/m/support/wake", owner).text
+    assert "Yılmaz" not in api.get("/wake", owner).text
+    assert api.post("/memories/erase", owner, json={"words": "x", "q": "x"}).json()["error"] == "memory.bad_query"
+
+
 def test_max_memories_and_quotas_count_every_memory(data_dir) -> None:
     from stash.web.app import create_app
     from tests.helpers import make_settings

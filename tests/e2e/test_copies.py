@@ -48,6 +48,17 @@ def served_or_refused(resp, *secrets: str, allowed: tuple[str, ...] = ()) -> boo
     return err["error"] in REFUSED
 
 
+def words_miss(resp, secret: str) -> bool:
+    """A words search for the erased secret's own word: served, it finds
+    nothing (an old word index piece that opened would count it, even
+    though its line now reads [erased]); else refused as ``served_or_refused``
+    allows."""
+    refused = served_or_refused(resp, secret)
+    if resp.status_code == 200:
+        assert resp.json()["total"] == 0 and resp.json()["matches"] == [], resp.text[:300]
+    return refused
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     with start_server(tmp_path_factory.mktemp("copies"), *CHEAP_KDF_FLAGS) as srv:
@@ -69,16 +80,21 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
     token = http.init()["token"]
     folder = server.data / "users" / token[7:23]
     secret = f"cache-secret-{os.urandom(6).hex()}"
+    word = {"words": "SECRET " + secret.rsplit("-", 1)[1].upper()}  # its words, as a user would type them
     import_with_secret(http, token, secret)
     assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 1
+    assert http.ok("POST", "/recall", token, json=word)["total"] == 1  # builds the word index too
     server.stop()
     before = tmp_path / "before"
     shutil.copytree(folder, before)
     assert (before / "recall.db").exists()
+    with sqlite3.connect(before / "recall.db") as db:
+        assert db.execute("SELECT count(*) FROM word_cache").fetchone()[0] == 1  # piece 0 of 4,200 memories
     server.start(same_port=True)
     http = Http(server.url)
     http.ok("POST", "/erase", token, json={"ids": [5]})
     assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 0
+    assert http.ok("POST", "/recall", token, json=word)["total"] == 0
     server.stop()
     after = tmp_path / "after"
     shutil.copytree(folder, after)
@@ -100,6 +116,7 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
         try:
             http = Http(server.url)
             refused = [served_or_refused(http.request("POST", "/recall", token, json={"q": secret}), secret),
+                       words_miss(http.request("POST", "/recall", token, json=word), secret),
                        served_or_refused(http.request("GET", "/wake", token), secret, allowed=("wake.needs_nap",)),
                        served_or_refused(http.request("GET", "/zoom?block=0-7", token), secret),
                        served_or_refused(http.request("GET", "/export", token), secret)]
@@ -123,6 +140,7 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
     server.start(same_port=True)
     http = Http(server.url)
     assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 0
+    assert http.ok("POST", "/recall", token, json=word)["total"] == 0
     server.stop()
     checked = verify(server, token)
     assert checked.returncode != 0 and "keys of erased memories #5 are back" in checked.stdout, checked.stdout

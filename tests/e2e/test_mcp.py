@@ -19,8 +19,8 @@ from tests.mcp_session import Session, call_line, run_session
 pytestmark = pytest.mark.slow
 
 TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
-         "recall": {"q", "before"}, "zoom": {"block"}, "forget": {"block"}}
-REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": {"q"}, "zoom": {"block"}, "forget": {"block"}}
+         "recall": {"q", "before", "words"}, "zoom": {"block"}, "forget": {"block"}}
+REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": set(), "zoom": {"block"}, "forget": {"block"}}
 def prompt_body(prompt: str) -> list[str]:
     """A nap prompt up to its first order, the one that answers it."""
     lines = prompt.rstrip("\n").splitlines()
@@ -85,6 +85,14 @@ def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, 
         assert shown[:-2] == cut["matches"]
         assert shown[-2:] == [f"3 matches. The newest {len(cut['matches'])} are shown; the command below fetches "
                               "the older ones.", f'Call: recall(q="<the same regex>", before={cut["more"]})']
+        # recall by words: best first, folded, and the call for the next page names the server's cursor.
+        words = http.ok("POST", "/recall", token, json={"words": "TEAP"})
+        assert words["total"] == 3 and words["more"] is not None
+        shown = (await ok("recall", words="TEAP")).splitlines()
+        assert shown[: len(words["matches"])] == words["matches"]
+        assert shown[-1] == f'Call: recall(words="<the same words>", before="{words["more"]}")'
+        assert (await ok("recall", words="TEAP", before=words["more"])).splitlines()[0] == http.ok(
+            "POST", "/recall", token, json={"words": "teap", "before": words["more"]})["matches"][0]
         http.ok("POST", "/config", token, json={"PART_CHARS": None})
 
         # zoom answers the halves the server names.

@@ -109,6 +109,7 @@ SHELL_CHARS = "'\"$()`\\!%;&|<>*?~#{}[]=-^ aZ9é😀日ع"
 SHELLS = ("sh", "dash", "bash")
 TIMEOUT = 120.0
 PART_CHARS_MAX = 10_000_000
+CURSOR = "w1.8.8.16.8.1100000.3"  # a words page's `more`, put where each printed page names its own
 
 
 def random_hostile(n: int, seed: int = 19) -> list[str]:
@@ -237,6 +238,7 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
     saw("batch", orders(http.ok("POST", "/nap", m.token, json={"batch": 3})["prompt"])[0])
     http.ok("POST", "/config", m.token, json={"PART_CHARS": 40})
     saw("recall page", orders(m.text("POST", "/recall", json={"q": "m"}))[0])
+    saw("words page", orders(m.text("POST", "/recall", json={"words": "m"}))[0])
     # The /init block and the skill.
     block = http.ok("POST", "/init", json={"url": "https://stash.test"})["prompt"]
     skill = SKILL.read_text(encoding="utf-8")
@@ -244,7 +246,8 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
         for command in indented_commands(doc):
             for name, marker in (("note", '/note"'), ("recall", "<regex>"), ("zoom", '/zoom"'),
                                  ("import", '/import"'), ("nap 0-1", "\n0-1 <your line>\n"),
-                                 ("batch 0-1", "<your line for 0-1>"), ("recall page", "<the same regex>")):
+                                 ("batch 0-1", "<your line for 0-1>"), ("recall page", "<the same regex>"),
+                                 ("words", "<words>")):
                 if command.startswith("curl ") and marker in command:
                     saw(name, command)
     # The client, on the same memory.
@@ -253,11 +256,15 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
         saw(name, orders(done.stdout)[-1 if "batch" in name else 0])
     done = subprocess.run(["stash", "recall", "m"], env=m.env, capture_output=True, text=True, timeout=TIMEOUT)
     saw("client recall page", orders(done.stdout)[0])
+    done = subprocess.run(["stash", "recall", "--words", "m"], env=m.env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    saw("client words page", orders(done.stdout)[0])
     fresh = Memory(http, env)
     done = subprocess.run(["stash", "wake"], env=fresh.env, capture_output=True, text=True, timeout=TIMEOUT)
     saw("client note", orders(done.stdout)[0])
     for command in indented_commands(skill):
-        for name, start in (("client recall", "stash recall - <<"), ("client import", "stash import -")):
+        for name, start in (("client recall", "stash recall - <<"), ("client import", "stash import -"),
+                            ("client words", "stash recall --words - <<")):
             if command.startswith(start):
                 saw(name, command)
 
@@ -276,11 +283,17 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
         "client recall": client_module.SHELL.recall(),
         "client recall page": client_module.SHELL.recall(4),
         "client import": "stash import - <<'STASH_END'\nYYYY-MM-DD <one line>\nSTASH_END",
+        "words": instructions.render(instructions.recall_words()),
+        "words page": instructions.render(instructions.recall_words(CURSOR)),
+        "client words": client_module.SHELL.recall_words(),
+        "client words page": client_module.SHELL.recall_words(CURSOR),
     }
     for name, seen in got.items():
         want = canonical[name]
         if "recall page" in name:  # the page printed names its own `before`
             seen = [re.sub(r"before \d+", "before 4", s) for s in seen]
+        if "words page" in name:
+            seen = [re.sub(r"before w1[0-9.-]+", f"before {CURSOR}", s) for s in seen]
         assert set(seen) == {want}, (name, seen, want)
     assert set(got) == set(canonical), set(canonical) - set(got)
     return canonical
@@ -337,13 +350,16 @@ def test_every_printed_template_takes_every_line(http: Http, env: dict[str, str]
     m = Memory(http, env)
     http.ok("POST", "/import", m.token, json={"entries": [{"date": "2024-01-02", "text": t} for t in LINES]})
     for shell, lines in per_shell.items():
-        for name, placeholder in (("recall", "<regex>"), ("recall page", "<the same regex>"), ("zoom", "<lo-hi>")):
-            chosen = lines[:12] if name == "recall" else lines[12:16]
+        for name, placeholder in (("recall", "<regex>"), ("recall page", "<the same regex>"), ("zoom", "<lo-hi>"),
+                                  ("words", "<words>"), ("words page", "<the same words>")):
+            chosen = lines[:12] if name in ("recall", "words") else lines[12:16]
             script = "\necho @@@\n".join(fill(printed[name], placeholder, t) for t in chosen)
             got = run(shell, script, m.env, cwd).stdout.split("@@@\n")
             body = {"zoom": lambda t: {"block": t}, "recall": lambda t: {"q": t},
-                    "recall page": lambda t: {"q": t, "before": 4}}[name]
-            want = [m.text("POST", f"/{name.split()[0]}", json=body(t)) for t in chosen]
+                    "recall page": lambda t: {"q": t, "before": 4}, "words": lambda t: {"words": t},
+                    "words page": lambda t: {"words": t, "before": CURSOR}}[name]
+            path = "/zoom" if name == "zoom" else "/recall"
+            want = [m.text("POST", path, json=body(t)) for t in chosen]
             assert got == want, (shell, name)
 
 
@@ -382,10 +398,13 @@ def test_the_client_templates_take_every_line(http: Http, env: dict[str, str], p
         got = run(shell, fill(printed["client recall"], "<regex>", t), m.env, cwd).stdout
         assert got == subprocess.run(["stash", "recall", "--", t], env=m.env, capture_output=True, text=True,
                                      timeout=TIMEOUT).stdout, shell
+        got = run(shell, fill(printed["client words"], "<words>", t), m.env, cwd).stdout
+        assert got == subprocess.run(["stash", "recall", "--words", "--", t], env=m.env, capture_output=True,
+                                     text=True, timeout=TIMEOUT).stdout, shell
 
 
 @pytest.mark.parametrize("name", ["note", "nap 0-1", "recall", "zoom", "import", "client note", "client nap 0-1",
-                                  "client recall", "client import"])
+                                  "client recall", "client import", "words", "client words"])
 def test_a_line_equal_to_the_delimiter_is_harmless(name: str, http: Http, env: dict[str, str],
                                                    printed: dict[str, str], tmp_path: Path) -> None:
     """The one line no note, summary or pattern accepts, pasted anyway: where
@@ -398,7 +417,7 @@ def test_a_line_equal_to_the_delimiter_is_harmless(name: str, http: Http, env: d
     m.import_(2)
     before = http.ok("GET", "/wake", m.token)
     template = printed[name].replace("YYYY-MM-DD", dt.datetime.now(dt.UTC).date().isoformat())
-    placeholder = next(p for p in ("<one line>", "<your line>", "<regex>", "<lo-hi>") if p in template)
+    placeholder = next(p for p in ("<one line>", "<your line>", "<regex>", "<lo-hi>", "<words>") if p in template)
     shell = SHELLS[len(name) % len(SHELLS)]
     if True:
         done = run(shell, fill(template, placeholder, DELIMITER), m.env, tmp_path / "cwd")

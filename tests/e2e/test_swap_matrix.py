@@ -87,6 +87,8 @@ class History:
             http.ok("POST", "/nap", self.writer, json={"block": block, "text": text})
         http.ok("POST", "/config", self.writer, json={"WAKE_LINES": 77})
         assert http.ok("POST", "/recall", self.writer, json={"q": self.erased})["total"] == 1  # the recall cache
+        self.erased_word = self.erased.split("-")[1].upper()  # the erased memory's own word, as typed
+        assert http.ok("POST", "/recall", self.writer, json={"words": self.erased_word})["total"] == 1  # word index
         self.base = base_key(server, first_owner)
         self.copies = {"notes": live_copy(self.folder, tmp / "notes")}
 
@@ -95,6 +97,7 @@ class History:
             block = http.ok("POST", "/nap", self.writer, json={})["nap"]["block"]
             http.ok("POST", "/nap", self.writer, json={"block": block, "text": f"rewritten {block}"})
         http.ok("POST", "/recall", self.writer, json={"q": "plain"})
+        assert http.ok("POST", "/recall", self.writer, json={"words": self.erased_word})["total"] == 0
         self.copies["erased"] = live_copy(self.folder, tmp / "erased")
 
         # A second history of the same user, forked here.
@@ -241,6 +244,8 @@ def check(h: History, http: Http, touched: dict[str, str]) -> bool:
         assert cfg["sizes"]["WAKE_LINES"] == {"notes": 77, "erased": 77, "fork": 66}.get(whole or "", 55), cfg
     answer(http.request("POST", "/recall", h.owner, json={"q": h.erased}))
     answer(http.request("POST", "/recall", h.writer, json={"q": "forked|foreign|erased|quotes"}))
+    found = answer(http.request("POST", "/recall", h.owner, json={"words": h.erased_word}))
+    assert found is None or found["total"] == 0, found  # no old word index piece opens again
     answer(http.get("/zoom?block=4-7", h.owner))
     answer(http.get("/export", h.owner))
     answer(http.get("/wake", h.writer))

@@ -1,0 +1,130 @@
+"""One piece of the word index, as bytes (docs/DESIGN.md, "Word search").
+
+A piece covers a run of at most 65,536 memories (the service uses the recall
+cache's pieces of 4,096) and holds, for the folded words of their text
+(:func:`stash.core.words.words`):
+
+* the distinct words, sorted by their UTF-8 bytes and joined by ``\\n``;
+* for each word, the positions (offsets in the piece) of the memories that
+  hold it, in one array, word after word, each memory listed once per word;
+* for each memory, how many words its text holds (0 for one erased or absent).
+
+Words sorted by bytes put every word a query word prefixes in one run
+(UTF-8 sorts as code points do, and no UTF-8 byte is 0xFF, so the run ends
+before ``word + b"\\xff"``), and their postings are then one slice of the
+array: :meth:`PieceIndex.span`.
+
+Layout: ``b"WP2"``, then five little-endian uint32 (word count, bytes of the
+joined words, postings count, memories holding a word, words in all), the
+joined words (each preceded by ``\n``), ``word count`` uint32 offsets of the
+words' ``\n`` in the joined words, ``word count + 1`` uint32 starts into the
+postings, the postings as uint16, then one uint16 length per memory to the
+end. A lookup never splits the words: the first and last word a prefix
+starts are the first and last ``\n + prefix`` in the joined words (they
+are contiguous), found by ``bytes.find`` and ``rfind``.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from array import array
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from .words import words
+
+MAGIC = b"WP2"
+_HEAD = struct.Struct("<3sIIIII")
+MAX_MEMORIES = 1 << 16
+
+
+class BadPiece(ValueError):
+    """Bytes that are not a word piece (never expected from a sealed piece)."""
+
+
+def _le(values: array[int]) -> bytes:
+    if sys.byteorder == "big":
+        values = array(values.typecode, values)
+        values.byteswap()
+    return values.tobytes()
+
+
+def _from_le(typecode: str, data: bytes) -> array[int]:
+    out = array(typecode)
+    if len(data) % out.itemsize:
+        raise BadPiece("truncated word piece")
+    out.frombytes(data)
+    if sys.byteorder == "big":
+        out.byteswap()
+    return out
+
+
+def build(texts: Sequence[str | None]) -> bytes:
+    """The piece of memories ``texts`` (offset k holds memory k's text, or
+    None for one that is erased)."""
+    if len(texts) > MAX_MEMORIES:
+        raise ValueError("a word piece holds at most 65,536 memories")
+    postings: dict[str, list[int]] = {}
+    lengths = array("H")
+    for k, text in enumerate(texts):
+        ws = words(text) if text is not None else []
+        lengths.append(min(len(ws), 0xFFFF))
+        for w in dict.fromkeys(ws):
+            postings.setdefault(w, []).append(k)
+    encoded = sorted((w.encode("utf-8"), ids) for w, ids in postings.items())
+    joined = b"".join(b"\n" + w for w, _ in encoded)
+    at = array("I")
+    pos = 0
+    for key, _ in encoded:
+        at.append(pos)
+        pos += len(key) + 1
+    starts = array("I", [0])
+    flat = array("H")
+    for _, ids in encoded:
+        flat.extend(ids)
+        starts.append(len(flat))
+    held = len(lengths) - lengths.count(0)
+    return (_HEAD.pack(MAGIC, len(encoded), len(joined), len(flat), held, sum(lengths)) + joined + _le(at)
+            + _le(starts) + _le(flat) + _le(lengths))
+
+
+class PieceIndex:
+    """A piece read back: look a query word up with :meth:`span`. ``held``
+    is how many of its memories hold a word, ``words`` their words in all."""
+
+    __slots__ = ("at", "held", "joined", "lengths", "postings", "starts", "words")
+
+    def __init__(self, data: bytes) -> None:
+        if len(data) < _HEAD.size:
+            raise BadPiece("short word piece")
+        magic, n, joined, flat, self.held, self.words = _HEAD.unpack_from(data)
+        if magic != MAGIC:
+            raise BadPiece("not a word piece")
+        pos = _HEAD.size
+        self.joined = data[pos : pos + joined]
+        pos += joined
+        self.at = _from_le("I", data[pos : pos + 4 * n])
+        pos += 4 * n
+        self.starts = _from_le("I", data[pos : pos + 4 * (n + 1)])
+        pos += 4 * (n + 1)
+        self.postings = _from_le("H", data[pos : pos + 2 * flat])
+        pos += 2 * flat
+        self.lengths = _from_le("H", data[pos:])
+        if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
+                or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)):
+            raise BadPiece("inconsistent word piece")
+
+    def span(self, word: bytes) -> tuple[int, int]:
+        """The slice of :attr:`postings` listing the memories that hold a
+        word ``word`` (folded, UTF-8) is a prefix of."""
+        key = b"\n" + word
+        first = self.joined.find(key)
+        if first < 0:
+            return 0, 0
+        last = self.joined.rfind(key)
+        lo = bisect_left(self.at, first)
+        hi = bisect_left(self.at, last) + 1
+        if lo >= len(self.at) or self.at[lo] != first or self.at[hi - 1] != last:
+            raise BadPiece("inconsistent word piece")
+        return self.starts[lo], self.starts[hi]

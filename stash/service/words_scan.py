@@ -1,0 +1,308 @@
+"""A words recall over the whole log (docs/DESIGN.md, "Word search").
+
+The log ``[0, T)`` is read as word-index pieces (:mod:`stash.core.word_piece`)
+of 4,096 memories, then of 512 after the last of those: from the sealed word
+index (:mod:`stash.storage.wordcache`) when it is on and a piece opens, else
+built from the log (and written back when the index is on); the fewer than
+512 memories after the last complete piece are built from the log on the
+spot. Two passes:
+
+1. every piece, each query word: the postings slice of the words it
+   prefixes. This gives each word's document frequency over ``[0, T)``, the
+   number of matches and the statistics of :class:`stash.core.words.Stats`.
+2. scoring, rarest word first: the memories holding the rarest words are
+   scored exactly (:func:`stash.core.words.score`); a memory holding only
+   more common words cannot score above what those words alone can reach,
+   so once enough memories beat that bound for a full page, the rest is
+   never scored. Otherwise every match is scored.
+
+Then the page: the best matches after the cursor (:class:`Cursor`), best
+first, their lines read from the log, as many as fit in ``part_bytes``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..core import word_piece, words
+from ..core.words import Cursor, Query, Stats
+from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
+from ..storage.scancache import PIECE, WRITE_PIECES
+from ..storage.wordcache import WordCache, WordTail
+
+MIN_LINE_COST = len("#0 2026-01-01 x\n")
+"""The fewest bytes a rendered memory line costs, newline included."""
+
+
+_INDEX = [True]  # the server's --word-index, set once at start-up by use_index()
+
+
+def use_index(on: bool) -> None:
+    """Whether searches keep and read the sealed word index (``--word-index``)."""
+    _INDEX[0] = on
+
+
+class TooSlow(Exception):
+    """The search ran past its deadline."""
+
+
+BUILD_SECONDS_PER_MEMORY = 100e-6
+"""What building the word index of one memory from the log may add to a
+search's time bound: the first search of a large log builds its index
+(about 25 µs a memory on a quiet core), which the bound must not cut short
+again and again; the rest of the search keeps the bound it was given."""
+
+
+class Clock:
+    """A search's deadline, extended by what building index pieces may take."""
+
+    def __init__(self, deadline: float) -> None:
+        self.end = deadline
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise TooSlow
+
+    def built(self, memories: int) -> None:
+        self.end += memories * BUILD_SECONDS_PER_MEMORY
+
+
+@dataclass
+class Found:
+    lines: list[str]
+    scores: list[int]
+    total: int
+    more: Cursor | None
+    cut: bool = False  # a match was left out because its line alone is longer than the page
+
+
+def _texts(mf: MemoryFile, lines: list[str], first: int) -> list[str | None]:
+    erased = mf.erased_ids
+    return [None if first + k in erased else line.split(" ", 2)[2] for k, line in enumerate(lines)]
+
+
+def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
+    if lo % SCAN_BATCH:
+        erased = mf.erased_ids
+        return word_piece.build([None if i in erased else text for i, _, text in mf.memories(lo, hi)])
+    lines = [line for batch in mf.scan(hi, lo) for line in batch]
+    return word_piece.build(_texts(mf, lines, lo))
+
+
+def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached: bool,
+            clock: Clock) -> Iterator[tuple[int, word_piece.PieceIndex]]:
+    """``(first memory, word piece)`` for the pieces of ``kind``'s size
+    numbered ``stop - 1`` down to ``start``: from the word index when
+    ``cached`` and a piece opens, else built from the log (and then written
+    back when ``cached``)."""
+    size = kind.size
+    if not cached:
+        for piece in range(stop - 1, start - 1, -1):
+            clock.check()
+            clock.built(size)
+            yield piece * size, word_piece.PieceIndex(_from_log(mf, piece * size, (piece + 1) * size))
+        return
+    fk = mf.file_keys()
+    cache = kind(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
+    built: dict[int, bytes] = {}
+    try:
+        for piece, plain in cache.pieces(stop, start):
+            clock.check()
+            idx = None
+            if plain is not None:
+                try:
+                    idx = word_piece.PieceIndex(plain)
+                except word_piece.BadPiece:  # sealed by an older layout: rebuilt like a missing one
+                    idx = None
+            if idx is None:
+                clock.built(size)
+                plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
+                idx = word_piece.PieceIndex(plain)
+                if len(built) >= WRITE_PIECES:
+                    cache.store(built)
+                    built.clear()
+            yield piece * size, idx
+        cache.store(built)
+        built.clear()
+        if isinstance(cache, WordTail):
+            cache.drop_below(start)
+    finally:
+        if built:  # a deadline cut the walk: keep what was built for the next search
+            cache.store(built)
+        cache.close()
+
+
+def _lines(mf: MemoryFile, ids: list[int], gap: int = 1) -> dict[int, str]:
+    """The rendered lines of memories ``ids``, read a run at a time: ids
+    closer than ``gap`` are read as one range (a row read costs less than a
+    separate call)."""
+    out: dict[int, str] = {}
+    todo = sorted(set(ids))
+    k = 0
+    while k < len(todo):
+        j = k
+        while j + 1 < len(todo) and todo[j + 1] - todo[j] <= gap:
+            j += 1
+        want = set(todo[k : j + 1])
+        for i, date, text in mf.memories(todo[k], todo[j] + 1):
+            if i in want:
+                out[i] = f"#{i} {date} {text}"
+        k = j + 1
+    return out
+
+
+class _Scorer:
+    """:func:`stash.core.words.score`, with the part that depends only on a
+    memory's length computed once per length."""
+
+    def __init__(self, stats: Stats, weights: list[float]) -> None:
+        self.stats, self.weights = stats, weights
+        self.avg = stats.length / stats.n if stats.n and stats.length else 1.0
+        self.bound = sum(weights) * (words.K1 + 1)
+        self._single: dict[tuple[int, int], int] = {}
+
+    def score(self, mask: int, tfs: list[int], length: int) -> int:
+        """The score of a memory holding the words of ``mask`` (bit j: query
+        word j), ``tfs`` their frequencies (all 1 may be passed as ``[]``)."""
+        if not tfs:
+            key = (mask, length)
+            got = self._single.get(key)
+            if got is None:
+                ones = [1 if mask >> j & 1 else 0 for j in range(len(self.weights))]
+                got = self._single[key] = words.score(self.stats, self.weights, ones, length)
+            return got
+        return words.score(self.stats, self.weights, tfs, length)
+
+
+Found_ = tuple[int, word_piece.PieceIndex, list[tuple[int, int]], list[set[int]]]
+"""A piece holding matches: its first memory, its index, each query word's
+postings slice and the set of its offsets."""
+
+
+def _rank(found: list[Found_], stats: Stats, k: int,
+          room: int, after: tuple[int, int] | None, clock: Clock) -> dict[int, int]:
+    """The scores, by id, of enough matches to fill a page after ``after``: all
+    of the best ``room`` of them, in no order (no page holds ``room`` lines).
+
+    First the memories holding every word (they outrank all others): set
+    intersections, scored by length. If ``room`` of them lie after the
+    cursor, nothing else can reach the page. Otherwise the others, rarest
+    word first: once ``room`` scored memories beat what a memory holding only
+    the words not yet looked at could reach, the rest is never scored."""
+    weights = stats.weights()
+    scorer = _Scorer(stats, weights)
+    full = (1 << k) - 1
+    whole = sum(weights)
+    out: dict[int, int] = {}
+
+    def ahead(limit: float) -> int:
+        return sum(1 for i, s in out.items() if s > limit and (after is None or (s, i) < after))
+
+    # The pieces' postings: each word's memories, and their frequencies only where a prefix names two words.
+    sets: list[tuple[int, word_piece.PieceIndex, list[set[int]], list[Counter[int] | None]]] = []
+    by_length: list[int] = []  # the score of a memory holding every word once, by its length
+    for base, idx, spans, held in found:
+        clock.check()
+        tfs = [Counter(idx.postings[a:b]) if b - a != len(h) else None for (a, b), h in zip(spans, held)]
+        sets.append((base, idx, held, tfs))
+        every = set.intersection(*held)
+        if not every:
+            continue
+        lengths = idx.lengths
+        if any(c is not None for c in tfs):
+            for off in every:
+                tf = [c[off] if c is not None else 1 for c in tfs]
+                out[base + off] = scorer.score(full, tf, lengths[off])
+            continue
+        top = max(lengths[off] for off in every)
+        while len(by_length) <= top:
+            by_length.append(scorer.score(full, [], len(by_length)))
+        out.update({base + off: by_length[lengths[off]] for off in every})
+    if ahead(words.SCALE - 1) >= room or k == 1:
+        return out
+    order = sorted(range(k), key=lambda j: -weights[j])
+    for done in range(1, k + 1):
+        clock.check()
+        j = order[done - 1]
+        for base, idx, held, tfs in sets:
+            lengths = idx.lengths
+            for off in held[j]:
+                i = base + off
+                if i in out:
+                    continue
+                mask = 0
+                for m in range(k):
+                    if off in held[m]:
+                        mask |= 1 << m
+                multi = any(tfs[m] is not None for m in range(k) if mask >> m & 1)
+                tf = [(tfs[m][off] if tfs[m] is not None else 1) if mask >> m & 1 else 0  # type: ignore[index]
+                      for m in range(k)] if multi else []
+                out[i] = scorer.score(mask, tf, lengths[off])
+        # What a memory holding none of the words looked at so far could reach (below 1: it misses some).
+        reach = sum(weights[m] for m in order[done:]) / whole * words.SCALE if whole else 0.0
+        if done < k and ahead(reach) >= room:
+            break
+    return out
+
+
+def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, cursor: Cursor | None = None,
+           *, cached: bool | None = None) -> Found:
+    """The page of the words search ``query`` after ``cursor`` (default: the
+    first page, over the whole log). Raises TooSlow past ``deadline``."""
+    cached = _INDEX[0] if cached is None else cached
+    clock = Clock(deadline)
+    T = mf.count() if cursor is None else cursor.T
+    k = len(query.words)
+    keys = [w.encode("utf-8") for w in query.words]
+    # Pass 1: each piece's postings slices, the document frequencies, the matches.
+    pieces = T // PIECE
+    found: list[Found_] = []
+    dfs = [0] * k
+    n = length = total = 0
+    # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
+    tails = T // WordTail.size
+    rest = tails * WordTail.size
+    sources = [(rest, word_piece.PieceIndex(_from_log(mf, rest, T)))] if rest < T else []
+    walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, clock),
+                            _pieces(mf, WordCache, pieces, 0, cached, clock))
+    for base, idx in walks:
+        spans = [idx.span(key) for key in keys]
+        sets = [set(idx.postings[a:b]) for a, b in spans]
+        held = set().union(*sets)
+        for j, ids in enumerate(sets):
+            dfs[j] += len(ids)
+        total += len(held)
+        n += idx.held
+        length += idx.words
+        if held:
+            found.append((base, idx, spans, sets))
+    stats = cursor.stats if cursor is not None else Stats(n, length, tuple(dfs))
+    # Pass 2: score, most-word memories first, then rarest words first, until no unscored memory can reach
+    # the page.
+    after = None if cursor is None else (cursor.score, cursor.id)
+    room = part_bytes // MIN_LINE_COST + 1  # no page holds this many lines
+    scored = _rank(found, stats, k, room, after, clock)
+    ranked = heapq.nlargest(room + 1, ((s, i) for i, s in scored.items() if s and (after is None or (s, i) < after)))
+    lines: list[str] = []
+    scores: list[int] = []
+    used = 0
+    rendered: dict[int, str] = {}
+    for k, (s, i) in enumerate(ranked):
+        if i not in rendered:  # the next lines, a few hundred at a time: a page is read, never the whole ranking
+            rendered = _lines(mf, [j for _, j in ranked[k : k + 256]])
+        line = rendered[i]
+        cost = len(line.encode("utf-8")) + 1
+        if used + cost > part_bytes:
+            break
+        lines.append(line)
+        scores.append(s)
+        used += cost
+    more = None
+    if len(lines) < len(ranked) and lines:
+        more = Cursor(T, stats, scores[-1], ranked[len(lines) - 1][1])
+    return Found(lines, scores, total, more, cut=bool(ranked) and not lines)
