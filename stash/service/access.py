@@ -45,6 +45,14 @@ RANK = {"read": 0, "full": 1, "owner": 2}
 FLUSH_LOCK_SECONDS = 5.0  # how long an erasure's flush waits for this user's requests in progress to end
 
 
+def _parsed(token: str | tokens.Token | None) -> tokens.Token | None:
+    """A token as parsed (:func:`tokens.parse`): its text is parsed here, a
+    :class:`tokens.Token` the edge parsed already is taken as it is."""
+    if isinstance(token, tokens.Token):
+        return token
+    return tokens.parse(token) if token else None
+
+
 def capability_key(secret: bytes) -> bytes:
     """Derived from a token's secret, which is never stored: seals what only
     that capability may read back (the record of a minted token, a rotation's
@@ -370,13 +378,13 @@ class Vault:
         except (StashError, MissingFile):
             return session.keyring.flush()
 
-    def replay_rotation(self, token_text: str | None, key: str) -> dict | None:
+    def replay_rotation(self, token_text: str | tokens.Token | None, key: str) -> dict | None:
         """The recorded answer of a rotation this (now revoked) owner token
         asked for with Idempotency-Key ``key``, or None: so a rotation whose
         answer was lost, by a dropped connection or a crash after it
         committed, is delivered by resending it (idempotency.rotation_replay).
         The key ring's WAL flush is tried again, as the first answer did."""
-        token = tokens.parse(token_text) if token_text else None
+        token = _parsed(token_text)
         if token is None:
             return None
         files = UserFiles(self.data_dir, token.user_id)
@@ -408,10 +416,12 @@ class Vault:
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 
-    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, UserFiles, Keyring, Grant]:
+    def _authenticate(self, token_text: str | tokens.Token | None) -> tuple[tokens.Token, UserFiles, Keyring, Grant]:
         """Token to (token, files, key ring, grant) — or 401 without any key
-        work: checksum, then the user's folder, then the grant's tag."""
-        token = tokens.parse(token_text) if token_text else None
+        work: checksum, then the user's folder, then the grant's tag. A token
+        the HTTP edge parsed already is taken as it is (its checksum was
+        checked there), so a request parses its token and derives its tag once."""
+        token = _parsed(token_text)
         if token is None:
             raise Unauthorized()
         files = UserFiles(self.data_dir, token.user_id)
@@ -425,7 +435,7 @@ class Vault:
             err = storage_error(exc, self.data_dir)
             raise err or Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
         try:
-            grant = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+            grant = ring.find(token.tag)
         except Exception as exc:
             ring.close()
             err = storage_error(exc, self.data_dir)
@@ -467,20 +477,21 @@ class Vault:
         try:
             return ring.open_grant(grant, token.secret), grant
         except (StaleGrant, aead.Unsealable):
-            again = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+            again = ring.find(token.tag)
             if again is None or again.wrapped is None:
                 raise StaleGrant() from None  # revoked meanwhile: refused as a revoked token is
             if again == grant:
                 raise
         return ring.open_grant(again, token.secret), again
 
-    def check_token(self, token_text: str | None) -> None:
+    def check_token(self, token_text: str | tokens.Token | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
         _, _, ring, _ = self._authenticate(token_text)
         ring.close()
 
     @contextlib.contextmanager
-    def session(self, token_text: str | None, need: str, pin: Head | None = None) -> Iterator[Session]:
+    def session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None = None
+                ) -> Iterator[Session]:
         """An authenticated session. A storage failure inside it (a full disk,
         a read-only folder, an unreadable file) becomes the refusal that says
         so, never a bare 500."""
@@ -496,7 +507,7 @@ class Vault:
             raise err from None
 
     @contextlib.contextmanager
-    def _session(self, token_text: str | None, need: str, pin: Head | None) -> Iterator[Session]:
+    def _session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None) -> Iterator[Session]:
         token, files, ring, grant = self._authenticate(token_text)
         try:
             try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core.errors import Unauthorized
 from ..crypto.chain import Head
+from ..crypto.tokens import Token
 from . import audit, idempotency, quotas
 from .access import Session, Vault
 
@@ -75,10 +76,10 @@ class Limits:
     bytes: int
 
 
-def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects, route: str,
+def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: Effects, route: str,
             fields: dict[str, Any], key: str | None, limits: Limits, handler: Handler,
             context: Any = None, sent: dict[str, Any] | None = None) -> Outcome:
-    """Authenticate ``token`` for ``effects.scope``, then run ``handler``
+    """Authenticate ``token`` (its text, or as the edge parsed it) for ``effects.scope``, then run ``handler``
     with the session, the parsed fields and ``context`` as declared. An
     Idempotency-Key's record is of ``route`` and ``sent`` (the body as sent;
     by default ``fields``).

@@ -37,6 +37,7 @@ from .jsonio import BODY_CAP, IMPORT_BODY_CAP, JSON, NAP_BODY_CAP, parse_int, pr
 from .routespec import SECURED, Fields, Special
 from .schemas import Schema
 
+PARSED_TOKEN = "stash.token"  # noqa: S105 - a scope key: the request's token as _precheck parsed it (scope key), for perform()
 _TOKEN_WORDS = {"token", "access_token", "auth", "authorization", "key", "api_key", "bearer"}
 
 
@@ -152,7 +153,8 @@ async def _precheck(request: Request, spec: RouteSpec) -> None:
     verdict: bool | None = False
     if parsed is not None:
         request.scope["stash.user"] = parsed.user_id
-        tag = tokens.lookup_tag(parsed.user_id, parsed.secret)
+        request.scope[PARSED_TOKEN] = parsed  # the full check reuses it: parsed and derived once a request
+        tag = parsed.tag
         verdict = vault.tags.verdict(parsed.user_id, tag)
         if verdict is None:  # the first request for this user in this process, or its grants changed
             # A small body is taken in before the hop to a thread: a client that sent its whole request
@@ -305,7 +307,7 @@ class RouteSpec:
         route = f"{self.method} {self.path.format(**params)}"
         settings = request.app.state.settings
         limits = Limits(settings.quota_memories, settings.quota_bytes)
-        token = bearer(request)
+        token: str | tokens.Token | None = request.scope.get(PARSED_TOKEN) or bearer(request)
         try:
             done = await run_in_threadpool(operation.perform, request.app.state.vault, token, _pin(request),
                                            self.effects, route, fields, key, limits, self.handler,
