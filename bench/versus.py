@@ -249,9 +249,11 @@ def report(rows: list[tuple[int, dict, dict]], argv: list[str]) -> str:
         out += [f"## T = {T:,}", "",
                 f"Disk: Stash store {info['stash_bytes'] / T:.0f} bytes per memory "
                 f"({info['stash_bytes'] / 2**20:.0f} MiB), OptMem folder {info['memo_bytes'] / T:.0f} bytes per "
-                f"memory ({info['memo_bytes'] / 2**20:.0f} MiB). First recall after the build (fills the recall "
-                f"cache; httpx, not curl): {res['first_recall']:.2f} s. Matches: "
-                + ", ".join(f"{op} {n:,}" for op, n in res["recalls"].items()) + ".", "",
+                f"memory ({info['memo_bytes'] / 2**20:.0f} MiB). "
+                + (f"First recall after the build (fills the recall cache; httpx, not curl): "
+                   f"{res['first_recall']:.2f} s. Matches: "
+                   + ", ".join(f"{op} {n:,}" for op, n in res["recalls"].items()) + "."
+                   if res["recalls"] else "No recall timed (`--recall-reps 0`)."), "",
                 "| call | n | Stash (curl) median | × `curl /health` | memo stand-in median | Stash / memo | CPU: "
                 "Stash (curl + server) / memo, mean | CPU ratio |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|"]
