@@ -20,6 +20,7 @@ import secrets
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 PREFIX = "stash1"
 USER_ID_HEX = 16
@@ -70,6 +71,13 @@ class Token:
 
     def __repr__(self) -> str:  # a token must never reach a log through repr()
         return f"Token(user_id={self.user_id!r}, secret=<hidden>)"
+
+    @cached_property
+    def tag(self) -> bytes:
+        """This token's lookup tag (:func:`lookup_tag`), derived on first use
+        and kept with the parsed token: a request parses its token once and
+        every check of it (the tag index, the grant's row) reuses this one."""
+        return lookup_tag(self.user_id, self.secret)
 
 
 def new_user_id(prefixes: Sequence[str] = ()) -> str:

@@ -483,8 +483,41 @@ def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
 
 def new_pool(idle_seconds: float, max_idle: int = MAX_IDLE) -> Pool:
     """A pool that keeps connections idle ``idle_seconds`` (0: none) and
-    closes them as this module does; its owner closes it."""
+    closes them as this module does; its owner closes it. The page caches of
+    this process's connections are held to :data:`HEAP_BYTES` together from
+    then on (:func:`limit_page_caches`)."""
+    if idle_seconds > 0 and max_idle > 0:
+        limit_page_caches(HEAP_BYTES)
     return Pool(idle_seconds, max_idle, closer=_pool_closer)
+
+
+HEAP_BYTES = 32 * 2**20
+"""What SQLite may hold on the heap in a server process, page caches above
+all, in each of the two SQLite libraries it loads (SQLCipher's and the
+standard library's). Without it each of up to MAX_IDLE kept connections
+grows its own cache to CACHE_KIB as its memory is used, and a worker's RSS
+rose for the whole of a 10-minute load run (bench/README.md, issue 27)."""
+
+
+def limit_page_caches(limit: int) -> None:
+    """Set SQLite's soft heap limit, process-wide, in each SQLite library this
+    process uses: past it a connection recycles its own least recently used
+    clean pages instead of allocating new ones, so the sum of the caches
+    stops growing (what a page holds is read again from the file). Nothing a
+    connection reads or writes depends on it."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        conn.execute(f"PRAGMA soft_heap_limit = {int(limit)}")
+    finally:
+        conn.close()
+    if _sqlcipher is not None:
+        with SQLCIPHER_OPEN_CLOSE:
+            other = _sqlcipher.connect(":memory:")
+        try:
+            other.execute(f"PRAGMA soft_heap_limit = {int(limit)}")
+        finally:
+            with SQLCIPHER_OPEN_CLOSE:
+                other.close()
 
 
 def _refuse_empty(path: Path) -> None:
