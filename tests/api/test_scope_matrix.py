@@ -142,6 +142,9 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "POST /shape": lambda w, s: ("POST", "/shape", {"T": 10, "lines": 4}),
     "GET /metrics": lambda w, s: ("GET", "/metrics", None),
     "GET /": lambda w, s: ("GET", "/", None),
+    "GET /console": lambda w, s: ("GET", "/console", None),
+    "GET /console.js": lambda w, s: ("GET", "/console.js", None),
+    "GET /console.css": lambda w, s: ("GET", "/console.css", None),
 }
 
 
