@@ -97,3 +97,37 @@ def landing_page(address: str) -> tuple[str, dict[str, str]]:
         "Cache-Control": "no-cache",
     }
     return text, headers
+
+
+CONSOLE_CSP = "; ".join([
+    "default-src 'none'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "connect-src 'self'",
+    "img-src 'self' data:",
+    "base-uri 'none'",
+    "form-action 'none'",
+    "frame-ancestors 'none'",
+])
+"""The owner console's policy: its one script and one style sheet come from this server, nothing runs
+inline (so a text that reached the page as markup could not run), it talks to this server only, and no
+other page may frame it (a framing page could overlay the token field)."""
+
+
+@cache
+def _console_file(name: str) -> str:
+    return (_PKG / "web" / "console" / name).read_text(encoding="utf-8")
+
+
+def console_asset(name: str) -> tuple[str, dict[str, str]]:
+    """One file of the owner console and the headers every one of them is served with. The page holds no
+    data of its own, so it may be cached; no-store keeps a shared cache from keeping even that."""
+    headers = {
+        "Content-Security-Policy": CONSOLE_CSP,
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "no-referrer",
+        "Cross-Origin-Opener-Policy": "same-origin",
+        "Cache-Control": "no-store",
+    }
+    return _console_file(name), headers

@@ -846,3 +846,25 @@ MEMORY_PATHS = ("/wake", "/note", "/nap", "/recall", "/zoom", "/forget", "/confi
                 "/erasures", "/skill", "/reference", "/health")
 ROUTES.extend([_replace(r, path=MEMORY_PREFIX + r.path, under=True) for r in list(ROUTES)
                if r.path in MEMORY_PATHS])
+@route("GET", "/console", "public", "The owner console: a page for an owner token",
+       answer=string("The owner console's page."), media="text/html",
+       description="The owner's page: memories, grants, audit trail, erasure receipts and wake shapes, and the "
+                   "owner's actions. The owner token is pasted into the page and kept in its memory only. Public "
+                   "(it holds no data; every datum comes from the owner routes, with the token).")
+async def console(f: Args, call: Call) -> Response:
+    text, headers = pages.console_asset("console.html")
+    return HTMLResponse(text, headers=headers)
+
+
+@route("GET", "/console.js", "public", "The owner console's script", answer=string("JavaScript."),
+       media="text/javascript")
+async def console_script(f: Args, call: Call) -> Response:
+    text, headers = pages.console_asset("console.js")
+    return Response(text, media_type="text/javascript; charset=utf-8", headers=headers)
+
+
+@route("GET", "/console.css", "public", "The owner console's style sheet", answer=string("CSS."),
+       media="text/css")
+async def console_style(f: Args, call: Call) -> Response:
+    text, headers = pages.console_asset("console.css")
+    return Response(text, media_type="text/css; charset=utf-8", headers=headers)

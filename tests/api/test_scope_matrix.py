@@ -153,6 +153,9 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "DELETE /memories/{name}": lambda w, s: ("DELETE", f"/memories/{w.fresh_memory(s)}", None),
     "POST /memories/{source}/fork": lambda w, s: ("POST", "/memories/main/fork", {"name": f"f{os.urandom(4).hex()}"}),
     "POST /memories/erase": lambda w, s: ("POST", "/memories/erase", {"q": "nothing-matches-this", "dry_run": True}),
+    "GET /console": lambda w, s: ("GET", "/console", None),
+    "GET /console.js": lambda w, s: ("GET", "/console.js", None),
+    "GET /console.css": lambda w, s: ("GET", "/console.css", None),
 }
 
 

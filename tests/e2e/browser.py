@@ -53,7 +53,8 @@ class Console:
 
 
 class Chromium:
-    def __init__(self, binary: str, profile: Path, width: int = 1000, height: int = 900) -> None:
+    def __init__(self, binary: str, profile: Path, width: int = 1000, height: int = 900,
+                 flags: tuple[str, ...] = ()) -> None:
         to_chrome, self._to_chrome_w = os.pipe()
         self._from_chrome_r, from_chrome = os.pipe()
         # The child's ends go above 9 first, so moving them onto 3 and 4 (where
@@ -62,7 +63,7 @@ class Chromium:
         os.close(to_chrome)
         os.close(from_chrome)
         argv = ["/bin/bash", "-c", f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-', binary, *FLAGS,
-                f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"]
+                *flags, f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"]
         self.log = profile.parent / "chromium.log"
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, pass_fds=(r, w), stdin=subprocess.DEVNULL, stdout=out,
@@ -150,6 +151,11 @@ class Chromium:
                     raise BrowserError(f"no {method} within {timeout} s")
                 self._cond.wait(left)
 
+    def seen(self, method: str) -> list[dict]:
+        """The parameters of every event ``method`` received so far and not yet waited for."""
+        with self._cond:
+            return [ev.get("params", {}) for ev in self._events if ev.get("method") == method]
+
     def wait_console(self, text: str, timeout: float = CALL_TIMEOUT) -> str:
         """The first console error containing ``text``, once it has arrived."""
         deadline = time.monotonic() + timeout
@@ -204,6 +210,10 @@ class Chromium:
         base = {"key": key, "code": code, "windowsVirtualKeyCode": key_code}
         self.call("Input.dispatchKeyEvent", {"type": "rawKeyDown", **base})
         self.call("Input.dispatchKeyEvent", {"type": "keyUp", **base})
+
+    def type_text(self, text: str) -> None:
+        """Text typed into whatever has focus, as an input method would commit it."""
+        self.call("Input.insertText", {"text": text})
 
     def click(self, x: float, y: float) -> None:
         """A real left click at page coordinates (CSS pixels of the viewport)."""

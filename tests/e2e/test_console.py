@@ -1,0 +1,293 @@
+"""The owner console in a real headless Chromium against a real ``stash serve``.
+
+One walk through every action the page offers, as an owner would click it,
+with the API's own state checked after each step (through httpx, never through
+the page): sign in, create, mint, revoke, read, erase by id and by words,
+fork, delete, rotate. Then what must never happen: the owner token in any
+storage, cookie, address, request body or log; a memory line or a label run
+as markup. Screenshots at 1280 and 390 pixels wide land in test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from stash.core import blocks
+from tests.e2e.browser import Chromium, chromium_path
+from tests.live import HTTP_TIMEOUT, REPO, Http, Server, start_server
+
+pytestmark = pytest.mark.slow
+
+ARTIFACTS = REPO / "test-artifacts"
+SCRIPT_LINE = "<script>document.title='pwned-script'</script> harbor review moved"
+IMG_LINE = "<img src=x onerror=\"document.title='pwned-img'\"> priya said so"
+HOSTILE_LABEL = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tmp_path_factory.mktemp("console-server"))
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
+    binary = chromium_path()
+    assert binary, "this test needs Debian's chromium package: apt-get install --no-install-recommends chromium"
+    browser = Chromium(binary, tmp_path_factory.mktemp("console-chromium") / "profile", width=1280, height=900)
+    try:
+        browser.open_page()
+        browser.call("Network.enable")
+        yield browser
+    finally:
+        browser.close()
+
+
+def click(page: Chromium, selector: str) -> None:
+    """Focus the control and press Enter on it, as a keyboard user would; it must be focusable and enabled."""
+    page.wait_for(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+                  " return e && !e.disabled && e.offsetParent !== null; }})()")
+    page.js(f"document.querySelector({json.dumps(selector)}).focus()")
+    assert page.js(f"document.activeElement === document.querySelector({json.dumps(selector)})"), selector
+    page.press("Enter", "Enter", 13)
+
+
+def type_into(page: Chromium, selector: str, text: str) -> None:
+    page.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.value = ''; e.focus(); }})()")
+    page.type_text(text)
+
+
+def choose(page: Chromium, selector: str, value: str) -> None:
+    page.wait_for(f"[...document.querySelector({json.dumps(selector)}).options].some(o => o.value === "
+                  f"{json.dumps(value)})")
+    page.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.value = {json.dumps(value)};"
+            " e.dispatchEvent(new Event('change')); }})()")
+
+
+def status(page: Chromium) -> str:
+    return page.js("document.getElementById('status').textContent")
+
+
+def wait_status(page: Chromium, words: str) -> None:
+    page.wait_for(f"document.getElementById('status').textContent.includes({json.dumps(words)})")
+
+
+def memories(http: Http, tok: str) -> dict[str, dict]:
+    return {m["name"]: m for m in http.ok("GET", "/memories", tok)["memories"]}
+
+
+def grants(http: Http, tok: str) -> dict[int, dict]:
+    return {g["id"]: g for g in http.ok("GET", "/grants", tok)["grants"]}
+
+
+def row_count(page: Chromium, table: str) -> int:
+    return page.js(f"document.querySelectorAll('#{table} tbody tr').length")
+
+
+def test_every_console_action_against_a_real_server(served: Server, chrome: Chromium, tmp_path: Path) -> None:
+    page = chrome
+    http = Http(served.url)
+    owner = http.init()["token"]
+    for text in ("first plan: jade over chrome", SCRIPT_LINE, IMG_LINE, "fourth: the Harbor review is Friday"):
+        http.ok("POST", "/note", owner, json={"text": text})
+
+    # Headers: a strict policy on every file of the page.
+    for path in ("/console", "/console.js", "/console.css"):
+        r = httpx.get(served.url + path, timeout=HTTP_TIMEOUT)
+        assert r.status_code == 200, path
+        csp = r.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "default-src 'none'" in csp
+        assert "unsafe-inline" not in csp and "http" not in csp.replace("'self'", "")
+        assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
+    assert "<script>" not in httpx.get(served.url + "/console", timeout=HTTP_TIMEOUT).text.replace(
+        '<script src="/console.js" defer></script>', "")
+
+    page.goto(served.url + "/console")
+    assert page.js("document.getElementById('insecure').hidden")
+    # Every control has a name a screen reader says.
+    unlabelled = page.js("[...document.querySelectorAll('input, select, textarea')].filter(e => "
+                         "!e.labels.length && !e.getAttribute('aria-label')).map(e => e.id)")
+    assert unlabelled == []
+
+    # Sign in by keyboard: the token typed, Enter pressed.
+    type_into(page, "#token", owner)
+    page.press("Enter", "Enter", 13)
+    page.wait_for("!document.getElementById('app').hidden")
+    page.wait_for("document.querySelector('#memories tbody tr[data-memory=\"main\"]')")
+    assert page.js("document.getElementById('token').value") == ""
+
+    # The live shape of main's wake is cover(T, WAKE_LINES).
+    T = memories(http, owner)["main"]["T"]
+    page.wait_for("document.querySelector('svg[data-memory=\"main\"]').getAttribute('data-blocks')")
+    drawn = int(page.js("document.querySelector('svg[data-memory=\"main\"]').getAttribute('data-blocks')"))
+    assert drawn == len(blocks.cover(T, 96))
+
+    # Create a memory.
+    type_into(page, "#create-name", "project-x")
+    click(page, "#create-form button")
+    page.wait_for("document.querySelector('#memories tbody tr[data-memory=\"project-x\"]')")
+    assert memories(http, owner)["project-x"]["T"] == 0
+
+    # Mint an append grant for it, with a hostile label: shown once, with the block.
+    before = set(grants(http, owner))
+    choose(page, "#mint-memory", "project-x")
+    choose(page, "#mint-scope", "append")
+    type_into(page, "#mint-label", HOSTILE_LABEL)
+    click(page, "#mint-form button")
+    page.wait_for("document.getElementById('secret').open")
+    minted = page.js("document.getElementById('secret-token').value")
+    block = page.js("document.getElementById('secret-block').value")
+    assert minted.startswith("stash1_") and "/m/project-x" in block
+    new = set(grants(http, owner)) - before
+    assert len(new) == 1
+    gid = new.pop()
+    g = grants(http, owner)[gid]
+    assert (g["scope"], g["label"], g.get("memory")) == ("append", HOSTILE_LABEL, "project-x")
+    assert http.ok("POST", "/m/project-x/note", minted, json={"text": "a report from CI"})["id"] == 0
+    click(page, "#secret-done")
+    page.wait_for("!document.getElementById('secret').open")
+    assert page.js("document.getElementById('secret-token').value") == ""
+    # The label is text in the grants table, never an element.
+    page.wait_for(f"document.querySelector('#grants tr[data-grant=\"{gid}\"]')")
+    assert page.js("document.querySelectorAll('#grants img').length") == 0
+    assert HOSTILE_LABEL in page.js(f"document.querySelector('#grants tr[data-grant=\"{gid}\"]').textContent")
+
+    # Revoke it: the confirmation names the grant.
+    click(page, f"#grants tr[data-grant=\"{gid}\"] button")
+    page.wait_for("document.getElementById('confirm').open")
+    question = page.js("document.getElementById('confirm-text').textContent")
+    assert f"#{gid}" in question and "append" in question and "project-x" in question
+    click(page, "#confirm-yes")
+    wait_status(page, f"Grant #{gid} revoked")
+    assert grants(http, owner)[gid]["revoked"]
+    assert http.request("POST", "/m/project-x/note", minted, json={"text": "after revocation"}).status_code == 401
+
+    # Read main: memory lines are text, nothing in them runs.
+    click(page, "#memories tr[data-memory=\"main\"] button")
+    page.wait_for("document.getElementById('reader-lines').textContent.includes('harbor review')")
+    reader = page.js("document.getElementById('reader-lines').textContent")
+    assert SCRIPT_LINE in reader and IMG_LINE in reader
+    assert page.js("document.querySelectorAll('#reader-lines script, #reader-lines img').length") == 0
+    assert "pwned" not in page.js("document.title")
+
+    # Erase by id: a dry run shows the line, then the receipt.
+    choose(page, "#erase-ids-memory", "main")
+    type_into(page, "#erase-ids", "1")
+    click(page, "#erase-ids-form button")
+    page.wait_for("!document.getElementById('erase-plan').hidden")
+    assert SCRIPT_LINE in page.js("document.getElementById('erase-plan-lines').textContent")
+    assert http.ok("GET", "/erasures", owner)["erasures"] == []  # a dry run erases nothing
+    click(page, "#erase-go")
+    wait_status(page, "Erased.")
+    receipts = http.ok("GET", "/erasures", owner)["erasures"]
+    assert [r["ids"] for r in receipts] == [[1]]
+    assert "[erased]" in http.ok("POST", "/recall", owner, json={"q": "^#1 "})["matches"][0]
+
+    # Erase by words across memories: counts first, then one receipt.
+    type_into(page, "#erase-words", "priya")
+    choose(page, "#erase-words-memory", "")
+    click(page, "#erase-words-form button")
+    page.wait_for("!document.getElementById('erase-plan').hidden")
+    assert "main: 1" in page.js("document.getElementById('erase-plan-lines').textContent")
+    assert http.ok("POST", "/recall", owner, json={"q": "priya"})["total"] == 1
+    click(page, "#erase-go")
+    wait_status(page, "Erased.")
+    assert http.ok("POST", "/recall", owner, json={"q": "priya"})["total"] == 0
+
+    # Fork main at 2, then delete project-x.
+    choose(page, "#fork-source", "main")
+    type_into(page, "#fork-name", "main-copy")
+    type_into(page, "#fork-at", "2")
+    click(page, "#fork-form button")
+    page.wait_for("document.querySelector('#memories tbody tr[data-memory=\"main-copy\"]')")
+    assert memories(http, owner)["main-copy"]["T"] == 2
+    click(page, "#memories tr[data-memory=\"project-x\"] button.danger")
+    page.wait_for("document.getElementById('confirm').open")
+    assert "project-x" in page.js("document.getElementById('confirm-text').textContent")
+    click(page, "#confirm-yes")
+    page.wait_for("!document.querySelector('#memories tbody tr[data-memory=\"project-x\"]')")
+    assert "project-x" not in memories(http, owner)
+
+    # The audit trail and the receipts the page lists are the API's.
+    page.wait_for(f"document.querySelectorAll('#audit tbody tr').length === "
+                  f"{len(http.ok('GET', '/audit', owner)['events'])}")
+    assert row_count(page, "erasures") == sum(len(http.ok("GET", f"/m/{name}/erasures", owner)["erasures"])
+                                              for name in memories(http, owner))
+
+    # Screenshots at both widths; at 390 nothing scrolls sideways but the tables' own boxes.
+    ARTIFACTS.mkdir(exist_ok=True)
+    for width, mobile in ((1280, False), (390, True)):
+        page.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
+                                                         "mobile": mobile})
+        page.wait_for(f"window.innerWidth === {width}")
+        assert page.js("document.documentElement.scrollWidth") <= width
+        page.screenshot(ARTIFACTS / f"console-{width}.png")
+    page.call("Emulation.clearDeviceMetricsOverride")
+
+    # Rotate: the new token shown once, with the warning; the page moves to it.
+    click(page, "#rotate")
+    page.wait_for("document.getElementById('confirm').open")
+    click(page, "#confirm-yes")
+    page.wait_for("document.getElementById('secret').open")
+    assert "Save this token first" in page.js("document.getElementById('secret-warning').textContent")
+    rotated = page.js("document.getElementById('secret-token').value")
+    assert rotated.startswith("stash1_") and rotated != owner
+    click(page, "#secret-done")
+    wait_status(page, "rotated")
+    assert http.request("GET", "/grants", rotated).status_code == 200
+    assert http.request("GET", "/grants", owner).status_code == 401
+
+    # The token was never anywhere but the Authorization header.
+    assert page.js("localStorage.length + sessionStorage.length") == 0
+    assert page.js("document.cookie") == ""
+    assert page.js("indexedDB.databases().then(d => d.length)") == 0
+    assert page.call("Network.getCookies").get("cookies") == []
+    href = page.js("location.href")
+    sent = page.seen("Network.requestWillBeSent")
+    assert sent, "the browser reported no request"
+    authorised = 0
+    for event in sent:
+        request = event["request"]
+        for secret in (owner, rotated, minted):
+            assert secret not in request["url"] and secret not in href
+            assert secret not in request.get("postData", "")
+            for name, value in request["headers"].items():
+                if secret in value:
+                    assert name.lower() == "authorization" and value == f"Bearer {secret}"
+                    authorised += 1
+    assert authorised > 10
+    log = served.log_text()
+    assert owner not in log and rotated not in log and minted not in log
+
+    # A reload forgets the token.
+    page.goto(served.url + "/console")
+    assert page.js("document.getElementById('app').hidden")
+    assert page.js("document.getElementById('token').value") == ""
+    assert page.js("document.querySelectorAll('#grants tbody tr').length") == 0
+    assert page.console.exceptions == []
+    http.close()
+
+
+def test_a_plain_http_address_that_is_not_loopback_gets_no_token_field(served: Server,
+                                                                      tmp_path: Path) -> None:
+    """Over plain http from a name that is not loopback, the page says why and offers nothing to type into.
+    The name is mapped to 127.0.0.1 inside the browser, so nothing leaves this machine."""
+    binary = chromium_path()
+    assert binary
+    port = served.url.rsplit(":", 1)[1]
+    browser = Chromium(binary, tmp_path / "profile", flags=("--host-resolver-rules=MAP console.test 127.0.0.1",))
+    try:
+        browser.open_page()
+        browser.goto(f"http://console.test:{port}/console")
+        browser.wait_for("!document.getElementById('insecure').hidden")
+        assert browser.js("document.getElementById('signin').hidden")
+        assert "https" in browser.js("document.getElementById('insecure').textContent")
+    finally:
+        browser.close()
