@@ -211,6 +211,13 @@ class Chromium:
         self.call("Input.dispatchKeyEvent", {"type": "rawKeyDown", **base})
         self.call("Input.dispatchKeyEvent", {"type": "keyUp", **base})
 
+    def enter(self) -> None:
+        """The Enter key as a keyboard sends it, with its text, so that it activates a focused button or
+        submits the form of a focused field (a raw key-down alone does neither)."""
+        base = {"key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13}
+        self.call("Input.dispatchKeyEvent", {"type": "keyDown", "text": "\r", **base})
+        self.call("Input.dispatchKeyEvent", {"type": "keyUp", **base})
+
     def type_text(self, text: str) -> None:
         """Text typed into whatever has focus, as an input method would commit it."""
         self.call("Input.insertText", {"text": text})

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from stash.core import blocks
-from tests.e2e.browser import Chromium, chromium_path
+from tests.e2e.browser import BrowserError, Chromium, chromium_path
 from tests.live import HTTP_TIMEOUT, REPO, Http, Server, start_server
 
 pytestmark = pytest.mark.slow
@@ -52,11 +52,11 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
 
 def click(page: Chromium, selector: str) -> None:
     """Focus the control and press Enter on it, as a keyboard user would; it must be focusable and enabled."""
-    page.wait_for(f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-                  " return e && !e.disabled && e.offsetParent !== null; }})()")
+    until(page, f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+                  " return !!e && !e.disabled && e.offsetParent !== null; })()")
     page.js(f"document.querySelector({json.dumps(selector)}).focus()")
     assert page.js(f"document.activeElement === document.querySelector({json.dumps(selector)})"), selector
-    page.press("Enter", "Enter", 13)
+    page.enter()
 
 
 def type_into(page: Chromium, selector: str, text: str) -> None:
@@ -65,10 +65,19 @@ def type_into(page: Chromium, selector: str, text: str) -> None:
 
 
 def choose(page: Chromium, selector: str, value: str) -> None:
-    page.wait_for(f"[...document.querySelector({json.dumps(selector)}).options].some(o => o.value === "
+    until(page, f"[...document.querySelector({json.dumps(selector)}).options].some(o => o.value === "
                   f"{json.dumps(value)})")
     page.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.value = {json.dumps(value)};"
-            " e.dispatchEvent(new Event('change')); }})()")
+            " e.dispatchEvent(new Event('change')); })()")
+
+
+def until(page: Chromium, expression: str) -> None:
+    """Wait for ``expression``; a failure names what the page's status line said."""
+    try:
+        page.wait_for(expression)
+    except BrowserError as e:
+        said = page.js("document.getElementById('status').textContent")
+        raise AssertionError(f"{e}; the page said: {said}") from None
 
 
 def status(page: Chromium) -> str:
@@ -76,7 +85,7 @@ def status(page: Chromium) -> str:
 
 
 def wait_status(page: Chromium, words: str) -> None:
-    page.wait_for(f"document.getElementById('status').textContent.includes({json.dumps(words)})")
+    until(page, f"document.getElementById('status').textContent.includes({json.dumps(words)})")
 
 
 def memories(http: Http, tok: str) -> dict[str, dict]:
@@ -118,30 +127,30 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
 
     # Sign in by keyboard: the token typed, Enter pressed.
     type_into(page, "#token", owner)
-    page.press("Enter", "Enter", 13)
-    page.wait_for("!document.getElementById('app').hidden")
-    page.wait_for("document.querySelector('#memories tbody tr[data-memory=\"main\"]')")
+    page.enter()
+    until(page, "!document.getElementById('app').hidden")
+    until(page, "!!document.querySelector('#memories tbody tr[data-memory=\"main\"]')")
     assert page.js("document.getElementById('token').value") == ""
 
     # The live shape of main's wake is cover(T, WAKE_LINES).
     T = memories(http, owner)["main"]["T"]
-    page.wait_for("document.querySelector('svg[data-memory=\"main\"]').getAttribute('data-blocks')")
+    until(page, "!!document.querySelector('svg[data-memory=\"main\"]').getAttribute('data-blocks')")
     drawn = int(page.js("document.querySelector('svg[data-memory=\"main\"]').getAttribute('data-blocks')"))
     assert drawn == len(blocks.cover(T, 96))
 
     # Create a memory.
     type_into(page, "#create-name", "project-x")
     click(page, "#create-form button")
-    page.wait_for("document.querySelector('#memories tbody tr[data-memory=\"project-x\"]')")
+    until(page, "!!document.querySelector('#memories tbody tr[data-memory=\"project-x\"]')")
     assert memories(http, owner)["project-x"]["T"] == 0
 
-    # Mint an append grant for it, with a hostile label: shown once, with the block.
+    # Mint a read grant for it, with a hostile label: shown once, with the block.
     before = set(grants(http, owner))
     choose(page, "#mint-memory", "project-x")
-    choose(page, "#mint-scope", "append")
+    choose(page, "#mint-scope", "read")
     type_into(page, "#mint-label", HOSTILE_LABEL)
     click(page, "#mint-form button")
-    page.wait_for("document.getElementById('secret').open")
+    until(page, "document.getElementById('secret').open")
     minted = page.js("document.getElementById('secret-token').value")
     block = page.js("document.getElementById('secret-block').value")
     assert minted.startswith("stash1_") and "/m/project-x" in block
@@ -149,29 +158,30 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     assert len(new) == 1
     gid = new.pop()
     g = grants(http, owner)[gid]
-    assert (g["scope"], g["label"], g.get("memory")) == ("append", HOSTILE_LABEL, "project-x")
-    assert http.ok("POST", "/m/project-x/note", minted, json={"text": "a report from CI"})["id"] == 0
+    assert (g["scope"], g["label"], g.get("memory")) == ("read", HOSTILE_LABEL, "project-x")
+    http.ok("POST", "/m/project-x/note", owner, json={"text": "a report from CI"})
+    assert http.ok("POST", "/m/project-x/recall", minted, json={"q": "report"})["total"] == 1
     click(page, "#secret-done")
-    page.wait_for("!document.getElementById('secret').open")
-    assert page.js("document.getElementById('secret-token').value") == ""
+    until(page, "!document.getElementById('secret').open")
+    until(page, "document.getElementById('secret-token').value === ''")  # the dialog forgets it once closed
     # The label is text in the grants table, never an element.
-    page.wait_for(f"document.querySelector('#grants tr[data-grant=\"{gid}\"]')")
+    until(page, f"!!document.querySelector('#grants tr[data-grant=\"{gid}\"]')")
     assert page.js("document.querySelectorAll('#grants img').length") == 0
     assert HOSTILE_LABEL in page.js(f"document.querySelector('#grants tr[data-grant=\"{gid}\"]').textContent")
 
     # Revoke it: the confirmation names the grant.
     click(page, f"#grants tr[data-grant=\"{gid}\"] button")
-    page.wait_for("document.getElementById('confirm').open")
+    until(page, "document.getElementById('confirm').open")
     question = page.js("document.getElementById('confirm-text').textContent")
-    assert f"#{gid}" in question and "append" in question and "project-x" in question
+    assert f"#{gid}" in question and "read" in question and "project-x" in question
     click(page, "#confirm-yes")
     wait_status(page, f"Grant #{gid} revoked")
     assert grants(http, owner)[gid]["revoked"]
-    assert http.request("POST", "/m/project-x/note", minted, json={"text": "after revocation"}).status_code == 401
+    assert http.request("POST", "/m/project-x/recall", minted, json={"q": "report"}).status_code == 401
 
     # Read main: memory lines are text, nothing in them runs.
     click(page, "#memories tr[data-memory=\"main\"] button")
-    page.wait_for("document.getElementById('reader-lines').textContent.includes('harbor review')")
+    until(page, "document.getElementById('reader-lines').textContent.includes('harbor review')")
     reader = page.js("document.getElementById('reader-lines').textContent")
     assert SCRIPT_LINE in reader and IMG_LINE in reader
     assert page.js("document.querySelectorAll('#reader-lines script, #reader-lines img').length") == 0
@@ -181,7 +191,7 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     choose(page, "#erase-ids-memory", "main")
     type_into(page, "#erase-ids", "1")
     click(page, "#erase-ids-form button")
-    page.wait_for("!document.getElementById('erase-plan').hidden")
+    until(page, "!document.getElementById('erase-plan').hidden")
     assert SCRIPT_LINE in page.js("document.getElementById('erase-plan-lines').textContent")
     assert http.ok("GET", "/erasures", owner)["erasures"] == []  # a dry run erases nothing
     click(page, "#erase-go")
@@ -194,7 +204,7 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     type_into(page, "#erase-words", "priya")
     choose(page, "#erase-words-memory", "")
     click(page, "#erase-words-form button")
-    page.wait_for("!document.getElementById('erase-plan').hidden")
+    until(page, "!document.getElementById('erase-plan').hidden")
     assert "main: 1" in page.js("document.getElementById('erase-plan-lines').textContent")
     assert http.ok("POST", "/recall", owner, json={"q": "priya"})["total"] == 1
     click(page, "#erase-go")
@@ -206,17 +216,17 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     type_into(page, "#fork-name", "main-copy")
     type_into(page, "#fork-at", "2")
     click(page, "#fork-form button")
-    page.wait_for("document.querySelector('#memories tbody tr[data-memory=\"main-copy\"]')")
+    until(page, "!!document.querySelector('#memories tbody tr[data-memory=\"main-copy\"]')")
     assert memories(http, owner)["main-copy"]["T"] == 2
     click(page, "#memories tr[data-memory=\"project-x\"] button.danger")
-    page.wait_for("document.getElementById('confirm').open")
+    until(page, "document.getElementById('confirm').open")
     assert "project-x" in page.js("document.getElementById('confirm-text').textContent")
     click(page, "#confirm-yes")
-    page.wait_for("!document.querySelector('#memories tbody tr[data-memory=\"project-x\"]')")
+    until(page, "!document.querySelector('#memories tbody tr[data-memory=\"project-x\"]')")
     assert "project-x" not in memories(http, owner)
 
     # The audit trail and the receipts the page lists are the API's.
-    page.wait_for(f"document.querySelectorAll('#audit tbody tr').length === "
+    until(page, f"document.querySelectorAll('#audit tbody tr').length === "
                   f"{len(http.ok('GET', '/audit', owner)['events'])}")
     assert row_count(page, "erasures") == sum(len(http.ok("GET", f"/m/{name}/erasures", owner)["erasures"])
                                               for name in memories(http, owner))
@@ -233,9 +243,9 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
 
     # Rotate: the new token shown once, with the warning; the page moves to it.
     click(page, "#rotate")
-    page.wait_for("document.getElementById('confirm').open")
+    until(page, "document.getElementById('confirm').open")
     click(page, "#confirm-yes")
-    page.wait_for("document.getElementById('secret').open")
+    until(page, "document.getElementById('secret').open")
     assert "Save this token first" in page.js("document.getElementById('secret-warning').textContent")
     rotated = page.js("document.getElementById('secret-token').value")
     assert rotated.startswith("stash1_") and rotated != owner

@@ -268,6 +268,8 @@
   async function refresh() {
     await loadMemories();
     await Promise.all([loadGrants(), loadAudit(), loadErasures()]);
+    const shown = $("reader").hidden ? null : $("reader-name").textContent;
+    if (shown && memoryNames().includes(shown)) await readMemory(shown);
   }
 
   async function readMemory(name) {
@@ -332,14 +334,15 @@
     if (!await confirmAction(`Delete memory ${name} for good? Its keys are destroyed and its grants end; ` +
       "no token opens it again.", `Delete ${name}`)) return;
     const answer = await api("DELETE", `/memories/${encodeURIComponent(name)}`, undefined, idempotencyKey());
-    say(`Memory ${name} deleted (${answer.memories !== undefined ? answer.memories : "its"} memories).`);
+    const held = answer.memories;
+    say(`Memory ${name} deleted (${held === 1 ? "1 memory" : `${held} memories`}).`);
     await refresh();
   }
 
   async function mint(memory, scope, label, expires) {
     const body = { scope, memory, url: location.origin + (memory === "main" ? "" : memoryPath(memory, "")) };
-    if (label) body.label = label;
-    if (expires) body.expires = new Date(expires + "Z").toISOString().replace(/\.\d+Z$/, "Z");
+    if (label && scope !== "append") body.label = label;
+    if (expires && scope !== "append") body.expires = new Date(expires + "Z").toISOString().replace(/\.\d+Z$/, "Z");
     const answer = await api("POST", "/grants", body, idempotencyKey());
     await refresh();
     await showSecret(`New ${answer.scope} capability #${answer.id} for ${memory}`,
@@ -375,6 +378,7 @@
 
   function showPlan(text, lines, plan) {
     pendingErase = plan;
+    say("");
     $("erase-receipt").hidden = true;
     $("erase-plan").hidden = false;
     $("erase-plan-text").textContent = visible(text);
@@ -459,6 +463,11 @@
     on("fork-form", "submit", () => forkMemory($("fork-source").value, $("fork-name").value, $("fork-at").value));
     on("mint-form", "submit", () => mint($("mint-memory").value, $("mint-scope").value, $("mint-label").value.trim(),
       $("mint-expires").value));
+    // An append capability takes no label or expiry: the fields say so by being off.
+    $("mint-scope").addEventListener("change", () => {
+      const append = $("mint-scope").value === "append";
+      for (const id of ["mint-label", "mint-expires"]) $(id).disabled = append;
+    });
     on("erase-ids-form", "submit", () => dryRunIds($("erase-ids-memory").value, $("erase-ids").value));
     on("erase-words-form", "submit", () => dryRunWords($("erase-words").value, $("erase-words-memory").value));
     on("erase-go", "click", erase);
