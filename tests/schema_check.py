@@ -76,7 +76,7 @@ def raised_codes() -> dict[str, set[int]]:
     """Every error code the package can raise, with the statuses it is raised
     with, read from its source: the ``code=`` of each raise of an error class,
     or the class's default, and the code of each ``Refusal`` a route's field
-    declares (raised as 422 Invalid by routespec.Fields.read)."""
+    declares (raised as 422 Invalid by fields.Fields.read)."""
     found: dict[str, set[int]] = {}
     for file in Path(stash.__file__).parent.rglob("*.py"):
         _raised_in(ast.parse(file.read_text(encoding="utf-8")), found)

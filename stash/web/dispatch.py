@@ -34,8 +34,8 @@ from ..service.operation import Effects, Event, Limits
 from . import pages, plaintext, stopping
 from .codes import CODES
 from .errors import error_response
+from .fields import SECURED, Fields, Special
 from .jsonio import BODY_CAP, IMPORT_BODY_CAP, JSON, NAP_BODY_CAP, parse_int, prefetch_small_body
-from .routespec import SECURED, Fields, Special
 from .schemas import Schema
 
 MEMORY_PREFIX = "/m/{name}"
@@ -242,7 +242,7 @@ class RouteSpec:
     media: str = "application/json"
     headers: tuple[tuple[str, str], ...] = ()  # sent with an answer the handler gives as str or bytes
     # The codes the handler and the service it calls can answer, beyond those of
-    # its kind, its fields, idempotency and slow slots (routespec.error_codes).
+    # its kind, its fields, idempotency and slow slots (fields.error_codes).
     errors: tuple[str, ...] = ()
     special: tuple[Special, ...] = ()
     # Each {name} of the path: a whole number, its schema; and the refusal of one that is not.

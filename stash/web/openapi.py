@@ -9,7 +9,7 @@ from typing import Any
 
 from ..crypto import tokens
 from ..service import idempotency
-from .routespec import SECURED, error_codes
+from .fields import SECURED, error_codes
 from .schemas import SCHEMAS, integer, ref, string
 
 _IDEMPOTENCY_KEY = {

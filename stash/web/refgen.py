@@ -23,9 +23,9 @@ from typing import Any
 
 from ..service.access import allowed
 from .codes import CODES
+from .fields import SECURED, Field, Fields, error_codes
 from .options import Option
 from .routes import ROUTES, RouteSpec
-from .routespec import SECURED, Field, Fields, error_codes
 from .schemas import SCHEMAS, Schema
 from .settings import OPTIONS
 

@@ -35,9 +35,9 @@ from ..service.replica import replica_history_ends
 from . import pages, plaintext
 from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, MEMORY_PREFIX, Call
 from .dispatch import RouteSpec as RouteSpec  # the declaration's class, named where the declarations are
+from .fields import Field, Fields, Refusal, Special
 from .jsonio import parse_int
 from .openapi import document
-from .routespec import Field, Fields, Refusal, Special
 from .schemas import (
     CONFIG,
     DATE,

@@ -8,8 +8,8 @@ import re
 
 from stash.cli.main import HOST_VERBS
 from stash.web.codes import CODES
+from stash.web.fields import error_codes
 from stash.web.routes import ROUTES
-from stash.web.routespec import error_codes
 from tests.doc_commands import reference
 
 # docs/DESIGN.md, "HTTP surface", names these verbs; the client may offer more, never fewer.

@@ -18,8 +18,8 @@ import pytest
 
 from stash.web.app import create_app
 from stash.web.codes import CODES, OUTSIDE_ROUTES
+from stash.web.fields import error_codes
 from stash.web.routes import ROUTES
-from stash.web.routespec import error_codes
 from tests.helpers import Api, assert_error, make_settings
 from tests.schema_check import check_answer, codes_raised_by, operation, problems, raised_codes, resolve
 
