@@ -55,7 +55,7 @@ class BodyCap(NamedTuple):
         return max(self.default if settings is None else getattr(settings, self.option), self.floor)
 
 
-MAX_BODY = BodyCap("max_body", BODY_CAP)
+DEFAULT_BODY_CAP = BodyCap("max_body", BODY_CAP)
 MAX_IMPORT_BODY = BodyCap("max_import_body", IMPORT_BODY_CAP)
 MAX_NAP_BODY = BodyCap("max_body", BODY_CAP, floor=NAP_BODY_CAP)
 
@@ -252,7 +252,7 @@ class RouteSpec:
     event: Event | None = None  # the audit event it leaves
     adds: Callable[[dict[str, Any]], int | None] | None = None  # memories it adds, against the quotas
     cleanup: str | None = None  # what is flushed once it committed (operation.CLEANUPS), said in "flushed"
-    body_cap: BodyCap = MAX_BODY
+    body_cap: BodyCap = DEFAULT_BODY_CAP
     description: str = ""
     # Served under /m/{name}: the same route on memory ``name`` (docs/DESIGN.md, "Memories").
     under: bool = False

@@ -30,7 +30,7 @@ from .pages import is_safe_address
 
 SETTINGS_ENV = "STASH_SERVE_SETTINGS"
 MIN_BODY = 4096  # a note or nap body at the largest ENTRY_CHARS, every character \u-escaped, is under 2 KiB
-MAX_BODY = 1 << 30
+BODY_CEILING = 1 << 30
 MAX_WORKERS = 64
 MAX_SLOTS = 1024
 
@@ -131,10 +131,10 @@ class Settings:
             "([Scale-out](#6-scale-out-a-fleet-sharded-by-user-id))")
     max_body: int = option(
         "--max-body", BODY_CAP, "largest request body, every route but /import", metavar="BYTES",
-        low=MIN_BODY, high=MAX_BODY, doc="the largest request body on every route but `POST /import`")
+        low=MIN_BODY, high=BODY_CEILING, doc="the largest request body on every route but `POST /import`")
     max_import_body: int = option(
         "--max-import-body", IMPORT_BODY_CAP, "largest POST /import body", metavar="BYTES",
-        low=MIN_BODY, high=MAX_BODY, doc="the largest `POST /import` body")
+        low=MIN_BODY, high=BODY_CEILING, doc="the largest `POST /import` body")
     quota_memories: int = option(
         "--quota-memories", DEFAULT_MEMORIES, "memories one identity may hold", metavar="N", low=1,
         doc="memories one identity may hold; a note or import that would pass it is `403 quota.memories`, "
