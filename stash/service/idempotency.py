@@ -93,7 +93,7 @@ def parse_key(values: list[str]) -> str | None:
 
 
 @dataclass(frozen=True)
-class Answer:
+class KeyedAnswer:
     body: dict[str, Any]
     replayed: bool = False
 
@@ -159,7 +159,8 @@ class Keyed:
             ) from None
 
 
-def run(records: Records, req: Keyed | None, work: Callable[[], dict[str, Any]], now: float | None = None) -> Answer:
+def run(records: Records, req: Keyed | None, work: Callable[[], dict[str, Any]],
+        now: float | None = None) -> KeyedAnswer:
     """Run ``work`` once per key: inside the file's write lock, find the key's
     record; replay it, refuse a different request under it, or run ``work``
     and record its answer in the same transaction as what ``work`` wrote.
@@ -180,7 +181,7 @@ def run(records: Records, req: Keyed | None, work: Callable[[], dict[str, Any]],
     with records.transaction():
         records.purge(at - WINDOW_SECONDS)
         if req is None:
-            return Answer(work())
+            return KeyedAnswer(work())
         found = records.find(req.lookup)
         if found is not None:
             fingerprint, sealed = found
@@ -190,17 +191,17 @@ def run(records: Records, req: Keyed | None, work: Callable[[], dict[str, Any]],
                     "(another route or body); nothing was written. Send a fresh key with each new request.",
                     code="idempotency.key_reused",
                 )
-            return Answer(req.open(sealed), replayed=True)
+            return KeyedAnswer(req.open(sealed), replayed=True)
         changes = records.changes()
         body = work()
         if records.changes() != changes:
             records.keep_newest(MAX_RECORDS - 1)
             records.put(req.lookup, req.fingerprint, at, req.seal(body))
-    return Answer(body)
+    return KeyedAnswer(body)
 
 
 def memory_write(session: Session, key: str | None, route: str, body: dict[str, Any],
-                 work: Callable[[], dict[str, Any]], now: float | None = None) -> Answer:
+                 work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
     """A write to the session's memory file, once per Idempotency-Key."""
     req = None
     if key is not None:
@@ -211,7 +212,7 @@ def memory_write(session: Session, key: str | None, route: str, body: dict[str, 
 
 
 def keyring_write(session: Session, key: str | None, route: str, body: dict[str, Any],
-                  work: Callable[[], dict[str, Any]], now: float | None = None) -> Answer:
+                  work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
     """A write to the session's key ring, once per Idempotency-Key. The answer
     is sealed under the calling capability's own key (derived from its token
     secret), so the record of a minted token opens only for the owner's
@@ -237,7 +238,7 @@ def _rotation(user_id: str, capability_key: bytes, key: str) -> Keyed:
 
 
 def rotation_write(session: Session, key: str | None, work: Callable[[], dict[str, Any]],
-                   now: float | None = None) -> Answer:
+                   now: float | None = None) -> KeyedAnswer:
     """``POST /rotate`` once per Idempotency-Key: its answer, new token
     included, is recorded in the key ring in the transaction that files the
     new owner grant (so a crash leaves both or neither), sealed under a key

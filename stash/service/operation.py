@@ -127,7 +127,7 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
     elif effects.record == "rotation":
         done = idempotency.rotation_write(session, key, work)
     else:
-        done = idempotency.Answer(work())
+        done = idempotency.KeyedAnswer(work())
     if not in_keyring and not done.replayed:
         recorded = _record(session, grant_id, effects.event, fields, done.body)
     body = done.body
