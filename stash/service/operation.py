@@ -20,7 +20,7 @@ from .access import Session, Vault
 
 RECORDS = ("memory", "keyring", "rotation")
 CLEANUPS = ("memory", "epoch")
-Handler = Callable[[Session, dict[str, Any], Any], Any]
+ServiceCall = Callable[[Session, dict[str, Any], Any], Any]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Limits:
 
 
 def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects, route: str,
-            fields: dict[str, Any], key: str | None, limits: Limits, handler: Handler,
+            fields: dict[str, Any], key: str | None, limits: Limits, handler: ServiceCall,
             context: Any = None, sent: dict[str, Any] | None = None, memory: str | None = None) -> Outcome:
     """Authenticate ``token`` for ``effects.scope``, then run ``handler``
     with the session, the parsed fields and ``context`` as declared. An
@@ -97,7 +97,7 @@ def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects,
 
 
 def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any],
-         sent: dict[str, Any], key: str | None, limits: Limits, handler: Handler, context: Any) -> Outcome:
+         sent: dict[str, Any], key: str | None, limits: Limits, handler: ServiceCall, context: Any) -> Outcome:
     grant_id = session.grant_id  # a rotation's event belongs to the owner capability that asked for it
     in_keyring = effects.record in ("keyring", "rotation")
     recorded: str | None = None
