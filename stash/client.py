@@ -43,13 +43,21 @@ import urllib.parse
 import urllib.request
 import uuid
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # What this module offers the package: the verbs (main, VERBS) and what stash mcp (stash/cli/mcp_server.py) and
 # stash/cli/main.py call; tests/unit/test_tooling.py holds it to their use.
+LIBRARY = ["Stash", "StashError", "Unreachable", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
+           "NapNeeded", "TooLarge", "Invalid", "RateLimited", "ServerError", "Nap", "Wake", "Noted", "Saved",
+           "Found", "Zoomed", "Forgot", "Imported", "Grant", "Minted", "Revoked", "Rotated", "Receipt",
+           "MemoryInfo"]
 __all__ = ["VERBS", "Api", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
            "nap_lines", "note_lines", "recall_lines", "server_url", "summaries_lines", "token", "wake_lines",
-           "zoom_lines"]
+           "zoom_lines",
+           # the library (CLIENT.md, "The Python library")
+           *LIBRARY]
 
 # The verbs of the installed package that this one file lacks (stash/cli/main.py's HOST_VERBS): named so
 # that asking the one file for one says where it is instead of "invalid choice".
@@ -143,7 +151,7 @@ class Failure(Exception):
     ``body`` is the server's error object, printed on stdout under --json."""
 
     def __init__(self, message: str, code: int = REFUSED, extra: str | None = None,
-                 status: int | None = None, body: dict | None = None) -> None:
+                 status: int | None = None, body: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -348,7 +356,7 @@ def nap_text(nap: object, steps: Steps = SHELL) -> str | None:
     limit = nap.get("max_bytes") if _whole(nap.get("max_bytes")) else 280
     tail = "" if not left else "\n" + ("1 compression remains" if left == 1 else
                                        f"{left} compressions remain") + " after this one."
-    run: list = nap["run"] if isinstance(nap.get("run"), list) else []
+    run: list[Any] = nap["run"] if isinstance(nap.get("run"), list) else []
     first = [s for s in run if isinstance(s, dict) and s.get("path") == "/nap"
              and isinstance(s.get("fields"), dict) and set(s["fields"]) == {"block", "text"}]
     text = (f"Compress memories #{nap['block']} into one line of at most {limit} bytes.\n"
@@ -433,7 +441,7 @@ def _pin_key(url: str, tok: str | None) -> str | None:
     return f"{url}|{m.group(1)}" if m else None
 
 
-def _read_pins() -> dict:
+def _read_pins() -> dict[str, Any]:
     try:
         data = json.loads(pins_path().read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -441,7 +449,7 @@ def _read_pins() -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _write_pins(pins: dict) -> None:
+def _write_pins(pins: dict[str, Any]) -> None:
     """Atomically (a rename), so two clients never leave half a file; best
     effort: a client that cannot write its pins still works, unpinned."""
     path = pins_path()
@@ -500,12 +508,18 @@ class Api:
     in ``steps``' terms. It pins the memory's log head (see pins_path)
     unless STASH_PIN=off."""
 
-    def __init__(self, url: str, tok: str | None, steps: Steps = SHELL, source: str = "STASH_URL") -> None:
+    def __init__(self, url: str, tok: str | None, steps: Steps = SHELL, source: str = "STASH_URL",
+                 pin: bool | None = None) -> None:
         self.url = url
         self._token = tok
+        self._pin = pin  # None: as STASH_PIN says
         self.steps = steps
         self.source = source  # where the address came from, as errors name it
         self.last: object = None  # the last answer, for the exit status of a write (do_nap)
+
+    def pinning(self) -> bool:
+        """Whether this client pins the memory's log head: as it was made, else as STASH_PIN says."""
+        return _pinning() if self._pin is None else self._pin
 
     def where(self) -> str:
         """The server as an error names it: with where its address came from."""
@@ -513,8 +527,8 @@ class Api:
             return f"STASH_URL={_shown(self.url)}"
         return f"{_shown(self.url)} ({self.source})"
 
-    def call(self, method: str, path: str, body: object = None, *, query: dict | None = None,
-             raw: bool = False, timeout: float = TIMEOUT):
+    def call(self, method: str, path: str, body: object = None, *, query: dict[str, Any] | None = None,
+             raw: bool = False, timeout: float = TIMEOUT) -> Any:
         target = self.url + path
         if query:
             target += "?" + urllib.parse.urlencode(query)
@@ -525,7 +539,7 @@ class Api:
             headers["Content-Type"] = "application/json"
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
-            pin = pinned(self.url, self._token) if _pinning() else None
+            pin = pinned(self.url, self._token) if self.pinning() else None
             if pin:
                 headers["Stash-Pin"] = pin
         keyed = is_keyed(method, path)
@@ -559,7 +573,7 @@ class Api:
             raise Failure(f"stash: the server at {self.where()} did not answer JSON; "
                           "is that the address of a Stash server?", UNREACHABLE) from None
         self.last = answer
-        if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and _pinning():
+        if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and self.pinning():
             remember_pin(self.url, self._token, answer["head"].get("pin"))
         if _JSON["on"]:
             _emit_json(answer)
@@ -571,7 +585,8 @@ class Api:
         a timeout, or a gateway's 502/503/504), which a keyed write resends."""
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http(s) checked above
-                return resp.read()
+                data: bytes = resp.read()
+                return data
         except urllib.error.HTTPError as err:
             if err.code in RETRY_STATUSES:
                 raise _Lost(self._refusal(err)) from None
@@ -766,7 +781,7 @@ def batch_lines(api: Api, k: int) -> list[str]:
     return out + ["Send every line at once, in this order (all or nothing).", *api.steps.orders(ans.get("run"))]
 
 
-def read_summaries(text: str) -> list[dict]:
+def read_summaries(text: str) -> list[dict[str, Any]]:
     """``BLOCK LINE`` lines (blank lines skipped) as the summaries of a batch."""
     out = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -783,7 +798,7 @@ def read_summaries(text: str) -> list[dict]:
     return out
 
 
-def summaries_lines(api: Api, summaries: list[dict]) -> list[str]:
+def summaries_lines(api: Api, summaries: list[dict[str, Any]]) -> list[str]:
     ans = api.call("POST", "/nap", {"summaries": summaries})
     out = [ans.get("message") or ""]
     if ans.get("nap"):
@@ -805,7 +820,7 @@ def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
     """The matches, oldest first, then OptMem's count line; when older matches
     were left out, the command that pages to them."""
     # The POST twin keeps the pattern (memory text) out of every URL and access log.
-    body: dict = {"q": q} if before is None else {"q": q, "before": before}
+    body: dict[str, Any] = {"q": q} if before is None else {"q": q, "before": before}
     ans = api.call("POST", "/recall", body)
     matches = list(ans.get("matches", []))
     total = int(ans.get("total", len(matches)))
@@ -825,7 +840,7 @@ def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
 def recall_words_lines(api: Api, words: str, before: str | None = None) -> list[str]:
     """The matches, best first, each with its score, then the count line;
     when more were left out, the command that fetches the next page."""
-    body: dict = {"words": words} if before is None else {"words": words, "before": before}
+    body: dict[str, Any] = {"words": words} if before is None else {"words": words, "before": before}
     ans = api.call("POST", "/recall", body)
     matches = list(ans.get("matches", []))
     scores = list(ans.get("scores", []))
@@ -856,6 +871,366 @@ def forget_lines(api: Api, block: str) -> list[str]:
     if ans.get("nap"):
         return out + _nap_prompt(ans["nap"], api.steps)
     return out + [f"{api.steps.lead}{api.steps.nap()}"]
+
+
+# ---------------------------------------------------------------- the library
+#
+# ``from stash import Stash`` (or ``from client import Stash`` for the file fetched from /client): the routes
+# as typed methods. Each call goes through :class:`Api`, so it has the client's retries, Idempotency-Keys and
+# pins; a refusal raises the :class:`StashError` subclass of its status, carrying the server's ``code``,
+# ``status`` and ``message``.
+
+
+class StashError(Exception):
+    """A refusal of the server, or no answer from one. ``code`` is the server's stable error code
+    (API-REFERENCE.md, "Error codes"), ``status`` the HTTP status (0 when no server answered),
+    ``message`` the server's sentence saying what to do next, ``body`` the whole error object."""
+
+    def __init__(self, message: str, code: str = "", status: int = 0, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.status = status
+        self.body: dict[str, Any] = body or {}
+
+
+class Unreachable(StashError):
+    """No Stash server answered: connection, DNS, timeout, or something else at that address."""
+
+
+class BadRequest(StashError):
+    """400: the request is malformed."""
+
+
+class Unauthorized(StashError):
+    """401: the token is missing, invalid, revoked or expired (one answer for all)."""
+
+
+class Forbidden(StashError):
+    """403: the token's scope is too low for this route."""
+
+
+class NotFound(StashError):
+    """404: no such route, grant, block or memory."""
+
+
+class Conflict(StashError):
+    """409: the state does not allow it now (a nap for another block, a busy key epoch)."""
+
+
+class NapNeeded(Conflict):
+    """409 ``wake.needs_nap``: the wake needs a summary first; ``nap`` is the one to write."""
+
+    @property
+    def nap(self) -> Nap | None:
+        return Nap.of(self.body.get("nap"))
+
+
+class TooLarge(StashError):
+    """413: the body is over the route's cap."""
+
+
+class Invalid(StashError):
+    """422: valid JSON with an invalid value."""
+
+
+class RateLimited(StashError):
+    """429: too many requests; the client already waited and resent as told before raising this."""
+
+
+class ServerError(StashError):
+    """5xx: the server failed or its store is unavailable or damaged."""
+
+
+_BY_STATUS: dict[int, type[StashError]] = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
+                                           409: Conflict, 413: TooLarge, 422: Invalid, 429: RateLimited}
+_BY_CODE: dict[str, type[StashError]] = {"wake.needs_nap": NapNeeded}
+
+
+def _error_of(failure: Failure) -> StashError:
+    body = failure.body if isinstance(failure.body, dict) else {}
+    error = body.get("error")
+    code = error if isinstance(error, str) else ""
+    status = failure.status or 0
+    kind = _BY_CODE.get(code) or _BY_STATUS.get(status) or (ServerError if status >= 500 else Unreachable)
+    return kind(failure.message, code, status, body)
+
+
+@dataclass(frozen=True)
+class Nap:
+    """A due compression: write one line of at most ``max_bytes`` bytes summarising ``source``."""
+
+    block: str
+    source: list[str]
+    remaining: int
+    max_bytes: int
+    prompt: str
+
+    @classmethod
+    def of(cls, value: object) -> Nap | None:
+        if not isinstance(value, dict) or not isinstance(value.get("block"), str):
+            return None
+        return cls(value["block"], [x for x in value.get("source") or [] if isinstance(x, str)],
+                   int(value.get("remaining") or 0), int(value.get("max_bytes") or 280), str(value.get("prompt", "")))
+
+
+@dataclass(frozen=True)
+class Wake:
+    """The whole wake, every part joined: ``lines`` oldest first; ``nap`` the compression due after it."""
+
+    T: int
+    lines: list[str]
+    nap: Nap | None
+
+
+@dataclass(frozen=True)
+class Noted:
+    id: int
+    nap: Nap | None
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A nap's answer: ``saved`` the block written (None when nothing was: already settled), ``nap`` the next."""
+
+    saved: str | None
+    nap: Nap | None
+
+
+@dataclass(frozen=True)
+class Found:
+    """A recall page: ``matches`` (regex: oldest first; words: best first, with ``scores``), ``total`` matches in
+    all, ``more`` the ``before`` of the next page or None."""
+
+    matches: list[str]
+    total: int
+    more: int | None
+    scores: list[float] | None
+
+
+@dataclass(frozen=True)
+class Zoomed:
+    block: str
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class Forgot:
+    dropped: list[str]
+    nap: Nap | None
+
+
+@dataclass(frozen=True)
+class Imported:
+    first: int
+    last: int
+    pending: int
+
+
+@dataclass(frozen=True)
+class Grant:
+    id: int
+    scope: str
+    label: str | None
+    created: str
+    expires: str | None
+    revoked: str | None
+    live: bool
+    last_used: str | None
+    you: bool
+    memory: str | None
+
+    @classmethod
+    def of(cls, g: dict[str, Any]) -> Grant:
+        return cls(int(g["id"]), str(g["scope"]), g.get("label"), str(g.get("created", "")), g.get("expires"),
+                   g.get("revoked"), bool(g.get("live", not g.get("revoked"))), g.get("last_used"),
+                   bool(g.get("you")), g.get("memory"))
+
+
+@dataclass(frozen=True)
+class Minted:
+    """A new capability: ``token`` is shown this once; ``prompt`` is the block for that agent's AGENTS.md."""
+
+    id: int
+    scope: str
+    token: str
+    prompt: str
+    memory: str | None
+
+
+@dataclass(frozen=True)
+class Revoked:
+    id: int
+    revoked: str
+    already: bool
+    epoch: int | None
+
+
+@dataclass(frozen=True)
+class Rotated:
+    """The new owner token (shown this once; the :class:`Stash` that rotated now uses it, and its first use
+    retires the old owner capability, ``retires``)."""
+
+    id: int
+    token: str
+    retires: int
+
+
+@dataclass(frozen=True)
+class Receipt:
+    receipt: int
+    ids: list[int]
+    erased: list[int]
+    dropped: int
+    at: str
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    name: str
+    T: int
+    bytes: int | None
+    created: str | None
+    last_write: str | None
+    grants: int
+
+
+class Stash:
+    """One memory of a Stash server, called with one capability token.
+
+    >>> mem = Stash("http://127.0.0.1:8080", os.environ["STASH_TOKEN"])   # doctest: +SKIP
+    >>> mem.note("chose jade over chrome")                                # doctest: +SKIP
+    Noted(id=0, nap=None)
+
+    ``url`` may end in ``/m/NAME`` to address memory NAME. Writes the server
+    deduplicates are sent with an Idempotency-Key and resent with the same
+    key when an answer is lost; the log head is pinned (``pin=False`` or
+    STASH_PIN=off turns that off) so a memory rolled back behind the
+    client's back is refused rather than served."""
+
+    def __init__(self, url: str, token: str | None, *, pin: bool = True, timeout: float = TIMEOUT) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self._pin = pin
+        self.timeout = timeout
+
+    def _api(self) -> Api:
+        return Api(self.url, self._token, source="Stash(url)", pin=self._pin)
+
+    def _call(self, method: str, path: str, body: object = None, timeout: float | None = None,
+              raw: bool = False) -> Any:
+        try:
+            return self._api().call(method, path, body, timeout=timeout or self.timeout, raw=raw)
+        except Failure as f:
+            raise _error_of(f) from None
+
+    # -- an agent's calls
+
+    def wake(self) -> Wake:
+        """Every part of the wake, joined; raises :class:`NapNeeded` when a summary must be written first."""
+        first = self._call("POST", "/wake", {})
+        T, lines, ans = int(first["T"]), list(first["lines"]), first
+        while not ans.get("awake"):
+            ans = self._call("POST", "/wake", {"part": int(ans["part"]) + 1, "T": T})
+            lines += ans["lines"]
+        return Wake(T, lines, Nap.of(ans.get("nap")))
+
+    def note(self, text: str) -> Noted:
+        ans = self._call("POST", "/note", {"text": text})
+        return Noted(int(ans["id"]), Nap.of(ans.get("nap")))
+
+    def due(self) -> Nap | None:
+        """The compression due now, if any."""
+        return Nap.of(self._call("POST", "/nap", {}).get("nap"))
+
+    def nap(self, block: str, text: str) -> Saved:
+        """Save ``text`` as the summary of ``block`` (the due one)."""
+        ans = self._call("POST", "/nap", {"block": block, "text": text})
+        return Saved(ans.get("saved"), Nap.of(ans.get("nap")))
+
+    def naps(self, k: int = 16) -> list[Nap]:
+        """Up to ``k`` due blocks that can be written at once (then :meth:`settle` them)."""
+        ans = self._call("POST", "/nap", {"batch": k})
+        return [n for n in (Nap.of(item) for item in ans.get("batch") or []) if n is not None]
+
+    def settle(self, summaries: dict[str, str]) -> Saved:
+        """Save a batch's summaries, block → line, in order, all or nothing."""
+        ans = self._call("POST", "/nap", {"summaries": [{"block": b, "text": t} for b, t in summaries.items()]})
+        return Saved(ans.get("saved"), Nap.of(ans.get("nap")))
+
+    def recall(self, q: str | None = None, *, words: str | None = None, before: int | None = None) -> Found:
+        """A regex search (``q``) or a word search (``words``) of the log: one page."""
+        if (q is None) == (words is None):
+            raise ValueError("give exactly one of q (a regex) or words")
+        body: dict[str, Any] = {"q": q} if q is not None else {"words": words}
+        if before is not None:
+            body["before"] = before
+        ans = self._call("POST", "/recall", body)
+        more = ans.get("more")
+        return Found(list(ans.get("matches", [])), int(ans.get("total", 0)),
+                     more if isinstance(more, int) and not isinstance(more, bool) else None, ans.get("scores"))
+
+    def zoom(self, block: str) -> Zoomed:
+        ans = self._call("POST", "/zoom", {"block": block})
+        return Zoomed(str(ans["block"]), list(ans["lines"]))
+
+    def forget(self, block: str) -> Forgot:
+        ans = self._call("POST", "/forget", {"block": block})
+        return Forgot(list(ans["dropped"]), Nap.of(ans.get("nap")))
+
+    def import_(self, entries: list[tuple[str, str]]) -> Imported:
+        """Append dated memories, oldest first: ``[(YYYY-MM-DD, text), ...]``, in batches under the body cap."""
+        try:
+            first, last, pending = send_entries(self._api(), [{"date": d, "text": t} for d, t in entries])
+        except Failure as f:
+            raise _error_of(f) from None
+        return Imported(first, last, pending)
+
+    # -- an owner's calls
+
+    def grants(self) -> list[Grant]:
+        return [Grant.of(g) for g in self._call("GET", "/grants")["grants"]]
+
+    def mint(self, scope: str, *, memory: str | None = None, label: str | None = None,
+             expires: str | None = None) -> Minted:
+        body: dict[str, Any] = {"scope": scope}
+        for name, value in (("memory", memory), ("label", label), ("expires", expires)):
+            if value is not None:
+                body[name] = value
+        ans = self._call("POST", "/grants", body)
+        return Minted(int(ans["id"]), str(ans["scope"]), str(ans["token"]), str(ans.get("prompt", "")),
+                      ans.get("memory", memory))
+
+    def revoke(self, grant_id: int) -> Revoked:
+        ans = self._call("DELETE", f"/grants/{int(grant_id)}")
+        return Revoked(int(ans["id"]), str(ans["revoked"]), bool(ans.get("already")), ans.get("epoch"))
+
+    def rotate(self) -> Rotated:
+        """A new owner token; this object uses it from now on (its first use retires the old one)."""
+        ans = self._call("POST", "/rotate", {})
+        self._token = str(ans["token"])
+        return Rotated(int(ans["id"]), self._token, int(ans["retires"]))
+
+    def erase(self, ids: list[int]) -> Receipt:
+        ans = self._call("POST", "/erase", {"ids": [int(i) for i in ids]})
+        return Receipt(int(ans["receipt"]), list(ans["ids"]), list(ans["erased"]), int(ans["dropped"]),
+                       str(ans["at"]))
+
+    def erasures(self) -> list[Receipt]:
+        return [Receipt(int(r["receipt"]), list(r["ids"]), list(r["erased"]), int(r["dropped"]), str(r["at"]))
+                for r in self._call("GET", "/erasures")["erasures"]]
+
+    def memories(self) -> list[MemoryInfo]:
+        return [MemoryInfo(str(m["name"]), int(m["T"]), m.get("bytes"), m.get("created"), m.get("last_write"),
+                           int(m.get("grants", 0))) for m in self._call("GET", "/memories")["memories"]]
+
+    def export(self, path: str | Path) -> Path:
+        """The whole memory as OptMem's folder in a .tar.gz at ``path``, its manifest checked."""
+        data = self._call("GET", "/export", timeout=LONG_TIMEOUT, raw=True)
+        check_archive(archive_members(data))
+        target = Path(path)
+        target.write_bytes(data)
+        return target
 
 
 # ---------------------------------------------------------------- verbs
@@ -1003,7 +1378,7 @@ def do_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_entries(path: str) -> list[dict]:
+def read_entries(path: str) -> list[dict[str, Any]]:
     """``YYYY-MM-DD text`` lines, oldest first; blank lines are skipped and a
     leading ``#i`` (OptMem's LOG.txt record) is accepted and dropped."""
     try:
@@ -1030,8 +1405,8 @@ def read_entries(path: str) -> list[dict]:
     return entries
 
 
-def _batches(entries: list[dict]) -> list[list[dict]]:
-    out: list[list[dict]] = [[]]
+def _batches(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    out: list[list[dict[str, Any]]] = [[]]
     size = 0
     for e in entries:
         n = len(json.dumps(e, ensure_ascii=False).encode("utf-8")) + 2
@@ -1043,7 +1418,7 @@ def _batches(entries: list[dict]) -> list[list[dict]]:
     return out
 
 
-def send_entries(api: Api, entries: list[dict]) -> tuple[int, int, int]:
+def send_entries(api: Api, entries: list[dict[str, Any]]) -> tuple[int, int, int]:
     """POST /import in batches under the body cap; returns (first, last,
     pending). A refusal of a later batch says how many were imported already."""
     first: int | None = None
@@ -1074,7 +1449,7 @@ def do_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _grant_line(g: dict) -> str:
+def _grant_line(g: dict[str, Any]) -> str:
     parts = [f"#{g.get('id')}", str(g.get("scope", "?"))]
     if g.get("memory") not in (None, "main"):
         parts.append(f"memory {g['memory']}")
@@ -1135,7 +1510,7 @@ def do_grants(args: argparse.Namespace) -> int:
                   f"listed by: {_prog()} grants", USAGE)
 
 
-def _memory_line(m: dict) -> str:
+def _memory_line(m: dict[str, Any]) -> str:
     return (f"{m.get('name')}: {plural(m.get('T') or 0, 'memory', 'memories')}, {m.get('bytes')} bytes, "
             f"created {m.get('created')}, {plural(m.get('grants') or 0, 'capability', 'capabilities')}")
 
@@ -1163,7 +1538,7 @@ def do_memories(args: argparse.Namespace) -> int:
              f"at {gone.get('at')}; its capabilities open nothing from now on.")
         return 0
     if words[0] == "fork" and len(words) == 3:
-        body: dict = {"name": words[2]}
+        body: dict[str, Any] = {"name": words[2]}
         if args.at is not None:
             body["at"] = args.at
         made = api.call("POST", f"/memories/{quoted[1]}/fork", body)
@@ -1191,7 +1566,7 @@ def do_memories(args: argparse.Namespace) -> int:
                   f"[--at N] or erase --q REGEX. See: {_prog()} memories --help", USAGE)
 
 
-def _receipt_line(r: dict) -> str:
+def _receipt_line(r: dict[str, Any]) -> str:
     ids = ", ".join(f"#{i}" for i in r.get("ids", []))
     dropped = plural(int(r.get("dropped", 0)), "summary", "summaries")
     return f"receipt {r.get('receipt')}  {r.get('at')}  {ids}  ({dropped} dropped)"
@@ -1218,7 +1593,7 @@ def do_erase(args: argparse.Namespace) -> int:
 
 def do_undo(args: argparse.Namespace) -> int:
     """POST /erase/undo until the range is done, one bounded slice per call."""
-    body: dict = {k: v for k, v in (("grant", args.grant), ("first", args.first), ("last", args.last))
+    body: dict[str, Any] = {k: v for k, v in (("grant", args.grant), ("first", args.first), ("last", args.last))
                   if v is not None}
     api = _api()
     erased = dropped = 0
@@ -1323,7 +1698,7 @@ def _record_text(rec: bytes, width: int, where: str) -> str:
         raise Failure(f"stash: {where} is not UTF-8 text. Nothing was imported.", USAGE) from None
 
 
-def read_optmem_log(path: str) -> tuple[list[dict], list[int]]:
+def read_optmem_log(path: str) -> tuple[list[dict[str, Any]], list[int]]:
     """Every memory of an OptMem LOG.txt as ``{"date", "text"}``, oldest
     first, and the ids of those that read ``[erased]``. Each record is checked
     against the format and against what the server would accept, so a bad one
@@ -1333,7 +1708,7 @@ def read_optmem_log(path: str) -> tuple[list[dict], list[int]]:
     except OSError as err:
         raise Failure(f"stash: cannot read {path}: {err.strerror or err}. Nothing was imported.", USAGE) from None
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()  # noqa: UP017 - Python 3.8+
-    entries: list[dict] = []
+    entries: list[dict[str, Any]] = []
     erased: list[int] = []
     prev = None
     with f:
@@ -1457,7 +1832,7 @@ def read_optmem_config(folder: str) -> dict[str, int]:
     return out
 
 
-def listing_digest(files: list[dict]) -> str:
+def listing_digest(files: list[dict[str, Any]]) -> str:
     """A manifest's ``digest``: SHA-256 of what ``sha256sum`` prints for the
     listed files, one ``<hex>  <path>`` line each, paths in byte order."""
     ordered = sorted(files, key=lambda f: f["path"].encode("utf-8"))
@@ -1474,7 +1849,7 @@ def _safe_parts(name: str, what: str) -> list[str]:
     return parts
 
 
-def check_manifest(raw: bytes, sha_of) -> dict:
+def check_manifest(raw: bytes, sha_of: Any) -> dict[str, Any]:
     """Check every file a manifest lists: ``sha_of(path)`` returns its
     ``(bytes, sha256 hex)`` or None when it is missing. Then the digest over
     the listing. Returns the manifest."""
@@ -1498,7 +1873,8 @@ def check_manifest(raw: bytes, sha_of) -> dict:
     if doc.get("digest") != listing_digest(files):
         raise Failure(f"stash: the digest in {MANIFEST} does not match its list of files: the manifest was "
                       "damaged or changed after the export.")
-    return doc
+    checked: dict[str, Any] = doc
+    return checked
 
 
 def _file_sha(path: str) -> tuple[int, str] | None:
@@ -1516,7 +1892,7 @@ def _file_sha(path: str) -> tuple[int, str] | None:
     return n, h.hexdigest()
 
 
-def check_folder(root: str) -> dict:
+def check_folder(root: str) -> dict[str, Any]:
     """Check an unpacked export against its manifest.json."""
     try:
         with open(os.path.join(root, MANIFEST), "rb") as f:
@@ -1552,7 +1928,7 @@ def archive_members(data: bytes) -> dict[str, bytes]:
     return out
 
 
-def check_archive(members: dict[str, bytes]) -> dict:
+def check_archive(members: dict[str, bytes]) -> dict[str, Any]:
     if MANIFEST not in members:
         raise Failure(f"stash: the archive has no {MANIFEST}; this server's export cannot be checked. "
                       "Nothing was written.")
@@ -1596,7 +1972,7 @@ def unpack(members: dict[str, bytes], target: str, force: bool) -> None:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _export_summary(doc: dict) -> str:
+def _export_summary(doc: dict[str, Any]) -> str:
     summaries = sum(int(n) for n in doc.get("summaries", {}).values())
     return (f"{plural(int(doc.get('memories') or 0), 'memory', 'memories')} ({doc.get('erased', 0)} erased), "
             f"{plural(summaries, 'summary', 'summaries')}, "
@@ -1721,7 +2097,7 @@ def settle_from_tree(api: Api, tree: dict[int, list[str | None]], T: int, settle
     dense prefix) and is kept up to date. The server checks the order too:
     if its first due block is not the one expected here (another writer), it
     stops rather than guess."""
-    todo: list[dict] = []
+    todo: list[dict[str, Any]] = []
     size = 2
     while size <= T:
         texts = tree.get(size, [])
@@ -1880,7 +2256,7 @@ def _text(words: list[str], what: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # argparse would exit; report like every other refusal
+    def error(self, message: str) -> Any:  # argparse would exit; report like every other refusal
         raise Failure(f"stash: {message}. See: {_prog()} --help", USAGE)
 
 
@@ -1895,7 +2271,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help=json_help)
     sub = p.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
 
-    def verb(name: str, func) -> argparse.ArgumentParser:
+    def verb(name: str, func: Any) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=VERBS[name], description=VERBS[name])
         sp.set_defaults(func=func)
         # after the verb too (stash wake --json); SUPPRESS keeps a --json given before it
@@ -2027,7 +2403,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "nap" and args.block is not None and not args.text:
             raise Failure(f"stash: nap {args.block} needs the summary; give it on stdin:\n{SHELL.lead}"
                           f"{SHELL.nap(args.block if _block(args.block) else '<lo-hi>')}", USAGE)
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except Failure as f:
