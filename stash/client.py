@@ -54,7 +54,8 @@ LIBRARY = ["Stash", "StashError", "Unreachable", "BadRequest", "Unauthorized", "
            "Found", "Zoomed", "Forgot", "Imported", "Grant", "Minted", "Revoked", "Rotated", "Receipt",
            "MemoryInfo"]
 __all__ = ["VERBS", "Api", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
-           "nap_lines", "note_lines", "recall_lines", "server_url", "summaries_lines", "token", "wake_lines",
+           "nap_lines", "note_lines", "recall_lines", "recall_words_lines", "server_url", "summaries_lines", "token",
+           "wake_lines",
            "zoom_lines",
            # the library (CLIENT.md, "The Python library")
            *LIBRARY]
@@ -287,8 +288,9 @@ class Steps:
     def nap_summaries(self, blocks: list[str]) -> str:
         return _heredoc(f"{_prog()} nap --summaries -", [f"{b} <your line for {b}>" for b in blocks])
 
-    def zoom(self) -> str:
-        return _heredoc(f"{_prog()} zoom -", ["<lo-hi>"])
+    def zoom(self, block: str | None = None) -> str:
+        """The zoom template, or with ``block`` (a checked block id the server named) the zoom of it."""
+        return _heredoc(f"{_prog()} zoom -", ["<lo-hi>"]) if block is None else f"{_prog()} zoom {block}"
 
     def recall(self, before: int | None = None) -> str:
         more = "" if before is None else f" --before {before}"
@@ -333,7 +335,8 @@ class Steps:
             if before is None or (isinstance(before, str) and _CURSOR.fullmatch(before)):
                 return self.recall_words(before)
         elif path == "/zoom" and keys == {"block"}:
-            return self.zoom()
+            named = fields["block"] not in (step.get("placeholders") or []) and _block(fields["block"])
+            return self.zoom(fields["block"] if named else None)
         return None
 
     def orders(self, run: object) -> list[str]:

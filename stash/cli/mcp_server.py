@@ -127,8 +127,8 @@ class ToolCalls(client.Steps):
         items = ", ".join(f'{{"block": {_json(b)}, "text": {_json(f"<your line for {b}>")}}}' for b in blocks)
         return f"nap(summaries=[{items}])"
 
-    def zoom(self) -> str:
-        return f"zoom(block={_json('<lo-hi>')})"
+    def zoom(self, block: str | None = None) -> str:
+        return f"zoom(block={_json('<lo-hi>' if block is None else block)})"
 
     def recall(self, before: int | None = None) -> str:
         if before is None:

@@ -408,14 +408,15 @@ class Vault:
         return ring.open_grant(again, token.secret), again, new is not None
 
     def owner_everywhere(self, session: Session, secret: bytes) -> None:
-        """Enrol a rotation's new owner token (``secret``) in every memory
-        other than main: in each memory's key ring, a new epoch that mints
-        the new owner enrolment with the owner keys carried over
-        (Keyring.advance_epoch). The old enrolment stays, as main's old owner
-        grant does, until the new token's first use retires it
-        (:meth:`retire_everywhere`), so a lost rotation answer locks the
-        owner out of no memory. The one place a new owner key reaches every
-        memory (docs/DESIGN.md, "Memories")."""
+        """The owner's new key in every memory other than main (after main's
+        rotation committed): in each memory's key ring, a new epoch that
+        revokes the old owner enrolment and enrols the new token, with the
+        owner keys carried over (Keyring.advance_epoch). A key ring holds one
+        owner box, so unlike main's rotation (whose old token stays the
+        owner until the new one is used) the other memories move at once:
+        a rotation whose answer is lost leaves them to the undelivered token
+        (SECURITY.md, "Rotation and many memories"). The one place a new owner
+        key reaches every memory (docs/DESIGN.md, "Memories")."""
         main = session.main_keyring or session.keyring
         for name in memories.names(self.data_dir, session.user_id)[1:]:
             files = MemoryFiles(self.data_dir, session.user_id, name)
@@ -425,41 +426,14 @@ class Vault:
                     continue
                 old = memories.owner_secret(session.owner_secret, salt)
                 new = memories.owner_secret(secret, salt)
-                if ring.find(tokens.lookup_tag(session.user_id, new)) is not None:
-                    continue  # enrolled already (a resent rotation)
                 grant = ring.find(tokens.lookup_tag(session.user_id, old))
                 if grant is None or grant.scope != "owner" or grant.wrapped is None:
-                    continue
+                    continue  # already moved to the new token (a resent rotation)
                 opened = ring.open_grant(grant, old)
                 owner = ring.owner_keys(grant, opened.kek, opened.chain)
-                ring.advance_epoch(opened.chain, (), owner=owner, mint={
+                ring.advance_epoch(opened.chain, (grant.id,), owner=owner, mint={
                     "scope": "owner", "tag": tokens.lookup_tag(session.user_id, new), "secret": new,
                     "kdf": self.kdf})
-
-    def retire_everywhere(self, session: Session) -> None:
-        """At a rotation's retirement (the new owner token's first use, in
-        main): in every other memory, end every owner enrolment but this
-        token's, in a new epoch of that memory, as main's retirement ended
-        the old owner grant there; undelivered successors of earlier
-        rotations end with it."""
-        main = session.main_keyring or session.keyring
-        for name in memories.names(self.data_dir, session.user_id)[1:]:
-            files = MemoryFiles(self.data_dir, session.user_id, name)
-            with open_keyring(files.keyring, memories.store_id(session.user_id, name), self.pool) as ring:
-                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
-                if salt is None:
-                    continue
-                mine = memories.owner_secret(session.owner_secret, salt)
-                grant = ring.find(tokens.lookup_tag(session.user_id, mine))
-                if grant is None or grant.scope != "owner" or grant.wrapped is None:
-                    continue
-                others = tuple(g.id for g in ring.grants()
-                               if g.scope == "owner" and g.id != grant.id and g.wrapped is not None)
-                if not others:
-                    continue
-                opened = ring.open_grant(grant, mine)
-                owner = ring.owner_keys(grant, opened.kek, opened.chain)
-                ring.advance_epoch(opened.chain, others, owner=owner)
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict[str, Any] | None = None
                    ) -> tuple[list[int], int | None]:
@@ -673,7 +647,11 @@ class Vault:
                     raise unknown_memory()  # deleted: its salt is gone, and with it the owner's way in
                 enrolled = tokens.Token(token.user_id, memories.owner_secret(token.secret, salt))
                 grant_in = self._find(ring, tokens.lookup_tag(token.user_id, enrolled.secret))
-                if grant_in is None or grant_in.scope != "owner" or grant_in.wrapped is None:
+                if grant_in is not None and grant_in.scope == "owner" and grant_in.wrapped is None:
+                    raise Unauthorized()  # a rotation moved this memory to the new owner token already
+                if grant_in is None and main.pending_owner() is not None:
+                    raise Unauthorized()  # a rotation moved this memory to the new owner token already
+                if grant_in is None or grant_in.scope != "owner":
                     raise Damaged("The owner capability is not enrolled in this memory's key ring; restore the "
                                   "identity from a backup.")
                 grant = grant_in
@@ -752,7 +730,6 @@ class Vault:
         try:
             if retired:
                 self.finish_epoch(session)
-                self.retire_everywhere(session)
             yield session
             session.publish_head()
         finally:

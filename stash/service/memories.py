@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Callable
 
 from ..core import words as word_search
-from ..core.errors import Conflict, Invalid
+from ..core.errors import Conflict, Invalid, Unauthorized
 from ..core.recall import BadPattern, compile_pattern
 from ..crypto import inbox_seal, keys, tokens
 from ..crypto.epochs import KeyChain
@@ -132,8 +132,11 @@ def listing(vault: Vault, session: Session, token: str | None) -> dict:
     memories.sweep(vault.data_dir, session.user_id)
     rows = [describe(vault, session.user_id, MAIN, session.owner)]
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
-        with vault.session(token, "owner", memory=name) as other:
-            rows.append(describe(vault, session.user_id, name, other.owner))
+        try:
+            with vault.session(token, "owner", memory=name) as other:
+                rows.append(describe(vault, session.user_id, name, other.owner))
+        except Unauthorized:
+            continue  # a rotation moved this memory to the new owner token already
     rows.sort(key=lambda r: (r["created"], r["name"]))
     return {"memories": rows}
 
@@ -193,9 +196,12 @@ def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]
     enrolment in each memory is not listed again."""
     rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session.keyring, MAIN)
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
-        with vault.session(token, "owner", memory=name) as other:
-            rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
-            rows += _appends(other.keyring, name)
+        try:
+            with vault.session(token, "owner", memory=name) as other:
+                rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
+                rows += _appends(other.keyring, name)
+        except Unauthorized:
+            continue  # a rotation moved this memory to the new owner token already
     return rows
 
 
@@ -208,10 +214,13 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict:
     rows = [{**e, "memory": MAIN} for e in first["events"]]
     chains = [(MAIN, first["trail"])]
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
-        with vault.session(token, "owner", memory=name) as other:
-            theirs = audit.trail(other)
-            rows += [{**e, "memory": name} for e in theirs["events"]]
-            chains.append((name, theirs["trail"]))
+        try:
+            with vault.session(token, "owner", memory=name) as other:
+                theirs = audit.trail(other)
+                rows += [{**e, "memory": name} for e in theirs["events"]]
+                chains.append((name, theirs["trail"]))
+        except Unauthorized:
+            continue  # a rotation moved this memory to the new owner token already
     rows.sort(key=lambda e: (str(e["at"]), e["memory"] != MAIN, e["memory"], e["id"]))
     broken = [(name, chain) for name, chain in chains if not chain["intact"]]
     trail = {"intact": not broken, "chained_from": first["trail"]["chained_from"],

@@ -53,8 +53,13 @@ SECTION = "keyring_memories"
 RING_PAGE_BYTES = 2048
 
 
+RESERVED = frozenset({"erase"})
+"""Names no memory may take: a segment of an owner route (POST /memories/erase), which a memory of that name
+would shadow."""
+
+
 def valid_name(name: object) -> bool:
-    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None and name not in RESERVED
 
 
 def store_id(user_id: str, name: str) -> str:

@@ -97,12 +97,14 @@ class Guard:
 def allowed_methods(app, scope) -> list[str]:
     """Every method some route takes at this path. Each method of a path is a
     route of its own, so Starlette's 405 would name only the first route's."""
-    methods: set[str] = set()
+    found: dict[int, set[str]] = {}
     for route in app.router.routes:
         match, _ = route.matches({**scope, "method": "GET"})
         if match is not Match.NONE:
-            methods |= set(route.methods or ())
-    return sorted(methods)
+            # A literal segment is more specific than a parameter: /memories/erase is its own route, not
+            # memory "erase" of /memories/{name} (a name no memory may take).
+            found.setdefault(getattr(route, "path", "").count("{"), set()).update(route.methods or ())
+    return sorted(found[min(found)]) if found else []
 
 
 def _reference_url(request) -> str:

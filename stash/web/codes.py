@@ -74,7 +74,8 @@ CODES: dict[str, Code] = {
     "grants.bad_url": Code(422, "`url` is not an http(s) address of at most 2000 characters"),
     "memory.unknown": Code(404, "no such memory for this capability: the same answer whether the name exists or "
                                 "not"),
-    "memory.bad_name": Code(422, "a memory name is 1 to 64 of `a-z 0-9 . _ -`, starting with a letter or digit"),
+    "memory.bad_name": Code(422, "a memory name is 1 to 64 of `a-z 0-9 . _ -`, starting with a letter or digit "
+                                 "(not `erase`)"),
     "memory.exists": Code(409, "a memory of that name exists already"),
     "memory.too_many": Code(409, "the identity holds `--max-memories` memories already"),
     "memory.main": Code(409, "memory `main` goes only with the identity (`DELETE /store`)"),

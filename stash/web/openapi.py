@@ -9,6 +9,7 @@ from typing import Any
 
 from ..crypto import tokens
 from ..service import idempotency
+from ..service.access import NAME_PATTERN
 from .fields import SECURED, error_codes
 from .schemas import SCHEMAS, integer, ref, string
 
@@ -56,7 +57,10 @@ def _operation(route, settings: Any) -> dict:
         op["security"] = []
     if words.strip():
         op["description"] = words.strip()
-    params = [{"name": name, "in": "path", "required": True, "schema": schema} for name, schema in route.path_params]
+    memory_names = (["name"] if route.under else []) + list(route.name_params)
+    params = [{"name": name, "in": "path", "required": True,
+               "schema": string("a memory's name", pattern=f"^{NAME_PATTERN}$")} for name in memory_names]
+    params += [{"name": name, "in": "path", "required": True, "schema": schema} for name, schema in route.path_params]
     if route.method == "GET" and route.fields is not None:
         params += [{"name": f.name, "in": "query", "required": f.required, "schema": f.openapi_schema()}
                    for f in route.fields.items]

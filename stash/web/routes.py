@@ -514,7 +514,7 @@ def grants_revoke(s: Session, f: Args, call: Call) -> Answer:
                 "also_revoked": {"type": "array", "items": integer(1),
                                  "description": "Capabilities ended now: the successor of an earlier rotation "
                                                 "that was never used, and those that had not moved to key epochs."},
-                "epoch": integer(1, description="The store's key epoch after this call."),
+                "epoch": integer(0, description="The key epoch now; the new token's first use starts the next."),
                 "note": string(),
                 "update": {"const": "STASH_TOKEN",
                            "description": "The environment variable to set to `token` wherever the old owner "

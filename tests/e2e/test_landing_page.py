@@ -108,7 +108,8 @@ def no_errors(page: Chromium) -> None:
 def test_page_loads_clean_under_its_policy_and_names_this_server(page: Chromium, server: Server) -> None:
     settle(page, 300)
     quickstart = page.js("[...document.querySelectorAll('pre code')].pop().textContent")
-    assert f"curl -sS -H \"Accept: text/plain\" {server.url}/init -d '{{\"url\": \"{server.url}\"}}'" in quickstart
+    init = f"curl -sS -H \"Accept: text/plain\" {server.url}/init \\\n     -d '{{\"url\": \"{server.url}\"}}'"
+    assert init in quickstart
     assert f"export STASH_URL={server.url}\n" in quickstart
     # The route table, rebuilt from /openapi.json, shows each read as its POST twin: no query string.
     rows = page.wait_for("document.querySelectorAll('#routes tr').length > 6 && "

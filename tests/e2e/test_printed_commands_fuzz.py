@@ -250,10 +250,13 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
                                  ("words", "<words>")):
                 if command.startswith("curl ") and marker in command:
                     saw(name, command)
-    # The client, on the same memory.
+    # The client, on the same memory (its batch at the default PART_CHARS, which a batch fills; its recall
+    # pages at the small one).
+    http.ok("POST", "/config", m.token, json={"PART_CHARS": None})
     for name, args in (("client nap 0-1", ("nap",)), ("client batch", ("nap", "--batch", "3"))):
         done = subprocess.run(["stash", *args], env=m.env, capture_output=True, text=True, timeout=TIMEOUT)
         saw(name, orders(done.stdout)[-1 if "batch" in name else 0])
+    http.ok("POST", "/config", m.token, json={"PART_CHARS": 40})
     done = subprocess.run(["stash", "recall", "m"], env=m.env, capture_output=True, text=True, timeout=TIMEOUT)
     saw("client recall page", orders(done.stdout)[0])
     done = subprocess.run(["stash", "recall", "--words", "m"], env=m.env, capture_output=True, text=True,
@@ -290,6 +293,8 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
     }
     for name, seen in got.items():
         want = canonical[name]
+        # The file form of an import takes a file the agent writes, not a line pasted in: not a template.
+        seen = [s for s in seen if not s.endswith(("@memories.txt", "import memories.txt"))]
         if "recall page" in name:  # the page printed names its own `before`
             seen = [re.sub(r"before \d+", "before 4", s) for s in seen]
         if "words page" in name:

@@ -45,11 +45,12 @@ def test_curl_calls_reads_method_and_path() -> None:
 def test_every_route_has_a_curl_example() -> None:
     covered = {route_of(m, p) for block in examples() for m, p in curl_calls(block)}
     assert None not in covered, "an example calls a route the server does not have"
-    missing = [f"{r.method} {r.path}" for r in ROUTES if (r.method, r.path) not in covered]
+    # A route served again under /m/{name} is its root route's example, at another address.
+    missing = [f"{r.method} {r.path}" for r in ROUTES if (r.method, r.path) not in covered and not r.under]
     assert missing == [], f"routes without a curl example in API-REFERENCE.md: {missing}"
 
 
-def prepare(http: Http) -> str:
+def prepare(http: Http, block: str = "") -> str:
     """The memory the reference's examples assume: four memories dated 2024,
     0-1 summarised, 2-3 due, and a second capability #2."""
     token = http.init()["token"]
@@ -58,6 +59,10 @@ def prepare(http: Http) -> str:
     nap = http.ok("POST", "/nap", token, json={"block": "0-1", "text": "the first two, summarised"})["nap"]
     assert nap["block"] == "2-3"
     assert http.ok("POST", "/grants", token, json={"scope": "read"})["id"] == 2
+    if "/memories/project-x" in block:  # the memory the memories' examples fork and delete
+        http.ok("POST", "/memories", token, json={"name": "project-x"})
+        more = [{"date": "2024-02-01", "text": f"project memory {k}"} for k in range(128)]
+        http.ok("POST", "/m/project-x/import", token, json={"entries": more})
     return token
 
 
@@ -65,7 +70,7 @@ def prepare(http: Http) -> str:
 def test_example_runs_as_printed(block: str, http: Http, base_url: str, tmp_path: Path) -> None:
     if shutil.which("curl") is None or shutil.which("bash") is None:
         pytest.fail("curl and bash are needed to run the reference's examples")
-    token = prepare(http)
+    token = prepare(http, block)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "STASH_URL": base_url, "STASH_TOKEN": token}
     done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=tmp_path, env=env,

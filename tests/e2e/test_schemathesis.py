@@ -71,6 +71,8 @@ def run_schemathesis(url: str, token: str, workdir: Path, *select: str) -> str:
            # Hypothesis's too_slow health check times the data generation on this (shared) machine:
            # a timing assertion about the test, never about the server, so it is off.
            "--suppress-health-check", "too_slow",
+           # One fixed seed, so CI is reproducible; STASH_FUZZ_SEED explores others (a failure prints its seed).
+           "--seed", os.environ.get("STASH_FUZZ_SEED", "20261201"),
            "--no-color", *select]
     # cwd: its own folder, so no schemathesis.toml of the repo or the user applies and nothing is written there
     done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=RUN_TIMEOUT,

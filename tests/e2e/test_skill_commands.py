@@ -43,6 +43,9 @@ def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, cli
     token = prepared(http)
     # The file the skill's batch example tells the agent to write, one "BLOCK LINE" per block.
     (tmp_path / "summaries.txt").write_text("0-1 a summary from the skill example\n", encoding="utf-8")
+    # The file the skill's file-form import names: dated today, so it comes after every memory noted.
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    (tmp_path / "memories.txt").write_text(f"{today} imported from the skill's file example\n", encoding="utf-8")
     env = {"PATH": path_with(client_file.parent), "HOME": str(tmp_path), "LANG": "C.UTF-8",
            "STASH_URL": base_url, "STASH_TOKEN": token}
     for command in commands:
