@@ -23,7 +23,7 @@ from tests.helpers import CHEAP_KDF
 
 pytestmark = pytest.mark.slow
 
-NOTES = 3000
+NOTES = 2000
 SEED = 20240611
 
 # Words chosen so recall has to fold case the Unicode way (docs/DESIGN.md, "Recall").
