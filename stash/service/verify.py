@@ -403,8 +403,12 @@ def _private_copy(folder: Path, quota_bytes: int | None = None) -> Iterator[Path
                     before = _signature(folder, quota_bytes)
                 for path in target.iterdir():
                     overwrite_with_zeros(path)
-                for name, *_rest in before:
-                    copy_allocated(folder / name, target / name)
+                    path.unlink()
+                try:
+                    for name, *_rest in before:
+                        copy_allocated(folder / name, target / name)
+                except FileNotFoundError:
+                    continue  # a server folded and removed a WAL between the two moments: the files changed
                 with userlock.exclusive(folder, create=False):
                     if _signature(folder, quota_bytes) == before:
                         break
