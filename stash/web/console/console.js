@@ -275,15 +275,16 @@
   async function readMemory(name) {
     $("reader").hidden = false;
     $("reader-name").textContent = name;
-    const pre = $("reader-lines");
-    pre.replaceChildren();
+    // The lines replace the old ones at once, never through an empty moment.
+    const shown = [];
     try {
       const answer = await api("POST", memoryPath(name, "/wake"), {});
-      for (const line of answer.lines) pre.append(el("span", line, "line"), document.createTextNode("\n"));
-      if (!answer.lines.length) pre.append(el("span", "(empty)", "line"));
+      for (const line of answer.lines) shown.push(el("span", line, "line"), document.createTextNode("\n"));
+      if (!answer.lines.length) shown.push(el("span", "(empty)", "line"));
     } catch (e) {
-      pre.append(el("span", e.message, "line"));
+      shown.push(el("span", e.message, "line"));
     }
+    $("reader-lines").replaceChildren(...shown);
   }
 
   // ------------------------------------------------------------------ actions
