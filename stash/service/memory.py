@@ -7,14 +7,16 @@ refusals are :mod:`stash.core.errors` exceptions. Nothing here knows HTTP.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..core import blocks, lines, sizes, words
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
 from ..core.recall import BadPattern, compile_pattern
+from ..storage.files import read_snapshot
 from ..storage.keyring import now_utc
 from ..storage.memfile import ERASED, MemoryFile
 from . import instructions, recall_scan, words_scan
@@ -30,6 +32,19 @@ MIN_LINE_BYTES = len("#0-1 x\n")  # the shortest rendered line and its newline
 RECALL_SECONDS = 5.0
 RECALL_SECONDS_PER_MEMORY = 10e-6
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def one_snapshot(method: _Method) -> _Method:
+    """Run a method that only reads in one snapshot of the memory file
+    (storage.files.read_snapshot), so what it reads first (the count, the
+    settled tree) and what it reads next (the summaries named there) agree,
+    whatever another worker commits meanwhile."""
+    @functools.wraps(method)
+    def inside(self: Memory, *args: Any, **kw: Any) -> Any:
+        with read_snapshot(self.mf.conn):
+            return method(self, *args, **kw)
+    return inside  # type: ignore[return-value]
 
 
 def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: list[dict[str, Any]]) -> str:
@@ -142,6 +157,7 @@ class Memory:
             source.append(lines.summary_line(a, b, s))
         return source
 
+    @one_snapshot
     def nap_for(self, T: int, settled: dict[int, int] | None = None) -> dict[str, Any] | None:
         """The due compression at snapshot ``T`` as a nap object, or None;
         always None for a read capability, which cannot write it. When more
@@ -183,6 +199,7 @@ class Memory:
             n += 1
         return max(1, n) if ready else 0
 
+    @one_snapshot
     def batch_for(self, T: int, k: int) -> dict[str, Any]:
         """Up to ``k`` due blocks that can be written at once (docs/DESIGN.md, "Blocks and the tree"),
         each with its source, and the prompt that ends with the one command
@@ -306,6 +323,7 @@ class Memory:
             out.append(cache[key])
         return out
 
+    @one_snapshot
     def wake(self, part: int = 1, T: int | None = None) -> dict[str, Any]:
         head = self.mf.pinned_head(current=True)
         answer = self._wake(head.count, part, T)
@@ -413,30 +431,37 @@ class Memory:
         lo, hi = self._block(block)
         self._within(lo, hi, T)
         bid = blocks.block_id(lo, hi)
-        settled = self.mf.settled(T)
-        first = blocks.first_pending(T, settled)
-        if (lo, hi) != first:
-            if blocks.is_settled(settled, lo, hi):
-                return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
-                        "message": f"{bid} is already settled; nothing was written."}
-            due = self.nap_for(T, settled)
-            assert due is not None  # (lo, hi) is pending but not first, so a first exists
-            raise Conflict(
-                f"Wrong block: {bid}. Blocks settle in order, and the next is {due['block']}; answer that one.",
-                code="nap.wrong_block", due=due["block"], nap=due,
-            )
+        with read_snapshot(self.mf.conn):
+            settled = self.mf.settled(T)
+            if (lo, hi) != blocks.first_pending(T, settled):
+                return self._not_due(T, settled, lo, hi)
         text = lines.check_line(text, self.sizes["ENTRY_CHARS"], "summary")
         if not self.mf.put_summary(lo, hi, text):
             # Another writer got there first (a racing nap of the same block:
             # answered as any already-settled block is), or a forget dropped
             # a half this block builds on.
-            settled = self.mf.settled(T)
-            if blocks.is_settled(settled, lo, hi):
-                return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
-                        "message": f"{bid} is already settled; nothing was written."}
-            return {"saved": None, "nap": self.nap_for(T, settled),
-                    "message": f"{bid} was forgotten meanwhile; nothing was written."}
+            with read_snapshot(self.mf.conn):
+                settled = self.mf.settled(T)
+                if blocks.is_settled(settled, lo, hi):
+                    return self._not_due(T, settled, lo, hi)
+                return {"saved": None, "nap": self.nap_for(T, settled),
+                        "message": f"{bid} was forgotten meanwhile; nothing was written."}
         return {"saved": bid, "nap": self.nap_for(T), "message": f"{bid} saved."}
+
+    def _not_due(self, T: int, settled: blocks.Settled, lo: int, hi: int) -> dict[str, Any]:
+        """The answer to a nap of a block that is not the one due: already
+        settled (nothing written, the next nap offered), or 409 naming the
+        one due."""
+        bid = blocks.block_id(lo, hi)
+        if blocks.is_settled(settled, lo, hi):
+            return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
+                    "message": f"{bid} is already settled; nothing was written."}
+        due = self.nap_for(T, settled)
+        assert due is not None  # (lo, hi) is pending but not first, so a first exists
+        raise Conflict(
+            f"Wrong block: {bid}. Blocks settle in order, and the next is {due['block']}; answer that one.",
+            code="nap.wrong_block", due=due["block"], nap=due,
+        )
 
     def settle(self, summaries: object) -> dict[str, Any]:
         """Settle ``[{"block", "text"}, ...]`` in order, all or nothing, each
@@ -449,44 +474,45 @@ class Memory:
                           "{\"block\": \"lo-hi\", \"text\": \"...\"}.", code="nap.bad_summaries")
         T = self.mf.count()
         limit = self.sizes["ENTRY_CHARS"]
-        before = self.mf.settled(T)
-        # The tree as it will be once the blocks before each one are written:
-        # an erasure's holes are filled where they are, the frontiers move on.
-        state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()})
-        parsed: list[tuple[int, int, str]] = []
-        for k, item in enumerate(summaries):
-            if not isinstance(item, dict) or set(item) != {"block", "text"}:
-                raise Invalid(f"Summary {k} must be an object with exactly \"block\" and \"text\"; "
-                              "nothing was written.", code="nap.bad_summaries", index=k)
-            try:
-                lo, hi = self._block(item["block"])
-                self._within(lo, hi, T)
-                parsed.append((lo, hi, lines.check_line(item["text"], limit, "summary")))
-            except Invalid as e:
-                raise Invalid(f"Summary {k}: {e.message} Nothing was written: fix that line and send all "
-                              f"{len(summaries)} again with the same command, or ask for a new batch.",
-                              code=e.code, index=k) from None
-        todo: list[tuple[int, int, str]] = []
-        for k, (lo, hi, text) in enumerate(parsed):
-            size = hi - lo
-            if blocks.is_settled(before, lo, hi):
-                continue
-            if (lo, hi) != blocks.first_pending(T, state):
-                due = self.nap_for(T, before)
-                expected = blocks.first_pending(T, state)
-                want = blocks.block_id(*expected) if expected else None
-                why = (f"the next after the ones before it is {want}" if want else
-                       "nothing is due after the ones before it")
-                raise Conflict(
-                    f"Wrong block in summary {k}: {blocks.block_id(lo, hi)}; blocks settle in order, and {why}. "
-                    f"Nothing was written; the next due is {due['block'] if due else 'none'}.",
-                    code="nap.wrong_block", due=due["block"] if due else None, nap=due, index=k,
-                )
-            todo.append((lo, hi, text))
-            if lo // size in state.holes.get(size, ()):
-                state.holes[size].remove(lo // size)
-            else:
-                state[size] = lo // size + 1  # past any wholly erased blocks it skipped
+        with read_snapshot(self.mf.conn):  # the tree the checks and any 409 read is one
+            before = self.mf.settled(T)
+            # The tree as it will be once the blocks before each one are written:
+            # an erasure's holes are filled where they are, the frontiers move on.
+            state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()})
+            parsed: list[tuple[int, int, str]] = []
+            for k, item in enumerate(summaries):
+                if not isinstance(item, dict) or set(item) != {"block", "text"}:
+                    raise Invalid(f"Summary {k} must be an object with exactly \"block\" and \"text\"; "
+                                  "nothing was written.", code="nap.bad_summaries", index=k)
+                try:
+                    lo, hi = self._block(item["block"])
+                    self._within(lo, hi, T)
+                    parsed.append((lo, hi, lines.check_line(item["text"], limit, "summary")))
+                except Invalid as e:
+                    raise Invalid(f"Summary {k}: {e.message} Nothing was written: fix that line and send all "
+                                  f"{len(summaries)} again with the same command, or ask for a new batch.",
+                                  code=e.code, index=k) from None
+            todo: list[tuple[int, int, str]] = []
+            for k, (lo, hi, text) in enumerate(parsed):
+                size = hi - lo
+                if blocks.is_settled(before, lo, hi):
+                    continue
+                if (lo, hi) != blocks.first_pending(T, state):
+                    due = self.nap_for(T, before)
+                    expected = blocks.first_pending(T, state)
+                    want = blocks.block_id(*expected) if expected else None
+                    why = (f"the next after the ones before it is {want}" if want else
+                           "nothing is due after the ones before it")
+                    raise Conflict(
+                        f"Wrong block in summary {k}: {blocks.block_id(lo, hi)}; blocks settle in order, and {why}. "
+                        f"Nothing was written; the next due is {due['block'] if due else 'none'}.",
+                        code="nap.wrong_block", due=due["block"] if due else None, nap=due, index=k,
+                    )
+                todo.append((lo, hi, text))
+                if lo // size in state.holes.get(size, ()):
+                    state.holes[size].remove(lo // size)
+                else:
+                    state[size] = lo // size + 1  # past any wholly erased blocks it skipped
         if todo and not self.mf.put_summaries(todo):
             # Another writer settled or forgot blocks between the check and the
             # write: answered as a single nap's race is, with nothing written.
@@ -573,6 +599,7 @@ class Memory:
         return {"matches": found.lines, "scores": [s / words.SCALE for s in found.scores], "total": total,
                 "more": more, "message": message, "run": run}
 
+    @one_snapshot
     def zoom(self, block: object) -> dict[str, Any]:
         T = self.mf.count()
         lo, hi = self._block(block, lambda: self._zoom_hint(T))

@@ -268,12 +268,41 @@ def can_write(folder: Path) -> bool:
             pass
 
 
+# Connections inside a read_snapshot block, by id: a write there is a bug.
+_READING: set[int] = set()
+
+
+@contextlib.contextmanager
+def read_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """Read every statement of the block from one snapshot of the file (a
+    deferred ``BEGIN``, ended by ``COMMIT``). Outside a transaction each
+    statement sees the newest commit, so a forget or an erasure by another
+    worker landing between two reads (the settled tree, then a summary it
+    names) would look like a damaged file. Inside a transaction already, it
+    joins it. A write inside the block raises: a deferred read cannot become
+    a write once another writer has committed, so writes take their own
+    ``write_transaction`` outside it."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    _READING.add(id(conn))
+    try:
+        yield
+    finally:
+        _READING.discard(id(conn))
+        if conn.in_transaction:
+            conn.execute("COMMIT")
+
+
 @contextlib.contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """Hold the file's write lock (``BEGIN IMMEDIATE``) for the block and
     commit it whole, or roll all of it back if the block raises. Inside a
     transaction already, it joins it: the outer block commits, so a write and
     the idempotency record of it land together or not at all."""
+    if id(conn) in _READING:
+        raise RuntimeError("a write inside a read snapshot: take the write outside read_snapshot")
     if conn.in_transaction:
         yield
         return

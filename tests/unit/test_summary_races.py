@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from stash.core import blocks
 from stash.service.access import Vault
 from tests.helpers import CHEAP_KDF
 
@@ -37,3 +38,34 @@ def test_a_level_stays_a_dense_prefix(memory_file):
     assert mf.put_summary(0, 2, "a")
     assert not mf.put_summary(0, 2, "a again")
     assert mf.settled(6) == {2: 1, 4: 0}
+
+
+def test_a_wake_reads_one_snapshot_while_another_worker_forgets(tmp_path):
+    """A wake reads the settled tree, then the summaries the due nap is
+    built from; a forget committed by another connection between those two
+    reads (another worker's request) must not make the wake see a tree whose
+    summaries are gone: it answers from the snapshot it began with."""
+    vault = Vault(tmp_path, kdf=CHEAP_KDF)
+    ident = vault.create_identity()
+    with vault.session(ident.token, "owner") as reader, vault.session(ident.token, "owner") as owner:
+        mf = reader.memory.mf
+        assert owner.memory.mf.conn is not mf.conn
+        mf.append([("2026-01-02", f"m{i}") for i in range(64)])
+        while (due := blocks.first_pending(64, mf.settled(64))) != (32, 64):
+            assert mf.put_summary(*due, f"sum {due[0]}")
+        read_tree = mf.settled
+        forgot = []
+
+        def settled_then_forget(T):
+            tree = read_tree(T)
+            if not forgot:
+                forgot.append(owner.memory.forget("48-63"))  # commits at once, on its own connection
+            return tree
+
+        mf.settled = settled_then_forget  # type: ignore[method-assign]
+        answer = reader.memory.wake()
+        assert forgot and forgot[0]["dropped"][0] == "48-63"
+        assert answer["nap"]["block"] == "32-63"
+        assert "#48-63 sum 48" in answer["nap"]["source"]
+        mf.settled = read_tree  # type: ignore[method-assign]
+        assert reader.memory.wake()["nap"]["block"] == "48-63"  # the next wake sees the forget
