@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import tempfile
 from pathlib import Path
@@ -25,6 +26,20 @@ if "TMPDIR" not in os.environ and _RAM.is_dir() and os.access(_RAM, os.W_OK | os
 # Every `stash` client a test runs pins the heads it sees (stash/client.py);
 # keep those pins in a folder of this test run, not in the user's ~/.config.
 os.environ.setdefault("STASH_PINS", os.path.join(tempfile.mkdtemp(prefix="stash-test-pins-"), "pins.json"))
+
+
+def pytest_configure(config) -> None:
+    """Compile the package's bytecode once, before the workers start. The
+    tests start hundreds of real ``stash`` servers and clients from this
+    source tree, and where PYTHONDONTWRITEBYTECODE is set (as in CI) none of
+    them may write a ``.pyc``: each would compile every module it imports
+    again, about a second of CPU per server and half one per client.
+    ``compileall`` writes the files whatever that variable says, and they
+    are what every child process then loads."""
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), once
+        root = Path(__file__).resolve().parent.parent
+        for folder in ("stash", "tests"):
+            compileall.compile_dir(str(root / folder), quiet=1)
 
 
 @pytest.fixture
