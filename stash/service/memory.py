@@ -478,7 +478,8 @@ class Memory:
             before = self.mf.settled(T)
             # The tree as it will be once the blocks before each one are written:
             # an erasure's holes are filled where they are, the frontiers move on.
-            state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()})
+            state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()},
+                                   erased=before.erased)
             parsed: list[tuple[int, int, str]] = []
             for k, item in enumerate(summaries):
                 if not isinstance(item, dict) or set(item) != {"block", "text"}:

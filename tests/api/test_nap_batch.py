@@ -251,3 +251,21 @@ def test_batch_answers_match_the_openapi_document(mem: Mem) -> None:
     check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json=body), 200)
     check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json={"summaries": [
         {"block": "0-3", "text": "x"}]}), 409)
+
+
+def test_a_batch_after_a_whole_block_was_erased_settles_as_offered(api, owner):
+    """A wholly erased block needs no summary, so the batch offer skips it;
+    the summaries sent back exactly as offered must then settle (found by a
+    chaos run: the check of their order still counted the erased block as
+    due and refused every batch with nap.wrong_block)."""
+    for i in range(8):
+        assert api.post("/note", owner, json={"text": f"memory {i}"}).status_code == 200
+    assert api.post("/erase", owner, json={"ids": [0, 1]}).status_code == 200
+    offer = api.post("/nap", owner, json={"batch": 64}).json()
+    blocks = [item["block"] for item in offer["batch"]]
+    assert blocks and "0-1" not in blocks, offer
+    resp = api.post("/nap", owner, json={"summaries": [{"block": b, "text": f"sum {b}"} for b in blocks]})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["saved"] == blocks
+    assert api.post("/nap", owner, json={"batch": 64}).json()["batch"] == []
+    assert api.get("/wake", owner).json()["awake"] is True
