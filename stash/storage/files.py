@@ -291,8 +291,7 @@ def read_snapshot(conn: sqlite3.Connection) -> Iterator[None]:
         yield
     finally:
         _READING.discard(id(conn))
-        if conn.in_transaction:
-            conn.execute("COMMIT")
+        conn.commit()  # ends the read; a no-op if nothing is open any more
 
 
 @contextlib.contextmanager
