@@ -136,7 +136,8 @@ def _report(added: list[tuple[str, str]]) -> None:
     for user_id, cipher in added:
         if cipher != "none":
             print(f"stash replicate: {user_id} uses SQLCipher files, which Litestream cannot read: NOT replicated "
-                  "(restore it from the daily backup, or re-import its export on a --file-cipher none server).",
+                  "(convert it to plain files with `stash migrate --file-cipher none` and a token of its owner: "
+                  "deploy/README.md, \"stash migrate\"; until then the daily backup keeps it).",
                   file=sys.stderr, flush=True)
 
 
