@@ -14,6 +14,11 @@ from pathlib import Path
 from ..web.settings import DATA
 from ..web.settings import QUOTA_BYTES as QUOTA
 
+INCOMPLETE = 3
+"""The exit status of an operator verb that left work undone: ``stash restore``
+restored nobody or skipped someone, ``stash migrate`` left a memory as
+SQLCipher. A failover or deploy script must not take it for success."""
+
 # A write that starts under the quota may end above it by its own size: a file
 # over twice the quota is no store's (verify refuses to copy it).
 OVERSIZE_FACTOR = 2
@@ -153,7 +158,6 @@ def migrate_main(argv: list[str]) -> int:
                    help="how long to retry a memory a running server keeps open (default 30)")
     args = p.parse_args(argv)
     from ..service.migrate import migrate
-    from .replicate import INCOMPLETE
 
     try:
         given = _given_tokens(args.tokens)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..core.lines import plural
 from ..web.settings import DATA
+from .operate import INCOMPLETE
 
 SYNC_ENV = "STASH_REPLICATE_INTERVAL"
 RESTART_PAUSE_S = 0.2
@@ -226,7 +227,6 @@ def restore_main(argv: list[str]) -> int:
     return status
 
 
-INCOMPLETE = 3  # restored nobody, or skipped someone: a failover script must not take it for success
 
 
 def restore_status(restored: int, failed: int, skipped: int) -> int:
