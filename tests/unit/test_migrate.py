@@ -165,6 +165,8 @@ def test_a_file_a_running_server_keeps_open_is_left_until_it_lets_go(tmp_path, c
         wake = api.get("/wake", token)
         assert wake.status_code == 200 and "still served" in wake.text and "kept open" in wake.text
         assert api.post("/note", token, json={"text": "on plain files"}).status_code == 200
+        found = api.post("/recall", token, json={"q": "served"})
+        assert found.status_code == 200 and "still served" in found.text, found.text
     finally:
         api.close()
 
