@@ -15,7 +15,6 @@ tried again until ``wait`` runs out.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from ..storage.memfile import FileKeys
 from ..storage.memories import MAIN, SUBFOLDER
 from . import memory_ops
 from .access import Session, Vault
+from .replica import file_cipher
 from .verify import Report, user_folders, verify_user
 
 RETRY_S = 0.2
@@ -50,18 +50,6 @@ class UserResult:
     user_id: str
     memories: list[Moved] = field(default_factory=list)
     report: Report | None = None  # the check after, when anything of the user moved
-
-
-def _cipher(folder: Path) -> str | None:
-    try:
-        conn = sqlite3.connect(f"file:{folder / 'keyring.db'}?mode=ro", uri=True)
-        try:
-            row = conn.execute("SELECT value FROM keyring_meta WHERE name = 'file_cipher'").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return None
-    return None if row is None else str(row[0])
 
 
 def _folders(user: Path) -> Iterator[tuple[str, Path]]:
@@ -100,7 +88,7 @@ def migrate_user(user: Path, given: list[str], wait: float) -> UserResult:
     result = UserResult(user.name)
     vault = Vault(user.parent.parent)
     for name, folder in _folders(user):
-        cipher = _cipher(folder)
+        cipher = file_cipher(folder)
         if cipher == "none":
             with userlock.exclusive(folder):
                 done = cipher_swap.finish(folder)  # a move a crash stopped after its commit
