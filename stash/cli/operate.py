@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..web.settings import DATA
+from ..web.settings import DATA, FILE_CIPHER
 from ..web.settings import QUOTA_BYTES as QUOTA
 
 INCOMPLETE = 3
@@ -151,7 +151,7 @@ def migrate_main(argv: list[str]) -> int:
         "under its lock, and its requests wait. A run that was killed is finished by running it again."))
     p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
                    help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
-    p.add_argument("--file-cipher", required=True, choices=["none"], help="the cipher to move to: none")
+    p.add_argument(FILE_CIPHER.flag, required=True, choices=["none"], help="the cipher to move to: none")
     p.add_argument("--tokens", default=None, metavar="FILE",
                    help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN")
     p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
