@@ -79,29 +79,35 @@ def test_kill9_mid_migration_leaves_every_memory_old_or_new(tmp_path: Path) -> N
         owners[ident.user_id] = ident.token
     expected = {(u, n): read_all(vault, t, n) for u, t in owners.items() for n in ("main", "work")}
     seen: set[str] = set()
-    for trial in range(TRIALS):
-        data = tmp_path / f"trial{trial}"
+    # The trials run side by side, each on its own copy, each killed at its own instant.
+    datas = [tmp_path / f"trial{trial}" for trial in range(TRIALS)]
+    children = []
+    for data in datas:
         shutil.copytree(made, data)
-        child = subprocess.Popen([sys.executable, "-c", CHILD, str(data)], cwd=REPO, stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip() == "ready"
+        children.append(subprocess.Popen([sys.executable, "-c", CHILD, str(data)], cwd=REPO,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    for child in children:
+        assert child.stdin is not None
         child.stdin.write("\n".join(owners.values()))
         child.stdin.close()
-        time.sleep(rng.uniform(0.0, 0.12))
+    for at, child in sorted(((rng.uniform(0.0, 0.15), c) for c in children), key=lambda x: x[0]):
+        time.sleep(max(0.0, started + at - time.monotonic()))
         child.kill()
+    for child, data in zip(children, datas, strict=True):
         child.wait(timeout=30)
         states = {(u, n): state(data / "users" / u / ("m/work" if n == "work" else "")) for u, n in expected}
         assert all(s in ("old", "new") for s in states.values()), states
         seen |= set(states.values())
         after = Vault(data, kdf=CHEAP_KDF)
         for (user_id, name), lines in expected.items():
-            assert read_all(after, owners[user_id], name) == lines, (trial, user_id, name, states)
+            assert read_all(after, owners[user_id], name) == lines, (data.name, user_id, name, states)
         results = migrate(data, list(owners.values()), wait=5.0)
         assert all(m.outcome in ("converted", "plain") for r in results for m in r.memories), results
         assert all(r.report is None or r.report.ok for r in results), results
         assert {state(data / "users" / u / ("m/work" if n == "work" else "")) for u, n in expected} == {"new"}
         for (user_id, name), lines in expected.items():
             assert read_all(after, owners[user_id], name) == lines
-        shutil.rmtree(data)
     print(f"states seen after the kills: {sorted(seen)}")
