@@ -101,16 +101,14 @@ def migrate_user(user: Path, given: list[str], wait: float) -> UserResult:
         for token in mine:
             try:
                 with vault.session(token, "read", memory=name) as s:
-                    note = _move(s, wait)
-                break
-            except StashError as e:
-                if e.code in ("memory.unknown", "auth.scope"):
-                    continue
-                note = f"not converted: the token does not open it ({e.code})"
-                break
-            except (OSError, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
-                note = "not converted: a file of it cannot be read or written; nothing was changed"
-                break
+                    try:
+                        note = _move(s, wait)
+                    except (OSError, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
+                        note = "not converted: a file of it cannot be read or written; nothing was changed"
+                break  # opened: whatever the move did, another token would do the same
+            except StashError as e:  # this token does not open it: the next one may
+                if e.code not in ("memory.unknown", "auth.scope"):
+                    note = f"not converted: the token given does not open it ({e.code})"
         result.memories.append(Moved(user.name, name, "left" if note else "converted", note))
     if any(m.outcome == "converted" for m in result.memories):
         # The owner's token checks every memory with its key; without it, what needs no key.

@@ -213,3 +213,14 @@ def test_the_replica_roster_lists_a_migrated_store_as_plain(vault, capsys, monke
     assert run(capsys, ["--data", str(data), "--file-cipher", "none"], token, monkeypatch=monkeypatch)[0] == 0
     assert replica.update_roster(data, set()) == [(user_id, "none")]
     assert replica.roster_users(data / replica.ROSTER) == [(user_id, "none")]
+
+
+def test_a_revoked_token_given_first_does_not_stop_the_owners(vault, capsys, monkeypatch):
+    data = vault.data_dir
+    user_id, owner = identity(vault, notes=1, others=())
+    with vault.session(owner, "owner") as s:
+        grant_id, revoked = vault.mint_grant(s, "read")
+        vault.revoke_grant(s, grant_id)
+    code, out = run(capsys, ["--data", str(data), "--file-cipher", "none", "--tokens", "-"],
+                    stdin=f"{revoked}\n{owner}\n", monkeypatch=monkeypatch)
+    assert code == 0 and f"{user_id}  main  converted" in out, out
