@@ -227,8 +227,6 @@ def restore_main(argv: list[str]) -> int:
     return status
 
 
-
-
 def restore_status(restored: int, failed: int, skipped: int) -> int:
     """``stash restore``'s exit status: 1 when a user failed, 3
     (:data:`INCOMPLETE`) when it skipped one or restored nobody, else 0, so
