@@ -1,5 +1,5 @@
 """The ``stash`` command: ``serve`` runs the server, ``backup``, ``verify``,
-``replicate`` and ``restore`` work on its data folder; ``mcp`` serves the agent's verbs to an MCP host over
+``replicate``, ``restore`` and ``migrate`` work on its data folder; ``mcp`` serves the agent's verbs to an MCP host over
 stdio; every other verb is the HTTP client
 (:mod:`stash.client`, also served as one file at ``GET /client``)."""
 
@@ -15,6 +15,7 @@ HOST_VERBS = {
     "verify": "check every file of a data folder or a backup",
     "replicate": "stream a data folder to a replica off the host with Litestream",
     "restore": "bring users back from a replica, each at a moment its files agree",
+    "migrate": "convert a data folder's SQLCipher files to plain ones (every row stays sealed)",
     "mcp": "serve wake, note, nap, recall, zoom and forget as MCP tools over stdio",
 }
 
@@ -51,6 +52,10 @@ def _main(argv: list[str]) -> int:
         from .replicate import restore_main
 
         return restore_main(argv[1:])
+    if argv[:1] == ["migrate"]:
+        from .operate import migrate_main
+
+        return migrate_main(argv[1:])
     if argv[:1] == ["verify"]:
         from .operate import verify_main
 

@@ -1,7 +1,8 @@
-"""``stash backup`` and ``stash verify``: operator verbs run on the server's
-host against its data folder, never over HTTP. Neither needs a token; verify
+"""``stash backup``, ``stash verify`` and ``stash migrate``: operator verbs run on the server's
+host against its data folder, never over HTTP. Backup needs no token; verify
 checks one user's store whole when ``--token`` is given (the capability read
-from ``$STASH_TOKEN``, never from the command line)."""
+from ``$STASH_TOKEN``, never from the command line); migrate converts each
+memory a given token opens."""
 
 from __future__ import annotations
 
@@ -10,8 +11,13 @@ import os
 import sys
 from pathlib import Path
 
-from ..web.settings import DATA
+from ..web.settings import DATA, FILE_CIPHER
 from ..web.settings import QUOTA_BYTES as QUOTA
+
+INCOMPLETE = 3
+"""The exit status of an operator verb that left work undone: ``stash restore``
+restored nobody or skipped someone, ``stash migrate`` left a memory as
+SQLCipher. A failover or deploy script must not take it for success."""
 
 # A write that starts under the quota may end above it by its own size: a file
 # over twice the quota is no store's (verify refuses to copy it).
@@ -123,3 +129,62 @@ def verify_main(argv: list[str]) -> int:
     print(f"stash verify: {len(reports)} {'user' if len(reports) == 1 else 'users'} checked, {failed} failed.")
     print(ERASURE_NOTE)
     return 1 if failed else 0
+
+
+def _given_tokens(path: str | None) -> list[str]:
+    """The capabilities migrate may use: $STASH_TOKEN, and one a line from
+    ``path`` ('-': standard input), never from the command line."""
+    lines = [os.environ.get("STASH_TOKEN", "")]
+    if path == "-":
+        lines += sys.stdin.read().splitlines()
+    elif path:
+        lines += Path(path).read_text(encoding="utf-8").splitlines()
+    return [t.strip() for t in lines if t.strip()]
+
+
+def migrate_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="stash migrate", description=(
+        "Convert every memory of every user of a data folder from SQLCipher files to plain SQLite files, which "
+        "Litestream can replicate (every row stays sealed with XChaCha20-Poly1305), then check each user as "
+        "stash verify does. A memory converts only with a token that opens it (the file key comes from its "
+        "secret): $STASH_TOKEN and --tokens. Run it with the server stopped, or beside it: each memory moves "
+        "under its lock, and its requests wait. A run that was killed is finished by running it again."))
+    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
+                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
+    p.add_argument(FILE_CIPHER.flag, required=True, choices=["none"], help="the cipher to move to: none")
+    p.add_argument("--tokens", default=None, metavar="FILE",
+                   help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN")
+    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to retry a memory a running server keeps open (default 30)")
+    args = p.parse_args(argv)
+    from ..service.migrate import migrate
+
+    try:
+        given = _given_tokens(args.tokens)
+    except (OSError, UnicodeDecodeError):
+        print("stash migrate: --tokens names a file that cannot be read.", file=sys.stderr)
+        return 2
+    folder = _data(args.data)
+    if not (folder / "users").is_dir():
+        print("stash migrate: the data folder has no users/ folder; check --data.", file=sys.stderr)
+        return 2
+    results = migrate(folder, given, args.wait)
+    counts = {"converted": 0, "plain": 0, "left": 0}
+    failed = 0
+    for user in results:
+        for m in user.memories:
+            counts[m.outcome] += 1
+            print(f"{m.user_id}  {m.memory}  {m.outcome}{'  ' + m.note if m.note else ''}", flush=True)
+        if user.report is not None:
+            _print_report(user.report)
+            failed += not user.report.ok
+    print(f"stash migrate: {counts['converted']} converted, {counts['plain']} already plain, {counts['left']} "
+          f"left as SQLCipher, {failed} failed their check, in {len(results)} "
+          f"{'user' if len(results) == 1 else 'users'}.")
+    if failed:
+        return 1
+    if counts["left"]:
+        print("stash migrate: not every memory is plain yet (see the 'left' lines); give a token that opens "
+              "each, or run again once the server lets go of them.", file=sys.stderr)
+        return INCOMPLETE
+    return 0

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..core.lines import plural
 from ..web.settings import DATA
+from .operate import INCOMPLETE
 
 SYNC_ENV = "STASH_REPLICATE_INTERVAL"
 RESTART_PAUSE_S = 0.2
@@ -136,7 +137,8 @@ def _report(added: list[tuple[str, str]]) -> None:
     for user_id, cipher in added:
         if cipher != "none":
             print(f"stash replicate: {user_id} uses SQLCipher files, which Litestream cannot read: NOT replicated "
-                  "(restore it from the daily backup, or re-import its export on a --file-cipher none server).",
+                  "(convert it to plain files with `stash migrate --file-cipher none` and a token of its owner: "
+                  "deploy/README.md, \"stash migrate\"; until then the daily backup keeps it).",
                   file=sys.stderr, flush=True)
 
 
@@ -223,9 +225,6 @@ def restore_main(argv: list[str]) -> int:
         print("stash restore: not every user of the replica was restored (see the skip lines above); a failover "
               "must not go on as if they were.", file=sys.stderr)
     return status
-
-
-INCOMPLETE = 3  # restored nobody, or skipped someone: a failover script must not take it for success
 
 
 def restore_status(restored: int, failed: int, skipped: int) -> int:

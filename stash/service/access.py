@@ -22,7 +22,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import inbox, memfile, memories, ring_copies, userlock
+from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -127,6 +127,7 @@ class Session:
                 raise RuntimeError("the session has ended")
             self._lock = userlock.UserLock(self.files.folder)
             self._lock.acquire_shared()
+            self._settle_cipher()
             # The copy is read before the file is opened: it is written only
             # after the file commits, so read in this order it is never ahead
             # of the file unless the file was rolled back.
@@ -178,6 +179,21 @@ class Session:
             self._copy = copy
             self._state_copy = state_copy
         return self._memory
+
+    def _settle_cipher(self) -> None:
+        """Read the file's cipher again under the lock: ``stash migrate`` may
+        have made it plain since the key ring was read (storage/cipher_swap.py),
+        and a move a crash stopped after its commit is finished here first."""
+        assert self._lock is not None
+        self.cipher = self.keyring.meta("file_cipher") or "none"
+        if self.cipher == "none" and cipher_swap.pending(self.files.folder):
+            self._lock.release()
+            with userlock.exclusive(self.files.folder):
+                if self.pool is not None:
+                    self.pool.drop_folder(self.files.folder, held=True)
+                if (self.keyring.meta("file_cipher") or "none") == "none":
+                    cipher_swap.finish(self.files.folder)
+            self._lock.acquire_shared()
 
     def publish_head(self) -> None:
         """Bring the key ring's copy of the head and state version up to what

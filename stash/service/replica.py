@@ -200,7 +200,9 @@ def update_roster(data_dir: Path, known: set[str]) -> list[tuple[str, str]]:
             continue
         conn = _roster(Path(data_dir) / ROSTER)
         try:
-            conn.execute("INSERT OR IGNORE INTO users(id, cipher) VALUES (?, ?)", (folder.name, cipher))
+            # Upserted: a store `stash migrate` made plain is listed as plain from the next start on.
+            conn.execute("INSERT INTO users(id, cipher) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET "
+                         "cipher = excluded.cipher", (folder.name, cipher))
         finally:
             conn.close()
         known.add(folder.name)
