@@ -531,7 +531,10 @@ class Api:
         return f"{_shown(self.url)} ({self.source})"
 
     def call(self, method: str, path: str, body: object = None, *, query: dict[str, Any] | None = None,
-             raw: bool = False, timeout: float = TIMEOUT) -> Any:
+             raw: bool = False, timeout: float = TIMEOUT, own: bool = True) -> Any:
+        """One route, answered as JSON (``raw``: its bytes). ``own`` False: the call opens another memory
+        than the one at ``url`` (a fork's source), so this memory's pin is neither sent nor moved."""
+        pinning = own and self.pinning()
         target = self.url + path
         if query:
             target += "?" + urllib.parse.urlencode(query)
@@ -542,7 +545,7 @@ class Api:
             headers["Content-Type"] = "application/json"
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
-            pin = pinned(self.url, self._token) if self.pinning() else None
+            pin = pinned(self.url, self._token) if pinning else None
             if pin:
                 headers["Stash-Pin"] = pin
         keyed = is_keyed(method, path)
@@ -575,7 +578,7 @@ class Api:
         except ValueError:
             raise Unreachable(f"stash: the server at {self.where()} did not answer JSON; "
                               "is that the address of a Stash server?") from None
-        if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and self.pinning():
+        if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and pinning:
             remember_pin(self.url, self._token, answer["head"].get("pin"))
         if _JSON["on"]:
             _emit_json(answer)
@@ -1286,11 +1289,12 @@ class Stash:
         return self._api().where()
 
     def _call(self, method: str, path: str, body: object = None, timeout: float | None = None,
-              raw: bool = False) -> Any:
-        return self._api().call(method, path, body, timeout=timeout or self.timeout, raw=raw)
+              raw: bool = False, own: bool = True) -> Any:
+        return self._api().call(method, path, body, timeout=timeout or self.timeout, raw=raw, own=own)
 
-    def _answer(self, method: str, path: str, body: object = None, timeout: float | None = None) -> dict[str, Any]:
-        ans = self._call(method, path, body, timeout)
+    def _answer(self, method: str, path: str, body: object = None, timeout: float | None = None,
+                own: bool = True) -> dict[str, Any]:
+        ans = self._call(method, path, body, timeout, own=own)
         if not isinstance(ans, dict):
             raise Unreachable(f"stash: the server at {self.where()} did not answer a JSON object; "
                               "is that the address of a Stash server?")
@@ -1398,10 +1402,12 @@ class Stash:
 
     # -- an owner's calls
 
-    def init(self, url: str | None = None) -> Initialized:
+    def init(self, url: str | None = None, *, invite: str | None = None) -> Initialized:
         """Mint a new identity on this server (``POST /init``; ``url`` is the address written into its
-        block); this object uses its owner token from now on."""
-        ans = self._answer("POST", "/init", {"url": url} if url else {})
+        block, ``invite`` the operator's secret on a server that mints by invitation); this object uses its
+        owner token from now on."""
+        body = {k: v for k, v in (("url", url or None), ("invite", invite)) if v is not None}
+        ans = self._answer("POST", "/init", body)
         self._token = str(ans["token"])
         note = ans.get("note")
         return Initialized(str(ans.get("user_id", "")), self._token, str(ans.get("prompt", "")),
@@ -1455,9 +1461,10 @@ class Stash:
         return MemoryInfo.of(self._answer("POST", "/memories", {"name": name}))
 
     def fork(self, source: str, name: str, *, at: int | None = None) -> Forked:
-        """A new memory ``name`` holding the first ``at`` (default all) memories of ``source``."""
+        """A new memory ``name`` holding the first ``at`` (default all) memories of ``source``. It opens
+        ``source``, not this object's memory, so this memory's pin stays out of it."""
         body: dict[str, Any] = {"name": name} if at is None else {"name": name, "at": at}
-        ans = self._answer("POST", f"/memories/{urllib.parse.quote(source, safe='')}/fork", body)
+        ans = self._answer("POST", f"/memories/{urllib.parse.quote(source, safe='')}/fork", body, own=False)
         return Forked(str(ans.get("name")), str(ans.get("source")), int(ans.get("at") or 0),
                       int(ans.get("erased") or 0), int(ans.get("summaries") or 0), ans)
 
