@@ -1329,9 +1329,8 @@ class Stash:
     def nap(self, block: str | None = None, text: str | None = None) -> Saved:
         """Save ``text`` as the summary of ``block`` (the due one); with neither, ask what is due. What is
         given is sent, so the server refuses a ``text`` without ``block`` (``nap.missing_block``)."""
-        ans = self._answer("POST", "/nap", {k: v for k, v in (("block", block), ("text", text)) if v is not None})
-        saved = ans.get("saved")
-        return Saved(saved if isinstance(saved, (str, list)) else None, Nap.of(ans.get("nap")), ans)
+        return self._saved(self._answer("POST", "/nap", {k: v for k, v in (("block", block), ("text", text))
+                                                         if v is not None}))
 
     def batch(self, k: int = 16) -> Batch:
         """Up to ``k`` due blocks that can be written at once (then :meth:`settle` them)."""
