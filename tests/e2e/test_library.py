@@ -224,16 +224,15 @@ def default_cases(url: str) -> dict[str, Callable[[], object]]:
     }
 
 
-def restricted_cases(url: str, invite: str, metrics: str) -> dict[str, Callable[[], object]]:
+def restricted_cases(url: str, mem: Stash, invite: str, metrics: str) -> dict[str, Callable[[], object]]:
     """Refusals of a server that mints by invitation, with small quotas (see the test below); the
     address's failed authentications (a wrong invite, operator token or capability) go last, since they
     lock the address out."""
-    mem = _owner_of(url, invite)
     mem.note("memory 0")
     side = mem.create("side")  # --max-memories 2: full
     importer = Stash(f"{mem.url}/m/{side.name}", mem.mint("full", memory=side.name).token)
     importer.import_([("2026-01-02", "one"), ("2026-01-02", "two")])  # --import-per-day 3: one left
-    _owner_of(url, invite)  # --init-per-day 2: both of this address's for today
+    _owner_of(url, invite)  # --init-per-day 2: both of this address's for today (``mem`` was the first)
     forged = Stash(url, "stash1_" + "0" * 16 + "_" + "A" * 49)
     return {
         "memory.too_many": lambda: mem.create("third"),
@@ -244,6 +243,14 @@ def restricted_cases(url: str, invite: str, metrics: str) -> dict[str, Callable[
         "init.invite_required": lambda: Stash(url, None).init(),
         "auth.operator": lambda: Stash(url, metrics + "x")._call("GET", "/metrics"),
         "rate_limited": lambda: _until_refused_otherwise(forged.wake),
+    }
+
+
+def closed_cases(url: str, mem: Stash, invite: str) -> dict[str, Callable[[], object]]:
+    """Refusals of that server restarted with ``--init off --quota-bytes 1`` (and room for memories)."""
+    return {
+        "init.disabled": lambda: Stash(url, None).init(invite=invite),
+        "quota.bytes": lambda: mem.note("a folder over its quota takes no more"),
     }
 
 
@@ -274,8 +281,6 @@ NOT_RAISED_HERE = {
     "busy.server": "concurrency, which the client waits out (tests/e2e/test_fair_shares.py)",
     "recall.too_slow": "a scan past its 5 s bound",
     "memory.too_many_matches": "more than 10,000 matching memories",
-    "init.disabled": "a server run with --init off (tests/api/test_abuse.py)",
-    "quota.bytes": "a memory folder over --quota-bytes (tests/e2e/test_quotas.py)",
     "store.rolled_back": "an older copy of a file put back (tests/e2e/test_swap_matrix.py)",
     "store.missing": "a user's files gone from the data folder (tests/e2e/test_damage.py)",
     "store.unreadable": "an I/O error (tests/e2e/test_damage.py)",
@@ -289,7 +294,8 @@ NOT_RAISED_HERE = {
 
 
 def test_every_declared_code_is_raised_here_or_named_why_not() -> None:
-    raised = set(_case_codes(default_cases)) | set(_case_codes(restricted_cases)) | {"store.damaged"}
+    raised = {*_case_codes(default_cases), *_case_codes(restricted_cases), *_case_codes(closed_cases),
+              "store.damaged"}
     assert not raised & set(NOT_RAISED_HERE)
     assert raised | set(NOT_RAISED_HERE) == set(CODES), set(CODES) ^ (raised | set(NOT_RAISED_HERE))
 
@@ -311,7 +317,12 @@ def test_every_refusal_of_a_restricted_server_raises_its_class(tmp_path: Path) -
                         "--auth-failures-per-minute", "2"],
                  env={"STASH_INVITE_SECRET": invite, "STASH_METRICS_TOKEN": metrics}).start()
     try:
-        _provoke(restricted_cases(srv.url, invite, metrics))
+        mem = _owner_of(srv.url, invite)
+        _provoke(restricted_cases(srv.url, mem, invite, metrics))
+        srv.stop()
+        srv.extra += ["--init", "off", "--quota-bytes", "1", "--quota-memories", "1000"]
+        srv.start(same_port=True)
+        _provoke(closed_cases(srv.url, mem, invite))
     finally:
         srv.stop()
 
