@@ -729,7 +729,7 @@ def refused(error: StashError, steps: Steps = SHELL) -> Failure:
         extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
                  "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
                  f"has now with: {_prog()} unpin")
-    return Failure(error.message, REFUSED, extra, error.status, body)
+    return Failure(error.message, REFUSED, extra, error.status or None, body or None)
 
 
 # ---------------------------------------------------------------- the agent's verbs, as text
@@ -1497,10 +1497,14 @@ class Stash:
                       str(ans.get("file_cipher", "?")), ans)
 
     def archive(self) -> Archive:
-        """The whole memory as OptMem's folder in a .tar.gz, its manifest checked against its files."""
+        """The whole memory as OptMem's folder in a .tar.gz, its manifest checked against its files; an
+        archive that fails the check raises :class:`ServerError` (status 0: the server answered 200)."""
         data = self._call("GET", "/export", timeout=LONG_TIMEOUT, raw=True)
-        members = archive_members(data)
-        return Archive(data, members, check_archive(members))
+        try:
+            members = archive_members(data)
+            return Archive(data, members, check_archive(members))
+        except Failure as f:
+            raise ServerError(f.message) from None
 
     def export(self, path: str | Path) -> Path:
         """The whole memory as OptMem's folder in a .tar.gz at ``path``, its manifest checked."""

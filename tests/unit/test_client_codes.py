@@ -46,3 +46,30 @@ def test_each_declared_code_raises_the_class_of_its_status(code: str) -> None:
 def test_no_answer_is_unreachable_and_exit_3() -> None:
     failure = client.refused(Unreachable("stash: cannot reach the server"))
     assert (failure.code, failure.status, failure.body) == (client.UNREACHABLE, None, None)
+
+
+def test_an_export_that_fails_its_check_is_a_server_error() -> None:
+    """A 200 whose archive is not what a Stash export is (here: not a tar.gz) raises ServerError from the
+    library, and the command reports it as a refusal; a scripted peer on loopback serves it."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Peer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            self.wfile.write(b"not a tar")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Peer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ServerError) as broken:
+            client.Stash(f"http://127.0.0.1:{server.server_port}", None, pin=False).archive()
+    finally:
+        server.shutdown()
+    assert broken.value.status == 0 and "not a readable tar.gz" in broken.value.message
+    assert client.refused(broken.value).code == client.REFUSED
