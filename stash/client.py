@@ -43,19 +43,21 @@ import urllib.parse
 import urllib.request
 import uuid
 import zlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 # What this module offers the package: the verbs (main, VERBS) and what stash mcp (stash/cli/mcp_server.py) and
 # stash/cli/main.py call; tests/unit/test_tooling.py holds it to their use.
-LIBRARY = ["Stash", "StashError", "Unreachable", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
-           "NapNeeded", "TooLarge", "Invalid", "RateLimited", "ServerError", "Nap", "Wake", "Noted", "Saved",
-           "Found", "Zoomed", "Forgot", "Imported", "Grant", "Minted", "Revoked", "Rotated", "Receipt",
-           "MemoryInfo"]
-__all__ = ["VERBS", "Api", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
-           "nap_lines", "note_lines", "recall_lines", "recall_words_lines", "server_url", "summaries_lines", "token",
-           "wake_lines",
+LIBRARY = ["Stash", "StashError", "Unreachable", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "NotAllowed",
+           "Conflict", "NapNeeded", "TooLarge", "Invalid", "RateLimited", "ServerError", "error_class", "Nap", "Wake",
+           "WakePart", "Noted", "Saved", "Batch", "Found", "Zoomed", "Forgot", "Imported", "Sizes", "Initialized",
+           "Grant", "Minted", "Revoked", "Rotated", "Receipt", "Undone", "MemoryInfo", "Forked", "Destroyed",
+           "Matched", "Health", "Archive"]
+__all__ = ["VERBS", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
+           "nap_lines", "note_lines", "recall_lines", "recall_words_lines", "refused", "server_url", "summaries_lines",
+           "token", "wake_lines",
            "zoom_lines",
            # the library (CLIENT.md, "The Python library")
            *LIBRARY]
@@ -506,19 +508,17 @@ def _pinning() -> bool:
 
 
 class Api:
-    """The server at ``url``, called with the capability ``tok``; refusals
-    become :class:`Failure` with the server's message, its instructions named
-    in ``steps``' terms. It pins the memory's log head (see pins_path)
-    unless STASH_PIN=off."""
+    """The HTTP under :class:`Stash`, the one way every call reaches the server at ``url`` with the
+    capability ``tok``: Idempotency-Keys on keyed writes and resends of them when an answer is lost, waits
+    on busy refusals, the memory's log head pinned (see pins_path) unless ``pin`` is False (None: as
+    STASH_PIN says). A refusal raises the :class:`StashError` subclass of its code and status; ``source``
+    is where the address came from, as its messages name it."""
 
-    def __init__(self, url: str, tok: str | None, steps: Steps = SHELL, source: str = "STASH_URL",
-                 pin: bool | None = None) -> None:
+    def __init__(self, url: str, tok: str | None, source: str = "STASH_URL", pin: bool | None = None) -> None:
         self.url = url
         self._token = tok
         self._pin = pin  # None: as STASH_PIN says
-        self.steps = steps
         self.source = source  # where the address came from, as errors name it
-        self.last: object = None  # the last answer, for the exit status of a write (do_nap)
 
     def pinning(self) -> bool:
         """Whether this client pins the memory's log head: as it was made, else as STASH_PIN says."""
@@ -531,7 +531,10 @@ class Api:
         return f"{_shown(self.url)} ({self.source})"
 
     def call(self, method: str, path: str, body: object = None, *, query: dict[str, Any] | None = None,
-             raw: bool = False, timeout: float = TIMEOUT) -> Any:
+             raw: bool = False, timeout: float = TIMEOUT, own: bool = True) -> Any:
+        """One route, answered as JSON (``raw``: its bytes). ``own`` False: the call opens another memory
+        than the one at ``url`` (a fork's source), so this memory's pin is neither sent nor moved."""
+        pinning = own and self.pinning()
         target = self.url + path
         if query:
             target += "?" + urllib.parse.urlencode(query)
@@ -542,7 +545,7 @@ class Api:
             headers["Content-Type"] = "application/json"
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token}"
-            pin = pinned(self.url, self._token) if self.pinning() else None
+            pin = pinned(self.url, self._token) if pinning else None
             if pin:
                 headers["Stash-Pin"] = pin
         keyed = is_keyed(method, path)
@@ -557,13 +560,13 @@ class Api:
             except _Busy as b:
                 # Refused before anything was done: wait as told, then the same request again.
                 if busy == BUSY_RETRIES or b.wait > BUSY_WAIT_MAX:
-                    raise b.failure from None
+                    raise b.error from None
                 busy += 1
                 time.sleep(b.wait * (1 + random.random() / 4))
                 continue
             except _Lost as lost:
                 if not keyed or attempt == RETRIES:
-                    raise lost.failure from None
+                    raise lost.error from None
             # The same request, same key: if the first one was written, the
             # server answers what it answered then and writes nothing.
             time.sleep(RETRY_PAUSE * 2**attempt * (1 + random.random() / 4))
@@ -573,17 +576,16 @@ class Api:
         try:
             answer = json.loads(payload.decode("utf-8"))
         except ValueError:
-            raise Failure(f"stash: the server at {self.where()} did not answer JSON; "
-                          "is that the address of a Stash server?", UNREACHABLE) from None
-        self.last = answer
-        if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and self.pinning():
+            raise Unreachable(f"stash: the server at {self.where()} did not answer JSON; "
+                              "is that the address of a Stash server?") from None
+        if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and pinning:
             remember_pin(self.url, self._token, answer["head"].get("pin"))
         if _JSON["on"]:
             _emit_json(answer)
         return answer
 
     def _send(self, req: urllib.request.Request, timeout: float) -> bytes:
-        """One try: the answer's bytes, a :class:`Failure`, or :class:`_Lost`
+        """One try: the answer's bytes, a :class:`StashError`, or :class:`_Lost`
         when the answer may have been lost on the way (a dropped connection,
         a timeout, or a gateway's 502/503/504), which a keyed write resends."""
         try:
@@ -593,46 +595,39 @@ class Api:
         except urllib.error.HTTPError as err:
             if err.code in RETRY_STATUSES:
                 raise _Lost(self._refusal(err)) from None
-            failure = self._refusal(err)
-            error = failure.body.get("error") if isinstance(failure.body, dict) else None
-            if err.code == 429 and isinstance(error, str) and error.startswith("busy."):
-                raise _Busy(failure, _retry_after(err.headers.get("Retry-After"))) from None
-            if error in REDO_CODES:
-                raise _Busy(failure, REDO_WAIT) from None
-            raise failure from None
+            error = self._refusal(err)
+            if err.code == 429 and error.code.startswith("busy."):
+                raise _Busy(error, _retry_after(err.headers.get("Retry-After"))) from None
+            if error.code in REDO_CODES:
+                raise _Busy(error, REDO_WAIT) from None
+            raise error from None
         except urllib.error.URLError as err:
-            failure = Failure(f"stash: cannot reach the server at {self.where()} "
-                              f"({_reason(err.reason)}). Check the address and that the server is running.",
-                              UNREACHABLE)
+            unreachable = Unreachable(f"stash: cannot reach the server at {self.where()} "
+                                      f"({_reason(err.reason)}). Check the address and that the server is running.")
             if isinstance(err.reason, (ConnectionError, TimeoutError, socket.timeout)):
-                raise _Lost(failure) from None
-            raise failure from None
+                raise _Lost(unreachable) from None
+            raise unreachable from None
         except (TimeoutError, socket.timeout):  # noqa: UP041 - distinct classes before Python 3.10
-            raise _Lost(Failure(f"stash: the server at {self.where()} did not answer within "
-                                f"{timeout:.0f} s; try again.", UNREACHABLE)) from None
+            raise _Lost(Unreachable(f"stash: the server at {self.where()} did not answer within "
+                                    f"{timeout:.0f} s; try again.")) from None
         except (OSError, http.client.HTTPException) as err:
-            raise _Lost(Failure(f"stash: the connection to {self.where()} failed "
-                                f"({_reason(err)}); try again.", UNREACHABLE)) from None
+            raise _Lost(Unreachable(f"stash: the connection to {self.where()} failed "
+                                    f"({_reason(err)}); try again.")) from None
 
-    def _refusal(self, err: urllib.error.HTTPError) -> Failure:
+    def _refusal(self, err: urllib.error.HTTPError) -> StashError:
+        """The refusal as its :class:`StashError` (see :func:`error_class`); an answer that is no Stash error
+        object is :class:`Unreachable`, since what answered is not a Stash server."""
         try:
             body = json.loads(err.read().decode("utf-8"))
         except (ValueError, OSError):
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("message"), str):
-            return Failure(f"stash: the server at {self.where()} answered HTTP {err.code} "
-                           "without a Stash error; is that the address of a Stash server?", UNREACHABLE)
-        shown = [text for text in (nap_text(body.get("nap"), self.steps), *self.steps.orders(body.get("run")))
-                 if text]
-        extra = "\n\n".join(shown) if shown else None
-        if body.get("error") == "store.pin_mismatch":
-            extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
-                     "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
-                     f"has now with: {_prog()} unpin")
-        message = body["message"]
-        if body.get("error") == "auth.invalid":
-            message = self.token_refused()
-        return Failure(message, REFUSED, extra, err.code, body)
+            return Unreachable(f"stash: the server at {self.where()} answered HTTP {err.code} "
+                               "without a Stash error; is that the address of a Stash server?")
+        error = body.get("error")
+        code = error if isinstance(error, str) else ""
+        message = self.token_refused() if code == "auth.invalid" else body["message"]
+        return error_class(code, err.code)(message, code, err.code, body)
 
     def token_refused(self) -> str:
         """The 401 as this client's user acts on it: the server's sentence
@@ -656,19 +651,19 @@ class _Busy(Exception):
     nothing was done, so the same request is sent again after ``wait``
     seconds."""
 
-    def __init__(self, failure: Failure, wait: float) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
+    def __init__(self, error: StashError, wait: float) -> None:
+        super().__init__(error.message)
+        self.error = error
         self.wait = wait
 
 
 class _Lost(Exception):
-    """A try whose answer may have been lost; ``failure`` is what to report
+    """A try whose answer may have been lost; ``error`` is what to report
     if no resend gets one."""
 
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
+    def __init__(self, error: StashError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _reason(reason: object) -> str:
@@ -710,62 +705,82 @@ def _nap_prompt(nap: object, steps: Steps) -> list[str]:
     return ["", text] if text else []
 
 
-def _api(need_token: bool = True, fallback_url: str | None = None, memory: str | None = None) -> Api:
-    """The server at STASH_URL; with ``memory``, its memory of that name
-    (``/m/NAME``, the name quoted whole: the server refuses one that is not a
-    memory's name)."""
+def _api(need_token: bool = True, fallback_url: str | None = None, memory: str | None = None) -> Stash:
+    """The memory at STASH_URL, as the library calls it; with ``memory``, its
+    memory of that name (``/m/NAME``, the name quoted whole: the server
+    refuses one that is not a memory's name)."""
     url = server_url(fallback_url)
     if memory is not None:
         url = f"{url.rstrip('/')}/m/{urllib.parse.quote(memory, safe='')}"
-    return Api(url, token() if need_token else None)
+    return Stash(url, token() if need_token else None, source="STASH_URL", pin=None)
+
+
+def refused(error: StashError, steps: Steps = SHELL) -> Failure:
+    """A refusal of the library as this command (or ``stash mcp``, with its
+    ``steps``) reports it: the server's message, then what the refusal
+    carries to do next (the nap, the steps), named as ``steps`` names them;
+    no answer from a Stash server is exit status 3."""
+    if isinstance(error, Unreachable):
+        return Failure(error.message, UNREACHABLE)
+    body = error.body
+    shown = [text for text in (nap_text(body.get("nap"), steps), *steps.orders(body.get("run"))) if text]
+    extra = "\n\n".join(shown) if shown else None
+    if error.code == "store.pin_mismatch":
+        extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
+                 "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
+                 f"has now with: {_prog()} unpin")
+    return Failure(error.message, REFUSED, extra, error.status or None, body or None)
 
 
 # ---------------------------------------------------------------- the agent's verbs, as text
-# Each calls the server and returns the lines to show; ``stash mcp`` answers
-# its tools with the same lines, its next steps named as tool calls.
+# Each calls the library and returns the lines to show; ``stash mcp`` answers
+# its tools with the same lines, its next steps named as tool calls (``steps``).
 
 
-def wake_lines(api: Api, part: int | None = None, T: int | None = None) -> list[str]:
-    # The POST twin: no query string, so a broker that refuses them passes it.
-    body = {name: value for name, value in (("part", part), ("T", T)) if value is not None}
-    ans = api.call("POST", "/wake", body)
+def wake_lines(mem: Stash, part: int | None = None, T: int | None = None, steps: Steps = SHELL) -> list[str]:
+    ans = mem.wake_part(part, T).answer
     out = []
     if _whole(ans.get("parts")) and ans["parts"] > 1:  # the same header as the server's text/plain part
         out.append(f"Your memory, part {ans.get('part')} of {ans['parts']}, oldest first "
                    f"({plural(ans.get('T', 0), 'memory', 'memories')}).")
     out += list(ans.get("lines", []))
     if not ans.get("awake"):
-        return out + ["Not awake yet.", *api.steps.orders(ans.get("run"))]
+        return out + ["Not awake yet.", *steps.orders(ans.get("run"))]
     out.append(ans.get("message") or "You are awake.")
-    return out + api.steps.orders(ans.get("run")) + _nap_prompt(ans.get("nap"), api.steps)
+    return out + steps.orders(ans.get("run")) + _nap_prompt(ans.get("nap"), steps)
 
 
-def note_lines(api: Api, text: str) -> list[str]:
-    ans = api.call("POST", "/note", {"text": text})
-    return [f"Saved as #{ans['id']}."] + _nap_prompt(ans.get("nap"), api.steps)
+def note_lines(mem: Stash, text: str, steps: Steps = SHELL) -> list[str]:
+    noted = mem.note(text)
+    return [f"Saved as #{noted.id}."] + _nap_prompt(noted.answer.get("nap"), steps)
 
 
-def nap_lines(api: Api, block: str | None = None, text: str | None = None) -> list[str]:
+def nap_lines(mem: Stash, block: str | None = None, text: str | None = None, steps: Steps = SHELL) -> list[str]:
     """Without ``block``, what is due; with it, ``text`` saved as its summary.
     What is given is sent, so the server refuses a ``text`` without ``block``."""
-    body = {name: value for name, value in (("block", block), ("text", text)) if value is not None}
-    ans = api.call("POST", "/nap", body)
-    due = nap_text(ans.get("nap"), api.steps) if block is None else None
+    return saved_text(mem.nap(block, text), block, steps)
+
+
+def saved_text(saved: Saved, block: str | None, steps: Steps = SHELL) -> list[str]:
+    """A nap's answer as text: what is due (asked without ``block``), else what was saved and what is next."""
+    ans = saved.answer
+    due = nap_text(ans.get("nap"), steps) if block is None else None
     if due:
         return [due]  # what is due: the prompt alone, as memo prints it
     message = ans.get("message") or (f"{ans['saved']} saved." if ans.get("saved") else "")
     out = [message] if message else []
     if ans.get("nap"):
-        return out + _nap_prompt(ans["nap"], api.steps)
+        return out + _nap_prompt(ans["nap"], steps)
     if not message.startswith("Nothing"):
         out.append("Nothing left to compress.")
     return out
 
 
-def batch_lines(api: Api, k: int) -> list[str]:
+def batch_lines(mem: Stash, k: int, steps: Steps = SHELL) -> list[str]:
     """Up to ``k`` due blocks that can be written at once, and the command
     that answers them all."""
-    ans = api.call("POST", "/nap", {"batch": k})
+    batch = mem.batch(k)
+    ans = batch.answer
     items = [it for it in ans.get("batch") or [] if isinstance(it, dict) and _block(it.get("block"))]
     if not items:
         return ["Nothing left to compress."]
@@ -781,7 +796,7 @@ def batch_lines(api: Api, k: int) -> list[str]:
     if after > 0:
         out.append(f"{after} compression{'s' if after != 1 else ''} will remain after these; ask for the next "
                    "batch then.")
-    return out + ["Send every line at once, in this order (all or nothing).", *api.steps.orders(ans.get("run"))]
+    return out + ["Send every line at once, in this order (all or nothing).", *steps.orders(ans.get("run"))]
 
 
 def read_summaries(text: str) -> list[dict[str, Any]]:
@@ -801,11 +816,15 @@ def read_summaries(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def summaries_lines(api: Api, summaries: list[dict[str, Any]]) -> list[str]:
-    ans = api.call("POST", "/nap", {"summaries": summaries})
+def summaries_lines(mem: Stash, summaries: list[dict[str, Any]], steps: Steps = SHELL) -> list[str]:
+    return summaries_text(mem.settle(summaries), steps)
+
+
+def summaries_text(saved: Saved, steps: Steps = SHELL) -> list[str]:
+    ans = saved.answer
     out = [ans.get("message") or ""]
     if ans.get("nap"):
-        return out + _nap_prompt(ans["nap"], api.steps)
+        return out + _nap_prompt(ans["nap"], steps)
     return out + ["Nothing left to compress."]
 
 
@@ -819,40 +838,38 @@ def count_line(n: int) -> str:
     return "No match." if n == 0 else "1 match." if n == 1 else f"{n} matches."
 
 
-def recall_lines(api: Api, q: str, before: int | None = None) -> list[str]:
+def recall_lines(mem: Stash, q: str, before: int | None = None, steps: Steps = SHELL) -> list[str]:
     """The matches, oldest first, then OptMem's count line; when older matches
     were left out, the command that pages to them."""
-    # The POST twin keeps the pattern (memory text) out of every URL and access log.
-    body: dict[str, Any] = {"q": q} if before is None else {"q": q, "before": before}
-    ans = api.call("POST", "/recall", body)
-    matches = list(ans.get("matches", []))
+    found = mem.recall(q, before=before)
+    ans = found.answer
+    matches = found.matches
     total = int(ans.get("total", len(matches)))
     count = count_line(total)
     if before is not None and total:
         count = count[:-1] + f" before #{before}."
-    more = ans.get("more")
-    if isinstance(more, int) and not isinstance(more, bool):
+    if isinstance(found.more, int):
         shown = "is" if len(matches) == 1 else "are"
         return matches + [f"{count} The newest {len(matches)} {shown} shown; the command below fetches the older "
-                          "ones.", *api.steps.orders(ans.get("run"))]
+                          "ones.", *steps.orders(ans.get("run"))]
     if total and not matches:
         return [f"{count} None fits in PART_CHARS bytes; raise PART_CHARS (config) to see them."]
     return matches + [count]
 
 
-def recall_words_lines(api: Api, words: str, before: str | None = None) -> list[str]:
+def recall_words_lines(mem: Stash, words: str, before: str | None = None, steps: Steps = SHELL) -> list[str]:
     """The matches, best first, each with its score, then the count line;
     when more were left out, the command that fetches the next page."""
-    body: dict[str, Any] = {"words": words} if before is None else {"words": words, "before": before}
-    ans = api.call("POST", "/recall", body)
-    matches = list(ans.get("matches", []))
+    found = mem.recall(words=words, before=before)
+    ans = found.answer
+    matches = found.matches
     scores = list(ans.get("scores", []))
     total = int(ans.get("total", len(matches)))
     out = matches + [count_line(total)]
-    if isinstance(ans.get("more"), str):
+    if isinstance(found.more, str):
         shown = "is" if len(matches) == 1 else "are"
         out[-1] += f" The best {len(matches)} {shown} shown, best first; the command below fetches the next ones."
-        out += api.steps.orders(ans.get("run"))
+        out += steps.orders(ans.get("run"))
     elif total and not matches:
         out[-1] += " The next one does not fit in PART_CHARS bytes; raise PART_CHARS (config) to see it."
     if len(scores) == len(matches) and matches:
@@ -860,28 +877,32 @@ def recall_words_lines(api: Api, words: str, before: str | None = None) -> list[
     return out
 
 
-def zoom_lines(api: Api, block: str) -> list[str]:
-    return list(api.call("POST", "/zoom", {"block": block}).get("lines", []))
+def zoom_lines(mem: Stash, block: str, steps: Steps = SHELL) -> list[str]:
+    return mem.zoom(block).lines
 
 
-def forget_lines(api: Api, block: str) -> list[str]:
+def forget_lines(mem: Stash, block: str, steps: Steps = SHELL) -> list[str]:
     """What was dropped, then the nap the answer carries: the first of the
     dropped summaries to write again."""
-    ans = api.call("POST", "/forget", {"block": block})
-    dropped = ans.get("dropped", [])
+    forgot = mem.forget(block)
+    dropped = forgot.dropped
     out = [f"Dropped {plural(len(dropped), 'summary', 'summaries')}: {', '.join(dropped)}. The log is untouched; "
            "the next naps write them again."]
-    if ans.get("nap"):
-        return out + _nap_prompt(ans["nap"], api.steps)
-    return out + [f"{api.steps.lead}{api.steps.nap()}"]
+    if forgot.answer.get("nap"):
+        return out + _nap_prompt(forgot.answer["nap"], steps)
+    return out + [f"{steps.lead}{steps.nap()}"]
 
 
 # ---------------------------------------------------------------- the library
 #
 # ``from stash import Stash`` (or ``from client import Stash`` for the file fetched from /client): the routes
-# as typed methods. Each call goes through :class:`Api`, so it has the client's retries, Idempotency-Keys and
-# pins; a refusal raises the :class:`StashError` subclass of its status, carrying the server's ``code``,
-# ``status`` and ``message``.
+# as typed methods, and the one implementation of each call: the verbs above and below, and ``stash mcp``,
+# are argument parsing and rendering around these methods. Each call goes through :class:`Api`, so it has
+# the client's retries, Idempotency-Keys and pins; a refusal raises the :class:`StashError` subclass of its
+# code and status (:func:`error_class`), carrying the server's ``code``, ``status`` and ``message``. Most
+# results also carry ``answer``, the server's whole answer, for what the typed fields leave out (its
+# ``message`` and ``run`` steps, which the verbs print as they came; fields of later versions): not compared,
+# not shown.
 
 
 class StashError(Exception):
@@ -910,11 +931,15 @@ class Unauthorized(StashError):
 
 
 class Forbidden(StashError):
-    """403: the token's scope is too low for this route."""
+    """403: the token's scope is too low for this route, or a quota would be passed."""
 
 
 class NotFound(StashError):
     """404: no such route, grant, block or memory."""
+
+
+class NotAllowed(StashError):
+    """405: the route does not take that method."""
 
 
 class Conflict(StashError):
@@ -946,17 +971,23 @@ class ServerError(StashError):
 
 
 _BY_STATUS: dict[int, type[StashError]] = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
-                                           409: Conflict, 413: TooLarge, 422: Invalid, 429: RateLimited}
+                                           405: NotAllowed, 409: Conflict, 413: TooLarge, 422: Invalid,
+                                           429: RateLimited}
 _BY_CODE: dict[str, type[StashError]] = {"wake.needs_nap": NapNeeded}
 
 
-def _error_of(failure: Failure) -> StashError:
-    body = failure.body if isinstance(failure.body, dict) else {}
-    error = body.get("error")
-    code = error if isinstance(error, str) else ""
-    status = failure.status or 0
-    kind = _BY_CODE.get(code) or _BY_STATUS.get(status) or (ServerError if status >= 500 else Unreachable)
-    return kind(failure.message, code, status, body)
+def error_class(code: str, status: int) -> type[StashError]:
+    """The class a refusal with this ``code`` and HTTP ``status`` raises: by code where one has its own
+    class, else by status (every 5xx a :class:`ServerError`)."""
+    return _BY_CODE.get(code) or _BY_STATUS.get(status) or (ServerError if status >= 500 else StashError)
+
+
+def _ints(values: object) -> list[int]:
+    return [int(v) for v in values] if isinstance(values, list) else []
+
+
+def _strs(values: object) -> list[str]:
+    return [v for v in values if isinstance(v, str)] if isinstance(values, list) else []
 
 
 @dataclass(frozen=True)
@@ -973,8 +1004,8 @@ class Nap:
     def of(cls, value: object) -> Nap | None:
         if not isinstance(value, dict) or not isinstance(value.get("block"), str):
             return None
-        return cls(value["block"], [x for x in value.get("source") or [] if isinstance(x, str)],
-                   int(value.get("remaining") or 0), int(value.get("max_bytes") or 280), str(value.get("prompt", "")))
+        return cls(value["block"], _strs(value.get("source")), int(value.get("remaining") or 0),
+                   int(value.get("max_bytes") or 280), str(value.get("prompt", "")))
 
 
 @dataclass(frozen=True)
@@ -987,40 +1018,68 @@ class Wake:
 
 
 @dataclass(frozen=True)
+class WakePart:
+    """One part of the wake: ``part`` of ``parts`` of the snapshot ``T``; ``awake`` on the last."""
+
+    T: int
+    part: int
+    parts: int
+    lines: list[str]
+    awake: bool
+    nap: Nap | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
 class Noted:
     id: int
     nap: Nap | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class Saved:
-    """A nap's answer: ``saved`` the block written (None when nothing was: already settled), ``nap`` the next."""
+    """A nap's answer: ``saved`` the block written (for :meth:`Stash.settle`, the blocks; None when nothing was:
+    already settled, or only asked what is due), ``nap`` the next."""
 
-    saved: str | None
+    saved: str | list[str] | None
     nap: Nap | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Due blocks that can be written at once (``naps``), and the compression due first (``nap``)."""
+
+    naps: list[Nap]
+    nap: Nap | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class Found:
     """A recall page: ``matches`` (regex: oldest first; words: best first, with ``scores``), ``total`` matches in
-    all, ``more`` the ``before`` of the next page or None."""
+    all, ``more`` the ``before`` of the next page (a memory id, or a words search's cursor) or None."""
 
     matches: list[str]
     total: int
-    more: int | None
+    more: int | str | None
     scores: list[float] | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class Zoomed:
     block: str
     lines: list[str]
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
 class Forgot:
     dropped: list[str]
     nap: Nap | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -1028,6 +1087,27 @@ class Imported:
     first: int
     last: int
     pending: int
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The memory's sizes (WAKE_LINES, ENTRY_CHARS, …) and their defaults."""
+
+    sizes: dict[str, int]
+    defaults: dict[str, int]
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Initialized:
+    """A new identity: its owner ``token`` (shown this once; the :class:`Stash` that made it now uses it)
+    and ``prompt``, the block for AGENTS.md."""
+
+    user_id: str
+    token: str
+    prompt: str
+    note: str | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -1042,12 +1122,13 @@ class Grant:
     last_used: str | None
     you: bool
     memory: str | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, g: dict[str, Any]) -> Grant:
         return cls(int(g["id"]), str(g["scope"]), g.get("label"), str(g.get("created", "")), g.get("expires"),
                    g.get("revoked"), bool(g.get("live", not g.get("revoked"))), g.get("last_used"),
-                   bool(g.get("you")), g.get("memory"))
+                   bool(g.get("you")), g.get("memory"), g)
 
 
 @dataclass(frozen=True)
@@ -1059,6 +1140,7 @@ class Minted:
     token: str
     prompt: str
     memory: str | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -1067,6 +1149,7 @@ class Revoked:
     revoked: str
     already: bool
     epoch: int | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -1077,6 +1160,7 @@ class Rotated:
     id: int
     token: str
     retires: int
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -1087,6 +1171,23 @@ class Receipt:
     dropped: int
     at: str
 
+    @classmethod
+    def of(cls, r: dict[str, Any]) -> Receipt:
+        return cls(int(r["receipt"]), _ints(r.get("ids")), _ints(r.get("erased")), int(r.get("dropped", 0)),
+                   str(r.get("at")))
+
+
+@dataclass(frozen=True)
+class Undone:
+    """One slice of an undo: its ``receipt`` (None when the slice held nothing of the grant), and ``more``,
+    the ``first`` of the next slice, or None when the range is done."""
+
+    receipt: Receipt | None
+    erased: list[int]
+    dropped: int
+    more: int | None
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
 
 @dataclass(frozen=True)
 class MemoryInfo:
@@ -1096,6 +1197,66 @@ class MemoryInfo:
     created: str | None
     last_write: str | None
     grants: int
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, m: dict[str, Any]) -> MemoryInfo:
+        return cls(str(m.get("name")), int(m.get("T") or 0), m.get("bytes"), m.get("created"), m.get("last_write"),
+                   int(m.get("grants") or 0), m)
+
+
+@dataclass(frozen=True)
+class Forked:
+    """A new memory ``name`` holding the first ``at`` memories of ``source`` and ``summaries`` of its summaries."""
+
+    name: str
+    source: str
+    at: int
+    erased: int
+    summaries: int
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Destroyed:
+    """A memory (or with :meth:`Stash.destroy`, the whole identity) destroyed for good: ``memories`` its log
+    held, ``at`` when."""
+
+    memory: str | None
+    memories: int | None
+    at: str
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Matched:
+    """An erasure across memories: how many matched in each memory named, and in all; erased unless
+    ``dry_run``; ``fingerprint`` a keyed fingerprint of the query, never the query."""
+
+    memories: dict[str, int]
+    total: int
+    dry_run: bool
+    at: str
+    fingerprint: str
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    version: str
+    content_cipher: str
+    file_cipher: str
+    answer: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Archive:
+    """An export: the ``.tar.gz`` bytes, its files by name, and its manifest, checked against them."""
+
+    data: bytes = field(repr=False)
+    members: dict[str, bytes] = field(repr=False)
+    manifest: dict[str, Any]
 
 
 class Stash:
@@ -1107,132 +1268,248 @@ class Stash:
 
     ``url`` may end in ``/m/NAME`` to address memory NAME. Writes the server
     deduplicates are sent with an Idempotency-Key and resent with the same
-    key when an answer is lost; the log head is pinned (``pin=False`` or
-    STASH_PIN=off turns that off) so a memory rolled back behind the
-    client's back is refused rather than served."""
+    key when an answer is lost; the log head is pinned (``pin=False`` turns
+    it off; by default STASH_PIN=off does) so a memory rolled back behind the
+    client's back is refused rather than served. ``source`` is how error
+    messages name where the address came from."""
 
-    def __init__(self, url: str, token: str | None, *, pin: bool = True, timeout: float = TIMEOUT) -> None:
+    def __init__(self, url: str, token: str | None, *, pin: bool | None = None, timeout: float = TIMEOUT,
+                 source: str = "Stash(url)") -> None:
         self.url = url.rstrip("/")
         self._token = token
         self._pin = pin
         self.timeout = timeout
+        self.source = source
 
     def _api(self) -> Api:
-        return Api(self.url, self._token, source="Stash(url)", pin=self._pin)
+        return Api(self.url, self._token, source=self.source, pin=self._pin)
+
+    def where(self) -> str:
+        """The server as an error names it: with where its address came from."""
+        return self._api().where()
 
     def _call(self, method: str, path: str, body: object = None, timeout: float | None = None,
-              raw: bool = False) -> Any:
-        try:
-            return self._api().call(method, path, body, timeout=timeout or self.timeout, raw=raw)
-        except Failure as f:
-            raise _error_of(f) from None
+              raw: bool = False, own: bool = True) -> Any:
+        return self._api().call(method, path, body, timeout=timeout or self.timeout, raw=raw, own=own)
+
+    def _answer(self, method: str, path: str, body: object = None, timeout: float | None = None,
+                own: bool = True) -> dict[str, Any]:
+        ans = self._call(method, path, body, timeout, own=own)
+        if not isinstance(ans, dict):
+            raise Unreachable(f"stash: the server at {self.where()} did not answer a JSON object; "
+                              "is that the address of a Stash server?")
+        return ans
 
     # -- an agent's calls
 
+    def wake_part(self, part: int | None = None, T: int | None = None) -> WakePart:
+        """One part of the wake (the first without ``part``); later parts name the ``T`` the first answered.
+        The POST twin: no query string, so a broker that refuses them passes it."""
+        ans = self._answer("POST", "/wake", {k: v for k, v in (("part", part), ("T", T)) if v is not None})
+        return WakePart(int(ans.get("T") or 0), int(ans.get("part") or 1), int(ans.get("parts") or 1),
+                        _strs(ans.get("lines")), bool(ans.get("awake")), Nap.of(ans.get("nap")), ans)
+
     def wake(self) -> Wake:
         """Every part of the wake, joined; raises :class:`NapNeeded` when a summary must be written first."""
-        first = self._call("POST", "/wake", {})
-        T, lines, ans = int(first["T"]), list(first["lines"]), first
-        while not ans.get("awake"):
-            ans = self._call("POST", "/wake", {"part": int(ans["part"]) + 1, "T": T})
-            lines += ans["lines"]
-        return Wake(T, lines, Nap.of(ans.get("nap")))
+        first = self.wake_part()
+        T, lines, last = first.T, list(first.lines), first
+        while not last.awake:
+            last = self.wake_part(last.part + 1, T)
+            lines += last.lines
+        return Wake(T, lines, last.nap)
 
     def note(self, text: str) -> Noted:
-        ans = self._call("POST", "/note", {"text": text})
-        return Noted(int(ans["id"]), Nap.of(ans.get("nap")))
+        ans = self._answer("POST", "/note", {"text": text})
+        return Noted(int(ans["id"]), Nap.of(ans.get("nap")), ans)
 
     def due(self) -> Nap | None:
         """The compression due now, if any."""
-        return Nap.of(self._call("POST", "/nap", {}).get("nap"))
+        return self.nap().nap
 
-    def nap(self, block: str, text: str) -> Saved:
-        """Save ``text`` as the summary of ``block`` (the due one)."""
-        ans = self._call("POST", "/nap", {"block": block, "text": text})
-        return Saved(ans.get("saved"), Nap.of(ans.get("nap")))
+    def nap(self, block: str | None = None, text: str | None = None) -> Saved:
+        """Save ``text`` as the summary of ``block`` (the due one); with neither, ask what is due. What is
+        given is sent, so the server refuses a ``text`` without ``block`` (``nap.missing_block``)."""
+        return self._saved(self._answer("POST", "/nap", {k: v for k, v in (("block", block), ("text", text))
+                                                         if v is not None}))
+
+    def batch(self, k: int = 16) -> Batch:
+        """Up to ``k`` due blocks that can be written at once (then :meth:`settle` them)."""
+        ans = self._answer("POST", "/nap", {"batch": k})
+        naps = [n for n in (Nap.of(item) for item in ans.get("batch") or []) if n is not None]
+        return Batch(naps, Nap.of(ans.get("nap")), ans)
 
     def naps(self, k: int = 16) -> list[Nap]:
         """Up to ``k`` due blocks that can be written at once (then :meth:`settle` them)."""
-        ans = self._call("POST", "/nap", {"batch": k})
-        return [n for n in (Nap.of(item) for item in ans.get("batch") or []) if n is not None]
+        return self.batch(k).naps
 
-    def settle(self, summaries: dict[str, str]) -> Saved:
-        """Save a batch's summaries, block → line, in order, all or nothing."""
-        ans = self._call("POST", "/nap", {"summaries": [{"block": b, "text": t} for b, t in summaries.items()]})
-        return Saved(ans.get("saved"), Nap.of(ans.get("nap")))
+    def settle(self, summaries: dict[str, str] | list[dict[str, Any]]) -> Saved:
+        """Save a batch's summaries, in order, all or nothing: block → line, or the route's own
+        ``[{"block": ..., "text": ...}, ...]``, sent as given."""
+        items = [{"block": b, "text": t} for b, t in summaries.items()] if isinstance(summaries, dict) else summaries
+        return self._saved(self._answer("POST", "/nap", {"summaries": items}))
 
-    def recall(self, q: str | None = None, *, words: str | None = None, before: int | None = None) -> Found:
-        """A regex search (``q``) or a word search (``words``) of the log: one page."""
+    def _saved(self, ans: dict[str, Any]) -> Saved:
+        saved = ans.get("saved")
+        return Saved(saved if isinstance(saved, (str, list)) else None, Nap.of(ans.get("nap")), ans)
+
+    def recall(self, q: str | None = None, *, words: str | None = None, before: int | str | None = None) -> Found:
+        """A regex search (``q``) or a word search (``words``) of the log: one page; ``before`` is the previous
+        page's ``more``. The POST twin keeps the pattern (memory text) out of every URL and access log."""
         if (q is None) == (words is None):
             raise ValueError("give exactly one of q (a regex) or words")
         body: dict[str, Any] = {"q": q} if q is not None else {"words": words}
         if before is not None:
             body["before"] = before
-        ans = self._call("POST", "/recall", body)
+        ans = self._answer("POST", "/recall", body)
         more = ans.get("more")
-        return Found(list(ans.get("matches", [])), int(ans.get("total", 0)),
-                     more if isinstance(more, int) and not isinstance(more, bool) else None, ans.get("scores"))
+        scores = ans.get("scores")
+        matches = _strs(ans.get("matches"))
+        return Found(matches, int(ans.get("total", len(matches))),
+                     more if isinstance(more, (int, str)) and not isinstance(more, bool) else None,
+                     [float(x) for x in scores] if isinstance(scores, list) else None, ans)
 
     def zoom(self, block: str) -> Zoomed:
-        ans = self._call("POST", "/zoom", {"block": block})
-        return Zoomed(str(ans["block"]), list(ans["lines"]))
+        ans = self._answer("POST", "/zoom", {"block": block})
+        return Zoomed(str(ans.get("block", block)), _strs(ans.get("lines")), ans)
 
     def forget(self, block: str) -> Forgot:
-        ans = self._call("POST", "/forget", {"block": block})
-        return Forgot(list(ans["dropped"]), Nap.of(ans.get("nap")))
+        ans = self._answer("POST", "/forget", {"block": block})
+        return Forgot(_strs(ans.get("dropped")), Nap.of(ans.get("nap")), ans)
+
+    def config(self, changes: Mapping[str, object] | None = None) -> Sizes:
+        """The sizes; with ``changes`` (name → whole number, None restores the default), set them first."""
+        ans = self._answer("POST", "/config", dict(changes)) if changes is not None else self._answer("GET", "/config")
+        return Sizes(dict(ans.get("sizes") or {}), dict(ans.get("defaults") or {}), ans)
 
     def import_(self, entries: list[tuple[str, str]]) -> Imported:
-        """Append dated memories, oldest first: ``[(YYYY-MM-DD, text), ...]``, in batches under the body cap."""
-        try:
-            first, last, pending = send_entries(self._api(), [{"date": d, "text": t} for d, t in entries])
-        except Failure as f:
-            raise _error_of(f) from None
-        return Imported(first, last, pending)
+        """Append dated memories, oldest first: ``[(YYYY-MM-DD, text), ...]``, in batches under the body cap.
+        A refusal of a later batch says in its message how many were imported already."""
+        first: int | None = None
+        last = pending = done = 0
+        for batch in _batches([{"date": d, "text": t} for d, t in entries]):
+            try:
+                ans = self._answer("POST", "/import", {"entries": batch}, timeout=LONG_TIMEOUT)
+            except StashError as e:
+                if done:
+                    e.message += (f" (The first {plural(done, 'entry', 'entries')} "
+                                  f"{'was' if done == 1 else 'were'} imported already; import the rest from there.)")
+                raise
+            first = int(ans["first"]) if first is None else first
+            last, pending = int(ans["last"]), int(ans["pending"])
+            done += len(batch)
+        return Imported(0 if first is None else first, last, pending)
 
     # -- an owner's calls
 
+    def init(self, url: str | None = None, *, invite: str | None = None) -> Initialized:
+        """Mint a new identity on this server (``POST /init``; ``url`` is the address written into its
+        block, ``invite`` the operator's secret on a server that mints by invitation); this object uses its
+        owner token from now on."""
+        body = {k: v for k, v in (("url", url or None), ("invite", invite)) if v is not None}
+        ans = self._answer("POST", "/init", body)
+        self._token = str(ans["token"])
+        note = ans.get("note")
+        return Initialized(str(ans.get("user_id", "")), self._token, str(ans.get("prompt", "")),
+                           note if isinstance(note, str) else None, ans)
+
     def grants(self) -> list[Grant]:
-        return [Grant.of(g) for g in self._call("GET", "/grants")["grants"]]
+        return [Grant.of(g) for g in self._answer("GET", "/grants").get("grants") or [] if isinstance(g, dict)]
 
     def mint(self, scope: str, *, memory: str | None = None, label: str | None = None,
-             expires: str | None = None) -> Minted:
+             expires: str | None = None, url: str | None = None) -> Minted:
+        """A new capability of ``scope`` (read, append or full); ``url`` is the address its block names
+        (default: the server's own)."""
         body: dict[str, Any] = {"scope": scope}
-        for name, value in (("memory", memory), ("label", label), ("expires", expires)):
+        for name, value in (("url", url), ("label", label), ("expires", expires), ("memory", memory)):
             if value is not None:
                 body[name] = value
-        ans = self._call("POST", "/grants", body)
-        return Minted(int(ans["id"]), str(ans["scope"]), str(ans["token"]), str(ans.get("prompt", "")),
-                      ans.get("memory", memory))
+        ans = self._answer("POST", "/grants", body)
+        return Minted(int(ans["id"]), str(ans.get("scope", scope)), str(ans["token"]), str(ans.get("prompt", "")),
+                      ans.get("memory", memory), ans)
 
     def revoke(self, grant_id: int) -> Revoked:
-        ans = self._call("DELETE", f"/grants/{int(grant_id)}")
-        return Revoked(int(ans["id"]), str(ans["revoked"]), bool(ans.get("already")), ans.get("epoch"))
+        ans = self._answer("DELETE", f"/grants/{int(grant_id)}")
+        return Revoked(int(ans["id"]), str(ans["revoked"]), bool(ans.get("already")), ans.get("epoch"), ans)
 
     def rotate(self) -> Rotated:
         """A new owner token; this object uses it from now on (its first use retires the old one)."""
-        ans = self._call("POST", "/rotate", {})
+        ans = self._answer("POST", "/rotate", {})
         self._token = str(ans["token"])
-        return Rotated(int(ans["id"]), self._token, int(ans["retires"]))
+        return Rotated(int(ans["id"]), self._token, int(ans["retires"]), ans)
 
     def erase(self, ids: list[int]) -> Receipt:
-        ans = self._call("POST", "/erase", {"ids": [int(i) for i in ids]})
-        return Receipt(int(ans["receipt"]), list(ans["ids"]), list(ans["erased"]), int(ans["dropped"]),
-                       str(ans["at"]))
+        return Receipt.of(self._answer("POST", "/erase", {"ids": [int(i) for i in ids]}))
 
     def erasures(self) -> list[Receipt]:
-        return [Receipt(int(r["receipt"]), list(r["ids"]), list(r["erased"]), int(r["dropped"]), str(r["at"]))
-                for r in self._call("GET", "/erasures")["erasures"]]
+        return [Receipt.of(r) for r in self._answer("GET", "/erasures").get("erasures") or []]
+
+    def undo(self, *, grant: int | None = None, first: int | None = None, last: int | None = None) -> Undone:
+        """One slice of erasing what capability ``grant`` wrote (or the ids ``first`` to ``last``); send the
+        answer's ``more`` as ``first`` for the next slice."""
+        ans = self._answer("POST", "/erase/undo", {k: v for k, v in (("grant", grant), ("first", first),
+                                                                    ("last", last)) if v is not None})
+        more = ans.get("more")
+        return Undone(Receipt.of(ans) if ans.get("receipt") is not None else None, _ints(ans.get("erased")),
+                      int(ans.get("dropped", 0)), more if _whole(more) else None, ans)
 
     def memories(self) -> list[MemoryInfo]:
-        return [MemoryInfo(str(m["name"]), int(m["T"]), m.get("bytes"), m.get("created"), m.get("last_write"),
-                           int(m.get("grants", 0))) for m in self._call("GET", "/memories")["memories"]]
+        return [MemoryInfo.of(m) for m in self._answer("GET", "/memories").get("memories") or []]
+
+    def create(self, name: str) -> MemoryInfo:
+        """A new, empty memory ``name``, served at ``/m/NAME``."""
+        return MemoryInfo.of(self._answer("POST", "/memories", {"name": name}))
+
+    def fork(self, source: str, name: str, *, at: int | None = None) -> Forked:
+        """A new memory ``name`` holding the first ``at`` (default all) memories of ``source``. It opens
+        ``source``, not this object's memory, so this memory's pin stays out of it."""
+        body: dict[str, Any] = {"name": name} if at is None else {"name": name, "at": at}
+        ans = self._answer("POST", f"/memories/{urllib.parse.quote(source, safe='')}/fork", body, own=False)
+        return Forked(str(ans.get("name")), str(ans.get("source")), int(ans.get("at") or 0),
+                      int(ans.get("erased") or 0), int(ans.get("summaries") or 0), ans)
+
+    def delete(self, name: str) -> Destroyed:
+        """Destroy memory ``name`` and every capability of it, for good."""
+        ans = self._answer("DELETE", f"/memories/{urllib.parse.quote(name, safe='')}")
+        return Destroyed(ans.get("memory"), ans.get("memories"), str(ans.get("at")), ans)
+
+    def erase_matching(self, q: str | None = None, *, words: str | None = None, memories: list[str] | None = None,
+                       dry_run: bool = False) -> Matched:
+        """Erase every memory matching ``q`` (a regex) or ``words`` in each memory named (default all); with
+        ``dry_run``, count only."""
+        body: dict[str, Any] = {k: v for k, v in (("q", q), ("words", words)) if v is not None}
+        if memories:
+            body["memories"] = list(memories)
+        if dry_run:
+            body["dry_run"] = True
+        ans = self._answer("POST", "/memories/erase", body)
+        counts = {str(m.get("name")): int(m.get("erased") or 0) for m in ans.get("memories") or []}
+        return Matched(counts, int(ans.get("total") or 0), bool(ans.get("dry_run")), str(ans.get("at")),
+                       str(ans.get("fingerprint")), ans)
+
+    def destroy(self) -> Destroyed:
+        """Destroy the whole identity, every memory and every token of it, for good."""
+        ans = self._answer("DELETE", "/store")
+        return Destroyed(None, ans.get("memories"), str(ans.get("at")), ans)
+
+    def health(self) -> Health:
+        ans = self._answer("GET", "/health")
+        return Health(bool(ans.get("ok")), str(ans.get("version", "?")), str(ans.get("content_cipher", "?")),
+                      str(ans.get("file_cipher", "?")), ans)
+
+    def archive(self) -> Archive:
+        """The whole memory as OptMem's folder in a .tar.gz, its manifest checked against its files; an
+        archive that fails the check raises :class:`ServerError` (status 0: the server answered 200)."""
+        data = self._call("GET", "/export", timeout=LONG_TIMEOUT, raw=True)
+        try:
+            members = archive_members(data)
+            return Archive(data, members, check_archive(members))
+        except Failure as f:
+            raise ServerError(f.message) from None
 
     def export(self, path: str | Path) -> Path:
         """The whole memory as OptMem's folder in a .tar.gz at ``path``, its manifest checked."""
-        data = self._call("GET", "/export", timeout=LONG_TIMEOUT, raw=True)
-        check_archive(archive_members(data))
         target = Path(path)
-        target.write_bytes(data)
+        target.write_bytes(self.archive().data)
         return target
 
 
@@ -1250,18 +1527,18 @@ def do_init(args: argparse.Namespace) -> int:
         raise Failure(f"stash: init needs the server's address: {_prog()} init URL, like "
                       f"{_prog()} init http://127.0.0.1:8080", USAGE)
     url, source = address(args.server, args.url, explicit_is="the URL given to init", fallback_is="--url")
-    api = Api(url, None, source=source)
+    mem = Stash(url, None, source=source)
     public = (args.url or args.server or "").rstrip("/")
-    ans = api.call("POST", "/init", {"url": public} if public else {})
-    _out(f"export STASH_URL={shell_word(public or api.url)}")
-    _out(f"export STASH_TOKEN={shell_word(ans['token'])}")
+    made = mem.init(public or None)
+    _out(f"export STASH_URL={shell_word(public or mem.url)}")
+    _out(f"export STASH_TOKEN={shell_word(made.token)}")
     sys.stdout.flush()
-    if ans.get("note"):
-        _say(ans["note"])
+    if made.answer.get("note"):
+        _say(made.answer["note"])
         _say()
     _say("Paste this block at the top of your AGENTS.md:")
     _say()
-    _say(ans.get("prompt", "").rstrip("\n"))
+    _say(made.prompt.rstrip("\n"))
     return 0
 
 
@@ -1285,21 +1562,27 @@ def do_nap(args: argparse.Namespace) -> int:
         if args.batch is not None:
             _out_lines(batch_lines(_api(), args.batch))
             return 0
-        api = _api()
-        _out_lines(summaries_lines(api, read_summaries(_read_text(args.summaries))))
-        return _saved_something(api)
+        mem = _api()
+        summaries = read_summaries(_read_text(args.summaries))
+        saved = mem.settle(summaries)
+        _out_lines(summaries_text(saved))
+        return _saved_something(saved)
     text = None if args.block is None else _text(args.text, "summary")
-    api = _api()
-    _out_lines(nap_lines(api, args.block, text))
-    return 0 if text is None else _saved_something(api)
+    mem = _api()
+    if text is None:
+        _out_lines(nap_lines(mem))
+        return 0
+    saved = mem.nap(args.block, text)
+    _out_lines(saved_text(saved, args.block))
+    return _saved_something(saved)
 
 
-def _saved_something(api: Api) -> int:
+def _saved_something(saved: Saved) -> int:
     """The exit status of a write that meant to save: non-zero, with a line
     on stderr, when the answer says nothing was saved (``saved`` null or
     empty), so a script or an agent that only reads the status does not go
     on as if its summaries were kept."""
-    answer = api.last if isinstance(api.last, dict) else {}
+    answer = saved.answer
     if answer.get("saved") or answer.get("settled"):  # settled: a resend of a block whose summary stands
         return OK
     sys.stdout.flush()
@@ -1362,7 +1645,8 @@ def _config_value(text: str) -> object:
 
 
 def do_config(args: argparse.Namespace) -> int:
-    api = _api()
+    mem = _api()
+    changes: dict[str, object] | None = None
     if args.changes:
         changes = {}
         for item in args.changes:
@@ -1370,11 +1654,8 @@ def do_config(args: argparse.Namespace) -> int:
             if not eq or not name:
                 raise Failure(f"stash: {item!r} is not NAME=VALUE; an empty VALUE restores the default.", USAGE)
             changes[name.strip()] = _config_value(value.strip())
-        ans = api.call("POST", "/config", changes)
-    else:
-        ans = api.call("GET", "/config")
-    sizes = ans.get("sizes", {})
-    defaults = ans.get("defaults", {})
+    answer = mem.config(changes)
+    sizes, defaults = answer.sizes, answer.defaults
     for name, value in sizes.items():
         mark = "" if defaults.get(name) == value else f"  (default {defaults.get(name)})"
         _out(f"{name}={value}{mark}")
@@ -1421,30 +1702,16 @@ def _batches(entries: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return out
 
 
-def send_entries(api: Api, entries: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """POST /import in batches under the body cap; returns (first, last,
-    pending). A refusal of a later batch says how many were imported already."""
-    first: int | None = None
-    last = pending = 0
-    done = 0
-    for batch in _batches(entries):
-        try:
-            ans = api.call("POST", "/import", {"entries": batch}, timeout=LONG_TIMEOUT)
-        except Failure as f:
-            if done:
-                f.message += (f" (The first {plural(done, 'entry', 'entries')} {'was' if done == 1 else 'were'} "
-                              "imported already; import the rest from there.)")
-            raise
-        first = ans["first"] if first is None else first
-        last, pending = ans["last"], ans["pending"]
-        done += len(batch)
-    return (0 if first is None else first), last, pending
+def _dated(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """``{date, text}`` entries as :meth:`Stash.import_` takes them."""
+    return [(e["date"], e["text"]) for e in entries]
 
 
 def do_import(args: argparse.Namespace) -> int:
-    api = _api()
+    mem = _api()
     entries = read_entries(args.file)
-    first, last, pending = send_entries(api, entries)
+    done = mem.import_(_dated(entries))
+    first, last, pending = done.first, done.last, done.pending
     _out(f"Imported {plural(len(entries), 'memory', 'memories')}, #{first} to #{last}.")
     if pending:
         _out(f"{plural(pending, 'compression')} {'is' if pending == 1 else 'are'} due, oldest first.")
@@ -1471,20 +1738,15 @@ def _grant_line(g: dict[str, Any]) -> str:
 
 
 def do_grants(args: argparse.Namespace) -> int:
-    api = _api()
+    mem = _api()
     words = args.words
     if not words:
-        ans = api.call("GET", "/grants")
-        grants = ans.get("grants", ans) if isinstance(ans, dict) else ans
-        for g in grants if isinstance(grants, list) else []:
-            _out(_grant_line(g) if isinstance(g, dict) else str(g))
+        for g in mem.grants():
+            _out(_grant_line(g.answer))
         return 0
     if words[0] in ("read", "append", "full") and len(words) == 1:
         # The address this client calls goes into the agent's block, as init writes it.
-        body = {"scope": words[0], "url": api.url}
-        body.update({k: v for k, v in (("label", args.label), ("expires", args.expires), ("memory", args.memory))
-                     if v is not None})
-        ans = api.call("POST", "/grants", body)
+        ans = mem.mint(words[0], memory=args.memory, label=args.label, expires=args.expires, url=mem.url).answer
         # The token stays the last line of standard output, for scripts; the agent's block goes beside it.
         if isinstance(ans.get("prompt"), str):
             _say("Paste this block at the top of that agent's AGENTS.md"
@@ -1501,7 +1763,7 @@ def do_grants(args: argparse.Namespace) -> int:
         gid = words[1].lstrip("#")
         if not gid.isdigit():
             raise Failure(f"stash: revoke takes the grant's number, as listed by: {_prog()} grants", USAGE)
-        ans = api.call("DELETE", f"/grants/{gid}")
+        ans = mem.revoke(int(gid)).answer
         _out(f"Revoked #{gid}: its token opens nothing from now on, and nothing written from now on opens with "
              "it even from old copies of the files.")
         if isinstance(ans, dict) and ans.get("also_revoked"):
@@ -1513,66 +1775,58 @@ def do_grants(args: argparse.Namespace) -> int:
                   f"listed by: {_prog()} grants", USAGE)
 
 
-def _memory_line(m: dict[str, Any]) -> str:
-    return (f"{m.get('name')}: {plural(m.get('T') or 0, 'memory', 'memories')}, {m.get('bytes')} bytes, "
-            f"created {m.get('created')}, {plural(m.get('grants') or 0, 'capability', 'capabilities')}")
+def _memory_line(m: MemoryInfo) -> str:
+    return (f"{m.name}: {plural(m.T, 'memory', 'memories')}, {m.bytes} bytes, "
+            f"created {m.created}, {plural(m.grants, 'capability', 'capabilities')}")
 
 
 def do_memories(args: argparse.Namespace) -> int:
     """The owner's memories (docs/DESIGN.md, "Memories"): each verb one route."""
-    api = _api()
+    mem = _api()
     words = args.words
     quoted = [urllib.parse.quote(w, safe="") for w in words]
     if not words:
-        for m in api.call("GET", "/memories").get("memories", []):
+        for m in mem.memories():
             _out(_memory_line(m))
         return 0
     if words[0] == "create" and len(words) == 2:
-        made = api.call("POST", "/memories", {"name": words[1]})
-        _out(f"Created memory {made.get('name')}. Its agents use STASH_URL={api.url.rstrip('/')}/m/{quoted[1]}; "
+        made = mem.create(words[1])
+        _out(f"Created memory {made.name}. Its agents use STASH_URL={mem.url.rstrip('/')}/m/{quoted[1]}; "
              f"mint their capabilities with: {_prog()} grants full --memory {shlex.quote(words[1])}")
         return 0
     if words[0] == "delete" and len(words) == 2:
         if not args.yes:
             raise Failure(f"stash: delete destroys memory {words[1]} and every capability of it, for good. "
                           f"To go ahead: {_prog()} memories delete {shlex.quote(words[1])} --yes", USAGE)
-        gone = api.call("DELETE", f"/memories/{quoted[1]}")
-        _out(f"Destroyed memory {gone.get('memory')} ({plural(gone.get('memories') or 0, 'memory', 'memories')}) "
-             f"at {gone.get('at')}; its capabilities open nothing from now on.")
+        gone = mem.delete(words[1])
+        _out(f"Destroyed memory {gone.memory} ({plural(gone.memories or 0, 'memory', 'memories')}) "
+             f"at {gone.at}; its capabilities open nothing from now on.")
         return 0
     if words[0] == "fork" and len(words) == 3:
-        body: dict[str, Any] = {"name": words[2]}
-        if args.at is not None:
-            body["at"] = args.at
-        made = api.call("POST", f"/memories/{quoted[1]}/fork", body)
-        _out(f"Forked {made.get('source')} at {made.get('at')} into {made.get('name')} "
-             f"({plural(made.get('summaries') or 0, 'summary', 'summaries')} carried over); no capability of "
-             f"{made.get('source')} opens it.")
+        forked = mem.fork(words[1], words[2], at=args.at)
+        _out(f"Forked {forked.source} at {forked.at} into {forked.name} "
+             f"({plural(forked.summaries, 'summary', 'summaries')} carried over); no capability of "
+             f"{forked.source} opens it.")
         return 0
     if words[0] == "erase" and len(words) == 1:
         if (args.q is None) == (args.words_query is None):
             raise Failure(f"stash: memories erase takes --q REGEX or --words WORDS. See: {_prog()} memories --help",
                           USAGE)
-        body = {k: v for k, v in (("q", args.q), ("words", args.words_query)) if v is not None}
-        if args.memory:
-            body["memories"] = list(args.memory)
-        if args.dry_run:
-            body["dry_run"] = True
-        done = api.call("POST", "/memories/erase", body)
-        verb = "match" if done.get("dry_run") else "erased"
-        for m in done.get("memories", []):
-            _out(f"{m.get('name')}: {m.get('erased')} {verb}")
-        _out(f"Total {done.get('total')} at {done.get('at')}; query fingerprint {done.get('fingerprint')}."
-             + (" Nothing was erased (dry run)." if done.get("dry_run") else ""))
+        done = mem.erase_matching(args.q, words=args.words_query, memories=args.memory, dry_run=bool(args.dry_run))
+        verb = "match" if done.dry_run else "erased"
+        for name, count in done.memories.items():
+            _out(f"{name}: {count} {verb}")
+        _out(f"Total {done.total} at {done.at}; query fingerprint {done.fingerprint}."
+             + (" Nothing was erased (dry run)." if done.dry_run else ""))
         return 0
     raise Failure(f"stash: memories takes nothing (list), create NAME, delete NAME --yes, fork SOURCE NAME "
                   f"[--at N] or erase --q REGEX. See: {_prog()} memories --help", USAGE)
 
 
-def _receipt_line(r: dict[str, Any]) -> str:
-    ids = ", ".join(f"#{i}" for i in r.get("ids", []))
-    dropped = plural(int(r.get("dropped", 0)), "summary", "summaries")
-    return f"receipt {r.get('receipt')}  {r.get('at')}  {ids}  ({dropped} dropped)"
+def _receipt_line(r: Receipt) -> str:
+    ids = ", ".join(f"#{i}" for i in r.ids)
+    dropped = plural(r.dropped, "summary", "summaries")
+    return f"receipt {r.receipt}  {r.at}  {ids}  ({dropped} dropped)"
 
 
 def do_erase(args: argparse.Namespace) -> int:
@@ -1582,33 +1836,32 @@ def do_erase(args: argparse.Namespace) -> int:
         if not (word.isascii() and word.isdigit()):
             raise Failure("stash: erase takes memory ids as the wake prints them, like #12 or 12.", USAGE)
         ids.append(int(word))
-    ans = _api().call("POST", "/erase", {"ids": ids})
-    fresh, asked = len(ans.get("erased", [])), len(ans.get("ids") or set(ids))
+    receipt = _api().erase(ids)
+    fresh, asked = len(receipt.erased), len(receipt.ids or set(ids))
     before = asked - fresh
     again = f" ({before} {'was' if before == 1 else 'were'} erased before)" if before else ""
     _out(f"Erased {fresh} of {plural(asked, 'memory', 'memories')}{again}. "
          f"{'Its line now reads' if asked == 1 else 'Their lines now read'} [erased] everywhere.")
-    _out(_receipt_line(ans))
-    if ans.get("dropped"):
+    _out(_receipt_line(receipt))
+    if receipt.dropped:
         _out(f"Run: {_prog()} nap")
     return 0
 
 
 def do_undo(args: argparse.Namespace) -> int:
     """POST /erase/undo until the range is done, one bounded slice per call."""
-    body: dict[str, Any] = {k: v for k, v in (("grant", args.grant), ("first", args.first), ("last", args.last))
-                  if v is not None}
-    api = _api()
+    mem = _api()
+    first: int | None = args.first
     erased = dropped = 0
     while True:
-        ans = api.call("POST", "/erase/undo", body)
-        erased += len(ans.get("erased", []))
-        dropped += int(ans.get("dropped", 0))
-        if ans.get("receipt") is not None:
-            _out(_receipt_line(ans))
-        if ans.get("more") is None:
+        done = mem.undo(grant=args.grant, first=first, last=args.last)
+        erased += len(done.erased)
+        dropped += done.dropped
+        if done.receipt is not None:
+            _out(_receipt_line(done.receipt))
+        if done.more is None:
             break
-        body["first"] = ans["more"]
+        first = done.more
     _out(f"Erased {plural(erased, 'memory', 'memories')}; {plural(dropped, 'summary', 'summaries')} dropped.")
     if dropped:
         _out(f"Run: {_prog()} nap")
@@ -1616,19 +1869,20 @@ def do_undo(args: argparse.Namespace) -> int:
 
 
 def do_erasures(args: argparse.Namespace) -> int:
-    for r in _api().call("GET", "/erasures").get("erasures", []):
+    for r in _api().erasures():
         _out(_receipt_line(r))
     return 0
 
 
 def do_rotate(args: argparse.Namespace) -> int:
-    api = _api()
-    ans = api.call("POST", "/rotate", {})
-    # The new token's first use is what ends the old one: present it now.
+    mem = _api()
+    rotated = mem.rotate()
+    ans = rotated.answer
+    # The new token's first use is what ends the old one: present it now (the object moved to it).
     try:
-        Api(api.url, ans["token"], api.steps, api.source).call("GET", "/grants")
+        mem.grants()
         ended = f"owner capability #{ans.get('retires')} ended"
-    except Failure:
+    except StashError:
         ended = (f"owner capability #{ans.get('retires')} ends at the new token's first use (it could not be "
                  "used just now)")
     _out(f"Rotated: {ended}, #{ans.get('id')} is the owner now. "
@@ -1647,10 +1901,10 @@ def do_destroy(args: argparse.Namespace) -> int:
     if not args.yes:
         raise Failure("stash: destroy deletes this whole memory and every token of it, for good. "
                       f"To go ahead: {_prog()} destroy --yes", USAGE)
-    ans = _api().call("DELETE", "/store")
-    held = ans.get("memories")
+    gone = _api().destroy()
+    held = gone.memories
     what = plural(held, "memory", "memories") if isinstance(held, int) else "the memory"
-    _out(f"Destroyed: {what}, at {ans.get('at')}. Every token of it now opens nothing.")
+    _out(f"Destroyed: {what}, at {gone.at}. Every token of it now opens nothing.")
     return 0
 
 
@@ -1993,9 +2247,8 @@ def do_export(args: argparse.Namespace) -> int:
         if os.path.isdir(target) and os.listdir(target) and not args.force:
             raise Failure(f"stash: {target} is not empty; name an empty or new folder, or add --force to "
                           "replace what the export holds there.", USAGE)
-    data = _api().call("GET", "/export", raw=True, timeout=LONG_TIMEOUT)
-    members = archive_members(data)
-    doc = check_archive(members)
+    archive = _api().archive()
+    data, members, doc = archive.data, archive.members, archive.manifest
     if target == "-":
         sys.stdout.flush()
         sys.stdout.buffer.write(data)
@@ -2035,14 +2288,12 @@ def _read_files(folder: str) -> list[str]:
     return names
 
 
-def _memories_held(api: Api) -> int:
+def _memories_held(mem: Stash) -> int:
     """How many memories the store holds (a wake that is refused means some)."""
     try:
-        return int(api.call("POST", "/wake", {"part": 1}).get("T", 0))
-    except Failure as f:
-        if f.status == 409:
-            return -1
-        raise
+        return mem.wake_part(1).T
+    except Conflict:
+        return -1
 
 
 class _Interleaved(Failure):
@@ -2050,7 +2301,9 @@ class _Interleaved(Failure):
     finishing the move applies any more."""
 
 
-def _after(f: Failure, note: str) -> Failure:
+def _after(error: Failure | StashError, note: str) -> Failure:
+    """The refusal as this command reports it, ``note`` added to its message."""
+    f = refused(error) if isinstance(error, StashError) else error
     f.message = f.message.rstrip() + " " + note
     return f
 
@@ -2092,7 +2345,7 @@ def import_stages(T: int, tree: dict[int, list[str | None]]) -> list[int]:
 NAP_BATCH = 256  # most summaries one POST /nap {"summaries": [...]} settles
 
 
-def settle_from_tree(api: Api, tree: dict[int, list[str | None]], T: int, settled: dict[int, int]) -> int:
+def settle_from_tree(mem: Stash, tree: dict[int, list[str | None]], T: int, settled: dict[int, int]) -> int:
     """Settle, with the folder's summaries, every block due at ``T`` in the
     server's order (by size, then position) up to the first one the folder
     lacks, ``NAP_BATCH`` per request; returns how many were saved.
@@ -2118,14 +2371,13 @@ def settle_from_tree(api: Api, tree: dict[int, list[str | None]], T: int, settle
     # gap of the smallest level that has one; larger levels wait for it.
     if not todo:
         return 0
-    due = api.call("POST", "/nap", {}).get("nap")
-    if not due or due.get("block") != todo[0]["block"]:
+    due = mem.due()
+    if not due or due.block != todo[0]["block"]:
         return 0
     saved = 0
     for start in range(0, len(todo), NAP_BATCH):
         chunk = todo[start:start + NAP_BATCH]
-        ans = api.call("POST", "/nap", {"summaries": chunk})
-        if ans.get("saved") != [s["block"] for s in chunk]:
+        if mem.settle(chunk).saved != [s["block"] for s in chunk]:
             break  # another writer settled some meanwhile: stop rather than guess
         for s in chunk:
             lo, _, last = s["block"].partition("-")
@@ -2156,8 +2408,8 @@ def do_import_optmem(args: argparse.Namespace) -> int:
     sizes = read_optmem_config(folder)
     in_folder = sum(1 for texts in tree.values() for t in texts if t is not None)
 
-    api = _api(memory=args.memory)
-    held = _memories_held(api)
+    mem = _api(memory=args.memory)
+    held = _memories_held(mem)
     if held:
         raise Failure("stash: this memory is not empty; import-optmem moves a whole OptMem memory into an empty "
                       f"one, so that it wakes to the same document. Start one with: {_prog()} init "
@@ -2165,28 +2417,27 @@ def do_import_optmem(args: argparse.Namespace) -> int:
                       f"{shlex.quote(os.path.join(folder, 'LOG.txt'))}). Nothing was imported.")
     if erased:
         try:
-            api.call("GET", "/erasures")
-        except Failure as f:
-            if f.status == 403:
-                raise Failure(f"stash: the folder has {plural(len(erased), 'erased memory', 'erased memories')} "
-                              f"(#{erased[0]} first); "
-                              f"re-creating {'it' if len(erased) == 1 else 'them'} erased takes the owner's token. "
-                              "Nothing was imported.") from None
-            raise
+            mem.erasures()
+        except Forbidden:
+            raise Failure(f"stash: the folder has {plural(len(erased), 'erased memory', 'erased memories')} "
+                          f"(#{erased[0]} first); "
+                          f"re-creating {'it' if len(erased) == 1 else 'them'} erased takes the owner's token. "
+                          "Nothing was imported.") from None
     # The memory takes the folder's sizes; ENTRY_CHARS waits until the end,
     # since it also limits the summaries carried over.
     early = {name: sizes.get(name) for name in OPTMEM_SIZES if name != "ENTRY_CHARS"}
     early["ENTRY_CHARS"] = None
     try:
-        api.call("POST", "/config", early)
-    except Failure as f:
-        raise _after(f, "(The folder's config could not be carried over.) Nothing was imported.") from None
+        mem.config(early)
+    except StashError as e:
+        raise _after(e, "(The folder's config could not be carried over.) Nothing was imported.") from None
 
     done = carried = 0
     settled: dict[int, int] = {}
     try:
         for stop in import_stages(T, tree):
-            first, last, _ = send_entries(api, entries[done:stop])
+            landed = mem.import_(_dated(entries[done:stop]))
+            first, last = landed.first, landed.last
             if first != done:
                 raise _Interleaved(f"stash: another writer added memories meanwhile, so the folder's #{done} to "
                               f"#{stop - 1} landed at #{first} to #{last} and its summaries no longer fit; "
@@ -2194,12 +2445,12 @@ def do_import_optmem(args: argparse.Namespace) -> int:
             done = stop
             ids = [i for i in erased if first <= i <= last]
             for k in range(0, len(ids), MAX_ERASE_IDS):
-                api.call("POST", "/erase", {"ids": ids[k:k + MAX_ERASE_IDS]})
-            carried += settle_from_tree(api, tree, stop, settled)
+                mem.erase(ids[k:k + MAX_ERASE_IDS])
+            carried += settle_from_tree(mem, tree, stop, settled)
         if "ENTRY_CHARS" in sizes:
-            api.call("POST", "/config", {"ENTRY_CHARS": sizes["ENTRY_CHARS"]})
-        nap = api.call("POST", "/nap", {}).get("nap")
-    except Failure as f:
+            mem.config({"ENTRY_CHARS": sizes["ENTRY_CHARS"]})
+        nap = mem.due()
+    except (Failure, StashError) as f:
         if not done or isinstance(f, _Interleaved):
             raise
         still = [i for i in erased if i < done]
@@ -2212,7 +2463,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
                         f"imported and {plural(carried, 'summary', 'summaries')} carried over. "
                         f"To finish, {rest}answer what is due with {_prog()} nap{erase}; and set the sizes with "
                         f"{_prog()} config.)") from None
-    due = int(nap.get("remaining", 0)) + 1 if nap else 0
+    due = nap.remaining + 1 if nap else 0
     again = f", {len(erased)} of them erased again" if erased else ""
     _out(f"Imported {plural(T, 'memory', 'memories')}, #0 to #{T - 1}, with {'its date' if T == 1 else 'their dates'}"
          f"{again}.")
@@ -2235,11 +2486,11 @@ def do_unpin(args: argparse.Namespace) -> int:
 
 
 def do_health(args: argparse.Namespace) -> int:
-    ans = _api(need_token=False).call("GET", "/health")
-    state = "ok" if ans.get("ok") else "not ok"
-    _out(f"{state}: Stash {ans.get('version', '?')} at {_shown(server_url())}; "
-         f"content cipher {ans.get('content_cipher', '?')}, file cipher {ans.get('file_cipher', '?')}")
-    return 0 if ans.get("ok") else 1
+    health = _api(need_token=False).health()
+    state = "ok" if health.ok else "not ok"
+    _out(f"{state}: Stash {health.version} at {_shown(server_url())}; "
+         f"content cipher {health.content_cipher}, file cipher {health.file_cipher}")
+    return 0 if health.ok else 1
 
 
 def _text(words: list[str], what: str) -> str:
@@ -2410,7 +2661,8 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    except Failure as f:
+    except (Failure, StashError) as error:
+        f = refused(error) if isinstance(error, StashError) else error
         if _JSON["on"] and f.body is not None:
             _emit_json(f.body)
         sys.stdout.flush()

@@ -2,9 +2,9 @@
 the agent's verbs — wake, note, nap, recall, zoom, forget — against the Stash
 server named by ``STASH_URL`` and ``STASH_TOKEN``.
 
-It is a thin skin over :mod:`stash.client`: the same HTTP calls, the same
-text the ``stash`` client prints, except that every next step is named as a
-tool call instead of a shell command. The ``mcp`` package is an optional
+It is a thin skin over the library (:class:`stash.client.Stash`): its calls,
+and the same text the ``stash`` client prints of their answers, except that
+every next step is named as a tool call instead of a shell command. The ``mcp`` package is an optional
 extra, imported by this module only.
 """
 
@@ -149,19 +149,24 @@ def _result(text: str, error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error)
 
 
+STEPS = ToolCalls()
+
+
 def _answer(run, *args) -> CallToolResult:
-    """The verb's text as the tool's result. A refusal is a tool error whose
-    text is the server's message (and the nap it carries, if any): never a
-    traceback, and never the token, which no message contains."""
+    """The verb's text as the tool's result, its next steps named as tool
+    calls. A refusal is a tool error whose text is the server's message (and
+    the nap it carries, if any): never a traceback, and never the token,
+    which no message contains."""
     try:
-        lines = run(*args)
-    except client.Failure as f:
+        lines = run(*args, steps=STEPS)
+    except client.StashError as e:
+        f = client.refused(e, STEPS)
         return _result(f.message + (f"\n\n{f.extra}" if f.extra else ""), error=True)
     return _result("\n".join(lines))
 
 
-def build(api: client.Api) -> MCPServer:
-    """The MCP server whose six tools call ``api``."""
+def build(mem: client.Stash) -> MCPServer:
+    """The MCP server whose six tools call the library's ``mem``."""
     server = MCPServer("stash", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
     reading = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -171,12 +176,12 @@ def build(api: client.Api) -> MCPServer:
             "The snapshot T that the previous answer named; give it with every part after the first "
             "so the parts fit together."))] = None,
     ) -> CallToolResult:
-        return _answer(client.wake_lines, api, part, T)
+        return _answer(client.wake_lines, mem, part, T)
 
     def note(
         text: Annotated[str, Field(description="The memory: one line of at most 280 bytes, standing alone.")],
     ) -> CallToolResult:
-        return _answer(client.note_lines, api, text)
+        return _answer(client.note_lines, mem, text)
 
     def nap(
         block: Annotated[str | None, Field(description=(
@@ -197,13 +202,13 @@ def build(api: client.Api) -> MCPServer:
                 return _result("Give one of: nap(), nap(block=..., text=...), nap(batch=K), nap(summaries=[...]).",
                                error=True)
             if batch is not None:
-                return _answer(client.batch_lines, api, batch)
-            return _answer(client.summaries_lines, api, summaries)
+                return _answer(client.batch_lines, mem, batch)
+            return _answer(client.summaries_lines, mem, summaries)
         if block is not None and text is None:
             shown = block if client.is_block(block) else "<lo-hi>"
-            return _result(f"nap {shown} needs text, the one-line summary:\n{api.steps.lead}{api.steps.nap(shown)}",
+            return _result(f"nap {shown} needs text, the one-line summary:\n{STEPS.lead}{STEPS.nap(shown)}",
                            error=True)
-        return _answer(client.nap_lines, api, block, text)
+        return _answer(client.nap_lines, mem, block, text)
 
     def recall(
         q: Annotated[str | None, Field(
@@ -219,20 +224,20 @@ def build(api: client.Api) -> MCPServer:
         if words is not None:
             if before is not None and not isinstance(before, str):
                 return _result("With words, before is the cursor the previous answer named.", error=True)
-            return _answer(client.recall_words_lines, api, words, before)
+            return _answer(client.recall_words_lines, mem, words, before)
         if before is not None and (isinstance(before, str) or before < 0):
             return _result("With q, before is a memory id, as the previous answer named it.", error=True)
-        return _answer(client.recall_lines, api, q, before)
+        return _answer(client.recall_lines, mem, q, before)
 
     def zoom(
         block: Annotated[str, Field(description='The block to open, like "64-127", from a "#64-127" line.')],
     ) -> CallToolResult:
-        return _answer(client.zoom_lines, api, block)
+        return _answer(client.zoom_lines, mem, block)
 
     def forget(
         block: Annotated[str, Field(description='The summary\'s block, like "64-127".')],
     ) -> CallToolResult:
-        return _answer(client.forget_lines, api, block)
+        return _answer(client.forget_lines, mem, block)
 
     tools = (
         (wake, WAKE, reading),
@@ -267,9 +272,9 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         # Read once, as the client reads them, so a host that starts us without them fails at once.
-        api = client.Api(client.server_url(), client.token(), ToolCalls())
+        mem = client.Stash(client.server_url(), client.token(), source="STASH_URL")
     except client.Failure as f:
         print(f.message, file=sys.stderr)
         return f.code
-    build(api).run("stdio")
+    build(mem).run("stdio")
     return 0

@@ -84,15 +84,14 @@ def test_the_client_and_mcp_render_their_orders_from_the_steps(http: Http, base_
     token = memory
     monkeypatch.setattr(client, "_prog", lambda: "stash")
     blocks = ["0-1", "2-3", "4-5"]
-    shell = client.Api(base_url, token)
-    mcp = client.Api(base_url, token, ToolCalls())
-    check("\n".join(client.batch_lines(shell, 3)), "Run: ", [client.SHELL.nap_summaries(blocks)])
-    check("\n".join(client.batch_lines(mcp, 3)), "Call: ", [ToolCalls().nap_summaries(blocks)])
+    mem = client.Stash(base_url, token)
+    check("\n".join(client.batch_lines(mem, 3)), "Run: ", [client.SHELL.nap_summaries(blocks)])
+    check("\n".join(client.batch_lines(mem, 3, ToolCalls())), "Call: ", [ToolCalls().nap_summaries(blocks)])
     # The nap prompt: its own order, then the batch offer (all 8 due blocks: each one's halves come before it).
-    check("\n".join(client.nap_lines(shell)), "Run: ", [client.SHELL.nap("0-1"), client.SHELL.nap_batch(8)],
+    check("\n".join(client.nap_lines(mem)), "Run: ", [client.SHELL.nap("0-1"), client.SHELL.nap_batch(8)],
           FORGED[:2])
-    check("\n".join(client.nap_lines(mcp)), "Call: ", [ToolCalls().nap("0-1"), ToolCalls().nap_batch(8)],
-          FORGED[:2])
+    check("\n".join(client.nap_lines(mem, steps=ToolCalls())), "Call: ",
+          [ToolCalls().nap("0-1"), ToolCalls().nap_batch(8)], FORGED[:2])
 
     # The client as an agent runs it: every order it prints, run as printed, creates no file.
     env = {**cli_env(base_url, token, path_with(client_file.parent)), "STASH_PIN": "off", "HOME": str(tmp_path)}

@@ -67,6 +67,7 @@ def test_fork_import_and_delete_from_the_client(cli: Cli, http: Http, token: str
     src = {**cli.env, "STASH_URL": f"{base}/m/src"}
     for i in range(3):
         cli.ok("note", f"src line {i}", env=src)
+    cli.ok("note", "a line of main")  # pins main's head: a fork opens src, so that pin must stay out of it
     assert "Forked src at 2 into copy" in cli.ok("memories", "fork", "src", "copy", "--at", "2")
     copy = {**cli.env, "STASH_URL": f"{base}/m/copy"}
     woke = cli.ok("wake", env=copy)

@@ -82,8 +82,8 @@ def test_memos_nap_prompt_is_a_prefix_of_ours(memories: int, settle: int, http: 
     text = http.send("POST", base_url + "/nap", {"Authorization": f"Bearer {token}", "Accept": "text/plain"},
                      json={}).text
     monkeypatch.setattr(client, "_prog", lambda: "stash")
-    shell = "\n".join(client.nap_lines(client.Api(base_url, token)))
-    mcp = "\n".join(client.nap_lines(client.Api(base_url, token, ToolCalls())))
+    shell = "\n".join(client.nap_lines(client.Stash(base_url, token)))
+    mcp = "\n".join(client.nap_lines(client.Stash(base_url, token), steps=ToolCalls()))
     for ours, lead in ((nap["prompt"], "Run: "), (text, "Run: "), (shell, "Run: "), (mcp, "Call: ")):
         prefix = body + lead  # memo's, with its order's lead
         assert ours.startswith(prefix), (prefix, ours)
@@ -104,25 +104,30 @@ def test_every_answer_that_hands_over_a_step_keeps_the_order_rule(http: Http, to
     monkeypatch.setattr(client, "_prog", lambda: "stash")
     headers = {"Authorization": f"Bearer {token}", "Accept": "text/plain"}
     texts = [http.send("GET", base_url + "/wake", headers).text]
-    shell, mcp = client.Api(base_url, token), client.Api(base_url, token, ToolCalls())
-    rendered = [("\n".join(client.wake_lines(api)), lead) for api, lead in ((shell, "Run: "), (mcp, "Call: "))]
+    mem = client.Stash(base_url, token)
+    shell, mcp = client.SHELL, ToolCalls()
+    rendered = [("\n".join(client.wake_lines(mem, steps=steps)), lead) for steps, lead in ((shell, "Run: "),
+                                                                                          (mcp, "Call: "))]
     http.ok("POST", "/import", token, json={"entries": [{"date": "2024-01-02", "text": f"m{i}"} for i in range(40)]})
     http.ok("POST", "/config", token, json={"WAKE_LINES": 4, "PART_CHARS": 60})
     refused = http.send("GET", base_url + "/wake", headers)
     assert refused.status_code == 409 and refused.headers["stash-error"] == "wake.needs_nap"
     texts += [refused.text, http.send("POST", base_url + "/nap", headers, json={"batch": 4}).text,
               http.send("POST", base_url + "/recall", headers, json={"q": "m"}).text]
-    for api, lead in ((shell, "Run: "), (mcp, "Call: ")):
-        with pytest.raises(client.Failure) as failed:
-            client.wake_lines(api)
-        rendered.append((failed.value.message + "\n\n" + (failed.value.extra or ""), lead))
-        rendered += [("\n".join(client.batch_lines(api, 4)), lead), ("\n".join(client.recall_lines(api, "m")), lead)]
+    for steps, lead in ((shell, "Run: "), (mcp, "Call: ")):
+        with pytest.raises(client.StashError) as refusal:
+            client.wake_lines(mem, steps=steps)
+        failed = client.refused(refusal.value, steps)
+        rendered.append((failed.message + "\n\n" + (failed.extra or ""), lead))
+        rendered += [("\n".join(client.batch_lines(mem, 4, steps)), lead),
+                     ("\n".join(client.recall_lines(mem, "m", steps=steps)), lead)]
     http.ok("POST", "/config", token, json={"WAKE_LINES": None, "PART_LINES": 3})
     while http.ok("POST", "/nap", token, json={})["nap"]:
         due = http.ok("POST", "/nap", token, json={})["nap"]["block"]
         http.ok("POST", "/nap", token, json={"block": due, "text": "s"})
     texts.append(http.send("GET", base_url + "/wake", headers).text)
-    rendered += [("\n".join(client.wake_lines(shell)), "Run: "), ("\n".join(client.wake_lines(mcp)), "Call: ")]
+    rendered += [("\n".join(client.wake_lines(mem, steps=shell)), "Run: "),
+                 ("\n".join(client.wake_lines(mem, steps=mcp)), "Call: ")]
     for text in texts:
         assert "Run: " in text, text
         assert_orders_stand_alone(text, "Run: ")

@@ -44,8 +44,8 @@ def serve(refusals: int) -> tuple[HTTPServer, list[dict[str, str]]]:
 def test_a_rekeyed_refusal_is_resent_with_the_same_key() -> None:
     server, seen = serve(refusals=2)
     try:
-        api = client.Api(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49)
-        assert api.call("POST", "/note", {"text": "kept"})["id"] == 7
+        mem = client.Stash(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49, pin=False)
+        assert mem.note("kept").id == 7
     finally:
         server.shutdown()
     assert len(seen) == 3
@@ -55,10 +55,11 @@ def test_a_rekeyed_refusal_is_resent_with_the_same_key() -> None:
 def test_a_rekeyed_refusal_that_keeps_coming_is_reported() -> None:
     server, seen = serve(refusals=100)
     try:
-        api = client.Api(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49)
-        with pytest.raises(client.Failure) as refused:
-            api.call("POST", "/note", {"text": "kept"})
+        mem = client.Stash(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49, pin=False)
+        with pytest.raises(client.Conflict) as refused:
+            mem.note("kept")
     finally:
         server.shutdown()
-    assert refused.value.code == client.REFUSED and "retry it" in refused.value.message
+    assert refused.value.code == "store.rekeyed" and "retry it" in refused.value.message
+    assert client.refused(refused.value).code == client.REFUSED
     assert len(seen) == 1 + client.BUSY_RETRIES
