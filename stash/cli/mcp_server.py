@@ -13,18 +13,32 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from .. import __version__, client
 from ..core.blocks import BATCH_MAX
 from ..core.recall import MAX_PATTERN_BYTES
 
-try:
+if TYPE_CHECKING:
     from mcp.server import MCPServer
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
     from pydantic import Field
-except ImportError:  # the optional extra is absent: main() says how to add it
-    MCPServer = None  # type: ignore[assignment,misc]
+
+
+def _load_mcp() -> bool:
+    """Import the optional extra into this module, or False when it is
+    absent. Done by :func:`main` only once the variables are known to be
+    set: the imports take about a second and a half, and a host that starts
+    the server without its variables should hear so at once. The tools'
+    annotations name these globals, read when :func:`build` registers them."""
+    global MCPServer, CallToolResult, TextContent, ToolAnnotations, Field
+    try:
+        from mcp.server import MCPServer
+        from mcp.types import CallToolResult, TextContent, ToolAnnotations
+        from pydantic import Field
+    except ImportError:  # main() says how to add it
+        return False
+    return True
 
 # The mcp extra's own requirement (pyproject.toml), so the line works as printed whatever way Stash was
 # installed: the package is not on the public index.
@@ -267,14 +281,14 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     parser().parse_args(argv)
-    if MCPServer is None:
-        print(f"stash mcp: the mcp package is not installed; install it with: {INSTALL}", file=sys.stderr)
-        return 2
     try:
         # Read once, as the client reads them, so a host that starts us without them fails at once.
         mem = client.Stash(client.server_url(), client.token(), source="STASH_URL")
     except client.Failure as f:
         print(f.message, file=sys.stderr)
         return f.code
+    if not _load_mcp():
+        print(f"stash mcp: the mcp package is not installed; install it with: {INSTALL}", file=sys.stderr)
+        return 2
     build(mem).run("stdio")
     return 0
