@@ -64,6 +64,7 @@ class Report:
     ok: bool = True
     facts: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # found, not damage: the store is served as it is
 
     def fail(self, problem: str) -> None:
         self.ok = False
@@ -474,8 +475,9 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             whole, _ = mf.recompute_head()
             if whole != mf.head:
                 raise Failed("the running digest recomputed over the whole log differs from the recorded head")
-            for _batch in mf.scan(whole.count):
-                pass  # every row opened and authenticated
+            backwards = _dates_backwards(mf.scan(whole.count))  # every row opened and authenticated
+            if backwards:
+                report.warnings.append(backwards)
             summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
             mf.config()
             mf.receipts()
@@ -493,6 +495,31 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
     finally:
         ring.close()
     return shown
+
+
+def _dates_backwards(batches: Iterator[list[str]]) -> str | None:
+    """Where the log's dates go backwards, as a warning, or None. The rows
+    authenticate (each date is sealed with its memory), so this is not
+    damage: a release before dates were kept non-decreasing (docs/DESIGN.md,
+    "Memory model") dated each note by the clock alone, and a clock set back
+    left a later memory dated earlier. Such a log is served as it is, but
+    its export breaks the import rule (non-decreasing dates)."""
+    first: tuple[str, str, str] | None = None
+    steps = 0
+    prev_id, prev = "", ""
+    for batch in batches:
+        for line in batch:
+            ident, date = line.split(" ", 2)[:2]  # "#i DATE TEXT", an erased one "#i DATE [erased]"
+            if date < prev:
+                steps += 1
+                first = first or (ident, date, f"{prev_id}, {prev}")
+            prev_id, prev = ident, date
+    if first is None:
+        return None
+    return (f"the log's dates go backwards {steps} {'time' if steps == 1 else 'times'}, first at memory "
+            f"{first[0]} dated {first[1]} after {first[2]} (written before notes were dated on the newest "
+            "memory's date, under a clock set back): every memory authenticates and is served as it is, but "
+            "its export does not import again until those dates are raised to the one before them")
 
 
 def _memory_formats(path: Path, user_id: str, chain: KeyChain, cipher: str, page: int) -> dict[str, object]:
