@@ -480,6 +480,7 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
                 report.warnings.append(backwards)
             summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
             mf.config()
+            mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
             mf.receipts()
             back = mf.erased_keys_back()
             if back:

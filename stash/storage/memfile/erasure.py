@@ -13,7 +13,9 @@ from typing import Any
 
 from ...crypto import aead
 from .. import scancache
-from ..files import flush, write_transaction
+from ..files import flush, read_snapshot, write_transaction
+from . import erasure_record
+from .erasure_record import RECORD_META
 from .log import ERASED_KEY, KEYS_PER_CHUNK
 from .rows import RowCodec
 
@@ -36,6 +38,7 @@ class ErasurePart(RowCodec):
             self._ensure_table("erasures")
             self._chunks.clear()
             T = self.count()
+            before = self._erased_ids  # as authenticated when the file was opened (or last written here)
             wanted = [i for i in sorted(set(ids)) if i < T]
             dates = self._dates_of(wanted)
             self._chunks.clear()  # _dates_of read the chunks as they are; the shredding starts from them afresh
@@ -48,7 +51,7 @@ class ErasurePart(RowCodec):
                 # Erased already, yet its key is back: a key chunk from
                 # before the erasure was put back. Shred it again; the
                 # record stays as it is.
-                again = i in self._erased_ids
+                again = i in before
                 if not again:
                     cols, marks, epoch = self._epoch_of_write("erased")
                     self.conn.execute(
@@ -89,6 +92,10 @@ class ErasurePart(RowCodec):
                 f"UPDATE erasures SET sealed = ?{' , epoch = ?' if also else ''} WHERE id = ?",
                 (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), *epoch, rid),
             )
+            if self.format_mark() == erasure_record.RECORD_MARK:
+                # The record that stands for both tables in the state digest, rewritten whole (SQLite's work).
+                record = erasure_record.from_tables(self.conn, self._tables(), before | set(fresh))
+                self._put_meta(RECORD_META, record.text())
             self._write_state()
         self._chunks.clear()
         return rid, fresh, gone
@@ -106,10 +113,15 @@ class ErasurePart(RowCodec):
         return out
 
     def receipts(self) -> list[dict[str, Any]]:
+        """Every erasure receipt, opened; the erasure record is checked in
+        full first (from mark 4 an open checks only its counts), so a receipt
+        or erased row put back from a second history is refused here."""
         out = []
         ep = self._epoch_sql("erasures")
-        for rid, sealed, epoch in self._rows(self._tables(), "erasures",
-                                             f"SELECT id, sealed, {ep} FROM erasures ORDER BY id"):
+        with read_snapshot(self.conn):
+            self.check_erasure_record()
+            rows = self._rows(self._tables(), "erasures", f"SELECT id, sealed, {ep} FROM erasures ORDER BY id")
+        for rid, sealed, epoch in rows:
             out.append({"receipt": rid, **json.loads(self._open(self._key_of(epoch), sealed, "erasures", rid))})
         return out
 
