@@ -192,5 +192,6 @@ def test_runs_make_the_same_erased_runs_as_the_ids():
         runs = runs_of(ids)
         record = parse(Record(len(ids), 0, bytes(32), runs).text())
         assert record is not None and record.ids() == ids
+        assert [i for i in range(310) if record.holds(i)] == sorted(ids)
         a, b = Erased.from_runs(record.runs), Erased(ids)
         assert (a.starts, a.ends) == (b.starts, b.ends)

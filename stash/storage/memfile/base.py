@@ -106,6 +106,14 @@ class FilePart:
     def _erased_ids(self, ids: frozenset[int]) -> None:
         self._erased_cache = ids
 
+    def _is_erased(self, i: int) -> bool:
+        """``i in self._erased_ids``, without making the set when the
+        record's runs can answer (a request that reads a few memories)."""
+        record = self._erasure_record
+        if record is not None and self._erased_cache is None:
+            return record.holds(i)
+        return i in self._erased_ids
+
     def _put_meta(self, name: str, value: str) -> None:
         self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
                           "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))

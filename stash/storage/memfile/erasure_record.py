@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -51,6 +52,11 @@ class Record:
 
     def ids(self) -> frozenset[int]:
         return frozenset(chain.from_iterable(range(s, e) for s, e in self.runs))
+
+    def holds(self, i: int) -> bool:
+        """Whether memory ``i`` is erased: a binary search of the runs."""
+        k = bisect_right(self.runs, i, key=lambda run: run[0]) - 1
+        return k >= 0 and i < self.runs[k][1]
 
     def text(self) -> str:
         runs = ",".join(f"{s}-{e}" for s, e in self.runs) or "-"

@@ -113,10 +113,9 @@ class LogPart(RowCodec):
         # this call the open cursor keeps one snapshot.
         self._chunks.clear()
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
-        erased = self._erased_ids
         for i, sealed in rows:
             key = self._memory_key(i)
-            if key is None or i in erased:
+            if key is None or self._is_erased(i):
                 # The erasure record wins over a key: a key chunk put back
                 # from before the erasure does not bring the text back. And
                 # a key shredded is one the record names (_erased_row_date).
@@ -138,7 +137,7 @@ class LogPart(RowCodec):
         if row is None:
             raise ValueError(f"no memory #{i} in this log")
         key = self._memory_key(i)
-        if key is None or i in self._erased_ids:
+        if key is None or self._is_erased(i):
             return None
         return self._writer_of(self._open(key, row[0], "log", i))
 
@@ -151,7 +150,7 @@ class LogPart(RowCodec):
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
         for i, sealed in rows:
             key = self._memory_key(i)
-            if key is None or i in self._erased_ids:
+            if key is None or self._is_erased(i):
                 yield i, None
             else:
                 yield i, self._writer_of(self._open(key, sealed, "log", i))
@@ -220,7 +219,7 @@ class LogPart(RowCodec):
         (format mark 4) the erased ids were the table's own, so the first
         case could not arise otherwise; from it, this is what refuses a
         shredded key or an erased row swapped in from another copy."""
-        if i not in self._erased_ids:
+        if not self._is_erased(i):
             raise Damaged(f"The key of memory #{i} is missing; restore this store from a backup.")
         return self._erased_date(i)
 

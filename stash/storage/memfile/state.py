@@ -178,11 +178,12 @@ class StatePart(RowCodec):
         """What this handle serves as erased from now on: the ids the state
         digest read (before mark 4), or the record's (from it, made into a
         set only when asked)."""
-        self._erasure_record = record
         if erased is None:
-            self._erased_cache = None
+            if record != self._erasure_record:  # a write that erased nothing keeps the set made
+                self._erased_cache = None
         else:
             self._erased_ids = erased
+        self._erasure_record = record
 
     def check_erasure_record(self) -> None:
         """The full check of the erasure record (``stash verify --token``,
