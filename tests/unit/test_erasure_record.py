@@ -195,3 +195,21 @@ def test_runs_make_the_same_erased_runs_as_the_ids():
         assert [i for i in range(310) if record.holds(i)] == sorted(ids)
         a, b = Erased.from_runs(record.runs), Erased(ids)
         assert (a.starts, a.ends) == (b.starts, b.ends)
+
+
+def test_an_erasure_by_a_handle_opened_before_another_workers_keeps_both(tmp_path: Path):
+    path, master = tmp_path / "memory.db", os.urandom(32)
+    made(path, master).close()
+    a, b = opened(path, master), opened(path, master)  # two workers of one server
+    try:
+        b.erase([5], AT)
+        a.erase([9], AT)  # a still holds the record from before b's erasure
+    finally:
+        a.close()
+        b.close()
+    mf = opened(path, master)
+    try:
+        assert mf.erased_ids == {5, 9}
+        mf.check_erasure_record()
+    finally:
+        mf.close()

@@ -38,7 +38,11 @@ class ErasurePart(RowCodec):
             self._ensure_table("erasures")
             self._chunks.clear()
             T = self.count()
-            before = self._erased_ids  # as authenticated when the file was opened (or last written here)
+            # What is erased now, read under the write lock: another worker may
+            # have erased since this handle opened, and the record this write
+            # makes must name those too (else its runs and counts disagree).
+            current = self._record_now() if self.format_mark() == erasure_record.RECORD_MARK else None
+            before = current.ids() if current is not None else self._erased_ids
             wanted = [i for i in sorted(set(ids)) if i < T]
             dates = self._dates_of(wanted)
             self._chunks.clear()  # _dates_of read the chunks as they are; the shredding starts from them afresh
