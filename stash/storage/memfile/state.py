@@ -17,10 +17,9 @@ from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, keys
 from ...crypto.chain import Head
 from .. import formats
-from ..files import LEGACY_PAGE_BYTES, read_snapshot, write_transaction
-from . import erasure_record
+from ..files import LEGACY_PAGE_BYTES, write_transaction
 from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
-from .erasure_record import RECORD_MARK, RECORD_META
+from .erasure_record import RECORD_MARK, RECORD_META, Record, counts, from_tables
 from .rows import RowCodec
 
 STATE_GONE = ("This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
@@ -104,7 +103,7 @@ class StatePart(RowCodec):
                     return False
                 if not hmac.compare_digest(stored[1], self._state_mac(stored[0], self._state_digest()[0])):
                     return False  # changed since it was opened: the next open refuses or upgrades it
-                self._put_meta(RECORD_META, erasure_record.from_tables(self.conn, self._tables()).text())
+                self._put_meta(RECORD_META, from_tables(self.conn, self._tables()).text())
                 self._put_meta("format", RECORD_MARK)
                 self._write_state()
         except (sqlite3.Error, OSError):
@@ -170,11 +169,7 @@ class StatePart(RowCodec):
             put("trigger", name, sql)
         return h.digest(), None if erased is None else frozenset(erased)
 
-    def _record_now(self) -> erasure_record.Record | None:
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (RECORD_META,)).fetchone()
-        return erasure_record.parse(None if row is None else str(row[0]))
-
-    def _take_erased(self, erased: frozenset[int] | None, record: erasure_record.Record | None) -> None:
+    def _take_erased(self, erased: frozenset[int] | None, record: Record | None) -> None:
         """What this handle serves as erased from now on: the ids the state
         digest read (before mark 4), or the record's (from it, made into a
         set only when asked)."""
@@ -184,19 +179,6 @@ class StatePart(RowCodec):
         else:
             self._erased_ids = erased
         self._erasure_record = record
-
-    def check_erasure_record(self) -> None:
-        """The full check of the erasure record (``stash verify --token``,
-        and each listing of the receipts): recomputed from both tables, ids,
-        counts and every row's bytes, it must equal the authenticated one.
-        Before mark 4 the state digest read every row at open already."""
-        if self.format_mark() != RECORD_MARK:
-            return
-        with read_snapshot(self.conn):
-            record, tables = self._record_now(), self._tables()
-            found = erasure_record.from_tables(self.conn, tables)
-        if record != found and not (record is None and (found.erased, found.receipts) == (0, 0)):
-            raise Damaged(erasure_record.UNREADABLE)
 
     def _state_mac(self, version: int, digest: bytes, rows_key: bytes | None = None) -> bytes:
         key = self._state_key() if rows_key is None else keys.subkey(rows_key, b"state")
@@ -275,7 +257,7 @@ class StatePart(RowCodec):
             # From mark 4: the record, and how many rows the two tables hold
             # (SQLite counts cells; no row is read), in the same snapshot.
             record = self._record_now() if erased is None else None
-            held = erasure_record.counts(self.conn, self._tables()) if erased is None else (0, 0)
+            held = counts(self.conn, self._tables()) if erased is None else (0, 0)
         finally:
             self.conn.execute("COMMIT")
         if stored is None:
