@@ -45,7 +45,7 @@ from ..storage import formats, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
-from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
+from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, erasure_record
 from . import memory_ops
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -154,10 +154,13 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
             _integrity(conn, "memory.db")
             meta = dict(conn.execute("SELECT name, value FROM meta"))
             top = conn.execute("SELECT COALESCE(MAX(id) + 1, 0), COUNT(*) FROM log").fetchone()
+            tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            held = erasure_record.counts(conn, tables)
         finally:
             conn.close()
     except DB_ERRORS:
         raise Failed("memory.db cannot be read as a memory file") from None
+    _compare_erasure_counts(meta, held)
     if meta.get("user_id") != user_id:
         raise Failed("memory.db belongs to another user (or none)")
     T, rows = top
@@ -178,6 +181,22 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
     _compare_copy(head, copy)
     _compare_state_copy(meta.get(STATE_META), state_copy, report)
     report.facts.append(f"memory file ok ({T} memories, head {head.pin()[:24]}…)")
+
+
+def _compare_erasure_counts(meta: dict[str, str], held: tuple[int, int]) -> None:
+    """A plain memory file's erasure record (format mark 4) against how many
+    erased rows and receipts it holds, as every open checks them; without a
+    key only the counts can be, its digest of the rows needs the token."""
+    if meta.get("format") != erasure_record.RECORD_MARK:
+        return
+    try:
+        record = erasure_record.parse(meta.get(erasure_record.RECORD_META))
+    except StashError:
+        raise Failed("memory.db's erasure record is unreadable") from None
+    want = (0, 0) if record is None else (record.erased, record.receipts)
+    if held != want:
+        raise Failed(f"memory.db holds {held[0]} erased rows and {held[1]} erasure receipts but its erasure record "
+                     f"counts {want[0]} and {want[1]}: a row was deleted, added or put back (the server refuses it)")
 
 
 def _compare_copy(head: Head, copy: Head | None) -> None:

@@ -213,3 +213,17 @@ def test_an_erasure_by_a_handle_opened_before_another_workers_keeps_both(tmp_pat
         mf.check_erasure_record()
     finally:
         mf.close()
+
+
+def test_verify_without_a_token_counts_a_plain_files_erasures_against_its_record(tmp_path: Path, capsys):
+    from tests.verify_kit import Store, line_of, run
+
+    store = Store(tmp_path / "data", "none")
+    with store.vault.session(store.token, "owner") as s:
+        s.memory.mf.erase([1, 2], AT)
+    code, text = run(capsys, store.data)
+    assert code == 0, text
+    edit(store.folder / "memory.db", ("DELETE FROM erased WHERE id = 2", ()))
+    code, text = run(capsys, store.data)
+    assert code == 1 and "holds 1 erased rows and 1 erasure receipts but its erasure record counts 2 and 1" in line_of(
+        text, store.user_id), text
