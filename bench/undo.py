@@ -3,7 +3,7 @@ real memory file: T memories, the first KEEP written by the owner (grant 1)
 and the rest by a full capability (grant 2). Times each ``POST /erase/undo``
 slice by grant through the service (erase included; no HTTP, no argon2id),
 then what the wake owes once the flood is erased, and one open of the file
-(its schema check included).
+(its schema check included), and one open with a note.
 
     python bench/undo.py -T 100000 --keep 10 --cipher none
 """
@@ -64,6 +64,11 @@ def main() -> None:
         mf = MemoryFile(path, USER, master, args.cipher)
         print(f"one open with {args.T - args.keep:,} erased: {(time.perf_counter() - t) * 1000:.0f} ms")
         mf.close()
+        t = time.perf_counter()
+        mf = MemoryFile(path, USER, master, args.cipher)
+        Memory(mf, today=lambda: "2026-01-02").note("after the undo")
+        mf.close()
+        print(f"one open + note + close after it: {(time.perf_counter() - t) * 1000:.0f} ms")
 
 
 if __name__ == "__main__":

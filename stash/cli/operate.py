@@ -44,6 +44,8 @@ def _print_report(report) -> None:
     status = "ok  " if report.ok else "FAIL"
     words = "; ".join(report.problems if not report.ok else report.facts)
     print(f"{report.user_id}  {status}  {words}", flush=True)
+    for warning in report.warnings:  # not damage: verify still passes (SECURITY.md, "Clocks")
+        print(f"{report.user_id}  WARN  {warning}", flush=True)
 
 
 def backup_main(argv: list[str]) -> int:

@@ -134,8 +134,13 @@ def _watch_errors(child: subprocess.Popen[bytes], status) -> None:
 
 
 def _report(added: list[tuple[str, str]]) -> None:
+    from ..service.replica import CRAFTED
+
     for user_id, cipher in added:
-        if cipher != "none":
+        if cipher == CRAFTED:
+            print(f"stash replicate: {user_id}'s key ring holds a schema Stash does not make (crafted or damaged): "
+                  "stash restore will refuse it; run stash verify.", file=sys.stderr, flush=True)
+        elif cipher != "none":
             print(f"stash replicate: {user_id} uses SQLCipher files, which Litestream cannot read: NOT replicated "
                   "(convert it to plain files with `stash migrate --file-cipher none` and a token of its owner: "
                   "deploy/README.md, \"stash migrate\"; until then the daily backup keeps it).",
@@ -195,9 +200,10 @@ def restore_main(argv: list[str]) -> int:
         return 2
     failed = skipped = 0
     started = time.monotonic()
-    wanted = [user_id for user_id, cipher in users if cipher == "none"]
+    # A crafted key ring is tried like a plain store: restore refuses it, saying why.
+    wanted = [user_id for user_id, cipher in users if cipher in ("none", replica.CRAFTED)]
     for user_id, cipher in users:
-        if cipher != "none":
+        if cipher not in ("none", replica.CRAFTED):
             print(f"{user_id}  skip  SQLCipher store: never replicated", flush=True)
             skipped += 1
     from concurrent.futures import ThreadPoolExecutor

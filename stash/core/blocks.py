@@ -173,6 +173,16 @@ class Erased:
         self.starts, self.ends = starts, ends
         self._levels: dict[int, tuple[list[int], list[int], list[int]]] = {}
 
+    @classmethod
+    def from_runs(cls, runs: Iterable[tuple[int, int]]) -> Erased:
+        """From sorted, maximal, disjoint runs ``[start, end)`` as they are
+        (a memory file's erasure record keeps them so), without a set."""
+        out = cls()
+        for start, end in runs:
+            out.starts.append(start)
+            out.ends.append(end)
+        return out
+
     def __bool__(self) -> bool:
         return bool(self.starts)
 

@@ -170,14 +170,23 @@ def _roster(path: Path) -> sqlite3.Connection:
     return conn
 
 
+# The roster's cipher of a user whose key ring holds a schema Stash does not
+# make: never "being created", so listed at once, and refused by restore with
+# its reason rather than left out of the replica's list unsaid.
+CRAFTED = "crafted"
+
+
 def file_cipher(folder: Path) -> str | None:
-    """The file cipher a user's key ring records, or None while it is unreadable."""
+    """The file cipher a user's key ring records, or None while it is
+    unreadable (still being created); :data:`CRAFTED` for a crafted one."""
     try:
         conn = safeopen.open_plain(folder / "keyring.db", read_only=True)
         try:
             row = conn.execute("SELECT value FROM keyring_meta WHERE name = 'file_cipher'").fetchone()
         finally:
             conn.close()
+    except safeopen.ForeignSchema:
+        return CRAFTED
     except sqlite3.Error:
         return None
     return row[0] if row else None
@@ -280,6 +289,8 @@ def agree(keyring: Path, memory: Path) -> str | None:
     epoch the key ring holds. Needs no key (the plain file's meta is clear)."""
     try:
         ring, mem = _meta(keyring, "keyring_meta"), _meta(memory, "meta")
+    except safeopen.ForeignSchema as e:
+        return f"a file holds a schema Stash does not make: {e}"
     except sqlite3.Error:
         return "a file does not open"
     copy = Head.parse(ring[HEAD_COPY]) if HEAD_COPY in ring else None
@@ -353,7 +364,8 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
         settings = {name: target.at(f"users/{user_id}/{name}") for name in REPLICATED}
         if not (_restore_file(settings["keyring.db"], ring, at) and _restore_file(settings["memory.db"], mem, at)):
             return Restored(user_id, problem="the replica holds no copy of this user at that moment", absent=True)
-        if agree(ring, mem) is None:
+        latest = agree(ring, mem)
+        if latest is None:
             return _settle(user_id, stage, folder, data_dir, at, 0)
         ring_points = _restore_points(settings["keyring.db"], ring, at)
         tried = 1
@@ -367,7 +379,8 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
                 if agree(ring, mem) is None:
                     return _settle(user_id, stage, folder, data_dir, m, tried)
                 tried += 1
-        return Restored(user_id, problem="no moment of the replica has its two files agreeing")
+        return Restored(user_id, problem=f"no moment of the replica has its two files agreeing (at the latest, "
+                                         f"{latest}), so nothing of it was restored")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 

@@ -45,7 +45,7 @@ from ..storage import formats, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
-from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile
+from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, erasure_record
 from . import memory_ops
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -64,6 +64,7 @@ class Report:
     ok: bool = True
     facts: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # found, not damage: the store is served as it is
 
     def fail(self, problem: str) -> None:
         self.ok = False
@@ -153,10 +154,13 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
             _integrity(conn, "memory.db")
             meta = dict(conn.execute("SELECT name, value FROM meta"))
             top = conn.execute("SELECT COALESCE(MAX(id) + 1, 0), COUNT(*) FROM log").fetchone()
+            tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            held = erasure_record.counts(conn, tables)
         finally:
             conn.close()
     except DB_ERRORS:
         raise Failed("memory.db cannot be read as a memory file") from None
+    _compare_erasure_counts(meta, held)
     if meta.get("user_id") != user_id:
         raise Failed("memory.db belongs to another user (or none)")
     T, rows = top
@@ -177,6 +181,22 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
     _compare_copy(head, copy)
     _compare_state_copy(meta.get(STATE_META), state_copy, report)
     report.facts.append(f"memory file ok ({T} memories, head {head.pin()[:24]}…)")
+
+
+def _compare_erasure_counts(meta: dict[str, str], held: tuple[int, int]) -> None:
+    """A plain memory file's erasure record (format mark 4) against how many
+    erased rows and receipts it holds, as every open checks them; without a
+    key only the counts can be, its digest of the rows needs the token."""
+    if meta.get("format") != erasure_record.RECORD_MARK:
+        return
+    try:
+        record = erasure_record.parse(meta.get(erasure_record.RECORD_META))
+    except StashError:
+        raise Failed("memory.db's erasure record is unreadable") from None
+    want = (0, 0) if record is None else (record.erased, record.receipts)
+    if held != want:
+        raise Failed(f"memory.db holds {held[0]} erased rows and {held[1]} erasure receipts but its erasure record "
+                     f"counts {want[0]} and {want[1]}: a row was deleted, added or put back (the server refuses it)")
 
 
 def _compare_copy(head: Head, copy: Head | None) -> None:
@@ -474,10 +494,12 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             whole, _ = mf.recompute_head()
             if whole != mf.head:
                 raise Failed("the running digest recomputed over the whole log differs from the recorded head")
-            for _batch in mf.scan(whole.count):
-                pass  # every row opened and authenticated
+            backwards = _dates_backwards(mf.scan(whole.count))  # every row opened and authenticated
+            if backwards:
+                report.warnings.append(backwards)
             summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
             mf.config()
+            mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
             mf.receipts()
             back = mf.erased_keys_back()
             if back:
@@ -493,6 +515,31 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
     finally:
         ring.close()
     return shown
+
+
+def _dates_backwards(batches: Iterator[list[str]]) -> str | None:
+    """Where the log's dates go backwards, as a warning, or None. The rows
+    authenticate (each date is sealed with its memory), so this is not
+    damage: a release before dates were kept non-decreasing (docs/DESIGN.md,
+    "Memory model") dated each note by the clock alone, and a clock set back
+    left a later memory dated earlier. Such a log is served as it is, but
+    its export breaks the import rule (non-decreasing dates)."""
+    first: tuple[str, str, str] | None = None
+    steps = 0
+    prev_id, prev = "", ""
+    for batch in batches:
+        for line in batch:
+            ident, date = line.split(" ", 2)[:2]  # "#i DATE TEXT", an erased one "#i DATE [erased]"
+            if date < prev:
+                steps += 1
+                first = first or (ident, date, f"{prev_id}, {prev}")
+            prev_id, prev = ident, date
+    if first is None:
+        return None
+    return (f"the log's dates go backwards {steps} {'time' if steps == 1 else 'times'}, first at memory "
+            f"{first[0]} dated {first[1]} after {first[2]} (written before notes were dated on the newest "
+            "memory's date, under a clock set back): every memory authenticates and is served as it is, but "
+            "its export does not import again until those dates are raised to the one before them")
 
 
 def _memory_formats(path: Path, user_id: str, chain: KeyChain, cipher: str, page: int) -> dict[str, object]:

@@ -180,13 +180,21 @@ MEMORY_FORMATS = (
            "sealed; no state head is then damage, as is any layout of 0.2.0 on without one",
            "meta 'format' 3 (a file at 2 moves to it once its key ring's copies are sealed)",
            "storage.memfile.MemoryFile.authenticate_format", "unreleased",
-           _memory(lambda m: m.get("format") == "3"), mark="3"),
+           _memory(lambda m: m.get("format") == "3"), mark="3", upgrade="authenticate_format"),
     # The upgrade is the file's first new epoch from this release on (it adds
     # the columns, constant work): a file that never has one stays as it is.
     Format(MEMORY_FILE, "row epochs", "each sealed row records the key epoch that sealed it, so a new epoch "
            "re-seals one key chunk instead of every row", "meta 'sealed_base' (the epoch of rows whose epoch is "
            "NULL); memory_keys, summaries, config, erased and erasures have an epoch column",
            "storage.memfile.MemoryFile.reseal", "unreleased", _memory(lambda m: "sealed_base" in m)),
+    # Its step is the same session step as mark 3's (a file at 2 or 3 moves
+    # here at once), run once the key ring's copies are sealed.
+    Format(MEMORY_FILE, "erasure record", "the state MAC covers one record of the erasures (counts, a digest of "
+           "every erased row and receipt, the erased ids as runs) instead of every row, so an open costs the same "
+           "whatever was erased; verify and the receipts listing recompute it in full",
+           "meta 'format' 4 and meta 'erasure_record' (absent: nothing erased yet)",
+           "storage.memfile.MemoryFile.check_erasure_record", "unreleased",
+           _memory(lambda m: m.get("format") == "4"), mark="4"),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS

@@ -310,7 +310,7 @@ def test_a_store_written_before_the_digest_gets_it_on_first_open(http: Api, data
         ring.close()
     assert user.wake().json()["head"]["pin"].startswith(f"0:{genesis.digest.hex()}")
     with raw_memory_file(user.folder, user.master, file_cipher, LEGACY_PAGE_BYTES) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()[0] == "3"
+        assert conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()[0] == "4"
     heads = [user.note(t)["head"] for t in texts(5)]
     assert heads[-1]["count"] == 5
     # Once recorded, the digest guards the upgraded store like any other.

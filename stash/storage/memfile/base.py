@@ -19,6 +19,7 @@ from ...crypto.epochs import KeyChain
 from .. import formats
 from ..files import PAGE_BYTES
 from ..pool import Pool
+from .erasure_record import Record
 
 HEAD_META = "log_head"
 HOLES_META = "holes"  # JSON {size: [idx, ...]}: summaries an erasure dropped below a level's frontier
@@ -85,8 +86,33 @@ class FilePart:
     _base_epoch: int  # the epoch of a row whose ``epoch`` is NULL (SEALED_BASE_META)
     _chain_key: bytes
     _chunks: dict[int, bytes]  # opened key chunks, cleared whenever another writer may have changed one
-    _erased_ids: frozenset[int]
+    _erased_cache: frozenset[int] | None  # the erased ids, once a request asked for them
+    _erasure_record: Record | None  # from mark 4: the authenticated record the erased ids come from
     _drops: dict[str, Any]
+
+    @property
+    def _erased_ids(self) -> frozenset[int]:
+        """The erased memories as the authenticated state covers them: the
+        erasure table's ids before mark 4 (read with the state check), from
+        mark 4 the runs of the erasure record (erasure_record.py), made
+        into a set only when a request first asks, so an open costs the same
+        whatever was erased."""
+        if self._erased_cache is None:
+            record = self._erasure_record
+            self._erased_cache = frozenset() if record is None else record.ids()
+        return self._erased_cache
+
+    @_erased_ids.setter
+    def _erased_ids(self, ids: frozenset[int]) -> None:
+        self._erased_cache = ids
+
+    def _is_erased(self, i: int) -> bool:
+        """``i in self._erased_ids``, without making the set when the
+        record's runs can answer (a request that reads a few memories)."""
+        record = self._erasure_record
+        if record is not None and self._erased_cache is None:
+            return record.holds(i)
+        return i in self._erased_ids
 
     def _put_meta(self, name: str, value: str) -> None:
         self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
@@ -120,9 +146,12 @@ class FilePart:
 
     if TYPE_CHECKING:  # what one part calls of another; each is defined once, in its part
         def _write_state(self) -> int: ...
+        def format_mark(self) -> str | None: ...
+        def check_erasure_record(self) -> None: ...
+        def _record_now(self) -> Record | None: ...
         def _next_version(self) -> int: ...
         def _stored_state(self) -> tuple[int, bytes] | None: ...
-        def _state_digest(self) -> tuple[bytes, frozenset[int]]: ...
+        def _state_digest(self) -> tuple[bytes, frozenset[int] | None]: ...
         def _state_mac(self, version: int, digest: bytes, rows_key: bytes | None = None) -> bytes: ...
         def _stored_head(self) -> tuple[Head, bytes] | None: ...
         def recompute_head(self) -> tuple[Head, bytes]: ...

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ...core.errors import Damaged
 from ...crypto import aead
 from .. import scancache
-from ..files import flush, write_transaction
+from ..files import flush, read_snapshot, write_transaction
+from .erasure_record import RECORD_MARK, RECORD_META, UNREADABLE, Record, from_tables, parse
 from .log import ERASED_KEY, KEYS_PER_CHUNK
 from .rows import RowCodec
 
@@ -36,6 +38,11 @@ class ErasurePart(RowCodec):
             self._ensure_table("erasures")
             self._chunks.clear()
             T = self.count()
+            # What is erased now, read under the write lock: another worker may
+            # have erased since this handle opened, and the record this write
+            # makes must name those too (else its runs and counts disagree).
+            current = self._record_now() if self.format_mark() == RECORD_MARK else None
+            before = current.ids() if current is not None else self._erased_ids
             wanted = [i for i in sorted(set(ids)) if i < T]
             dates = self._dates_of(wanted)
             self._chunks.clear()  # _dates_of read the chunks as they are; the shredding starts from them afresh
@@ -48,7 +55,7 @@ class ErasurePart(RowCodec):
                 # Erased already, yet its key is back: a key chunk from
                 # before the erasure was put back. Shred it again; the
                 # record stays as it is.
-                again = i in self._erased_ids
+                again = i in before
                 if not again:
                     cols, marks, epoch = self._epoch_of_write("erased")
                     self.conn.execute(
@@ -89,6 +96,10 @@ class ErasurePart(RowCodec):
                 f"UPDATE erasures SET sealed = ?{' , epoch = ?' if also else ''} WHERE id = ?",
                 (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), *epoch, rid),
             )
+            if self.format_mark() == RECORD_MARK:
+                # The record that stands for both tables in the state digest, rewritten whole (SQLite's work).
+                record = from_tables(self.conn, self._tables(), before | set(fresh))
+                self._put_meta(RECORD_META, record.text())
             self._write_state()
         self._chunks.clear()
         return rid, fresh, gone
@@ -105,11 +116,33 @@ class ErasurePart(RowCodec):
                 start = k
         return out
 
+    def _record_now(self) -> Record | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (RECORD_META,)).fetchone()
+        return parse(None if row is None else str(row[0]))
+
+    def check_erasure_record(self) -> None:
+        """The full check of the erasure record (``stash verify --token``,
+        and each listing of the receipts): recomputed from both tables, ids,
+        counts and every row's bytes, it must equal the authenticated one.
+        Before mark 4 the state digest read every row at open already."""
+        if self.format_mark() != RECORD_MARK:
+            return
+        with read_snapshot(self.conn):
+            record, tables = self._record_now(), self._tables()
+            found = from_tables(self.conn, tables)
+        if record != found and not (record is None and (found.erased, found.receipts) == (0, 0)):
+            raise Damaged(UNREADABLE)
+
     def receipts(self) -> list[dict[str, Any]]:
+        """Every erasure receipt, opened; the erasure record is checked in
+        full first (from mark 4 an open checks only its counts), so a receipt
+        or erased row put back from a second history is refused here."""
         out = []
         ep = self._epoch_sql("erasures")
-        for rid, sealed, epoch in self._rows(self._tables(), "erasures",
-                                             f"SELECT id, sealed, {ep} FROM erasures ORDER BY id"):
+        with read_snapshot(self.conn):
+            self.check_erasure_record()
+            rows = self._rows(self._tables(), "erasures", f"SELECT id, sealed, {ep} FROM erasures ORDER BY id")
+        for rid, sealed, epoch in rows:
             out.append({"receipt": rid, **json.loads(self._open(self._key_of(epoch), sealed, "erasures", rid))})
         return out
 

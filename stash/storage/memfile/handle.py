@@ -85,6 +85,7 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
         self._base_epoch = fk.epoch
         self._chunks = {}
         self.state_version = 0
+        self._erasure_record = None
         self._erased_ids = frozenset()
         self._drops = {"s": {}, "p": {}}
         try:

@@ -115,10 +115,11 @@ class LogPart(RowCodec):
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
         for i, sealed in rows:
             key = self._memory_key(i)
-            if key is None or i in self._erased_ids:
+            if key is None or self._is_erased(i):
                 # The erasure record wins over a key: a key chunk put back
-                # from before the erasure does not bring the text back.
-                out.append((i, self._erased_date(i), ERASED))
+                # from before the erasure does not bring the text back. And
+                # a key shredded is one the record names (_erased_row_date).
+                out.append((i, self._erased_row_date(i), ERASED))
                 continue
             out.append((i, *self._decode(i, self._open(key, sealed, "log", i))))
         if len(out) != max(0, hi - lo) or any(r[0] != lo + k for k, r in enumerate(out)):
@@ -136,7 +137,7 @@ class LogPart(RowCodec):
         if row is None:
             raise ValueError(f"no memory #{i} in this log")
         key = self._memory_key(i)
-        if key is None or i in self._erased_ids:
+        if key is None or self._is_erased(i):
             return None
         return self._writer_of(self._open(key, row[0], "log", i))
 
@@ -149,7 +150,7 @@ class LogPart(RowCodec):
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
         for i, sealed in rows:
             key = self._memory_key(i)
-            if key is None or i in self._erased_ids:
+            if key is None or self._is_erased(i):
                 yield i, None
             else:
                 yield i, self._writer_of(self._open(key, sealed, "log", i))
@@ -191,7 +192,7 @@ class LogPart(RowCodec):
                     chunk = self._chunk(i // KEYS_PER_CHUNK) or b""
                 key = chunk[slot * width : slot * width + width]
                 if key == ERASED_KEY or len(key) != width or i in erased:
-                    append(self._render_unkeyed(i, key))
+                    append(self._render_unkeyed(i))
                 else:
                     try:
                         append(f"#{i} {open_padded(key, sealed, b'%s%d' % (prefix, i)).decode()}")
@@ -208,10 +209,19 @@ class LogPart(RowCodec):
         if i != T:
             raise Damaged("The log has a gap; restore this store from a backup.")
 
-    def _render_unkeyed(self, i: int, key: bytes) -> str:
-        if len(key) != aead.KEY_BYTES and i not in self._erased_ids:
+    def _render_unkeyed(self, i: int) -> str:
+        return f"#{i} {self._erased_row_date(i)} {ERASED}"
+
+    def _erased_row_date(self, i: int) -> str:
+        """An erased memory's date, or Damaged: a memory without its key (or
+        with a shredded one) that the authenticated erased ids do not name,
+        or one they name without its erasure row. Before the erasure record
+        (format mark 4) the erased ids were the table's own, so the first
+        case could not arise otherwise; from it, this is what refuses a
+        shredded key or an erased row swapped in from another copy."""
+        if not self._is_erased(i):
             raise Damaged(f"The key of memory #{i} is missing; restore this store from a backup.")
-        return f"#{i} {self._erased_date(i)} {ERASED}"
+        return self._erased_date(i)
 
     def _erased_date(self, i: int) -> str:
         rows = self._rows(self._tables(), "erased",

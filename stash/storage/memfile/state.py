@@ -19,6 +19,7 @@ from ...crypto.chain import Head
 from .. import formats
 from ..files import LEGACY_PAGE_BYTES, write_transaction
 from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
+from .erasure_record import RECORD_MARK, RECORD_META, Record, counts, from_tables
 from .rows import RowCodec
 
 STATE_GONE = ("This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
@@ -27,6 +28,7 @@ STATE_GONE = ("This memory file's authenticated head was deleted (its key ring r
 
 LEGACY_MARKS = (None, "1", "2")  # format marks written before the mark was authenticated
 AUTHENTICATED_MARK = "3"  # formats.py, "authenticated format"
+AUTHENTICATED_MARKS = (AUTHENTICATED_MARK, RECORD_MARK)  # the mark inside the MAC, the key ring's copies sealed
 RING_UNSEALED = ("This memory file's authenticated format says its key ring's copies are sealed, and they are not "
                  "(deleted, or put back from an older key ring). Nothing was served; the operator should run "
                  "`stash verify` and restore this store from a backup.")
@@ -83,19 +85,26 @@ class StatePart(RowCodec):
     def check_ring_sealed(self, sealed: bool) -> None:
         """Refuse this file when its authenticated format (mark 3) says the
         key ring's copies are sealed and they are not (``sealed`` False)."""
-        if not sealed and self.format_mark() == AUTHENTICATED_MARK:
+        if not sealed and self.format_mark() in AUTHENTICATED_MARKS:
             raise Damaged(RING_UNSEALED)
 
     def authenticate_format(self) -> bool:
-        """Move this file to the authenticated format (mark 3), which puts
-        the mark inside the state MAC. Only once the key ring's copies are
-        sealed (the session sees to it), so a crash in between leaves a pair
-        that opens. Best effort: False when the file cannot be written now."""
+        """Move this file to the newest format (mark 4): the mark inside the
+        state MAC (what mark 3 brought) and the erasure record in place of
+        the erasure rows (erasure_record.py). Only once the key ring's copies
+        are sealed (the session sees to it), so a crash in between leaves a
+        pair that opens; and only a file whose state still matches its head
+        in this transaction, so the record is made from authenticated rows.
+        Best effort: False when the file cannot be written now."""
         try:
             with write_transaction(self.conn):
-                if self.format_mark() == AUTHENTICATED_MARK or self._stored_state() is None:
+                stored = self._stored_state()
+                if self.format_mark() == RECORD_MARK or stored is None:
                     return False
-                self._put_meta("format", AUTHENTICATED_MARK)
+                if not hmac.compare_digest(stored[1], self._state_mac(stored[0], self._state_digest()[0])):
+                    return False  # changed since it was opened: the next open refuses or upgrades it
+                self._put_meta(RECORD_META, from_tables(self.conn, self._tables()).text())
+                self._put_meta("format", RECORD_MARK)
                 self._write_state()
         except (sqlite3.Error, OSError):
             return False
@@ -105,16 +114,18 @@ class StatePart(RowCodec):
     def _state_key(self) -> bytes:
         return keys.subkey(self._rows_key, b"state")
 
-    def _state_digest(self) -> tuple[bytes, frozenset[int]]:
+    def _state_digest(self) -> tuple[bytes, frozenset[int] | None]:
         """A digest of everything in this file that a request's answer
         depends on, besides the log rows (which the running digest covers and
-        the per-memory keys bind): the log head, the key epoch, every config,
-        erasure-date and receipt row as stored, the holes and drop records,
-        each summary level's frontier, and the log's append-only triggers.
-        Cheap enough for every open: the tables it reads whole are the small
-        ones (at most five config rows, one row per erased memory and per
-        receipt); the summary tree is covered by one indexed read per level
-        and by :meth:`_summary_valid`. Returns the erased ids too."""
+        the per-memory keys bind): the log head, the key epoch, every config
+        row as stored, the erasures, the holes and drop records, each summary
+        level's frontier, and the log's append-only triggers. The erasures
+        are, from mark 4, the erasure record (erasure_record.py: counts, a
+        digest of the rows, the erased ids as runs), so an open costs the same
+        whatever was erased; before it, every erasure-date and receipt row.
+        The summary tree is covered by one indexed read per level and by
+        :meth:`_summary_valid`. Returns the erased ids too before mark 4
+        (None from it: they come from the record)."""
         h = hashlib.blake2b(digest_size=32, person=b"stash.state")
 
         def put(*parts: object) -> None:
@@ -123,8 +134,8 @@ class StatePart(RowCodec):
                 h.update(len(b).to_bytes(8, "big"))
                 h.update(b)
 
-        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, 'format')",
-                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
+        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, ?, 'format')",
+                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META, RECORD_META)))
         put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
         if meta.get("format") not in LEGACY_MARKS:
             # From mark 3 on the mark is inside the MAC, so no older format
@@ -137,12 +148,16 @@ class StatePart(RowCodec):
         tables = self._tables()
         for name, sealed in self._rows(tables, "config", "SELECT name, sealed FROM config ORDER BY name"):
             put("config", name, sealed)
-        erased = []
-        for i, sealed in self._rows(tables, "erased", "SELECT id, sealed FROM erased ORDER BY id"):
-            put("erased", i, sealed)
-            erased.append(i)
-        for rid, sealed in self._rows(tables, "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
-            put("erasures", rid, sealed)
+        erased: list[int] | None = None
+        if meta.get("format") == RECORD_MARK:
+            put("erasure_record", meta.get(RECORD_META))
+        else:
+            erased = []
+            for i, sealed in self._rows(tables, "erased", "SELECT id, sealed FROM erased ORDER BY id"):
+                put("erased", i, sealed)
+                erased.append(i)
+            for rid, sealed in self._rows(tables, "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
+                put("erasures", rid, sealed)
         top = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
         size = 2
         while size <= top:
@@ -152,7 +167,18 @@ class StatePart(RowCodec):
         for name, sql in self.conn.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
             put("trigger", name, sql)
-        return h.digest(), frozenset(erased)
+        return h.digest(), None if erased is None else frozenset(erased)
+
+    def _take_erased(self, erased: frozenset[int] | None, record: Record | None) -> None:
+        """What this handle serves as erased from now on: the ids the state
+        digest read (before mark 4), or the record's (from it, made into a
+        set only when asked)."""
+        if erased is None:
+            if record != self._erasure_record:  # a write that erased nothing keeps the set made
+                self._erased_cache = None
+        else:
+            self._erased_ids = erased
+        self._erasure_record = record
 
     def _state_mac(self, version: int, digest: bytes, rows_key: bytes | None = None) -> bytes:
         key = self._state_key() if rows_key is None else keys.subkey(rows_key, b"state")
@@ -190,7 +216,7 @@ class StatePart(RowCodec):
         version = (stored[0] if stored else 0) + 1
         digest, erased = self._state_digest()
         self._put_meta(STATE_META, f"{version} {self._state_mac(version, digest).hex()}")
-        self._erased_ids = erased
+        self._take_erased(erased, None if erased is not None else self._record_now())
         return version
 
     def committed(self) -> tuple[Head, int]:
@@ -228,6 +254,10 @@ class StatePart(RowCodec):
             stored = self._stored_state()
             digest, erased = self._state_digest()
             drops = self._read_drops()
+            # From mark 4: the record, and how many rows the two tables hold
+            # (SQLite counts cells; no row is read), in the same snapshot.
+            record = self._record_now() if erased is None else None
+            held = counts(self.conn, self._tables()) if erased is None else (0, 0)
         finally:
             self.conn.execute("COMMIT")
         if stored is None:
@@ -240,7 +270,8 @@ class StatePart(RowCodec):
             except Exception as exc:
                 if isinstance(exc, Damaged):
                     raise
-                self._erased_ids, self._drops = erased, drops
+                self._take_erased(erased, record)
+                self._drops = drops
                 return
             return self._check_state()
         version, mac = stored
@@ -248,7 +279,12 @@ class StatePart(RowCodec):
             raise Damaged("This memory file's state does not match its authenticated head: a row or page was "
                           "put back from an older copy, deleted, or altered. Nothing was served; the operator "
                           "should run `stash verify` and restore this store from a backup.")
-        self.state_version, self._erased_ids, self._drops = version, erased, drops
+        if erased is None and held != ((0, 0) if record is None else (record.erased, record.receipts)):
+            raise Damaged("This memory file's erasures do not match its authenticated record: an erasure or "
+                          "receipt row was deleted, added or put back. Nothing was served; the operator should run "
+                          "`stash verify` and restore this store from a backup.")
+        self.state_version, self._drops = version, drops
+        self._take_erased(erased, record)
 
     def check_state_copy(self, copy: int | None) -> None:
         """Refuse this file if the key ring's copy of the state version is

@@ -47,8 +47,10 @@ class TreePart(RowCodec):
         """The erased memories (as the authenticated state covers them) as
         runs, made once per state: a wake and its nap ask several times."""
         cached = getattr(self, "_erased_runs", None)
-        if cached is None or cached[0] is not self._erased_ids:
-            cached = (self._erased_ids, Erased(self._erased_ids))
+        record = self._erasure_record  # from format mark 4 the runs are the record's own: no set is made
+        source = record if record is not None else self._erased_ids
+        if cached is None or cached[0] is not source:
+            cached = (source, Erased.from_runs(record.runs) if record is not None else Erased(self._erased_ids))
             self._erased_runs = cached
         return cached[1]
 
