@@ -37,6 +37,11 @@ BAD_NAME = ("A memory's name is 1 to 64 characters of a-z, 0-9, '.', '_' and '-'
             "digit.")
 
 
+def _main(session: Session) -> Keyring:
+    """Main's key ring, whichever memory the owner's session is on."""
+    return session.main_keyring or session.keyring
+
+
 def check_name(name: object) -> str:
     if not memories.valid_name(name):
         raise Invalid(BAD_NAME, code="memory.bad_name")
@@ -55,7 +60,7 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
     published yet."""
     main = session.main_keyring or session.keyring
     number = memories.next_number(main.conn)
-    secret = memories.owner_secret(session.owner_secret, memories.new_salt(main.conn, number))
+    secret = memories.owner_secret(session.owner_secret, memories.new_salt(main.conn, number, name))
     staged = memories.staging(vault.data_dir, session.user_id, name)
     store = memories.store_id(session.user_id, name)
     chain = KeyChain(store, (keys.new_master_key(),))
@@ -96,7 +101,7 @@ def _room(vault: Vault, session: Session, max_memories: int) -> None:
 def create(vault: Vault, session: Session, name: object, max_memories: int = DEFAULT_MAX_MEMORIES) -> dict:
     """A new empty memory, published whole by one rename (storage/memories.py)."""
     name = check_name(name)
-    memories.sweep(vault.data_dir, session.user_id)
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     if memories.exists(vault.data_dir, session.user_id, name):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
     _room(vault, session, max_memories)
@@ -129,12 +134,14 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
 
 
 def listing(vault: Vault, session: Session, token: str | None) -> dict:
-    memories.sweep(vault.data_dir, session.user_id)
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     rows = [describe(vault, session.user_id, MAIN, session.owner)]
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
         try:
             with vault.session(token, "owner", memory=name) as other:
                 rows.append(describe(vault, session.user_id, name, other.owner))
+                # A memory made before main's key ring kept names gets its name there (what restore reads).
+                memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
         except Unauthorized:
             continue  # a rotation moved this memory to the new owner token already
     rows.sort(key=lambda r: (r["created"], r["name"]))
@@ -149,7 +156,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     if name == MAIN:
         raise Conflict("Memory main is deleted only with the whole identity: DELETE /store.",
                        code="memory.main")
-    memories.sweep(vault.data_dir, session.user_id)
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     if not memories.exists(vault.data_dir, session.user_id, name):
         raise unknown_memory()
     files = MemoryFiles(vault.data_dir, session.user_id, name)
@@ -161,7 +168,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     with userlock.exclusive(files.folder):
         if vault.pool is not None:
             vault.pool.drop_folder(files.folder, held=True)
-        gone = memories.retire(files)
+        gone = memories.retire(files, number)
     main = session.main_keyring or session.keyring
     # Its salt goes first: from then on the owner token opens nothing of it,
     # even from copies of its files kept from before.
@@ -273,7 +280,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
         at = T
     if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= T:
         raise Invalid(f"at must be a whole number from 0 to {T} (this memory's T).", code="memory.bad_at")
-    memories.sweep(vault.data_dir, session.user_id)
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     if memories.exists(vault.data_dir, session.user_id, name):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
     _room(vault, session, max_memories)

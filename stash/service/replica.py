@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..crypto.chain import Head
-from ..storage import safeopen
+from ..storage import memories, safeopen
 from ..storage.keyring import EPOCH, HEAD_COPY, STATE_COPY
 from ..storage.layout import DATA_FILES, USER_ID
 from ..storage.memfile import EPOCH_META, HEAD_META, STATE_META
@@ -347,34 +347,81 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
     folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     stage = Path(tempfile.mkdtemp(prefix=f".restore-{user_id}-", dir=folder.parent))
     try:
-        ring, mem = stage / "keyring.db", stage / "memory.db"
-        settings = {name: target.at(f"users/{user_id}/{name}") for name in REPLICATED}
-        if not (_restore_file(settings["keyring.db"], ring, at) and _restore_file(settings["memory.db"], mem, at)):
+        found = _restore_pair(target, f"users/{user_id}", stage, at)
+        if found is None:
             return Restored(user_id, problem="the replica holds no copy of this user at that moment", absent=True)
-        if agree(ring, mem) is None:
-            return _settle(user_id, stage, folder, data_dir, at, 0)
-        ring_points = _restore_points(settings["keyring.db"], ring, at)
-        tried = 1
-        for m in _restore_points(settings["memory.db"], mem, at):
-            if not _restore_file(settings["memory.db"], mem, m):
-                continue
-            earlier = [k for k in ring_points if m is None or (k is not None and k <= m)]
-            for k in earlier[:RING_STEPS]:
-                if (m, k) == (at, at) or not _restore_file(settings["keyring.db"], ring, k):
-                    continue
-                if agree(ring, mem) is None:
-                    return _settle(user_id, stage, folder, data_dir, m, tried)
-                tried += 1
-        return Restored(user_id, problem="no moment of the replica has its two files agreeing")
+        if isinstance(found, str):
+            return Restored(user_id, problem=found)
+        moment, stepped = found
+        left = _restore_memories(target, user_id, stage, at)
+        done = _settle(user_id, stage, folder, data_dir, moment, stepped)
+        if done.report is not None:
+            done.report.facts += [f"memory {name}: {why}; not restored" for name, why in left]
+        return done
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def _restore_pair(target: Target, rel: str, stage: Path,
+                  at: dt.datetime | None) -> tuple[dt.datetime | None, int] | str | None:
+    """Restore one memory's two files (``rel`` under the replica) into
+    ``stage`` at the latest moment they agree (:func:`restore_user`): that
+    moment and how many were stepped over, None when the replica holds
+    neither at that moment, or why no moment agrees."""
+    ring, mem = stage / "keyring.db", stage / "memory.db"
+    settings = {name: target.at(f"{rel}/{name}") for name in REPLICATED}
+    if not (_restore_file(settings["keyring.db"], ring, at) and _restore_file(settings["memory.db"], mem, at)):
+        return None
+    if agree(ring, mem) is None:
+        return at, 0
+    ring_points = _restore_points(settings["keyring.db"], ring, at)
+    tried = 1
+    for m in _restore_points(settings["memory.db"], mem, at):
+        if not _restore_file(settings["memory.db"], mem, m):
+            continue
+        earlier = [k for k in ring_points if m is None or (k is not None and k <= m)]
+        for k in earlier[:RING_STEPS]:
+            if (m, k) == (at, at) or not _restore_file(settings["keyring.db"], ring, k):
+                continue
+            if agree(ring, mem) is None:
+                return m, tried
+            tried += 1
+    return "no moment of the replica has its two files agreeing"
+
+
+def _restore_memories(target: Target, user_id: str, stage: Path, at: dt.datetime | None) -> list[tuple[str, str]]:
+    """Bring back every other memory main's restored key ring names
+    (storage/memories.py, ``named``) into ``stage/m/<name>/``, each at the
+    latest moment (at or before ``at``) its own two files agree: the
+    memories the identity had at main's moment, never one deleted before it
+    (its name went with its salt). Returns the memories left out, with why:
+    one made in the replica's last moments whose files were never shipped,
+    or one whose files never agree."""
+    try:
+        conn = safeopen.open_plain(stage / "keyring.db", read_only=True)
+        try:
+            names = memories.named(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+    left = []
+    for name in names:
+        where = stage / memories.SUBFOLDER / name
+        where.mkdir(parents=True, mode=0o700)
+        found = _restore_pair(target, f"users/{user_id}/{memories.SUBFOLDER}/{name}", where, at)
+        if found is None or isinstance(found, str):
+            shutil.rmtree(where)
+            left.append((name, "the replica holds no copy of it at that moment" if found is None else found))
+    return left
+
+
 def _settle(user_id: str, stage: Path, folder: Path, data_dir: Path, moment: dt.datetime | None,
             stepped: int) -> Restored:
-    """The agreeing pair in ``stage`` becomes the user's folder, checked."""
-    for name in REPLICATED:
-        os.chmod(stage / name, 0o600)
+    """The agreeing pair in ``stage`` (and every memory restored into its
+    ``m/``) becomes the user's folder, checked."""
+    for path in stage.rglob("*"):
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
     os.chmod(stage, 0o700)
     os.rename(stage, folder)
     label = "latest" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

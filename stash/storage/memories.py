@@ -130,10 +130,12 @@ def publish(staged: MemoryFiles) -> bool:
     return True
 
 
-def retire(files: MemoryFiles) -> Path:
+def retire(files: MemoryFiles, number: int) -> Path:
     """Take memory ``files.name`` away in one rename (from here on it is not
-    there for any request), and return where it went, to be shredded."""
-    gone = files.user_folder / SUBFOLDER / f"{_RETIRED}{secrets.token_hex(8)}"
+    there for any request), and return where it went, to be shredded. The
+    hidden name carries the memory's ``number``, so a sweep after a crash
+    destroys its salt and name in main's key ring too (:func:`sweep`)."""
+    gone = files.user_folder / SUBFOLDER / f"{_RETIRED}{max(number, 0)}-{secrets.token_hex(8)}"
     os.rename(files.folder, gone)
     fsync_path(gone.parent)
     return gone
@@ -152,8 +154,11 @@ def shred(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep(data_dir: Path, user_id: str) -> None:
-    """Finish what a crash left: remove staged folders, shred retired ones."""
+def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) -> None:
+    """Finish what a crash left: remove staged folders, shred retired ones —
+    with ``main`` (main's key ring), a retired memory's salt and name there
+    first, so a crash between a delete's rename and its salt's end leaves no
+    salt that opens copies of the deleted memory's files."""
     parent = UserFiles(data_dir, user_id).folder / SUBFOLDER
     try:
         entries = os.listdir(parent)
@@ -161,6 +166,9 @@ def sweep(data_dir: Path, user_id: str) -> None:
         return
     for n in entries:
         if n.startswith(_RETIRED):
+            number = n[len(_RETIRED):].split("-", 1)[0]
+            if main is not None and number.isdigit() and int(number) > 0:
+                drop_salt(main, int(number))
             shred(parent / n)
         elif n.startswith(_STAGED):
             shutil.rmtree(parent / n, ignore_errors=True)
@@ -223,13 +231,44 @@ def next_number(conn: sqlite3.Connection) -> int:
 SALT_BYTES = 32
 
 
-def new_salt(conn: sqlite3.Connection, number: int) -> bytes:
-    """Draw and keep memory ``number``'s salt in main's key ring."""
+def new_salt(conn: sqlite3.Connection, number: int, name: str) -> bytes:
+    """Draw and keep memory ``number``'s salt in main's key ring, and its
+    name beside it (schema.sql, "memory_names"), in one transaction."""
     salt = secrets.token_bytes(SALT_BYTES)
     with write_transaction(conn):
         ensure(conn, "memory_salts")
         conn.execute("INSERT OR REPLACE INTO memory_salts(number, salt) VALUES (?, ?)", (number, salt))
+        ensure(conn, "memory_names")
+        conn.execute("INSERT OR REPLACE INTO memory_names(number, name) VALUES (?, ?)", (number, name))
     return salt
+
+
+def name_memory(conn: sqlite3.Connection, number: int, name: str) -> None:
+    """Record ``name`` for memory ``number`` in main's key ring when it is
+    not yet (a memory made before names were kept there)."""
+    if number <= 0 or salt_of(conn, number) is None:
+        return
+    if _has(conn, "memory_names") and conn.execute("SELECT 1 FROM memory_names WHERE number = ? AND name = ?",
+                                                   (number, name)).fetchone():
+        return
+    with write_transaction(conn):
+        ensure(conn, "memory_names")
+        conn.execute("INSERT OR REPLACE INTO memory_names(number, name) VALUES (?, ?)", (number, name))
+
+
+def named(conn: sqlite3.Connection) -> list[str]:
+    """The memories main's key ring names, main left out: each with a salt
+    (so not deleted), each a valid name (a crafted row is passed over), once
+    each, by number."""
+    if not (_has(conn, "memory_names") and _has(conn, "memory_salts")):
+        return []
+    rows = conn.execute("SELECT n.name FROM memory_names n JOIN memory_salts s ON s.number = n.number "
+                        "ORDER BY n.number").fetchall()
+    out: list[str] = []
+    for (name,) in rows:
+        if valid_name(name) and name != MAIN and name not in out:
+            out.append(name)
+    return out
 
 
 def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
@@ -240,12 +279,14 @@ def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
 
 
 def drop_salt(conn: sqlite3.Connection, number: int) -> None:
-    """Destroy memory ``number``'s salt (secure_delete overwrites its cell;
-    the caller flushes the WAL)."""
+    """Destroy memory ``number``'s salt and name (secure_delete overwrites
+    their cells; the caller flushes the WAL)."""
     if not _has(conn, "memory_salts"):
         return
     with write_transaction(conn):
         conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
+        if _has(conn, "memory_names"):
+            conn.execute("DELETE FROM memory_names WHERE number = ?", (number,))
 
 
 def owner_secret(secret: bytes, salt: bytes) -> bytes:

@@ -145,6 +145,12 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         erased_text = f"erase me {os.urandom(6).hex()}"
         doomed = http.ok("POST", "/note", a["token"], json={"text": erased_text})["id"]
         http.ok("POST", "/note", revoked["token"], json={"text": "written by the grant later revoked"})
+        # Every memory of an identity is replicated and restored: one kept with a bound token, one deleted.
+        for name in ("proj", "gone"):
+            assert http.post("/memories", a["token"], json={"name": name}).status_code == 201
+            http.ok("POST", f"/m/{name}/note", a["token"], json={"text": f"kept in {name}"})
+        proj_reader = http.ok("POST", "/grants", a["token"], json={"scope": "read", "memory": "proj"})
+        http.ok("DELETE", "/memories/gone", a["token"])
         # Each flushed by Litestream's checkpoint, which may come before the flush waits for it.
         assert owner_action(http, "DELETE", f"/grants/{revoked['id']}", a["token"])["flushed"] is True
         receipt = owner_action(http, "POST", "/erase", a["token"], json={"ids": [doomed]})
@@ -201,6 +207,12 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         # The erased memory stays erased.
         assert not recalled(http, a["token"], erased_text)
         assert erased_text.encode() not in http.get("/export", a["token"]).content
+        # Every memory main's key ring named at its moment is back, and only those.
+        listed = http.ok("GET", "/memories", a["token"])["memories"]
+        assert sorted(m["name"] for m in listed) == ["main", "proj"], listed
+        assert "kept in proj" in http.get("/m/proj/wake", a["token"]).text
+        assert "kept in proj" in http.get("/wake", proj_reader["token"]).text
+        http.ok("POST", "/m/proj/note", a["token"], json={"text": "proj after the failover"})
         # Restored stores take new writes.
         http.ok("POST", "/note", c["token"], json={"text": "after the failover"})
     finally:
