@@ -97,7 +97,12 @@ def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
     names = others(folder)
     if not names:
         return
+    from ..crypto import tokens
     from .access import Vault
+
+    parsed = tokens.parse(token_text) if token_text else None
+    if parsed is None or parsed.user_id != folder.name:
+        token_text = None  # another user's token (or none): checked as without one, as main is
 
     try:
         with _private_identity(folder) as data:

@@ -156,9 +156,9 @@ def shred(folder: Path) -> None:
 
 def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) -> None:
     """Finish what a crash left: remove staged folders, shred retired ones —
-    with ``main`` (main's key ring), a retired memory's salt and name there
-    first, so a crash between a delete's rename and its salt's end leaves no
-    salt that opens copies of the deleted memory's files."""
+    with ``main`` (main's key ring), a retired memory's capabilities' tags,
+    salt and name there first, so a crash between a delete's rename and its
+    salt's end leaves nothing that opens copies of the deleted memory's files."""
     parent = UserFiles(data_dir, user_id).folder / SUBFOLDER
     try:
         entries = os.listdir(parent)
@@ -168,6 +168,9 @@ def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) 
         if n.startswith(_RETIRED):
             number = n[len(_RETIRED):].split("-", 1)[0]
             if main is not None and number.isdigit() and int(number) > 0:
+                gone = name_of(main, int(number))
+                if gone is not None:
+                    drop_tags(main, memory=gone)
                 drop_salt(main, int(number))
             shred(parent / n)
         elif n.startswith(_STAGED):
@@ -254,6 +257,13 @@ def name_memory(conn: sqlite3.Connection, number: int, name: str) -> None:
     with write_transaction(conn):
         ensure(conn, "memory_names")
         conn.execute("INSERT OR REPLACE INTO memory_names(number, name) VALUES (?, ?)", (number, name))
+
+
+def name_of(conn: sqlite3.Connection, number: int) -> str | None:
+    if not _has(conn, "memory_names"):
+        return None
+    row = conn.execute("SELECT name FROM memory_names WHERE number = ?", (number,)).fetchone()
+    return None if row is None else str(row[0])
 
 
 def named(conn: sqlite3.Connection) -> list[str]:

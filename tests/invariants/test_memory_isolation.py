@@ -176,8 +176,8 @@ def test_after_deleting_b_nothing_of_b_opens_with_tokens_or_files_kept(tmp_path:
 def test_a_delete_cut_after_its_rename_still_ends_the_salt(tmp_path: Path) -> None:
     """kill -9 between the delete's rename and the end of its salt, done by
     hand: the rename alone, then the app started again. The next owner action
-    on memories finishes the delete, salt and name included, so B's files
-    put back still open with nothing."""
+    on memories finishes the delete, salt, name and B's capabilities' tags
+    included, so B's files put back open with no token."""
     from stash.storage import memories
 
     data = tmp_path / "data"
@@ -200,6 +200,7 @@ def test_a_delete_cut_after_its_rename_still_ends_the_salt(tmp_path: Path) -> No
         main.close()
         shutil.copytree(kept, folder / "m" / "b")
         no_b(api.get("/m/b/wake", owner))
+        assert api.get("/wake", toks["b"]).status_code == 401  # its own capabilities lost their tags too
         assert "marker-a" in api.get("/m/a/wake", owner).text
     finally:
         api.close()

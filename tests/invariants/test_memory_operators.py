@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+from stash.crypto import tokens
 from stash.service.backup import backup
 from stash.service.replica import REPLICATED
 from stash.service.verify import verify
@@ -44,6 +45,9 @@ def test_backup_verify_and_restore_cover_every_memory(tmp_path: Path) -> None:
     assert with_owner.ok and any("memory b: files ok" in f and "opens with the token (1 memories)" in f
                                  for f in with_owner.facts), with_owner.facts
     (with_bound,) = verify(tmp_path / "backup", bound)
+    # Another identity's token checks this one as no token would, every memory included (found by the chaos).
+    (with_stranger,) = verify(tmp_path / "backup", tokens.mint("0123456789abcdef")[0])
+    assert with_stranger.ok, with_stranger.problems
     assert any("memory b" in f and "bound to another memory" in f for f in with_bound.facts)
     # A restore is the backup copied back: every memory answers again.
     shutil.rmtree(data)
