@@ -154,8 +154,21 @@ def shred(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
+# A staged folder younger than this may be a create or fork still building
+# (another request, another worker): a sweep leaves it be.
+STAGED_FOR_S = 3600.0
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except OSError:
+        return False
+
+
 def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) -> None:
-    """Finish what a crash left: remove staged folders, shred retired ones —
+    """Finish what a crash left: remove staged folders an hour old (a younger
+    one may be a create still building), shred retired ones —
     with ``main`` (main's key ring), a retired memory's capabilities' tags,
     salt and name there first, so a crash between a delete's rename and its
     salt's end leaves nothing that opens copies of the deleted memory's files."""
@@ -173,7 +186,7 @@ def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) 
                     drop_tags(main, memory=gone)
                 drop_salt(main, int(number))
             shred(parent / n)
-        elif n.startswith(_STAGED):
+        elif n.startswith(_STAGED) and _older_than(parent / n, STAGED_FOR_S):
             shutil.rmtree(parent / n, ignore_errors=True)
 
 

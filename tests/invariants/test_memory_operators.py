@@ -81,3 +81,27 @@ def test_replication_and_metrics_cover_every_memory(tmp_path: Path) -> None:
     assert {p.relative_to(data / "users" / user).as_posix() for p in files} >= {
         "keyring.db", "memory.db", "m/a/keyring.db", "m/a/memory.db", "m/b/keyring.db", "m/b/memory.db"}
     assert memory_count(data) == 3
+
+
+def test_a_sweep_leaves_a_create_still_building_and_removes_a_crashed_one(tmp_path: Path) -> None:
+    """A sweep (every owner action on memories runs one) must not remove the
+    staging folder of a create or fork another request is still building;
+    one left by a crash, an hour old, goes."""
+    import os
+
+    from stash.storage import memories
+
+    data = tmp_path / "data"
+    user, owner, _ = _world(data)
+    building = memories.staging(data, user, "c")
+    from stash.web.app import create_app
+
+    api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
+    try:
+        assert api.get("/memories", owner).status_code == 200  # sweeps
+        assert building.folder.is_dir()
+        os.utime(building.folder, (0, 0))  # as a crash would leave it, long ago
+        assert api.get("/memories", owner).status_code == 200
+        assert not building.folder.exists()
+    finally:
+        api.close()
