@@ -785,14 +785,19 @@ def memories_create(s: Session, f: Args, call: Call) -> Answer:
        name_params=("name",),
        answer=obj({"memory": string(), "destroyed": {"const": True},
                    "memories": integer(0, description="how many memories its log held"),
-                   "grants_ended": {"type": "array", "items": integer(1)}, "at": ref("Timestamp")}),
+                   "grants_ended": {"type": "array", "items": integer(1)}, "at": ref("Timestamp"),
+                   "receipt": string("Where, under the server's data folder, the operator finds this receipt "
+                                     "(receipts/deletions.jsonl), as for DELETE /store.")}),
        errors=("memory.unknown", "memory.main"),
+       event=Event("delete", lambda s, f, a: {"memory": a["memory"], "memories": a["memories"],
+                                              "grants_ended": len(a["grants_ended"])}),
        description="Renames the memory away in one step (from then on nothing opens it), overwrites every file "
                    "of it with zeros (its key ring first) and removes them; its capabilities end. Memory `main` "
                    "goes only with the identity (`DELETE /store`).",
        unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
 def memories_delete(s: Session, f: Args, call: Call) -> Answer:
-    return memories.delete(call.vault, s, f["name"])
+    return audit.deletion_receipt(call.vault.data_dir, memories.delete(call.vault, s, f["name"]), s.grant_id,
+                                  s.user_id)
 
 
 @route("POST", "/memories/{source}/fork", "owner", "Fork a memory at a position, under new keys", status=201,

@@ -102,6 +102,29 @@ def test_delete_memory_ends_its_grants(api: Api) -> None:
     assert api.delete("/memories/main", owner).json()["error"] == "memory.main"
 
 
+def test_delete_memory_leaves_a_receipt_like_delete_store(api: Api, data_dir) -> None:
+    """As DELETE /store: the answer names the receipt, a durable line for the
+    operator names the memory only by a digest they recompute, and main's
+    audit trail (which survives) records the deletion."""
+    import hashlib
+    import json
+
+    made = api.init()
+    owner, user = made["token"], made["user_id"]
+    api.post("/memories", owner, json={"name": "gone"})
+    api.post("/m/gone/note", owner, json={"text": "words never in a receipt"})
+    ended = _mint(api, owner, "full", "gone")["id"]
+    answer = api.delete("/memories/gone", owner).json()
+    assert answer["receipt"] == "receipts/deletions.jsonl" and answer["grants_ended"] == [ended]
+    line = (data_dir / answer["receipt"]).read_text(encoding="utf-8").splitlines()[-1]
+    digest = hashlib.sha256(f"stash/v1|deleted-memory|{user}/gone".encode()).hexdigest()
+    assert json.loads(line) == {"user_sha256": hashlib.sha256(f"stash/v1|deleted-user|{user}".encode()).hexdigest(),
+                                "memory_sha256": digest, "at": answer["at"], "grant": 1, "memories": 1}
+    assert "never in a receipt" not in line and user not in line and "gone" not in line
+    (event,) = [e for e in api.get("/audit", owner).json()["events"] if e["event"] == "delete"]
+    assert event["memory"] == "main" and event["detail"] == {"memory": "gone", "memories": 1, "grants_ended": 1}
+
+
 def test_revoking_in_a_starts_an_epoch_in_a_only(api: Api, data_dir) -> None:
     owner = api.init()
     api.post("/memories", owner["token"], json={"name": "a"})
