@@ -558,7 +558,7 @@ class Vault:
             # An expired capability is refused like a revoked one, before any key
             # work. The stored expiry is trusted here only to refuse: one edited
             # to extend the grant no longer matches its wrap, which then fails.
-            if grant.scope != "append" and grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
+            if grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
                 raise Unauthorized()
         except BaseException:
             if ring is not main:

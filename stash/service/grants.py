@@ -32,10 +32,7 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
     if address is None:
         raise Invalid(BAD_URL, code="grants.bad_url")
     if scope == "append":
-        if label is not None or expires is not None:
-            raise Invalid("An append capability takes no label or expiry in this release; revoke it to end it.",
-                          code="grants.bad_scope")
-        grant_id, token = memories.mint_append(vault, session)
+        grant_id, token = memories.mint_append(vault, session, label, expires)
         created = next(g.created for g in inbox.grants(session.keyring.conn) if g.id == grant_id)
     else:
         grant_id, token = vault.mint_grant(session, scope, label, expires)

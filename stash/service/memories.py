@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from ..core import words as word_search
-from ..core.errors import Conflict, Invalid, Unauthorized
+from ..core.errors import Conflict, Damaged, Invalid, Unauthorized
 from ..core.recall import BadPattern, compile_pattern
-from ..crypto import inbox_seal, keys, tokens
+from ..crypto import aead, inbox_seal, keys, owner_seal, tokens
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
 from ..storage import inbox, memories, userlock
 from ..storage import memory_fork as fork_files
-from ..storage.keyring import Keyring, now_utc, open_keyring
+from ..storage.keyring import LABEL_PAD, Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from ..storage.memories import MAIN, MemoryFiles
-from . import audit
+from . import audit, grant_terms
 from .access import Session, Vault, unknown_memory
 from .append import ensure_public
 
@@ -201,12 +202,12 @@ def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]
     main's from this session, every other memory's from an owner session on
     it (its labels are sealed to that memory's owner keys). The owner's
     enrolment in each memory is not listed again."""
-    rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session.keyring, MAIN)
+    rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session, MAIN)
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
         try:
             with vault.session(token, "owner", memory=name) as other:
                 rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
-                rows += _appends(other.keyring, name)
+                rows += _appends(other, name)
         except Unauthorized:
             continue  # a rotation moved this memory to the new owner token already
     return rows
@@ -235,22 +236,45 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict:
     return {"events": rows, "trail": trail}
 
 
-def _appends(ring: Keyring, name: str) -> list[dict]:
-    return [{"id": g.id, "scope": "append", "label": None, "created": g.created, "expires": None,
-             "revoked": g.revoked, "expired": False, "live": g.revoked is None, "last_used": None, "you": False,
-             "memory": name} for g in inbox.grants(ring.conn)]
+def _appends(session: Session, name: str) -> list[dict]:
+    """The memory's append capabilities as ``GET /grants`` lists any: the
+    label opened with the owner keys, the expiry and whether it passed."""
+    ring, now = session.keyring, datetime.now(UTC)
+    rows = []
+    for g in inbox.grants(ring.conn):
+        expires = ring.notes(g.id).expires
+        try:
+            label = ring.label(g.id, session.keys, session.owner)
+        except (aead.Unsealable, UnicodeDecodeError):
+            raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
+                          "backup.") from None
+        expired = grant_terms.expired(expires, now)
+        rows.append({"id": g.id, "scope": "append", "label": label, "created": g.created, "expires": expires,
+                     "revoked": g.revoked, "expired": expired, "live": g.revoked is None and not expired,
+                     "last_used": None, "you": False, "memory": name})
+    return rows
 
 
-def mint_append(vault: Vault, session: Session) -> tuple[int, str]:
+def mint_append(vault: Vault, session: Session, label: str | None = None,
+                expires: str | None = None) -> tuple[int, str]:
     """A new append capability over the session's memory: its tag and a MAC
-    under the memory's keys; no key at all (service/append.py)."""
+    under the memory's keys (binding its expiry); no key at all
+    (service/append.py). Its label is sealed to the owner, as a read or full
+    grant's is; its expiry refuses it as theirs does."""
     token, secret = tokens.mint(session.user_id)
     tag = tokens.lookup_tag(session.user_id, secret)
     ring = session.keyring
     ensure_public(ring, session.keys)
     number = memories.number_of(ring.conn)
+    public = ring.owner_public()
+    if label is not None and public is None:
+        raise Invalid("This memory has no owner key yet to seal a label to; mint it without a label.",
+                      code="grants.bad_label")
+    sealed = None if label is None or public is None else (
+        lambda gid: owner_seal.seal(ring.user_id, public, f"grant_label|{gid}", label.encode(), pad=LABEL_PAD))
     grant_id = inbox.add(ring.conn, max(number, 0), tag,
-                         lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag))
+                         lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag, expires),
+                         expires=expires, label_of=sealed)
     if session.memory_name != MAIN and session.main_keyring is not None:
         memories.put_tag(session.main_keyring.conn, tag, session.memory_name)
     return grant_id, token

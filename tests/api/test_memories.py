@@ -90,6 +90,41 @@ def test_append_token_with_every_file_opens_nothing(api: Api, data_dir) -> None:
     ring.close()
 
 
+def test_append_grant_takes_label_and_expiry_like_read_and_full(api: Api, data_dir) -> None:
+    """POST /grants takes label and expires for every scope: an append
+    grant's label is listed (sealed to the owner on disk), its expiry refuses
+    the token, and an expiry edited in the key ring to extend the grant is
+    caught by the MAC that binds it."""
+    made = api.init()
+    owner = made["token"]
+    api.post("/memories", owner, json={"name": "ci"})
+    later = "2099-01-01T00:00:00Z"
+    body = {"scope": "append", "memory": "ci", "label": "nightly build qqlabel", "expires": later}
+    minted = api.post("/grants", owner, json=body)
+    assert minted.status_code == 201, minted.text
+    grant = minted.json()
+    assert (grant["label"], grant["expires"]) == ("nightly build qqlabel", later)
+    (row,) = [g for g in api.get("/grants", owner).json()["grants"] if g["id"] == grant["id"]]
+    assert (row["label"], row["expires"], row["live"]) == ("nightly build qqlabel", later, True)
+    assert api.post("/note", grant["token"], json={"text": "build 1"}).status_code == 200
+    ring_path = data_dir / "users" / made["user_id"] / "m" / "ci" / "keyring.db"
+    assert b"qqlabel" not in ring_path.read_bytes()
+    # Its expiry passes (moved into the past on disk: the stored expiry is trusted to refuse): refused as revoked.
+    ring = sqlite3.connect(ring_path)
+    ring.execute("UPDATE grant_notes SET expires = '2020-01-01T00:00:00Z' WHERE grant_id = ?", (grant["id"],))
+    ring.commit()
+    assert api.post("/note", grant["token"], json={"text": "after expiry"}).status_code == 401
+    # A short grant extended by editing its expiry: its notes are refused at the fold, never folded quietly.
+    short = api.post("/grants", owner, json={**body, "expires": "2098-01-01T00:00:00Z"}).json()
+    ring.execute("UPDATE grant_notes SET expires = '2100-01-01T00:00:00Z' WHERE grant_id = ?", (short["id"],))
+    ring.commit()
+    ring.close()
+    assert api.post("/note", short["token"], json={"text": "smuggled"}).status_code == 200
+    resp = api.get("/m/ci/wake", owner)
+    assert resp.status_code == 500 and resp.json()["error"] == "store.damaged"
+    assert "smuggled" not in resp.text
+
+
 def test_delete_memory_ends_its_grants(api: Api) -> None:
     owner = api.init()["token"]
     api.post("/memories", owner, json={"name": "gone"})
