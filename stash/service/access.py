@@ -691,7 +691,10 @@ class Vault:
                 "This capability's key is damaged or was altered, so nothing was opened; "
                 "ask the owner for a new capability."
             ) from None
-        ring.touch(grant.id, datetime.now(UTC).date().isoformat())
+        if grant.scope != "owner" or target == MAIN:
+            # The owner's enrolment in another memory is never listed, so its day is not kept: a memory
+            # the owner only looks at stays four key ring pages (docs/DESIGN.md, "Memories").
+            ring.touch(grant.id, datetime.now(UTC).date().isoformat())
         # The scope is read only after the certificate authenticated it.
         if not allowed(grant.scope, need):
             raise Forbidden(scope_refusal(grant.scope, need), code="auth.scope")

@@ -105,3 +105,32 @@ def test_a_sweep_leaves_a_create_still_building_and_removes_a_crashed_one(tmp_pa
         assert not building.folder.exists()
     finally:
         api.close()
+
+
+def test_an_extra_empty_memory_costs_at_most_32_kib_once_used(tmp_path: Path) -> None:
+    """Issue 28's cost: an extra empty memory, created, listed and woken by
+    its owner, adds at most 32 KiB to its identity's files (a folder counted
+    as one 4 KiB block). The first extra memory also makes main's key ring's
+    salts and names tables (docs/DESIGN.md, "Memories"): measured from the
+    second on."""
+    from stash.web.app import create_app
+
+    data = tmp_path / "data"
+    api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
+
+    def cost(folder: Path) -> int:
+        return sum(p.stat().st_size if p.is_file() else 4096 for p in folder.rglob("*"))
+
+    try:
+        made = api.init()
+        owner, folder = made["token"], data / "users" / made["user_id"]
+        sizes = []
+        for name in ("first", "second", "third"):
+            before = cost(folder)
+            assert api.post("/memories", owner, json={"name": name}).status_code == 201
+            assert api.get("/memories", owner).status_code == 200
+            assert api.get(f"/m/{name}/wake", owner).status_code == 200
+            sizes.append(cost(folder) - before)
+    finally:
+        api.close()
+    assert max(sizes[1:]) <= 32 * 1024, sizes
