@@ -49,6 +49,14 @@ def test_backup_verify_and_restore_cover_every_memory(tmp_path: Path) -> None:
     (with_stranger,) = verify(tmp_path / "backup", tokens.mint("0123456789abcdef")[0])
     assert with_stranger.ok, with_stranger.problems
     assert any("memory b" in f and "bound to another memory" in f for f in with_bound.facts)
+    # The manifest lists each memory's files: a backup that lost one memory fails verify --backup, naming it.
+    from stash.service.backup import check_manifest
+
+    assert check_manifest(tmp_path / "backup", required=True) == []
+    lost = tmp_path / "lost"
+    shutil.copytree(tmp_path / "backup", lost)
+    shutil.rmtree(lost / "users" / user / "m" / "b")
+    assert any("m/b/keyring.db is missing" in p for p in check_manifest(lost, required=True))
     # A restore is the backup copied back: every memory answers again.
     shutil.rmtree(data)
     shutil.copytree(tmp_path / "backup", data)
