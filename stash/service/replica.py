@@ -372,7 +372,8 @@ def _restore_pair(target: Target, rel: str, stage: Path,
     settings = {name: target.at(f"{rel}/{name}") for name in REPLICATED}
     if not (_restore_file(settings["keyring.db"], ring, at) and _restore_file(settings["memory.db"], mem, at)):
         return None
-    if agree(ring, mem) is None:
+    latest = agree(ring, mem)
+    if latest is None:
         return at, 0
     ring_points = _restore_points(settings["keyring.db"], ring, at)
     tried = 1
@@ -386,7 +387,8 @@ def _restore_pair(target: Target, rel: str, stage: Path,
             if agree(ring, mem) is None:
                 return m, tried
             tried += 1
-    return "no moment of the replica has its two files agreeing"
+    return (f"no moment of the replica has its two files agreeing (at the latest, {latest}), so nothing of it was "
+            "restored")
 
 
 def _restore_memories(target: Target, user_id: str, stage: Path, at: dt.datetime | None) -> list[tuple[str, str]]:
