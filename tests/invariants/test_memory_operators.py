@@ -142,3 +142,23 @@ def test_an_extra_empty_memory_costs_at_most_32_kib_once_used(tmp_path: Path) ->
     finally:
         api.close()
     assert max(sizes[1:]) <= 32 * 1024, sizes
+
+
+def test_restore_reads_only_valid_names_with_a_salt_from_main(tmp_path: Path) -> None:
+    """What `stash restore` brings back is what main's key ring names: a
+    crafted name (a path, main, a reserved word) or a name whose salt is
+    gone (a deleted memory) is passed over, never turned into a folder."""
+    from stash.storage import memories
+
+    data = tmp_path / "data"
+    user, _, _ = _world(data)
+    ring = sqlite3.connect(data / "users" / user / "keyring.db")
+    assert memories.named(ring) == ["a", "b"]
+    top = ring.execute("SELECT max(number) FROM memory_salts").fetchone()[0]
+    for k, name in enumerate(("../../x", "main", "erase", "UPPER", "a"), start=top + 1):
+        ring.execute("INSERT INTO memory_salts(number, salt) VALUES (?, ?)", (k, b"\0" * 32))
+        ring.execute("INSERT INTO memory_names(number, name) VALUES (?, ?)", (k, name))
+    ring.execute("INSERT INTO memory_names(number, name) VALUES (?, 'nosalt')", (top + 99,))
+    ring.commit()
+    assert memories.named(ring) == ["a", "b"]
+    ring.close()
