@@ -116,10 +116,14 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
     """A memory's listing row, read from its key ring (``owner``: that
     memory's owner keys, which open its last write day)."""
     files = MemoryFiles(vault.data_dir, user_id, name)
+    now = datetime.now(UTC)
     with _ring(vault, user_id, name) as ring:
         head = ring.log_head()
-        live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"]
-        appends = [g for g in inbox.grants(ring.conn) if g.revoked is None]
+        # Live: neither revoked nor past its expiry, as GET /grants says.
+        live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"
+                and not grant_terms.expired(ring.notes(g.id).expires, now)]
+        appends = [g for g in inbox.grants(ring.conn) if g.revoked is None
+                   and not grant_terms.expired(ring.notes(g.id).expires, now)]
         created = ring.meta(memories.CREATED) or next((g.created for g in ring.grants()), "")
         pending = inbox.pending(ring.conn)
         last = memories.write_day(ring, owner)

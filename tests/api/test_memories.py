@@ -114,6 +114,8 @@ def test_append_grant_takes_label_and_expiry_like_read_and_full(api: Api, data_d
     ring.execute("UPDATE grant_notes SET expires = '2020-01-01T00:00:00Z' WHERE grant_id = ?", (grant["id"],))
     ring.commit()
     assert api.post("/note", grant["token"], json={"text": "after expiry"}).status_code == 401
+    (listed,) = [m for m in api.get("/memories", owner).json()["memories"] if m["name"] == "ci"]
+    assert listed["grants"] == 0  # an expired capability is not a live one
     # A short grant extended by editing its expiry: its notes are refused at the fold, never folded quietly.
     short = api.post("/grants", owner, json={**body, "expires": "2098-01-01T00:00:00Z"}).json()
     ring.execute("UPDATE grant_notes SET expires = '2100-01-01T00:00:00Z' WHERE grant_id = ?", (short["id"],))
