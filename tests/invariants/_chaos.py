@@ -16,7 +16,7 @@ no 5xx at all, the memory settled and awake, every note acknowledged in
 ``side`` present, the memories listed exactly those made and not deleted,
 each fork holding the ``at`` its answer named, ``stash verify --token`` ok
 (every memory), and the last backup holding every note acknowledged before
-it began.
+it began, in main and in ``side``.
 
 Used by tests/invariants/test_chaos.py (a few seconds per seed) and by
 bench/chaos.py (minutes, with the numbers it writes to bench/README.md).
@@ -56,6 +56,8 @@ class Tally:
     backups: list[tuple[Path, dict[int, str]]] = field(default_factory=list)  # (folder, acked before it began)
     backup_failures: list[str] = field(default_factory=list)
     side: dict[int, str] = field(default_factory=dict)  # memory side: id -> text acknowledged
+    side_token: str = ""  # the full capability bound to side
+    side_backups: list[dict[int, str]] = field(default_factory=list)  # side's acked before each backup began
     memories: dict[str, int | None] = field(default_factory=dict)  # made, not deleted -> a fork's at
     memory_steps: Counter = field(default_factory=Counter)  # create, fork, delete: how many were done
     owner: str = ""
@@ -220,17 +222,21 @@ def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Eve
             else:
                 with tally.lock:
                     before = dict(tally.acked)
+                    side_before = dict(tally.side)
                 dest = scratch / f"backup{n}"
                 n += 1
                 res = subprocess.run([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(server.data)],
                                      cwd=REPO, capture_output=True, text=True, timeout=120)
                 if res.returncode == 0:
                     tally.backups.append((dest, before))
+                    tally.side_backups.append(side_before)
                 else:
                     tally.backup_failures.append(res.stdout[-400:] + res.stderr[-400:])
-            # And after each, the next change of the memories: a short run sees create, fork and delete.
-            _memories(c, tally, tally.owner, MEMORY_STEPS[n_mem % len(MEMORY_STEPS)], n_mem)
-            n_mem += 1
+            # And after each, the next change of the memories (after the first, all three in turn, so that
+            # even a short run on a loaded machine sees a create, a fork and a delete).
+            for _ in range(len(MEMORY_STEPS) if n_mem == 0 else 1):
+                _memories(c, tally, tally.owner, MEMORY_STEPS[n_mem % len(MEMORY_STEPS)], n_mem)
+                n_mem += 1
             stop.wait(rng.uniform(*pause))
     finally:
         c.close()
@@ -256,7 +262,7 @@ def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int =
     tally.memories["side"] = None
     resp = boot.call("POST", "/grants", tally.owner, json={"scope": "full", "memory": "side"})
     assert resp.status_code == 201, resp.text
-    side = resp.json()["token"]
+    side = tally.side_token = resp.json()["token"]
     if preload:
         # A memory with a settled past, so erasures leave holes below the frontiers.
         resp = boot.call("POST", "/import", tally.owner, key=str(uuid.uuid4()), json={"entries": [
@@ -349,6 +355,9 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
         c.close()
     if tally.backups:
         problems += check_backup(*tally.backups[-1], fulls[0], erased)
+        # The backup holds memory side too, every note acknowledged there before it began.
+        problems += [f"side: {p}" for p in check_backup(tally.backups[-1][0], tally.side_backups[-1],
+                                                         tally.side_token, set())]
     return problems
 
 
