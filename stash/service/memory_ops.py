@@ -88,6 +88,11 @@ def _files_check(folder: Path, user_id: str, name: str) -> str:
             mem.close()
         if row is None or row[0] != store:
             raise ValueError("its memory.db belongs to another memory (or none)")
+        from .replica import agree  # what a restore checks: the key ring's copies are not ahead of the file
+
+        why = agree(folder / "keyring.db", folder / "memory.db")
+        if why is not None:
+            raise ValueError(why)
     return f"{live} live capabilities"
 
 

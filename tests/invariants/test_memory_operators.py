@@ -162,3 +162,30 @@ def test_restore_reads_only_valid_names_with_a_salt_from_main(tmp_path: Path) ->
     ring.commit()
     assert memories.named(ring) == ["a", "b"]
     ring.close()
+
+
+def test_verify_without_a_token_names_a_memory_file_put_back_from_before(tmp_path: Path) -> None:
+    """On a plain-file host, a memory's memory.db put back from before its
+    last note is named by verify without a token, as main's would be (the
+    key ring's copy of the head is ahead of the file)."""
+    from stash.web.app import create_app
+
+    data = tmp_path / "data"
+    api = Api(create_app(make_settings(data, kdf=CHEAP_KDF, file_cipher="none")))
+    try:
+        made = api.init()
+        owner = made["token"]
+        api.post("/memories", owner, json={"name": "a"})
+        api.post("/m/a/note", owner, json={"text": "a first line"})
+        folder = data / "users" / made["user_id"] / "m" / "a"
+        before = (folder / "memory.db").read_bytes()
+        assert api.post("/m/a/note", owner, json={"text": "a later line"}).status_code == 200
+    finally:
+        api.close()
+    (fine,) = verify(data)
+    assert fine.ok, fine.problems
+    (folder / "memory.db").write_bytes(before)
+    for side in ("-wal", "-shm"):
+        (folder / f"memory.db{side}").unlink(missing_ok=True)
+    (rolled,) = verify(data)
+    assert any(p.startswith("memory a: the key ring records more memories") for p in rolled.problems), rolled
