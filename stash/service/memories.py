@@ -106,9 +106,10 @@ def create(vault: Vault, session: Session, name: object, max_memories: int = DEF
     if memories.exists(vault.data_dir, session.user_id, name):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
     _room(vault, session, max_memories)
-    staged, _, _ = _build(vault, session, name)
+    staged, _, number = _build(vault, session, name)
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    memories.drop_orphans(_main(session).conn, name, number)
     return describe(vault, session.user_id, name)
 
 
@@ -312,7 +313,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
     if memories.exists(vault.data_dir, session.user_id, name):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
     _room(vault, session, max_memories)
-    staged, chain, _ = _build(vault, session, name)
+    staged, chain, number = _build(vault, session, name)
     store = memories.store_id(session.user_id, name)
     with open_keyring(staged.keyring, store) as ring:
         dst = MemoryFile(staged.memory, store, chain, vault.file_cipher, page_bytes=ring.memory_page_bytes(),
@@ -331,6 +332,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
         ring.advance_head(head, version, chain=chain)
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    memories.drop_orphans(_main(session).conn, name, number)
     return {**describe(vault, session.user_id, name), "source": session.memory_name, "at": at,
             "erased": len(erased), "summaries": summaries}
 

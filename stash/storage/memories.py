@@ -309,7 +309,27 @@ def drop_salt(conn: sqlite3.Connection, number: int) -> None:
     with write_transaction(conn):
         conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
         if _has(conn, "memory_names"):
+            name = name_of(conn, number)
             conn.execute("DELETE FROM memory_names WHERE number = ?", (number,))
+            if name is not None:
+                drop_orphans(conn, name, number)
+
+
+def drop_orphans(conn: sqlite3.Connection, name: str, number: int) -> None:
+    """Destroy the salts and names of every memory numbered below ``number``
+    under ``name``: creates a crash cut between their salt and their
+    publication, which no folder holds. Without this a restore would take
+    such a row for the memory of that name once it is deleted, and bring its
+    files back from the replica. Numbers above ``number`` are left alone:
+    a create of that name may be building (numbers only grow)."""
+    if not _has(conn, "memory_names"):
+        return
+    with write_transaction(conn):
+        old = [r[0] for r in conn.execute("SELECT number FROM memory_names WHERE name = ? AND number < ?",
+                                          (name, number))]
+        for n in old:
+            conn.execute("DELETE FROM memory_salts WHERE number = ?", (n,))
+            conn.execute("DELETE FROM memory_names WHERE number = ?", (n,))
 
 
 def owner_secret(secret: bytes, salt: bytes) -> bytes:

@@ -189,3 +189,29 @@ def test_verify_without_a_token_names_a_memory_file_put_back_from_before(tmp_pat
         (folder / f"memory.db{side}").unlink(missing_ok=True)
     (rolled,) = verify(data)
     assert any(p.startswith("memory a: the key ring records more memories") for p in rolled.problems), rolled
+
+
+def test_a_create_cut_before_its_rename_leaves_no_name_a_restore_would_take(tmp_path: Path) -> None:
+    """kill -9 of a create after main's key ring took its salt and name and
+    before the rename, done by hand: that row names no folder. Once a memory
+    of that name is made and deleted, main's key ring names nothing of it,
+    so a restore never brings the deleted one's files back from a replica."""
+    from stash.storage import memories
+    from stash.web.app import create_app
+
+    data = tmp_path / "data"
+    user, owner, _ = _world(data)
+    ring = sqlite3.connect(data / "users" / user / "keyring.db")
+    memories.new_salt(ring, memories.next_number(ring), "x")  # the crash comes here
+    ring.close()
+    api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
+    try:
+        assert api.post("/memories", owner, json={"name": "x"}).status_code == 201
+        ring = sqlite3.connect(data / "users" / user / "keyring.db")
+        assert ring.execute("SELECT count(*) FROM memory_names WHERE name = 'x'").fetchone()[0] == 1
+        assert api.delete("/memories/x", owner).status_code == 200
+        assert memories.named(ring) == ["a", "b"]
+        assert ring.execute("SELECT count(*) FROM memory_names WHERE name = 'x'").fetchone()[0] == 0
+        ring.close()
+    finally:
+        api.close()
