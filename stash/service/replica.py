@@ -402,19 +402,23 @@ def _restore_memories(target: Target, user_id: str, stage: Path, at: dt.datetime
     try:
         conn = safeopen.open_plain(stage / "keyring.db", read_only=True)
         try:
-            names = memories.named(conn)
+            names = memories.numbered(conn)
         finally:
             conn.close()
     except sqlite3.Error:
         return []
     left = []
-    for name in names:
+    for name, number in names.items():
         where = stage / memories.SUBFOLDER / name
         where.mkdir(parents=True, mode=0o700)
         found = _restore_pair(target, f"users/{user_id}/{memories.SUBFOLDER}/{name}", where, at)
-        if found is None or isinstance(found, str):
+        why = "the replica holds no copy of it at that moment" if found is None else found
+        if not isinstance(why, str) and _meta(where / "keyring.db", "keyring_meta").get(memories.NUMBER) != str(number):
+            # Deleted and made again between main's moment and its own: its owner salt is not main's.
+            why = "its files in the replica are of a later memory of that name than main's key ring knew"
+        if isinstance(why, str):
             shutil.rmtree(where)
-            left.append((name, "the replica holds no copy of it at that moment" if found is None else found))
+            left.append((name, why))
     return left
 
 

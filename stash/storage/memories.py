@@ -283,14 +283,20 @@ def named(conn: sqlite3.Connection) -> list[str]:
     """The memories main's key ring names, main left out: each with a salt
     (so not deleted), each a valid name (a crafted row is passed over), once
     each, by number."""
+    return list(numbered(conn))
+
+
+def numbered(conn: sqlite3.Connection) -> dict[str, int]:
+    """:func:`named`, each with its number (the newest, should a crash have
+    left an older row under the same name)."""
     if not (_has(conn, "memory_names") and _has(conn, "memory_salts")):
-        return []
-    rows = conn.execute("SELECT n.name FROM memory_names n JOIN memory_salts s ON s.number = n.number "
+        return {}
+    rows = conn.execute("SELECT n.name, n.number FROM memory_names n JOIN memory_salts s ON s.number = n.number "
                         "ORDER BY n.number").fetchall()
-    out: list[str] = []
-    for (name,) in rows:
-        if valid_name(name) and name != MAIN and name not in out:
-            out.append(name)
+    out: dict[str, int] = {}
+    for name, number in rows:
+        if valid_name(name) and name != MAIN:
+            out[name] = int(number)
     return out
 
 
