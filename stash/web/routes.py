@@ -776,7 +776,8 @@ def memories_list(s: Session, f: Args, call: Call) -> Answer:
 )), answer=MEMORY_ROW, errors=("memory.bad_name", "memory.exists", "memory.too_many"),
     description="A new, empty memory under a fresh master key of its own, the owner enrolled in its key ring. "
                 "Serve it at `/m/{name}/…`; mint capabilities bound to it with `POST /grants {\"memory\"}`. "
-                "Resent after a lost answer, it is `409 memory.exists`: the memory is there, whole.")
+                "Resent after a lost answer, it is `409 memory.exists`: the memory is there, whole.",
+    event=Event("create", lambda s, f, a: {"memory": a["name"]}))
 def memories_create(s: Session, f: Args, call: Call) -> Answer:
     return memories.create(call.vault, s, f["name"], call.settings.max_memories)
 
@@ -814,6 +815,7 @@ def memories_delete(s: Session, f: Args, call: Call) -> Answer:
                    "erased, the summaries of every block inside them and its sizes, sealed afresh under its own "
                    "keys. Only the owner is enrolled in it: no capability of the source opens it.",
        memory_of=lambda vault, user, f: f.get("source"),
+       event=Event("fork", lambda s, f, a: {"memory": a["name"], "at": a["at"]}),
        unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
 def memories_fork(s: Session, f: Args, call: Call) -> Answer:
     return memories.fork(call.vault, s, f["name"], f.get("at"), call.settings.max_memories)

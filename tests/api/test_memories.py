@@ -158,8 +158,14 @@ def test_delete_memory_leaves_a_receipt_like_delete_store(api: Api, data_dir) ->
     assert json.loads(line) == {"user_sha256": hashlib.sha256(f"stash/v1|deleted-user|{user}".encode()).hexdigest(),
                                 "memory_sha256": digest, "at": answer["at"], "grant": 1, "memories": 1}
     assert "never in a receipt" not in line and user not in line and "gone" not in line
-    (event,) = [e for e in api.get("/audit", owner).json()["events"] if e["event"] == "delete"]
+    events = api.get("/audit", owner).json()["events"]
+    (event,) = [e for e in events if e["event"] == "delete"]
     assert event["memory"] == "main" and event["detail"] == {"memory": "gone", "memories": 1, "grants_ended": 1}
+    assert [e["detail"] for e in events if e["event"] == "create"] == [{"memory": "gone"}]
+    api.post("/m/main/note", owner, json={"text": "one"})
+    assert api.post("/memories/main/fork", owner, json={"name": "copy"}).status_code == 201
+    (forked,) = [e for e in api.get("/audit", owner).json()["events"] if e["event"] == "fork"]
+    assert forked["memory"] == "main" and forked["detail"] == {"memory": "copy", "at": 1}
 
 
 def test_revoking_in_a_starts_an_epoch_in_a_only(api: Api, data_dir) -> None:
