@@ -239,6 +239,8 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         revoked = http.ok("POST", "/grants", owner["token"], json={"scope": "read"})
         for k in range(4):
             http.ok("POST", "/note", owner["token"], json={"text": f"before {k}"})
+        assert http.post("/memories", owner["token"], json={"name": "early"}).status_code == 201
+        http.ok("POST", "/m/early/note", owner["token"], json={"text": "in early"})
         time.sleep(1.2)  # Litestream lists moments to the second
         moment = dt.datetime.now(dt.UTC)
         time.sleep(1.2)
@@ -246,6 +248,10 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         after = f"after-{os.urandom(6).hex()}"
         for k in range(4):
             http.ok("POST", "/note", owner["token"], json={"text": f"{after} {k}"})
+        # A memory made after the moment, and the one made before it deleted.
+        assert http.post("/memories", owner["token"], json={"name": "late"}).status_code == 201
+        http.ok("POST", "/m/late/note", owner["token"], json={"text": "in late"})
+        http.ok("DELETE", "/memories/early", owner["token"])
         time.sleep(0.5)  # five sync intervals: the last notes shipped
     finally:
         live.stop()
@@ -263,9 +269,14 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         texts = recalled(http, owner["token"], "before|after")
         assert sum("before" in t for t in texts) == 4 and not any(after in t for t in texts)
         assert http.get("/config", revoked["token"]).status_code == 200
+        # The memories of that moment: early (deleted since, so it comes back: SECURITY.md), not late.
+        listed = {m["name"] for m in http.ok("GET", "/memories", owner["token"])["memories"]}
+        assert listed == {"main", "early"}, listed
+        assert "in early" in http.get("/m/early/wake", owner["token"]).text
     finally:
         server.stop()
         http.close()
+    assert sorted(p.name for p in (latest / "users" / uid / "m").iterdir()) == ["late"]
 
     # The memory file's stream behind the key ring's (its last transactions
     # never shipped, as when the host dies between the two syncs): restore
