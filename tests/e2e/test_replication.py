@@ -225,7 +225,11 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
     secrets = [u["token"].encode() for u in (a, b, c)] + [reader["token"].encode(), revoked["token"].encode()]
     secrets += [tokens.parse(u["token"]).secret for u in (a, b, c)]
     secrets += chain_keys + [keys.subkey(k, b"rows") for k in chain_keys]
-    secrets += [erased_text.encode(), b"acked 1", b"written by the grant"]
+    secrets += [erased_text.encode(), b"acked 1", b"written by the grant", b"kept in", proj_reader["token"].encode()]
+    proj_keys = epoch_keys_of(fresh / "users" / a["user_id"] / "m" / "proj" / "keyring.db", proj_reader["token"],
+                              f"{a['user_id']}/m/proj")
+    assert proj_keys  # memory proj's own keys, which the replica must not hold either
+    secrets += proj_keys
     assert_holds_no_secret([replica_bytes(replica), replica_bytes(fresh)], secrets)
 
 
