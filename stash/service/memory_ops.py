@@ -18,6 +18,7 @@ from ..core.errors import StashError
 from ..storage import memories, userlock
 from ..storage.files import DB_ERRORS, overwrite_with_zeros, private_folder
 from ..storage.memories import MAIN, SUBFOLDER
+from .pair_agree import agree
 
 COPIED = ("keyring.db", "memory.db", "keyring.db-wal", "memory.db-wal")
 
@@ -88,9 +89,7 @@ def _files_check(folder: Path, user_id: str, name: str) -> str:
             mem.close()
         if row is None or row[0] != store:
             raise ValueError("its memory.db belongs to another memory (or none)")
-        from .replica import agree  # what a restore checks: the key ring's copies are not ahead of the file
-
-        why = agree(folder / "keyring.db", folder / "memory.db")
+        why = agree(folder / "keyring.db", folder / "memory.db")  # what a restore asks of the pair too
         if why is not None:
             raise ValueError(why)
     return f"{live} live capabilities"
