@@ -20,10 +20,11 @@ MINTABLE = ("read", "full", "append")
 
 def mint(session: Session, vault: Vault, scope: object, label: object, expires: object, address: str | None,
          keyed: bool) -> dict[str, object]:
-    """A new read or full capability. Its terms are checked before anything
-    is written; ``address`` is the server address its AGENTS.md block names
-    (None: the one given was refused); ``keyed``: the request carried an
-    Idempotency-Key, so the token can be shown again to an exact retry."""
+    """A new read, append or full capability. Its terms (label, expiry, for
+    every scope) are checked before anything is written; ``address`` is the
+    server address its AGENTS.md block names (None: the one given was
+    refused); ``keyed``: the request carried an Idempotency-Key, so the
+    token can be shown again to an exact retry."""
     if scope not in MINTABLE:
         raise Invalid("scope must be \"read\", \"append\" or \"full\"; ownership is never transferable.",
                       code="grants.bad_scope")

@@ -440,7 +440,7 @@ def grants_list(s: Session, f: Args, call: Call) -> Answer:
 
 
 @route(
-    "POST", "/grants", "owner", "Mint a read or full capability; its token is shown once",
+    "POST", "/grants", "owner", "Mint a read, append or full capability; its token is shown once",
     status=201, fields=Fields((
         Field("scope", {"enum": ["read", "append", "full"]}, "`read` may look; `append` may only note; `full` "
               "may also write", required=True),
