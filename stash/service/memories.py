@@ -175,6 +175,12 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
         if vault.pool is not None:
             vault.pool.drop_folder(files.folder, held=True)
         gone = memories.retire(files, number)
+    # From the rename on it is gone for every request: its receipt is kept
+    # now (as DELETE /store's, audit.deletion_receipt), so a crash while it is
+    # shredded, which the next sweep finishes, does not lose the receipt.
+    answer = audit.deletion_receipt(vault.data_dir, {
+        "memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
+        "at": now_utc()}, session.grant_id, session.user_id)
     main = session.main_keyring or session.keyring
     # Its salt goes first: from then on the owner token opens nothing of it,
     # even from copies of its files kept from before.
@@ -183,8 +189,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     memories.shred(gone)
     memories.drop_tags(main.conn, memory=name)
     vault.tags.grants_seen(session.user_id, main.conn)
-    return {"memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
-            "at": now_utc()}
+    return answer
 
 
 # ------------------------------------------------------------ bound capabilities

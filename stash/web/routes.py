@@ -797,8 +797,7 @@ def memories_create(s: Session, f: Args, call: Call) -> Answer:
                    "goes only with the identity (`DELETE /store`).",
        unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
 def memories_delete(s: Session, f: Args, call: Call) -> Answer:
-    return audit.deletion_receipt(call.vault.data_dir, memories.delete(call.vault, s, f["name"]), s.grant_id,
-                                  s.user_id)
+    return memories.delete(call.vault, s, f["name"])
 
 
 @route("POST", "/memories/{source}/fork", "owner", "Fork a memory at a position, under new keys", status=201,
