@@ -281,6 +281,14 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         server.stop()
         http.close()
     assert sorted(p.name for p in (latest / "users" / uid / "m").iterdir()) == ["late"]
+    # A memory main's key ring names whose files never reached the replica: named, not restored, main is.
+    unshipped = tmp_path / "unshipped"
+    shutil.copytree(replica, unshipped)
+    shutil.rmtree(unshipped / "users" / uid / "m" / "late")
+    partial = tmp_path / "partial" / "data"
+    done = stash("restore", str(unshipped), "--data", str(partial), "--user", uid)
+    assert done.returncode == 0 and "memory late: the replica holds no copy of it" in done.stdout, done.stdout
+    assert (partial / "users" / uid / "keyring.db").is_file() and not (partial / "users" / uid / "m" / "late").exists()
 
     # The memory file's stream behind the key ring's (its last transactions
     # never shipped, as when the host dies between the two syncs): restore
