@@ -270,6 +270,7 @@ class Restored:
     report: Report | None = None
     problem: str = ""
     absent: bool = False  # not in the replica at that moment (made later, or never shipped)
+    left: list[str] = field(default_factory=list)  # memories main's key ring names that were not restored
 
     @property
     def ok(self) -> bool:
@@ -322,6 +323,7 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
         moment, stepped = found
         left = _restore_memories(target, user_id, stage, at)
         done = _settle(user_id, stage, folder, data_dir, moment, stepped)
+        done.left = [name for name, _ in left]
         if done.report is not None:
             done.report.facts += [f"memory {name}: {why}; not restored" for name, why in left]
         return done

@@ -287,7 +287,8 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
     shutil.rmtree(unshipped / "users" / uid / "m" / "late")
     partial = tmp_path / "partial" / "data"
     done = stash("restore", str(unshipped), "--data", str(partial), "--user", uid)
-    assert done.returncode == 0 and "memory late: the replica holds no copy of it" in done.stdout, done.stdout
+    assert done.returncode == 3 and "memory late: the replica holds no copy of it" in done.stdout, done.stdout
+    assert "without a memory their key ring names" in done.stderr
     assert (partial / "users" / uid / "keyring.db").is_file() and not (partial / "users" / uid / "m" / "late").exists()
 
     # The memory file's stream behind the key ring's (its last transactions
