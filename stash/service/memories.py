@@ -61,7 +61,7 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
     published yet."""
     main = session.main_keyring or session.keyring
     number = memories.next_number(main.conn)
-    secret = memories.owner_secret(session.owner_secret, memories.new_salt(main.conn, number, name))
+    secret = memories.owner_secret(session.owner_secret, memories.new_salt(main.conn, number))
     staged = memories.staging(vault.data_dir, session.user_id, name)
     store = memories.store_id(session.user_id, name)
     chain = KeyChain(store, (keys.new_master_key(),))
@@ -93,6 +93,18 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
     return staged, chain, number
 
 
+def _refuse_existing(vault: Vault, session: Session, name: str) -> None:
+    """409 when memory ``name`` exists: a create or fork resent after a lost
+    answer. It is named in main's key ring first, in case a crash cut the
+    first request between its rename and its naming (storage/memories.py,
+    ``name_memory``)."""
+    if not memories.exists(vault.data_dir, session.user_id, name):
+        return
+    with _ring(vault, session.user_id, name) as ring:
+        memories.name_memory(_main(session).conn, memories.number_of(ring.conn), name)
+    raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+
+
 def _room(vault: Vault, session: Session, max_memories: int) -> None:
     if len(memories.names(vault.data_dir, session.user_id)) >= max_memories:
         raise Conflict(f"This identity holds {max_memories} memories, the most this server allows; delete one "
@@ -103,13 +115,12 @@ def create(vault: Vault, session: Session, name: object, max_memories: int = DEF
     """A new empty memory, published whole by one rename (storage/memories.py)."""
     name = check_name(name)
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
-    if memories.exists(vault.data_dir, session.user_id, name):
-        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    _refuse_existing(vault, session, name)
     _room(vault, session, max_memories)
     staged, _, number = _build(vault, session, name)
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
-    memories.drop_orphans(_main(session).conn, name, number)
+    memories.name_memory(_main(session).conn, number, name)  # published: now a restore looks for it
     return describe(vault, session.user_id, name)
 
 
@@ -315,8 +326,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
     if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= T:
         raise Invalid(f"at must be a whole number from 0 to {T} (this memory's T).", code="memory.bad_at")
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
-    if memories.exists(vault.data_dir, session.user_id, name):
-        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    _refuse_existing(vault, session, name)
     _room(vault, session, max_memories)
     staged, chain, number = _build(vault, session, name)
     store = memories.store_id(session.user_id, name)
@@ -337,7 +347,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
         ring.advance_head(head, version, chain=chain)
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
-    memories.drop_orphans(_main(session).conn, name, number)
+    memories.name_memory(_main(session).conn, number, name)  # published: now a restore looks for it
     return {**describe(vault, session.user_id, name), "source": session.memory_name, "at": at,
             "erased": len(erased), "summaries": summaries}
 

@@ -247,21 +247,21 @@ def next_number(conn: sqlite3.Connection) -> int:
 SALT_BYTES = 32
 
 
-def new_salt(conn: sqlite3.Connection, number: int, name: str) -> bytes:
-    """Draw and keep memory ``number``'s salt in main's key ring, and its
-    name beside it (schema.sql, "memory_names"), in one transaction."""
+def new_salt(conn: sqlite3.Connection, number: int) -> bytes:
+    """Draw and keep memory ``number``'s salt in main's key ring."""
     salt = secrets.token_bytes(SALT_BYTES)
     with write_transaction(conn):
         ensure(conn, "memory_salts")
         conn.execute("INSERT OR REPLACE INTO memory_salts(number, salt) VALUES (?, ?)", (number, salt))
-        ensure(conn, "memory_names")
-        conn.execute("INSERT OR REPLACE INTO memory_names(number, name) VALUES (?, ?)", (number, name))
     return salt
 
 
 def name_memory(conn: sqlite3.Connection, number: int, name: str) -> None:
-    """Record ``name`` for memory ``number`` in main's key ring when it is
-    not yet (a memory made before names were kept there)."""
+    """Record ``name`` for memory ``number`` in main's key ring (schema.sql,
+    "memory_names"), once it is published: a create cut by a crash before
+    its rename leaves a salt that names nothing, never a name a restore
+    would look for. Also what names a memory made before names were kept
+    (the owner's next listing), or one whose naming a crash cut."""
     if number <= 0 or salt_of(conn, number) is None:
         return
     if _has(conn, "memory_names") and conn.execute("SELECT 1 FROM memory_names WHERE number = ? AND name = ?",
@@ -315,27 +315,7 @@ def drop_salt(conn: sqlite3.Connection, number: int) -> None:
     with write_transaction(conn):
         conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
         if _has(conn, "memory_names"):
-            name = name_of(conn, number)
             conn.execute("DELETE FROM memory_names WHERE number = ?", (number,))
-            if name is not None:
-                drop_orphans(conn, name, number)
-
-
-def drop_orphans(conn: sqlite3.Connection, name: str, number: int) -> None:
-    """Destroy the salts and names of every memory numbered below ``number``
-    under ``name``: creates a crash cut between their salt and their
-    publication, which no folder holds. Without this a restore would take
-    such a row for the memory of that name once it is deleted, and bring its
-    files back from the replica. Numbers above ``number`` are left alone:
-    a create of that name may be building (numbers only grow)."""
-    if not _has(conn, "memory_names"):
-        return
-    with write_transaction(conn):
-        old = [r[0] for r in conn.execute("SELECT number FROM memory_names WHERE name = ? AND number < ?",
-                                          (name, number))]
-        for n in old:
-            conn.execute("DELETE FROM memory_salts WHERE number = ?", (n,))
-            conn.execute("DELETE FROM memory_names WHERE number = ?", (n,))
 
 
 def owner_secret(secret: bytes, salt: bytes) -> bytes:

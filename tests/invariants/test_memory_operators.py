@@ -192,17 +192,19 @@ def test_verify_without_a_token_names_a_memory_file_put_back_from_before(tmp_pat
 
 
 def test_a_create_cut_before_its_rename_leaves_no_name_a_restore_would_take(tmp_path: Path) -> None:
-    """kill -9 of a create after main's key ring took its salt and name and
-    before the rename, done by hand: that row names no folder. Once a memory
-    of that name is made and deleted, main's key ring names nothing of it,
-    so a restore never brings the deleted one's files back from a replica."""
+    """kill -9 of a create after main's key ring took its salt and before
+    the rename, done by hand: main's key ring names nothing for it (a
+    restore would otherwise look for a memory no replica holds, and say the
+    identity came back incomplete). The create made afterwards is named
+    once; deleted, it is named no more."""
     from stash.storage import memories
     from stash.web.app import create_app
 
     data = tmp_path / "data"
     user, owner, _ = _world(data)
     ring = sqlite3.connect(data / "users" / user / "keyring.db")
-    memories.new_salt(ring, memories.next_number(ring), "x")  # the crash comes here
+    memories.new_salt(ring, memories.next_number(ring))  # the crash comes here
+    assert memories.named(ring) == ["a", "b"]
     ring.close()
     api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
     try:
@@ -211,7 +213,28 @@ def test_a_create_cut_before_its_rename_leaves_no_name_a_restore_would_take(tmp_
         assert ring.execute("SELECT count(*) FROM memory_names WHERE name = 'x'").fetchone()[0] == 1
         assert api.delete("/memories/x", owner).status_code == 200
         assert memories.named(ring) == ["a", "b"]
-        assert ring.execute("SELECT count(*) FROM memory_names WHERE name = 'x'").fetchone()[0] == 0
         ring.close()
     finally:
         api.close()
+
+
+def test_a_create_cut_after_its_rename_is_named_when_resent(tmp_path: Path) -> None:
+    """kill -9 of a create between its rename and its name in main's key
+    ring, done by hand (the name row removed): the resend, answered 409
+    memory.exists, names it, so a restore brings it back."""
+    from stash.storage import memories
+    from stash.web.app import create_app
+
+    data = tmp_path / "data"
+    user, owner, _ = _world(data)
+    ring = sqlite3.connect(data / "users" / user / "keyring.db")
+    ring.execute("DELETE FROM memory_names WHERE name = 'b'")  # the crash came before the naming
+    ring.commit()
+    assert memories.named(ring) == ["a"]
+    api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
+    try:
+        assert api.post("/memories", owner, json={"name": "b"}).json()["error"] == "memory.exists"
+    finally:
+        api.close()
+    assert memories.named(ring) == ["a", "b"]
+    ring.close()
