@@ -144,8 +144,13 @@ def retire(files: MemoryFiles, number: int) -> Path:
 def shred(folder: Path) -> None:
     """Overwrite every file with zeros (the key ring's wrapped keys and boxes
     first), then remove the folder: its keys are gone from the files, and
-    with them everything sealed under them."""
-    for path in sorted(folder.iterdir(), key=lambda p: (not p.name.startswith("keyring"), p.name)):
+    with them everything sealed under them. A folder already gone (a sweep
+    of another request shredded it first) is done."""
+    try:
+        paths = sorted(folder.iterdir(), key=lambda p: (not p.name.startswith("keyring"), p.name))
+    except FileNotFoundError:
+        return
+    for path in paths:
         if path.is_file():
             try:
                 overwrite_with_zeros(path)
