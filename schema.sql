@@ -279,6 +279,17 @@ CREATE TABLE IF NOT EXISTS memory_salts (
     salt    BLOB NOT NULL
 );
 
+-- In main's key ring only: each memory's name by its number, written once the
+-- memory is published (renamed to its name) and deleted with its salt. What
+-- `stash restore` reads to know which memories to bring back from a replica
+-- (which it cannot list): the memories main's key ring knew at the moment
+-- restored, never one deleted before it. A name is also its folder's name on
+-- disk, so it tells a thief nothing more.
+CREATE TABLE IF NOT EXISTS memory_names (
+    number  INTEGER PRIMARY KEY,
+    name    TEXT NOT NULL
+);
+
 -- @word_cache
 -- In recall.db. The word index (stash/storage/wordcache.py): for memories
 -- [piece*4096, piece*4096+4095], their folded words (sorted) and, per word, the

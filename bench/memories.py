@@ -8,11 +8,14 @@ Runs the app in process over real files (closed after every request, as
 `stash serve` does by default), with the cheap test KDF for the tokens (the
 argon2id cost is the same in both runs and is not what is compared), and
 reports per-call p50/p95 of a note and a wake on /m/x for 1 and N memories,
-and the bytes of an empty memory's files."""
+the file-system calls each makes (open, stat, scandir, listdir: a count that
+no load on the machine changes), and the bytes of an empty memory's files."""
 
 from __future__ import annotations
 
 import argparse
+import collections
+import os
 import statistics
 import sys
 import tempfile
@@ -24,6 +27,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stash.crypto.keys import KdfParams
 from stash.web.app import create_app
 from tests.helpers import Api, make_settings
+
+CALLS: collections.Counter = collections.Counter()
+
+
+def _counted(name: str) -> None:
+    real = getattr(os, name)
+
+    def call(*args, **kw):
+        CALLS[name] += 1
+        return real(*args, **kw)
+
+    setattr(os, name, call)
+
+
+for _name in ("open", "stat", "scandir", "listdir"):
+    _counted(_name)
 
 
 def run(n: int, calls: int) -> dict[str, float]:
@@ -42,6 +61,7 @@ def run(n: int, calls: int) -> dict[str, float]:
             for what, call in (("wake", lambda: api.get("/m/x/wake", full)),
                                ("note", lambda: api.post("/m/x/note", full, json={"text": "a line of work"}))):
                 times = []
+                CALLS.clear()
                 for _ in range(calls):
                     t = time.perf_counter()
                     assert call().status_code == 200
@@ -49,6 +69,7 @@ def run(n: int, calls: int) -> dict[str, float]:
                 times.sort()
                 out[f"{what} p50 ms"] = statistics.median(times) * 1e3
                 out[f"{what} p95 ms"] = times[int(len(times) * 0.95)] * 1e3
+                out[f"{what} fs calls"] = sum(CALLS.values()) / calls
             return out
         finally:
             api.close()

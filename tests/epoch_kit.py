@@ -40,10 +40,11 @@ def snapshot(server: Server, user_id: str, into: Path) -> Path:
     return into
 
 
-def epoch_keys_of(keyring: Path, token: str) -> list[bytes]:
-    """Every epoch key ``token`` opens from this copy of a key ring, or []."""
+def epoch_keys_of(keyring: Path, token: str, store: str | None = None) -> list[bytes]:
+    """Every epoch key ``token`` opens from this copy of a key ring, or []
+    (``store``: the key ring's store id, for a memory other than main)."""
     tok = tokens.parse(token)
-    ring = Keyring(keyring, tok.user_id)
+    ring = Keyring(keyring, store or tok.user_id)
     try:
         grant = ring.find(tokens.lookup_tag(tok.user_id, tok.secret))
         if grant is None or grant.wrapped is None:

@@ -198,7 +198,7 @@ def restore_main(argv: list[str]) -> int:
     except (replica.ReplicaError, OSError) as e:
         print(f"stash restore: {e}.", file=sys.stderr)
         return 2
-    failed = skipped = 0
+    failed = skipped = partial = 0
     started = time.monotonic()
     # A crafted key ring is tried like a plain store: restore refuses it, saying why.
     wanted = [user_id for user_id, cipher in users if cipher in ("none", replica.CRAFTED)]
@@ -223,6 +223,7 @@ def restore_main(argv: list[str]) -> int:
             print(f"{done.user_id}  restored at {done.moment}{step}", flush=True)
             _print_report(done.report)
             failed += not done.report.ok
+            partial += bool(done.left)
     took = time.monotonic() - started
     restored = plural(len(users) - failed - skipped, "user")
     print(f"stash restore: {restored} restored, {failed} failed, {skipped} skipped, in {took:.1f} s.")
@@ -230,6 +231,10 @@ def restore_main(argv: list[str]) -> int:
     if status == INCOMPLETE:
         print("stash restore: not every user of the replica was restored (see the skip lines above); a failover "
               "must not go on as if they were.", file=sys.stderr)
+    if status == 0 and partial:
+        print(f"stash restore: {plural(partial, 'user')} came back without a memory their key ring names (see "
+              "\"not restored\" above); a failover must not go on as if they were whole.", file=sys.stderr)
+        status = INCOMPLETE
     return status
 
 

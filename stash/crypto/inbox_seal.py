@@ -85,8 +85,11 @@ def open_note(chain: KeyChain, epoch: int, sealed: bytes, store: str, grant_id: 
     return body[:DAY_BYTES].decode(), body[DAY_BYTES + 2:DAY_BYTES + 2 + n].decode()
 
 
-def grant_mac(chain: KeyChain, store: str, grant_id: int, tag: bytes) -> bytes:
+def grant_mac(chain: KeyChain, store: str, grant_id: int, tag: bytes, expires: str | None = None) -> bytes:
     """What proves an append grant was minted by a holder of the memory's
-    keys: keyed by a subkey of epoch 0's key, so it holds across epochs."""
+    keys: keyed by a subkey of epoch 0's key, so it holds across epochs. It
+    binds the grant's expiry too, so one edited in the key ring to extend the
+    grant no longer matches, and the fold refuses its notes."""
     key = hashlib.blake2b(b"append-grant", key=chain.base, digest_size=32, person=b"stash.append.mac").digest()
-    return hashlib.blake2b(f"{store}|{grant_id}|".encode() + tag, key=key, digest_size=32).digest()
+    bound = b"" if expires is None else b"|expires|" + expires.encode()
+    return hashlib.blake2b(f"{store}|{grant_id}|".encode() + tag + bound, key=key, digest_size=32).digest()

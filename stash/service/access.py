@@ -574,7 +574,7 @@ class Vault:
             # An expired capability is refused like a revoked one, before any key
             # work. The stored expiry is trusted here only to refuse: one edited
             # to extend the grant no longer matches its wrap, which then fails.
-            if grant.scope != "append" and grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
+            if grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
                 raise Unauthorized()
         except BaseException:
             if ring is not main:
@@ -707,7 +707,10 @@ class Vault:
                 "This capability's key is damaged or was altered, so nothing was opened; "
                 "ask the owner for a new capability."
             ) from None
-        ring.touch(grant.id, datetime.now(UTC).date().isoformat())
+        if grant.scope != "owner" or target == MAIN:
+            # The owner's enrolment in another memory is never listed, so its day is not kept: a memory
+            # the owner only looks at stays four key ring pages (docs/DESIGN.md, "Memories").
+            ring.touch(grant.id, datetime.now(UTC).date().isoformat())
         # The scope is read only after the certificate authenticated it.
         if not allowed(grant.scope, need):
             raise Forbidden(scope_refusal(grant.scope, need), code="auth.scope")

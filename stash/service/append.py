@@ -97,7 +97,8 @@ def _fold(ring: Keyring, mf: Any, chain: Any) -> None:
     for w in inbox.waiting(ring.conn):
         g = grants.get(w.grant_id)
         if (g is None or g.mac is None or g.tag is None
-                or not hmac.compare_digest(bytes(g.mac), inbox_seal.grant_mac(chain, store, g.id, bytes(g.tag)))):
+                or not hmac.compare_digest(bytes(g.mac), inbox_seal.grant_mac(chain, store, g.id, bytes(g.tag),
+                                                                              ring.notes(g.id).expires))):
             raise Damaged("A note waiting for this memory names an append capability its owner never minted; "
                           "restore the key ring from a backup.")
         try:

@@ -16,10 +16,11 @@ from ..core.errors import Damaged
 from ..crypto import aead
 from ..storage.keyring import now_utc
 
-EVENTS = ("mint", "revoke", "rotate", "erase", "export", "config", "forget", "import")
+EVENTS = ("mint", "revoke", "rotate", "erase", "export", "config", "forget", "import", "create", "fork", "delete")
 RECEIPTS = Path("receipts") / "deletions.jsonl"
 """Under the data folder: one JSON line per destroyed store (the user's
-digest, time, the grant that destroyed it, how many memories it held)."""
+digest, time, the grant that destroyed it, how many memories it held), and
+per destroyed memory of a store (the same, and the memory's digest)."""
 
 
 def user_digest(user_id: str) -> str:
@@ -41,11 +42,21 @@ def trail(session) -> dict:
                       "backup.") from None
 
 
-def deletion_receipt(data_dir: Path, answer: dict, grant_id: int) -> dict:
-    """Keep the receipt of a destroyed store where an operator finds it,
-    durably (the store it speaks of is gone); returns the answer with it."""
-    line = {"user_sha256": user_digest(answer["user_id"]), "at": answer.get("at") or now_utc(), "grant": grant_id,
+def memory_digest(user_id: str, name: str) -> str:
+    """How a receipt names a destroyed memory of a store: found with
+    ``printf 'stash/v1|deleted-memory|%s/%s' USER_ID NAME | sha256sum``."""
+    return hashlib.sha256(f"stash/v1|deleted-memory|{user_id}/{name}".encode()).hexdigest()
+
+
+def deletion_receipt(data_dir: Path, answer: dict, grant_id: int, user_id: str | None = None) -> dict:
+    """Keep the receipt of a destroyed store (or, with ``user_id``, of the
+    destroyed memory ``answer["memory"]`` of that store) where an operator
+    finds it, durably (what it speaks of is gone); returns the answer with it."""
+    user = user_id or answer["user_id"]
+    line = {"user_sha256": user_digest(user), "at": answer.get("at") or now_utc(), "grant": grant_id,
             "memories": answer.get("memories")}
+    if user_id is not None:
+        line["memory_sha256"] = memory_digest(user_id, answer["memory"])
     path = Path(data_dir) / RECEIPTS
     path.parent.mkdir(mode=0o700, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:

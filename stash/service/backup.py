@@ -146,13 +146,20 @@ def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
         report = verify_user(dest / "users" / folder.name) if copied.copied else None
         out.append((copied, report))
         if copied.copied:
-            users[folder.name] = {p.name: p.stat().st_size for p in sorted((dest / "users" / folder.name).iterdir())}
+            users[folder.name] = _files(dest / "users" / folder.name)
         else:
             skipped[folder.name] = copied.note
     _fsync(dest / "users")
     _write_manifest(dest, {**manifest, "users": users, "skipped": skipped, "finished": _utc_now(),
                            "complete": True})
     return out
+
+
+def _files(copy: Path) -> dict[str, int]:
+    """Every file of a user's copy by its path relative to it, each memory's
+    under ``m/<name>/`` included, with its size: what the manifest holds, so
+    a memory missing from the backup is named as any file is."""
+    return {p.relative_to(copy).as_posix(): p.stat().st_size for p in sorted(copy.rglob("*")) if p.is_file()}
 
 
 def check_manifest(folder: Path, required: bool) -> list[str]:
@@ -184,6 +191,8 @@ def check_manifest(folder: Path, required: bool) -> list[str]:
             problems.append(f"user {user_id} is missing (backup.json lists it)")
             continue
         for name, size in sorted(files.items()):
+            if (where / name).is_dir():
+                continue  # a memories folder, as a backup made before memories' files were listed records it
             try:
                 now = (where / name).stat().st_size
             except OSError:

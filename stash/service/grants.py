@@ -20,10 +20,11 @@ MINTABLE = ("read", "full", "append")
 
 def mint(session: Session, vault: Vault, scope: object, label: object, expires: object, address: str | None,
          keyed: bool) -> dict[str, object]:
-    """A new read or full capability. Its terms are checked before anything
-    is written; ``address`` is the server address its AGENTS.md block names
-    (None: the one given was refused); ``keyed``: the request carried an
-    Idempotency-Key, so the token can be shown again to an exact retry."""
+    """A new read, append or full capability. Its terms (label, expiry, for
+    every scope) are checked before anything is written; ``address`` is the
+    server address its AGENTS.md block names (None: the one given was
+    refused); ``keyed``: the request carried an Idempotency-Key, so the
+    token can be shown again to an exact retry."""
     if scope not in MINTABLE:
         raise Invalid("scope must be \"read\", \"append\" or \"full\"; ownership is never transferable.",
                       code="grants.bad_scope")
@@ -32,10 +33,7 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
     if address is None:
         raise Invalid(BAD_URL, code="grants.bad_url")
     if scope == "append":
-        if label is not None or expires is not None:
-            raise Invalid("An append capability takes no label or expiry in this release; revoke it to end it.",
-                          code="grants.bad_scope")
-        grant_id, token = memories.mint_append(vault, session)
+        grant_id, token = memories.mint_append(vault, session, label, expires)
         created = next(g.created for g in inbox.grants(session.keyring.conn) if g.id == grant_id)
     else:
         grant_id, token = vault.mint_grant(session, scope, label, expires)

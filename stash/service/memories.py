@@ -15,19 +15,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from ..core import words as word_search
-from ..core.errors import Conflict, Invalid, Unauthorized
+from ..core.errors import Conflict, Damaged, Invalid, Unauthorized
 from ..core.recall import BadPattern, compile_pattern
-from ..crypto import inbox_seal, keys, tokens
+from ..crypto import aead, inbox_seal, keys, owner_seal, tokens
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
 from ..storage import inbox, memories, userlock
 from ..storage import memory_fork as fork_files
-from ..storage.keyring import Keyring, now_utc, open_keyring
+from ..storage.keyring import LABEL_PAD, Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from ..storage.memories import MAIN, MemoryFiles
-from . import audit
+from . import audit, grant_terms
 from .access import Session, Vault, unknown_memory
 from .append import ensure_public
 
@@ -35,6 +36,11 @@ DEFAULT_MAX_MEMORIES = 100
 ERASE_MAX = 10_000  # matches one erasure across memories may take, as POST /erase's ids
 BAD_NAME = ("A memory's name is 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or "
             "digit.")
+
+
+def _main(session: Session) -> Keyring:
+    """Main's key ring, whichever memory the owner's session is on."""
+    return session.main_keyring or session.keyring
 
 
 def check_name(name: object) -> str:
@@ -87,6 +93,18 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
     return staged, chain, number
 
 
+def _refuse_existing(vault: Vault, session: Session, name: str) -> None:
+    """409 when memory ``name`` exists: a create or fork resent after a lost
+    answer. It is named in main's key ring first, in case a crash cut the
+    first request between its rename and its naming (storage/memories.py,
+    ``name_memory``)."""
+    if not memories.exists(vault.data_dir, session.user_id, name):
+        return
+    with _ring(vault, session.user_id, name) as ring:
+        memories.name_memory(_main(session).conn, memories.number_of(ring.conn), name)
+    raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+
+
 def _room(vault: Vault, session: Session, max_memories: int) -> None:
     if len(memories.names(vault.data_dir, session.user_id)) >= max_memories:
         raise Conflict(f"This identity holds {max_memories} memories, the most this server allows; delete one "
@@ -96,13 +114,13 @@ def _room(vault: Vault, session: Session, max_memories: int) -> None:
 def create(vault: Vault, session: Session, name: object, max_memories: int = DEFAULT_MAX_MEMORIES) -> dict:
     """A new empty memory, published whole by one rename (storage/memories.py)."""
     name = check_name(name)
-    memories.sweep(vault.data_dir, session.user_id)
-    if memories.exists(vault.data_dir, session.user_id, name):
-        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
+    _refuse_existing(vault, session, name)
     _room(vault, session, max_memories)
-    staged, _, _ = _build(vault, session, name)
+    staged, _, number = _build(vault, session, name)
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    memories.name_memory(_main(session).conn, number, name)  # published: now a restore looks for it
     return describe(vault, session.user_id, name)
 
 
@@ -110,10 +128,14 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
     """A memory's listing row, read from its key ring (``owner``: that
     memory's owner keys, which open its last write day)."""
     files = MemoryFiles(vault.data_dir, user_id, name)
+    now = datetime.now(UTC)
     with _ring(vault, user_id, name) as ring:
         head = ring.log_head()
-        live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"]
-        appends = [g for g in inbox.grants(ring.conn) if g.revoked is None]
+        # Live: neither revoked nor past its expiry, as GET /grants says.
+        live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"
+                and not grant_terms.expired(ring.notes(g.id).expires, now)]
+        appends = [g for g in inbox.grants(ring.conn) if g.revoked is None
+                   and not grant_terms.expired(ring.notes(g.id).expires, now)]
         created = ring.meta(memories.CREATED) or next((g.created for g in ring.grants()), "")
         pending = inbox.pending(ring.conn)
         last = memories.write_day(ring, owner)
@@ -129,12 +151,14 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
 
 
 def listing(vault: Vault, session: Session, token: str | None) -> dict:
-    memories.sweep(vault.data_dir, session.user_id)
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     rows = [describe(vault, session.user_id, MAIN, session.owner)]
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
         try:
             with vault.session(token, "owner", memory=name) as other:
                 rows.append(describe(vault, session.user_id, name, other.owner))
+                # A memory made before main's key ring kept names gets its name there (what restore reads).
+                memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
         except Unauthorized:
             continue  # a rotation moved this memory to the new owner token already
     rows.sort(key=lambda r: (r["created"], r["name"]))
@@ -149,7 +173,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     if name == MAIN:
         raise Conflict("Memory main is deleted only with the whole identity: DELETE /store.",
                        code="memory.main")
-    memories.sweep(vault.data_dir, session.user_id)
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     if not memories.exists(vault.data_dir, session.user_id, name):
         raise unknown_memory()
     files = MemoryFiles(vault.data_dir, session.user_id, name)
@@ -161,7 +185,13 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     with userlock.exclusive(files.folder):
         if vault.pool is not None:
             vault.pool.drop_folder(files.folder, held=True)
-        gone = memories.retire(files)
+        gone = memories.retire(files, number)
+    # From the rename on it is gone for every request: its receipt is kept
+    # now (as DELETE /store's, audit.deletion_receipt), so a crash while it is
+    # shredded, which the next sweep finishes, does not lose the receipt.
+    answer = audit.deletion_receipt(vault.data_dir, {
+        "memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
+        "at": now_utc()}, session.grant_id, session.user_id)
     main = session.main_keyring or session.keyring
     # Its salt goes first: from then on the owner token opens nothing of it,
     # even from copies of its files kept from before.
@@ -170,8 +200,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
     memories.shred(gone)
     memories.drop_tags(main.conn, memory=name)
     vault.tags.grants_seen(session.user_id, main.conn)
-    return {"memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
-            "at": now_utc()}
+    return answer
 
 
 # ------------------------------------------------------------ bound capabilities
@@ -194,12 +223,12 @@ def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]
     main's from this session, every other memory's from an owner session on
     it (its labels are sealed to that memory's owner keys). The owner's
     enrolment in each memory is not listed again."""
-    rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session.keyring, MAIN)
+    rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session, MAIN)
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
         try:
             with vault.session(token, "owner", memory=name) as other:
                 rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
-                rows += _appends(other.keyring, name)
+                rows += _appends(other, name)
         except Unauthorized:
             continue  # a rotation moved this memory to the new owner token already
     return rows
@@ -228,22 +257,45 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict:
     return {"events": rows, "trail": trail}
 
 
-def _appends(ring: Keyring, name: str) -> list[dict]:
-    return [{"id": g.id, "scope": "append", "label": None, "created": g.created, "expires": None,
-             "revoked": g.revoked, "expired": False, "live": g.revoked is None, "last_used": None, "you": False,
-             "memory": name} for g in inbox.grants(ring.conn)]
+def _appends(session: Session, name: str) -> list[dict]:
+    """The memory's append capabilities as ``GET /grants`` lists any: the
+    label opened with the owner keys, the expiry and whether it passed."""
+    ring, now = session.keyring, datetime.now(UTC)
+    rows = []
+    for g in inbox.grants(ring.conn):
+        expires = ring.notes(g.id).expires
+        try:
+            label = ring.label(g.id, session.keys, session.owner)
+        except (aead.Unsealable, UnicodeDecodeError):
+            raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
+                          "backup.") from None
+        expired = grant_terms.expired(expires, now)
+        rows.append({"id": g.id, "scope": "append", "label": label, "created": g.created, "expires": expires,
+                     "revoked": g.revoked, "expired": expired, "live": g.revoked is None and not expired,
+                     "last_used": None, "you": False, "memory": name})
+    return rows
 
 
-def mint_append(vault: Vault, session: Session) -> tuple[int, str]:
+def mint_append(vault: Vault, session: Session, label: str | None = None,
+                expires: str | None = None) -> tuple[int, str]:
     """A new append capability over the session's memory: its tag and a MAC
-    under the memory's keys; no key at all (service/append.py)."""
+    under the memory's keys (binding its expiry); no key at all
+    (service/append.py). Its label is sealed to the owner, as a read or full
+    grant's is; its expiry refuses it as theirs does."""
     token, secret = tokens.mint(session.user_id)
     tag = tokens.lookup_tag(session.user_id, secret)
     ring = session.keyring
     ensure_public(ring, session.keys)
     number = memories.number_of(ring.conn)
+    public = ring.owner_public()
+    if label is not None and public is None:
+        raise Invalid("This memory has no owner key yet to seal a label to; mint it without a label.",
+                      code="grants.bad_label")
+    sealed = None if label is None or public is None else (
+        lambda gid: owner_seal.seal(ring.user_id, public, f"grant_label|{gid}", label.encode(), pad=LABEL_PAD))
     grant_id = inbox.add(ring.conn, max(number, 0), tag,
-                         lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag))
+                         lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag, expires),
+                         expires=expires, label_of=sealed)
     if session.memory_name != MAIN and session.main_keyring is not None:
         memories.put_tag(session.main_keyring.conn, tag, session.memory_name)
     return grant_id, token
@@ -273,11 +325,10 @@ def fork(vault: Vault, session: Session, name: object, at: object,
         at = T
     if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= T:
         raise Invalid(f"at must be a whole number from 0 to {T} (this memory's T).", code="memory.bad_at")
-    memories.sweep(vault.data_dir, session.user_id)
-    if memories.exists(vault.data_dir, session.user_id, name):
-        raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
+    _refuse_existing(vault, session, name)
     _room(vault, session, max_memories)
-    staged, chain, _ = _build(vault, session, name)
+    staged, chain, number = _build(vault, session, name)
     store = memories.store_id(session.user_id, name)
     with open_keyring(staged.keyring, store) as ring:
         dst = MemoryFile(staged.memory, store, chain, vault.file_cipher, page_bytes=ring.memory_page_bytes(),
@@ -296,6 +347,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
         ring.advance_head(head, version, chain=chain)
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
+    memories.name_memory(_main(session).conn, number, name)  # published: now a restore looks for it
     return {**describe(vault, session.user_id, name), "source": session.memory_name, "at": at,
             "erased": len(erased), "summaries": summaries}
 

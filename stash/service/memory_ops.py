@@ -18,6 +18,7 @@ from ..core.errors import StashError
 from ..storage import memories, userlock
 from ..storage.files import DB_ERRORS, overwrite_with_zeros, private_folder
 from ..storage.memories import MAIN, SUBFOLDER
+from .pair_agree import agree
 
 COPIED = ("keyring.db", "memory.db", "keyring.db-wal", "memory.db-wal")
 
@@ -88,6 +89,9 @@ def _files_check(folder: Path, user_id: str, name: str) -> str:
             mem.close()
         if row is None or row[0] != store:
             raise ValueError("its memory.db belongs to another memory (or none)")
+        why = agree(folder / "keyring.db", folder / "memory.db")  # what a restore asks of the pair too
+        if why is not None:
+            raise ValueError(why)
     return f"{live} live capabilities"
 
 
@@ -97,7 +101,12 @@ def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
     names = others(folder)
     if not names:
         return
+    from ..crypto import tokens
     from .access import Vault
+
+    parsed = tokens.parse(token_text) if token_text else None
+    if parsed is None or parsed.user_id != folder.name:
+        token_text = None  # another user's token (or none): checked as without one, as main is
 
     try:
         with _private_identity(folder) as data:

@@ -31,11 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..crypto.chain import Head
-from ..storage import safeopen
-from ..storage.keyring import EPOCH, HEAD_COPY, STATE_COPY
+from ..storage import memories, safeopen
 from ..storage.layout import DATA_FILES, USER_ID
-from ..storage.memfile import EPOCH_META, HEAD_META, STATE_META
+from .pair_agree import agree
+from .pair_agree import meta as _meta
 from .verify import Report, verify_user
 
 # Both replicated files of a user, each by its exact name (storage/layout.py);
@@ -274,40 +273,6 @@ def _moments(settings: dict[str, object], local: Path) -> list[dt.datetime]:
         return []
 
 
-def _meta(path: Path, table: str) -> dict[str, str]:
-    conn = safeopen.open_plain(path, read_only=True)  # a crafted view or trigger is refused, never run
-    try:
-        return dict(conn.execute(f"SELECT name, value FROM {table}").fetchall())
-    finally:
-        conn.close()
-
-
-def agree(keyring: Path, memory: Path) -> str | None:
-    """Why the two files cannot be served together, or None when they can:
-    the key ring's copies of the log head and of the state version are not
-    ahead of the memory file, and the memory file's rows are sealed under an
-    epoch the key ring holds. Needs no key (the plain file's meta is clear)."""
-    try:
-        ring, mem = _meta(keyring, "keyring_meta"), _meta(memory, "meta")
-    except safeopen.ForeignSchema as e:
-        return f"a file holds a schema Stash does not make: {e}"
-    except sqlite3.Error:
-        return "a file does not open"
-    copy = Head.parse(ring[HEAD_COPY]) if HEAD_COPY in ring else None
-    head_text = mem.get(HEAD_META)
-    if copy is not None and head_text is not None:
-        count, _prev, digest = head_text.split(" ")
-        if copy.count > int(count):
-            return "the key ring records more memories than the memory file holds"
-        if copy.count == int(count) and copy.digest.hex() != digest:
-            return "the key ring's copy of the log head differs from the memory file's"
-    if STATE_COPY in ring and STATE_META in mem and int(ring[STATE_COPY]) > int(mem[STATE_META].split(" ")[0]):
-        return "the key ring records a later state than the memory file holds"
-    if int(mem.get(EPOCH_META, "0")) > int(ring.get(EPOCH, "0")):
-        return "the memory file is sealed under a key epoch the key ring does not hold"
-    return None
-
-
 @dataclass
 class Restored:
     user_id: str
@@ -316,6 +281,7 @@ class Restored:
     report: Report | None = None
     problem: str = ""
     absent: bool = False  # not in the replica at that moment (made later, or never shipped)
+    left: list[str] = field(default_factory=list)  # memories main's key ring names that were not restored
 
     @property
     def ok(self) -> bool:
@@ -360,36 +326,88 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
     folder.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     stage = Path(tempfile.mkdtemp(prefix=f".restore-{user_id}-", dir=folder.parent))
     try:
-        ring, mem = stage / "keyring.db", stage / "memory.db"
-        settings = {name: target.at(f"users/{user_id}/{name}") for name in REPLICATED}
-        if not (_restore_file(settings["keyring.db"], ring, at) and _restore_file(settings["memory.db"], mem, at)):
+        found = _restore_pair(target, f"users/{user_id}", stage, at)
+        if found is None:
             return Restored(user_id, problem="the replica holds no copy of this user at that moment", absent=True)
-        latest = agree(ring, mem)
-        if latest is None:
-            return _settle(user_id, stage, folder, data_dir, at, 0)
-        ring_points = _restore_points(settings["keyring.db"], ring, at)
-        tried = 1
-        for m in _restore_points(settings["memory.db"], mem, at):
-            if not _restore_file(settings["memory.db"], mem, m):
-                continue
-            earlier = [k for k in ring_points if m is None or (k is not None and k <= m)]
-            for k in earlier[:RING_STEPS]:
-                if (m, k) == (at, at) or not _restore_file(settings["keyring.db"], ring, k):
-                    continue
-                if agree(ring, mem) is None:
-                    return _settle(user_id, stage, folder, data_dir, m, tried)
-                tried += 1
-        return Restored(user_id, problem=f"no moment of the replica has its two files agreeing (at the latest, "
-                                         f"{latest}), so nothing of it was restored")
+        if isinstance(found, str):
+            return Restored(user_id, problem=found)
+        moment, stepped = found
+        left = _restore_memories(target, user_id, stage, at)
+        done = _settle(user_id, stage, folder, data_dir, moment, stepped)
+        done.left = [name for name, _ in left]
+        if done.report is not None:
+            done.report.facts += [f"memory {name}: {why}; not restored" for name, why in left]
+        return done
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def _restore_pair(target: Target, rel: str, stage: Path,
+                  at: dt.datetime | None) -> tuple[dt.datetime | None, int] | str | None:
+    """Restore one memory's two files (``rel`` under the replica) into
+    ``stage`` at the latest moment they agree (:func:`restore_user`): that
+    moment and how many were stepped over, None when the replica holds
+    neither at that moment, or why no moment agrees."""
+    ring, mem = stage / "keyring.db", stage / "memory.db"
+    settings = {name: target.at(f"{rel}/{name}") for name in REPLICATED}
+    if not (_restore_file(settings["keyring.db"], ring, at) and _restore_file(settings["memory.db"], mem, at)):
+        return None
+    latest = agree(ring, mem)
+    if latest is None:
+        return at, 0
+    ring_points = _restore_points(settings["keyring.db"], ring, at)
+    tried = 1
+    for m in _restore_points(settings["memory.db"], mem, at):
+        if not _restore_file(settings["memory.db"], mem, m):
+            continue
+        earlier = [k for k in ring_points if m is None or (k is not None and k <= m)]
+        for k in earlier[:RING_STEPS]:
+            if (m, k) == (at, at) or not _restore_file(settings["keyring.db"], ring, k):
+                continue
+            if agree(ring, mem) is None:
+                return m, tried
+            tried += 1
+    return (f"no moment of the replica has its two files agreeing (at the latest, {latest}), so nothing of it was "
+            "restored")
+
+
+def _restore_memories(target: Target, user_id: str, stage: Path, at: dt.datetime | None) -> list[tuple[str, str]]:
+    """Bring back every other memory main's restored key ring names
+    (storage/memories.py, ``named``) into ``stage/m/<name>/``, each at the
+    latest moment (at or before ``at``) its own two files agree: the
+    memories the identity had at main's moment, never one deleted before it
+    (its name went with its salt). Returns the memories left out, with why:
+    one made in the replica's last moments whose files were never shipped,
+    or one whose files never agree."""
+    try:
+        conn = safeopen.open_plain(stage / "keyring.db", read_only=True)
+        try:
+            names = memories.numbered(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+    left = []
+    for name, number in names.items():
+        where = stage / memories.SUBFOLDER / name
+        where.mkdir(parents=True, mode=0o700)
+        found = _restore_pair(target, f"users/{user_id}/{memories.SUBFOLDER}/{name}", where, at)
+        why = "the replica holds no copy of it at that moment" if found is None else found
+        if not isinstance(why, str) and _meta(where / "keyring.db", "keyring_meta").get(memories.NUMBER) != str(number):
+            # Deleted and made again between main's moment and its own: its owner salt is not main's.
+            why = "its files in the replica are of a later memory of that name than main's key ring knew"
+        if isinstance(why, str):
+            shutil.rmtree(where)
+            left.append((name, why))
+    return left
+
+
 def _settle(user_id: str, stage: Path, folder: Path, data_dir: Path, moment: dt.datetime | None,
             stepped: int) -> Restored:
-    """The agreeing pair in ``stage`` becomes the user's folder, checked."""
-    for name in REPLICATED:
-        os.chmod(stage / name, 0o600)
+    """The agreeing pair in ``stage`` (and every memory restored into its
+    ``m/``) becomes the user's folder, checked."""
+    for path in stage.rglob("*"):
+        os.chmod(path, 0o700 if path.is_dir() else 0o600)
     os.chmod(stage, 0o700)
     os.rename(stage, folder)
     label = "latest" if moment is None else moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -135,7 +135,8 @@ KEY_RING_FORMATS = (
            "keyring_meta 'copies_mac' (before: the copies in clear, sealed by the first session that opens the "
            "memory)", "storage.ring_copies.read", "unreleased", lambda d: "copies_mac" in d.keyring_meta),
     Format(KEY_RING, "memories", "an identity holds named memories: main's key ring numbers them and keeps their "
-           "capabilities' tags and owner salts (memory_tags, memory_salts); another memory's key ring, in "
+           "capabilities' tags, owner salts and names (memory_tags, memory_salts, memory_names); another "
+           "memory's key ring, in "
            "m/<name>/ with 2 KiB pages, records its number; append capabilities and their waiting notes "
            "(append_grants, inbox) in each memory's", "keyring_meta 'memories_made' (main) or "
            "'memory_number' (another memory)", "storage.memories.names", "unreleased",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from . import memories
+from . import formats, memories
 from .files import write_transaction
 from .keyring import now_utc
 
@@ -61,8 +61,12 @@ def live_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
     return frozenset(bytes(r[0]) for r in conn.execute("SELECT tag FROM append_grants WHERE revoked IS NULL"))
 
 
-def add(conn: sqlite3.Connection, number: int, tag: bytes, mac_of: object) -> int:
-    """File an append grant of memory ``number``; ``mac_of(grant_id)`` is its MAC."""
+def add(conn: sqlite3.Connection, number: int, tag: bytes, mac_of: object, expires: str | None = None,
+        label_of: object = None) -> int:
+    """File an append grant of memory ``number``; ``mac_of(grant_id)`` is its
+    MAC. Its expiry (in clear, as a read or full grant's, and bound by the
+    MAC) and ``label_of(grant_id)`` (its sealed label) go into ``grant_notes``
+    in the same transaction, so no crash leaves the grant without its expiry."""
     with write_transaction(conn):
         memories.ensure(conn, "append_grants")
         base = number * memories.GRANT_ID_SPAN + memories.APPEND_ID_OFFSET
@@ -71,6 +75,11 @@ def add(conn: sqlite3.Connection, number: int, tag: bytes, mac_of: object) -> in
         assert callable(mac_of)
         conn.execute("INSERT INTO append_grants(id, tag, created, mac) VALUES (?, ?, ?, ?)",
                      (grant_id, tag, now_utc(), mac_of(grant_id)))
+        if expires is not None or label_of is not None:
+            assert label_of is None or callable(label_of)
+            formats.make_on_use(conn, "keyring_on_use", "grant_notes")
+            conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
+                         (grant_id, None if label_of is None else label_of(grant_id), expires))
     return grant_id
 
 

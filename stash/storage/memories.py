@@ -130,10 +130,12 @@ def publish(staged: MemoryFiles) -> bool:
     return True
 
 
-def retire(files: MemoryFiles) -> Path:
+def retire(files: MemoryFiles, number: int) -> Path:
     """Take memory ``files.name`` away in one rename (from here on it is not
-    there for any request), and return where it went, to be shredded."""
-    gone = files.user_folder / SUBFOLDER / f"{_RETIRED}{secrets.token_hex(8)}"
+    there for any request), and return where it went, to be shredded. The
+    hidden name carries the memory's ``number``, so a sweep after a crash
+    destroys its salt and name in main's key ring too (:func:`sweep`)."""
+    gone = files.user_folder / SUBFOLDER / f"{_RETIRED}{max(number, 0)}-{secrets.token_hex(8)}"
     os.rename(files.folder, gone)
     fsync_path(gone.parent)
     return gone
@@ -142,8 +144,13 @@ def retire(files: MemoryFiles) -> Path:
 def shred(folder: Path) -> None:
     """Overwrite every file with zeros (the key ring's wrapped keys and boxes
     first), then remove the folder: its keys are gone from the files, and
-    with them everything sealed under them."""
-    for path in sorted(folder.iterdir(), key=lambda p: (not p.name.startswith("keyring"), p.name)):
+    with them everything sealed under them. A folder already gone (a sweep
+    of another request shredded it first) is done."""
+    try:
+        paths = sorted(folder.iterdir(), key=lambda p: (not p.name.startswith("keyring"), p.name))
+    except FileNotFoundError:
+        return
+    for path in paths:
         if path.is_file():
             try:
                 overwrite_with_zeros(path)
@@ -152,8 +159,24 @@ def shred(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep(data_dir: Path, user_id: str) -> None:
-    """Finish what a crash left: remove staged folders, shred retired ones."""
+# A staged folder younger than this may be a create or fork still building
+# (another request, another worker): a sweep leaves it be.
+STAGED_FOR_S = 3600.0
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime > seconds
+    except OSError:
+        return False
+
+
+def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) -> None:
+    """Finish what a crash left: remove staged folders an hour old (a younger
+    one may be a create still building), shred retired ones —
+    with ``main`` (main's key ring), a retired memory's capabilities' tags,
+    salt and name there first, so a crash between a delete's rename and its
+    salt's end leaves nothing that opens copies of the deleted memory's files."""
     parent = UserFiles(data_dir, user_id).folder / SUBFOLDER
     try:
         entries = os.listdir(parent)
@@ -161,8 +184,14 @@ def sweep(data_dir: Path, user_id: str) -> None:
         return
     for n in entries:
         if n.startswith(_RETIRED):
+            number = n[len(_RETIRED):].split("-", 1)[0]
+            if main is not None and number.isdigit() and int(number) > 0:
+                gone = name_of(main, int(number))
+                if gone is not None:
+                    drop_tags(main, memory=gone)
+                drop_salt(main, int(number))
             shred(parent / n)
-        elif n.startswith(_STAGED):
+        elif n.startswith(_STAGED) and _older_than(parent / n, STAGED_FOR_S):
             shutil.rmtree(parent / n, ignore_errors=True)
 
 
@@ -232,6 +261,50 @@ def new_salt(conn: sqlite3.Connection, number: int) -> bytes:
     return salt
 
 
+def name_memory(conn: sqlite3.Connection, number: int, name: str) -> None:
+    """Record ``name`` for memory ``number`` in main's key ring (schema.sql,
+    "memory_names"), once it is published: a create cut by a crash before
+    its rename leaves a salt that names nothing, never a name a restore
+    would look for. Also what names a memory made before names were kept
+    (the owner's next listing), or one whose naming a crash cut."""
+    if number <= 0 or salt_of(conn, number) is None:
+        return
+    if _has(conn, "memory_names") and conn.execute("SELECT 1 FROM memory_names WHERE number = ? AND name = ?",
+                                                   (number, name)).fetchone():
+        return
+    with write_transaction(conn):
+        ensure(conn, "memory_names")
+        conn.execute("INSERT OR REPLACE INTO memory_names(number, name) VALUES (?, ?)", (number, name))
+
+
+def name_of(conn: sqlite3.Connection, number: int) -> str | None:
+    if not _has(conn, "memory_names"):
+        return None
+    row = conn.execute("SELECT name FROM memory_names WHERE number = ?", (number,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def named(conn: sqlite3.Connection) -> list[str]:
+    """The memories main's key ring names, main left out: each with a salt
+    (so not deleted), each a valid name (a crafted row is passed over), once
+    each, by number."""
+    return list(numbered(conn))
+
+
+def numbered(conn: sqlite3.Connection) -> dict[str, int]:
+    """:func:`named`, each with its number (the newest, should a crash have
+    left an older row under the same name)."""
+    if not (_has(conn, "memory_names") and _has(conn, "memory_salts")):
+        return {}
+    rows = conn.execute("SELECT n.name, n.number FROM memory_names n JOIN memory_salts s ON s.number = n.number "
+                        "ORDER BY n.number").fetchall()
+    out: dict[str, int] = {}
+    for name, number in rows:
+        if valid_name(name) and name != MAIN:
+            out[name] = int(number)
+    return out
+
+
 def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
     if number <= 0 or not _has(conn, "memory_salts"):
         return None
@@ -240,12 +313,14 @@ def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
 
 
 def drop_salt(conn: sqlite3.Connection, number: int) -> None:
-    """Destroy memory ``number``'s salt (secure_delete overwrites its cell;
-    the caller flushes the WAL)."""
+    """Destroy memory ``number``'s salt and name (secure_delete overwrites
+    their cells; the caller flushes the WAL)."""
     if not _has(conn, "memory_salts"):
         return
     with write_transaction(conn):
         conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
+        if _has(conn, "memory_names"):
+            conn.execute("DELETE FROM memory_names WHERE number = ?", (number,))
 
 
 def owner_secret(secret: bytes, salt: bytes) -> bytes:

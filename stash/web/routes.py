@@ -440,7 +440,7 @@ def grants_list(s: Session, f: Args, call: Call) -> Answer:
 
 
 @route(
-    "POST", "/grants", "owner", "Mint a read or full capability; its token is shown once",
+    "POST", "/grants", "owner", "Mint a read, append or full capability; its token is shown once",
     status=201, fields=Fields((
         Field("scope", {"enum": ["read", "append", "full"]}, "`read` may look; `append` may only note; `full` "
               "may also write", required=True),
@@ -776,7 +776,8 @@ def memories_list(s: Session, f: Args, call: Call) -> Answer:
 )), answer=MEMORY_ROW, errors=("memory.bad_name", "memory.exists", "memory.too_many"),
     description="A new, empty memory under a fresh master key of its own, the owner enrolled in its key ring. "
                 "Serve it at `/m/{name}/…`; mint capabilities bound to it with `POST /grants {\"memory\"}`. "
-                "Resent after a lost answer, it is `409 memory.exists`: the memory is there, whole.")
+                "Resent after a lost answer, it is `409 memory.exists`: the memory is there, whole.",
+    event=Event("create", lambda s, f, a: {"memory": a["name"]}))
 def memories_create(s: Session, f: Args, call: Call) -> Answer:
     return memories.create(call.vault, s, f["name"], call.settings.max_memories)
 
@@ -785,8 +786,12 @@ def memories_create(s: Session, f: Args, call: Call) -> Answer:
        name_params=("name",),
        answer=obj({"memory": string(), "destroyed": {"const": True},
                    "memories": integer(0, description="how many memories its log held"),
-                   "grants_ended": {"type": "array", "items": integer(1)}, "at": ref("Timestamp")}),
+                   "grants_ended": {"type": "array", "items": integer(1)}, "at": ref("Timestamp"),
+                   "receipt": string("Where, under the server's data folder, the operator finds this receipt "
+                                     "(receipts/deletions.jsonl), as for DELETE /store.")}),
        errors=("memory.unknown", "memory.main"),
+       event=Event("delete", lambda s, f, a: {"memory": a["memory"], "memories": a["memories"],
+                                              "grants_ended": len(a["grants_ended"])}),
        description="Renames the memory away in one step (from then on nothing opens it), overwrites every file "
                    "of it with zeros (its key ring first) and removes them; its capabilities end. Memory `main` "
                    "goes only with the identity (`DELETE /store`).",
@@ -809,6 +814,7 @@ def memories_delete(s: Session, f: Args, call: Call) -> Answer:
                    "erased, the summaries of every block inside them and its sizes, sealed afresh under its own "
                    "keys. Only the owner is enrolled in it: no capability of the source opens it.",
        memory_of=lambda vault, user, f: f.get("source"),
+       event=Event("fork", lambda s, f, a: {"memory": a["name"], "at": a["at"]}),
        unknown=lambda: NotFound("No such memory; list them with GET /memories.", code="memory.unknown"))
 def memories_fork(s: Session, f: Args, call: Call) -> Answer:
     return memories.fork(call.vault, s, f["name"], f.get("at"), call.settings.max_memories)

@@ -90,6 +90,43 @@ def test_append_token_with_every_file_opens_nothing(api: Api, data_dir) -> None:
     ring.close()
 
 
+def test_append_grant_takes_label_and_expiry_like_read_and_full(api: Api, data_dir) -> None:
+    """POST /grants takes label and expires for every scope: an append
+    grant's label is listed (sealed to the owner on disk), its expiry refuses
+    the token, and an expiry edited in the key ring to extend the grant is
+    caught by the MAC that binds it."""
+    made = api.init()
+    owner = made["token"]
+    api.post("/memories", owner, json={"name": "ci"})
+    later = "2099-01-01T00:00:00Z"
+    body = {"scope": "append", "memory": "ci", "label": "nightly build qqlabel", "expires": later}
+    minted = api.post("/grants", owner, json=body)
+    assert minted.status_code == 201, minted.text
+    grant = minted.json()
+    assert (grant["label"], grant["expires"]) == ("nightly build qqlabel", later)
+    (row,) = [g for g in api.get("/grants", owner).json()["grants"] if g["id"] == grant["id"]]
+    assert (row["label"], row["expires"], row["live"]) == ("nightly build qqlabel", later, True)
+    assert api.post("/note", grant["token"], json={"text": "build 1"}).status_code == 200
+    ring_path = data_dir / "users" / made["user_id"] / "m" / "ci" / "keyring.db"
+    assert b"qqlabel" not in ring_path.read_bytes()
+    # Its expiry passes (moved into the past on disk: the stored expiry is trusted to refuse): refused as revoked.
+    ring = sqlite3.connect(ring_path)
+    ring.execute("UPDATE grant_notes SET expires = '2020-01-01T00:00:00Z' WHERE grant_id = ?", (grant["id"],))
+    ring.commit()
+    assert api.post("/note", grant["token"], json={"text": "after expiry"}).status_code == 401
+    (listed,) = [m for m in api.get("/memories", owner).json()["memories"] if m["name"] == "ci"]
+    assert listed["grants"] == 0  # an expired capability is not a live one
+    # A short grant extended by editing its expiry: its notes are refused at the fold, never folded quietly.
+    short = api.post("/grants", owner, json={**body, "expires": "2098-01-01T00:00:00Z"}).json()
+    ring.execute("UPDATE grant_notes SET expires = '2100-01-01T00:00:00Z' WHERE grant_id = ?", (short["id"],))
+    ring.commit()
+    ring.close()
+    assert api.post("/note", short["token"], json={"text": "smuggled"}).status_code == 200
+    resp = api.get("/m/ci/wake", owner)
+    assert resp.status_code == 500 and resp.json()["error"] == "store.damaged"
+    assert "smuggled" not in resp.text
+
+
 def test_delete_memory_ends_its_grants(api: Api) -> None:
     owner = api.init()["token"]
     api.post("/memories", owner, json={"name": "gone"})
@@ -100,6 +137,35 @@ def test_delete_memory_ends_its_grants(api: Api) -> None:
     assert api.get("/wake", tok).status_code == 401
     assert api.get("/m/gone/wake", owner).json()["error"] == "memory.unknown"
     assert api.delete("/memories/main", owner).json()["error"] == "memory.main"
+
+
+def test_delete_memory_leaves_a_receipt_like_delete_store(api: Api, data_dir) -> None:
+    """As DELETE /store: the answer names the receipt, a durable line for the
+    operator names the memory only by a digest they recompute, and main's
+    audit trail (which survives) records the deletion."""
+    import hashlib
+    import json
+
+    made = api.init()
+    owner, user = made["token"], made["user_id"]
+    api.post("/memories", owner, json={"name": "gone"})
+    api.post("/m/gone/note", owner, json={"text": "words never in a receipt"})
+    ended = _mint(api, owner, "full", "gone")["id"]
+    answer = api.delete("/memories/gone", owner).json()
+    assert answer["receipt"] == "receipts/deletions.jsonl" and answer["grants_ended"] == [ended]
+    line = (data_dir / answer["receipt"]).read_text(encoding="utf-8").splitlines()[-1]
+    digest = hashlib.sha256(f"stash/v1|deleted-memory|{user}/gone".encode()).hexdigest()
+    assert json.loads(line) == {"user_sha256": hashlib.sha256(f"stash/v1|deleted-user|{user}".encode()).hexdigest(),
+                                "memory_sha256": digest, "at": answer["at"], "grant": 1, "memories": 1}
+    assert "never in a receipt" not in line and user not in line and "gone" not in line
+    events = api.get("/audit", owner).json()["events"]
+    (event,) = [e for e in events if e["event"] == "delete"]
+    assert event["memory"] == "main" and event["detail"] == {"memory": "gone", "memories": 1, "grants_ended": 1}
+    assert [e["detail"] for e in events if e["event"] == "create"] == [{"memory": "gone"}]
+    api.post("/m/main/note", owner, json={"text": "one"})
+    assert api.post("/memories/main/fork", owner, json={"name": "copy"}).status_code == 201
+    (forked,) = [e for e in api.get("/audit", owner).json()["events"] if e["event"] == "fork"]
+    assert forked["memory"] == "main" and forked["detail"] == {"memory": "copy", "at": 1}
 
 
 def test_revoking_in_a_starts_an_epoch_in_a_only(api: Api, data_dir) -> None:

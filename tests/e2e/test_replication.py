@@ -145,6 +145,12 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         erased_text = f"erase me {os.urandom(6).hex()}"
         doomed = http.ok("POST", "/note", a["token"], json={"text": erased_text})["id"]
         http.ok("POST", "/note", revoked["token"], json={"text": "written by the grant later revoked"})
+        # Every memory of an identity is replicated and restored: one kept with a bound token, one deleted.
+        for name in ("proj", "gone"):
+            assert http.post("/memories", a["token"], json={"name": name}).status_code == 201
+            http.ok("POST", f"/m/{name}/note", a["token"], json={"text": f"kept in {name}"})
+        proj_reader = http.ok("POST", "/grants", a["token"], json={"scope": "read", "memory": "proj"})
+        http.ok("DELETE", "/memories/gone", a["token"])
         # Each flushed by Litestream's checkpoint, which may come before the flush waits for it.
         assert owner_action(http, "DELETE", f"/grants/{revoked['id']}", a["token"])["flushed"] is True
         receipt = owner_action(http, "POST", "/erase", a["token"], json={"ids": [doomed]})
@@ -201,6 +207,12 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
         # The erased memory stays erased.
         assert not recalled(http, a["token"], erased_text)
         assert erased_text.encode() not in http.get("/export", a["token"]).content
+        # Every memory main's key ring named at its moment is back, and only those.
+        listed = http.ok("GET", "/memories", a["token"])["memories"]
+        assert sorted(m["name"] for m in listed) == ["main", "proj"], listed
+        assert "kept in proj" in http.get("/m/proj/wake", a["token"]).text
+        assert "kept in proj" in http.get("/wake", proj_reader["token"]).text
+        http.ok("POST", "/m/proj/note", a["token"], json={"text": "proj after the failover"})
         # Restored stores take new writes.
         http.ok("POST", "/note", c["token"], json={"text": "after the failover"})
     finally:
@@ -213,7 +225,11 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
     secrets = [u["token"].encode() for u in (a, b, c)] + [reader["token"].encode(), revoked["token"].encode()]
     secrets += [tokens.parse(u["token"]).secret for u in (a, b, c)]
     secrets += chain_keys + [keys.subkey(k, b"rows") for k in chain_keys]
-    secrets += [erased_text.encode(), b"acked 1", b"written by the grant"]
+    secrets += [erased_text.encode(), b"acked 1", b"written by the grant", b"kept in", proj_reader["token"].encode()]
+    proj_keys = epoch_keys_of(fresh / "users" / a["user_id"] / "m" / "proj" / "keyring.db", proj_reader["token"],
+                              f"{a['user_id']}/m/proj")
+    assert proj_keys  # memory proj's own keys, which the replica must not hold either
+    secrets += proj_keys
     assert_holds_no_secret([replica_bytes(replica), replica_bytes(fresh)], secrets)
 
 
@@ -227,6 +243,8 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         revoked = http.ok("POST", "/grants", owner["token"], json={"scope": "read"})
         for k in range(4):
             http.ok("POST", "/note", owner["token"], json={"text": f"before {k}"})
+        assert http.post("/memories", owner["token"], json={"name": "early"}).status_code == 201
+        http.ok("POST", "/m/early/note", owner["token"], json={"text": "in early"})
         time.sleep(1.2)  # Litestream lists moments to the second
         moment = dt.datetime.now(dt.UTC)
         time.sleep(1.2)
@@ -234,6 +252,10 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         after = f"after-{os.urandom(6).hex()}"
         for k in range(4):
             http.ok("POST", "/note", owner["token"], json={"text": f"{after} {k}"})
+        # A memory made after the moment, and the one made before it deleted.
+        assert http.post("/memories", owner["token"], json={"name": "late"}).status_code == 201
+        http.ok("POST", "/m/late/note", owner["token"], json={"text": "in late"})
+        http.ok("DELETE", "/memories/early", owner["token"])
         time.sleep(0.5)  # five sync intervals: the last notes shipped
     finally:
         live.stop()
@@ -251,9 +273,23 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
         texts = recalled(http, owner["token"], "before|after")
         assert sum("before" in t for t in texts) == 4 and not any(after in t for t in texts)
         assert http.get("/config", revoked["token"]).status_code == 200
+        # The memories of that moment: early (deleted since, so it comes back: SECURITY.md), not late.
+        listed = {m["name"] for m in http.ok("GET", "/memories", owner["token"])["memories"]}
+        assert listed == {"main", "early"}, listed
+        assert "in early" in http.get("/m/early/wake", owner["token"]).text
     finally:
         server.stop()
         http.close()
+    assert sorted(p.name for p in (latest / "users" / uid / "m").iterdir()) == ["late"]
+    # A memory main's key ring names whose files never reached the replica: named, not restored, main is.
+    unshipped = tmp_path / "unshipped"
+    shutil.copytree(replica, unshipped)
+    shutil.rmtree(unshipped / "users" / uid / "m" / "late")
+    partial = tmp_path / "partial" / "data"
+    done = stash("restore", str(unshipped), "--data", str(partial), "--user", uid)
+    assert done.returncode == 3 and "memory late: the replica holds no copy of it" in done.stdout, done.stdout
+    assert "without a memory their key ring names" in done.stderr
+    assert (partial / "users" / uid / "keyring.db").is_file() and not (partial / "users" / uid / "m" / "late").exists()
 
     # The memory file's stream behind the key ring's (its last transactions
     # never shipped, as when the host dies between the two syncs): restore

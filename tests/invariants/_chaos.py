@@ -4,13 +4,19 @@ once, on a real ``stash serve`` with several workers and kept-open files.
 Threads of one process play the clients (the server is the processes under
 test): note writers on two full capabilities, a batch napper
 (``{"batch": 64}`` then ``{"summaries": [...]}`` as printed), a reader (wake
-and recall) and the owner looping over rotate, mint + revoke, erase three
-ids, forget a block and ``stash backup``. Every write carries an
+and recall), an agent writing to another memory (``side``) through a
+capability bound to it, and the owner looping over rotate, mint + revoke,
+erase three ids, forget a block, ``stash backup`` and a change of the
+identity's memories (create one and note in it, fork ``side``, delete one
+it made), in turn. Every write carries an
 Idempotency-Key and is resent with the same key after a busy answer or a
 lost connection, as a careful client would. Then :func:`check` asks what a
 user is promised: every acknowledged note present (or erased by a receipt),
-no 5xx at all, the memory settled and awake, ``stash verify --token`` ok, and
-the last backup holding every note acknowledged before it began.
+no 5xx at all, the memory settled and awake, every note acknowledged in
+``side`` present, the memories listed exactly those made and not deleted,
+each fork holding the ``at`` its answer named, ``stash verify --token`` ok
+(every memory), and the last backup holding every note acknowledged before
+it began, in main and in ``side``.
 
 Used by tests/invariants/test_chaos.py (a few seconds per seed) and by
 bench/chaos.py (minutes, with the numbers it writes to bench/README.md).
@@ -49,6 +55,11 @@ class Tally:
     acked: dict[int, str] = field(default_factory=dict)  # memory id -> text the server acknowledged
     backups: list[tuple[Path, dict[int, str]]] = field(default_factory=list)  # (folder, acked before it began)
     backup_failures: list[str] = field(default_factory=list)
+    side: dict[int, str] = field(default_factory=dict)  # memory side: id -> text acknowledged
+    side_token: str = ""  # the full capability bound to side
+    side_backups: list[dict[int, str]] = field(default_factory=list)  # side's acked before each backup began
+    memories: dict[str, int | None] = field(default_factory=dict)  # made, not deleted -> a fork's at
+    memory_steps: Counter = field(default_factory=Counter)  # create, fork, delete: how many were done
     owner: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,6 +86,7 @@ class Client:
     def __init__(self, server: Server, tally: Tally) -> None:
         self.http = httpx.Client(base_url=server.url, timeout=60.0, trust_env=False)
         self.tally = tally
+        self.server_data = server.data
 
     def call(self, method: str, url: str, token: str, *, key: str | None = None, stop: threading.Event | None = None,
              **kw) -> httpx.Response:
@@ -102,16 +114,18 @@ class Client:
         self.http.close()
 
 
-def _writer(server: Server, tally: Tally, token: str, name: str, stop: threading.Event) -> None:
+def _writer(server: Server, tally: Tally, token: str, name: str, stop: threading.Event,
+            acked: dict[int, str] | None = None) -> None:
     c = Client(server, tally)
     k = 0
+    acked = tally.acked if acked is None else acked
     try:
         while not stop.is_set():
             text = f"chaos {name} note {k}"
             resp = c.call("POST", "/note", token, key=str(uuid.uuid4()), json={"text": text})
             if resp.status_code == 200:
                 with tally.lock:
-                    tally.acked[resp.json()["id"]] = text
+                    acked[resp.json()["id"]] = text
             k += 1
     finally:
         c.close()
@@ -143,12 +157,38 @@ def _reader(server: Server, tally: Tally, token: str, stop: threading.Event) -> 
 
 
 OPS = ("erase", "rotate", "revoke", "forget", "backup")
+MEMORY_STEPS = ("create", "fork", "delete")
+
+
+def _memories(c: Client, tally: Tally, owner: str, step: str, n: int) -> None:
+    """One change of the identity's memories while agents write to others;
+    ``tally.memories`` follows what the answers say was done."""
+    if step == "create":
+        name = f"made{n}"
+        resp = c.call("POST", "/memories", owner, key=str(uuid.uuid4()), json={"name": name})
+        if resp.status_code == 201:
+            tally.memories[name] = None
+            tally.memory_steps[step] += 1
+            c.call("POST", f"/m/{name}/note", owner, key=str(uuid.uuid4()), json={"text": f"in {name}"})
+    elif step == "fork":
+        name = f"fork{n}"
+        resp = c.call("POST", "/memories/side/fork", owner, key=str(uuid.uuid4()), json={"name": name})
+        if resp.status_code == 201:
+            tally.memories[name] = resp.json()["at"]
+            tally.memory_steps[step] += 1
+    else:
+        mine = sorted(m for m in tally.memories if m != "side")
+        if mine:
+            resp = c.call("DELETE", f"/memories/{mine[0]}", owner, key=str(uuid.uuid4()))
+            if resp.status_code == 200:
+                del tally.memories[mine[0]]
+                tally.memory_steps[step] += 1
 
 
 def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Event, scratch: Path,
            pause: tuple[float, float]) -> None:
     c = Client(server, tally)
-    n = n_op = 0
+    n = n_op = n_mem = 0
     order = list(OPS)
     try:
         while not stop.is_set():
@@ -182,14 +222,21 @@ def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Eve
             else:
                 with tally.lock:
                     before = dict(tally.acked)
+                    side_before = dict(tally.side)
                 dest = scratch / f"backup{n}"
                 n += 1
                 res = subprocess.run([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(server.data)],
                                      cwd=REPO, capture_output=True, text=True, timeout=120)
                 if res.returncode == 0:
                     tally.backups.append((dest, before))
+                    tally.side_backups.append(side_before)
                 else:
                     tally.backup_failures.append(res.stdout[-400:] + res.stderr[-400:])
+            # And after each, the next change of the memories (after the first, all three in turn, so that
+            # even a short run on a loaded machine sees a create, a fork and a delete).
+            for _ in range(len(MEMORY_STEPS) if n_mem == 0 else 1):
+                _memories(c, tally, tally.owner, MEMORY_STEPS[n_mem % len(MEMORY_STEPS)], n_mem)
+                n_mem += 1
             stop.wait(rng.uniform(*pause))
     finally:
         c.close()
@@ -211,6 +258,11 @@ def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int =
         resp = boot.call("POST", "/grants", tally.owner, json={"scope": "full"})
         assert resp.status_code == 201, resp.text
         fulls.append(resp.json()["token"])
+    assert boot.call("POST", "/memories", tally.owner, json={"name": "side"}).status_code == 201
+    tally.memories["side"] = None
+    resp = boot.call("POST", "/grants", tally.owner, json={"scope": "full", "memory": "side"})
+    assert resp.status_code == 201, resp.text
+    side = tally.side_token = resp.json()["token"]
     if preload:
         # A memory with a settled past, so erasures leave holes below the frontiers.
         resp = boot.call("POST", "/import", tally.owner, key=str(uuid.uuid4()), json={"entries": [
@@ -230,6 +282,7 @@ def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int =
                for k in range(writers)]
     threads.append(threading.Thread(target=_napper, args=(server, tally, fulls[0], stop)))
     threads.append(threading.Thread(target=_reader, args=(server, tally, fulls[1], stop)))
+    threads.append(threading.Thread(target=_writer, args=(server, tally, side, "side", stop, tally.side)))
     owner_rng = random.Random(rng.random())
     threads.append(threading.Thread(target=_owner, args=(server, tally, owner_rng, stop, scratch, pause)))
     for t in threads:
@@ -291,15 +344,42 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
         for i, text in sorted(tally.acked.items()):
             if rows.get(i) != text and not (rows.get(i) == "[erased]" and i in erased):
                 problems.append(f"note #{i}: {rows.get(i)!r}, acknowledged {text!r}")
+        problems += _check_memories(c, owner, tally)
         env = {**os.environ, "STASH_TOKEN": owner}
         res = subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"], cwd=REPO,
                              env=env, capture_output=True, text=True, timeout=300)
         if res.returncode != 0:
-            problems.append(f"verify --token: {res.returncode} {res.stdout[-600:]} {res.stderr[-300:]}")
+            failed = [ln for ln in res.stdout.splitlines() if "FAIL" in ln]
+            problems.append(f"verify --token: {res.returncode} {failed or res.stdout[-600:]} {res.stderr[-300:]}")
     finally:
         c.close()
     if tally.backups:
         problems += check_backup(*tally.backups[-1], fulls[0], erased)
+        # The backup holds memory side too, every note acknowledged there before it began.
+        problems += [f"side: {p}" for p in check_backup(tally.backups[-1][0], tally.side_backups[-1],
+                                                         tally.side_token, set())]
+    return problems
+
+
+def _check_memories(c: Client, owner: str, tally: Tally) -> list[str]:
+    """The memories are those made and not deleted, each fork holds the
+    ``at`` it answered, and every note acknowledged in ``side`` is there."""
+    resp = c.call("GET", "/memories", owner)
+    if resp.status_code != 200:
+        return [f"memories: {resp.status_code} {resp.text[:200]}"]
+    listed = {m["name"]: m["T"] for m in resp.json()["memories"]}
+    problems = [] if set(listed) == {"main", *tally.memories} else [
+        f"memories listed {sorted(listed)}, made and not deleted {sorted(tally.memories)}"]
+    problems += [f"fork {name}: T {listed.get(name)}, forked at {at}" for name, at in tally.memories.items()
+                 if at is not None and listed.get(name) != at]
+    try:
+        with Vault(c.server_data).session(owner, "read", memory="side") as s:
+            mf = s.memory.mf
+            rows = {i: text for i, _, text in mf.memories(0, mf.count())}
+    except StashError as e:
+        return [*problems, f"read memory side: {e.code}"]
+    problems += [f"side note #{i}: {rows.get(i)!r}, acknowledged {text!r}" for i, text in sorted(tally.side.items())
+                 if rows.get(i) != text][:5]
     return problems
 
 

@@ -8,12 +8,14 @@ each (docs/DESIGN.md, "Memories": one rename each)."""
 from __future__ import annotations
 
 import random
+import sqlite3
 import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
+from stash.storage import memories
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import start_server
 
@@ -57,6 +59,10 @@ def test_kill9_during_each_memory_write_leaves_nothing_half_done(tmp_path: Path)
             assert resent.status_code in resent_ok, (path, resent.status_code, resent.text)
         names = {m["name"] for m in http.get("/memories", headers=h).json()["memories"]}
         assert names == {"main", "src", "made", "forked"}
+        # Main's key ring names the same memories (what stash restore brings back), the deleted one not.
+        ring = sqlite3.connect(next(p for p in (server.data / "users").iterdir() if p.is_dir()) / "keyring.db")
+        assert set(memories.named(ring)) == names - {"main"}
+        ring.close()
         assert http.post("/m/forked/recall", headers=h, json={"q": "line 248$"}).json()["total"] == 1
         assert http.post("/m/forked/recall", headers=h, json={"q": "line 250$"}).json()["total"] == 0
         for name in names:  # the erasure reached every memory, once resent

@@ -1,8 +1,11 @@
 """A random life over several memories of one identity, each checked against
 its own OptMem model (tests/oracle.py): notes by a bound full capability, by
 the owner at /m/{name} and by an append capability, naps, forgets, zooms and
-wakes in any order across the memories. Every answer is the one the model of
-that memory gives, and no memory ever shows another's line. Seeded: a
+wakes in any order across the memories, and the owner forking a memory at a
+random position (the fork's model: the source model's first ``at`` memories
+and the summaries inside them, evolving on its own afterwards) and deleting
+forks. Every answer is the one the model of that memory gives, no memory
+ever shows another's line, and a deleted one answers 404. Seeded: a
 Hypothesis-style walk, reproducible."""
 
 from __future__ import annotations
@@ -37,11 +40,27 @@ def test_a_random_life_over_three_memories_matches_one_model_each(data_dir) -> N
         def path(n: str, route: str, who: str) -> str:
             return route if who != "owner" else f"/m/{n}{route}"
 
+        deleted: list[str] = []
         for step in range(120):
-            n = rng.choice(NAMES)
+            n = rng.choice(sorted(models))
             m = models[n]
-            op = rng.choice(("note", "note", "append", "nap", "nap", "forget", "zoom"))
-            if op in ("note", "append"):
+            op = rng.choice(("note", "note", "append", "nap", "nap", "forget", "zoom", "fork", "delete"))
+            if op == "fork" and len(models) < 6:
+                at = rng.randrange(0, m.T + 1)
+                name = f"fork{step}"
+                made = api.post(f"/memories/{n}/fork", owner, json={"name": name, "at": at})
+                assert made.status_code == 201 and made.json()["at"] == at, made.text
+                copy = oracle.Model()
+                copy.notes = m.notes[:at]
+                copy.summaries = {b: t for b, t in m.summaries.items() if b[1] <= at}
+                models[name] = copy
+                full[name] = api.post("/grants", owner, json={"scope": "full", "memory": name}).json()["token"]
+                append[name] = api.post("/grants", owner, json={"scope": "append", "memory": name}).json()["token"]
+            elif op == "delete" and n not in NAMES:
+                assert api.delete(f"/memories/{n}", owner).json()["memories"] == m.T
+                del models[n]
+                deleted.append(n)
+            elif op in ("note", "append"):
                 who = rng.choice(("full", "owner")) if op == "note" else "append"
                 tok = {"full": full[n], "owner": owner, "append": append[n]}[who]
                 text = f"{n} says {step} {rng.choice(['ok', 'it’s done', 'a/b', '#3'])}"
@@ -70,6 +89,11 @@ def test_a_random_life_over_three_memories_matches_one_model_each(data_dir) -> N
                 if lo < m.T:
                     got = api.get(f"/m/{n}/zoom?block={oracle.bid(lo, lo + size)}", owner).json()["lines"]
                     assert got == m.zoom(lo, lo + size), (n, lo, size)
+        assert deleted and len(models) > len(NAMES), (deleted, sorted(models))  # this seed forks and deletes
+        for n in deleted:
+            assert api.get(f"/m/{n}/wake", owner).json()["error"] == "memory.unknown"
+            assert api.get("/wake", full[n]).status_code == 401
+        assert {r["name"] for r in api.get("/memories", owner).json()["memories"]} == set(models)
         for n, m in models.items():
             while (want := m.first_pending()) is not None:
                 api.post("/nap", full[n], json={"block": oracle.bid(*want), "text": "settled"})
@@ -78,6 +102,7 @@ def test_a_random_life_over_three_memories_matches_one_model_each(data_dir) -> N
             assert wake["lines"] == [m.render(b) for b in oracle.spec_cover(m.T, 96)], n
             everything = api.post(f"/m/{n}/recall", owner, json={"q": "says"}).json()
             assert everything["total"] == m.T
-            assert all(line.split(" ", 3)[2] == n for line in everything["matches"])  # "<name> says …"
+            # Only this memory's own lines (a fork's first ones are its source's, at their positions).
+            assert set(everything["matches"]) <= {m.memory_line(i) for i in range(m.T)}, n
     finally:
         api.close()

@@ -173,6 +173,39 @@ def test_after_deleting_b_nothing_of_b_opens_with_tokens_or_files_kept(tmp_path:
         api.close()
 
 
+def test_a_delete_cut_after_its_rename_still_ends_the_salt(tmp_path: Path) -> None:
+    """kill -9 between the delete's rename and the end of its salt, done by
+    hand: the rename alone, then the app started again. The next owner action
+    on memories finishes the delete, salt, name and B's capabilities' tags
+    included, so B's files put back open with no token."""
+    from stash.storage import memories
+
+    data = tmp_path / "data"
+    owner, folder, toks = identity(data)
+    kept = tmp_path / "kept-b"
+    shutil.copytree(folder / "m" / "b", kept)
+    main = sqlite3.connect(folder / "keyring.db")
+    assert memories.named(main) == ["a", "b"]  # what `stash restore` reads
+    ring = sqlite3.connect(folder / "m" / "b" / "keyring.db")
+    number = memories.number_of(ring)
+    ring.close()
+    memories.retire(memories.MemoryFiles(data, folder.name, "b"), number)  # the crash comes here
+    main.close()
+    api = app(data)
+    try:
+        listed = {m["name"] for m in api.get("/memories", owner).json()["memories"]}
+        assert listed == {"main", "a"}
+        main = sqlite3.connect(folder / "keyring.db")
+        assert memories.named(main) == ["a"] and memories.salt_of(main, number) is None
+        main.close()
+        shutil.copytree(kept, folder / "m" / "b")
+        no_b(api.get("/m/b/wake", owner))
+        assert api.get("/wake", toks["b"]).status_code == 401  # its own capabilities lost their tags too
+        assert "marker-a" in api.get("/m/a/wake", owner).text
+    finally:
+        api.close()
+
+
 def test_a_fork_opens_with_none_of_the_source_grants(tmp_path: Path) -> None:
     data = tmp_path / "data"
     owner, folder, toks = identity(data)

@@ -342,8 +342,8 @@
 
   async function mint(memory, scope, label, expires) {
     const body = { scope, memory, url: location.origin + (memory === "main" ? "" : memoryPath(memory, "")) };
-    if (label && scope !== "append") body.label = label;
-    if (expires && scope !== "append") body.expires = new Date(expires + "Z").toISOString().replace(/\.\d+Z$/, "Z");
+    if (label) body.label = label;
+    if (expires) body.expires = new Date(expires + "Z").toISOString().replace(/\.\d+Z$/, "Z");
     const answer = await api("POST", "/grants", body, idempotencyKey());
     await refresh();
     await showSecret(`New ${answer.scope} capability #${answer.id} for ${memory}`,
@@ -464,11 +464,6 @@
     on("fork-form", "submit", () => forkMemory($("fork-source").value, $("fork-name").value, $("fork-at").value));
     on("mint-form", "submit", () => mint($("mint-memory").value, $("mint-scope").value, $("mint-label").value.trim(),
       $("mint-expires").value));
-    // An append capability takes no label or expiry: the fields say so by being off.
-    $("mint-scope").addEventListener("change", () => {
-      const append = $("mint-scope").value === "append";
-      for (const id of ["mint-label", "mint-expires"]) $(id).disabled = append;
-    });
     on("erase-ids-form", "submit", () => dryRunIds($("erase-ids-memory").value, $("erase-ids").value));
     on("erase-words-form", "submit", () => dryRunWords($("erase-words").value, $("erase-words-memory").value));
     on("erase-go", "click", erase);
