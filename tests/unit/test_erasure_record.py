@@ -227,3 +227,22 @@ def test_verify_without_a_token_counts_a_plain_files_erasures_against_its_record
     code, text = run(capsys, store.data)
     assert code == 1 and "holds 1 erased rows and 1 erasure receipts but its erasure record counts 2 and 1" in line_of(
         text, store.user_id), text
+
+
+def test_a_handle_opened_before_another_workers_erasure_reads_it_as_erased(tmp_path: Path):
+    """A worker's handle holds the record authenticated at its open; another
+    worker then erases #7. Reading #7 (its key now shredded) must refresh the
+    record from the file and render it erased, not call the store damaged
+    (found by the chaos test: a nap's source read a memory erased meanwhile)."""
+    path, master = tmp_path / "memory.db", os.urandom(32)
+    made(path, master).close()
+    a, b = opened(path, master), opened(path, master)  # two workers of one server
+    try:
+        b.erase([7], AT)
+        rows = a.memories(0, 10)
+        assert rows[7][2] == "[erased]" and rows[6][2] == "memory 6"
+        assert 7 in a.erased_ids
+        assert [line for batch in a.scan(10) for line in batch if line.startswith("#7 ")][0].endswith("[erased]")
+    finally:
+        a.close()
+        b.close()

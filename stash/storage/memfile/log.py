@@ -220,7 +220,9 @@ class LogPart(RowCodec):
         case could not arise otherwise; from it, this is what refuses a
         shredded key or an erased row swapped in from another copy."""
         if not self._is_erased(i):
-            raise Damaged(f"The key of memory #{i} is missing; restore this store from a backup.")
+            self._refresh_state()  # erased by another worker since this handle opened?
+            if not self._is_erased(i):
+                raise Damaged(f"The key of memory #{i} is missing; restore this store from a backup.")
         return self._erased_date(i)
 
     def _erased_date(self, i: int) -> str:

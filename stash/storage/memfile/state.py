@@ -17,7 +17,7 @@ from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, keys
 from ...crypto.chain import Head
 from .. import formats
-from ..files import LEGACY_PAGE_BYTES, write_transaction
+from ..files import LEGACY_PAGE_BYTES, read_snapshot, write_transaction
 from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
 from .erasure_record import RECORD_MARK, RECORD_META, Record, counts, from_tables
 from .rows import RowCodec
@@ -249,8 +249,7 @@ class StatePart(RowCodec):
         until it can be written) — unless the key ring ``recorded`` a copy of
         its state version: then the head was deleted, and the file is refused
         as damaged with nothing written into it."""
-        self.conn.execute("BEGIN")
-        try:
+        with read_snapshot(self.conn):  # joins the request's snapshot when a refresh runs inside one
             stored = self._stored_state()
             digest, erased = self._state_digest()
             drops = self._read_drops()
@@ -258,8 +257,6 @@ class StatePart(RowCodec):
             # (SQLite counts cells; no row is read), in the same snapshot.
             record = self._record_now() if erased is None else None
             held = counts(self.conn, self._tables()) if erased is None else (0, 0)
-        finally:
-            self.conn.execute("COMMIT")
         if stored is None:
             if recorded:
                 raise Damaged(STATE_GONE)
@@ -285,6 +282,14 @@ class StatePart(RowCodec):
                           "`stash verify` and restore this store from a backup.")
         self.state_version, self._drops = version, drops
         self._take_erased(erased, record)
+
+    def _refresh_state(self) -> None:
+        """Authenticate the state again as the file holds it now, as an open
+        does: another worker may have erased since this handle opened, and
+        what is served as erased is only ever what an authenticated record
+        names. A file without a state head stays as it was opened."""
+        if self._stored_state() is not None:
+            self._check_state()
 
     def check_state_copy(self, copy: int | None) -> None:
         """Refuse this file if the key ring's copy of the state version is
