@@ -27,6 +27,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,12 +259,21 @@ def _restore_file(settings: dict[str, object], out: Path, at: dt.datetime | None
     return done.returncode == 0 and out.is_file()
 
 
+# How many times a replica's listing of a file's transactions is asked for
+# before the file is restored at its latest moment only.
+LIST_ATTEMPTS = 3
+
+
 def _moments(settings: dict[str, object], local: Path) -> list[dt.datetime]:
     """When each of the file's replicated transactions was written, as
     Litestream lists them (to the second)."""
     with _one_file_config(settings, local) as cfg:
-        done = _run([litestream_binary(), "ltx", "-config", str(cfg), "-no-expand-env", "-level", "all",
-                     "-json", str(local)])
+        for attempt in range(LIST_ATTEMPTS):  # a remote replica (SFTP, S3) may drop one listing
+            done = _run([litestream_binary(), "ltx", "-config", str(cfg), "-no-expand-env", "-level", "all",
+                         "-json", str(local)])
+            if done.returncode == 0:
+                break
+            time.sleep(0.5 * (attempt + 1))
     if done.returncode != 0:
         return []
     try:

@@ -419,7 +419,7 @@ def test_sftp_replica_survives_a_kill9_and_restores_on_another_port(tmp_path: Pa
         shutil.rmtree(live.data)
         fresh = tmp_path / "standby" / "data"
         done = stash("restore", str(settings), "--data", str(fresh))
-        assert done.returncode == 3, (done.stdout, done.stderr, sshd.log.read_text()[-2000:])  # one skipped
+        assert done.returncode == 3, f"{done.stdout}\n{done.stderr}\n{sshd.log.read_text()[-2000:]}"  # one skipped
         assert "1 user restored, 0 failed, 1 skipped" in done.stdout
         assert f"{old['user_id']}  skip  SQLCipher store" in done.stdout
         assert f"{old['user_id']} uses SQLCipher files, which Litestream cannot read: NOT replicated" in live.log_text()
