@@ -113,9 +113,10 @@ def settle(api: Api, h: dict[str, str]) -> None:
     PAUSED[0] = True
     os.getuid()  # the mark: syncs not counted (:func:`syncs`)
     try:
-        while (r := api.send("GET", "/wake", h)).status_code != 200:
-            nap = r.json()["nap"]
-            api.send("POST", "/nap", h, json={"block": nap["block"], "text": f"summary of {nap['block']}"})
+        nap = api.send("GET", "/wake", h).json()["nap"]
+        while nap is not None:  # every compression due, as an agent following the answers does
+            nap = api.send("POST", "/nap", h, json={"block": nap["block"], "text": f"summary of {nap['block']}"}
+                           ).json()["nap"]
     finally:
         PAUSED[0] = False
 
