@@ -17,6 +17,9 @@ from stash.crypto import tokens
 from stash.storage import files
 from tests.helpers import Api
 
+# Both ways the app keeps a memory's files: closed after each request, and kept open as `stash serve` keeps them.
+pytestmark = pytest.mark.parametrize("keep_open", [0.0, 5.0], ids=["closed", "kept-open"], indirect=True)
+
 
 @pytest.fixture
 def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
