@@ -418,7 +418,7 @@ class Vault:
         if pending is None or pending[1] != grant.id:
             return opened, grant, False
         new = ring.retire_owner(opened.chain, grant, opened.kek)
-        again = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+        again = ring.find(token.tag)
         if again is None or again.wrapped is None:
             raise StaleGrant()  # a newer rotation revoked it meanwhile
         return ring.open_grant(again, token.secret), again, new is not None
@@ -536,28 +536,28 @@ class Vault:
             raise Damaged("The key ring of this store is unreadable; restore it from a backup.") from None
         return grant
 
-    def _authenticate(self, token_text: str | None) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant]:
+    def _authenticate(self, token_text: str | tokens.Token | None) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant]:
         """Token to (token, files, key ring, grant) of the memory it is bound to, or 401 (:meth:`_capability`)."""
         token, files, ring, grant, main, _ = self._capability(token_text)
         if ring is not main:
             main.close()
         return token, files, ring, grant
 
-    def _capability(self, token_text: str | None
+    def _capability(self, token_text: str | tokens.Token | None
                     ) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant, Keyring, str]:
         """Token to (token, files, key ring, grant, main's key ring, the
         memory it is bound to) — or 401 without any key work: checksum, then
         the user's folder, then the grant's tag, in main's key ring or, for a
         capability bound to another memory, in that memory's (found by its
         tag in main's, storage/memories.py)."""
-        token = tokens.parse(token_text) if token_text else None
+        token = _parsed(token_text)
         if token is None:
             raise Unauthorized()
         files = MemoryFiles(self.data_dir, token.user_id)
         if not files.exists():
             raise Unauthorized()
         main = ring = self._open_ring(files, token.user_id)
-        tag = tokens.lookup_tag(token.user_id, token.secret)
+        tag = token.tag
         home = MAIN
         try:
             grant = self._find(main, tag)
@@ -607,14 +607,14 @@ class Vault:
         try:
             return ring.open_grant(grant, token.secret), grant
         except (StaleGrant, aead.Unsealable):
-            again = ring.find(tokens.lookup_tag(token.user_id, token.secret))
+            again = ring.find(token.tag)
             if again is None or again.wrapped is None:
                 raise StaleGrant() from None  # revoked meanwhile: refused as a revoked token is
             if again == grant:
                 raise
         return ring.open_grant(again, token.secret), again
 
-    def check_token(self, token_text: str | None) -> None:
+    def check_token(self, token_text: str | tokens.Token | None) -> None:
         """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
         _, _, ring, _, main, _ = self._capability(token_text)
         if ring is not main:
@@ -622,7 +622,7 @@ class Vault:
         main.close()
 
     @contextlib.contextmanager
-    def session(self, token_text: str | None, need: str, pin: Head | None = None,
+    def session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None = None,
                 memory: str | None = None) -> Iterator[Session]:
         """An authenticated session on ``memory`` (None: the one the
         capability is bound to; the owner's is main). A storage failure
@@ -640,7 +640,7 @@ class Vault:
             raise err from None
 
     @contextlib.contextmanager
-    def _session(self, token_text: str | None, need: str, pin: Head | None, memory: str | None
+    def _session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None, memory: str | None
                  ) -> Iterator[Session]:
         token, files, ring, grant, main, home = self._capability(token_text)
         rings = [main] if ring is main else [ring, main]
@@ -662,7 +662,7 @@ class Vault:
                 if salt is None:
                     raise unknown_memory()  # deleted: its salt is gone, and with it the owner's way in
                 enrolled = tokens.Token(token.user_id, memories.owner_secret(token.secret, salt))
-                grant_in = self._find(ring, tokens.lookup_tag(token.user_id, enrolled.secret))
+                grant_in = self._find(ring, enrolled.tag)
                 if grant_in is not None and grant_in.scope == "owner" and grant_in.wrapped is None:
                     raise Unauthorized()  # a rotation moved this memory to the new owner token already
                 if grant_in is None and main.pending_owner() is not None:
@@ -753,6 +753,16 @@ class Vault:
             session.publish_head()
         finally:
             session.close()
+
+
+def _parsed(token: str | tokens.Token | None) -> tokens.Token | None:
+    """A request's token, parsed: the web edge hands over the one its
+    precheck parsed (with its lookup tag derived), so a request parses its
+    token and derives its tag once (issue 27); a caller with the text (the
+    CLI, a library, the tests) has it parsed here."""
+    if isinstance(token, tokens.Token):
+        return token
+    return tokens.parse(token) if token else None
 
 
 def scope_refusal(scope: str, need: str) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..crypto.chain import Head
+from ..crypto.tokens import Token
 from ..storage import memories
 from . import audit, idempotency, quotas
 from .access import Session, Vault
@@ -75,7 +76,7 @@ class Limits:
     bytes: int
 
 
-def perform(vault: Vault, token: str | None, pin: Head | None, effects: Effects, route: str,
+def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: Effects, route: str,
             fields: dict[str, Any], key: str | None, limits: Limits, handler: ServiceCall,
             context: Any = None, sent: dict[str, Any] | None = None, memory: str | None = None) -> Outcome:
     """Authenticate ``token`` for ``effects.scope``, then run ``handler``

@@ -137,6 +137,17 @@ def _refuse_token_in_query(request: Request) -> None:
             )
 
 
+PARSED_BEARER = "stash.bearer"  # the request's scope: the bearer token as _precheck parsed it
+
+
+def parsed_token(request: Request) -> tokens.Token | str | None:
+    """The request's token as :func:`_precheck` parsed it (its lookup tag
+    derived there too, and kept with it), so the service's check of it
+    parses nothing again; the bearer text when no precheck ran."""
+    parsed = request.scope.get(PARSED_BEARER)
+    return parsed if isinstance(parsed, tokens.Token) else bearer(request)
+
+
 def _auth_failed(request: Request) -> Unauthorized:
     request.app.state.limiter.hit("auth", client_address(request))
     request.app.state.metrics.event("auth_failed")
@@ -159,7 +170,8 @@ async def _precheck(request: Request, spec: RouteSpec) -> None:
     verdict: bool | None = False
     if parsed is not None:
         request.scope["stash.user"] = parsed.user_id
-        tag = tokens.lookup_tag(parsed.user_id, parsed.secret)
+        request.scope[PARSED_BEARER] = parsed
+        tag = parsed.tag
         verdict = vault.tags.verdict(parsed.user_id, tag)
         if verdict is None:  # the first request for this user in this process, or its grants changed
             # A small body is taken in before the hop to a thread: a client that sent its whole request
@@ -325,7 +337,7 @@ class RouteSpec:
         route = f"{self.method} {self.path.format(**params, **({'name': memory} if self.under else {}))}"
         settings = request.app.state.settings
         limits = Limits(settings.quota_memories, settings.quota_bytes)
-        token = bearer(request)
+        token = parsed_token(request)
         try:
             done = await stopping.run_work(request.app.state.works, operation.perform, request.app.state.vault,
                                            token, _pin(request), self.effects, route, fields, key, limits,
