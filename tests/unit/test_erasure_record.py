@@ -242,7 +242,8 @@ def test_a_handle_opened_before_another_workers_erasure_reads_it_as_erased(tmp_p
         rows = a.memories(0, 10)
         assert rows[7][2] == "[erased]" and rows[6][2] == "memory 6"
         assert 7 in a.erased_ids
-        assert [line for batch in a.scan(10) for line in batch if line.startswith("#7 ")][0].endswith("[erased]")
+        seen = [line for batch in a.scan(10) for line in batch]
+        assert seen[7] == f"#7 {rows[7][1]} [erased]", seen[7]
     finally:
         a.close()
         b.close()
