@@ -611,7 +611,7 @@ def erasures(s: Session, f: Args, call: Call) -> Answer:
     answer=obj({"events": {"type": "array", "items": obj({
         "id": integer(1), "at": ref("Timestamp"),
         "grant": integer(1, description="The capability that did it (see GET /grants)."),
-        "event": {"enum": ["mint", "revoke", "rotate", "erase", "export", "config", "forget", "import"]},
+        "event": {"enum": list(audit.EVENTS)},
         "detail": {"type": "object", "description": "Numbers, block ids and size names only; never content."},
         "memory": string("the memory it touched (each memory numbers its own events from 1)"),
     })}, "trail": obj({
