@@ -101,3 +101,11 @@ def test_designs_formats_name_every_registered_format_with_its_release() -> None
         at = text.find(f"*{f.name}*")
         assert at >= 0, (f.file, f.name)
         assert f.release in text[at:at + 400], (f.name, f.release)
+
+
+def test_the_audit_events_everywhere() -> None:
+    from stash.service.audit import EVENTS
+
+    row = next(line for line in read("API-REFERENCE.md").splitlines() if line.startswith("| `stash_events_total`"))
+    named = re.findall(r"`([a-z_]+)`", row.split("each audit event recorded", 1)[1])
+    assert named[:len(EVENTS)] == list(EVENTS), row
