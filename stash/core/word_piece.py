@@ -30,7 +30,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .words import words
 
@@ -73,20 +73,55 @@ def build(texts: Sequence[str | None]) -> bytes:
         for w in dict.fromkeys(ws):
             postings.setdefault(w, []).append(k)
     encoded = sorted((w.encode("utf-8"), ids) for w, ids in postings.items())
-    joined = b"".join(b"\n" + w for w, _ in encoded)
-    at = array("I")
-    pos = 0
-    for key, _ in encoded:
-        at.append(pos)
-        pos += len(key) + 1
     starts = array("I", [0])
     flat = array("H")
     for _, ids in encoded:
         flat.extend(ids)
         starts.append(len(flat))
     held = len(lengths) - lengths.count(0)
-    return (_HEAD.pack(MAGIC, len(encoded), len(joined), len(flat), held, sum(lengths)) + joined + _le(at)
+    return _encode([key for key, _ in encoded], starts, flat, lengths, held, sum(lengths))
+
+
+def _encode(keys: Sequence[bytes], starts: array[int], flat: array[int], lengths: array[int],
+            held: int, total: int) -> bytes:
+    joined = b"".join(b"\n" + w for w in keys)
+    at = array("I")
+    pos = 0
+    for key in keys:
+        at.append(pos)
+        pos += len(key) + 1
+    return (_HEAD.pack(MAGIC, len(keys), len(joined), len(flat), held, total) + joined + _le(at)
             + _le(starts) + _le(flat) + _le(lengths))
+
+
+def first_char(word: bytes) -> bytes:
+    """The first character of a UTF-8 word, as bytes: every word a query
+    word prefixes starts with the query word's first character."""
+    lead = word[0] if word else 0
+    return word[: 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4]
+
+
+def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
+    """A piece cut into ``1 + count`` pieces: first one of no words that
+    keeps every memory's length (and the piece's ``held`` and ``words``),
+    then for ``b`` in ``range(count)`` one holding exactly the words whose
+    :func:`first_char` ``bucket`` maps to ``b``, their postings as in the
+    whole piece, and no lengths. A query word's :meth:`PieceIndex.span` in
+    its bucket's piece selects the same postings as in the whole piece."""
+    idx = PieceIndex(data)
+    n = len(idx.at)
+    keys: list[list[bytes]] = [[] for _ in range(count)]
+    starts = [array("I", [0]) for _ in range(count)]
+    flats = [array("H") for _ in range(count)]
+    for w in range(n):
+        end = idx.at[w + 1] if w + 1 < n else len(idx.joined)
+        key = idx.joined[idx.at[w] + 1 : end]
+        b = bucket(first_char(key))
+        keys[b].append(key)
+        flats[b].extend(idx.postings[idx.starts[w] : idx.starts[w + 1]])
+        starts[b].append(len(flats[b]))
+    stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words)
+    return [stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0) for b in range(count)]
 
 
 class PieceIndex:
