@@ -31,6 +31,7 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from typing import Union
 
 from .words import words
 
@@ -43,20 +44,26 @@ class BadPiece(ValueError):
     """Bytes that are not a word piece (never expected from a sealed piece)."""
 
 
-def _le(values: array[int]) -> bytes:
-    if sys.byteorder == "big":
+Ints = Union["array[int]", "memoryview[int]"]
+"""A piece's numbers as read back: on a little-endian machine a view of the
+piece's own bytes (nothing copied: a search reads only the few it looks up)."""
+
+
+def _le(values: Ints) -> bytes:
+    if sys.byteorder == "big" and isinstance(values, array):
         values = array(values.typecode, values)
         values.byteswap()
     return values.tobytes()
 
 
-def _from_le(typecode: str, data: bytes) -> array[int]:
+def _from_le(typecode: str, data: memoryview) -> Ints:
     out = array(typecode)
     if len(data) % out.itemsize:
         raise BadPiece("truncated word piece")
+    if sys.byteorder == "little":
+        return data.cast("I") if typecode == "I" else data.cast("H")
     out.frombytes(data)
-    if sys.byteorder == "big":
-        out.byteswap()
+    out.byteswap()
     return out
 
 
@@ -82,7 +89,7 @@ def build(texts: Sequence[str | None]) -> bytes:
     return _encode([key for key, _ in encoded], starts, flat, lengths, held, sum(lengths))
 
 
-def _encode(keys: Sequence[bytes], starts: array[int], flat: array[int], lengths: array[int],
+def _encode(keys: Sequence[bytes], starts: Ints, flat: Ints, lengths: Ints,
             held: int, total: int) -> bytes:
     joined = b"".join(b"\n" + w for w in keys)
     at = array("I")
@@ -137,15 +144,16 @@ class PieceIndex:
         if magic != MAGIC:
             raise BadPiece("not a word piece")
         pos = _HEAD.size
+        view = memoryview(data)
         self.joined = data[pos : pos + joined]
         pos += joined
-        self.at = _from_le("I", data[pos : pos + 4 * n])
+        self.at = _from_le("I", view[pos : pos + 4 * n])
         pos += 4 * n
-        self.starts = _from_le("I", data[pos : pos + 4 * (n + 1)])
+        self.starts = _from_le("I", view[pos : pos + 4 * (n + 1)])
         pos += 4 * (n + 1)
-        self.postings = _from_le("H", data[pos : pos + 2 * flat])
+        self.postings = _from_le("H", view[pos : pos + 2 * flat])
         pos += 2 * flat
-        self.lengths = _from_le("H", data[pos:])
+        self.lengths = _from_le("H", view[pos:])
         if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
                 or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)):
             raise BadPiece("inconsistent word piece")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -180,22 +179,46 @@ class _Scorer:
         return words.score(self.stats, self.weights, tfs, length)
 
 
-Found_ = tuple[int, View, "list[array[int]]", list[set[int]], set[int]]
+Found_ = tuple[int, View, list[word_piece.Ints], list[set[int]], set[int]]
 """A piece holding matches: its first memory, the piece, each query word's
 postings slice, the set of its offsets, and the offsets holding any word."""
 
 
-def _by_mask(found: list[Found_], stats: Stats, k: int, clock: Clock) -> dict[int, list[int]] | None:
-    """Every match's score, as the ids of each score, when no query word
-    prefixes two words of one piece and there are at most 8 of them (else
-    None: :func:`_rank` scores those). A memory's score then depends only on
-    which words it holds and its length, so each (mask, length) is scored
-    once and every match costs a few byte operations: scoring all of them
-    costs less than choosing which to leave out."""
+def _by_mask(found: list[Found_], stats: Stats, k: int, after: tuple[int, int] | None, n: int,
+             clock: Clock) -> dict[int, list[int]] | None:
+    """The ids of each score, for enough matches to hold the best ``n``
+    below ``after``, when no query word prefixes two words of one piece and
+    there are at most 8 of them (else None: :func:`_rank` scores those).
+
+    A memory's score then depends only on which words it holds and its
+    length, so each (mask, length) is scored once. First the memories
+    holding every word (set intersections; they outrank all others): when
+    ``n`` of them lie below ``after``, they are all that is returned.
+    Otherwise every match is scored, at a few byte operations each."""
     if k > 8 or any(len(p) != len(h) for _, _, plists, sets, _ in found for p, h in zip(plists, sets)):
         return None
     scorer = _Scorer(stats, stats.weights())
+    full = (1 << k) - 1
+    of_length: dict[int, list[int]] = {}
+    for base, view, _, sets, held in found:
+        clock.check()
+        lengths = view.lengths
+        for off in (set.intersection(*sets) if k > 1 else held):
+            ids = of_length.get(lengths[off])
+            if ids is None:
+                ids = of_length[lengths[off]] = []
+            ids.append(base + off)
     groups: dict[int, list[int]] = {}
+    for size, ids in of_length.items():
+        groups.setdefault(scorer.score(full, [], size), []).extend(ids)
+    if after is None:
+        below = sum(len(ids) for ids in groups.values())
+    else:
+        below = sum(len(ids) if s < after[0] else sum(1 for i in ids if i < after[1]) if s == after[0] else 0
+                    for s, ids in groups.items())
+    if below >= n or k == 1:
+        return groups
+    groups = {}
     of_key: dict[int, list[int]] = {}  # (mask << 16 | length): the ids of its score
     for base, view, plists, _, held in found:
         clock.check()
@@ -335,7 +358,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # the page.
     after = None if cursor is None else (cursor.score, cursor.id)
     room = part_bytes // MIN_LINE_COST + 1  # no page holds this many lines
-    groups = _by_mask(found, stats, k, clock)
+    groups = _by_mask(found, stats, k, after, room + 1, clock)
     if groups is None:
         groups = {}
         for i, sc in _rank(found, stats, k, room, after, clock).items():
@@ -346,8 +369,12 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     used = 0
     rendered: dict[int, str] = {}
     for k, (s, i) in enumerate(ranked):
-        if i not in rendered:  # the next lines, a few hundred at a time: a page is read, never the whole ranking
-            rendered = _lines(mf, [j for _, j in ranked[k : k + 256]])
+        if i not in rendered:
+            # The next lines, as many as the room left seems to hold at the lines' mean cost so far (a few
+            # more): a page is read, never the whole ranking, and hardly a line past it.
+            mean = used / k if k else MIN_LINE_COST
+            want = max(8, min(256, int((part_bytes - used) / mean * 1.1) + 4))
+            rendered = _lines(mf, [j for _, j in ranked[k : k + want]])
         line = rendered[i]
         cost = len(line.encode("utf-8")) + 1
         if used + cost > part_bytes:

@@ -154,6 +154,7 @@ def pages(mf, q: str, part: int, cached: bool) -> list[tuple[list[str], list[int
 LIFE_QUERIES = ("w1 the", "d", "İ x1 harbor w33")
 
 
+@pytest.mark.slow
 def test_the_index_answers_byte_for_byte_as_the_log_does(life) -> None:
     """The sealed segments (cold: built and written; warm: opened) give the
     same pages as `--word-index off`, which builds every piece from the log."""

@@ -42,10 +42,14 @@ class LogPart(RowCodec):
                 (c, aead.seal(self._rows_key, plain, self._aad("memory_keys", c)), *epoch),
             )
         else:
-            plain = self._open(self._key_of(row[1]), row[0], "memory_keys", c)
-            if len(plain) != CHUNK_BYTES:
-                raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
+            plain = self._open_chunk(c, row[0], row[1])
         self._chunks[c] = plain
+        return plain
+
+    def _open_chunk(self, c: int, sealed: bytes, epoch: int | None) -> bytes:
+        plain = self._open(self._key_of(epoch), sealed, "memory_keys", c)
+        if len(plain) != CHUNK_BYTES:
+            raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
         return plain
 
     def _memory_key(self, i: int, *, create: bool = False) -> bytes | None:
@@ -123,6 +127,13 @@ class LogPart(RowCodec):
         one is opened once, not once per id."""
         out: list[tuple[int, str, str]] = []
         self._chunks.clear()  # as in memories(): fresh chunks for this call
+        chunks = sorted({i // KEYS_PER_CHUNK for i in ids})
+        for k in range(0, len(chunks), 500):  # the key chunks first, a statement for many
+            part = chunks[k : k + 500]
+            for c, sealed, epoch in self.conn.execute(
+                    f"SELECT chunk, sealed, {self._epoch_sql('memory_keys')} FROM memory_keys "
+                    f"WHERE chunk IN ({', '.join('?' * len(part))})", part):
+                self._chunks[c] = self._open_chunk(c, sealed, epoch)
         for k in range(0, len(ids), 500):
             part = ids[k : k + 500]
             rows = self.conn.execute(
