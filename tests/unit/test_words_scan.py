@@ -140,15 +140,16 @@ def life(tmp_path_factory: pytest.TempPathFactory):
     return vault, ident, tmp / "users" / ident.user_id / "recall.db"
 
 
-def pages(mf, q: str, part: int, cached: bool) -> list[tuple[list[str], list[int], int, str | None]]:
-    """Every page of a words search: lines, scores, total and the cursor."""
+def pages(mf, q: str, part: int, cached: bool, most: int = 10**9) -> list[tuple[list[str], list[int], int, str | None]]:
+    """Every page of a words search (or the first ``most``): lines, scores, total and the cursor."""
     query, cursor, out = words.parse_query(q), None, []
-    while True:
+    while len(out) < most:
         f = words_scan.search(mf, query, part, float("inf"), cursor, cached=cached)
         out.append((f.lines, f.scores, f.total, f.more.text() if f.more else None))
         if f.more is None:
             return out
         cursor = f.more
+    return out
 
 
 LIFE_QUERIES = ("w1 the", "d", "İ x1 harbor w33")
@@ -166,6 +167,10 @@ def test_the_index_answers_byte_for_byte_as_the_log_does(life) -> None:
             assert len(off) > 1, q
             assert pages(mf, q, 20_000, cached=True) == off, q
             assert pages(mf, q, 20_000, cached=True) == off, q
+        # pages of a few lines: the memories holding both words fill the first ones alone
+        off = pages(mf, "the a", 150, cached=False, most=4)
+        assert len(off) == 4 and all(len(lines) > 1 for lines, *_ in off)
+        assert pages(mf, "the a", 150, cached=True, most=4) == off
     import sqlite3
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == 17
