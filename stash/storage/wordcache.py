@@ -112,6 +112,11 @@ class WordCache(ScanCache):
                     got = None
             yield piece, got
 
+    def pieces(self, count: int, start: int = 0) -> Iterator[tuple[int, bytes | None]]:
+        """Not for the word index: its pieces are read by segments
+        (:meth:`segments`), never whole."""
+        raise TypeError("the word index is read by segments()")
+
     def _rows(self, piece: int, plain: bytes, keys_digest: bytes) -> list[tuple[int | bytes, ...]]:
         """Piece ``plain`` (a whole word piece) cut into its segments, each
         sealed under its own number."""

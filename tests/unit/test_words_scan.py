@@ -31,15 +31,21 @@ def walk(mf, query: words.Query, part: int) -> list[tuple[int, int]]:
         cursor = found.more
 
 
+def store(folder: Path, texts: list[str], erased: list[int]):
+    """A real store of ``texts``, memories ``erased`` erased: its vault and owner."""
+    vault = Vault(folder, CHEAP_KDF)
+    ident = vault.create_identity()
+    with vault.session(ident.token, "owner") as s:
+        s.memory.mf.append([("2024-01-02", t) for t in texts])
+        s.memory.mf.erase(erased, "2024-01-03")
+    return vault, ident
+
+
 @pytest.mark.slow
 def test_the_store_ranks_as_the_reference_does(tmp_path: Path) -> None:
     rng = random.Random(3)
     texts = [" ".join(rng.choices(VOCAB, k=rng.randint(1, 7))) for _ in range(4096 + 512 + 300)]
-    vault = Vault(tmp_path, CHEAP_KDF)
-    ident = vault.create_identity()
-    with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2024-01-02", t) for t in texts])
-        s.memory.mf.erase([7, 4500], "2024-01-03")
+    vault, ident = store(tmp_path, texts, [7, 4500])
     live = [(i, t) for i, t in enumerate(texts) if i not in (7, 4500)]
     for n, q in enumerate(("zebra x1", "cafe istanbul", "priya harbor review", "strasse a dep")):
         query = words.parse_query(q)
@@ -132,11 +138,7 @@ def life(tmp_path_factory: pytest.TempPathFactory):
     rng = random.Random(29)
     vocab = VOCAB + [f"w{n}" for n in range(60)]
     texts = [" ".join(rng.choices(vocab, k=rng.randint(1, 9))) for _ in range(4096 + 512 + 150)]
-    vault = Vault(tmp, CHEAP_KDF)
-    ident = vault.create_identity()
-    with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2024-01-02", t) for t in texts])
-        s.memory.mf.erase([11, 4200], "2024-01-03")
+    vault, ident = store(tmp, texts, [11, 4200])
     return vault, ident, tmp / "users" / ident.user_id / "recall.db"
 
 
