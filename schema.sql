@@ -303,8 +303,8 @@ CREATE TABLE IF NOT EXISTS word_tail (
 -- @word_segs
 -- In recall.db. The word index since its segments (stash/storage/wordcache.py):
 -- each word_cache piece cut into sealed segments, seg 0 the lengths of its
--- memories, seg 1..16 the words (and their memories) whose first character a
--- keyed hash puts there, so a search opens only the segments its words can
+-- memories, seg 1..16 the words (and their memories) whose first two characters
+-- a keyed hash puts there, so a search opens only the segments its words can
 -- match. Each segment padded and sealed as a word_cache piece is, bound also to
 -- its seg; an erasure deletes every segment of the piece. Replaces word_cache
 -- and word_tail, which the first write of a segment drops (a cache: rebuilt).

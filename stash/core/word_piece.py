@@ -101,20 +101,35 @@ def _encode(keys: Sequence[bytes], starts: Ints, flat: Ints, lengths: Ints,
             + _le(starts) + _le(flat) + _le(lengths))
 
 
-def first_char(word: bytes) -> bytes:
-    """The first character of a UTF-8 word, as bytes: every word a query
-    word prefixes starts with the query word's first character."""
-    lead = word[0] if word else 0
-    return word[: 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4]
+def _char_end(word: bytes, pos: int) -> int:
+    lead = word[pos]
+    return pos + (1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4)
+
+
+def one_char(word: bytes) -> bool:
+    """Is ``word`` (UTF-8) a single character?"""
+    return bool(word) and _char_end(word, 0) >= len(word)
+
+
+def head(word: bytes) -> bytes:
+    """The first two characters of a UTF-8 word (the word, when it has
+    one): every word a query word of two or more characters prefixes
+    starts with the query word's head. A query word of one character may
+    prefix words of any head."""
+    if not word:
+        return word
+    end = _char_end(word, 0)
+    return word[: _char_end(word, end) if end < len(word) else end]
 
 
 def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
     """A piece cut into ``1 + count`` pieces: first one of no words that
     keeps every memory's length (and the piece's ``held`` and ``words``),
     then for ``b`` in ``range(count)`` one holding exactly the words whose
-    :func:`first_char` ``bucket`` maps to ``b``, their postings as in the
+    :func:`head` ``bucket`` maps to ``b``, their postings as in the
     whole piece, and no lengths. A query word's :meth:`PieceIndex.span` in
-    its bucket's piece selects the same postings as in the whole piece."""
+    its head's bucket (or, for one of one character, in every bucket, the
+    postings joined) selects the postings it selects in the whole piece."""
     idx = PieceIndex(data)
     n = len(idx.at)
     keys: list[list[bytes]] = [[] for _ in range(count)]
@@ -123,7 +138,7 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
     for w in range(n):
         end = idx.at[w + 1] if w + 1 < n else len(idx.joined)
         key = idx.joined[idx.at[w] + 1 : end]
-        b = bucket(first_char(key))
+        b = bucket(head(key))
         keys[b].append(key)
         flats[b].extend(idx.postings[idx.starts[w] : idx.starts[w + 1]])
         starts[b].append(len(flats[b]))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -96,18 +97,31 @@ def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
 
 class View:
     """A piece as a search reads it: ``stats`` gives its memories' lengths
-    (and ``held``, ``words``), ``parts[j]`` the index that holds query word
-    j's postings: the whole piece, or the word's segment of it."""
+    (and ``held``, ``words``), ``parts[j]`` the indexes that hold query word
+    j's postings: the whole piece, or the word's segments of it."""
 
     __slots__ = ("held", "lengths", "parts", "words")
 
-    def __init__(self, stats: word_piece.PieceIndex, parts: list[word_piece.PieceIndex]) -> None:
+    def __init__(self, stats: word_piece.PieceIndex, parts: list[list[word_piece.PieceIndex]]) -> None:
         self.held, self.words, self.lengths, self.parts = stats.held, stats.words, stats.lengths, parts
 
     @classmethod
     def whole(cls, data: bytes, k: int) -> View:
         idx = word_piece.PieceIndex(data)
-        return cls(idx, [idx] * k)
+        return cls(idx, [[idx]] * k)
+
+    def postings(self, j: int, key: bytes) -> word_piece.Ints:
+        """The memories holding a word query word ``j`` (``key``) prefixes,
+        a memory once per such word, in no particular order."""
+        parts = self.parts[j]
+        if len(parts) == 1:
+            a, b = parts[0].span(key)
+            return parts[0].postings[a:b]
+        out = array("H")
+        for part in parts:
+            a, b = part.span(key)
+            out.extend(part.postings[a:b])
+        return out
 
 
 def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached: bool,
@@ -131,7 +145,7 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
         for piece, segs in cache.segments(stop, start, keys):
             clock.check()
             if segs is not None:
-                yield piece * size, View(segs[0], [segs[cache.bucket(key)] for key in keys])
+                yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys])
                 continue
             clock.built(size)
             plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
@@ -340,10 +354,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
                                              keys),
                             _pieces(mf, WordCache, pieces, 0, cached, clock, keys))
     for base, idx in walks:
-        plists = []
-        for key, part in zip(keys, idx.parts):
-            a, b = part.span(key)
-            plists.append(part.postings[a:b])
+        plists = [idx.postings(j, key) for j, key in enumerate(keys)]
         sets = [set(p) for p in plists]
         held = set().union(*sets)
         for j, ids in enumerate(sets):

@@ -16,14 +16,15 @@ of 512 (:class:`WordTail`, table ``word_tail``).
 Each piece is kept as :data:`SEGMENTS` + 1 sealed segments
 (:func:`stash.core.word_piece.split`, tables ``word_segs`` and
 ``word_tail_segs``): segment 0 the lengths of its memories, segment ``1 + b``
-the words whose first character a hash keyed by the file's rows key puts in
-bucket ``b``. A search opens segment 0 and the segments of its own words'
-first characters, not the piece (:meth:`WordCache.segments`). Each segment
+the words whose head (first two characters) a hash keyed by the file's rows
+key puts in bucket ``b``. A search opens segment 0 and the segments of its
+own words' heads (all of them for a word of one character), not the piece
+(:meth:`WordCache.segments`). Each segment
 is padded and sealed as a piece is, with its segment number added to the
 associated data, so a segment moved to another number, piece or user does
 not open; it is written, and deleted by an erasure, with every other segment
-of its piece. The keyed hash keeps which first characters share a segment
-unknown without the key: a segment's padded size tells how many postings
+of its piece. The keyed hash keeps which heads share a segment unknown
+without the key: a segment's padded size tells how many postings
 its bucket holds, to within ``PAD_BYTES``, never which words. So
 what it holds at rest is what the recall cache holds (the words of the text,
 without their order), under the same key, and an erased memory's words
@@ -62,11 +63,12 @@ class WordCache(ScanCache):
         self._buckets = {}
 
     def bucket(self, word: bytes) -> int:
-        """The segment (1 to :data:`SEGMENTS`) of the words that start with
-        the first character of ``word`` (folded, UTF-8): a BLAKE2b MAC of
-        that character under a 32-byte key derived from the file's rows
-        key, so which characters share a segment is unknown without it."""
-        ch = word_piece.first_char(word)
+        """The segment (1 to :data:`SEGMENTS`) of the words whose
+        :func:`~stash.core.word_piece.head` (first two characters) is that
+        of ``word`` (folded, UTF-8): a BLAKE2b MAC of the head under a
+        32-byte key derived from the file's rows key, so which heads share a
+        segment is unknown without it."""
+        ch = word_piece.head(word)
         got = self._buckets.get(ch)
         if got is None:
             if not self._buckets:
@@ -76,8 +78,15 @@ class WordCache(ScanCache):
             got = self._buckets[ch] = 1 + int.from_bytes(h.digest(), "big") % SEGMENTS
         return got
 
+    def buckets(self, word: bytes) -> list[int]:
+        """The segments that hold every word query word ``word`` prefixes:
+        its head's, or all of them for a word of one character."""
+        if word_piece.one_char(word):
+            return list(range(1, SEGMENTS + 1))
+        return [self.bucket(word)]
+
     def _seg_aad(self, piece: int, seg: int, keys_digest: bytes) -> bytes:
-        return self._aad(piece, keys_digest) + f"|seg {seg}".encode()
+        return self._aad(piece, keys_digest) + f"|segment {seg} of {SEGMENTS} by head".encode()
 
     def segments(self, count: int, start: int, words: Iterable[bytes]
                  ) -> Iterator[tuple[int, dict[int, word_piece.PieceIndex] | None]]:
@@ -89,7 +98,7 @@ class WordCache(ScanCache):
         if count <= start:
             return
         digests, have = self._begin(count, start)
-        wanted = sorted({0} | {self.bucket(w) for w in words})
+        wanted = sorted({0}.union(*(self.buckets(w) for w in words)))
         marks = ", ".join("?" * len(wanted))
         opener = aead.BulkOpener(MAX_PADDED)
         for piece in range(count - 1, start - 1, -1):
