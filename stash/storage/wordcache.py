@@ -1,7 +1,7 @@
 """The word index at rest: sealed segments of one piece per recall-cache piece.
 
 Each piece (:mod:`stash.core.word_piece`) lists the folded words of 4,096
-memories and which memories hold them. It lives in the ``word_cache`` table of
+memories and which memories hold them. It lives in
 the same ``recall.db`` as the recall cache and is kept exactly as a recall
 cache piece is (:mod:`stash.storage.scancache`): padded to a multiple of
 ``PAD_BYTES``, sealed under the file's rows key with associated data naming
@@ -11,7 +11,7 @@ rebuilt from the log; written only under the memory file's write lock after
 the digests are read again; and deleted, with the WAL folded into the file,
 by the same :func:`stash.storage.scancache.invalidate` an erasure calls.
 The memories after the last complete piece are kept the same way in pieces
-of 512 (:class:`WordTail`, table ``word_tail``).
+of 512 (:class:`WordTail`).
 
 Each piece is kept as :data:`SEGMENTS` + 1 sealed segments
 (:func:`stash.core.word_piece.split`, tables ``word_segs`` and
