@@ -310,3 +310,28 @@ CREATE TABLE IF NOT EXISTS word_tail (
     piece   INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
 );
+
+-- @word_segs
+-- In recall.db. The word index since its segments (stash/storage/wordcache.py):
+-- each word_cache piece cut into sealed segments, seg 0 the lengths of its
+-- memories, seg 1..16 the words (and their memories) whose first two characters
+-- a keyed hash puts there, so a search opens only the segments its words can
+-- match. Each segment padded and sealed as a word_cache piece is, bound also to
+-- its seg; an erasure deletes every segment of the piece. Replaces word_cache
+-- and word_tail, which the first write of a segment drops (a cache: rebuilt).
+CREATE TABLE IF NOT EXISTS word_segs (
+    piece   INTEGER NOT NULL,
+    seg     INTEGER NOT NULL,
+    sealed  BLOB NOT NULL,
+    PRIMARY KEY (piece, seg)
+);
+
+-- @word_tail_segs
+-- In recall.db. The word_tail pieces (512 memories) cut into segments exactly
+-- as word_segs cuts a word_cache piece.
+CREATE TABLE IF NOT EXISTS word_tail_segs (
+    piece   INTEGER NOT NULL,
+    seg     INTEGER NOT NULL,
+    sealed  BLOB NOT NULL,
+    PRIMARY KEY (piece, seg)
+);

@@ -114,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     db = args.data / "data" / "users" / uid / "recall.db"
     if db.exists():
         print(f"\nrecall.db {db.stat().st_size / T:.1f} B/memory on disk; sealed values: recall cache "
-              f"{sealed_bytes(db, 'scan_cache') / T:.1f}, word index {sealed_bytes(db, 'word_cache') / T:.1f} + "
-              f"tail {sealed_bytes(db, 'word_tail') / T:.2f} B/memory")
+              f"{sealed_bytes(db, 'scan_cache') / T:.1f}, word index {sealed_bytes(db, 'word_segs') / T:.1f} + "
+              f"tail {sealed_bytes(db, 'word_tail_segs') / T:.2f} B/memory (in segments; whole pieces of an "
+              f"older server: {(sealed_bytes(db, 'word_cache') + sealed_bytes(db, 'word_tail')) / T:.1f})")
     return 0
 
 

@@ -30,7 +30,8 @@ import struct
 import sys
 from array import array
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Union
 
 from .words import words
 
@@ -43,20 +44,26 @@ class BadPiece(ValueError):
     """Bytes that are not a word piece (never expected from a sealed piece)."""
 
 
-def _le(values: array[int]) -> bytes:
-    if sys.byteorder == "big":
+Ints = Union["array[int]", "memoryview[int]"]
+"""A piece's numbers as read back: on a little-endian machine a view of the
+piece's own bytes (nothing copied: a search reads only the few it looks up)."""
+
+
+def _le(values: Ints) -> bytes:
+    if sys.byteorder == "big" and isinstance(values, array):
         values = array(values.typecode, values)
         values.byteswap()
     return values.tobytes()
 
 
-def _from_le(typecode: str, data: bytes) -> array[int]:
+def _from_le(typecode: str, data: memoryview) -> Ints:
     out = array(typecode)
     if len(data) % out.itemsize:
         raise BadPiece("truncated word piece")
+    if sys.byteorder == "little":
+        return data.cast("I") if typecode == "I" else data.cast("H")
     out.frombytes(data)
-    if sys.byteorder == "big":
-        out.byteswap()
+    out.byteswap()
     return out
 
 
@@ -73,20 +80,70 @@ def build(texts: Sequence[str | None]) -> bytes:
         for w in dict.fromkeys(ws):
             postings.setdefault(w, []).append(k)
     encoded = sorted((w.encode("utf-8"), ids) for w, ids in postings.items())
-    joined = b"".join(b"\n" + w for w, _ in encoded)
-    at = array("I")
-    pos = 0
-    for key, _ in encoded:
-        at.append(pos)
-        pos += len(key) + 1
     starts = array("I", [0])
     flat = array("H")
     for _, ids in encoded:
         flat.extend(ids)
         starts.append(len(flat))
     held = len(lengths) - lengths.count(0)
-    return (_HEAD.pack(MAGIC, len(encoded), len(joined), len(flat), held, sum(lengths)) + joined + _le(at)
+    return _encode([key for key, _ in encoded], starts, flat, lengths, held, sum(lengths))
+
+
+def _encode(keys: Sequence[bytes], starts: Ints, flat: Ints, lengths: Ints,
+            held: int, total: int) -> bytes:
+    joined = b"".join(b"\n" + w for w in keys)
+    at = array("I")
+    pos = 0
+    for key in keys:
+        at.append(pos)
+        pos += len(key) + 1
+    return (_HEAD.pack(MAGIC, len(keys), len(joined), len(flat), held, total) + joined + _le(at)
             + _le(starts) + _le(flat) + _le(lengths))
+
+
+def _char_end(word: bytes, pos: int) -> int:
+    lead = word[pos]
+    return pos + (1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4)
+
+
+def one_char(word: bytes) -> bool:
+    """Is ``word`` (UTF-8) a single character?"""
+    return bool(word) and _char_end(word, 0) >= len(word)
+
+
+def head(word: bytes) -> bytes:
+    """The first two characters of a UTF-8 word (the word, when it has
+    one): every word a query word of two or more characters prefixes
+    starts with the query word's head. A query word of one character may
+    prefix words of any head."""
+    if not word:
+        return word
+    end = _char_end(word, 0)
+    return word[: _char_end(word, end) if end < len(word) else end]
+
+
+def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
+    """A piece cut into ``1 + count`` pieces: first one of no words that
+    keeps every memory's length (and the piece's ``held`` and ``words``),
+    then for ``b`` in ``range(count)`` one holding exactly the words whose
+    :func:`head` ``bucket`` maps to ``b``, their postings as in the
+    whole piece, and no lengths. A query word's :meth:`PieceIndex.span` in
+    its head's bucket (or, for one of one character, in every bucket, the
+    postings joined) selects the postings it selects in the whole piece."""
+    idx = PieceIndex(data)
+    n = len(idx.at)
+    keys: list[list[bytes]] = [[] for _ in range(count)]
+    starts = [array("I", [0]) for _ in range(count)]
+    flats = [array("H") for _ in range(count)]
+    for w in range(n):
+        end = idx.at[w + 1] if w + 1 < n else len(idx.joined)
+        key = idx.joined[idx.at[w] + 1 : end]
+        b = bucket(head(key))
+        keys[b].append(key)
+        flats[b].extend(idx.postings[idx.starts[w] : idx.starts[w + 1]])
+        starts[b].append(len(flats[b]))
+    stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words)
+    return [stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0) for b in range(count)]
 
 
 class PieceIndex:
@@ -102,15 +159,16 @@ class PieceIndex:
         if magic != MAGIC:
             raise BadPiece("not a word piece")
         pos = _HEAD.size
+        view = memoryview(data)
         self.joined = data[pos : pos + joined]
         pos += joined
-        self.at = _from_le("I", data[pos : pos + 4 * n])
+        self.at = _from_le("I", view[pos : pos + 4 * n])
         pos += 4 * n
-        self.starts = _from_le("I", data[pos : pos + 4 * (n + 1)])
+        self.starts = _from_le("I", view[pos : pos + 4 * (n + 1)])
         pos += 4 * (n + 1)
-        self.postings = _from_le("H", data[pos : pos + 2 * flat])
+        self.postings = _from_le("H", view[pos : pos + 2 * flat])
         pos += 2 * flat
-        self.lengths = _from_le("H", data[pos:])
+        self.lengths = _from_le("H", view[pos:])
         if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
                 or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)):
             raise BadPiece("inconsistent word piece")

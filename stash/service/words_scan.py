@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -94,39 +95,64 @@ def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
     return word_piece.build(_texts(mf, lines, lo))
 
 
+class View:
+    """A piece as a search reads it: ``stats`` gives its memories' lengths
+    (and ``held``, ``words``), ``parts[j]`` the indexes that hold query word
+    j's postings: the whole piece, or the word's segments of it."""
+
+    __slots__ = ("held", "lengths", "parts", "words")
+
+    def __init__(self, stats: word_piece.PieceIndex, parts: list[list[word_piece.PieceIndex]]) -> None:
+        self.held, self.words, self.lengths, self.parts = stats.held, stats.words, stats.lengths, parts
+
+    @classmethod
+    def whole(cls, data: bytes, k: int) -> View:
+        idx = word_piece.PieceIndex(data)
+        return cls(idx, [[idx]] * k)
+
+    def postings(self, j: int, key: bytes) -> word_piece.Ints:
+        """The memories holding a word query word ``j`` (``key``) prefixes,
+        a memory once per such word, in no particular order."""
+        parts = self.parts[j]
+        if len(parts) == 1:
+            a, b = parts[0].span(key)
+            return parts[0].postings[a:b]
+        out = array("H")
+        for part in parts:
+            a, b = part.span(key)
+            out.extend(part.postings[a:b])
+        return out
+
+
 def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached: bool,
-            clock: Clock) -> Iterator[tuple[int, word_piece.PieceIndex]]:
-    """``(first memory, word piece)`` for the pieces of ``kind``'s size
-    numbered ``stop - 1`` down to ``start``: from the word index when
-    ``cached`` and a piece opens, else built from the log (and then written
-    back when ``cached``)."""
+            clock: Clock, keys: list[bytes]) -> Iterator[tuple[int, View]]:
+    """``(first memory, piece)`` for the pieces of ``kind``'s size numbered
+    ``stop - 1`` down to ``start``: from the word index when ``cached`` and
+    the segments of ``keys`` open, else built from the log (and then written
+    back whole when ``cached``)."""
     size = kind.size
+    k = len(keys)
     if not cached:
         for piece in range(stop - 1, start - 1, -1):
             clock.check()
             clock.built(size)
-            yield piece * size, word_piece.PieceIndex(_from_log(mf, piece * size, (piece + 1) * size))
+            yield piece * size, View.whole(_from_log(mf, piece * size, (piece + 1) * size), k)
         return
     fk = mf.file_keys()
     cache = kind(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
     built: dict[int, bytes] = {}
     try:
-        for piece, plain in cache.pieces(stop, start):
+        for piece, segs in cache.segments(stop, start, keys):
             clock.check()
-            idx = None
-            if plain is not None:
-                try:
-                    idx = word_piece.PieceIndex(plain)
-                except word_piece.BadPiece:  # sealed by an older layout: rebuilt like a missing one
-                    idx = None
-            if idx is None:
-                clock.built(size)
-                plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
-                idx = word_piece.PieceIndex(plain)
-                if len(built) >= WRITE_PIECES:
-                    cache.store(built)
-                    built.clear()
-            yield piece * size, idx
+            if segs is not None:
+                yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys])
+                continue
+            clock.built(size)
+            plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
+            if len(built) >= WRITE_PIECES:
+                cache.store(built)
+                built.clear()
+            yield piece * size, View.whole(plain, k)
         cache.store(built)
         built.clear()
         if isinstance(cache, WordTail):
@@ -137,23 +163,11 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
         cache.close()
 
 
-def _lines(mf: MemoryFile, ids: list[int], gap: int = 1) -> dict[int, str]:
-    """The rendered lines of memories ``ids``, read a run at a time: ids
-    closer than ``gap`` are read as one range (a row read costs less than a
-    separate call)."""
-    out: dict[int, str] = {}
-    todo = sorted(set(ids))
-    k = 0
-    while k < len(todo):
-        j = k
-        while j + 1 < len(todo) and todo[j + 1] - todo[j] <= gap:
-            j += 1
-        want = set(todo[k : j + 1])
-        for i, date, text in mf.memories(todo[k], todo[j] + 1):
-            if i in want:
-                out[i] = f"#{i} {date} {text}"
-        k = j + 1
-    return out
+def _lines(mf: MemoryFile, ids: list[int]) -> dict[int, str]:
+    """The rendered lines of memories ``ids``, read together: the best
+    matches lie all over the log, and reading each alone would open its
+    key chunk once per line."""
+    return {i: f"#{i} {date} {text}" for i, date, text in mf.memories_at(sorted(set(ids)))}
 
 
 class _Scorer:
@@ -179,9 +193,77 @@ class _Scorer:
         return words.score(self.stats, self.weights, tfs, length)
 
 
-Found_ = tuple[int, word_piece.PieceIndex, list[tuple[int, int]], list[set[int]]]
-"""A piece holding matches: its first memory, its index, each query word's
-postings slice and the set of its offsets."""
+Found_ = tuple[int, View, list[word_piece.Ints], list[set[int]], set[int]]
+"""A piece holding matches: its first memory, the piece, each query word's
+postings slice, the set of its offsets, and the offsets holding any word."""
+
+
+def _by_mask(found: list[Found_], stats: Stats, k: int, after: tuple[int, int] | None, n: int,
+             clock: Clock) -> dict[int, list[int]] | None:
+    """The ids of each score, for enough matches to hold the best ``n``
+    below ``after``, when no query word prefixes two words of one piece and
+    there are at most 8 of them (else None: :func:`_rank` scores those).
+
+    A memory's score then depends only on which words it holds and its
+    length, so each (mask, length) is scored once. First the memories
+    holding every word (set intersections; they outrank all others): when
+    ``n`` of them lie below ``after``, they are all that is returned.
+    Otherwise every match is scored, at a few byte operations each."""
+    if k > 8 or any(len(p) != len(h) for _, _, plists, sets, _ in found for p, h in zip(plists, sets)):
+        return None
+    scorer = _Scorer(stats, stats.weights())
+    full = (1 << k) - 1
+    of_length: dict[int, list[int]] = {}
+    for base, view, _, sets, held in found:
+        clock.check()
+        lengths = view.lengths
+        for off in (set.intersection(*sets) if k > 1 else held):
+            ids = of_length.get(lengths[off])
+            if ids is None:
+                ids = of_length[lengths[off]] = []
+            ids.append(base + off)
+    groups: dict[int, list[int]] = {}
+    for size, ids in of_length.items():
+        groups.setdefault(scorer.score(full, [], size), []).extend(ids)
+    if after is None:
+        below = sum(len(ids) for ids in groups.values())
+    else:
+        below = sum(len(ids) if s < after[0] else sum(1 for i in ids if i < after[1]) if s == after[0] else 0
+                    for s, ids in groups.items())
+    if below >= n or k == 1:
+        return groups
+    groups = {}
+    of_key: dict[int, list[int]] = {}  # (mask << 16 | length): the ids of its score
+    for base, view, plists, _, held in found:
+        clock.check()
+        lengths = view.lengths
+        masks = bytearray(len(lengths))
+        for j, p in enumerate(plists):
+            bit = 1 << j
+            for off in p:
+                masks[off] |= bit
+        for off in held:
+            key = masks[off] << 16 | lengths[off]
+            ids = of_key.get(key)
+            if ids is None:
+                ids = of_key[key] = groups.setdefault(scorer.score(masks[off], [], lengths[off]), [])
+            ids.append(base + off)
+    return groups
+
+
+def _top(groups: dict[int, list[int]], after: tuple[int, int] | None, n: int) -> list[tuple[int, int]]:
+    """The best ``n`` ``(score, id)`` below ``after`` of the ids of each
+    score, best first (ties: the higher id first), scores of 0 left out."""
+    out: list[tuple[int, int]] = []
+    for s in sorted(groups, reverse=True):
+        if not s or (after is not None and s > after[0]):
+            continue
+        ids = groups[s] if after is None or s != after[0] else [i for i in groups[s] if i < after[1]]
+        need = n - len(out)
+        out.extend((s, i) for i in (heapq.nlargest(need, ids) if len(ids) > need else sorted(ids, reverse=True)))
+        if len(out) >= n:
+            break
+    return out
 
 
 def _rank(found: list[Found_], stats: Stats, k: int,
@@ -204,11 +286,11 @@ def _rank(found: list[Found_], stats: Stats, k: int,
         return sum(1 for i, s in out.items() if s > limit and (after is None or (s, i) < after))
 
     # The pieces' postings: each word's memories, and their frequencies only where a prefix names two words.
-    sets: list[tuple[int, word_piece.PieceIndex, list[set[int]], list[Counter[int] | None]]] = []
+    sets: list[tuple[int, View, list[set[int]], list[Counter[int] | None]]] = []
     by_length: list[int] = []  # the score of a memory holding every word once, by its length
-    for base, idx, spans, held in found:
+    for base, idx, plists, held, _ in found:
         clock.check()
-        tfs = [Counter(idx.postings[a:b]) if b - a != len(h) else None for (a, b), h in zip(spans, held)]
+        tfs = [Counter(p) if len(p) != len(h) else None for p, h in zip(plists, held)]
         sets.append((base, idx, held, tfs))
         every = set.intersection(*held)
         if not every:
@@ -267,12 +349,13 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
     tails = T // WordTail.size
     rest = tails * WordTail.size
-    sources = [(rest, word_piece.PieceIndex(_from_log(mf, rest, T)))] if rest < T else []
-    walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, clock),
-                            _pieces(mf, WordCache, pieces, 0, cached, clock))
+    sources = [(rest, View.whole(_from_log(mf, rest, T), k))] if rest < T else []
+    walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, clock,
+                                             keys),
+                            _pieces(mf, WordCache, pieces, 0, cached, clock, keys))
     for base, idx in walks:
-        spans = [idx.span(key) for key in keys]
-        sets = [set(idx.postings[a:b]) for a, b in spans]
+        plists = [idx.postings(j, key) for j, key in enumerate(keys)]
+        sets = [set(p) for p in plists]
         held = set().union(*sets)
         for j, ids in enumerate(sets):
             dfs[j] += len(ids)
@@ -280,21 +363,29 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
         n += idx.held
         length += idx.words
         if held:
-            found.append((base, idx, spans, sets))
+            found.append((base, idx, plists, sets, held))
     stats = cursor.stats if cursor is not None else Stats(n, length, tuple(dfs))
     # Pass 2: score, most-word memories first, then rarest words first, until no unscored memory can reach
     # the page.
     after = None if cursor is None else (cursor.score, cursor.id)
     room = part_bytes // MIN_LINE_COST + 1  # no page holds this many lines
-    scored = _rank(found, stats, k, room, after, clock)
-    ranked = heapq.nlargest(room + 1, ((s, i) for i, s in scored.items() if s and (after is None or (s, i) < after)))
+    groups = _by_mask(found, stats, k, after, room + 1, clock)
+    if groups is None:
+        groups = {}
+        for i, sc in _rank(found, stats, k, room, after, clock).items():
+            groups.setdefault(sc, []).append(i)
+    ranked = _top(groups, after, room + 1)
     lines: list[str] = []
     scores: list[int] = []
     used = 0
     rendered: dict[int, str] = {}
     for k, (s, i) in enumerate(ranked):
-        if i not in rendered:  # the next lines, a few hundred at a time: a page is read, never the whole ranking
-            rendered = _lines(mf, [j for _, j in ranked[k : k + 256]])
+        if i not in rendered:
+            # The next lines, as many as the room left seems to hold at the lines' mean cost so far (a few
+            # more): a page is read, never the whole ranking, and hardly a line past it.
+            mean = used / k if k else MIN_LINE_COST
+            want = max(8, min(256, int((part_bytes - used) / mean * 1.1) + 4))
+            rendered = _lines(mf, [j for _, j in ranked[k : k + want]])
         line = rendered[i]
         cost = len(line.encode("utf-8")) + 1
         if used + cost > part_bytes:

@@ -49,7 +49,7 @@ _SQLITE_CORRUPT = 11
 _KINDS: dict[str, Callable[[str], bool]] = {
     "keyring.db": lambda name: name in ("keyring", "idempotency") or name.startswith("keyring_"),
     "memory.db": lambda name: name in ("memory", "idempotency") or name.startswith("memory_"),
-    "recall.db": lambda name: name in ("scan_cache", "word_cache", "word_tail"),
+    "recall.db": lambda name: name in ("scan_cache", "word_cache", "word_tail", "word_segs", "word_tail_segs"),
 }
 
 

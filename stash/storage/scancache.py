@@ -70,6 +70,8 @@ LENGTH_BYTES = 4
 TABLE = "scan_cache"
 WORD_TABLE = "word_cache"
 WORD_TAIL_TABLE = "word_tail"
+WORD_SEG_TABLE = "word_segs"
+WORD_TAIL_SEG_TABLE = "word_tail_segs"
 WORD_TAIL = 512
 """The word index's pieces (:mod:`stash.storage.wordcache`), in the same file,
 sealed and bound the same way, deleted by the same :func:`invalidate`: one per
@@ -120,7 +122,8 @@ def invalidate(folder: Path, ids: list[int]) -> None:
         if conn is None:
             raise sqlite3.OperationalError("cannot open the recall cache")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        for table, size in ((TABLE, PIECE), (WORD_TABLE, PIECE), (WORD_TAIL_TABLE, WORD_TAIL)):
+        for table, size in ((TABLE, PIECE), (WORD_TABLE, PIECE), (WORD_TAIL_TABLE, WORD_TAIL),
+                            (WORD_SEG_TABLE, PIECE), (WORD_TAIL_SEG_TABLE, WORD_TAIL)):
             if table in tables or table == TABLE:
                 conn.executemany(f"DELETE FROM {table} WHERE piece = ?", [(i // size,) for i in sorted(set(ids))])
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -153,6 +156,7 @@ class ScanCache:
 
     table = TABLE
     size = PIECE  # memories per piece: a whole number of key chunks
+    _marks = "?, ?"  # a row of the table: (piece, sealed)
 
     def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
                  keys_per_chunk: int, erased: frozenset[int] = frozenset()) -> None:
@@ -212,18 +216,8 @@ class ScanCache:
         its own statement, so :meth:`store` may write between two of them."""
         if count <= start:
             return
-        # Read before any piece or log row: a piece rebuilt from the log is
-        # written only if its keys still have these digests (see store()).
-        self.digests = digests = self._keys_digests(start, count)
+        digests, have = self._begin(count, start)
         opener = aead.BulkOpener(MAX_PADDED)
-        have = set()
-        self.db = _connect(self.folder, create=False)
-        if self.db is not None:
-            try:
-                have = {r[0] for r in self.db.execute(
-                    f"SELECT piece FROM {self.table} WHERE piece >= ? AND piece < ?", (start, count))}
-            except sqlite3.Error:
-                have = set()
         for piece in range(count - 1, start - 1, -1):
             plain = None
             if piece in have and piece in digests and self.db is not None:
@@ -237,6 +231,30 @@ class ScanCache:
                     except aead.Unsealable:
                         plain = None
             yield piece, plain
+
+    def _begin(self, count: int, start: int) -> tuple[dict[int, bytes], set[int]]:
+        """The key digests of pieces ``[start, count)`` (kept for
+        :meth:`store`) and which of them the table holds, the cache file
+        opened. The digests are read before any piece or log row: a piece
+        rebuilt from the log is written only if its keys still have them."""
+        self.digests = digests = self._keys_digests(start, count)
+        have: set[int] = set()
+        self.db = _connect(self.folder, create=False)
+        if self.db is not None:
+            try:
+                have = {r[0] for r in self.db.execute(
+                    f"SELECT DISTINCT piece FROM {self.table} WHERE piece >= ? AND piece < ?", (start, count))}
+            except sqlite3.Error:
+                have = set()
+        return digests, have
+
+    def _rows(self, piece: int, plain: bytes, keys_digest: bytes) -> list[tuple[int | bytes, ...]]:
+        """The sealed rows that keep piece ``piece`` (for :meth:`store`)."""
+        return [(piece, aead.seal(self._key, _pad(plain), self._aad(piece, keys_digest)))]
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        """Make the table :meth:`store` writes (outside any transaction)."""
+        db.executescript(sections()[self.table])
 
     def store(self, built: dict[int, bytes]) -> None:
         """Seal and write pieces rebuilt from the log since :meth:`pieces`
@@ -253,7 +271,7 @@ class ScanCache:
             if self.db is None:
                 return
         try:
-            self.db.executescript(sections()[self.table])
+            self._prepare(self.db)
             for k in range(0, len(items), WRITE_PIECES):
                 batch = items[k : k + WRITE_PIECES]
                 # The memory file's write lock, held while the digests are
@@ -262,12 +280,10 @@ class ScanCache:
                 self.conn.execute("BEGIN IMMEDIATE")
                 try:
                     now = self._keys_digests(batch[0][0], batch[-1][0] + 1)
-                    rows = [(p, aead.seal(self._key, _pad(plain), self._aad(p, now[p])))
-                            for p, plain in batch if now.get(p) == self.digests[p]]
+                    rows = [row for p, plain in batch if now.get(p) == self.digests[p]
+                            for row in self._rows(p, plain, now[p])]
                     with write_transaction(self.db):
-                        self.db.executemany(
-                            f"INSERT INTO {self.table}(piece, sealed) VALUES (?, ?) "
-                            "ON CONFLICT(piece) DO UPDATE SET sealed = excluded.sealed", rows)
+                        self.db.executemany(f"INSERT OR REPLACE INTO {self.table} VALUES ({self._marks})", rows)
                 finally:
                     self.conn.rollback()  # nothing was written to the memory file
         except Exception as exc:

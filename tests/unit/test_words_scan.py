@@ -31,15 +31,21 @@ def walk(mf, query: words.Query, part: int) -> list[tuple[int, int]]:
         cursor = found.more
 
 
+def store(folder: Path, texts: list[str], erased: list[int]):
+    """A real store of ``texts``, memories ``erased`` erased: its vault and owner."""
+    vault = Vault(folder, CHEAP_KDF)
+    ident = vault.create_identity()
+    with vault.session(ident.token, "owner") as s:
+        s.memory.mf.append([("2024-01-02", t) for t in texts])
+        s.memory.mf.erase(erased, "2024-01-03")
+    return vault, ident
+
+
 @pytest.mark.slow
 def test_the_store_ranks_as_the_reference_does(tmp_path: Path) -> None:
     rng = random.Random(3)
     texts = [" ".join(rng.choices(VOCAB, k=rng.randint(1, 7))) for _ in range(4096 + 512 + 300)]
-    vault = Vault(tmp_path, CHEAP_KDF)
-    ident = vault.create_identity()
-    with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2024-01-02", t) for t in texts])
-        s.memory.mf.erase([7, 4500], "2024-01-03")
+    vault, ident = store(tmp_path, texts, [7, 4500])
     live = [(i, t) for i, t in enumerate(texts) if i not in (7, 4500)]
     for n, q in enumerate(("zebra x1", "cafe istanbul", "priya harbor review", "strasse a dep")):
         query = words.parse_query(q)
@@ -74,7 +80,7 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
         mf = a.memory.mf
         fk = mf.file_keys()
         cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
-        assert list(cache.pieces(1)) == [(0, None)]
+        assert list(cache.segments(1, 0, [b"secretword"])) == [(0, None)]
         built = {0: word_piece.build([f"secretword{i}" for i in range(4096)])}
         with vault.session(ident.token, "owner") as b:
             b.memory.mf.erase([5], "2024-01-03")
@@ -82,7 +88,7 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
         cache.close()
     import sqlite3
     with sqlite3.connect(tmp_path / "users" / ident.user_id / "recall.db") as db:
-        assert db.execute("SELECT count(*) FROM word_cache").fetchone()[0] == 0
+        assert db.execute("SELECT count(*) FROM word_segs").fetchone()[0] == 0
 
 
 def test_a_search_past_its_time_bound_stops(tmp_path: Path) -> None:
@@ -95,3 +101,120 @@ def test_a_search_past_its_time_bound_stops(tmp_path: Path) -> None:
     with vault.session(ident.token, "read") as s:
         with pytest.raises(words_scan.TooSlow):
             words_scan.search(s.memory.mf, words.parse_query("word"), 1000, time.monotonic() - 1)
+
+
+def test_a_split_piece_holds_every_words_postings() -> None:
+    """word_piece.split: each prefix of each word finds, in its head's
+    segment (a prefix of one character: in all of them), the postings the
+    whole piece gives it; segment 0 keeps every length and the piece's counts."""
+    from stash.core import word_piece
+
+    rng = random.Random(8)
+    texts = [None if rng.random() < 0.05 else " ".join(rng.choices(VOCAB, k=rng.randint(0, 6))) for _ in range(700)]
+    whole = word_piece.PieceIndex(word_piece.build(texts))
+    bucket = {}
+
+    def of(ch: bytes) -> int:
+        return bucket.setdefault(ch, rng.randrange(5))
+
+    parts = [word_piece.PieceIndex(p) for p in word_piece.split(word_piece.build(texts), of, 5)]
+    stats = parts[0]
+    assert (stats.held, stats.words, list(stats.lengths)) == (whole.held, whole.words, list(whole.lengths))
+    assert sum(len(p.at) for p in parts) == len(whole.at) and not any(len(p.lengths) for p in parts[1:])
+    asked = {w[:n] for text in texts if text for w in words.words(text) for n in range(1, len(w) + 1)}
+    for w in sorted(asked) + ["q", "zz", "é"]:
+        key = w.encode()
+        a, b = whole.span(key)
+        if word_piece.one_char(key):  # in every segment: the postings of each, joined
+            got = sorted(x for part in parts[1:] for x in part.postings[slice(*part.span(key))])
+        else:
+            part = parts[1 + of(word_piece.head(key))]
+            got = list(part.postings[slice(*part.span(key))])
+        want = list(whole.postings[a:b])
+        assert got == (sorted(want) if word_piece.one_char(key) else want), w
+
+
+@pytest.fixture(scope="module")
+def life(tmp_path_factory: pytest.TempPathFactory):
+    """A random life of a complete piece, a tail piece and 150 memories after
+    them, two of them erased."""
+    tmp = tmp_path_factory.mktemp("life")
+    rng = random.Random(29)
+    vocab = VOCAB + [f"w{n}" for n in range(60)]
+    texts = [" ".join(rng.choices(vocab, k=rng.randint(1, 9))) for _ in range(4096 + 512 + 150)]
+    vault, ident = store(tmp, texts, [11, 4200])
+    return vault, ident, tmp / "users" / ident.user_id / "recall.db"
+
+
+def pages(mf, q: str, part: int, cached: bool, most: int = 10**9) -> list[tuple[list[str], list[int], int, str | None]]:
+    """Every page of a words search (or the first ``most``): lines, scores, total and the cursor."""
+    query, cursor, out = words.parse_query(q), None, []
+    while len(out) < most:
+        f = words_scan.search(mf, query, part, float("inf"), cursor, cached=cached)
+        out.append((f.lines, f.scores, f.total, f.more.text() if f.more else None))
+        if f.more is None:
+            return out
+        cursor = f.more
+    return out
+
+
+LIFE_QUERIES = ("w1 the", "d", "İ x1 harbor w33")
+
+
+@pytest.mark.slow
+def test_the_index_answers_byte_for_byte_as_the_log_does(life) -> None:
+    """The sealed segments (cold: built and written; warm: opened) give the
+    same pages as `--word-index off`, which builds every piece from the log."""
+    vault, ident, db = life
+    with vault.session(ident.token, "read") as s:
+        mf = s.memory.mf
+        for q in LIFE_QUERIES:
+            off = pages(mf, q, 20_000, cached=False)
+            assert len(off) > 1, q
+            assert pages(mf, q, 20_000, cached=True) == off, q
+            assert pages(mf, q, 20_000, cached=True) == off, q
+        # pages of a few lines: the memories holding both words fill the first ones alone
+        off = pages(mf, "the a", 150, cached=False, most=4)
+        assert len(off) == 4 and all(len(lines) > 1 for lines, *_ in off)
+        assert pages(mf, "the a", 150, cached=True, most=4) == off
+    import sqlite3
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == 17
+        assert conn.execute("SELECT count(*) FROM word_tail_segs").fetchone()[0] == 17
+
+
+def test_a_search_opens_only_its_words_segments(life) -> None:
+    """With every other word segment deleted, a search is still served from
+    the index (nothing is rebuilt); a segment moved to another number does
+    not open, and its piece is rebuilt from the log, answering the same."""
+    import sqlite3
+
+    from stash.storage.memfile import KEYS_PER_CHUNK
+    from stash.storage.wordcache import WordCache
+
+    vault, ident, db = life
+    with vault.session(ident.token, "read") as s:
+        mf = s.memory.mf
+        fk = mf.file_keys()
+        cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
+        keep = {0, cache.bucket(b"w1"), cache.bucket(b"the")}  # the heads "w1" and "th"
+        # a word of another segment (the segments are keyed by the file's own key)
+        word = next(w for w in ("zebra", "priya", "harbor", "review", "a", "deploy", "green") if cache.bucket(
+            w.encode()) not in keep)
+        other = cache.bucket(word.encode())
+        want = {q: pages(mf, q, 20_000, cached=False) for q in ("w1 the", word)}
+        assert pages(mf, "w1 the", 20_000, cached=True) == want["w1 the"]  # the index is there
+        with sqlite3.connect(db) as conn:
+            marks = ",".join("?" * len(keep))
+            conn.execute(f"DELETE FROM word_segs WHERE seg NOT IN ({marks})", sorted(keep))
+        assert pages(mf, "w1 the", 20_000, cached=True) == want["w1 the"]
+        with sqlite3.connect(db) as conn:
+            assert {r[0] for r in conn.execute("SELECT seg FROM word_segs")} == keep  # nothing rebuilt
+            # the word's segment: the one of w1, moved into its number
+            sealed = conn.execute("SELECT sealed FROM word_segs WHERE seg = ?", (cache.bucket(b"w1"),)).fetchone()[0]
+            conn.execute("INSERT INTO word_segs VALUES (0, ?, ?)", (other, sealed))
+        assert pages(mf, word, 20_000, cached=True) == want[word]
+        with sqlite3.connect(db) as conn:
+            assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == 17  # rebuilt whole
+            assert conn.execute("SELECT sealed FROM word_segs WHERE seg = ?", (other,)).fetchone()[0] != sealed
+        assert pages(mf, "w1 the", 20_000, cached=True) == want["w1 the"]

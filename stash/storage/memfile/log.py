@@ -42,10 +42,14 @@ class LogPart(RowCodec):
                 (c, aead.seal(self._rows_key, plain, self._aad("memory_keys", c)), *epoch),
             )
         else:
-            plain = self._open(self._key_of(row[1]), row[0], "memory_keys", c)
-            if len(plain) != CHUNK_BYTES:
-                raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
+            plain = self._open_chunk(c, row[0], row[1])
         self._chunks[c] = plain
+        return plain
+
+    def _open_chunk(self, c: int, sealed: bytes, epoch: int | None) -> bytes:
+        plain = self._open(self._key_of(epoch), sealed, "memory_keys", c)
+        if len(plain) != CHUNK_BYTES:
+            raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
         return plain
 
     def _memory_key(self, i: int, *, create: bool = False) -> bytes | None:
@@ -107,24 +111,46 @@ class LogPart(RowCodec):
     def memories(self, lo: int, hi: int) -> list[tuple[int, str, str]]:
         """``(id, date, text)`` for memories ``[lo, hi)``; an erased one has
         text ``[erased]``."""
-        out = []
         # A chunk gains a key with every memory written into it (by any
         # writer), so a chunk cached by an earlier call may be stale; within
         # this call the open cursor keeps one snapshot.
         self._chunks.clear()
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
-        for i, sealed in rows:
-            key = self._memory_key(i)
-            if key is None or self._is_erased(i):
-                # The erasure record wins over a key: a key chunk put back
-                # from before the erasure does not bring the text back. And
-                # a key shredded is one the record names (_erased_row_date).
-                out.append((i, self._erased_row_date(i), ERASED))
-                continue
-            out.append((i, *self._decode(i, self._open(key, sealed, "log", i))))
+        out = [self._row(i, sealed) for i, sealed in rows]
         if len(out) != max(0, hi - lo) or any(r[0] != lo + k for k, r in enumerate(out)):
             raise Damaged("The log has a gap; restore this store from a backup.")
         return out
+
+    def memories_at(self, ids: list[int]) -> list[tuple[int, str, str]]:
+        """As :meth:`memories`, for memories ``ids`` (sorted, distinct),
+        read a few hundred to a statement: the key chunk of ids that share
+        one is opened once, not once per id."""
+        out: list[tuple[int, str, str]] = []
+        self._chunks.clear()  # as in memories(): fresh chunks for this call
+        chunks = sorted({i // KEYS_PER_CHUNK for i in ids})
+        for k in range(0, len(chunks), 500):  # the key chunks first, a statement for many
+            part = chunks[k : k + 500]
+            for c, sealed, epoch in self.conn.execute(
+                    f"SELECT chunk, sealed, {self._epoch_sql('memory_keys')} FROM memory_keys "
+                    f"WHERE chunk IN ({', '.join('?' * len(part))})", part):
+                self._chunks[c] = self._open_chunk(c, sealed, epoch)
+        for k in range(0, len(ids), 500):
+            part = ids[k : k + 500]
+            rows = self.conn.execute(
+                f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) ORDER BY id", part)
+            out += [self._row(i, sealed) for i, sealed in rows]
+        if [r[0] for r in out] != ids:
+            raise Damaged("The log has a gap; restore this store from a backup.")
+        return out
+
+    def _row(self, i: int, sealed: bytes) -> tuple[int, str, str]:
+        key = self._memory_key(i)
+        if key is None or self._is_erased(i):
+            # The erasure record wins over a key: a key chunk put back
+            # from before the erasure does not bring the text back. And
+            # a key shredded is one the record names (_erased_row_date).
+            return i, self._erased_row_date(i), ERASED
+        return i, *self._decode(i, self._open(key, sealed, "log", i))
 
     def memory(self, i: int) -> tuple[int, str, str]:
         return self.memories(i, i + 1)[0]
