@@ -12,6 +12,7 @@ folder under a user (per-memory folders, say) is added here, once.
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
 USER_ID = re.compile(r"[0-9a-f]{16}")
@@ -52,9 +53,12 @@ def unknown_in_user(folder: Path, *, memory: bool = False) -> list[str]:
     the user's other memories, which holds no ``m/`` of its own."""
     out = []
     for entry in sorted(Path(folder).iterdir()):
-        if entry.is_symlink() or not (entry.is_dir() or entry.is_file()):
+        mode = _mode(entry)
+        if mode is None:
+            continue  # a WAL or shared-memory file SQLite removed at a live server's last close, meanwhile
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # a symlink, a socket, a device...
             out.append(entry.name)
-        elif entry.is_dir():
+        elif stat.S_ISDIR(mode):
             if entry.name == MEMORIES and not memory:
                 out += [f"{MEMORIES}/{name}" for name in _unknown_memories(entry)]
             elif not known_folder(entry.name):
@@ -62,6 +66,16 @@ def unknown_in_user(folder: Path, *, memory: bool = False) -> list[str]:
         elif not known_file(entry.name):
             out.append(entry.name)
     return out
+
+
+def _mode(entry: Path) -> int | None:
+    """The entry's own mode (a symlink's, not its target's), read once, or
+    None when the name a folder listing gave is gone: a user's folder is
+    listed while a server may serve it."""
+    try:
+        return entry.lstat().st_mode
+    except FileNotFoundError:
+        return None
 
 
 def _unknown_memories(folder: Path) -> list[str]:

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow  # about 5 s: many requests in process
 def test_a_random_life_over_three_memories_matches_one_model_each(data_dir) -> None:
     rng = random.Random("memories-life")
     api = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF)))
-    today = dt.datetime.now(dt.UTC).date().isoformat()
+    def today() -> str:
+        return dt.datetime.now(dt.UTC).date().isoformat()
+
     try:
         owner = api.init()["token"]
         models = {n: oracle.Model() for n in NAMES}
@@ -64,9 +66,15 @@ def test_a_random_life_over_three_memories_matches_one_model_each(data_dir) -> N
                 who = rng.choice(("full", "owner")) if op == "note" else "append"
                 tok = {"full": full[n], "owner": owner, "append": append[n]}[who]
                 text = f"{n} says {step} {rng.choice(['ok', 'it’s done', 'a/b', '#3'])}"
+                before = today()
                 body = api.post(path(n, "/note", who), tok, json={"text": text}).json()
+                day = today()
                 assert body["id"] == m.T, (n, who, body)
-                m.add_note(today, text)
+                if day != before:  # midnight UTC fell inside the request: the date is the one it stored
+                    lo = body["id"] // 2 * 2
+                    shown = api.get(f"/m/{n}/zoom?block={oracle.bid(lo, lo + 2)}", owner).json()["lines"]
+                    day = next(line.split(" ")[1] for line in shown if line.startswith(f"#{body['id']} "))
+                m.add_note(day, text)
                 if who == "append":
                     assert body == {"id": m.T - 1, "nap": None}
             elif op == "nap":

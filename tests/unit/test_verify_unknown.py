@@ -112,3 +112,27 @@ def test_the_users_lock_is_free_while_verify_copies(capsys, store: Store, monkey
     code, text = run(capsys, store.data)
     assert code == 0, text
     assert free and all(free)
+
+
+def test_a_side_file_gone_between_the_listing_and_its_look_is_not_named(monkeypatch, tmp_path: Path):
+    """A live server with files kept closed removes a key ring's -wal and
+    -shm at its last close, which can fall between verify's listing of the
+    folder and its look at each name (found by the migrate-beside-a-server
+    test): a name that is gone by then is nothing to report. A file that is
+    there and not Stash's still is."""
+    from stash.storage import layout
+
+    folder = tmp_path / "user"
+    folder.mkdir()
+    for name in ("keyring.db", "memory.db", "kitten.db"):
+        (folder / name).write_bytes(b"")
+    listed = Path.iterdir
+
+    def listing_then_gone(self: Path):
+        yield from listed(self)
+        if self == folder:
+            yield folder / "keyring.db-wal"  # listed, then removed before it was looked at
+            yield folder / "keyring.db-shm"
+
+    monkeypatch.setattr(Path, "iterdir", listing_then_gone)
+    assert layout.unknown_in_user(folder) == ["kitten.db"]
