@@ -42,6 +42,14 @@ def pytest_configure(config) -> None:
             compileall.compile_dir(str(root / folder), quiet=1)
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker more than the cores. Part of every e2e test
+    is spent waiting for a real server, a client or a killed process, and
+    a third worker on two cores keeps both busy meanwhile (measured: 349 s
+    with two workers, 327 s with three, the same suite on the same machine)."""
+    return (os.cpu_count() or 1) + 1
+
+
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"

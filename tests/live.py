@@ -127,7 +127,7 @@ class Server:
                     return True
             except httpx.TransportError:
                 pass
-            time.sleep(0.1)
+            time.sleep(0.025)
         return False
 
     def stop(self) -> None:

@@ -67,6 +67,9 @@ def test_client_needs_only_the_standard_library(client_file: Path, base_url: str
 
 
 @pytest.mark.slow
+# The file form only: the package form reaches the same code through `python -m stash`, whose
+# dispatch every other test of this module runs in both forms.
+@pytest.mark.parametrize("cli", ["file"], indirect=True)
 def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     outputs: list[str] = []
 

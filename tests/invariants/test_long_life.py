@@ -23,7 +23,7 @@ from tests.helpers import CHEAP_KDF
 
 pytestmark = pytest.mark.slow
 
-NOTES = 2000
+NOTES = 1200
 SEED = 20240611
 
 # Words chosen so recall has to fold case the Unicode way (docs/DESIGN.md, "Recall").
