@@ -50,13 +50,6 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return (os.cpu_count() or 1) + 1
 
 
-def pytest_collection_modifyitems(config, items) -> None:
-    """Run the slow tier first, each group in its own order: the workers
-    take tests in this order, and a test of many seconds started last holds
-    the whole run open while the other workers sit idle."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
