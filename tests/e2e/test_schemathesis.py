@@ -54,7 +54,7 @@ CHECKS = ",".join([
     "ensure_resource_availability",
     "object_level_authorization",
 ])
-MAX_EXAMPLES = 8  # per operation and phase: enough to reach every refusal, bounded to seconds
+MAX_EXAMPLES = 6  # per operation and phase: enough to reach every refusal, bounded to seconds
 RUN_TIMEOUT = 300  # a hung run fails the test instead of stalling CI
 OLD_DATE = "2021-06-01"
 
