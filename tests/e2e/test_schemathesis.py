@@ -54,7 +54,8 @@ CHECKS = ",".join([
     "ensure_resource_availability",
     "object_level_authorization",
 ])
-MAX_EXAMPLES = 6  # per operation and phase: enough to reach every refusal, bounded to seconds
+# Per operation and phase: enough to reach every refusal in CI; STASH_FUZZ_EXAMPLES asks for a deeper run.
+MAX_EXAMPLES = int(os.environ.get("STASH_FUZZ_EXAMPLES", "6"))
 RUN_TIMEOUT = 300  # a hung run fails the test instead of stalling CI
 OLD_DATE = "2021-06-01"
 
