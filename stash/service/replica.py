@@ -274,10 +274,20 @@ def _moments(settings: dict[str, object], local: Path) -> list[dt.datetime]:
             if done.returncode == 0:
                 break
             time.sleep(0.5 * (attempt + 1))
-    if done.returncode != 0:
+    return listed_moments(done.stdout) if done.returncode == 0 else []
+
+
+def listed_moments(stdout: str) -> list[dt.datetime]:
+    """The timestamps of ``litestream ltx -json``'s listing. Litestream
+    writes its warnings to the same stream (an SFTP replica's "host key not
+    verified" comes first), so the listing is read from its first line that
+    opens a JSON array; a listing that cannot be read is no moments."""
+    lines = stdout.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith("[")), None)
+    if start is None:
         return []
     try:
-        rows = json.loads(done.stdout or "[]")
+        rows, _end = json.JSONDecoder().raw_decode("".join(lines[start:]))
         return [dt.datetime.fromisoformat(r["timestamp"]) for r in rows]
     except (ValueError, KeyError, TypeError):
         return []
