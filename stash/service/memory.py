@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 from ..core import blocks, lines, sizes, words
 from ..core.errors import Conflict, Damaged, Invalid, NotFound
 from ..core.recall import BadPattern, compile_pattern
-from ..storage.files import read_snapshot
 from ..storage.keyring import now_utc
 from ..storage.memfile import ERASED, MemoryFile
 from . import instructions, recall_scan, words_scan
@@ -37,12 +36,12 @@ _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 def one_snapshot(method: _Method) -> _Method:
     """Run a method that only reads in one snapshot of the memory file
-    (storage.files.read_snapshot), so what it reads first (the count, the
+    (MemoryFile.snapshot), so what it reads first (the count, the
     settled tree) and what it reads next (the summaries named there) agree,
     whatever another worker commits meanwhile."""
     @functools.wraps(method)
     def inside(self: Memory, *args: Any, **kw: Any) -> Any:
-        with read_snapshot(self.mf.conn):
+        with self.mf.snapshot():
             return method(self, *args, **kw)
     return inside  # type: ignore[return-value]
 
@@ -431,7 +430,7 @@ class Memory:
         lo, hi = self._block(block)
         self._within(lo, hi, T)
         bid = blocks.block_id(lo, hi)
-        with read_snapshot(self.mf.conn):
+        with self.mf.snapshot():
             settled = self.mf.settled(T)
             if (lo, hi) != blocks.first_pending(T, settled):
                 return self._not_due(T, settled, lo, hi)
@@ -440,7 +439,7 @@ class Memory:
             # Another writer got there first (a racing nap of the same block:
             # answered as any already-settled block is), or a forget dropped
             # a half this block builds on.
-            with read_snapshot(self.mf.conn):
+            with self.mf.snapshot():
                 settled = self.mf.settled(T)
                 if blocks.is_settled(settled, lo, hi):
                     return self._not_due(T, settled, lo, hi)
@@ -474,7 +473,7 @@ class Memory:
                           "{\"block\": \"lo-hi\", \"text\": \"...\"}.", code="nap.bad_summaries")
         T = self.mf.count()
         limit = self.sizes["ENTRY_CHARS"]
-        with read_snapshot(self.mf.conn):  # the tree the checks and any 409 read is one
+        with self.mf.snapshot():  # the tree the checks and any 409 read is one
             before = self.mf.settled(T)
             # The tree as it will be once the blocks before each one are written:
             # an erasure's holes are filled where they are, the frontiers move on.

@@ -69,3 +69,32 @@ def test_a_wake_reads_one_snapshot_while_another_worker_forgets(tmp_path):
         assert "#48-63 sum 48" in answer["nap"]["source"]
         mf.settled = read_tree  # type: ignore[method-assign]
         assert reader.memory.wake()["nap"]["block"] == "48-63"  # the next wake sees the forget
+
+
+def test_a_snapshot_opens_each_key_chunk_once_and_forgets_it_after(tmp_path):
+    """Inside one snapshot (MemoryFile.snapshot) a key chunk opened once
+    serves every later read of it: a nap offer reads the sources of many
+    small blocks, each its own read. After the snapshot ends, the next read
+    opens the chunk afresh, so an erasure another worker committed meanwhile
+    is seen."""
+    vault = Vault(tmp_path, kdf=CHEAP_KDF)
+    ident = vault.create_identity()
+    with vault.session(ident.token, "owner") as reader, vault.session(ident.token, "owner") as other:
+        mf = reader.memory.mf
+        mf.append([("2026-01-02", f"m{i}") for i in range(40)])
+        opened: list[int] = []
+        real = mf._open_chunk
+
+        def counted(c, sealed, epoch):
+            opened.append(c)
+            return real(c, sealed, epoch)
+
+        mf._open_chunk = counted
+        with mf.snapshot():
+            first = [mf.memories(lo, lo + 2) for lo in range(0, 40, 2)]
+            other.memory.erase([3])  # committed by another connection meanwhile
+            again = mf.memories(2, 4)
+        assert opened == [0]  # chunk 0, opened once for 21 reads
+        assert again == first[1] and again[1][2] == "m3"  # the snapshot's own view, whole
+        assert mf.memories(2, 4)[1][2] == "[erased]"  # after it: the erasure is seen
+        assert opened == [0, 0]

@@ -86,6 +86,7 @@ class FilePart:
     _base_epoch: int  # the epoch of a row whose ``epoch`` is NULL (SEALED_BASE_META)
     _chain_key: bytes
     _chunks: dict[int, bytes]  # opened key chunks, cleared whenever another writer may have changed one
+    _chunks_pinned: bool  # inside LogPart.snapshot: the chunks stay valid for its whole read
     _erased_cache: frozenset[int] | None  # the erased ids, once a request asked for them
     _erasure_record: Record | None  # from mark 4: the authenticated record the erased ids come from
     _drops: dict[str, Any]

@@ -84,6 +84,7 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
         self._epoch_columns = {}
         self._base_epoch = fk.epoch
         self._chunks = {}
+        self._chunks_pinned = False
         self.state_version = 0
         self._erasure_record = None
         self._erased_ids = frozenset()

@@ -10,13 +10,14 @@ key chunk put back from before an erasure never brings a text back.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, chain
 from ...crypto.chain import Head
-from ..files import write_transaction
+from ..files import read_snapshot, write_transaction
 from .base import HEAD_META, ROLLED_BACK
 from .rows import ERASED, LARGEST_MEMORY_PLAINTEXT, RowCodec
 
@@ -27,6 +28,34 @@ SCAN_BATCH = 32 * KEYS_PER_CHUNK  # whole chunks, so a batch starts on a chunk b
 
 
 class LogPart(RowCodec):
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read snapshot of the file (storage.files.read_snapshot) in
+        which a key chunk opened once stays opened for every call. Outside
+        one, each read forgets the chunks opened before it, since another
+        writer may have added keys to them since; inside one, no other
+        writer's commit is visible and this handle cannot write, so a chunk
+        is what the snapshot holds for as long as it lasts. Joined (nested,
+        or inside a write transaction, whose own writes keep the chunks they
+        touch up to date), it changes nothing."""
+        if self.conn.in_transaction:
+            with read_snapshot(self.conn):
+                yield
+            return
+        with read_snapshot(self.conn):
+            self._chunks.clear()
+            self._chunks_pinned = True
+            try:
+                yield
+            finally:
+                self._chunks_pinned = False
+                self._chunks.clear()
+
+    def _fresh_chunks(self) -> None:
+        """Forget the opened key chunks, unless a :meth:`snapshot` keeps them."""
+        if not self._chunks_pinned:
+            self._chunks.clear()
+
     def _chunk(self, c: int, *, create: bool = False) -> bytes | None:
         if c in self._chunks:
             return self._chunks[c]
@@ -113,8 +142,8 @@ class LogPart(RowCodec):
         text ``[erased]``."""
         # A chunk gains a key with every memory written into it (by any
         # writer), so a chunk cached by an earlier call may be stale; within
-        # this call the open cursor keeps one snapshot.
-        self._chunks.clear()
+        # this call the open cursor keeps one snapshot (and a snapshot() all of its calls).
+        self._fresh_chunks()
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
         out = [self._row(i, sealed) for i, sealed in rows]
         if len(out) != max(0, hi - lo) or any(r[0] != lo + k for k, r in enumerate(out)):
@@ -126,7 +155,7 @@ class LogPart(RowCodec):
         read a few hundred to a statement: the key chunk of ids that share
         one is opened once, not once per id."""
         out: list[tuple[int, str, str]] = []
-        self._chunks.clear()  # as in memories(): fresh chunks for this call
+        self._fresh_chunks()  # as in memories(): fresh chunks for this call
         chunks = sorted({i // KEYS_PER_CHUNK for i in ids})
         for k in range(0, len(chunks), 500):  # the key chunks first, a statement for many
             part = chunks[k : k + 500]
@@ -172,7 +201,7 @@ class LogPart(RowCodec):
         first (0: not recorded); None for an erased memory. The writer is
         sealed inside the memory's own row, so only a capability that can
         read the memory can learn it."""
-        self._chunks.clear()
+        self._fresh_chunks()
         rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
         for i, sealed in rows:
             key = self._memory_key(i)
