@@ -410,35 +410,46 @@ def _private_copy(folder: Path, quota_bytes: int | None = None) -> Iterator[Path
     the copy and one after, to read each file's size, change time and inode:
     no request of a running server has the files open at either moment, and
     when both agree the files were at rest in between, so the copy is one
-    consistent state; when they differ the copy is made again (up to
-    :data:`COPY_ATTEMPTS` times). The server's requests wait for those two
-    moments, never for the copy. The lock is taken only where a server made
+    consistent state; when they differ the copy is made again. The server's
+    requests wait for those two moments, never for the copy, except when the
+    files changed during each of the first :data:`COPY_ATTEMPTS` - 1
+    copies: the last is then made with the lock held throughout, so a user
+    written to without a pause is still verified. The lock is taken only where a server made
     it; nothing is created in ``folder``."""
     with tempfile.TemporaryDirectory(prefix="stash-verify-") as tmp:
         target = UserFiles(Path(tmp), folder.name).folder
         target.mkdir(parents=True, mode=0o700)
         try:
-            for _ in range(COPY_ATTEMPTS):
+            for _ in range(COPY_ATTEMPTS - 1):
                 with userlock.exclusive(folder, create=False):
                     before = _signature(folder, quota_bytes)
-                for path in target.iterdir():
-                    overwrite_with_zeros(path)
-                    path.unlink()
                 try:
-                    for name, *_rest in before:
-                        copy_allocated(folder / name, target / name)
+                    _copy_files(folder, target, before)
                 except FileNotFoundError:
                     continue  # a server folded and removed a WAL between the two moments: the files changed
                 with userlock.exclusive(folder, create=False):
                     if _signature(folder, quota_bytes) == before:
                         break
             else:
-                raise Failed(f"its files changed during each of {COPY_ATTEMPTS} copies; run verify again")
+                # Written to all along (agents noting without a pause): the last copy is made under
+                # the lock, as stash backup's is, and the user's requests wait for that one copy.
+                with userlock.exclusive(folder, create=False):
+                    _copy_files(folder, target, _signature(folder, quota_bytes))
             yield target
         finally:
             for path in target.iterdir():
                 with contextlib.suppress(OSError):
                     overwrite_with_zeros(path)
+
+
+def _copy_files(folder: Path, target: Path, listed: list[tuple[str, int, int, int]]) -> None:
+    """Copy the files ``listed`` (a :func:`_signature`) of ``folder`` into
+    ``target``, zeroing and removing what an earlier attempt left there."""
+    for path in target.iterdir():
+        overwrite_with_zeros(path)
+        path.unlink()
+    for name, *_rest in listed:
+        copy_allocated(folder / name, target / name)
 
 
 def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Head | None,

@@ -136,3 +136,29 @@ def test_a_side_file_gone_between_the_listing_and_its_look_is_not_named(monkeypa
 
     monkeypatch.setattr(Path, "iterdir", listing_then_gone)
     assert layout.unknown_in_user(folder) == ["kitten.db"]
+
+
+def test_a_user_written_to_during_every_copy_is_verified_under_the_lock(capsys, store: Store, monkeypatch):
+    """Agents noting without a pause change the files during each copy made
+    between the two moments; verify then makes its last copy with the lock
+    held throughout (as stash backup copies), rather than fail the user.
+    Here a real note lands whenever the lock is free while a file is copied."""
+    import stash.service.verify as verify
+    from stash.storage import userlock
+
+    real = verify.copy_allocated
+    wrote: list[bool] = []
+
+    def written_meanwhile(src: Path, dst: Path) -> None:
+        with userlock.exclusive_within(store.folder, 0.05) as free:
+            pass
+        if free:
+            store.note(1)
+        wrote.append(free)
+        real(src, dst)
+
+    monkeypatch.setattr(verify, "copy_allocated", written_meanwhile)
+    code, text = run(capsys, store.data)
+    assert code == 0, text
+    assert "memory file ok" in line_of(text, store.user_id)
+    assert any(wrote) and not wrote[-1]  # written to during the first copies; the last made under the lock
