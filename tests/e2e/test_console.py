@@ -313,3 +313,36 @@ def test_a_plain_http_address_that_is_not_loopback_gets_no_token_field(served: S
         assert "https" in browser.js("document.getElementById('insecure').textContent")
     finally:
         browser.close()
+
+
+def test_a_server_that_serves_one_request_at_a_time_still_loads_the_console(chrome: Chromium,
+                                                                           tmp_path: Path) -> None:
+    """A page load asks for the memories, grants, audit, erasures and every
+    memory's config. A server that takes one request of an identity at a
+    time answers the rest `429 busy.user`; the console keeps few calls open
+    and sends a 429 again after its Retry-After, so the page loads whole."""
+    srv = start_server(tmp_path / "one-at-a-time", "--user-concurrency", "1")
+    http = Http(srv.url)
+    try:
+        owner = http.init()["token"]
+        names = ["alpha", "beta", "gamma"]
+        for k, name in enumerate(names):
+            http.ok("POST", "/memories", owner, json={"name": name})
+            # A budget of its own and a few memories: the shape drawn shows whether its config was read.
+            http.ok("POST", f"/m/{name}/config", owner, json={"WAKE_LINES": 8 + k})
+            http.ok("POST", f"/m/{name}/import", owner, json={"entries": [
+                {"date": "2026-11-30", "text": f"{name} line {i}"} for i in range(40)]})
+        chrome.goto(srv.url + "/console")
+        type_into(chrome, "#token", owner)
+        chrome.enter()
+        for k, name in enumerate(names):
+            until(chrome, f"!!document.querySelector('svg[data-memory=\"{name}\"]')?.getAttribute('data-blocks')")
+            drawn = int(chrome.js(f"document.querySelector('svg[data-memory=\"{name}\"]')"
+                                  ".getAttribute('data-blocks')"))
+            assert drawn == len(blocks.cover(40, 8 + k)), name
+        until(chrome, "document.querySelectorAll('#audit tbody tr').length >= 3")  # a create event per memory
+        assert "busy.user" not in status(chrome)
+        assert chrome.console.exceptions == []
+    finally:
+        http.close()
+        srv.stop()

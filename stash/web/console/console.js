@@ -39,16 +39,51 @@
     const init = { method, headers, credentials: "omit", cache: "no-store", referrerPolicy: "no-referrer",
       redirect: "error" };
     if (body !== undefined) init.body = JSON.stringify(body);
-    let answer;
+    await slot();
     try {
-      answer = await fetch(path, init);
-    } catch (e) {
-      throw new ApiError(0, "network", "The server could not be reached; check that it runs, then try again.");
+      for (let attempt = 0; ; attempt++) {
+        let answer;
+        try {
+          answer = await fetch(path, init);
+        } catch (e) {
+          throw new ApiError(0, "network", "The server could not be reached; check that it runs, then try again.");
+        }
+        let data = null;
+        try { data = await answer.json(); } catch (e) { data = null; }
+        if (answer.status === 429 && attempt < BUSY_RETRIES) {
+          // Refused before it ran (the server is busy with this identity): safe to send again, as asked.
+          const wait = Math.min(BUSY_WAIT_MAX_S, Math.max(0.1, Number(answer.headers.get("Retry-After")) || 1));
+          await new Promise((done) => setTimeout(done, wait * 1000));
+          continue;
+        }
+        if (!answer.ok) throw new ApiError(answer.status, data && data.error, data && data.message);
+        return data;
+      }
+    } finally {
+      release();
     }
-    let data = null;
-    try { data = await answer.json(); } catch (e) { data = null; }
-    if (!answer.ok) throw new ApiError(answer.status, data && data.error, data && data.message);
-    return data;
+  }
+
+  // The server serves one identity a few requests at a time and answers 429 past that; the console keeps
+  // at most IN_FLIGHT calls open (a page load asks for every memory's config at once) and sends a 429 again
+  // after its Retry-After, up to BUSY_RETRIES times, before it shows it.
+  const IN_FLIGHT = 2;
+  const BUSY_RETRIES = 4;
+  const BUSY_WAIT_MAX_S = 5;
+  let running = 0;
+  const waiting = [];
+
+  function slot() {
+    if (running < IN_FLIGHT) {
+      running++;
+      return Promise.resolve();
+    }
+    return new Promise((take) => waiting.push(take));
+  }
+
+  function release() {
+    const next = waiting.shift();
+    if (next) next(); else running--;  // a waiting call takes the slot over
   }
 
   const memoryPath = (name, route) => `/m/${encodeURIComponent(name)}${route}`;
