@@ -16,21 +16,24 @@
 --
 --   DATA/users/<user_id>/m/<name>/   another memory of the same identity: the
 --                                    same three files (docs/DESIGN.md, "Memories"),
---                                    its key ring in 2 KiB pages.
+--                                    its key ring in 2 KiB pages (4 pages, 8 KiB).
 --
 -- Pages (since the 4 KiB layout): both files are made in 4 KiB pages, and
 -- each holds only the tables every store uses from its first request; the
--- others (sections "keyring_on_use", "memory_on_use" and "idempotency") are
--- made, empty, by the first write of one of their rows. Every table and every
--- index is at least one page, so that is what an empty identity is made of:
+-- others (sections "keyring_on_use", "memory_on_use", "keyring_memories" and
+-- "idempotency") are made, empty, by the first write of one of their rows —
+-- the log, its triggers and key chunks by the first note, the summaries by
+-- the first nap. Every table and every index is at least one page, so that
+-- is what an empty identity is made of:
 --   keyring.db  4 pages: 1 the schema (sqlite_master), 2 keyring_meta,
 --               3 grants, 4 the UNIQUE index on grants.tag
---   memory.db   5 pages: 1 the schema, 2 meta, 3 log, 4 memory_keys,
---               5 summaries
--- = 9 pages of 4,096 bytes = 36,864 bytes (`python bench/disk.py --empty`).
+--   memory.db   2 pages: 1 the schema, 2 meta
+-- = 6 pages of 4,096 bytes = 24,576 bytes (`python bench/disk.py --empty`).
 -- A table missing from a file reads as an empty one, which is what it
--- would hold; the whole-state head covers rows, not whether a table exists,
--- so dropping a table that held rows is refused like deleting the rows.
+-- would hold; the heads cover rows, not whether a table exists (the log head
+-- its count, the state head each summary level's frontier and the log's
+-- triggers; a memory's key missing is damage), so dropping a table that held
+-- rows is refused like deleting the rows.
 -- Files written by earlier releases (16 KiB pages, every table made with the
 -- file, meta tables with rowids) are served as they are and never converted.
 -- SQLite records a plain file's page size in its header, but SQLCipher
@@ -136,6 +139,12 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 ) WITHOUT ROWID;
 
+-- @memory_on_use
+-- Made by the first write of a row (MemoryFile._ensure_table), each table
+-- with its triggers: a memory never written to has none of them, one never
+-- napped has no summaries, one that never sets a size or erases a memory has
+-- no config, erased or erasures.
+
 -- The append-only log. Memory #i is the row id = i; ids are dense from 0.
 -- Plaintext: a fixed 312 bytes (2-byte length, "YYYY-MM-DD text", zeros,
 -- the writer's grant id in the last 4), so a row's size does not reveal its
@@ -174,10 +183,6 @@ CREATE TABLE IF NOT EXISTS summaries (
     sealed  BLOB NOT NULL,
     PRIMARY KEY (size, idx)
 ) WITHOUT ROWID;
-
--- @memory_on_use
--- Made by the first write of a row (MemoryFile._ensure_table): a store that
--- never sets a size or erases a memory has none of them.
 
 -- Size overrides (docs/DESIGN.md, "Sizes"); a name absent here follows the default.
 CREATE TABLE IF NOT EXISTS config (
@@ -269,25 +274,21 @@ CREATE TABLE IF NOT EXISTS inbox (
     sealed    BLOB NOT NULL
 );
 
--- In main's key ring only: one random salt per memory other than main. The
--- owner is enrolled in memory n's key ring under a secret derived from its
--- token's secret and salt n, so deleting memory n (which deletes its salt
--- here) leaves nothing of it that the owner token opens, even from copies of
--- its files kept from before.
+-- In main's key ring only: one row per memory other than main, its random
+-- salt and its name (one table, so the first extra memory adds one page here,
+-- not two). The owner is enrolled in memory n's key ring under a secret
+-- derived from its token's secret and salt n, so deleting memory n (which
+-- deletes its row here) leaves nothing of it that the owner token opens, even
+-- from copies of its files kept from before. The name is written once the
+-- memory is published (renamed to its name), NULL before: what `stash
+-- restore` reads to know which memories to bring back from a replica (which
+-- it cannot list), the memories main's key ring knew at the moment restored,
+-- never one deleted before it nor one a crash cut before its rename. A name is
+-- also its folder's name on disk, so it tells a thief nothing more.
 CREATE TABLE IF NOT EXISTS memory_salts (
     number  INTEGER PRIMARY KEY,
-    salt    BLOB NOT NULL
-);
-
--- In main's key ring only: each memory's name by its number, written once the
--- memory is published (renamed to its name) and deleted with its salt. What
--- `stash restore` reads to know which memories to bring back from a replica
--- (which it cannot list): the memories main's key ring knew at the moment
--- restored, never one deleted before it. A name is also its folder's name on
--- disk, so it tells a thief nothing more.
-CREATE TABLE IF NOT EXISTS memory_names (
-    number  INTEGER PRIMARY KEY,
-    name    TEXT NOT NULL
+    salt    BLOB NOT NULL,
+    name    TEXT
 );
 
 -- @word_cache

@@ -135,6 +135,7 @@ def _write_summaries(mf, rows_key: bytes, T: int, progress=None) -> int:
             rows.append((size, idx, aead.seal(rows_key, plain, mf._aad("summaries", f"{size}|{idx}"))))
         with mf.conn:
             mf.conn.execute("BEGIN IMMEDIATE")
+            mf._ensure_table("summaries")
             mf.conn.executemany("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", rows)
         if progress:
             progress(f"summaries {min(k + SUMMARY_BATCH, len(todo))}/{len(todo)}")

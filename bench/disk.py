@@ -3,6 +3,7 @@
     python bench/disk.py bench/results/store-1000000     # a store built by versus.py
     python bench/disk.py --empty                         # a freshly minted identity
     python bench/disk.py --written 1000                  # an identity written as the server writes it
+    python bench/disk.py --extra 3                       # what each extra empty memory adds
 
 For a store it opens the memory file with the owner token kept beside it
 (``owner-token``), and for every table counts rows and the bytes of their
@@ -14,7 +15,11 @@ of which makes the key ring's grant_notes table) is not counted. With
 ``--written N`` it mints an identity and writes N memories the way the server
 does — each note in its own transaction, then every nap it brings due, each
 in its own — and accounts that folder, with what ``HOSTED`` such identities
-would take.
+would take. With ``--extra N`` it mints an identity through the app (in
+process, real files), uses its owner token once, then creates, lists and
+wakes N empty memories one after another, and prints what each added to the
+identity's files, file by file, a folder counted as one 4 KiB block (issue
+28: at most 32 KiB each, the first included).
 """
 
 from __future__ import annotations
@@ -154,13 +159,57 @@ def written(data: Path, n: int) -> str:
                    f"({total:,} bytes each, {total / n:.1f} per memory).\n")
 
 
+FOLDER_BYTES = 4096  # a folder, counted as one block
+
+
+def extra(data: Path, n: int) -> str:
+    """What each of ``n`` extra empty memories adds to an identity's files
+    once created, listed and woken by its owner (the owner token used once
+    before: that first request records its last use, a page of main's key
+    ring, whatever it asks for)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from stash.crypto.keys import KdfParams
+    from stash.web.app import create_app
+    from tests.helpers import Api, make_settings
+
+    def sizes(folder: Path) -> dict[str, int]:
+        return {p.relative_to(folder).as_posix() + ("/" if p.is_dir() else ""):
+                p.stat().st_size if p.is_file() else FOLDER_BYTES for p in folder.rglob("*")}
+
+    api = Api(create_app(make_settings(data, kdf=KdfParams(1, 8, 1), max_memories=n + 1)))
+    out = ["| memory | bytes added | what |", "|---|---:|---|"]
+    try:
+        made = api.init()
+        owner, folder = made["token"], data / "users" / made["user_id"]
+        assert api.get("/wake", owner).status_code == 200
+        for k in range(n):
+            name = f"extra{k + 1}"
+            before = sizes(folder)
+            assert api.post("/memories", owner, json={"name": name}).status_code == 201
+            assert api.get("/memories", owner).status_code == 200
+            assert api.get(f"/m/{name}/wake", owner).status_code == 200
+            after = sizes(folder)
+            grown = {p: b - before.get(p, 0) for p, b in after.items() if b != before.get(p, 0)}
+            what = ", ".join(f"{p} {b:,}" for p, b in sorted(grown.items()))
+            out.append(f"| {k + 1}: {name} | {sum(grown.values()):,} | {what} |")
+    finally:
+        api.close()
+    return "\n".join(out) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Where a store's bytes go.")
     p.add_argument("store", nargs="?", type=Path, help="a folder holding data/ and owner-token (bench/versus.py)")
     p.add_argument("--empty", action="store_true", help="account a freshly minted identity instead")
     p.add_argument("--written", type=int, metavar="N", help="account an identity of N memories written as the "
                    "server writes them, and what 10,000 of them take")
+    p.add_argument("--extra", type=int, metavar="N", help="what each of N extra empty memories adds to an "
+                   "identity's files")
     args = p.parse_args(argv)
+    if args.extra:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(extra(Path(tmp), args.extra))
+        return 0
     if args.written:
         with tempfile.TemporaryDirectory() as tmp:
             print(written(Path(tmp), args.written))
@@ -169,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             vault = Vault(Path(tmp))
             ident = vault.create_identity()
+            folder = Path(tmp) / "users" / ident.user_id
+            files = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())  # before the token's first use
             print(account(Path(tmp), ident.token, map_pages=True))
+            print(f"With the folder itself as one {FOLDER_BYTES:,}-byte block: {files + FOLDER_BYTES:,} bytes.")
         return 0
     if args.store is None:
         p.error("name a store folder or give --empty")

@@ -24,7 +24,7 @@ def restore_log_triggers(conn: sqlite3.Connection) -> None:
     still there are left alone): an attacker who dropped them to cut or edit
     the log puts them back, since a missing trigger is itself refused as
     damage (the state head covers them)."""
-    for statement in _TRIGGERS.findall(sections()["memory"]):
+    for statement in _TRIGGERS.findall(sections()["memory_on_use"]):
         conn.execute(statement)
 
 

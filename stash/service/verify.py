@@ -153,8 +153,10 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
         try:
             _integrity(conn, "memory.db")
             meta = dict(conn.execute("SELECT name, value FROM meta"))
-            top = conn.execute("SELECT COALESCE(MAX(id) + 1, 0), COUNT(*) FROM log").fetchone()
             tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+            # A log not made yet is the empty one it would be (schema.sql, "Pages").
+            top = conn.execute("SELECT COALESCE(MAX(id) + 1, 0), COUNT(*) FROM log").fetchone() if "log" in tables \
+                else (0, 0)
             held = erasure_record.counts(conn, tables)
         finally:
             conn.close()

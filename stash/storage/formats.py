@@ -13,9 +13,11 @@ through those steps.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 
 from ..crypto import aead
 from .files import LEGACY_PAGE_BYTES, PAGE_BYTES
@@ -98,6 +100,18 @@ def _lacks_one(made_on_use: str) -> Callable[[OnDisk], bool | None]:
     return shows
 
 
+LOG_TABLES = frozenset({"log", "memory_keys", "summaries"})  # made on use since "log made on use"
+
+
+def _lacks_log_tables(d: OnDisk) -> bool | None:
+    """A memory file made since the log, its key chunks and its summaries
+    are made on use, lacking one of them (one never written to, or never
+    napped); one holding all three cannot be told from an older one."""
+    if d.memory_tables is None:
+        return None
+    return not LOG_TABLES <= d.memory_tables or None
+
+
 def _pages(n: int, release: str, recognised: str) -> Format:
     return Format(MEMORY_FILE, f"{n // 1024} KiB pages", f"pages of {n} bytes", f"PRAGMA page_size ({recognised})",
                   "storage.keyring.Keyring.memory_page_bytes", release, lambda d: d.memory_pages == n)
@@ -135,7 +149,7 @@ KEY_RING_FORMATS = (
            "keyring_meta 'copies_mac' (before: the copies in clear, sealed by the first session that opens the "
            "memory)", "storage.ring_copies.read", "unreleased", lambda d: "copies_mac" in d.keyring_meta),
     Format(KEY_RING, "memories", "an identity holds named memories: main's key ring numbers them and keeps their "
-           "capabilities' tags, owner salts and names (memory_tags, memory_salts, memory_names); another "
+           "capabilities' tags and, in one row each, their owner salts and names (memory_tags, memory_salts); another "
            "memory's key ring, in "
            "m/<name>/ with 2 KiB pages, records its number; append capabilities and their waiting notes "
            "(append_grants, inbox) in each memory's", "keyring_meta 'memories_made' (main) or "
@@ -196,6 +210,12 @@ MEMORY_FORMATS = (
            "meta 'format' 4 and meta 'erasure_record' (absent: nothing erased yet)",
            "storage.memfile.MemoryFile.check_erasure_record", "unreleased",
            _memory(lambda m: m.get("format") == "4"), mark="4"),
+    # No step: a file of an earlier release has the three tables from its
+    # start, and a missing one reads as the empty table it would be.
+    Format(MEMORY_FILE, "log made on use", "the log (with its append-only triggers), the memory key chunks and "
+           "the summaries are made by their first row, so an empty memory file is two pages (the schema and meta)",
+           "a table of log, memory_keys and summaries is absent", "storage.formats.make_on_use", "unreleased",
+           _lacks_log_tables),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
@@ -247,13 +267,34 @@ def on_use_tables(section: str) -> frozenset[str]:
     return frozenset(part.split(" ", 1)[0] for part in text.split("CREATE TABLE IF NOT EXISTS ")[1:])
 
 
+@cache
+def _statements_of(section: str, name: str) -> tuple[str, ...]:
+    """The statements of schema.sql's ``section`` that make table ``name``:
+    the table, then each trigger on it, each as schema.sql writes it."""
+    found: list[str] = []
+    pending = ""
+    for line in sections()[section].splitlines(keepends=True):
+        if not pending and (not line.strip() or line.lstrip().startswith("--")):
+            continue
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statement = pending.strip()
+            pending = ""
+            if (statement.startswith(f"CREATE TABLE IF NOT EXISTS {name} ")
+                    or re.match(rf"CREATE TRIGGER IF NOT EXISTS \w+ [A-Z ]+ ON {name}\s", statement)):
+                found.append(statement)
+    if not found or not found[0].startswith("CREATE TABLE"):
+        raise KeyError(f"schema.sql's section {section} makes no table {name}")
+    return tuple(found)
+
+
 def make_on_use(conn: sqlite3.Connection, section: str, name: str) -> None:
-    """Make table ``name`` of schema.sql's ``section`` as schema.sql writes it,
-    inside the caller's write transaction, before its first row: a file of an
-    earlier release has it from its start, a newer one only once written to."""
-    text = sections()[section]
-    start = text.index(f"CREATE TABLE IF NOT EXISTS {name} ")
-    conn.execute(text[start:text.index(");", start) + 2])
+    """Make table ``name`` of schema.sql's ``section`` and its triggers as
+    schema.sql writes them, inside the caller's write transaction, before its
+    first row: a file of an earlier release has it from its start, a newer
+    one only once written to. A no-op for a table the file has."""
+    for statement in _statements_of(section, name):
+        conn.execute(statement)
 
 
 def _tables(conn: sqlite3.Connection) -> frozenset[str]:
@@ -270,12 +311,19 @@ def read_key_ring(conn: sqlite3.Connection) -> tuple[dict[str, str], frozenset[s
 def read_memory_file(conn: sqlite3.Connection) -> dict[str, object]:
     """What a readable memory file shows of its format: the fields of
     :class:`OnDisk` named ``memory_*``, ``row_bytes`` and ``summary_bytes``."""
+    tables = _tables(conn)
+
+    def lengths(table: str) -> frozenset[int]:  # a table not made yet holds none
+        if table not in tables:
+            return frozenset()
+        return frozenset(r[0] for r in conn.execute(f"SELECT DISTINCT length(sealed) FROM {table}"))
+
     return {
         "memory_pages": int(conn.execute("PRAGMA page_size").fetchone()[0]),
         "memory_meta": dict(conn.execute("SELECT name, value FROM meta")),
-        "memory_tables": _tables(conn),
-        "row_bytes": frozenset(r[0] for r in conn.execute("SELECT DISTINCT length(sealed) FROM log")),
-        "summary_bytes": frozenset(r[0] for r in conn.execute("SELECT DISTINCT length(sealed) FROM summaries")),
+        "memory_tables": tables,
+        "row_bytes": lengths("log"),
+        "summary_bytes": lengths("summaries"),
     }
 
 

@@ -257,31 +257,27 @@ def new_salt(conn: sqlite3.Connection, number: int) -> bytes:
     salt = secrets.token_bytes(SALT_BYTES)
     with write_transaction(conn):
         ensure(conn, "memory_salts")
-        conn.execute("INSERT OR REPLACE INTO memory_salts(number, salt) VALUES (?, ?)", (number, salt))
+        conn.execute("INSERT OR REPLACE INTO memory_salts(number, salt, name) VALUES (?, ?, NULL)", (number, salt))
     return salt
 
 
 def name_memory(conn: sqlite3.Connection, number: int, name: str) -> None:
-    """Record ``name`` for memory ``number`` in main's key ring (schema.sql,
-    "memory_names"), once it is published: a create cut by a crash before
-    its rename leaves a salt that names nothing, never a name a restore
-    would look for. Also what names a memory made before names were kept
-    (the owner's next listing), or one whose naming a crash cut."""
-    if number <= 0 or salt_of(conn, number) is None:
-        return
-    if _has(conn, "memory_names") and conn.execute("SELECT 1 FROM memory_names WHERE number = ? AND name = ?",
-                                                   (number, name)).fetchone():
+    """Record ``name`` beside memory ``number``'s salt in main's key ring
+    (schema.sql, "memory_salts"), once it is published: a create cut by a
+    crash before its rename leaves a salt that names nothing, never a name a
+    restore would look for. Also what names a memory whose naming a crash
+    cut (the owner's next listing)."""
+    if number <= 0 or salt_of(conn, number) is None or name_of(conn, number) == name:
         return
     with write_transaction(conn):
-        ensure(conn, "memory_names")
-        conn.execute("INSERT OR REPLACE INTO memory_names(number, name) VALUES (?, ?)", (number, name))
+        conn.execute("UPDATE memory_salts SET name = ? WHERE number = ?", (name, number))
 
 
 def name_of(conn: sqlite3.Connection, number: int) -> str | None:
-    if not _has(conn, "memory_names"):
+    if not _has(conn, "memory_salts"):
         return None
-    row = conn.execute("SELECT name FROM memory_names WHERE number = ?", (number,)).fetchone()
-    return None if row is None else str(row[0])
+    row = conn.execute("SELECT name FROM memory_salts WHERE number = ?", (number,)).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
 
 
 def named(conn: sqlite3.Connection) -> list[str]:
@@ -294,13 +290,13 @@ def named(conn: sqlite3.Connection) -> list[str]:
 def numbered(conn: sqlite3.Connection) -> dict[str, int]:
     """:func:`named`, each with its number (the newest, should a crash have
     left an older row under the same name)."""
-    if not (_has(conn, "memory_names") and _has(conn, "memory_salts")):
+    if not _has(conn, "memory_salts"):
         return {}
-    rows = conn.execute("SELECT n.name, n.number FROM memory_names n JOIN memory_salts s ON s.number = n.number "
-                        "ORDER BY n.number").fetchall()
+    rows = conn.execute("SELECT name, number, length(salt) FROM memory_salts WHERE name IS NOT NULL "
+                        "ORDER BY number").fetchall()
     out: dict[str, int] = {}
-    for name, number in rows:
-        if valid_name(name) and name != MAIN:
+    for name, number, salt_bytes in rows:
+        if valid_name(name) and name != MAIN and salt_bytes == SALT_BYTES:
             out[name] = int(number)
     return out
 
@@ -313,14 +309,12 @@ def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
 
 
 def drop_salt(conn: sqlite3.Connection, number: int) -> None:
-    """Destroy memory ``number``'s salt and name (secure_delete overwrites
-    their cells; the caller flushes the WAL)."""
+    """Destroy memory ``number``'s salt and name, one row (secure_delete
+    overwrites its cell; the caller flushes the WAL)."""
     if not _has(conn, "memory_salts"):
         return
     with write_transaction(conn):
         conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
-        if _has(conn, "memory_names"):
-            conn.execute("DELETE FROM memory_names WHERE number = ?", (number,))
 
 
 def owner_secret(secret: bytes, salt: bytes) -> bytes:

@@ -33,6 +33,7 @@ def copy_tree(src: MemoryFile, dst: MemoryFile, at: int) -> int:
             got = src.summaries_of(size, 0, at // size)
             if not got:
                 continue
+            dst._ensure_table("summaries")
             for idx, text in sorted(got.items()):
                 dst.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)",
                                  (size, idx, dst._seal_summary(size, idx, version, text)))

@@ -188,6 +188,9 @@ class ScanCache:
         nothing more."""
         per = self._chunks_per_piece
         out: dict[int, bytes] = {}
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_keys'").fetchone() \
+                is None:
+            return out  # no key chunk made yet (schema.sql, "Pages"): no piece has its keys
         rows = self.conn.execute(
             "SELECT chunk, substr(sealed, 1, ?) FROM memory_keys WHERE chunk >= ? AND chunk < ? ORDER BY chunk",
             (aead.NONCE_BYTES, start * per, stop * per))

@@ -284,3 +284,29 @@ def test_copies_edited_do_not_stop_the_owner_revoking_a_capability(store: Store)
     assert_error(s.http.get("/wake", s.owner), 500, "store.damaged")
     s.ok("DELETE", f"/grants/{leaked['id']}")
     assert_error(s.http.get("/wake", leaked["token"]), 401, "auth.invalid")
+
+
+def test_a_table_made_on_first_write_dropped_with_its_rows_is_refused(store: Store) -> None:
+    """The log (its triggers go with it), the key chunks and the summaries
+    are made by their first write, and a missing one reads as empty
+    (schema.sql, "Pages"). Each dropped while holding rows, with the app
+    stopped, is refused by every route once it is started, never served as
+    an empty memory, and ``stash verify --token`` agrees; put back, the
+    store serves again."""
+    s = store
+    for i in range(4):
+        s.ok("POST", "/note", json={"text": f"memory {i}"})
+    s.ok("POST", "/nap", json={"block": "0-1", "text": "what 0-1 held"})
+    base = s.base()
+    keep = s.snapshot("kept")
+    for table in ("log", "memory_keys", "summaries"):
+        s.stop()
+        with s.memory_rows(base) as conn:
+            assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0] > 0, table
+            conn.execute(f"DROP TABLE {table}")
+        s.start()
+        s.refused()
+        s.stop()
+        s.put_back(keep)
+        s.start()
+        assert "memory 3" in str(s.ok("GET", "/wake")), table

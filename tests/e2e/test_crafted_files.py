@@ -36,10 +36,11 @@ def craft_keyring(path: Path) -> None:
 
 
 def craft_memory(path: Path) -> None:
-    """An extra view and a trigger that would loop on the first write of a summary."""
+    """An extra view and a trigger that would loop on the next note (the
+    user has noted, so its log is made; its summaries are not yet)."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(f"CREATE VIEW endless AS {ENDLESS}")
-    conn.execute("CREATE TRIGGER summaries_spin BEFORE INSERT ON summaries BEGIN "
+    conn.execute("CREATE TRIGGER log_spin BEFORE INSERT ON log BEGIN "
                  "SELECT COUNT(*) FROM endless; END")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()

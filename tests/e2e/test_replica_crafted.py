@@ -43,7 +43,7 @@ def craft(path: Path, *statements: str) -> None:
 
 
 VIEW_AND_TRIGGER = (f"CREATE VIEW endless AS {ENDLESS}",
-                    "CREATE TRIGGER summaries_spin BEFORE INSERT ON summaries BEGIN SELECT COUNT(*) FROM endless; END")
+                    "CREATE TRIGGER log_spin BEFORE INSERT ON log BEGIN SELECT COUNT(*) FROM endless; END")
 EXTRA_TABLE = ("CREATE TABLE kept_aside (x BLOB)", "INSERT INTO kept_aside VALUES (x'00')")
 
 

@@ -116,11 +116,15 @@ def test_a_sweep_leaves_a_create_still_building_and_removes_a_crashed_one(tmp_pa
 
 
 def test_an_extra_empty_memory_costs_at_most_32_kib_once_used(tmp_path: Path) -> None:
-    """Issue 28's cost: an extra empty memory, created, listed and woken by
-    its owner, adds at most 32 KiB to its identity's files (a folder counted
-    as one 4 KiB block). The first extra memory also makes main's key ring's
-    salts and names tables (docs/DESIGN.md, "Memories"): measured from the
-    second on."""
+    """Issue 28's cost: every extra empty memory, the first included,
+    created, listed and woken by its owner, adds at most 32 KiB to its
+    identity's files (a folder counted as one 4 KiB block). The first also
+    makes the m/ folder and main's key ring's table of salts and names, and
+    its `create` event is the identity's first audit row (docs/DESIGN.md,
+    "Memories"); its memory file is two pages, its tables made by their first
+    write (schema.sql, "Pages"). Measured from an identity whose owner token
+    has been used once: that first request records the token's last use
+    (main's grant_notes table, one page), whatever it asks for."""
     from stash.web.app import create_app
 
     data = tmp_path / "data"
@@ -132,6 +136,7 @@ def test_an_extra_empty_memory_costs_at_most_32_kib_once_used(tmp_path: Path) ->
     try:
         made = api.init()
         owner, folder = made["token"], data / "users" / made["user_id"]
+        assert api.get("/wake", owner).status_code == 200  # the owner's first use, before any memory
         sizes = []
         for name in ("first", "second", "third"):
             before = cost(folder)
@@ -141,7 +146,7 @@ def test_an_extra_empty_memory_costs_at_most_32_kib_once_used(tmp_path: Path) ->
             sizes.append(cost(folder) - before)
     finally:
         api.close()
-    assert max(sizes[1:]) <= 32 * 1024, sizes
+    assert max(sizes) <= 32 * 1024, sizes
 
 
 def test_restore_reads_only_valid_names_with_a_salt_from_main(tmp_path: Path) -> None:
@@ -156,9 +161,9 @@ def test_restore_reads_only_valid_names_with_a_salt_from_main(tmp_path: Path) ->
     assert memories.named(ring) == ["a", "b"]
     top = ring.execute("SELECT max(number) FROM memory_salts").fetchone()[0]
     for k, name in enumerate(("../../x", "main", "erase", "UPPER", "a"), start=top + 1):
-        ring.execute("INSERT INTO memory_salts(number, salt) VALUES (?, ?)", (k, b"\0" * 32))
-        ring.execute("INSERT INTO memory_names(number, name) VALUES (?, ?)", (k, name))
-    ring.execute("INSERT INTO memory_names(number, name) VALUES (?, 'nosalt')", (top + 99,))
+        ring.execute("INSERT INTO memory_salts(number, salt, name) VALUES (?, ?, ?)", (k, b"\0" * 32, name))
+    # A salt cut short is no salt (salt_of refuses it): its name is passed over too.
+    ring.execute("INSERT INTO memory_salts(number, salt, name) VALUES (?, x'00', 'shortsalt')", (top + 99,))
     ring.commit()
     assert memories.named(ring) == ["a", "b"]
     ring.close()
@@ -210,7 +215,7 @@ def test_a_create_cut_before_its_rename_leaves_no_name_a_restore_would_take(tmp_
     try:
         assert api.post("/memories", owner, json={"name": "x"}).status_code == 201
         ring = sqlite3.connect(data / "users" / user / "keyring.db")
-        assert ring.execute("SELECT count(*) FROM memory_names WHERE name = 'x'").fetchone()[0] == 1
+        assert ring.execute("SELECT count(*) FROM memory_salts WHERE name = 'x'").fetchone()[0] == 1
         assert api.delete("/memories/x", owner).status_code == 200
         assert memories.named(ring) == ["a", "b"]
         ring.close()
@@ -228,7 +233,7 @@ def test_a_create_cut_after_its_rename_is_named_when_resent(tmp_path: Path) -> N
     data = tmp_path / "data"
     user, owner, _ = _world(data)
     ring = sqlite3.connect(data / "users" / user / "keyring.db")
-    ring.execute("DELETE FROM memory_names WHERE name = 'b'")  # the crash came before the naming
+    ring.execute("UPDATE memory_salts SET name = NULL WHERE name = 'b'")  # the crash came before the naming
     ring.commit()
     assert memories.named(ring) == ["a"]
     api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))

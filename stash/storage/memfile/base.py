@@ -83,6 +83,8 @@ class FilePart:
     _keychain: KeyChain | None  # every epoch key, to open rows sealed in an earlier epoch
     _epoch_keys: dict[int, bytes]  # rows keys of earlier epochs derived so far (this handle's life)
     _epoch_columns: dict[str, bool]  # which sealed tables have an ``epoch`` column (this handle's life)
+    _seen: set[str]  # tables made on use seen to exist (FilePart._made)
+    _made_here: set[str]  # tables this handle made, maybe in a transaction not committed yet
     _base_epoch: int  # the epoch of a row whose ``epoch`` is NULL (SEALED_BASE_META)
     _chain_key: bytes
     _chunks: dict[int, bytes]  # opened key chunks, cleared whenever another writer may have changed one
@@ -122,22 +124,45 @@ class FilePart:
     def _tables(self) -> frozenset[str]:
         """The tables this file holds now (in this snapshot): an older file
         has every one, a newer one only those written to (schema.sql, "Pages")."""
-        return frozenset(r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        found = frozenset(r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        self._seen.update(found - self._made_here)  # what _made remembers (the open reads this once)
+        return found
 
     def _rows(self, tables: frozenset[str], table: str, sql: str,
               args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         """The rows ``sql`` reads from ``table``, none when it was not made yet."""
         return self.conn.execute(sql, args).fetchall() if table in tables else []
 
+    def _made(self, table: str) -> bool:
+        """Whether ``table`` exists in this snapshot: every read of a table
+        made on use asks first, and reads a missing one as the empty table it
+        would be (schema.sql, "Pages"). A table seen is remembered for the
+        handle's life (no honest writer drops one; one dropped meanwhile
+        fails its query, as damage), unless this handle made it itself: its
+        transaction may still be rolled back, and with it the table."""
+        if table in self._seen:
+            return True
+        found = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                  (table,)).fetchone() is not None
+        if found and table not in self._made_here:
+            self._seen.add(table)
+        return found
+
     def count(self) -> int:
         """T: how many memories the log holds (ids are dense from 0)."""
+        if not self._made("log"):
+            return 0
         return int(self.conn.execute("SELECT COALESCE(MAX(id) + 1, 0) FROM log").fetchone()[0])
 
     def _ensure_table(self, name: str) -> None:
-        """Make table ``name`` before its first row (inside the caller's
-        write transaction); in a file that records row epochs
+        """Make table ``name`` and its triggers before its first row (inside
+        the caller's write transaction); in a file that records row epochs
         (:data:`SEALED_BASE_META`), a sealed table gets its ``epoch`` column
         with it, so its rows never read as sealed in the base epoch."""
+        if name in self._seen:
+            return
+        if not self._made(name):
+            self._made_here.add(name)
         formats.make_on_use(self.conn, "memory_on_use", name)
         if name in SEALED_TABLES:
             self._epoch_columns.pop(name, None)

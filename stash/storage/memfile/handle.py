@@ -82,6 +82,8 @@ class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart
         self._keychain = keychain
         self._epoch_keys = {}
         self._epoch_columns = {}
+        self._seen = set()
+        self._made_here = set()
         self._base_epoch = fk.epoch
         self._chunks = {}
         self._chunks_pinned = False

@@ -97,7 +97,8 @@ class HeadPart(RowCodec):
         key = self._chain_key
         digest = prev = chain.genesis(key, self.user_id)
         i = 0
-        for i_row, sealed in self.conn.execute("SELECT id, sealed FROM log ORDER BY id"):
+        rows = self.conn.execute("SELECT id, sealed FROM log ORDER BY id") if self._made("log") else []
+        for i_row, sealed in rows:
             if i_row != i:
                 raise Damaged("The log has a gap; restore this store from a backup.")
             prev, digest = digest, chain.step(key, digest, i, sealed)
@@ -114,6 +115,10 @@ class HeadPart(RowCodec):
         """True if ``newer`` is ``older`` plus rows of this log: run the chain
         from ``older`` over rows ``older.count .. newer.count - 1``."""
         if older.count > newer.count:
+            return False
+        if older.count == newer.count:
+            return chain.same(older.digest, newer.digest)
+        if not self._made("log"):
             return False
         rows = self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
                                  (older.count, newer.count))

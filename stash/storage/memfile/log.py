@@ -60,10 +60,11 @@ class LogPart(RowCodec):
         if c in self._chunks:
             return self._chunks[c]
         row = self.conn.execute(f"SELECT sealed, {self._epoch_sql('memory_keys')} FROM memory_keys WHERE chunk = ?",
-                                (c,)).fetchone()
+                                (c,)).fetchone() if self._made("memory_keys") else None
         if row is None:
             if not create:
                 return None
+            self._ensure_table("memory_keys")
             plain = os.urandom(CHUNK_BYTES)
             cols, marks, epoch = self._epoch_of_write("memory_keys")
             self.conn.execute(
@@ -96,6 +97,8 @@ class LogPart(RowCodec):
         inside the lock before anything is written and may refuse."""
         with write_transaction(self.conn):
             self._chunks.clear()  # another writer may have created chunks
+            self._ensure_table("log")
+            self._ensure_table("memory_keys")
             base = self.count()
             stored = self._stored_head()
             if stored is None:
@@ -113,6 +116,11 @@ class LogPart(RowCodec):
                 c = i // KEYS_PER_CHUNK
                 if c not in touched:
                     existing = self._chunk(c)
+                    if existing is None and i % KEYS_PER_CHUNK:
+                        # The keys of the memories before i in this chunk are
+                        # gone (its row or the whole table deleted): fresh
+                        # keys here would pass that off as a written chunk.
+                        raise Damaged(f"The key of memory #{i - 1} is missing; restore this store from a backup.")
                     touched[c] = bytearray(existing if existing is not None else os.urandom(CHUNK_BYTES))
                 # Drawn now, not when the chunk was made: two histories grown
                 # from one copy of this file give memory #i different keys,
@@ -144,7 +152,8 @@ class LogPart(RowCodec):
         # writer), so a chunk cached by an earlier call may be stale; within
         # this call the open cursor keeps one snapshot (and a snapshot() all of its calls).
         self._fresh_chunks()
-        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
+        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
+                                 (lo, hi)) if self._made("log") else []
         out = [self._row(i, sealed) for i, sealed in rows]
         if len(out) != max(0, hi - lo) or any(r[0] != lo + k for k, r in enumerate(out)):
             raise Damaged("The log has a gap; restore this store from a backup.")
@@ -156,14 +165,14 @@ class LogPart(RowCodec):
         one is opened once, not once per id."""
         out: list[tuple[int, str, str]] = []
         self._fresh_chunks()  # as in memories(): fresh chunks for this call
-        chunks = sorted({i // KEYS_PER_CHUNK for i in ids})
+        chunks = sorted({i // KEYS_PER_CHUNK for i in ids}) if self._made("memory_keys") else []
         for k in range(0, len(chunks), 500):  # the key chunks first, a statement for many
             part = chunks[k : k + 500]
             for c, sealed, epoch in self.conn.execute(
                     f"SELECT chunk, sealed, {self._epoch_sql('memory_keys')} FROM memory_keys "
                     f"WHERE chunk IN ({', '.join('?' * len(part))})", part):
                 self._chunks[c] = self._open_chunk(c, sealed, epoch)
-        for k in range(0, len(ids), 500):
+        for k in range(0, len(ids) if self._made("log") else 0, 500):
             part = ids[k : k + 500]
             rows = self.conn.execute(
                 f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) ORDER BY id", part)
@@ -188,7 +197,7 @@ class LogPart(RowCodec):
         """The grant that wrote memory #i (0: not recorded); None once it is
         erased, since its key, and so the record, is gone."""
         self._chunks.clear()
-        row = self.conn.execute("SELECT sealed FROM log WHERE id = ?", (i,)).fetchone()
+        row = self.conn.execute("SELECT sealed FROM log WHERE id = ?", (i,)).fetchone() if self._made("log") else None
         if row is None:
             raise ValueError(f"no memory #{i} in this log")
         key = self._memory_key(i)
@@ -202,7 +211,8 @@ class LogPart(RowCodec):
         sealed inside the memory's own row, so only a capability that can
         read the memory can learn it."""
         self._fresh_chunks()
-        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi))
+        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
+                                 (lo, hi)) if self._made("log") else []
         for i, sealed in rows:
             key = self._memory_key(i)
             if key is None or self._is_erased(i):
@@ -228,6 +238,10 @@ class LogPart(RowCodec):
         prefix = f"stash/v1|{self.user_id}|log|".encode()
         if start % SCAN_BATCH:
             raise ValueError("a scan starts on a batch boundary")
+        if not self._made("log"):
+            if T > start:
+                raise Damaged("The log has a gap; restore this store from a backup.")
+            return
         cur = self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (start, T))
         width = aead.KEY_BYTES
         chunk = b""

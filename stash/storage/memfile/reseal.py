@@ -139,7 +139,8 @@ class ResealPart(RowCodec):
             self._epoch_columns.clear()
             T = self.count()
             c, used = T // KEYS_PER_CHUNK, T % KEYS_PER_CHUNK
-            row = self.conn.execute("SELECT sealed, epoch FROM memory_keys WHERE chunk = ?", (c,)).fetchone()
+            row = self.conn.execute("SELECT sealed, epoch FROM memory_keys WHERE chunk = ?",
+                                    (c,)).fetchone() if "memory_keys" in tables else None
             base = self._read_base()
             if row is not None:
                 try:

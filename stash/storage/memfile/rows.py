@@ -41,8 +41,10 @@ class RowCodec(FilePart):
         exclusive)."""
         has = self._epoch_columns.get(table)
         if has is None:
-            has = any(r[1] == "epoch" for r in self.conn.execute(f"PRAGMA table_info({table})"))
-            self._epoch_columns[table] = has
+            columns = [r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")]
+            has = "epoch" in columns
+            if columns:  # a table not made yet may be made with the column by another writer
+                self._epoch_columns[table] = has
         return has
 
     def _epoch_sql(self, table: str) -> str:

@@ -158,7 +158,7 @@ class StatePart(RowCodec):
                 erased.append(i)
             for rid, sealed in self._rows(tables, "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
                 put("erasures", rid, sealed)
-        top = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
+        top = (self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0) if "summaries" in tables else 0
         size = 2
         while size <= top:
             top_idx = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]

@@ -29,9 +29,16 @@ class TreePart(RowCodec):
         memories, whose wholly erased blocks need no summary."""
         out = Settled(holes=self._holes(), erased=self.erased_runs())
         for size in levels(T):
-            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            top = self._top_idx(size)
             out[size] = 0 if top is None else top + 1
         return out
+
+    def _top_idx(self, size: int) -> int | None:
+        """The last settled index of level ``size`` (None: none settled)."""
+        if not self._made("summaries"):
+            return None
+        top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+        return None if top is None else int(top)
 
     def _holes(self) -> dict[int, list[int]]:
         row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (HOLES_META,)).fetchone()
@@ -67,7 +74,7 @@ class TreePart(RowCodec):
         kept = {}
         erased = self.erased_runs() if erased is None else erased
         for size, ks in holes.items():
-            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            top = self._top_idx(size)
             below = sorted({k for k in ks if top is not None and k < top
                             and not erased.covers(k * size, (k + 1) * size)})
             if below:
@@ -81,12 +88,16 @@ class TreePart(RowCodec):
         """The summaries of level ``size`` with index in ``[first, end)``, each
         opened and checked as :meth:`summary` does, in one query; an index
         without a summary is absent."""
+        if not self._made("summaries"):
+            return {}
         rows = self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
                                  "WHERE size = ? AND idx >= ? AND idx < ?", (size, first, end))
         return {idx: self._summary_text(size, idx, sealed, epoch) for idx, sealed, epoch in rows}
 
     def summary(self, lo: int, hi: int) -> str | None:
         size = hi - lo
+        if not self._made("summaries"):
+            return None
         row = self.conn.execute(
             f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
             (size, lo // size)).fetchone()
@@ -113,6 +124,8 @@ class TreePart(RowCodec):
         """The grant that wrote the summary of ``[lo, hi)`` (0: not
         recorded), or None when there is none."""
         size = hi - lo
+        if not self._made("summaries"):
+            return None
         row = self.conn.execute(f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries "
                                 "WHERE size = ? AND idx = ?", (size, lo // size)).fetchone()
         if row is None:
@@ -131,7 +144,7 @@ class TreePart(RowCodec):
         with write_transaction(self.conn):
             version = self._next_version()
             sealed = self._seal_summary(size, idx, version, text)
-            top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+            top = self._top_idx(size)
             holes = self._holes()
             hole = idx in holes.get(size, ()) and top is not None and idx < top
             frontier = 0 if top is None else top + 1
@@ -142,10 +155,12 @@ class TreePart(RowCodec):
             if size > 2:
                 half = size // 2
                 have = {r[0] for r in self.conn.execute(
-                    "SELECT idx FROM summaries WHERE size = ? AND idx IN (?, ?)", (half, 2 * idx, 2 * idx + 1))}
+                    "SELECT idx FROM summaries WHERE size = ? AND idx IN (?, ?)",
+                    (half, 2 * idx, 2 * idx + 1))} if self._made("summaries") else set()
                 for k in (2 * idx, 2 * idx + 1):
                     if k not in have and self._erased_in(k * half, (k + 1) * half) != half:
                         return False
+            self._ensure_table("summaries")
             cols, marks, epoch = self._epoch_of_write("summaries")
             self.conn.execute(f"INSERT INTO summaries(size, idx, sealed{cols}) VALUES (?, ?, ?{marks})",
                               (size, idx, sealed, *epoch))
@@ -189,6 +204,8 @@ class TreePart(RowCodec):
 
     def _drop_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Delete what :func:`blocks.forget_span` says forget drops."""
+        if not self._made("summaries"):
+            return []
         top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
         settled = self.settled(top_size)
         gone = forget_span(lo, hi, settled, top_size)
@@ -232,6 +249,8 @@ class TreePart(RowCodec):
     def level(self, size: int) -> Iterator[str]:
         """The summaries of one level up to its first hole, in order (OptMem's
         levels are dense: an export writes each up to its first hole; docs/DESIGN.md, "Erase")."""
+        if not self._made("summaries"):
+            return
         rows = self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
                                  "WHERE size = ? ORDER BY idx", (size,))
         for expected, (idx, sealed, epoch) in enumerate(rows):
@@ -240,6 +259,8 @@ class TreePart(RowCodec):
             yield self._summary_text(size, idx, sealed, epoch)
 
     def level_sizes(self) -> list[int]:
+        if not self._made("summaries"):
+            return []
         return [r[0] for r in self.conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size")]
 
     def _read_drops(self) -> dict[str, Any]:
