@@ -8,7 +8,9 @@ lives in the attributes declared here, set by :meth:`MemoryFile._setup`.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +19,7 @@ from ...crypto import keys
 from ...crypto.chain import Head
 from ...crypto.epochs import KeyChain
 from .. import formats
-from ..files import PAGE_BYTES
+from ..files import PAGE_BYTES, read_snapshot
 from ..pool import Pool
 from .erasure_record import Record
 
@@ -88,7 +90,7 @@ class FilePart:
     _base_epoch: int  # the epoch of a row whose ``epoch`` is NULL (SEALED_BASE_META)
     _chain_key: bytes
     _chunks: dict[int, bytes]  # opened key chunks, cleared whenever another writer may have changed one
-    _chunks_pinned: bool  # inside LogPart.snapshot: the chunks stay valid for its whole read
+    _chunks_pinned: bool  # inside FilePart.snapshot: the chunks stay valid for its whole read
     _erased_cache: frozenset[int] | None  # the erased ids, once a request asked for them
     _erasure_record: Record | None  # from mark 4: the authenticated record the erased ids come from
     _drops: dict[str, Any]
@@ -116,6 +118,34 @@ class FilePart:
         if record is not None and self._erased_cache is None:
             return record.holds(i)
         return i in self._erased_ids
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One read snapshot of the file (storage.files.read_snapshot) in
+        which a key chunk opened once stays opened for every call. Outside
+        one, each read forgets the chunks opened before it, since another
+        writer may have added keys to them since; inside one, no other
+        writer's commit is visible and this handle cannot write, so a chunk
+        is what the snapshot holds for as long as it lasts. Joined (nested,
+        or inside a write transaction, whose own writes keep the chunks they
+        touch up to date), it changes nothing."""
+        if self.conn.in_transaction:
+            with read_snapshot(self.conn):
+                yield
+            return
+        with read_snapshot(self.conn):
+            self._chunks.clear()
+            self._chunks_pinned = True
+            try:
+                yield
+            finally:
+                self._chunks_pinned = False
+                self._chunks.clear()
+
+    def _fresh_chunks(self) -> None:
+        """Forget the opened key chunks, unless a :meth:`snapshot` keeps them."""
+        if not self._chunks_pinned:
+            self._chunks.clear()
 
     def _put_meta(self, name: str, value: str) -> None:
         self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "

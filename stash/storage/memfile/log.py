@@ -10,14 +10,13 @@ key chunk put back from before an erasure never brings a text back.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterator
 
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, chain
 from ...crypto.chain import Head
-from ..files import read_snapshot, write_transaction
+from ..files import write_transaction
 from .base import HEAD_META, ROLLED_BACK
 from .rows import ERASED, LARGEST_MEMORY_PLAINTEXT, RowCodec
 
@@ -28,34 +27,6 @@ SCAN_BATCH = 32 * KEYS_PER_CHUNK  # whole chunks, so a batch starts on a chunk b
 
 
 class LogPart(RowCodec):
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[None]:
-        """One read snapshot of the file (storage.files.read_snapshot) in
-        which a key chunk opened once stays opened for every call. Outside
-        one, each read forgets the chunks opened before it, since another
-        writer may have added keys to them since; inside one, no other
-        writer's commit is visible and this handle cannot write, so a chunk
-        is what the snapshot holds for as long as it lasts. Joined (nested,
-        or inside a write transaction, whose own writes keep the chunks they
-        touch up to date), it changes nothing."""
-        if self.conn.in_transaction:
-            with read_snapshot(self.conn):
-                yield
-            return
-        with read_snapshot(self.conn):
-            self._chunks.clear()
-            self._chunks_pinned = True
-            try:
-                yield
-            finally:
-                self._chunks_pinned = False
-                self._chunks.clear()
-
-    def _fresh_chunks(self) -> None:
-        """Forget the opened key chunks, unless a :meth:`snapshot` keeps them."""
-        if not self._chunks_pinned:
-            self._chunks.clear()
-
     def _chunk(self, c: int, *, create: bool = False) -> bytes | None:
         if c in self._chunks:
             return self._chunks[c]
