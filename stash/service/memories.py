@@ -166,10 +166,11 @@ def listing(vault: Vault, session: Session, token: str | None) -> dict:
 
 
 def delete(vault: Vault, session: Session, name: str) -> dict:
-    """Destroy one memory for good: renamed away in one step (from then on
-    nothing opens it), every file overwritten with zeros and removed (its
-    key ring, and with it every key, first), its capabilities' tags dropped
-    from main's key ring. ``main`` goes only with the identity."""
+    """Destroy one memory for good: its salt, name and capabilities' tags
+    ended in main's key ring in one transaction (from then on nothing opens
+    it, :func:`memories.end`), then its folder renamed away and every file
+    overwritten with zeros and removed (its key ring, and with it every key,
+    first). ``main`` goes only with the identity."""
     if name == MAIN:
         raise Conflict("Memory main is deleted only with the whole identity: DELETE /store.",
                        code="memory.main")
@@ -182,23 +183,20 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
         number = memories.number_of(ring.conn)
         ended = [g.id for g in ring.grants() if g.revoked is None and g.scope != "owner"]
         ended += [g.id for g in inbox.grants(ring.conn) if g.revoked is None]
+    main = session.main_keyring or session.keyring
     with userlock.exclusive(files.folder):
         if vault.pool is not None:
             vault.pool.drop_folder(files.folder, held=True)
+        # The commit: its salt, name and tags leave main's key ring at once, so from here no token opens it,
+        # nor copies of its files kept from before; a crash after it leaves a folder no salt names, which the
+        # next sweep shreds. Its receipt is kept right after (as DELETE /store's, audit.deletion_receipt).
+        memories.end(main.conn, number, name)
+        main.flush()
+        answer = audit.deletion_receipt(vault.data_dir, {
+            "memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
+            "at": now_utc()}, session.grant_id, session.user_id)
         gone = memories.retire(files, number)
-    # From the rename on it is gone for every request: its receipt is kept
-    # now (as DELETE /store's, audit.deletion_receipt), so a crash while it is
-    # shredded, which the next sweep finishes, does not lose the receipt.
-    answer = audit.deletion_receipt(vault.data_dir, {
-        "memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
-        "at": now_utc()}, session.grant_id, session.user_id)
-    main = session.main_keyring or session.keyring
-    # Its salt goes first: from then on the owner token opens nothing of it,
-    # even from copies of its files kept from before.
-    memories.drop_salt(main.conn, number)
-    main.flush()
     memories.shred(gone)
-    memories.drop_tags(main.conn, memory=name)
     vault.tags.grants_seen(session.user_id, main.conn)
     return answer
 

@@ -7,10 +7,13 @@ wrote it, so nothing moves and every token keeps working bound to it. Memory
 
 Every multi-step change of the set of memories is made by one ``rename``:
 a new memory (or a fork) is built whole in a hidden staging folder and then
-renamed to its name; a deleted memory is renamed to a hidden folder first (it
-is gone from that instant) and shredded after. A crash leaves at most a hidden
-folder, which :func:`sweep` finishes (a staged one removed, a retired one
-shredded); the set of memories itself is never half-changed.
+renamed to its name. A delete's one step is in main's key ring instead: the
+memory's salt, name and capabilities' tags leave it in one transaction (from
+that instant no token opens the memory, nor copies of its files), then its
+folder is renamed away and shredded. A crash leaves at most a hidden folder
+or a folder no salt names, which :func:`sweep` finishes (a staged one
+removed, a retired or unsalted one shredded); the set of memories itself is
+never half-changed.
 
 Ids: a grant of the memory numbered ``n`` (main is 0) has an id in
 ``[n * GRANT_ID_SPAN, (n + 1) * GRANT_ID_SPAN)``, append capabilities from
@@ -31,7 +34,7 @@ from pathlib import Path
 
 from ..crypto import owner_seal
 from ..crypto.owner_seal import OwnerKeys
-from . import formats
+from . import formats, safeopen
 from .files import UserFiles, fsync_path, overwrite_with_zeros, private_folder, write_transaction
 from .keyring import Keyring
 
@@ -49,7 +52,7 @@ _RETIRED = ".gone-"
 SECTION = "keyring_memories"
 # A memory's key ring is made with pages of this size: it holds a handful of
 # grants, so 2 KiB pages keep an extra empty memory under 32 KiB on disk
-# (its four pages are 8 KiB; the memory file's five 4 KiB pages are 20 KiB).
+# (its four pages are 8 KiB; the empty memory file's two 4 KiB pages are 8 KiB).
 RING_PAGE_BYTES = 2048
 
 
@@ -175,15 +178,27 @@ def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) 
     """Finish what a crash left: remove staged folders an hour old (a younger
     one may be a create still building), shred retired ones —
     with ``main`` (main's key ring), a retired memory's capabilities' tags,
-    salt and name there first, so a crash between a delete's rename and its
-    salt's end leaves nothing that opens copies of the deleted memory's files."""
+    salt and name there first, as a folder of a release that renamed before
+    it ended the salt may be — and, with ``main``, a published folder that
+    main's key ring does not name: shredded when no salt is kept for its
+    number (a delete cut after its commit, :func:`end`), named when one is (a
+    create cut between its rename and its naming)."""
     parent = UserFiles(data_dir, user_id).folder / SUBFOLDER
     try:
         entries = os.listdir(parent)
     except OSError:
         return
+    known = set(named(main)) if main is not None else set()
     for n in entries:
-        if n.startswith(_RETIRED):
+        if main is not None and valid_name(n) and n not in known:
+            kept = _number_at(parent / n / "keyring.db")
+            if kept is None:
+                continue  # not a memory's folder Stash can read: verify names it
+            if salt_of(main, kept) is None:
+                shred(retire(MemoryFiles(data_dir, user_id, n), kept))
+            else:
+                name_memory(main, kept, n)
+        elif n.startswith(_RETIRED):
             number = n[len(_RETIRED):].split("-", 1)[0]
             if main is not None and number.isdigit() and int(number) > 0:
                 gone = name_of(main, int(number))
@@ -315,6 +330,33 @@ def drop_salt(conn: sqlite3.Connection, number: int) -> None:
         return
     with write_transaction(conn):
         conn.execute("DELETE FROM memory_salts WHERE number = ?", (number,))
+
+
+def end(conn: sqlite3.Connection, number: int, name: str) -> None:
+    """A delete's one commit, in main's key ring: memory ``number``'s salt
+    and name, and the lookup tags of its capabilities, in one transaction.
+    The owner reaches a memory only through its salt and every other
+    capability only through its tag, so from the commit nothing opens it,
+    whatever is left of its files (the caller flushes the WAL)."""
+    with write_transaction(conn):
+        drop_salt(conn, number)
+        drop_tags(conn, memory=name)
+
+
+def _number_at(keyring: Path) -> int | None:
+    """The number a memory's key ring records, read without a key; None
+    when the file does not open as one."""
+    try:
+        conn = safeopen.open_plain(keyring, read_only=True)
+    except (sqlite3.Error, safeopen.ForeignSchema, OSError):
+        return None
+    try:
+        number = number_of(conn)
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return number if number > 0 else None
 
 
 def owner_secret(secret: bytes, salt: bytes) -> bytes:

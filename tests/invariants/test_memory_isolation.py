@@ -206,6 +206,45 @@ def test_a_delete_cut_after_its_rename_still_ends_the_salt(tmp_path: Path) -> No
         api.close()
 
 
+def test_a_delete_cut_after_its_commit_opens_nothing_before_any_sweep(tmp_path: Path) -> None:
+    """kill -9 right after a delete's commit (salt, name and tags ended in
+    main's key ring, memories.end) and before its rename, done by hand: B's
+    folder is still in place. Before any owner action on memories, no token
+    opens B, nor any copy of its files (main's key ring keeps no salt to
+    derive the owner's way in); the next listing shreds the folder, and the
+    name can be taken again."""
+    from stash.storage import memories
+
+    data = tmp_path / "data"
+    owner, folder, toks = identity(data)
+    kept = tmp_path / "kept-b"
+    shutil.copytree(folder / "m" / "b", kept)
+    ring = sqlite3.connect(folder / "m" / "b" / "keyring.db")
+    number = memories.number_of(ring)
+    ring.close()
+    main = sqlite3.connect(folder / "keyring.db", isolation_level=None)
+    memories.end(main, number, "b")  # the crash comes here, before the rename
+    assert memories.salt_of(main, number) is None and memories.named(main) == ["a"]
+    main.close()
+    api = app(data)
+    try:
+        for tok in (owner, toks["b"]):  # first requests after the restart: no sweep has run
+            for path in ("/m/b/wake", "/wake"):
+                no_b(api.get(path, tok))
+        assert api.get("/m/b/wake", owner).json()["error"] == "memory.unknown"
+        assert api.get("/wake", toks["b"]).status_code == 401
+        assert (folder / "m" / "b").is_dir()  # nothing swept it yet
+        listed = {m["name"] for m in api.get("/memories", owner).json()["memories"]}
+        assert listed == {"main", "a"} and not (folder / "m" / "b").exists()
+        shutil.copytree(kept, folder / "m" / "b")  # every file of B put back after the sweep
+        no_b(api.get("/m/b/wake", owner))
+        assert api.post("/memories", owner, json={"name": "b"}).status_code == 201  # its copy shredded, a new b
+        no_b(api.get("/m/b/wake", owner))
+        assert "marker-a" in api.get("/m/a/wake", owner).text
+    finally:
+        api.close()
+
+
 def test_a_fork_opens_with_none_of_the_source_grants(tmp_path: Path) -> None:
     data = tmp_path / "data"
     owner, folder, toks = identity(data)
