@@ -390,14 +390,16 @@ def load_model(mem) -> Model:
     level is a dense prefix."""
     mf = mem.mf
     T = mf.count()
-    ids = [r[0] for r in mf.conn.execute("SELECT id FROM log ORDER BY id")]
+    # A table is made by its first row (schema.sql, "memory_on_use"): one never written to is not there.
+    tables = {r[0] for r in mf.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    ids = [r[0] for r in mf.conn.execute("SELECT id FROM log ORDER BY id")] if "log" in tables else []
     assert ids == list(range(T)), "log ids are not dense from 0"
     model = Model()
     for i, date, text in mf.memories(0, T):
         assert i == model.T
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", date), date
         model.add_note(date, text)
-    stored = sorted(mf.conn.execute("SELECT size, idx FROM summaries"))
+    stored = sorted(mf.conn.execute("SELECT size, idx FROM summaries")) if "summaries" in tables else []
     by_size: dict[int, list[int]] = {}
     for size, idx in stored:
         assert size >= 2 and size & (size - 1) == 0 and (idx + 1) * size <= T, (size, idx, T)
