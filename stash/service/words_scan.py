@@ -7,14 +7,18 @@ built from the log (and written back when the index is on); the fewer than
 512 memories after the last complete piece are built from the log on the
 spot. Two passes:
 
-1. every piece, each query word: the postings slice of the words it
-   prefixes. This gives each word's document frequency over ``[0, T)``, the
-   number of matches and the statistics of :class:`stash.core.words.Stats`.
-2. scoring, rarest word first: the memories holding the rarest words are
-   scored exactly (:func:`stash.core.words.score`); a memory holding only
-   more common words cannot score above what those words alone can reach,
-   so once enough memories beat that bound for a full page, the rest is
-   never scored. Otherwise every match is scored.
+1. every piece, each query word: the bitmap of the memories holding a word
+   it prefixes (:meth:`stash.core.word_piece.PieceIndex.bits`). This gives
+   each word's document frequency over ``[0, T)``, the number of matches
+   and the statistics of :class:`stash.core.words.Stats`.
+2. the best matches: from the bitmaps and the lengths, by the set of query
+   words each memory holds (:func:`stash.core.words_top.top`), when at most
+   8 words are asked, none of them prefixes two words of one memory and
+   every length fits a byte. Otherwise scoring, rarest word first: the
+   memories holding the rarest words are scored exactly
+   (:func:`stash.core.words.score`); a memory holding only more common words
+   cannot score above what those words alone can reach, so once enough
+   memories beat that bound for a full page, the rest is never scored.
 
 Then the page: the best matches after the cursor (:class:`Cursor`), best
 first, their lines read from the log, as many as fit in ``part_bytes``.
@@ -119,6 +123,13 @@ class View:
             held += h
         return out, held
 
+    def layers(self, j: int, key: bytes) -> list[int]:
+        """:func:`~stash.core.words_top.layers` of query word ``j`` (``key``)."""
+        total = 0
+        for part in self.parts[j]:  # each word in one part: the counts add
+            total += int.from_bytes(part.counts(key), "little")
+        return words_top.layers(total.to_bytes(16 * word_piece.bitmap_units(self.memories), "little"))
+
     def postings(self, j: int, key: bytes) -> list[int]:
         """The memories holding a word query word ``j`` (``key``) prefixes,
         a memory once per such word, in no particular order."""
@@ -182,7 +193,15 @@ class _Scorer:
         self.stats, self.weights = stats, weights
         self.avg = stats.length / stats.n if stats.n and stats.length else 1.0
         self.bound = sum(weights) * (words.K1 + 1)
-        self._single: dict[tuple[int, int], int] = {}
+        self._single: dict[tuple[object, int], int] = {}
+
+    def of_class(self, tfs: tuple[int, ...], length: int) -> int:
+        """The score of a memory of term frequencies ``tfs`` and ``length``."""
+        key = (tfs, length)
+        got = self._single.get(key)
+        if got is None:
+            got = self._single[key] = words.score(self.stats, self.weights, tfs, length)
+        return got
 
     def score(self, mask: int, tfs: list[int], length: int) -> int:
         """The score of a memory holding the words of ``mask`` (bit j: query
@@ -283,7 +302,7 @@ def _rank(found: list[Found_], stats: Stats, k: int,
     return out
 
 
-def _low_lengths(found: list[tuple[int, View, list[int]]]) -> list[bytes] | None:
+def _low_lengths(found: list[tuple[int, View, list[list[int]]]]) -> list[bytes] | None:
     """Each piece's lengths, one byte a memory, or None when one is 256 or more."""
     out = []
     for _, view, _ in found:
@@ -305,8 +324,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     keys = [w.encode("utf-8") for w in query.words]
     # Pass 1: each piece's postings slices, the document frequencies, the matches.
     pieces = T // PIECE
-    found: list[tuple[int, View, list[int]]] = []  # a piece holding matches: its first id, itself, the words' bits
-    simple = k <= words_top.MAX_WORDS  # and no query word prefixes two words of one memory: see words_top
+    found: list[tuple[int, View, list[list[int]]]] = []  # a piece holding matches: its first id, itself, layers
     dfs = [0] * k
     n = length = total = 0
     # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
@@ -317,31 +335,33 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
                                              keys),
                             _pieces(mf, WordCache, pieces, 0, cached, clock, keys))
     for base, idx in walks:
-        bits = []
+        layers = []
         anyone = 0
         for j, key in enumerate(keys):
             b, pairs = idx.bits(j, key)
             count = b.bit_count()
             dfs[j] += count
-            simple = simple and pairs == count
             anyone |= b
-            bits.append(b)
+            # A memory holding two words the query word prefixes counts them both (its frequency).
+            layers.append([] if not b else [b] if pairs == count else idx.layers(j, key))
         held = anyone.bit_count()
         total += held
         n += idx.held
         length += idx.words
         if held:
-            found.append((base, idx, bits))
+            found.append((base, idx, layers))
     stats = cursor.stats if cursor is not None else Stats(n, length, tuple(dfs))
     after = None if cursor is None else (cursor.score, cursor.id)
     room = part_bytes // MIN_LINE_COST + 1  # no page holds this many lines
     # Pass 2: a memory's score is that of its words and length (words_top), or, where a query word
     # prefixes two words of one memory or the lengths do not fit a byte, scored rarest word first.
-    lows = _low_lengths(found) if simple else None
-    if lows is not None:
-        scorer = _Scorer(stats, stats.weights())
-        ranked = words_top.top([(base, bits, low) for (base, _, bits), low in zip(found, lows)], k,
-                               lambda mask, size: scorer.score(mask, [], size), after, room + 1, clock.check)
+    lows = _low_lengths(found)
+    scorer = _Scorer(stats, stats.weights())
+    got = None if lows is None else words_top.top(
+        [(base, layers, low) for (base, _, layers), low in zip(found, lows)], k, scorer.of_class, after, room + 1,
+        clock.check)
+    if got is not None:
+        ranked = got
     else:
         old: list[Found_] = []
         for base, view, _ in found:

@@ -10,22 +10,24 @@ from stash.core import words, words_top
 
 def brute(pieces, score) -> list[tuple[int, int]]:
     out = []
-    for base, bits, lengths in pieces:
+    for base, layers, lengths in pieces:
         for k, length in enumerate(lengths):
-            mask = sum(1 << j for j, b in enumerate(bits) if b >> k & 1)
-            if mask:
-                out.append((score(mask, length), base + k))
+            tfs = tuple(sum(lay >> k & 1 for lay in word) for word in layers)
+            if any(tfs):
+                out.append((score(tfs, length), base + k))
     return sorted(out, reverse=True)
 
 
-def life(rng: random.Random, k: int) -> list[words_top.Piece]:
+def life(rng: random.Random, k: int, most: int) -> list[words_top.Piece]:
+    """Pieces of random frequencies (0 to ``most``) of ``k`` words, newest first."""
     pieces, base = [], 0
     for size in (37, 512, 300, 1000):
         lengths = bytes(rng.randint(1, 12) for _ in range(size))
-        bits = [sum(1 << i for i in range(size) if rng.random() < p) for p in (0.6, 0.3, 0.05, 0.5)[:k]]
-        pieces.append((base, bits, lengths))
+        counts = [bytes(min(most, int(rng.random() < p) * rng.choice((1, 1, 1, 2, 3))) for _ in range(size))
+                  for p in (0.6, 0.3, 0.05, 0.5)[:k]]
+        pieces.append((base, [words_top.layers(c) for c in counts], lengths))
         base += size + rng.randint(0, 50)
-    return pieces[::-1]  # newest first
+    return pieces[::-1]
 
 
 def test_pages_of_the_best_are_the_brute_force_ranking() -> None:
@@ -33,11 +35,11 @@ def test_pages_of_the_best_are_the_brute_force_ranking() -> None:
     stats = words.Stats(2000, 12000, (1100, 600, 90, 1000))
     weights = stats.weights()
     scorers = {
-        "bm25": lambda m, n: words.score(stats, weights[:4], [m >> j & 1 for j in range(4)], n),
-        "ties": lambda m, n: 1 + 50 * bin(m).count("1") - n // 4,  # many ties, across masks and lengths
+        "bm25": lambda tfs, n: words.score(stats, weights[: len(tfs)], tfs, n),
+        "ties": lambda tfs, n: 1 + 50 * sum(tfs) - n // 4,  # many ties, across classes and lengths
     }
-    for k in (1, 2, 4):
-        pieces = life(rng, k)
+    for k, most in ((1, 1), (2, 1), (4, 1), (3, 3)):
+        pieces = life(rng, k, most)
         for name, score in scorers.items():
             want = brute(pieces, score)
             for n in (1, 5000):  # the first page
@@ -53,6 +55,9 @@ def test_pages_of_the_best_are_the_brute_force_ranking() -> None:
             assert got == want, (k, name)
 
 
-def test_spread_gives_one_byte_a_memory() -> None:
+def test_layers_and_spread_give_one_byte_a_memory() -> None:
     bits = 0b1011 | 1 << 70
     assert words_top.spread(bits, 75) == bytes(0xFF if bits >> i & 1 else 0 for i in range(75))
+    counts = bytes([0, 3, 1, 0, 2] * 9)
+    assert words_top.layers(counts) == [sum(1 << i for i, c in enumerate(counts) if c >= t) for t in (1, 2, 3)]
+    assert words_top.top([(0, [[1]] * 9, b"\x01")], 9, lambda tfs, n: 1, None, 5) is None  # too many words
