@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Union
 
 from .words import words
-from .words_top import spread
+from .words_top import layers, merge
 
 MAGIC = b"WP3"
 _HEAD = struct.Struct("<3sIIIIII")
@@ -245,22 +245,26 @@ class PieceIndex:
                 held += b - a
         return (out | int.from_bytes(listed, "little")) if listed else out, held
 
-    def counts(self, word: bytes) -> bytes:
-        """For each memory (``16 * units`` bytes, the last ones 0), how many
-        words ``word`` prefixes it holds."""
+    def layers(self, word: bytes) -> list[int]:
+        """:func:`~stash.core.words_top.layers` of how many words ``word``
+        prefixes each memory holds: bitmap ``t - 1`` holds the memories
+        holding at least ``t``. A common word's bitmap is added as it is
+        (a few integer operations); the rare words' lists are counted one
+        byte a memory."""
         lo, hi = self.run(word)
         units, starts, raw = self.units, self.starts, self.raw
-        listed = bytearray(16 * units)
-        total = 0
+        out: list[int] = []
+        listed = bytearray()
         for w in range(lo, hi):
             a, b = starts[w], starts[w + 1]
-            if b - a == units:  # a bitmap: one byte a memory, 0 or 1, added without carries (counts < 256)
-                total += int.from_bytes(spread(int.from_bytes(raw[2 * a : 2 * b], "little"), 16 * units, 1),
-                                        "little")
-            else:
+            if b - a == units:
+                out = merge(out, [int.from_bytes(raw[2 * a : 2 * b], "little")])
+            elif b > a:
+                if not listed:
+                    listed = bytearray(16 * units)
                 for k in self.postings[a:b]:
                     listed[k] += 1
-        return (total + int.from_bytes(listed, "little")).to_bytes(16 * units, "little")
+        return merge(out, layers(bytes(listed))) if listed else out
 
     def positions(self, word: bytes) -> list[int]:
         """The memories holding a word ``word`` prefixes, a memory once per

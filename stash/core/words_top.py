@@ -75,6 +75,23 @@ def layers(counts: bytes) -> list[int]:
     return out
 
 
+def merge(x: Sequence[int], y: Sequence[int]) -> list[int]:
+    """The layers of the sum of two words' frequencies, given theirs: a
+    memory's sum is at least ``t`` when one is at least ``i`` and the other
+    at least ``t - i``, for some ``i``."""
+    out = []
+    for t in range(1, len(x) + len(y) + 1):
+        acc = 0
+        for i in range(t + 1):
+            a = -1 if i == 0 else x[i - 1] if i <= len(x) else 0
+            b = -1 if i == t else y[t - i - 1] if t - i <= len(y) else 0
+            acc |= a & b
+        if not acc:
+            break
+        out.append(acc)
+    return out
+
+
 Piece = tuple[int, Sequence[Sequence[int]], bytes]
 """A piece's first memory id, each query word's layers over its memories
 (bit ``k`` of layer ``t - 1``: memory ``first + k`` holds at least ``t``

@@ -125,10 +125,10 @@ class View:
 
     def layers(self, j: int, key: bytes) -> list[int]:
         """:func:`~stash.core.words_top.layers` of query word ``j`` (``key``)."""
-        total = 0
-        for part in self.parts[j]:  # each word in one part: the counts add
-            total += int.from_bytes(part.counts(key), "little")
-        return words_top.layers(total.to_bytes(16 * word_piece.bitmap_units(self.memories), "little"))
+        out: list[int] = []
+        for part in self.parts[j]:  # each word in one part: the frequencies add
+            out = words_top.merge(out, part.layers(key))
+        return out
 
     def postings(self, j: int, key: bytes) -> list[int]:
         """The memories holding a word query word ``j`` (``key``) prefixes,

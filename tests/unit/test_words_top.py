@@ -60,4 +60,8 @@ def test_layers_and_spread_give_one_byte_a_memory() -> None:
     assert words_top.spread(bits, 75) == bytes(0xFF if bits >> i & 1 else 0 for i in range(75))
     counts = bytes([0, 3, 1, 0, 2] * 9)
     assert words_top.layers(counts) == [sum(1 << i for i, c in enumerate(counts) if c >= t) for t in (1, 2, 3)]
+    more = bytes([2, 0, 1, 1, 4] * 9)
+    summed = bytes(a + b for a, b in zip(counts, more))
+    assert words_top.merge(words_top.layers(counts), words_top.layers(more)) == words_top.layers(summed)
+    assert words_top.merge([], words_top.layers(more)) == words_top.layers(more)
     assert words_top.top([(0, [[1]] * 9, b"\x01")], 9, lambda tfs, n: 1, None, 5) is None  # too many words
