@@ -36,6 +36,7 @@ unions, intersects and counts them without touching one memory at a time.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import sys
 from array import array
@@ -44,7 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import Union
 
 from .words import words
-from .words_top import layers, merge
+from .words_top import layers, merge, spread
 
 MAGIC = b"WP3"
 _HEAD = struct.Struct("<3sIIIIII")
@@ -281,12 +282,7 @@ class PieceIndex:
 
 
 def ones(bits: int) -> list[int]:
-    """The set bits of ``bits``, lowest first."""
-    out = []
-    data = bits.to_bytes((bits.bit_length() + 7) // 8, "little")
-    for i, byte in enumerate(data):
-        while byte:
-            low = byte & -byte
-            out.append(8 * i + low.bit_length() - 1)
-            byte ^= low
-    return out
+    """The set bits of ``bits``, lowest first (one byte a bit, then picked
+    by ``itertools.compress``: no Python step per bit)."""
+    size = bits.bit_length()
+    return list(itertools.compress(range(size), spread(bits, size)))
