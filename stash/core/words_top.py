@@ -26,12 +26,12 @@ import math
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-MAX_WORDS = 8
-"""The most query words :func:`top` ranks."""
-MAX_CLASSES = 255
-"""The most classes :func:`top` visits (8 words held or not); a query with
-more (many words each prefixing several words of a memory) is scored by the
-caller one memory at a time."""
+MAX_WORDS = 16
+"""The most query words :func:`top` ranks (a query holds at most 16)."""
+MAX_CLASSES = 1023
+"""The most classes :func:`top` visits (10 words each held or not); a query
+with more (more words, or words each prefixing several words of a memory)
+is scored by the caller one memory at a time."""
 
 _FF = [bytes(0xFF if v >> bit & 1 else 0 for v in range(256)) for bit in range(8)]
 """``_FF[bit]`` maps a bitmap byte to 0xFF when its bit ``bit`` is set, else 0."""

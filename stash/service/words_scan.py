@@ -11,10 +11,11 @@ spot. Two passes:
    it prefixes (:meth:`stash.core.word_piece.PieceIndex.bits`). This gives
    each word's document frequency over ``[0, T)``, the number of matches
    and the statistics of :class:`stash.core.words.Stats`.
-2. the best matches: from the bitmaps and the lengths, by the set of query
-   words each memory holds (:func:`stash.core.words_top.top`), when at most
-   8 words are asked, none of them prefixes two words of one memory and
-   every length fits a byte. Otherwise scoring, rarest word first: the
+2. the best matches: from the bitmaps and the lengths, by the term
+   frequencies each memory has (:func:`stash.core.words_top.top`), when
+   they make at most 1,023 classes (10 words held or not, or fewer words
+   some of which prefix several words of a memory) and every length fits a
+   byte. Otherwise scoring, rarest word first: the
    memories holding the rarest words are scored exactly
    (:func:`stash.core.words.score`); a memory holding only more common words
    cannot score above what those words alone can reach, so once enough
