@@ -5,14 +5,14 @@ cache's pieces of 4,096) and holds, for the folded words of their text
 (:func:`stash.core.words.words`):
 
 * the distinct words, sorted by their UTF-8 bytes and joined by ``\\n``;
-* for each word, the positions (offsets in the piece) of the memories that
-  hold it, in one array, word after word, each memory listed once per word;
+* for each word, the memories that hold it (their offsets in the piece, or
+  a bitmap of the piece: below), in one array, word after word;
 * for each memory, how many words its text holds (0 for one erased or absent).
 
 Words sorted by bytes put every word a query word prefixes in one run
 (UTF-8 sorts as code points do, and no UTF-8 byte is 0xFF, so the run ends
 before ``word + b"\\xff"``), and their postings are then one slice of the
-array: :meth:`PieceIndex.span`.
+array: :meth:`PieceIndex.run`.
 
 Layout: ``b"WP3"``, then six little-endian uint32 (word count, bytes of the
 joined words, postings count, memories holding a word, words in all, and
