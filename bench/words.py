@@ -46,6 +46,9 @@ QUERIES = [
     ("m123456", r"\bm123456\b"),
     ("cach tok rot", r"\bcach.*\btok.*\brot|\bcach.*\brot.*\btok|\btok.*\bcach.*\brot|\btok.*\brot.*\bcach|"
                      r"\brot.*\bcach.*\btok|\brot.*\btok.*\bcach"),
+    # a query word prefixing two words of one memory (test, tests; release, reviewed, restore, …): frequencies
+    ("test deploy", r"\btest.*\bdeploy|\bdeploy.*\btest"),
+    ("re green", r"\bre.*\bgreen|\bgreen.*\bre"),
 ]
 
 

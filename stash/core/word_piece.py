@@ -5,27 +5,38 @@ cache's pieces of 4,096) and holds, for the folded words of their text
 (:func:`stash.core.words.words`):
 
 * the distinct words, sorted by their UTF-8 bytes and joined by ``\\n``;
-* for each word, the positions (offsets in the piece) of the memories that
-  hold it, in one array, word after word, each memory listed once per word;
+* for each word, the memories that hold it (their offsets in the piece, or
+  a bitmap of the piece: below), in one array, word after word;
 * for each memory, how many words its text holds (0 for one erased or absent).
 
 Words sorted by bytes put every word a query word prefixes in one run
 (UTF-8 sorts as code points do, and no UTF-8 byte is 0xFF, so the run ends
 before ``word + b"\\xff"``), and their postings are then one slice of the
-array: :meth:`PieceIndex.span`.
+array: :meth:`PieceIndex.run`.
 
-Layout: ``b"WP2"``, then five little-endian uint32 (word count, bytes of the
-joined words, postings count, memories holding a word, words in all), the
-joined words (each preceded by ``\n``), ``word count`` uint32 offsets of the
-words' ``\n`` in the joined words, ``word count + 1`` uint32 starts into the
-postings, the postings as uint16, then one uint16 length per memory to the
-end. A lookup never splits the words: the first and last word a prefix
-starts are the first and last ``\n + prefix`` in the joined words (they
-are contiguous), found by ``bytes.find`` and ``rfind``.
+Layout: ``b"WP3"``, then six little-endian uint32 (word count, bytes of the
+joined words, postings count, memories holding a word, words in all, and
+the memories the piece covers), the joined words (each preceded by ``\n``),
+``word count`` uint32 offsets of the words' ``\n`` in the joined words,
+``word count + 1`` uint32 starts into the postings, the postings as uint16,
+then one uint16 length per memory to the end. A lookup never splits the
+words: the first and last word a prefix starts are the first and last
+``\n + prefix`` in the joined words (they are contiguous), found by
+``bytes.find`` and ``rfind``.
+
+A word's postings are one of two forms, told apart by their count alone: a
+word held by fewer than :func:`bitmap_units` (one sixteenth of the piece's
+memories) lists their offsets, sorted; a word held by more is that many
+uint16 of a bitmap (bit ``k`` of the little-endian number: memory ``k``
+holds the word), never longer than the list it replaces. A search then
+takes a common word's memories as one integer (:meth:`PieceIndex.bits`) and
+unions, intersects and counts them without touching one memory at a time.
+``WP2`` (lists only) is not read: the index is a cache, rebuilt.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 import sys
 from array import array
@@ -34,9 +45,10 @@ from collections.abc import Callable, Sequence
 from typing import Union
 
 from .words import words
+from .words_top import layers, merge, spread
 
-MAGIC = b"WP2"
-_HEAD = struct.Struct("<3sIIIII")
+MAGIC = b"WP3"
+_HEAD = struct.Struct("<3sIIIIII")
 MAX_MEMORIES = 1 << 16
 
 
@@ -67,6 +79,23 @@ def _from_le(typecode: str, data: memoryview) -> Ints:
     return out
 
 
+def bitmap_units(memories: int) -> int:
+    """The uint16 of a bitmap over ``memories`` memories: a word's postings
+    of exactly this count are a bitmap, of fewer a list of offsets."""
+    return (memories + 15) // 16
+
+
+def _bitmap(ids: Sequence[int], units: int) -> array[int]:
+    bits = bytearray(2 * units)
+    for k in ids:
+        bits[k >> 3] |= 1 << (k & 7)
+    out = array("H")
+    out.frombytes(bytes(bits))
+    if sys.byteorder == "big":  # the values of the little-endian uint16, which _le writes back as such
+        out.byteswap()
+    return out
+
+
 def build(texts: Sequence[str | None]) -> bytes:
     """The piece of memories ``texts`` (offset k holds memory k's text, or
     None for one that is erased)."""
@@ -82,22 +111,23 @@ def build(texts: Sequence[str | None]) -> bytes:
     encoded = sorted((w.encode("utf-8"), ids) for w, ids in postings.items())
     starts = array("I", [0])
     flat = array("H")
+    units = bitmap_units(len(texts))
     for _, ids in encoded:
-        flat.extend(ids)
+        flat.extend(ids if len(ids) < units else _bitmap(ids, units))
         starts.append(len(flat))
     held = len(lengths) - lengths.count(0)
-    return _encode([key for key, _ in encoded], starts, flat, lengths, held, sum(lengths))
+    return _encode([key for key, _ in encoded], starts, flat, lengths, held, sum(lengths), len(texts))
 
 
 def _encode(keys: Sequence[bytes], starts: Ints, flat: Ints, lengths: Ints,
-            held: int, total: int) -> bytes:
+            held: int, total: int, memories: int) -> bytes:
     joined = b"".join(b"\n" + w for w in keys)
     at = array("I")
     pos = 0
     for key in keys:
         at.append(pos)
         pos += len(key) + 1
-    return (_HEAD.pack(MAGIC, len(keys), len(joined), len(flat), held, total) + joined + _le(at)
+    return (_HEAD.pack(MAGIC, len(keys), len(joined), len(flat), held, total, memories) + joined + _le(at)
             + _le(starts) + _le(flat) + _le(lengths))
 
 
@@ -127,9 +157,10 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
     keeps every memory's length (and the piece's ``held`` and ``words``),
     then for ``b`` in ``range(count)`` one holding exactly the words whose
     :func:`head` ``bucket`` maps to ``b``, their postings as in the
-    whole piece, and no lengths. A query word's :meth:`PieceIndex.span` in
+    whole piece (lists and bitmaps alike: each segment names the piece's
+    memories), and no lengths. A query word's :meth:`PieceIndex.bits` in
     its head's bucket (or, for one of one character, in every bucket, the
-    postings joined) selects the postings it selects in the whole piece."""
+    bits joined) is what it is in the whole piece."""
     idx = PieceIndex(data)
     n = len(idx.at)
     keys: list[list[bytes]] = [[] for _ in range(count)]
@@ -142,20 +173,23 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
         keys[b].append(key)
         flats[b].extend(idx.postings[idx.starts[w] : idx.starts[w + 1]])
         starts[b].append(len(flats[b]))
-    stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words)
-    return [stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0) for b in range(count)]
+    stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words, idx.memories)
+    return [stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
 
 
 class PieceIndex:
-    """A piece read back: look a query word up with :meth:`span`. ``held``
-    is how many of its memories hold a word, ``words`` their words in all."""
+    """A piece read back: look a query word up with :meth:`bits` (or
+    :meth:`positions`). ``held`` is how many of its memories hold a word,
+    ``words`` their words in all, ``memories`` how many it covers; ``raw``
+    the postings as little-endian bytes, ``length_bytes`` the lengths so."""
 
-    __slots__ = ("at", "held", "joined", "lengths", "postings", "starts", "words")
+    __slots__ = ("at", "held", "joined", "length_bytes", "lengths", "memories", "postings", "raw", "starts",
+                 "units", "words")
 
     def __init__(self, data: bytes) -> None:
         if len(data) < _HEAD.size:
             raise BadPiece("short word piece")
-        magic, n, joined, flat, self.held, self.words = _HEAD.unpack_from(data)
+        magic, n, joined, flat, self.held, self.words, self.memories = _HEAD.unpack_from(data)
         if magic != MAGIC:
             raise BadPiece("not a word piece")
         pos = _HEAD.size
@@ -166,16 +200,19 @@ class PieceIndex:
         pos += 4 * n
         self.starts = _from_le("I", view[pos : pos + 4 * (n + 1)])
         pos += 4 * (n + 1)
-        self.postings = _from_le("H", view[pos : pos + 2 * flat])
+        self.raw = view[pos : pos + 2 * flat]
+        self.postings = _from_le("H", self.raw)
         pos += 2 * flat
-        self.lengths = _from_le("H", view[pos:])
+        self.length_bytes = view[pos:]
+        self.lengths = _from_le("H", self.length_bytes)
+        self.units = bitmap_units(self.memories)
         if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
-                or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)):
+                or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)
+                or len(self.lengths) not in (0, self.memories)):
             raise BadPiece("inconsistent word piece")
 
-    def span(self, word: bytes) -> tuple[int, int]:
-        """The slice of :attr:`postings` listing the memories that hold a
-        word ``word`` (folded, UTF-8) is a prefix of."""
+    def run(self, word: bytes) -> tuple[int, int]:
+        """The words ``[lo, hi)`` that ``word`` (folded, UTF-8) is a prefix of."""
         key = b"\n" + word
         first = self.joined.find(key)
         if first < 0:
@@ -185,4 +222,67 @@ class PieceIndex:
         hi = bisect_left(self.at, last) + 1
         if lo >= len(self.at) or self.at[lo] != first or self.at[hi - 1] != last:
             raise BadPiece("inconsistent word piece")
-        return self.starts[lo], self.starts[hi]
+        return lo, hi
+
+    def bits(self, word: bytes) -> tuple[int, int]:
+        """``(bitmap, held)``: bit ``k`` set when memory ``k`` holds a word
+        ``word`` prefixes, and how many (memory, such word) pairs there are
+        (above the bitmap's count when a memory holds two of them)."""
+        lo, hi = self.run(word)
+        units, starts, raw = self.units, self.starts, self.raw
+        out = held = 0
+        listed = bytearray()
+        for w in range(lo, hi):
+            a, b = starts[w], starts[w + 1]
+            if b - a == units:
+                got = int.from_bytes(raw[2 * a : 2 * b], "little")
+                out |= got
+                held += got.bit_count()
+            elif b > a:
+                if not listed:
+                    listed = bytearray(2 * units)
+                for k in self.postings[a:b]:
+                    listed[k >> 3] |= 1 << (k & 7)
+                held += b - a
+        return (out | int.from_bytes(listed, "little")) if listed else out, held
+
+    def layers(self, word: bytes) -> list[int]:
+        """:func:`~stash.core.words_top.layers` of how many words ``word``
+        prefixes each memory holds: bitmap ``t - 1`` holds the memories
+        holding at least ``t``. A common word's bitmap is added as it is
+        (a few integer operations); the rare words' lists are counted one
+        byte a memory."""
+        lo, hi = self.run(word)
+        units, starts, raw = self.units, self.starts, self.raw
+        out: list[int] = []
+        listed = bytearray()
+        for w in range(lo, hi):
+            a, b = starts[w], starts[w + 1]
+            if b - a == units:
+                out = merge(out, [int.from_bytes(raw[2 * a : 2 * b], "little")])
+            elif b > a:
+                if not listed:
+                    listed = bytearray(16 * units)
+                for k in self.postings[a:b]:
+                    listed[k] += 1
+        return merge(out, layers(bytes(listed))) if listed else out
+
+    def positions(self, word: bytes) -> list[int]:
+        """The memories holding a word ``word`` prefixes, a memory once per
+        such word, word by word (each word's sorted)."""
+        lo, hi = self.run(word)
+        out: list[int] = []
+        for w in range(lo, hi):
+            a, b = self.starts[w], self.starts[w + 1]
+            if b - a == self.units:
+                out.extend(ones(int.from_bytes(self.raw[2 * a : 2 * b], "little")))
+            else:
+                out.extend(self.postings[a:b])
+        return out
+
+
+def ones(bits: int) -> list[int]:
+    """The set bits of ``bits``, lowest first (one byte a bit, then picked
+    by ``itertools.compress``: no Python step per bit)."""
+    size = bits.bit_length()
+    return list(itertools.compress(range(size), spread(bits, size)))

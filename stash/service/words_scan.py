@@ -7,14 +7,19 @@ built from the log (and written back when the index is on); the fewer than
 512 memories after the last complete piece are built from the log on the
 spot. Two passes:
 
-1. every piece, each query word: the postings slice of the words it
-   prefixes. This gives each word's document frequency over ``[0, T)``, the
-   number of matches and the statistics of :class:`stash.core.words.Stats`.
-2. scoring, rarest word first: the memories holding the rarest words are
-   scored exactly (:func:`stash.core.words.score`); a memory holding only
-   more common words cannot score above what those words alone can reach,
-   so once enough memories beat that bound for a full page, the rest is
-   never scored. Otherwise every match is scored.
+1. every piece, each query word: the bitmap of the memories holding a word
+   it prefixes (:meth:`stash.core.word_piece.PieceIndex.bits`). This gives
+   each word's document frequency over ``[0, T)``, the number of matches
+   and the statistics of :class:`stash.core.words.Stats`.
+2. the best matches: from the bitmaps and the lengths, by the term
+   frequencies each memory has (:func:`stash.core.words_top.top`), when
+   they make at most 1,023 classes (10 words held or not, or fewer words
+   some of which prefix several words of a memory) and every length fits a
+   byte. Otherwise scoring, rarest word first: the
+   memories holding the rarest words are scored exactly
+   (:func:`stash.core.words.score`); a memory holding only more common words
+   cannot score above what those words alone can reach, so once enough
+   memories beat that bound for a full page, the rest is never scored.
 
 Then the page: the best matches after the cursor (:class:`Cursor`), best
 first, their lines read from the log, as many as fit in ``part_bytes``.
@@ -25,12 +30,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from array import array
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..core import word_piece, words
+from ..core import word_piece, words, words_top
 from ..core.words import Cursor, Query, Stats
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
 from ..storage.scancache import PIECE, WRITE_PIECES
@@ -97,30 +101,42 @@ def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
 
 class View:
     """A piece as a search reads it: ``stats`` gives its memories' lengths
-    (and ``held``, ``words``), ``parts[j]`` the indexes that hold query word
-    j's postings: the whole piece, or the word's segments of it."""
+    (and ``held``, ``words``, ``memories``), ``parts[j]`` the indexes that
+    hold query word j's postings: the whole piece, or the word's segments of it."""
 
-    __slots__ = ("held", "lengths", "parts", "words")
+    __slots__ = ("held", "length_bytes", "lengths", "memories", "parts", "words")
 
     def __init__(self, stats: word_piece.PieceIndex, parts: list[list[word_piece.PieceIndex]]) -> None:
         self.held, self.words, self.lengths, self.parts = stats.held, stats.words, stats.lengths, parts
+        self.memories, self.length_bytes = stats.memories, stats.length_bytes
 
     @classmethod
     def whole(cls, data: bytes, k: int) -> View:
         idx = word_piece.PieceIndex(data)
         return cls(idx, [[idx]] * k)
 
-    def postings(self, j: int, key: bytes) -> word_piece.Ints:
+    def bits(self, j: int, key: bytes) -> tuple[int, int]:
+        """:meth:`~stash.core.word_piece.PieceIndex.bits` of query word ``j`` (``key``)."""
+        out = held = 0
+        for part in self.parts[j]:
+            b, h = part.bits(key)
+            out |= b
+            held += h
+        return out, held
+
+    def layers(self, j: int, key: bytes) -> list[int]:
+        """:func:`~stash.core.words_top.layers` of query word ``j`` (``key``)."""
+        out: list[int] = []
+        for part in self.parts[j]:  # each word in one part: the frequencies add
+            out = words_top.merge(out, part.layers(key))
+        return out
+
+    def postings(self, j: int, key: bytes) -> list[int]:
         """The memories holding a word query word ``j`` (``key``) prefixes,
         a memory once per such word, in no particular order."""
-        parts = self.parts[j]
-        if len(parts) == 1:
-            a, b = parts[0].span(key)
-            return parts[0].postings[a:b]
-        out = array("H")
-        for part in parts:
-            a, b = part.span(key)
-            out.extend(part.postings[a:b])
+        out: list[int] = []
+        for part in self.parts[j]:
+            out.extend(part.positions(key))
         return out
 
 
@@ -178,7 +194,15 @@ class _Scorer:
         self.stats, self.weights = stats, weights
         self.avg = stats.length / stats.n if stats.n and stats.length else 1.0
         self.bound = sum(weights) * (words.K1 + 1)
-        self._single: dict[tuple[int, int], int] = {}
+        self._single: dict[tuple[object, int], int] = {}
+
+    def of_class(self, tfs: tuple[int, ...], length: int) -> int:
+        """The score of a memory of term frequencies ``tfs`` and ``length``."""
+        key = (tfs, length)
+        got = self._single.get(key)
+        if got is None:
+            got = self._single[key] = words.score(self.stats, self.weights, tfs, length)
+        return got
 
     def score(self, mask: int, tfs: list[int], length: int) -> int:
         """The score of a memory holding the words of ``mask`` (bit j: query
@@ -193,62 +217,9 @@ class _Scorer:
         return words.score(self.stats, self.weights, tfs, length)
 
 
-Found_ = tuple[int, View, list[word_piece.Ints], list[set[int]], set[int]]
+Found_ = tuple[int, View, list[list[int]], list[set[int]], set[int]]
 """A piece holding matches: its first memory, the piece, each query word's
 postings slice, the set of its offsets, and the offsets holding any word."""
-
-
-def _by_mask(found: list[Found_], stats: Stats, k: int, after: tuple[int, int] | None, n: int,
-             clock: Clock) -> dict[int, list[int]] | None:
-    """The ids of each score, for enough matches to hold the best ``n``
-    below ``after``, when no query word prefixes two words of one piece and
-    there are at most 8 of them (else None: :func:`_rank` scores those).
-
-    A memory's score then depends only on which words it holds and its
-    length, so each (mask, length) is scored once. First the memories
-    holding every word (set intersections; they outrank all others): when
-    ``n`` of them lie below ``after``, they are all that is returned.
-    Otherwise every match is scored, at a few byte operations each."""
-    if k > 8 or any(len(p) != len(h) for _, _, plists, sets, _ in found for p, h in zip(plists, sets)):
-        return None
-    scorer = _Scorer(stats, stats.weights())
-    full = (1 << k) - 1
-    of_length: dict[int, list[int]] = {}
-    for base, view, _, sets, held in found:
-        clock.check()
-        lengths = view.lengths
-        for off in (set.intersection(*sets) if k > 1 else held):
-            ids = of_length.get(lengths[off])
-            if ids is None:
-                ids = of_length[lengths[off]] = []
-            ids.append(base + off)
-    groups: dict[int, list[int]] = {}
-    for size, ids in of_length.items():
-        groups.setdefault(scorer.score(full, [], size), []).extend(ids)
-    if after is None:
-        below = sum(len(ids) for ids in groups.values())
-    else:
-        below = sum(len(ids) if s < after[0] else sum(1 for i in ids if i < after[1]) if s == after[0] else 0
-                    for s, ids in groups.items())
-    if below >= n or k == 1:
-        return groups
-    groups = {}
-    of_key: dict[int, list[int]] = {}  # (mask << 16 | length): the ids of its score
-    for base, view, plists, _, held in found:
-        clock.check()
-        lengths = view.lengths
-        masks = bytearray(len(lengths))
-        for j, p in enumerate(plists):
-            bit = 1 << j
-            for off in p:
-                masks[off] |= bit
-        for off in held:
-            key = masks[off] << 16 | lengths[off]
-            ids = of_key.get(key)
-            if ids is None:
-                ids = of_key[key] = groups.setdefault(scorer.score(masks[off], [], lengths[off]), [])
-            ids.append(base + off)
-    return groups
 
 
 def _top(groups: dict[int, list[int]], after: tuple[int, int] | None, n: int) -> list[tuple[int, int]]:
@@ -332,6 +303,17 @@ def _rank(found: list[Found_], stats: Stats, k: int,
     return out
 
 
+def _low_lengths(found: list[tuple[int, View, list[list[int]]]]) -> list[bytes] | None:
+    """Each piece's lengths, one byte a memory, or None when one is 256 or more."""
+    out = []
+    for _, view, _ in found:
+        raw = bytes(view.length_bytes)  # little-endian uint16
+        if raw[1::2].count(0) != len(raw) // 2:
+            return None
+        out.append(raw[0::2])
+    return out
+
+
 def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, cursor: Cursor | None = None,
            *, cached: bool | None = None) -> Found:
     """The page of the words search ``query`` after ``cursor`` (default: the
@@ -343,7 +325,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     keys = [w.encode("utf-8") for w in query.words]
     # Pass 1: each piece's postings slices, the document frequencies, the matches.
     pieces = T // PIECE
-    found: list[Found_] = []
+    found: list[tuple[int, View, list[list[int]]]] = []  # a piece holding matches: its first id, itself, layers
     dfs = [0] * k
     n = length = total = 0
     # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
@@ -354,27 +336,44 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
                                              keys),
                             _pieces(mf, WordCache, pieces, 0, cached, clock, keys))
     for base, idx in walks:
-        plists = [idx.postings(j, key) for j, key in enumerate(keys)]
-        sets = [set(p) for p in plists]
-        held = set().union(*sets)
-        for j, ids in enumerate(sets):
-            dfs[j] += len(ids)
-        total += len(held)
+        layers = []
+        anyone = 0
+        for j, key in enumerate(keys):
+            b, pairs = idx.bits(j, key)
+            count = b.bit_count()
+            dfs[j] += count
+            anyone |= b
+            # A memory holding two words the query word prefixes counts them both (its frequency).
+            layers.append([] if not b else [b] if pairs == count else idx.layers(j, key))
+        held = anyone.bit_count()
+        total += held
         n += idx.held
         length += idx.words
         if held:
-            found.append((base, idx, plists, sets, held))
+            found.append((base, idx, layers))
     stats = cursor.stats if cursor is not None else Stats(n, length, tuple(dfs))
-    # Pass 2: score, most-word memories first, then rarest words first, until no unscored memory can reach
-    # the page.
     after = None if cursor is None else (cursor.score, cursor.id)
     room = part_bytes // MIN_LINE_COST + 1  # no page holds this many lines
-    groups = _by_mask(found, stats, k, after, room + 1, clock)
-    if groups is None:
-        groups = {}
-        for i, sc in _rank(found, stats, k, room, after, clock).items():
+    # Pass 2: a memory's score is that of its words and length (words_top), or, where a query word
+    # prefixes two words of one memory or the lengths do not fit a byte, scored rarest word first.
+    lows = _low_lengths(found)
+    scorer = _Scorer(stats, stats.weights())
+    got = None if lows is None else words_top.top(
+        [(base, layers, low) for (base, _, layers), low in zip(found, lows)], k, scorer.of_class, after, room + 1,
+        clock.check)
+    if got is not None:
+        ranked = got
+    else:
+        old: list[Found_] = []
+        for base, view, _ in found:
+            clock.check()
+            plists = [view.postings(j, key) for j, key in enumerate(keys)]
+            sets = [set(p) for p in plists]
+            old.append((base, view, plists, sets, set().union(*sets)))
+        groups: dict[int, list[int]] = {}
+        for i, sc in _rank(old, stats, k, room, after, clock).items():
             groups.setdefault(sc, []).append(i)
-    ranked = _top(groups, after, room + 1)
+        ranked = _top(groups, after, room + 1)
     lines: list[str] = []
     scores: list[int] = []
     used = 0

@@ -172,10 +172,10 @@ def test_a_piece_finds_exactly_the_memories_a_prefix_matches() -> None:
     held = [set(words.words(t)) if t is not None else set() for t in texts]
     prefixes = {w[:n] for ws in held for w in ws for n in (1, 2, 3)} | {"zz", "kaka", "9"}
     for p in sorted(prefixes):
-        a, b = idx.span(p.encode())
-        got = sorted(idx.postings[a:b])
+        got = sorted(idx.positions(p.encode()))
         want = sorted(k for k, ws in enumerate(held) for w in ws if w.startswith(p))
         assert got == want, p
+        assert idx.bits(p.encode()) == (sum(1 << k for k in set(want)), len(want)), p
 
 
 def test_a_damaged_piece_is_refused() -> None:

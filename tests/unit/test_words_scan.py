@@ -6,6 +6,8 @@ erased memories left out."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import random
 from pathlib import Path
 
@@ -105,12 +107,15 @@ def test_a_search_past_its_time_bound_stops(tmp_path: Path) -> None:
 
 def test_a_split_piece_holds_every_words_postings() -> None:
     """word_piece.split: each prefix of each word finds, in its head's
-    segment (a prefix of one character: in all of them), the postings the
-    whole piece gives it; segment 0 keeps every length and the piece's counts."""
+    segment (a prefix of one character: in all of them), the memories the
+    whole piece gives it, as bits and as positions, and those are the
+    memories whose text holds such a word (common words kept as bitmaps,
+    rare ones as lists); segment 0 keeps every length and the piece's counts."""
     from stash.core import word_piece
 
     rng = random.Random(8)
-    texts = [None if rng.random() < 0.05 else " ".join(rng.choices(VOCAB, k=rng.randint(0, 6))) for _ in range(700)]
+    texts = [None if rng.random() < 0.05 else " ".join(rng.choices(VOCAB, k=rng.randint(0, 6)) + [  # r<n>: rare
+             f"r{rng.randrange(300)}"] * rng.randint(0, 1)) for _ in range(700)]
     whole = word_piece.PieceIndex(word_piece.build(texts))
     bucket = {}
 
@@ -122,16 +127,20 @@ def test_a_split_piece_holds_every_words_postings() -> None:
     assert (stats.held, stats.words, list(stats.lengths)) == (whole.held, whole.words, list(whole.lengths))
     assert sum(len(p.at) for p in parts) == len(whole.at) and not any(len(p.lengths) for p in parts[1:])
     asked = {w[:n] for text in texts if text for w in words.words(text) for n in range(1, len(w) + 1)}
+    forms = set()
+    held = [set(words.words(t)) if t else set() for t in texts]
     for w in sorted(asked) + ["q", "zz", "é"]:
         key = w.encode()
-        a, b = whole.span(key)
-        if word_piece.one_char(key):  # in every segment: the postings of each, joined
-            got = sorted(x for part in parts[1:] for x in part.postings[slice(*part.span(key))])
-        else:
-            part = parts[1 + of(word_piece.head(key))]
-            got = list(part.postings[slice(*part.span(key))])
-        want = list(whole.postings[a:b])
-        assert got == (sorted(want) if word_piece.one_char(key) else want), w
+        holders = [{m for m in ws if m.startswith(w)} for ws in held]
+        want = (sum(1 << k for k, h in enumerate(holders) if h), sum(len(h) for h in holders))
+        assert whole.bits(key) == want, w
+        assert sorted(whole.positions(key)) == [k for k, h in enumerate(holders) for _ in h], w
+        looked = parts[1:] if word_piece.one_char(key) else [parts[1 + of(word_piece.head(key))]]
+        got = [p.bits(key) for p in looked]
+        assert (functools.reduce(operator.or_, (b for b, _ in got)), sum(n for _, n in got)) == want, w
+        lo, hi = whole.run(key)
+        forms |= {whole.starts[i + 1] - whole.starts[i] == whole.units for i in range(lo, hi)}
+    assert forms == {True, False}  # both forms of postings were read
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,69 @@
+"""stash/core/words_top.py: the best matches counted from bitmaps are the
+best matches of a brute-force ranking of every memory, page after page."""
+
+from __future__ import annotations
+
+import random
+
+from stash.core import words, words_top
+
+
+def brute(pieces, score) -> list[tuple[int, int]]:
+    out = []
+    for base, layers, lengths in pieces:
+        for k, length in enumerate(lengths):
+            tfs = tuple(sum(lay >> k & 1 for lay in word) for word in layers)
+            if any(tfs):
+                out.append((score(tfs, length), base + k))
+    return sorted(out, reverse=True)
+
+
+def life(rng: random.Random, k: int, most: int) -> list[words_top.Piece]:
+    """Pieces of random frequencies (0 to ``most``) of ``k`` words, newest first."""
+    pieces, base = [], 0
+    for size in (37, 512, 300, 1000):
+        lengths = bytes(rng.randint(1, 12) for _ in range(size))
+        counts = [bytes(min(most, int(rng.random() < p) * rng.choice((1, 1, 1, 2, 3))) for _ in range(size))
+                  for p in (0.6, 0.3, 0.05, 0.5, 0.2, 0.7, 0.1, 0.4, 0.25, 0.02)[:k]]
+        pieces.append((base, [words_top.layers(c) for c in counts], lengths))
+        base += size + rng.randint(0, 50)
+    return pieces[::-1]
+
+
+def test_pages_of_the_best_are_the_brute_force_ranking() -> None:
+    rng = random.Random(29)
+    stats = words.Stats(2000, 12000, (1100, 600, 90, 1000, 400, 1300, 200, 800, 500, 40))
+    weights = stats.weights()
+    scorers = {
+        "bm25": lambda tfs, n: words.score(stats, weights[: len(tfs)], tfs, n),
+        "ties": lambda tfs, n: 1 + 50 * sum(tfs) - n // 4,  # many ties, across classes and lengths
+    }
+    for k, most in ((1, 1), (2, 1), (4, 1), (3, 3), (10, 1)):
+        pieces = life(rng, k, most)
+        for name, score in scorers.items():
+            want = brute(pieces, score)
+            for n in (1, 5000):  # the first page
+                assert words_top.top(pieces, k, score, None, n) == want[:n], (k, name, n)
+            if k > 4:
+                continue  # 1,023 classes: the first pages are enough
+            got, after = [], None
+            while True:  # every page, each after the last one shown
+                page = words_top.top(pieces, k, score, after, 151)
+                assert page == [x for x in want if after is None or x < after][:151], (k, name)
+                got += page
+                if len(page) < 151:
+                    break
+                after = page[-1]
+            assert got == want, (k, name)
+
+
+def test_layers_and_spread_give_one_byte_a_memory() -> None:
+    bits = 0b1011 | 1 << 70
+    assert words_top.spread(bits, 75) == bytes(0xFF if bits >> i & 1 else 0 for i in range(75))
+    counts = bytes([0, 3, 1, 0, 2] * 9)
+    assert words_top.layers(counts) == [sum(1 << i for i, c in enumerate(counts) if c >= t) for t in (1, 2, 3)]
+    more = bytes([2, 0, 1, 1, 4] * 9)
+    summed = bytes(a + b for a, b in zip(counts, more))
+    assert words_top.merge(words_top.layers(counts), words_top.layers(more)) == words_top.layers(summed)
+    assert words_top.merge([], words_top.layers(more)) == words_top.layers(more)
+    assert words_top.top([(0, [[1]] * 11, b"\x01")], 11, lambda tfs, n: 1, None, 5) is None  # too many classes
