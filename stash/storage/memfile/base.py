@@ -168,13 +168,15 @@ class FilePart:
         made on use asks first, and reads a missing one as the empty table it
         would be (schema.sql, "Pages"). A table seen is remembered for the
         handle's life (no honest writer drops one; one dropped meanwhile
-        fails its query, as damage), unless this handle made it itself: its
-        transaction may still be rolled back, and with it the table."""
+        fails its query, as damage), unless this handle made it itself in a
+        transaction still open: that one may still be rolled back, and with
+        it the table. Found outside a transaction, it is committed."""
         if table in self._seen:
             return True
         found = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                                   (table,)).fetchone() is not None
-        if found and table not in self._made_here:
+        if found and (table not in self._made_here or not self.conn.in_transaction):
+            self._made_here.discard(table)
             self._seen.add(table)
         return found
 
