@@ -37,10 +37,12 @@ unions, intersects and counts them without touching one memory at a time.
 from __future__ import annotations
 
 import itertools
+import operator
 import struct
 import sys
 from array import array
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Union
 
@@ -224,6 +226,29 @@ class PieceIndex:
             raise BadPiece("inconsistent word piece")
         return lo, hi
 
+    def gather(self, word: bytes, bitmaps: list[int], lists: list[Ints]) -> None:
+        """Append the postings of the words ``word`` prefixes: each common
+        word's bitmap to ``bitmaps``, the rare words' lists to ``lists`` as
+        a few slices (the rare words between two common ones are one slice
+        of the postings). The common words of the run are found by C-level
+        maps over its starts, never a Python step per word: a one-character
+        prefix runs over thousands of words of one memory each."""
+        lo, hi = self.run(word)
+        if lo == hi:
+            return
+        units, starts = self.units, self.starts
+        st = starts[lo : hi + 1]
+        common = itertools.compress(range(lo, hi), map(units.__eq__, map(operator.sub, st[1:], st[:-1])))
+        at = starts[lo]
+        for w in common:
+            a, b = starts[w], starts[w + 1]
+            if a > at:
+                lists.append(self.postings[at:a])
+            bitmaps.append(int.from_bytes(self.raw[2 * a : 2 * b], "little"))
+            at = b
+        if starts[hi] > at:
+            lists.append(self.postings[at : starts[hi]])
+
     def bits(self, word: bytes) -> tuple[int, int]:
         """``(bitmap, held)``: bit ``k`` set when memory ``k`` holds a word
         ``word`` prefixes, and how many (memory, such word) pairs there are
@@ -279,6 +304,32 @@ class PieceIndex:
             else:
                 out.extend(self.postings[a:b])
         return out
+
+
+def tally(memories: int, bitmaps: Sequence[int], lists: Sequence[Ints]) -> tuple[int, int, list[int]]:
+    """``(bitmap, held, layers)`` of postings gathered by
+    :meth:`PieceIndex.gather` over a piece of ``memories``: the memories
+    holding one of the words, the (memory, word) pairs, and the
+    :func:`~stash.core.words_top.layers` of each memory's count of such
+    words. The lists are counted in C (``Counter``, then one byte a memory
+    read from it by ``map``); a count above 255 is kept as 255, which only a memory
+    of 256 words or more can reach (and those are ranked from the postings,
+    not from layers)."""
+    held = sum(map(len, lists)) + sum(b.bit_count() for b in bitmaps)
+    out: list[int] = []
+    if lists:
+        counts = Counter(itertools.chain.from_iterable(lists))
+        if max(counts.values()) > 255:
+            counts = Counter({k: min(c, 255) for k, c in counts.items()})
+        out = layers(bytes(map(counts.get, range(memories), itertools.repeat(0, memories))))
+    bits = out[0] if out else 0
+    for b in bitmaps:
+        bits |= b
+    if held == bits.bit_count():
+        return bits, held, [bits] if bits else []
+    for b in bitmaps:
+        out = merge(out, [b])
+    return bits, held, out
 
 
 def ones(bits: int) -> list[int]:

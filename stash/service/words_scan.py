@@ -124,6 +124,15 @@ class View:
             held += h
         return out, held
 
+    def tally(self, j: int, key: bytes) -> tuple[int, int, list[int]]:
+        """:func:`~stash.core.word_piece.tally` of query word ``j`` (``key``)
+        over all its parts at once."""
+        bitmaps: list[int] = []
+        lists: list[word_piece.Ints] = []
+        for part in self.parts[j]:
+            part.gather(key, bitmaps, lists)
+        return word_piece.tally(self.memories, bitmaps, lists)
+
     def layers(self, j: int, key: bytes) -> list[int]:
         """:func:`~stash.core.words_top.layers` of query word ``j`` (``key``)."""
         out: list[int] = []
@@ -339,12 +348,11 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
         layers = []
         anyone = 0
         for j, key in enumerate(keys):
-            b, pairs = idx.bits(j, key)
-            count = b.bit_count()
-            dfs[j] += count
-            anyone |= b
             # A memory holding two words the query word prefixes counts them both (its frequency).
-            layers.append([] if not b else [b] if pairs == count else idx.layers(j, key))
+            b, _, lay = idx.tally(j, key)
+            dfs[j] += b.bit_count()
+            anyone |= b
+            layers.append(lay)
         held = anyone.bit_count()
         total += held
         n += idx.held
