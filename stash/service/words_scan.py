@@ -366,7 +366,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # prefixes two words of one memory or the lengths do not fit a byte, scored rarest word first.
     lows = _low_lengths(found)
     scorer = _Scorer(stats, stats.weights())
-    got = None if lows is None else words_top.top(
+    got = None if lows is None else words_top.best(
         [(base, layers, low) for (base, _, layers), low in zip(found, lows)], k, scorer.of_class, after, room + 1,
         clock.check)
     if got is not None:
