@@ -14,7 +14,7 @@ Words sorted by bytes put every word a query word prefixes in one run
 before ``word + b"\\xff"``), and their postings are then one slice of the
 array: :meth:`PieceIndex.run`.
 
-Layout: ``b"WP3"``, then six little-endian uint32 (word count, bytes of the
+Layout: ``b"WP4"``, then six little-endian uint32 (word count, bytes of the
 joined words, postings count, memories holding a word, words in all, and
 the memories the piece covers), the joined words (each preceded by ``\n``),
 ``word count`` uint32 offsets of the words' ``\n`` in the joined words,
@@ -31,7 +31,8 @@ uint16 of a bitmap (bit ``k`` of the little-endian number: memory ``k``
 holds the word), never longer than the list it replaces. A search then
 takes a common word's memories as one integer (:meth:`PieceIndex.bits`) and
 unions, intersects and counts them without touching one memory at a time.
-``WP2`` (lists only) is not read: the index is a cache, rebuilt.
+``WP2`` (lists only) and ``WP3`` (a segment 0 of lengths alone) are not
+read: the index is a cache, rebuilt.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from typing import Union
 from .words import words
 from .words_top import layers, merge, spread
 
-MAGIC = b"WP3"
+MAGIC = b"WP4"
 _HEAD = struct.Struct("<3sIIIIII")
 MAX_MEMORIES = 1 << 16
 
@@ -91,9 +92,14 @@ def _bitmap(ids: Sequence[int], units: int) -> array[int]:
     bits = bytearray(2 * units)
     for k in ids:
         bits[k >> 3] |= 1 << (k & 7)
+    return _units_of(bytes(bits))
+
+
+def _units_of(data: bytes) -> array[int]:
+    """Little-endian bytes as uint16 values, which :func:`_le` writes back as such."""
     out = array("H")
-    out.frombytes(bytes(bits))
-    if sys.byteorder == "big":  # the values of the little-endian uint16, which _le writes back as such
+    out.frombytes(data)
+    if sys.byteorder == "big":
         out.byteswap()
     return out
 
@@ -155,27 +161,42 @@ def head(word: bytes) -> bytes:
 
 
 def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
-    """A piece cut into ``1 + count`` pieces: first one of no words that
-    keeps every memory's length (and the piece's ``held`` and ``words``),
-    then for ``b`` in ``range(count)`` one holding exactly the words whose
-    :func:`head` ``bucket`` maps to ``b``, their postings as in the
-    whole piece (lists and bitmaps alike: each segment names the piece's
-    memories), and no lengths. A query word's :meth:`PieceIndex.bits` in
-    its head's bucket (or, for one of one character, in every bucket, the
-    bits joined) is what it is in the whole piece."""
+    """A piece cut into ``1 + count`` pieces: first one that keeps every
+    memory's length (and the piece's ``held`` and ``words``) and, as its
+    words, each first character of the piece's words, its postings the
+    :func:`~stash.core.words_top.layers` of how many words that character
+    prefixes in each memory (:meth:`PieceIndex.char_layers`), so a query
+    word of one character opens this segment alone; then for ``b`` in
+    ``range(count)`` one holding exactly the words whose :func:`head`
+    ``bucket`` maps to ``b``, their postings as in the whole piece (lists
+    and bitmaps alike: each segment names the piece's memories), and no
+    lengths. A query word's :meth:`PieceIndex.bits` in its head's bucket
+    (or, for one of one character, in every bucket, the bits joined) is
+    what it is in the whole piece."""
     idx = PieceIndex(data)
     n = len(idx.at)
     keys: list[list[bytes]] = [[] for _ in range(count)]
     starts = [array("I", [0]) for _ in range(count)]
     flats = [array("H") for _ in range(count)]
+    firsts: dict[bytes, None] = {}
     for w in range(n):
         end = idx.at[w + 1] if w + 1 < n else len(idx.joined)
         key = idx.joined[idx.at[w] + 1 : end]
+        firsts[key[: _char_end(key, 0)]] = None
         b = bucket(head(key))
         keys[b].append(key)
         flats[b].extend(idx.postings[idx.starts[w] : idx.starts[w + 1]])
         starts[b].append(len(flats[b]))
-    stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words, idx.memories)
+    char_starts = array("I", [0])
+    char_flat = array("H")
+    for first in firsts:  # in byte order, as the words are
+        bitmaps: list[int] = []
+        lists: list[Ints] = []
+        idx.gather(first, bitmaps, lists)
+        for lay in tally(idx.memories, bitmaps, lists)[2]:
+            char_flat.extend(_units_of(lay.to_bytes(2 * idx.units, "little")))
+        char_starts.append(len(char_flat))
+    stats = _encode(list(firsts), char_starts, char_flat, idx.lengths, idx.held, idx.words, idx.memories)
     return [stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
 
 
@@ -249,6 +270,15 @@ class PieceIndex:
         if starts[hi] > at:
             lists.append(self.postings[at : starts[hi]])
 
+    def char_layers(self, word: bytes) -> list[int]:
+        """In a piece's segment 0 (:func:`split`), the layers of query word
+        ``word`` of one character: bitmap ``t - 1`` holds the memories
+        holding at least ``t`` words it prefixes."""
+        lo, hi = self.run(word)
+        units, raw = self.units, self.raw
+        return [int.from_bytes(raw[2 * a : 2 * (a + units)], "little")
+                for w in range(lo, hi) for a in range(self.starts[w], self.starts[w + 1], units)]
+
     def bits(self, word: bytes) -> tuple[int, int]:
         """``(bitmap, held)``: bit ``k`` set when memory ``k`` holds a word
         ``word`` prefixes, and how many (memory, such word) pairs there are
@@ -312,16 +342,17 @@ def tally(memories: int, bitmaps: Sequence[int], lists: Sequence[Ints]) -> tuple
     holding one of the words, the (memory, word) pairs, and the
     :func:`~stash.core.words_top.layers` of each memory's count of such
     words. The lists are counted in C (``Counter``, then one byte a memory
-    read from it by ``map``); a count above 255 is kept as 255, which only a memory
-    of 256 words or more can reach (and those are ranked from the postings,
-    not from layers)."""
+    read from it by ``map``; a count above 255, which only a memory of 256
+    words or more reaches, makes its layers from the counts instead)."""
     held = sum(map(len, lists)) + sum(b.bit_count() for b in bitmaps)
     out: list[int] = []
     if lists:
         counts = Counter(itertools.chain.from_iterable(lists))
-        if max(counts.values()) > 255:
-            counts = Counter({k: min(c, 255) for k, c in counts.items()})
-        out = layers(bytes(map(counts.get, range(memories), itertools.repeat(0, memories))))
+        most = max(counts.values())
+        if most > 255:  # only a memory of 256 words or more: each layer from the counts
+            out = [sum(1 << k for k, c in counts.items() if c >= t) for t in range(1, most + 1)]
+        else:
+            out = layers(bytes(map(counts.get, range(memories), itertools.repeat(0, memories))))
     bits = out[0] if out else 0
     for b in bitmaps:
         bits |= b

@@ -18,7 +18,8 @@ Each piece is kept as :data:`SEGMENTS` + 1 sealed segments
 ``word_tail_segs``): segment 0 the lengths of its memories, segment ``1 + b``
 the words whose head (first two characters) a hash keyed by the file's rows
 key puts in bucket ``b``. A search opens segment 0 and the segments of its
-own words' heads (all of them for a word of one character), not the piece
+own words' heads (segment 0 alone for a word of one character: it holds
+each first character's layers), not the piece
 (:meth:`WordCache.segments`). Each segment
 is padded and sealed as a piece is, with its segment number added to the
 associated data, so a segment moved to another number, piece or user does
@@ -79,10 +80,11 @@ class WordCache(ScanCache):
         return got
 
     def buckets(self, word: bytes) -> list[int]:
-        """The segments that hold every word query word ``word`` prefixes:
-        its head's, or all of them for a word of one character."""
+        """The segments besides segment 0 that hold every word query word
+        ``word`` prefixes: its head's, or none for a word of one character,
+        whose layers segment 0 holds (:func:`stash.core.word_piece.split`)."""
         if word_piece.one_char(word):
-            return list(range(1, SEGMENTS + 1))
+            return []
         return [self.bucket(word)]
 
     def _seg_aad(self, piece: int, seg: int, keys_digest: bytes) -> bytes:

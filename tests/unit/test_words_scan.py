@@ -125,7 +125,7 @@ def test_a_split_piece_holds_every_words_postings() -> None:
     parts = [word_piece.PieceIndex(p) for p in word_piece.split(word_piece.build(texts), of, 5)]
     stats = parts[0]
     assert (stats.held, stats.words, list(stats.lengths)) == (whole.held, whole.words, list(whole.lengths))
-    assert sum(len(p.at) for p in parts) == len(whole.at) and not any(len(p.lengths) for p in parts[1:])
+    assert sum(len(p.at) for p in parts[1:]) == len(whole.at) and not any(len(p.lengths) for p in parts[1:])
     asked = {w[:n] for text in texts if text for w in words.words(text) for n in range(1, len(w) + 1)}
     forms = set()
     held = [set(words.words(t)) if t else set() for t in texts]
@@ -135,6 +135,10 @@ def test_a_split_piece_holds_every_words_postings() -> None:
         want = (sum(1 << k for k, h in enumerate(holders) if h), sum(len(h) for h in holders))
         assert whole.bits(key) == want, w
         assert sorted(whole.positions(key)) == [k for k, h in enumerate(holders) for _ in h], w
+        if word_piece.one_char(key):  # segment 0: layer t - 1 holds the memories of t or more such words
+            most = max(map(len, holders))
+            assert stats.char_layers(key) == [sum(1 << k for k, h in enumerate(holders) if len(h) >= t)
+                                              for t in range(1, most + 1)], w
         looked = parts[1:] if word_piece.one_char(key) else [parts[1 + of(word_piece.head(key))]]
         got = [p.bits(key) for p in looked]
         assert (functools.reduce(operator.or_, (b for b, _ in got)), sum(n for _, n in got)) == want, w
