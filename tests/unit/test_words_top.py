@@ -18,6 +18,19 @@ def brute(pieces, score) -> list[tuple[int, int]]:
     return sorted(out, reverse=True)
 
 
+def every_page(rank, pieces, k, score, want, n) -> None:
+    """Every page of ``n`` by ``rank``, each after the last one shown, is the brute-force ranking's."""
+    got, after = [], None
+    while True:
+        page = rank(pieces, k, score, after, n)
+        assert page == [x for x in want if after is None or x < after][:n], (k, n)
+        got += page
+        if len(page) < n:
+            break
+        after = page[-1]
+    assert got == want, (k, n)
+
+
 def life(rng: random.Random, k: int, most: int) -> list[words_top.Piece]:
     """Pieces of random frequencies (0 to ``most``) of ``k`` words, newest first."""
     pieces, base = [], 0
@@ -46,15 +59,7 @@ def test_pages_of_the_best_are_the_brute_force_ranking() -> None:
                 assert words_top.top(pieces, k, score, None, n) == want[:n], (k, name, n)
             if k > 4:
                 continue  # 1,023 classes: the first pages are enough
-            got, after = [], None
-            while True:  # every page, each after the last one shown
-                page = words_top.top(pieces, k, score, after, 151)
-                assert page == [x for x in want if after is None or x < after][:151], (k, name)
-                got += page
-                if len(page) < 151:
-                    break
-                after = page[-1]
-            assert got == want, (k, name)
+            every_page(words_top.top, pieces, k, score, want, 151)
 
 
 def test_layers_and_spread_give_one_byte_a_memory() -> None:
@@ -87,13 +92,5 @@ def test_classes_counted_at_once_are_the_brute_force_ranking() -> None:
             for n in (1, 5000):
                 assert words_top.top_coded(pieces, k, score, None, n) == want[:n], (k, name, n)
                 assert words_top.best(pieces, k, score, None, n) == want[:n], (k, name, n)
-            got, after = [], None
-            while True:
-                page = words_top.top_coded(pieces, k, score, after, 301)
-                assert page == [x for x in want if after is None or x < after][:301], (k, name)
-                got += page
-                if len(page) < 301:
-                    break
-                after = page[-1]
-            assert got == want, (k, name)
+            every_page(words_top.top_coded, pieces, k, score, want, 301)
     assert words_top.top_coded(life(rng, 16, 2), 16, scorers["ties"], None, 5) is None  # 3**16 classes
