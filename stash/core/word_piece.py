@@ -31,7 +31,7 @@ uint16 of a bitmap (bit ``k`` of the little-endian number: memory ``k``
 holds the word), never longer than the list it replaces. A search then
 takes a common word's memories as one integer (:meth:`PieceIndex.bits`) and
 unions, intersects and counts them without touching one memory at a time.
-``WP2`` (lists only) and ``WP3`` (a segment 0 of lengths alone) are not
+``WP2`` (lists only) and ``WP3`` (no segment of first characters) are not
 read: the index is a cache, rebuilt.
 """
 
@@ -161,18 +161,18 @@ def head(word: bytes) -> bytes:
 
 
 def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
-    """A piece cut into ``1 + count`` pieces: first one that keeps every
-    memory's length (and the piece's ``held`` and ``words``) and, as its
-    words, each first character of the piece's words, its postings the
-    :func:`~stash.core.words_top.layers` of how many words that character
-    prefixes in each memory (:meth:`PieceIndex.char_layers`), so a query
-    word of one character opens this segment alone; then for ``b`` in
-    ``range(count)`` one holding exactly the words whose :func:`head`
-    ``bucket`` maps to ``b``, their postings as in the whole piece (lists
-    and bitmaps alike: each segment names the piece's memories), and no
-    lengths. A query word's :meth:`PieceIndex.bits` in its head's bucket
-    (or, for one of one character, in every bucket, the bits joined) is
-    what it is in the whole piece."""
+    """A piece cut into ``2 + count`` pieces: first one of no words that
+    keeps every memory's length (and the piece's ``held`` and ``words``);
+    then for ``b`` in ``range(count)`` one holding exactly the words whose
+    :func:`head` ``bucket`` maps to ``b``, their postings as in the whole
+    piece (lists and bitmaps alike: each segment names the piece's
+    memories), and no lengths; last one whose words are the first
+    characters of the piece's words, each one's postings the
+    :func:`~stash.core.words_top.layers` of how many words it prefixes in
+    each memory (:meth:`PieceIndex.char_layers`), so that a query word of
+    one character opens that one alone. A query word's :meth:`PieceIndex.bits`
+    in its head's bucket (or, for one of one character, in every bucket,
+    the bits joined) is what it is in the whole piece."""
     idx = PieceIndex(data)
     n = len(idx.at)
     keys: list[list[bytes]] = [[] for _ in range(count)]
@@ -196,8 +196,10 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
         for lay in tally(idx.memories, bitmaps, lists)[2]:
             char_flat.extend(_units_of(lay.to_bytes(2 * idx.units, "little")))
         char_starts.append(len(char_flat))
-    stats = _encode(list(firsts), char_starts, char_flat, idx.lengths, idx.held, idx.words, idx.memories)
-    return [stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
+    stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words, idx.memories)
+    chars = _encode(list(firsts), char_starts, char_flat, array("H"), 0, 0, idx.memories)
+    return ([stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
+            + [chars])
 
 
 class PieceIndex:
@@ -271,7 +273,7 @@ class PieceIndex:
             lists.append(self.postings[at : starts[hi]])
 
     def char_layers(self, word: bytes) -> list[int]:
-        """In a piece's segment 0 (:func:`split`), the layers of query word
+        """In a piece's last segment (:func:`split`), the layers of query word
         ``word`` of one character: bitmap ``t - 1`` holds the memories
         holding at least ``t`` words it prefixes."""
         lo, hi = self.run(word)

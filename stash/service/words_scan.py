@@ -38,7 +38,7 @@ from ..core import word_piece, words, words_top
 from ..core.words import Cursor, Query, Stats
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
 from ..storage.scancache import PIECE, WRITE_PIECES
-from ..storage.wordcache import WordCache, WordTail
+from ..storage.wordcache import CHARS, WordCache, WordTail
 
 MIN_LINE_COST = len("#0 2026-01-01 x\n")
 """The fewest bytes a rendered memory line costs, newline included."""
@@ -117,8 +117,8 @@ class View:
         return cls(idx, [[idx]] * k)
 
     def _char_layers(self, key: bytes) -> list[int] | None:
-        """A one-character query word's layers from segment 0, or None
-        when the piece was not read as segments."""
+        """A one-character query word's layers from the segment of first
+        characters, or None when the piece was not read as segments."""
         if self.chars is None or not word_piece.one_char(key):
             return None
         return self.chars.char_layers(key)
@@ -126,7 +126,7 @@ class View:
     def tally(self, j: int, key: bytes) -> tuple[int, list[int]]:
         """The bitmap and :func:`~stash.core.words_top.layers` of query
         word ``j`` (``key``): :func:`~stash.core.word_piece.tally` over all
-        its parts at once, or segment 0's layers for one character."""
+        its parts at once, or for one character the layers its segment keeps."""
         lay = self._char_layers(key)
         if lay is not None:
             return (lay[0] if lay else 0), lay
@@ -170,7 +170,8 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
         for piece, segs in cache.segments(stop, start, keys):
             clock.check()
             if segs is not None:
-                yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys], segs[0])
+                yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys],
+                                          segs.get(CHARS))
                 continue
             clock.built(size)
             plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
