@@ -247,12 +247,14 @@ def top_coded(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int
     as 16-bit lanes of one integer per piece (no carry crosses a lane, the
     code being below 65,536); beside its length it makes a 4-byte key,
     and one ``Counter`` over all pieces' keys counts every (class, length)
-    in C. Classes are then visited best first as in :func:`top`, by the
-    counts, and only the page's ids are listed, by one C-level pass over
-    the keys. The work is a few integer operations per word and piece plus
-    a constant per memory, whatever the number of classes. None when the
-    classes number more than :data:`MAX_CODES` or a query more than
-    :data:`MAX_WORDS` words."""
+    in C. Then (class, length) are visited best first, each class by its
+    shortest length not yet visited (a score only falls as the length
+    grows), so only those that may reach the page are scored, and only the
+    page's ids are listed, by one C-level pass over the keys. The work is
+    a few integer operations per word and piece plus a constant per
+    memory, whatever the number of classes. None when the classes number
+    more than :data:`MAX_CODES` or a query more than :data:`MAX_WORDS`
+    words."""
     tops = [max((len(w[j]) for _, w, _ in pieces), default=0) for j in range(k)]
     radix = [math.prod(t + 1 for t in tops[:j]) for j in range(k)]
     if k > MAX_WORDS or math.prod(t + 1 for t in tops) > MAX_CODES:
@@ -283,10 +285,12 @@ def top_coded(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int
         if key4 & 0xFFFF:
             by_class.setdefault(key4 & 0xFFFF, []).append((key4 >> 16, c))
 
-    def of(code: int) -> Class:
-        return tuple(code // r % (t + 1) for r, t in zip(radix, tops))
-
-    heap = [(-score(of(code), 0), code) for code in by_class]
+    classes = {code: tuple(code // r % (t + 1) for r, t in zip(radix, tops)) for code in by_class}
+    # One entry a class: its next (class, length) to count, shortest first, so it is the best left of the class.
+    heap: list[tuple[int, int, int]] = []
+    for code, lns in by_class.items():
+        lns.sort()
+        heap.append((-score(classes[code], lns[0][0]), code, 0))
     heapq.heapify(heap)
     found: dict[tuple[int, int], tuple[int, int]] = {}  # (code, length): (score, how many lie after `after`)
     pending: list[tuple[int, int]] = []  # (-score, how many) of found not yet known to beat what is left
@@ -297,14 +301,14 @@ def top_coded(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int
             ahead += heapq.heappop(pending)[1]
         if ahead >= n:
             break
-        _, code = heapq.heappop(heap)
-        m = of(code)
-        for length, c in by_class[code]:
-            s = score(m, length)
-            if after is not None and s >= after[0]:
-                c = 0 if s > after[0] else below[code | length << 16]
-            found[code, length] = (s, c)
-            heapq.heappush(pending, (-s, c))
+        neg, code, at = heapq.heappop(heap)
+        length, c = by_class[code][at]
+        if after is not None and -neg >= after[0]:
+            c = 0 if -neg > after[0] else below[code | length << 16]
+        found[code, length] = (-neg, c)
+        heapq.heappush(pending, (neg, c))
+        if at + 1 < len(by_class[code]):
+            heapq.heappush(heap, (-score(classes[code], by_class[code][at + 1][0]), code, at + 1))
     whole, parts = _plan(found, after, n)
     wanted = {code | length << 16: found[code, length][0] for code, lns in whole.items() for length in lns}
     partial = {code | length << 16: s for s, keys, _, _ in parts for code, length in keys}
