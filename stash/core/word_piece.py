@@ -170,7 +170,11 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
     characters of the piece's words, each one's postings the
     :func:`~stash.core.words_top.layers` of how many words it prefixes in
     each memory (:meth:`PieceIndex.char_layers`), so that a query word of
-    one character opens that one alone. A query word's :meth:`PieceIndex.bits`
+    one character opens that one alone. Its ``held`` is 1; when the layers
+    would outweigh the whole piece (one bitmap of the piece per layer:
+    only memories crafted to hold many words of many first characters get
+    there) it keeps none and ``held`` is 0, and a search rebuilds such a
+    piece rather than read it. A query word's :meth:`PieceIndex.bits`
     in its head's bucket (or, for one of one character, in every bucket,
     the bits joined) is what it is in the whole piece."""
     idx = PieceIndex(data)
@@ -197,7 +201,10 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
             char_flat.extend(_units_of(lay.to_bytes(2 * idx.units, "little")))
         char_starts.append(len(char_flat))
     stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words, idx.memories)
-    chars = _encode(list(firsts), char_starts, char_flat, array("H"), 0, 0, idx.memories)
+    if 2 * len(char_flat) > len(data):  # only text built to defeat it: not kept (held 0), the piece read whole
+        chars = _encode([], array("I", [0]), array("H"), array("H"), 0, 0, idx.memories)
+    else:
+        chars = _encode(list(firsts), char_starts, char_flat, array("H"), 1, 0, idx.memories)
     return ([stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
             + [chars])
 

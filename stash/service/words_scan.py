@@ -169,7 +169,7 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
     try:
         for piece, segs in cache.segments(stop, start, keys):
             clock.check()
-            if segs is not None:
+            if segs is not None and (CHARS not in segs or segs[CHARS].held):  # held 0: layers not kept
                 yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys],
                                           segs.get(CHARS))
                 continue

@@ -240,3 +240,20 @@ def test_a_search_opens_only_its_words_segments(life) -> None:
         assert pages(mf, "w", 20_000, cached=True) == want_w
         with sqlite3.connect(db) as conn:
             assert {r[0] for r in conn.execute("SELECT seg FROM word_segs")} == {0, CHARS}  # nothing rebuilt
+
+
+def test_first_characters_are_not_kept_when_they_outweigh_the_piece() -> None:
+    """Memories crafted to hold many words of many first characters would
+    make the segment of first characters (a bitmap of the piece per layer)
+    far larger than the piece: it keeps none then (held 0), and is kept
+    (held 1, each layer as the definition gives it) for ordinary text."""
+    from stash.core import word_piece
+
+    crafted = [" ".join(chr(0x4E00 + m) + chr(0x61 + i % 26) + str(i) for i in range(40)) for m in range(64)]
+    texts = crafted + [None] * 4032
+    chars = word_piece.PieceIndex(word_piece.split(word_piece.build(texts), lambda ch: 0, 1)[-1])
+    assert (chars.held, len(chars.at)) == (0, 0)
+    plain = ["deploy green docs", "docs dog", None, "green"]
+    chars = word_piece.PieceIndex(word_piece.split(word_piece.build(plain), lambda ch: 0, 1)[-1])
+    assert chars.held == 1
+    assert chars.char_layers(b"d") == [0b11, 0b11] and chars.char_layers(b"g") == [0b1001]
