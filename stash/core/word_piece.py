@@ -351,14 +351,16 @@ def tally(memories: int, bitmaps: Sequence[int], lists: Sequence[Ints]) -> tuple
     holding one of the words, the (memory, word) pairs, and the
     :func:`~stash.core.words_top.layers` of each memory's count of such
     words. The lists are counted in C (``Counter``, then one byte a memory
-    read from it by ``map``; a count above 255, which only a memory of 256
-    words or more reaches, makes its layers from the counts instead)."""
+    read from it by ``map``); when they name fewer than a sixteenth of the
+    memories (a rare word: reading every memory's byte would cost more),
+    or a count is above 255 (only a memory of 256 words or more), the
+    layers are made from the counts instead."""
     held = sum(map(len, lists)) + sum(b.bit_count() for b in bitmaps)
     out: list[int] = []
     if lists:
         counts = Counter(itertools.chain.from_iterable(lists))
         most = max(counts.values())
-        if most > 255:  # only a memory of 256 words or more: each layer from the counts
+        if most > 255 or 16 * len(counts) < memories:  # few memories, or one of 256 words: from the counts
             out = [sum(1 << k for k, c in counts.items() if c >= t) for t in range(1, most + 1)]
         else:
             out = layers(bytes(map(counts.get, range(memories), itertools.repeat(0, memories))))
