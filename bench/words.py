@@ -32,6 +32,9 @@ from build import build
 
 from tests.live import Server
 
+NINE = "deploy green cache token rollback incident postmortem docs query"
+TWELVE = NINE + " worker alert budget"
+
 # (words, the regex a careful agent writes for the same words: every order, each word where a word starts)
 QUERIES = [
     ("zebra", r"\bzebra"),
@@ -49,6 +52,12 @@ QUERIES = [
     # a query word prefixing two words of one memory (test, tests; release, reviewed, restore, …): frequencies
     ("test deploy", r"\btest.*\bdeploy|\bdeploy.*\btest"),
     ("re green", r"\bre.*\bgreen|\bgreen.*\bre"),
+    # prefixes of one and two characters (m prefixes a different word m<i> of every memory), and many common
+    # words (every order of nine is 362,880 alternatives: the careful regex is then any of the words)
+    ("m", r"\bm"),
+    ("de", r"\bde"),
+    (NINE, r"\b(?:" + "|".join(NINE.split()) + ")"),
+    (TWELVE, r"\b(?:" + "|".join(TWELVE.split()) + ")"),
 ]
 
 
@@ -86,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = httpx.Client(base_url=server.url, timeout=600)
         T = client.get("/wake", headers={"Authorization": f"Bearer {token}"}).json()["T"]
-        print(f"T = {T:,}, {args.runs} warm runs of each query, words and regex interleaved\n")
+        print(f"T = {T:,}, {args.runs} warm runs of each query, words and regex interleaved, "
+              f"{time.strftime('%H:%M', time.gmtime())} UTC, load average {os.getloadavg()[0]:.1f}\n")
         cold = {}
         for kind, body in (("words", {"words": "cold start"}), ("regex", {"q": "cold start"})):
             t, tries = time.perf_counter(), 0
@@ -112,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| `{words}` | `{regex[:40]}{'…' if len(regex) > 40 else ''}` | {aw['total']:,} / {ar['total']:,} "
                   f"| {mw * 1000:.0f} ms ({p90(tw) * 1000:.0f}) | {mr * 1000:.0f} ms ({p90(tr) * 1000:.0f}) "
                   f"| {mw / mr:.2f} |")
+        print(f"\n{time.strftime('%H:%M', time.gmtime())} UTC, load average {os.getloadavg()[0]:.1f}")
     finally:
         server.stop()
     db = args.data / "data" / "users" / uid / "recall.db"

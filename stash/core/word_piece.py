@@ -14,7 +14,7 @@ Words sorted by bytes put every word a query word prefixes in one run
 before ``word + b"\\xff"``), and their postings are then one slice of the
 array: :meth:`PieceIndex.run`.
 
-Layout: ``b"WP3"``, then six little-endian uint32 (word count, bytes of the
+Layout: ``b"WP4"``, then six little-endian uint32 (word count, bytes of the
 joined words, postings count, memories holding a word, words in all, and
 the memories the piece covers), the joined words (each preceded by ``\n``),
 ``word count`` uint32 offsets of the words' ``\n`` in the joined words,
@@ -31,23 +31,26 @@ uint16 of a bitmap (bit ``k`` of the little-endian number: memory ``k``
 holds the word), never longer than the list it replaces. A search then
 takes a common word's memories as one integer (:meth:`PieceIndex.bits`) and
 unions, intersects and counts them without touching one memory at a time.
-``WP2`` (lists only) is not read: the index is a cache, rebuilt.
+``WP2`` (lists only) and ``WP3`` (no segment of first characters) are not
+read: the index is a cache, rebuilt.
 """
 
 from __future__ import annotations
 
 import itertools
+import operator
 import struct
 import sys
 from array import array
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Union
 
 from .words import words
 from .words_top import layers, merge, spread
 
-MAGIC = b"WP3"
+MAGIC = b"WP4"
 _HEAD = struct.Struct("<3sIIIIII")
 MAX_MEMORIES = 1 << 16
 
@@ -89,9 +92,14 @@ def _bitmap(ids: Sequence[int], units: int) -> array[int]:
     bits = bytearray(2 * units)
     for k in ids:
         bits[k >> 3] |= 1 << (k & 7)
+    return _units_of(bytes(bits))
+
+
+def _units_of(data: bytes) -> array[int]:
+    """Little-endian bytes as uint16 values, which :func:`_le` writes back as such."""
     out = array("H")
-    out.frombytes(bytes(bits))
-    if sys.byteorder == "big":  # the values of the little-endian uint16, which _le writes back as such
+    out.frombytes(data)
+    if sys.byteorder == "big":
         out.byteswap()
     return out
 
@@ -153,28 +161,52 @@ def head(word: bytes) -> bytes:
 
 
 def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
-    """A piece cut into ``1 + count`` pieces: first one of no words that
-    keeps every memory's length (and the piece's ``held`` and ``words``),
+    """A piece cut into ``2 + count`` pieces: first one of no words that
+    keeps every memory's length (and the piece's ``held`` and ``words``);
     then for ``b`` in ``range(count)`` one holding exactly the words whose
-    :func:`head` ``bucket`` maps to ``b``, their postings as in the
-    whole piece (lists and bitmaps alike: each segment names the piece's
-    memories), and no lengths. A query word's :meth:`PieceIndex.bits` in
-    its head's bucket (or, for one of one character, in every bucket, the
-    bits joined) is what it is in the whole piece."""
+    :func:`head` ``bucket`` maps to ``b``, their postings as in the whole
+    piece (lists and bitmaps alike: each segment names the piece's
+    memories), and no lengths; last one whose words are the first
+    characters of the piece's words, each one's postings the
+    :func:`~stash.core.words_top.layers` of how many words it prefixes in
+    each memory (:meth:`PieceIndex.char_layers`), so that a query word of
+    one character opens that one alone. Its ``held`` is 1; when the layers
+    would outweigh the whole piece (one bitmap of the piece per layer:
+    only memories crafted to hold many words of many first characters get
+    there) it keeps none and ``held`` is 0, and a search rebuilds such a
+    piece rather than read it. A query word's :meth:`PieceIndex.bits`
+    in its head's bucket (or, for one of one character, in every bucket,
+    the bits joined) is what it is in the whole piece."""
     idx = PieceIndex(data)
     n = len(idx.at)
     keys: list[list[bytes]] = [[] for _ in range(count)]
     starts = [array("I", [0]) for _ in range(count)]
     flats = [array("H") for _ in range(count)]
+    firsts: dict[bytes, None] = {}
     for w in range(n):
         end = idx.at[w + 1] if w + 1 < n else len(idx.joined)
         key = idx.joined[idx.at[w] + 1 : end]
+        firsts[key[: _char_end(key, 0)]] = None
         b = bucket(head(key))
         keys[b].append(key)
         flats[b].extend(idx.postings[idx.starts[w] : idx.starts[w + 1]])
         starts[b].append(len(flats[b]))
+    char_starts = array("I", [0])
+    char_flat = array("H")
+    for first in firsts:  # in byte order, as the words are
+        bitmaps: list[int] = []
+        lists: list[Ints] = []
+        idx.gather(first, bitmaps, lists)
+        for lay in tally(idx.memories, bitmaps, lists)[2]:
+            char_flat.extend(_units_of(lay.to_bytes(2 * idx.units, "little")))
+        char_starts.append(len(char_flat))
     stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words, idx.memories)
-    return [stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
+    if 2 * len(char_flat) > len(data):  # only text built to defeat it: not kept (held 0), the piece read whole
+        chars = _encode([], array("I", [0]), array("H"), array("H"), 0, 0, idx.memories)
+    else:
+        chars = _encode(list(firsts), char_starts, char_flat, array("H"), 1, 0, idx.memories)
+    return ([stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
+            + [chars])
 
 
 class PieceIndex:
@@ -223,6 +255,38 @@ class PieceIndex:
         if lo >= len(self.at) or self.at[lo] != first or self.at[hi - 1] != last:
             raise BadPiece("inconsistent word piece")
         return lo, hi
+
+    def gather(self, word: bytes, bitmaps: list[int], lists: list[Ints]) -> None:
+        """Append the postings of the words ``word`` prefixes: each common
+        word's bitmap to ``bitmaps``, the rare words' lists to ``lists`` as
+        a few slices (the rare words between two common ones are one slice
+        of the postings). The common words of the run are found by C-level
+        maps over its starts, never a Python step per word: a one-character
+        prefix runs over thousands of words of one memory each."""
+        lo, hi = self.run(word)
+        if lo == hi:
+            return
+        units, starts = self.units, self.starts
+        st = starts[lo : hi + 1]
+        common = itertools.compress(range(lo, hi), map(units.__eq__, map(operator.sub, st[1:], st[:-1])))
+        at = starts[lo]
+        for w in common:
+            a, b = starts[w], starts[w + 1]
+            if a > at:
+                lists.append(self.postings[at:a])
+            bitmaps.append(int.from_bytes(self.raw[2 * a : 2 * b], "little"))
+            at = b
+        if starts[hi] > at:
+            lists.append(self.postings[at : starts[hi]])
+
+    def char_layers(self, word: bytes) -> list[int]:
+        """In a piece's last segment (:func:`split`), the layers of query word
+        ``word`` of one character: bitmap ``t - 1`` holds the memories
+        holding at least ``t`` words it prefixes."""
+        lo, hi = self.run(word)
+        units, raw = self.units, self.raw
+        return [int.from_bytes(raw[2 * a : 2 * (a + units)], "little")
+                for w in range(lo, hi) for a in range(self.starts[w], self.starts[w + 1], units)]
 
     def bits(self, word: bytes) -> tuple[int, int]:
         """``(bitmap, held)``: bit ``k`` set when memory ``k`` holds a word
@@ -279,6 +343,35 @@ class PieceIndex:
             else:
                 out.extend(self.postings[a:b])
         return out
+
+
+def tally(memories: int, bitmaps: Sequence[int], lists: Sequence[Ints]) -> tuple[int, int, list[int]]:
+    """``(bitmap, held, layers)`` of postings gathered by
+    :meth:`PieceIndex.gather` over a piece of ``memories``: the memories
+    holding one of the words, the (memory, word) pairs, and the
+    :func:`~stash.core.words_top.layers` of each memory's count of such
+    words. The lists are counted in C (``Counter``, then one byte a memory
+    read from it by ``map``); when they name fewer than a sixteenth of the
+    memories (a rare word: reading every memory's byte would cost more),
+    or a count is above 255 (only a memory of 256 words or more), the
+    layers are made from the counts instead."""
+    held = sum(map(len, lists)) + sum(b.bit_count() for b in bitmaps)
+    out: list[int] = []
+    if lists:
+        counts = Counter(itertools.chain.from_iterable(lists))
+        most = max(counts.values())
+        if most > 255 or 16 * len(counts) < memories:  # few memories, or one of 256 words: from the counts
+            out = [sum(1 << k for k, c in counts.items() if c >= t) for t in range(1, most + 1)]
+        else:
+            out = layers(bytes(map(counts.get, range(memories), itertools.repeat(0, memories))))
+    bits = out[0] if out else 0
+    for b in bitmaps:
+        bits |= b
+    if held == bits.bit_count():
+        return bits, held, [bits] if bits else []
+    for b in bitmaps:
+        out = merge(out, [b])
+    return bits, held, out
 
 
 def ones(bits: int) -> list[int]:

@@ -23,8 +23,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Sequence
+import sys
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 MAX_WORDS = 16
 """The most query words :func:`top` ranks (a query holds at most 16)."""
@@ -102,6 +105,22 @@ Class = tuple[int, ...]
 """A vector of term frequencies, one per query word."""
 
 
+FEW_CLASSES = 15
+"""Up to this many classes (4 words each held or not) :func:`best` visits
+them one by one (:func:`top`: a few integer operations per class and
+piece); above, it counts every memory's class at once (:func:`top_coded`:
+a constant per memory, whatever the classes)."""
+
+
+def best(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], after: tuple[int, int] | None,
+         n: int, check: Callable[[], None] = lambda: None) -> list[tuple[int, int]] | None:
+    """:func:`top` or :func:`top_coded`, whichever is cheaper for the
+    query's number of classes (the same answer); None when neither ranks it."""
+    tops = [max((len(w[j]) for _, w, _ in pieces), default=0) for j in range(k)]
+    few = math.prod(t + 1 for t in tops) - 1 <= FEW_CLASSES
+    return (top if few else top_coded)(pieces, k, score, after, n, check)
+
+
 def top(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], after: tuple[int, int] | None,
         n: int, check: Callable[[], None] = lambda: None) -> list[tuple[int, int]] | None:
     """The best ``n`` ``(score, id)`` strictly after ``after`` in the order
@@ -156,25 +175,7 @@ def _page(found: dict[tuple[Class, int], tuple[int, int]], of_mask: dict[Class, 
     """The best ``n`` after ``after`` of the counted ``found``: every
     (mask, length) of the scores that fit whole, read in one pass over each
     mask's pieces; then the newest of the score that fits in part."""
-    by_score: dict[int, list[tuple[Class, int]]] = {}
-    for key, (s, count) in found.items():
-        if count and s:
-            by_score.setdefault(s, []).append(key)
-    whole: dict[Class, set[int]] = {}  # class: its lengths whose every match is on the page
-    parts: list[tuple[int, list[tuple[Class, int]], int, int | None]] = []  # (score, keys, how many, below which id)
-    taken = 0
-    for s in sorted(by_score, reverse=True):
-        if taken >= n:
-            break
-        count = sum(found[key][1] for key in by_score[s])
-        limit = after[1] if after is not None and s == after[0] else None
-        if taken + count > n or limit is not None:
-            parts.append((s, by_score[s], min(count, n - taken), limit))
-            taken += min(count, n - taken)
-            continue
-        for m, ln in by_score[s]:
-            whole.setdefault(m, set()).add(ln)
-        taken += count
+    whole, parts = _plan(found, after, n)
     out: list[tuple[int, int]] = []
     for m, lns in whole.items():
         check()
@@ -222,3 +223,136 @@ def _newest(entries: list[tuple[list[tuple[int, bytes]], int]], need: int, limit
         if len(out) >= need:
             break
     return out
+
+
+MAX_CODES = 1 << 16
+"""The most classes (frequency vectors, the empty one included) that
+:func:`top_coded` numbers: a class is one 16-bit code a memory."""
+
+
+def _lanes(bits: int, size: int) -> int:
+    """An integer of one 16-bit lane per memory ``k < size``: 1 where bit
+    ``k`` of ``bits`` is set, else 0."""
+    buf = bytearray(2 * size)
+    buf[0::2] = spread(bits, size, 1)
+    return int.from_bytes(buf, "little")
+
+
+def top_coded(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], after: tuple[int, int] | None,
+              n: int, check: Callable[[], None] = lambda: None) -> list[tuple[int, int]] | None:
+    """:func:`top`, for queries of many classes: the same answer, computed
+    once per memory rather than once per class and piece. Each memory's
+    class is numbered in mixed radix (word ``j``'s frequency times the
+    product of the earlier words' ``top + 1``) by adding its words' layers
+    as 16-bit lanes of one integer per piece (no carry crosses a lane, the
+    code being below 65,536); beside its length it makes a 4-byte key,
+    and one ``Counter`` over all pieces' keys counts every (class, length)
+    in C. Then (class, length) are visited best first, each class by its
+    shortest length not yet visited (a score only falls as the length
+    grows), so only those that may reach the page are scored, and only the
+    page's ids are listed, by one C-level pass over the keys. The work is
+    a few integer operations per word and piece plus a constant per
+    memory, whatever the number of classes. None when the classes number
+    more than :data:`MAX_CODES` or a query more than :data:`MAX_WORDS`
+    words."""
+    tops = [max((len(w[j]) for _, w, _ in pieces), default=0) for j in range(k)]
+    radix = [math.prod(t + 1 for t in tops[:j]) for j in range(k)]
+    if k > MAX_WORDS or math.prod(t + 1 for t in tops) > MAX_CODES:
+        return None
+    keyed: list[tuple[int, bytes]] = []  # (first id, one 4-byte key a memory: code, length, 0)
+    for base, word_layers, ln in pieces:
+        check()
+        size = len(ln)
+        code = 0
+        for r, lay in zip(radix, word_layers):
+            for bits in lay:
+                code += _lanes(bits, size) * r
+        raw = code.to_bytes(2 * size, "little")
+        packed = bytearray(4 * size)  # read back as native uint32: code | length << 16
+        lo, hi, at = (0, 1, 2) if sys.byteorder == "little" else (3, 2, 1)
+        packed[lo::4] = raw[0::2]
+        packed[hi::4] = raw[1::2]
+        packed[at::4] = ln
+        keyed.append((base, bytes(packed)))
+    counts = Counter(memoryview(b"".join(key for _, key in keyed)).cast("I"))
+    below: Counter[int] = Counter()
+    if after is not None:  # the ids under the cursor's, for the keys of the cursor's score
+        limit = after[1]
+        below = Counter(memoryview(b"".join(key[: 4 * max(0, min(len(key) // 4, limit - base))]
+                                            for base, key in keyed)).cast("I"))
+    by_class: dict[int, list[tuple[int, int]]] = {}  # code: (length, how many)
+    for key4, c in counts.items():
+        if key4 & 0xFFFF:
+            by_class.setdefault(key4 & 0xFFFF, []).append((key4 >> 16, c))
+
+    classes = {code: tuple(code // r % (t + 1) for r, t in zip(radix, tops)) for code in by_class}
+    # One entry a class: its next (class, length) to count, shortest first, so it is the best left of the class.
+    heap: list[tuple[int, int, int]] = []
+    for code, lns in by_class.items():
+        lns.sort()
+        heap.append((-score(classes[code], lns[0][0]), code, 0))
+    heapq.heapify(heap)
+    found: dict[tuple[int, int], tuple[int, int]] = {}  # (code, length): (score, how many lie after `after`)
+    pending: list[tuple[int, int]] = []  # (-score, how many) of found not yet known to beat what is left
+    ahead = 0
+    while heap:
+        reach = -heap[0][0]
+        while pending and -pending[0][0] > reach:
+            ahead += heapq.heappop(pending)[1]
+        if ahead >= n:
+            break
+        neg, code, at = heapq.heappop(heap)
+        length, c = by_class[code][at]
+        if after is not None and -neg >= after[0]:
+            c = 0 if -neg > after[0] else below[code | length << 16]
+        found[code, length] = (-neg, c)
+        heapq.heappush(pending, (neg, c))
+        if at + 1 < len(by_class[code]):
+            heapq.heappush(heap, (-score(classes[code], by_class[code][at + 1][0]), code, at + 1))
+    whole, parts = _plan(found, after, n)
+    wanted = {code | length << 16: found[code, length][0] for code, lns in whole.items() for length in lns}
+    partial = {code | length << 16: s for s, keys, _, _ in parts for code, length in keys}
+    out: list[tuple[int, int]] = []
+    got: list[tuple[int, int]] = []
+    if wanted or partial:
+        either = wanted.keys() | partial.keys()
+        for base, key in keyed:
+            check()
+            mv = memoryview(key).cast("I")
+            for off in itertools.compress(range(len(mv)), map(either.__contains__, mv)):
+                key4 = mv[off]
+                if key4 in wanted:
+                    out.append((wanted[key4], base + off))
+                else:
+                    got.append((partial[key4], base + off))
+    for s, _, need, limit in parts:
+        ids = sorted((i for t, i in got if t == s and (limit is None or i < limit)), reverse=True)
+        out.extend((s, i) for i in ids[:need])
+    out.sort(reverse=True)
+    return out[:n]
+
+
+def _plan(found: Mapping[Any, tuple[int, int]], after: tuple[int, int] | None, n: int) -> Any:
+    """Which counted (class, length) fill the page after ``after``: those
+    of the scores that fit whole (class: its lengths), then for the score
+    that fits in part ``(score, its keys, how many, below which id)``."""
+    by_score: dict[int, list[Any]] = {}
+    for key, (s, count) in found.items():
+        if count and s:
+            by_score.setdefault(s, []).append(key)
+    whole: dict[Any, set[int]] = {}
+    parts: list[tuple[int, list[Any], int, int | None]] = []
+    taken = 0
+    for s in sorted(by_score, reverse=True):
+        if taken >= n:
+            break
+        count = sum(found[key][1] for key in by_score[s])
+        limit = after[1] if after is not None and s == after[0] else None
+        if taken + count > n or limit is not None:
+            parts.append((s, by_score[s], min(count, n - taken), limit))
+            taken += min(count, n - taken)
+            continue
+        for m, ln in by_score[s]:
+            whole.setdefault(m, set()).add(ln)
+        taken += count
+    return whole, parts

@@ -38,7 +38,7 @@ from ..core import word_piece, words, words_top
 from ..core.words import Cursor, Query, Stats
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
 from ..storage.scancache import PIECE, WRITE_PIECES
-from ..storage.wordcache import WordCache, WordTail
+from ..storage.wordcache import CHARS, WordCache, WordTail
 
 MIN_LINE_COST = len("#0 2026-01-01 x\n")
 """The fewest bytes a rendered memory line costs, newline included."""
@@ -104,36 +104,45 @@ class View:
     (and ``held``, ``words``, ``memories``), ``parts[j]`` the indexes that
     hold query word j's postings: the whole piece, or the word's segments of it."""
 
-    __slots__ = ("held", "length_bytes", "lengths", "memories", "parts", "words")
+    __slots__ = ("chars", "held", "length_bytes", "lengths", "memories", "parts", "words")
 
-    def __init__(self, stats: word_piece.PieceIndex, parts: list[list[word_piece.PieceIndex]]) -> None:
+    def __init__(self, stats: word_piece.PieceIndex, parts: list[list[word_piece.PieceIndex]],
+                 chars: word_piece.PieceIndex | None = None) -> None:
         self.held, self.words, self.lengths, self.parts = stats.held, stats.words, stats.lengths, parts
-        self.memories, self.length_bytes = stats.memories, stats.length_bytes
+        self.memories, self.length_bytes, self.chars = stats.memories, stats.length_bytes, chars
 
     @classmethod
     def whole(cls, data: bytes, k: int) -> View:
         idx = word_piece.PieceIndex(data)
         return cls(idx, [[idx]] * k)
 
-    def bits(self, j: int, key: bytes) -> tuple[int, int]:
-        """:meth:`~stash.core.word_piece.PieceIndex.bits` of query word ``j`` (``key``)."""
-        out = held = 0
-        for part in self.parts[j]:
-            b, h = part.bits(key)
-            out |= b
-            held += h
-        return out, held
+    def _char_layers(self, key: bytes) -> list[int] | None:
+        """A one-character query word's layers from the segment of first
+        characters, or None when the piece was not read as segments."""
+        if self.chars is None or not word_piece.one_char(key):
+            return None
+        return self.chars.char_layers(key)
 
-    def layers(self, j: int, key: bytes) -> list[int]:
-        """:func:`~stash.core.words_top.layers` of query word ``j`` (``key``)."""
-        out: list[int] = []
-        for part in self.parts[j]:  # each word in one part: the frequencies add
-            out = words_top.merge(out, part.layers(key))
-        return out
+    def tally(self, j: int, key: bytes) -> tuple[int, list[int]]:
+        """The bitmap and :func:`~stash.core.words_top.layers` of query
+        word ``j`` (``key``): :func:`~stash.core.word_piece.tally` over all
+        its parts at once, or for one character the layers its segment keeps."""
+        lay = self._char_layers(key)
+        if lay is not None:
+            return (lay[0] if lay else 0), lay
+        bitmaps: list[int] = []
+        lists: list[word_piece.Ints] = []
+        for part in self.parts[j]:
+            part.gather(key, bitmaps, lists)
+        bits, _, lay = word_piece.tally(self.memories, bitmaps, lists)
+        return bits, lay
 
     def postings(self, j: int, key: bytes) -> list[int]:
         """The memories holding a word query word ``j`` (``key``) prefixes,
         a memory once per such word, in no particular order."""
+        lay = self._char_layers(key)
+        if lay is not None:  # a memory in layers 1 to t holds t such words: listed t times
+            return [k for bits in lay for k in word_piece.ones(bits)]
         out: list[int] = []
         for part in self.parts[j]:
             out.extend(part.positions(key))
@@ -160,8 +169,9 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
     try:
         for piece, segs in cache.segments(stop, start, keys):
             clock.check()
-            if segs is not None:
-                yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys])
+            if segs is not None and (CHARS not in segs or segs[CHARS].held):  # held 0: layers not kept
+                yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys],
+                                          segs.get(CHARS))
                 continue
             clock.built(size)
             plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
@@ -339,12 +349,11 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
         layers = []
         anyone = 0
         for j, key in enumerate(keys):
-            b, pairs = idx.bits(j, key)
-            count = b.bit_count()
-            dfs[j] += count
-            anyone |= b
             # A memory holding two words the query word prefixes counts them both (its frequency).
-            layers.append([] if not b else [b] if pairs == count else idx.layers(j, key))
+            b, lay = idx.tally(j, key)
+            dfs[j] += b.bit_count()
+            anyone |= b
+            layers.append(lay)
         held = anyone.bit_count()
         total += held
         n += idx.held
@@ -358,7 +367,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # prefixes two words of one memory or the lengths do not fit a byte, scored rarest word first.
     lows = _low_lengths(found)
     scorer = _Scorer(stats, stats.weights())
-    got = None if lows is None else words_top.top(
+    got = None if lows is None else words_top.best(
         [(base, layers, low) for (base, _, layers), low in zip(found, lows)], k, scorer.of_class, after, room + 1,
         clock.check)
     if got is not None:

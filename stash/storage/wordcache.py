@@ -18,7 +18,8 @@ Each piece is kept as :data:`SEGMENTS` + 1 sealed segments
 ``word_tail_segs``): segment 0 the lengths of its memories, segment ``1 + b``
 the words whose head (first two characters) a hash keyed by the file's rows
 key puts in bucket ``b``. A search opens segment 0 and the segments of its
-own words' heads (all of them for a word of one character), not the piece
+own words' heads (for a word of one character, segment ``SEGMENTS + 1``
+alone: it holds each first character's layers), not the piece
 (:meth:`WordCache.segments`). Each segment
 is padded and sealed as a piece is, with its segment number added to the
 associated data, so a segment moved to another number, piece or user does
@@ -51,6 +52,11 @@ word opens about a sixteenth of the postings, and a piece's segments cost
 ``SEGMENTS`` half-pads more at rest (about 8 bytes a memory)."""
 
 
+CHARS = SEGMENTS + 1
+"""The segment of first characters (:func:`stash.core.word_piece.split`,
+last): each one's layers, read by a query word of one character alone."""
+
+
 class WordCache(ScanCache):
     table = sc.WORD_SEG_TABLE
     old_table = sc.WORD_TABLE  # the layout before segments: dropped by the first write
@@ -79,10 +85,11 @@ class WordCache(ScanCache):
         return got
 
     def buckets(self, word: bytes) -> list[int]:
-        """The segments that hold every word query word ``word`` prefixes:
-        its head's, or all of them for a word of one character."""
+        """The segments besides segment 0 that hold every word query word
+        ``word`` prefixes: its head's, or for a word of one character the
+        segment of first characters (:data:`CHARS`), which holds its layers."""
         if word_piece.one_char(word):
-            return list(range(1, SEGMENTS + 1))
+            return [CHARS]
         return [self.bucket(word)]
 
     def _seg_aad(self, piece: int, seg: int, keys_digest: bytes) -> bytes:

@@ -81,21 +81,24 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
     folder = server.data / "users" / token[7:23]
     secret = f"cache-secret-{os.urandom(6).hex()}"
     word = {"words": "SECRET " + secret.rsplit("-", 1)[1].upper()}  # its words, as a user would type them
+    letter = {"words": "c"}  # one character: only the secret's words start with it
     import_with_secret(http, token, secret)
     assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 1
     assert http.ok("POST", "/recall", token, json=word)["total"] == 1  # builds the word index too
+    assert http.ok("POST", "/recall", token, json=letter)["total"] == 1  # from the segment of first characters
     server.stop()
     before = tmp_path / "before"
     shutil.copytree(folder, before)
     assert (before / "recall.db").exists()
     with sqlite3.connect(before / "recall.db") as db:
-        # piece 0 of 4,200 memories, in all its segments
-        assert db.execute("SELECT count(DISTINCT piece), count(*) FROM word_segs").fetchone() == (1, 17)
+        # piece 0 of 4,200 memories, in all its segments (0, 16 buckets, the first characters)
+        assert db.execute("SELECT count(DISTINCT piece), count(*) FROM word_segs").fetchone() == (1, 18)
     server.start(same_port=True)
     http = Http(server.url)
     http.ok("POST", "/erase", token, json={"ids": [5]})
     assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 0
     assert http.ok("POST", "/recall", token, json=word)["total"] == 0
+    assert http.ok("POST", "/recall", token, json=letter)["total"] == 0
     server.stop()
     after = tmp_path / "after"
     shutil.copytree(folder, after)
@@ -118,6 +121,7 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
             http = Http(server.url)
             refused = [served_or_refused(http.request("POST", "/recall", token, json={"q": secret}), secret),
                        words_miss(http.request("POST", "/recall", token, json=word), secret),
+                       words_miss(http.request("POST", "/recall", token, json=letter), secret),
                        served_or_refused(http.request("GET", "/wake", token), secret, allowed=("wake.needs_nap",)),
                        served_or_refused(http.request("GET", "/zoom?block=0-7", token), secret),
                        served_or_refused(http.request("GET", "/export", token), secret)]

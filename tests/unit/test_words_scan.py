@@ -122,10 +122,10 @@ def test_a_split_piece_holds_every_words_postings() -> None:
     def of(ch: bytes) -> int:
         return bucket.setdefault(ch, rng.randrange(5))
 
-    parts = [word_piece.PieceIndex(p) for p in word_piece.split(word_piece.build(texts), of, 5)]
+    *parts, chars = [word_piece.PieceIndex(p) for p in word_piece.split(word_piece.build(texts), of, 5)]
     stats = parts[0]
     assert (stats.held, stats.words, list(stats.lengths)) == (whole.held, whole.words, list(whole.lengths))
-    assert sum(len(p.at) for p in parts) == len(whole.at) and not any(len(p.lengths) for p in parts[1:])
+    assert sum(len(p.at) for p in parts[1:]) == len(whole.at) and not any(len(p.lengths) for p in parts[1:])
     asked = {w[:n] for text in texts if text for w in words.words(text) for n in range(1, len(w) + 1)}
     forms = set()
     held = [set(words.words(t)) if t else set() for t in texts]
@@ -135,6 +135,10 @@ def test_a_split_piece_holds_every_words_postings() -> None:
         want = (sum(1 << k for k, h in enumerate(holders) if h), sum(len(h) for h in holders))
         assert whole.bits(key) == want, w
         assert sorted(whole.positions(key)) == [k for k, h in enumerate(holders) for _ in h], w
+        if word_piece.one_char(key):  # the last segment: layer t - 1 holds the memories of t or more such words
+            most = max(map(len, holders))
+            assert chars.char_layers(key) == [sum(1 << k for k, h in enumerate(holders) if len(h) >= t)
+                                              for t in range(1, most + 1)], w
         looked = parts[1:] if word_piece.one_char(key) else [parts[1 + of(word_piece.head(key))]]
         got = [p.bits(key) for p in looked]
         assert (functools.reduce(operator.or_, (b for b, _ in got)), sum(n for _, n in got)) == want, w
@@ -187,9 +191,11 @@ def test_the_index_answers_byte_for_byte_as_the_log_does(life) -> None:
         assert len(off) == 4 and all(len(lines) > 1 for lines, *_ in off)
         assert pages(mf, "the a", 150, cached=True, most=4) == off
     import sqlite3
+
+    from stash.storage.wordcache import CHARS
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == 17
-        assert conn.execute("SELECT count(*) FROM word_tail_segs").fetchone()[0] == 17
+        assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == CHARS + 1
+        assert conn.execute("SELECT count(*) FROM word_tail_segs").fetchone()[0] == CHARS + 1
 
 
 def test_a_search_opens_only_its_words_segments(life) -> None:
@@ -199,7 +205,7 @@ def test_a_search_opens_only_its_words_segments(life) -> None:
     import sqlite3
 
     from stash.storage.memfile import KEYS_PER_CHUNK
-    from stash.storage.wordcache import WordCache
+    from stash.storage.wordcache import CHARS, WordCache
 
     vault, ident, db = life
     with vault.session(ident.token, "read") as s:
@@ -224,6 +230,30 @@ def test_a_search_opens_only_its_words_segments(life) -> None:
             conn.execute("INSERT INTO word_segs VALUES (0, ?, ?)", (other, sealed))
         assert pages(mf, word, 20_000, cached=True) == want[word]
         with sqlite3.connect(db) as conn:
-            assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == 17  # rebuilt whole
+            assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == CHARS + 1  # rebuilt whole
             assert conn.execute("SELECT sealed FROM word_segs WHERE seg = ?", (other,)).fetchone()[0] != sealed
         assert pages(mf, "w1 the", 20_000, cached=True) == want["w1 the"]
+        # one character: served by segment 0 and the segment of first characters alone
+        want_w = pages(mf, "w", 20_000, cached=False)
+        with sqlite3.connect(db) as conn:
+            conn.execute("DELETE FROM word_segs WHERE seg NOT IN (0, ?)", (CHARS,))
+        assert pages(mf, "w", 20_000, cached=True) == want_w
+        with sqlite3.connect(db) as conn:
+            assert {r[0] for r in conn.execute("SELECT seg FROM word_segs")} == {0, CHARS}  # nothing rebuilt
+
+
+def test_first_characters_are_not_kept_when_they_outweigh_the_piece() -> None:
+    """Memories crafted to hold many words of many first characters would
+    make the segment of first characters (a bitmap of the piece per layer)
+    far larger than the piece: it keeps none then (held 0), and is kept
+    (held 1, each layer as the definition gives it) for ordinary text."""
+    from stash.core import word_piece
+
+    crafted = [" ".join(chr(0x4E00 + m) + chr(0x61 + i % 26) + str(i) for i in range(40)) for m in range(64)]
+    texts = crafted + [None] * 4032
+    chars = word_piece.PieceIndex(word_piece.split(word_piece.build(texts), lambda ch: 0, 1)[-1])
+    assert (chars.held, len(chars.at)) == (0, 0)
+    plain = ["deploy green docs", "docs dog", None, "green"]
+    chars = word_piece.PieceIndex(word_piece.split(word_piece.build(plain), lambda ch: 0, 1)[-1])
+    assert chars.held == 1
+    assert chars.char_layers(b"d") == [0b11, 0b11] and chars.char_layers(b"g") == [0b1001]

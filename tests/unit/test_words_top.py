@@ -18,13 +18,26 @@ def brute(pieces, score) -> list[tuple[int, int]]:
     return sorted(out, reverse=True)
 
 
+def every_page(rank, pieces, k, score, want, n) -> None:
+    """Every page of ``n`` by ``rank``, each after the last one shown, is the brute-force ranking's."""
+    got, after = [], None
+    while True:
+        page = rank(pieces, k, score, after, n)
+        assert page == [x for x in want if after is None or x < after][:n], (k, n)
+        got += page
+        if len(page) < n:
+            break
+        after = page[-1]
+    assert got == want, (k, n)
+
+
 def life(rng: random.Random, k: int, most: int) -> list[words_top.Piece]:
     """Pieces of random frequencies (0 to ``most``) of ``k`` words, newest first."""
     pieces, base = [], 0
     for size in (37, 512, 300, 1000):
         lengths = bytes(rng.randint(1, 12) for _ in range(size))
         counts = [bytes(min(most, int(rng.random() < p) * rng.choice((1, 1, 1, 2, 3))) for _ in range(size))
-                  for p in (0.6, 0.3, 0.05, 0.5, 0.2, 0.7, 0.1, 0.4, 0.25, 0.02)[:k]]
+                  for p in (0.6, 0.3, 0.05, 0.5, 0.2, 0.7, 0.1, 0.4, 0.25, 0.02, 0.35, 0.15, 0.45, 0.08, 0.3, 0.5)[:k]]
         pieces.append((base, [words_top.layers(c) for c in counts], lengths))
         base += size + rng.randint(0, 50)
     return pieces[::-1]
@@ -46,15 +59,7 @@ def test_pages_of_the_best_are_the_brute_force_ranking() -> None:
                 assert words_top.top(pieces, k, score, None, n) == want[:n], (k, name, n)
             if k > 4:
                 continue  # 1,023 classes: the first pages are enough
-            got, after = [], None
-            while True:  # every page, each after the last one shown
-                page = words_top.top(pieces, k, score, after, 151)
-                assert page == [x for x in want if after is None or x < after][:151], (k, name)
-                got += page
-                if len(page) < 151:
-                    break
-                after = page[-1]
-            assert got == want, (k, name)
+            every_page(words_top.top, pieces, k, score, want, 151)
 
 
 def test_layers_and_spread_give_one_byte_a_memory() -> None:
@@ -67,3 +72,25 @@ def test_layers_and_spread_give_one_byte_a_memory() -> None:
     assert words_top.merge(words_top.layers(counts), words_top.layers(more)) == words_top.layers(summed)
     assert words_top.merge([], words_top.layers(more)) == words_top.layers(more)
     assert words_top.top([(0, [[1]] * 11, b"\x01")], 11, lambda tfs, n: 1, None, 5) is None  # too many classes
+
+
+def test_classes_counted_at_once_are_the_brute_force_ranking() -> None:
+    """top_coded, over many classes (12 words; 3 words of frequencies up to
+    3), against the brute-force ranking: first pages and every page."""
+    rng = random.Random(31)
+    dfs = (1100, 600, 90, 1000, 400, 1300, 200, 800, 500, 40, 700, 300)
+    stats = words.Stats(2000, 12000, dfs)
+    weights = stats.weights()
+    scorers = {
+        "bm25": lambda tfs, n: words.score(stats, weights[: len(tfs)], tfs, n),
+        "ties": lambda tfs, n: 1 + 50 * sum(tfs) - n // 4,
+    }
+    for k, most in ((2, 1), (3, 3), (5, 1), (12, 1)):
+        pieces = life(rng, k, most)
+        for name, score in scorers.items():
+            want = brute(pieces, score)
+            for n in (1, 5000):
+                assert words_top.top_coded(pieces, k, score, None, n) == want[:n], (k, name, n)
+                assert words_top.best(pieces, k, score, None, n) == want[:n], (k, name, n)
+            every_page(words_top.top_coded, pieces, k, score, want, 301)
+    assert words_top.top_coded(life(rng, 16, 2), 16, scorers["ties"], None, 5) is None  # 3**16 classes
