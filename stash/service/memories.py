@@ -195,8 +195,12 @@ def delete(vault: Vault, session: Session, name: str) -> dict:
         answer = audit.deletion_receipt(vault.data_dir, {
             "memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
             "at": now_utc()}, session.grant_id, session.user_id)
-        gone = memories.retire(files, number)
-    memories.shred(gone)
+        try:
+            gone = memories.retire(files, number)
+        except FileNotFoundError:
+            gone = None  # another request's sweep found it unsalted and took it away first
+    if gone is not None:
+        memories.shred(gone)
     vault.tags.grants_seen(session.user_id, main.conn)
     return answer
 

@@ -416,8 +416,8 @@ def _private_copy(folder: Path, quota_bytes: int | None = None) -> Iterator[Path
     requests wait for those two moments, never for the copy, except when the
     files changed during each of the first :data:`COPY_ATTEMPTS` - 1
     copies: the last is then made with the lock held throughout, so a user
-    written to without a pause is still verified. The lock is taken only where a server made
-    it; nothing is created in ``folder``."""
+    written to without a pause is still verified. The lock is taken only
+    where a server made it; nothing is created in ``folder``."""
     with tempfile.TemporaryDirectory(prefix="stash-verify-") as tmp:
         target = UserFiles(Path(tmp), folder.name).folder
         target.mkdir(parents=True, mode=0o700)

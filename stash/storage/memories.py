@@ -9,8 +9,8 @@ Every multi-step change of the set of memories is made by one ``rename``:
 a new memory (or a fork) is built whole in a hidden staging folder and then
 renamed to its name. A delete's one step is in main's key ring instead: the
 memory's salt, name and capabilities' tags leave it in one transaction (from
-that instant no token opens the memory, nor copies of its files), then its
-folder is renamed away and shredded. A crash leaves at most a hidden folder
+that instant no token opens the memory through a server, and the owner token
+no copy of its files), then its folder is renamed away and shredded. A crash leaves at most a hidden folder
 or a folder no salt names, which :func:`sweep` finishes (a staged one
 removed, a retired or unsalted one shredded); the set of memories itself is
 never half-changed.
@@ -195,7 +195,10 @@ def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) 
             if kept is None:
                 continue  # not a memory's folder Stash can read: verify names it
             if salt_of(main, kept) is None:
-                shred(retire(MemoryFiles(data_dir, user_id, n), kept))
+                try:
+                    shred(retire(MemoryFiles(data_dir, user_id, n), kept))
+                except FileNotFoundError:
+                    pass  # the delete that ended its salt (another request) renamed it away first
             else:
                 name_memory(main, kept, n)
         elif n.startswith(_RETIRED):

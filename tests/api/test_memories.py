@@ -139,6 +139,33 @@ def test_delete_memory_ends_its_grants(api: Api) -> None:
     assert api.delete("/memories/main", owner).json()["error"] == "memory.main"
 
 
+def test_a_sweep_that_takes_a_memory_mid_delete_leaves_the_delete_whole(api: Api, data_dir, monkeypatch) -> None:
+    """Another request's sweep (another worker) can run between a delete's
+    commit and its rename, find the folder no salt names and take it away
+    first: the delete still answers its receipt, and the memory is gone."""
+    from stash.service import memories as service
+    from stash.storage import memories
+
+    made = api.init()
+    owner, user = made["token"], made["user_id"]
+    api.post("/memories", owner, json={"name": "gone"})
+    real_end = memories.end
+
+    def end_then_swept(conn, number, name):
+        real_end(conn, number, name)
+        other = sqlite3.connect(data_dir / "users" / user / "keyring.db", isolation_level=None)
+        try:
+            memories.sweep(data_dir, user, other)  # as another request's listing would, meanwhile
+        finally:
+            other.close()
+
+    monkeypatch.setattr(service.memories, "end", end_then_swept)
+    answer = api.delete("/memories/gone", owner)
+    assert answer.status_code == 200 and answer.json()["destroyed"] is True
+    assert not (data_dir / "users" / user / "m" / "gone").exists()
+    assert [m["name"] for m in api.get("/memories", owner).json()["memories"]] == ["main"]
+
+
 def test_delete_memory_leaves_a_receipt_like_delete_store(api: Api, data_dir) -> None:
     """As DELETE /store: the answer names the receipt, a durable line for the
     operator names the memory only by a digest they recompute, and main's
