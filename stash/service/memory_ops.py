@@ -49,16 +49,36 @@ def _private_identity(folder: Path) -> Iterator[Path]:
                 src = folder if name == MAIN else folder / SUBFOLDER / name
                 dst = root if name == MAIN else root / SUBFOLDER / name
                 dst.mkdir(parents=True, mode=0o700)
-                with userlock.exclusive(src, create=False):
-                    for file in COPIED:
-                        if (src / file).is_file() and not (src / file).is_symlink():
-                            shutil.copyfile(src / file, dst / file)
+                _copy_memory(src, dst)
             yield Path(tmp)
         finally:
             for path in root.rglob("*"):
                 if path.is_file():
                     with contextlib.suppress(OSError):
                         overwrite_with_zeros(path)
+
+
+COPY_ATTEMPTS = 3
+
+
+def _copy_memory(src: Path, dst: Path) -> None:
+    """One memory's files, copied under its lock. A server closing its last
+    connection to a file removes the file's ``-wal`` once it has folded it
+    in, which may fall between the look and the copy: the copy is then made
+    again, whole, up to :data:`COPY_ATTEMPTS` times."""
+    for attempt in range(COPY_ATTEMPTS):
+        for old in dst.iterdir():
+            overwrite_with_zeros(old)
+            old.unlink()
+        try:
+            with userlock.exclusive(src, create=False):
+                for file in COPIED:
+                    if (src / file).is_file() and not (src / file).is_symlink():
+                        shutil.copyfile(src / file, dst / file)
+            return
+        except FileNotFoundError:
+            if attempt == COPY_ATTEMPTS - 1:
+                raise
 
 
 def _files_check(folder: Path, user_id: str, name: str) -> str:
