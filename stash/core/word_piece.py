@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from typing import Union
 
 from .words import words
-from .words_top import layers, merge, spread
+from .words_top import layers, merge, ones
 
 MAGIC = b"WP4"
 _HEAD = struct.Struct("<3sIIIIII")
@@ -374,8 +374,3 @@ def tally(memories: int, bitmaps: Sequence[int], lists: Sequence[Ints]) -> tuple
     return bits, held, out
 
 
-def ones(bits: int) -> list[int]:
-    """The set bits of ``bits``, lowest first (one byte a bit, then picked
-    by ``itertools.compress``: no Python step per bit)."""
-    size = bits.bit_length()
-    return list(itertools.compress(range(size), spread(bits, size)))

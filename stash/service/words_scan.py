@@ -31,7 +31,7 @@ import heapq
 import itertools
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ..core import word_piece, words, words_top
@@ -214,6 +214,22 @@ class _Scorer:
             got = self._single[key] = words.score(self.stats, self.weights, tfs, length)
         return got
 
+    def reach(self, held: int, length: int, tops: Sequence[int]) -> int:
+        """A :data:`stash.core.words_top.Reach`: what a memory holding at
+        most ``held`` of the query words (word ``j`` at most ``tops[j]``
+        times) and ``length`` words or more can score. The sum of its
+        ``held`` best words' BM25 terms at their top frequency and at
+        ``length`` (a term rises with its frequency and falls with the
+        length), one more for the rounding of :func:`stash.core.words.score`;
+        below SCALE, since it misses a word."""
+        if held <= 0:
+            return 0
+        if self.bound <= 0:
+            return words.SCALE - 1
+        norm = words.K1 * (1 - words.B + words.B * length / self.avg)
+        terms = sorted((w * t * (words.K1 + 1) / (t + norm) for w, t in zip(self.weights, tops) if t), reverse=True)
+        return min(words.SCALE - 1, int(sum(terms[:held]) / self.bound * words.SCALE) + 1)
+
     def score(self, mask: int, tfs: list[int], length: int) -> int:
         """The score of a memory holding the words of ``mask`` (bit j: query
         word j), ``tfs`` their frequencies (all 1 may be passed as ``[]``)."""
@@ -369,7 +385,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     scorer = _Scorer(stats, stats.weights())
     got = None if lows is None else words_top.best(
         [(base, layers, low) for (base, _, layers), low in zip(found, lows)], k, scorer.of_class, after, room + 1,
-        clock.check)
+        clock.check, scorer.reach)
     if got is not None:
         ranked = got
     else:
