@@ -58,9 +58,18 @@ def spread(bits: int, size: int, value: int = 0xFF) -> bytes:
 
 def ones(bits: int) -> list[int]:
     """The set bits of ``bits``, lowest first (one byte a bit, then picked
-    by ``itertools.compress``: no Python step per bit)."""
+    by ``itertools.compress``, or for a sparse bitmap found by ``bytes.find``:
+    no Python step per bit that is not set)."""
     size = bits.bit_length()
-    return list(itertools.compress(range(size), spread(bits, size)))
+    flags = spread(bits, size)
+    if bits.bit_count() * 64 > size:
+        return list(itertools.compress(range(size), flags))
+    out = []  # few: found by memchr, not by a step over every byte
+    at = flags.find(0xFF)
+    while at >= 0:
+        out.append(at)
+        at = flags.find(0xFF, at + 1)
+    return out
 
 
 @lru_cache(maxsize=256)

@@ -137,7 +137,7 @@ def test_pages_scored_from_the_memories_holding_most_words_are_the_brute_force_r
             want = brute(pieces, sc)
             for n in (1, 7, 60, 5000):
                 assert words_top.top_pruned(pieces, k, sc, re, None, n) == want[:n], (k, n)
-            every_page(lambda p, kk, s, after, n: words_top.top_pruned(p, kk, s, re, after, n), pieces, k, sc,
+            every_page(lambda p, kk, s, after, n, re=re: words_top.top_pruned(p, kk, s, re, after, n), pieces, k, sc,
                        want, 41)
     monkeypatch.setattr(words_top, "PRUNED_MOST", 10)
     score, reach = _bm25(dfs[:9])
@@ -160,3 +160,11 @@ def test_count_planes_count_the_words_each_memory_holds() -> None:
             assert sum((p >> i & 1) << b for b, p in enumerate(planes)) == count
             for c in range(k + 2):
                 assert (words_top._holding(planes, c, full) >> i & 1) == (count >= c), (k, i, c)
+
+
+def test_ones_lists_the_set_bits_of_sparse_and_dense_bitmaps() -> None:
+    rng = random.Random(3)
+    for _ in range(400):
+        size, density = rng.randint(0, 5000), rng.random() ** 3
+        bits = sum(1 << i for i in range(size) if rng.random() < density)
+        assert words_top.ones(bits) == [i for i in range(bits.bit_length()) if bits >> i & 1]
