@@ -270,7 +270,7 @@ def top_pruned(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], in
                 new &= _shorter(ln, limit)
             if not new:
                 continue
-            tfs = dict.fromkeys(ones(new), ())
+            tfs: dict[int, Class] = dict.fromkeys(ones(new), ())
             for lay in word_layers:
                 for off in tfs:
                     t = 0
@@ -284,10 +284,10 @@ def top_pruned(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], in
                 s = scores.get(key)
                 if s is None:
                     s = scores[key] = score(tf, ln[off])
-                got = (s, base + off)
-                scored.append(got)
-                if after is None or got < after:
-                    pool.append(got)
+                hit = (s, base + off)
+                scored.append(hit)
+                if after is None or hit < after:
+                    pool.append(hit)
             if len(scored) > PRUNED_MOST:
                 return None
     return heapq.nlargest(n, pool)

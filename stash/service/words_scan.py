@@ -142,7 +142,7 @@ class View:
         a memory once per such word, in no particular order."""
         lay = self._char_layers(key)
         if lay is not None:  # a memory in layers 1 to t holds t such words: listed t times
-            return [k for bits in lay for k in word_piece.ones(bits)]
+            return [k for bits in lay for k in words_top.ones(bits)]
         out: list[int] = []
         for part in self.parts[j]:
             out.extend(part.positions(key))
