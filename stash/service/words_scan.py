@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..core import word_piece, words, words_top
+from ..core import word_piece, words, words_best, words_top
 from ..core.words import Cursor, Query, Stats
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
 from ..storage.scancache import PIECE, WRITE_PIECES
@@ -215,7 +215,7 @@ class _Scorer:
         return got
 
     def reach(self, held: int, length: int, tops: Sequence[int]) -> int:
-        """A :data:`stash.core.words_top.Reach`: what a memory holding at
+        """A :data:`stash.core.words_best.Reach`: what a memory holding at
         most ``held`` of the query words (word ``j`` at most ``tops[j]``
         times) and ``length`` words or more can score. The sum of its
         ``held`` best words' BM25 terms at their top frequency and at
@@ -383,7 +383,7 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # prefixes two words of one memory or the lengths do not fit a byte, scored rarest word first.
     lows = _low_lengths(found)
     scorer = _Scorer(stats, stats.weights())
-    got = None if lows is None else words_top.best(
+    got = None if lows is None else words_best.best(
         [(base, layers, low) for (base, _, layers), low in zip(found, lows)], k, scorer.of_class, after, room + 1,
         clock.check, scorer.reach)
     if got is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from stash.core import words, words_top
+from stash.core import words, words_best, words_top
 
 
 def brute(pieces, score) -> list[tuple[int, int]]:
@@ -91,75 +91,9 @@ def test_classes_counted_at_once_are_the_brute_force_ranking() -> None:
             want = brute(pieces, score)
             for n in (1, 5000):
                 assert words_top.top_coded(pieces, k, score, None, n) == want[:n], (k, name, n)
-                assert words_top.best(pieces, k, score, None, n) == want[:n], (k, name, n)
+                assert words_best.best(pieces, k, score, None, n) == want[:n], (k, name, n)
             every_page(words_top.top_coded, pieces, k, score, want, 301)
     assert words_top.top_coded(life(rng, 16, 2), 16, scorers["ties"], None, 5) is None  # 3**16 classes
-
-
-def _bm25(dfs: tuple[int, ...]):
-    from stash.service.words_scan import _Scorer
-
-    stats = words.Stats(2000, 12000, dfs)
-    scorer = _Scorer(stats, stats.weights())
-    return scorer.of_class, scorer.reach
-
-
-def test_the_reach_of_fewer_words_bounds_every_score_below_it() -> None:
-    """_Scorer.reach, the bound top_pruned leans on, against words.score of
-    random memories holding at most that many words, at most that often,
-    of at least that length."""
-    rng = random.Random(7)
-    score, reach = _bm25((1100, 600, 90, 1000, 400, 1300, 200, 800, 500))
-    for _ in range(3000):
-        tops = [rng.randint(0, 3) for _ in range(9)]
-        held, length = rng.randint(1, 8), rng.randint(1, 40)
-        tfs = [rng.randint(1, t) if t else 0 for t in tops]
-        for j in rng.sample(range(9), 9)[held:]:
-            tfs[j] = 0
-        if any(tfs):
-            assert score(tuple(tfs), length + rng.randint(0, 20)) <= reach(held, length, tops)
-        assert reach(held, length, tops) < words.SCALE
-
-
-def test_pages_scored_from_the_memories_holding_most_words_are_the_brute_force_ranking(monkeypatch) -> None:
-    """top_pruned against the brute-force ranking, first pages and every
-    page, small pages (which it prunes most) and large; when it gives up
-    (a page that needs more memories than PRUNED_MOST), best() still gives
-    the same answer through top_coded."""
-    rng = random.Random(33)
-    dfs = (1100, 600, 90, 1000, 400, 1300, 200, 800, 500, 40, 700, 300)
-    for k, most in ((5, 1), (9, 1), (12, 1), (6, 3)):
-        score, reach = _bm25(dfs[:k])
-        ties = (lambda tfs, n: 1 + 50 * sum(tfs) - n // 4,
-                lambda h, n, tops: 1 + 50 * sum(sorted(tops, reverse=True)[:h]) - n // 4)
-        pieces = life(rng, k, most)
-        for sc, re in ((score, reach), ties):
-            want = brute(pieces, sc)
-            for n in (1, 7, 60, 5000):
-                assert words_top.top_pruned(pieces, k, sc, re, None, n) == want[:n], (k, n)
-            every_page(lambda p, kk, s, after, n, re=re: words_top.top_pruned(p, kk, s, re, after, n), pieces, k, sc,
-                       want, 41)
-    monkeypatch.setattr(words_top, "PRUNED_MOST", 10)
-    score, reach = _bm25(dfs[:9])
-    pieces = life(rng, 9, 1)
-    want = brute(pieces, score)
-    assert words_top.top_pruned(pieces, 9, score, reach, None, 60) is None
-    assert words_top.best(pieces, 9, score, None, 60, reach=reach) == want[:60]
-
-
-def test_count_planes_count_the_words_each_memory_holds() -> None:
-    rng = random.Random(5)
-    for k in (1, 3, 7, 16):
-        size = 300
-        held = [[rng.random() < 0.4 for _ in range(size)] for _ in range(k)]
-        word_layers = [[sum(1 << i for i, h in enumerate(row) if h)] for row in held]
-        planes = words_top._count_planes(word_layers)
-        full = (1 << size) - 1
-        for i in range(size):
-            count = sum(row[i] for row in held)
-            assert sum((p >> i & 1) << b for b, p in enumerate(planes)) == count
-            for c in range(k + 2):
-                assert (words_top._holding(planes, c, full) >> i & 1) == (count >= c), (k, i, c)
 
 
 def test_ones_lists_the_set_bits_of_sparse_and_dense_bitmaps() -> None:
