@@ -257,9 +257,10 @@ MEMORY_FORMATS = (
            "the summaries are made by their first row, so an empty memory file is two pages (the schema and meta)",
            "a table of log, memory_keys and summaries is absent", "storage.formats.make_on_use", "unreleased",
            _lacks_log_tables),
-    # No step: rows of earlier lengths open as they are. The log is
+    # No session step: rows of earlier lengths open as they are. The log is
     # append-only and its running digest covers every row's sealed bytes, so
-    # its rows are never re-sealed; its summaries are not moved either.
+    # its rows are never re-sealed; the summaries move to their buckets by the
+    # operator's `stash compact` (MemoryFile.rebucket_summaries, then VACUUM).
     Format(MEMORY_FILE, "rows in buckets", f"each new memory's and summary's plaintext padded to the smallest "
            f"multiple of {BUCKET_BYTES} bytes that holds it (at most {MEMORY_PLAINTEXT_BYTES} and "
            f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES}), not all to the largest; a summary's version field "
