@@ -146,10 +146,11 @@ CREATE TABLE IF NOT EXISTS meta (
 -- no config, erased or erasures.
 
 -- The append-only log. Memory #i is the row id = i; ids are dense from 0.
--- Plaintext: a fixed 312 bytes (2-byte length, "YYYY-MM-DD text", zeros,
--- the writer's grant id in the last 4), so a row's size does not reveal its
--- memory's length; 11 sealed rows fill a 4 KiB page. Rows written by earlier
--- releases have 320-byte plaintexts and are read as they are.
+-- Plaintext: 2-byte length, "YYYY-MM-DD text", zeros, the writer's grant id
+-- in the last 4, padded to the smallest multiple of 32 bytes that holds it
+-- (at most 312), so a row's size shows its memory's length to within 32
+-- bytes (formats.py, "rows in buckets"). Rows written by earlier releases are
+-- all 312 or 320 bytes of plaintext and are read as they are.
 CREATE TABLE IF NOT EXISTS log (
     id      INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
@@ -223,8 +224,8 @@ CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created);
 
 -- @scan_cache
 -- In recall.db. The recall cache (stash/storage/scancache.py): the rendered lines of
--- memories [piece*4096, piece*4096+4095] joined by newlines, padded and sealed
--- as one value, bound to the user, the range and a digest of the nonces of the key
+-- memories [piece*4096, piece*4096+4095] joined by newlines, compressed (zlib),
+-- padded to 4 KiB multiples and sealed as one value, bound to the user, the range and a digest of the nonces of the key
 -- chunks that cover it. Rebuildable from the log at any time; an erasure
 -- deletes the piece that held the memory. Created by the first recall that
 -- writes a piece.

@@ -31,7 +31,6 @@ from stash.crypto import aead
 from stash.crypto.keys import DEFAULT_KDF, KdfParams, subkey
 from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
-from stash.storage.memfile import SUMMARY_PLAINTEXT_BYTES
 
 APPEND_BATCH = 10_000
 SUMMARY_BATCH = 50_000
@@ -127,11 +126,12 @@ def _write_summaries(mf, rows_key: bytes, T: int, progress=None) -> int:
     """Every complete block's summary, level by level (each level a dense
     prefix, as the server keeps it), sealed as ``put_summary`` seals one."""
     todo = [(size, idx) for size in levels(T) for idx in range(T // size)]
+    version = mf._next_version()  # the version the first nap after the log would write at
     for k in range(0, len(todo), SUMMARY_BATCH):
         rows = []
         for size, idx in todo[k : k + SUMMARY_BATCH]:
             lo = idx * size
-            plain = aead.pad(summary_text(lo, lo + size).encode(), SUMMARY_PLAINTEXT_BYTES)
+            plain = mf._summary_plain(version, summary_text(lo, lo + size), mf.writer)
             rows.append((size, idx, aead.seal(rows_key, plain, mf._aad("summaries", f"{size}|{idx}"))))
         with mf.conn:
             mf.conn.execute("BEGIN IMMEDIATE")

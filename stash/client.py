@@ -64,7 +64,7 @@ __all__ = ["VERBS", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_li
 
 # The verbs of the installed package that this one file lacks (stash/cli/main.py's HOST_VERBS): named so
 # that asking the one file for one says where it is instead of "invalid choice".
-PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "migrate", "mcp")
+PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "migrate", "compact", "mcp")
 
 VERBS = {
     "init": "mint a new memory on URL: prints the two export lines (its token shown once) for "

@@ -1,6 +1,6 @@
 """The ``stash`` command: ``serve`` runs the server, ``backup``, ``verify``,
-``replicate``, ``restore`` and ``migrate`` work on its data folder; ``mcp`` serves the agent's verbs to an MCP host over
-stdio; every other verb is the HTTP client
+``replicate``, ``restore``, ``migrate`` and ``compact`` work on its data folder;
+``mcp`` serves the agent's verbs to an MCP host over stdio; every other verb is the HTTP client
 (:mod:`stash.client`, also served as one file at ``GET /client``)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ HOST_VERBS = {
     "replicate": "stream a data folder to a replica off the host with Litestream",
     "restore": "bring users back from a replica, each at a moment its files agree",
     "migrate": "convert a data folder's SQLCipher files to plain ones (every row stays sealed)",
+    "compact": "re-seal the summaries of earlier releases to their buckets and rewrite each memory file smaller",
     "mcp": "serve wake, note, nap, recall, zoom and forget as MCP tools over stdio",
 }
 
@@ -56,6 +57,10 @@ def _main(argv: list[str]) -> int:
         from .operate import migrate_main
 
         return migrate_main(argv[1:])
+    if argv[:1] == ["compact"]:
+        from .operate import compact_main
+
+        return compact_main(argv[1:])
     if argv[:1] == ["verify"]:
         from .operate import verify_main
 

@@ -1,8 +1,8 @@
-"""``stash backup``, ``stash verify`` and ``stash migrate``: operator verbs run on the server's
-host against its data folder, never over HTTP. Backup needs no token; verify
+"""``stash backup``, ``stash verify``, ``stash migrate`` and ``stash compact``: operator verbs run
+on the server's host against its data folder, never over HTTP. Backup needs no token; verify
 checks one user's store whole when ``--token`` is given (the capability read
-from ``$STASH_TOKEN``, never from the command line); migrate converts each
-memory a given token opens."""
+from ``$STASH_TOKEN``, never from the command line); migrate converts, and
+compact rewrites, each memory a given token opens."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from ..web.settings import QUOTA_BYTES as QUOTA
 INCOMPLETE = 3
 """The exit status of an operator verb that left work undone: ``stash restore``
 restored nobody or skipped someone, ``stash migrate`` left a memory as
-SQLCipher. A failover or deploy script must not take it for success."""
+SQLCipher, ``stash compact`` left a memory as it was. A failover or deploy
+script must not take it for success."""
 
 # A write that starts under the quota may end above it by its own size: a file
 # over twice the quota is no store's (verify refuses to copy it).
@@ -187,6 +188,55 @@ def migrate_main(argv: list[str]) -> int:
         return 1
     if counts["left"]:
         print("stash migrate: not every memory is plain yet (see the 'left' lines); give a token that opens "
+              "each, or run again once the server lets go of them.", file=sys.stderr)
+        return INCOMPLETE
+    return 0
+
+
+def compact_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="stash compact", description=(
+        "Re-seal the summaries that earlier releases padded to one size into their 32-byte buckets, then "
+        "rewrite each memory file without the room they left (SQLite's VACUUM), then check each user as stash "
+        "verify does. The log's rows keep their size: the log is append-only and its digest covers them. A memory "
+        "is compacted only with a full or owner token that opens it: $STASH_TOKEN and --tokens. Run it with the "
+        "server stopped, or beside it: each memory is worked on under its lock, and its requests wait. A run that "
+        "was killed is finished by running it again."))
+    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
+                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
+    p.add_argument("--tokens", default=None, metavar="FILE",
+                   help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN")
+    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to retry a memory a running server keeps open (default 30)")
+    args = p.parse_args(argv)
+    from ..service.compact import compact
+
+    try:
+        given = _given_tokens(args.tokens)
+    except (OSError, UnicodeDecodeError):
+        print("stash compact: --tokens names a file that cannot be read.", file=sys.stderr)
+        return 2
+    folder = _data(args.data)
+    if not (folder / "users").is_dir():
+        print("stash compact: the data folder has no users/ folder; check --data.", file=sys.stderr)
+        return 2
+    results = compact(folder, given, args.wait)
+    counts = {"compacted": 0, "left": 0}
+    failed = 0
+    for user in results:
+        for m in user.memories:
+            counts[m.outcome] += 1
+            done = (f"  {m.resealed} summaries re-sealed, {m.before:,} -> {m.after:,} bytes"
+                    if m.outcome == "compacted" else "")
+            print(f"{m.user_id}  {m.memory}  {m.outcome}{done}{'  ' + m.note if m.note else ''}", flush=True)
+        if user.report is not None:
+            _print_report(user.report)
+            failed += not user.report.ok
+    print(f"stash compact: {counts['compacted']} compacted, {counts['left']} left as they were, {failed} failed "
+          f"their check, in {len(results)} {'user' if len(results) == 1 else 'users'}.")
+    if failed:
+        return 1
+    if counts["left"]:
+        print("stash compact: not every memory was compacted (see the 'left' lines); give a token that opens "
               "each, or run again once the server lets go of them.", file=sys.stderr)
         return INCOMPLETE
     return 0

@@ -29,13 +29,43 @@ MEMORY_PAGES = "memory_page_bytes"  # the key ring's record of the memory file's
 RELEASES = ("before 0.1.0", "0.1.0", "0.2.0", "0.3.0", "0.4.0", "unreleased")
 
 # A memory's plaintext: 2-byte length + "YYYY-MM-DD " + up to 280 bytes, padded,
-# then the writer (297 bytes at most). 312 makes a sealed row 352 bytes, so a
-# 4 KiB page holds 11 log rows where 320 fitted 10. Rows of earlier releases
-# are 320; both open, each row has one length.
+# then the writer (297 bytes at most). Rows of 0.3.0 and 0.4.0 are all 312
+# bytes, of earlier releases 320; since "rows in buckets" each is padded to its
+# bucket (:func:`bucket`), 312 the largest. Every length opens.
 MEMORY_PLAINTEXT_BYTES = 312
 OLDER_MEMORY_PLAINTEXT_BYTES = 320
 SUMMARY_PLAINTEXT_BYTES = 288
 SUMMARY_VERSION_BYTES = 8  # a summary's plaintext starts with the state version it was written at
+BUCKET_BYTES = 32
+"""What a sealed log row's or summary's size shows of its text: its padded
+plaintext is the smallest multiple of this that holds it, up to the format's
+largest (SECURITY.md, "What a replicated store shows")."""
+BUCKETED_MARK = 0xFFFF
+"""The first two bytes of a bucketed summary's version field: a version of
+a summary padded to one size never reaches 2**48, so a release that knows
+only those reads a bucketed summary as unversioned, whose length field this
+makes impossible, and refuses it as damage instead of serving it wrongly."""
+
+
+def bucket(n: int, largest: int) -> int:
+    """The padded length of a plaintext of ``n`` bytes: ``n`` rounded up to
+    a multiple of :data:`BUCKET_BYTES`, at most ``largest`` (which holds
+    every plaintext the format allows)."""
+    if n > largest:
+        raise ValueError(f"a plaintext of {n} bytes does not fit {largest}")
+    return min(-(-n // BUCKET_BYTES) * BUCKET_BYTES, largest)
+
+
+def buckets(largest: int) -> tuple[int, ...]:
+    """Every padded length :func:`bucket` gives below ``largest``, and it."""
+    return tuple(range(BUCKET_BYTES, largest, BUCKET_BYTES)) + (largest,)
+
+
+ROW_BUCKETS = buckets(MEMORY_PLAINTEXT_BYTES)  # a log row's plaintext lengths
+SUMMARY_BUCKETS = tuple(SUMMARY_VERSION_BYTES + n for n in buckets(SUMMARY_PLAINTEXT_BYTES))  # a summary's
+# Each layout is told by its plaintext's length alone: an unversioned summary
+# (288) is no bucketed one, and no bucket is a row length of 0.1.0 (320).
+assert SUMMARY_PLAINTEXT_BYTES not in SUMMARY_BUCKETS and OLDER_MEMORY_PLAINTEXT_BYTES not in ROW_BUCKETS
 
 
 @dataclass(frozen=True)
@@ -110,6 +140,17 @@ def _lacks_log_tables(d: OnDisk) -> bool | None:
     if d.memory_tables is None:
         return None
     return not LOG_TABLES <= d.memory_tables or None
+
+
+def _bucketed(d: OnDisk) -> bool | None:
+    """A memory file holding a log row or a summary padded to a bucket below
+    the largest; one whose rows all fill the largest cannot be told from an
+    older one (nor need it be: they open alike)."""
+    if d.row_bytes is None or d.summary_bytes is None:
+        return None
+    rows = {n + aead.OVERHEAD for n in ROW_BUCKETS[:-1]}
+    summaries = {n + aead.OVERHEAD for n in SUMMARY_BUCKETS[:-1]}
+    return bool(rows & d.row_bytes or summaries & d.summary_bytes) or None
 
 
 def _pages(n: int, release: str, recognised: str) -> Format:
@@ -216,6 +257,17 @@ MEMORY_FORMATS = (
            "the summaries are made by their first row, so an empty memory file is two pages (the schema and meta)",
            "a table of log, memory_keys and summaries is absent", "storage.formats.make_on_use", "unreleased",
            _lacks_log_tables),
+    # No session step: rows of earlier lengths open as they are. The log is
+    # append-only and its running digest covers every row's sealed bytes, so
+    # its rows are never re-sealed; the summaries move to their buckets by the
+    # operator's `stash compact` (MemoryFile.rebucket_summaries, then VACUUM).
+    Format(MEMORY_FILE, "rows in buckets", f"each new memory's and summary's plaintext padded to the smallest "
+           f"multiple of {BUCKET_BYTES} bytes that holds it (at most {MEMORY_PLAINTEXT_BYTES} and "
+           f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES}), not all to the largest; a summary's version field "
+           "starts with 0xFFFF", f"sealed log rows or summaries of a length below the largest that is "
+           f"{BUCKET_BYTES}·k + {aead.OVERHEAD} (rows) or {BUCKET_BYTES}·k + "
+           f"{SUMMARY_VERSION_BYTES + aead.OVERHEAD} (summaries)",
+           "storage.memfile.MemoryFile._memory_plain", "unreleased", _bucketed),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
@@ -227,7 +279,9 @@ def _named(name: str) -> Format:
 
 
 PAGE_FORMATS = {LEGACY_PAGE_BYTES: _named("16 KiB pages"), PAGE_BYTES: _named("4 KiB pages")}
-ROW_FORMATS = {OLDER_MEMORY_PLAINTEXT_BYTES: _named("rows 320 B"), MEMORY_PLAINTEXT_BYTES: _named("rows 312 B")}
+# A log row's plaintext length -> the entry that names it.
+ROW_FORMATS = {OLDER_MEMORY_PLAINTEXT_BYTES: _named("rows 320 B"), MEMORY_PLAINTEXT_BYTES: _named("rows 312 B"),
+               **{n: _named("rows in buckets") for n in ROW_BUCKETS[:-1]}}
 
 
 def of_file(file: str) -> tuple[Format, ...]:

@@ -133,6 +133,10 @@ class WordCache(ScanCache):
         (:meth:`segments`), never whole."""
         raise TypeError("the word index is read by segments()")
 
+    def _pack(self, plain: bytes) -> bytes:
+        """A word piece is sealed as it is: its segments are read one by one."""
+        return plain
+
     def _rows(self, piece: int, plain: bytes, keys_digest: bytes) -> list[tuple[int | bytes, ...]]:
         """Piece ``plain`` (a whole word piece) cut into its segments, each
         sealed under its own number."""

@@ -152,3 +152,42 @@ def test_damage_in_a_piece_not_cached_yet_is_reported(tmp_path):
     raw.close()
     with vault.session(ident.token, "read") as s, pytest.raises(Damaged):
         s.memory.recall("memory")
+
+
+def test_pieces_are_compressed_and_padded_and_the_old_layout_is_rebuilt(store):
+    """A piece is its lines compressed, padded to 4 KiB multiples and sealed
+    (SECURITY.md: its size shows how well its memories compress, to within
+    4 KiB). One sealed as before compression (or whose compressed bytes are
+    not a whole zlib stream, though sealed under the right key) does not
+    serve: it is rebuilt from the log and written back compressed."""
+    from stash.crypto import aead
+
+    vault, token, lines = store
+    with vault.session(token, "read") as s:
+        mf = s.memory.mf
+        recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
+        fk = mf.file_keys()
+        cache = scancache.ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids)
+        digests = cache._keys_digests(0, 3)
+        with contextlib.closing(cache_db(mf)) as db:
+            sealed = dict(db.execute("SELECT piece, sealed FROM scan_cache"))
+            plain = [("\n".join(lines[p * PIECE:(p + 1) * PIECE]) + "\n").encode() for p in range(3)]
+            for p, value in sealed.items():
+                assert (len(value) - aead.OVERHEAD) % scancache.PAD_BYTES == 0
+                assert len(value) < len(plain[p]) // 2  # compressed
+            # Piece 0 as the uncompressed layout sealed it; piece 1 sealed
+            # as compressed, but not zlib.
+            old = aead.seal(fk.rows_key, scancache._pad(plain[0]), cache._aad(0, digests[0]))
+            bad = aead.seal(fk.rows_key, scancache._pad(b"x" + plain[1][:100]),
+                            cache._aad(1, digests[1]) + scancache.COMPRESSED)
+            db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 0", (old,))
+            db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 1", (bad,))
+        assert [p for p, got in cache.pieces(3)] == [2, 1, 0]
+        assert [got is None for _, got in cache.pieces(3)] == [False, True, True]
+        got = recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
+        assert got == one_pass(lines, "heron", 10**9)
+        assert [got for _, got in cache.pieces(3)] == plain[::-1]  # rebuilt, compressed, and opening
+        with contextlib.closing(cache_db(mf)) as db:
+            again = dict(db.execute("SELECT piece, sealed FROM scan_cache"))
+        assert again[0] != old and again[1] != bad and len(again[0]) < len(old) // 2
+        cache.close()

@@ -241,8 +241,11 @@ def test_plain_file_holds_only_ciphertext(tmp_path: Path):
         conn.close()
     assert [r[0] for r in rows] == list(range(T))
     assert len(chunks) == 1 and len(summaries) == 7 and len(config) == 1
-    # Every memory row has one length whatever its text (schema.sql: 312-byte plaintext).
-    assert {len(r[1]) for r in rows} == {312 + aead.OVERHEAD}
+    # Every memory row's length is its text's bucket (schema.sql: "YYYY-MM-DD text"
+    # padded to a multiple of 32 bytes with the writer's 4 bytes, at most 312).
+    for i, sealed in rows:
+        plain = 2 + len(f"2026-01-01 {store.texts[i]}".encode()) + 4
+        assert len(sealed) == min(-(-plain // 32) * 32, 312) + aead.OVERHEAD
     # The documented format opens: chunk under the rows key, each memory under its own key.
     user = store.user_id
     rows_key = keys.subkey(store.master, b"rows")
@@ -275,7 +278,7 @@ def test_no_plaintext_in_the_file_or_its_wal_while_open(store: Store):
 
 
 @pytest.mark.parametrize("row", [0, 7])
-@pytest.mark.parametrize("pos", [0, 30, 200, -1])  # nonce, ciphertext, deep ciphertext, tag
+@pytest.mark.parametrize("pos", [0, 30, 80, -1])  # nonce, ciphertext, its padding and writer, tag
 def test_flipped_byte_in_a_log_row_is_damage(store: Store, row: int, pos: int):
     assert_intact(store)
     with raw_memory(store) as conn:

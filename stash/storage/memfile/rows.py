@@ -3,10 +3,12 @@
 Every value is sealed with associated data naming its user, table and
 position (:meth:`RowCodec._aad`), so a row moved to another user, table or
 place fails to open and raises :class:`Damaged` — it is never served. A
-memory's plaintext is padded to one length (312 bytes; rows of earlier
-releases are 320 and open as they are), ending in the grant that wrote it; a
-summary's starts with the state version it was written at (summaries from
-before that field carry none, read as version 0), and ends in its writer.
+memory's plaintext is padded to its bucket (:func:`..formats.bucket`: the
+smallest multiple of 32 bytes that holds it, 312 the largest; rows of
+earlier releases are all 312 or 320 and open as they are), ending in the
+grant that wrote it; a summary's starts with the state version it was
+written at (summaries from before that field carry none, read as version
+0), is padded to its bucket too, and ends in its writer.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ from __future__ import annotations
 from ...core.errors import Damaged
 from ...crypto import aead, keys
 from ..formats import (
+    BUCKETED_MARK,
     MEMORY_PLAINTEXT_BYTES,
     OLDER_MEMORY_PLAINTEXT_BYTES,
     SUMMARY_PLAINTEXT_BYTES,
     SUMMARY_VERSION_BYTES,
+    bucket,
 )
 from .base import FilePart
 
@@ -92,23 +96,33 @@ class RowCodec(FilePart):
         return line[:10], line[11:]
 
     def _memory_plain(self, date: str, text: str) -> bytes:
-        return (aead.pad(f"{date} {text}".encode(), MEMORY_PLAINTEXT_BYTES - WRITER_BYTES)
-                + self.writer.to_bytes(WRITER_BYTES, "big"))
+        payload = f"{date} {text}".encode()
+        size = bucket(2 + len(payload) + WRITER_BYTES, MEMORY_PLAINTEXT_BYTES)
+        return aead.pad(payload, size - WRITER_BYTES) + self.writer.to_bytes(WRITER_BYTES, "big")
+
+    def _summary_plain(self, version: int, text: str, writer: int) -> bytes:
+        """A summary's plaintext: its version field (:data:`BUCKETED_MARK`,
+        then the state version it was written at), then the text padded to
+        its bucket with the writer's id in the last bytes."""
+        payload = text.encode()
+        size = bucket(2 + len(payload) + WRITER_BYTES, SUMMARY_PLAINTEXT_BYTES)
+        return (BUCKETED_MARK.to_bytes(2, "big") + version.to_bytes(SUMMARY_VERSION_BYTES - 2, "big")
+                + aead.pad(payload, size - WRITER_BYTES) + writer.to_bytes(WRITER_BYTES, "big"))
 
     def _seal_summary(self, size: int, idx: int, version: int, text: str) -> bytes:
-        return aead.seal(self._rows_key,
-                         version.to_bytes(SUMMARY_VERSION_BYTES, "big")
-                         + aead.pad(text.encode(), SUMMARY_PLAINTEXT_BYTES - WRITER_BYTES)
-                         + self.writer.to_bytes(WRITER_BYTES, "big"),
+        return aead.seal(self._rows_key, self._summary_plain(version, text, self.writer),
                          self._aad("summaries", f"{size}|{idx}"))
 
     def _open_summary(self, size: int, idx: int, sealed: bytes, epoch: int | None) -> tuple[int, bytes]:
         """The state version a summary was written at (0: before the field)
-        and its padded text."""
+        and its padded text. An unversioned summary is the one layout of
+        :data:`SUMMARY_PLAINTEXT_BYTES` (formats.py keeps every bucketed
+        length off it); the version field of one padded to one size has
+        zeros where a bucketed one's has :data:`BUCKETED_MARK`."""
         plain = self._open(self._key_of(epoch), sealed, "summaries", f"{size}|{idx}")
-        if len(plain) == SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES:
-            return int.from_bytes(plain[:SUMMARY_VERSION_BYTES], "big"), plain[SUMMARY_VERSION_BYTES:]
-        return 0, plain
+        if len(plain) == SUMMARY_PLAINTEXT_BYTES:
+            return 0, plain
+        return int.from_bytes(plain[2:SUMMARY_VERSION_BYTES], "big"), plain[SUMMARY_VERSION_BYTES:]
 
     @staticmethod
     def _writer_of(plain: bytes) -> int:

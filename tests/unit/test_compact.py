@@ -1,0 +1,186 @@
+"""``stash compact`` (stash/service/compact.py): a store whose summaries were
+padded to one size, as every release before "rows in buckets" wrote them,
+has them re-sealed to their buckets and its memory file rewritten smaller;
+each summary keeps its text, writer and state version (so a copy from
+before a forget is still refused after it), the log's rows keep their
+bytes, and a kill -9 at any instant of a real ``stash compact`` process
+leaves a store that opens, verifies, and is finished by running it again.
+Real files, both ciphers."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stash.core.blocks import levels
+from stash.core.errors import RolledBack
+from stash.crypto import aead
+from stash.service.access import Vault
+from stash.storage import formats
+from stash.storage.files import write_transaction
+from stash.storage.memfile.rows import WRITER_BYTES, RowCodec
+from tests.helpers import CHEAP_KDF
+from tests.raw_files import raw_memory_file
+from tests.verify_kit import line_of, run
+
+REPO = Path(__file__).resolve().parents[2]
+ONE_SIZE = {formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD,
+            formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD}
+
+
+def _old_memory_plain(self: RowCodec, date: str, text: str) -> bytes:
+    return (aead.pad(f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES)
+            + self.writer.to_bytes(WRITER_BYTES, "big"))
+
+
+def _old_summary_plain(self: RowCodec, version: int, text: str, writer: int) -> bytes:
+    return (version.to_bytes(formats.SUMMARY_VERSION_BYTES, "big")
+            + aead.pad(text.encode(), formats.SUMMARY_PLAINTEXT_BYTES - WRITER_BYTES)
+            + writer.to_bytes(WRITER_BYTES, "big"))
+
+
+def old_store(monkeypatch, data: Path, cipher: str, T: int, *, napped: bool = True) -> tuple[Vault, str]:
+    """A store of ``T`` memories written by the one-size codec, every block
+    summarised: by naps (``napped``), or written straight in as
+    bench/build.py writes them, in one transaction."""
+    monkeypatch.setattr(RowCodec, "_memory_plain", _old_memory_plain)
+    monkeypatch.setattr(RowCodec, "_summary_plain", _old_summary_plain)
+    vault = Vault(data, kdf=CHEAP_KDF, file_cipher=cipher)
+    ident = vault.create_identity()
+    with vault.session(ident.token, "owner") as s:
+        mf = s.memory.mf
+        mf.append([("2026-01-02", f"memory {i} " + "w" * (i % 90)) for i in range(T)])
+        if napped:
+            nap = s.memory.nap()["nap"]
+            while nap is not None:
+                nap = s.memory.nap(nap["block"], f"summary of {nap['block']}")["nap"]
+        else:
+            with write_transaction(mf.conn):
+                version = mf._next_version()
+                mf._ensure_table("summaries")
+                for size in levels(T):
+                    for idx in range(T // size):
+                        mf.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (
+                            size, idx, aead.seal(mf._rows_key, mf._summary_plain(version, f"sum {size} {idx}", 0),
+                                                 mf._aad("summaries", f"{size}|{idx}"))))
+                mf._write_state()
+    monkeypatch.undo()
+    return vault, ident.token
+
+
+def summaries(vault: Vault, token: str) -> dict[tuple[int, int], tuple[int, int, str, int]]:
+    """Each summary's version, writer, text and sealed length, opened as the server opens it."""
+    out = {}
+    with vault.session(token, "read") as s:
+        mf = s.memory.mf
+        for size, idx, sealed in mf.conn.execute("SELECT size, idx, sealed FROM summaries"):
+            version, plain = mf._open_summary(size, idx, sealed, None)
+            out[(size, idx)] = (version, mf._writer_of(plain), mf._summary_text(size, idx, sealed, None), len(sealed))
+    return out
+
+
+def folder_of(vault: Vault, token: str) -> Path:
+    with vault.session(token, "read") as s:
+        return s.files.folder
+
+
+def compact(capsys, monkeypatch, data: Path, token: str) -> tuple[int, str]:
+    from stash.cli.operate import compact_main
+
+    monkeypatch.setenv("STASH_TOKEN", token)
+    code = compact_main(["--data", str(data)])
+    return code, capsys.readouterr().out
+
+
+def test_compact_moves_summaries_to_their_buckets_and_keeps_what_they_say(
+        capsys, monkeypatch, tmp_path: Path, file_cipher: str) -> None:
+    data = tmp_path / "data"
+    vault, token = old_store(monkeypatch, data, file_cipher, 300)
+    folder = folder_of(vault, token)
+    before = summaries(vault, token)
+    assert {v[3] for v in before.values()} <= ONE_SIZE
+    with vault.session(token, "read") as s:
+        wake = s.memory.wake()
+        zoom = s.memory.zoom("0-255")
+        key = bytes(s.master)
+    with raw_memory_file(folder, key, file_cipher) as conn:
+        log = conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall()
+    size = (folder / "memory.db").stat().st_size
+    (folder / "recall.db").write_bytes(b"a cache of pieces of before")
+    code, out = compact(capsys, monkeypatch, data, token)
+    assert code == 0, out
+    assert f"compacted  {len(before)} summaries re-sealed" in out
+    assert not (folder / "recall.db").exists()  # rebuilt, compressed, by the next recall
+    after = summaries(vault, token)
+    assert after.keys() == before.keys()
+    for block, (version, writer, text, length) in after.items():
+        assert (version, writer, text) == before[block][:3], block
+        assert length - aead.OVERHEAD in formats.SUMMARY_BUCKETS and length < before[block][3]
+    with vault.session(token, "read") as s:
+        assert s.memory.wake() == wake and s.memory.zoom("0-255") == zoom
+    with raw_memory_file(folder, key, file_cipher) as conn:
+        assert conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall() == log  # not one byte moved
+    assert (folder / "memory.db").stat().st_size < size * 0.8
+    code, text = run(capsys, data, token)
+    assert code == 0 and "rows in buckets" in line_of(text, folder.name), text
+    # Again: nothing is left to move, and the file verifies.
+    code, out = compact(capsys, monkeypatch, data, token)
+    assert code == 0 and "compacted  0 summaries re-sealed" in out, out
+
+
+def test_a_compacted_summary_keeps_its_version_so_an_older_copy_is_still_refused(
+        capsys, monkeypatch, tmp_path: Path, file_cipher: str) -> None:
+    data = tmp_path / "data"
+    vault, token = old_store(monkeypatch, data, file_cipher, 8)
+    code, out = compact(capsys, monkeypatch, data, token)
+    assert code == 0, out
+    folder = folder_of(vault, token)
+    with vault.session(token, "read") as s:
+        key = bytes(s.master)
+    with raw_memory_file(folder, key, file_cipher) as conn:
+        (kept,) = conn.execute("SELECT sealed FROM summaries WHERE size = 2 AND idx = 0").fetchone()
+    with vault.session(token, "full") as s:
+        s.memory.forget("0-1")
+        nap = s.memory.nap()["nap"]
+        while nap is not None:
+            nap = s.memory.nap(nap["block"], f"again {nap['block']}")["nap"]
+    with raw_memory_file(folder, key, file_cipher) as conn:  # the compacted copy from before the forget, put back
+        conn.execute("UPDATE summaries SET sealed = ? WHERE size = 2 AND idx = 0", (kept,))
+    with pytest.raises(RolledBack), vault.session(token, "read") as s:
+        s.memory.zoom("0-3")
+
+
+@pytest.mark.slow
+def test_kill_9_at_any_instant_of_compact_leaves_a_store_that_opens_and_a_rerun_finishes(
+        capsys, monkeypatch, tmp_path: Path) -> None:
+    rng = random.Random(27)
+    data = tmp_path / "data"
+    T = 40_000
+    vault, token = old_store(monkeypatch, data, "sqlcipher", T, napped=False)
+    want = summaries(vault, token)
+    env = {**os.environ, "STASH_TOKEN": token}
+    mixed = 0  # trials that stopped it with summaries of both layouts in the file
+    for trial in range(4):
+        proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 3.0) if trial else 0.5)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        now = summaries(vault, token)
+        assert {b: v[:3] for b, v in now.items()} == {b: v[:3] for b, v in want.items()}, trial
+        assert all(v[3] in ONE_SIZE or v[3] - aead.OVERHEAD in formats.SUMMARY_BUCKETS for v in now.values())
+        old = sum(v[3] in ONE_SIZE for v in now.values())
+        mixed += 0 < old < len(now)
+        code, text = run(capsys, data, token)
+        assert code == 0, text
+    assert mixed, "no kill landed while the summaries moved"
+    code, out = compact(capsys, monkeypatch, data, token)
+    assert code == 0, out
+    assert {v[3] for v in summaries(vault, token).values()}.isdisjoint(ONE_SIZE)
