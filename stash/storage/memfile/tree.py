@@ -18,9 +18,8 @@ from ...core.blocks import Erased, Settled, forget_span, is_settled, levels
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead
 from ..files import write_transaction
-from ..formats import SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES
 from .base import DROPS_META, HOLES_META
-from .rows import WRITER_BYTES, RowCodec
+from .rows import RowCodec
 
 
 class TreePart(RowCodec):
@@ -246,38 +245,6 @@ class TreePart(RowCodec):
         self._save_holes(holes, erased)
         self._save_drops(drops)
         return gone
-
-    def rebucket_summaries(self, limit: int) -> int:
-        """Re-seal up to ``limit`` summaries of the one-size layouts (formats.py,
-        "unversioned summaries", "versioned summaries") padded to their
-        buckets ("rows in buckets"), in one write transaction; returns how
-        many (0: none is left). Each keeps its state version, writer and
-        text, so what it serves and whether it is current
-        (:meth:`_summary_valid`) do not change, and neither does the state
-        head, which covers each level's frontier, not a summary's bytes. A
-        summary that does not open raises :class:`Damaged` and nothing is
-        written. It is sealed under the current epoch's rows key, as a nap
-        now would seal it."""
-        if not self._made("summaries"):
-            return 0
-        old = [n + aead.OVERHEAD for n in (SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES)]
-        with write_transaction(self.conn):
-            rows = self.conn.execute(
-                f"SELECT size, idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
-                "WHERE length(sealed) IN (?, ?) LIMIT ?", (*old, limit)).fetchall()
-            also, _, epoch = self._epoch_of_write("summaries")
-            for size, idx, sealed, row_epoch in rows:
-                version, plain = self._open_summary(size, idx, sealed, row_epoch)
-                try:
-                    text = aead.unpad(plain[:-WRITER_BYTES]).decode()
-                except (aead.Unsealable, UnicodeDecodeError):
-                    raise Damaged(f"The summary of {idx * size}-{(idx + 1) * size - 1} is unreadable; nothing "
-                                  "was re-sealed.") from None
-                fresh = aead.seal(self._rows_key, self._summary_plain(version, text, self._writer_of(plain)),
-                                  self._aad("summaries", f"{size}|{idx}"))
-                self.conn.execute(f"UPDATE summaries SET sealed = ?{also.replace(', epoch', ', epoch = ?')} "
-                                  "WHERE size = ? AND idx = ?", (fresh, *epoch, size, idx))
-        return len(rows)
 
     def level(self, size: int) -> Iterator[str]:
         """The summaries of one level up to its first hole, in order (OptMem's
