@@ -25,7 +25,8 @@ when none is due, as load.py sends it) and ``recall`` (``q=deploy``).
 ``--callgrind`` runs each kind under ``valgrind --tool=callgrind`` twice,
 with ``--calls`` and with twice as many, and prints the difference divided by
 ``--calls``: the instructions of one request, whatever the machine's load
-(start-up, imports and the store's copy cancel out). For ``note`` the
+(start-up, imports and the store's copy cancel out; files are kept open an hour, so that no idle file is
+closed under valgrind's slowness and opened again). For ``note`` the
 difference includes the naps the extra notes brought due (one nap per 128
 notes of a user at most).
 """
@@ -44,6 +45,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -118,20 +120,26 @@ class Driver:
         await self.lifespan.stop()
 
 
+KEEP_OPEN = [5.0]
+
+
 def settings_for(data: Path):
     from tests.helpers import make_settings
 
-    return make_settings(data, keep_open=5.0, workers=2)
+    return make_settings(data, keep_open=KEEP_OPEN[0], workers=2)
 
 
-async def settle(d: Driver, token: str, nap: object = None) -> None:
-    """Write every nap due, as an agent following the answers does."""
+async def settle(d: Driver, token: str, nap: object = None) -> int:
+    """Write every nap due, as an agent following the answers does; how many."""
+    written = 0
     if nap is None:
         nap = (await d.call("GET", "/wake", token))[1].get("nap")
     while isinstance(nap, dict):
         status, answer = await d.call("POST", "/nap", token, {"block": nap["block"], "text": f"summary of {nap['block']}"})
         assert status == 200, answer
         nap = answer.get("nap")
+        written += 1
+    return written
 
 
 async def build_stores(root: Path, users: int, T: int) -> None:
@@ -188,6 +196,56 @@ async def one(d: Driver, kind: str, token: str, k: int) -> object:
     return answer.get("nap") if isinstance(answer, dict) else None
 
 
+class Sampler:
+    """A sampling profiler in this process: every ``interval`` seconds, the
+    stack of every thread but its own, counted per frame (inclusive and own).
+    Unlike cProfile it does not slow the small functions it counts."""
+
+    def __init__(self, interval: float = 0.0005) -> None:
+        import collections
+
+        self.interval = interval
+        self.inclusive: collections.Counter[str] = collections.Counter()
+        self.own: collections.Counter[str] = collections.Counter()
+        self.total = 0
+        self.on = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        while not self._stop:
+            time.sleep(self.interval)
+            if not self.on:
+                continue
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                names = []
+                f = frame
+                while f is not None:
+                    code = f.f_code
+                    names.append(f"{code.co_name} {Path(code.co_filename).name}:{code.co_firstlineno}")
+                    f = f.f_back
+                if not names or names[0].split(" ")[0] in ("wait", "select", "get", "_worker", "sleep"):
+                    continue  # a thread waiting for work
+                self.total += 1
+                self.own[names[0]] += 1
+                for n in set(names):
+                    self.inclusive[n] += 1
+
+    def report(self, top: int = 70) -> str:
+        self._stop = True
+        out = [f"{self.total} busy samples", "inclusive % | own % | frame"]
+        for name, n in self.inclusive.most_common(top):
+            out.append(f"{100 * n / self.total:6.1f} | {100 * self.own[name] / self.total:5.1f} | {name}")
+        out += ["", "own % | frame"]
+        for name, n in self.own.most_common(top // 2):
+            out.append(f"{100 * n / self.total:5.1f} | {name}")
+        return "\n".join(out)
+
+
 def _thread_profiling(prof: cProfile.Profile) -> None:
     """Profile the work each request does in its worker thread (operation.perform), where a profiler of the
     event loop's thread never looks."""
@@ -207,7 +265,8 @@ def _thread_profiling(prof: cProfile.Profile) -> None:
     dispatch.operation.perform = profiled  # type: ignore[attr-defined]
 
 
-async def run(kinds: list[str], n: int, users: int, T: int, profile: str | None, warm: int = 2) -> dict[str, float]:
+async def run(kinds: list[str], n: int, users: int, T: int, profile: str | None, warm: int = 2,
+              sample: str | None = None) -> dict[str, float]:
     """CPU ms per call of each kind (process time: every thread)."""
     root = stores(users, T)
     tokens = (root / "tokens").read_text().split()
@@ -227,11 +286,15 @@ async def run(kinds: list[str], n: int, users: int, T: int, profile: str | None,
                     nap = await one(d, kind, tokens[k % len(tokens)], k)
                     if kind in ("note", "nap"):
                         await settle(d, tokens[k % len(tokens)], nap)
+                sampler = Sampler() if sample == kind else None
+                if sampler:
+                    sampler.on = True
                 prof = cProfile.Profile(time.thread_time) if profile == kind else None
                 main_prof = cProfile.Profile(time.thread_time) if prof else None
                 if prof:
                     _thread_profiling(prof)
-                spent = 0.0
+                spent = settling = 0.0
+                naps = 0
                 for k in range(n):
                     tok = tokens[k % len(tokens)]
                     t0 = time.process_time()
@@ -242,8 +305,14 @@ async def run(kinds: list[str], n: int, users: int, T: int, profile: str | None,
                         main_prof.disable()
                     spent += time.process_time() - t0
                     if kind in ("note", "nap") and nap is not None:
-                        await settle(d, tok, nap)
+                        t0 = time.process_time()
+                        naps += await settle(d, tok, nap)
+                        settling += time.process_time() - t0
                 out[kind] = 1000 * spent / n
+                if naps:
+                    out[f"nap writing a summary (after the {kind}s, {naps} of them)"] = 1000 * settling / naps
+                if sampler:
+                    print(sampler.report())
                 if prof and main_prof:
                     s = io.StringIO()
                     stats = pstats.Stats(main_prof, stream=s)
@@ -258,6 +327,66 @@ async def run(kinds: list[str], n: int, users: int, T: int, profile: str | None,
     return out
 
 
+async def served(kinds: list[str], n: int, users: int, T: int) -> dict[str, float]:
+    """CPU ms of a real ``stash serve`` (one worker: the process that answers) per call of each kind, over one
+    keep-alive connection (bench/load.py's raw client): what uvicorn, its parser and the socket add to the app."""
+    from load import Conn
+
+    def server_cpu(pid: int) -> float:
+        """CPU seconds of every thread of the process, in nanoseconds (schedstat), not clock ticks."""
+        total = 0
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+        return total / 1e9
+
+    from tests.live import Server
+
+    root = stores(users, T)
+    tokens = (root / "tokens").read_text().split()
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="stash-served-") as tmp:
+        shutil.copytree(root / "data", Path(tmp) / "data")
+        server = Server(Path(tmp) / "data", Path(tmp) / "server.log").start()
+        conn = Conn("127.0.0.1", server.port)
+        try:
+            async def call(kind: str, tok: str, k: int) -> object:
+                words = " ".join(WORDS[(k * j) % len(WORDS)] for j in range(3, 3 + k % 9))
+                method, target, body = {
+                    "health": ("GET", "/health", None), "wake": ("GET", "/wake", None),
+                    "zoom": ("GET", "/zoom?block=0-127", None), "recall": ("GET", "/recall?q=deploy", None),
+                    "note": ("POST", "/note", orjson.dumps({"text": f"note {k} {words}"})),
+                    "nap": ("POST", "/nap", b"{}")}[kind]
+                status, answer, _ = await conn.request(method, target, tok, body)
+                assert status in (200, 201), (kind, status, answer)
+                return answer.get("nap")
+
+            async def settle_served(tok: str, nap: object) -> None:
+                while isinstance(nap, dict):
+                    body = orjson.dumps({"block": nap["block"], "text": f"summary of {nap['block']}"})
+                    status, answer, _ = await conn.request("POST", "/nap", tok, body)
+                    assert status == 200, answer
+                    nap = answer.get("nap")
+
+            for kind in kinds:
+                for k in range(2 * len(tokens)):
+                    await settle_served(tokens[k % len(tokens)], await call(kind, tokens[k % len(tokens)], k))
+                spent = 0.0
+                for k in range(n):
+                    tok = tokens[k % len(tokens)]
+                    c0 = server_cpu(server.proc.pid)
+                    nap = await call(kind, tok, 1000 + k)
+                    spent += server_cpu(server.proc.pid) - c0
+                    await settle_served(tok, nap)
+                out[kind] = 1000 * spent / n
+        finally:
+            conn.close()
+            server.stop()
+    return out
+
+
 def callgrind(kinds: list[str], n: int, users: int, T: int) -> dict[str, float]:
     """Instructions per call of each kind: the difference between ``2n`` and ``n`` calls under callgrind."""
     stores(users, T)
@@ -269,7 +398,7 @@ def callgrind(kinds: list[str], n: int, users: int, T: int) -> dict[str, float]:
                 cg = Path(tmp) / "callgrind.out"
                 cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", sys.executable, __file__,
                        "--ops", kind, "--calls", str(calls), "--users", str(users), "-T", str(T), "--quiet",
-                       "--warm", "1"]
+                       "--warm", "1", "--keep-open", "3600"]
                 subprocess.run(cmd, check=True, capture_output=True)
                 text = cg.read_text(errors="replace")
                 found = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
@@ -286,11 +415,15 @@ def main() -> int:
     p.add_argument("--users", type=int, default=8)
     p.add_argument("-T", type=int, default=300, help="memories per user")
     p.add_argument("--profile", choices=KINDS)
+    p.add_argument("--sample", choices=KINDS, help="a sampling profile of this kind (every thread)")
+    p.add_argument("--served", action="store_true", help="a real stash serve's CPU per call, over HTTP")
     p.add_argument("--callgrind", action="store_true")
     p.add_argument("--warm", type=int, default=2, help="untimed calls per user before each kind")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--keep-open", type=float, default=5.0, help="seconds files stay open after a request")
     args = p.parse_args()
     kinds = args.ops.split(",")
+    KEEP_OPEN[0] = args.keep_open
     # Before prometheus_client is imported: its values are multiprocess files, as under --workers 2.
     prom = tempfile.TemporaryDirectory(prefix="stash-cost-prom-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom.name
@@ -301,13 +434,20 @@ def main() -> int:
         for kind in kinds:
             print(f"| {kind} | {res[kind] / 1e6:.2f} M |")
         return 0
-    res = asyncio.run(run(kinds, args.calls, args.users, args.T, args.profile, args.warm))
+    if args.served:
+        res = asyncio.run(served(kinds, args.calls, args.users, args.T))
+        print(f"server CPU ms per call, a real stash serve over one keep-alive connection ({args.calls} calls of "
+              f"each; {args.users} users of {args.T} memories; load {os.getloadavg()[0]:.1f})")
+        for kind, ms in res.items():
+            print(f"| {kind} | {ms:.3f} |")
+        return 0
+    res = asyncio.run(run(kinds, args.calls, args.users, args.T, args.profile, args.warm, args.sample))
     if args.quiet:
         return 0
     print(f"CPU ms per call, in process through ASGI ({args.calls} calls of each; {args.users} users of "
           f"{args.T} memories; load {os.getloadavg()[0]:.1f})")
-    for kind in kinds:
-        print(f"| {kind} | {res[kind]:.3f} |")
+    for kind, ms in res.items():
+        print(f"| {kind} | {ms:.3f} |")
     return 0
 
 
