@@ -135,7 +135,8 @@ async def settle(d: Driver, token: str, nap: object = None) -> int:
     if nap is None:
         nap = (await d.call("GET", "/wake", token))[1].get("nap")
     while isinstance(nap, dict):
-        status, answer = await d.call("POST", "/nap", token, {"block": nap["block"], "text": f"summary of {nap['block']}"})
+        body = {"block": nap["block"], "text": f"summary of {nap['block']}"}
+        status, answer = await d.call("POST", "/nap", token, body)
         assert status == 200, answer
         nap = answer.get("nap")
         written += 1
@@ -272,7 +273,7 @@ async def run(kinds: list[str], n: int, users: int, T: int, profile: str | None,
     tokens = (root / "tokens").read_text().split()
     # The access log as a served worker writes it (web/app.py, app_from_env), into /dev/null.
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        stream=open(os.devnull, "w"))  # noqa: SIM115
+                        stream=open(os.devnull, "w"))
     from stash.web.app import create_app
 
     out: dict[str, float] = {}
