@@ -192,6 +192,15 @@ class FilePart:
             out += list(self.conn.execute(sql, part).fetchone())
         return out
 
+    def _frontiers(self, top: Any) -> list[tuple[int, Any]]:
+        """``(size, MAX(idx))`` of every level 2, 4, … up to ``top``."""
+        sizes = []
+        size = 2
+        while size <= top:
+            sizes.append(size)
+            size *= 2
+        return list(zip(sizes, self._top_idxs(sizes), strict=True))
+
     def count(self) -> int:
         """T: how many memories the log holds (ids are dense from 0)."""
         if not self._made("log"):

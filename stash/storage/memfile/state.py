@@ -159,12 +159,7 @@ class StatePart(RowCodec):
             for rid, sealed in self._rows(tables, "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
                 put("erasures", rid, sealed)
         top = (self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0) if "summaries" in tables else 0
-        sizes = []
-        size = 2
-        while size <= top:
-            sizes.append(size)
-            size *= 2
-        for size, top_idx in zip(sizes, self._top_idxs(sizes)):
+        for size, top_idx in self._frontiers(top):
             put("level", size, top_idx)
         for name, sql in self.conn.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
