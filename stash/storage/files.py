@@ -482,12 +482,15 @@ def close_now(path: Path, conn: sqlite3.Connection) -> None:
 def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None, pool: Pool | None = None) -> None:
     """A request is done with ``conn``: keep it idle in ``pool``
     (:mod:`stash.storage.pool`) when there is one, it is on and the connection
-    is reusable, else close it. Either way its WAL is folded first."""
+    is reusable, else close it. Either way its WAL is folded first. Whether
+    it is reusable — in WAL mode, not holding its file's lock alone — was
+    settled when :func:`connect` set it up (:data:`LIVE`); a connection made
+    elsewhere is asked."""
     if pool is not None and pool.enabled and not conn.in_transaction:
         try:
             # Neither an immutable open nor one that holds its file's lock alone (connect) is kept.
-            live = (conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-                    and conn.execute("PRAGMA locking_mode").fetchone()[0] == "normal")
+            live = getattr(conn, LIVE, False) or (conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+                                                  and conn.execute("PRAGMA locking_mode").fetchone()[0] == "normal")
             conn.execute("PRAGMA synchronous = FULL")  # a request may have lowered it for one write
         except DB_ERRORS:
             live = False
@@ -607,8 +610,10 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
             raise
         return conn
     try:
-        _set_up(conn)
+        wal = _set_up(conn)
         safeopen.check_schema(conn, Path(path).name)
+        if wal:
+            setattr(conn, LIVE, True)
     except DB_ERRORS as exc:
         conn.close()
         if create or not isinstance(storage_error(exc, Path(path).parent), Full):
@@ -633,6 +638,21 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
     return conn
 
 
+LIVE = "stash_live"
+"""The attribute :func:`connect` sets on a connection it set up in WAL mode
+with the normal locking mode, so :func:`release` need not ask SQLite."""
+
+
+class _PlainConnection(sqlite3.Connection):
+    """A standard-library connection that can carry :data:`LIVE`."""
+
+
+_CipherConnection: type | None = None
+if _sqlcipher is not None:
+    class _CipherConnection(_sqlcipher.Connection):  # type: ignore[no-redef, misc]
+        """A SQLCipher connection that can carry :data:`LIVE`."""
+
+
 def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: bool) -> sqlite3.Connection:
     conn: sqlite3.Connection  # sqlcipher3's connection has the same interface
     if cipher == "sqlcipher":
@@ -640,7 +660,8 @@ def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: b
             raise RuntimeError("this store needs SQLCipher, which is not installed here")
         with SQLCIPHER_OPEN_CLOSE:
             conn = _sqlcipher.connect(
-                target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=uri
+                target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=uri,
+                factory=_CipherConnection,
             )
         # A file that fails to open is reported to the caller as damage; the
         # library's own stderr lines about it would only be noise in the log.
@@ -655,17 +676,19 @@ def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: b
         safeopen.harden(conn)
     else:
         conn = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
-                               uri=uri)
+                               uri=uri, factory=_PlainConnection)
         conn.execute(f"PRAGMA page_size = {page}")  # takes effect when the file is created
         safeopen.harden(conn)
     return conn
 
 
-def _set_up(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
+def _set_up(conn: sqlite3.Connection) -> bool:
+    """Set a new connection up; whether it is in WAL mode now."""
+    wal: bool = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA secure_delete = ON")
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+    return wal
 
 
 def fsync_path(path: Path) -> None:

@@ -180,6 +180,27 @@ class FilePart:
             self._seen.add(table)
         return found
 
+    def _top_idxs(self, sizes: list[int]) -> list[Any]:
+        """``SELECT MAX(idx) FROM summaries WHERE size = ?`` for each of
+        ``sizes``, in one statement (one indexed read per level, as many
+        statements would make; a request reads every level's frontier two
+        or three times, and a statement's own cost was most of each)."""
+        out: list[Any] = []
+        for k in range(0, len(sizes), 64):
+            part = sizes[k:k + 64]
+            sql = "SELECT " + ", ".join(["(SELECT MAX(idx) FROM summaries WHERE size = ?)"] * len(part))
+            out += list(self.conn.execute(sql, part).fetchone())
+        return out
+
+    def _frontiers(self, top: Any) -> list[tuple[int, Any]]:
+        """``(size, MAX(idx))`` of every level 2, 4, … up to ``top``."""
+        sizes = []
+        size = 2
+        while size <= top:
+            sizes.append(size)
+            size *= 2
+        return list(zip(sizes, self._top_idxs(sizes), strict=True))
+
     def count(self) -> int:
         """T: how many memories the log holds (ids are dense from 0)."""
         if not self._made("log"):

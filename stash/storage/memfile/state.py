@@ -159,11 +159,8 @@ class StatePart(RowCodec):
             for rid, sealed in self._rows(tables, "erasures", "SELECT id, sealed FROM erasures ORDER BY id"):
                 put("erasures", rid, sealed)
         top = (self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0) if "summaries" in tables else 0
-        size = 2
-        while size <= top:
-            top_idx = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+        for size, top_idx in self._frontiers(top):
             put("level", size, top_idx)
-            size *= 2
         for name, sql in self.conn.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
             put("trigger", name, sql)

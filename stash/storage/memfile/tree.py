@@ -28,9 +28,9 @@ class TreePart(RowCodec):
         dropped below the frontier, docs/DESIGN.md, "Erase") and the erased
         memories, whose wholly erased blocks need no summary."""
         out = Settled(holes=self._holes(), erased=self.erased_runs())
-        for size in levels(T):
-            top = self._top_idx(size)
-            out[size] = 0 if top is None else top + 1
+        sizes = list(levels(T))
+        for size, top in zip(sizes, self._top_idxs(sizes) if self._made("summaries") else [None] * len(sizes)):
+            out[size] = 0 if top is None else int(top) + 1
         return out
 
     def _top_idx(self, size: int) -> int | None:
