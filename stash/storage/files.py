@@ -331,9 +331,12 @@ def checkpoint(conn: sqlite3.Connection, attempts: int = 50, pause: float = 0.02
     return attempts > 1 and litestream_flushed(conn)
 
 
-# How long a flush waits for Litestream's checkpoint: several of its sync
-# intervals (stash replicate's default is one second).
-LITESTREAM_FLUSH_S = 5.0
+# How long a flush waits for Litestream's checkpoint: many of its sync
+# intervals (stash replicate's default is one second). Litestream ships the
+# write, then checkpoints at its next timer, two intervals on a quiet host;
+# 5 s was once too short on a loaded one (the whole suite's replication
+# test answered flushed false), and a flush that times out stays pending.
+LITESTREAM_FLUSH_S = 10.0
 
 
 def _wal_header(path: str) -> bytes | None:
