@@ -135,7 +135,7 @@ def verify_main(argv: list[str]) -> int:
 
 
 def _given_tokens(path: str | None) -> list[str]:
-    """The capabilities migrate may use: $STASH_TOKEN, and one a line from
+    """The capabilities migrate or compact may use: $STASH_TOKEN, and one a line from
     ``path`` ('-': standard input), never from the command line."""
     lines = [os.environ.get("STASH_TOKEN", "")]
     if path == "-":
@@ -145,6 +145,33 @@ def _given_tokens(path: str | None) -> list[str]:
     return [t.strip() for t in lines if t.strip()]
 
 
+def _folder_verb_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The options every verb that works through a data folder's memories
+    with given tokens shares (migrate, compact), added after its own."""
+    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
+                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
+    p.add_argument("--tokens", default=None, metavar="FILE",
+                   help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN")
+    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
+                   help="how long to retry a memory a running server keeps open (default 30)")
+    return p.parse_args(argv)
+
+
+def _tokens_and_folder(verb: str, args: argparse.Namespace) -> tuple[list[str], Path] | None:
+    """The given tokens and the data folder of such a verb, or None once
+    it has said on stderr why it cannot start."""
+    try:
+        given = _given_tokens(args.tokens)
+    except (OSError, UnicodeDecodeError):
+        print(f"{verb}: --tokens names a file that cannot be read.", file=sys.stderr)
+        return None
+    folder = _data(args.data)
+    if not (folder / "users").is_dir():
+        print(f"{verb}: the data folder has no users/ folder; check --data.", file=sys.stderr)
+        return None
+    return given, folder
+
+
 def migrate_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="stash migrate", description=(
         "Convert every memory of every user of a data folder from SQLCipher files to plain SQLite files, which "
@@ -152,26 +179,14 @@ def migrate_main(argv: list[str]) -> int:
         "stash verify does. A memory converts only with a token that opens it (the file key comes from its "
         "secret): $STASH_TOKEN and --tokens. Run it with the server stopped, or beside it: each memory moves "
         "under its lock, and its requests wait. A run that was killed is finished by running it again."))
-    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
-                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
     p.add_argument(FILE_CIPHER.flag, required=True, choices=["none"], help="the cipher to move to: none")
-    p.add_argument("--tokens", default=None, metavar="FILE",
-                   help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN")
-    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to retry a memory a running server keeps open (default 30)")
-    args = p.parse_args(argv)
+    args = _folder_verb_args(p, argv)
     from ..service.migrate import migrate
 
-    try:
-        given = _given_tokens(args.tokens)
-    except (OSError, UnicodeDecodeError):
-        print("stash migrate: --tokens names a file that cannot be read.", file=sys.stderr)
+    got = _tokens_and_folder("stash migrate", args)
+    if got is None:
         return 2
-    folder = _data(args.data)
-    if not (folder / "users").is_dir():
-        print("stash migrate: the data folder has no users/ folder; check --data.", file=sys.stderr)
-        return 2
-    results = migrate(folder, given, args.wait)
+    results = migrate(got[1], got[0], args.wait)
     counts = {"converted": 0, "plain": 0, "left": 0}
     failed = 0
     for user in results:
@@ -201,25 +216,13 @@ def compact_main(argv: list[str]) -> int:
         "is compacted only with a full or owner token that opens it: $STASH_TOKEN and --tokens. Run it with the "
         "server stopped, or beside it: each memory is worked on under its lock, and its requests wait. A run that "
         "was killed is finished by running it again."))
-    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
-                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
-    p.add_argument("--tokens", default=None, metavar="FILE",
-                   help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN")
-    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to retry a memory a running server keeps open (default 30)")
-    args = p.parse_args(argv)
+    args = _folder_verb_args(p, argv)
     from ..service.compact import compact
 
-    try:
-        given = _given_tokens(args.tokens)
-    except (OSError, UnicodeDecodeError):
-        print("stash compact: --tokens names a file that cannot be read.", file=sys.stderr)
+    got = _tokens_and_folder("stash compact", args)
+    if got is None:
         return 2
-    folder = _data(args.data)
-    if not (folder / "users").is_dir():
-        print("stash compact: the data folder has no users/ folder; check --data.", file=sys.stderr)
-        return 2
-    results = compact(folder, given, args.wait)
+    results = compact(got[1], got[0], args.wait)
     counts = {"compacted": 0, "left": 0}
     failed = 0
     for user in results:
