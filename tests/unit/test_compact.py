@@ -23,8 +23,9 @@ from stash.core.errors import RolledBack
 from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
+from stash.storage.files import DB_ERRORS
 from tests.compact_kit import ONE_SIZE, old_store, summaries
-from tests.raw_files import raw_memory_file
+from tests.raw_files import file_key, open_raw, raw_memory_file
 from tests.verify_kit import line_of, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,30 +100,70 @@ def test_a_compacted_summary_keeps_its_version_so_an_older_copy_is_still_refused
         s.memory.zoom("0-3")
 
 
+def _layouts(folder: Path, key: bytes) -> tuple[int, int]:
+    """How many summaries the file holds padded to one size, and in all,
+    read by a connection of its own beside a running ``stash compact``."""
+    conn = open_raw(folder / "memory.db", file_key(key))
+    try:
+        sizes = ",".join(str(n) for n in ONE_SIZE)
+        old, total = conn.execute(f"SELECT sum(length(sealed) IN ({sizes})), count(*) FROM summaries").fetchone()
+        return old or 0, total
+    except DB_ERRORS:  # type: ignore[misc]  # busy for an instant while it commits a slice
+        return -1, -1
+    finally:
+        conn.close()
+
+
 @pytest.mark.slow
 def test_kill_9_at_any_instant_of_compact_leaves_a_store_that_opens_and_a_rerun_finishes(
         capsys, monkeypatch, tmp_path: Path) -> None:
+    """The first kill lands once a reader of its own has seen the summaries
+    half moved (on a new store again, should it find them all moved), the
+    others at random instants of the re-seal or the rewrite; each leaves a
+    store that verifies, and a last run finishes it."""
     rng = random.Random(27)
-    data = tmp_path / "data"
-    T = 40_000
-    vault, token = old_store(monkeypatch, data, "sqlcipher", T, napped=False)
-    want = summaries(vault, token)
-    env = {**os.environ, "STASH_TOKEN": token}
-    mixed = 0  # trials that stopped it with summaries of both layouts in the file
-    for trial in range(4):
+    mixed = 0  # kills that stopped it with summaries of both layouts in the file
+    for trial in range(6):
+        if trial == 0 or (trial < 3 and not mixed):
+            data = tmp_path / f"data{trial}"
+            vault, token = old_store(monkeypatch, data, "sqlcipher", 40_000, napped=False)
+            folder = folder_of(vault, token)
+            with vault.session(token, "read") as s:
+                key = bytes(s.master)
+            want = summaries(vault, token)
+            env = {**os.environ, "STASH_TOKEN": token}
+        elif not mixed:
+            break
         proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=REPO, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 3.0) if trial else 0.5)
+        if mixed:
+            time.sleep(rng.uniform(0.3, 3.0))
+        else:
+            while proc.poll() is None and not 0 < _layouts(folder, key)[0] < len(want):
+                time.sleep(0.002)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         now = summaries(vault, token)
         assert {b: v[:3] for b, v in now.items()} == {b: v[:3] for b, v in want.items()}, trial
         assert all(v[3] in ONE_SIZE or v[3] - aead.OVERHEAD in formats.SUMMARY_BUCKETS for v in now.values())
-        old = sum(v[3] in ONE_SIZE for v in now.values())
-        mixed += 0 < old < len(now)
+        mixed += 0 < sum(v[3] in ONE_SIZE for v in now.values()) < len(now)
         code, text = run(capsys, data, token)
         assert code == 0, text
     assert mixed, "no kill landed while the summaries moved"
     code, out = compact(capsys, monkeypatch, data, token)
     assert code == 0, out
     assert {v[3] for v in summaries(vault, token).values()}.isdisjoint(ONE_SIZE)
+
+
+def _layouts(folder: Path, master: bytes) -> tuple[int, int]:
+    """How many summaries the file holds padded to one size, and in all, read
+    by a connection of its own beside a running ``stash compact``."""
+    conn = open_raw(folder / "memory.db", file_key(master))
+    sizes = ",".join(str(n) for n in sorted(ONE_SIZE))
+    try:
+        old, total = conn.execute(f"SELECT total(length(sealed) IN ({sizes})), count(*) FROM summaries").fetchone()
+        return int(old), total
+    except DB_ERRORS:  # type: ignore[misc]  # a tuple of exception classes: busy while it commits a slice
+        return -1, -1
+    finally:
+        conn.close()
