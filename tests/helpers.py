@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -117,6 +118,20 @@ class Api(BearerClient):
         if self.lifespan is not None:
             self.loop.run_until_complete(self.lifespan.stop())
         self.loop.close()
+
+
+def wal_folded(*paths: Path, within: float = 10.0) -> bool:
+    """True once each file's WAL is empty or gone: a server's pool folds a
+    kept file's WAL once the file has been quiet (storage/pool.py); False
+    when ``within`` seconds pass first."""
+    deadline = time.monotonic() + within
+    while True:
+        sizes = [Path(f"{p}-wal").stat().st_size if Path(f"{p}-wal").exists() else 0 for p in paths]
+        if not any(sizes):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 def make_settings(data_dir: Path, **kw) -> Settings:

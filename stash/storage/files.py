@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import shutil
 import sqlite3
@@ -17,7 +18,7 @@ from urllib.parse import quote
 
 from ..core.errors import Damaged, Full, StashError, Unavailable
 from . import safeopen, userlock
-from .pool import MAX_IDLE, Pool, key_digest
+from .pool import MAX_IDLE, Pool, Signature, key_digest, signature
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
     import sqlcipher3.dbapi2 as _sqlcipher
@@ -485,10 +486,13 @@ def close_now(path: Path, conn: sqlite3.Connection) -> None:
 def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None, pool: Pool | None = None) -> None:
     """A request is done with ``conn``: keep it idle in ``pool``
     (:mod:`stash.storage.pool`) when there is one, it is on and the connection
-    is reusable, else close it. Either way its WAL is folded first. Whether
-    it is reusable — in WAL mode, not holding its file's lock alone — was
-    settled when :func:`connect` set it up (:data:`LIVE`); a connection made
-    elsewhere is asked."""
+    is reusable, else fold its WAL and close it. A kept connection's WAL is
+    folded by the pool once its file has been quiet for a moment
+    (:func:`_pool_folder`), not here: that is three syncs of each file a
+    write touched, off the path of its answer. Whether it is reusable — in
+    WAL mode, not holding its file's lock alone — was settled when
+    :func:`connect` set it up (:data:`LIVE`); a connection made elsewhere is
+    asked."""
     if pool is not None and pool.enabled and not conn.in_transaction:
         try:
             # Neither an immutable open nor one that holds its file's lock alone (connect) is kept.
@@ -498,7 +502,6 @@ def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None, pool: 
         except DB_ERRORS:
             live = False
         if live:
-            fold(conn, path)
             if pool.give(path, key_digest(file_key), conn):
                 return
     close_now(path, conn)
@@ -515,14 +518,41 @@ def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
         close_now(path, conn)
 
 
+def _pool_folder(path: Path, conn: sqlite3.Connection, sig: Signature) -> Signature | None:
+    """How the pool folds a kept connection's WAL once its file went quiet:
+    under the user's lock held shared, as a request holds it, so a backup or
+    a verify (which copy the files under it held exclusive) never sees a
+    file half folded. Returns the file's signature after the fold; the one
+    it had when the lock is held exclusive now (tried again later); None,
+    with the connection closed, when the file changed while idle (replaced,
+    restored, written by another process), so that the next request opens
+    and checks it afresh, or when the fold failed."""
+    try:
+        with userlock.shared_now(path.parent) as held:
+            if not held:
+                return sig
+            if signature(path) != sig:
+                close_now(path, conn)
+                return None
+            fold(conn, path)
+            return signature(path)
+    except Exception as exc:  # the pool's thread must outlive any one file; no path or message is logged
+        logging.getLogger("stash.error").error("a kept file's fold failed (%s); its connection was closed",
+                                               type(exc).__name__)
+        with contextlib.suppress(Exception):
+            _pool_closer(path, conn, False)
+        return None
+
+
 def new_pool(idle_seconds: float, max_idle: int = MAX_IDLE) -> Pool:
-    """A pool that keeps connections idle ``idle_seconds`` (0: none) and
-    closes them as this module does; its owner closes it. The page caches of
-    this process's connections are held to :data:`HEAP_BYTES` together from
-    then on (:func:`limit_page_caches`)."""
+    """A pool that keeps connections idle ``idle_seconds`` (0: none), folds
+    their WALs once their files went quiet and closes them as this module
+    does; its owner closes it. The page caches of this process's connections
+    are held to :data:`HEAP_BYTES` together from then on
+    (:func:`limit_page_caches`)."""
     if idle_seconds > 0 and max_idle > 0:
         limit_page_caches(HEAP_BYTES)
-    return Pool(idle_seconds, max_idle, closer=_pool_closer)
+    return Pool(idle_seconds, max_idle, closer=_pool_closer, folder=_pool_folder)
 
 
 HEAP_BYTES = 32 * 2**20
@@ -691,7 +721,17 @@ def _set_up(conn: sqlite3.Connection) -> bool:
     conn.execute("PRAGMA synchronous = FULL")
     conn.execute("PRAGMA secure_delete = ON")
     conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+    conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_PAGES}")
+    conn.execute(f"PRAGMA journal_size_limit = {WAL_PAGES * LEGACY_PAGE_BYTES}")
     return wal
+
+
+WAL_PAGES = 256
+"""The most pages a WAL gathers before the write that passes it folds it in
+(SQLite's automatic checkpoint; 1,000 by default). A file written without a
+quiet moment is folded by the pool only once it goes quiet (:func:`release`),
+so this bounds the WAL of a busy memory to about 1 MiB (and the disk a
+memory's quota counts beyond its file), for two syncs every 25 or so notes."""
 
 
 def fsync_path(path: Path) -> None:

@@ -12,10 +12,17 @@ What keeps that as safe as a fresh open:
 * **Same key only.** An idle connection is filed under its path and a digest
   of the key it was opened with; only a request that derived the same key
   gets it. No request reads through a connection it could not have opened.
-* **At rest while idle.** Before a connection goes idle its WAL is folded
-  into the file (:func:`files.fold`), so between requests the file on disk
-  is whole by itself, as it was when every request closed its files: a
-  backup, a copy or a restore with the server stopped sees one file.
+* **At rest while idle.** A connection goes idle with whatever its request
+  committed still in its WAL: the commit is durable there already (synced
+  at ``synchronous = FULL``), and folding it into the file before the answer
+  cost a write request three syncs of each file it wrote. Once the file has
+  been quiet for :data:`FOLD_AFTER_S`, the pool's own thread folds the WAL
+  into the file (:func:`fold_quiet`), under the user's lock held shared as
+  a request holds it, so that a backup never copies a file half folded; from
+  then until the next request the file on disk is whole by itself, as it was
+  when every request closed its files. A backup, a verify or a copy taken
+  meanwhile copies the WAL beside the file, which together are one state;
+  the server stopped (its pool closed) leaves every file folded.
 * **Changed files are never reused.** The file's identity, size,
   modification and change times, its WAL's size and whether its filesystem is
   read-only are recorded when it goes idle (:func:`signature`); a file
@@ -24,7 +31,7 @@ What keeps that as safe as a fresh open:
   connection is closed instead of reused, so the next open checks the file
   from scratch.
 * **Bounded.** At most ``max_idle`` connections (:data:`MAX_IDLE`), each dropped ``idle_seconds``
-  after its last use (the pool's own reaper thread, while it is open as a
+  after its last use (the pool's own thread, while it is open as a
   context manager), all of them when the pool is closed, and every one of a
   user's when the store is destroyed.
 
@@ -63,6 +70,16 @@ descriptors (``stash serve`` raises its open-file limit to make room), and
 at most :data:`files.CACHE_KIB` of page cache each."""
 
 
+FOLD_AFTER_S = 0.5
+"""How long a kept file's WAL waits, quiet, before the pool folds it. A
+user's requests closer together than this share one fold; a copy taken with
+the server running within this long of a write holds the WAL too."""
+TICK_S = 0.25
+"""How often the pool's thread folds what went quiet and closes what idled
+past its time: a file is folded at most ``FOLD_AFTER_S + TICK_S`` after its
+last request."""
+
+
 def signature(path: Path) -> Signature | None:
     """What changes when anyone touches the file: its device, inode, size,
     modification time and change time (a ``chmod`` moves only the last), its
@@ -99,20 +116,30 @@ Closer = Callable[[Path, sqlite3.Connection, bool], None]
 """How a pool closes a connection for good: (path, connection, whether the
 caller holds that user's lock already)."""
 
+Folder = Callable[[Path, sqlite3.Connection, Signature], "Signature | None"]
+"""How a pool folds an idle connection's WAL: (path, connection, the file's
+signature when it went idle) -> the signature after the fold, or None when
+the file had changed meanwhile and the connection was closed instead."""
+
 
 class Pool:
     """Connections kept idle between requests, under the rules of the module
     docstring. ``closer`` closes one for good (:func:`files.new_pool` gives
     the one that folds the WAL and takes the user's lock)."""
 
-    def __init__(self, idle_seconds: float, max_idle: int = MAX_IDLE, *, closer: Closer) -> None:
+    def __init__(self, idle_seconds: float, max_idle: int = MAX_IDLE, *, closer: Closer,
+                 folder: Folder | None = None, fold_after: float = FOLD_AFTER_S) -> None:
         self.idle_seconds = idle_seconds
         self.max_idle = max_idle
         self.closer = closer
+        self.folder = folder
+        self.fold_after = fold_after
         self._idle: dict[str, list[_Idle]] = {}
         self._count = 0
         self._closed = False
         self._lock = threading.Lock()
+        self._folding: dict[int, tuple[str, _Idle]] = {}  # out of the pool while fold_quiet folds them
+        self._doomed: set[int] = set()  # of those, the ones a reap, drop or close let go meanwhile
         self._stop = threading.Event()
         self._reaper: threading.Thread | None = None
 
@@ -121,8 +148,9 @@ class Pool:
         return self.idle_seconds > 0 and self.max_idle > 0 and not self._closed
 
     def __enter__(self) -> Pool:
-        """Start the thread that closes, once a second, what idled past
-        ``idle_seconds`` (none when the pool keeps nothing)."""
+        """Start the thread that, every :data:`TICK_S`, folds what went quiet
+        and closes what idled past ``idle_seconds`` (none when the pool keeps
+        nothing)."""
         if self.enabled and self._reaper is None:
             self._reaper = threading.Thread(target=self._reap_until_closed, name="idle-files", daemon=True)
             self._reaper.start()
@@ -132,7 +160,8 @@ class Pool:
         self.close()
 
     def _reap_until_closed(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(TICK_S):
+            self.fold_quiet()
             self.reap()
 
     def take(self, path: Path, key: bytes) -> sqlite3.Connection | None:
@@ -167,17 +196,23 @@ class Pool:
 
     def give(self, path: Path, key: bytes, conn: sqlite3.Connection) -> bool:
         """Keep ``conn`` idle; False when the pool will not (the caller
-        closes it). The file must be at rest: no transaction, WAL folded."""
+        closes it). The file must be at rest: no transaction (its WAL may
+        hold what the request committed; :meth:`fold_quiet` folds it)."""
         if not self.enabled or conn.in_transaction:
             return False
         sig = signature(path)
         if sig is None:
             return False
+        return self._keep(str(path), _Idle(conn, key, sig, time.monotonic()))
+
+    def _keep(self, name: str, entry: _Idle) -> bool:
+        """File ``entry`` under ``name``, closing the oldest past the bound;
+        False (nothing filed) once the pool is closed."""
         evicted: list[tuple[str, _Idle]] = []
         with self._lock:
-            if self._closed:  # closed since the check above: nothing is kept after close
+            if self._closed:  # closed since the caller's check: nothing is kept after close
                 return False
-            self._idle.setdefault(str(path), []).append(_Idle(conn, key, sig, time.monotonic()))
+            self._idle.setdefault(name, []).append(entry)
             self._count += 1
             while self._count > self.max_idle:
                 oldest = min(self._idle, key=lambda n: self._idle[n][0].since)
@@ -185,9 +220,50 @@ class Pool:
                 if not self._idle[oldest]:
                     del self._idle[oldest]
                 self._count -= 1
-        for name, e in evicted:
-            self.closer(Path(name), e.conn, False)
+        for name_, e in evicted:
+            self.closer(Path(name_), e.conn, False)
         return True
+
+    def fold_quiet(self, now: float | None = None) -> None:
+        """Fold the WAL of every kept file quiet for ``fold_after`` seconds (as
+        of ``now``, a ``time.monotonic()`` reading) whose WAL holds frames.
+        Each is taken out of the pool while its fold runs, so no request uses
+        it meanwhile, and put back with the signature the fold left (its
+        idle time unchanged); one the folder closed (its file changed while
+        idle) is not put back, and one whose fold could not finish (another
+        process reading, or the user's lock held exclusive) is tried again
+        next time."""
+        if self.folder is None:
+            return
+        cutoff = (time.monotonic() if now is None else now) - self.fold_after
+        due: list[tuple[str, _Idle]] = []
+        with self._lock:
+            for name in list(self._idle):
+                entries = self._idle[name]
+                quiet = [e for e in entries if e.sig[5] > 0 and e.since <= cutoff]
+                if not quiet:
+                    continue
+                due += [(name, e) for e in quiet]
+                left = [e for e in entries if not (e.sig[5] > 0 and e.since <= cutoff)]
+                if left:
+                    self._idle[name] = left
+                else:
+                    del self._idle[name]
+            self._count -= len(due)
+            self._folding.update((id(e), (name, e)) for name, e in due)
+        for name, e in due:
+            try:
+                sig = self.folder(Path(name), e.conn, e.sig)
+            finally:
+                with self._lock:
+                    self._folding.pop(id(e), None)
+                    doomed = id(e) in self._doomed
+                    self._doomed.discard(id(e))
+            if sig is None:
+                continue
+            e.sig = sig
+            if doomed or not self._keep(name, e):
+                self.closer(Path(name), e.conn, False)
 
     def _remove(self, keep: Callable[[str, _Idle], bool], held: bool = False) -> None:
         gone: list[tuple[str, _Idle]] = []
@@ -201,6 +277,7 @@ class Pool:
                 else:
                     del self._idle[name]
             self._count -= len(gone)
+            self._doomed.update(key for key, (name, e) in self._folding.items() if not keep(name, e))
         for name, e in gone:
             self.closer(Path(name), e.conn, held)
 

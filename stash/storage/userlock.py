@@ -71,6 +71,33 @@ class UserLock:
 
 
 @contextlib.contextmanager
+def shared_now(folder: Path) -> Iterator[bool]:
+    """The user's lock held shared if it is free of an exclusive holder right
+    now: yields True while held, False (nothing held) when a backup, a verify
+    or an owner's action holds or queues for it. For the server's own
+    background work, which tries again later rather than wait."""
+    gate = _open(Path(folder) / GATE_NAME)
+    fd: int | None = None
+    try:
+        try:
+            if gate is not None:
+                fcntl.flock(gate, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fd = _open(Path(folder) / LOCK_NAME)
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        finally:
+            if gate is not None:
+                os.close(gate)
+        yield True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+@contextlib.contextmanager
 def shared(folder: Path) -> Iterator[None]:
     lock = UserLock(folder)
     lock.acquire_shared()

@@ -190,8 +190,9 @@ class Settings:
         "next one to reuse; 0 closes them after every request", metavar="SECONDS", low=0, high=3600,
         doc="how long a worker keeps a memory's two files open after its last request, so the next request "
             "reuses them instead of opening, checking and closing them again; 0 closes them after every "
-            "request. Between requests the files are whole on disk (each file's WAL is folded in before it "
-            "goes idle), a file changed meanwhile by anyone is opened afresh, a worker keeps at most 256 files "
+            "request. Between requests each file's WAL is folded in once the file has been quiet for half a "
+            "second, by the worker's own thread (the answer never waits for it); a file changed meanwhile "
+            "by anyone is opened afresh, a worker keeps at most 256 files "
             "open (the key rings and memory files of 128 memories; `stash serve` raises its open-file limit to "
             "8,192 where the hard limit allows), each with at most 512 KiB of page cache, and all are closed "
             "when it stops. What an open memory file holds in the worker's memory is its file key "

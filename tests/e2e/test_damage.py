@@ -25,7 +25,7 @@ import pytest
 from stash.service.access import Vault
 from stash.storage.files import PAGE_BYTES
 from tests.disk_space import fill
-from tests.helpers import assert_error
+from tests.helpers import assert_error, wal_folded
 from tests.live import CLI_TIMEOUT, REPO, Http, Server
 from tests.raw_files import file_key, open_raw
 
@@ -227,6 +227,7 @@ def test_a_damaged_page_is_refused_and_a_restore_brings_everything_back(tmp_path
         with sqlcipher_open(data, a.token) as conn:
             (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'log'").fetchone()
             assert conn.execute("SELECT COUNT(*) FROM log").fetchone()[0] == 30
+        assert wal_folded(path)  # the server's pool folds a quiet file: the page is in the file now
         raw = bytearray(path.read_bytes())
         raw[(root - 1) * PAGE_BYTES + PAGE_BYTES // 2] ^= 0x40  # one bit in the middle of that page
         path.write_bytes(bytes(raw))
@@ -238,9 +239,13 @@ def test_a_damaged_page_is_refused_and_a_restore_brings_everything_back(tmp_path
         b.assert_all_there()
         assert b.note("knot again").status_code == 200
         alive(srv, http)
-        # The operator restores this user's files from the backup.
-        for name in ("memory.db", "keyring.db"):
-            shutil.copyfile(backup / "users" / a.user_id / name, data / "users" / a.user_id / name)
+        # The operator restores this user's folder from the backup, as deploy/README.md says: the server stopped
+        # (a running one keeps the files open, their newest writes perhaps still in a WAL beside them).
+        srv.stop()
+        live = data / "users" / a.user_id
+        live.rename(tmp_path / "before-restore")
+        shutil.copytree(backup / "users" / a.user_id, live)  # with any WAL beside a file: one state together
+        srv.start(same_port=True)
         a.assert_all_there()
         b.assert_all_there()
         alive(srv, http)

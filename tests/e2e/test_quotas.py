@@ -9,14 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_error
+from tests.helpers import assert_error, wal_folded
 from tests.live import Http, start_server
 
 OLD = "2021-03-01"
 
 
 def folder_bytes(data: Path, token: str) -> int:
+    """What the user's files hold at rest, once the server folded their WALs."""
     folder = data / "users" / token[7:23]
+    assert wal_folded(folder / "keyring.db", folder / "memory.db")
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 

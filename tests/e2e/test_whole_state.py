@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error, wal_folded
 from tests.live import Http, Server, start_server
 from tests.state_kit import base_key, raw, rows
 
@@ -173,11 +173,16 @@ def test_a_whole_memory_file_put_back_is_refused_even_when_only_state_changed(se
     assert_error(resp, 500, "store.rolled_back")
 
 
-def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused(server: Server, tmp_path: Path):
+@pytest.mark.parametrize("moment", ["folded", "still in its WAL"])
+def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused(server: Server, tmp_path: Path,
+                                                                                  moment: str):
     """The server keeps a user's files open for a few seconds after each
     request (--keep-open, storage/pool.py). A file copied over in place
     meanwhile — the same inode, older bytes — must not be read through the
-    connection kept open, whose cache still holds the newer pages."""
+    connection kept open, whose cache still holds the newer pages. Put back
+    before the pool folded the newer writes, the WAL beside it still holds
+    them: SQLite reads them over the older pages, so what is served, if
+    anything, is the newest state, never the older one."""
     s = Store(server, tmp_path)
     for i in range(4):
         s.http.ok("POST", "/note", s.token, json={"text": f"before {i}"})
@@ -187,5 +192,16 @@ def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused
     for i in range(3):
         s.http.ok("POST", "/note", s.token, json={"text": f"{secret} {i}"})
     assert s.http.ok("GET", "/wake", s.token)["T"] == 7  # the files are open in the server now
+    if moment == "folded":
+        assert wal_folded(s.folder / "memory.db")
+        shutil.copyfile(older, s.folder / "memory.db")
+        s.refused(("GET", "/wake", None), ("POST", "/note", {"text": "after the put-back"}), secret=secret)
+        return
+    assert (s.folder / "memory.db-wal").stat().st_size > 0
     shutil.copyfile(older, s.folder / "memory.db")
-    s.refused(("GET", "/wake", None), ("POST", "/note", {"text": "after the put-back"}), secret=secret)
+    resp = s.http.request("GET", "/wake", s.token)
+    if resp.status_code == 200:
+        assert resp.json()["T"] == 7 and secret in resp.text
+    else:
+        err = assert_error(resp, resp.status_code)
+        assert resp.status_code == 500 and err["error"] in REFUSED and secret not in resp.text

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import stash
-from stash.storage import files
-from stash.storage.pool import Pool, key_digest
+from stash.storage import files, userlock
+from stash.storage.pool import Pool, Signature, key_digest
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
@@ -63,22 +63,101 @@ def test_a_released_connection_comes_back_for_the_same_file_and_key_only(tmp_pat
     files.close_now(path, again)
 
 
-def test_between_requests_the_file_is_whole_without_its_wal(tmp_path: Path, pool_on: Pool):
+def test_a_kept_file_is_folded_once_it_went_quiet_and_whole_without_its_wal_after(tmp_path: Path, pool_on: Pool):
     path = tmp_path / "memory.db"
     make(path)
     conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
     conn.execute("INSERT INTO idempotency VALUES (2)")
-    assert os.path.getsize(f"{path}-wal") > 0
     files.release(conn, path, KEY_A, pool_on)
     assert pool_on.idle_count() == 1
-    assert os.path.getsize(f"{path}-wal") == 0
-    # A copy of the file alone, taken now, holds the write.
+    # Released, the write is in the WAL (synced there at its commit); the file and its WAL together hold it.
+    assert os.path.getsize(f"{path}-wal") > 0
+    both = tmp_path / "both" / "memory.db"
+    both.parent.mkdir()
+    for side in ("", "-wal"):
+        shutil.copyfile(f"{path}{side}", f"{both}{side}")
+    seen = files.connect(both, file_key=KEY_A, cipher="sqlcipher")
+    assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]
+    files.close_now(both, seen)
+    # Not quiet for long enough yet: nothing is folded.
+    pool_on.fold_quiet(now=time.monotonic())
+    assert os.path.getsize(f"{path}-wal") > 0
+    pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)
+    assert os.path.getsize(f"{path}-wal") == 0 and pool_on.idle_count() == 1
+    # A copy of the file alone, taken now, holds the write; and the folded connection is handed back.
     copy = tmp_path / "copy" / "memory.db"
     copy.parent.mkdir()
     shutil.copyfile(path, copy)
     seen = files.connect(copy, file_key=KEY_A, cipher="sqlcipher")
     assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]
     files.close_now(copy, seen)
+    assert files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on) is conn
+    files.close_now(path, conn)
+
+
+def test_the_pools_own_thread_folds_a_quiet_file_within_its_time(tmp_path: Path):
+    path = tmp_path / "memory.db"
+    make(path)
+    with files.new_pool(60.0, 4) as pool:
+        conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool)
+        conn.execute("INSERT INTO idempotency VALUES (2)")
+        files.release(conn, path, KEY_A, pool)
+        deadline = time.monotonic() + 10
+        while os.path.getsize(f"{path}-wal") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.getsize(f"{path}-wal") == 0 and pool.idle_count() == 1 and not is_closed(conn)
+
+
+def test_a_fold_waits_while_the_users_lock_is_held_exclusive(tmp_path: Path, pool_on: Pool):
+    """A backup copies a memory file and its WAL under the lock held
+    exclusive: the pool never folds one beneath it."""
+    path = tmp_path / "memory.db"
+    make(path)
+    conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
+    conn.execute("INSERT INTO idempotency VALUES (2)")
+    files.release(conn, path, KEY_A, pool_on)
+    wal = os.path.getsize(f"{path}-wal")
+    later = time.monotonic() + pool_on.fold_after
+    with userlock.exclusive(tmp_path):
+        pool_on.fold_quiet(now=later)
+        assert os.path.getsize(f"{path}-wal") == wal and pool_on.idle_count() == 1
+    pool_on.fold_quiet(now=later)
+    assert os.path.getsize(f"{path}-wal") == 0 and pool_on.idle_count() == 1
+
+
+def test_a_file_changed_before_its_fold_is_closed_not_folded(tmp_path: Path, pool_on: Pool):
+    path = tmp_path / "keyring.db"
+    make(path, None, "none")
+    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    kept.execute("INSERT INTO idempotency VALUES (2)")
+    files.release(kept, path, None, pool_on)
+    path.chmod(0o400)  # only the change time moves
+    pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)
+    assert is_closed(kept) and pool_on.idle_count() == 0
+
+
+def test_a_connection_dropped_while_its_fold_runs_is_closed_after_it(tmp_path: Path):
+    """A revocation drops a user's kept files while the pool's thread may
+    be folding one: that one is not put back."""
+    (tmp_path / "a").mkdir()
+    path = tmp_path / "a" / "keyring.db"
+    make(path, None, "none")
+    holder: dict[str, Pool] = {}
+
+    def folding(p: Path, conn: sqlite3.Connection, sig: Signature) -> Signature | None:
+        holder["pool"].drop_folder(tmp_path / "a", held=False)
+        return files._pool_folder(p, conn, sig)
+
+    pool = Pool(60.0, 4, closer=files._pool_closer, folder=folding)
+    holder["pool"] = pool
+    try:
+        kept = files.connect(path, file_key=None, cipher="none", pool=pool)
+        kept.execute("INSERT INTO idempotency VALUES (2)")
+        files.release(kept, path, None, pool)
+        pool.fold_quiet(now=time.monotonic() + pool.fold_after)
+        assert is_closed(kept) and pool.idle_count() == 0
+    finally:
+        pool.close()
 
 
 @pytest.mark.parametrize("change", ["written by another connection", "copied over in place", "replaced by rename",
@@ -92,6 +171,8 @@ def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_clos
     kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
     kept.execute("INSERT INTO idempotency VALUES (2)")
     files.release(kept, path, None, pool_on)
+    pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)  # as the pool's thread does once the file is quiet
+    assert os.path.getsize(f"{path}-wal") == 0 and pool_on.idle_count() == 1
     if change == "written by another connection":
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("INSERT INTO idempotency VALUES (3)")
