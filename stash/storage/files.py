@@ -476,11 +476,7 @@ def fold(conn: sqlite3.Connection, path: Path) -> None:
 def close_now(path: Path, conn: sqlite3.Connection) -> None:
     """Fold and close for good (a SQLCipher close under the process's lock)."""
     fold(conn, path)
-    if _sqlcipher is not None and isinstance(conn, _sqlcipher.Connection):
-        with SQLCIPHER_OPEN_CLOSE:
-            conn.close()
-    else:
-        conn.close()
+    _close(conn)
 
 
 def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None, pool: Pool | None = None) -> None:
@@ -505,6 +501,30 @@ def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None, pool: 
             if pool.give(path, key_digest(file_key), conn):
                 return
     close_now(path, conn)
+
+
+def _close_stale(path: Path, conn: sqlite3.Connection, held: bool) -> None:
+    """How the pool closes a connection whose file changed while it idled,
+    in the request that found it so: without folding the WAL first. The
+    change is nearly always another worker's write, whose frames that
+    worker's pool folds once the file is quiet; a fold here would put that
+    fold's syncs in this request, and make the other worker's connection
+    stale in turn. A close that is the file's last anywhere still folds the
+    WAL, as SQLite's last close does (held under :data:`SQLCIPHER_OPEN_CLOSE`:
+    rare, a file that changed with no other connection open to it)."""
+    if held or path.name != "memory.db":
+        _close(conn)
+        return
+    with userlock.shared(path.parent):
+        _close(conn)
+
+
+def _close(conn: sqlite3.Connection) -> None:
+    if _sqlcipher is not None and isinstance(conn, _sqlcipher.Connection):
+        with SQLCIPHER_OPEN_CLOSE:
+            conn.close()
+    else:
+        conn.close()
 
 
 def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
@@ -532,7 +552,7 @@ def _pool_folder(path: Path, conn: sqlite3.Connection, sig: Signature) -> Signat
             if not held:
                 return sig
             if signature(path) != sig:
-                close_now(path, conn)
+                _close_stale(path, conn, True)
                 return None
             fold(conn, path)
             return signature(path)
@@ -552,7 +572,7 @@ def new_pool(idle_seconds: float, max_idle: int = MAX_IDLE) -> Pool:
     (:func:`limit_page_caches`)."""
     if idle_seconds > 0 and max_idle > 0:
         limit_page_caches(HEAP_BYTES)
-    return Pool(idle_seconds, max_idle, closer=_pool_closer, folder=_pool_folder)
+    return Pool(idle_seconds, max_idle, closer=_pool_closer, folder=_pool_folder, stale_closer=_close_stale)
 
 
 HEAP_BYTES = 32 * 2**20

@@ -125,13 +125,17 @@ the file had changed meanwhile and the connection was closed instead."""
 class Pool:
     """Connections kept idle between requests, under the rules of the module
     docstring. ``closer`` closes one for good (:func:`files.new_pool` gives
-    the one that folds the WAL and takes the user's lock)."""
+    the one that folds the WAL and takes the user's lock), ``stale_closer``
+    one whose file changed while it idled (the same by default), ``folder``
+    folds a quiet one's WAL (:meth:`fold_quiet`; none by default)."""
 
     def __init__(self, idle_seconds: float, max_idle: int = MAX_IDLE, *, closer: Closer,
-                 folder: Folder | None = None, fold_after: float = FOLD_AFTER_S) -> None:
+                 folder: Folder | None = None, fold_after: float = FOLD_AFTER_S,
+                 stale_closer: Closer | None = None) -> None:
         self.idle_seconds = idle_seconds
         self.max_idle = max_idle
         self.closer = closer
+        self.stale_closer = closer if stale_closer is None else stale_closer
         self.folder = folder
         self.fold_after = fold_after
         self._idle: dict[str, list[_Idle]] = {}
@@ -191,7 +195,7 @@ class Pool:
                 self._idle.pop(name, None)
             self._count -= len(stale) + (found is not None)
         for e in stale:
-            self.closer(path, e.conn, True)
+            self.stale_closer(path, e.conn, True)
         return None if found is None else found.conn
 
     def give(self, path: Path, key: bytes, conn: sqlite3.Connection) -> bool:

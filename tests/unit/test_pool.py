@@ -136,6 +136,29 @@ def test_a_file_changed_before_its_fold_is_closed_not_folded(tmp_path: Path, poo
     assert is_closed(kept) and pool_on.idle_count() == 0
 
 
+def test_a_connection_found_stale_is_closed_without_folding_another_workers_frames(tmp_path: Path, pool_on: Pool):
+    """Another worker's write makes a kept connection stale; the request
+    that finds it so closes it without folding the WAL (that worker's pool
+    folds its own frames once the file is quiet)."""
+    path = tmp_path / "keyring.db"
+    make(path, None, "none")
+    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    kept.execute("INSERT INTO idempotency VALUES (2)")
+    files.release(kept, path, None, pool_on)
+    other = sqlite3.connect(path, isolation_level=None)  # the other worker, its connection kept open
+    try:
+        other.execute("PRAGMA journal_mode = WAL")
+        other.execute("INSERT INTO idempotency VALUES (3)")
+        wal = os.path.getsize(f"{path}-wal")
+        fresh = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+        assert fresh is not kept and is_closed(kept)
+        assert os.path.getsize(f"{path}-wal") == wal > 0
+        assert fresh.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,), (3,)]
+        files.close_now(path, fresh)
+    finally:
+        other.close()
+
+
 def test_a_connection_dropped_while_its_fold_runs_is_closed_after_it(tmp_path: Path):
     """A revocation drops a user's kept files while the pool's thread may
     be folding one: that one is not put back."""
