@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import os
@@ -12,7 +13,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -572,7 +573,35 @@ def new_pool(idle_seconds: float, max_idle: int = MAX_IDLE) -> Pool:
     (:func:`limit_page_caches`)."""
     if idle_seconds > 0 and max_idle > 0:
         limit_page_caches(HEAP_BYTES)
-    return Pool(idle_seconds, max_idle, closer=_pool_closer, folder=_pool_folder, stale_closer=_close_stale)
+    return Pool(idle_seconds, max_idle, closer=_pool_closer, folder=_pool_folder, stale_closer=_close_stale,
+                trim=return_free_heap)
+
+
+def _malloc_trim() -> Callable[[int], object] | None:
+    try:
+        trim: Callable[[int], object] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc: nothing to call
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def return_free_heap() -> bool:
+    """Hand the memory this process has freed back to the system (glibc's
+    ``malloc_trim``); False where the C library has none. A worker allocates
+    and frees from many threads (page caches, sealed rows, answers); glibc
+    keeps what was freed below the top of its heaps, so a worker's resident
+    memory rose for the whole of a 10-minute load run, in its anonymous
+    pages, while neither Python's heap nor SQLite's did (bench/README.md,
+    issue 27 item 5). Called by
+    the pool's thread every 5 s; it changes nothing a connection
+    holds."""
+    if _MALLOC_TRIM is None:
+        return False
+    _MALLOC_TRIM(0)
+    return True
 
 
 HEAP_BYTES = 32 * 2**20

@@ -33,7 +33,10 @@ What keeps that as safe as a fresh open:
 * **Bounded.** At most ``max_idle`` connections (:data:`MAX_IDLE`), each dropped ``idle_seconds``
   after its last use (the pool's own thread, while it is open as a
   context manager), all of them when the pool is closed, and every one of a
-  user's when the store is destroyed.
+  user's when the store is destroyed. The same thread hands the memory the
+  process freed back to the system every 5 s (:data:`TRIM_EVERY_S`,
+  :func:`files.return_free_heap`), or a worker's RSS grows under load
+  while what it holds does not.
 
 A pool has one owner: the server's lifespan builds it
 (:func:`files.new_pool`) and closes it when the server stops, and hands it to
@@ -74,6 +77,9 @@ FOLD_AFTER_S = 0.5
 """How long a kept file's WAL waits, quiet, before the pool folds it. A
 user's requests closer together than this share one fold; a copy taken with
 the server running within this long of a write holds the WAL too."""
+TRIM_EVERY_S = 5.0
+"""How often the pool's thread hands the process's free heap back to the
+system (``trim``, :func:`files.new_pool`)."""
 TICK_S = 0.25
 """How often the pool's thread folds what went quiet and closes what idled
 past its time: a file is folded at most ``FOLD_AFTER_S + TICK_S`` after its
@@ -127,15 +133,20 @@ class Pool:
     docstring. ``closer`` closes one for good (:func:`files.new_pool` gives
     the one that folds the WAL and takes the user's lock), ``stale_closer``
     one whose file changed while it idled (the same by default), ``folder``
-    folds a quiet one's WAL (:meth:`fold_quiet`; none by default)."""
+    folds a quiet one's WAL (:meth:`fold_quiet`; none by default), and
+    ``trim``, every ``trim_every`` seconds, gives the process's free heap back
+    (none by default)."""
 
     def __init__(self, idle_seconds: float, max_idle: int = MAX_IDLE, *, closer: Closer,
                  folder: Folder | None = None, fold_after: float = FOLD_AFTER_S,
-                 stale_closer: Closer | None = None) -> None:
+                 stale_closer: Closer | None = None, trim: Callable[[], object] | None = None,
+                 trim_every: float = TRIM_EVERY_S) -> None:
         self.idle_seconds = idle_seconds
         self.max_idle = max_idle
         self.closer = closer
         self.stale_closer = closer if stale_closer is None else stale_closer
+        self.trim = trim
+        self.trim_every = trim_every
         self.folder = folder
         self.fold_after = fold_after
         self._idle: dict[str, list[_Idle]] = {}
@@ -164,9 +175,13 @@ class Pool:
         self.close()
 
     def _reap_until_closed(self) -> None:
+        last_trim = time.monotonic()
         while not self._stop.wait(TICK_S):
             self.fold_quiet()
             self.reap()
+            if self.trim is not None and time.monotonic() - last_trim >= self.trim_every:
+                self.trim()
+                last_trim = time.monotonic()
 
     def take(self, path: Path, key: bytes) -> sqlite3.Connection | None:
         """An idle connection to ``path`` opened with this key whose file is

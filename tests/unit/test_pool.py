@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import os
+import platform
 import shutil
 import sqlite3
 import time
@@ -290,3 +291,34 @@ def test_no_module_holds_a_pool_of_its_own():
             if isinstance(value, ast.Call):
                 callee = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
                 assert callee not in ("Pool", "new_pool"), f"{path.name}:{node.lineno}"
+
+
+def test_the_pools_thread_gives_the_free_heap_back_every_few_seconds():
+    calls: list[float] = []
+    with Pool(60.0, 4, closer=files._pool_closer, trim=lambda: calls.append(time.monotonic()), trim_every=0.3):
+        deadline = time.monotonic() + 10
+        while len(calls) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert len(calls) >= 2
+    assert files.new_pool(60.0, 4).trim is files.return_free_heap
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's; elsewhere it does nothing")
+def test_returning_the_free_heap_gives_freed_memory_back_to_the_system():
+    """What a worker's RSS grew by under load: memory freed below the top of
+    glibc's heap, which it keeps until told to give it back."""
+    assert files.return_free_heap()
+    chunks = [bytearray(64 * 1024) for _ in range(1200)]  # 75 MiB, each under glibc's mmap threshold
+    pin = bytearray(64 * 1024)  # allocated last: the heap's top stays in use
+    before = _rss_kib()
+    del chunks
+    kept = _rss_kib()
+    files.return_free_heap()
+    after = _rss_kib()
+    assert before - kept < 16 * 1024 and kept - after > 48 * 1024, (before, kept, after)
+    del pin
