@@ -513,11 +513,15 @@ def _close_stale(path: Path, conn: sqlite3.Connection, held: bool) -> None:
     stale in turn. A close that is the file's last anywhere still folds the
     WAL, as SQLite's last close does (held under :data:`SQLCIPHER_OPEN_CLOSE`:
     rare, a file that changed with no other connection open to it)."""
-    if held or path.name != "memory.db":
+    with _users_lock(path, held):
         _close(conn)
-        return
-    with userlock.shared(path.parent):
-        _close(conn)
+
+
+def _users_lock(path: Path, held: bool) -> contextlib.AbstractContextManager[None]:
+    """What a pool's close of ``path`` holds: the user's lock shared for a
+    memory file (its last close may remove the WAL, which a backup copies),
+    unless the caller holds that lock already; nothing for a key ring."""
+    return contextlib.nullcontext() if held or path.name != "memory.db" else userlock.shared(path.parent)
 
 
 def _close(conn: sqlite3.Connection) -> None:
@@ -532,10 +536,7 @@ def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
     """How the pool closes a connection for good: a memory file's under the
     user's lock held shared (unless the caller holds that user's lock
     already), so a backup never copies it while its WAL is removed."""
-    if held or path.name != "memory.db":
-        close_now(path, conn)
-        return
-    with userlock.shared(path.parent):
+    with _users_lock(path, held):
         close_now(path, conn)
 
 

@@ -80,6 +80,13 @@ def test_a_kept_file_is_folded_once_it_went_quiet_and_whole_without_its_wal_afte
     seen = files.connect(both, file_key=KEY_A, cipher="sqlcipher")
     assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]
     files.close_now(both, seen)
+    # The file alone, copied in that moment, is the state before the write (SECURITY.md says so).
+    alone = tmp_path / "alone" / "memory.db"
+    alone.parent.mkdir()
+    shutil.copyfile(path, alone)
+    seen = files.connect(alone, file_key=KEY_A, cipher="sqlcipher")
+    assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,)]
+    files.close_now(alone, seen)
     # Not quiet for long enough yet: nothing is folded.
     pool_on.fold_quiet(now=time.monotonic())
     assert os.path.getsize(f"{path}-wal") > 0
