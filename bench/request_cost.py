@@ -428,6 +428,7 @@ def main() -> int:
     # Before prometheus_client is imported: its values are multiprocess files, as under --workers 2.
     prom = tempfile.TemporaryDirectory(prefix="stash-cost-prom-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = prom.name
+    stores(args.users, args.T)  # built here, outside the event loop the runs below start
     if args.callgrind:
         res = callgrind(kinds, args.calls, args.users, args.T)
         print(f"instructions per call (callgrind, {args.calls} and {2 * args.calls} calls; "
