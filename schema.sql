@@ -150,7 +150,9 @@ CREATE TABLE IF NOT EXISTS meta (
 -- in the last 4, padded to the smallest multiple of 32 bytes that holds it
 -- (at most 312), so a row's size shows its memory's length to within 32
 -- bytes (formats.py, "rows in buckets"). Rows written by earlier releases are
--- all 312 or 320 bytes of plaintext and are read as they are.
+-- all 312 or 320 bytes of plaintext and are read as they are, or stored
+-- short by `stash compact` and rebuilt byte for byte when read
+-- (formats.py, "rows stored short"; stash/storage/memfile/short_rows.py).
 CREATE TABLE IF NOT EXISTS log (
     id      INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
@@ -203,6 +205,18 @@ CREATE TABLE IF NOT EXISTS erased (
 CREATE TABLE IF NOT EXISTS erasures (
     id      INTEGER PRIMARY KEY,
     sealed  BLOB NOT NULL
+);
+
+-- @memory_tails
+-- Made by the first erasure of a memory whose row is stored short (a row of
+-- a release before "rows in buckets", shortened by `stash compact`;
+-- stash/storage/memfile/short_rows.py): the ciphertext the short row leaves
+-- out, which is the key stream over its plaintext's zeros. With the key gone
+-- it cannot be computed again, and the running digest covers the full row.
+-- It holds nothing of the memory's text.
+CREATE TABLE IF NOT EXISTS log_tails (
+    id      INTEGER PRIMARY KEY,
+    tail    BLOB NOT NULL
 );
 
 -- @idempotency

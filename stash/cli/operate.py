@@ -210,9 +210,10 @@ def migrate_main(argv: list[str]) -> int:
 
 def compact_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="stash compact", description=(
-        "Re-seal the summaries that earlier releases padded to one size into their 32-byte buckets, then "
-        "rewrite each memory file without the room they left (SQLite's VACUUM), then check each user as stash "
-        "verify does. The log's rows keep their size: the log is append-only and its digest covers them. A memory "
+        "Re-seal the summaries that earlier releases padded to one size into their 32-byte buckets, store their "
+        "memory rows short (each rebuilt byte for byte when read, so the log's digest and every pin stay valid), "
+        "then rewrite each memory file without the room they left (SQLite's VACUUM), then check each user as "
+        "stash verify does. Servers of earlier releases cannot read a row stored short. A memory "
         "is compacted only with a full or owner token that opens it: $STASH_TOKEN and --tokens. Run it with the "
         "server stopped, or beside it: each memory is worked on under its lock, and its requests wait. A run that "
         "was killed is finished by running it again."))
@@ -228,7 +229,8 @@ def compact_main(argv: list[str]) -> int:
     for user in results:
         for m in user.memories:
             counts[m.outcome] += 1
-            done = (f"  {m.resealed} summaries re-sealed, {m.before:,} -> {m.after:,} bytes"
+            done = (f"  {m.resealed} summaries re-sealed, {m.shortened} rows stored short, "
+                    f"{m.before:,} -> {m.after:,} bytes"
                     if m.outcome == "compacted" else "")
             print(f"{m.user_id}  {m.memory}  {m.outcome}{done}{'  ' + m.note if m.note else ''}", flush=True)
         if user.report is not None:

@@ -1,5 +1,6 @@
 """``stash compact``: the summaries of every memory a given token opens moved
-to the bucketed layout (formats.py, "rows in buckets"), then the memory file
+to the bucketed layout (formats.py, "rows in buckets") and its one-size log
+rows stored short ("rows stored short"), then the memory file
 rewritten without the room they left (``VACUUM``), then each user checked as
 ``stash verify --token`` checks it.
 
@@ -10,9 +11,11 @@ or the other, both of which open, and running it again finishes; then the
 file is rewritten under the memory's lock held exclusive, so its requests
 wait for the rewrite (17 s at a million memories, bench/README.md), and
 its recall cache is deleted, to be rebuilt compressed by the next recall
-(rebuilt in place, the old pieces' pages would stay in the file, free). The log's rows are not
-touched: the log is append-only and its running digest, and every client's
-pin of it, covers each row's sealed bytes. ``VACUUM`` is SQLite's own
+(rebuilt in place, the old pieces' pages would stay in the file, free).
+Before the rewrite the log's one-size rows are stored short, :data:`SLICE`
+to a transaction (:meth:`MemoryFile.shorten_rows`): each is rebuilt to the
+same sealed bytes when read, so the running digest, and every client's pin
+of it, stay valid. ``VACUUM`` is SQLite's own
 rewrite, atomic like a transaction; it needs the file's pages once more in
 free space while it runs, and on a replicated host Litestream ships the whole
 rewritten file.
@@ -49,6 +52,7 @@ class Compacted:
     memory: str
     outcome: str
     resealed: int = 0
+    shortened: int = 0
     before: int = 0
     after: int = 0
     note: str = ""
@@ -79,6 +83,14 @@ def _compact(vault: Vault, token: str, name: str, wait: float) -> Compacted:
         if not n:
             break
         result.resealed += n
+    start = 0
+    while True:
+        with vault.session(token, "full", memory=name) as s:
+            start, n = s.memory.mf.shorten_rows(start, SLICE)
+            T = s.memory.mf.count()
+        result.shortened += n
+        if start >= T:
+            break
     deadline = time.monotonic() + wait
     while True:
         with vault.session(token, "full", memory=name) as s, userlock.exclusive(s.files.folder):

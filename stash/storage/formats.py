@@ -40,6 +40,11 @@ BUCKET_BYTES = 32
 """What a sealed log row's or summary's size shows of its text: its padded
 plaintext is the smallest multiple of this that holds it, up to the format's
 largest (SECURITY.md, "What a replicated store shows")."""
+SHORT_ROW_OVERHEAD = aead.OVERHEAD + 1
+"""What a one-size memory row stored short adds to the bytes it keeps: its
+first byte (which full length it stands for), nonce and tag
+(memfile/short_rows.py). Kept ``32·k - 4`` bytes and the last 4, it is
+``32·k + 41`` bytes long, a length no full row has."""
 BUCKETED_MARK = 0xFFFF
 """The first two bytes of a bucketed summary's version field: a version of
 a summary padded to one size never reaches 2**48, so a release that knows
@@ -153,6 +158,14 @@ def _bucketed(d: OnDisk) -> bool | None:
     return bool(rows & d.row_bytes or summaries & d.summary_bytes) or None
 
 
+def _short(d: OnDisk) -> bool | None:
+    """A memory file holding a row stored short (memfile/short_rows.py): its
+    length is 32·k + 41, which no full row has."""
+    if d.row_bytes is None:
+        return None
+    return any(n % BUCKET_BYTES == SHORT_ROW_OVERHEAD % BUCKET_BYTES for n in d.row_bytes) or None
+
+
 def _pages(n: int, release: str, recognised: str) -> Format:
     return Format(MEMORY_FILE, f"{n // 1024} KiB pages", f"pages of {n} bytes", f"PRAGMA page_size ({recognised})",
                   "storage.keyring.Keyring.memory_page_bytes", release, lambda d: d.memory_pages == n)
@@ -259,8 +272,9 @@ MEMORY_FORMATS = (
            _lacks_log_tables),
     # No session step: rows of earlier lengths open as they are. The log is
     # append-only and its running digest covers every row's sealed bytes, so
-    # its rows are never re-sealed; the summaries move to their buckets by the
-    # operator's `stash compact` (MemoryFile.rebucket_summaries, then VACUUM).
+    # its rows are never re-sealed (the next entry shortens how they are
+    # kept); the summaries move to their buckets by the operator's `stash
+    # compact` (MemoryFile.rebucket_summaries, then VACUUM).
     Format(MEMORY_FILE, "rows in buckets", f"each new memory's and summary's plaintext padded to the smallest "
            f"multiple of {BUCKET_BYTES} bytes that holds it (at most {MEMORY_PLAINTEXT_BYTES} and "
            f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES}), not all to the largest; a summary's version field "
@@ -268,6 +282,15 @@ MEMORY_FORMATS = (
            f"{BUCKET_BYTES}·k + {aead.OVERHEAD} (rows) or {BUCKET_BYTES}·k + "
            f"{SUMMARY_VERSION_BYTES + aead.OVERHEAD} (summaries)",
            "storage.memfile.MemoryFile._memory_plain", "unreleased", _bucketed),
+    # No session step and no mark: `stash compact` stores one-size rows short
+    # (MemoryFile.shorten_rows), each rebuilt to the same sealed bytes when
+    # read, so the running digest, every head and every pin stay as they were.
+    # A release before it cannot rebuild one and refuses the file as damaged.
+    Format(MEMORY_FILE, "rows stored short", f"a memory row of {MEMORY_PLAINTEXT_BYTES} or "
+           f"{OLDER_MEMORY_PLAINTEXT_BYTES} bytes of plaintext kept without the ciphertext of its padding's zeros, "
+           "which the memory's key gives back (the erasure of its key records those bytes first, in log_tails)",
+           f"sealed log rows of {BUCKET_BYTES}·k + {SHORT_ROW_OVERHEAD} bytes",
+           "storage.memfile.MemoryFile.shorten_rows", "unreleased", _short),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS

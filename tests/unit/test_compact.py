@@ -24,6 +24,7 @@ from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
 from stash.storage.files import DB_ERRORS
+from stash.storage.memfile import short_rows
 from tests.compact_kit import ONE_SIZE, old_store, summaries
 from tests.raw_files import file_key, open_raw, raw_memory_file
 from tests.verify_kit import line_of, run
@@ -59,7 +60,7 @@ def test_compact_moves_summaries_to_their_buckets_and_keeps_what_they_say(
     (folder / "recall.db").write_bytes(b"a cache of pieces of before")
     code, out = compact(capsys, monkeypatch, data, token)
     assert code == 0, out
-    assert f"compacted  {len(before)} summaries re-sealed" in out
+    assert f"compacted  {len(before)} summaries re-sealed, {len(log)} rows stored short" in out
     assert not (folder / "recall.db").exists()  # rebuilt, compressed, by the next recall
     after = summaries(vault, token)
     assert after.keys() == before.keys()
@@ -69,13 +70,17 @@ def test_compact_moves_summaries_to_their_buckets_and_keeps_what_they_say(
     with vault.session(token, "read") as s:
         assert s.memory.wake() == wake and s.memory.zoom("0-255") == zoom
     with raw_memory_file(folder, key, file_cipher) as conn:
-        assert conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall() == log  # not one byte moved
-    assert (folder / "memory.db").stat().st_size < size * 0.8
+        stored = conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall()
+    assert [i for i, _ in stored] == [i for i, _ in log]
+    assert all(short_rows.is_short(row) and len(row) < len(old) for (_, row), (_, old) in zip(stored, log))
+    with vault.session(token, "read") as s:  # each rebuilt, from its memory's key, to the very bytes it was
+        assert list(s.memory.mf.chain_rows(stored)) == [row for _, row in log]
+    assert (folder / "memory.db").stat().st_size < size * 0.5
     code, text = run(capsys, data, token)
-    assert code == 0 and "rows in buckets" in line_of(text, folder.name), text
+    assert code == 0 and "rows stored short" in line_of(text, folder.name), text
     # Again: nothing is left to move, and the file verifies.
     code, out = compact(capsys, monkeypatch, data, token)
-    assert code == 0 and "compacted  0 summaries re-sealed" in out, out
+    assert code == 0 and "compacted  0 summaries re-sealed, 0 rows stored short" in out, out
 
 
 def test_a_compacted_summary_keeps_its_version_so_an_older_copy_is_still_refused(

@@ -18,6 +18,7 @@ from ..files import flush, read_snapshot, write_transaction
 from .erasure_record import RECORD_MARK, RECORD_META, UNREADABLE, Record, from_tables, parse
 from .log import ERASED_KEY, KEYS_PER_CHUNK
 from .rows import RowCodec
+from .short_rows import tail_of
 
 
 class ErasurePart(RowCodec):
@@ -49,9 +50,15 @@ class ErasurePart(RowCodec):
             fresh: list[int] = []
             shredded: list[int] = []
             touched: dict[int, bytearray] = {}
+            shorts = self._short_rows(wanted)
             for i in wanted:
-                if self._memory_key(i) is None:
+                key = self._memory_key(i)
+                if key is None:
                     continue
+                if i in shorts:  # its key goes now: what the running digest needs of its row stays
+                    self._ensure_tails()
+                    self.conn.execute("INSERT OR IGNORE INTO log_tails(id, tail) VALUES (?, ?)",
+                                      (i, tail_of(shorts[i], key)))
                 # Erased already, yet its key is back: a key chunk from
                 # before the erasure was put back. Shred it again; the
                 # record stays as it is.

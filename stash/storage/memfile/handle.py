@@ -27,6 +27,7 @@ from .erasure import ErasurePart
 from .head import HeadPart
 from .log import LogPart
 from .reseal import ResealDue, ResealPart
+from .short_part import ShortRowsPart
 from .state import StatePart
 from .tree import TreePart
 
@@ -41,7 +42,7 @@ def _raise_if_unavailable(exc: Exception, folder: Path) -> None:
         raise err from None
 
 
-class MemoryFile(LogPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BudgetPart):
+class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BudgetPart):
     """A user's memory file: the sealed log, summary tree and config."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,

@@ -9,6 +9,8 @@ once, by the upgrade step the format registry names for it
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ...core.errors import Damaged, PinMismatch, RolledBack
 from ...core.lines import plural
 from ...crypto import chain
@@ -67,8 +69,11 @@ class HeadPart(RowCodec):
         if head.count < T:
             raise Damaged("The log holds memories past its recorded digest; restore this store from a backup.")
         assert last is not None or not T  # read in the same snapshot as T
-        expected = chain.step(self._chain_key, prev, T - 1, last[0]) if T and last else chain.genesis(self._chain_key,
-                                                                                             self.user_id)
+        if T and last:
+            (sealed,) = self.chain_rows([(T - 1, last[0])])
+            expected = chain.step(self._chain_key, prev, T - 1, sealed)
+        else:
+            expected = chain.genesis(self._chain_key, self.user_id)
         if not chain.same(expected, head.digest):
             raise Damaged("The last memory of the log disagrees with its recorded digest; "
                           "restore this store from a backup.")
@@ -98,9 +103,14 @@ class HeadPart(RowCodec):
         digest = prev = chain.genesis(key, self.user_id)
         i = 0
         rows = self.conn.execute("SELECT id, sealed FROM log ORDER BY id") if self._made("log") else []
-        for i_row, sealed in rows:
-            if i_row != i:
-                raise Damaged("The log has a gap; restore this store from a backup.")
+
+        def in_order() -> Iterator[tuple[int, bytes]]:
+            for k, (i_row, stored) in enumerate(rows):
+                if i_row != k:
+                    raise Damaged("The log has a gap; restore this store from a backup.")
+                yield i_row, stored
+
+        for sealed in self.chain_rows(in_order()):
             prev, digest = digest, chain.step(key, digest, i, sealed)
             i += 1
         return Head(i, digest), prev
@@ -120,9 +130,9 @@ class HeadPart(RowCodec):
             return chain.same(older.digest, newer.digest)
         if not self._made("log"):
             return False
-        rows = self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
+        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
                                  (older.count, newer.count))
-        count, digest = chain.extend(self._chain_key, older.digest, older.count, (r[0] for r in rows))
+        count, digest = chain.extend(self._chain_key, older.digest, older.count, self.chain_rows(rows))
         return count == newer.count and chain.same(digest, newer.digest)
 
     def check_copy(self, copy: Head | None) -> None:

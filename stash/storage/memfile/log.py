@@ -19,6 +19,8 @@ from ...crypto.chain import Head
 from ..files import write_transaction
 from .base import HEAD_META, ROLLED_BACK
 from .rows import ERASED, LARGEST_MEMORY_PLAINTEXT, RowCodec
+from .short_rows import expand as rebuild
+from .short_rows import is_short
 
 KEYS_PER_CHUNK = 128
 CHUNK_BYTES = KEYS_PER_CHUNK * aead.KEY_BYTES
@@ -159,7 +161,7 @@ class LogPart(RowCodec):
             # from before the erasure does not bring the text back. And
             # a key shredded is one the record names (_erased_row_date).
             return i, self._erased_row_date(i), ERASED
-        return i, *self._decode(i, self._open(key, sealed, "log", i))
+        return i, *self._decode(i, self._open_row(i, key, sealed))
 
     def memory(self, i: int) -> tuple[int, str, str]:
         return self.memories(i, i + 1)[0]
@@ -174,7 +176,7 @@ class LogPart(RowCodec):
         key = self._memory_key(i)
         if key is None or self._is_erased(i):
             return None
-        return self._writer_of(self._open(key, row[0], "log", i))
+        return self._writer_of(self._open_row(i, key, row[0]))
 
     def writers(self, lo: int, hi: int) -> Iterator[tuple[int, int | None]]:
         """``(id, grant that wrote it)`` for memories ``[lo, hi)``, oldest
@@ -189,7 +191,7 @@ class LogPart(RowCodec):
             if key is None or self._is_erased(i):
                 yield i, None
             else:
-                yield i, self._writer_of(self._open(key, sealed, "log", i))
+                yield i, self._writer_of(self._open_row(i, key, sealed))
         self._chunks.clear()
 
     def newest_date(self, T: int | None = None) -> str | None:
@@ -206,6 +208,7 @@ class LogPart(RowCodec):
         fails to authenticate and is reported as damage."""
         opener = aead.BulkOpener(LARGEST_MEMORY_PLAINTEXT)
         open_padded = opener.open_padded
+        short, expand = is_short, rebuild
         prefix = f"stash/v1|{self.user_id}|log|".encode()
         if start % SCAN_BATCH:
             raise ValueError("a scan starts on a batch boundary")
@@ -234,6 +237,8 @@ class LogPart(RowCodec):
                 if key == ERASED_KEY or len(key) != width or i in erased:
                     append(self._render_unkeyed(i))
                 else:
+                    if short(sealed):
+                        sealed = expand(sealed, key=key)
                     try:
                         append(f"#{i} {open_padded(key, sealed, b'%s%d' % (prefix, i)).decode()}")
                     except aead.Unsealable:
