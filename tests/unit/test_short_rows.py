@@ -276,29 +276,29 @@ def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys,
     the store opens and verifies with rows of both forms, and a rerun ends
     with every row short."""
     data = tmp_path / "data"
-    vault, token = old_store(monkeypatch, data, "sqlcipher", 16_384, napped=False)
+    vault, token = old_store(monkeypatch, data, "sqlcipher", 8_192, napped=False)
     with vault.session(token, "read") as s:
         master, folder = bytes(s.master), s.files.folder
-        want = s.memory.mf.memories(0, 16_384)
+        want = s.memory.mf.memories(0, 8_192)
         pin = s.memory.mf.pinned_head(current=True)
     proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=REPO,
                             env={**os.environ, "STASH_TOKEN": token}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while proc.poll() is None and not 0 < _short_count(folder, master) < 16_384 and time.monotonic() < deadline:
+    while proc.poll() is None and not 0 < _short_count(folder, master) < 8_192 and time.monotonic() < deadline:
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     moved = _short_count(folder, master)
-    assert 0 < moved < 16_384, moved
+    assert 0 < moved < 8_192, moved
     with vault.session(token, "read", pin=pin) as s:
-        assert s.memory.mf.memories(0, 16_384) == want
+        assert s.memory.mf.memories(0, 8_192) == want
     code, text = run(capsys, data, token)
     assert code == 0, text
     compact(capsys, monkeypatch, data, token)
-    assert _short_count(folder, master) == 16_384
+    assert _short_count(folder, master) == 8_192
     with vault.session(token, "read", pin=pin) as s:
-        assert s.memory.mf.memories(0, 16_384) == want
+        assert s.memory.mf.memories(0, 8_192) == want
 
 
 def _short_count(folder: Path, master: bytes) -> int:
