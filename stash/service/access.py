@@ -645,6 +645,10 @@ class Vault:
         token, files, ring, grant, main, home = self._capability(token_text)
         rings = [main] if ring is main else [ring, main]
         enrolled = token
+        # Only an owner's session can add or end a capability (mint, revoke, rotate, a rotation's first
+        # use, a memory made or deleted), so only it keeps the stamp's rule (service/tag_index.py); the
+        # others' requests, most of them, skip reading every live tag.
+        may_change_tags = grant.scope == "owner"
         try:
             target = memory if memory is not None else (MAIN if grant.scope == "owner" else home)
             if target != home:
@@ -686,7 +690,8 @@ class Vault:
             yield from self._opened(enrolled if target != home else token, files, ring, grant, need, pin, target,
                                     main, token.secret)
         finally:
-            self.tags.grants_seen(token.user_id, main.conn)  # before the answer leaves: tag_index.py
+            if may_change_tags:
+                self.tags.grants_seen(token.user_id, main.conn)  # before the answer leaves: tag_index.py
             for r in rings:
                 r.close()
 

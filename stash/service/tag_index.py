@@ -12,8 +12,8 @@ Freshness across processes (``stash serve --workers N``) rests on the
 *stamp*, ``grants.stamp`` in the user's folder: a random nonce and the digest
 of the live tags seen by whoever wrote it. The rule that keeps it safe:
 
-    Whoever changes the grants (an authenticated session, or the creation of
-    an identity) checks, before its answer leaves, whether the stamp's digest
+    Whoever changes the grants (an owner's authenticated session, or the
+    creation of an identity) checks, before its answer leaves, whether the stamp's digest
     matches the tags it now sees, and if not writes a stamp with a *new*
     nonce. A process caches the tags it loaded under the nonce it read
     *before* loading them, and trusts the cache only while the stamp still

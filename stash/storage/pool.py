@@ -23,13 +23,17 @@ What keeps that as safe as a fresh open:
   when every request closed its files. A backup, a verify or a copy taken
   meanwhile copies the WAL beside the file, which together are one state;
   the server stopped (its pool closed) leaves every file folded.
-* **Changed files are never reused.** The file's identity, size,
-  modification and change times, its WAL's size and whether its filesystem is
-  read-only are recorded when it goes idle (:func:`signature`); a file
-  replaced, restored, damaged, made unreadable or written by anyone else
-  meanwhile, or a folder remounted read-only, no longer matches, and its
-  connection is closed instead of reused, so the next open checks the file
-  from scratch.
+* **Changed files are never reused, unless SQLite saw the change.** The
+  file's identity, size, modification and change times, its WAL's size and
+  whether its filesystem is read-only are recorded when it goes idle
+  (:func:`signature`), with SQLite's own count of other connections'
+  commits and the file's schema version (:func:`versions`). A file
+  replaced, restored, damaged or made unreadable meanwhile, or a folder
+  remounted read-only, no longer matches, and its connection is closed
+  instead of reused, so the next open checks the file from scratch. The one
+  change that keeps it is another process's commit through SQLite (the
+  other worker of ``stash serve --workers 2``, on every second write): the
+  same file, a commit counted, the schema as it was (:func:`seen_by_sqlite`).
 * **Bounded.** At most ``max_idle`` connections (:data:`MAX_IDLE`), each dropped ``idle_seconds``
   after its last use (the pool's own thread, while it is open as a
   context manager), all of them when the pool is closed, and every one of a
@@ -104,6 +108,38 @@ def signature(path: Path) -> Signature | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal, read_only)
 
 
+Versions = tuple[int, int]
+
+
+def versions(conn: sqlite3.Connection) -> Versions | None:
+    """SQLite's ``data_version`` (it moves when another connection commits
+    to the file) and ``schema_version`` of ``conn``'s file, in one statement;
+    None when they cannot be read."""
+    try:
+        row = conn.execute("SELECT * FROM pragma_data_version(), pragma_schema_version()").fetchone()
+    except Exception:  # sqlite3's and sqlcipher3's errors share no base class
+        return None
+    return (int(row[0]), int(row[1])) if row else None
+
+
+def seen_by_sqlite(conn: sqlite3.Connection, was: Signature, now: Signature | None, at_idle: Versions | None) -> bool:
+    """Whether a kept connection whose file changed while it idled may be
+    reused all the same, because the change was a commit SQLite itself
+    counted: the same file on the same device, not read-only now, another
+    connection's commit counted since (``data_version`` moved) and the
+    schema unchanged. SQLite then drops the connection's whole page cache as
+    it starts its next read, so what the request reads is what the file
+    holds now, as through a fresh connection, and every check an open makes
+    runs on it as on one. A schema changed meanwhile is opened afresh, so the
+    schema check of :mod:`safeopen` runs again; a change SQLite did not see
+    (a file copied over in place, its mode or its bytes edited) still closes
+    the connection, whose cache would hide it."""
+    if now is None or at_idle is None or was[:2] != now[:2] or now[6]:
+        return False
+    current = versions(conn)
+    return current is not None and current[1] == at_idle[1] and current[0] != at_idle[0]
+
+
 def key_digest(key: bytes | None) -> bytes:
     """A name for the key an idle connection was opened with; the key itself
     is not kept twice."""
@@ -116,6 +152,7 @@ class _Idle:
     key: bytes
     sig: Signature
     since: float
+    versions: Versions | None = None
 
 
 Closer = Callable[[Path, sqlite3.Connection, bool], None]
@@ -209,6 +246,13 @@ class Pool:
             else:
                 self._idle.pop(name, None)
             self._count -= len(stale) + (found is not None)
+        if found is None:
+            # Outside the pool's lock: reading the versions is a read of the file.
+            for e in stale:
+                if hmac.compare_digest(e.key, key) and seen_by_sqlite(e.conn, e.sig, now_sig, e.versions):
+                    found = e
+                    stale.remove(e)
+                    break
         for e in stale:
             self.stale_closer(path, e.conn, True)
         return None if found is None else found.conn
@@ -222,7 +266,7 @@ class Pool:
         sig = signature(path)
         if sig is None:
             return False
-        return self._keep(str(path), _Idle(conn, key, sig, time.monotonic()))
+        return self._keep(str(path), _Idle(conn, key, sig, time.monotonic(), versions(conn)))
 
     def _keep(self, name: str, entry: _Idle) -> bool:
         """File ``entry`` under ``name``, closing the oldest past the bound;

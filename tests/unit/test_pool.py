@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import stash
-from stash.storage import files, userlock
+from stash.storage import files, safeopen, userlock
 from stash.storage.pool import Pool, Signature, key_digest
 
 KEY_A = bytes(range(32))
@@ -144,27 +144,84 @@ def test_a_file_changed_before_its_fold_is_closed_not_folded(tmp_path: Path, poo
     assert is_closed(kept) and pool_on.idle_count() == 0
 
 
-def test_a_connection_found_stale_is_closed_without_folding_another_workers_frames(tmp_path: Path, pool_on: Pool):
-    """Another worker's write makes a kept connection stale; the request
-    that finds it so closes it without folding the WAL (that worker's pool
-    folds its own frames once the file is quiet)."""
+@pytest.mark.parametrize("cipher", ["sqlcipher", "none"])
+def test_another_workers_commit_leaves_a_kept_connection_in_use_and_its_frames_unfolded(
+        tmp_path: Path, pool_on: Pool, cipher: str):
+    """Another worker's write changes the file under a kept connection; SQLite
+    counted that commit, so the connection is handed back (it reads the
+    other worker's rows, SQLite having dropped its cache), and nothing folds
+    that worker's frames (its pool folds its own once the file is quiet)."""
+    key = KEY_A if cipher == "sqlcipher" else None
+    path = tmp_path / "keyring.db"
+    make(path, key, cipher)
+    kept = files.connect(path, file_key=key, cipher=cipher, pool=pool_on)
+    kept.execute("INSERT INTO idempotency VALUES (2)")
+    files.release(kept, path, key, pool_on)
+    other = files.connect(path, file_key=key, cipher=cipher)  # the other worker, its connection kept open
+    try:
+        other.execute("INSERT INTO idempotency VALUES (3)")
+        wal = os.path.getsize(f"{path}-wal")
+        again = files.connect(path, file_key=key, cipher=cipher, pool=pool_on)
+        assert again is kept and not is_closed(kept)
+        assert os.path.getsize(f"{path}-wal") == wal > 0
+        assert again.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,), (3,)]
+        files.release(again, path, key, pool_on)
+        # And again after a second commit of the other worker's, counted from the last hand-back.
+        other.execute("INSERT INTO idempotency VALUES (4)")
+        assert files.connect(path, file_key=key, cipher=cipher, pool=pool_on) is kept
+        assert kept.execute("SELECT MAX(x) FROM idempotency").fetchone() == (4,)
+        files.close_now(path, kept)
+    finally:
+        other.close()
+
+
+def test_a_file_put_back_then_written_through_sqlite_is_read_as_it_is_now_never_from_the_cache(
+        tmp_path: Path, pool_on: Pool):
+    """A file copied over in place and then written by another connection:
+    SQLite counted a commit, so the kept connection is handed back, and it
+    reads the file as it is now (SQLite dropped its cache when the commit
+    was counted), as a fresh connection would; never the rows it had cached.
+    Whether that state may be served is then the memory file's own checks'
+    affair, on every open (tests/e2e/test_whole_state.py)."""
+    path = tmp_path / "keyring.db"
+    make(path, None, "none")
+    older = tmp_path / "older.db"
+    shutil.copyfile(path, older)
+    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    kept.execute("INSERT INTO idempotency VALUES (2)")
+    assert kept.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]  # in its cache now
+    files.release(kept, path, None, pool_on)
+    pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)
+    time.sleep(0.01)
+    shutil.copyfile(older, path)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("INSERT INTO idempotency VALUES (3)")
+    other.close()
+    again = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    assert again.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (3,)]
+    files.close_now(path, again)
+
+
+@pytest.mark.parametrize("change", ["a table made", "a trigger made"])
+def test_a_schema_changed_by_another_connection_is_opened_afresh(tmp_path: Path, pool_on: Pool, change: str):
+    """A commit SQLite counted, but one that changed the schema: the kept
+    connection is closed, so the fresh open checks the schema again
+    (storage/safeopen.py) and refuses the crafted one."""
     path = tmp_path / "keyring.db"
     make(path, None, "none")
     kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-    kept.execute("INSERT INTO idempotency VALUES (2)")
     files.release(kept, path, None, pool_on)
-    other = sqlite3.connect(path, isolation_level=None)  # the other worker, its connection kept open
+    other = sqlite3.connect(path, isolation_level=None)
     try:
-        other.execute("PRAGMA journal_mode = WAL")
-        other.execute("INSERT INTO idempotency VALUES (3)")
-        wal = os.path.getsize(f"{path}-wal")
-        fresh = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-        assert fresh is not kept and is_closed(kept)
-        assert os.path.getsize(f"{path}-wal") == wal > 0
-        assert fresh.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,), (3,)]
-        files.close_now(path, fresh)
+        if change == "a table made":
+            other.execute("CREATE TABLE sneaky (x INTEGER)")
+        else:
+            other.execute("CREATE TRIGGER sneaky AFTER INSERT ON idempotency BEGIN DELETE FROM idempotency; END")
     finally:
         other.close()
+    with pytest.raises(safeopen.ForeignSchema, match="crafted or damaged"):
+        files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    assert is_closed(kept) and pool_on.idle_count() == 0
 
 
 def test_a_connection_dropped_while_its_fold_runs_is_closed_after_it(tmp_path: Path):
@@ -191,8 +248,7 @@ def test_a_connection_dropped_while_its_fold_runs_is_closed_after_it(tmp_path: P
         pool.close()
 
 
-@pytest.mark.parametrize("change", ["written by another connection", "copied over in place", "replaced by rename",
-                                    "its mode changed"])
+@pytest.mark.parametrize("change", ["copied over in place", "replaced by rename", "its mode changed"])
 def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_closed(
         tmp_path: Path, pool_on: Pool, change: str):
     path = tmp_path / "keyring.db"
@@ -204,20 +260,17 @@ def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_clos
     files.release(kept, path, None, pool_on)
     pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)  # as the pool's thread does once the file is quiet
     assert os.path.getsize(f"{path}-wal") == 0 and pool_on.idle_count() == 1
-    if change == "written by another connection":
-        other = sqlite3.connect(path, isolation_level=None)
-        other.execute("INSERT INTO idempotency VALUES (3)")
-        other.close()
-    elif change == "copied over in place":
+    if change.startswith("copied over in place"):
         time.sleep(0.01)  # a distinct modification time on filesystems with coarse clocks
         shutil.copyfile(older, path)
+
     elif change == "replaced by rename":
         os.replace(older, path)
     else:
         path.chmod(0o400)  # only the change time moves (root reads it still: what matters is no reuse)
     fresh = files.connect(path, file_key=None, cipher="none", pool=pool_on)
     assert fresh is not kept and is_closed(kept)
-    want = {"written by another connection": [(1,), (2,), (3,)], "its mode changed": [(1,), (2,)]}.get(change, [(1,)])
+    want = {"its mode changed": [(1,), (2,)]}.get(change, [(1,)])
     assert fresh.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == want
     files.close_now(path, fresh)
 
