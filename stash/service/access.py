@@ -43,6 +43,7 @@ from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
 __all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
 from ..storage.pool import Pool
 from . import append, grant_terms
+from .after_answer import Pending
 from .memory import Memory
 from .tag_index import TagIndex
 
@@ -265,6 +266,7 @@ class Vault:
         self.file_cipher = file_cipher or available_file_cipher()
         private_folder(self.data_dir / "users")
         self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
+        self.after = Pending()  # sessions ending after their answers (after_answer.py)
         self.pool: Pool | None = None  # none until the server keeps files open (keeping_files_open)
 
     def ready(self) -> bool:
@@ -553,6 +555,7 @@ class Vault:
         token = _parsed(token_text)
         if token is None:
             raise Unauthorized()
+        self.after.run_for(token.user_id)  # what this user's last sessions here left, first
         files = MemoryFiles(self.data_dir, token.user_id)
         if not files.exists():
             raise Unauthorized()
@@ -595,6 +598,7 @@ class Vault:
             try:
                 yield kept
             finally:
+                self.after.run_all()
                 self.pool = self.tags.pool = None
 
     @staticmethod

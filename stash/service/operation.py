@@ -9,8 +9,9 @@ the same thing cannot do it differently."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..crypto.chain import Head
@@ -66,6 +67,8 @@ class Outcome:
     body: Any
     replayed: bool = False
     event: str | None = None
+    # The session's end, to run once the answer has left (after_answer.py); None: it has ended.
+    finish: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,10 +94,19 @@ def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: 
     ring, another file), and a replayed answer records none. A rotation
     resent by its old token, with its Idempotency-Key, answers its
     recorded answer (idempotency.rotation_write) while that token is still
-    the owner, i.e. until the new token's first use; after it, 401."""
-    with vault.session(token, effects.scope, pin, memory) as session:
-        return _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
-                    handler, context)
+    the owner, i.e. until the new token's first use; after it, 401.
+
+    A session other than an owner's ends after the answer: the outcome's
+    ``finish`` ends it (after_answer.py), and the caller runs it once the
+    answer has left."""
+    with contextlib.ExitStack() as stack:
+        session = stack.enter_context(vault.session(token, effects.scope, pin, memory))
+        outcome = _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
+                       handler, context)
+        if session.scope == "owner":
+            return outcome
+        rest = stack.pop_all()
+    return replace(outcome, finish=vault.after.add(session.user_id, rest.close).run)
 
 
 def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any],

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, NamedTuple
 
+from starlette.background import BackgroundTask, BackgroundTasks
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -344,13 +345,24 @@ class RouteSpec:
                                            self.handler, Call(request, key), body, memory)
         except Unauthorized:
             raise _auth_failed(request) from None
-        metrics = request.app.state.metrics
-        if done.replayed:
-            metrics.event("idempotent_replay")
-        elif done.event is not None:
-            metrics.event(done.event)
-        headers = {idempotency.REPLAYED_HEADER: "true"} if done.replayed else None
-        return self._answer(request, done.body, headers)
+        try:
+            metrics = request.app.state.metrics
+            if done.replayed:
+                metrics.event("idempotent_replay")
+            elif done.event is not None:
+                metrics.event(done.event)
+            headers = {idempotency.REPLAYED_HEADER: "true"} if done.replayed else None
+            response = self._answer(request, done.body, headers)
+        except BaseException:
+            if done.finish is not None:
+                done.finish()
+            raise
+        if done.finish is not None:
+            # The session ends once the answer has left (service/after_answer.py), as the request's own work.
+            after = BackgroundTask(stopping.run_work, request.app.state.works, done.finish)
+            response.background = after if response.background is None else BackgroundTasks([response.background,
+                                                                                               after])
+        return response
 
     def _memory(self, request: Request, body: dict[str, Any]) -> str | None:
         """The memory this call names: /m/{name}, or the declared body field; None: the capability's own."""
