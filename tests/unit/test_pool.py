@@ -175,6 +175,21 @@ def test_another_workers_commit_leaves_a_kept_connection_in_use_and_its_frames_u
         other.close()
 
 
+def kept_with_an_older_copy(tmp_path: Path, pool: Pool) -> tuple[Path, Path, sqlite3.Connection]:
+    """A key ring holding 1, copied aside, then given 2 by a connection now
+    kept idle in ``pool`` with its WAL folded, as the pool's thread does
+    once the file is quiet: (the file, the older copy, the kept connection)."""
+    path = tmp_path / "keyring.db"
+    make(path, None, "none")
+    older = tmp_path / "older.db"
+    shutil.copyfile(path, older)
+    kept = files.connect(path, file_key=None, cipher="none", pool=pool)
+    kept.execute("INSERT INTO idempotency VALUES (2)")
+    files.release(kept, path, None, pool)
+    pool.fold_quiet(now=time.monotonic() + pool.fold_after)
+    return path, older, kept
+
+
 def test_a_file_put_back_then_written_through_sqlite_is_read_as_it_is_now_never_from_the_cache(
         tmp_path: Path, pool_on: Pool):
     """A file copied over in place and then written by another connection:
@@ -183,15 +198,8 @@ def test_a_file_put_back_then_written_through_sqlite_is_read_as_it_is_now_never_
     was counted), as a fresh connection would; never the rows it had cached.
     Whether that state may be served is then the memory file's own checks'
     affair, on every open (tests/e2e/test_whole_state.py)."""
-    path = tmp_path / "keyring.db"
-    make(path, None, "none")
-    older = tmp_path / "older.db"
-    shutil.copyfile(path, older)
-    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-    kept.execute("INSERT INTO idempotency VALUES (2)")
-    assert kept.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]  # in its cache now
-    files.release(kept, path, None, pool_on)
-    pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)
+    path, older, kept = kept_with_an_older_copy(tmp_path, pool_on)
+    assert kept.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]  # in its cache
     time.sleep(0.01)
     shutil.copyfile(older, path)
     other = sqlite3.connect(path, isolation_level=None)
@@ -251,14 +259,7 @@ def test_a_connection_dropped_while_its_fold_runs_is_closed_after_it(tmp_path: P
 @pytest.mark.parametrize("change", ["copied over in place", "replaced by rename", "its mode changed"])
 def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_closed(
         tmp_path: Path, pool_on: Pool, change: str):
-    path = tmp_path / "keyring.db"
-    make(path, None, "none")
-    older = tmp_path / "older.db"
-    shutil.copyfile(path, older)
-    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-    kept.execute("INSERT INTO idempotency VALUES (2)")
-    files.release(kept, path, None, pool_on)
-    pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)  # as the pool's thread does once the file is quiet
+    path, older, kept = kept_with_an_older_copy(tmp_path, pool_on)
     assert os.path.getsize(f"{path}-wal") == 0 and pool_on.idle_count() == 1
     if change.startswith("copied over in place"):
         time.sleep(0.01)  # a distinct modification time on filesystems with coarse clocks
