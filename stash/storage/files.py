@@ -605,12 +605,18 @@ def return_free_heap() -> bool:
     return True
 
 
-HEAP_BYTES = 32 * 2**20
+HEAP_BYTES = 12 * 2**20
 """What SQLite may hold on the heap in a server process, page caches above
 all, in each of the two SQLite libraries it loads (SQLCipher's and the
-standard library's). Without it each of up to MAX_IDLE kept connections
-grows its own cache to CACHE_KIB as its memory is used, and a worker's RSS
-rose for the whole of a 10-minute load run (bench/README.md, issue 27)."""
+standard library's). Without a limit each of up to MAX_IDLE kept connections
+grows its own cache to CACHE_KIB as its memory is used. The budget is about
+what a worker's caches hold after the first minute of the load test (10–12
+MiB in SQLCipher's library, 7–8 in the other), so under load they stop
+growing there instead of climbing on towards a larger bound as the users'
+files grow: at 32 MiB a worker's RSS still rose 10–13 % over a 10-minute
+soak, at 12 MiB it levelled within 10 % with the same throughput
+(bench/README.md, issue 27 item 5). A single memory's requests stay within
+their connection's CACHE_KIB, far below it."""
 
 
 def limit_page_caches(limit: int) -> None:
