@@ -143,6 +143,10 @@ def _routed(app, scope, path: str) -> bool:
                for route in app.router.routes)
 
 
+WARM_THREAD = "tag-index-warm"
+WARM_JOIN_S = 10.0  # the warm stops between users: one key ring's load at most
+
+
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette):
     """A user's files stay open for ``--keep-open`` seconds after its last
@@ -151,18 +155,23 @@ async def lifespan(app: Starlette):
     storage/pool.py). By the time the server has drained its requests on
     SIGTERM, what is left is to close that pool — every file still open
     checkpoints its WAL into the file and removes it — and stop the metrics
-    writer. An app driven without its lifespan keeps no file open."""
+    writer. The thread that warms the tag index is stopped and waited for
+    first: it reads key rings, and a reader still closing one after the
+    shutdown would remove that file's WAL under whoever copies the folder
+    next. An app driven without its lifespan keeps no file open."""
     vault = app.state.vault
     app.state.metrics.start()
     stop = threading.Event()
     try:
         with vault.keeping_files_open(app.state.settings.keep_open):
-            threading.Thread(target=vault.tags.warm, args=(stop,), name="tag-index-warm", daemon=True).start()
+            warm = threading.Thread(target=vault.tags.warm, args=(stop,), name=WARM_THREAD, daemon=True)
+            warm.start()
             try:
                 yield
                 await drain(app.state.works)  # requests cut by the shutdown timeout finish their work first
             finally:
                 stop.set()
+                warm.join(timeout=WARM_JOIN_S)
     finally:
         app.state.metrics.stop()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from stash.crypto import tokens
 from stash.service import tag_index
 from stash.storage import keyring as keyring_module
-from stash.web.app import create_app
+from stash.web.app import WARM_THREAD, create_app
 from tests.forgery import random_secret_digits, with_checksum
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 
@@ -177,3 +178,19 @@ def test_warming_loads_every_user_so_no_first_refusal_opens_a_key_ring(tmp_path:
         assert opened == []
     finally:
         fresh.close()
+
+
+def test_a_stopped_app_leaves_no_warming_thread_reading_key_rings(tmp_path: Path) -> None:
+    """The warming thread reads key rings; once the app's lifespan has
+    stopped it must be gone, or its last key ring's close removes that
+    file's WAL under whoever copies the folder next (a snapshot taken with
+    the server stopped failed so). Started and stopped at once, many times,
+    over enough users that the warming is mid-way when the stop comes."""
+    settings = make_settings(tmp_path / "data", kdf=CHEAP_KDF, auth_failures_per_minute=100_000)
+    maker = Api(create_app(settings))
+    for _ in range(40):
+        maker.init()
+    maker.close()
+    for _ in range(15):
+        Api(create_app(settings)).close()
+        assert [t for t in threading.enumerate() if t.name == WARM_THREAD and t.is_alive()] == []
