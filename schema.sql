@@ -264,6 +264,15 @@ CREATE TABLE IF NOT EXISTS memory_tags (
     memory  TEXT NOT NULL
 );
 
+-- In main's key ring only: the expiry of each capability of memory_tags that
+-- has one (UTC RFC 3339, in clear, as in grant_notes), so the tag index
+-- refuses an expired token before its request's body is read, as it refuses
+-- a revoked one. Trusted only to refuse: the grant's own row still decides.
+CREATE TABLE IF NOT EXISTS memory_tag_terms (
+    tag      BLOB PRIMARY KEY,
+    expires  TEXT NOT NULL
+);
+
 -- In each memory's key ring: the append capabilities bound to it. An append
 -- capability holds no key at all: `tag` finds it, and `mac` (keyed by the
 -- memory's epoch-0 key, which only read-capable holders reach) lets the

@@ -22,7 +22,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, userlock
+from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, usage, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -206,10 +206,14 @@ class Session:
         (Keyring.advance_head)."""
         if self._memory is None or self.chain is None or self._memory.mf.conn.in_transaction:
             return  # nothing opened, the session ended early (a destroyed store), or a write is still open
-        head, version = self._memory.mf.committed()
+        mf = self._memory.mf
+        head, version = mf.committed()
         if (self._copy is None or self._copy.count < head.count
                 or self._state_copy is None or self._state_copy < version):
-            self.keyring.advance_head(head, version, chain=self.chain)
+            erased = len(mf.erased_ids)
+            if erased != self.keyring.erased_count():
+                usage.forget_usage(self.user_id)  # the quota's room changed
+            self.keyring.advance_head(head, version, chain=self.chain, erased=erased)
             memories.note_write_day(self.keyring, datetime.now(UTC).date().isoformat())
 
     def flush_memory(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 from ..core import lines
 from ..core.errors import Conflict, Damaged
 from ..crypto import aead, inbox_seal
-from ..storage import inbox, memories, userlock
+from ..storage import inbox, userlock
 from ..storage.keyring import Keyring
 from . import quotas
 
@@ -65,9 +65,7 @@ def note(session: Any, text: object, limits: Any = None) -> dict[str, object]:
         head = ring.log_head()
         claim = (head.count if head is not None else 0) + inbox.pending(ring.conn)
         if limits is not None:
-            others, their_bytes = memories.others_usage(session.files.user_folder.parent.parent, session.user_id,
-                                                        session.memory_name)
-            quotas.check_room(claim + others, session.files.folder, 1, limits.memories, limits.bytes - their_bytes)
+            quotas.identity_room(session, claim - ring.erased_count(), 1, limits.memories, limits.bytes)
         sealed = inbox_seal.seal(public[1], ring.user_id, session.grant_id, claim, day, text)
         inbox.put(ring.conn, session.grant_id, public[0], claim, sealed)
     return {"id": claim, "nap": None}

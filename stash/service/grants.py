@@ -39,7 +39,7 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
         grant_id, token = vault.mint_grant(session, scope, label, expires)
         parsed = tokens.parse(token)
         assert parsed is not None
-        memories.file_tag(session, tokens.lookup_tag(parsed.user_id, parsed.secret))
+        memories.file_tag(session, tokens.lookup_tag(parsed.user_id, parsed.secret), expires)
         created = next(g for g in vault.list_grants(session) if g["id"] == grant_id)["created"]
     if session.memory_name != MAIN:
         address = f"{address.rstrip('/')}/m/{session.memory_name}"

@@ -224,6 +224,20 @@ def keyring_write(session: Session, key: str | None, route: str, body: dict[str,
     return run(session.keyring.idempotency_records(), req, work, now)
 
 
+def append_write(session: Session, key: str | None, route: str, body: dict[str, Any],
+                 work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
+    """An append capability's note, once per Idempotency-Key. It holds no
+    key of the memory, so its record lives in the key ring (where its note
+    waits), found and sealed with keys derived from its own token secret
+    alone (``capability_key``), and fingerprinted like any other: the same
+    key with another text is refused, never replayed."""
+    req = None
+    if key is not None:
+        req = Keyed.make(user_id=session.user_id, file="keyring", master=session.capability_key,
+                         seal_root=session.capability_key, route=route, key=key, body=body)
+    return run(session.keyring.idempotency_records(), req, work, now)
+
+
 ROTATE_ROUTE = "POST /rotate"
 
 

@@ -220,6 +220,14 @@ def memory_of_grant(vault: Vault, user_id: str, grant_id: int) -> str | None:
     return None
 
 
+def grant_ids(session: Session) -> set[int]:
+    """The id of every capability the session's memory has had, live or
+    revoked, read, full, append and owner alike: whose writes an owner may
+    undo there."""
+    ring = session.keyring
+    return {g.id for g in ring.grants()} | {g.id for g in inbox.grants(ring.conn)}
+
+
 def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]:
     """Every capability of the identity, each memory's with its ``memory``:
     main's from this session, every other memory's from an owner session on
@@ -299,14 +307,15 @@ def mint_append(vault: Vault, session: Session, label: str | None = None,
                          lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag, expires),
                          expires=expires, label_of=sealed)
     if session.memory_name != MAIN and session.main_keyring is not None:
-        memories.put_tag(session.main_keyring.conn, tag, session.memory_name)
+        memories.put_tag(session.main_keyring.conn, tag, session.memory_name, expires)
     return grant_id, token
 
 
-def file_tag(session: Session, tag: bytes) -> None:
-    """Record in main's key ring which memory a new capability is bound to."""
+def file_tag(session: Session, tag: bytes, expires: str | None = None) -> None:
+    """Record in main's key ring which memory a new capability is bound to
+    (and when it expires, for the tag index)."""
     if session.memory_name != MAIN and session.main_keyring is not None:
-        memories.put_tag(session.main_keyring.conn, tag, session.memory_name)
+        memories.put_tag(session.main_keyring.conn, tag, session.memory_name, expires)
 
 
 # ------------------------------------------------------------ fork

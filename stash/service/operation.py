@@ -16,7 +16,6 @@ from typing import Any
 
 from ..crypto.chain import Head
 from ..crypto.tokens import Token
-from ..storage import memories
 from . import audit, idempotency, quotas
 from .access import Session, Vault
 
@@ -120,11 +119,8 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         adding = None if effects.adds is None else effects.adds(fields)
         if adding is not None:
             if session.scope != "append":  # an append note checks inside its own lock (service/append.py)
-                # The quotas count every memory of the identity together; erased memories count for nothing.
-                others, their_bytes = memories.others_usage(vault.data_dir, session.user_id, session.memory_name)
                 live = session.memory.count() - len(session.memory.mf.erased_ids)
-                quotas.check_room(live + others, session.files.folder, adding, limits.memories,
-                                  limits.bytes - their_bytes)
+                quotas.identity_room(session, live, adding, limits.memories, limits.bytes)
         answer = handler(session, fields, context)
         if in_keyring:
             recorded = _record(session, grant_id, effects.event, fields, answer)
@@ -132,7 +128,7 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
 
     if effects.record == "memory" and session.scope == "append":
         # It holds no key of the memory: its record is sealed under its own secret, in the key ring.
-        done = idempotency.rotation_write(session, key, work)
+        done = idempotency.append_write(session, key, route, sent, work)
     elif effects.record == "memory":
         done = idempotency.memory_write(session, key, route, sent, work)
     elif effects.record == "keyring":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import QuotaReached
+from ..storage import usage
 
 DEFAULT_MEMORIES = 1_000_000
 DEFAULT_BYTES = 1 << 30  # room for about a million memories (bench/README.md: bytes per memory)
@@ -33,28 +34,61 @@ def folder_bytes(folder: Path) -> int:
     return total
 
 
-def check_room(count: int, folder: Path, adding: int, max_memories: int, max_bytes: int) -> None:
+def identity_room(session: Any, live: int, adding: int, max_memories: int, max_bytes: int) -> None:
+    """The one quota check of every write that adds memories, in any memory
+    and for any scope: ``live`` is how many live memories the memory being
+    written holds (its exact count, or for an append note the key ring's
+    record of it), and the identity's other memories are added as their key
+    rings record them (storage/memories.py, ``others_usage``). Erased
+    memories count for nothing, wherever they are."""
+    data_dir = session.files.user_folder.parent.parent
+    others, their_bytes = usage.others_usage(data_dir, session.user_id, session.memory_name)
+    check_room(live, others, session.files.folder, adding, max_memories, max_bytes - their_bytes,
+               owner=session.scope == "owner")
+
+
+def check_room(count: int, others: int, folder: Path, adding: int, max_memories: int, max_bytes: int,
+               owner: bool = True) -> None:
     """Refuse a write of ``adding`` memories to a log of ``count`` live
-    (not erased) memories when it would pass the operator's limits. Erased
+    (not erased) memories, beside ``others`` live ones in the identity's
+    other memories, when it would pass the operator's limits. Erased
     memories keep their positions but count for nothing here, so an owner who
     erases what a capability flooded in gets the room back (docs/DESIGN.md,
     "Erase"); their rows still take disk, which the byte limit counts. The
-    byte limit is checked against what the folder holds before the write,
-    so one write may end above it by its own size (at most one import
-    body)."""
-    if count + adding > max_memories:
-        room = max(0, max_memories - count)
+    byte limit (``max_bytes``: what the other memories leave) is checked
+    against what the folder holds before the write, so one write may end
+    above it by its own size (at most one import body). Only the owner is
+    told the numbers: a capability bound to one memory learns nothing of
+    the identity's others from a refusal."""
+    total = count + others
+    if total + adding > max_memories:
+        if owner:
+            room = max(0, max_memories - total)
+            held = f"{total:,} {'memory' if total == 1 else 'memories'}"
+            raise QuotaReached(
+                f"This identity's memories hold {held} together and this server keeps at most "
+                f"{max_memories:,} per identity ({room:,} more fit); nothing was written. Erase what is not "
+                "needed (POST /erase, POST /erase/undo), or export a memory (GET /export) and ask the operator "
+                "for room.",
+                code="quota.memories",
+            )
         raise QuotaReached(
-            f"This memory holds {count:,} {'memory' if count == 1 else 'memories'} and this server keeps at most "
-            f"{max_memories:,} per memory "
-            f"({room:,} more fit); nothing was written. Export it (GET /export) and ask the operator for room.",
+            f"This identity's memories hold as many memories as this server keeps (at most {max_memories:,} per "
+            "identity); nothing was written. Tell the memory's owner, who can make room.",
             code="quota.memories",
         )
     used = folder_bytes(folder)
     if used >= max_bytes:
+        if owner:
+            raise QuotaReached(
+                f"This identity's memories take as much disk as this server allows per identity (this one takes "
+                f"{used // (1 << 20):,} MiB of the {max_bytes // (1 << 20):,} MiB the others leave it); nothing "
+                "was written. Export a memory (GET /export) or delete one, and ask the operator for room.",
+                code="quota.bytes",
+            )
         raise QuotaReached(
-            f"This memory takes {used // (1 << 20):,} MiB of the {max_bytes // (1 << 20):,} MiB this server allows "
-            "per memory; nothing was written. Export it (GET /export) and ask the operator for room.",
+            "This identity's memories take as much disk as this server allows per identity; nothing was written. "
+            "Tell the memory's owner, who can make room.",
             code="quota.bytes",
         )
 

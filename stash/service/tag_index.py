@@ -33,11 +33,12 @@ import re
 import secrets
 import threading
 from collections import OrderedDict
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ..storage import inbox, memories
 from ..storage.files import UserFiles, write_private
-from ..storage.keyring import open_keyring
+from ..storage.keyring import expired, open_keyring
 from ..storage.pool import Pool
 
 STAMP = "grants.stamp"
@@ -82,7 +83,8 @@ class TagIndex:
         self.data_dir = Path(data_dir)
         # Plain strings, not pathlib: a refusal's whole budget is tens of microseconds.
         self._users = os.fspath(UserFiles(self.data_dir, "x").folder.parent)
-        self._cache: OrderedDict[str, tuple[bytes, frozenset[bytes]]] = OrderedDict()
+        # user id -> (the stamp's nonce, the live tags, the expiry of those that have one)
+        self._cache: OrderedDict[str, tuple[bytes, frozenset[bytes], dict[bytes, str]]] = OrderedDict()
         self._lock = threading.Lock()
         # Where a key ring read here may be kept open for the next request (Vault.keeping_files_open).
         self.pool: Pool | None = None
@@ -92,13 +94,15 @@ class TagIndex:
 
     def verdict(self, user_id: str, tag: bytes) -> bool | None:
         """The same work for every user id, known or not: one read of the
-        stamp, one dictionary lookup. No key ring is opened."""
+        stamp, one dictionary lookup. No key ring is opened. A tag past its
+        expiry is refused here as a revoked one is (the expiry is trusted
+        only to refuse: the grant's own row decides the rest)."""
         stamp = _read_stamp(self._stamp_path(user_id))
         with self._lock:
             entry = self._cache.get(user_id)
             if stamp is not None and entry is not None and entry[0] == stamp[:NONCE_BYTES]:
                 self._cache.move_to_end(user_id)
-                return tag in entry[1]
+                return _live(tag, entry[1], entry[2])
         if stamp is None and not os.path.isdir(f"{self._users}/{user_id}"):
             return False
         return None
@@ -111,12 +115,13 @@ class TagIndex:
         path = self._stamp_path(user_id)
         stamp = _read_stamp(path)
         tags = live_tags(conn)
+        expiries = memories.tag_expiries(conn)
         if stamp is None:
             stamp = secrets.token_bytes(NONCE_BYTES) + tags_digest(tags)
             if not write_private(path, stamp, exclusive=True):
                 return False
         with self._lock:
-            self._cache[user_id] = (stamp[:NONCE_BYTES], tags)
+            self._cache[user_id] = (stamp[:NONCE_BYTES], tags, expiries)
             self._cache.move_to_end(user_id)
             while len(self._cache) > MAX_USERS:
                 self._cache.popitem(last=False)
@@ -135,7 +140,7 @@ class TagIndex:
             return None
         try:
             self.load(user_id, ring.conn)
-            return tag in live_tags(ring.conn)
+            return _live(tag, live_tags(ring.conn), memories.tag_expiries(ring.conn))
         except Exception:
             return None
         finally:
@@ -182,6 +187,16 @@ class TagIndex:
     def forget(self, user_id: str) -> None:
         with self._lock:
             self._cache.pop(user_id, None)
+
+
+def _live(tag: bytes, tags: frozenset[bytes], expiries: dict[bytes, str]) -> bool:
+    if tag not in tags:
+        return False
+    expires = expiries.get(tag)
+    try:
+        return expires is None or not expired(expires, datetime.now(UTC))
+    except ValueError:
+        return True  # an unreadable expiry is the full check's to refuse, as a damaged key ring
 
 
 def _remove(path: str) -> None:

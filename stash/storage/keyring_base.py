@@ -23,6 +23,9 @@ SCOPES = ("read", "full", "owner")
 LABEL_KEY = b"grant-labels"  # subkey purpose: grant labels of a key ring whose owner has no owner key yet
 HEAD_COPY = ring_copies.HEAD_COPY
 STATE_COPY = ring_copies.STATE_COPY
+# How many of the memory's memories are erased, in clear beside the copy of the log head: what the identity's
+# quota subtracts for a memory whose file it does not open (storage/memories.py, ``others_usage``).
+ERASED_COPY = "erased_count"
 EPOCH = "epoch"
 OLDER_KEYS = "epoch_keys"
 OWNER_PUB = "owner_pub"  # the owner public key, hex: anyone may seal to it (crypto/owner_seal.py)

@@ -9,7 +9,7 @@ from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from . import ring_copies
 from .files import DB_ERRORS, write_transaction
-from .keyring_base import HEAD_COPY, STATE_COPY, RingFile
+from .keyring_base import ERASED_COPY, HEAD_COPY, STATE_COPY, RingFile
 
 
 class HeadCopies(RingFile):
@@ -35,7 +35,16 @@ class HeadCopies(RingFile):
         except ValueError:
             raise ValueError("the key ring's copy of the state version is unreadable") from None
 
-    def advance_head(self, head: Head, state_version: int | None = None, *, chain: KeyChain | None = None) -> bool:
+    def erased_count(self) -> int:
+        """How many memories of the log are erased, as the last write recorded
+        it (0 before any did): counted out of the identity's quota."""
+        try:
+            return max(0, int(self.meta(ERASED_COPY) or 0))
+        except ValueError:
+            return 0
+
+    def advance_head(self, head: Head, state_version: int | None = None, *, chain: KeyChain | None = None,
+                     erased: int | None = None) -> bool:
         """Record ``head`` as the copy unless the copy is already as far: it
         only moves forward, so concurrent writers finishing out of order leave
         the furthest one. Best effort (False when it could not be written, as
@@ -45,11 +54,17 @@ class HeadCopies(RingFile):
         is a lag): that keeps the cost of a note at one fsync, not two.
         With ``chain`` the copies are sealed too (:mod:`ring_copies`);
         without it, a key ring whose copies are sealed is left as it is (a
-        lag), never given a copy its MAC does not cover."""
+        lag), never given a copy its MAC does not cover. ``erased``: how
+        many memories of the file are erased now, kept beside the copies
+        (:meth:`erased_count`)."""
         try:
             self.conn.execute("PRAGMA synchronous = NORMAL")
             try:
                 with write_transaction(self.conn):
+                    if erased is not None and erased != self.erased_count():
+                        self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                                          (ERASED_COPY, str(erased)))
                     if chain is not None:
                         return self._advance_sealed_copies(head, state_version, chain)
                     if self.meta(ring_copies.COPIES_MAC) is not None:

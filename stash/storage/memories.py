@@ -234,10 +234,13 @@ def home_of(conn: sqlite3.Connection, tag: bytes) -> str | None:
     return None if row is None else str(row[0])
 
 
-def put_tag(conn: sqlite3.Connection, tag: bytes, name: str) -> None:
+def put_tag(conn: sqlite3.Connection, tag: bytes, name: str, expires: str | None = None) -> None:
     with write_transaction(conn):
         ensure(conn, "memory_tags")
         conn.execute("INSERT OR REPLACE INTO memory_tags(tag, memory) VALUES (?, ?)", (tag, name))
+        if expires is not None:
+            ensure(conn, "memory_tag_terms")
+            conn.execute("INSERT OR REPLACE INTO memory_tag_terms(tag, expires) VALUES (?, ?)", (tag, expires))
 
 
 def drop_tags(conn: sqlite3.Connection, *, tag: bytes | None = None, memory: str | None = None) -> None:
@@ -248,6 +251,8 @@ def drop_tags(conn: sqlite3.Connection, *, tag: bytes | None = None, memory: str
             conn.execute("DELETE FROM memory_tags WHERE tag = ?", (tag,))
         if memory is not None:
             conn.execute("DELETE FROM memory_tags WHERE memory = ?", (memory,))
+        if _has(conn, "memory_tag_terms"):
+            conn.execute("DELETE FROM memory_tag_terms WHERE tag NOT IN (SELECT tag FROM memory_tags)")
 
 
 def other_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
@@ -255,6 +260,21 @@ def other_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
     if not _has(conn, "memory_tags"):
         return frozenset()
     return frozenset(bytes(r[0]) for r in conn.execute("SELECT tag FROM memory_tags"))
+
+
+def tag_expiries(conn: sqlite3.Connection) -> dict[bytes, str]:
+    """The expiry of every live capability main's key ring knows that has
+    one: main's own (read, full, append) and those bound to other memories."""
+    out: dict[bytes, str] = {}
+    if _has(conn, "grant_notes"):
+        for table in ("grants", "append_grants"):
+            if _has(conn, table):
+                out.update((bytes(t), str(e)) for t, e in conn.execute(
+                    f"SELECT g.tag, n.expires FROM {table} g JOIN grant_notes n ON n.grant_id = g.id "
+                    "WHERE g.tag IS NOT NULL AND n.expires IS NOT NULL"))
+    if _has(conn, "memory_tag_terms"):
+        out.update((bytes(t), str(e)) for t, e in conn.execute("SELECT tag, expires FROM memory_tag_terms"))
+    return out
 
 
 def next_number(conn: sqlite3.Connection) -> int:
@@ -376,57 +396,6 @@ def number_of(conn: sqlite3.Connection) -> int:
         return int(row[0]) if row else 0
     except ValueError:
         return -1
-
-
-USAGE_SECONDS = 5.0  # how old the other memories' usage a quota check adds may be, in one process
-_USAGE: dict[tuple[str, str, str], tuple[float, tuple[int, int]]] = {}
-
-
-def others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
-    """``(memories, bytes)`` of every memory of the user but ``but``: the
-    memories as each key ring's copy of its log head records them, the bytes
-    of each folder's files. What an identity's quotas add to the memory being
-    written (they count all its memories together); nothing to add, at the
-    cost of one folder listing, for an identity with main alone. Read at most
-    once every USAGE_SECONDS per process and memory written, so a note to one
-    of a hundred memories costs what a note to one does: the memory written
-    is counted exactly, inside its write; the others as they were then."""
-    memo = (str(data_dir), user_id, but)
-    now = time.monotonic()
-    kept = _USAGE.get(memo)
-    if kept is not None and now - kept[0] < USAGE_SECONDS:
-        return kept[1]
-    usage = _others_usage(data_dir, user_id, but)
-    if len(_USAGE) > 10_000:
-        _USAGE.clear()
-    _USAGE[memo] = (now, usage)
-    return usage
-
-
-def _others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
-    count = size = 0
-    for name in names(data_dir, user_id):
-        if name == but:
-            continue
-        files = MemoryFiles(data_dir, user_id, name)
-        try:
-            with os.scandir(files.folder) as entries:
-                for entry in entries:
-                    if entry.is_file(follow_symlinks=False):
-                        size += entry.stat(follow_symlinks=False).st_size
-            conn = sqlite3.connect(f"file:{files.keyring}?mode=ro", uri=True)
-            try:
-                row = conn.execute("SELECT value FROM keyring_meta WHERE name = 'log_head'").fetchone()
-            finally:
-                conn.close()
-        except (OSError, sqlite3.Error):
-            continue
-        if row is not None:
-            try:
-                count += int(str(row[0]).split(":", 1)[0])
-            except ValueError:
-                pass
-    return count, size
 
 
 LAST_WRITE = "last_write"  # key ring meta: the day of the memory's last write, hex, sealed to its owner

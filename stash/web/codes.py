@@ -100,9 +100,9 @@ CODES: dict[str, Code] = {
     "route.unknown": Code(404, "no such route"),
     "method_not_allowed": Code(405, "the route does not take that method"),
     "rate_limited": Code(429, "too many failures or mints from this address; see `Retry-After`"),
-    "quota.memories": Code(403, "the memory would pass `--quota-memories` (default 1,000,000); nothing was "
-                                "written"),
-    "quota.bytes": Code(403, "the memory's folder already takes `--quota-bytes` (default 1 GiB); nothing was "
+    "quota.memories": Code(403, "the identity's memories together would pass `--quota-memories` (default "
+                                "1,000,000; erased ones count for nothing); nothing was written"),
+    "quota.bytes": Code(403, "the identity's folders already take `--quota-bytes` (default 1 GiB); nothing was "
                              "written"),
     "quota.import_request": Code(403, "a full capability's import has more entries than `--import-per-request` "
                                       "(default 10,000); nothing was written"),

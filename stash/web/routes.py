@@ -588,10 +588,13 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
     record="memory", cleanup="memory",
     event=Event("erase", lambda s, f, a: None if a["receipt"] is None else
                 {"receipt": a["receipt"], "erased": len(a["erased"]), "dropped": a["dropped"]}),
+    # At the root, what a capability wrote is undone in the memory it is bound to; a range, in main.
+    unknown=lambda: NotFound("No such capability; list them with GET /grants.", code="grants.unknown"),
+    memory_of=lambda vault, user, f: (memories.MAIN if f.get("grant") is None
+                                       else memories.memory_of_grant(vault, user, f["grant"])),
 )
 def erase_undo(s: Session, f: Args, call: Call) -> Answer:
-    known = {g["id"] for g in call.vault.list_grants(s)}
-    answer = undo.undo(s.memory, f.get("grant"), f.get("first"), f.get("last"), known)
+    answer = undo.undo(s.memory, f.get("grant"), f.get("first"), f.get("last"), memories.grant_ids(s))
     if call.replicating and answer["at"] is not None:
         answer["replicas_until"] = replica_history_ends(answer["at"])
     return answer
@@ -849,7 +852,7 @@ def memories_erase(s: Session, f: Args, call: Call) -> Answer:
 # Every memory route is served again under /m/{name}, acting on that memory; the public documents too, so
 # an agent whose STASH_URL ends in /m/{name} fetches the skill and the reference as its block says.
 MEMORY_PATHS = ("/wake", "/note", "/nap", "/recall", "/zoom", "/forget", "/config", "/import", "/export", "/erase",
-                "/erasures", "/skill", "/reference", "/health")
+                "/erase/undo", "/erasures", "/skill", "/reference", "/health")
 ROUTES.extend([_replace(r, path=MEMORY_PREFIX + r.path, under=True) for r in list(ROUTES)
                if r.path in MEMORY_PATHS])
 @route("GET", "/console", "public", "The owner console: a page for an owner token",

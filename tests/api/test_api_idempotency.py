@@ -171,3 +171,24 @@ def test_the_document_describes_the_header(api: Api):
         assert "idempotency.key_reused" in op["responses"]["409"]["x-error-codes"]
         assert "idempotency.bad_key" in op["responses"]["400"]["x-error-codes"]
     assert "Idempotency-Key" not in str(doc["paths"]["/forget"])
+
+
+@pytest.mark.parametrize("where", ["main", "bravo"])
+@pytest.mark.parametrize("scope", ["full", "append"])
+def test_a_bound_writers_key_replays_its_note_and_refuses_another(api: Api, owner: str, scope: str, where: str):
+    """Every writer's note, the append capability's (whose record lives in
+    the key ring, sealed under its own secret) as a full one's, in main and
+    in a second memory: a retry replays, the same key with another text is
+    409 and writes nothing."""
+    if where != "main":
+        assert api.post("/memories", owner, json={"name": where}).status_code == 201
+    writer = api.post("/grants", owner, json={"scope": scope, "memory": where}).json()["token"]
+    first = api.post("/note", writer, json={"text": "the merger closes friday"}, headers=key("n-1"))
+    assert first.status_code == 200 and REPLAYED not in first.headers
+    again = api.post("/note", writer, json={"text": "the merger closes friday"}, headers=key("n-1"))
+    assert again.headers[REPLAYED] == "true" and again.json() == first.json()
+    assert_error(api.post("/note", writer, json={"text": "the merger is off"}, headers=key("n-1")), 409,
+                 "idempotency.key_reused")
+    read_path = "/recall" if where == "main" else f"/m/{where}/recall"
+    resp = api.post(read_path, owner, json={"q": "merger"})
+    assert [line.split(" ", 2)[2] for line in resp.json()["matches"]] == ["the merger closes friday"]

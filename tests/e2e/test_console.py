@@ -346,3 +346,47 @@ def test_a_server_that_serves_one_request_at_a_time_still_loads_the_console(chro
     finally:
         http.close()
         srv.stop()
+
+
+@pytest.mark.parametrize("edited", ["main", "bravo"])
+def test_the_console_shows_a_trail_edited_by_hand(chrome: Chromium, tmp_path: Path, edited: str) -> None:
+    """An audit event deleted from a memory's key ring with the server
+    stopped: the page, which said the trail was whole, says it was edited
+    and in which memory (GET /audit's `trail`), for main and another memory."""
+    import sqlite3
+
+    srv = start_server(tmp_path / "trail")
+    http = Http(srv.url)
+    try:
+        owner = http.init()["token"]
+        http.ok("POST", "/memories", owner, json={"name": "bravo"})
+        for memory in ("main", "bravo"):
+            for scope in ("read", "full", "append"):
+                http.ok("POST", "/grants", owner, json={"scope": scope, "memory": memory})
+        chrome.goto(srv.url + "/console")
+        type_into(chrome, "#token", owner)
+        chrome.enter()
+        until(chrome, "document.getElementById('audit-chain').dataset.intact === 'true'")
+        assert "whole" in chrome.js("document.getElementById('audit-chain').textContent")
+        srv.stop()
+        folder = srv.data / "users" / owner[7:23]
+        ring = folder / "keyring.db" if edited == "main" else folder / "m" / "bravo" / "keyring.db"
+        conn = sqlite3.connect(ring)
+        try:
+            ids = [r[0] for r in conn.execute("SELECT id FROM audit ORDER BY id")]
+            assert len(ids) >= 3
+            with conn:
+                conn.execute("DELETE FROM audit WHERE id = ?", (ids[1],))
+        finally:
+            conn.close()
+        srv.start(same_port=True)
+        assert http.ok("GET", "/audit", owner)["trail"]["intact"] is False
+        chrome.goto(srv.url + "/console")
+        type_into(chrome, "#token", owner)
+        chrome.enter()
+        until(chrome, "document.getElementById('audit-chain').dataset.intact === 'false'")
+        said = chrome.js("document.getElementById('audit-chain').textContent")
+        assert "was edited" in said and f"memory {edited}" in said, said
+    finally:
+        http.close()
+        srv.stop()

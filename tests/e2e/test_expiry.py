@@ -76,3 +76,55 @@ def test_an_expired_grant_receives_no_later_epoch_key_offline_or_under_a_clock_s
     finally:
         stop_group(back)
         server.start(same_port=True)
+
+
+def _head_only(url: str, token: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    """POST ``path`` declaring a 10 MB body and sending none of it: the
+    answer, which arrives only if the server refused before reading the body
+    (otherwise the read below runs into its time bound and the test fails)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url)
+    with socket.create_connection((host.hostname, host.port), timeout=15) as conn:
+        conn.sendall((f"POST {path} HTTP/1.1\r\nHost: {host.netloc}\r\nAuthorization: Bearer {token}\r\n"
+                      "Content-Type: application/json\r\nContent-Length: 10000000\r\n\r\n{").encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            assert chunk, "the server closed without answering"
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        want = int(headers.get("content-length", "0"))
+        while len(body) < want:
+            chunk = conn.recv(65536)
+            assert chunk
+            body += chunk
+    return int(lines[0].split()[1]), headers, body
+
+
+@pytest.mark.slow
+def test_an_expired_token_is_refused_as_a_revoked_one_before_its_body(server: Server):
+    """Every dead token gets one answer, before any byte of its body is read:
+    an expired read, full or append capability, in main or bound to another
+    memory, answers what a revoked one does (the tag index knows each
+    capability's expiry, service/tag_index.py)."""
+    http = Http(server.url)
+    owner = http.init()["token"]
+    http.ok("POST", "/memories", owner, json={"name": "bravo"})
+    expires = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(seconds=2)
+    lapsing = [http.ok("POST", "/grants", owner, json={"scope": scope, "memory": memory, "expires": stamp(expires)})
+               for scope, memory in (("read", "main"), ("full", "bravo"), ("append", "main"), ("append", "bravo"))]
+    revoked = http.ok("POST", "/grants", owner, json={"scope": "full", "memory": "bravo"})
+    http.ok("DELETE", f"/grants/{revoked['id']}", owner)
+    for g in lapsing:
+        assert http.post("/note", g["token"], json={"text": "still live"}).status_code in (200, 403)
+    while dt.datetime.now(dt.UTC) <= expires:
+        time.sleep(0.2)
+    status, headers, body = _head_only(server.url, revoked["token"], "/note")
+    assert status == 401 and headers.get("connection") == "close"
+    for g in lapsing:
+        got = _head_only(server.url, g["token"], "/note")
+        assert (got[0], got[1].get("connection"), got[2]) == (status, "close", body), g["scope"]

@@ -283,10 +283,12 @@
     const answer = await api("GET", "/audit");
     fill("audit", answer.events.map((e) => row([e.id, e.at, e.grant, e.event,
       JSON.stringify(e.memory !== undefined ? { memory: e.memory, ...e.detail } : e.detail)])));
-    const chain = answer.intact;
-    $("audit-chain").textContent = chain === undefined ? "" :
-      (chain ? "The trail is whole: no event was removed or added by hand." :
-        "The trail was edited: an event was removed or added outside the server.");
+    const trail = answer.trail || {};
+    $("audit-chain").textContent = trail.intact === undefined ? "" :
+      (trail.intact ? "The trail is whole: no event was removed or added by hand." :
+        "The trail was edited: an event was removed or added outside the server (" +
+        (trail.problem || "no detail") + ").");
+    $("audit-chain").dataset.intact = String(trail.intact);
   }
 
   async function loadErasures() {
