@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from .errors import Invalid
@@ -18,6 +19,28 @@ VISIBLE_FORMAT = frozenset("\u200c\u200d")
 # Closes the quoted here-documents of every printed command (service/instructions.py). No line a note,
 # summary or recall accepts equals it, so no agent's line pasted into a command can close one early.
 DELIMITER = "STASH_END"
+
+# The placeholders the server prints in the commands it hands an agent (service/instructions.py renders
+# them; the skill names them). A command run as printed, placeholder and all, would save it: a note or a
+# summary that is exactly one of them is refused, and the agent told to put its own line in its place.
+ONE_LINE = "<one line>"
+YOUR_LINE = "<your line>"
+SAME_REGEX = "<the same regex>"
+REGEX = "<regex>"
+WORDS = "<words>"
+SAME_WORDS = "<the same words>"
+BLOCK = "<lo-hi>"
+PLACEHOLDERS = frozenset({ONE_LINE, YOUR_LINE, SAME_REGEX, REGEX, WORDS, SAME_WORDS, BLOCK, "<placeholder>"})
+_SUMMARY_PLACEHOLDER = re.compile(r"<your line for \d+-\d+>")
+
+
+def summary_placeholder(block: str) -> str:
+    """The placeholder of one block's summary in a batch's command."""
+    return f"<your line for {block}>"
+
+
+def is_placeholder(text: str) -> bool:
+    return text in PLACEHOLDERS or _SUMMARY_PLACEHOLDER.fullmatch(text) is not None
 
 
 def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
@@ -69,6 +92,18 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
             code="text.too_long",
         )
     return text
+
+
+def check_written(text: object, max_bytes: int, what: str = "memory") -> str:
+    """:func:`check_line` for a line an agent writes (a note, a summary),
+    which must not be a placeholder of a printed command left in place.
+    Imported lines are data and are checked by :func:`check_line` alone."""
+    line = check_line(text, max_bytes, what)
+    if is_placeholder(line):
+        raise Invalid(f"The {what} is {line}, the placeholder of the command it came from, not a line of yours; "
+                      f"nothing was written. Run the command again with your own line in place of {line}.",
+                      code="text.placeholder")
+    return line
 
 
 def memory_line(i: int, date: str, text: str) -> str:

@@ -53,7 +53,7 @@ def ensure_public(ring: Keyring, chain: Any) -> None:
 def note(session: Any, text: object, limits: Any = None) -> dict[str, object]:
     """Leave one note for the memory, sealed to its inbox key; the answer
     carries its id and nothing of the memory (``nap`` is always null)."""
-    text = lines.check_line(text, inbox_seal.TEXT_BYTES)
+    text = lines.check_written(text, inbox_seal.TEXT_BYTES)
     ring: Keyring = session.keyring
     day = datetime.now(UTC).date().isoformat()
     with userlock.exclusive(session.files.folder):

@@ -27,17 +27,22 @@ import json
 import shlex
 from typing import Any
 
-from ..core.lines import DELIMITER
+from ..core.lines import (
+    BLOCK,
+    DELIMITER,
+    ONE_LINE,
+    REGEX,
+    SAME_REGEX,
+    SAME_WORDS,
+    WORDS,
+    YOUR_LINE,
+    summary_placeholder,
+)
+
+__all__ = ["BLOCK", "ONE_LINE", "REGEX", "SAME_REGEX", "SAME_WORDS", "WORDS", "YOUR_LINE", "summary_placeholder"]
 
 _HEAD = 'curl -sS -H "Authorization: Bearer $STASH_TOKEN" -H "Accept: text/plain"'
 
-ONE_LINE = "<one line>"
-YOUR_LINE = "<your line>"
-SAME_REGEX = "<the same regex>"
-REGEX = "<regex>"
-WORDS = "<words>"
-SAME_WORDS = "<the same words>"
-BLOCK = "<lo-hi>"
 DATE = "YYYY-MM-DD"
 
 
@@ -88,10 +93,6 @@ def nap_status() -> dict[str, Any]:
 
 def nap_batch(k: int) -> dict[str, Any]:
     return step("POST", "/nap", {"batch": k})
-
-
-def summary_placeholder(block: str) -> str:
-    return f"<your line for {block}>"
 
 
 def nap_summaries(block_ids: list[str]) -> dict[str, Any]:

@@ -398,7 +398,7 @@ class Memory:
         import rule (non-decreasing dates) and its export imports again. The
         newest date is read inside the write lock, so a racing note cannot
         slip an earlier date in after a later one."""
-        text = lines.check_line(text, self.sizes["ENTRY_CHARS"])
+        text = lines.check_written(text, self.sizes["ENTRY_CHARS"])
         items = [(self.today(), text)]
 
         def not_before_newest(T: int, newest: str | None) -> None:
@@ -427,6 +427,9 @@ class Memory:
             nap = self.nap_for(T)
             return {"saved": None, "nap": nap, "message": "Nothing left to compress." if nap is None else
                     f"Compress {nap['block']} next."}
+        if text is None:
+            raise Invalid("A summary needs its text: send {\"block\": \"lo-hi\", \"text\": \"<your line>\"}, "
+                          "or {} to ask what is due. Nothing was written.", code="nap.missing_text")
         lo, hi = self._block(block)
         self._within(lo, hi, T)
         bid = blocks.block_id(lo, hi)
@@ -434,7 +437,7 @@ class Memory:
             settled = self.mf.settled(T)
             if (lo, hi) != blocks.first_pending(T, settled):
                 return self._not_due(T, settled, lo, hi)
-        text = lines.check_line(text, self.sizes["ENTRY_CHARS"], "summary")
+        text = lines.check_written(text, self.sizes["ENTRY_CHARS"], "summary")
         if not self.mf.put_summary(lo, hi, text):
             # Another writer got there first (a racing nap of the same block:
             # answered as any already-settled block is), or a forget dropped
@@ -487,7 +490,7 @@ class Memory:
                 try:
                     lo, hi = self._block(item["block"])
                     self._within(lo, hi, T)
-                    parsed.append((lo, hi, lines.check_line(item["text"], limit, "summary")))
+                    parsed.append((lo, hi, lines.check_written(item["text"], limit, "summary")))
                 except Invalid as e:
                     raise Invalid(f"Summary {k}: {e.message} Nothing was written: fix that line and send all "
                                   f"{len(summaries)} again with the same command, or ask for a new batch.",

@@ -39,10 +39,13 @@ CODES: dict[str, Code] = {
     "text.invisible": Code(422, "an invisible format character (U+200B, U+FEFF, tag characters, …)"),
     "text.empty": Code(422, "empty after stripping spaces"),
     "text.reserved": Code(422, "exactly `STASH_END`, the delimiter of printed here-documents"),
+    "text.placeholder": Code(422, "a note or summary that is exactly a placeholder of a printed command, like "
+                                  "`<one line>`: the command was run without the agent's own line"),
     "text.too_long": Code(422, "over `ENTRY_CHARS` bytes"),
     "block.invalid": Code(422, "not a string, or not an aligned power-of-two block"),
     "block.beyond_log": Code(422, "the block is not complete (nap, forget), or starts at or past `T` (zoom)"),
     "nap.missing_block": Code(422, "`text` without `block`"),
+    "nap.missing_text": Code(422, "`block` without `text`"),
     "nap.wrong_block": Code(409, "not the due block; carries `due`, `nap` (and `index` in a batch)"),
     "nap.mixed": Code(422, "more than one of `block`/`text`, `batch`, `summaries`"),
     "nap.bad_batch": Code(422, "`batch` is not a whole number from 1 to 256"),

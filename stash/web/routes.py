@@ -93,8 +93,9 @@ FLUSHED = {"type": "boolean", "description": "`true`: the write-ahead log holdin
            "into the file and emptied; `false`: the action is in force, the flush is still pending (every later "
            "close of the file retries it; a resend with the same Idempotency-Key tries again)."}
 
-_TEXT_CODES = ("text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
-               "text.too_long", "text.reserved")
+_LINE_CODES = ("text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
+               "text.too_long", "text.reserved")  # an imported line's
+_TEXT_CODES = (*_LINE_CODES, "text.placeholder")  # a line an agent writes: a note's, a summary's
 _BLOCK_CODES = ("block.invalid", "block.beyond_log")
 _SHAPE_RANGE = Refusal("shape.out_of_range", "T must be 0 to 10^15 and lines 1 to 1000.")
 
@@ -269,7 +270,8 @@ def note(s: Session, f: Args, call: Call) -> Answer:
              "nap": NAP_OR_NULL | {"description": "What is due now."},
              "message": string()}, description="The answer to {summaries: [...]}."),
     ]},
-    errors=("nap.missing_block", "nap.mixed", "nap.bad_batch", "nap.bad_summaries", *_BLOCK_CODES, *_TEXT_CODES),
+    errors=("nap.missing_block", "nap.missing_text", "nap.mixed", "nap.bad_batch", "nap.bad_summaries",
+            *_BLOCK_CODES, *_TEXT_CODES),
     special=(Special(409, "the block sent is not the one due", "NapConflict", ("nap.wrong_block",)),),
     description="An empty body or {} asks what is due; {block, text} settles the due block; {batch: k} lists up "
                 "to k due blocks that can be written at once; {summaries: [...]} settles them in order, all or "
@@ -420,7 +422,7 @@ def config_set(s: Session, f: Args, call: Call) -> Answer:
     errors=("quota.memories", "quota.bytes", "quota.import_request", "quota.import_day", "import.empty"),
     special=(Special(422, "or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                      ("import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log",
-                      *_TEXT_CODES)),),
+                      *_LINE_CODES)),),
     description="Bulk-appends dated memories, validating every entry before writing any.",
     record="memory", adds=_entries, event=Event("import", lambda s, f, a: {"first": a["first"], "last": a["last"]}),
 )
