@@ -514,11 +514,13 @@ class Api:
     STASH_PIN says). A refusal raises the :class:`StashError` subclass of its code and status; ``source``
     is where the address came from, as its messages name it."""
 
-    def __init__(self, url: str, tok: str | None, source: str = "STASH_URL", pin: bool | None = None) -> None:
+    def __init__(self, url: str, tok: str | None, source: str = "STASH_URL", pin: bool | None = None,
+                 cli: bool = False) -> None:
         self.url = url
         self._token = tok
         self._pin = pin  # None: as STASH_PIN says
         self.source = source  # where the address came from, as errors name it
+        self.cli = cli  # the stash command calls (its advice names commands), not a program (it names calls)
 
     def pinning(self) -> bool:
         """Whether this client pins the memory's log head: as it was made, else as STASH_PIN says."""
@@ -631,7 +633,12 @@ class Api:
 
     def token_refused(self) -> str:
         """The 401 as this client's user acts on it: the server's sentence
-        is curl's (an Authorization header); here the token is STASH_TOKEN."""
+        is curl's (an Authorization header); for the command the token is
+        STASH_TOKEN, for a program the token it gave :class:`Stash`."""
+        if not self.cli:
+            return (f"stash: the server at {self.where()} refused the token given to Stash: it is mistyped, "
+                    "revoked, expired or another server's (each gets this same answer). Pass a valid capability "
+                    "token, or mint a new identity with Stash(url, None).init().")
         return (f"stash: the server at {self.where()} refused STASH_TOKEN: it is mistyped, revoked or another "
                 f"server's (each gets this same answer). Set STASH_TOKEN to a valid capability "
                 f"(export STASH_TOKEN=stash1_…), or mint a new memory with: {_prog()} init URL")
@@ -712,7 +719,28 @@ def _api(need_token: bool = True, fallback_url: str | None = None, memory: str |
     url = server_url(fallback_url)
     if memory is not None:
         url = f"{url.rstrip('/')}/m/{urllib.parse.quote(memory, safe='')}"
-    return Stash(url, token() if need_token else None, source="STASH_URL", pin=None)
+    return _command_memory(url, token() if need_token else None, "STASH_URL")
+
+
+def _identity() -> tuple[Stash, str | None]:
+    """For the owner's verbs, which act on the identity whatever memory
+    STASH_URL names: the server's root, and the memory STASH_URL's
+    ``/m/NAME`` names (None: none, which is main)."""
+    url = server_url()
+    parts = urllib.parse.urlsplit(url)
+    segments = parts.path.rstrip("/").split("/")
+    if len(segments) >= 3 and segments[-2] == "m" and segments[-1]:
+        root = urllib.parse.urlunsplit(parts._replace(path="/".join(segments[:-2])))
+        return _command_memory(root, token(), "STASH_URL"), urllib.parse.unquote(segments[-1])
+    return _command_memory(url, token(), "STASH_URL"), None
+
+
+def _command_memory(url: str, tok: str | None, source: str) -> Stash:
+    """The library's :class:`Stash` as the stash command uses it: its
+    messages name the command's variables and verbs, not the library's."""
+    mem = Stash(url, tok, source=source, pin=None)
+    mem._cli = True
+    return mem
 
 
 def refused(error: StashError, steps: Steps = SHELL) -> Failure:
@@ -1275,14 +1303,19 @@ class Stash:
 
     def __init__(self, url: str, token: str | None, *, pin: bool | None = None, timeout: float = TIMEOUT,
                  source: str = "Stash(url)") -> None:
-        self.url = url.rstrip("/")
+        if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
+            shown = _shown(url) if isinstance(url, str) else type(url).__name__
+            raise ValueError(f"Stash(url, token): url is the server's address and starts with http:// or "
+                             f"https://, like http://127.0.0.1:8080 (it is {shown!r}).")
+        self.url = url.strip().rstrip("/")
         self._token = token
         self._pin = pin
         self.timeout = timeout
         self.source = source
+        self._cli = False  # True when the stash command made it (_command_memory)
 
     def _api(self) -> Api:
-        return Api(self.url, self._token, source=self.source, pin=self._pin)
+        return Api(self.url, self._token, source=self.source, pin=self._pin, cli=self._cli)
 
     def where(self) -> str:
         """The server as an error names it: with where its address came from."""
@@ -1527,7 +1560,7 @@ def do_init(args: argparse.Namespace) -> int:
         raise Failure(f"stash: init needs the server's address: {_prog()} init URL, like "
                       f"{_prog()} init http://127.0.0.1:8080", USAGE)
     url, source = address(args.server, args.url, explicit_is="the URL given to init", fallback_is="--url")
-    mem = Stash(url, None, source=source)
+    mem = _command_memory(url, None, source)
     public = (args.url or args.server or "").rstrip("/")
     made = mem.init(public or None)
     _out(f"export STASH_URL={shell_word(public or mem.url)}")
@@ -1738,7 +1771,7 @@ def _grant_line(g: dict[str, Any]) -> str:
 
 
 def do_grants(args: argparse.Namespace) -> int:
-    mem = _api()
+    mem, here = _identity()
     words = args.words
     if not words:
         for g in mem.grants():
@@ -1746,7 +1779,9 @@ def do_grants(args: argparse.Namespace) -> int:
         return 0
     if words[0] in ("read", "append", "full") and len(words) == 1:
         # The address this client calls goes into the agent's block, as init writes it.
-        ans = mem.mint(words[0], memory=args.memory, label=args.label, expires=args.expires, url=mem.url).answer
+        # Bound to the memory named, else to the one STASH_URL names (a capability minted there is for it).
+        ans = mem.mint(words[0], memory=args.memory or here, label=args.label, expires=args.expires,
+                       url=mem.url).answer
         # The token stays the last line of standard output, for scripts; the agent's block goes beside it.
         if isinstance(ans.get("prompt"), str):
             _say("Paste this block at the top of that agent's AGENTS.md"
@@ -1781,8 +1816,9 @@ def _memory_line(m: MemoryInfo) -> str:
 
 
 def do_memories(args: argparse.Namespace) -> int:
-    """The owner's memories (docs/DESIGN.md, "Memories"): each verb one route."""
-    mem = _api()
+    """The owner's memories (docs/DESIGN.md, "Memories"): each verb one route,
+    at the server's root whatever memory STASH_URL names."""
+    mem, _ = _identity()
     words = args.words
     quoted = [urllib.parse.quote(w, safe="") for w in words]
     if not words:
@@ -1875,7 +1911,7 @@ def do_erasures(args: argparse.Namespace) -> int:
 
 
 def do_rotate(args: argparse.Namespace) -> int:
-    mem = _api()
+    mem, _ = _identity()
     rotated = mem.rotate()
     ans = rotated.answer
     # The new token's first use is what ends the old one: present it now (the object moved to it).
@@ -1898,10 +1934,15 @@ def do_rotate(args: argparse.Namespace) -> int:
 
 
 def do_destroy(args: argparse.Namespace) -> int:
+    mem, here = _identity()
+    if here is not None:
+        raise Failure(f"stash: destroy ends the whole identity, every memory of it, and STASH_URL names memory "
+                      f"{here}. To delete only that memory: {_prog()} memories delete {shlex.quote(here)} --yes",
+                      USAGE)
     if not args.yes:
         raise Failure("stash: destroy deletes this whole memory and every token of it, for good. "
                       f"To go ahead: {_prog()} destroy --yes", USAGE)
-    gone = _api().destroy()
+    gone = mem.destroy()
     held = gone.memories
     what = plural(held, "memory", "memories") if isinstance(held, int) else "the memory"
     _out(f"Destroyed: {what}, at {gone.at}. Every token of it now opens nothing.")

@@ -495,3 +495,27 @@ def test_the_file_fetched_from_the_server_is_the_library(served: Server, tmp_pat
         assert set(stash.__all__) >= {"Stash", "StashError"}
     finally:
         del sys.modules["stash_client"]
+
+
+def test_its_messages_speak_to_a_program_not_a_shell(served: Server, owner: str, monkeypatch) -> None:
+    """A library user's mistakes are told in the library's terms: a refused
+    token names the token given to Stash and the call that mints one (never a
+    command to run, nor the script's own name); an address that is not http(s)
+    is a ValueError naming both schemes before anything is sent; a summary's
+    block without its text is refused, never answered as saved."""
+    monkeypatch.setattr(sys, "argv", ["/somewhere/my_agent.py"])
+    with pytest.raises(Unauthorized) as refused:
+        Stash(served.url, "stash1_" + "0" * 16 + "_" + "A" * 49).wake()
+    said = refused.value.message
+    assert "token given to Stash" in said and "Stash(url, None).init()" in said, said
+    assert "STASH_TOKEN" not in said and "my_agent" not in said and " init URL" not in said, said
+    for bad in ("ftp://x", "127.0.0.1:8080", ""):
+        with pytest.raises(ValueError, match="http:// or https://"):
+            Stash(bad, None)
+    mem = Stash(served.url, owner)
+    mem.note("one")
+    mem.note("two")
+    mem.nap("0-1", "one and two")
+    with pytest.raises(StashError) as no_text:
+        mem.nap("0-1", None)
+    assert no_text.value.code == "nap.missing_text"

@@ -80,3 +80,31 @@ def test_fork_import_and_delete_from_the_client(cli: Cli, http: Http, token: str
     assert cli.run("memories", "delete", "copy").returncode == 2
     assert "Destroyed memory copy" in cli.ok("memories", "delete", "copy", "--yes")
     assert cli.run("wake", env=copy).returncode != 0
+
+
+def test_the_owners_verbs_act_on_the_identity_from_a_memorys_address(cli: Cli, http: Http, token: str) -> None:
+    """With STASH_URL ending in /m/NAME, the owner's verbs (grants, memories,
+    rotate) act on the identity as at the root, a capability minted there is
+    bound to NAME unless another memory is named, and each command printed
+    next runs as printed."""
+    base = cli.env["STASH_URL"].rstrip("/")
+    created = cli.ok("memories", "create", "jade")
+    told = re.search(r"STASH_URL=(\S+?);", created)
+    assert told and told.group(1) == f"{base}/m/jade", created
+    owner_at_jade = _agent(cli, told.group(1), token)
+    printed = re.search(r"with: (.+)$", created.strip())
+    assert printed, created
+    # The command it printed, run from jade's address, mints a capability bound to jade.
+    minted = owner_at_jade.shell(printed.group(1))
+    assert minted.returncode == 0 and "bound to memory jade" in minted.stdout, (minted.stdout, minted.stderr)
+    # Bound to jade by default from jade's address; to main when main is named.
+    assert "bound to memory jade" in owner_at_jade.ok("grants", "read")
+    assert "bound to memory" not in owner_at_jade.ok("grants", "read", "--memory", "main")
+    listed = owner_at_jade.ok("grants")
+    assert listed.count("memory jade") == 2 and len(listed.splitlines()) == 4, listed
+    assert sorted(line.split(":")[0] for line in owner_at_jade.ok("memories").splitlines()) == ["jade", "main"]
+    gid = listed.splitlines()[-1].split()[0].lstrip("#")
+    assert "Revoked" in owner_at_jade.ok("grants", "revoke", gid)
+    refused = owner_at_jade.run("destroy", "--yes")
+    assert refused.returncode != 0 and "memories delete jade --yes" in refused.stderr, refused.stderr
+    assert http.ok("GET", "/wake", token)["T"] == 0  # nothing was destroyed
