@@ -71,7 +71,8 @@ VERBS = {
             "eval \"$(stash init URL)\", and the block for AGENTS.md on stderr",
     "wake": "read the wake, part by part, until it says you are awake",
     "note": "record one line of lasting effect",
-    "nap": "show the due compression, or answer it: nap <block> \"<line>\"; take many at once: nap --batch K",
+    "nap": "show the due compression, or answer it: nap <block> - with your line on standard input; take many at "
+           "once: nap --batch K",
     "recall": "search every memory with a regex, or by words with --words (prefixes, any case or accent, best "
               "first)",
     "zoom": "open a block of the wake into its two halves",
@@ -813,10 +814,13 @@ def batch_lines(mem: Stash, k: int, steps: Steps = SHELL) -> list[str]:
     if not items:
         return ["Nothing left to compress."]
     limit = items[0].get("max_bytes") if _whole(items[0].get("max_bytes")) else 280
-    out = [f"Compress each of these {len(items)} block{'s' if len(items) != 1 else ''} into one line of at most "
-           f"{limit} bytes.",
-           "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they can "
-           "be written in parallel (by subagents that only write lines and never call Stash).", ""]
+    if len(items) == 1:
+        out = [f"Compress this block into one line of at most {limit} bytes.",
+               "Keep what has lasting effect, drop what does not. Invent nothing.", ""]
+    else:
+        out = [f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.",
+               "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
+               "can be written in parallel (by subagents that only write lines and never call Stash).", ""]
     for it in items:
         out += [f"#{it['block']}:", *("  " + x for x in it.get("source") or [] if isinstance(x, str)), ""]
     nap = ans.get("nap")
@@ -1591,7 +1595,7 @@ def do_nap(args: argparse.Namespace) -> int:
     if args.batch is not None or args.summaries is not None:
         if args.block is not None or (args.batch is not None and args.summaries is not None):
             raise Failure(f"stash: give one of: {_prog()} nap --batch K, {_prog()} nap --summaries FILE, "
-                          f'{_prog()} nap BLOCK "<line>".', USAGE)
+                          f"{_prog()} nap BLOCK - (the line on standard input).", USAGE)
         if args.batch is not None:
             _out_lines(batch_lines(_api(), args.batch))
             return 0
@@ -1799,6 +1803,9 @@ def do_grants(args: argparse.Namespace) -> int:
         if not gid.isdigit():
             raise Failure(f"stash: revoke takes the grant's number, as listed by: {_prog()} grants", USAGE)
         ans = mem.revoke(int(gid)).answer
+        if isinstance(ans, dict) and ans.get("already"):
+            _out(f"#{gid} was revoked already (at {ans.get('revoked')}); nothing changed.")
+            return 0
         _out(f"Revoked #{gid}: its token opens nothing from now on, and nothing written from now on opens with "
              "it even from old copies of the files.")
         if isinstance(ans, dict) and ans.get("also_revoked"):
@@ -1849,9 +1856,9 @@ def do_memories(args: argparse.Namespace) -> int:
             raise Failure(f"stash: memories erase takes --q REGEX or --words WORDS. See: {_prog()} memories --help",
                           USAGE)
         done = mem.erase_matching(args.q, words=args.words_query, memories=args.memory, dry_run=bool(args.dry_run))
-        verb = "match" if done.dry_run else "erased"
         for name, count in done.memories.items():
-            _out(f"{name}: {count} {verb}")
+            verb = ("matches" if count == 1 else "match") if done.dry_run else "erased"
+            _out(f"memory {name}: {plural(count, 'note')} {verb}")
         _out(f"Total {done.total} at {done.at}; query fingerprint {done.fingerprint}."
              + (" Nothing was erased (dry run)." if done.dry_run else ""))
         return 0
@@ -1905,8 +1912,11 @@ def do_undo(args: argparse.Namespace) -> int:
 
 
 def do_erasures(args: argparse.Namespace) -> int:
-    for r in _api().erasures():
+    receipts = _api().erasures()
+    for r in receipts:
         _out(_receipt_line(r))
+    if not receipts:
+        _out("No erasure receipts: nothing has been erased in this memory.")
     return 0
 
 
@@ -2605,7 +2615,7 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("import", do_import)
     sp.add_argument("file", help="file of 'YYYY-MM-DD text' lines, oldest first (- for stdin)")
     sp = verb("grants", do_grants)
-    sp.add_argument("words", nargs="*", metavar="read|full|revoke ID")
+    sp.add_argument("words", nargs="*", metavar="read|append|full|revoke ID")
     sp.add_argument("--label", help="when minting: what the capability is for (at most 64 bytes)")
     sp.add_argument("--expires", metavar="TIME", help="when minting: an RFC 3339 UTC time from which it opens "
                     "nothing, like 2027-01-31T18:00:00Z")

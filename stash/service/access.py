@@ -631,13 +631,14 @@ class Vault:
 
     @contextlib.contextmanager
     def session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None = None,
-                memory: str | None = None) -> Iterator[Session]:
+                memory: str | None = None, route: str | None = None) -> Iterator[Session]:
         """An authenticated session on ``memory`` (None: the one the
-        capability is bound to; the owner's is main). A storage failure
+        capability is bound to; the owner's is main); ``route``, the request's
+        (``"POST /config"``), is what a scope refusal names. A storage failure
         inside it (a full disk, a read-only folder, an unreadable file)
         becomes the refusal that says so, never a bare 500."""
         try:
-            with self._session(token_text, need, pin, memory) as session:
+            with self._session(token_text, need, pin, memory, route) as session:
                 yield session
         except StashError:
             raise
@@ -648,8 +649,8 @@ class Vault:
             raise err from None
 
     @contextlib.contextmanager
-    def _session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None, memory: str | None
-                 ) -> Iterator[Session]:
+    def _session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None, memory: str | None,
+                 route: str | None = None) -> Iterator[Session]:
         token, files, ring, grant, main, home = self._capability(token_text)
         rings = [main] if ring is main else [ring, main]
         enrolled = token
@@ -696,7 +697,7 @@ class Vault:
                     session.close()
                 return
             yield from self._opened(enrolled if target != home else token, files, ring, grant, need, pin, target,
-                                    main, token.secret)
+                                    main, token.secret, route)
         finally:
             if may_change_tags:
                 self.tags.grants_seen(token.user_id, main.conn)  # before the answer leaves: tag_index.py
@@ -704,7 +705,8 @@ class Vault:
                 r.close()
 
     def _opened(self, token: tokens.Token, files: MemoryFiles, ring: Keyring, grant: Grant, need: str,
-                pin: Head | None, target: str, main: Keyring, secret: bytes) -> Iterator[Session]:
+                pin: Head | None, target: str, main: Keyring, secret: bytes, route: str | None = None
+                ) -> Iterator[Session]:
         """The session of ``grant``, opened with ``token`` (for the owner in a
         memory other than main: the secret it is enrolled under there);
         ``secret`` is the token's own."""
@@ -726,7 +728,7 @@ class Vault:
             ring.touch(grant.id, datetime.now(UTC).date().isoformat())
         # The scope is read only after the certificate authenticated it.
         if not allowed(grant.scope, need):
-            raise Forbidden(scope_refusal(grant.scope, need), code="auth.scope")
+            raise Forbidden(scope_refusal(grant.scope, need, route), code="auth.scope")
         if opened.unmoved:
             ring.move_grant(grant, opened)  # its secret is here now, and only now
         try:
@@ -778,14 +780,18 @@ def _parsed(token: str | tokens.Token | None) -> tokens.Token | None:
     return tokens.parse(token) if token else None
 
 
-def scope_refusal(scope: str, need: str) -> str:
-    """The 403 for a capability of ``scope`` on a route that needs ``need``,
-    saying what its agent's block says to do: a read capability tells the
-    user what should be remembered (skill/AGENTS-read.md); a full one asks
-    the owner for what only the owner may do."""
+def scope_refusal(scope: str, need: str, route: str | None = None) -> str:
+    """The 403 for a capability of ``scope`` on ``route`` (``"POST /note"``;
+    None: unnamed), which needs ``need``, saying what its agent's block says
+    to do: a read capability tells the user what should be remembered
+    (skill/AGENTS-read.md), or asks the owner for another change; a full one
+    asks the owner for what only the owner may do."""
     if scope == "read" and need in ("append", "full"):
-        return ("This capability is scoped read; this route needs full. Tell the user (the memory's owner) "
-                "what should be remembered instead of writing it.")
+        if route is None or route.endswith(" /note"):
+            return ("This capability is scoped read; this route needs full. Tell the user (the memory's owner) "
+                    "what should be remembered instead of writing it.")
+        return (f"This capability is scoped read; {route} changes the memory and needs full. A read capability "
+                "may look, not change anything: ask the memory's owner to make this change.")
     if need == "owner":
         return (f"This capability is scoped {scope}; this route needs owner, which is never handed on. Ask the "
                 "owner to do it.")

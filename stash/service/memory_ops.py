@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StashError
-from ..storage import memories, userlock
+from ..core.lines import plural
+from ..storage import inbox, memories, userlock
 from ..storage.files import DB_ERRORS, overwrite_with_zeros, private_folder
 from ..storage.memories import MAIN, SUBFOLDER
 from .pair_agree import agree
@@ -90,6 +91,7 @@ def _files_check(folder: Path, user_id: str, name: str) -> str:
             raise ValueError("its keyring.db fails SQLite's integrity check")
         meta = dict(ring.execute("SELECT name, value FROM keyring_meta"))
         live = ring.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND scope != 'owner'").fetchone()[0]
+        live += len(inbox.live_tags(ring))  # append capabilities hold no key: counted by their live tags
         owner = ring.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND scope = 'owner'").fetchone()[0]
     finally:
         ring.close()
@@ -112,7 +114,7 @@ def _files_check(folder: Path, user_id: str, name: str) -> str:
         why = agree(folder / "keyring.db", folder / "memory.db")  # what a restore asks of the pair too
         if why is not None:
             raise ValueError(why)
-    return f"{live} live capabilities"
+    return plural(live, "live capability")
 
 
 def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
@@ -138,7 +140,7 @@ def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
                     if token_text:
                         try:
                             with vault.session(token_text, "read", memory=name) as s:
-                                fact += f", opens with the token ({s.memory.count()} memories)"
+                                fact += f", opens with the token ({plural(s.memory.count(), 'note')})"
                         except StashError as e:
                             if e.code != "memory.unknown":
                                 raise ValueError(f"it does not open with the token ({e.code})") from None

@@ -99,7 +99,7 @@ def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: 
     ``finish`` ends it (after_answer.py), and the caller runs it once the
     answer has left."""
     with contextlib.ExitStack() as stack:
-        session = stack.enter_context(vault.session(token, effects.scope, pin, memory))
+        session = stack.enter_context(vault.session(token, effects.scope, pin, memory, route))
         outcome = _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
                        handler, context)
         if session.scope == "owner":

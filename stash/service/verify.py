@@ -37,11 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import StashError
+from ..core.lines import plural
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..storage import files as storage_files
-from ..storage import formats, ring_copies, safeopen, userlock
+from ..storage import formats, inbox, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
@@ -102,6 +103,7 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]
             _integrity(conn, "keyring.db")
             meta = dict(conn.execute("SELECT name, value FROM keyring_meta"))
             grants = conn.execute("SELECT id, scope, kdf, wrapped FROM grants ORDER BY id").fetchall()
+            appends = len(inbox.live_tags(conn))  # append capabilities hold no key: counted by their live tags
             columns = {r[1] for r in conn.execute("PRAGMA table_info(grants)")}
             unmoved = (conn.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND pub IS NULL")
                        .fetchone()[0] if "pub" in columns else sum(1 for g in grants if g[3] is not None))
@@ -132,10 +134,12 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]
         copy = Head.parse(meta[HEAD_COPY])
         if copy is None:
             raise Failed("keyring.db's copy of the log head is unreadable")
-    report.facts.append(f"key ring ok ({live} live capabilities, key epoch {meta.get('epoch', '0')})")
+    report.facts.append(f"key ring ok ({plural(live + appends, 'live capability')}, key epoch "
+                        f"{meta.get('epoch', '0')})")
     # Each capability moves to key epochs when its token is next used; one
     # that has not is revoked by the next revocation or rotation.
-    report.facts.append(f"{unmoved} live capabilities have not moved to key epochs yet" if unmoved else
+    report.facts.append(f"{plural(unmoved, 'live capability')} {'has' if unmoved == 1 else 'have'} not moved to key "
+                        "epochs yet" if unmoved else
                         "every live capability has moved to key epochs")
     pages = meta.get(MEMORY_PAGES, str(LEGACY_PAGE_BYTES))
     if pages not in {str(n) for n in formats.PAGE_FORMATS}:
@@ -523,7 +527,8 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             raise Failed(f"with the token: {e.message}") from None
         finally:
             mf.close()
-        report.facts.append(f"with the token: all {whole.count} memories and {summaries} summaries authenticate, "
+        report.facts.append(f"with the token: {plural(whole.count, 'note')} and {plural(summaries, 'summary')} "
+                            "all authenticate, "
                             f"and the whole chain recomputes to head {whole.pin()[:24]}…")
     finally:
         ring.close()

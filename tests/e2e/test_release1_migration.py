@@ -68,7 +68,7 @@ def test_a_release1_folder_is_served_whole_and_each_capability_moves_when_used(t
         assert http.ok("GET", "/config", owner)["sizes"]["WAKE_LINES"] == 40
         assert len(http.ok("GET", "/erasures", owner)["erasures"]) == 1
         assert moved(data) == {1: True, 2: False, 3: True}
-        assert "1 live capabilities have not moved to key epochs yet" in verify(data)
+        assert "1 live capability has not moved to key epochs yet" in verify(data)
         # The summaries the old release kept are served as written.
         zoom = http.ok("POST", "/zoom", owner, json={"block": "0-3"})["lines"]
         assert zoom == ["#0-1 fixture summary of 0-1", "#2-3 fixture summary of 2-3"]

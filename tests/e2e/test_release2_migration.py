@@ -107,7 +107,7 @@ def test_a_release2_folder_is_served_whole_written_to_and_served_again_after_a_r
     assert keyring_page_size(data) == LEGACY_PAGE
     assert (folder(data) / "memory.db").stat().st_size % LEGACY_PAGE == 0
     assert "every live capability has moved to key epochs" in verify(data)
-    assert "all 302 memories" in verify(data, owner)
+    assert "with the token: 302 notes and" in verify(data, owner)
 
     server = Server(data=data, log=tmp_path / "server2.log").start()
     http = Http(server.url)

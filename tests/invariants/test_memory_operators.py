@@ -26,6 +26,7 @@ def _world(data: Path) -> tuple[str, str, str]:
             api.post("/memories", owner, json={"name": name})
             api.post(f"/m/{name}/note", owner, json={"text": f"kept in {name}"})
         bound = api.post("/grants", owner, json={"scope": "read", "memory": "a"}).json()["token"]
+        assert api.post("/grants", owner, json={"scope": "append", "memory": "b"}).status_code == 201
     finally:
         api.close()
     return made["user_id"], owner, bound
@@ -40,9 +41,11 @@ def test_backup_verify_and_restore_cover_every_memory(tmp_path: Path) -> None:
     assert sorted(p.name for p in copied.iterdir()) == ["a", "b"]
     (report,) = verify(tmp_path / "backup")
     assert report.ok, report.problems
-    assert any(f.startswith("memory a: files ok") for f in report.facts)
+    assert any(f.startswith("memory a: files ok (1 live capability)") for f in report.facts), report.facts
+    # An append capability holds no key; it is a live capability all the same.
+    assert any(f.startswith("memory b: files ok (1 live capability)") for f in report.facts), report.facts
     (with_owner,) = verify(tmp_path / "backup", owner)
-    assert with_owner.ok and any("memory b: files ok" in f and "opens with the token (1 memories)" in f
+    assert with_owner.ok and any("memory b: files ok" in f and "opens with the token (1 note)" in f
                                  for f in with_owner.facts), with_owner.facts
     (with_bound,) = verify(tmp_path / "backup", bound)
     # Another identity's token checks this one as no token would, every memory included (found by the chaos).

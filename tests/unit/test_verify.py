@@ -27,7 +27,7 @@ def test_good_stores_pass_with_and_without_a_token(capsys, pair):
     assert "ok" in line_of(text, a.user_id) and "ok" in line_of(text, b.user_id)
     code, text = run(capsys, a.data, a.token)
     assert code == 0, text
-    assert "all 6 memories" in line_of(text, a.user_id)
+    assert "with the token: 6 notes and" in line_of(text, a.user_id)
 
 
 def test_a_log_cut_short_fails(capsys, pair):
@@ -137,7 +137,7 @@ def test_verify_with_a_token_leaves_every_file_as_it_was(capsys, tmp_path: Path)
             code, text = run(capsys, data, given)
             assert code == 0, text
             assert _files(data) == before
-        assert "with the token: all" in text
+        assert "all authenticate" in text
     # The formats said are those of the files as they are, not of what an open makes of them: release1
     # predates the authenticated state that its first open writes.
     code, text = run(capsys, old, body + tokens._checksum(body))
