@@ -2440,6 +2440,7 @@ def settle_from_tree(mem: Stash, tree: dict[int, list[str | None]], T: int, sett
 
 def do_import_optmem(args: argparse.Namespace) -> int:
     folder, root = _memory_folder(args.dir)
+    doc: dict[str, Any] | None = None
     if root is not None and os.path.exists(os.path.join(root, MANIFEST)):
         try:
             doc = check_folder(root)
@@ -2457,6 +2458,9 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         raise Failure(f"stash: {os.path.join(folder, 'LOG.txt')} holds no memories; nothing was imported.", USAGE)
     tree = read_optmem_tree(folder, T)
     sizes = read_optmem_config(folder)
+    if doc is not None and isinstance(doc.get("config"), dict):
+        # A Stash export keeps the sizes OptMem does not read (WAKE_CHARS) in its manifest only.
+        sizes = {**{k: v for k, v in doc["config"].items() if k in OPTMEM_SIZES and _whole(v) and v >= 1}, **sizes}
     in_folder = sum(1 for texts in tree.values() for t in texts if t is not None)
 
     mem = _api(memory=args.memory)

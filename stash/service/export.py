@@ -125,8 +125,15 @@ def export_archive(memory: Memory) -> bytes:
         over = mf.config()
         conf = ["# OptMem sizes for this memory, exported from Stash.", ""]
         for name, s in sizes.SIZES.items():
+            if not s.optmem:
+                continue
             mark = "" if name in over else "# "
             conf.append(f"{mark}{name} = {over.get(name, s.default)}  # {s.meaning}")
+        kept = [f"{name} = {value}" for name, value in over.items() if not sizes.SIZES[name].optmem]
+        if kept:
+            # A size memo does not know is only a comment here: memo refuses a file that sets one.
+            conf += ["", "# Stash's own sizes, which OptMem does not read (manifest.json keeps them too):",
+                     *(f"#   {line}" for line in kept)]
         small("memory/config", ("\n".join(conf) + "\n").encode())
         readme = (f"Exported from Stash: {lines.plural(T, 'memory')}.\n"
                   "Read it with OptMem: MEMORY_DIR=memory memo wake\n"

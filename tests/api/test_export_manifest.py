@@ -58,3 +58,32 @@ def test_an_empty_memory_has_a_manifest_too(api: Api, mem: Mem) -> None:
     assert (doc["memories"], doc["erased"], doc["summaries"], doc["pending"], doc["config"]) == (0, 0, {}, 0, {})
     assert members["memory/LOG.txt"] == b""
     assert doc["digest"] == hashlib.sha256(listing(members).encode()).hexdigest()
+
+
+# The sizes OptMem's public `memo` knows (VictorTaelin/OptMem at 1fb164c, its KNOBS): it refuses a config
+# file that sets any other ("WAKE_CHARS is not a size"). Written here from memo's source, not from Stash's.
+MEMO_SIZES = {"WAKE_LINES", "ENTRY_CHARS", "PART_CHARS", "PART_LINES"}
+
+
+def memo_reads(config: str) -> dict[str, int]:
+    """The sizes memo's config reader takes from ``config``: each line up to
+    its first '#', NAME = N; a name memo does not know is an error."""
+    out = {}
+    for line in config.splitlines():
+        line = line.split("#")[0].strip()
+        if "=" not in line:
+            continue
+        name, value = (part.strip() for part in line.split("=", 1))
+        assert name.upper() in MEMO_SIZES, f"memo refuses the export: {name} is not a size"
+        out[name.upper()] = int(value)
+    return out
+
+
+def test_the_exported_config_is_one_memo_reads(api: Api, mem: Mem) -> None:
+    mem.import_(["one", "two"])
+    mem.set_config(WAKE_CHARS=50_000, WAKE_LINES=40)
+    members = export_members(api, mem.token)
+    assert memo_reads(members["memory/config"].decode()) == {"WAKE_LINES": 40}
+    # Stash's own size is kept where a Stash import finds it, and shown to a reader as a comment.
+    assert json.loads(members["manifest.json"])["config"] == {"WAKE_LINES": 40, "WAKE_CHARS": 50_000}
+    assert "WAKE_CHARS = 50000" in members["memory/config"].decode()

@@ -269,7 +269,9 @@ def source(web: Http) -> str:
     web.ok("POST", "/import", tok, json={"entries": [{"date": "2021-06-01", "text": f"late {i}"} for i in range(4)]})
     web.ok("POST", "/nap", tok, json={"block": "300-301", "text": "the first late pair"})
     # ENTRY_CHARS below the longest memory and summary already written.
-    web.ok("POST", "/config", tok, json={"WAKE_LINES": 50, "PART_LINES": 20, "ENTRY_CHARS": 200})
+    # WAKE_CHARS, which OptMem does not read, travels in the manifest only.
+    web.ok("POST", "/config", tok, json={"WAKE_LINES": 50, "PART_LINES": 20, "ENTRY_CHARS": 200,
+                                         "WAKE_CHARS": 50_000})
     return tok
 
 
