@@ -107,6 +107,12 @@ def wake(part: int | None = None, T: int | None = None) -> dict[str, Any]:
     return step("POST", "/wake", {"part": part, "T": T})
 
 
+def reference(part: int) -> dict[str, Any]:
+    """The next part of the API reference (a public route: the token the
+    command sends, as every rendered command does, is not needed)."""
+    return step("POST", "/reference", {"part": part})
+
+
 def note() -> dict[str, Any]:
     return step("POST", "/note", {"text": ONE_LINE}, ONE_LINE, [ONE_LINE])
 

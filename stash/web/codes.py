@@ -53,6 +53,7 @@ CODES: dict[str, Code] = {
     "wake.needs_nap": Code(409, "the document needs a summary not written yet; carries `needs`, `nap`"),
     "wake.bad_t": Code(422, "`T` larger than the log"),
     "wake.no_part": Code(422, "no such part"),
+    "reference.no_part": Code(422, "no such part of the reference; the message says how many there are"),
     "recall.bad_pattern": Code(422, "not a string, empty, too long, bad or unsupported syntax, too large"),
     "recall.too_slow": Code(422, "the scan passed its time bound (5 s plus 10 µs per memory); nothing is "
                                  "returned"),

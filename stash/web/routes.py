@@ -702,15 +702,27 @@ async def skill(f: Args, call: Call) -> str:
     return docs.skill()
 
 
-@route(
-    "GET", "/reference", "public", "This API reference (API-REFERENCE.md), as Markdown",
-    fields=NO_FIELDS, media="text/markdown",
-    answer=string("API-REFERENCE.md: every route, field, error code and client verb."),
-    description="The field-by-field API reference; its field tables, scope matrix and error-code table are "
-                "generated from the same route declarations as this document. Public.",
+REFERENCE_FIELDS = Fields((
+    Field("part", integer(1), "which part to read, from 1: the reference cut into parts of at most 20,000 bytes, "
+          "each but the last ending with the order that fetches the next", whole=True, nullable=True,
+          default_doc="the whole document"),
+))
+
+
+@twins(
+    "/reference", "public", ("This API reference (API-REFERENCE.md), as Markdown",
+                             "This API reference, a part at a time (POST twin of GET /reference)"), REFERENCE_FIELDS,
+    "The field-by-field API reference; its field tables, scope matrix and error-code table are generated from "
+    "the same route declarations as this document. Public. Whole for a browser or a program; with `part`, cut "
+    "as a wake is, for an agent whose harness cuts long output: part 1 starts with the contents (which part "
+    "holds each section).",
+    media="text/markdown",
+    answer=string("API-REFERENCE.md, or one part of it: every route, field, error code and client verb."),
+    errors=("reference.no_part",),
 )
 async def reference(f: Args, call: Call) -> str:
-    return docs.reference()
+    part = f.get("part")
+    return docs.reference() if part is None else docs.reference_part(part)
 
 
 SHAPE_FIELDS = Fields((
