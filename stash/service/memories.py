@@ -393,9 +393,9 @@ def _refuse(message: str) -> Callable[[str], bool]:
     raise Invalid(message, code="memory.bad_query")
 
 
-def matching(session: Session, test: Callable[[str], bool]) -> list[int]:
-    """The ids of memory's memories whose rendered line passes ``test``,
-    erased ones left out (their text is gone)."""
+def matching(session: Session, test: Callable[[str], bool]) -> list[tuple[int, str]]:
+    """The ids and rendered lines of memory's memories whose rendered line
+    passes ``test``, oldest first, erased ones left out (their text is gone)."""
     mf = session.memory.mf
     erased = mf.erased_ids
     out = []
@@ -403,8 +403,11 @@ def matching(session: Session, test: Callable[[str], bool]) -> list[int]:
         for line in batch:
             i = int(line.split(" ", 1)[0][1:])
             if i not in erased and test(line):
-                out.append(i)
+                out.append((i, line))
     return out
+
+
+PREVIEW_BYTES = 20_000  # a dry run's lines, all memories together: what one wake part holds
 
 
 def fingerprint(session: Session, query: str) -> str:
@@ -439,12 +442,23 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
     if not isinstance(dry_run, bool) and dry_run is not None:
         raise Invalid("dry_run is true or false.", code="memory.bad_query")
     found: dict[str, list[int]] = {}
+    preview: dict[str, list[str]] = {}
+    room = PREVIEW_BYTES
     for name in chosen:
         if name == session.memory_name:
-            found[name] = matching(session, test)
+            hits = matching(session, test)
         else:
             with vault.session(token, "owner", memory=name) as other:
-                found[name] = matching(other, test)
+                hits = matching(other, test)
+        found[name] = [i for i, _ in hits]
+        if dry_run:
+            # What would go, for the owner to see before the step that cannot be undone: as many lines as fit.
+            preview[name] = []
+            for _, line in hits:
+                room -= len(line.encode()) + 1
+                if room < 0:
+                    break
+                preview[name].append(line)
     total = sum(len(ids) for ids in found.values())
     if total > ERASE_MAX:
         raise Invalid(f"{total:,} memories match, more than the {ERASE_MAX:,} one erasure may take; nothing was "
@@ -460,7 +474,7 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
                 else:
                     with vault.session(token, "owner", memory=name) as other:
                         other.memory.erase(ids[lo:lo + ERASE_MAX], at)
-        counts.append({"name": name, "erased": len(ids)})
+        counts.append({"name": name, "erased": len(ids), **({"lines": preview[name]} if dry_run else {})})
     query = q if q is not None else words
     assert isinstance(query, str)
     return {"memories": counts, "total": total, "dry_run": bool(dry_run), "at": at,

@@ -846,7 +846,11 @@ def memories_fork(s: Session, f: Args, call: Call) -> Answer:
           "the memories to erase in (default: every one)"),
     Field("dry_run", {"type": "boolean"}, "`true`: count, erase nothing"),
 )), answer=obj({
-    "memories": {"type": "array", "items": obj({"name": string(), "erased": integer(0)}),
+    "memories": {"type": "array", "items": obj({
+        "name": string(), "erased": integer(0),
+        "lines": LINES | {"description": "only in a dry run: the lines that would be erased, oldest first, as many "
+                                         "as fit in 20,000 bytes over all memories (fewer than `erased` when "
+                                         "they do not all fit); never in a receipt"}}, required=["name", "erased"]),
                  "description": "each memory named, with how many of its memories matched (and were erased)"},
     "total": integer(0), "dry_run": {"type": "boolean"}, "at": ref("Timestamp"),
     "fingerprint": string("a keyed fingerprint of the query (never the query): only the owner can test a guess "

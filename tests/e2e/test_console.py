@@ -212,12 +212,14 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     assert [r["ids"] for r in receipts] == [[1]]
     assert "[erased]" in http.ok("POST", "/recall", owner, json={"q": "^#1 "})["matches"][0]
 
-    # Erase by words across memories: counts first, then one receipt.
+    # Erase by words across memories: counts and the very lines that would go first (as text), then one receipt.
     type_into(page, "#erase-words", "priya")
     choose(page, "#erase-words-memory", "")
     click(page, "#erase-words-form button")
     until(page, "!document.getElementById('erase-plan').hidden")
-    assert "main: 1" in page.js("document.getElementById('erase-plan-lines').textContent")
+    plan = page.js("document.getElementById('erase-plan-lines').textContent")
+    assert "memory main: 1 note" in plan and IMG_LINE in plan, plan
+    assert page.js("document.querySelectorAll('#erase-plan-lines img').length") == 0
     assert http.ok("POST", "/recall", owner, json={"q": "priya"})["total"] == 1
     click(page, "#erase-go")
     wait_status(page, "Erased.")

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 
-import pytest
-
 from tests.live import CLI_TIMEOUT, Http
 from tests.printed import orders
 

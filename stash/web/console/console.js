@@ -441,8 +441,16 @@
     if (memory) body.memories = [memory];
     const answer = await api("POST", "/memories/erase", body);
     const total = answer.total;
-    const lines = answer.memories.map((m) => `${m.name}: ${m.erased}`);
-    showPlan(total ? `Erase ${total} matching ${total === 1 ? "memory" : "memories"}?` : "Nothing matches.",
+    // The lines that would go, as the server lists them (as many as fit one page), under each memory's count.
+    const lines = [];
+    let shown = 0;
+    for (const m of answer.memories) {
+      lines.push(`memory ${m.name}: ${m.erased} ${m.erased === 1 ? "note" : "notes"}`);
+      for (const line of m.lines || []) lines.push("  " + line);
+      shown += (m.lines || []).length;
+    }
+    if (shown < total) lines.push(`… and ${total - shown} more not shown here (the first ${shown} are above).`);
+    showPlan(total ? `Erase ${total} matching ${total === 1 ? "note" : "notes"}?` : "Nothing matches.",
       lines, total ? { kind: "words", body: { words, memories: body.memories } } : null);
   }
 
