@@ -704,6 +704,12 @@ class Vault:
             if target == MAIN:  # a rotation's successor retires its predecessor at its first use, in main
                 opened, grant, retired = self._retire_predecessor(ring, grant, token, opened)
         except StaleGrant:
+            if grant.scope == "owner" and target != MAIN:
+                # The owner's enrolment in another memory, from an older epoch than that memory's key ring:
+                # its row was put back from an older copy. The memory's damage, not a refused token.
+                raise RolledBack(f"The owner's key in memory {target}'s key ring is from an older copy; it is "
+                                 f"not served. Restore it from a backup or delete it "
+                                 f"(DELETE /memories/{target}).") from None
             raise Unauthorized() from None
         except aead.Unsealable:
             raise Damaged(

@@ -160,15 +160,37 @@ def test_a_second_rotation_in_the_window_hands_every_memory_to_the_token_used(me
     assert live_owners(mem, new) == [again["id"]]
 
 
+def _key_ring_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.glob("keyring.db*")}
+
+
+def _put_back(folder: Path, files: dict[str, bytes]) -> None:
+    for p in folder.glob("keyring.db*"):
+        p.unlink()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+
+
 def test_the_listings_name_a_memory_they_cannot_open_and_list_the_rest(mem: Mem, data_dir: Path) -> None:
-    """A memory whose key ring was altered, or in which the owner is not
-    enrolled, is named with its error in every owner listing; the others are
-    listed, and the memory itself answers the same refusal."""
-    for name in ("good", "garbled", "unenrolled"):
+    """A memory whose key ring was altered, in which the owner is not
+    enrolled, whose key ring was put back from before a revocation, or whose
+    owner row alone was, is named with its error in every owner listing; the
+    others are listed, and the memory itself answers the same refusal."""
+    grants = {}
+    for name in ("good", "garbled", "unenrolled", "older", "stale"):
         mem.ok(mem.api.post("/memories", mem.token, json={"name": name}), 201)
-        mem.ok(mem.api.post("/grants", mem.token, json={"scope": "read", "memory": name, "label": f"{name} bot"}),
-               201)
+        grants[name] = mem.ok(mem.api.post("/grants", mem.token, json={
+            "scope": "read", "memory": name, "label": f"{name} bot"}), 201)
     (folder,) = data_dir.glob("users/*")
+    before = {name: _key_ring_files(folder / "m" / name) for name in ("older", "stale")}
+    with sqlite3.connect(folder / "m" / "stale" / "keyring.db") as conn:
+        owner_row = conn.execute("SELECT id, kdf, wrapped, pub, box FROM grants WHERE scope = 'owner'").fetchone()
+    for name in ("older", "stale"):
+        mem.ok(mem.api.delete(f"/grants/{grants[name]['id']}", mem.token))  # a new epoch in that memory
+    _put_back(folder / "m" / "older", before["older"])
+    with sqlite3.connect(folder / "m" / "stale" / "keyring.db") as conn:
+        conn.execute("UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?", (*owner_row[1:],
+                                                                                               owner_row[0]))
     ring = folder / "m" / "garbled" / "keyring.db"
     ring.write_bytes(b"\x00" * ring.stat().st_size)
     with sqlite3.connect(folder / "m" / "unenrolled" / "keyring.db") as conn:
@@ -176,8 +198,9 @@ def test_the_listings_name_a_memory_they_cannot_open_and_list_the_rest(mem: Mem,
     listed = mem.ok(mem.api.get("/memories", mem.token))
     assert {m["name"] for m in listed["memories"]} == {"main", "good"}
     unopened = {u["name"]: u for u in listed["unopened"]}
-    assert sorted(unopened) == ["garbled", "unenrolled"]
-    assert {u["error"] for u in unopened.values()} == {"store.damaged"}
+    assert {n: u["error"] for n, u in unopened.items()} == {
+        "garbled": "store.damaged", "unenrolled": "store.damaged", "older": "store.rolled_back",
+        "stale": "store.rolled_back"}
     grants = mem.ok(mem.api.get("/grants", mem.token))
     assert "good bot" in [g["label"] for g in grants["grants"]]
     assert {u["name"]: u["error"] for u in grants["unopened"]} == {n: u["error"] for n, u in unopened.items()}
