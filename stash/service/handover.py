@@ -31,7 +31,7 @@ from nacl.public import PrivateKey
 from ..core.errors import StashError, Unauthorized
 from ..crypto import aead, epochs, tokens
 from ..crypto.epochs import KeyChain
-from ..storage import inbox, memories, owner_handover
+from ..storage import inbox, memfile, memories, owner_handover
 from ..storage.files import DB_ERRORS, write_transaction
 from ..storage.keyring import Grant, Keyring, StaleGrant, open_keyring
 from ..storage.memories import MAIN, MemoryFiles
@@ -195,7 +195,7 @@ def _take_over(vault: Vault, main: Keyring, successor: int, private: PrivateKey,
                      if g.revoked is not None and g.id >= row.grants and g.scope != "owner"]
             ended += [a.id for a in inbox.grants(ring.conn) if a.revoked is not None and a.id >= row.appends]
         else:
-            ended, tags, moved = _move(vault, ring, user_id, successor, private, new, row)
+            ended, tags, moved = _move(vault, ring, files, user_id, successor, private, new, row)
             for tag in tags:
                 memories.drop_tags(main.conn, tag=tag)
             vault.reseal(files, ring, moved)  # its memory file follows to the new epoch
@@ -208,8 +208,8 @@ def _take_over(vault: Vault, main: Keyring, successor: int, private: PrivateKey,
         owner_handover.drop(main.conn, row.number)
 
 
-def _move(vault: Vault, ring: Keyring, user_id: str, successor: int, private: PrivateKey, new: bytes,
-          row: Handover) -> tuple[list[int], list[bytes], KeyChain]:
+def _move(vault: Vault, ring: Keyring, files: MemoryFiles, user_id: str, successor: int, private: PrivateKey,
+          new: bytes, row: Handover) -> tuple[list[int], list[bytes], KeyChain]:
     """One memory's key ring moved to the new owner, in one transaction: a
     new epoch revoking the old owner's enrolment and every capability minted
     in the window, the new owner enrolled with the owner keys (a fresh seed
@@ -223,6 +223,10 @@ def _move(vault: Vault, ring: Keyring, user_id: str, successor: int, private: Pr
     if was is None or was.wrapped is None or was.scope != "owner":
         raise aead.Unsealable("the old owner token is not enrolled in this memory")
     opened = ring.open_grant(was, old)
+    # A key ring put back from before a revocation in this memory is left as it is (store.rolled_back), never
+    # moved to a new epoch that would hide that it is behind its memory file.
+    memfile.check_not_behind(memfile.FileKeys.derive(files.memory, ring.user_id, opened.chain,
+                                                     ring.meta("file_cipher") or "none", ring.memory_page_bytes()))
     owner = ring.owner_keys(was, opened.kek, opened.chain)
     with write_transaction(ring.conn):
         window = [g.id for g in ring.grants() if g.revoked is None and g.id >= row.grants and g.id != was.id]

@@ -209,3 +209,10 @@ def test_the_listings_name_a_memory_they_cannot_open_and_list_the_rest(mem: Mem,
     assert {u["name"]: u["error"] for u in audit["unopened"]} == {n: u["error"] for n, u in unopened.items()}
     for name in unopened:
         assert_error(mem.api.get(f"/m/{name}/wake", mem.token), 500, unopened[name]["error"])
+    # Nor do they stop a rotation: the new token takes over what opens and finds the rest named as before.
+    new = mem.ok(mem.api.post("/rotate", mem.token, json={}))["token"]
+    again = mem.ok(mem.api.get("/memories", new))
+    assert {m["name"] for m in again["memories"]} == {"main", "good"}
+    assert {u["name"] for u in again["unopened"]} == set(unopened)
+    mem.ok(mem.api.post("/m/good/note", new, json={"text": "after the rotation"}))
+    assert_error(mem.api.get("/memories", mem.token), 401, "auth.invalid")
