@@ -46,15 +46,15 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # What this module offers the package: the verbs (main, VERBS) and what stash mcp (stash/cli/mcp_server.py) and
 # stash/cli/main.py call; tests/unit/test_tooling.py holds it to their use.
 LIBRARY = ["Stash", "StashError", "Unreachable", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "NotAllowed",
            "Conflict", "NapNeeded", "TooLarge", "Invalid", "RateLimited", "ServerError", "error_class", "Nap", "Wake",
            "WakePart", "Noted", "Saved", "Batch", "Found", "Zoomed", "Forgot", "Imported", "Sizes", "Initialized",
-           "Grant", "Minted", "Revoked", "Rotated", "Receipt", "Undone", "MemoryInfo", "Forked", "Destroyed",
-           "Matched", "Health", "Archive"]
+           "Grant", "Minted", "Revoked", "Rotated", "Receipt", "Undone", "MemoryInfo", "Unopened", "Listed",
+           "Forked", "Destroyed", "Matched", "Health", "Archive"]
 __all__ = ["VERBS", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
            "nap_lines", "note_lines", "recall_lines", "recall_words_lines", "refused", "server_url", "summaries_lines",
            "token", "wake_lines",
@@ -1238,6 +1238,34 @@ class MemoryInfo:
 
 
 @dataclass(frozen=True)
+class Unopened:
+    """A memory an owner listing could not open (altered, rolled back, the owner not enrolled in it): its
+    ``name``, the refusal's ``error`` code and ``message`` (what to do next)."""
+
+    name: str
+    error: str
+    message: str
+
+    @classmethod
+    def of(cls, u: dict[str, Any]) -> Unopened:
+        return cls(str(u.get("name")), str(u.get("error")), str(u.get("message", "")))
+
+
+Row = TypeVar("Row")
+
+
+class Listed(list[Row]):
+    """An owner listing's rows, as a list, and ``unopened``: the memories it could not open, each named, so
+    a damaged memory never hides in a listing that looks whole."""
+
+    unopened: list[Unopened]
+
+    def __init__(self, rows: list[Row], answer: dict[str, Any]) -> None:
+        super().__init__(rows)
+        self.unopened = [Unopened.of(u) for u in answer.get("unopened") or [] if isinstance(u, dict)]
+
+
+@dataclass(frozen=True)
 class Forked:
     """A new memory ``name`` holding the first ``at`` memories of ``source`` and ``summaries`` of its summaries."""
 
@@ -1449,8 +1477,10 @@ class Stash:
         return Initialized(str(ans.get("user_id", "")), self._token, str(ans.get("prompt", "")),
                            note if isinstance(note, str) else None, ans)
 
-    def grants(self) -> list[Grant]:
-        return [Grant.of(g) for g in self._answer("GET", "/grants").get("grants") or [] if isinstance(g, dict)]
+    def grants(self) -> Listed[Grant]:
+        """Every capability of every memory; ``unopened``: the memories whose capabilities could not be read."""
+        ans = self._answer("GET", "/grants")
+        return Listed([Grant.of(g) for g in ans.get("grants") or [] if isinstance(g, dict)], ans)
 
     def mint(self, scope: str, *, memory: str | None = None, label: str | None = None,
              expires: str | None = None, url: str | None = None) -> Minted:
@@ -1489,8 +1519,10 @@ class Stash:
         return Undone(Receipt.of(ans) if ans.get("receipt") is not None else None, _ints(ans.get("erased")),
                       int(ans.get("dropped", 0)), more if _whole(more) else None, ans)
 
-    def memories(self) -> list[MemoryInfo]:
-        return [MemoryInfo.of(m) for m in self._answer("GET", "/memories").get("memories") or []]
+    def memories(self) -> Listed[MemoryInfo]:
+        """Every memory of the identity; ``unopened``: those that could not be opened, each named."""
+        ans = self._answer("GET", "/memories")
+        return Listed([MemoryInfo.of(m) for m in ans.get("memories") or []], ans)
 
     def create(self, name: str) -> MemoryInfo:
         """A new, empty memory ``name``, served at ``/m/NAME``."""
@@ -1778,8 +1810,10 @@ def do_grants(args: argparse.Namespace) -> int:
     mem, here = _identity()
     words = args.words
     if not words:
-        for g in mem.grants():
+        listed = mem.grants()
+        for g in listed:
             _out(_grant_line(g.answer))
+        _out_unopened(listed.unopened, "its capabilities are not listed")
         return 0
     if words[0] in ("read", "append", "full") and len(words) == 1:
         # The address this client calls goes into the agent's block, as init writes it.
@@ -1817,6 +1851,12 @@ def do_grants(args: argparse.Namespace) -> int:
                   f"listed by: {_prog()} grants", USAGE)
 
 
+def _out_unopened(unopened: list[Unopened], what: str) -> None:
+    """Name each memory a listing could not open, after the rest, with its refusal."""
+    for u in unopened:
+        _out(f"{u.name}: could not be opened ({u.error}), {what}: {u.message}")
+
+
 def _memory_line(m: MemoryInfo) -> str:
     return (f"{m.name}: {plural(m.T, 'memory', 'memories')}, {m.bytes} bytes, "
             f"created {m.created}, {plural(m.grants, 'capability', 'capabilities')}")
@@ -1829,8 +1869,10 @@ def do_memories(args: argparse.Namespace) -> int:
     words = args.words
     quoted = [urllib.parse.quote(w, safe="") for w in words]
     if not words:
-        for m in mem.memories():
+        listed = mem.memories()
+        for m in listed:
             _out(_memory_line(m))
+        _out_unopened(listed.unopened, "not served")
         return 0
     if words[0] == "create" and len(words) == 2:
         made = mem.create(words[1])

@@ -70,6 +70,28 @@ def open_box(private_key: PrivateKey, box: bytes) -> tuple[int, bytes]:
     return int.from_bytes(plain[:EPOCH_NUMBER_BYTES], "big"), plain[EPOCH_NUMBER_BYTES:]
 
 
+def seal_for(public_key: bytes, context: bytes, plain: bytes) -> bytes:
+    """``plain`` sealed to one capability's public key, bound to ``context``
+    (what it is and where it is kept): what a rotation leaves for its new
+    owner token to open at its first use (stash/service/handover.py)."""
+    if len(public_key) != PUBLIC_KEY_BYTES:
+        raise ValueError(f"a public key is exactly {PUBLIC_KEY_BYTES} bytes")
+    return SealedBox(PublicKey(public_key)).encrypt(context + plain)
+
+
+def open_for(private_key: PrivateKey, context: bytes, sealed: bytes) -> bytes:
+    """What :func:`seal_for` sealed to this capability for ``context``, or
+    :class:`aead.Unsealable` when it was sealed to another key or another
+    context, or altered."""
+    try:
+        plain = SealedBox(private_key).decrypt(sealed)
+    except CryptoError:
+        raise aead.Unsealable("the sealed value does not open with this capability") from None
+    if not plain.startswith(context):
+        raise aead.Unsealable("the sealed value was moved from another place")
+    return plain[len(context):]
+
+
 def _older_aad(user_id: str, epoch: int) -> bytes:
     return f"stash/v2|{user_id}|epochs|{epoch}".encode()
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import Conflict, Damaged, Forbidden, NotFound, StashError, Unauthorized, Unavailable
+from ..core.errors import Conflict, Damaged, Forbidden, NotFound, RolledBack, StashError, Unauthorized, Unavailable
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
@@ -34,6 +34,7 @@ from ..storage.files import (
     overwrite_with_zeros,
     private_folder,
     storage_error,
+    write_transaction,
 )
 from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
@@ -42,7 +43,7 @@ from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
 
 __all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
 from ..storage.pool import Pool
-from . import append, grant_terms
+from . import append, grant_terms, handover
 from .after_answer import Pending
 from .memory import Memory
 from .tag_index import TagIndex
@@ -377,7 +378,7 @@ class Vault:
         already = grant.revoked is not None
         stranded: list[int] = []
         if not already:
-            tag = self._tag_of(session.keyring, grant_id)
+            tag = session.keyring.tag_of(grant_id)
             stranded = self._new_epoch(session, (grant_id,))[0]
             if tag is not None and session.memory_name != MAIN and session.main_keyring is not None:
                 memories.drop_tags(session.main_keyring.conn, tag=tag)
@@ -385,17 +386,13 @@ class Vault:
         return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
                 "also_revoked": stranded, "epoch": session.keyring.epoch()}
 
-    @staticmethod
-    def _tag_of(ring: Keyring, grant_id: int) -> bytes | None:
-        row = ring.conn.execute("SELECT tag FROM grants WHERE id = ?", (grant_id,)).fetchone()
-        return None if row is None or row[0] is None else bytes(row[0])
-
     def rotate_owner(self, session: Session) -> dict[str, Any]:
-        """A new owner token. The calling owner capability stays the owner
-        until the new token is first presented, and that first use retires it
-        as a revocation does (a new key epoch the old token never reaches:
-        :meth:`_retire_predecessor`). So whatever instant the answer is lost
-        (a crash, a cut connection, no Idempotency-Key), the old token still
+        """A new owner token. The calling owner capability stays the owner,
+        in every memory, until the new token is first presented, and that
+        first use retires it as a revocation does (a new key epoch the old
+        token never reaches, in each memory: :meth:`_retire_predecessor`,
+        service/handover.py). So whatever instant the answer is lost (a
+        crash, a cut connection, no Idempotency-Key), the old token still
         works and can simply rotate again; a successor never presented is
         revoked by the next rotation."""
         if session.scope != "owner":
@@ -403,10 +400,13 @@ class Vault:
                             "one (POST /grants) and revoking the old (DELETE /grants/{id}).", code="auth.scope")
         token, secret = tokens.mint(session.user_id)
         old_id = session.grant_id
-        session.chain, stranded, minted = session.keyring.rotate_owner(session.keys, old_id, mint={
-            "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret, "kdf": self.kdf},
-            owner=session.owner)
-        self.owner_everywhere(session, secret)
+        with write_transaction(session.keyring.conn):
+            pending = session.keyring.pending_owner()
+            session.chain, stranded, minted = session.keyring.rotate_owner(session.keys, old_id, mint={
+                "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret,
+                "kdf": self.kdf}, owner=session.owner)
+            # Every other memory's way to the new token, in the same transaction (service/handover.py).
+            handover.seal_rotation(self, session, minted, opening=pending is None or pending[0] != old_id)
         created = next(g for g in session.keyring.grants() if g.id == minted).created
         return {"id": minted, "scope": "owner", "created": created, "token": token, "retires": old_id,
                 "also_revoked": stranded, "epoch": session.keyring.epoch(),
@@ -416,46 +416,19 @@ class Vault:
     def _retire_predecessor(self, ring: Keyring, grant: Grant, token: tokens.Token,
                             opened: Opened) -> tuple[Opened, Grant, bool]:
         """When ``grant`` is a rotation's successor presented for the first
-        time, retire the owner grant it succeeds (Keyring.retire_owner) and
-        return the grant opened in the new epoch; True when this request
-        retired it (its key-ring WAL and memory file then move to the new
-        epoch before it goes on, :meth:`finish_epoch`)."""
+        time, retire the owner grant it succeeds, and end what it minted in
+        the window (handover.retire), and return the grant opened in the new
+        epoch; True when this request retired it (its key-ring WAL and memory
+        file then move to the new epoch before it goes on, :meth:`finish_epoch`,
+        and the other memories to the new token, handover.take_over_all)."""
         pending = ring.pending_owner()
         if pending is None or pending[1] != grant.id:
             return opened, grant, False
-        new = ring.retire_owner(opened.chain, grant, opened.kek)
+        new = handover.retire(ring, opened.chain, grant, opened.kek)
         again = ring.find(token.tag)
         if again is None or again.wrapped is None:
             raise StaleGrant()  # a newer rotation revoked it meanwhile
         return ring.open_grant(again, token.secret), again, new is not None
-
-    def owner_everywhere(self, session: Session, secret: bytes) -> None:
-        """The owner's new key in every memory other than main (after main's
-        rotation committed): in each memory's key ring, a new epoch that
-        revokes the old owner enrolment and enrols the new token, with the
-        owner keys carried over (Keyring.advance_epoch). A key ring holds one
-        owner box, so unlike main's rotation (whose old token stays the
-        owner until the new one is used) the other memories move at once:
-        a rotation whose answer is lost leaves them to the undelivered token
-        (SECURITY.md, "Rotation and many memories"). The one place a new owner
-        key reaches every memory (docs/DESIGN.md, "Memories")."""
-        main = session.main_keyring or session.keyring
-        for name in memories.names(self.data_dir, session.user_id)[1:]:
-            files = MemoryFiles(self.data_dir, session.user_id, name)
-            with open_keyring(files.keyring, memories.store_id(session.user_id, name), self.pool) as ring:
-                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
-                if salt is None:
-                    continue
-                old = memories.owner_secret(session.owner_secret, salt)
-                new = memories.owner_secret(secret, salt)
-                grant = ring.find(tokens.lookup_tag(session.user_id, old))
-                if grant is None or grant.scope != "owner" or grant.wrapped is None:
-                    continue  # already moved to the new token (a resent rotation)
-                opened = ring.open_grant(grant, old)
-                owner = ring.owner_keys(grant, opened.kek, opened.chain)
-                ring.advance_epoch(opened.chain, (grant.id,), owner=owner, mint={
-                    "scope": "owner", "tag": tokens.lookup_tag(session.user_id, new), "secret": new,
-                    "kdf": self.kdf})
 
     def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict[str, Any] | None = None
                    ) -> tuple[list[int], int | None]:
@@ -479,21 +452,28 @@ class Vault:
         only a moment (API-REFERENCE.md, "Owner actions under load")."""
         if session.keyring.epoch() > session.keys.epoch:
             return session.keyring.flush()  # a newer epoch than this session's: its own finish re-seals
-        new = session.keys
+        return self.reseal(session.files, session.keyring, session.keys, session.cipher, session.page_bytes)
+
+    def reseal(self, files: UserFiles, ring: Keyring, new: KeyChain, cipher: str | None = None,
+               page_bytes: int | None = None) -> bool:
+        """Move the memory file of ``files`` to epoch ``new``, just committed
+        in ``ring`` (its cipher and page size as the key ring records them
+        when not given), and flush the key ring's WAL: :meth:`finish_epoch`."""
         try:
+            cipher = cipher or ring.meta("file_cipher") or "none"
+            page_bytes = page_bytes or ring.memory_page_bytes()
             # Exclusive: every request that opened the file under the old
             # epoch has closed it, and none opens it until it is re-sealed.
-            with userlock.exclusive(session.files.folder):
+            with userlock.exclusive(files.folder):
                 # This worker lets go of the files it kept open under the old epoch before the answer.
-                if session.pool is not None:
-                    session.pool.drop_folder(session.files.folder, held=True)
-                mf = MemoryFile(session.files.memory, session.keyring.user_id, new, session.cipher,
-                                page_bytes=session.page_bytes, pool=session.pool)
+                if self.pool is not None:
+                    self.pool.drop_folder(files.folder, held=True)
+                mf = MemoryFile(files.memory, ring.user_id, new, cipher, page_bytes=page_bytes, pool=self.pool)
                 mf.close()
                 # Held exclusive, no request of this user is between its key ring reads and writes.
-                return session.keyring.flush()
-        except (StashError, MissingFile):
-            return session.keyring.flush()
+                return ring.flush()
+        except (StashError, MissingFile, ValueError):
+            return ring.flush()
 
     def unmoved(self, session: Session) -> int:
         return session.keyring.unmoved_live()
@@ -652,6 +632,13 @@ class Vault:
     def _session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None, memory: str | None,
                  route: str | None = None) -> Iterator[Session]:
         token, files, ring, grant, main, home = self._capability(token_text)
+        if memory not in (None, MAIN) and handover.due(main, grant, memory):
+            # The owner's new token first used on another memory, or that memory's take-over cut short:
+            # main's session retires the old owner and takes every memory over first (service/handover.py).
+            main.close()
+            with self._session(token, "owner", None, MAIN):
+                pass
+            token, files, ring, grant, main, home = self._capability(token)
         rings = [main] if ring is main else [ring, main]
         enrolled = token
         # Only an owner's session can add or end a capability (mint, revoke, rotate, a rotation's first
@@ -671,18 +658,25 @@ class Vault:
                 files = MemoryFiles(self.data_dir, token.user_id, target)
                 ring = self._open_ring(files, memories.store_id(token.user_id, target))
                 rings.append(ring)
-                salt = memories.salt_of(main.conn, memories.number_of(ring.conn))
+                number = memories.number_of(ring.conn)
+                salt = memories.salt_of(main.conn, number)
+                named = memories.numbered(main.conn).get(target)
+                if named is not None and named != number:
+                    # Not the memory main's key ring names so: an older folder of a memory of that name put
+                    # back, or another memory's files. Named as such, so the owner's listings can say so.
+                    if salt is None:
+                        raise RolledBack(f"Memory {target}'s files are from before it was deleted and made again; "
+                                         f"they are not served. Restore it from a backup or delete it "
+                                         f"(DELETE /memories/{target}).")
+                    raise Damaged(f"Memory {target}'s files belong to another memory of this identity; they are "
+                                  f"not served. Restore it from a backup or delete it (DELETE /memories/{target}).")
                 if salt is None:
                     raise unknown_memory()  # deleted: its salt is gone, and with it the owner's way in
                 enrolled = tokens.Token(token.user_id, memories.owner_secret(token.secret, salt))
                 grant_in = self._find(ring, enrolled.tag)
-                if grant_in is not None and grant_in.scope == "owner" and grant_in.wrapped is None:
-                    raise Unauthorized()  # a rotation moved this memory to the new owner token already
-                if grant_in is None and main.pending_owner() is not None:
-                    raise Unauthorized()  # a rotation moved this memory to the new owner token already
-                if grant_in is None or grant_in.scope != "owner":
-                    raise Damaged("The owner capability is not enrolled in this memory's key ring; restore the "
-                                  "identity from a backup.")
+                if grant_in is None or grant_in.scope != "owner" or grant_in.wrapped is None:
+                    raise Damaged(f"The owner capability is not enrolled in memory {target}'s key ring; restore "
+                                  f"it from a backup or delete it (DELETE /memories/{target}).")
                 grant = grant_in
             if grant.scope == "append":
                 if not allowed(grant.scope, need):
@@ -716,12 +710,22 @@ class Vault:
             if target == MAIN:  # a rotation's successor retires its predecessor at its first use, in main
                 opened, grant, retired = self._retire_predecessor(ring, grant, token, opened)
         except StaleGrant:
+            if grant.scope == "owner" and target != MAIN:
+                # The owner's enrolment in another memory, from an older epoch than that memory's key ring:
+                # its row was put back from an older copy. The memory's damage, not a refused token.
+                raise RolledBack(f"The owner's key in memory {target}'s key ring is from an older copy; it is "
+                                 f"not served. Restore it from a backup or delete it "
+                                 f"(DELETE /memories/{target}).") from None
             raise Unauthorized() from None
         except aead.Unsealable:
             raise Damaged(
                 "This capability's key is damaged or was altered, so nothing was opened; "
                 "ask the owner for a new capability."
             ) from None
+        if target == MAIN and grant.scope == "owner" and (retired or need == "owner"):
+            # The other memories pass to this owner token (its first use), or finish passing (a take-over a
+            # crash cut short): nothing to do, at the cost of one read of main's key ring, otherwise.
+            handover.take_over_all(self, ring, grant, opened.kek, secret, opened.chain)
         if grant.scope != "owner" or target == MAIN:
             # The owner's enrolment in another memory is never listed, so its day is not kept: a memory
             # the owner only looks at stays four key ring pages (docs/DESIGN.md, "Memories").

@@ -16,7 +16,8 @@ from ..core.errors import Damaged
 from ..crypto import aead
 from ..storage.keyring import now_utc
 
-EVENTS = ("mint", "revoke", "rotate", "erase", "export", "config", "forget", "import", "create", "fork", "delete")
+EVENTS = ("mint", "revoke", "rotate", "erase", "export", "config", "forget", "import", "create", "fork", "delete",
+          "takeover")
 RECEIPTS = Path("receipts") / "deletions.jsonl"
 """Under the data folder: one JSON line per destroyed store (the user's
 digest, time, the grant that destroyed it, how many memories it held), and

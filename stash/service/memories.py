@@ -16,24 +16,27 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from ..core import words as word_search
-from ..core.errors import Conflict, Damaged, Invalid, Unauthorized
+from ..core.errors import Conflict, Damaged, Invalid, StashError, Unauthorized
 from ..core.recall import BadPattern, compile_pattern
 from ..crypto import aead, inbox_seal, keys, owner_seal, tokens
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
 from ..storage import inbox, memories, userlock
 from ..storage import memory_fork as fork_files
+from ..storage.files import DB_ERRORS, write_transaction
 from ..storage.keyring import LABEL_PAD, Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from ..storage.memories import MAIN, MemoryFiles
-from . import audit, grant_terms
+from . import audit, grant_terms, handover
 from .access import Session, Vault, unknown_memory
 from .append import ensure_public
 
 DEFAULT_MAX_MEMORIES = 100
 ERASE_MAX = 10_000  # matches one erasure across memories may take, as POST /erase's ids
+Got = TypeVar("Got")
 BAD_NAME = ("A memory's name is 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or "
             "digit.")
 
@@ -58,10 +61,15 @@ def _ring(vault: Vault, user_id: str, name: str) -> Keyring:
 def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyChain, int]:
     """A new, empty memory ``name`` in a staging folder, the owner enrolled:
     its key ring (2 KiB pages), a fresh master key, its memory file. Not
-    published yet."""
+    published yet. Made while a rotation waits for its new token, it passes
+    to that token at its first use like every other memory."""
     main = session.main_keyring or session.keyring
-    number = memories.next_number(main.conn)
-    secret = memories.owner_secret(session.owner_secret, memories.new_salt(main.conn, number))
+    with write_transaction(main.conn):
+        number = memories.next_number(main.conn)
+        salt = memories.new_salt(main.conn, number)
+        # Made while a rotation waits for its new token: that token's way in, sealed to it (service/handover.py).
+        handover.seal_made(main, session.user_id, number, salt, session.owner_secret)
+    secret = memories.owner_secret(session.owner_secret, salt)
     staged = memories.staging(vault.data_dir, session.user_id, name)
     store = memories.store_id(session.user_id, name)
     chain = KeyChain(store, (keys.new_master_key(),))
@@ -150,19 +158,40 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
             "last_write": last, "grants": len(live) + len(appends)}
 
 
-def listing(vault: Vault, session: Session, token: str | None) -> dict:
-    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
-    rows = [describe(vault, session.user_id, MAIN, session.owner)]
+def each_other(vault: Vault, session: Session, token: str | None,
+               read: Callable[[str, Session], Got]) -> tuple[list[tuple[str, Got]], list[dict]]:
+    """``read`` on an owner session of every memory but main, in name order:
+    what each gave, and each memory that could not be opened named with the
+    refusal it got (damaged, rolled back, the owner not enrolled, a file
+    missing), so one memory never takes a whole listing down. A memory
+    deleted meanwhile is left out."""
+    done: list[tuple[str, Got]] = []
+    unopened: list[dict] = []
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
         try:
             with vault.session(token, "owner", memory=name) as other:
-                rows.append(describe(vault, session.user_id, name, other.owner))
-                # A memory made before main's key ring kept names gets its name there (what restore reads).
-                memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
+                done.append((name, read(name, other)))
         except Unauthorized:
-            continue  # a rotation moved this memory to the new owner token already
+            raise  # the owner token itself is refused now (rotated meanwhile): the whole answer is
+        except StashError as e:
+            if e.code != "memory.unknown":
+                unopened.append({"name": name, "error": e.code, "message": e.message})
+    return done, unopened
+
+
+def listing(vault: Vault, session: Session, token: str | None) -> dict:
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
+    rows = [describe(vault, session.user_id, MAIN, session.owner)]
+
+    def row(name: str, other: Session) -> dict:
+        # A memory made before main's key ring kept names gets its name there (what restore reads).
+        memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
+        return describe(vault, session.user_id, name, other.owner)
+
+    done, unopened = each_other(vault, session, token, row)
+    rows += [r for _, r in done]
     rows.sort(key=lambda r: (r["created"], r["name"]))
-    return {"memories": rows}
+    return {"memories": rows, "unopened": unopened}
 
 
 def delete(vault: Vault, session: Session, name: str) -> dict:
@@ -214,9 +243,12 @@ def memory_of_grant(vault: Vault, user_id: str, grant_id: int) -> str | None:
     if n == 0:
         return MAIN
     for name in memories.names(vault.data_dir, user_id)[1:]:
-        with _ring(vault, user_id, name) as ring:
-            if memories.number_of(ring.conn) == n:
-                return name
+        try:
+            with _ring(vault, user_id, name) as ring:
+                if memories.number_of(ring.conn) == n:
+                    return name
+        except (OSError, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
+            continue  # a key ring that does not open is no other memory's way to its grant
     return None
 
 
@@ -228,43 +260,39 @@ def grant_ids(session: Session) -> set[int]:
     return {g.id for g in ring.grants()} | {g.id for g in inbox.grants(ring.conn)}
 
 
-def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]:
+def every_grant(vault: Vault, session: Session, token: str | None) -> dict:
     """Every capability of the identity, each memory's with its ``memory``:
     main's from this session, every other memory's from an owner session on
-    it (its labels are sealed to that memory's owner keys). The owner's
-    enrolment in each memory is not listed again."""
+    it (its labels are sealed to that memory's owner keys), and the memories
+    that could not be opened (:func:`each_other`). The owner's enrolment in
+    each memory is not listed again."""
     rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session, MAIN)
-    for name in memories.names(vault.data_dir, session.user_id)[1:]:
-        try:
-            with vault.session(token, "owner", memory=name) as other:
-                rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
-                rows += _appends(other, name)
-        except Unauthorized:
-            continue  # a rotation moved this memory to the new owner token already
-    return rows
+    done, unopened = each_other(vault, session, token, lambda name, other: [
+        *({**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"),
+        *_appends(other, name)])
+    for _, theirs in done:
+        rows += theirs
+    return {"grants": rows, "unopened": unopened}
 
 
 def every_event(vault: Vault, session: Session, token: str | None) -> dict:
     """The audit trail of every memory, each event naming its ``memory``:
     each memory's events live in its own key ring, sealed to its owner keys,
     so each is opened by an owner session on it; oldest first by time (then
-    memory and id, which number events within one memory)."""
+    memory and id, which number events within one memory); and the memories
+    that could not be opened (:func:`each_other`)."""
     first = audit.trail(session)
     rows = [{**e, "memory": MAIN} for e in first["events"]]
     chains = [(MAIN, first["trail"])]
-    for name in memories.names(vault.data_dir, session.user_id)[1:]:
-        try:
-            with vault.session(token, "owner", memory=name) as other:
-                theirs = audit.trail(other)
-                rows += [{**e, "memory": name} for e in theirs["events"]]
-                chains.append((name, theirs["trail"]))
-        except Unauthorized:
-            continue  # a rotation moved this memory to the new owner token already
+    done, unopened = each_other(vault, session, token, lambda name, other: audit.trail(other))
+    for name, theirs in done:
+        rows += [{**e, "memory": name} for e in theirs["events"]]
+        chains.append((name, theirs["trail"]))
     rows.sort(key=lambda e: (str(e["at"]), e["memory"] != MAIN, e["memory"], e["id"]))
     broken = [(name, chain) for name, chain in chains if not chain["intact"]]
     trail = {"intact": not broken, "chained_from": first["trail"]["chained_from"],
              "problem": f"memory {broken[0][0]}: {broken[0][1]['problem']}" if broken else None}
-    return {"events": rows, "trail": trail}
+    return {"events": rows, "trail": trail, "unopened": unopened}
 
 
 def _appends(session: Session, name: str) -> list[dict]:

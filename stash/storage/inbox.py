@@ -69,9 +69,7 @@ def add(conn: sqlite3.Connection, number: int, tag: bytes, mac_of: object, expir
     in the same transaction, so no crash leaves the grant without its expiry."""
     with write_transaction(conn):
         memories.ensure(conn, "append_grants")
-        base = number * memories.GRANT_ID_SPAN + memories.APPEND_ID_OFFSET
-        top = conn.execute("SELECT max(id) FROM append_grants").fetchone()[0]
-        grant_id = max(base, int(top or 0)) + 1
+        grant_id = next_id(conn, number)
         assert callable(mac_of)
         conn.execute("INSERT INTO append_grants(id, tag, created, mac) VALUES (?, ?, ?, ?)",
                      (grant_id, tag, now_utc(), mac_of(grant_id)))
@@ -81,6 +79,14 @@ def add(conn: sqlite3.Connection, number: int, tag: bytes, mac_of: object, expir
             conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
                          (grant_id, None if label_of is None else label_of(grant_id), expires))
     return grant_id
+
+
+def next_id(conn: sqlite3.Connection, number: int) -> int:
+    """The id the next append grant of memory ``number`` takes: ids only
+    grow, so every one minted from now on is at least this."""
+    base = number * memories.GRANT_ID_SPAN + memories.APPEND_ID_OFFSET
+    top = conn.execute("SELECT max(id) FROM append_grants").fetchone()[0] if _has(conn, "append_grants") else None
+    return max(base, int(top or 0)) + 1
 
 
 def revoke(conn: sqlite3.Connection, grant_id: int) -> str | None:

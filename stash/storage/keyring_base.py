@@ -217,6 +217,11 @@ class RingFile:
     def grants(self) -> list[Grant]:
         return self._select("ORDER BY id", ())
 
+    def tag_of(self, grant_id: int) -> bytes | None:
+        """A grant's lookup tag (None once revoked)."""
+        row = self.conn.execute("SELECT tag FROM grants WHERE id = ?", (grant_id,)).fetchone()
+        return None if row is None or row[0] is None else bytes(row[0])
+
     def epoch(self) -> int:
         text = self.meta(EPOCH)
         try:

@@ -110,21 +110,28 @@ class Epochs(Grants):
                               (OWNER_NEXT, f"{old_id}:{minted}:{box}"))
         return chain, stranded, minted
 
-    def retire_owner(self, chain: KeyChain, grant: Grant, kek: bytes) -> KeyChain | None:
+    def retire_owner(self, chain: KeyChain, grant: Grant, kek: bytes,
+                     window_from: int | None = None) -> tuple[KeyChain, list[int]] | None:
         """The first use of a rotation's successor ``grant`` (opened with
-        ``kek``): revoke the owner grant it succeeds with a new epoch, hand
-        it the owner keys with a fresh seed and re-seal the labels to it (so
-        the rotated-away token opens nothing sealed to the owner, or written,
-        from now on), in one transaction. Returns the new chain, or None when
-        ``grant`` is no pending successor (retired already, by a concurrent
-        first use: the caller opens the grant again)."""
+        ``kek``): revoke the owner grant it succeeds with a new epoch, and with
+        it every live grant from id ``window_from`` on but ``grant`` (those
+        minted since the rotation: storage/owner_handover.py), hand it the
+        owner keys with a fresh seed and re-seal the labels to it (so the
+        rotated-away token opens nothing sealed to the owner, or written,
+        from now on), in one transaction. Returns the new chain and the
+        grants ended with the old owner, or None when ``grant`` is no pending
+        successor (retired already, by a concurrent first use: the caller
+        opens the grant again)."""
         with write_transaction(self.conn):
             pending = self.pending_owner()
             if pending is None or pending[1] != grant.id or self.epoch() != chain.epoch:
                 return None
             old_id = pending[0]
             owner = self.open_owner_keys(grant, kek)
-            new, _, _ = self.advance_epoch(chain, (old_id,))
+            window = [] if window_from is None else [
+                g.id for g in self._select("WHERE revoked IS NULL AND id >= ? AND id != ? ORDER BY id",
+                                           (window_from, grant.id))]
+            new, _, _ = self.advance_epoch(chain, (old_id, *window))
             (fresh_grant,) = self._select("WHERE id = ?", (grant.id,))
             if owner is not None:
                 assert fresh_grant.pub is not None
@@ -132,9 +139,14 @@ class Epochs(Grants):
                 self._put_owner_keys(grant.id, fresh_grant.pub, fresh)
                 self._reseal_owner_labels(owner, fresh)
             self.conn.execute("DELETE FROM keyring_meta WHERE name = ?", (OWNER_NEXT,))
-            if self._has_table("idempotency"):
-                # Every record here is an owner route's, sealed to the retired
-                # token: the rotation's (holding the new token) must not
-                # outlive the moment its old token stops being the owner.
-                self.conn.execute("DELETE FROM idempotency")
-        return new
+            self.end_owner_records()
+        return new, window
+
+    def end_owner_records(self) -> None:
+        """Delete every Idempotency-Key record of the key ring (inside the
+        caller's transaction) when its owner enrolment is retired: each is an
+        owner route's, sealed to the retired token, and a rotation's holds
+        the new token, so none may outlive the moment its token stops being
+        the owner."""
+        if self._has_table("idempotency"):
+            self.conn.execute("DELETE FROM idempotency")

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from ..crypto import owner_seal
 from ..crypto.owner_seal import OwnerKeys
-from . import formats, safeopen
+from . import formats, owner_handover, safeopen
 from .files import UserFiles, fsync_path, overwrite_with_zeros, private_folder, write_transaction
 from .keyring import Keyring
 
@@ -346,6 +346,18 @@ def salt_of(conn: sqlite3.Connection, number: int) -> bytes | None:
     return None if row is None or len(row[0]) != SALT_BYTES else bytes(row[0])
 
 
+def salted(conn: sqlite3.Connection) -> list[tuple[int, bytes, str | None]]:
+    """Every memory main's key ring keeps a salt for, main left out: its
+    number, salt and name (None until it is published), by number; what a
+    rotation seals its new owner's way into (service/handover.py)."""
+    if not _has(conn, "memory_salts"):
+        return []
+    return [(int(n), bytes(salt), None if name is None or not valid_name(name) else str(name))
+            for n, salt, name in conn.execute("SELECT number, salt, name FROM memory_salts WHERE number > 0 "
+                                              "ORDER BY number")
+            if isinstance(salt, bytes) and len(salt) == SALT_BYTES]
+
+
 def drop_salt(conn: sqlite3.Connection, number: int) -> None:
     """Destroy memory ``number``'s salt and name, one row (secure_delete
     overwrites its cell; the caller flushes the WAL)."""
@@ -360,10 +372,12 @@ def end(conn: sqlite3.Connection, number: int, name: str) -> None:
     and name, and the lookup tags of its capabilities, in one transaction.
     The owner reaches a memory only through its salt and every other
     capability only through its tag, so from the commit nothing opens it,
-    whatever is left of its files (the caller flushes the WAL)."""
+    whatever is left of its files (the caller flushes the WAL). A rotation's
+    row for it (storage/owner_handover.py) goes too."""
     with write_transaction(conn):
         drop_salt(conn, number)
         drop_tags(conn, memory=name)
+        owner_handover.drop(conn, number)
 
 
 def _number_at(keyring: Path) -> int | None:

@@ -54,6 +54,10 @@ from .schemas import (
 )
 
 CONTENT_CIPHER = "xchacha20-poly1305"
+# In every owner listing over the identity's memories (GET /memories, /grants, /audit).
+UNOPENED = {"type": "array", "items": ref("Unopened"),
+            "description": "The memories this answer could not open, each named with its refusal; empty when every "
+                           "memory opened. The rest is listed all the same."}
 ROUTES: list[RouteSpec] = []
 """Every route, in the order of /openapi.json and the reference."""
 
@@ -434,11 +438,13 @@ def import_(s: Session, f: Args, call: Call) -> Answer:
     "GET", "/grants", "owner", "Every capability, live and revoked; never a secret",
     fields=NO_FIELDS,
     answer=obj({"grants": {"type": "array", "items": ref("Grant"),
-                           "description": "Oldest first, owner included."}}),
-    description="Every capability of this memory, live and revoked. Never a token or a secret.",
+                           "description": "Oldest first, owner included."},
+                "unopened": UNOPENED}),
+    description="Every capability of every memory of the identity, live and revoked, each naming its memory. "
+                "Never a token or a secret.",
 )
 def grants_list(s: Session, f: Args, call: Call) -> Answer:
-    return {"grants": memories.every_grant(call.vault, s, call.token)}
+    return memories.every_grant(call.vault, s, call.token)
 
 
 @route(
@@ -525,9 +531,11 @@ def grants_revoke(s: Session, f: Args, call: Call) -> Answer:
                 "flushed": FLUSHED}),
     errors=("grants.busy",),
     description="Rotates the owner token: a new owner capability, and the calling one ends as a revoked one "
-                "does (a new key epoch) at the new token's first use, so a lost answer never leaves the owner "
-                "without a working token. A read or full capability is rotated by minting a new one and "
-                "revoking the old.",
+                "does (a new key epoch, in every memory) at the new token's first use, so a lost answer never "
+                "leaves the owner without a working token. Until then the old token is still the owner; what it "
+                "mints meanwhile ends at that first use too, and a memory it creates or forks meanwhile passes "
+                "to the new token (an audit `takeover` event in it and in main). A read or full capability is "
+                "rotated by minting a new one and revoking the old.",
     record="rotation", cleanup="epoch",
     event=Event("rotate", lambda s, f, a: {"new_grant": a["id"], "epoch": a["epoch"]}),
 )
@@ -628,7 +636,7 @@ def erasures(s: Session, f: Args, call: Call) -> Answer:
                                                         "ones were written before the chain existed (an earlier "
                                                         "release).")),
         "problem": nullable(string("What broke a chain, and in which memory, when one is broken.")),
-    })}),
+    }), "unopened": UNOPENED}),
     description="The audit trail of every memory of the identity, oldest first: which capability minted, "
                 "revoked, rotated, erased, exported, changed the config, forgot or imported, in which memory, "
                 "and when, and whether each memory's MAC chain holds (`trail.intact`). Never any memory text.",
@@ -780,9 +788,9 @@ _NAME_PARAM = "the memory's name"
 
 
 @route("GET", "/memories", "owner", "The identity's memories, oldest first", fields=NO_FIELDS,
-       answer=obj({"memories": {"type": "array", "items": MEMORY_ROW}}),
+       answer=obj({"memories": {"type": "array", "items": MEMORY_ROW}, "unopened": UNOPENED}),
        description="Every memory of this identity, `main` included, oldest first, read from the key rings "
-                   "alone.")
+                   "alone; one that cannot be opened is named in `unopened` instead.")
 def memories_list(s: Session, f: Args, call: Call) -> Answer:
     return memories.listing(call.vault, s, call.token)
 

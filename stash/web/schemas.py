@@ -184,6 +184,14 @@ SCHEMAS: dict[str, Schema] = {
                            "the server recorded it"},
         "you": {"type": "boolean", "description": "`true` for the capability making this request"},
     }),
+    "Unopened": obj({
+        "name": string("the memory's name"),
+        "error": string("the refusal it got, as its own routes answer it: `store.damaged` (altered, or the owner "
+                        "not enrolled in it), `store.rolled_back` (an older copy put back), `store.missing`, "
+                        "`store.unreadable`"),
+        "message": string("what to do next: restore it from a backup, or delete it (`DELETE /memories/{name}`)"),
+    }, description="A memory of the identity that an owner listing could not open: named, never left out, "
+                   "while every other memory is listed."),
     "Receipt": obj({
         "receipt": integer(1, description="The receipt's number."),
         "ids": {"type": "array", "items": integer(0), "description": "The ids asked for, sorted, once each."},

@@ -13,6 +13,8 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.api.support import Mem, mint
 from tests.helpers import assert_error
 
@@ -24,23 +26,30 @@ def live_owners(mem: Mem, token: str) -> list[int]:
     return [g["id"] for g in grants if g["scope"] == "owner" and g["live"]]
 
 
-def test_the_old_token_stays_the_owner_until_the_new_one_is_first_used(mem: Mem) -> None:
+@pytest.mark.parametrize("memory", ["main", "other"])
+def test_the_old_token_stays_the_owner_until_the_new_one_is_first_used(mem: Mem, memory: str) -> None:
+    """In every memory alike: ``other`` is a memory made before the rotation."""
     old = mem.token
-    mem.note("before the rotation")
+    at = "" if memory == "main" else f"/m/{memory}"
+    if memory != "main":
+        mem.ok(mem.api.post("/memories", old, json={"name": memory}), 201)
+    mem.ok(mem.api.post(at + "/note", old, json={"text": "before the rotation"}))
     rotated = mem.ok(mem.api.post("/rotate", old, json={}))
     new = rotated["token"]
-    # The answer was "lost": the old token still does everything an owner does.
+    # The answer was "lost": the old token still does everything an owner does, in this memory too.
     assert len(live_owners(mem, old)) == 2
-    mem.ok(mem.api.post("/note", old, json={"text": "written with the old token meanwhile"}))
-    # The new token's first use (any route, even a read) retires the old one.
-    woke = mem.ok(mem.api.post("/wake", new, json={}))
+    mem.ok(mem.api.post(at + "/note", old, json={"text": "written with the old token meanwhile"}))
+    assert mem.ok(mem.api.get("/memories", old))["unopened"] == []
+    # The new token's first use (any route, even a read, in any memory) retires the old one.
+    woke = mem.ok(mem.api.post(at + "/wake", new, json={}))
     assert "written with the old token meanwhile" in "\n".join(woke["lines"])
-    for method, path in (("GET", "/grants"), ("POST", "/wake"), ("POST", "/rotate")):
+    for method, path in (("GET", "/grants"), ("POST", at + "/wake"), ("POST", "/wake"), ("POST", "/rotate")):
         assert_error(mem.api.request(method, path, old, json={} if method == "POST" else None), 401,
                      "auth.invalid")
     assert live_owners(mem, new) == [rotated["id"]]
     grants = {g["id"]: g for g in mem.ok(mem.api.get("/grants", new))["grants"]}
     assert grants[rotated["retires"]]["revoked"] is not None
+    assert {m["name"] for m in mem.ok(mem.api.get("/memories", new))["memories"]} == {"main", memory}
 
 
 def test_a_rotation_without_a_key_whose_answer_was_lost_is_simply_sent_again(mem: Mem) -> None:
@@ -119,3 +128,91 @@ def test_stash_verify_opens_the_store_with_a_successor_not_yet_used(mem: Mem, da
     code = main(["verify", str(data_dir), "--token"])
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
+
+
+@pytest.mark.parametrize("made", ["fork", "create"])
+def test_a_second_rotation_in_the_window_hands_every_memory_to_the_token_used(mem: Mem, made: str) -> None:
+    """The owner's rotation is lost and sent again (or the leaked old token
+    rotates again): the successor never used is ended, and the token used
+    takes every memory, those made before the window and the one the old
+    token made in it, with every capability minted in the window ended."""
+    old = mem.token
+    mem.ok(mem.api.post("/memories", old, json={"name": "kept"}), 201)
+    mem.ok(mem.api.post("/m/kept/note", old, json={"text": "kept before"}))
+    kept_reader = mem.ok(mem.api.post("/grants", old, json={"scope": "read", "memory": "kept"}), 201)
+    lost = mem.ok(mem.api.post("/rotate", old, json={}))["token"]
+    if made == "fork":
+        mem.ok(mem.api.post("/memories/main/fork", old, json={"name": "shadow"}), 201)
+    else:
+        mem.ok(mem.api.post("/memories", old, json={"name": "shadow"}), 201)
+    tx = mem.ok(mem.api.post("/grants", old, json={"scope": "full", "memory": "shadow"}), 201)
+    in_kept = mem.ok(mem.api.post("/grants", old, json={"scope": "append", "memory": "kept"}), 201)
+    again = mem.ok(mem.api.post("/rotate", old, json={}))
+    new = again["token"]
+    listed = mem.ok(mem.api.get("/memories", new))
+    assert {m["name"] for m in listed["memories"]} == {"main", "kept", "shadow"} and listed["unopened"] == []
+    for token in (old, lost, tx["token"], in_kept["token"]):
+        assert_error(mem.api.get("/m/kept/wake", token), 401, "auth.invalid")
+    assert_error(mem.api.post("/note", tx["token"], json={"text": "x"}), 401, "auth.invalid")
+    assert "kept before" in "\n".join(mem.ok(mem.api.get("/wake", kept_reader["token"]))["lines"])
+    for name in ("kept", "shadow"):
+        mem.ok(mem.api.post(f"/m/{name}/note", new, json={"text": f"the new owner in {name}"}))
+    assert live_owners(mem, new) == [again["id"]]
+
+
+def _key_ring_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.glob("keyring.db*")}
+
+
+def _put_back(folder: Path, files: dict[str, bytes]) -> None:
+    for p in folder.glob("keyring.db*"):
+        p.unlink()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+
+
+def test_the_listings_name_a_memory_they_cannot_open_and_list_the_rest(mem: Mem, data_dir: Path) -> None:
+    """A memory whose key ring was altered, in which the owner is not
+    enrolled, whose key ring was put back from before a revocation, or whose
+    owner row alone was, is named with its error in every owner listing; the
+    others are listed, and the memory itself answers the same refusal."""
+    grants = {}
+    for name in ("good", "garbled", "unenrolled", "older", "stale"):
+        mem.ok(mem.api.post("/memories", mem.token, json={"name": name}), 201)
+        grants[name] = mem.ok(mem.api.post("/grants", mem.token, json={
+            "scope": "read", "memory": name, "label": f"{name} bot"}), 201)
+    (folder,) = data_dir.glob("users/*")
+    before = {name: _key_ring_files(folder / "m" / name) for name in ("older", "stale")}
+    with sqlite3.connect(folder / "m" / "stale" / "keyring.db") as conn:
+        owner_row = conn.execute("SELECT id, kdf, wrapped, pub, box FROM grants WHERE scope = 'owner'").fetchone()
+    for name in ("older", "stale"):
+        mem.ok(mem.api.delete(f"/grants/{grants[name]['id']}", mem.token))  # a new epoch in that memory
+    _put_back(folder / "m" / "older", before["older"])
+    with sqlite3.connect(folder / "m" / "stale" / "keyring.db") as conn:
+        conn.execute("UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?", (*owner_row[1:],
+                                                                                               owner_row[0]))
+    ring = folder / "m" / "garbled" / "keyring.db"
+    ring.write_bytes(b"\x00" * ring.stat().st_size)
+    with sqlite3.connect(folder / "m" / "unenrolled" / "keyring.db") as conn:
+        conn.execute("DELETE FROM grants WHERE scope = 'owner'")
+    listed = mem.ok(mem.api.get("/memories", mem.token))
+    assert {m["name"] for m in listed["memories"]} == {"main", "good"}
+    unopened = {u["name"]: u for u in listed["unopened"]}
+    assert {n: u["error"] for n, u in unopened.items()} == {
+        "garbled": "store.damaged", "unenrolled": "store.damaged", "older": "store.rolled_back",
+        "stale": "store.rolled_back"}
+    grants = mem.ok(mem.api.get("/grants", mem.token))
+    assert "good bot" in [g["label"] for g in grants["grants"]]
+    assert {u["name"]: u["error"] for u in grants["unopened"]} == {n: u["error"] for n, u in unopened.items()}
+    audit = mem.ok(mem.api.get("/audit", mem.token))
+    assert "good" in {e["memory"] for e in audit["events"]}
+    assert {u["name"]: u["error"] for u in audit["unopened"]} == {n: u["error"] for n, u in unopened.items()}
+    for name in unopened:
+        assert_error(mem.api.get(f"/m/{name}/wake", mem.token), 500, unopened[name]["error"])
+    # Nor do they stop a rotation: the new token takes over what opens and finds the rest named as before.
+    new = mem.ok(mem.api.post("/rotate", mem.token, json={}))["token"]
+    again = mem.ok(mem.api.get("/memories", new))
+    assert {m["name"] for m in again["memories"]} == {"main", "good"}
+    assert {u["name"] for u in again["unopened"]} == set(unopened)
+    mem.ok(mem.api.post("/m/good/note", new, json={"text": "after the rotation"}))
+    assert_error(mem.api.get("/memories", mem.token), 401, "auth.invalid")

@@ -10,6 +10,7 @@ as markup. Screenshots at 1280 and 390 pixels wide land in test-artifacts/."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -389,6 +390,53 @@ def test_the_console_shows_a_trail_edited_by_hand(chrome: Chromium, tmp_path: Pa
         until(chrome, "document.getElementById('audit-chain').dataset.intact === 'false'")
         said = chrome.js("document.getElementById('audit-chain').textContent")
         assert "was edited" in said and f"memory {edited}" in said, said
+    finally:
+        http.close()
+        srv.stop()
+
+
+def test_a_memory_the_server_cannot_open_is_shown_damaged_and_the_rest_loads(chrome: Chromium,
+                                                                            tmp_path: Path) -> None:
+    """An old folder of a memory put back with the server stopped (issue 40,
+    finding 10): the page loads whole, lists the other memories, and shows
+    that one as damaged with its refusal and a way to delete it."""
+    srv = start_server(tmp_path / "put-back")
+    http = Http(srv.url)
+    try:
+        owner = http.init()["token"]
+        for name in ("alpha", "bravo"):
+            http.ok("POST", "/memories", owner, json={"name": name})
+        folder = next((srv.data / "users").iterdir()) / "m" / "bravo"
+        srv.stop()
+        shutil.copytree(folder, tmp_path / "old-bravo")
+        srv.start(same_port=True)
+        http.ok("DELETE", "/memories/bravo", owner)
+        http.ok("POST", "/memories", owner, json={"name": "bravo"})
+        srv.stop()
+        shutil.rmtree(folder)
+        shutil.copytree(tmp_path / "old-bravo", folder)
+        srv.start(same_port=True)
+        (named,) = http.ok("GET", "/memories", owner)["unopened"]
+
+        chrome.goto(srv.url + "/console")
+        type_into(chrome, "#token", owner)
+        chrome.enter()
+        until(chrome, "!!document.querySelector('#memories tbody tr[data-memory=\"alpha\"]')")
+        until(chrome, "!!document.querySelector('#memories tbody tr[data-memory=\"bravo\"]')")
+        row = chrome.js("document.querySelector('#memories tbody tr[data-memory=\"bravo\"]').textContent")
+        assert "damaged" in row and named["error"] in row
+        assert chrome.js("document.querySelector('#memories tr[data-memory=\"bravo\"]').dataset.damaged") == \
+            named["error"]
+        until(chrome, f"document.querySelectorAll('#audit tbody tr').length === "
+                      f"{len(http.ok('GET', '/audit', owner)['events'])}")
+        assert "could not be reached" not in status(chrome) and named["error"] not in status(chrome)
+        # Deleting it from the page is the way out.
+        click(chrome, "#memories tr[data-memory=\"bravo\"] button.danger")
+        until(chrome, "document.getElementById('confirm').open")
+        click(chrome, "#confirm-yes")
+        until(chrome, "!document.querySelector('#memories tbody tr[data-memory=\"bravo\"]')")
+        assert http.ok("GET", "/memories", owner)["unopened"] == []
+        assert chrome.console.exceptions == []
     finally:
         http.close()
         srv.stop()

@@ -248,6 +248,17 @@
       tr.dataset.memory = m.name;
       return tr;
     });
+    // A memory the server could not open is shown as damaged, with what to do, and can be deleted.
+    for (const u of answer.unopened || []) {
+      const actions = document.createElement("div");
+      actions.className = "actions";
+      actions.append(button("Delete…", () => deleteMemory(u.name).catch(failed), "danger"));
+      const tr = row([u.name, el("span", `damaged (${u.error})`, "alert"), null, null, null, null,
+        el("span", u.message), actions]);
+      tr.dataset.memory = u.name;
+      tr.dataset.damaged = u.error;
+      rows.push(tr);
+    }
     fill("memories", rows);
     for (const id of ["mint-memory", "erase-ids-memory", "fork-source"]) fillSelect(id, memoryNames(), false);
     fillSelect("erase-words-memory", memoryNames(), true);
