@@ -55,7 +55,8 @@ LIBRARY = ["Stash", "StashError", "Unreachable", "BadRequest", "Unauthorized", "
            "WakePart", "Noted", "Saved", "Batch", "Found", "Zoomed", "Forgot", "Imported", "Sizes", "Initialized",
            "Grant", "Minted", "Revoked", "Rotated", "Receipt", "Undone", "MemoryInfo", "Unopened", "Listed",
            "Forked", "Destroyed", "Matched", "Health", "Archive"]
-__all__ = ["VERBS", "Failure", "Steps", "batch_lines", "closed_pipe", "forget_lines", "is_block", "main",
+__all__ = ["VERBS", "Failure", "Steps", "batch_lines", "closed_pipe", "command_memory", "forget_lines", "is_block",
+           "main",
            "nap_lines", "note_lines", "recall_lines", "recall_words_lines", "refused", "server_url", "summaries_lines",
            "token", "wake_lines",
            "zoom_lines",
@@ -720,7 +721,7 @@ def _api(need_token: bool = True, fallback_url: str | None = None, memory: str |
     url = server_url(fallback_url)
     if memory is not None:
         url = f"{url.rstrip('/')}/m/{urllib.parse.quote(memory, safe='')}"
-    return _command_memory(url, token() if need_token else None, "STASH_URL")
+    return command_memory(url, token() if need_token else None, "STASH_URL")
 
 
 def _identity() -> tuple[Stash, str | None]:
@@ -732,11 +733,11 @@ def _identity() -> tuple[Stash, str | None]:
     segments = parts.path.rstrip("/").split("/")
     if len(segments) >= 3 and segments[-2] == "m" and segments[-1]:
         root = urllib.parse.urlunsplit(parts._replace(path="/".join(segments[:-2])))
-        return _command_memory(root, token(), "STASH_URL"), urllib.parse.unquote(segments[-1])
-    return _command_memory(url, token(), "STASH_URL"), None
+        return command_memory(root, token(), "STASH_URL"), urllib.parse.unquote(segments[-1])
+    return command_memory(url, token(), "STASH_URL"), None
 
 
-def _command_memory(url: str, tok: str | None, source: str) -> Stash:
+def command_memory(url: str, tok: str | None, source: str) -> Stash:
     """The library's :class:`Stash` as the stash command uses it: its
     messages name the command's variables and verbs, not the library's."""
     mem = Stash(url, tok, source=source, pin=None)
@@ -1344,7 +1345,7 @@ class Stash:
         self._pin = pin
         self.timeout = timeout
         self.source = source
-        self._cli = False  # True when the stash command made it (_command_memory)
+        self._cli = False  # True when the stash command made it (command_memory)
 
     def _api(self) -> Api:
         return Api(self.url, self._token, source=self.source, pin=self._pin, cli=self._cli)
@@ -1596,7 +1597,7 @@ def do_init(args: argparse.Namespace) -> int:
         raise Failure(f"stash: init needs the server's address: {_prog()} init URL, like "
                       f"{_prog()} init http://127.0.0.1:8080", USAGE)
     url, source = address(args.server, args.url, explicit_is="the URL given to init", fallback_is="--url")
-    mem = _command_memory(url, None, source)
+    mem = command_memory(url, None, source)
     public = (args.url or args.server or "").rstrip("/")
     made = mem.init(public or None)
     _out(f"export STASH_URL={shell_word(public or mem.url)}")

@@ -283,7 +283,7 @@ def main(argv: list[str]) -> int:
     parser().parse_args(argv)
     try:
         # Read once, as the client reads them, so a host that starts us without them fails at once.
-        mem = client._command_memory(client.server_url(), client.token(), "STASH_URL")
+        mem = client.command_memory(client.server_url(), client.token(), "STASH_URL")
     except client.Failure as f:
         print(f.message, file=sys.stderr)
         return f.code

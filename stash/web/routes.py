@@ -27,7 +27,19 @@ from ..core.blocks import BATCH_MAX
 from ..core.errors import Invalid, Malformed, NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
-from ..service import admission, append, audit, docs, grants, memories, onboarding, quotas, replication_status, undo
+from ..service import (
+    admission,
+    append,
+    audit,
+    docs,
+    erase_across,
+    grants,
+    memories,
+    onboarding,
+    quotas,
+    replication_status,
+    undo,
+)
 from ..service.access import NAME_PATTERN, Session
 from ..service.export import export_archive
 from ..service.operation import Event, Limits
@@ -871,7 +883,7 @@ def memories_fork(s: Session, f: Args, call: Call) -> Answer:
     event=Event("erase", lambda s, f, a: None if a["dry_run"] else {
         "across": {m["name"]: m["erased"] for m in a["memories"]}, "fingerprint": a["fingerprint"]}))
 def memories_erase(s: Session, f: Args, call: Call) -> Answer:
-    return memories.erase_across(call.vault, s, call.token, f.get("words"), f.get("q"), f.get("memories"),
+    return erase_across.erase_across(call.vault, s, call.token, f.get("words"), f.get("q"), f.get("memories"),
                                  f.get("dry_run"))
 
 

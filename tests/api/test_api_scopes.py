@@ -118,6 +118,7 @@ CALLS = {
     "GET /console.js": lambda w, who: ("GET", "/console.js", None),
     "GET /console.css": lambda w, who: ("GET", "/console.css", None),
     "GET /reference": lambda w, who: ("GET", "/reference", None),
+    "POST /reference": lambda w, who: ("POST", "/reference", {"part": 1}),
     "GET /shape": lambda w, who: ("GET", "/shape?T=10&lines=4", None),
     "POST /shape": lambda w, who: ("POST", "/shape", {"T": 10, "lines": 4}),
     "GET /metrics": lambda w, who: ("GET", "/metrics", None),

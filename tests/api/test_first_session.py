@@ -55,7 +55,7 @@ def test_minting_answers_the_block_for_the_agent_it_is_meant_for(mem: Mem) -> No
     assert owner_block == mem.ok(mem.api.post("/init", json={"url": url}), 201)["prompt"]
     # The read agent's block teaches only what a read capability can do, and says what it is.
     routes = {path for c in indented_commands(read["prompt"]) for _, path in curl_calls(c)}
-    assert routes == {"/skill", "/wake", "/recall", "/zoom"}
+    assert routes == {"/skill", "/reference", "/wake", "/recall", "/zoom"}
     assert "read-only" in read["prompt"] and "### While working: note" not in read["prompt"]
     assert "/note" in {path for c in indented_commands(full["prompt"]) for _, path in curl_calls(c)}
     assert "### While working: note" in full["prompt"] and "carries a nap" in full["prompt"]

@@ -144,6 +144,7 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "GET /client": lambda w, s: ("GET", "/client", None),
     "GET /skill": lambda w, s: ("GET", "/skill", None),
     "GET /reference": lambda w, s: ("GET", "/reference", None),
+    "POST /reference": lambda w, s: ("POST", "/reference", {"part": 1}),
     "GET /shape": lambda w, s: ("GET", "/shape?T=10&lines=4", None),
     "POST /shape": lambda w, s: ("POST", "/shape", {"T": 10, "lines": 4}),
     "GET /metrics": lambda w, s: ("GET", "/metrics", None),

@@ -1,5 +1,5 @@
-"""kill -9 in the middle of a rotation's take-over (docs/DESIGN.md, "Key
-epochs"): the new owner token's first use retires the old one in main, then
+"""kill -9 in the middle of a rotation's take-over (docs/DESIGN.md,
+"Key epochs"): the new owner token's first use retires the old one in main, then
 takes every other memory over. A process that dies between the two (or
 between one memory's move and main's record of it) leaves nothing the old
 token or what it minted in the window opens, and the next owner request

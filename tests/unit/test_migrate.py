@@ -86,7 +86,7 @@ def test_every_memory_of_an_identity_moves_to_plain_files_with_nothing_lost(vaul
     assert code == 0, out
     assert token.split("_")[2] not in out and str(data) not in out
     assert out.count("  converted") == 3 and f"{user_id}  ok" in out, out
-    assert "with the token: all 4 memories" in out and "memory work: files ok" in out, out
+    assert "with the token: 4 notes and" in out and "memory work: files ok" in out, out
     for f in folders(data, user_id):
         assert header(f / "memory.db") == PLAIN_HEADER, f
         assert stat.S_IMODE(os.stat(f / "memory.db").st_mode) == 0o600
