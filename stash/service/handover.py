@@ -240,7 +240,8 @@ def _move(vault: Vault, ring: Keyring, files: MemoryFiles, user_id: str, success
         for a in appends:
             inbox.revoke(ring.conn, a.id)
         ring.end_owner_records()
-        ended = sorted([*window, *stranded, *(a.id for a in appends)])
         assert minted is not None  # a grant was minted with the epoch
+        memories.note_owner(ring.conn, minted, successor)  # the audit names it as GET /grants does
+        ended = sorted([*window, *stranded, *(a.id for a in appends)])
         ring.record(minted, EVENT, {"made_in_window": row.made, "revoked": ended, "epoch": moved.epoch}, moved)
     return ended, tags, moved

@@ -77,9 +77,12 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
         try:
             # The owner's grant here takes the first id of this memory's range; later grants follow it.
             ring.conn.execute("INSERT INTO grants(id, tag, scope, created) VALUES (?, NULL, 'read', '')", (base - 1,))
-            ring.add(scope="owner", tag=tokens.lookup_tag(session.user_id, secret), secret=secret, chain=chain,
-                     kdf=vault.kdf)
+            enrolled = ring.add(scope="owner", tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
+                                chain=chain, kdf=vault.kdf)
             ring.conn.execute("DELETE FROM grants WHERE id = ?", (base - 1,))
+            owner = main.find(tokens.lookup_tag(session.user_id, session.owner_secret))
+            if owner is not None:
+                memories.note_owner(ring.conn, enrolled, owner.id)
             for meta, value in ((memories.NUMBER, str(number)), (memories.CREATED, now_utc()),
                                 (inbox_seal.PUBLIC_META, inbox_seal.public_text(chain))):
                 ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?)", (meta, value))
@@ -280,15 +283,35 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict:
     first = audit.trail(session)
     rows = [{**e, "memory": MAIN} for e in first["events"]]
     chains = [(MAIN, first["trail"])]
-    done, unopened = each_other(vault, session, token, lambda name, other: audit.trail(other))
-    for name, theirs in done:
-        rows += [{**e, "memory": name} for e in theirs["events"]]
+    # Main's owner capabilities, but a rotation's successor not used yet: no other memory enrols it before then.
+    pending = _main(session).pending_owner()
+    owners = sorted(g.id for g in _main(session).grants() if g.scope == "owner"
+                    and (pending is None or g.id != pending[1]))
+
+    def read(name: str, other: Session) -> tuple[dict, dict[int, int]]:
+        return audit.trail(other), _as_listed(other.keyring, owners)
+
+    done, unopened = each_other(vault, session, token, read)
+    for name, (theirs, listed) in done:
+        rows += [{**e, "memory": name, "grant": listed.get(e["grant"], e["grant"])} for e in theirs["events"]]
         chains.append((name, theirs["trail"]))
     rows.sort(key=lambda e: (str(e["at"]), e["memory"] != MAIN, e["memory"], e["id"]))
     broken = [(name, chain) for name, chain in chains if not chain["intact"]]
     trail = {"intact": not broken, "chained_from": first["trail"]["chained_from"],
              "problem": f"memory {broken[0][0]}: {broken[0][1]['problem']}" if broken else None}
     return {"events": rows, "trail": trail, "unopened": unopened}
+
+
+def _as_listed(ring: Keyring, owners: list[int]) -> dict[int, int]:
+    """Each owner enrolment of another memory's key ring as main's owner
+    capability it is, the one GET /grants lists: as recorded when it was
+    enrolled (memories.note_owner), else, for a memory made before that
+    record, by order (a memory's enrolments are made in the order of main's
+    owner capabilities, the newest of each being the current owner)."""
+    known = memories.owners_of(ring.conn)
+    enrolments = sorted(g.id for g in ring.grants() if g.scope == "owner")
+    guessed = dict(zip(reversed(enrolments), reversed(owners)))
+    return {e: known.get(e, guessed.get(e, e)) for e in enrolments}
 
 
 def _appends(session: Session, name: str) -> list[dict]:

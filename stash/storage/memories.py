@@ -24,6 +24,7 @@ grant of one memory, and a memory's number is never reused.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -275,6 +276,31 @@ def tag_expiries(conn: sqlite3.Connection) -> dict[bytes, str]:
     if _has(conn, "memory_tag_terms"):
         out.update((bytes(t), str(e)) for t, e in conn.execute("SELECT tag, expires FROM memory_tag_terms"))
     return out
+
+
+OWNER_GRANTS = "owner_grants"  # another memory's key ring: {enrolment id: main's owner grant id}, as JSON
+
+
+def note_owner(conn: sqlite3.Connection, enrolment: int, owner: int) -> None:
+    """Record, in another memory's key ring, that its owner enrolment
+    ``enrolment`` is main's owner capability ``owner``: so its audit events
+    name the capability GET /grants lists (ids, in clear, as the grants')."""
+    row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (OWNER_GRANTS,)).fetchone()
+    known = json.loads(row[0]) if row else {}
+    known[str(enrolment)] = owner
+    conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET "
+                 "value = excluded.value", (OWNER_GRANTS, json.dumps(known, sort_keys=True)))
+
+
+def owners_of(conn: sqlite3.Connection) -> dict[int, int]:
+    """:func:`note_owner`'s records: enrolment id to main's owner grant id
+    (empty for a memory made before they were kept, or when unreadable)."""
+    row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (OWNER_GRANTS,)).fetchone()
+    try:
+        known = json.loads(row[0]) if row else {}
+        return {int(k): int(v) for k, v in known.items()}
+    except (ValueError, TypeError, AttributeError):
+        return {}
 
 
 def next_number(conn: sqlite3.Connection) -> int:

@@ -81,3 +81,37 @@ def test_a_destroyed_store_leaves_its_receipt_for_the_operator(api: Api, owner: 
     assert receipt == {"user_sha256": digest, "at": answer["at"], "grant": 1, "memories": 1}
     assert SECRET_WORDS not in lines[-1] and owner[7:23] not in lines[-1]
     assert_error(api.get("/audit", helper["token"]), 401, "auth.invalid")
+
+
+def test_every_event_names_a_capability_get_grants_lists(api: Api, owner: str, data_dir: Path) -> None:
+    """The owner acts in main and in two other memories, rotates and acts
+    again with the new token: every event's grant is one GET /grants lists
+    (the owner's enrolment in another memory is its owner capability there),
+    also for a memory made before the record that says so (by order)."""
+    import sqlite3
+
+    for name in ("alpha", "bravo"):
+        assert api.post("/memories", owner, json={"name": name}).status_code == 201
+        assert api.post("/grants", owner, json={"scope": "read", "memory": name}).status_code == 201
+        assert api.post(f"/m/{name}/config", owner, json={"WAKE_LINES": 10}).status_code == 200
+    new = api.post("/rotate", owner).json()["token"]
+    for name in ("main", "alpha", "bravo"):
+        assert api.post("/grants", new, json={"scope": "full", "memory": name}).status_code == 201
+        path = "/config" if name == "main" else f"/m/{name}/config"
+        assert api.post(path, new, json={"WAKE_LINES": 12}).status_code == 200
+    listed = {g["id"] for g in api.get("/grants", new).json()["grants"]}
+    events = api.get("/audit", new).json()["events"]
+    assert {e["memory"] for e in events} == {"main", "alpha", "bravo"}
+    assert {e["grant"] for e in events} <= listed, events
+    owners = [g["id"] for g in api.get("/grants", new).json()["grants"] if g["scope"] == "owner"]
+    old_id, new_id = sorted(owners)
+    configs = [(e["memory"], e["grant"]) for e in events if e["event"] == "config"]
+    assert sorted(configs) == sorted([("alpha", old_id), ("bravo", old_id), ("main", new_id), ("alpha", new_id),
+                                      ("bravo", new_id)])
+    # A memory made before its key ring recorded whose enrolment is whose: the same answer, by order.
+    ring = next((data_dir / "users").iterdir()) / "m" / "alpha" / "keyring.db"
+    conn = sqlite3.connect(ring)
+    with conn:
+        conn.execute("DELETE FROM keyring_meta WHERE name = 'owner_grants'")
+    conn.close()
+    assert api.get("/audit", new).json()["events"] == events

@@ -240,9 +240,14 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     until(page, "!document.querySelector('#memories tbody tr[data-memory=\"project-x\"]')")
     assert "project-x" not in memories(http, owner)
 
-    # The audit trail and the receipts the page lists are the API's.
-    until(page, f"document.querySelectorAll('#audit tbody tr').length === "
-                  f"{len(http.ok('GET', '/audit', owner)['events'])}")
+    # The audit trail and the receipts the page lists are the API's: each event under its memory, by the
+    # capability GET /grants lists.
+    events = http.ok("GET", "/audit", owner)["events"]
+    until(page, f"document.querySelectorAll('#audit tbody tr').length === {len(events)}")
+    shown = page.js("[...document.querySelectorAll('#audit tbody tr')].map(r => [...r.cells].slice(0, 4)"
+                    ".map(c => c.textContent))")
+    assert shown == [[e["memory"], str(e["id"]), e["at"], str(e["grant"])] for e in events]
+    assert {e["grant"] for e in events} <= set(grants(http, owner)), events
     receipts_now = sum(len(http.ok("GET", f"/m/{name}/erasures", owner)["erasures"]) for name in memories(http, owner))
     until(page, f"document.querySelectorAll('#erasures tbody tr').length === {receipts_now}")
 

@@ -292,8 +292,7 @@
 
   async function loadAudit() {
     const answer = await api("GET", "/audit");
-    fill("audit", answer.events.map((e) => row([e.id, e.at, e.grant, e.event,
-      JSON.stringify(e.memory !== undefined ? { memory: e.memory, ...e.detail } : e.detail)])));
+    fill("audit", answer.events.map((e) => row([e.memory, e.id, e.at, e.grant, e.event, JSON.stringify(e.detail)])));
     const trail = answer.trail || {};
     $("audit-chain").textContent = trail.intact === undefined ? "" :
       (trail.intact ? "The trail is whole: no event was removed or added by hand." :
