@@ -125,6 +125,7 @@ def wrong(mem: Stash) -> str:
 '''
 
 
+@pytest.mark.slow
 def test_the_library_is_typed_for_its_users(tmp_path: Path) -> None:
     """Finding: with no ``py.typed`` in the package, ``mypy --strict`` on a
     user's ``from stash import Stash`` skipped it ("missing library stubs or
