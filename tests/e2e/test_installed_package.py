@@ -22,10 +22,12 @@ from tests.live import Cli, Http, Server, cli_env, path_with, python_bin
 
 
 def stash_files_loaded(log: str) -> set[Path]:
-    """The module files of the ``stash`` package a process run under
+    """The module files of a ``stash`` package (a top-level folder of that
+    name with an ``__init__.py``, wherever it is) that a process run under
     PYTHONVERBOSE loaded: Python names each code object's file as it loads it."""
     loaded = {Path(p) for p in re.findall(r"^# code object from '(.+)'$", log, re.M)}
-    return {p for p in loaded if "stash" in p.parts}
+    return {p for p in loaded for top in p.parents
+            if top.name == "stash" and (top / "__init__.py").is_file() and not (top.parent / "__init__.py").exists()}
 
 
 def test_the_server_and_clients_under_test_import_the_installed_package(tmp_path: Path) -> None:
