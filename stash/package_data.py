@@ -6,9 +6,11 @@ and an installed wheel read the same paths: ``skill``, ``schema.sql`` and
 ``API-REFERENCE.md`` are links there to the checkout's top-level copies
 (where readers of the repository find them), and the wheel's build follows
 the links, so the wheel carries their text. ``pyproject.toml`` packs the
-package folder whole; ``tests/unit/test_package_data.py`` builds the wheel
-and checks that every file named here is in it, and that no other module
-reads a file of its own folder."""
+package folder whole. tests/unit/test_package_data.py checks that the
+installed package under test (and its wheel's record) holds every file named
+here and that no other module reads a file of the package;
+tests/deploy/test_deploy_files.py builds the container image's wheel and
+checks it against the same names."""
 
 from __future__ import annotations
 

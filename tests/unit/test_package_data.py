@@ -73,4 +73,5 @@ def test_no_module_but_the_declaration_reads_a_file_of_the_package() -> None:
              if p.name != "package_data.py" and (hits := reads_its_own_files(p))}
     assert found == {}
     # the reading sees what it looks for
-    assert reads_its_own_files(SOURCE / "package_data.py") == ["16: from importlib import resources"]
+    assert [h.split(": ", 1)[1] for h in reads_its_own_files(SOURCE / "package_data.py")] == [
+        "from importlib import resources"]
