@@ -5,13 +5,21 @@ from __future__ import annotations
 import compileall
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from stash.web.app import create_app
-from stash.web.tracelog import debugging
-from tests.helpers import Api, make_settings
+from tests import installed
+
+# The package the tests run is the installed one, pinned before anything imports it; and every process a test
+# starts gets no PYTHONPATH that would put another copy first (tests/installed.py).
+PACKAGE = installed.pin()
+os.environ.pop("PYTHONPATH", None)
+
+from stash.web.app import create_app  # noqa: E402 - after the pin
+from stash.web.tracelog import debugging  # noqa: E402
+from tests.helpers import Api, make_settings  # noqa: E402
 
 # SQLite syncs every commit to disk, which was half of what a test of the
 # memory model spent. No test is about surviving a power cut (a kill -9 loses
@@ -29,17 +37,16 @@ os.environ.setdefault("STASH_PINS", os.path.join(tempfile.mkdtemp(prefix="stash-
 
 
 def pytest_configure(config) -> None:
-    """Compile the package's bytecode once, before the workers start. The
-    tests start hundreds of real ``stash`` servers and clients from this
-    source tree, and where PYTHONDONTWRITEBYTECODE is set (as in CI) none of
-    them may write a ``.pyc``: each would compile every module it imports
-    again, about a second of CPU per server and half one per client.
-    ``compileall`` writes the files whatever that variable says, and they
-    are what every child process then loads."""
+    """Compile the bytecode of the package under test and of the tests once,
+    before the workers start. The tests start hundreds of real ``stash``
+    servers and clients, and where PYTHONDONTWRITEBYTECODE is set (as in CI)
+    none of them may write a ``.pyc``: each would compile every module it
+    imports again, about a second of CPU per server and half one per client.
+    ``compileall`` writes the files whatever that variable says (pip wrote an
+    installed wheel's already; an editable install's are the checkout's)."""
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), once
-        root = Path(__file__).resolve().parent.parent
-        for folder in ("stash", "tests"):
-            compileall.compile_dir(str(root / folder), quiet=1)
+        for folder in (PACKAGE, installed.CHECKOUT / "tests"):
+            compileall.compile_dir(str(folder), quiet=1)
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
@@ -48,6 +55,18 @@ def pytest_xdist_auto_num_workers(config) -> int:
     a third worker on two cores keeps both busy meanwhile (measured: 349 s
     with two workers, 327 s with three, the same suite on the same machine)."""
     return (os.cpu_count() or 1) + 1
+
+
+@pytest.fixture(scope="session", autouse=True)
+def outside_the_checkout() -> Iterator[None]:
+    """Tests run in a working directory outside the checkout, so every
+    process one starts does too, named or not (tests/installed.py). Set once
+    the tests are collected: an xdist worker resolves the paths it was given
+    from where it started."""
+    before = os.getcwd()
+    os.chdir(installed.OUTSIDE)
+    yield
+    os.chdir(before)
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from stash.storage.files import PAGE_BYTES
-from tests.live import REPO, Server
+from tests.installed import OUTSIDE
+from tests.live import Server
 
 SIDE = ("", "-wal", "-shm")
 
@@ -27,5 +28,5 @@ def put_back_page(path: Path, older: Path, index: int) -> None:
 
 def verify(server: Server, token: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
-                          capture_output=True, text=True, cwd=REPO, timeout=120,
+                          capture_output=True, text=True, cwd=OUTSIDE, timeout=120,
                           env={**os.environ, "STASH_TOKEN": token})

@@ -24,12 +24,13 @@ from typing import Any
 import httpx
 
 from tests.helpers import BearerClient
+from tests.installed import CHECKOUT, OUTSIDE, child_env
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 HTTP_TIMEOUT = 30.0
 CLI_TIMEOUT = 60.0
-REPO = Path(__file__).resolve().parents[1]
+REPO = CHECKOUT
 TOKEN_ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -66,9 +67,11 @@ STARTED: list[Server] = []
 class Server:
     """One ``python -m stash serve`` process and where its output goes.
 
-    Tests take the defaults; bench/ sets ``limits`` to what it measures,
-    leaves out the caller's ``STASH_*`` variables, and may run another
-    checkout's server (``cwd`` and ``env`` with its PYTHONPATH)."""
+    Tests take the defaults: the installed ``stash``, run from a working
+    directory outside the checkout (tests/installed.py). bench/ sets
+    ``limits`` to what it measures, leaves out the caller's ``STASH_*``
+    variables, and may run another checkout's server (``cwd`` and ``env``
+    with its PYTHONPATH)."""
 
     data: Path
     log: Path
@@ -77,7 +80,7 @@ class Server:
     limits: list[str] = field(default_factory=lambda: list(LIFTED_LIMITS))  # per-address limit flags
     env: dict[str, str] = field(default_factory=dict)  # set over the inherited environment
     inherit_stash_env: bool = True  # False: no STASH_* variable of the caller reaches the server
-    cwd: Path = REPO  # ``-m stash`` imports the package found here first
+    cwd: Path = OUTSIDE  # ``-m stash`` imports a package found here first: none, so the installed one
     port: int = 0
     proc: subprocess.Popen | None = None
 
@@ -91,17 +94,20 @@ class Server:
         for attempt in range(3):
             if not (same_port and attempt == 0 and self.port):
                 self.port = free_port()
-            env = {k: v for k, v in os.environ.items() if self.inherit_stash_env or not k.startswith("STASH_")}
             with open(self.log, "ab") as out:
                 # Its own session, so kill9() can take every worker process with it.
                 self.proc = subprocess.Popen([*self.prefix, *self.argv()], stdout=out, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, cwd=self.cwd,
-                                             env={**env, "PYTHONUNBUFFERED": "1", **self.env},
+                                             stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.environment(),
                                              start_new_session=True)
             if self._wait_healthy():
                 return self
             self.stop()
         raise RuntimeError(f"stash serve did not come up; its log:\n{self.log_text()[-4000:]}")
+
+    def environment(self) -> dict[str, str]:
+        """The environment the server runs with."""
+        env = {k: v for k, v in child_env().items() if self.inherit_stash_env or not k.startswith("STASH_")}
+        return {**env, "PYTHONUNBUFFERED": "1", **self.env}
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "stash", "serve", "--data", str(self.data), "--port", str(self.port),
@@ -241,7 +247,7 @@ class Cli:
     env: dict[str, str]
 
     def run(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
+            cwd: Path = OUTSIDE) -> subprocess.CompletedProcess:
         return subprocess.run([*self.argv0, *args], env=env if env is not None else self.env, input=stdin,
                               capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=cwd)
 
@@ -253,7 +259,7 @@ class Cli:
     def shell(self, line: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run a printed command exactly as an agent would paste it into a shell."""
         return subprocess.run(["/bin/sh", "-c", line], env=env if env is not None else self.env,
-                              capture_output=True, text=True, timeout=CLI_TIMEOUT)
+                              capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=OUTSIDE)
 
 
 def interrupted_while_waiting(argv: list[str], env_for: Callable[[str], dict[str, str]],

@@ -16,7 +16,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.live import REPO
+from tests.installed import OUTSIDE
 
 REQUEST_TIMEOUT = 60.0  # one tool call
 SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
@@ -70,7 +70,7 @@ def run_session(base_url: str, tok: str, errlog: Path, script: Callable[[Session
     """Spawn ``python -m stash mcp`` with the two variables, connect the SDK's
     stdio client to it, and run ``script``; the child's stderr goes to ``errlog``.
     Its pins (stash/client.py) go to ``pins``, else to this test run's file."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "stash", "mcp"], cwd=str(REPO),
+    params = StdioServerParameters(command=sys.executable, args=["-m", "stash", "mcp"], cwd=str(OUTSIDE),
                                    env={"STASH_URL": base_url, "STASH_TOKEN": tok, "PYTHONUNBUFFERED": "1",
                                         "STASH_PINS": pins or os.environ["STASH_PINS"]})
 

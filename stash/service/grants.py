@@ -32,6 +32,11 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
     expires = grant_terms.check_expires(expires, datetime.now(UTC))
     if address is None:
         raise Invalid(BAD_URL, code="grants.bad_url")
+    if session.memory_name != MAIN:
+        address = f"{address.rstrip('/')}/m/{session.memory_name}"
+    # The block before the grant: a mint whose block cannot be made writes nothing, rather than a live grant
+    # whose token nobody was handed.
+    prompt = onboarding.agents_block(address.rstrip("/"), scope)
     if scope == "append":
         grant_id, token = memories.mint_append(vault, session, label, expires)
         created = next(g.created for g in inbox.grants(session.keyring.conn) if g.id == grant_id)
@@ -41,8 +46,6 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
         assert parsed is not None
         memories.file_tag(session, tokens.lookup_tag(parsed.user_id, parsed.secret), expires)
         created = next(g for g in vault.list_grants(session) if g["id"] == grant_id)["created"]
-    if session.memory_name != MAIN:
-        address = f"{address.rstrip('/')}/m/{session.memory_name}"
     shown = ("shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
              "(from a copy sealed under the owner's token); it is never stored in the clear" if keyed else
              "shown once and never stored")
@@ -51,7 +54,7 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
             "token": token,
             "note": f"This token is {shown}; hand it to the agent it is for as STASH_TOKEN, with the block in prompt "
                     f"for its AGENTS.md; revoke it with DELETE /grants/{grant_id}.",
-            "prompt": onboarding.agents_block(address.rstrip("/"), scope)}
+            "prompt": prompt}
 
 
 def rotate(session: Session, vault: Vault) -> dict[str, object]:

@@ -4,31 +4,23 @@ its scope."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
+from .. import package_data
 from .access import Identity
 
-_HERE = Path(__file__).resolve().parent
-_FOLDERS = (_HERE.parent / "skill", _HERE.parent.parent / "skill")
 # A read capability's block has no note or nap section: it is never asked to write.
 _TEMPLATES = {"full": "AGENTS.md", "owner": "AGENTS.md", "read": "AGENTS-read.md", "append": "AGENTS-append.md"}
 BAD_URL = ("url must be the server's plain http(s) address, like https://stash.example (letters, digits and .-_~%/ "
            "in its path; no spaces, quotes or other characters).")
 
 
-@cache
 def agents_template(scope: str = "owner") -> str:
-    name = _TEMPLATES[scope]
-    for folder in _FOLDERS:
-        if (folder / name).is_file():
-            return (folder / name).read_text(encoding="utf-8")
-    raise RuntimeError(f"skill/{name} is missing from the installation")
+    return package_data.read_text(f"skill/{_TEMPLATES[scope]}")
 
 
 def agents_block(url: str, scope: str = "owner") -> str:
     """The AGENTS.md block for an agent holding a capability of ``scope``
-    (skill/AGENTS.md, or skill/AGENTS-read.md for ``read``) with its one
+    (skill/AGENTS.md; skill/AGENTS-read.md for ``read``, skill/AGENTS-append.md
+    for ``append``) with its one
     placeholder, ``{url}``, filled. A plain replace, not str.format, so the
     file's JSON braces are written as they are and the file reads exactly as
     the block it becomes."""
@@ -43,7 +35,8 @@ SHARED = ("\n### This memory is shared\n\n"
           "your own past. Note only what you did or learned; never note on another writer's behalf.\n")
 
 
-def init_answer(ident: Identity, url: str, content_cipher: str) -> dict:
+def init_answer(ident: Identity, prompt: str, content_cipher: str) -> dict:
+    """``POST /init``'s answer; ``prompt`` is the owner's block (agents_block), made before the identity was."""
     return {
         "user_id": ident.user_id,
         "token": ident.token,
@@ -54,5 +47,5 @@ def init_answer(ident: Identity, url: str, content_cipher: str) -> dict:
             "Set it as STASH_TOKEN and the server address as STASH_URL in your agent's environment; "
             "lose every token and the memory is gone for good."
         ),
-        "prompt": agents_block(url),
+        "prompt": prompt,
     }

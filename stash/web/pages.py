@@ -10,11 +10,9 @@ import html
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
+from .. import package_data
 from ..core.sizes import SIZES
-
-_PKG = Path(__file__).resolve().parent.parent
 
 PLACEHOLDER_ADDRESS = "https://stash.example"
 """Shown in the quickstart when the request names no usable host."""
@@ -26,9 +24,8 @@ _SAFE_URL = re.compile(rf"https?://{_HOST}(?:/[A-Za-z0-9._~%/-]*)?")
 _INLINE = re.compile(r"<(script|style)>(.*?)</\1>", re.S)
 
 
-@cache
 def client_source() -> str:
-    return (_PKG / "client.py").read_text(encoding="utf-8")
+    return package_data.read_text("client.py")
 
 
 def is_safe_address(url: str) -> bool:
@@ -66,7 +63,7 @@ def _landing() -> Landing:
     exactly the page's own inline script and style, by hash, computed from the
     file itself so an edit of either can never leave a stale hash behind; the
     address is filled in outside both, so the hashes hold for every request."""
-    template = (_PKG / "web" / "landing.html").read_text(encoding="utf-8")
+    template = package_data.read_text("web/landing.html")
     hashes: dict[str, list[str]] = {"script": [], "style": []}
     for kind, body in _INLINE.findall(template):
         hashes[kind].append(_digest(body))
@@ -114,11 +111,6 @@ inline (so a text that reached the page as markup could not run), it talks to th
 other page may frame it (a framing page could overlay the token field)."""
 
 
-@cache
-def _console_file(name: str) -> str:
-    return (_PKG / "web" / "console" / name).read_text(encoding="utf-8")
-
-
 def console_asset(name: str) -> tuple[str, dict[str, str]]:
     """One file of the owner console and the headers every one of them is served with. The page holds no
     data of its own, so it may be cached; no-store keeps a shared cache from keeping even that."""
@@ -130,4 +122,4 @@ def console_asset(name: str) -> tuple[str, dict[str, str]]:
         "Cross-Origin-Opener-Policy": "same-origin",
         "Cache-Control": "no-store",
     }
-    return _console_file(name), headers
+    return package_data.read_text(f"web/console/{name}"), headers

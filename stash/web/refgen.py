@@ -29,9 +29,11 @@ from .routes import ROUTES, RouteSpec
 from .schemas import SCHEMAS, Schema
 from .settings import OPTIONS
 
-REFERENCE = Path(__file__).resolve().parents[2] / "API-REFERENCE.md"
-DEPLOY_GUIDE = REFERENCE.parent / "deploy" / "README.md"
-CLIENT = Path(__file__).resolve().parents[1] / "client.py"
+# The checkout's files, from its root, where this is run (CONTRIBUTING): whichever copy of the package runs it
+# (the checkout's, or one installed from it), what it checks and rewrites is the checkout's text.
+REFERENCE = Path("API-REFERENCE.md")
+DEPLOY_GUIDE = Path("deploy", "README.md")
+CLIENT = Path("stash", "client.py")
 REGENERATE = "python -m stash.web.refgen --write"
 END = "<!-- end generated -->"
 # Markers stand on lines of their own, so prose may name them.
@@ -324,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
                              "stash/client.py)")
     args = parser.parse_args(argv)
     failed = False
+    missing = [str(path) for path in args.paths if not path.is_file()]
+    if missing:
+        print(f"no {', '.join(missing)} here: run this from the root of a checkout", file=sys.stderr)
+        return 2
     for path in args.paths:
         text = path.read_text(encoding="utf-8")
         if args.check:

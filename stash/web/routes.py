@@ -188,8 +188,9 @@ async def init(f: Args, call: Call) -> Answer:
     address = call.block_address(f.get("url"))
     admission.admit(call.settings, call.limiter, call.client, f.get("invite"), address)
     assert address is not None
+    prompt = onboarding.agents_block(address)  # before the identity, as a grant's (service/grants.py)
     ident = await run_in_threadpool(call.vault.create_identity)
-    return onboarding.init_answer(ident, address, CONTENT_CIPHER)
+    return onboarding.init_answer(ident, prompt, CONTENT_CIPHER)
 
 
 WAKE_FIELDS = Fields((

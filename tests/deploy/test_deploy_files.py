@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from stash import package_data
 from stash.cli import serve
 from tests.deploy_kit import (
     DEPLOY,
@@ -184,7 +185,8 @@ def test_the_deploy_guide_names_each_operator_option_and_its_variable() -> None:
 def test_what_the_image_copies_builds_the_package(tmp_path: Path) -> None:
     """The build stage sees only its COPY sources (and Dockerfile.dockerignore
     lets only those through): from exactly those, the package builds, with the
-    data files the server loads at run time."""
+    data files the server reads at run time (every one stash/package_data.py
+    declares)."""
     ctx = tmp_path / "context"
     ctx.mkdir()
     for instruction, args in dockerfile():
@@ -193,16 +195,18 @@ def test_what_the_image_copies_builds_the_package(tmp_path: Path) -> None:
         *sources, _ = args.split()
         for src in sources:
             path = REPO / src
-            (shutil.copytree if path.is_dir() else shutil.copy2)(path, ctx / src)
+            if path.is_dir():  # links kept as links, as COPY keeps them: stash/skill -> ../skill must be copied too
+                shutil.copytree(path, ctx / src, symlinks=True)
+            else:
+                shutil.copy2(path, ctx / src)
     res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
                           str(ctx)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     wheels = list((tmp_path / "dist").glob("*.whl"))
     assert len(wheels) == 1
     names = set(zipfile.ZipFile(wheels[0]).namelist())
-    for needed in ("stash/schema.sql", "stash/skill/AGENTS.md", "stash/skill/AGENTS-read.md", "stash/skill/SKILL.md",
-                   "stash/API-REFERENCE.md", "stash/cli/serve.py", "stash/web/landing.html"):
-        assert needed in names, needed
+    assert sorted(f"stash/{name}" for name in package_data.FILES if f"stash/{name}" not in names) == []
+    assert "stash/cli/serve.py" in names
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text(encoding="utf-8").split()
     for src in ("pyproject.toml", "README.md", "API-REFERENCE.md", "schema.sql", "skill/", "stash/"):
         assert f"!{src}" in ignore, src

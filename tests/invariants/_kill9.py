@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 
 from stash.service.access import Vault
-from tests.live import REPO, Server
+from tests.installed import OUTSIDE
+from tests.live import Server
 
 
 def today() -> str:
@@ -162,13 +163,13 @@ class Memory:
         dest = self.scratch / f"backup{self.backups}"
         self.backups += 1
         proc = subprocess.Popen([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(self.server.data)],
-                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                cwd=OUTSIDE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         threading.Event().wait(self.rng.uniform(0, 0.3))
         proc.kill()
         proc.wait(timeout=30)
         self.alive("backup")
         done = subprocess.run([sys.executable, "-m", "stash", "backup", str(dest) + "-again", "--data",
-                               str(self.server.data)], cwd=REPO, capture_output=True, text=True, timeout=120)
+                               str(self.server.data)], cwd=OUTSIDE, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
 
     def alive(self, op: str) -> None:

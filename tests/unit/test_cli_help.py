@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 from stash import client
 from stash.cli.main import HOST_VERBS
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.installed import OUTSIDE
 
 
 def test_help_lists_the_client_verbs_and_the_host_verbs() -> None:
     done = subprocess.run([sys.executable, "-m", "stash", "--help"], capture_output=True, text=True, timeout=60,
-                          cwd=REPO)
+                          cwd=OUTSIDE)
     assert done.returncode == 0, done.stderr
     words = done.stdout.split()
     missing = [v for v in [*client.VERBS, *HOST_VERBS] if v not in words]

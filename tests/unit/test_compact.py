@@ -26,6 +26,7 @@ from stash.storage import formats
 from stash.storage.files import DB_ERRORS
 from stash.storage.memfile import short_rows
 from tests.compact_kit import ONE_SIZE, old_store, summaries
+from tests.installed import OUTSIDE
 from tests.raw_files import file_key, open_raw, raw_memory_file
 from tests.verify_kit import line_of, run
 
@@ -139,7 +140,7 @@ def test_kill_9_at_any_instant_of_compact_leaves_a_store_that_opens_and_a_rerun_
             env = {**os.environ, "STASH_TOKEN": token}
         elif not mixed:
             break
-        proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=REPO, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=OUTSIDE, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if mixed:
             time.sleep(rng.uniform(0.3, 1.5))

@@ -25,7 +25,8 @@ def tracked_files() -> list[Path]:
     except (OSError, subprocess.CalledProcessError):
         skip = {".git", ".venv"}
         return [p for p in REPO.rglob("*") if p.is_file() and not skip & set(p.relative_to(REPO).parts)]
-    return [REPO / name for name in out.decode().split("\0") if name]
+    # A link (stash/skill and the package's other links to top-level files) is read as its target is.
+    return [REPO / name for name in out.decode().split("\0") if name and not (REPO / name).is_symlink()]
 
 
 def texts() -> dict[str, str]:

@@ -30,7 +30,7 @@ def _table_rows(text: str, name: str) -> list[list[str]]:
 
 
 def test_every_option_is_in_the_reference_with_its_variable_and_default() -> None:
-    text = refgen.DEPLOY_GUIDE.read_text(encoding="utf-8")
+    text = (PACKAGE.parent / refgen.DEPLOY_GUIDE).read_text(encoding="utf-8")
     assert refgen.stale(text, refgen.DEPLOY_GUIDE) == [], f"regenerate with: {refgen.REGENERATE}"
     rows = _table_rows(text, "stash serve options")
     flags = [row[0].strip().strip("`").split()[0] for row in rows]

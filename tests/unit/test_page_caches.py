@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from stash.storage import files
+from tests.installed import OUTSIDE
 
 FILES = 24  # each about 0.75 MiB, more than one connection's CACHE_KIB
 LIMIT = 4 * 2**20
@@ -47,7 +48,7 @@ print(anon() - before)
 def grown(folder: Path, limit: int) -> int:
     folder.mkdir()
     out = subprocess.run([sys.executable, "-c", PROBE, str(folder), str(limit), str(FILES)], capture_output=True,
-                         text=True, check=True, cwd=Path(files.__file__).parents[2])
+                         text=True, check=True, cwd=OUTSIDE)
     return int(out.stdout.strip())
 
 
@@ -62,5 +63,5 @@ def test_a_pool_that_keeps_files_sets_the_limit_and_one_that_keeps_none_does_not
     script = ("import sqlite3, sys; from stash.storage import files; files.new_pool(float(sys.argv[1]))."
               "close(); print(sqlite3.connect(':memory:').execute('PRAGMA soft_heap_limit').fetchone()[0])")
     run = [subprocess.run([sys.executable, "-c", script, seconds], capture_output=True, text=True, check=True,
-                          cwd=Path(files.__file__).parents[2]).stdout.strip() for seconds in ("5", "0")]
+                          cwd=OUTSIDE).stdout.strip() for seconds in ("5", "0")]
     assert run == [str(files.HEAP_BYTES), "0"]

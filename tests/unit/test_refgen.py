@@ -9,6 +9,7 @@ import pytest
 from stash.web import refgen
 from stash.web.routes import RouteSpec, health
 from tests.doc_commands import REFERENCE
+from tests.live import REPO
 
 
 def test_the_generated_tables_of_the_reference_are_fresh() -> None:
@@ -66,7 +67,7 @@ def test_a_declaration_the_generators_cannot_render_is_refused_at_import() -> No
 def test_the_serve_options_table_of_the_deploy_guide_is_checked_and_rewritten(tmp_path) -> None:
     """deploy/README.md's `stash serve` synopsis and options table come from
     the option declarations: an edited row is found and --write restores it."""
-    text = refgen.DEPLOY_GUIDE.read_text(encoding="utf-8")
+    text = (REPO / refgen.DEPLOY_GUIDE).read_text(encoding="utf-8")
     assert refgen.stale(text, refgen.DEPLOY_GUIDE) == []
     edited = text.replace("| `--port PORT` | `STASH_PORT` | 8080 |", "| `--port PORT` | `STASH_PORT` | 80 |", 1)
     assert edited != text
@@ -93,7 +94,7 @@ def test_the_clients_keyed_writes_are_the_routes_that_take_a_key(tmp_path) -> No
     assert client.is_keyed("DELETE", "/grants/7") and client.is_keyed("POST", "/note")
     assert not client.is_keyed("DELETE", "/grants") and not client.is_keyed("DELETE", "/grants/7/x")
     assert not client.is_keyed("GET", "/note") and not client.is_keyed("DELETE", "/store")
-    text = refgen.CLIENT.read_text(encoding="utf-8")
+    text = (REPO / refgen.CLIENT).read_text(encoding="utf-8")
     edited = text.replace('    ("POST", "/erase"),\n', "", 1)
     assert edited != text and refgen.stale(edited, refgen.CLIENT) == ["the table 'keyed writes' is stale"]
     path = tmp_path / "client.py"

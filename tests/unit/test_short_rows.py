@@ -25,6 +25,7 @@ from stash.storage.files import DB_ERRORS, PAGE_BYTES
 from stash.storage.memfile import short_rows
 from tests.compact_kit import old_store
 from tests.fixtures import make_release1, make_release2
+from tests.installed import OUTSIDE
 from tests.raw_files import file_key, open_raw, raw_memory_file
 from tests.verify_kit import line_of, run
 
@@ -281,7 +282,7 @@ def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys,
         master, folder = bytes(s.master), s.files.folder
         want = s.memory.mf.memories(0, 8_192)
         pin = s.memory.mf.pinned_head(current=True)
-    proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=OUTSIDE,
                             env={**os.environ, "STASH_TOKEN": token}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
