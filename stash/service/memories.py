@@ -14,11 +14,11 @@ token and every file of the identity it opens nothing of another memory.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 from ..core import words as word_search
-from ..core.errors import Conflict, Damaged, Invalid, Unauthorized
+from ..core.errors import Conflict, Damaged, Invalid, StashError, Unauthorized
 from ..core.recall import BadPattern, compile_pattern
 from ..crypto import aead, inbox_seal, keys, owner_seal, tokens
 from ..crypto.epochs import KeyChain
@@ -150,19 +150,34 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
             "last_write": last, "grants": len(live) + len(appends)}
 
 
-def listing(vault: Vault, session: Session, token: str | None) -> dict:
-    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
-    rows = [describe(vault, session.user_id, MAIN, session.owner)]
+def _others(vault: Vault, session: Session, token: str | None, damaged: list[dict]) -> Iterator[tuple[str, Session]]:
+    """An owner session on each memory of the identity but main, by name:
+    what the owner's listings walk. A memory whose files cannot be served
+    (damaged, crafted, rolled back, unreadable) is added to ``damaged`` with
+    the refusal a request of it gets, and the walk goes on, so one memory
+    never takes the owner's listings down with it."""
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
         try:
             with vault.session(token, "owner", memory=name) as other:
-                rows.append(describe(vault, session.user_id, name, other.owner))
-                # A memory made before main's key ring kept names gets its name there (what restore reads).
-                memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
+                yield name, other
         except Unauthorized:
             continue  # a rotation moved this memory to the new owner token already
+        except StashError as e:
+            if not e.code.startswith("store."):
+                raise
+            damaged.append({"name": name, "error": e.code, "message": e.message})
+
+
+def listing(vault: Vault, session: Session, token: str | None) -> dict:
+    memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
+    rows = [describe(vault, session.user_id, MAIN, session.owner)]
+    damaged: list[dict] = []
+    for name, other in _others(vault, session, token, damaged):
+        rows.append(describe(vault, session.user_id, name, other.owner))
+        # A memory made before main's key ring kept names gets its name there (what restore reads).
+        memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
     rows.sort(key=lambda r: (r["created"], r["name"]))
-    return {"memories": rows}
+    return {"memories": rows, "damaged": damaged}
 
 
 def delete(vault: Vault, session: Session, name: str) -> dict:
@@ -220,43 +235,41 @@ def memory_of_grant(vault: Vault, user_id: str, grant_id: int) -> str | None:
     return None
 
 
-def every_grant(vault: Vault, session: Session, token: str | None) -> list[dict]:
+def every_grant(vault: Vault, session: Session, token: str | None) -> dict:
     """Every capability of the identity, each memory's with its ``memory``:
     main's from this session, every other memory's from an owner session on
     it (its labels are sealed to that memory's owner keys). The owner's
-    enrolment in each memory is not listed again."""
+    enrolment in each memory is not listed again. With them the memories
+    that could not be read (:func:`_others`)."""
     rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session, MAIN)
-    for name in memories.names(vault.data_dir, session.user_id)[1:]:
-        try:
-            with vault.session(token, "owner", memory=name) as other:
-                rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
-                rows += _appends(other, name)
-        except Unauthorized:
-            continue  # a rotation moved this memory to the new owner token already
-    return rows
+    damaged: list[dict] = []
+    for name, other in _others(vault, session, token, damaged):
+        rows += [{**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"]
+        rows += _appends(other, name)
+    return {"grants": rows, "damaged": damaged}
 
 
 def every_event(vault: Vault, session: Session, token: str | None) -> dict:
     """The audit trail of every memory, each event naming its ``memory``:
     each memory's events live in its own key ring, sealed to its owner keys,
     so each is opened by an owner session on it; oldest first by time (then
-    memory and id, which number events within one memory)."""
+    memory and id, which number events within one memory). A memory that
+    could not be read (:func:`_others`) is named, and the trail is not
+    vouched for whole."""
     first = audit.trail(session)
     rows = [{**e, "memory": MAIN} for e in first["events"]]
     chains = [(MAIN, first["trail"])]
-    for name in memories.names(vault.data_dir, session.user_id)[1:]:
-        try:
-            with vault.session(token, "owner", memory=name) as other:
-                theirs = audit.trail(other)
-                rows += [{**e, "memory": name} for e in theirs["events"]]
-                chains.append((name, theirs["trail"]))
-        except Unauthorized:
-            continue  # a rotation moved this memory to the new owner token already
+    damaged: list[dict] = []
+    for name, other in _others(vault, session, token, damaged):
+        theirs = audit.trail(other)
+        rows += [{**e, "memory": name} for e in theirs["events"]]
+        chains.append((name, theirs["trail"]))
     rows.sort(key=lambda e: (str(e["at"]), e["memory"] != MAIN, e["memory"], e["id"]))
-    broken = [(name, chain) for name, chain in chains if not chain["intact"]]
+    broken = [(name, chain["problem"]) for name, chain in chains if not chain["intact"]]
+    broken += [(d["name"], f"its files could not be read ({d['error']})") for d in damaged]
     trail = {"intact": not broken, "chained_from": first["trail"]["chained_from"],
-             "problem": f"memory {broken[0][0]}: {broken[0][1]['problem']}" if broken else None}
-    return {"events": rows, "trail": trail}
+             "problem": f"memory {broken[0][0]}: {broken[0][1]}" if broken else None}
+    return {"events": rows, "trail": trail, "damaged": damaged}
 
 
 def _appends(session: Session, name: str) -> list[dict]:

@@ -428,15 +428,23 @@ def import_(s: Session, f: Args, call: Call) -> Answer:
     return quotas.bounded_import(s, f["entries"], call.settings.import_per_request, call.settings.import_per_day)
 
 
+DAMAGED_MEMORIES = {"type": "array", "items": obj({
+    "name": string("the memory's name"), "error": string("the code a request of it answers, `store.damaged` and the "
+                                                        "like"),
+    "message": string("what the operator should do"),
+}), "description": "The memories whose files could not be read (damaged, crafted, rolled back, unreadable), each "
+                   "with the refusal a request of it gets; the others are listed all the same. Empty when none."}
+
+
 @route(
     "GET", "/grants", "owner", "Every capability, live and revoked; never a secret",
     fields=NO_FIELDS,
     answer=obj({"grants": {"type": "array", "items": ref("Grant"),
-                           "description": "Oldest first, owner included."}}),
+                           "description": "Oldest first, owner included."}, "damaged": DAMAGED_MEMORIES}),
     description="Every capability of this memory, live and revoked. Never a token or a secret.",
 )
 def grants_list(s: Session, f: Args, call: Call) -> Answer:
-    return {"grants": memories.every_grant(call.vault, s, call.token)}
+    return memories.every_grant(call.vault, s, call.token)
 
 
 @route(
@@ -623,7 +631,7 @@ def erasures(s: Session, f: Args, call: Call) -> Answer:
                                                         "ones were written before the chain existed (an earlier "
                                                         "release).")),
         "problem": nullable(string("What broke a chain, and in which memory, when one is broken.")),
-    })}),
+    }), "damaged": DAMAGED_MEMORIES}),
     description="The audit trail of every memory of the identity, oldest first: which capability minted, "
                 "revoked, rotated, erased, exported, changed the config, forgot or imported, in which memory, "
                 "and when, and whether each memory's MAC chain holds (`trail.intact`). Never any memory text.",
@@ -763,7 +771,7 @@ _NAME_PARAM = "the memory's name"
 
 
 @route("GET", "/memories", "owner", "The identity's memories, oldest first", fields=NO_FIELDS,
-       answer=obj({"memories": {"type": "array", "items": MEMORY_ROW}}),
+       answer=obj({"memories": {"type": "array", "items": MEMORY_ROW}, "damaged": DAMAGED_MEMORIES}),
        description="Every memory of this identity, `main` included, oldest first, read from the key rings "
                    "alone.")
 def memories_list(s: Session, f: Args, call: Call) -> Answer:
