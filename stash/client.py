@@ -1786,8 +1786,12 @@ def do_memories(args: argparse.Namespace) -> int:
     words = args.words
     quoted = [urllib.parse.quote(w, safe="") for w in words]
     if not words:
-        for m in mem.memories():
-            _out(_memory_line(m))
+        listing = mem._answer("GET", "/memories")
+        for row in listing.get("memories") or []:
+            _out(_memory_line(MemoryInfo.of(row)))
+        for bad in listing.get("damaged") or []:  # a memory whose files the server could not read
+            if isinstance(bad, dict):
+                _out(f"{bad.get('name')}: not readable ({bad.get('error')}): {bad.get('message')}")
         return 0
     if words[0] == "create" and len(words) == 2:
         made = mem.create(words[1])

@@ -14,6 +14,7 @@ which is still copied whole."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import sqlite3
 import subprocess
 import sys
@@ -69,10 +70,10 @@ CRAFTS: dict[str, Callable[[Path], None]] = {"keyring.db": craft_keyring, "memor
                                              "recall.db": craft_recall}
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # Bounded: a tool that hangs on the crafted file fails here instead of stalling the suite.
     return subprocess.run([sys.executable, "-m", "stash", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT)
+                          timeout=CLI_TIMEOUT, env=env)
 
 
 def report_lines(out: str) -> dict[str, str]:
@@ -152,6 +153,10 @@ def test_a_crafted_file_in_any_memory_is_refused_and_everything_else_answers(tmp
             named = {(d["name"], d["error"]) for d in listed.json().get("damaged", [])}
             if file == "keyring.db":
                 assert names == {MAIN} and named == {(memory, "store.damaged")}, (file, listed.json())
+                # The owner's command says so too.
+                shown = cli("memories", env={**os.environ, "STASH_URL": server.url, "STASH_TOKEN": tok})
+                assert shown.returncode == 0, shown.stdout + shown.stderr
+                assert f"{memory}: not readable (store.damaged)" in shown.stdout, shown.stdout
             else:
                 assert names == {MAIN, memory} and not named, (file, listed.json())
         assert http.get(f"{clean['prefix']}/wake", clean["token"]).status_code == 200
