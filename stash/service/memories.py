@@ -25,6 +25,7 @@ from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
 from ..storage import inbox, memories, userlock
 from ..storage import memory_fork as fork_files
+from ..storage.files import storage_error
 from ..storage.keyring import LABEL_PAD, Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from ..storage.memories import MAIN, MemoryFiles
@@ -172,10 +173,13 @@ def listing(vault: Vault, session: Session, token: str | None) -> dict:
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     rows = [describe(vault, session.user_id, MAIN, session.owner)]
     damaged: list[dict] = []
+    numbers = []
     for name, other in _others(vault, session, token, damaged):
         rows.append(describe(vault, session.user_id, name, other.owner))
+        numbers.append((memories.number_of(other.keyring.conn), name))
+    for number, name in numbers:  # main's write, outside the memory's: its failure is main's
         # A memory made before main's key ring kept names gets its name there (what restore reads).
-        memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
+        memories.name_memory(_main(session).conn, number, name)
     rows.sort(key=lambda r: (r["created"], r["name"]))
     return {"memories": rows, "damaged": damaged}
 
@@ -228,10 +232,19 @@ def memory_of_grant(vault: Vault, user_id: str, grant_id: int) -> str | None:
     n = grant_id // memories.GRANT_ID_SPAN
     if n == 0:
         return MAIN
+    unreadable: StashError | None = None
     for name in memories.names(vault.data_dir, user_id)[1:]:
-        with _ring(vault, user_id, name) as ring:
-            if memories.number_of(ring.conn) == n:
-                return name
+        try:
+            with _ring(vault, user_id, name) as ring:
+                if memories.number_of(ring.conn) == n:
+                    return name
+        except Exception as exc:  # one memory's damage is not the others': look on, and say so if not found
+            err = storage_error(exc, vault.data_dir)
+            if err is None:
+                raise
+            unreadable = unreadable or err
+    if unreadable is not None:
+        raise unreadable
     return None
 
 

@@ -92,8 +92,10 @@ def make_user(http: Http, memory: str, file: str) -> dict:
     enough of them that a recall reads recall.db)."""
     ident = http.init()
     tok = ident["token"]
+    grant = None
     if memory != MAIN:
         http.ok("POST", "/memories", tok, json={"name": memory})
+        grant = http.ok("POST", "/grants", tok, json={"scope": "read", "memory": memory})["id"]
     prefix = "" if memory == MAIN else f"/m/{memory}"
     if file == "recall.db":
         today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
@@ -104,7 +106,7 @@ def make_user(http: Http, memory: str, file: str) -> dict:
     for k in range(3):
         http.ok("POST", f"{prefix}/note", tok, json={"text": f"memory {k}"})
     http.ok("POST", "/note", tok, json={"text": "main's own"})
-    return {**ident, "prefix": prefix}
+    return {**ident, "prefix": prefix, "grant": grant}
 
 
 @pytest.mark.parametrize("memory", [MAIN, OTHER])
@@ -159,6 +161,10 @@ def test_a_crafted_file_in_any_memory_is_refused_and_everything_else_answers(tmp
                 assert f"{memory}: not readable (store.damaged)" in shown.stdout, shown.stdout
             else:
                 assert names == {MAIN, memory} and not named, (file, listed.json())
+            if user["grant"] is not None:  # a grant of that memory: found, and revoked or refused as damage
+                revoked = http.delete(f"/grants/{user['grant']}", tok)
+                assert answer(revoked) == ((500, "store.damaged") if file == "keyring.db" else (200, None)), \
+                    (file, revoked.text)
         assert http.get(f"{clean['prefix']}/wake", clean["token"]).status_code == 200
         assert http.post("/note", clean["token"], json={"text": "untouched"}).status_code == 200
         assert server.proc is not None
