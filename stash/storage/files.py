@@ -690,7 +690,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         try:
             safeopen.check_schema(conn, Path(path).name)
         except BaseException:
-            conn.close()
+            _close(conn)
             raise
         return conn
     try:
@@ -699,7 +699,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         if wal:
             setattr(conn, LIVE, True)
     except DB_ERRORS as exc:
-        conn.close()
+        _close(conn)
         if create or not isinstance(storage_error(exc, Path(path).parent), Full):
             raise
         conn = _open(target, cipher, file_key, page, uri=False)
@@ -714,10 +714,10 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
             _set_up(conn)
             safeopen.check_schema(conn, Path(path).name)
         except BaseException:
-            conn.close()
+            _close(conn)
             raise
     except BaseException:
-        conn.close()
+        _close(conn)
         raise
     return conn
 
