@@ -119,6 +119,17 @@ class Unavailable(StashError):
     code = "store.unavailable"
 
 
+class Stopping(Unavailable):
+    """The server was stopping and cut the request (stash/web/stopping.py),
+    or interrupted its work in a file (storage/safeopen.py)."""
+
+    code = "server.stopping"
+
+    def __init__(self) -> None:
+        super().__init__("The server was stopping and cut this request; resend it with the same Idempotency-Key "
+                         "once the server is back, and the answer says whether it was done.")
+
+
 class Full(Unavailable):
     status = 507
     code = "store.full"

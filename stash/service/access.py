@@ -22,7 +22,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, usage, userlock
+from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, safeopen, usage, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -584,6 +584,18 @@ class Vault:
             finally:
                 self.after.run_all()
                 self.pool = self.tags.pool = None
+
+    @staticmethod
+    def interrupt_work(stop: bool = True) -> None:
+        """Process-wide: with ``stop``, end every statement still running
+        over any user's file in this process, and every long one started from
+        now on (storage/safeopen.py, ``stop_all``), so that a worker thread
+        caught in a file cannot keep a stopping server alive; without it,
+        let them run again (a server started anew in the same process)."""
+        if stop:
+            safeopen.stop_all()
+        else:
+            safeopen.resume_all()
 
     @staticmethod
     def _open_grant(ring: Keyring, grant: Grant, token: tokens.Token) -> tuple[Opened, Grant]:

@@ -23,7 +23,7 @@ from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
 from ..storage import inbox, memories, userlock
 from ..storage import memory_fork as fork_files
-from ..storage.files import DB_ERRORS, write_transaction
+from ..storage.files import storage_error, write_transaction
 from ..storage.keyring import LABEL_PAD, Keyring, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from ..storage.memories import MAIN, MemoryFiles
@@ -241,13 +241,19 @@ def memory_of_grant(vault: Vault, user_id: str, grant_id: int) -> str | None:
     n = grant_id // memories.GRANT_ID_SPAN
     if n == 0:
         return MAIN
+    unreadable: StashError | None = None
     for name in memories.names(vault.data_dir, user_id)[1:]:
         try:
             with _ring(vault, user_id, name) as ring:
                 if memories.number_of(ring.conn) == n:
                     return name
-        except (OSError, *DB_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
-            continue  # a key ring that does not open is no other memory's way to its grant
+        except Exception as exc:  # one memory's damage is not the others': look on, and say so if not found
+            err = storage_error(exc, vault.data_dir)
+            if err is None:
+                raise
+            unreadable = unreadable or err
+    if unreadable is not None:
+        raise unreadable
     return None
 
 
@@ -296,9 +302,11 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict:
         rows += [{**e, "memory": name, "grant": listed.get(e["grant"], e["grant"])} for e in theirs["events"]]
         chains.append((name, theirs["trail"]))
     rows.sort(key=lambda e: (str(e["at"]), e["memory"] != MAIN, e["memory"], e["id"]))
-    broken = [(name, chain) for name, chain in chains if not chain["intact"]]
+    broken = [(name, chain["problem"]) for name, chain in chains if not chain["intact"]]
+    # A memory whose trail could not be read at all is not known to be whole either.
+    broken += [(d["name"], f"its trail could not be read ({d['error']})") for d in unopened]
     trail = {"intact": not broken, "chained_from": first["trail"]["chained_from"],
-             "problem": f"memory {broken[0][0]}: {broken[0][1]['problem']}" if broken else None}
+             "problem": f"memory {broken[0][0]}: {broken[0][1]}" if broken else None}
     return {"events": rows, "trail": trail, "unopened": unopened}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..core.errors import StashError
 from ..core.lines import plural
-from ..storage import inbox, memories, userlock
+from ..storage import inbox, memories, safeopen, userlock
 from ..storage.files import DB_ERRORS, overwrite_with_zeros, private_folder
 from ..storage.memories import MAIN, SUBFOLDER
 from .pair_agree import agree
@@ -82,10 +82,20 @@ def _copy_memory(src: Path, dst: Path) -> None:
                 raise
 
 
+def _open(path: Path) -> sqlite3.Connection:
+    """A memory's file of the private copy, its schema checked and every
+    statement bounded (storage/safeopen.py): a crafted one is this memory's
+    failure, and verify goes on to the next."""
+    try:
+        return safeopen.open_plain(path)
+    except safeopen.ForeignSchema:
+        raise ValueError(f"its {path.name} holds a schema Stash does not make (crafted or damaged)") from None
+
+
 def _files_check(folder: Path, user_id: str, name: str) -> str:
     """What one memory's files show without a key, or raises ValueError."""
     store = memories.store_id(user_id, name)
-    ring = sqlite3.connect(folder / "keyring.db")
+    ring = _open(folder / "keyring.db")
     try:
         if [r[0] for r in ring.execute("PRAGMA integrity_check")] != ["ok"]:
             raise ValueError("its keyring.db fails SQLite's integrity check")
@@ -102,7 +112,7 @@ def _files_check(folder: Path, user_id: str, name: str) -> str:
     if not (folder / "memory.db").is_file():
         raise ValueError("its memory.db is missing")
     if meta.get("file_cipher") == "none":
-        mem = sqlite3.connect(folder / "memory.db")
+        mem = _open(folder / "memory.db")
         try:
             if [r[0] for r in mem.execute("PRAGMA integrity_check")] != ["ok"]:
                 raise ValueError("its memory.db fails SQLite's integrity check")

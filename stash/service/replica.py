@@ -164,7 +164,9 @@ def write_config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTER
 
 
 def _roster(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+    # Not a user's file and not schema.sql's, but opened hardened and bounded as every file is: a
+    # restore reads the one the replica holds.
+    conn = safeopen.open_plain(path, check=False, timeout=30)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("CREATE TABLE IF NOT EXISTS users (id TEXT PRIMARY KEY, cipher TEXT NOT NULL)")
     return conn
@@ -220,7 +222,7 @@ def update_roster(data_dir: Path, known: set[str]) -> list[tuple[str, str]]:
 
 
 def roster_users(path: Path) -> list[tuple[str, str]]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = safeopen.open_plain(path, check=False, read_only=True)
     try:
         return [(r[0], r[1]) for r in conn.execute("SELECT id, cipher FROM users ORDER BY id")]
     finally:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
-from ..core.errors import Damaged, Full, StashError, Unavailable
+from ..core.errors import Damaged, Full, StashError, Stopping, Unavailable
 from . import safeopen, userlock
 from .pool import MAX_IDLE, Pool, Signature, key_digest, signature
 
@@ -43,7 +43,7 @@ BUSY_TIMEOUT_MS = 30_000
 DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,) + ((_sqlcipher.Error,) if _sqlcipher is not None else ())
 
 # SQLite's primary result codes (sqlite3.h) that mean the storage, not the request, failed.
-_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 8, 10, 11
+_SQLITE_PERM, _SQLITE_READONLY, _SQLITE_INTERRUPT, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 8, 9, 10, 11
 _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
 
 FULL = ("The server's disk is full, so nothing was written; memories already acknowledged are safe. "
@@ -107,6 +107,10 @@ def _storage_error(exc: BaseException) -> StashError | None:
             return Unavailable(READ_ONLY, code="store.read_only")
         if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
             return Damaged(DAMAGED)
+        if code == _SQLITE_INTERRUPT:
+            # Ended by safeopen's progress handler: the server's shutdown, or a
+            # statement the file kept going past any bound a Stash file needs.
+            return Stopping() if safeopen.stopping() else Damaged(DAMAGED)
         if code in (_SQLITE_PERM, _SQLITE_IOERR, _SQLITE_CANTOPEN):
             return Unavailable(UNREADABLE, code="store.unreadable")
         return None
@@ -441,12 +445,7 @@ def flush(conn: sqlite3.Connection, wait_ms: int | None = None) -> bool:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
-# One thread at a time opens or closes a SQLCipher connection in this process:
-# opens and closes are where concurrent threads deadlocked on SQLite's VFS mutex
-# under a newer SQLCipher (bench/HISTORY.md); pyproject.toml pins a build that
-# does not, and this lock is the second guard.
-
-SQLCIPHER_OPEN_CLOSE = threading.Lock()
+SQLCIPHER_OPEN_CLOSE = safeopen.SQLCIPHER_OPEN_CLOSE  # one SQLCipher open or close at a time (safeopen.py)
 
 # A connection's page cache, at most (SQLite's default is 2,000 KiB): a wake
 # or a note touches a few dozen pages, and a scan gains nothing from a cache;
@@ -525,11 +524,7 @@ def _users_lock(path: Path, held: bool) -> contextlib.AbstractContextManager[Non
 
 
 def _close(conn: sqlite3.Connection) -> None:
-    if _sqlcipher is not None and isinstance(conn, _sqlcipher.Connection):
-        with SQLCIPHER_OPEN_CLOSE:
-            conn.close()
-    else:
-        conn.close()
+    safeopen.close(conn)
 
 
 def _pool_closer(path: Path, conn: sqlite3.Connection, held: bool) -> None:
@@ -695,7 +690,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         try:
             safeopen.check_schema(conn, Path(path).name)
         except BaseException:
-            conn.close()
+            _close(conn)
             raise
         return conn
     try:
@@ -704,7 +699,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         if wal:
             setattr(conn, LIVE, True)
     except DB_ERRORS as exc:
-        conn.close()
+        _close(conn)
         if create or not isinstance(storage_error(exc, Path(path).parent), Full):
             raise
         conn = _open(target, cipher, file_key, page, uri=False)
@@ -719,10 +714,10 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
             _set_up(conn)
             safeopen.check_schema(conn, Path(path).name)
         except BaseException:
-            conn.close()
+            _close(conn)
             raise
     except BaseException:
-        conn.close()
+        _close(conn)
         raise
     return conn
 
@@ -732,43 +727,9 @@ LIVE = "stash_live"
 with the normal locking mode, so :func:`release` need not ask SQLite."""
 
 
-class _PlainConnection(sqlite3.Connection):
-    """A standard-library connection that can carry :data:`LIVE`."""
-
-
-_CipherConnection: type | None = None
-if _sqlcipher is not None:
-    class _CipherConnection(_sqlcipher.Connection):  # type: ignore[no-redef, misc]
-        """A SQLCipher connection that can carry :data:`LIVE`."""
-
-
 def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: bool) -> sqlite3.Connection:
-    conn: sqlite3.Connection  # sqlcipher3's connection has the same interface
-    if cipher == "sqlcipher":
-        if _sqlcipher is None:
-            raise RuntimeError("this store needs SQLCipher, which is not installed here")
-        with SQLCIPHER_OPEN_CLOSE:
-            conn = _sqlcipher.connect(
-                target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, uri=uri,
-                factory=_CipherConnection,
-            )
-        # A file that fails to open is reported to the caller as damage; the
-        # library's own stderr lines about it would only be noise in the log.
-        conn.execute("PRAGMA cipher_log_level = NONE")
-        if file_key is None:
-            raise ValueError("a SQLCipher file needs its key")
-        conn.execute(f"PRAGMA key = \"x'{file_key.hex()}'\"")
-        # Not stored in the encrypted header, so every open must say it. A
-        # wrong size (an edited key ring) fails the first page's HMAC: the
-        # file is refused as damaged, never read some other way.
-        conn.execute(f"PRAGMA cipher_page_size = {page}")
-        safeopen.harden(conn)
-    else:
-        conn = sqlite3.connect(target, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
-                               uri=uri, factory=_PlainConnection)
-        conn.execute(f"PRAGMA page_size = {page}")  # takes effect when the file is created
-        safeopen.harden(conn)
-    return conn
+    return safeopen.open_file(target, cipher=cipher, key=file_key, page=page, uri=uri,
+                              timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
 
 
 def _set_up(conn: sqlite3.Connection) -> bool:

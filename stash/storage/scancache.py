@@ -102,12 +102,11 @@ def _connect(folder: Path, *, create: bool) -> sqlite3.Connection | None:
     if not create and not path.is_file():
         return None
     try:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        # A crafted cache is not read: the log answers.
+        conn = safeopen.open_plain(path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
     except sqlite3.Error:
         return None
     try:
-        safeopen.harden(conn)
-        safeopen.check_schema(conn, CACHE_FILE)  # a crafted cache is not read: the log answers
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")  # a cache: a lost piece is rebuilt
         conn.execute("PRAGMA secure_delete = ON")

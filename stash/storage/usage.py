@@ -10,6 +10,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from . import safeopen
 from .keyring_base import ERASED_COPY, HEAD_COPY
 from .memories import MemoryFiles, names
 
@@ -59,7 +60,8 @@ def _others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
                 for entry in entries:
                     if entry.is_file(follow_symlinks=False):
                         size += entry.stat(follow_symlinks=False).st_size
-            conn = sqlite3.connect(f"file:{files.keyring}?mode=ro", uri=True)
+            # Checked and bounded as every open is: a crafted key ring counts nothing, never hangs the write.
+            conn = safeopen.open_plain(files.keyring, read_only=True)
             try:
                 meta = dict(conn.execute("SELECT name, value FROM keyring_meta WHERE name IN (?, ?)",
                                          (HEAD_COPY, ERASED_COPY)).fetchall())
@@ -67,7 +69,7 @@ def _others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'inbox'").fetchone() else 0
             finally:
                 conn.close()
-        except (OSError, sqlite3.Error):
+        except (OSError, sqlite3.Error):  # ForeignSchema is one
             continue
         try:
             logged = int(str(meta.get(HEAD_COPY, "0")).split(":", 1)[0])

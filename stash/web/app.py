@@ -162,12 +162,18 @@ async def lifespan(app: Starlette):
     vault = app.state.vault
     app.state.metrics.start()
     stop = threading.Event()
+    if app.state.owns_process:
+        vault.interrupt_work(stop=False)
     try:
         with vault.keeping_files_open(app.state.settings.keep_open):
             warm = threading.Thread(target=vault.tags.warm, args=(stop,), name=WARM_THREAD, daemon=True)
             warm.start()
             try:
                 yield
+                if app.state.owns_process:
+                    # Every request is answered or was cut by the shutdown timeout: what still runs in a
+                    # file ends now (web/stopping.py), or a thread caught in one would keep the process alive.
+                    vault.interrupt_work()
                 await drain(app.state.works)  # requests cut by the shutdown timeout finish their work first
             finally:
                 stop.set()
@@ -176,7 +182,10 @@ async def lifespan(app: Starlette):
         app.state.metrics.stop()
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings, *, owns_process: bool = False) -> Starlette:
+    """The app. ``owns_process``: it is the server of this process (a
+    ``stash serve`` worker), so its shutdown interrupts every statement
+    still running in the process's files, not only its own requests'."""
     vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes)
     words_scan.use_index(settings.word_index == "on")
     metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1, replicating=settings.replicate is not None)
@@ -188,6 +197,7 @@ def create_app(settings: Settings) -> Starlette:
     app.state.metrics = metrics
     app.state.limiter = RateLimiter()
     app.state.works = set()  # every request's work in its thread (web/stopping.py)
+    app.state.owns_process = owns_process
     app.state.shares = Shares(settings.user_concurrency, settings.user_slow, settings.slow_slots)
     app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.add_middleware(Guard, metrics=metrics)
@@ -198,4 +208,4 @@ def app_from_env() -> Starlette:
     """The app of one ``stash serve`` worker, from the settings its parent put
     in the environment (see :mod:`stash.web.settings`)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
-    return create_app(from_env())
+    return create_app(from_env(), owns_process=True)

@@ -10,8 +10,13 @@ client was about to be told failed could commit all the same. Instead:
   (:func:`run_work`); when the request is cancelled it waits up to
   :data:`CUT_GRACE_S` more for that work and answers its real answer, so a
   committed write is reported as done;
-- the app's shutdown (its lifespan) waits, within the same bound, for every
-  such work before it closes the files (:func:`drain`);
+- the server's shutdown (its app's lifespan) first interrupts every
+  statement still running over a file in the process (storage/safeopen.py,
+  ``stop_all``): a cut write still in SQLite rolls back at its next step and
+  its request answers ``503 server.stopping``, and a thread caught in a file
+  that makes SQLite loop cannot keep the process from exiting; then it
+  waits, within the same bound, for every such work before it closes the
+  files (:func:`drain`);
 - a request cut before its work began, or whose work outlasts the grace,
   answers ``503 server.stopping`` in the error shape: resend it with the
   same ``Idempotency-Key`` once the server is back, and the replay says
@@ -26,15 +31,14 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from ..core.errors import Unavailable
+from ..core.errors import Stopping, Unavailable
 
 CUT_GRACE_S = 10.0
 T = TypeVar("T")
 
 
 def stopping_error() -> Unavailable:
-    return Unavailable("The server was stopping and cut this request; resend it with the same Idempotency-Key "
-                       "once the server is back, and the answer says whether it was done.", code="server.stopping")
+    return Stopping()
 
 
 async def run_work(works: set[asyncio.Future[Any]], fn: Callable[..., T], *args: Any) -> T:
