@@ -123,6 +123,7 @@ def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
         return
     from ..crypto import tokens
     from .access import Vault
+    from .verify import Failed
 
     parsed = tokens.parse(token_text) if token_text else None
     if parsed is None or parsed.user_id != folder.name:
@@ -131,20 +132,50 @@ def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
     try:
         with _private_identity(folder) as data:
             vault = Vault(data)
+            need = _scope_of(vault, token_text)
             for name in names:
                 where = data / "users" / folder.name / SUBFOLDER / name
                 try:
                     fact = f"memory {name}: files ok ({_files_check(where, folder.name, name)})"
-                    if token_text:
-                        try:
-                            with vault.session(token_text, "read", memory=name) as s:
-                                fact += f", opens with the token ({s.memory.count()} memories)"
-                        except StashError as e:
-                            if e.code != "memory.unknown":
-                                raise ValueError(f"it does not open with the token ({e.code})") from None
-                            fact += ", not checked with the token (bound to another memory)"
+                    if token_text and need is not None:
+                        fact += _with_token(vault, token_text, need, name, report)
                     report.facts.append(fact)
-                except (ValueError, OSError, *DB_ERRORS) as e:  # type: ignore[misc]  # a tuple of classes
-                    report.fail(f"memory {name}: {e if isinstance(e, ValueError) else 'a file cannot be read'}")
+                except (ValueError, Failed, OSError, *DB_ERRORS) as e:  # type: ignore[misc]  # a tuple of classes
+                    said = e if isinstance(e, ValueError | Failed) else "a file cannot be read"
+                    report.fail(f"memory {name}: {said}")
     except OSError:
         report.fail("a memory's file cannot be read")
+
+
+def _scope_of(vault: Any, token_text: str | None) -> str | None:
+    """What a session of the token needs to check a memory: ``owner`` for the
+    owner (its owner-only data too), ``read`` for any other token (one that
+    opens nothing is then refused memory by memory); None without a token."""
+    if not token_text:
+        return None
+    try:
+        _, _, ring, grant = vault._authenticate(token_text)
+    except StashError:
+        return "read"
+    ring.close()
+    return "owner" if grant.scope == "owner" else "read"
+
+
+def _with_token(vault: Any, token_text: str, need: str, name: str, report: Any) -> str:
+    """Memory ``name`` checked with the token as main is (verify.py's
+    ``check_rows`` and, for the owner, ``check_owner_data``): what the
+    report says of it, or raises ValueError or verify.Failed."""
+    from .verify import check_owner_data, check_rows
+
+    warnings: list[str] = []
+    try:
+        with vault.session(token_text, need, memory=name) as s:
+            if s.scope == "owner":
+                check_owner_data(s.keyring, s.keys, s.owner)
+            fact = check_rows(s.memory.mf, s.cipher, warnings)
+    except StashError as e:
+        if e.code != "memory.unknown":
+            raise ValueError(f"it does not open with the token ({e.code})") from None
+        return ", not checked with the token (bound to another memory)"
+    report.warnings += [f"memory {name}: {w}" for w in warnings]
+    return f", with the token: {fact}"

@@ -40,10 +40,11 @@ from ..core.errors import StashError
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
+from ..crypto.owner_seal import OwnerKeys
 from ..storage import files as storage_files
 from ..storage import formats, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
-from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
+from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, erasure_record
 from . import memory_ops
@@ -467,20 +468,11 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             raise Failed("the token's key does not open: the key ring was altered or put back") from None
         chain = opened.chain
         if grant.scope == "owner":
-            # Owner-only data, as GET /grants and GET /audit open it.
             try:
                 owner = ring.open_owner_keys(grant, opened.kek)
-                for g in ring.grants():
-                    ring.label(g.id, chain, owner)
-                    ring.last_used(g.id, owner)
-                ring.events(owner)
-                if owner is not None:
-                    _, trail = ring.trail(owner, chain)
-                    if not trail.intact:
-                        raise Failed(f"the audit trail's MAC chain does not hold: {trail.problem}")
             except (aead.Unsealable, UnicodeDecodeError, ValueError, KeyError, TypeError):
-                raise Failed("a label, last-used day or audit event in keyring.db was altered, or moved from "
-                             "another key ring") from None
+                raise Failed(OWNER_DATA_ALTERED) from None
+            check_owner_data(ring, chain, owner)
         cipher = ring.meta("file_cipher") or "none"
         try:
             page = ring.memory_page_bytes()
@@ -499,35 +491,66 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             mf.check_copy(copies.head)
             mf.check_state_copy(copies.state)  # as the server checks it: a memory file put back whole
             mf.check_ring_sealed(copies.authenticated)
-            _integrity(mf.conn, "memory.db")
-            if cipher == "sqlcipher":
-                bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]
-                if bad:
-                    raise Failed(f"memory.db has {len(bad)} pages that fail their authentication")
-            whole, _ = mf.recompute_head()
-            if whole != mf.head:
-                raise Failed("the running digest recomputed over the whole log differs from the recorded head")
-            backwards = _dates_backwards(mf.scan(whole.count))  # every row opened and authenticated
-            if backwards:
-                report.warnings.append(backwards)
-            summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
-            mf.config()
-            mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
-            mf.receipts()
-            back = mf.erased_keys_back()
-            if back:
-                raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
-                             "memory.db (a page or row from before the erasure was put back); they are still "
-                             "served as erased — erase them again (stash erase) to shred the keys")
+            report.facts.append(f"with the token: {check_rows(mf, cipher, report.warnings)}")
         except StashError as e:
             raise Failed(f"with the token: {e.message}") from None
         finally:
             mf.close()
-        report.facts.append(f"with the token: all {whole.count} memories and {summaries} summaries authenticate, "
-                            f"and the whole chain recomputes to head {whole.pin()[:24]}…")
     finally:
         ring.close()
     return shown
+
+
+OWNER_DATA_ALTERED = "a label, last-used day or audit event in keyring.db was altered, or moved from another key ring"
+
+
+def check_owner_data(ring: Keyring, chain: KeyChain, owner: OwnerKeys | None) -> None:
+    """Every label, last-used day and audit event of one memory's key ring
+    opens with its owner keys, as GET /grants and GET /audit open them, and
+    the audit trail's MAC chain holds; or raises :class:`Failed`. For main
+    and every other memory alike (memory_ops.verify_memories)."""
+    try:
+        for g in ring.grants():
+            ring.label(g.id, chain, owner)
+            ring.last_used(g.id, owner)
+        ring.events(owner)
+        if owner is not None:
+            _, trail = ring.trail(owner, chain)
+            if not trail.intact:
+                raise Failed(f"the audit trail's MAC chain does not hold: {trail.problem}")
+    except (aead.Unsealable, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raise Failed(OWNER_DATA_ALTERED) from None
+
+
+def check_rows(mf: MemoryFile, cipher: str, warnings: list[str]) -> str:
+    """Every page and every sealed value of one opened memory file
+    authenticates and the running digest recomputed over the whole log is
+    its head; or raises :class:`Failed` (a StashError of a row, as the
+    server would refuse it). Returns the fact to report; what is found but
+    is no damage goes to ``warnings``. For main and every other memory
+    alike (memory_ops.verify_memories)."""
+    _integrity(mf.conn, "memory.db")
+    if cipher == "sqlcipher":
+        bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]
+        if bad:
+            raise Failed(f"memory.db has {len(bad)} pages that fail their authentication")
+    whole, _ = mf.recompute_head()
+    if whole != mf.head:
+        raise Failed("the running digest recomputed over the whole log differs from the recorded head")
+    backwards = _dates_backwards(mf.scan(whole.count))  # every row opened and authenticated
+    if backwards:
+        warnings.append(backwards)
+    summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
+    mf.config()
+    mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
+    mf.receipts()
+    back = mf.erased_keys_back()
+    if back:
+        raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
+                     "memory.db (a page or row from before the erasure was put back); they are still "
+                     "served as erased — erase them again (stash erase) to shred the keys")
+    return (f"all {whole.count} memories and {summaries} summaries authenticate, "
+            f"and the whole chain recomputes to head {whole.pin()[:24]}…")
 
 
 def _dates_backwards(batches: Iterator[list[str]]) -> str | None:

@@ -42,7 +42,7 @@ def test_backup_verify_and_restore_cover_every_memory(tmp_path: Path) -> None:
     assert report.ok, report.problems
     assert any(f.startswith("memory a: files ok") for f in report.facts)
     (with_owner,) = verify(tmp_path / "backup", owner)
-    assert with_owner.ok and any("memory b: files ok" in f and "opens with the token (1 memories)" in f
+    assert with_owner.ok and any("memory b: files ok" in f and "with the token: all 1 memories" in f
                                  for f in with_owner.facts), with_owner.facts
     (with_bound,) = verify(tmp_path / "backup", bound)
     # Another identity's token checks this one as no token would, every memory included (found by the chaos).
