@@ -78,3 +78,7 @@ class Memory:
         finally:
             ring.close()
             main.close()
+
+
+MAIN_MEMORY = Memory(MAIN)
+"""The default of a helper that runs in main unless told which memory."""

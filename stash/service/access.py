@@ -31,7 +31,6 @@ from ..storage.files import (
     available_file_cipher,
     can_write,
     new_pool,
-    overwrite_with_zeros,
     private_folder,
     storage_error,
 )
@@ -499,8 +498,9 @@ class Vault:
         return session.keyring.unmoved_live()
 
     def destroy_store(self, session: Session) -> dict[str, Any]:
-        """Remove the user's whole folder: key ring (every wrapped key) and
-        memory file. The key ring is overwritten before it is unlinked."""
+        """Remove the user's whole folder: every memory's key ring (every
+        wrapped key) and memory file. Each key ring is overwritten before it
+        is unlinked."""
         files = session.files
         try:
             T: int | None = session.memory.mf.count()
@@ -510,9 +510,7 @@ class Vault:
         session.keyring.close()
         if session.pool is not None:  # this worker's; another's finds the files gone
             session.pool.drop_folder(files.folder, held=False)
-        for path in sorted(files.folder.iterdir()):
-            if path.is_file() and path.name.startswith("keyring"):
-                overwrite_with_zeros(path)
+        memories.overwrite_keyrings(files.folder)  # every memory's, not only main's
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 

@@ -9,7 +9,7 @@ import io
 import tarfile
 
 from tests.helpers import Api
-from tests.memory_kit import Memory
+from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.oracle import bid, spec_cover
 
 OLD_DATE = "2021-03-04"
@@ -36,7 +36,7 @@ class Mem:
     /m/{name}), driven over HTTP, remembering what it wrote so the tests can
     render what the server should answer."""
 
-    def __init__(self, api: Api, token: str, memory: Memory = Memory("main")) -> None:
+    def __init__(self, api: Api, token: str, memory: Memory = MAIN_MEMORY) -> None:
         self.api = api
         self.token = token
         self.at = memory.at  # this memory's address of a route
