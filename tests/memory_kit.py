@@ -49,6 +49,15 @@ class Memory:
             resp = client.post("/memories", owner, json={"name": self.name})
             assert resp.status_code == 201, resp.text
 
+    def create_in(self, vault: Any, owner: str) -> None:
+        """Make the memory through ``vault`` (a Vault in this process), as
+        ``POST /memories`` does."""
+        if not self.is_main:
+            from stash.service import memories as service
+
+            with vault.session(owner, "owner") as s:
+                service.create(vault, s, self.name)
+
     def folder(self, user_folder: Path) -> Path:
         """This memory's folder inside ``user_folder`` (a live user's folder or a copy of one)."""
         return user_folder if self.is_main else user_folder / SUBFOLDER / self.name

@@ -322,15 +322,18 @@ class Vault:
         """A new capability over the session's memory: the current epoch key
         sealed to a key pair derived from a fresh secret (its expiry, when
         given, bound into its certificate; its label sealed under the epoch's
-        label key). Returns ``(grant_id, token)``; the token exists only in
-        this answer."""
+        label key), in a memory other than main filed in main's key ring by
+        its tag too, so that its token finds the memory it is bound to.
+        Returns ``(grant_id, token)``; the token exists only in this answer."""
         if scope not in ("read", "full"):
             raise ValueError("only read or full capabilities can be minted")
         token, secret = tokens.mint(session.user_id)
+        tag = tokens.lookup_tag(session.user_id, secret)
         grant_id = session.keyring.add(
-            scope=scope, tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
-            chain=session.keys, kdf=self.kdf, expires=expires, label=label,
+            scope=scope, tag=tag, secret=secret, chain=session.keys, kdf=self.kdf, expires=expires, label=label,
         )
+        if session.memory_name != MAIN and session.main_keyring is not None:
+            memories.put_tag(session.main_keyring.conn, tag, session.memory_name, expires)
         return grant_id, token
 
     def list_grants(self, session: Session) -> list[dict[str, Any]]:

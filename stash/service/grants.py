@@ -8,7 +8,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..core.errors import Invalid
-from ..crypto import tokens
 from ..storage import inbox
 from ..storage.memories import MAIN
 from . import grant_terms, memories, onboarding
@@ -37,9 +36,6 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
         created = next(g.created for g in inbox.grants(session.keyring.conn) if g.id == grant_id)
     else:
         grant_id, token = vault.mint_grant(session, scope, label, expires)
-        parsed = tokens.parse(token)
-        assert parsed is not None
-        memories.file_tag(session, tokens.lookup_tag(parsed.user_id, parsed.secret), expires)
         created = next(g for g in vault.list_grants(session) if g["id"] == grant_id)["created"]
     if session.memory_name != MAIN:
         address = f"{address.rstrip('/')}/m/{session.memory_name}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stash.crypto import aead, epochs, tokens
+from stash.crypto import aead, epochs
 from stash.crypto.owner_seal import OwnerKeys
 from stash.storage.keyring import Keyring, label_aad, label_key
 from tests.copies_kit import pages, put_back_page
