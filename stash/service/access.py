@@ -577,6 +577,11 @@ class Vault:
                 ring = self._open_ring(files, memories.store_id(token.user_id, name))
                 home = name
                 grant = self._find(ring, tag)
+                if grant is not None and grant.scope == "owner":
+                    # The owner is found in main's key ring; a row of another memory that main files as a
+                    # capability and that says otherwise was edited, and its scope must steer nothing.
+                    raise Damaged("A capability's row in a memory's key ring was altered; restore the identity "
+                                  "from a backup.")
             if grant is None or (grant.wrapped is None and grant.scope != "append"):
                 raise Unauthorized()
             # An expired capability is refused like a revoked one, before any key
