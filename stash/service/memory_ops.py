@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +17,6 @@ from ..core.errors import StashError
 from ..storage import memories, userlock
 from ..storage.files import DB_ERRORS, overwrite_with_zeros, private_folder
 from ..storage.memories import MAIN, SUBFOLDER
-from .pair_agree import agree
 
 COPIED = ("keyring.db", "memory.db", "keyring.db-wal", "memory.db-wal")
 
@@ -81,40 +79,6 @@ def _copy_memory(src: Path, dst: Path) -> None:
                 raise
 
 
-def _files_check(folder: Path, user_id: str, name: str) -> str:
-    """What one memory's files show without a key, or raises ValueError."""
-    store = memories.store_id(user_id, name)
-    ring = sqlite3.connect(folder / "keyring.db")
-    try:
-        if [r[0] for r in ring.execute("PRAGMA integrity_check")] != ["ok"]:
-            raise ValueError("its keyring.db fails SQLite's integrity check")
-        meta = dict(ring.execute("SELECT name, value FROM keyring_meta"))
-        live = ring.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND scope != 'owner'").fetchone()[0]
-        owner = ring.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND scope = 'owner'").fetchone()[0]
-    finally:
-        ring.close()
-    if meta.get("user_id") != store:
-        raise ValueError("its keyring.db belongs to another memory (or none)")
-    if not owner:
-        raise ValueError("its keyring.db has no live owner enrolment")
-    if not (folder / "memory.db").is_file():
-        raise ValueError("its memory.db is missing")
-    if meta.get("file_cipher") == "none":
-        mem = sqlite3.connect(folder / "memory.db")
-        try:
-            if [r[0] for r in mem.execute("PRAGMA integrity_check")] != ["ok"]:
-                raise ValueError("its memory.db fails SQLite's integrity check")
-            row = mem.execute("SELECT value FROM meta WHERE name = 'user_id'").fetchone()
-        finally:
-            mem.close()
-        if row is None or row[0] != store:
-            raise ValueError("its memory.db belongs to another memory (or none)")
-        why = agree(folder / "keyring.db", folder / "memory.db")  # what a restore asks of the pair too
-        if why is not None:
-            raise ValueError(why)
-    return f"{live} live capabilities"
-
-
 def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
     """Check every memory of ``folder``'s user but main on a private copy,
     adding to ``report`` one fact per memory, or a problem naming it."""
@@ -123,7 +87,7 @@ def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
         return
     from ..crypto import tokens
     from .access import Vault
-    from .verify import Failed
+    from .verify import Failed, Report, verify_files
 
     parsed = tokens.parse(token_text) if token_text else None
     if parsed is None or parsed.user_id != folder.name:
@@ -135,8 +99,15 @@ def verify_memories(folder: Path, token_text: str | None, report: Any) -> None:
             need = _scope_of(vault, token_text)
             for name in names:
                 where = data / "users" / folder.name / SUBFOLDER / name
+                # The same checks as main's, of this memory's files bound to its own store id.
+                files = Report(report.user_id)
+                verify_files(where, None, files, memories.store_id(folder.name, name))
+                report.warnings += [f"memory {name}: {w}" for w in files.warnings]
+                if not files.ok:
+                    report.fail(f"memory {name}: {'; '.join(files.problems)}")
+                    continue
                 try:
-                    fact = f"memory {name}: files ok ({_files_check(where, folder.name, name)})"
+                    fact = f"memory {name}: files ok"
                     if token_text and need is not None:
                         fact += _with_token(vault, token_text, need, name, report)
                     report.facts.append(fact)

@@ -42,12 +42,13 @@ from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
 from ..storage import files as storage_files
-from ..storage import formats, ring_copies, safeopen, userlock
+from ..storage import formats, memories, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, erasure_record
 from . import memory_ops
+from .pair_agree import agree
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
@@ -91,9 +92,9 @@ def _integrity(conn, what: str) -> None:
         raise Failed(f"{what} fails SQLite's integrity check")
 
 
-def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]:
+def _check_keyring(folder: Path, report: Report, store: str) -> tuple[str, Head | None, int]:
     """The key ring's file cipher, its copy of the log head, and the memory
-    file's page size."""
+    file's page size (``store``: the id the key ring must belong to)."""
     path = folder / "keyring.db"
     if not path.is_file():
         raise Failed("keyring.db is missing")
@@ -110,8 +111,8 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]
             conn.close()
     except DB_ERRORS:
         raise Failed("keyring.db cannot be read as a key ring") from None
-    if meta.get("user_id") != folder.name:
-        raise Failed("keyring.db belongs to another user (or none)")
+    if meta.get("user_id") != store:
+        raise Failed("keyring.db belongs to another user or memory (or none)")
     cipher = meta.get("file_cipher")
     if cipher not in ("sqlcipher", "none"):
         raise Failed("keyring.db names no known file cipher")
@@ -165,7 +166,7 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
         raise Failed("memory.db cannot be read as a memory file") from None
     _compare_erasure_counts(meta, held)
     if meta.get("user_id") != user_id:
-        raise Failed("memory.db belongs to another user (or none)")
+        raise Failed("memory.db belongs to another user or memory (or none)")
     T, rows = top
     if rows != T:
         raise Failed(f"memory.db's log has a gap: {rows} rows for {T} positions")
@@ -349,6 +350,14 @@ def _check_with_token(folder: Path, token_text: str, copy: Head | None,
 
     token = tokens.parse(token_text)
     if token is None or token.user_id != folder.name:
+        return None
+    conn = _plain(folder / "keyring.db")
+    try:
+        home = memories.home_of(conn, token.tag)
+    finally:
+        conn.close()
+    if home is not None:  # a capability of another memory: that memory is checked with it (memory_ops)
+        report.facts.append("main not checked with the token (bound to another memory)")
         return None
     return _open_with_token(Vault(folder.parent.parent), token_text, token, copy, report)
 
@@ -621,7 +630,7 @@ def verify_user(folder: Path, token_text: str | None = None, quota_bytes: int | 
     report = Report(folder.name)
     try:
         with _private_copy(folder, quota_bytes) as copied:
-            _verify_files(copied, token_text, report)
+            verify_files(copied, token_text, report)
         strange = unknown_in_user(folder)
         if strange:
             report.fail(f"its folder holds files that are not Stash's: {_names(strange)} (never replicated or "
@@ -645,20 +654,28 @@ def unknown_entries(data_dir: Path) -> list[str]:
     return unknown_in_users(Path(data_dir) / "users")
 
 
-def _verify_files(folder: Path, token_text: str | None, report: Report) -> None:
-    files = UserFiles(folder.parent.parent, folder.name)
+def verify_files(folder: Path, token_text: str | None, report: Report, store: str | None = None) -> None:
+    """One memory's files in ``folder``: main's (the user's folder; ``store``
+    None) checked with ``token_text`` too, or another memory's, bound to
+    ``store``, whose token check is memory_ops.verify_memories'."""
+    is_main = store is None
+    store = store or folder.name
+    memory_path = folder / "memory.db"
     try:
-        cipher, copy, page = _check_keyring(folder, report)
-        if not files.memory.is_file():
+        cipher, copy, page = _check_keyring(folder, report, store)
+        if not memory_path.is_file():
             raise Failed("memory.db is missing")
         _check_sizes(folder, cipher, page)
         memory = None
         if cipher == "none":
-            _check_plain_memory(files.memory, folder.name, copy, report)
-            memory = _read_plain_memory(files.memory)
+            _check_plain_memory(memory_path, store, copy, report)
+            why = agree(folder / "keyring.db", memory_path)  # what a restore asks of the pair too
+            if why is not None:
+                raise Failed(why)
+            memory = _read_plain_memory(memory_path)
         else:
-            _check_encrypted_memory(files.memory, page, report, copy)
-        if token_text:
+            _check_encrypted_memory(memory_path, page, report, copy)
+        if token_text and is_main:
             memory = _check_with_token(folder, token_text, copy, report) or memory
         report.facts.append(_formats(folder, cipher, page, memory))
     except Failed as e:
