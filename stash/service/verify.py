@@ -517,7 +517,7 @@ def check_owner_data(ring: Keyring, chain: KeyChain, owner: OwnerKeys | None) ->
     """Every label, last-used day and audit event of one memory's key ring
     opens with its owner keys, as GET /grants and GET /audit open them, and
     the audit trail's MAC chain holds; or raises :class:`Failed`. For main
-    and every other memory alike (memory_ops.verify_memories)."""
+    and every other memory alike (:func:`verify_memories`)."""
     try:
         for g in ring.grants():
             ring.label(g.id, chain, owner)
@@ -537,7 +537,7 @@ def check_rows(mf: MemoryFile, cipher: str, warnings: list[str]) -> str:
     its head; or raises :class:`Failed` (a StashError of a row, as the
     server would refuse it). Returns the fact to report; what is found but
     is no damage goes to ``warnings``. For main and every other memory
-    alike (memory_ops.verify_memories)."""
+    alike (:func:`verify_memories`)."""
     _integrity(mf.conn, "memory.db")
     if cipher == "sqlcipher":
         bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]
@@ -639,7 +639,7 @@ def verify_user(folder: Path, token_text: str | None = None, quota_bytes: int | 
         report.fail(str(e))
     except OSError:
         report.fail("a file of this store cannot be read")
-    memory_ops.verify_memories(folder, token_text, report)  # every other memory of this user
+    verify_memories(folder, token_text, report)  # every other memory of this user
     return report
 
 
@@ -657,7 +657,7 @@ def unknown_entries(data_dir: Path) -> list[str]:
 def verify_files(folder: Path, token_text: str | None, report: Report, store: str | None = None) -> None:
     """One memory's files in ``folder``: main's (the user's folder; ``store``
     None) checked with ``token_text`` too, or another memory's, bound to
-    ``store``, whose token check is memory_ops.verify_memories'."""
+    ``store``, whose token check is :func:`verify_memories`'."""
     is_main = store is None
     store = store or folder.name
     memory_path = folder / "memory.db"
@@ -686,3 +686,75 @@ def verify_files(folder: Path, token_text: str | None, report: Report, store: st
 
 def verify(data_dir: Path, token_text: str | None = None, quota_bytes: int | None = None) -> list[Report]:
     return [verify_user(folder, token_text, quota_bytes) for folder in user_folders(data_dir)]
+
+
+def verify_memories(folder: Path, token_text: str | None, report: Report) -> None:
+    """Check every memory of ``folder``'s user but main on a private copy of
+    all of them (memory_ops.private_identity), each as main is: its files
+    (:func:`verify_files`) and, with a token, what the token opens
+    (:func:`check_rows`, :func:`check_owner_data`); one fact per memory in
+    ``report``, or a problem naming it."""
+    names = memory_ops.others(folder)
+    if not names:
+        return
+    from .access import Vault
+
+    parsed = tokens.parse(token_text) if token_text else None
+    if parsed is None or parsed.user_id != folder.name:
+        token_text = None  # another user's token (or none): checked as without one, as main is
+
+    try:
+        with memory_ops.private_identity(folder) as data:
+            vault = Vault(data)
+            need = _scope_of(vault, token_text)
+            for name in names:
+                where = data / "users" / folder.name / memories.SUBFOLDER / name
+                # The same checks as main's, of this memory's files bound to its own store id.
+                files = Report(report.user_id)
+                verify_files(where, None, files, memories.store_id(folder.name, name))
+                report.warnings += [f"memory {name}: {w}" for w in files.warnings]
+                if not files.ok:
+                    report.fail(f"memory {name}: {'; '.join(files.problems)}")
+                    continue
+                try:
+                    fact = f"memory {name}: files ok"
+                    if token_text and need is not None:
+                        fact += _with_token(vault, token_text, need, name, report)
+                    report.facts.append(fact)
+                except (ValueError, Failed, OSError, *DB_ERRORS) as e:  # type: ignore[misc]  # a tuple of classes
+                    said = e if isinstance(e, ValueError | Failed) else "a file cannot be read"
+                    report.fail(f"memory {name}: {said}")
+    except OSError:
+        report.fail("a memory's file cannot be read")
+
+
+def _scope_of(vault: Any, token_text: str | None) -> str | None:
+    """What a session of the token needs to check a memory: ``owner`` for the
+    owner (its owner-only data too), ``read`` for any other token (one that
+    opens nothing is then refused memory by memory); None without a token."""
+    if not token_text:
+        return None
+    try:
+        _, _, ring, grant = vault._authenticate(token_text)
+    except StashError:
+        return "read"
+    ring.close()
+    return "owner" if grant.scope == "owner" else "read"
+
+
+def _with_token(vault: Any, token_text: str, need: str, name: str, report: Report) -> str:
+    """Memory ``name`` checked with the token as main is (:func:`check_rows`
+    and, for the owner, :func:`check_owner_data`): what the report says of
+    it, or raises ValueError or :class:`Failed`."""
+    warnings: list[str] = []
+    try:
+        with vault.session(token_text, need, memory=name) as s:
+            if s.scope == "owner":
+                check_owner_data(s.keyring, s.keys, s.owner)
+            fact = check_rows(s.memory.mf, s.cipher, warnings)
+    except StashError as e:
+        if e.code != "memory.unknown":
+            raise ValueError(f"it does not open with the token ({e.code})") from None
+        return ", not checked with the token (bound to another memory)"
+    report.warnings += [f"memory {name}: {w}" for w in warnings]
+    return f", with the token: {fact}"
