@@ -20,6 +20,7 @@ os.environ.pop("PYTHONPATH", None)
 from stash.web.app import create_app  # noqa: E402 - after the pin
 from stash.web.tracelog import debugging  # noqa: E402
 from tests.helpers import Api, make_settings  # noqa: E402
+from tests.memory_kit import MEMORIES, Memory  # noqa: E402
 
 # SQLite syncs every commit to disk, which was half of what a test of the
 # memory model spent. No test is about surviving a power cut (a kill -9 loses
@@ -77,6 +78,13 @@ def data_dir(tmp_path: Path) -> Path:
 @pytest.fixture(params=["sqlcipher", "none"])
 def file_cipher(request) -> str:
     return request.param
+
+
+@pytest.fixture(params=MEMORIES)
+def memory(request) -> Memory:
+    """The memory an owner guarantee is tested in: main, and a second memory
+    of the same identity (tests/memory_kit.py), so one body runs for both."""
+    return Memory(request.param)
 
 
 @pytest.fixture

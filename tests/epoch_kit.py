@@ -12,6 +12,7 @@ from nacl.exceptions import CryptoError
 from stash.crypto import keys, tokens
 from stash.storage.keyring import Keyring, StaleGrant
 from tests.live import Http, Server
+from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.raw_files import raw_memory_file
 
 KEY = 32
@@ -40,10 +41,12 @@ def snapshot(server: Server, user_id: str, into: Path) -> Path:
     return into
 
 
-def epoch_keys_of(keyring: Path, token: str, store: str | None = None) -> list[bytes]:
+def epoch_keys_of(keyring: Path, token: str | tokens.Token, store: str | None = None) -> list[bytes]:
     """Every epoch key ``token`` opens from this copy of a key ring, or []
-    (``store``: the key ring's store id, for a memory other than main)."""
-    tok = tokens.parse(token)
+    (``store``: the key ring's store id, for a memory other than main; the
+    owner's token as that memory files it: tests/memory_kit.py, ``filed``)."""
+    tok = token if isinstance(token, tokens.Token) else tokens.parse(token)
+    assert tok is not None, "not a token"
     ring = Keyring(keyring, store or tok.user_id)
     try:
         grant = ring.find(tokens.lookup_tag(tok.user_id, tok.secret))
@@ -61,7 +64,9 @@ def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: lis
                         cipher: str = "sqlcipher") -> set[str]:
     """Every plaintext that ``epoch_keys`` open in any of ``memory_copies``
     (folders holding a memory.db), the copies' memory keys pooled together:
-    a key of memory #i found in one copy is tried on row #i of every copy."""
+    a key of memory #i found in one copy is tried on row #i of every copy.
+    ``user_id``: the store id the rows are bound to (a memory other than
+    main: ``<user_id>/m/<name>``)."""
     if not epoch_keys:
         return set()
     rows_keys = [keys.subkey(k, b"rows") for k in epoch_keys]
@@ -109,6 +114,8 @@ def text_in(marker: str, plain: set[str]) -> bool:
     return any(marker in p for p in plain)
 
 
-def settle(http: Http, token: str, text: str) -> None:
-    while (nap := http.ok("POST", "/nap", token, json={})["nap"]) is not None:
-        http.ok("POST", "/nap", token, json={"block": nap["block"], "text": f"{text} {nap['block']}"})
+def settle(http: Http, token: str, text: str, memory: Memory = MAIN_MEMORY) -> None:
+    """Write every summary due in ``memory`` (the owner's address of it)."""
+    nap_at = memory.at("/nap")
+    while (nap := http.ok("POST", nap_at, token, json={})["nap"]) is not None:
+        http.ok("POST", nap_at, token, json={"block": nap["block"], "text": f"{text} {nap['block']}"})

@@ -8,24 +8,31 @@ from pathlib import Path
 from stash.cli.main import main
 from stash.service.access import Vault
 from tests.helpers import CHEAP_KDF
+from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.raw_files import raw_memory_file
 
 
 class Store:
-    def __init__(self, data: Path, cipher: str, n: int = 6) -> None:
-        self.data, self.cipher = data, cipher
+    """An identity whose ``memory`` holds ``n`` notes: its owner ``token``, a
+    read capability bound to that memory (``reader``), and the memory's
+    folder and master key."""
+
+    def __init__(self, data: Path, cipher: str, n: int = 6, memory: Memory = MAIN_MEMORY) -> None:
+        self.data, self.cipher, self.memory = data, cipher, memory
         vault = Vault(data, kdf=CHEAP_KDF, file_cipher=cipher)
         ident = vault.create_identity()
         self.token, self.user_id = ident.token, ident.user_id
-        with vault.session(self.token, "full") as s:
+        memory.create_in(vault, self.token)
+        with vault.session(self.token, "owner", memory=memory.name) as s:
             self.master = bytes(s.master)
             for k in range(n):
                 s.memory.note(f"osprey memory {k}")
-        self.folder = data / "users" / self.user_id
+            self.reader = vault.mint_grant(s, "read")[1]
+        self.folder = memory.folder(data / "users" / self.user_id)
         self.vault = vault
 
     def note(self, n: int) -> None:
-        with self.vault.session(self.token, "full") as s:
+        with self.vault.session(self.token, "full", memory=self.memory.name) as s:
             for k in range(n):
                 s.memory.note(f"later osprey {k}")
 

@@ -31,7 +31,6 @@ from ..storage.files import (
     available_file_cipher,
     can_write,
     new_pool,
-    overwrite_with_zeros,
     private_folder,
     storage_error,
     write_transaction,
@@ -324,15 +323,18 @@ class Vault:
         """A new capability over the session's memory: the current epoch key
         sealed to a key pair derived from a fresh secret (its expiry, when
         given, bound into its certificate; its label sealed under the epoch's
-        label key). Returns ``(grant_id, token)``; the token exists only in
-        this answer."""
+        label key), in a memory other than main filed in main's key ring by
+        its tag too, so that its token finds the memory it is bound to.
+        Returns ``(grant_id, token)``; the token exists only in this answer."""
         if scope not in ("read", "full"):
             raise ValueError("only read or full capabilities can be minted")
         token, secret = tokens.mint(session.user_id)
+        tag = tokens.lookup_tag(session.user_id, secret)
         grant_id = session.keyring.add(
-            scope=scope, tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
-            chain=session.keys, kdf=self.kdf, expires=expires, label=label,
+            scope=scope, tag=tag, secret=secret, chain=session.keys, kdf=self.kdf, expires=expires, label=label,
         )
+        if session.memory_name != MAIN and session.main_keyring is not None:
+            memories.put_tag(session.main_keyring.conn, tag, session.memory_name, expires)
         return grant_id, token
 
     def list_grants(self, session: Session) -> list[dict[str, Any]]:
@@ -479,8 +481,9 @@ class Vault:
         return session.keyring.unmoved_live()
 
     def destroy_store(self, session: Session) -> dict[str, Any]:
-        """Remove the user's whole folder: key ring (every wrapped key) and
-        memory file. The key ring is overwritten before it is unlinked."""
+        """Remove the user's whole folder: every memory's key ring (every
+        wrapped key) and memory file. Each key ring is overwritten before it
+        is unlinked."""
         files = session.files
         try:
             T: int | None = session.memory.mf.count()
@@ -490,9 +493,7 @@ class Vault:
         session.keyring.close()
         if session.pool is not None:  # this worker's; another's finds the files gone
             session.pool.drop_folder(files.folder, held=False)
-        for path in sorted(files.folder.iterdir()):
-            if path.is_file() and path.name.startswith("keyring"):
-                overwrite_with_zeros(path)
+        memories.overwrite_keyrings(files.folder)  # every memory's, not only main's
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 
@@ -556,6 +557,11 @@ class Vault:
                 ring = self._open_ring(files, memories.store_id(token.user_id, name))
                 home = name
                 grant = self._find(ring, tag)
+                if grant is not None and grant.scope == "owner":
+                    # The owner is found in main's key ring; a row of another memory that main files as a
+                    # capability and that says otherwise was edited, and its scope must steer nothing.
+                    raise Damaged("A capability's row in a memory's key ring was altered; restore the identity "
+                                  "from a backup.")
             if grant is None or (grant.wrapped is None and grant.scope != "append"):
                 raise Unauthorized()
             # An expired capability is refused like a revoked one, before any key

@@ -8,7 +8,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..core.errors import Invalid
-from ..crypto import tokens
 from ..storage import inbox
 from ..storage.memories import MAIN
 from . import grant_terms, memories, onboarding
@@ -42,9 +41,6 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
         created = next(g.created for g in inbox.grants(session.keyring.conn) if g.id == grant_id)
     else:
         grant_id, token = vault.mint_grant(session, scope, label, expires)
-        parsed = tokens.parse(token)
-        assert parsed is not None
-        memories.file_tag(session, tokens.lookup_tag(parsed.user_id, parsed.secret), expires)
         created = next(g for g in vault.list_grants(session) if g["id"] == grant_id)["created"]
     shown = ("shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
              "(from a copy sealed under the owner's token); it is never stored in the clear" if keyed else

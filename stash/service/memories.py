@@ -366,13 +366,6 @@ def mint_append(vault: Vault, session: Session, label: str | None = None,
     return grant_id, token
 
 
-def file_tag(session: Session, tag: bytes, expires: str | None = None) -> None:
-    """Record in main's key ring which memory a new capability is bound to
-    (and when it expires, for the tag index)."""
-    if session.memory_name != MAIN and session.main_keyring is not None:
-        memories.put_tag(session.main_keyring.conn, tag, session.memory_name, expires)
-
-
 # ------------------------------------------------------------ fork
 
 

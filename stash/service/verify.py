@@ -41,13 +41,15 @@ from ..core.lines import plural
 from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
+from ..crypto.owner_seal import OwnerKeys
 from ..storage import files as storage_files
-from ..storage import formats, inbox, ring_copies, safeopen, userlock
+from ..storage import formats, inbox, memories, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
-from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
+from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, erasure_record
 from . import memory_ops
+from .pair_agree import agree
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
@@ -91,9 +93,9 @@ def _integrity(conn, what: str) -> None:
         raise Failed(f"{what} fails SQLite's integrity check")
 
 
-def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]:
+def _check_keyring(folder: Path, report: Report, store: str) -> tuple[str, Head | None, int]:
     """The key ring's file cipher, its copy of the log head, and the memory
-    file's page size."""
+    file's page size (``store``: the id the key ring must belong to)."""
     path = folder / "keyring.db"
     if not path.is_file():
         raise Failed("keyring.db is missing")
@@ -111,8 +113,8 @@ def _check_keyring(folder: Path, report: Report) -> tuple[str, Head | None, int]
             conn.close()
     except DB_ERRORS:
         raise Failed("keyring.db cannot be read as a key ring") from None
-    if meta.get("user_id") != folder.name:
-        raise Failed("keyring.db belongs to another user (or none)")
+    if meta.get("user_id") != store:
+        raise Failed("keyring.db belongs to another user or memory (or none)")
     cipher = meta.get("file_cipher")
     if cipher not in ("sqlcipher", "none"):
         raise Failed("keyring.db names no known file cipher")
@@ -168,7 +170,7 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
         raise Failed("memory.db cannot be read as a memory file") from None
     _compare_erasure_counts(meta, held)
     if meta.get("user_id") != user_id:
-        raise Failed("memory.db belongs to another user (or none)")
+        raise Failed("memory.db belongs to another user or memory (or none)")
     T, rows = top
     if rows != T:
         raise Failed(f"memory.db's log has a gap: {rows} rows for {T} positions")
@@ -353,6 +355,14 @@ def _check_with_token(folder: Path, token_text: str, copy: Head | None,
     token = tokens.parse(token_text)
     if token is None or token.user_id != folder.name:
         return None
+    conn = _plain(folder / "keyring.db")
+    try:
+        home = memories.home_of(conn, token.tag)
+    finally:
+        conn.close()
+    if home is not None:  # a capability of another memory: that memory is checked with it (memory_ops)
+        report.facts.append("main not checked with the token (bound to another memory)")
+        return None
     return _open_with_token(Vault(folder.parent.parent), token_text, token, copy, report)
 
 
@@ -471,20 +481,11 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             raise Failed("the token's key does not open: the key ring was altered or put back") from None
         chain = opened.chain
         if grant.scope == "owner":
-            # Owner-only data, as GET /grants and GET /audit open it.
             try:
                 owner = ring.open_owner_keys(grant, opened.kek)
-                for g in ring.grants():
-                    ring.label(g.id, chain, owner)
-                    ring.last_used(g.id, owner)
-                ring.events(owner)
-                if owner is not None:
-                    _, trail = ring.trail(owner, chain)
-                    if not trail.intact:
-                        raise Failed(f"the audit trail's MAC chain does not hold: {trail.problem}")
             except (aead.Unsealable, UnicodeDecodeError, ValueError, KeyError, TypeError):
-                raise Failed("a label, last-used day or audit event in keyring.db was altered, or moved from "
-                             "another key ring") from None
+                raise Failed(OWNER_DATA_ALTERED) from None
+            check_owner_data(ring, chain, owner)
         cipher = ring.meta("file_cipher") or "none"
         try:
             page = ring.memory_page_bytes()
@@ -503,36 +504,66 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             mf.check_copy(copies.head)
             mf.check_state_copy(copies.state)  # as the server checks it: a memory file put back whole
             mf.check_ring_sealed(copies.authenticated)
-            _integrity(mf.conn, "memory.db")
-            if cipher == "sqlcipher":
-                bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]
-                if bad:
-                    raise Failed(f"memory.db has {len(bad)} pages that fail their authentication")
-            whole, _ = mf.recompute_head()
-            if whole != mf.head:
-                raise Failed("the running digest recomputed over the whole log differs from the recorded head")
-            backwards = _dates_backwards(mf.scan(whole.count))  # every row opened and authenticated
-            if backwards:
-                report.warnings.append(backwards)
-            summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
-            mf.config()
-            mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
-            mf.receipts()
-            back = mf.erased_keys_back()
-            if back:
-                raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
-                             "memory.db (a page or row from before the erasure was put back); they are still "
-                             "served as erased — erase them again (stash erase) to shred the keys")
+            report.facts.append(f"with the token: {check_rows(mf, cipher, report.warnings)}")
         except StashError as e:
             raise Failed(f"with the token: {e.message}") from None
         finally:
             mf.close()
-        report.facts.append(f"with the token: {plural(whole.count, 'note')} and {plural(summaries, 'summary')} "
-                            "all authenticate, "
-                            f"and the whole chain recomputes to head {whole.pin()[:24]}…")
     finally:
         ring.close()
     return shown
+
+
+OWNER_DATA_ALTERED = "a label, last-used day or audit event in keyring.db was altered, or moved from another key ring"
+
+
+def check_owner_data(ring: Keyring, chain: KeyChain, owner: OwnerKeys | None) -> None:
+    """Every label, last-used day and audit event of one memory's key ring
+    opens with its owner keys, as GET /grants and GET /audit open them, and
+    the audit trail's MAC chain holds; or raises :class:`Failed`. For main
+    and every other memory alike (:func:`verify_memories`)."""
+    try:
+        for g in ring.grants():
+            ring.label(g.id, chain, owner)
+            ring.last_used(g.id, owner)
+        ring.events(owner)
+        if owner is not None:
+            _, trail = ring.trail(owner, chain)
+            if not trail.intact:
+                raise Failed(f"the audit trail's MAC chain does not hold: {trail.problem}")
+    except (aead.Unsealable, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        raise Failed(OWNER_DATA_ALTERED) from None
+
+
+def check_rows(mf: MemoryFile, cipher: str, warnings: list[str]) -> str:
+    """Every page and every sealed value of one opened memory file
+    authenticates and the running digest recomputed over the whole log is
+    its head; or raises :class:`Failed` (a StashError of a row, as the
+    server would refuse it). Returns the fact to report; what is found but
+    is no damage goes to ``warnings``. For main and every other memory
+    alike (:func:`verify_memories`)."""
+    _integrity(mf.conn, "memory.db")
+    if cipher == "sqlcipher":
+        bad = [r for r in mf.conn.execute("PRAGMA cipher_integrity_check")]
+        if bad:
+            raise Failed(f"memory.db has {len(bad)} pages that fail their authentication")
+    whole, _ = mf.recompute_head()
+    if whole != mf.head:
+        raise Failed("the running digest recomputed over the whole log differs from the recorded head")
+    backwards = _dates_backwards(mf.scan(whole.count))  # every row opened and authenticated
+    if backwards:
+        warnings.append(backwards)
+    summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
+    mf.config()
+    mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
+    mf.receipts()
+    back = mf.erased_keys_back()
+    if back:
+        raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
+                     "memory.db (a page or row from before the erasure was put back); they are still "
+                     "served as erased — erase them again (stash erase) to shred the keys")
+    return (f"{plural(whole.count, 'note')} and {plural(summaries, 'summary')} all authenticate, "
+            f"and the whole chain recomputes to head {whole.pin()[:24]}…")
 
 
 def _dates_backwards(batches: Iterator[list[str]]) -> str | None:
@@ -603,7 +634,7 @@ def verify_user(folder: Path, token_text: str | None = None, quota_bytes: int | 
     report = Report(folder.name)
     try:
         with _private_copy(folder, quota_bytes) as copied:
-            _verify_files(copied, token_text, report)
+            verify_files(copied, token_text, report)
         strange = unknown_in_user(folder)
         if strange:
             report.fail(f"its folder holds files that are not Stash's: {_names(strange)} (never replicated or "
@@ -612,7 +643,7 @@ def verify_user(folder: Path, token_text: str | None = None, quota_bytes: int | 
         report.fail(str(e))
     except OSError:
         report.fail("a file of this store cannot be read")
-    memory_ops.verify_memories(folder, token_text, report)  # every other memory of this user
+    verify_memories(folder, token_text, report)  # every other memory of this user
     return report
 
 
@@ -627,20 +658,28 @@ def unknown_entries(data_dir: Path) -> list[str]:
     return unknown_in_users(Path(data_dir) / "users")
 
 
-def _verify_files(folder: Path, token_text: str | None, report: Report) -> None:
-    files = UserFiles(folder.parent.parent, folder.name)
+def verify_files(folder: Path, token_text: str | None, report: Report, store: str | None = None) -> None:
+    """One memory's files in ``folder``: main's (the user's folder; ``store``
+    None) checked with ``token_text`` too, or another memory's, bound to
+    ``store``, whose token check is :func:`verify_memories`'."""
+    is_main = store is None
+    store = store or folder.name
+    memory_path = folder / "memory.db"
     try:
-        cipher, copy, page = _check_keyring(folder, report)
-        if not files.memory.is_file():
+        cipher, copy, page = _check_keyring(folder, report, store)
+        if not memory_path.is_file():
             raise Failed("memory.db is missing")
         _check_sizes(folder, cipher, page)
         memory = None
         if cipher == "none":
-            _check_plain_memory(files.memory, folder.name, copy, report)
-            memory = _read_plain_memory(files.memory)
+            _check_plain_memory(memory_path, store, copy, report)
+            why = agree(folder / "keyring.db", memory_path)  # what a restore asks of the pair too
+            if why is not None:
+                raise Failed(why)
+            memory = _read_plain_memory(memory_path)
         else:
-            _check_encrypted_memory(files.memory, page, report, copy)
-        if token_text:
+            _check_encrypted_memory(memory_path, page, report, copy)
+        if token_text and is_main:
             memory = _check_with_token(folder, token_text, copy, report) or memory
         report.facts.append(_formats(folder, cipher, page, memory))
     except Failed as e:
@@ -651,3 +690,75 @@ def _verify_files(folder: Path, token_text: str | None, report: Report) -> None:
 
 def verify(data_dir: Path, token_text: str | None = None, quota_bytes: int | None = None) -> list[Report]:
     return [verify_user(folder, token_text, quota_bytes) for folder in user_folders(data_dir)]
+
+
+def verify_memories(folder: Path, token_text: str | None, report: Report) -> None:
+    """Check every memory of ``folder``'s user but main on a private copy of
+    all of them (memory_ops.private_identity), each as main is: its files
+    (:func:`verify_files`) and, with a token, what the token opens
+    (:func:`check_rows`, :func:`check_owner_data`); one fact per memory in
+    ``report``, or a problem naming it."""
+    names = memory_ops.others(folder)
+    if not names:
+        return
+    from .access import Vault
+
+    parsed = tokens.parse(token_text) if token_text else None
+    if parsed is None or parsed.user_id != folder.name:
+        token_text = None  # another user's token (or none): checked as without one, as main is
+
+    try:
+        with memory_ops.private_identity(folder) as data:
+            vault = Vault(data)
+            need = _scope_of(vault, token_text)
+            for name in names:
+                where = data / "users" / folder.name / memories.SUBFOLDER / name
+                # The same checks as main's, of this memory's files bound to its own store id.
+                files = Report(report.user_id)
+                verify_files(where, None, files, memories.store_id(folder.name, name))
+                report.warnings += [f"memory {name}: {w}" for w in files.warnings]
+                if not files.ok:
+                    report.fail(f"memory {name}: {'; '.join(files.problems)}")
+                    continue
+                try:
+                    fact = f"memory {name}: files ok; " + "; ".join(files.facts)
+                    if token_text and need is not None:
+                        fact += _with_token(vault, token_text, need, name, report)
+                    report.facts.append(fact)
+                except (ValueError, Failed, OSError, *DB_ERRORS) as e:  # type: ignore[misc]  # a tuple of classes
+                    said = e if isinstance(e, ValueError | Failed) else "a file cannot be read"
+                    report.fail(f"memory {name}: {said}")
+    except OSError:
+        report.fail("a memory's file cannot be read")
+
+
+def _scope_of(vault: Any, token_text: str | None) -> str | None:
+    """What a session of the token needs to check a memory: ``owner`` for the
+    owner (its owner-only data too), ``read`` for any other token (one that
+    opens nothing is then refused memory by memory); None without a token."""
+    if not token_text:
+        return None
+    try:
+        _, _, ring, grant = vault._authenticate(token_text)
+    except StashError:
+        return "read"
+    ring.close()
+    return "owner" if grant.scope == "owner" else "read"
+
+
+def _with_token(vault: Any, token_text: str, need: str, name: str, report: Report) -> str:
+    """Memory ``name`` checked with the token as main is (:func:`check_rows`
+    and, for the owner, :func:`check_owner_data`): what the report says of
+    it, or raises ValueError or :class:`Failed`."""
+    warnings: list[str] = []
+    try:
+        with vault.session(token_text, need, memory=name) as s:
+            if s.scope == "owner":
+                check_owner_data(s.keyring, s.keys, s.owner)
+            fact = check_rows(s.memory.mf, s.cipher, warnings)
+    except StashError as e:
+        if e.code != "memory.unknown":
+            raise ValueError(f"it does not open with the token ({e.code})") from None
+        return ", not checked with the token (bound to another memory)"
+    report.warnings += [f"memory {name}: {w}" for w in warnings]
+    return f", with the token: {fact}"

@@ -145,6 +145,15 @@ def retire(files: MemoryFiles, number: int) -> Path:
     return gone
 
 
+def overwrite_keyrings(user_folder: Path) -> None:
+    """Overwrite with zeros the key ring of every memory of a user (with its
+    WAL and index), before the user's folder is removed: each memory's
+    wrapped keys and boxes then leave no copy in the file's blocks."""
+    for path in sorted(user_folder.rglob("keyring.db*")):
+        if path.is_file() and not path.is_symlink():
+            overwrite_with_zeros(path)
+
+
 def shred(folder: Path) -> None:
     """Overwrite every file with zeros (the key ring's wrapped keys and boxes
     first), then remove the folder: its keys are gone from the files, and

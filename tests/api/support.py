@@ -9,6 +9,7 @@ import io
 import tarfile
 
 from tests.helpers import Api
+from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.oracle import bid, spec_cover
 
 OLD_DATE = "2021-03-04"
@@ -31,12 +32,14 @@ def today_utc() -> dt.date:
 
 
 class Mem:
-    """One user's memory, driven over HTTP, remembering what it wrote so the
-    tests can render what the server should answer."""
+    """One user's memory (main, or ``memory`` reached by the owner under
+    /m/{name}), driven over HTTP, remembering what it wrote so the tests can
+    render what the server should answer."""
 
-    def __init__(self, api: Api, token: str) -> None:
+    def __init__(self, api: Api, token: str, memory: Memory = MAIN_MEMORY) -> None:
         self.api = api
         self.token = token
+        self.at = memory.at  # this memory's address of a route
         self.log: list[tuple[str, str]] = []  # (date, text), position is identity
         self.summaries: dict[tuple[int, int], str] = {}
 
@@ -45,25 +48,25 @@ class Mem:
         return resp.json()
 
     def import_(self, texts: list[str], date: str = OLD_DATE) -> dict:
-        body = self.ok(self.api.post("/import", self.token,
+        body = self.ok(self.api.post(self.at("/import"), self.token,
                                      json={"entries": [{"date": date, "text": t} for t in texts]}))
         self.log += [(date, t) for t in texts]
         return body
 
     def note(self, text: str) -> dict:
-        body = self.ok(self.api.post("/note", self.token, json={"text": text}))
+        body = self.ok(self.api.post(self.at("/note"), self.token, json={"text": text}))
         self.log.append((today_utc().isoformat(), text))
         return body
 
     def nap(self, block: str, text: str) -> dict:
-        body = self.ok(self.api.post("/nap", self.token, json={"block": block, "text": text}))
+        body = self.ok(self.api.post(self.at("/nap"), self.token, json={"block": block, "text": text}))
         if body["saved"] is not None:
             lo, last = map(int, block.split("-"))
             self.summaries[(lo, last + 1)] = text
         return body
 
     def settle_all(self) -> int:
-        nap = self.ok(self.api.post("/nap", self.token, json={}))["nap"]
+        nap = self.ok(self.api.post(self.at("/nap"), self.token, json={}))["nap"]
         n = 0
         while nap is not None:
             nap = self.nap(nap["block"], f"summary of {nap['block']}")["nap"]
@@ -71,13 +74,13 @@ class Mem:
         return n
 
     def set_config(self, **sizes) -> dict:
-        return self.ok(self.api.post("/config", self.token, json=sizes))
+        return self.ok(self.api.post(self.at("/config"), self.token, json=sizes))
 
     def wake_all(self) -> list[dict]:
-        first = self.ok(self.api.get("/wake", self.token))
+        first = self.ok(self.api.get(self.at("/wake"), self.token))
         out = [first]
         for k in range(2, first["parts"] + 1):
-            out.append(self.ok(self.api.get(f"/wake?part={k}&T={first['T']}", self.token)))
+            out.append(self.ok(self.api.get(self.at(f"/wake?part={k}&T={first['T']}"), self.token)))
         return out
 
     # rendering, from what this driver wrote
@@ -96,8 +99,8 @@ class Mem:
         return [self.render(lo, hi) for lo, hi in spec_cover(T, budget)]
 
 
-def export_members(api: Api, token: str) -> dict[str, bytes]:
-    resp = api.get("/export", token)
+def export_members(api: Api, token: str, path: str = "/export") -> dict[str, bytes]:
+    resp = api.get(path, token)
     assert resp.status_code == 200, resp.text
     with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}

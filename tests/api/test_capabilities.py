@@ -16,6 +16,7 @@ from stash.crypto import tokens
 from stash.web.app import create_app
 from tests.api.support import export_members
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.oracle import bid
 from tests.raw_files import file_key, open_raw
 
@@ -49,9 +50,9 @@ def every_file(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def grant_rows(data_dir: Path, user_id: str) -> dict[int, tuple]:
+def grant_rows(data_dir: Path, user_id: str, memory: Memory = MAIN_MEMORY) -> dict[int, tuple]:
     """The key ring's grant rows as a thief of the file reads them."""
-    conn = sqlite3.connect(str(data_dir / "users" / user_id / "keyring.db"))
+    conn = sqlite3.connect(str(memory.folder(data_dir / "users" / user_id) / "keyring.db"))
     try:
         rows = conn.execute("SELECT id, tag, scope, created, revoked, kdf, wrapped FROM grants ORDER BY id")
         return {r[0]: r[1:] for r in rows}
@@ -78,8 +79,8 @@ def forms(blob: bytes) -> list[str]:
     return [blob.hex(), blob.hex().upper(), base64.b64encode(blob).decode(), base64.urlsafe_b64encode(blob).decode()]
 
 
-def mint(api: Api, owner: str, scope: str) -> dict:
-    resp = api.post("/grants", owner, json={"scope": scope})
+def mint(api: Api, owner: str, scope: str, memory: Memory = MAIN_MEMORY) -> dict:
+    resp = api.post("/grants", owner, json=memory.grant(scope))
     assert resp.status_code == 201, resp.text
     return resp.json()
 
@@ -378,26 +379,40 @@ def test_a_refused_erasure_erases_nothing(cap_api: Api, body, status: int, code:
 # ---------------------------------------------------------------- DELETE /store
 
 
-def test_destroying_the_store_kills_every_token_and_leaves_nothing(cap_api: Api, data_dir: Path) -> None:
+def test_destroying_the_store_kills_every_token_and_leaves_nothing(cap_api: Api, data_dir: Path, tmp_path: Path,
+                                                                   memory: Memory) -> None:
+    """Every memory of the identity goes, each key ring overwritten before it
+    is removed: a hard link to it made beforehand (a thief's, or a backup
+    tool's) holds only zeros afterwards."""
     api = cap_api
     owner = api.init()["token"]
     uid = user_of(owner)
+    memory.create(api, owner)
     marker = "kestrel-" + os.urandom(6).hex()
     for i in range(3):
-        api.post("/note", owner, json={"text": f"{marker} {i}"})
-    read, full, gone = mint(api, owner, "read"), mint(api, owner, "full"), mint(api, owner, "read")
+        api.post(memory.at("/note"), owner, json={"text": f"{marker} {i}"})
+    read, full, gone = (mint(api, owner, scope, memory) for scope in ("read", "full", "read"))
     api.delete(f"/grants/{gone['id']}", owner)
-    wrapped = [r[5] for r in grant_rows(data_dir, uid).values() if r[5] is not None]
+    wrapped = [r[5] for r in grant_rows(data_dir, uid, memory).values() if r[5] is not None]
     other = api.init()["token"]
     api.post("/note", other, json={"text": "the neighbour's memory"})
     other_files = every_file(data_dir / "users" / user_of(other))
+    folder = memory.folder(data_dir / "users" / uid)
+    links = tmp_path / "links"
+    links.mkdir()
+    for path in folder.glob("keyring.db*"):  # its -shm is SQLite's index of the WAL: page numbers, no row
+        if not path.name.endswith("-shm"):
+            os.link(path, links / path.name)
+    assert (links / "keyring.db").stat().st_size > 0
 
     start = now()
     resp = api.delete("/store", owner)
     assert resp.status_code == 200, resp.text
     receipt = resp.json()
-    assert {k: receipt[k] for k in ("user_id", "destroyed", "memories")} == {
-        "user_id": uid, "destroyed": True, "memories": 3}
+    assert {k: receipt[k] for k in ("user_id", "destroyed")} == {"user_id": uid, "destroyed": True}
+    assert receipt["memories"] == 3 or not memory.is_main  # main's count
+    for path in links.iterdir():
+        assert not path.read_bytes().strip(b"\0"), f"{path.name} was removed without being overwritten"
     assert start <= stamp(receipt["at"]) <= now()
 
     answers = set()

@@ -1,15 +1,25 @@
 """``GET /export`` carries ``manifest.json``: counts, and a SHA-256 of every
 other member plus one digest over them all, checked here with hashlib from
-the definition in API-REFERENCE.md "Export archive"."""
+the definition in API-REFERENCE.md "Export archive"; of main and of a
+second memory (``GET /m/{name}/export``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 
+import pytest
+
 from tests.api.support import Mem, export_members
 from tests.helpers import Api
+from tests.memory_kit import Memory
 from tests.oracle import bid, oracle_pending
+
+
+@pytest.fixture
+def mem(api: Api, owner: str, memory: Memory) -> Mem:
+    memory.create(api, owner)
+    return Mem(api, owner, memory)
 
 
 def listing(files: dict[str, bytes]) -> str:
@@ -20,14 +30,14 @@ def listing(files: dict[str, bytes]) -> str:
 def test_manifest_counts_and_digests(api: Api, mem: Mem) -> None:
     mem.import_([f"memory {i} ✓" for i in range(21)])
     mem.settle_all()
-    api.post("/erase", mem.token, json={"ids": [9, 3]})
+    api.post(mem.at("/erase"), mem.token, json={"ids": [9, 3]})
     # Erasing #3 and #9 dropped the blocks over them (2-3, 0-3, 0-7, 8-9, 8-11, 8-15, 0-15); settle the
     # size-2 ones again and leave the rest due: the export writes each level up to its first hole.
     for lo in range(2, 20, 2):
         mem.nap(bid(lo, lo + 2), f"again {lo}")
     mem.set_config(WAKE_LINES=40, ENTRY_CHARS=200)
 
-    members = export_members(api, mem.token)
+    members = export_members(api, mem.token, mem.at("/export"))
     doc = json.loads(members.pop("manifest.json"))
     settled = {(0, 2), *((lo, lo + 2) for lo in range(2, 20, 2))}
     assert doc["format"] == "stash-export/1"
@@ -45,15 +55,15 @@ def test_manifest_counts_and_digests(api: Api, mem: Mem) -> None:
 def test_an_unchanged_memory_exports_the_same_manifest(api: Api, mem: Mem) -> None:
     mem.import_(["one", "two", "three"])
     mem.settle_all()
-    first = export_members(api, mem.token)["manifest.json"]
-    assert export_members(api, mem.token)["manifest.json"] == first
+    first = export_members(api, mem.token, mem.at("/export"))["manifest.json"]
+    assert export_members(api, mem.token, mem.at("/export"))["manifest.json"] == first
     mem.note("four")
-    changed = json.loads(export_members(api, mem.token)["manifest.json"])
+    changed = json.loads(export_members(api, mem.token, mem.at("/export"))["manifest.json"])
     assert changed["digest"] != json.loads(first)["digest"] and changed["memories"] == 4
 
 
 def test_an_empty_memory_has_a_manifest_too(api: Api, mem: Mem) -> None:
-    members = export_members(api, mem.token)
+    members = export_members(api, mem.token, mem.at("/export"))
     doc = json.loads(members.pop("manifest.json"))
     assert (doc["memories"], doc["erased"], doc["summaries"], doc["pending"], doc["config"]) == (0, 0, {}, 0, {})
     assert members["memory/LOG.txt"] == b""

@@ -1,7 +1,8 @@
 """GET /export never writes the decrypted log to disk (issue 10 item 6): the
 archive is built with every way Python has to make a temporary or a new file
 refused, over a log of several scan batches, and its LOG.txt is still every
-memory, in order, with the digest the manifest names."""
+memory, in order, with the digest the manifest names; in main and in a
+second memory."""
 
 from __future__ import annotations
 
@@ -16,13 +17,20 @@ import pytest
 from stash.storage.memfile import SCAN_BATCH
 from tests.api.support import Mem, export_members
 from tests.helpers import Api
+from tests.memory_kit import Memory
+
+
+@pytest.fixture
+def mem(api: Api, owner: str, memory: Memory) -> Mem:
+    memory.create(api, owner)
+    return Mem(api, owner, memory)
 
 
 def test_export_builds_the_log_member_without_any_file(api: Api, mem: Mem, monkeypatch: pytest.MonkeyPatch):
     T = 2 * SCAN_BATCH + 7
     for start in range(0, T, 2000):
         mem.import_([f"memory {i}" for i in range(start, min(T, start + 2000))])
-    mem.api.get("/wake", mem.token)  # every file this store needs is open-able before the trap is set
+    mem.api.get(mem.at("/wake"), mem.token)  # every file this store needs is open-able before the trap is set
 
     def refuse(*args, **kwargs):
         raise AssertionError("the export tried to make a file")
@@ -37,7 +45,7 @@ def test_export_builds_the_log_member_without_any_file(api: Api, mem: Mem, monke
         return real_open(file, mode, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "open", guarded_open)
-    members = export_members(api, mem.token)
+    members = export_members(api, mem.token, mem.at("/export"))
     monkeypatch.setattr(builtins, "open", real_open)
     assert os.open is real_os_open
     log = members["memory/LOG.txt"]

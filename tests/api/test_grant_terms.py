@@ -1,7 +1,8 @@
 """Grants that say what they are for (issue 12 item 8): a label, an expiry
 after which the token is refused exactly like a revoked one, and the day each
 was last used — and a key ring edited by hand can neither extend an expiry
-nor move a label."""
+nor move a label. In main and in a second memory, whose capabilities'
+labels and days are sealed to that memory's own owner keys."""
 
 from __future__ import annotations
 
@@ -13,14 +14,23 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import Api, assert_error
+from tests.memory_kit import Memory
 
 
-def keyring(data_dir: Path, token: str) -> sqlite3.Connection:
-    return sqlite3.connect(str(data_dir / "users" / token[7:23] / "keyring.db"), isolation_level=None)
+def keyring(data_dir: Path, token: str, memory: Memory) -> sqlite3.Connection:
+    return sqlite3.connect(str(memory.folder(data_dir / "users" / token[7:23]) / "keyring.db"), isolation_level=None)
 
 
-def mint(api: Api, owner: str, **body) -> dict:
-    resp = api.post("/grants", owner, json={"scope": "read", **body})
+@pytest.fixture
+def owner(api: Api, memory: Memory) -> str:
+    """The owner of a new identity that holds ``memory``."""
+    token = api.init()["token"]
+    memory.create(api, token)
+    return token
+
+
+def mint(api: Api, owner: str, memory: Memory, **body) -> dict:
+    resp = api.post("/grants", owner, json=memory.grant("read", **body))
     assert resp.status_code == 201, resp.text
     return resp.json()
 
@@ -35,11 +45,11 @@ def utc(seconds: float = 0) -> str:
     return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def test_label_and_expiry_are_listed_and_last_used_is_the_day(api: Api, owner: str) -> None:
+def test_label_and_expiry_are_listed_and_last_used_is_the_day(api: Api, owner: str, memory: Memory) -> None:
     until = utc(86_400)
-    g = mint(api, owner, label="  CI bot ✓ ", expires=until.replace("Z", "+00:00"))
+    g = mint(api, owner, memory, label="  CI bot ✓ ", expires=until.replace("Z", "+00:00"))
     assert (g["label"], g["expires"]) == ("CI bot ✓", until)
-    plain = mint(api, owner)
+    plain = mint(api, owner, memory)
     rows = listed(api, owner)
     assert rows[g["id"]]["label"] == "CI bot ✓" and rows[g["id"]]["expires"] == until
     assert rows[g["id"]]["last_used"] is None and rows[g["id"]]["live"] and not rows[g["id"]]["expired"]
@@ -51,10 +61,11 @@ def test_label_and_expiry_are_listed_and_last_used_is_the_day(api: Api, owner: s
     assert rows[1]["last_used"] == today  # the owner's own listing used it
 
 
-def test_an_expired_capability_is_refused_like_a_revoked_one(api: Api, owner: str) -> None:
-    g = mint(api, owner, expires=utc(2))
+@pytest.mark.parametrize("memory", ["main"], indirect=True)  # every memory: tests/e2e/test_expiry.py
+def test_an_expired_capability_is_refused_like_a_revoked_one(api: Api, owner: str, memory: Memory) -> None:
+    g = mint(api, owner, memory, expires=utc(2))
     assert api.get("/wake", g["token"]).status_code == 200
-    revoked = mint(api, owner)
+    revoked = mint(api, owner, memory)
     assert api.delete(f"/grants/{revoked['id']}", owner).status_code == 200
     time.sleep(max(0.0, dt.datetime.fromisoformat(g["expires"].replace("Z", "+00:00")).timestamp()
                    - time.time()) + 0.2)
@@ -74,20 +85,21 @@ def test_an_expired_capability_is_refused_like_a_revoked_one(api: Api, owner: st
                                                                        "grants.bad_expires"),
     ({"expires": "2099-01-01"}, "grants.bad_expires"), ({"expires": 4102444800}, "grants.bad_expires"),
 ])
-def test_bad_labels_and_expiries_mint_nothing(api: Api, owner: str, body: dict, code: str) -> None:
+def test_bad_labels_and_expiries_mint_nothing(api: Api, owner: str, memory: Memory, body: dict, code: str) -> None:
     before = listed(api, owner)
-    assert_error(api.post("/grants", owner, json={"scope": "read", **body}), 422, code)
+    assert_error(api.post("/grants", owner, json=memory.grant("read", **body)), 422, code)
     assert listed(api, owner) == before
 
 
-def test_a_64_byte_label_is_taken(api: Api, owner: str) -> None:
-    assert mint(api, owner, label="é" * 32)["label"] == "é" * 32
+def test_a_64_byte_label_is_taken(api: Api, owner: str, memory: Memory) -> None:
+    assert mint(api, owner, memory, label="é" * 32)["label"] == "é" * 32
 
 
-def test_editing_the_key_ring_cannot_extend_or_drop_an_expiry(api: Api, owner: str, data_dir: Path) -> None:
-    a = mint(api, owner, expires=utc(3600))
-    b = mint(api, owner, expires=utc(3600))
-    with keyring(data_dir, owner) as conn:
+def test_editing_the_key_ring_cannot_extend_or_drop_an_expiry(api: Api, owner: str, data_dir: Path,
+                                                              memory: Memory) -> None:
+    a = mint(api, owner, memory, expires=utc(3600))
+    b = mint(api, owner, memory, expires=utc(3600))
+    with keyring(data_dir, owner, memory) as conn:
         conn.execute("UPDATE grant_notes SET expires = '2999-01-01T00:00:00Z' WHERE grant_id = ?", (a["id"],))
         conn.execute("DELETE FROM grant_notes WHERE grant_id = ?", (b["id"],))
     for g in (a, b):
@@ -95,12 +107,12 @@ def test_editing_the_key_ring_cannot_extend_or_drop_an_expiry(api: Api, owner: s
         assert resp.status_code == 500 and resp.json()["error"] == "store.damaged", resp.text
 
 
-def test_labels_are_sealed_and_bound_to_their_grant(api: Api, owner: str, data_dir: Path) -> None:
-    a = mint(api, owner, label="kitchen tablet")
-    b = mint(api, owner, label="garden robot")
-    raw = b"".join(p.read_bytes() for p in (data_dir / "users" / owner[7:23]).glob("keyring*"))
+def test_labels_are_sealed_and_bound_to_their_grant(api: Api, owner: str, data_dir: Path, memory: Memory) -> None:
+    a = mint(api, owner, memory, label="kitchen tablet")
+    b = mint(api, owner, memory, label="garden robot")
+    raw = b"".join(p.read_bytes() for p in (data_dir / "users" / owner[7:23]).rglob("keyring*"))
     assert b"kitchen" not in raw and b"garden" not in raw
-    with keyring(data_dir, owner) as conn:
+    with keyring(data_dir, owner, memory) as conn:
         la = conn.execute("SELECT label FROM grant_notes WHERE grant_id = ?", (a["id"],)).fetchone()[0]
         lb = conn.execute("SELECT label FROM grant_notes WHERE grant_id = ?", (b["id"],)).fetchone()[0]
         conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?", (lb, a["id"]))
@@ -109,11 +121,12 @@ def test_labels_are_sealed_and_bound_to_their_grant(api: Api, owner: str, data_d
     assert resp.status_code == 500 and resp.json()["error"] == "store.damaged"
 
 
-def test_a_key_ring_from_before_grant_notes_still_serves(api: Api, owner: str, data_dir: Path) -> None:
-    old = mint(api, owner)
-    with keyring(data_dir, owner) as conn:
-        conn.execute("DROP TABLE grant_notes")
+def test_a_key_ring_from_before_grant_notes_still_serves(api: Api, owner: str, data_dir: Path,
+                                                         memory: Memory) -> None:
+    old = mint(api, owner, memory)
+    with keyring(data_dir, owner, memory) as conn:
+        conn.execute("DROP TABLE IF EXISTS grant_notes")  # a second memory makes it on first use
     assert api.get("/wake", old["token"]).status_code == 200  # its first use adds the table back
     rows = listed(api, owner)
     assert rows[old["id"]]["label"] is None and rows[old["id"]]["last_used"] is not None
-    assert mint(api, owner, label="after")["label"] == "after"
+    assert mint(api, owner, memory, label="after")["label"] == "after"

@@ -2,7 +2,10 @@
 1 and 2), attacked as someone with ordinary file access would: a revoked
 token plus every copy of the user's files made before and after, opened
 offline with every key that token reaches, alone and together; and the old
-key ring, or the revoked grant's old row, put back under a live server."""
+key ring, or the revoked grant's old row, put back under a live server. The
+revocation's guarantees are run in main and in a second memory (whose rows
+are bound to its own store id and keys), the offline attack on SQLCipher and
+plain files."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from stash.crypto import tokens
 from tests.epoch_kit import epoch_keys_of, everything_readable, settle, snapshot, text_in
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, start_server
+from tests.memory_kit import Memory
 
 pytestmark = pytest.mark.slow
 
@@ -27,29 +31,41 @@ def server(tmp_path: Path):
         yield srv
 
 
-def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_every_copy(server: Server,
+@pytest.fixture(scope="module", params=["sqlcipher", "none"])
+def cipher_server(request, tmp_path_factory: pytest.TempPathFactory):
+    """One server per file cipher for the module, each test its own identity."""
+    with start_server(tmp_path_factory.mktemp(f"epochs-{request.param}"), *CHEAP_KDF_FLAGS,
+                      "--file-cipher", request.param) as srv:
+        yield srv, request.param
+
+
+def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_every_copy(cipher_server,
+                                                                                       memory: Memory,
                                                                                        tmp_path: Path):
+    server, cipher = cipher_server
     http = Http(server.url)
     owner = http.init()["token"]
     uid = owner[7:23]
-    revoked = http.ok("POST", "/grants", owner, json={"scope": "full"})
-    keeper = http.ok("POST", "/grants", owner, json={"scope": "read"})["token"]
+    memory.create(http, owner)
+    store = memory.store(uid)
+    revoked = http.ok("POST", "/grants", owner, json=memory.grant("full"))
+    keeper = http.ok("POST", "/grants", owner, json=memory.grant("read"))["token"]
     before, after = f"before-{os.urandom(6).hex()}", f"after-{os.urandom(6).hex()}"
     for k in range(5):
         http.ok("POST", "/note", revoked["token"], json={"text": f"{before} note {k}"})
-    settle(http, owner, f"{before} summary")
-    old = snapshot(server, uid, tmp_path / "backup-before")
+    settle(http, owner, f"{before} summary", memory)
+    old = memory.folder(snapshot(server, uid, tmp_path / "backup-before"))
 
     answer = http.ok("DELETE", f"/grants/{revoked['id']}", owner)
     assert answer["epoch"] == 1 and answer["also_revoked"] == []
     # Written after: memories in the same key chunk as the ones before (whose
     # unused key slots the old copy holds), summaries, a config value, an erasure.
     for k in range(6):
-        http.ok("POST", "/note", owner, json={"text": f"{after} note {k}"})
-    settle(http, owner, f"{after} summary")
-    http.ok("POST", "/config", owner, json={"WAKE_LINES": 77})
-    http.ok("POST", "/erase", owner, json={"ids": [0]})
-    new = snapshot(server, uid, tmp_path / "backup-after")
+        http.ok("POST", memory.at("/note"), owner, json={"text": f"{after} note {k}"})
+    settle(http, owner, f"{after} summary", memory)
+    http.ok("POST", memory.at("/config"), owner, json={"WAKE_LINES": 77})
+    http.ok("POST", memory.at("/erase"), owner, json={"ids": [0]})
+    new = memory.folder(snapshot(server, uid, tmp_path / "backup-after"))
 
     # The live capabilities read everything, before and after.
     recall = http.ok("POST", "/recall", keeper, json={"q": "note"})
@@ -58,34 +74,41 @@ def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_eve
     assert_error(http.get("/wake", revoked["token"]), 401, "auth.invalid")
 
     # Offline: the revoked token with the old key ring opens epoch 0 only.
-    reached = epoch_keys_of(old / "keyring.db", revoked["token"])
+    reached = epoch_keys_of(old / "keyring.db", revoked["token"], store)
     assert len(reached) == 1
-    assert epoch_keys_of(new / "keyring.db", revoked["token"]) == []
+    assert epoch_keys_of(new / "keyring.db", revoked["token"], store) == []
     # Control: with what it reaches, the old copy reads what was written before.
-    assert text_in(before, everything_readable(uid, [old], reached))
+    assert text_in(before, everything_readable(store, [old], reached, cipher))
     # Neither the new copy alone nor both copies together give anything written after.
     for copies in ([new], [old, new]):
-        plain = everything_readable(uid, copies, reached)
+        plain = everything_readable(store, copies, reached, cipher)
         assert not text_in(after, plain), copies
         assert "77" not in plain
     # The live key ring's epoch keys do read it (the harness can succeed).
-    assert text_in(after, everything_readable(uid, [new], epoch_keys_of(new / "keyring.db", keeper)))
+    assert text_in(after, everything_readable(store, [new], epoch_keys_of(new / "keyring.db", keeper, store), cipher))
 
 
-def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(server: Server,
+# The key ring is plain SQLite under either cipher: one cipher's server suffices.
+@pytest.mark.parametrize("cipher_server", ["sqlcipher"], indirect=True)
+def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(cipher_server, memory: Memory,
                                                                                  tmp_path: Path):
+    server, _ = cipher_server
     http = Http(server.url)
     owner = http.init()["token"]
     uid = owner[7:23]
-    revoked = http.ok("POST", "/grants", owner, json={"scope": "read"})
-    http.ok("POST", "/note", owner, json={"text": "written before the revocation"})
-    old = snapshot(server, uid, tmp_path / "old")
+    memory.create(http, owner)
+    revoked = http.ok("POST", "/grants", owner, json=memory.grant("read"))
+    http.ok("POST", memory.at("/note"), owner, json={"text": "written before the revocation"})
+    old_user = snapshot(server, uid, tmp_path / "old")
+    old = memory.folder(old_user)
     http.ok("DELETE", f"/grants/{revoked['id']}", owner)
     secret_after = f"after-{os.urandom(6).hex()}"
-    http.ok("POST", "/note", owner, json={"text": secret_after})
-    live = server.data / "users" / uid
+    http.ok("POST", memory.at("/note"), owner, json={"text": secret_after})
+    live_user = server.data / "users" / uid
+    live = memory.folder(live_user)
 
-    # 1. The revoked grant's old row (tag, certificate, box) written back.
+    # 1. The revoked grant's old row (tag, certificate, box) written back; in
+    # a memory but main, with its tag's home in main's key ring too.
     server.stop()
     src = sqlite3.connect(old / "keyring.db")
     row = src.execute("SELECT tag, kdf, wrapped, pub, box FROM grants WHERE id = ?", (revoked["id"],)).fetchone()
@@ -95,20 +118,28 @@ def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(
         dst.execute("UPDATE grants SET tag = ?, kdf = ?, wrapped = ?, pub = ?, box = ?, revoked = NULL WHERE id = ?",
                     (*row, revoked["id"]))
     dst.close()
+    if not memory.is_main:
+        main = sqlite3.connect(live_user / "keyring.db")
+        with main:
+            main.execute("INSERT OR REPLACE INTO memory_tags(tag, memory) VALUES (?, ?)", (row[0], memory.name))
+        main.close()
     server.start(same_port=True)
     for method, url in (("GET", "/wake"), ("POST", "/recall")):
         resp = http.request(method, url, revoked["token"], json={"q": "after"} if method == "POST" else None)
         assert_error(resp, 401, "auth.invalid")
-    assert secret_after in http.ok("POST", "/recall", owner, json={"q": "after"})["matches"][0]
+    assert secret_after in http.ok("POST", memory.at("/recall"), owner, json={"q": "after"})["matches"][0]
 
-    # 2. The whole old key ring copied over the live one: refused, never served.
+    # 2. The whole old key ring copied over the live one (in a memory but
+    # main, main's too, which names the revoked token's memory): refused,
+    # never served.
     server.stop()
-    for name in ("keyring.db", "keyring.db-wal", "keyring.db-shm"):
-        (live / name).unlink(missing_ok=True)
-    shutil.copy2(old / "keyring.db", live / "keyring.db")
+    for folder in {live, live_user}:
+        for name in ("keyring.db", "keyring.db-wal", "keyring.db-shm"):
+            (folder / name).unlink(missing_ok=True)
+        shutil.copy2((old_user if folder == live_user else old) / "keyring.db", folder / "keyring.db")
     server.start(same_port=True)
-    for token in (revoked["token"], owner):
-        resp = http.get("/wake", token)
+    for token, url in ((revoked["token"], "/wake"), (owner, memory.at("/wake"))):
+        resp = http.get(url, token)
         body = assert_error(resp, 500, "store.rolled_back")
         assert secret_after not in resp.text and "key ring" in body["message"]
 

@@ -4,7 +4,10 @@ store while two agents note (issue 27): nothing half-applied, no lockout, no
 acknowledged note is there, and the revocation's guarantee holds once it has
 answered: no row written in a later epoch opens with the revoked token's
 keys (docs/DESIGN.md, "Key epochs"). One trial per setup (1 and 2 workers),
-seeded; more with STASH_EPOCH_KILL9_TRIALS."""
+seeded; more with STASH_EPOCH_KILL9_TRIALS. Each setup in main, and the
+server's default one (2 workers, files kept open) in a second memory too
+(its grants, rows and store id its own); the suite's time does not allow
+all four."""
 
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from stash.service.access import Vault
 from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS
 from tests.invariants._kill9 import CASES
 from tests.live import Server
+from tests.memory_kit import SECOND, Memory
 
 T = 2048
 # Revocations killed per server setup: one, for the suite's time budget
@@ -31,13 +35,14 @@ T = 2048
 TRIALS = int(os.environ.get("STASH_EPOCH_KILL9_TRIALS", "1"))
 
 
-def summarised_store(data: Path) -> tuple[str, str, list[str], list[tuple[int, str]]]:
-    """A plain-file store of T memories with every block summarised: the
-    owner token, the user id, two agents' full tokens and the read grants
-    the trials revoke."""
+def summarised_store(data: Path, memory: Memory) -> tuple[str, str, list[str], list[tuple[int, str]]]:
+    """A plain-file store whose ``memory`` holds T memories with every block
+    summarised: the owner token, the user id, two agents' full tokens and
+    the read grants the trials revoke, all bound to that memory."""
     vault = Vault(data, CHEAP_KDF, "none")
     ident = vault.create_identity()
-    with vault.session(ident.token, "owner") as s:
+    memory.create_in(vault, ident.token)
+    with vault.session(ident.token, "owner", memory=memory.name) as s:
         s.memory.import_entries([{"date": "2026-11-01", "text": f"old memory {i}"} for i in range(T)])
         while items := s.memory.batch_for(s.memory.mf.count(), 256)["batch"]:
             s.memory.settle([{"block": it["block"], "text": f"summary {it['block']}"} for it in items])
@@ -79,11 +84,12 @@ class Agent(threading.Thread):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str) -> None:
-    rng = random.Random(f"epoch-kill9-{case}")
+@pytest.mark.parametrize("case,memory", [*((case, "main") for case in sorted(CASES)), ("2-workers-kept-open", SECOND)],
+                         indirect=["memory"])
+def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str, memory: Memory) -> None:
+    rng = random.Random(f"epoch-kill9-{case}-{memory}")
     data = tmp_path / "data"
-    owner, user_id, agent_tokens, readers = summarised_store(data)
+    owner, user_id, agent_tokens, readers = summarised_store(data, memory)
     server = Server(data, tmp_path / "server.log", extra=[*CASES[case], *CHEAP_KDF_FLAGS]).start()
     agents = [Agent(server, tok, f"agent{k}") for k, tok in enumerate(agent_tokens)]
     http = httpx.Client(timeout=30, trust_env=False)
@@ -105,7 +111,7 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str)
             assert resent.json()["revoked"] is not None
             assert http.post(server.url + "/wake", headers={"Authorization": f"Bearer {reader}"},
                              json={}).status_code == 401
-            woke = http.post(server.url + "/recall", headers={"Authorization": f"Bearer {owner}"},
+            woke = http.post(server.url + memory.at("/recall"), headers={"Authorization": f"Bearer {owner}"},
                              json={"q": "^#0 "})
             assert woke.status_code == 200, woke.text  # no lockout
             time.sleep(0.1)  # the agents write in the new epoch
@@ -119,7 +125,7 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str)
         assert a.bad == [], a.bad[:3]
         assert a.acked, "the agent wrote nothing"
     vault = Vault(data, CHEAP_KDF)
-    with vault.session(owner, "owner") as s:
+    with vault.session(owner, "owner", memory=memory.name) as s:
         mf = s.memory.mf
         chain = s.keys
         lines = [line for batch in mf.scan(mf.count()) for line in batch]
@@ -128,14 +134,14 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str)
         for i, text in a.acked.items():
             assert lines[i].endswith(text), (i, lines[i], text)
     # The guarantee, on the bytes: a row sealed in epoch e opens under e's rows key only.
-    conn = sqlite3.connect(data / "users" / user_id / "memory.db")
+    conn = sqlite3.connect(memory.folder(data / "users" / user_id) / "memory.db")
     try:
         rows = conn.execute("SELECT chunk, sealed, epoch FROM memory_keys WHERE epoch IS NOT NULL").fetchall()
     finally:
         conn.close()
     assert {e for _, _, e in rows} >= {TRIALS}
     for c, sealed, e in rows:
-        ad = f"stash/v1|{user_id}|memory_keys|{c}".encode()
+        ad = f"stash/v1|{memory.store(user_id)}|memory_keys|{c}".encode()
         aead.open_sealed(keys.subkey(chain.key(e), b"rows"), sealed, ad)
         for older in range(e):
             with pytest.raises(aead.Unsealable):

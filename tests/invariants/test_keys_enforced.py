@@ -7,6 +7,8 @@ serve. Sealed values are opened here with libsodium directly, in the format
 schema.sql documents, so no expectation comes from the code under test.
 tests/unit/test_storage.py covers single tamper cases at the storage layer;
 these go through the routes and sweep whole byte ranges and whole folders.
+The grant attacks and the lost tokens run in main and in a second memory
+(tests/memory_kit.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from stash.crypto import keys, tokens
 from stash.web.app import create_app
 from tests.forgery import with_checksum
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.raw_files import file_key, open_raw, restore_log_triggers
 
 pytestmark = pytest.mark.slow
@@ -76,8 +79,8 @@ def user_of(token: str) -> str:
     return token[7:23]
 
 
-def folder(data_dir: Path, user_id: str) -> Path:
-    return data_dir / "users" / user_id
+def folder(data_dir: Path, user_id: str, memory: Memory = MAIN_MEMORY) -> Path:
+    return memory.folder(data_dir / "users" / user_id)
 
 
 def every_file(root: Path) -> dict[str, bytes]:
@@ -88,16 +91,16 @@ def windows(blob: bytes) -> set[bytes]:
     return {blob[k : k + KEY] for k in range(len(blob) - KEY + 1)}
 
 
-def master_of(api: Api, token: str) -> bytes:
+def master_of(api: Api, token: str, memory: Memory = MAIN_MEMORY) -> bytes:
     """Epoch 0's key: the root of the file key (and, before any revocation,
     of the rows key)."""
-    with api.app.state.vault.session(token, "read") as s:
+    with api.app.state.vault.session(token, "read", memory=memory.name) as s:
         return bytes(s.master)
 
 
-def rows_key_of(api: Api, token: str) -> bytes:
+def rows_key_of(api: Api, token: str, memory: Memory = MAIN_MEMORY) -> bytes:
     """The rows key of the store's current key epoch."""
-    with api.app.state.vault.session(token, "read") as s:
+    with api.app.state.vault.session(token, "read", memory=memory.name) as s:
         return keys.subkey(s.chain.current, b"rows")
 
 
@@ -114,10 +117,10 @@ def file_cipher_of(data_dir: Path, user_id: str) -> str:
 
 
 @contextlib.contextmanager
-def raw_memory(data_dir: Path, user_id: str, master: bytes):
+def raw_memory(data_dir: Path, user_id: str, master: bytes, memory: Memory = MAIN_MEMORY):
     """The memory file opened outside the server, the log's guard triggers
     dropped, as someone holding the file (and its key) would."""
-    path = folder(data_dir, user_id) / "memory.db"
+    path = folder(data_dir, user_id, memory) / "memory.db"
     conn = open_raw(path, file_key(master) if file_cipher_of(data_dir, user_id) == "sqlcipher" else None,
                     isolation_level=None)
     try:
@@ -130,8 +133,8 @@ def raw_memory(data_dir: Path, user_id: str, master: bytes):
 
 
 @contextlib.contextmanager
-def raw_keyring(data_dir: Path, user_id: str):
-    conn = sqlite3.connect(str(folder(data_dir, user_id) / "keyring.db"), isolation_level=None)
+def raw_keyring(data_dir: Path, user_id: str, memory: Memory = MAIN_MEMORY):
+    conn = sqlite3.connect(str(folder(data_dir, user_id, memory) / "keyring.db"), isolation_level=None)
     try:
         conn.execute("PRAGMA synchronous = OFF")
         yield conn
@@ -139,8 +142,8 @@ def raw_keyring(data_dir: Path, user_id: str):
         conn.close()
 
 
-def grant_row(data_dir: Path, user_id: str, grant_id: int) -> dict:
-    with raw_keyring(data_dir, user_id) as conn:
+def grant_row(data_dir: Path, user_id: str, grant_id: int, memory: Memory = MAIN_MEMORY) -> dict:
+    with raw_keyring(data_dir, user_id, memory) as conn:
         row = conn.execute("SELECT tag, scope, created, revoked, kdf, wrapped FROM grants WHERE id = ?",
                            (grant_id,)).fetchone()
     return dict(zip(("tag", "scope", "created", "revoked", "kdf", "wrapped"), row))
@@ -166,39 +169,45 @@ def flip(blob: bytes, pos: int) -> bytes:
     return bytes(b)
 
 
-def opens_nothing(resp, *markers: str) -> None:
-    """Refused as unknown (401) or as damage (500): never served."""
-    assert resp.status_code in (401, 500), (resp.status_code, resp.text[:300])
-    assert_error(resp, resp.status_code, "auth.invalid" if resp.status_code == 401 else "store.damaged")
+def opens_nothing(resp, *markers: str, scope_first: bool = False) -> None:
+    """Refused as unknown (401) or as damage (500): never served. With
+    ``scope_first``, refused for its scope (403) is allowed too: a route of
+    the identity asked by a capability of a memory other than main is
+    refused so before any key is opened (tests/api/test_memories.py)."""
+    codes = {401: "auth.invalid", 500: "store.damaged"} | ({403: "auth.scope"} if scope_first else {})
+    assert resp.status_code in codes, (resp.status_code, resp.text[:300])
+    assert_error(resp, resp.status_code, codes[resp.status_code])
     for m in markers:
         assert m not in resp.text
 
 
-def mint(api: Api, owner: str, scope: str) -> dict:
-    resp = api.post("/grants", owner, json={"scope": scope})
+def mint(api: Api, owner: str, scope: str, memory: Memory = MAIN_MEMORY) -> dict:
+    resp = api.post("/grants", owner, json=memory.grant(scope))
     assert resp.status_code == 201, resp.text
     return resp.json()
 
 
-def new_memory(api: Api, notes: int = 4) -> tuple[str, str]:
+def new_memory(api: Api, notes: int = 4, memory: Memory = MAIN_MEMORY) -> tuple[str, str]:
+    """A new identity's owner token, with ``notes`` notes in ``memory``, and their marker."""
     owner = api.init()["token"]
+    memory.create(api, owner)
     marker = "m" + os.urandom(6).hex()
     for i in range(notes):
-        assert api.post("/note", owner, json={"text": f"{marker} note {i}"}).status_code == 200
+        assert api.post(memory.at("/note"), owner, json={"text": f"{marker} note {i}"}).status_code == 200
     return owner, marker
 
 
-def settle(api: Api, token: str, text=lambda b: f"summary {b}") -> None:
-    nap = api.post("/nap", token, json={}).json()["nap"]
+def settle(api: Api, token: str, text=lambda b: f"summary {b}", memory: Memory = MAIN_MEMORY) -> None:
+    nap = api.post(memory.at("/nap"), token, json={}).json()["nap"]
     while nap is not None:
-        resp = api.post("/nap", token, json={"block": nap["block"], "text": text(nap["block"])})
+        resp = api.post(memory.at("/nap"), token, json={"block": nap["block"], "text": text(nap["block"])})
         assert resp.status_code == 200, resp.text
         nap = resp.json()["nap"]
 
 
-def export(api: Api, owner: str) -> bytes:
+def export(api: Api, owner: str, memory: Memory = MAIN_MEMORY) -> bytes:
     """The memory's content, for before/after comparisons (gzip timestamps aside)."""
-    resp = api.get("/export", owner)
+    resp = api.get(memory.at("/export"), owner)
     assert resp.status_code == 200, resp.text
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(resp.content)), mode="r:") as tar:
         return b"".join(m.name.encode() + tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
@@ -216,50 +225,64 @@ CALLS = [
 ]
 
 
-def assert_every_route_refuses(api: Api, token: str, *markers: str) -> None:
+# Of those, the routes of the identity (main's key ring), not of the memory a capability is bound to.
+IDENTITY_ROUTES = {"/grants", "/grants/1", "/store"}
+
+
+def assert_every_route_refuses(api: Api, token: str, *markers: str, memory: Memory = MAIN_MEMORY) -> None:
+    """Every route refuses ``token``, a capability bound to ``memory``; the
+    routes that open its keys (all but the identity's, for a memory other
+    than main) show that its wrap no longer opens."""
     for method, url, body in CALLS:
         kw = {} if body is None else {"json": body}
-        opens_nothing(api.request(method, url, token, **kw), *markers)
+        scope_first = not memory.is_main and url in IDENTITY_ROUTES
+        opens_nothing(api.request(method, url, token, **kw), *markers, scope_first=scope_first)
 
 
 # ---------------------------------------------------------------- grants
 
 
 @pytest.mark.parametrize(("scope", "forged"), [("read", "full"), ("read", "owner"), ("full", "owner")])
-def test_raising_a_grants_scope_by_hand_opens_nothing(plain_http: Api, data_dir: Path, scope: str, forged: str):
+def test_raising_a_grants_scope_by_hand_opens_nothing(plain_http: Api, data_dir: Path, scope: str, forged: str,
+                                                      memory: Memory):
     api = plain_http
-    owner, marker = new_memory(api)
+    owner, marker = new_memory(api, memory=memory)
     uid = user_of(owner)
-    grant = mint(api, owner, scope)
-    before = export(api, owner)
-    with raw_keyring(data_dir, uid) as conn:
+    grant = mint(api, owner, scope, memory)
+    before = export(api, owner, memory)
+    with raw_keyring(data_dir, uid, memory) as conn:
         conn.execute("UPDATE grants SET scope = ? WHERE id = ?", (forged, grant["id"]))
     # Not the raised scope, and not even the old one: the wrap no longer opens.
-    assert_every_route_refuses(api, grant["token"], marker)
-    assert export(api, owner) == before
-    assert api.get("/wake", owner).json()["T"] == 4
+    assert_every_route_refuses(api, grant["token"], marker, memory=memory)
+    assert export(api, owner, memory) == before
+    assert api.get(memory.at("/wake"), owner).json()["T"] == 4
     # Put back, the same key opens again: the edit alone was refused.
-    with raw_keyring(data_dir, uid) as conn:
+    with raw_keyring(data_dir, uid, memory) as conn:
         conn.execute("UPDATE grants SET scope = ? WHERE id = ?", (scope, grant["id"]))
     assert api.get("/wake", grant["token"]).status_code == 200
 
 
-def test_a_revoked_token_stays_dead_when_its_row_is_restored_by_hand(plain_http: Api, data_dir: Path):
+def test_a_revoked_token_stays_dead_when_its_row_is_restored_by_hand(plain_http: Api, data_dir: Path,
+                                                                     memory: Memory):
     api = plain_http
-    owner, marker = new_memory(api)
+    owner, marker = new_memory(api, memory=memory)
     uid = user_of(owner)
-    grant = mint(api, owner, "full")
-    row = grant_row(data_dir, uid, grant["id"])
+    grant = mint(api, owner, "full", memory)
+    row = grant_row(data_dir, uid, grant["id"], memory)
     assert api.delete(f"/grants/{grant['id']}", owner).status_code == 200
-    # Clear the flag and refile the tag and the key derivation parameters; only
-    # the wrapped key cannot be put back, because it exists nowhere any more.
-    with raw_keyring(data_dir, uid) as conn:
+    # Clear the flag and refile the tag and the key derivation parameters (in
+    # a memory but main, its tag's home in main's key ring too); only the
+    # wrapped key cannot be put back, because it exists nowhere any more.
+    with raw_keyring(data_dir, uid, memory) as conn:
         conn.execute("UPDATE grants SET revoked = NULL, tag = ?, kdf = ? WHERE id = ?",
                      (row["tag"], row["kdf"], grant["id"]))
+    if not memory.is_main:
+        with raw_keyring(data_dir, uid) as conn:
+            conn.execute("INSERT OR REPLACE INTO memory_tags(tag, memory) VALUES (?, ?)", (row["tag"], memory.name))
     for name, data in every_file(data_dir).items():
         assert row["wrapped"] not in data, name
-    assert_every_route_refuses(api, grant["token"], marker)
-    assert api.get("/wake", owner).json()["T"] == 4
+    assert_every_route_refuses(api, grant["token"], marker, memory=memory)
+    assert api.get(memory.at("/wake"), owner).json()["T"] == 4
 
 
 def test_a_wrapped_key_copied_to_another_grant_row_opens_nothing(plain_http: Api, data_dir: Path):
@@ -440,13 +463,14 @@ def all_values(data_dir: Path, user_id: str, master: bytes) -> list[bytes]:
     return values
 
 
-def memory_keys(data_dir: Path, user_id: str, master: bytes, rows_key: bytes | None = None) -> dict[int, bytes]:
+def memory_keys(data_dir: Path, user_id: str, master: bytes, rows_key: bytes | None = None,
+                memory: Memory = MAIN_MEMORY) -> dict[int, bytes]:
     rows_key = rows_key or keys.subkey(master, b"rows")
-    with raw_memory(data_dir, user_id, master) as conn:
+    with raw_memory(data_dir, user_id, master, memory) as conn:
         chunks = conn.execute("SELECT chunk, sealed FROM memory_keys").fetchall()
     out = {}
     for c, sealed in chunks:
-        plain = opens(rows_key, sealed, aad(user_id, "memory_keys", c))
+        plain = opens(rows_key, sealed, aad(memory.store(user_id), "memory_keys", c))
         assert plain is not None
         out.update({c * 128 + k: plain[KEY * k : KEY * (k + 1)] for k in range(len(plain) // KEY)})
     return out
@@ -520,23 +544,26 @@ def test_an_erased_memory_cannot_be_recovered_with_every_token_and_every_file(ht
     assert wake[5].endswith(" [erased]") and words[5] not in api.get("/export", owner).text
 
 
-def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path):
+def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path, memory: Memory):
     api = http
-    owner, marker = new_memory(api, notes=6)
-    settle(api, owner)
+    owner, marker = new_memory(api, notes=6, memory=memory)
+    settle(api, owner, memory=memory)
     uid = user_of(owner)
-    held = [owner, mint(api, owner, "read")["token"], mint(api, owner, "full")["token"]]
-    gone = mint(api, owner, "read")
+    store = memory.store(uid)
+    held = [owner, mint(api, owner, "read", memory)["token"], mint(api, owner, "full", memory)["token"]]
+    gone = mint(api, owner, "read", memory)
     assert api.delete(f"/grants/{gone['id']}", owner).status_code == 200
     # What only the tokens give, recorded by the test before the tokens are lost.
-    master = master_of(api, owner)
-    rows_key, file_key = rows_key_of(api, owner), keys.subkey(master, b"file")
-    with raw_memory(data_dir, uid, master) as conn:
+    master = master_of(api, owner, memory)
+    rows_key, file_key = rows_key_of(api, owner, memory), keys.subkey(master, b"file")
+    with raw_memory(data_dir, uid, master, memory) as conn:
         (chunk,) = conn.execute("SELECT sealed FROM memory_keys WHERE chunk = 0").fetchone()
         (row0,) = conn.execute("SELECT sealed FROM log WHERE id = 0").fetchone()
-    slots = memory_keys(data_dir, uid, master, rows_key)
-    secrets = [tokens.parse(t).secret for t in held + [gone["token"]]]
-    with raw_keyring(data_dir, uid) as conn:
+    slots = memory_keys(data_dir, uid, master, rows_key, memory)
+    # Each token's secret, and the one the owner is enrolled under in this memory.
+    secrets = [memory.filed(data_dir / "users" / uid, t).secret for t in held]
+    secrets += [tokens.parse(t).secret for t in held + [gone["token"]]]
+    with raw_keyring(data_dir, uid, memory) as conn:
         grants = conn.execute("SELECT id, scope, kdf, wrapped, pub FROM grants WHERE wrapped IS NOT NULL").fetchall()
     assert len(grants) == 3
     # The harness can succeed: with a token's secret, argon2id opens its grant's certificate.
@@ -544,8 +571,8 @@ def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path
     p = json.loads(kdf)
     kek = argon2.low_level.hash_secret_raw(secrets[0], bytes.fromhex(p["salt"]), p["t"], p["m"], p["p"], KEY,
                                            argon2.low_level.Type.ID)
-    assert opens(kek, wrapped, cert_aad(uid, gid, scope)) == pub
-    assert opens(rows_key, chunk, aad(uid, "memory_keys", 0)) is not None
+    assert opens(kek, wrapped, cert_aad(store, gid, scope)) == pub
+    assert opens(rows_key, chunk, aad(store, "memory_keys", 0)) is not None
     del held, kek
 
     # From here on: only the data folder.
@@ -565,12 +592,12 @@ def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path
     plain_file = file_cipher_of(data_dir, uid) == "none"
     for c in candidates:
         for gid, scope, _kdf, wrapped, _pub in grants:
-            assert opens(c, wrapped, grant_aad(uid, gid, scope)) is None
-            assert opens(c, wrapped, cert_aad(uid, gid, scope)) is None
+            assert opens(c, wrapped, grant_aad(store, gid, scope)) is None
+            assert opens(c, wrapped, cert_aad(store, gid, scope)) is None
         assert c != master
         derived_rows, derived_file = keys.subkey(c, b"rows"), keys.subkey(c, b"file")
         assert derived_rows != rows_key and derived_file != file_key
         if plain_file:
-            assert opens(derived_rows, chunk, aad(uid, "memory_keys", 0)) is None
-            assert opens(c, chunk, aad(uid, "memory_keys", 0)) is None
-            assert opens(c, row0, aad(uid, "log", 0)) is None
+            assert opens(derived_rows, chunk, aad(store, "memory_keys", 0)) is None
+            assert opens(c, chunk, aad(store, "memory_keys", 0)) is None
+            assert opens(c, row0, aad(store, "log", 0)) is None

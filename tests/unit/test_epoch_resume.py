@@ -2,7 +2,8 @@
 If the second step does not happen (a crash, a damaged or unwritable file), the
 next request that opens the file re-seals it before reading or writing
 anything: nothing is ever written under the old epoch's key once the key ring
-has moved."""
+has moved. In main and in a second memory, whose files are bound to its own
+store id."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from nacl.exceptions import CryptoError
 from stash.crypto import keys
 from stash.service.access import Vault
 from tests.helpers import CHEAP_KDF
+from tests.memory_kit import Memory
 from tests.raw_files import file_key, open_raw
 
 
@@ -49,26 +51,28 @@ def file_epoch(folder: Path, base: bytes) -> int:
     return int(row[0])
 
 
-def test_a_revocation_cut_between_its_two_files_is_finished_by_the_next_open(tmp_path: Path):
+def test_a_revocation_cut_between_its_two_files_is_finished_by_the_next_open(tmp_path: Path, memory: Memory):
     vault = Vault(tmp_path / "data", CHEAP_KDF, "sqlcipher")
     ident = vault.create_identity()
+    memory.create_in(vault, ident.token)
+    store = memory.store(ident.user_id)
     marker = f"m{os.urandom(5).hex()}"
-    with vault.session(ident.token, "owner") as s:
+    with vault.session(ident.token, "owner", memory=memory.name) as s:
         s.memory.note(f"{marker} before")
         gid, _ = vault.mint_grant(s, "read")
         old = s.chain
-    folder = tmp_path / "data" / "users" / ident.user_id
-    with vault.session(ident.token, "owner") as s:
+    folder = memory.folder(tmp_path / "data" / "users" / ident.user_id)
+    with vault.session(ident.token, "owner", memory=memory.name) as s:
         # Only the key ring's half of a revocation: as if the process died after it.
         new, stranded, _ = s.keyring.advance_epoch(s.chain, (gid,))
     assert stranded == [] and new.epoch == 1
-    assert file_epoch(folder, old.base) == 0 and chunk_opens(folder, old.base, old.current, ident.user_id)
+    assert file_epoch(folder, old.base) == 0 and chunk_opens(folder, old.base, old.current, store)
 
-    with vault.session(ident.token, "full") as s:
+    with vault.session(ident.token, "full", memory=memory.name) as s:
         # The open re-sealed first; the note below is written under epoch 1.
         assert s.memory.mf.epoch == 1
         s.memory.note(f"{marker} after")
         assert [m[2] for m in s.memory.mf.memories(0, 2)] == [f"{marker} before", f"{marker} after"]
     assert file_epoch(folder, old.base) == 1
-    assert not chunk_opens(folder, old.base, old.current, ident.user_id)
-    assert chunk_opens(folder, old.base, new.current, ident.user_id)
+    assert not chunk_opens(folder, old.base, old.current, store)
+    assert chunk_opens(folder, old.base, new.current, store)

@@ -1,6 +1,7 @@
 """Key epochs' crypto (stash/crypto/epochs.py) and the bulk sealer: known
 answers, round trips, and tampering (a flipped byte, another capability's
-box, another user's or epoch's older keys)."""
+box, another user's, memory's or epoch's older keys); a key chain in main
+and in a second memory, each bound to its own store id."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from nacl.public import PrivateKey, PublicKey
 
 from stash.crypto import aead, epochs
 from stash.crypto.epochs import KeyChain
+from tests.memory_kit import MEMORIES, Memory
 
 USER = "0123456789abcdef"
 
@@ -54,19 +56,23 @@ def test_a_box_opens_only_with_its_capability_and_untouched():
         epochs.box_epoch(bytes(PublicKey(bytes(mine.public_key))), -1, key)
 
 
-def test_a_key_chain_keeps_its_older_keys_under_the_newest():
-    chain = KeyChain(USER, (os.urandom(32),))
+def test_a_key_chain_keeps_its_older_keys_under_the_newest(memory: Memory):
+    store = memory.store(USER)
+    chain = KeyChain(store, (os.urandom(32),))
     assert chain.epoch == 0 and chain.seal_older() is None
     for _ in range(3):
         chain = chain.advance()
     assert chain.epoch == 3 and len(set(chain.keys)) == 4
     older = chain.seal_older()
     assert len(older) == 3 * 32 + aead.OVERHEAD
-    assert KeyChain.open(USER, 3, chain.current, older) == chain
-    # An older key, another user, another epoch number, a flipped byte: nothing opens.
-    for args in ((USER, 3, chain.keys[2], older), ("fedcba9876543210", 3, chain.current, older),
-                 (USER, 2, chain.current, older), (USER, 3, chain.current, flip(older, 30)),
-                 (USER, 3, chain.current, None), (USER, 0, chain.current, older)):
+    assert KeyChain.open(store, 3, chain.current, older) == chain
+    # An older key, another user, the same user's other memory, another epoch
+    # number, a flipped byte: nothing opens.
+    (elsewhere,) = [Memory(name).store(USER) for name in MEMORIES if name != memory.name]
+    for args in ((store, 3, chain.keys[2], older), (memory.store("fedcba9876543210"), 3, chain.current, older),
+                 (elsewhere, 3, chain.current, older),
+                 (store, 2, chain.current, older), (store, 3, chain.current, flip(older, 30)),
+                 (store, 3, chain.current, None), (store, 0, chain.current, older)):
         with pytest.raises(aead.Unsealable):
             KeyChain.open(*args)
     assert "keys=<hidden>" in repr(chain) and chain.current.hex() not in repr(chain)

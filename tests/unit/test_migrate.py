@@ -15,7 +15,6 @@ import pytest
 
 from stash.cli.main import main
 from stash.cli.replicate import INCOMPLETE
-from stash.crypto import tokens
 from stash.service import memories as memory_routes
 from stash.service import replica
 from stash.service.access import Vault
@@ -133,7 +132,6 @@ def test_a_capability_bound_to_one_memory_converts_that_memory_only(vault, capsy
     user_id, owner = identity(vault, notes=2, others=("work",))
     with vault.session(owner, "owner", memory="work") as s:
         _, reader = vault.mint_grant(s, "read")
-        memory_routes.file_tag(s, tokens.lookup_tag(user_id, tokens.parse(reader).secret))  # as POST /grants does
     code, out = run(capsys, ["--data", str(data), "--file-cipher", "none"], reader, monkeypatch=monkeypatch)
     assert code == INCOMPLETE, out
     assert f"{user_id}  work  converted" in out and f"{user_id}  main  left" in out, out

@@ -1,7 +1,7 @@
 """``stash verify`` on real stores, good and damaged by hand: it passes good
 ones, fails the damaged user by id (never a path or a secret), and says
 which check failed; without a token it catches what needs no key, with one
-everything."""
+everything — in main and in a second memory alike."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 
 from stash.storage.files import PAGE_BYTES
+from tests.memory_kit import Memory
 from tests.verify_kit import Store, line_of, run
 
 
 @pytest.fixture
-def pair(tmp_path: Path, file_cipher: str) -> tuple[Store, Store]:
+def pair(tmp_path: Path, file_cipher: str, memory: Memory) -> tuple[Store, Store]:
+    """Two identities whose ``memory`` holds six notes each."""
     data = tmp_path / "data"
-    return Store(data, file_cipher), Store(data, file_cipher)
+    return Store(data, file_cipher, memory=memory), Store(data, file_cipher, memory=memory)
 
 
 def test_good_stores_pass_with_and_without_a_token(capsys, pair):
@@ -25,9 +27,11 @@ def test_good_stores_pass_with_and_without_a_token(capsys, pair):
     code, text = run(capsys, a.data)
     assert code == 0, text
     assert "ok" in line_of(text, a.user_id) and "ok" in line_of(text, b.user_id)
-    code, text = run(capsys, a.data, a.token)
-    assert code == 0, text
-    assert "with the token: 6 notes and" in line_of(text, a.user_id)
+    # The owner, and a capability of the memory: each checks the memory whole.
+    for token in (a.token, a.reader):
+        code, text = run(capsys, a.data, token)
+        assert code == 0, text
+        assert "with the token: 6 notes and" in line_of(text, a.user_id)
 
 
 def test_a_log_cut_short_fails(capsys, pair):
@@ -62,8 +66,8 @@ def test_a_flipped_byte_in_the_memory_file_fails_with_the_token(capsys, pair):
     assert "FAIL" in line_of(text, a.user_id)
 
 
-def test_an_encrypted_file_cut_mid_page_fails_without_a_token(capsys, tmp_path: Path):
-    a = Store(tmp_path / "data", "sqlcipher")
+def test_an_encrypted_file_cut_mid_page_fails_without_a_token(capsys, tmp_path: Path, memory: Memory):
+    a = Store(tmp_path / "data", "sqlcipher", memory=memory)
     path = a.folder / "memory.db"
     with open(path, "r+b") as f:
         f.truncate(path.stat().st_size - 100)
