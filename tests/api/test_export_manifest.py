@@ -92,7 +92,7 @@ def memo_reads(config: str) -> dict[str, int]:
 def test_the_exported_config_is_one_memo_reads(api: Api, mem: Mem) -> None:
     mem.import_(["one", "two"])
     mem.set_config(WAKE_CHARS=50_000, WAKE_LINES=40)
-    members = export_members(api, mem.token)
+    members = export_members(api, mem.token, mem.at("/export"))
     assert memo_reads(members["memory/config"].decode()) == {"WAKE_LINES": 40}
     # Stash's own size is kept where a Stash import finds it, and shown to a reader as a comment.
     assert json.loads(members["manifest.json"])["config"] == {"WAKE_LINES": 40, "WAKE_CHARS": 50_000}
