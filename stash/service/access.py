@@ -22,7 +22,7 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, safeopen, usage, userlock
+from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, safeopen, scancache, usage, userlock
 from ..storage.files import (
     LEGACY_PAGE_BYTES,
     PAGE_BYTES,
@@ -61,7 +61,6 @@ def unknown_memory() -> NotFound:
     """One answer for a memory that is not there and one the capability is not bound to."""
     return NotFound("No such memory for this capability; an owner lists them with GET /memories.",
                     code="memory.unknown")
-FLUSH_LOCK_SECONDS = 5.0  # how long an erasure's flush waits for this user's requests in progress to end
 
 
 def capability_key(secret: bytes) -> bytes:
@@ -217,22 +216,24 @@ class Session:
             memories.note_write_day(self.keyring, datetime.now(UTC).date().isoformat())
 
     def flush_memory(self) -> bool:
-        """Empty the memory file's WAL into the file now (after an erasure):
-        this request lets go of its shared hold on the user's lock and takes
-        it exclusive, so no other request of this user is reading or writing
-        the file meanwhile and the flush cannot be kept busy; new requests
-        wait behind it for that moment. False when the requests in progress
-        did not end within FLUSH_LOCK_SECONDS (the flush stays pending)."""
+        """After an erasure committed, leave nothing of what it erased in
+        any file of the memory's folder: the WALs of the memory file (the
+        page versions that held the destroyed keys), of its key ring (where
+        an append capability's notes waited, sealed to a key every
+        read-capable holder has) and of the recall cache (its pieces) are
+        folded into their files and truncated; the pages freed in them were
+        zeroed as they were freed (``secure_delete``). Every erasure ends
+        here: POST /erase, /erase/undo and /memories/erase, in any memory.
+
+        It takes no lock of its own beyond the shared hold of the user's lock
+        every request has: each file's flush holds that file's other writers
+        back for a bounded moment at a time, never its readers
+        (:func:`files.flush`), so an agent's note waits at most that moment.
+        False when a reader kept a WAL busy past the flush's wait (the
+        erasure is in force; every later close of the file retries it)."""
         mf = self.memory.mf
-        if self._lock is not None:
-            self._lock.release()
-        try:
-            with userlock.exclusive_within(self.files.folder, FLUSH_LOCK_SECONDS) as held:
-                return held and mf.flush()
-        finally:
-            # Held shared again until the file is closed, as by every request (userlock.py).
-            self._lock = userlock.UserLock(self.files.folder)
-            self._lock.acquire_shared()
+        done = [mf.flush(), self.keyring.flush(), scancache.flush(self.files.folder)]
+        return all(done)
 
     def close(self) -> None:
         """End the session: drop every key, close the file and let a backup

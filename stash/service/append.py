@@ -22,7 +22,9 @@ so nothing is lost, and its id is the one the log shows.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,24 +52,37 @@ def ensure_public(ring: Keyring, chain: Any) -> None:
         return
 
 
+@contextlib.contextmanager
+def noting(session: Any) -> Iterator[None]:
+    """What :func:`note` runs inside: the memory's lock held exclusive, taken
+    before the note's transaction on the key ring begins (its Idempotency-Key
+    record, service/operation.py). Every read-capable request takes them in
+    that order (it holds the lock shared while it writes the key ring: the
+    fold, the copy of the head, an audit event); a note that held the key
+    ring's write lock while it waited for the memory's lock would deadlock
+    with it until SQLite's busy timeout."""
+    with userlock.exclusive(session.files.folder):
+        yield
+
+
 def note(session: Any, text: object, limits: Any = None) -> dict[str, object]:
     """Leave one note for the memory, sealed to its inbox key; the answer
-    carries its id and nothing of the memory (``nap`` is always null)."""
+    carries its id and nothing of the memory (``nap`` is always null). Runs
+    inside :func:`noting`."""
     text = lines.check_written(text, inbox_seal.TEXT_BYTES)
     ring: Keyring = session.keyring
     day = datetime.now(UTC).date().isoformat()
-    with userlock.exclusive(session.files.folder):
-        public = inbox_seal.parse_public(ring.meta(inbox_seal.PUBLIC_META))
-        if public is None or public[0] != ring.epoch():
-            raise Conflict("This memory has not been opened since its keys changed, so an append note cannot be "
-                           "sealed yet; retry after its owner or a read-capable agent has used it.",
-                           code="append.not_ready")
-        head = ring.log_head()
-        claim = (head.count if head is not None else 0) + inbox.pending(ring.conn)
-        if limits is not None:
-            quotas.identity_room(session, claim - ring.erased_count(), 1, limits.memories, limits.bytes)
-        sealed = inbox_seal.seal(public[1], ring.user_id, session.grant_id, claim, day, text)
-        inbox.put(ring.conn, session.grant_id, public[0], claim, sealed)
+    public = inbox_seal.parse_public(ring.meta(inbox_seal.PUBLIC_META))
+    if public is None or public[0] != ring.epoch():
+        raise Conflict("This memory has not been opened since its keys changed, so an append note cannot be "
+                       "sealed yet; retry after its owner or a read-capable agent has used it.",
+                       code="append.not_ready")
+    head = ring.log_head()
+    claim = (head.count if head is not None else 0) + inbox.pending(ring.conn)
+    if limits is not None:
+        quotas.identity_room(session, claim - ring.erased_count(), 1, limits.memories, limits.bytes)
+    sealed = inbox_seal.seal(public[1], ring.user_id, session.grant_id, claim, day, text)
+    inbox.put(ring.conn, session.grant_id, public[0], claim, sealed)
     return {"id": claim, "nap": None}
 
 

@@ -5,6 +5,7 @@ the text nor the query; a dry run counts and shows what would go."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 
@@ -117,17 +118,18 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
                       "erased. Narrow the query or name fewer memories.", code="memory.too_many_matches")
     at = now_utc()
     counts = []
+    flushed = True
     for name in chosen:
         ids = found[name]
         if ids and not dry_run:
-            for lo in range(0, len(ids), ERASE_MAX):
-                if name == session.memory_name:
-                    session.memory.erase(ids[lo:lo + ERASE_MAX], at)
-                else:
-                    with vault.session(token, "owner", memory=name) as other:
-                        other.memory.erase(ids[lo:lo + ERASE_MAX], at)
+            with contextlib.ExitStack() as stack:
+                acting = session if name == session.memory_name else stack.enter_context(
+                    vault.session(token, "owner", memory=name))
+                for lo in range(0, len(ids), ERASE_MAX):
+                    acting.memory.erase(ids[lo:lo + ERASE_MAX], at)
+                flushed = acting.flush_memory() and flushed  # as every erasure: Session.flush_memory
         counts.append({"name": name, "erased": len(ids), **({"lines": preview[name]} if dry_run else {})})
     query = q if q is not None else words
     assert isinstance(query, str)
     return {"memories": counts, "total": total, "dry_run": bool(dry_run), "at": at,
-            "fingerprint": fingerprint(session, ("q:" if q is not None else "words:") + query)}
+            "fingerprint": fingerprint(session, ("q:" if q is not None else "words:") + query), "flushed": flushed}

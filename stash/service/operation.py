@@ -16,7 +16,7 @@ from typing import Any
 
 from ..crypto.chain import Head
 from ..crypto.tokens import Token
-from . import audit, idempotency, quotas
+from . import append, audit, idempotency, quotas
 from .access import Session, Vault
 
 RECORDS = ("memory", "keyring", "rotation")
@@ -127,8 +127,10 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         return answer
 
     if effects.record == "memory" and session.scope == "append":
-        # It holds no key of the memory: its record is sealed under its own secret, in the key ring.
-        done = idempotency.append_write(session, key, route, sent, work)
+        # It holds no key of the memory: its record is sealed under its own secret, in the key ring,
+        # in a transaction begun once the memory's lock is held (append.noting says why).
+        with append.noting(session):
+            done = idempotency.append_write(session, key, route, sent, work)
     elif effects.record == "memory":
         done = idempotency.memory_write(session, key, route, sent, work)
     elif effects.record == "keyring":

@@ -421,26 +421,40 @@ def litestream_flushed(conn: sqlite3.Connection, timeout: float = LITESTREAM_FLU
 
 
 FLUSH_WAIT_MS = 5_000
+FLUSH_HOLD_MS = 20
+"""How long one attempt of :func:`flush` may keep the file's other writers
+waiting: a checkpoint that restarts the WAL holds the write lock while it
+waits for the readers still using it. Capped, so an agent's note behind a
+flush waits a moment, never the whole of a long reader."""
+FLUSH_PAUSE_S = 2 * FLUSH_HOLD_MS / 1000  # between attempts: the writers held back by one go first
 
 
 def flush(conn: sqlite3.Connection, wait_ms: int | None = None) -> bool:
     """Fold the whole WAL into the file and truncate it, so a page version
-    that held a destroyed key survives in neither: True once done, False when
-    ``wait_ms`` passed first. Unlike :func:`checkpoint` it waits, in SQLite's
-    busy handler, for the writer lock and for every reader to reach the
-    newest snapshot, and while it waits it holds new writers back: under a
+    that held a destroyed key (or an erased memory's text) survives in
+    neither: True once done, False when ``wait_ms`` passed first. Under a
     steady stream of writes the WAL is never empty on its own, so the flush
-    makes its moment instead of waiting for one. Readers are never held. A
-    file Litestream streams is flushed by Litestream's own checkpoint instead
-    (:func:`litestream_flushed`): its read transaction never ends, so ours
-    would never complete."""
+    makes its moment instead of waiting for one: each attempt waits in
+    SQLite's busy handler for the write lock and for the readers of the WAL
+    to reach the newest snapshot, holding new writers back meanwhile, but
+    for at most :data:`FLUSH_HOLD_MS`; then it lets them go and tries again.
+    Readers are never held. A file Litestream streams is flushed by
+    Litestream's own checkpoint instead (:func:`litestream_flushed`): its
+    read transaction never ends, so ours would never complete."""
     if _streamed(conn) is not None:
         return litestream_flushed(conn)
-    conn.execute(f"PRAGMA busy_timeout = {FLUSH_WAIT_MS if wait_ms is None else int(wait_ms)}")
+    deadline = time.monotonic() + (FLUSH_WAIT_MS if wait_ms is None else wait_ms) / 1000
+    conn.execute(f"PRAGMA busy_timeout = {FLUSH_HOLD_MS}")
     try:
-        return not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-    except DB_ERRORS:
-        return False
+        while True:
+            try:
+                if not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                    return True
+            except DB_ERRORS:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(FLUSH_PAUSE_S)
     finally:
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 

@@ -25,9 +25,12 @@ What keeps it honest:
   erased ids do not), so the cache never shows a memory that the erasure
   record says is gone.
 * **Erasure shreds it.** :func:`invalidate` deletes the pieces that hold the
-  given memories and checkpoints ``recall.db`` (``secure_delete`` zeroes the
-  freed pages). The erase path calls it inside its transaction on
-  ``memory.db``, holding that file's write lock, and :meth:`ScanCache.store`
+  given memories (``secure_delete`` zeroes the freed pages), and once the
+  erasure has committed :func:`flush` folds ``recall.db``'s WAL into it and
+  truncates it, as it does the memory file's and the key ring's
+  (``Session.flush_memory``). The erase path calls :func:`invalidate` inside
+  its transaction on ``memory.db``, holding that file's write lock, and
+  :meth:`ScanCache.store`
   writes pieces only under the same lock after checking the key digests
   again — so no piece holding erased text is written after it, and the erased
   text survives in no piece.
@@ -63,6 +66,7 @@ from pathlib import Path
 from ..crypto import aead
 from . import safeopen
 from .files import BUSY_TIMEOUT_MS, write_transaction
+from .files import flush as flush_wal
 from .schema import sections
 
 PIECE = 4096
@@ -120,10 +124,12 @@ def _connect(folder: Path, *, create: bool) -> sqlite3.Connection | None:
 
 def invalidate(folder: Path, ids: list[int]) -> None:
     """Delete every piece that holds one of memories ``ids`` from the cache
-    of the user whose folder is ``folder``, and fold the WAL into the file so
-    no copy of them survives there. The erase path calls it while it holds the
-    memory file's write lock (see the module docstring); a cache that cannot
-    be opened to do so is deleted whole."""
+    of the user whose folder is ``folder``. The erase path calls it while it
+    holds the memory file's write lock (see the module docstring), and
+    :func:`flush` once the erasure has committed: the WAL is not folded
+    here, where waiting for the cache's readers would hold every writer of
+    the memory file. A cache that cannot be opened to do so is deleted
+    whole."""
     if not ids:
         return
     path = Path(folder) / CACHE_FILE
@@ -138,13 +144,34 @@ def invalidate(folder: Path, ids: list[int]) -> None:
                             (WORD_SEG_TABLE, PIECE), (WORD_TAIL_SEG_TABLE, WORD_TAIL)):
             if table in tables or table == TABLE:
                 conn.executemany(f"DELETE FROM {table} WHERE piece = ?", [(i // size,) for i in sorted(set(ids))])
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     except sqlite3.Error:
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
+        _delete(path)
     finally:
         if conn is not None:
             conn.close()
+
+
+def flush(folder: Path) -> bool:
+    """Fold the cache's WAL into ``recall.db`` and truncate it
+    (:func:`files.flush`), after an erasure: the pieces it deleted leave no
+    copy there. True when done or when there is no cache; a cache that
+    cannot be opened is deleted whole (it is rebuilt from the log)."""
+    path = Path(folder) / CACHE_FILE
+    if not path.exists():
+        return True
+    conn = _connect(folder, create=False)
+    if conn is None:
+        _delete(path)
+        return not path.exists()
+    try:
+        return flush_wal(conn)
+    finally:
+        conn.close()
+
+
+def _delete(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
 
 
 def _pad(plain: bytes) -> bytes:

@@ -105,9 +105,11 @@ def _entries(f: Args) -> int | None:
     return len(f["entries"]) if isinstance(f["entries"], list) else None
 
 
-FLUSHED = {"type": "boolean", "description": "`true`: the write-ahead log holding the destroyed keys was flushed "
-           "into the file and emptied; `false`: the action is in force, the flush is still pending (every later "
-           "close of the file retries it; a resend with the same Idempotency-Key tries again)."}
+FLUSHED = {"type": "boolean", "description": "`true`: the write-ahead logs holding the destroyed keys were "
+           "flushed into their files and emptied; after an erasure, those of every file of each memory it erased "
+           "in (`memory.db`, its key ring, where append notes wait, and `recall.db`), so nothing of an erased "
+           "memory is left in any file of its folder. `false`: the action is in force, the flush is still pending "
+           "(every later close of the file retries it; a resend with the same Idempotency-Key tries again)."}
 
 _LINE_CODES = ("text.type", "text.multiline", "text.control", "text.bidi", "text.invisible", "text.empty",
                "text.too_long", "text.reserved")  # an imported line's
@@ -876,6 +878,7 @@ def memories_fork(s: Session, f: Args, call: Call) -> Answer:
     "total": integer(0), "dry_run": {"type": "boolean"}, "at": ref("Timestamp"),
     "fingerprint": string("a keyed fingerprint of the query (never the query): only the owner can test a guess "
                           "against it"),
+    "flushed": FLUSHED,
 }), errors=("memory.unknown", "memory.bad_query", "memory.too_many_matches"),
     description="Erases, as `POST /erase` does, every memory whose line matches `q` in every memory named "
                 "(default all), and answers one receipt naming the memories and counts, never the text nor the "

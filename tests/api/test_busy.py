@@ -11,7 +11,6 @@ import threading
 
 import pytest
 
-from stash.service import access
 from stash.storage import files, userlock
 from stash.web.app import create_app
 from tests.helpers import Api, make_settings
@@ -20,7 +19,6 @@ from tests.helpers import Api, make_settings
 @pytest.fixture
 def api(data_dir, monkeypatch):
     monkeypatch.setattr(files, "FLUSH_WAIT_MS", 300)  # a held snapshot is waited for this long, not 5 s
-    monkeypatch.setattr(access, "FLUSH_LOCK_SECONDS", 0.3)
     client = Api(create_app(make_settings(data_dir, file_cipher="none")))
     yield client
     client.close()
