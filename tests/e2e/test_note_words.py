@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.parametrize("cli", ["file"], indirec
 # The ways a sentence calls a line of a log a memory: a count of them, a memory id, and the phrases the client
 # and console used for lines ("search every memory with a regex", "dated memories", "only memories before").
 LINE_AS_MEMORY = re.compile(
-    r"\b\d[\d,]* memor(y|ies)\b|\bmemory ids?\b|\b(dated|erased|matching|raw|first) memor(y|ies)\b"
+    r"\b\d[\d,]* memor(y|ies)\b|\bmemory ids?\b|\b(dated|erased|matching|raw) memor(y|ies)\b|\bfirst memories\b"
     r"|\bmemor(y|ies) (before|whose|matching)\b|\bevery memory (with|whose|word)\b|\bshred memories\b",
     re.IGNORECASE)
 
