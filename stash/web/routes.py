@@ -100,6 +100,10 @@ def twins(path: str, scope: str, summaries: tuple[str, str], fields: Fields, des
     return declare
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _entries(f: Args) -> int | None:
     """The notes an import adds; None leaves a body that is no list to the service's own refusal."""
     return len(f["entries"]) if isinstance(f["entries"], list) else None
@@ -616,8 +620,8 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
                 {"receipt": a["receipt"], "erased": len(a["erased"]), "dropped": a["dropped"]}),
     # At the root, what a capability wrote is undone in the memory it is bound to; a range, in main.
     unknown=lambda: NotFound("No such capability; list them with GET /grants.", code="grants.unknown"),
-    memory_of=lambda vault, user, f: (memories.MAIN if f.get("grant") is None
-                                       else memories.memory_of_grant(vault, user, f["grant"])),
+    memory_of=lambda vault, user, f: (memories.memory_of_grant(vault, user, f["grant"]) if _whole(f.get("grant"))
+                                       else memories.MAIN),  # a grant that is no id is undo's to refuse
 )
 def erase_undo(s: Session, f: Args, call: Call) -> Answer:
     answer = undo.undo(s.memory, f.get("grant"), f.get("first"), f.get("last"), memories.grant_ids(s))

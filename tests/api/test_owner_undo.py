@@ -185,3 +185,11 @@ def test_undo_of_a_range_and_its_refusals(api: Api):
     assert zoom == ["#0-3 not compressed yet", "#4-7 not compressed yet"]
     assert ok(api.get("/zoom?block=2-3", owner))["lines"] == [f"#2 {DATE} [erased]", f"#3 {DATE} [erased]"]
     assert ok(api.get("/zoom?block=0-3", owner))["lines"] == ["#0-1 not compressed yet", "#2-3 [erased]"]
+
+
+def test_a_grant_that_is_no_id_is_refused_not_a_server_error(api: Api):
+    owner = api.init()["token"]
+    ok(api.post("/import", owner, json=entries(2, "m")))
+    for grant in ({}, [], "7", 1.5, True):
+        resp = api.post("/erase/undo", owner, json={"grant": grant, "first": 0, "last": 0})
+        assert resp.status_code in (400, 404, 422), (grant, resp.status_code, resp.text)
