@@ -175,7 +175,7 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
     if rows != T:
         raise Failed(f"memory.db's log has a gap: {rows} rows for {T} positions")
     if HEAD_META not in meta:
-        report.facts.append(f"memory file ok ({T} notes; no digest yet, written on its next open)")
+        report.facts.append(f"memory file ok ({plural(T, 'note')}; no digest yet, written on its next open)")
         return
     try:
         count = int(meta[HEAD_META].split(" ")[0])
@@ -188,7 +188,7 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
         raise Failed(f"memory.db's log holds {T} notes, more than the {head.count} its head records")
     _compare_copy(head, copy)
     _compare_state_copy(meta.get(STATE_META), state_copy, report)
-    report.facts.append(f"memory file ok ({T} notes, head {head.pin()[:24]}…)")
+    report.facts.append(f"memory file ok ({plural(T, 'note')}, head {head.pin()[:24]}…)")
 
 
 def _compare_erasure_counts(meta: dict[str, str], held: tuple[int, int]) -> None:
