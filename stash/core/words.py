@@ -112,20 +112,6 @@ def words(text: str) -> list[str]:
     return _WORD.findall(fold(text))
 
 
-@lru_cache(maxsize=1)
-def _runs() -> re.Pattern[str]:
-    """Runs of letters, digits and marks (categories L, N, M): the runs of
-    most text, which :func:`forms` checks before it takes them."""
-    marks = sorted(cp for cp in _strip_table() if unicodedata.category(chr(cp))[0] == "M")
-    spans: list[list[int]] = []
-    for cp in marks:
-        if spans and spans[-1][1] == cp - 1:
-            spans[-1][1] = cp
-        else:
-            spans.append([cp, cp])
-    return re.compile(r"(?:[^\W_]|[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in spans) + "])+")
-
-
 @lru_cache(maxsize=4096)
 def _in_run(c: str) -> bool:
     """Does character ``c`` belong to a form: does it fold to letters or
@@ -134,31 +120,44 @@ def _in_run(c: str) -> bool:
     return not folded or _WORD.search(folded) is not None
 
 
-def _run_forms(run: str, out: list[tuple[str, str]]) -> bool:
-    """Append the words of ``run`` with their forms lowered; False when the
-    run does not fold to one word alone."""
+@lru_cache(maxsize=16384)
+def _run_form(run: str) -> tuple[str, str] | None:
+    """The word a run folds to and its form lowered (``("", "")`` for a run
+    folding to nothing), or None when it folds to more than one word (or
+    to something besides letters and digits). Text repeats its words, so
+    each run is folded once while it stays in the cache."""
     folded = fold(run)
-    if _WORD.fullmatch(folded):
-        out.append((folded, stems.lower(run)))
-        return True
-    out.extend((w, w) for w in _WORD.findall(folded))
-    return not folded
+    if not folded:
+        return "", ""
+    return (folded, stems.lower(run)) if _WORD.fullmatch(folded) else None
+
+
+def _run_forms(run: str, out: list[tuple[str, str]]) -> None:
+    """Append the words of ``run`` with their forms lowered."""
+    got = _run_form(run)
+    if got is None:
+        out.extend((w, w) for w in _WORD.findall(fold(run)))
+    elif got[0]:
+        out.append(got)
 
 
 def forms(text: str) -> list[tuple[str, str]]:
     """The words of ``text`` (:func:`words`, in order, repeats kept), each
     with its form (the module docstring) as :func:`stash.core.stems.lower`
-    gives it. Most text is runs of letters, digits and marks that fold to
-    one word each, found by one regular expression and checked against
-    :func:`words`; other text (``℃``, ``½``, letters that fold to a space)
-    is read a character at a time."""
+    gives it. Most text is runs of letters and digits, each folding to one
+    word, between characters that belong to no form (spaces, punctuation):
+    those runs are the forms, found by one regular expression. Other text
+    (a combining mark written apart, ``℃``, ``½``) is read a character at
+    a time."""
     if text.isascii():
         found = _WORD.findall(text.lower())
         return list(zip(found, found))
+    got = [_run_form(run) for run in _WORD.findall(text)]
+    if None not in got:
+        between = _WORD.sub("", text)
+        if between.isascii() or not any(map(_in_run, set(between))):
+            return [g for g in got if g is not None and g[0]]
     out: list[tuple[str, str]] = []
-    if all([_run_forms(run, out) for run in _runs().findall(text)]) and [w for w, _ in out] == words(text):
-        return out
-    out = []
     run: list[str] = []
     for c in text:
         if _in_run(c):
