@@ -12,7 +12,10 @@ Turkish stemmer reads as a letter of no suffix: "EVLERİMİZDEN" would keep
 its suffixes).
 
 A stemmer object keeps state while it stems, so each thread has its own
-pair (:func:`_stemmers`).
+pair (:func:`_stemmers`), made without PyStemmer's cache of stems: its
+callers stem each distinct form once already, and the cache's bookkeeping
+costs six times the stemming (0.95 against 0.15 µs a word, measured on a
+piece's words).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ _local = threading.local()
 def _stemmers() -> list[Stemmer.Stemmer]:
     got: list[Stemmer.Stemmer] | None = getattr(_local, "stemmers", None)
     if got is None:
-        got = _local.stemmers = [Stemmer.Stemmer(lang) for lang in LANGUAGES.values()]
+        got = _local.stemmers = [Stemmer.Stemmer(lang, 0) for lang in LANGUAGES.values()]
     return got
 
 

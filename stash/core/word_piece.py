@@ -167,24 +167,35 @@ def _stems(ordered: Sequence[str], plain: set[str], written: dict[str, set[str]]
            ) -> tuple[bytes, list[tuple[bytes, list[int]]]]:
     """The flags of the words ``ordered`` (as the piece orders them) and the
     piece's other stems with the words that have them, sorted by key. Each
-    distinct form is stemmed once (:func:`stash.core.words.stems_of`)."""
-    lows = list(dict.fromkeys(itertools.chain(plain, itertools.chain.from_iterable(written.values()))))
-    of = dict(zip(lows, stems_of(lows)))
+    distinct form is stemmed once (:func:`stash.core.words.stems_of`): a
+    word of ASCII text alone is its only form."""
+    if written:
+        lows = list(dict.fromkeys(itertools.chain(plain, itertools.chain.from_iterable(written.values()))))
+        of = dict(zip(lows, stems_of(lows)))
+        per_word = [[of[low] for low in _forms_of(w, plain, written)] for w in ordered]
+    else:
+        per_word = [[pair] for pair in stems_of(ordered)]
     codes = list(stems.LANGUAGES)
     flags = bytearray(len(ordered))
     others: dict[bytes, list[int]] = {}
-    for k, w in enumerate(ordered):
-        got = written.get(w)
-        for low in ([w] if got is None else [*got, w] if w in plain else got):
-            for code, st in zip(codes, of[low]):
+    for k, (w, pairs) in enumerate(zip(ordered, per_word)):
+        for pair in pairs:
+            for code, st in zip(codes, pair):
                 if st == w:
                     flags[k] |= OWN[code]
                 elif st:
-                    key = (code + st).encode("utf-8")
-                    mates = others.setdefault(key, [])
+                    mates = others.setdefault((code + st).encode("utf-8"), [])
                     if not mates or mates[-1] != k:
                         mates.append(k)
     return bytes(flags), sorted(others.items())
+
+
+def _forms_of(w: str, plain: set[str], written: dict[str, set[str]]) -> Sequence[str]:
+    """Word ``w``'s forms in a piece, lowered: itself where it is written as it folds."""
+    got = written.get(w)
+    if got is None:
+        return (w,)
+    return (*got, w) if w in plain else tuple(got)
 
 
 def _joined(keys: Sequence[bytes]) -> tuple[bytes, array[int]]:

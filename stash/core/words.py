@@ -23,9 +23,9 @@ categories L and N); everything else separates words.
 
 A word's **form** is the word as written: the run of the text it folds from,
 a maximal run of characters whose folding is letters and digits or nothing
-(letters, digits and marks: ``Ağaçlar``, ``e`` + U+0301); a run that folds
-to more than one word (``½`` folds to ``1⁄2``) gives each its own folded
-text as its form. A word's **stems** are, for each of its forms in the text
+(letters, digits and marks: ``Ağaçlar``, ``e`` + U+0301); a run that does
+not fold to one word alone (``½`` folds to ``1⁄2``, ``℃`` to ``°c``) gives
+each of its words itself as its form. A word's **stems** are, for each of its forms in the text
 (one, mostly), the English and the Turkish Snowball stem of the form
 lowered (:func:`stash.core.stems.lower`), each then folded
 (:func:`stems_of`): ``Moving`` has the English stem ``move``, ``ağaçlar``
@@ -60,7 +60,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 
 from . import stems
@@ -175,7 +175,15 @@ def stems_of(lowered: Sequence[str]) -> list[tuple[str, str]]:
     (as :func:`stash.core.stems.lower` gives them), in the order of
     :data:`stash.core.stems.LANGUAGES`; "" where a stem folds to nothing."""
     en, tr = stems.stem_words(lowered)
-    return [(fold(e), fold(t)) for e, t in zip(en, tr)]
+    return list(zip(_fold_each(en), _fold_each(tr)))
+
+
+def _fold_each(texts: list[str]) -> list[str]:
+    """:func:`fold` of each of ``texts``, by one folding of them joined by
+    newlines: folding maps each character on its own, and a newline to
+    itself (a piece folds thousands of stems)."""
+    out = fold("\n".join(texts)).split("\n")
+    return out if len(out) == len(texts) else [fold(t) for t in texts]
 
 
 Stems = frozenset[tuple[str, str]]
@@ -199,10 +207,10 @@ def stemmed(pairs: Iterable[tuple[str, str]]) -> dict[str, Stems]:
 @dataclass(frozen=True)
 class Query:
     """A parsed words query: its distinct folded words, in the order typed,
-    and each one's stems (:func:`stemmed`)."""
+    and each one's stems (:func:`stemmed`; none given: prefixes alone)."""
 
     words: tuple[str, ...]
-    stems: tuple[Stems, ...] = field(default=(), compare=False)
+    stems: tuple[Stems, ...] = ()
 
 
 def parse_query(text: object) -> Query:
