@@ -278,10 +278,11 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
     for w, b in enumerate(home):
         members[b].append(w)
     stem_keys: list[list[tuple[bytes, list[int]]]] = [[] for _ in range(count)]
-    for e in range(len(idx.stem_at)):
-        end = idx.stem_at[e + 1] if e + 1 < len(idx.stem_at) else len(idx.stem_joined)
-        key = idx.stem_joined[idx.stem_at[e] + 1 : end]
-        mates = list(idx.refs[idx.stem_starts[e] : idx.stem_starts[e + 1]])
+    stem_at, stem_starts, refs = idx.stem_arrays()
+    for e in range(len(stem_at)):
+        end = stem_at[e + 1] if e + 1 < len(stem_at) else len(idx.stem_joined)
+        key = idx.stem_joined[stem_at[e] + 1 : end]
+        mates = list(refs[stem_starts[e] : stem_starts[e + 1]])
         stem_keys[bucket(head(key[1:]))].append((key, mates))
     keys: list[list[bytes]] = [[] for _ in range(count)]
     starts = [array("I", [0]) for _ in range(count)]
@@ -342,8 +343,8 @@ class PieceIndex:
     ``words`` their words in all, ``memories`` how many it covers; ``raw``
     the postings as little-endian bytes, ``length_bytes`` the lengths so."""
 
-    __slots__ = ("at", "flags", "held", "joined", "length_bytes", "lengths", "memories", "postings", "raw", "refs",
-                 "starts", "stem_at", "stem_joined", "stem_starts", "units", "words")
+    __slots__ = ("_stem_arrays", "_stem_keys", "_stem_view", "at", "flags", "held", "joined", "length_bytes",
+                 "lengths", "memories", "postings", "raw", "starts", "stem_joined", "units", "words")
 
     def __init__(self, data: bytes) -> None:
         if len(data) < _HEAD.size:
@@ -369,39 +370,54 @@ class PieceIndex:
         pos += n
         self.stem_joined = data[pos : pos + stem_joined]
         pos += stem_joined
-        self.stem_at = _from_le("I", view[pos : pos + 4 * m])
-        pos += 4 * m
-        self.stem_starts = _from_le("I", view[pos : pos + 4 * (m + 1)])
-        pos += 4 * (m + 1)
-        self.refs = _from_le("I", view[pos : pos + 4 * refs])
-        pos += 4 * refs
+        # The stem keys' offsets, starts and references are read when a stem is first looked up (most
+        # segments a search opens are never asked one); their sizes and ends are checked here.
+        self._stem_view = view[pos : pos + 4 * (m + m + 1 + refs)]
+        self._stem_keys = m
+        self._stem_arrays: tuple[Ints, Ints, Ints] | None = None
+        last_at = int.from_bytes(view[pos + 4 * (m - 1) : pos + 4 * m], "little") if m else 0
+        last_start = int.from_bytes(view[pos + 8 * m : pos + 8 * m + 4], "little")
+        pos += 4 * (m + m + 1 + refs)
         self.length_bytes = view[pos:]
         self.lengths = _from_le("H", self.length_bytes)
         self.units = bitmap_units(self.memories)
         if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
                 or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)
-                or len(self.flags) != n or len(self.stem_joined) != stem_joined or len(self.stem_at) != m
-                or len(self.stem_starts) != m + 1 or len(self.refs) != refs or self.stem_starts[-1] != refs
-                or (m and self.stem_at[-1] >= stem_joined)
+                or len(self.flags) != n or len(self.stem_joined) != stem_joined
+                or len(self._stem_view) != 4 * (m + m + 1 + refs) or last_start != refs
+                or (m and last_at >= stem_joined)
                 or len(self.lengths) not in (0, self.memories)):
             raise BadPiece("inconsistent word piece")
+
+    def stem_arrays(self) -> tuple[Ints, Ints, Ints]:
+        """The stem keys' offsets in the joined keys, their starts into the
+        references, and the references (word indexes)."""
+        if self._stem_arrays is None:
+            m, v = self._stem_keys, self._stem_view
+            self._stem_arrays = (_from_le("I", v[: 4 * m]), _from_le("I", v[4 * m : 8 * m + 4]),
+                                 _from_le("I", v[8 * m + 4 :]))
+        return self._stem_arrays
 
     def word(self, w: int) -> bytes:
         """Word ``w`` (folded, UTF-8)."""
         end = self.at[w + 1] if w + 1 < len(self.at) else len(self.joined)
         return self.joined[self.at[w] + 1 : end]
 
-    def mates(self, code: str, stem: bytes) -> list[int]:
+    def mates(self, code: str, stem: bytes, own: bool = True) -> list[int]:
         """The words that have ``stem`` (folded, UTF-8) as their stem of
-        language ``code``: the word ``stem`` itself when its flag says so,
-        and those listed under the key of the stem."""
+        language ``code``: the word ``stem`` itself when its flag says so
+        (not looked up when not ``own``), and those listed under the key of
+        the stem."""
         out = []
-        w = _exact(self.joined, self.at, stem)
+        w = _exact(self.joined, self.at, stem) if own else -1
         if w >= 0 and self.flags[w] & OWN[code]:
             out.append(w)
-        e = _exact(self.stem_joined, self.stem_at, code.encode() + stem)
+        if not self._stem_keys:
+            return out
+        stem_at, stem_starts, refs = self.stem_arrays()
+        e = _exact(self.stem_joined, stem_at, code.encode() + stem)
         if e >= 0:
-            out.extend(self.refs[self.stem_starts[e] : self.stem_starts[e + 1]])
+            out.extend(refs[stem_starts[e] : stem_starts[e + 1]])
         return out
 
     def add_postings(self, w: int, bitmaps: list[int], lists: list[Ints]) -> None:

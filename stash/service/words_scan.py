@@ -132,7 +132,8 @@ class View:
         out: list[tuple[word_piece.PieceIndex, int]] = []
         seen: set[bytes] = set()
         for part, (code, stem) in self.stem_parts[j]:
-            for w in part.mates(code, stem):
+            # The word that is the stem itself, when the query word prefixes it, is found by the prefix.
+            for w in part.mates(code, stem, own=not stem.startswith(key)):
                 word = part.word(w)
                 if not word.startswith(key) and word not in seen:
                     seen.add(word)
