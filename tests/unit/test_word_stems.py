@@ -101,7 +101,6 @@ def test_forms_follow_the_definition() -> None:
         assert [w for w, _ in got] == words.words(text), text
 
 
-@pytest.mark.slow
 def test_every_character_of_empty_folding_is_a_letter_digit_or_mark() -> None:
     """What lets forms() take most text by one regular expression of
     letters, digits and marks: a character folding to nothing is one of
