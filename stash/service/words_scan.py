@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..core import word_piece, words, words_best, words_top
+from ..core import word_piece, word_piece_write, words, words_best, words_top
 from ..core.words import Cursor, Query, Stats
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
 from ..storage.scancache import PIECE, WRITE_PIECES
@@ -94,9 +94,9 @@ def _texts(mf: MemoryFile, lines: list[str], first: int) -> list[str | None]:
 def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
     if lo % SCAN_BATCH:
         erased = mf.erased_ids
-        return word_piece.build([None if i in erased else text for i, _, text in mf.memories(lo, hi)])
+        return word_piece_write.build([None if i in erased else text for i, _, text in mf.memories(lo, hi)])
     lines = [line for batch in mf.scan(hi, lo) for line in batch]
-    return word_piece.build(_texts(mf, lines, lo))
+    return word_piece_write.build(_texts(mf, lines, lo))
 
 
 Stem = tuple[str, bytes]

@@ -14,7 +14,7 @@ The memories after the last complete piece are kept the same way in pieces
 of 512 (:class:`WordTail`).
 
 Each piece is kept as :data:`SEGMENTS` + 1 sealed segments
-(:func:`stash.core.word_piece.split`, tables ``word_segs`` and
+(:func:`stash.core.word_piece_write.split`, tables ``word_segs`` and
 ``word_tail_segs``): segment 0 the lengths of its memories, segment ``1 + b``
 the words whose head (first two characters) a hash keyed by the file's rows
 key puts in bucket ``b``, and the stem keys whose stem's head it puts there.
@@ -42,7 +42,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..core import word_piece
+from ..core import word_piece, word_piece_write
 from ..crypto import aead
 from . import scancache as sc
 from .scancache import LENGTH_BYTES, MAX_PADDED, WORD_TAIL, ScanCache
@@ -54,7 +54,7 @@ word opens about a sixteenth of the postings, and a piece's segments cost
 
 
 CHARS = SEGMENTS + 1
-"""The segment of first characters (:func:`stash.core.word_piece.split`,
+"""The segment of first characters (:func:`stash.core.word_piece_write.split`,
 last): each one's layers, read by a query word of one character alone."""
 
 
@@ -143,7 +143,7 @@ class WordCache(ScanCache):
     def _rows(self, piece: int, plain: bytes, keys_digest: bytes) -> list[tuple[int | bytes, ...]]:
         """Piece ``plain`` (a whole word piece) cut into its segments, each
         sealed under its own number."""
-        parts = word_piece.split(plain, lambda ch: self.bucket(ch) - 1, SEGMENTS)
+        parts = word_piece_write.split(plain, lambda ch: self.bucket(ch) - 1, SEGMENTS)
         return [(piece, seg, aead.seal(self._key, sc._pad(part), self._seg_aad(piece, seg, keys_digest)))
                 for seg, part in enumerate(parts)]
 

@@ -22,7 +22,7 @@ import unicodedata
 import pytest
 import Stemmer
 
-from stash.core import word_piece, words
+from stash.core import word_piece, word_piece_write, words
 
 EN, TR = Stemmer.Stemmer("english"), Stemmer.Stemmer("turkish")
 
@@ -261,7 +261,7 @@ def test_a_piece_and_its_segments_find_every_stem_mate() -> None:
     with the same postings."""
     rng = random.Random(46)
     texts: list[str | None] = [None if rng.random() < 0.05 else t for t in texts_of(rng, 700)]
-    whole = word_piece.PieceIndex(word_piece.build(texts))
+    whole = word_piece.PieceIndex(word_piece_write.build(texts))
     held = [oracle_stems(t) if t else {} for t in texts]
     asked = ["moved", "dying", "died", "evlerimizden", "kitabı", "ağaçlar", "adoption", "a", "lies", "cafe"]
     for q in asked:
@@ -276,7 +276,7 @@ def test_a_piece_and_its_segments_find_every_stem_mate() -> None:
         def of(ch: bytes, bucket=bucket, pick=pick) -> int:
             return bucket.setdefault(ch, pick.randrange(6))
 
-        parts = [word_piece.PieceIndex(p) for p in word_piece.split(word_piece.build(texts), of, 6)]
+        parts = [word_piece.PieceIndex(p) for p in word_piece_write.split(word_piece_write.build(texts), of, 6)]
         for q in asked:
             for code, st in words.parse_query(q).stems[0]:
                 key = st.encode()
