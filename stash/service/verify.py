@@ -45,7 +45,7 @@ from ..storage import formats, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
-from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, erasure_record
+from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, bound, erasure_record
 from . import memory_ops
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -186,10 +186,10 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
 
 
 def _compare_erasure_counts(meta: dict[str, str], held: tuple[int, int]) -> None:
-    """A plain memory file's erasure record (format mark 4) against how many
+    """A plain memory file's erasure record (format mark 4 on) against how many
     erased rows and receipts it holds, as every open checks them; without a
     key only the counts can be, its digest of the rows needs the token."""
-    if meta.get("format") != erasure_record.RECORD_MARK:
+    if meta.get("format") not in bound.RECORD_MARKS:
         return
     try:
         record = erasure_record.parse(meta.get(erasure_record.RECORD_META))
@@ -513,6 +513,7 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
             mf.config()
             mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
+            mf.check_row_digests()  # every key chunk, summary and erased row as stored, against the authenticated tree
             mf.receipts()
             back = mf.erased_keys_back()
             if back:
