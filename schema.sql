@@ -22,8 +22,8 @@
 -- each holds only the tables every store uses from its first request; the
 -- others (sections "keyring_on_use", "memory_on_use", "keyring_memories" and
 -- "idempotency") are made, empty, by the first write of one of their rows —
--- the log, its triggers and key chunks by the first note, the summaries by
--- the first nap. Every table and every index is at least one page, so that
+-- the log, its triggers and key chunks (and the tree of row digests) by the
+-- first note, the summaries by the first nap. Every table and every index is at least one page, so that
 -- is what an empty identity is made of:
 --   keyring.db  4 pages: 1 the schema (sqlite_master), 2 keyring_meta,
 --               3 grants, 4 the UNIQUE index on grants.tag

@@ -18,7 +18,11 @@ What keeps it honest:
   key with associated data naming the user, the table, the piece's range *and*
   a BLAKE2b digest of the sealed ``memory_keys`` chunks that cover it and of
   the erased ids in its range (from the erasure record, which the memory
-  file's authenticated head covers). Moved to another position or user's file
+  file's authenticated head covers). The chunks stand in it as the digests
+  the file's authenticated tree of row digests holds for them (memfile/bound.py;
+  their nonces in a file whose rows are not bound yet), so a piece and key
+  chunks put back together from another history of the same user do not
+  open: they are not the chunks the state holds. Moved to another position or user's file
   it fails to open; a piece written before an erasure no longer opens after
   it, even when the key chunk that held the erased key is put back from an
   older copy together with the old ``recall.db`` (the nonces match again, the
