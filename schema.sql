@@ -22,8 +22,8 @@
 -- each holds only the tables every store uses from its first request; the
 -- others (sections "keyring_on_use", "memory_on_use", "keyring_memories" and
 -- "idempotency") are made, empty, by the first write of one of their rows —
--- the log, its triggers and key chunks (and the tree of row digests) by the
--- first note, the summaries by the first nap. Every table and every index is at least one page, so that
+-- the log, its triggers and key chunks by the first note, the summaries by
+-- the first nap. Every table and every index is at least one page, so that
 -- is what an empty identity is made of:
 --   keyring.db  4 pages: 1 the schema (sqlite_master), 2 keyring_meta,
 --               3 grants, 4 the UNIQUE index on grants.tag
@@ -220,13 +220,16 @@ CREATE TABLE IF NOT EXISTS log_tails (
 );
 
 -- @memory_digests
--- Made by the first key chunk, summary or erasure row of a file at format
--- mark 5 ("rows bound"; stash/storage/memfile/bound.py): the tree of row
--- digests. Each node is a row: a leaf holds the 16-byte digests of up to 124
--- consecutive rows of one kind (key chunks, erased rows, one summary level),
--- a middle those of up to 124 leaves, the root one (middle, digest) pair per
--- middle. The state head covers the root, so a row is served only when it
--- is the one the authenticated state holds. It holds nothing of any text.
+-- Made by the first summary, erasure row or full key chunk of a file at
+-- format mark 5 ("rows bound"; stash/storage/memfile/bound.py): the tree of
+-- row digests. Each node is a row: a leaf holds the 16-byte digests of up to
+-- 124 consecutive rows of one kind (key chunks, erased rows, one summary
+-- level), a middle those of up to 124 leaves, the root one (middle, digest)
+-- pair per middle. The state head covers the root, and the meta row
+-- 'open_chunk' (the digest of the key chunk the newest memory's key is in,
+-- which changes with every note and so stays out of the tree), so a row is
+-- served only when it is the one the authenticated state holds. It holds
+-- nothing of any text.
 CREATE TABLE IF NOT EXISTS row_digests (
     node    INTEGER PRIMARY KEY,
     digests BLOB NOT NULL

@@ -295,7 +295,8 @@ MEMORY_FORMATS = (
     # moves here at once): the tree made whole from the rows, once.
     Format(MEMORY_FILE, "rows bound", "every key chunk, summary and erased row has its digest in a tree whose root "
            "the state MAC covers, so a row of another copy of the memory put in its place is refused, not served",
-           "meta 'format' 5 (and the row_digests table, made by the first such row)",
+           "meta 'format' 5, meta 'open_chunk' and the row_digests table (made by the first summary, erasure "
+           "row or full key chunk)",
            "storage.memfile.MemoryFile._open_bound", "unreleased",
            _memory(lambda m: m.get("format") == "5"), mark="5"),
 )

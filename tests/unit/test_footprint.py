@@ -78,9 +78,8 @@ def test_an_empty_identity_is_the_six_pages_schema_sql_lists(tmp_path: Path, cip
     with vault.session(token, "full") as s:
         s.memory.note("the first memory")
         conn = s.memory.mf.conn
-        # The first note makes the log with its guard triggers, its key chunk
-        # and the tree of row digests that binds the chunk; no summary yet.
-        assert tables(conn) == {"meta", "log", "memory_keys", "row_digests"}
+        # The first note makes the log with its guard triggers, and its key chunk; no summary yet.
+        assert tables(conn) == {"meta", "log", "memory_keys"}
         triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
         assert triggers == {"log_no_update", "log_no_delete", "log_no_replace"}
         with pytest.raises(Exception, match="append-only"):

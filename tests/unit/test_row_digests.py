@@ -22,7 +22,7 @@ from stash.core.errors import Damaged
 from stash.crypto.epochs import KeyChain
 from stash.storage.files import write_transaction
 from stash.storage.formats import MEMORY_FILE, current_mark
-from stash.storage.memfile import MemoryFile, bound, row_tree
+from stash.storage.memfile import MemoryFile, binds, bound, row_tree
 from stash.storage.memfile.erasure_record import RECORD_MARK
 from tests.raw_files import restore_log_triggers
 
@@ -33,7 +33,7 @@ AT = "2026-12-01T00:00:00Z"
 @pytest.fixture
 def small_fanout(monkeypatch) -> int:
     """Leaves of 3 slots and middles of 3 leaves: a few dozen rows cross both."""
-    for module in (bound, row_tree):
+    for module in (binds, bound, row_tree):
         monkeypatch.setattr(module, "FANOUT", 3)
     return 3
 

@@ -98,13 +98,14 @@ class FilePart:
     _erasure_record: Record | None  # from mark 4: the authenticated record the erased ids come from
     _drops: dict[str, Any]
     # The tree of row digests (bound.py): whether this file's rows are bound,
-    # the root its authenticated state holds, the nodes checked against it,
-    # and the slots the write in progress changed.
+    # the root its authenticated state holds, and the slots the write in
+    # progress changed (the nodes checked are kept on the connection).
     _bound: bool
     _root: bytes
     _root_parsed: dict[int, bytes] | None
-    _root_seen: tuple[bytes, bool]  # the root and whether bound, as the last state digest read them
-    _nodes: dict[int, tuple[bytes, bytes]]
+    _leaves: dict[int, bytes]  # leaves checked against the root held now
+    _root_seen: tuple[bytes, bool, str | None]  # root, whether bound, open chunk: as the last state digest read them
+    _newest: tuple[int, bytes]  # the open key chunk and its digest, which the tree does not hold (bound.py)
     _binds: dict[Slot, bytes | None]
     _cuts: dict[int, int]
 
@@ -274,5 +275,6 @@ class FilePart:
         def _bind_from(self, kind: int, start: int) -> None: ...
         def _apply_binds(self) -> None: ...
         def _stored_node(self, node: int) -> bytes: ...
-        def _trust_root(self, root: bytes, bound: bool) -> None: ...
+        def _row_at(self, slot: Slot, epoch_sql: str) -> tuple[bytes, int | None] | None: ...
+        def _trust_root(self, root: bytes, bound: bool, open_chunk: str | None) -> None: ...
         def build_row_digests(self) -> None: ...

@@ -22,6 +22,7 @@ from ..idempotency import Records
 from ..pool import Pool
 from ..schema import sections
 from .base import EPOCH_META, HEAD_META, FileKeys
+from .binds import BindPart
 from .bound import BoundPart
 from .budget import BudgetPart
 from .erasure import ErasurePart
@@ -44,7 +45,7 @@ def _raise_if_unavailable(exc: Exception, folder: Path) -> None:
 
 
 class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BoundPart,
-                 BudgetPart):
+                 BindPart, BudgetPart):
     """A user's memory file: the sealed log, summary tree and config."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
@@ -94,8 +95,9 @@ class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadP
         self._erasure_record = None
         self._erased_ids = frozenset()
         self._drops = {"s": {}, "p": {}}
-        self._bound, self._root, self._root_parsed, self._root_seen = False, b"", None, (b"", False)
-        self._nodes, self._binds, self._cuts = {}, {}, {}
+        self._bound, self._root, self._root_parsed, self._root_seen = False, b"", None, (b"", False, None)
+        self._newest = (-1, b"")
+        self._binds, self._cuts, self._leaves = {}, {}, {}
         try:
             if create:
                 # Only the tables every store uses; the others are made by
@@ -134,7 +136,6 @@ class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadP
 
     def close(self) -> None:
         self._chunks.clear()
-        self._nodes.clear()
         self._epoch_keys.clear()
         self._keychain = None
         self._rows_key = b""

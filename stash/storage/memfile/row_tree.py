@@ -1,14 +1,18 @@
 """The layout of the tree of row digests (bound.py): where each bound row's
 digest sits (its *slot*), what a slot, a node and the root hold, how each is
-digested, and the whole tree of a file's rows (:func:`tree_of`, read by
-:func:`rows_of`; nothing here writes)."""
+digested, the whole tree of a file's rows (:func:`tree_of`, read by
+:func:`rows_of`), and the nodes a connection keeps checked (:func:`nodes_of`).
+Nothing here writes a file."""
 
 from __future__ import annotations
 
 import hashlib
 import sqlite3
+import struct
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
+
+from ...core.errors import Damaged
 
 FANOUT = 124
 """Slots per leaf and leaves per middle: a node is at most 124 · 16 = 1,984
@@ -21,14 +25,16 @@ KIND_SPAN = 1 << 48
 ROOT = 2 * LEVEL_SPAN
 EMPTY = bytes(DIGEST)
 BATCH = 4096  # rows read per statement when the tree is built or checked whole
+UNREADABLE = "The memory file's tree of row digests is unreadable; restore this store from a backup."
+POSITION = struct.Struct(">HQ")  # a slot's kind and position, as its digest covers them
+TABLES = {KEYS: "memory_keys", ERASED: "erased"}  # every other kind: "summaries"
 
 
 def summary_kind(size: int) -> int:
     return SUMMARY_KINDS + size.bit_length() - 1
 
 
-@dataclass(frozen=True)
-class Slot:
+class Slot(NamedTuple):
     """Where a row's digest sits, and how to read the row again."""
 
     kind: int
@@ -63,26 +69,32 @@ class Slot:
 
     @property
     def table(self) -> str:
-        return {KEYS: "memory_keys", ERASED: "erased"}.get(self.kind, "summaries")
+        return TABLES.get(self.kind, "summaries")
+
+
+_slot = tuple.__new__  # a Slot made without NamedTuple's own __new__: these are made for every row read
 
 
 def key_slot(chunk: int) -> Slot:
-    return Slot(KEYS, chunk)
+    return _slot(Slot, (KEYS, chunk))
 
 
 def erased_slot(i: int) -> Slot:
-    return Slot(ERASED, i)
+    return _slot(Slot, (ERASED, i))
 
 
 def summary_slot(size: int, idx: int) -> Slot:
-    return Slot(summary_kind(size), idx)
+    return _slot(Slot, (SUMMARY_KINDS - 1 + size.bit_length(), idx))
+
+
+ROW_HASH = hashlib.blake2b(digest_size=DIGEST, person=b"stash.rowdig")  # copied: faster than made anew
+_NODE = hashlib.blake2b(digest_size=DIGEST, person=b"stash.rownode")
 
 
 def entry(slot: Slot, sealed: bytes) -> bytes:
     """What a slot holds for a row sealed as ``sealed``."""
-    h = hashlib.blake2b(digest_size=DIGEST, person=b"stash.rowdig")
-    h.update(slot.kind.to_bytes(2, "big") + slot.pos.to_bytes(8, "big"))
-    h.update(sealed)
+    h = ROW_HASH.copy()
+    h.update(POSITION.pack(*slot) + sealed)
     return h.digest()
 
 
@@ -93,7 +105,9 @@ def parent_of(leaf: int) -> tuple[int, int]:
 
 
 def node_digest(node: int, blob: bytes) -> bytes:
-    return hashlib.blake2b(node.to_bytes(8, "big") + blob, digest_size=DIGEST, person=b"stash.rownode").digest()
+    h = _NODE.copy()
+    h.update(node.to_bytes(8, "big") + blob)
+    return h.digest()
 
 
 def read_at(blob: bytes, j: int) -> bytes:
@@ -118,12 +132,56 @@ def trimmed(blob: bytearray) -> bytes:
     return bytes(blob[:n])
 
 
+NODES_KEPT = "stash_row_nodes"  # the attribute of a connection that keeps the nodes read through it
+NODE_CACHE_BYTES = 128 * 1024
+"""The most the nodes kept on one memory file's connection may hold: a wake at
+a million memories checks about 40 (80 KiB). They are digests of sealed rows."""
+
+
+class Nodes(dict[int, tuple[bytes, bytes]]):
+    """Nodes as read, each with its digest: one is used again only where its
+    parent, checked up to the authenticated root, names that digest, so a
+    node kept from an earlier request (or state) is as good as one read now."""
+
+    held = 0  # bytes of blobs kept
+
+    def keep(self, node: int, blob: bytes, digest: bytes) -> None:
+        if self.held + len(blob) > NODE_CACHE_BYTES:  # an export of a million summaries reads 8,000 leaves
+            self.clear()
+            self.held = 0
+        old = self.get(node)
+        self.held += len(blob) - (len(old[0]) if old is not None else 0)
+        self[node] = (blob, digest)
+
+
+def nodes_of(conn: sqlite3.Connection) -> Nodes:
+    """The nodes kept on ``conn``: a connection the pool keeps between
+    requests is the same file (storage/pool.py), and its nodes go with it."""
+    nodes = getattr(conn, NODES_KEPT, None)
+    if nodes is None:
+        nodes = Nodes()
+        setattr(conn, NODES_KEPT, nodes)
+    return nodes
+
+
 def parse_root(blob: bytes) -> dict[int, bytes]:
     """The root's middles: ``{middle: digest}``; Damaged when it is not one this module writes."""
     if len(blob) % (8 + DIGEST):
-        raise ValueError("not a root of the tree of row digests")
+        raise Damaged(UNREADABLE)
     step = 8 + DIGEST
     return {int.from_bytes(blob[k:k + 8], "big"): blob[k + 8:k + step] for k in range(0, len(blob), step)}
+
+
+def parse_open(text: str | None) -> tuple[int, bytes]:
+    """The open key chunk and its digest from its meta row (bound.py,
+    ``OPEN_META``); ``(-1, EMPTY)`` for none (no memory yet)."""
+    if text is None:
+        return -1, EMPTY
+    try:
+        chunk, digest = text.split(" ")
+        return int(chunk), bytes.fromhex(digest)
+    except ValueError:
+        raise Damaged(UNREADABLE) from None
 
 
 def root_blob(middles: dict[int, bytes]) -> bytes:

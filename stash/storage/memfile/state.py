@@ -19,7 +19,7 @@ from ...crypto.chain import Head
 from .. import formats
 from ..files import LEGACY_PAGE_BYTES, read_snapshot, write_transaction
 from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
-from .bound import BOUND_MARK, RECORD_MARKS, ROOT
+from .bound import BOUND_MARK, OPEN_META, RECORD_MARKS, ROOT
 from .erasure_record import RECORD_META, Record, counts, from_tables
 from .rows import RowCodec
 
@@ -140,8 +140,8 @@ class StatePart(RowCodec):
                 h.update(len(b).to_bytes(8, "big"))
                 h.update(b)
 
-        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, ?, 'format')",
-                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META, RECORD_META)))
+        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, ?, ?, 'format')",
+                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META, RECORD_META, OPEN_META)))
         put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
         if meta.get("format") not in LEGACY_MARKS:
             # From mark 3 on the mark is inside the MAC, so no older format can
@@ -169,9 +169,9 @@ class StatePart(RowCodec):
                 "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
             put("trigger", name, sql)
         bound = meta.get("format") == BOUND_MARK
-        self._root_seen = (self._stored_node(ROOT) if bound else b"", bound)
+        self._root_seen = (self._stored_node(ROOT) if bound else b"", bound, meta.get(OPEN_META) if bound else None)
         if bound:
-            put("row_digests", self._root_seen[0])
+            put("row_digests", self._root_seen[0], self._root_seen[2] or "")
         return h.digest(), None if erased is None else frozenset(erased)
 
     def _take_erased(self, erased: frozenset[int] | None, record: Record | None) -> None:
