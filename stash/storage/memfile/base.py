@@ -24,7 +24,7 @@ from ..pool import Pool
 from .erasure_record import Record
 
 if TYPE_CHECKING:
-    from .row_tree import Slot
+    from .row_tree import Nodes, Slot
 
 HEAD_META = "log_head"
 HOLES_META = "holes"  # JSON {size: [idx, ...]}: summaries an erasure dropped below a level's frontier
@@ -102,8 +102,7 @@ class FilePart:
     # progress changed (the nodes checked are kept on the connection).
     _bound: bool
     _root: bytes
-    _root_parsed: dict[int, bytes] | None
-    _leaves: dict[int, bytes]  # leaves checked against the root held now
+    _checked: Nodes  # the nodes read through this file's connection, and the leaves checked against _root
     _root_seen: tuple[bytes, bool, str | None]  # root, whether bound, open chunk: as the last state digest read them
     _newest: tuple[int, bytes]  # the open key chunk and its digest, which the tree does not hold (bound.py)
     _binds: dict[Slot, bytes | None]

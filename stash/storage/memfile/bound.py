@@ -38,6 +38,7 @@ from .row_tree import (
     POSITION,
     ROW_HASH,
     TABLES,
+    Nodes,
     Slot,
     entry,
     key_slot,
@@ -77,14 +78,14 @@ class BoundPart(RowCodec):
         """``(sealed, epoch)`` when the tree holds it at ``slot``; else the
         row as the file holds it now, when the tree authenticated afresh in
         the same snapshot holds that; else Damaged. The first lines are the
-        path of nearly every read: a leaf already checked (``_leaves``)."""
+        path of nearly every read: a leaf already checked (row_tree.Nodes)."""
         if not self._bound:
             return sealed, epoch
         kind, pos = slot
         h = ROW_HASH.copy()  # entry(slot, sealed), inline: this runs for every row read
         h.update(POSITION.pack(kind, pos) + sealed)
         want = h.digest()
-        leaf = self._leaves.get(kind * KIND_SPAN + pos // FANOUT)
+        leaf = self._checked_now().leaves.get(kind * KIND_SPAN + pos // FANOUT)
         j = (pos % FANOUT) * DIGEST
         if leaf is not None and leaf[j:j + DIGEST] == want:
             return sealed, epoch
@@ -114,16 +115,25 @@ class BoundPart(RowCodec):
         :class:`_Stale` when a node read does not match its parent."""
         if slot.kind == KEYS and slot.pos == self._newest[0]:
             return self._newest[1]
-        leaf = self._leaves.get(slot.leaf)
+        checked = self._checked_now()
+        leaf = checked.leaves.get(slot.leaf)
         if leaf is None:
-            if self._root_parsed is None:
-                self._root_parsed = parse_root(self._root)
-            middle = self._root_parsed.get(slot.middle)
+            if checked.middles is None:
+                checked.middles = parse_root(self._root)
+            middle = checked.middles.get(slot.middle)
             digest = EMPTY if middle is None else read_at(self._node(slot.middle, middle),
                                                           (slot.pos // FANOUT) % FANOUT)
             leaf = b"" if digest == EMPTY else self._node(slot.leaf, digest)
-            self._leaves[slot.leaf] = leaf
+            checked.leaves[slot.leaf] = leaf
         return read_at(leaf, slot.pos % FANOUT)
+
+    def _checked_now(self) -> Nodes:
+        """The connection's checked leaves, as checked against this handle's root."""
+        checked = self._checked
+        if checked.root is not self._root:  # another handle of the connection moved it since
+            checked.against(self._root)
+            checked.root = self._root
+        return checked
 
     def _node(self, node: int, digest: bytes) -> bytes:
         """Node ``node`` as read, when its digest is ``digest`` (its parent's word)."""
@@ -148,10 +158,9 @@ class BoundPart(RowCodec):
         """Take ``root`` and ``open_chunk`` (:data:`OPEN_META`) as this
         handle's authenticated ones: the state MAC covering them was just
         checked, or this handle just wrote them."""
-        if root != self._root:
-            self._root, self._root_parsed = root, None  # parsed again when first needed
-            self._leaves.clear()
-        self._bound, self._newest = bound, parse_open(open_chunk)
+        self._checked = checked = nodes_of(self.conn)
+        checked.against(root)
+        self._root, self._bound, self._newest = checked.root, bound, parse_open(open_chunk)
 
     def chunk_digests(self, first: int, stop: int) -> dict[int, bytes] | None:
         """What the authenticated tree holds for key chunks ``[first, stop)``

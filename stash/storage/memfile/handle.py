@@ -95,9 +95,8 @@ class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadP
         self._erasure_record = None
         self._erased_ids = frozenset()
         self._drops = {"s": {}, "p": {}}
-        self._bound, self._root, self._root_parsed, self._root_seen = False, b"", None, (b"", False, None)
-        self._newest = (-1, b"")
-        self._binds, self._cuts, self._leaves = {}, {}, {}
+        self._bound, self._root, self._root_seen, self._newest = False, b"", (b"", False, None), (-1, b"")
+        self._binds, self._cuts = {}, {}
         try:
             if create:
                 # Only the tables every store uses; the others are made by

@@ -141,14 +141,28 @@ a million memories checks about 40 (80 KiB). They are digests of sealed rows."""
 class Nodes(dict[int, tuple[bytes, bytes]]):
     """Nodes as read, each with its digest: one is used again only where its
     parent, checked up to the authenticated root, names that digest, so a
-    node kept from an earlier request (or state) is as good as one read now."""
+    node kept from an earlier request (or state) is as good as one read now.
+    Beside them, the leaves already checked against ``root`` and the root
+    parsed (``middles``), kept for as long as the file's authenticated root
+    is that one: the next request of an unchanged file checks no node again."""
 
     held = 0  # bytes of blobs kept
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = b""
+        self.middles: dict[int, bytes] | None = None
+        self.leaves: dict[int, bytes] = {}
+
+    def against(self, root: bytes) -> None:
+        """The authenticated root is ``root`` now: what was checked against another goes."""
+        if root != self.root:
+            self.root, self.middles, self.leaves = root, None, {}
 
     def keep(self, node: int, blob: bytes, digest: bytes) -> None:
         if self.held + len(blob) > NODE_CACHE_BYTES:  # an export of a million summaries reads 8,000 leaves
             self.clear()
-            self.held = 0
+            self.held, self.leaves = 0, {}
         old = self.get(node)
         self.held += len(blob) - (len(old[0]) if old is not None else 0)
         self[node] = (blob, digest)
