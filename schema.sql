@@ -219,6 +219,22 @@ CREATE TABLE IF NOT EXISTS log_tails (
     tail    BLOB NOT NULL
 );
 
+-- @memory_digests
+-- Made by the first summary, erasure row or full key chunk of a file at
+-- format mark 5 ("rows bound"; stash/storage/memfile/bound.py): the tree of
+-- row digests. Each node is a row: a leaf holds the 16-byte digests of up to
+-- 124 consecutive rows of one kind (key chunks, erased rows, one summary
+-- level), a middle those of up to 124 leaves, the root one (middle, digest)
+-- pair per middle. The state head covers the root, and the meta row
+-- 'open_chunk' (the digest of the key chunk the newest memory's key is in,
+-- which changes with every note and so stays out of the tree), so a row is
+-- served only when it is the one the authenticated state holds. It holds
+-- nothing of any text.
+CREATE TABLE IF NOT EXISTS row_digests (
+    node    INTEGER PRIMARY KEY,
+    digests BLOB NOT NULL
+);
+
 -- @idempotency
 -- Idempotency records, in both files: the memory file holds those of
 -- POST /note, /nap and /import, the key ring those of POST /grants. One row

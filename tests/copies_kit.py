@@ -14,15 +14,16 @@ from tests.live import Server
 SIDE = ("", "-wal", "-shm")
 
 
-def pages(path: Path) -> list[bytes]:
+def pages(path: Path, size: int = PAGE_BYTES) -> list[bytes]:
+    """The file's bytes in chunks of ``size`` (its pages, or 16 KiB chunks of them)."""
     data = path.read_bytes() if path.exists() else b""
-    return [data[k : k + PAGE_BYTES] for k in range(0, len(data), PAGE_BYTES)]
+    return [data[k : k + size] for k in range(0, len(data), size)]
 
 
-def put_back_page(path: Path, older: Path, index: int) -> None:
-    page = pages(older)[index]
+def put_back_page(path: Path, older: Path, index: int, size: int = PAGE_BYTES) -> None:
+    page = pages(older, size)[index]
     with open(path, "r+b") as f:
-        f.seek(index * PAGE_BYTES)
+        f.seek(index * size)
         f.write(page)
 
 

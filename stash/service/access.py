@@ -37,7 +37,7 @@ from ..storage.files import (
 )
 from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
-from ..storage.memfile.erasure_record import RECORD_MARK
+from ..storage.memfile.bound import BOUND_MARK
 from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
 
 __all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
@@ -162,7 +162,7 @@ class Session:
                 mf.check_copy(copy)
                 mf.check_state_copy(state_copy)
                 mf.check_ring_sealed(copies.authenticated)
-                if not copies.authenticated or mf.format_mark() != RECORD_MARK:
+                if not copies.authenticated or mf.format_mark() != BOUND_MARK:
                     # An older store: its copies sealed first, then the file's
                     # format authenticated (in that order: storage/ring_copies.py).
                     head, version = mf.committed()

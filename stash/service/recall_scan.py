@@ -44,7 +44,8 @@ def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue, stop: threading.
     cache = None
     try:
         fk = mf.file_keys()
-        cache = ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
+        cache = ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids,
+                          mf.chunk_digests)
         built: dict[int, bytes] = {}
         for piece, plain in cache.pieces(pieces):
             if stop.is_set():

@@ -192,10 +192,10 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
 
 
 def _compare_erasure_counts(meta: dict[str, str], held: tuple[int, int]) -> None:
-    """A plain memory file's erasure record (format mark 4) against how many
+    """A plain memory file's erasure record (format mark 4 on) against how many
     erased rows and receipts it holds, as every open checks them; without a
     key only the counts can be, its digest of the rows needs the token."""
-    if meta.get("format") != erasure_record.RECORD_MARK:
+    if meta.get("format") not in bound.RECORD_MARKS:
         return
     try:
         record = erasure_record.parse(meta.get(erasure_record.RECORD_META))
@@ -556,6 +556,7 @@ def check_rows(mf: MemoryFile, cipher: str, warnings: list[str]) -> str:
     summaries = sum(sum(1 for _ in mf.level(size)) for size in mf.level_sizes())
     mf.config()
     mf.check_erasure_record()  # every erased row and receipt as stored, against the authenticated record
+    mf.check_row_digests()  # every key chunk, summary and erased row as stored, against the authenticated tree
     mf.receipts()
     back = mf.erased_keys_back()
     if back:

@@ -263,7 +263,7 @@ MEMORY_FORMATS = (
            "whatever was erased; verify and the receipts listing recompute it in full",
            "meta 'format' 4 and meta 'erasure_record' (absent: nothing erased yet)",
            "storage.memfile.MemoryFile.check_erasure_record", "unreleased",
-           _memory(lambda m: m.get("format") == "4"), mark="4"),
+           _memory(lambda m: m.get("format") == "4"), mark="4", upgrade="authenticate_format"),
     # No step: a file of an earlier release has the three tables from its
     # start, and a missing one reads as the empty table it would be.
     Format(MEMORY_FILE, "log made on use", "the log (with its append-only triggers), the memory key chunks and "
@@ -291,6 +291,14 @@ MEMORY_FORMATS = (
            "which the memory's key gives back (the erasure of its key records those bytes first, in log_tails)",
            f"sealed log rows of {BUCKET_BYTES}·k + {SHORT_ROW_OVERHEAD} bytes",
            "storage.memfile.MemoryFile.shorten_rows", "unreleased", _short),
+    # Its step is the session step of marks 3 and 4 (a file at 2, 3 or 4
+    # moves here at once): the tree made whole from the rows, once.
+    Format(MEMORY_FILE, "rows bound", "every key chunk, summary and erased row has its digest in a tree whose root "
+           "the state MAC covers, so a row of another copy of the memory put in its place is refused, not served",
+           "meta 'format' 5, meta 'open_chunk' and the row_digests table (made by the first summary, erasure "
+           "row or full key chunk)",
+           "storage.memfile.MemoryFile._open_bound", "unreleased",
+           _memory(lambda m: m.get("format") == "5"), mark="5"),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS

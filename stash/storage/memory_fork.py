@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..core.blocks import levels
 from .files import write_transaction
 from .memfile import MemoryFile
+from .memfile.row_tree import summary_slot
 
 BATCH = 4096
 
@@ -35,8 +36,9 @@ def copy_tree(src: MemoryFile, dst: MemoryFile, at: int) -> int:
                 continue
             dst._ensure_table("summaries")
             for idx, text in sorted(got.items()):
-                dst.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)",
-                                 (size, idx, dst._seal_summary(size, idx, version, text)))
+                sealed = dst._seal_summary(size, idx, version, text)
+                dst.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
+                dst._bind(summary_slot(size, idx), sealed)
                 n += 1
             missing = [k for k in range(max(got)) if k not in got]
             if missing:

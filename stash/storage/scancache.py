@@ -18,7 +18,11 @@ What keeps it honest:
   key with associated data naming the user, the table, the piece's range *and*
   a BLAKE2b digest of the sealed ``memory_keys`` chunks that cover it and of
   the erased ids in its range (from the erasure record, which the memory
-  file's authenticated head covers). Moved to another position or user's file
+  file's authenticated head covers). The chunks stand in it as the digests
+  the file's authenticated tree of row digests holds for them (memfile/bound.py;
+  their nonces in a file whose rows are not bound yet), so a piece and key
+  chunks put back together from another history of the same user do not
+  open: they are not the chunks the state holds. Moved to another position or user's file
   it fails to open; a piece written before an erasure no longer opens after
   it, even when the key chunk that held the erased key is put back from an
   older copy together with the old ``recall.db`` (the nonces match again, the
@@ -60,7 +64,7 @@ import bisect
 import hashlib
 import sqlite3
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..crypto import aead
@@ -210,8 +214,12 @@ class ScanCache:
     _marks = "?, ?"  # a row of the table: (piece, sealed)
 
     def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
-                 keys_per_chunk: int, erased: frozenset[int] = frozenset()) -> None:
+                 keys_per_chunk: int, erased: frozenset[int] = frozenset(),
+                 chunk_digests: Callable[[int, int], dict[int, bytes] | None] | None = None) -> None:
         self.conn = conn  # the memory file: its key chunks, and its write lock
+        # What the memory file's authenticated tree holds for its key chunks
+        # (MemoryFile.chunk_digests; None for a file whose rows are not bound).
+        self._chunk_digests = chunk_digests
         self.folder = Path(folder)
         self.db: sqlite3.Connection | None = None
         self.user_id = user_id
@@ -239,6 +247,13 @@ class ScanCache:
         nothing more."""
         per = self._chunks_per_piece
         out: dict[int, bytes] = {}
+        bound = self._chunk_digests(start * per, stop * per) if self._chunk_digests is not None else None
+        if bound is not None:
+            for piece in range(start, stop):
+                got = [bound.get(c) for c in range(piece * per, (piece + 1) * per)]
+                if all(got):
+                    out[piece] = self._digest(piece, b"|bound|" + b"".join(g for g in got if g))
+            return out
         if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_keys'").fetchone() \
                 is None:
             return out  # no key chunk made yet (schema.sql, "Pages"): no piece has its keys
@@ -254,13 +269,17 @@ class ScanCache:
                 continue
             nonces.append(nonce)
             if len(nonces) == per:
-                h = hashlib.blake2b(b"".join(nonces), digest_size=32, person=b"stash.scancache")
-                lo = bisect.bisect_left(self._erased, piece * self.size)
-                hi = bisect.bisect_left(self._erased, (piece + 1) * self.size)
-                if lo < hi:
-                    h.update(b"|erased|" + ",".join(map(str, self._erased[lo:hi])).encode())
-                out[piece] = h.digest()
+                out[piece] = self._digest(piece, b"".join(nonces))
         return out
+
+    def _digest(self, piece: int, keys: bytes) -> bytes:
+        """A piece's digest of its key chunks (``keys``) and its erased ids."""
+        h = hashlib.blake2b(keys, digest_size=32, person=b"stash.scancache")
+        lo = bisect.bisect_left(self._erased, piece * self.size)
+        hi = bisect.bisect_left(self._erased, (piece + 1) * self.size)
+        if lo < hi:
+            h.update(b"|erased|" + ",".join(map(str, self._erased[lo:hi])).encode())
+        return h.digest()
 
     def pieces(self, count: int, start: int = 0) -> Iterator[tuple[int, bytes | None]]:
         """``(piece, joined lines or None)`` for pieces ``count - 1`` down to

@@ -6,8 +6,9 @@ notes, another config value) — while the server runs, so the copies hold
 WAL and SHM files too; a second user lives on the same server. Then, from the
 present, random sets of whole files (alone, with or without their WAL and
 SHM, or the WAL or SHM alone), random pages (of the memory file, the key
-ring and the recall cache), pages of the other user's files and rows spliced
-from the fork or the other user are put back, the server is restarted, and
+ring and the recall cache; one 4 KiB page or a 16 KiB chunk of four), pages
+of the other user's files and rows spliced from the fork or the other user
+are put back, the server is restarted, and
 every capability — live, revoked, expired, rotated away — asks.
 
 Whatever the mix, nothing is served that the present does not hold: no
@@ -46,6 +47,7 @@ SEED = int(os.environ.get("STASH_SWAP_SEED", "20"))
 REFUSED = ("store.damaged", "store.rolled_back")
 FILES = ("memory.db", "keyring.db", "recall.db")
 ROWS = ("config", "summaries", "log", "memory_keys")
+CHUNKS = (4096, 16384)  # what a page put-back moves: one page, or four together
 
 
 def live_copy(folder: Path, into: Path) -> Path:
@@ -184,10 +186,11 @@ def apply(h: History, folder: Path, mutation: tuple) -> None:
         src = h.copies[source] / name
         if not (folder / name).exists() or not src.exists():
             return
-        old, new = pages(src), pages(folder / name)
+        size = CHUNKS[seed % len(CHUNKS)]  # 4 KiB pages, or 16 KiB chunks of them
+        old, new = pages(src, size), pages(folder / name, size)
         differ = [k for k in range(min(len(old), len(new))) if old[k] != new[k]]
         for k in random.Random(seed).sample(differ, min(n, len(differ))):
-            put_back_page(folder / name, src, k)
+            put_back_page(folder / name, src, k, size)
     else:
         _, table, source = mutation
         src = h.copies[source]

@@ -1,22 +1,25 @@
-"""The whole state is authenticated (docs/DESIGN.md, "Whole-state authentication"; issue 10 item 3): with the
-server stopped, rows of a real memory file are put back from an older copy,
-deleted, spliced in from another history of the same user, or a trigger is
-dropped — by someone holding the file key, as a revoked token's holder with an
-old key ring would — and the restarted server refuses (store.damaged /
-store.rolled_back) or, for an erasure undone by a key chunk put back, still
-shows the memory erased. Never the old or erased text."""
+"""The whole state is authenticated (docs/DESIGN.md, "Whole-state authentication"; issue 10 item 3, issue 40
+item 3): with the server stopped, rows of a real memory file are put back from an older copy, deleted,
+spliced in from another history of the same user, or a trigger is dropped — by someone holding the file
+key, as a revoked token's holder with an old key ring would — and every page of another history is put
+in, one chunk at a time; the restarted server refuses (store.damaged / store.rolled_back) or answers
+exactly what the live history holds. Never the old, erased or other history's text."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
+import tarfile
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error, wal_folded
-from tests.live import Http, Server, start_server
+from tests.live import Http, Server, live_group_members, start_server
 from tests.state_kit import base_key, raw, rows
 
 pytestmark = pytest.mark.slow
@@ -79,13 +82,11 @@ def test_an_erasure_is_not_undone_by_putting_back_its_key_chunk_or_its_records(s
     s.http.ok("POST", "/erase", s.token, json={"ids": [3]})
     s.settle("rewritten")
     (chunk,) = rows(before, s.base, "SELECT sealed FROM memory_keys WHERE chunk = 0")[0]
-    # 1. The key chunk from before the erasure put back: the erasure record wins.
+    # 1. The key chunk from before the erasure put back: not the chunk the
+    # state holds (and the erasure record would win over it).
     with s.edit() as conn:
         conn.execute("UPDATE memory_keys SET sealed = ? WHERE chunk = 0", (chunk,))
-    wake = s.http.ok("GET", "/wake", s.token)
-    assert secret not in str(wake) and wake["lines"][3].endswith(" [erased]")
-    assert s.http.ok("POST", "/recall", s.token, json={"q": secret})["total"] == 0
-    assert secret not in s.http.get("/export", s.token).text
+    s.refused(("GET", "/wake", None), ("POST", "/recall", {"q": secret}), ("GET", "/export", None), secret=secret)
     # 2. And the erasure's records deleted as well (its date row, its receipt): refused.
     with s.edit() as conn:
         conn.execute("DELETE FROM erased")
@@ -205,3 +206,144 @@ def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused
     else:
         err = assert_error(resp, resp.status_code)
         assert resp.status_code == 500 and err["error"] in REFUSED and secret not in resp.text
+
+
+# Pages of another history of the same user (issue 40, finding 2). Two
+# histories grow from one copy of a memory of 30 notes: then 20 notes each,
+# and every summary (of the shared notes too) written by each. Every 4 KiB and every
+# 16 KiB chunk of the other history's memory file is put, in turn, into the
+# live one; whatever the chunk holds — log rows with the key chunk that opens
+# them, summaries, erasure rows, pages of either cipher, which both
+# histories encrypt under the same key — each read is refused or answers
+# exactly what the live history answers.
+
+SHARED, EACH = 30, 20
+SPLICE_CHUNKS = (4096, 16384)
+PAD = "x" * 20  # rows of this size put a key chunk and the rows it opens in one 16 KiB chunk
+
+
+def _settle(http: Http, token: str, prefix: str, word: str) -> None:
+    while (nap := http.ok("POST", f"{prefix}/nap", token, json={})["nap"]) is not None:
+        http.ok("POST", f"{prefix}/nap", token, json={"block": nap["block"], "text": f"{word} {nap['block']}"})
+
+
+def _grow(server: Server, token: str, prefix: str, word: str, first: int, n: int, settle: bool = True) -> None:
+    """``n`` notes from #first, each holding ``word``, and (``settle``)
+    every summary due, each holding it too: the same lengths in both
+    histories, so their files have the same layout and a chunk of one falls
+    where it would in the other."""
+    http = Http(server.url)
+    for i in range(first, first + n):
+        http.ok("POST", f"{prefix}/note", token, json={"text": f"{word} {i:02d} {PAD}"})
+    if settle:
+        _settle(http, token, prefix, word)
+    http.close()
+
+
+def _released(server: Server, path: Path) -> None:
+    """Wait until no process of ``server`` holds ``path`` (or its WAL) open:
+    with ``--keep-open 0`` a request's files close once its answer has left."""
+    assert server.proc is not None
+    names = {str(path), f"{path}-wal", f"{path}-shm"}
+    deadline = time.monotonic() + 30
+    while True:
+        held = []
+        for pid in live_group_members(server.proc.pid):
+            with contextlib.suppress(OSError):
+                for fd in Path(f"/proc/{pid}/fd").iterdir():
+                    with contextlib.suppress(OSError):
+                        if os.readlink(fd) in names:
+                            held.append(fd)
+        if not held:
+            return
+        assert time.monotonic() < deadline, f"the server still holds {path.name} open"
+        time.sleep(0.01)
+
+
+def _blocks(T: int) -> list[str]:
+    """Every block of every level in a log of ``T``: zooming each shows every
+    memory and every summary once."""
+    out, size = [], 2
+    while size <= T:
+        out += [f"{lo}-{lo + size - 1}" for lo in range(0, T - size + 1, size)]
+        size *= 2
+    return out
+
+
+def _answers(http: Http, token: str, prefix: str, theirs: str) -> dict[str, httpx.Response]:
+    """Every memory and summary read one block at a time, the wake, a recall
+    of the other history's word (a scan of every memory) and the export."""
+    T = SHARED + EACH
+    got = {f"zoom {b}": http.get(f"{prefix}/zoom?block={b}", token) for b in _blocks(T)}
+    got["wake"] = http.get(f"{prefix}/wake", token)
+    got["recall"] = http.request("POST", f"{prefix}/recall", token, json={"q": theirs})
+    got["export"] = http.get(f"{prefix}/export", token)
+    return got
+
+
+def _text(resp: httpx.Response) -> str:
+    """What an answer says: an export's members (not their times)."""
+    if resp.status_code != 200 or not resp.headers.get("content-type", "").startswith("application/gzip"):
+        return resp.text
+    with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
+        return "\n".join(f"{m.name}\n{tar.extractfile(m).read().decode()}" for m in tar.getmembers()
+                         if m.isfile() and m.name != "manifest.json")
+
+
+@pytest.mark.parametrize("memory", ["main", "alpha"])
+def test_no_chunk_of_another_history_of_the_same_user_is_served(file_cipher: str, memory: str, tmp_path: Path):
+    ours, theirs = f"ours{os.urandom(4).hex()}", f"them{os.urandom(4).hex()}"
+    # --keep-open 0: between two requests the server holds no file of the
+    # memory, so each chunk is put in as with the server stopped.
+    server = start_server(tmp_path / "live", *CHEAP_KDF_FLAGS, "--file-cipher", file_cipher,
+                          "--keep-open", "0", "--workers", "1")
+    try:
+        http = Http(server.url)
+        token = http.init()["token"]
+        prefix = "" if memory == "main" else f"/m/{memory}"
+        if memory != "main":
+            http.ok("POST", "/memories", token, json={"name": memory})
+        inside = Path("users", token[7:23], *(() if memory == "main" else ("m", memory)), "memory.db")
+        _grow(server, token, prefix, "shared", 0, SHARED, settle=False)
+        server.stop()  # the snapshot both histories grow from
+        fork = Server(data=tmp_path / "fork" / "data", log=tmp_path / "fork" / "server.log", extra=list(server.extra))
+        shutil.copytree(server.data, fork.data)
+        with fork.start():
+            _grow(fork, token, prefix, theirs, SHARED, EACH)
+        server.start(same_port=True)
+        _grow(server, token, prefix, ours, SHARED, EACH)
+        http = Http(server.url)
+        own = {k: (r.status_code, _text(r)) for k, r in _answers(http, token, prefix, theirs).items()}
+        assert all(status == 200 for status, _ in own.values()), own
+        assert ours in own["export"][1] and theirs not in own["export"][1]
+        path = server.data / inside
+        _released(server, path)  # its last close folded the WAL into the file
+        live, other = path.read_bytes(), (fork.data / inside).read_bytes()
+        assert not Path(f"{path}-wal").exists() and len(live) == len(other)
+        served: list[str] = []
+        spliced = 0
+        for size in SPLICE_CHUNKS:
+            for at in range(0, len(live), size):
+                variant = live[:at] + other[at:at + size] + live[at + size:]
+                if variant == live:
+                    continue
+                spliced += 1
+                _released(server, path)
+                path.write_bytes(variant)
+                for name, resp in _answers(http, token, prefix, theirs).items():
+                    text = _text(resp)
+                    if theirs in text:
+                        served.append(f"{size // 1024} KiB chunk #{at // size}: {name} served {text[:200]!r}")
+                    elif resp.status_code == 200:
+                        assert (200, text) == own[name], (size, at, name, text[:300])
+                    else:
+                        err = assert_error(resp, 500)
+                        assert err["error"] in REFUSED, (size, at, name, resp.text)
+        assert spliced >= 5, spliced
+        assert not served, "\n".join(served)
+        _released(server, path)
+        path.write_bytes(live)
+        again = _answers(http, token, prefix, theirs)
+        assert {k: (r.status_code, _text(r)) for k, r in again.items()} == own
+    finally:
+        server.stop()

@@ -18,6 +18,7 @@ from stash.crypto.epochs import KeyChain
 from stash.service.access import Vault
 from stash.storage import ring_copies
 from stash.storage.files import LEGACY_PAGE_BYTES, write_transaction
+from stash.storage.formats import MEMORY_FILE, current_mark
 from stash.storage.schema import sections
 from stash.web.app import create_app
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
@@ -310,7 +311,7 @@ def test_a_store_written_before_the_digest_gets_it_on_first_open(http: Api, data
         ring.close()
     assert user.wake().json()["head"]["pin"].startswith(f"0:{genesis.digest.hex()}")
     with raw_memory_file(user.folder, user.master, file_cipher, LEGACY_PAGE_BYTES) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()[0] == "4"
+        assert conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()[0] == current_mark(MEMORY_FILE)
     heads = [user.note(t)["head"] for t in texts(5)]
     assert heads[-1]["count"] == 5
     # Once recorded, the digest guards the upgraded store like any other.

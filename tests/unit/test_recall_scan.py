@@ -167,7 +167,8 @@ def test_pieces_are_compressed_and_padded_and_the_old_layout_is_rebuilt(store):
         mf = s.memory.mf
         recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
         fk = mf.file_keys()
-        cache = scancache.ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids)
+        cache = scancache.ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids,
+                                    mf.chunk_digests)
         digests = cache._keys_digests(0, 3)
         with contextlib.closing(cache_db(mf)) as db:
             sealed = dict(db.execute("SELECT piece, sealed FROM scan_cache"))

@@ -3,10 +3,11 @@
 One handle, :class:`MemoryFile`, made of one part per concern, each a module
 a reader can hold alone: the row codec (``rows``), the log and its key
 chunks (``log``), erasure (``erasure``), the summary tree (``tree``),
-whole-state authentication (``state``), the running digest and pins
-(``head``), key epochs and re-sealing (``reseal``), old rows stored short
-(``short_rows``, the codec, and ``short_part``), and what they share
-(``base``). The formats these files have had are in :mod:`..formats`.
+whole-state authentication (``state``), the tree of row digests that binds
+every key chunk, summary and erased row to it (``bound``, its layout
+``row_tree``), the running digest and pins (``head``), key epochs and
+re-sealing (``reseal``), old rows stored short (``short_rows``, the codec,
+and ``short_part``), and what they share (``base``). The formats these files have had are in :mod:`..formats`.
 """
 
 from ..formats import MEMORY_PLAINTEXT_BYTES, SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES

@@ -23,6 +23,9 @@ from ..files import PAGE_BYTES, read_snapshot
 from ..pool import Pool
 from .erasure_record import Record
 
+if TYPE_CHECKING:
+    from .row_tree import Nodes, Slot
+
 HEAD_META = "log_head"
 HOLES_META = "holes"  # JSON {size: [idx, ...]}: summaries an erasure dropped below a level's frontier
 EPOCH_META = "epoch"  # the epoch whose key seals this file's rows; absent means 0
@@ -94,6 +97,16 @@ class FilePart:
     _erased_cache: frozenset[int] | None  # the erased ids, once a request asked for them
     _erasure_record: Record | None  # from mark 4: the authenticated record the erased ids come from
     _drops: dict[str, Any]
+    # The tree of row digests (bound.py): whether this file's rows are bound,
+    # the root its authenticated state holds, and the slots the write in
+    # progress changed (the nodes checked are kept on the connection).
+    _bound: bool
+    _root: bytes
+    _checked: Nodes  # the nodes read through this file's connection, and the leaves checked against _root
+    _root_seen: tuple[bytes, bool, str | None]  # root, whether bound, open chunk: as the last state digest read them
+    _newest: tuple[int, bytes]  # the open key chunk and its digest, which the tree does not hold (bound.py)
+    _binds: dict[Slot, bytes | None]
+    _cuts: dict[int, int]
 
     @property
     def _erased_ids(self) -> frozenset[int]:
@@ -162,6 +175,14 @@ class FilePart:
               args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         """The rows ``sql`` reads from ``table``, none when it was not made yet."""
         return self.conn.execute(sql, args).fetchall() if table in tables else []
+
+    def _reading(self, table: str, sql: str,
+                 args: tuple[object, ...] = ()) -> contextlib.AbstractContextManager[Iterable[Any]]:
+        """The rows ``sql`` reads from ``table`` (none when it was not made
+        yet), its statement closed when the block ends however it ends (a row
+        refused as damage mid-way included): a statement left open keeps the
+        file, and a read snapshot of it, open until it is garbage collected."""
+        return contextlib.closing(self.conn.execute(sql, args)) if self._made(table) else contextlib.nullcontext(())
 
     def _made(self, table: str) -> bool:
         """Whether ``table`` exists in this snapshot: every read of a table
@@ -247,3 +268,12 @@ class FilePart:
         def _open_row(self, i: int, key: bytes, stored: bytes) -> bytes: ...
         def _short_rows(self, ids: list[int]) -> dict[int, bytes]: ...
         def _ensure_tails(self) -> None: ...
+        def _open_bound(self, slot: Slot, sealed: bytes, epoch: int | None, position: str | int) -> bytes: ...
+        def _authentic(self, slot: Slot, sealed: bytes, epoch: int | None) -> tuple[bytes, int | None]: ...
+        def _bind(self, slot: Slot, sealed: bytes | None) -> None: ...
+        def _bind_from(self, kind: int, start: int) -> None: ...
+        def _apply_binds(self) -> None: ...
+        def _stored_node(self, node: int) -> bytes: ...
+        def _row_at(self, slot: Slot, epoch_sql: str) -> tuple[bytes, int | None] | None: ...
+        def _trust_root(self, root: bytes, bound: bool, open_chunk: str | None) -> None: ...
+        def build_row_digests(self) -> None: ...

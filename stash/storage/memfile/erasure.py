@@ -15,8 +15,10 @@ from ...core.errors import Damaged
 from ...crypto import aead
 from .. import scancache
 from ..files import flush, read_snapshot, write_transaction
-from .erasure_record import RECORD_MARK, RECORD_META, UNREADABLE, Record, from_tables, parse
+from .bound import RECORD_MARKS
+from .erasure_record import RECORD_META, UNREADABLE, Record, from_tables, parse
 from .log import ERASED_KEY, KEYS_PER_CHUNK
+from .row_tree import erased_slot, key_slot
 from .rows import RowCodec
 from .short_rows import tail_of
 
@@ -42,7 +44,7 @@ class ErasurePart(RowCodec):
             # What is erased now, read under the write lock: another worker may
             # have erased since this handle opened, and the record this write
             # makes must name those too (else its runs and counts disagree).
-            current = self._record_now() if self.format_mark() == RECORD_MARK else None
+            current = self._record_now() if self.format_mark() in RECORD_MARKS else None
             before = current.ids() if current is not None else self._erased_ids
             wanted = [i for i in sorted(set(ids)) if i < T]
             dates = self._dates_of(wanted)
@@ -65,10 +67,9 @@ class ErasurePart(RowCodec):
                 again = i in before
                 if not again:
                     cols, marks, epoch = self._epoch_of_write("erased")
-                    self.conn.execute(
-                        f"INSERT INTO erased(id, sealed{cols}) VALUES (?, ?{marks})",
-                        (i, aead.seal(self._rows_key, dates[i].encode(), self._aad("erased", i)), *epoch),
-                    )
+                    sealed = aead.seal(self._rows_key, dates[i].encode(), self._aad("erased", i))
+                    self.conn.execute(f"INSERT INTO erased(id, sealed{cols}) VALUES (?, ?{marks})", (i, sealed, *epoch))
+                    self._bind(erased_slot(i), sealed)
                 c = i // KEYS_PER_CHUNK
                 if c not in touched:
                     sealed_chunk = self._chunk(c)
@@ -81,10 +82,10 @@ class ErasurePart(RowCodec):
             # Each touched chunk re-sealed once, however many of its keys went.
             for c, chunk in touched.items():
                 also, _, epoch = self._epoch_of_write("memory_keys")
-                self.conn.execute(
-                    f"UPDATE memory_keys SET sealed = ?{' , epoch = ?' if also else ''} WHERE chunk = ?",
-                    (aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c)), *epoch, c),
-                )
+                sealed = aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c))
+                self.conn.execute(f"UPDATE memory_keys SET sealed = ?{' , epoch = ?' if also else ''} WHERE chunk = ?",
+                                  (sealed, *epoch, c))
+                self._bind(key_slot(c), sealed)
             # The recall cache holds these memories' rendered text: its pieces
             # go while this transaction holds the write lock (scancache.py).
             scancache.invalidate(self._fk.path.parent, fresh + shredded)
@@ -103,7 +104,7 @@ class ErasurePart(RowCodec):
                 f"UPDATE erasures SET sealed = ?{' , epoch = ?' if also else ''} WHERE id = ?",
                 (aead.seal(self._rows_key, json.dumps(receipt).encode(), self._aad("erasures", rid)), *epoch, rid),
             )
-            if self.format_mark() == RECORD_MARK:
+            if self.format_mark() in RECORD_MARKS:
                 # The record that stands for both tables in the state digest, rewritten whole (SQLite's work).
                 record = from_tables(self.conn, self._tables(), before | set(fresh))
                 self._put_meta(RECORD_META, record.text())
@@ -132,7 +133,7 @@ class ErasurePart(RowCodec):
         and each listing of the receipts): recomputed from both tables, ids,
         counts and every row's bytes, it must equal the authenticated one.
         Before mark 4 the state digest read every row at open already."""
-        if self.format_mark() != RECORD_MARK:
+        if self.format_mark() not in RECORD_MARKS:
             return
         with read_snapshot(self.conn):
             record, tables = self._record_now(), self._tables()

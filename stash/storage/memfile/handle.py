@@ -22,6 +22,8 @@ from ..idempotency import Records
 from ..pool import Pool
 from ..schema import sections
 from .base import EPOCH_META, HEAD_META, FileKeys
+from .binds import BindPart
+from .bound import BoundPart
 from .budget import BudgetPart
 from .erasure import ErasurePart
 from .head import HeadPart
@@ -42,7 +44,8 @@ def _raise_if_unavailable(exc: Exception, folder: Path) -> None:
         raise err from None
 
 
-class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BudgetPart):
+class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BoundPart,
+                 BindPart, BudgetPart):
     """A user's memory file: the sealed log, summary tree and config."""
 
     def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
@@ -92,6 +95,8 @@ class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadP
         self._erasure_record = None
         self._erased_ids = frozenset()
         self._drops = {"s": {}, "p": {}}
+        self._bound, self._root, self._root_seen, self._newest = False, b"", (b"", False, None), (-1, b"")
+        self._binds, self._cuts = {}, {}
         try:
             if create:
                 # Only the tables every store uses; the others are made by

@@ -10,6 +10,7 @@ once, by the upgrade step the format registry names for it
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 
 from ...core.errors import Damaged, PinMismatch, RolledBack
 from ...core.lines import plural
@@ -102,17 +103,19 @@ class HeadPart(RowCodec):
         key = self._chain_key
         digest = prev = chain.genesis(key, self.user_id)
         i = 0
-        rows = self.conn.execute("SELECT id, sealed FROM log ORDER BY id") if self._made("log") else []
+        if not self._made("log"):
+            return Head(0, digest), prev
+        with closing(self.conn.execute("SELECT id, sealed FROM log ORDER BY id")) as rows:
 
-        def in_order() -> Iterator[tuple[int, bytes]]:
-            for k, (i_row, stored) in enumerate(rows):
-                if i_row != k:
-                    raise Damaged("The log has a gap; restore this store from a backup.")
-                yield i_row, stored
+            def in_order() -> Iterator[tuple[int, bytes]]:
+                for k, (i_row, stored) in enumerate(rows):
+                    if i_row != k:
+                        raise Damaged("The log has a gap; restore this store from a backup.")
+                    yield i_row, stored
 
-        for sealed in self.chain_rows(in_order()):
-            prev, digest = digest, chain.step(key, digest, i, sealed)
-            i += 1
+            for sealed in self.chain_rows(in_order()):
+                prev, digest = digest, chain.step(key, digest, i, sealed)
+                i += 1
         return Head(i, digest), prev
 
     def current_head(self) -> Head:
@@ -130,9 +133,9 @@ class HeadPart(RowCodec):
             return chain.same(older.digest, newer.digest)
         if not self._made("log"):
             return False
-        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
-                                 (older.count, newer.count))
-        count, digest = chain.extend(self._chain_key, older.digest, older.count, self.chain_rows(rows))
+        with closing(self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
+                                       (older.count, newer.count))) as rows:
+            count, digest = chain.extend(self._chain_key, older.digest, older.count, self.chain_rows(rows))
         return count == newer.count and chain.same(digest, newer.digest)
 
     def check_copy(self, copy: Head | None) -> None:

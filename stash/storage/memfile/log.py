@@ -11,13 +11,16 @@ key chunk put back from before an erasure never brings a text back.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import closing
 
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, chain
 from ...crypto.chain import Head
 from ..files import write_transaction
 from .base import HEAD_META, ROLLED_BACK
+from .row_tree import erased_slot, key_slot
 from .rows import ERASED, LARGEST_MEMORY_PLAINTEXT, RowCodec
 from .short_rows import expand as rebuild
 from .short_rows import is_short
@@ -40,17 +43,16 @@ class LogPart(RowCodec):
             self._ensure_table("memory_keys")
             plain = os.urandom(CHUNK_BYTES)
             cols, marks, epoch = self._epoch_of_write("memory_keys")
-            self.conn.execute(
-                f"INSERT INTO memory_keys(chunk, sealed{cols}) VALUES (?, ?{marks})",
-                (c, aead.seal(self._rows_key, plain, self._aad("memory_keys", c)), *epoch),
-            )
+            sealed = aead.seal(self._rows_key, plain, self._aad("memory_keys", c))
+            self.conn.execute(f"INSERT INTO memory_keys(chunk, sealed{cols}) VALUES (?, ?{marks})", (c, sealed, *epoch))
+            self._bind(key_slot(c), sealed)
         else:
             plain = self._open_chunk(c, row[0], row[1])
         self._chunks[c] = plain
         return plain
 
     def _open_chunk(self, c: int, sealed: bytes, epoch: int | None) -> bytes:
-        plain = self._open(self._key_of(epoch), sealed, "memory_keys", c)
+        plain = self._open_bound(key_slot(c), sealed, epoch, c)
         if len(plain) != CHUNK_BYTES:
             raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
         return plain
@@ -107,10 +109,11 @@ class LogPart(RowCodec):
             cols, marks, epoch = self._epoch_of_write("memory_keys")
             also = ", epoch = excluded.epoch" if epoch else ""
             for c, plain_chunk in touched.items():
+                sealed_chunk = aead.seal(self._rows_key, bytes(plain_chunk), self._aad("memory_keys", c))
                 self.conn.execute(
                     f"INSERT INTO memory_keys(chunk, sealed{cols}) VALUES (?, ?{marks}) "
-                    f"ON CONFLICT(chunk) DO UPDATE SET sealed = excluded.sealed{also}",
-                    (c, aead.seal(self._rows_key, bytes(plain_chunk), self._aad("memory_keys", c)), *epoch))
+                    f"ON CONFLICT(chunk) DO UPDATE SET sealed = excluded.sealed{also}", (c, sealed_chunk, *epoch))
+                self._bind(key_slot(c), sealed_chunk)
                 self._chunks[c] = bytes(plain_chunk)
             head = Head(base + len(items), digest)
             self._put_meta(HEAD_META, self._head_text(head, prev))
@@ -125,9 +128,8 @@ class LogPart(RowCodec):
         # writer), so a chunk cached by an earlier call may be stale; within
         # this call the open cursor keeps one snapshot (and a snapshot() all of its calls).
         self._fresh_chunks()
-        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
-                                 (lo, hi)) if self._made("log") else []
-        out = [self._row(i, sealed) for i, sealed in rows]
+        with self._reading("log", "SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi)) as rows:
+            out = [self._row(i, sealed) for i, sealed in rows]
         if len(out) != max(0, hi - lo) or any(r[0] != lo + k for k, r in enumerate(out)):
             raise Damaged("The log has a gap; restore this store from a backup.")
         return out
@@ -143,12 +145,12 @@ class LogPart(RowCodec):
             part = chunks[k : k + 500]
             for c, sealed, epoch in self.conn.execute(
                     f"SELECT chunk, sealed, {self._epoch_sql('memory_keys')} FROM memory_keys "
-                    f"WHERE chunk IN ({', '.join('?' * len(part))})", part):
+                    f"WHERE chunk IN ({', '.join('?' * len(part))})", part).fetchall():
                 self._chunks[c] = self._open_chunk(c, sealed, epoch)
         for k in range(0, len(ids) if self._made("log") else 0, 500):
             part = ids[k : k + 500]
             rows = self.conn.execute(
-                f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) ORDER BY id", part)
+                f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) ORDER BY id", part).fetchall()
             out += [self._row(i, sealed) for i, sealed in rows]
         if [r[0] for r in out] != ids:
             raise Damaged("The log has a gap; restore this store from a backup.")
@@ -184,14 +186,13 @@ class LogPart(RowCodec):
         sealed inside the memory's own row, so only a capability that can
         read the memory can learn it."""
         self._fresh_chunks()
-        rows = self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
-                                 (lo, hi)) if self._made("log") else []
-        for i, sealed in rows:
-            key = self._memory_key(i)
-            if key is None or self._is_erased(i):
-                yield i, None
-            else:
-                yield i, self._writer_of(self._open_row(i, key, sealed))
+        with self._reading("log", "SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (lo, hi)) as rows:
+            for i, sealed in rows:
+                key = self._memory_key(i)
+                if key is None or self._is_erased(i):
+                    yield i, None
+                else:
+                    yield i, self._writer_of(self._open_row(i, key, sealed))
         self._chunks.clear()
 
     def newest_date(self, T: int | None = None) -> str | None:
@@ -206,9 +207,7 @@ class LogPart(RowCodec):
         Rows are read without their ids: each is opened with associated data
         naming the position it should be at, so a missing, extra or moved row
         fails to authenticate and is reported as damage."""
-        opener = aead.BulkOpener(LARGEST_MEMORY_PLAINTEXT)
-        open_padded = opener.open_padded
-        short, expand = is_short, rebuild
+        open_padded = aead.BulkOpener(LARGEST_MEMORY_PLAINTEXT).open_padded
         prefix = f"stash/v1|{self.user_id}|log|".encode()
         if start % SCAN_BATCH:
             raise ValueError("a scan starts on a batch boundary")
@@ -216,7 +215,14 @@ class LogPart(RowCodec):
             if T > start:
                 raise Damaged("The log has a gap; restore this store from a backup.")
             return
-        cur = self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (start, T))
+        with closing(self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
+                                       (start, T))) as cur:
+            yield from self._scan_rows(cur, T, start, open_padded, prefix)
+
+    def _scan_rows(self, cur: sqlite3.Cursor, T: int, start: int, open_padded: Callable[[bytes, bytes, bytes], bytes],
+                   prefix: bytes) -> Iterator[list[str]]:
+        """:meth:`scan`'s batches from ``cur``, its statement over the log."""
+        short, expand = is_short, rebuild
         width = aead.KEY_BYTES
         chunk = b""
         erased = self._erased_ids
@@ -276,7 +282,7 @@ class LogPart(RowCodec):
         row = rows[0] if rows else None
         if row is None:
             raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")
-        return self._open(self._key_of(row[1]), row[0], "erased", i).decode()
+        return self._open_bound(erased_slot(i), row[0], row[1], i).decode()
 
     @property
     def erased_ids(self) -> frozenset[int]:

@@ -19,6 +19,7 @@ from ..files import checkpoint, connect, release, write_transaction
 from ..formats import SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES
 from .base import EPOCH_META, SEALED_BASE_META, SEALED_TABLES, FileKeys
 from .log import CHUNK_BYTES, KEYS_PER_CHUNK
+from .row_tree import key_slot, summary_slot
 from .rows import WRITER_BYTES, RowCodec
 
 KEYS_BEHIND = ("This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
@@ -129,6 +130,8 @@ class ResealPart(RowCodec):
                 # Moving the head to the new key must not bless a state that was tampered with.
                 raise Damaged("This memory file's state does not match its authenticated head; nothing was "
                               "re-sealed. The operator should run `stash verify` and restore it from a backup.")
+            if stored is not None:
+                self._trust_root(*self._root_seen)  # the chunk re-sealed below is one the tree holds
             tables = self._tables()
             if self.conn.execute("SELECT 1 FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone() is None:
                 # From now on rows of two epochs live side by side: each says
@@ -144,6 +147,7 @@ class ResealPart(RowCodec):
                                     (c,)).fetchone() if "memory_keys" in tables else None
             base = self._read_base()
             if row is not None:
+                row = self._authentic(key_slot(c), row[0], row[1])
                 try:
                     chunk_key = keys.subkey(keychain.key(base if row[1] is None else int(row[1])), b"rows")
                 except (KeyError, ValueError):
@@ -154,8 +158,10 @@ class ResealPart(RowCodec):
                     raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
                 k = used * aead.KEY_BYTES
                 fresh = plain[:k] + os.urandom(CHUNK_BYTES - k)
+                sealed = aead.seal(new_key, fresh, self._aad("memory_keys", c))
                 self.conn.execute("UPDATE memory_keys SET sealed = ?, epoch = ? WHERE chunk = ?",
-                                  (aead.seal(new_key, fresh, self._aad("memory_keys", c)), keychain.epoch, c))
+                                  (sealed, keychain.epoch, c))
+                self._bind(key_slot(c), sealed)
                 moved = 1
             if "idempotency" in tables:
                 self.conn.execute("DELETE FROM idempotency")
@@ -184,8 +190,8 @@ class ResealPart(RowCodec):
         buckets ("rows in buckets"), in one write transaction; returns how
         many (0: none is left). Each keeps its state version, writer and
         text, so what it serves and whether it is current
-        (:meth:`_summary_valid`) do not change, and neither does the state
-        head, which covers each level's frontier, not a summary's bytes. A
+        (:meth:`_summary_valid`) do not change; the state head moves, as
+        its tree of row digests holds each summary's bytes (bound.py). A
         summary that does not open raises :class:`Damaged` and nothing is
         written. It is sealed under the current epoch's rows key, as a nap
         now would seal it."""
@@ -208,4 +214,7 @@ class ResealPart(RowCodec):
                                   self._aad("summaries", f"{size}|{idx}"))
                 self.conn.execute(f"UPDATE summaries SET sealed = ?{also.replace(', epoch', ', epoch = ?')} "
                                   "WHERE size = ? AND idx = ?", (fresh, *epoch, size, idx))
+                self._bind(summary_slot(size, idx), fresh)
+            if rows:
+                self._write_state()  # the tree of row digests holds each summary's new bytes
         return len(rows)

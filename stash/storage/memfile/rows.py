@@ -24,6 +24,7 @@ from ..formats import (
     bucket,
 )
 from .base import FilePart
+from .row_tree import summary_slot
 
 LARGEST_MEMORY_PLAINTEXT = max(MEMORY_PLAINTEXT_BYTES, OLDER_MEMORY_PLAINTEXT_BYTES)
 # The grant that wrote a memory or a summary: the last bytes of its padded
@@ -119,7 +120,7 @@ class RowCodec(FilePart):
         :data:`SUMMARY_PLAINTEXT_BYTES` (formats.py keeps every bucketed
         length off it); the version field of one padded to one size has
         zeros where a bucketed one's has :data:`BUCKETED_MARK`."""
-        plain = self._open(self._key_of(epoch), sealed, "summaries", f"{size}|{idx}")
+        plain = self._open_bound(summary_slot(size, idx), sealed, epoch, f"{size}|{idx}")
         if len(plain) == SUMMARY_PLAINTEXT_BYTES:
             return 0, plain
         return int.from_bytes(plain[2:SUMMARY_VERSION_BYTES], "big"), plain[SUMMARY_VERSION_BYTES:]

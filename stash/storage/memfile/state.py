@@ -19,7 +19,8 @@ from ...crypto.chain import Head
 from .. import formats
 from ..files import LEGACY_PAGE_BYTES, read_snapshot, write_transaction
 from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
-from .erasure_record import RECORD_MARK, RECORD_META, Record, counts, from_tables
+from .bound import BOUND_MARK, OPEN_META, RECORD_MARKS, ROOT
+from .erasure_record import RECORD_META, Record, counts, from_tables
 from .rows import RowCodec
 
 STATE_GONE = ("This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
@@ -28,7 +29,7 @@ STATE_GONE = ("This memory file's authenticated head was deleted (its key ring r
 
 LEGACY_MARKS = (None, "1", "2")  # format marks written before the mark was authenticated
 AUTHENTICATED_MARK = "3"  # formats.py, "authenticated format"
-AUTHENTICATED_MARKS = (AUTHENTICATED_MARK, RECORD_MARK)  # the mark inside the MAC, the key ring's copies sealed
+AUTHENTICATED_MARKS = (AUTHENTICATED_MARK, *RECORD_MARKS)  # the mark inside the MAC, the key ring's copies sealed
 RING_UNSEALED = ("This memory file's authenticated format says its key ring's copies are sealed, and they are not "
                  "(deleted, or put back from an older key ring). Nothing was served; the operator should run "
                  "`stash verify` and restore this store from a backup.")
@@ -89,22 +90,26 @@ class StatePart(RowCodec):
             raise Damaged(RING_UNSEALED)
 
     def authenticate_format(self) -> bool:
-        """Move this file to the newest format (mark 4): the mark inside the
-        state MAC (what mark 3 brought) and the erasure record in place of
-        the erasure rows (erasure_record.py). Only once the key ring's copies
-        are sealed (the session sees to it), so a crash in between leaves a
-        pair that opens; and only a file whose state still matches its head
-        in this transaction, so the record is made from authenticated rows.
-        Best effort: False when the file cannot be written now."""
+        """Move this file to the newest format, mark 5: the mark inside the
+        state MAC (mark 3), the erasure record for the erasure rows (mark 4,
+        erasure_record.py), the tree of row digests (bound.py). Only once the
+        key ring's copies are sealed (the session sees to it), so a crash in
+        between leaves a pair that opens; and only a file whose state still
+        matches its head in this transaction, so the record and the tree are
+        made from authenticated rows. Best effort: False when the file cannot
+        be written now."""
         try:
             with write_transaction(self.conn):
                 stored = self._stored_state()
-                if self.format_mark() == RECORD_MARK or stored is None:
+                mark = self.format_mark()
+                if mark == BOUND_MARK or stored is None:
                     return False
                 if not hmac.compare_digest(stored[1], self._state_mac(stored[0], self._state_digest()[0])):
                     return False  # changed since it was opened: the next open refuses or upgrades it
-                self._put_meta(RECORD_META, from_tables(self.conn, self._tables()).text())
-                self._put_meta("format", RECORD_MARK)
+                if mark not in RECORD_MARKS:
+                    self._put_meta(RECORD_META, from_tables(self.conn, self._tables()).text())
+                self.build_row_digests()
+                self._put_meta("format", BOUND_MARK)
                 self._write_state()
         except (sqlite3.Error, OSError):
             return False
@@ -124,8 +129,9 @@ class StatePart(RowCodec):
         digest of the rows, the erased ids as runs), so an open costs the same
         whatever was erased; before it, every erasure-date and receipt row.
         The summary tree is covered by one indexed read per level and by
-        :meth:`_summary_valid`. Returns the erased ids too before mark 4
-        (None from it: they come from the record)."""
+        :meth:`_summary_valid`, and from mark 5 each row of it by the tree
+        of row digests (bound.py), whose root is left in ``_root_seen``.
+        Returns the erased ids too before mark 4 (None from it: the record's)."""
         h = hashlib.blake2b(digest_size=32, person=b"stash.state")
 
         def put(*parts: object) -> None:
@@ -134,22 +140,20 @@ class StatePart(RowCodec):
                 h.update(len(b).to_bytes(8, "big"))
                 h.update(b)
 
-        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, ?, 'format')",
-                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META, RECORD_META)))
+        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, ?, ?, 'format')",
+                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META, RECORD_META, OPEN_META)))
         put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
         if meta.get("format") not in LEGACY_MARKS:
-            # From mark 3 on the mark is inside the MAC, so no older format
-            # can be claimed by editing it (and a file at 1 or 2 digests as
-            # those releases did).
+            # From mark 3 on the mark is inside the MAC, so no older format can
+            # be claimed by editing it (a file at 1 or 2 digests as they did).
             put("format", meta.get("format"))
-        # A table not made yet is read as the empty table it would be, so
-        # making one changes nothing here, and dropping one that held rows
-        # changes the digest as deleting its rows would.
+        # A table not made yet reads as the empty one it would be: making one
+        # changes nothing here, dropping one that held rows changes it.
         tables = self._tables()
         for name, sealed in self._rows(tables, "config", "SELECT name, sealed FROM config ORDER BY name"):
             put("config", name, sealed)
         erased: list[int] | None = None
-        if meta.get("format") == RECORD_MARK:
+        if meta.get("format") in RECORD_MARKS:
             put("erasure_record", meta.get(RECORD_META))
         else:
             erased = []
@@ -164,6 +168,10 @@ class StatePart(RowCodec):
         for name, sql in self.conn.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
             put("trigger", name, sql)
+        bound = meta.get("format") == BOUND_MARK
+        self._root_seen = (self._stored_node(ROOT) if bound else b"", bound, meta.get(OPEN_META) if bound else None)
+        if bound:
+            put("row_digests", self._root_seen[0], self._root_seen[2] or "")
         return h.digest(), None if erased is None else frozenset(erased)
 
     def _take_erased(self, erased: frozenset[int] | None, record: Record | None) -> None:
@@ -181,13 +189,6 @@ class StatePart(RowCodec):
         key = self._state_key() if rows_key is None else keys.subkey(rows_key, b"state")
         return hashlib.blake2b(version.to_bytes(8, "big") + digest, key=key, digest_size=32,
                                person=b"stash.state.mac").digest()
-
-    def bulk_loaded(self) -> None:
-        """Advance the state head over rows written straight into the file by
-        bench/build.py (a million summaries in a few transactions); the
-        server's own writes advance it themselves."""
-        with write_transaction(self.conn):
-            self._write_state()
 
     def _stored_state(self) -> tuple[int, bytes] | None:
         row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (STATE_META,)).fetchone()
@@ -209,11 +210,13 @@ class StatePart(RowCodec):
         transaction may still be rolled back (a batch's savepoint, a refusal
         of the caller's, a failed commit). What leaves this handle is read
         back from what the file committed (:meth:`committed`)."""
+        self._apply_binds()  # the tree of row digests first: the state digest covers its root
         stored = self._stored_state()
         version = (stored[0] if stored else 0) + 1
         digest, erased = self._state_digest()
         self._put_meta(STATE_META, f"{version} {self._state_mac(version, digest).hex()}")
         self._take_erased(erased, None if erased is not None else self._record_now())
+        self._trust_root(*self._root_seen)
         return version
 
     def committed(self) -> tuple[Head, int]:
@@ -279,12 +282,13 @@ class StatePart(RowCodec):
                           "`stash verify` and restore this store from a backup.")
         self.state_version, self._drops = version, drops
         self._take_erased(erased, record)
+        self._trust_root(*self._root_seen)  # the root this snapshot's digest read
 
     def _refresh_state(self) -> None:
         """Authenticate the state again as the file holds it now, as an open
-        does: another worker may have erased since this handle opened, and
-        what is served as erased is only ever what an authenticated record
-        names. A file without a state head stays as it was opened."""
+        does: another worker may have written since this handle opened, and
+        what is served as erased, or as a bound row, is only what the
+        authenticated record or tree names. A file without a head stays as is."""
         if self._stored_state() is not None:
             self._check_state()
 

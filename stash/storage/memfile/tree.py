@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 from ...core.blocks import Erased, Settled, forget_span, is_settled, levels
@@ -19,6 +20,7 @@ from ...core.errors import Damaged, RolledBack
 from ...crypto import aead
 from ..files import write_transaction
 from .base import DROPS_META, HOLES_META
+from .row_tree import summary_kind, summary_slot
 from .rows import RowCodec
 
 
@@ -90,9 +92,9 @@ class TreePart(RowCodec):
         without a summary is absent."""
         if not self._made("summaries"):
             return {}
-        rows = self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
-                                 "WHERE size = ? AND idx >= ? AND idx < ?", (size, first, end))
-        return {idx: self._summary_text(size, idx, sealed, epoch) for idx, sealed, epoch in rows}
+        with closing(self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
+                                       "WHERE size = ? AND idx >= ? AND idx < ?", (size, first, end))) as rows:
+            return {idx: self._summary_text(size, idx, sealed, epoch) for idx, sealed, epoch in rows}
 
     def summary(self, lo: int, hi: int) -> str | None:
         size = hi - lo
@@ -164,6 +166,7 @@ class TreePart(RowCodec):
             cols, marks, epoch = self._epoch_of_write("summaries")
             self.conn.execute(f"INSERT INTO summaries(size, idx, sealed{cols}) VALUES (?, ?, ?{marks})",
                               (size, idx, sealed, *epoch))
+            self._bind(summary_slot(size, idx), sealed)
             if hole:
                 holes[size].remove(idx)
                 self._save_holes(holes)
@@ -211,6 +214,7 @@ class TreePart(RowCodec):
         gone = forget_span(lo, hi, settled, top_size)
         for size in sorted({b - a for a, b in gone}):
             self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, lo // size))
+            self._bind_from(summary_kind(size), lo // size)
         if settled.holes:
             self._save_holes(settled.holes)  # holes past the new frontiers are gone with them
         return gone
@@ -236,6 +240,7 @@ class TreePart(RowCodec):
                     continue
                 dropped.add((a, b))
                 self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
+                self._bind(summary_slot(size, a // size), None)
                 if not erased.covers(a, b):
                     drops["p"].setdefault(size, {})[a // size] = version
         gone = sorted(dropped, key=lambda blk: (blk[1] - blk[0], blk[0]))
@@ -251,12 +256,12 @@ class TreePart(RowCodec):
         levels are dense: an export writes each up to its first hole; docs/DESIGN.md, "Erase")."""
         if not self._made("summaries"):
             return
-        rows = self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
-                                 "WHERE size = ? ORDER BY idx", (size,))
-        for expected, (idx, sealed, epoch) in enumerate(rows):
-            if idx != expected:
-                return
-            yield self._summary_text(size, idx, sealed, epoch)
+        with closing(self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
+                                       "WHERE size = ? ORDER BY idx", (size,))) as rows:
+            for expected, (idx, sealed, epoch) in enumerate(rows):
+                if idx != expected:
+                    return
+                yield self._summary_text(size, idx, sealed, epoch)
 
     def level_sizes(self) -> list[int]:
         if not self._made("summaries"):
