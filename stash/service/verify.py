@@ -47,7 +47,7 @@ from ..storage import formats, inbox, memories, ring_copies, safeopen, userlock
 from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
 from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant
 from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
-from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, erasure_record
+from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, bound, erasure_record
 from . import memory_ops
 from .pair_agree import agree
 
