@@ -1,6 +1,8 @@
 """Every file of this repository that a comment, a docstring or a document
-names by its path exists: a file moved or renamed leaves no reader looking for
-it under its old name (Markdown links are held by tests/api/test_doc_links.py).
+names by its path exists, and every section it names in quotes after a
+document's path (``SECURITY.md, "Limits"``) is a heading or a bold lead of that
+document: a file or section moved or renamed leaves no reader looking for it
+under its old name (Markdown links are held by tests/api/test_doc_links.py).
 
 A path is read where it starts at a top folder of the repository
 (``tests/oracle.py``, ``stash/web/codes.py``, ``deploy/README.md``) or, ending
@@ -23,6 +25,9 @@ from tests.unit.test_no_outside_contract import REPO, tracked_files
 RECORDS = {"bench/HISTORY.md", "tests/unit/test_named_paths.py"}
 EXTENSION = r"\.(?:py|md|sql|json|toml|txt|js|css|html|sh|service|conf|ya?ml|cfg)"
 NOT_A_PATH_AFTER = "*<{\\|"  # a glob, a placeholder, a regex's escaped dot, a label
+CITED = re.compile(r'((?:[\w.-]+/)*[\w-]+\.md),?\s+\(?"([^"]+)"')  # README.md, "Where to read on"
+HEADING = re.compile(r"^#{1,6}\s+(?:\d+\.\s+)?(.+?)\s*#*\s*$", re.M)  # "## 8. Replicated host" is "Replicated host"
+BOLD_LEAD = re.compile(r"\*\*([^*]+?)\*\*")
 
 
 def released(name: str, text: str) -> str:
@@ -73,6 +78,28 @@ def missing_paths(files: dict[str, str], tree: list[str], root: Path) -> list[st
     return out
 
 
+def words(text: str) -> str:
+    return " ".join(text.replace("`", "").replace("*", "").split()).lower().rstrip(".")
+
+
+def unknown_sections(files: dict[str, str], root: Path) -> list[str]:
+    """``name:line document "section"`` for each section cited by name that
+    starts no heading and no bold lead of that document."""
+    known: dict[Path, list[str]] = {}
+    out = []
+    for name, text in sorted(files.items()):
+        for m in CITED.finditer(released(name, text)):
+            doc = next((d for d in (root / m.group(1), (root / name).parent / m.group(1)) if d.is_file()), None)
+            if doc is None:  # not a document of the tree: the path check speaks of it
+                continue
+            if doc not in known:
+                body = doc.read_text(encoding="utf-8")
+                known[doc] = [words(h) for h in HEADING.findall(body) + BOLD_LEAD.findall(body)]
+            if not any(h.startswith(words(m.group(2))) for h in known[doc]):
+                out.append(f"{name}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)} \"{words(m.group(2))}\"")
+    return out
+
+
 def repository_texts() -> tuple[dict[str, str], list[str]]:
     tree = [p.relative_to(REPO).as_posix() for p in tracked_files()]
     texts = {name: (REPO / name).read_text(encoding="utf-8") for name in tree
@@ -84,6 +111,11 @@ def test_every_path_a_comment_or_document_names_exists() -> None:
     texts, tree = repository_texts()
     assert len(texts) > 300  # the scan reads the tree
     assert missing_paths(texts, tree, REPO) == []
+
+
+def test_every_section_a_comment_or_document_names_exists() -> None:
+    texts, _ = repository_texts()
+    assert unknown_sections(texts, REPO) == []
 
 
 def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
@@ -104,3 +136,8 @@ def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
     assert missing_paths({"a.md": probe, "CHANGELOG.md": changelog}, tree, tmp_path) == [
         "CHANGELOG.md:4 stash/new.py",
         "a.md:1 tests/invariants/_oracle.py", "a.md:1 storage/files.py", "a.md:2 stash/gone/"]
+    (tmp_path / "bench" / "README.md").write_text("# Bench\n\n## 8. Replicated host and failover\n\n"
+                                                "**Limits.** none\n", encoding="utf-8")
+    cites = ('see bench/README.md, "Replicated host"; (README.md, "Limits"), `bench/README.md` "Bench"\n'
+             'gone: bench/README.md, "Issue 27, item 3"; elsewhere: no/such.md "x"')
+    assert unknown_sections({"bench/a.py": cites}, tmp_path) == ['bench/a.py:2 bench/README.md "issue 27, item 3"']
