@@ -91,6 +91,28 @@ def test_the_bench_page_holds_current_numbers_not_a_log() -> None:
     assert COMMIT.findall("before (c9cc522), after 10d5ed8; mode 0600, 2026-12-01, deadline") == ["c9cc522", "10d5ed8"]
 
 
+def unreleased_entries(changelog: str) -> list[list[str]]:
+    """Each entry of the Unreleased section: its lines, from its ``- `` on."""
+    section = changelog.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
+    entries: list[list[str]] = []
+    for line in section.splitlines():
+        if line.startswith("- "):
+            entries.append([line])
+        elif line.startswith("  ") and entries:
+            entries[-1].append(line)
+    return entries
+
+
+def test_each_unreleased_change_is_one_or_two_lines() -> None:
+    """A change log entry is what a user or operator notices, not the run
+    that measured it: one or two lines of at most 120 characters."""
+    entries = unreleased_entries((REPO / "CHANGELOG.md").read_text(encoding="utf-8"))
+    assert len(entries) > 10
+    assert [e[0] for e in entries if len(e) > 2 or any(len(line) > 120 for line in e)] == []
+    probe = "## [Unreleased]\n### Added\n- one\n- two\n  lines\n- three\n  long\n  lines\n\n## [0.1.0]\n- old\n  x\n"
+    assert [len(e) for e in unreleased_entries(probe)] == [1, 2, 3]
+
+
 def test_the_client_manual_names_every_verb() -> None:
     text = (REPO / "stash" / "CLIENT.md").read_text(encoding="utf-8")
     missing = [v for v in VERBS if not re.search(rf"\bstash {re.escape(v)}\b", text)]
