@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.unit.test_no_outside_contract import REPO, tracked_files
+from tests.tracked import REPO, texts, tracked_files
 
 # Records of their day (see the docstring); this file, whose probes name paths that do not exist.
 RECORDS = {"bench/HISTORY.md", "tests/unit/test_named_paths.py"}
@@ -102,9 +102,8 @@ def unknown_sections(files: dict[str, str], root: Path) -> list[str]:
 
 def repository_texts() -> tuple[dict[str, str], list[str]]:
     tree = [p.relative_to(REPO).as_posix() for p in tracked_files()]
-    texts = {name: (REPO / name).read_text(encoding="utf-8") for name in tree
-             if name.endswith((".md", ".py")) and name not in RECORDS and (REPO / name).is_file()}
-    return texts, tree
+    read = {name: text for name, text in texts().items() if name.endswith((".md", ".py")) and name not in RECORDS}
+    return read, tree
 
 
 def test_every_path_a_comment_or_document_names_exists() -> None:

@@ -7,10 +7,9 @@ follows, it cites docs/DESIGN.md by section name."""
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.tracked import REPO, texts
+
 DESIGN = REPO / "docs" / "DESIGN.md"
 
 # Built from parts, so that this file does not cite what it forbids.
@@ -20,33 +19,6 @@ CITATION = re.compile(r'docs/DESIGN\.md,?\s+"([^"]+)"')
 SECTION = re.compile("\u00a7")
 PUBLISHED = re.compile(r"\b(?:RFC ?\d+|draft-[a-z0-9-]+)", re.I)  # named within NEAR characters before the sign
 NEAR = 80
-
-
-def tracked_files() -> list[Path]:
-    """Every file git tracks here (the whole tree but .git and .venv when git is absent)."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        skip = {".git", ".venv"}
-        return [p for p in REPO.rglob("*") if p.is_file() and not skip & set(p.relative_to(REPO).parts)]
-    # A link (stash/skill and the package's other links to top-level files) is read as its target is.
-    return [REPO / name for name in out.decode().split("\0") if name and not (REPO / name).is_symlink()]
-
-
-def texts() -> dict[str, str]:
-    out = {}
-    for path in tracked_files():
-        try:
-            out[path.relative_to(REPO).as_posix()] = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, FileNotFoundError):  # binary fixtures; a file deleted but not yet staged
-            continue
-    return out
-
-
-def test_no_tracked_file_cites_an_outside_contract() -> None:
-    hits = [f"{name}:{text.count(chr(10), 0, m.start()) + 1}" for name, text in texts().items()
-            for m in OUTSIDE.finditer(text)]
-    assert hits == []
 
 
 def unpublished_sections(text: str) -> list[int]:
