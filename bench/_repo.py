@@ -1,5 +1,5 @@
 """Imported first by every bench script: puts the repository root on
-``sys.path``, so ``python bench/x.py`` finds this checkout's ``stash`` and
+``sys.path``, so ``python bench/<script>.py`` finds this checkout's ``stash`` and
 ``tests/live.py``, the one server launcher of the tests and of bench/."""
 
 import sys

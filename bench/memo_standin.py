@@ -14,7 +14,7 @@ script does the same work on the same layout (the one ``GET /export`` and
 The algorithms are those of the design document, written here from its words and sharing no
 code with ``stash`` (the harness checks that both give the same lines):
 
-* ``wake`` — the cover (§2.2: bisection, 60 halvings, then split the newest),
+* ``wake`` — the cover (docs/DESIGN.md, "The cover": bisection, 60 halvings, then split the newest),
   one seek and read per line, then the first pending block and its prompt;
 * ``zoom lo-hi`` — two records;
 * ``note TEXT`` — append one record and fsync (Stash commits each note with

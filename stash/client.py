@@ -435,7 +435,7 @@ PIN_RE = re.compile(r"\d{1,18}:[0-9a-f]{64}(?::\d{1,18})?")
 
 
 def pins_path() -> Path:
-    """$STASH_PINS, else stash/pins.json under $XDG_CONFIG_HOME (~/.config)."""
+    """$STASH_PINS, else $XDG_CONFIG_HOME/stash/pins.json (~/.config/stash/pins.json)."""
     explicit = os.environ.get("STASH_PINS", "").strip()
     if explicit:
         return Path(explicit)

@@ -9,7 +9,7 @@ The summaries are re-sealed :data:`SLICE` to a write transaction
 nap is written, so a kill at any instant leaves each summary in one layout
 or the other, both of which open, and running it again finishes; then the
 file is rewritten under the memory's lock held exclusive, so its requests
-wait for the rewrite (17 s at a million memories, bench/README.md), and
+wait for the rewrite (17 s at a million memories, bench/HISTORY.md), and
 its recall cache is deleted, to be rebuilt compressed by the next recall
 (rebuilt in place, the old pieces' pages would stay in the file, free).
 Before the rewrite the log's one-size rows are stored short, :data:`SLICE`

@@ -127,7 +127,7 @@ def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -
     (``watch``), and the roster.
 
     What a checkpoint costs the replica decides what replication costs
-    (bench/README.md, "Replication cost"). Litestream writes a row of its own
+    (bench/HISTORY.md, "Replication cost"). Litestream writes a row of its own
     after each checkpoint it runs; a page-count trigger of one page
     (``min-checkpoint-page-count: 1``) sees that row's frame as reason for
     the next checkpoint, every interval, and each restarted WAL made it ship

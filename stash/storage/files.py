@@ -604,8 +604,8 @@ def return_free_heap() -> bool:
     and frees from many threads (page caches, sealed rows, answers); glibc
     keeps what was freed below the top of its heaps, so a worker's resident
     memory rose for the whole of a 10-minute load run, in its anonymous
-    pages, while neither Python's heap nor SQLite's did (bench/README.md,
-    issue 27 item 5). Called by
+    pages, while neither Python's heap nor SQLite's did (bench/HISTORY.md,
+    "Item 5's RSS: the free heap given back"). Called by
     the pool's thread every 5 s; it changes nothing a connection
     holds."""
     if _MALLOC_TRIM is None:
@@ -624,7 +624,7 @@ MiB in SQLCipher's library, 7–8 in the other), so under load they stop
 growing there instead of climbing on towards a larger bound as the users'
 files grow: at 32 MiB a worker's RSS still rose 10–13 % over a 10-minute
 soak, at 12 MiB it levelled within 10 % with the same throughput
-(bench/README.md, issue 27 item 5). A single memory's requests stay within
+(bench/HISTORY.md, "Issue 27, item 5: the page caches' budget"). A single memory's requests stay within
 their connection's CACHE_KIB, far below it."""
 
 

@@ -38,7 +38,7 @@ MEMORY_PAGES = formats.MEMORY_PAGES  # the page size memory.db is read with (sch
 FORMAT = formats.current_mark(formats.KEY_RING)
 _COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
 LABEL_PAD = 66  # a sealed label's plaintext: 2-byte length + grant_terms.LABEL_MAX_BYTES, so every label is one size
-AUDIT_PAD = 256  # a sealed audit event's plaintext is a multiple of this (SECURITY.md, "What the files show")
+AUDIT_PAD = 256  # a sealed audit event's plaintext is a multiple of this (SECURITY.md, "Owner-only data")
 
 
 def wrap_aad(user_id: str, grant_id: int, scope: str) -> bytes:

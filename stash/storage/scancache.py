@@ -84,7 +84,7 @@ MAX_PADDED = -(-(MAX_PLAIN + 4) // PAD_BYTES) * PAD_BYTES
 LENGTH_BYTES = 4
 ZLIB_LEVEL = 1
 """The recall cache's compression level: measured on bench/build.py's text
-(bench/README.md, "Item 3"), level 1 takes a piece to 27 % of its lines in
+(bench/HISTORY.md, "Issue 27, item 3: rows in buckets"), level 1 takes a piece to 27 % of its lines in
 4 ms, level 6 to 23 % in 42 ms; a first recall at a million builds 244
 pieces, and the lock-free reader decompresses every piece of each recall."""
 COMPRESSED = b"|zlib"  # in a compressed piece's associated data

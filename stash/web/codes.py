@@ -1,7 +1,11 @@
 """Every error code the server answers, with its one status and what it
-means. Routes name the codes they raise (:mod:`stash.web.routes`); the status
-comes from here, so a code cannot be documented with two statuses, and the
-reference's error-code table is generated from this list and those names."""
+means: what the reference's error-code table, OpenAPI and the routes' own code
+lists (:mod:`stash.web.routes`) document. An answer's status is not read from
+here but from the error raised (``err.status`` in :mod:`stash.web.errors`: its
+class's in :mod:`stash.core.errors`, or the 404 and 405 :mod:`stash.web.app`
+sets); tests/api/test_openapi.py reads every raise in the package and holds
+each code to the one status listed here, so a code is never documented with one
+status and answered with another."""
 
 from __future__ import annotations
 

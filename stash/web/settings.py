@@ -222,7 +222,7 @@ class Settings:
         "--word-index", "on", "keep the sealed word index beside the recall cache (recall.db) for words searches",
         choices=("on", "off"),
         doc="`on`: words searches (`/recall` with `words`) keep and read a sealed word index in each memory's "
-            "`recall.db` (about 52 bytes per memory on bench text, see bench/README.md); `off`: no index is "
+            "`recall.db` (about 49 bytes per memory on bench text, see bench/README.md); `off`: no index is "
             "written and every words search builds it from the whole log, slower than any regex recall (tens "
             "of seconds at a million memories). Existing index pieces are left unread while off")
 

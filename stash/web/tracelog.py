@@ -37,7 +37,7 @@ def shown_file(filename: str) -> str:
 
 
 def frames(exc: BaseException) -> str:
-    """The failure as one line: ``KeyError at stash/x.py:12 f < stash/y.py:40 g``
+    """The failure as one line: ``KeyError at stash/web/dispatch.py:12 f < stash/service/memory.py:40 g``
     (outermost first), each earlier exception of the chain after ``; during``."""
     out: list[str] = []
     seen: set[int] = set()

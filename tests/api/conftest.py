@@ -1,6 +1,6 @@
 """Fixtures local to the API tests.
 
-The apps run their lifespan (tests/helpers.Api), as a served one does. The
+The apps run their lifespan (``Api``, tests/helpers.py), as a served one does. The
 modules of :data:`KEPT_OPEN` run twice over the ``api`` and ``module_api``
 fixtures: with a memory's files closed after every request, and kept open
 between requests as ``stash serve`` does by default (``--keep-open``,

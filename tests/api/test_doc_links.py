@@ -16,6 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = ["README.md", "SECURITY.md", "deploy/README.md", "stash/CLIENT.md", "bench/README.md", "API-REFERENCE.md",
         "docs/DESIGN.md", "CHANGELOG.md", "CONTRIBUTING.md", "bench/HISTORY.md"]
 README_MAX_LINES = 150
+BENCH_MAX_LINES = 300  # bench/README.md: how to run, today's numbers, how they are measured
+COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
@@ -77,6 +79,38 @@ def test_the_readme_is_a_front_door() -> None:
     assert len(text.splitlines()) <= README_MAX_LINES
     for room in DOCS[1:] + ["skill/SKILL.md"]:
         assert f"]({room}" in text, f"README.md does not link to {room}"
+
+
+def test_the_bench_page_holds_current_numbers_not_a_log() -> None:
+    """Runs, before-and-after figures and the commits they compared go to
+    bench/HISTORY.md; bench/README.md keeps one current figure per row."""
+    text = (REPO / "bench" / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= BENCH_MAX_LINES
+    assert COMMIT.findall(text) == []
+    assert re.findall(r"^#+ .*\bissue \d+", text, re.M | re.I) == []
+    assert COMMIT.findall("before (c9cc522), after 10d5ed8; mode 0600, 2026-12-01, deadline") == ["c9cc522", "10d5ed8"]
+
+
+def unreleased_entries(changelog: str) -> list[list[str]]:
+    """Each entry of the Unreleased section: its lines, from its ``- `` on."""
+    section = changelog.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
+    entries: list[list[str]] = []
+    for line in section.splitlines():
+        if line.startswith("- "):
+            entries.append([line])
+        elif line.startswith("  ") and entries:
+            entries[-1].append(line)
+    return entries
+
+
+def test_each_unreleased_change_is_one_or_two_lines() -> None:
+    """A change log entry is what a user or operator notices, not the run
+    that measured it: one or two lines of at most 120 characters."""
+    entries = unreleased_entries((REPO / "CHANGELOG.md").read_text(encoding="utf-8"))
+    assert len(entries) > 10
+    assert [e[0] for e in entries if len(e) > 2 or any(len(line) > 120 for line in e)] == []
+    probe = "## [Unreleased]\n### Added\n- one\n- two\n  lines\n- three\n  long\n  lines\n\n## [0.1.0]\n- old\n  x\n"
+    assert [len(e) for e in unreleased_entries(probe)] == [1, 2, 3]
 
 
 def test_the_client_manual_names_every_verb() -> None:

@@ -29,21 +29,17 @@ import os
 import re
 import sys
 import time
-import zlib
 from pathlib import Path
 
 import httpx
+
+from tests.oracle import digest
 
 TOKEN_ENV = "STASH_TEST_TOKEN"
 LIFETIME_S = 180  # a client never outlives a parent that forgot it
 PAUSE_S = 0.05  # between attempts while the server is down
 MEMORY = re.compile(r"#(\d+) \d{4}-\d{2}-\d{2} (c\d+ note \d+)")
 SUMMARY = re.compile(r"#(\d+)-(\d+) (\d+-\d+) ([0-9a-f]{8}) c\d+")
-
-
-def digest(source: list[str]) -> str:
-    """Must match tests/invariants/_oracle.py:digest."""
-    return f"{zlib.crc32(chr(10).join(source).encode()):08x}"
 
 
 class Log:

@@ -11,7 +11,7 @@ What must hold, whatever the interleaving and wherever the kill lands:
   prefix and every summary was written from its own block's lines;
 - no answer is ever a 5xx or shows a line that is not whole;
 - after the naps still due are answered, the wake is exactly what docs/DESIGN.md, "Memory model",
-  derives from the stored log and tree (tests/invariants/_oracle.py).
+  derives from the stored log and tree (tests/oracle.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """At rest, nothing readable: after real use of a real server, no byte of any
 file under its data folder, and nothing in its own output, carries a memory's
 text, a summary's text, a recall query, a token or a token's secret (docs/DESIGN.md, "HTTP surface",
-§4). Checked for both file ciphers: with ``--file-cipher none`` the SQLite
+and "Sealing rows"). Checked for both file ciphers: with ``--file-cipher none`` the SQLite
 file is plain, so only the row sealing stands between the disk and the text;
 and for main and a second memory, used alike on one server, one scan."""
 

@@ -1,6 +1,7 @@
 """The real server over real HTTP: a process started with ``stash serve``,
 spoken to through a socket, storing on disk. Expectations come from docs/DESIGN.md
-(§2 algorithms, §3 shapes) or from the test's own record of what it wrote."""
+(its algorithms, "Blocks and the tree" to "Import"), from API-REFERENCE.md (the shapes)
+or from the test's own record of what it wrote."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Thousands of notes, every nap answered as it comes due (sometimes a few notes
 late), summaries forgotten and rebuilt, sizes changed and restored. After each
 step the wake, the naps, zoom, forget and recall are compared with the test's
-own record through the model of docs/DESIGN.md in ``_oracle`` — never with the block
+own record through the model of docs/DESIGN.md in tests/oracle.py — never with the block
 arithmetic under test.
 """
 

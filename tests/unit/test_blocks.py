@@ -1,7 +1,7 @@
 """Block arithmetic (stash.core.blocks) against oracles written from docs/DESIGN.md.
 
 Every oracle here is written straight from the text of docs/DESIGN.md ("Blocks and the tree", "The cover" and
-§2.7 and deliberately shares no code with the module under test: its own
+"Forget") and deliberately shares no code with the module under test: its own
 recursive tile, its own bisection, its own fill step, its own set of complete
 blocks. The module must agree with them for every input tried, and must also
 satisfy the properties the design states, checked on its own output.

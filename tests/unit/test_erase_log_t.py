@@ -68,7 +68,7 @@ def test_erasing_one_memory_drops_exactly_its_path(tmp_path: Path, T: int, ciphe
         assert len(gone) <= math.floor(math.log2(T))
         after = summaries(mf, T)
         assert after == {b: s for b, s in before.items() if b not in gone}
-        assert blocks.pending(T, mf.settled(T)) == gone  # smallest first, the §2.1 order
+        assert blocks.pending(T, mf.settled(T)) == gone  # the pending order: smallest first
         # Every hole is a nap; the wake is whole after them.
         mem = Memory(mf, today=lambda: "2026-01-02")
         naps = 0

@@ -1,47 +1,39 @@
 """The project cites its own design document, never a contract kept outside
 the repository: no tracked file names that outside document or cites its
-sections. Where a docstring or comment needs the rule it follows, it cites
-docs/DESIGN.md by section name."""
+sections, and a section sign cites only a published document named beside it
+(an RFC, an Internet-Draft). Where a docstring or comment needs the rule it
+follows, it cites docs/DESIGN.md by section name."""
 
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.tracked import REPO, texts
+
 DESIGN = REPO / "docs" / "DESIGN.md"
 
 # Built from parts, so that this file does not cite what it forbids.
 _WORD = "SP" + "EC"
 OUTSIDE = re.compile(rf"\b{_WORD}(?:\.md|\s*\u00a7|(?![A-Za-z0-9_]))")
 CITATION = re.compile(r'docs/DESIGN\.md,?\s+"([^"]+)"')
+SECTION = re.compile("\u00a7")
+PUBLISHED = re.compile(r"\b(?:RFC ?\d+|draft-[a-z0-9-]+)", re.I)  # named within NEAR characters before the sign
+NEAR = 80
 
 
-def tracked_files() -> list[Path]:
-    """Every file git tracks here (the whole tree but .git and .venv when git is absent)."""
-    try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        skip = {".git", ".venv"}
-        return [p for p in REPO.rglob("*") if p.is_file() and not skip & set(p.relative_to(REPO).parts)]
-    # A link (stash/skill and the package's other links to top-level files) is read as its target is.
-    return [REPO / name for name in out.decode().split("\0") if name and not (REPO / name).is_symlink()]
+def unpublished_sections(text: str) -> list[int]:
+    """The line of each section sign with no published document named just before it,
+    in the same clause (no ``;`` or full stop between)."""
+    def cited(at: int) -> bool:
+        names = list(PUBLISHED.finditer(text, max(0, at - NEAR), at))
+        return bool(names) and not re.search(r";|\.\s", text[names[-1].end():at])
+    return [text.count("\n", 0, m.start()) + 1 for m in SECTION.finditer(text) if not cited(m.start())]
 
 
-def texts() -> dict[str, str]:
-    out = {}
-    for path in tracked_files():
-        try:
-            out[path.relative_to(REPO).as_posix()] = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, FileNotFoundError):  # binary fixtures; a file deleted but not yet staged
-            continue
-    return out
-
-
-def test_no_tracked_file_cites_an_outside_contract() -> None:
-    hits = [f"{name}:{text.count(chr(10), 0, m.start()) + 1}" for name, text in texts().items()
-            for m in OUTSIDE.finditer(text)]
+def test_every_section_sign_cites_a_published_document() -> None:
+    """A bare section number cites a document the reader cannot open: cite
+    docs/DESIGN.md by section name instead."""
+    hits = [f"{name}:{line}" for name, text in texts().items() for line in unpublished_sections(text)]
     assert hits == []
 
 
@@ -58,4 +50,7 @@ def test_the_checks_catch_what_they_must() -> None:
         assert OUTSIDE.search(cited), cited
     for fine in (f"{_WORD}_SIZES", "SPECIAL", "spec", "inspect"):
         assert not OUTSIDE.search(fine), fine
+    assert unpublished_sections("the cover (\u00a72.2: bisection)\nline two \u00a74") == [1, 2]
+    assert unpublished_sections("(RFC 5869's reasoning; the contract's \u00a74)") == [1]
+    assert unpublished_sections("draft-irtf-cfrg-xchacha\n(\u00a72.2.1, \u00a7A.3.1); RFC 8439 \u00a72.8") == []
     assert CITATION.findall('see (docs/DESIGN.md, "Forget") and docs/DESIGN.md "Wake"') == ["Forget", "Wake"]
