@@ -55,6 +55,20 @@ class NotFound(StashError):
     code = "not_found"
 
 
+class NotAcceptable(StashError):
+    """The request accepts no answer the route gives (an MCP host's Accept)."""
+
+    status = 406
+    code = "mcp.not_acceptable"
+
+
+class Misdirected(StashError):
+    """A Host this server does not answer for (421, Misdirected Request)."""
+
+    status = 421
+    code = "mcp.bad_host"
+
+
 class Conflict(StashError):
     status = 409
     code = "conflict"

@@ -621,12 +621,32 @@ class Vault:
                 raise
         return ring.open_grant(again, token.secret), again
 
-    def check_token(self, token_text: str | tokens.Token | None) -> None:
-        """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
-        _, _, ring, _, main, _ = self._capability(token_text)
+    def check_token(self, token_text: str | tokens.Token | None) -> str:
+        """Refuse a token that cannot be live (the cheap part of :meth:`session`);
+        the scope its grant's row names, not yet authenticated: only
+        :meth:`scope_of` may act on it."""
+        try:
+            _, _, ring, grant, main, _ = self._capability(token_text)
+        except StashError:
+            raise
+        except Exception as exc:
+            err = storage_error(exc, self.data_dir)
+            if err is None:
+                raise
+            raise err from None
         if ring is not main:
             ring.close()
         main.close()
+        return grant.scope
+
+    def scope_of(self, token_text: str | tokens.Token | None, memory: str | None = None) -> str:
+        """The scope ``token_text`` holds on ``memory`` (None: the memory it is
+        bound to), read once its grant has opened, so a row edited to claim
+        more opens nothing: what an MCP host is shown it may call. Refused as
+        a session on that memory is."""
+        claimed = self.check_token(token_text)
+        with self.session(token_text, claimed, None, memory) as session:
+            return session.scope
 
     @contextlib.contextmanager
     def session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None = None,

@@ -27,7 +27,6 @@ from . import pages, plaintext, tracelog
 from .errors import error_response
 from .fairshare import Shares
 from .forwarded import TrustedProxies
-from .jsonio import JSON
 from .metrics import Metrics
 from .ratelimit import RateLimiter
 from .routes import ROUTES
@@ -120,13 +119,24 @@ async def not_found(request, exc) -> Response:
     return plaintext.as_text(request.url.path, resp) if plaintext.wants_text(request) else resp
 
 
-def _unrouted(request, code: int) -> JSON:
+def _protocol_at(app, scope):
+    """The protocol of the routes at this path, when their bodies are another protocol's (/mcp)."""
+    for route in app.router.routes:
+        spec = getattr(getattr(route, "endpoint", None), "__self__", None)
+        if getattr(spec, "protocol", None) is not None and route.matches({**scope, "method": spec.method})[0] \
+                is Match.FULL:
+            return spec.protocol
+    return None
+
+
+def _unrouted(request, code: int) -> Response:
     request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
     if code == 405:
         err = StashError(f"This route does not take that method; the reference at {_reference_url(request)} "
                          "lists each route's methods.", code="method_not_allowed")
         err.status = 405
-        resp = error_response(err)
+        protocol = _protocol_at(request.app, request.scope)
+        resp = error_response(err) if protocol is None else protocol.refusal(request, err)
         resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
         return resp
     path = request.url.path

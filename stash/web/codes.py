@@ -101,6 +101,12 @@ CODES: dict[str, Code] = {
     "idempotency.key_reused": Code(409, "the key was used in the last 24 hours for a different request (another "
                                         "body, or another of note, nap and import); nothing was written"),
     "shape.out_of_range": Code(422, "`T` over 10^15 or `lines` outside 1–1000"),
+    "mcp.bad_request": Code(400, "/mcp: not `Content-Type: application/json`, or not one JSON-RPC message the "
+                                 "transport takes (the JSON-RPC error's own code says which)"),
+    "mcp.bad_origin": Code(403, "/mcp: an `Origin` that is neither loopback nor `--url`'s"),
+    "mcp.not_acceptable": Code(406, "/mcp: `Accept` does not take `application/json` and `text/event-stream`"),
+    "mcp.bad_host": Code(421, "/mcp: a `Host` that is neither loopback, nor `--url`'s host, nor the address the "
+                              "server listens on (the MCP SDK's guard against DNS rebinding)"),
     "route.unknown": Code(404, "no such route"),
     "method_not_allowed": Code(405, "the route does not take that method"),
     "rate_limited": Code(429, "too many failures or mints from this address; see `Retry-After`"),

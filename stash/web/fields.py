@@ -204,8 +204,10 @@ def error_codes(route: Any) -> dict[int, list[str]]:
         add("busy.slow", "busy.server")
     if route.scope in ("append", "full", "owner"):
         add("auth.scope")
-    if route.scope in SECURED and (getattr(route, "under", False) or getattr(route, "memory_from", None)
-                                   or getattr(route, "memory_of", None)):
+    if route.scope == "capability":  # the token's liveness, checked before the protocol's code runs
+        add("auth.invalid", "rate_limited", "store.damaged", "store.missing", "store.unreadable")
+    if route.scope in (*SECURED, "capability") and (
+            getattr(route, "under", False) or getattr(route, "memory_from", None) or getattr(route, "memory_of", None)):
         add("memory.unknown")
     if route.idempotent:
         add("idempotency.bad_key", "idempotency.key_reused")

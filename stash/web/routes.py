@@ -44,7 +44,7 @@ from ..service.access import NAME_PATTERN, Session
 from ..service.export import export_archive
 from ..service.operation import Event, Limits
 from ..service.replica import replica_history_ends
-from . import pages, plaintext
+from . import mcp_transport, pages, plaintext
 from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, MEMORY_PREFIX, Call
 from .dispatch import RouteSpec as RouteSpec  # the declaration's class, named where the declarations are
 from .fields import Field, Fields, Refusal, Special
@@ -891,10 +891,55 @@ def memories_erase(s: Session, f: Args, call: Call) -> Answer:
                                  f.get("dry_run"))
 
 
+# ---------------------------------------------------------------- remote MCP (docs/DESIGN.md, "Remote MCP")
+
+MCP_DESCRIPTION = (
+    "The Model Context Protocol's Streamable HTTP transport, stateless (any worker answers any request; no "
+    "session is kept, so there is no stream to GET and no session to DELETE), its answers JSON. It negotiates "
+    "every protocol version the `mcp` SDK serves, by the `initialize` handshake or per request. Its tools are the "
+    "agent's verbs, each listed for the scopes that may call it (read: wake, recall, zoom; append: note; full and "
+    "owner: all six) and each call answered as the route of the same name answers it; a `wake` prompt and the "
+    "`stash://wake` resource load the whole wake. Memory text travels only in content blocks of its own, marked "
+    "`_meta: {\"stash/role\": \"memory\"}`, and in structured content. The bearer must be a live capability; "
+    "without one, 401 names the protected-resource metadata in `WWW-Authenticate`.")
+
+
+@route("POST", "/mcp", "capability", "The agent's tools over the Model Context Protocol (Streamable HTTP)",
+       protocol=mcp_transport.JSONRPC, body_cap=MAX_NAP_BODY, description=MCP_DESCRIPTION,
+       errors=("request.too_large", "mcp.bad_request", "mcp.bad_origin", "mcp.not_acceptable", "mcp.bad_host"))
+async def mcp(f: Args, call: Call) -> Response:
+    return await mcp_transport.exchange(call, MAX_NAP_BODY.of(call.settings))
+
+
+RESOURCE_METADATA = obj({
+    "resource": string("the MCP endpoint this describes: `<server>/mcp`, or `<server>/m/{name}/mcp`"),
+    "resource_name": string("`Stash`"),
+    "bearer_methods_supported": {"const": ["header"], "description": "the token goes in the Authorization "
+                                                                      "header, never a URL"},
+})
+
+
+@route("GET", "/.well-known/oauth-protected-resource", "public", "OAuth protected-resource metadata of /mcp",
+       fields=NO_FIELDS, answer=RESOURCE_METADATA,
+       description="RFC 9728 metadata of the MCP endpoint `/mcp`: what a host needs to learn how to send it a "
+                   "token. The 401 of /mcp names it in `WWW-Authenticate`.")
+async def resource_metadata(f: Args, call: Call) -> Answer:
+    return mcp_transport.resource_metadata(call.page_address(call.settings.public_url), None)
+
+
+@route("GET", "/.well-known/oauth-protected-resource/m/{name}/mcp", "public",
+       "OAuth protected-resource metadata of /m/{name}/mcp", fields=NO_FIELDS, answer=RESOURCE_METADATA,
+       name_params=("name",), errors=("memory.unknown",),
+       description="RFC 9728 metadata of the MCP endpoint of memory `name`, at the path RFC 9728 gives it. It "
+                   "says nothing of whether the memory exists.")
+async def memory_resource_metadata(f: Args, call: Call) -> Answer:
+    return mcp_transport.resource_metadata(call.page_address(call.settings.public_url), f["name"])
+
+
 # Every memory route is served again under /m/{name}, acting on that memory; the public documents too, so
 # an agent whose STASH_URL ends in /m/{name} fetches the skill and the reference as its block says.
 MEMORY_PATHS = ("/wake", "/note", "/nap", "/recall", "/zoom", "/forget", "/config", "/import", "/export", "/erase",
-                "/erase/undo", "/erasures", "/skill", "/reference", "/health")
+                "/erase/undo", "/erasures", "/skill", "/reference", "/health", "/mcp")
 ROUTES.extend([_replace(r, path=MEMORY_PREFIX + r.path, under=True) for r in list(ROUTES)
                if r.path in MEMORY_PATHS])
 @route("GET", "/console", "public", "The owner console: a page for an owner token",

@@ -85,6 +85,10 @@ def test_security_matches_scope(doc: dict) -> None:
             # a read capability opens every route that needs read, so only higher scopes (and append,
             # which a read capability may not do) can be refused
             assert ("auth.scope" in codes.get(403, [])) == (r.scope != "read"), r.path
+        elif r.scope == "capability":  # any live capability: each of its calls checks its own scope
+            assert op["security"] == [{"bearerAuth": []}], r.path
+            assert codes[401] == ["auth.invalid"] and "rate_limited" in codes[429]
+            assert "auth.scope" not in codes.get(403, [])
         else:
             assert r.scope == "operator"
             # loopback needs no credential; elsewhere the operator's token, never a capability
@@ -103,6 +107,10 @@ def test_every_error_response_is_the_error_shape(doc: dict) -> None:
                     continue
                 assert resp["x-error-codes"], (method, path, status)
                 schema = resp["content"]["application/json"]["schema"]
+                if op.get("x-stash-protocol") == "jsonrpc":  # a JSON-RPC error, the Stash code in its data
+                    assert set(schema["required"]) == {"jsonrpc", "id", "error"}, (method, path)
+                    assert set(schema["properties"]["error"]["required"]) == {"code", "message"}
+                    continue
                 for ref in all_refs(schema):
                     target = resolve(doc, ref)
                     assert {"error", "message"} <= set(target["required"]), ref

@@ -157,6 +157,11 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "GET /console": lambda w, s: ("GET", "/console", None),
     "GET /console.js": lambda w, s: ("GET", "/console.js", None),
     "GET /console.css": lambda w, s: ("GET", "/console.css", None),
+    "POST /mcp": lambda w, s: ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "matrix", "version": "1"}}}),
+    "GET /.well-known/oauth-protected-resource": lambda w, s: ("GET", "/.well-known/oauth-protected-resource", None),
+    "GET /.well-known/oauth-protected-resource/m/{name}/mcp": lambda w, s: (
+        "GET", "/.well-known/oauth-protected-resource/m/main/mcp", None),
 }
 
 
@@ -173,14 +178,18 @@ CALLS.update({route_key(r.method, r.path): _under(CALLS[route_key(r.method, r.ba
 
 @pytest.fixture
 def matrix_api(data_dir: Path):
-    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF)))
+    # --url names the in-process client's host, so /mcp's Host check lets its calls in.
+    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF, public_url="http://stash.test")))
     yield client
     client.close()
 
 
-def check(resp, cell: str) -> None:
+def check(resp, cell: str, jsonrpc: bool = False) -> None:
+    """``jsonrpc``: the route's refusals are JSON-RPC errors, the Stash code in their ``data``."""
     if cell == "2xx":
         assert 200 <= resp.status_code < 300, (resp.status_code, resp.text[:300])
+    elif jsonrpc:
+        assert resp.status_code == int(cell) and resp.json()["error"]["data"]["error"] == "auth.invalid", resp.text
     elif cell == "401":
         assert_error(resp, 401, "auth.invalid")
     elif cell == "403":
@@ -194,6 +203,7 @@ def check(resp, cell: str) -> None:
 @pytest.mark.slow
 def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) -> None:
     matrix = {route_key(r.method, r.path): matrix_row(r) for r in ROUTES}
+    jsonrpc = {route_key(r.method, r.path) for r in ROUTES if r.protocol is not None}
     served = list(matrix)
     assert sorted(CALLS) == sorted(served), "a route was added without a call in this test"
     assert set(CALL_ORDER) == set(MATRIX_COLUMNS)
@@ -208,7 +218,7 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
     last = ("POST /rotate", "DELETE /store")
     order = [r for r in served if r not in last] + list(last)
     failures: list[str] = []
-    unauthorized: set[bytes] = set()
+    unauthorized: dict[bool, set[bytes]] = {False: set(), True: set()}
     for route in order:
         for who in CALL_ORDER:
             cell = matrix[route][who]
@@ -220,9 +230,9 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
             if route == "POST /rotate" and resp.status_code == 200:
                 world.target(who).owner = resp.json()["token"]
             try:
-                check(resp, cell)
+                check(resp, cell, route in jsonrpc)
                 if resp.status_code == 401:
-                    unauthorized.add(resp.content)
+                    unauthorized[route in jsonrpc].add(resp.content)
                 if not touches_ours:
                     # Refused, public or another memory's call: ours is untouched and unseen.
                     assert world.ours.marker not in resp.text, "the answer carries this memory's text"
@@ -230,7 +240,7 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
             except AssertionError as e:
                 failures.append(f"{route} [{who}] expected {cell}, got {resp.status_code}: {e}")
     assert failures == [], "\n".join(failures)
-    assert len(unauthorized) == 1, unauthorized
+    assert [len(answers) for answers in unauthorized.values()] == [1, 1], unauthorized  # one 401 per protocol
     # The last call destroyed ours: all its tokens are dead now.
     for who in ("owner", "read", "full"):
         assert_error(api.get("/wake", world.token(who)), 401, "auth.invalid")
