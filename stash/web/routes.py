@@ -615,7 +615,9 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
                 {"receipt": a["receipt"], "erased": len(a["erased"]), "dropped": a["dropped"]}),
     # At the root, what a capability wrote is undone in the memory it is bound to; a range, in main.
     unknown=lambda: NotFound("No such capability; list them with GET /grants.", code="grants.unknown"),
-    memory_of=lambda vault, user, f: (memories.MAIN if f.get("grant") is None
+    # A grant that is no whole number is found in main, where undo refuses it as no capability of it.
+    memory_of=lambda vault, user, f: (memories.MAIN if not isinstance(f.get("grant"), int)
+                                      or isinstance(f["grant"], bool)
                                        else memories.memory_of_grant(vault, user, f["grant"])),
 )
 def erase_undo(s: Session, f: Args, call: Call) -> Answer:

@@ -162,6 +162,9 @@ def test_the_grant_of_another_memory_is_undone_only_where_it_is_bound(api: Api):
     # Under main's address the bravo grant is nobody's; the root and bravo's address find it.
     refused(api.post("/m/main/erase/undo", owner, json={"grant": grant["id"]}), 404, "grants.unknown")
     refused(api.post("/erase/undo", owner, json={"grant": 5_000_001}), 404, "grants.unknown")
+    # A grant that is no whole number is no capability of any memory (found by the fuzzer: a 500 before).
+    for bad in ({}, [1], "2", True, 2.5):
+        refused(api.post("/erase/undo", owner, json={"grant": bad, "first": 0, "last": 0}), 404, "grants.unknown")
     ans = ok(api.post("/m/bravo/erase/undo", owner, json={"grant": grant["id"]}))
     assert ans["erased"] == [0, 1, 2] and ans["flushed"] is True
     assert ok(api.get("/m/bravo/recall?q=bravo", owner))["total"] == 0
