@@ -55,6 +55,21 @@ class NotFound(StashError):
     code = "not_found"
 
 
+class OAuthRefused(StashError):
+    """A refusal of the OAuth endpoints: its code is ``oauth.<error>``, the
+    error RFC 6749, 7591 or 8707 names, which is what the host is answered."""
+
+    status = 400
+    code = "oauth.invalid_request"
+
+
+class UnknownClient(StashError):
+    """An OAuth client this server does not know, or whose metadata document cannot be had."""
+
+    status = 401
+    code = "oauth.invalid_client"
+
+
 class NotAcceptable(StashError):
     """The request accepts no answer the route gives (an MCP host's Accept)."""
 

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
-from ..service import words_scan
+from ..service import oauth, words_scan
 from ..service.access import Vault
 from . import pages, plaintext, tracelog
 from .errors import error_response
@@ -155,6 +155,18 @@ def _routed(app, scope, path: str) -> bool:
 
 WARM_THREAD = "tag-index-warm"
 WARM_JOIN_S = 10.0  # the warm stops between users: one key ring's load at most
+SWEEP_THREAD = "oauth-sweep"
+SWEEP_EVERY_S = 1.0  # an unredeemed code's grant goes within this of the code's expiry
+
+
+def sweep_oauth(vault: Vault, stop: threading.Event) -> None:
+    """Every second, withdraw the grant of each MCP host's code nobody redeemed in time (service/oauth.py);
+    a server with no OAuth state file does one stat a second."""
+    while not stop.wait(SWEEP_EVERY_S):
+        try:
+            oauth.sweep(vault)
+        except Exception as exc:  # a bad moment of one file; the next second tries again
+            error_log.error("oauth sweep failed: %s", tracelog.frames(exc))
 
 
 @contextlib.asynccontextmanager
@@ -178,6 +190,8 @@ async def lifespan(app: Starlette):
         with vault.keeping_files_open(app.state.settings.keep_open):
             warm = threading.Thread(target=vault.tags.warm, args=(stop,), name=WARM_THREAD, daemon=True)
             warm.start()
+            sweeper = threading.Thread(target=sweep_oauth, args=(vault, stop), name=SWEEP_THREAD, daemon=True)
+            sweeper.start()
             try:
                 yield
                 if app.state.owns_process:
@@ -188,6 +202,7 @@ async def lifespan(app: Starlette):
             finally:
                 stop.set()
                 warm.join(timeout=WARM_JOIN_S)
+                sweeper.join(timeout=WARM_JOIN_S)
     finally:
         app.state.metrics.stop()
 

@@ -71,8 +71,7 @@ class Protocol:
 
     name: str
     refusal: Callable[[Request, StashError], Response]
-    request: dict[str, Any]  # the OpenAPI requestBody
-    answers: dict[str, Any]  # the OpenAPI responses of what it answers, by status
+    request: dict[str, Any] | None  # the OpenAPI requestBody; None: the route's fields say it
     error: dict[str, Any]  # the OpenAPI content of one of its refusals
     error_words: str  # what its refusals carry, said in each error response of the document
 
@@ -121,6 +120,19 @@ class Call:
     def token(self) -> str | None:
         """The request's bearer token: for a route that acts on every memory of the identity (GET /grants)."""
         return bearer(self._request)
+
+    @property
+    def origin(self) -> str | None:
+        """Where the request says it was sent from: its Origin, else its Referer's origin (a form's CSRF check)."""
+        headers = self._request.headers
+        origin = headers.get("origin")
+        if origin and origin != "null":
+            return origin
+        referer = headers.get("referer")
+        if not referer:
+            return None
+        scheme, _, rest = referer.partition("://")
+        return f"{scheme}://{rest.split('/', 1)[0]}" if rest else None
 
     @property
     def replicating(self) -> bool:
@@ -305,6 +317,8 @@ class RouteSpec:
     name_params: tuple[str, ...] = ()
     # The protocol its body is, when not Stash's own JSON (a route of scope ``capability``, or OAuth's).
     protocol: Protocol | None = None
+    # What else it answers besides ``status`` and its refusals: OpenAPI response objects by status (a redirect).
+    more_answers: tuple[tuple[str, Any], ...] = ()
 
     @property
     def base(self) -> str:

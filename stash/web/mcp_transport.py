@@ -96,7 +96,7 @@ _ERROR = {"type": "object", "required": ["jsonrpc", "id", "error"], "properties"
         "data": {"description": "`{\"error\": code}` (a Stash error code) when the Stash edge refused; the SDK's own "
                                 "data otherwise (the versions it serves, for an unsupported one)"}}}},
     "description": "A JSON-RPC 2.0 error."}
-_MESSAGE = {"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}},
+MESSAGE = {"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}},
             "description": "One JSON-RPC 2.0 message of the Model Context Protocol: a request, a notification or a "
                            "response."}
 JSONRPC = Protocol(
@@ -104,20 +104,18 @@ JSONRPC = Protocol(
     refusal=refusal,
     request={"required": True, "description": "One JSON-RPC message (MCP Streamable HTTP). Send `Accept: "
                                               "application/json, text/event-stream`.",
-             "content": {"application/json": {"schema": _MESSAGE}}},
-    answers={"200": {"description": "The JSON-RPC response to the request sent.",
-                     "content": {"application/json": {"schema": _MESSAGE},
-                                 "text/event-stream": {"schema": {"type": "string"}}}},
-             "202": {"description": "A notification (or a response) was accepted; no body."}},
+             "content": {"application/json": {"schema": MESSAGE}}},
     error={"application/json": {"schema": _ERROR}},
     error_words="A JSON-RPC error; `data.error` is the Stash code when the Stash edge refused",
 )
+ACCEPTED = ("202", {"description": "A notification (or a response) was accepted; no body."})
 
 
 def resource_metadata(address: str, memory: str | None) -> dict[str, Any]:
     """The protected-resource metadata (RFC 9728) of /mcp, or of memory ``memory``'s /m/{name}/mcp."""
     path = "/mcp" if memory is None else f"/m/{memory}/mcp"
-    return {"resource": address + path, "resource_name": "Stash", "bearer_methods_supported": ["header"]}
+    return {"resource": address + path, "resource_name": "Stash", "authorization_servers": [address],
+            "bearer_methods_supported": ["header"]}
 
 
 def security_settings(settings: Any) -> dict[str, Any]:

@@ -137,9 +137,16 @@ def _protocol_operation(route, op: dict[str, Any], params: list[dict[str, Any]])
     op["x-stash-protocol"] = protocol.name
     if params:
         op["parameters"] = params
-    if route.method != "GET":
+    if route.method != "GET" and protocol.request is not None:
         op["requestBody"] = protocol.request
-    responses: dict[str, Any] = dict(protocol.answers)
+    elif route.method != "GET" and route.fields is not None:
+        kind = "application/x-www-form-urlencoded" if route.fields.form else "application/json"
+        op["requestBody"] = {"required": route.fields.body_required, "content": {kind: {
+            "schema": route.fields.schema()}}}
+    ok: dict[str, Any] = {"description": "Success"}
+    if route.answer is not None:
+        ok["content"] = {route.media: {"schema": route.answer}}
+    responses: dict[str, Any] = {str(route.status): ok, **dict(route.more_answers)}
     for status, codes in error_codes(route).items():
         resp: dict[str, Any] = {"description": f"{_STATUS_WORDS.get(status, 'Refused')}. {protocol.error_words}. "
                                                f"Codes: {', '.join(codes)}.",

@@ -109,7 +109,8 @@ def test_host_and_origin_are_checked_against_the_url(api: Api, owner: str, data_
 
 def test_protected_resource_metadata(api: Api) -> None:
     assert api.get("/.well-known/oauth-protected-resource").json() == {
-        "resource": f"{PUBLIC}/mcp", "resource_name": "Stash", "bearer_methods_supported": ["header"]}
+        "resource": f"{PUBLIC}/mcp", "resource_name": "Stash", "authorization_servers": [PUBLIC],
+        "bearer_methods_supported": ["header"]}
     assert api.get("/.well-known/oauth-protected-resource/m/work/mcp").json()["resource"] == f"{PUBLIC}/m/work/mcp"
     assert api.get("/.well-known/oauth-protected-resource/m/Bad!/mcp").status_code == 404
 
