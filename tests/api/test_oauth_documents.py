@@ -28,7 +28,7 @@ class Documents(BaseHTTPRequestHandler):
 
     hits: list[str] = []
 
-    def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+    def do_GET(self) -> None:
         Documents.hits.append(self.path)
         base = f"http://127.0.0.1:{self.server.server_address[1]}"
         doc = {"client_id": base + self.path, "client_name": "Doc host", "redirect_uris": [REDIRECT]}
