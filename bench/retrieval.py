@@ -21,9 +21,20 @@ them), searched through the service exactly as ``POST /recall`` searches:
 * **B, questions** — ``--chat`` (default 20,000) memories of a conversational
   life, with facts ("Priya moved the harbor review to Thursday because ...")
   asked as whole questions in other words than the memory's ("when did Priya
-  move the harbor review?", "what happened to the harbor review Priya had?").
-  Compared with a plain BM25 (k1 1.2, b 0.75, lower-cased ``\\w+`` tokens, no
-  prefixes, no folding) computed here over the same memories.
+  move the harbor review?", "what happened to the harbor review Priya had?"):
+  the four *original* forms. Each English fact is also asked *inflected*, in
+  other forms of the memory's own words ("is Priya moving the harbor
+  reviews?" for "Priya moved the harbor review"). Beside them, a Turkish part
+  (a quarter as many memories, a third as many facts, seeded apart so the
+  English part is the same life as before): facts such as "Ayşe
+  toplantılarımızı erteledi çünkü oda doluydu" (Ayşe postponed our meetings),
+  asked as written ("Ayşe toplantılarımızı ne zaman erteledi?") and
+  inflected ("Ayşe toplantıyı ne zaman erteledi?", the meeting), among
+  fillers where the same person did the same to another thing or another
+  thing to the same one. Compared with a plain BM25 (k1 1.2, b 0.75,
+  lower-cased ``\\w+`` tokens (``İ`` to ``i``), no prefixes, no folding) computed here over the
+  same memories, and with the same BM25 over stems (each token counted as
+  its English and its Turkish Snowball stem, two terms).
 
 hit@k: the planted memory among the first k answers; hit@page: among the
 answers of the first page (PART_CHARS = 20,000 bytes, the default).
@@ -182,9 +193,16 @@ OBJECTS = ["harbor review", "budget meeting", "dentist visit", "flight to Lisbon
            "board meeting", "piano recital", "apartment viewing", "launch party", "job interview", "tax audit",
            "vet appointment", "design review", "sales call", "hackathon", "family dinner", "release candidate"]
 # (past in the memory, base in a question, a paraphrase's verb)
-ACTS = [("moved", "move", "reschedule"), ("cancelled", "cancel", "call off"), ("booked", "book", "reserve"),
-        ("postponed", "postpone", "push back"), ("lost", "lose", "lose"), ("approved", "approve", "sign off"),
-        ("started", "start", "kick off"), ("finished", "finish", "wrap up")]
+# (past in the memory, base in a question, a paraphrase's verb, the -ing form of an inflected question)
+ACTS = [("moved", "move", "reschedule", "moving"), ("cancelled", "cancel", "call off", "cancelling"),
+        ("booked", "book", "reserve", "booking"), ("postponed", "postpone", "push back", "postponing"),
+        ("lost", "lose", "lose", "losing"), ("approved", "approve", "sign off", "approving"),
+        ("started", "start", "kick off", "starting"), ("finished", "finish", "wrap up", "finishing")]
+# Each object of OBJECTS with its noun in the plural, for an inflected question.
+PLURALS = ["harbor reviews", "budget meetings", "dentist visits", "flights to Lisbon", "team offsites",
+           "code freezes", "board meetings", "piano recitals", "apartment viewings", "launch parties",
+           "job interviews", "tax audits", "vet appointments", "design reviews", "sales calls", "hackathons",
+           "family dinners", "release candidates"]
 REASONS = ["because the client asked for more time", "since the room was taken", "after the storm",
            "as the budget was cut", "because she was sick", "to fit the new roadmap", "after a long talk",
            "because the flights were full"]
@@ -210,12 +228,13 @@ def life_b(n: int, facts: int, rng: random.Random) -> tuple[list[str], list[tupl
     for i in range(n):
         if i in slots:
             a, b, c = slots[i]
-            who, what, (past, base, para) = names[a], OBJECTS[b], ACTS[c]
+            who, what, (past, base, para, ing) = names[a], OBJECTS[b], ACTS[c]
             texts.append(f"{who} {past} the {what} {rng.choice(REASONS)}")
             planted.append((i, [f"When did {who} {base} the {what}?",
                                 f"what happened to the {what} {who} had?",
                                 f"did {who} {para} the {what}",
-                                f"{who.lower()} {what} {base}?"]))
+                                f"{who.lower()} {what} {base}?",
+                                f"is {who} {ing} the {PLURALS[b]}?"]))
             continue
         chat = " ".join(rng.choices(CHAT, k=rng.randint(6, 16)))
         a, b, c = rng.randrange(len(names)), rng.randrange(len(OBJECTS)), rng.randrange(len(ACTS))
@@ -229,21 +248,91 @@ def life_b(n: int, facts: int, rng: random.Random) -> tuple[list[str], list[tupl
     return texts, planted
 
 
-class BM25:
-    """Plain Okapi BM25 (k1 1.2, b 0.75) over lower-cased \\w+ tokens: no prefixes, no folding."""
+TR_NAMES = ["Ayşe", "İlker", "Şule", "Ömer", "Elif", "Kemal", "Zeynep", "Mehmet", "Deniz", "Emre", "Gül", "Burak"]
+# (in a fact: our ... as an object; in an inflected question: the ... as an object; in fillers: in the ...),
+# each row's words of one Turkish Snowball stem, none a prefix of the fact's.
+TR_NOUNS = [("toplantılarımızı", "toplantıyı", "toplantıda"), ("sözleşmelerimizi", "sözleşmeyi", "sözleşmede"),
+            ("raporlarımızı", "raporu", "raporda"), ("bütçelerimizi", "bütçeyi", "bütçede"),
+            ("randevularımızı", "randevusunu", "randevuda"), ("uçuşlarımızı", "uçuşu", "uçuşta"),
+            ("tatillerimizi", "tatili", "tatilde"), ("projelerimizi", "projeyi", "projede"),
+            ("sınavlarımızı", "sınavı", "sınavda"), ("ziyaretlerimizi", "ziyareti", "ziyarette"),
+            ("görüşmelerimizi", "görüşmeyi", "görüşmede"), ("faturalarımızı", "faturayı", "faturada"),
+            ("siparişlerimizi", "siparişi", "siparişte"), ("kongrelerimizi", "kongreyi", "kongrede"),
+            ("seyahatlerimizi", "seyahati", "seyahatte")]
+TR_ACTS = ["erteledi", "iptal etti", "onayladı", "bitirdi", "başlattı", "taşıdı", "planladı", "imzaladı"]
+TR_REASONS = ["çünkü müşteri daha fazla zaman istedi", "çünkü oda doluydu", "fırtınadan sonra",
+              "para kesildiği için", "hasta olduğu için", "yeni plana uymak için", "uzun bir konuşmadan sonra"]
+TR_CHAT = ("bence bunu sonra konuşalım dürüst olmak gerekirse uzun bir gündü ve herkes yorgundu hava güzeldi "
+           "ve kahve içtik geçen hafta ne yaptığımızı sordu henüz bir şey karar vermedik haberleri gördün mü "
+           "ekip öğle yemeği yedi ne hafta ama bir sonraki ne zaman iyi iş çıkardılar").split()
 
-    def __init__(self, texts: list[str]) -> None:
-        self.docs = [re.findall(r"\w+", t.lower()) for t in texts]
+
+def life_b_turkish(n: int, facts: int, first: int, rng: random.Random
+                   ) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """The Turkish part of life B, its memories numbered from ``first``: per
+    fact its position and its questions, as written and inflected."""
+    plan = set()
+    while len(plan) < facts:
+        plan.add((rng.randrange(len(TR_NAMES)), rng.randrange(len(TR_NOUNS)), rng.randrange(len(TR_ACTS))))
+    chosen = sorted(plan)
+    rng.shuffle(chosen)
+    slots = dict(zip(sorted(rng.sample(range(n // 10, n), facts)), chosen))
+    texts: list[str] = []
+    planted: list[tuple[int, list[str]]] = []
+    for i in range(n):
+        if i in slots:
+            a, b, c = slots[i]
+            who, (ours, the, _), act = TR_NAMES[a], TR_NOUNS[b], TR_ACTS[c]
+            texts.append(f"{who} {ours} {act} {rng.choice(TR_REASONS)}")
+            planted.append((first + i, [f"{who} {ours} ne zaman {act}?", f"{who} {the} ne zaman {act}?"]))
+            continue
+        chat = " ".join(rng.choices(TR_CHAT, k=rng.randint(6, 16)))
+        while True:  # a filler never holds all three of a fact
+            a, b, c = rng.randrange(len(TR_NAMES)), rng.randrange(len(TR_NOUNS)), rng.randrange(len(TR_ACTS))
+            if (a, b, c) not in plan:
+                break
+        shape = rng.randrange(4)
+        if shape == 0:
+            texts.append(f"{TR_NAMES[a]} {TR_NOUNS[b][0]} {TR_ACTS[c]} {chat}")
+        elif shape == 1:
+            texts.append(f"{TR_NAMES[a]} {TR_NOUNS[b][2]} {chat}")
+        elif shape == 2:
+            texts.append(f"{TR_NAMES[a]}: {chat}")
+        else:
+            texts.append(f"{TR_NOUNS[b][2]} {chat}")
+    return texts, planted
+
+
+def _lower(word: str) -> str:
+    return word.lower().replace("i\u0307", "i")  # İ lowercases to i + a combining dot: the dot dropped
+
+
+class BM25:
+    """Okapi BM25 (k1 1.2, b 0.75) over lower-cased \\w+ tokens: no prefixes, no folding. Plain, or with
+    ``stems``: each token counted as two terms, its English and its Turkish Snowball stem."""
+
+    def __init__(self, texts: list[str], stems: bool = False) -> None:
+        self.stems = stems
+        if stems:
+            import Stemmer  # PyStemmer: the Snowball stemmers word search uses
+            self.en, self.tr = Stemmer.Stemmer("english"), Stemmer.Stemmer("turkish")
+        self.docs = [self.terms(t) for t in texts]
         self.avg = sum(map(len, self.docs)) / len(self.docs)
         self.post: dict[str, dict[int, int]] = defaultdict(dict)
         for i, d in enumerate(self.docs):
             for w, tf in Counter(d).items():
                 self.post[w][i] = tf
 
+    def terms(self, text: str) -> list[str]:
+        tokens = re.findall(r"\w+", _lower(text))
+        if not self.stems:
+            return tokens
+        return [t for w in tokens for t in ("en " + self.en.stemWord(w), "tr " + self.tr.stemWord(w))]
+
     def top(self, query: str, k: int) -> list[int]:
         n = len(self.docs)
         scores: dict[int, float] = defaultdict(float)
-        for w in set(re.findall(r"\w+", query.lower())):
+        for w in set(self.terms(query)):
             post = self.post.get(w, {})
             idf = math.log(1 + (n - len(post) + 0.5) / (len(post) + 0.5))
             for i, tf in post.items():
@@ -316,24 +405,35 @@ def run_a(n: int, facts: int, seed: int, tmp: Path) -> None:
           {**summary, **dict(sorted(rows.items()))}, ("hit@1", "hit@5", "hit@page"))
 
 
+B_FORMS = ("original form 1", "original form 2", "original form 3", "original form 4", "inflected, English")
+B_TURKISH = ("Turkish, as written", "inflected, Turkish")
+
+
 def run_b(n: int, facts: int, seed: int, tmp: Path) -> None:
     rng = random.Random(seed + 1)
     texts, planted = life_b(n, facts, rng)
+    more, turkish = life_b_turkish(n // 4, facts // 3, len(texts), random.Random(seed + 2))
+    texts += more
     vault, token = store(tmp / "b", texts)
-    bm25 = BM25(texts)
-    print(f"life B: {n} memories, {facts} facts", file=sys.stderr)
+    rankers = {"plain BM25": BM25(texts), "stemmed BM25": BM25(texts, stems=True)}
+    print(f"life B: {len(texts)} memories, {facts} + {len(turkish)} facts", file=sys.stderr)
     rows: dict[str, list[int | None]] = defaultdict(list)
     with vault.session(token, "read") as s:
-        for i, questions in planted:
-            for k, q in enumerate(questions):
-                page = ids(s.memory.recall_words(q)["matches"])
-                rows["words"].append(rank_of(page[:10], i))
-                rows[f"words, question form {k + 1}"].append(rank_of(page[:10], i))
-                got = bm25.top(q, 10)
-                rows["plain BM25"].append(rank_of(got, i))
-                rows[f"plain BM25, question form {k + 1}"].append(rank_of(got, i))
-    table(f"Life B: {n:,} conversational memories, {facts} facts asked as whole questions (4 forms each)",
-          dict(rows), ("hit@1", "hit@5", "hit@10"))
+        for forms, facts_of in ((B_FORMS, planted), (B_TURKISH, turkish)):
+            for i, questions in facts_of:
+                for form, q in zip(forms, questions):
+                    got = {"words": ids(s.memory.recall_words(q)["matches"])[:10]}
+                    got.update({name: bm25.top(q, 10) for name, bm25 in rankers.items()})
+                    for name, found in got.items():
+                        if form.startswith("original"):
+                            rows[f"{name}, original (forms 1-4)"].append(rank_of(found, i))
+                        rows[f"{name}, {form}"].append(rank_of(found, i))
+    order = ["original (forms 1-4)", *B_FORMS, *B_TURKISH]
+    table(f"Life B: {len(texts):,} conversational memories ({len(more):,} in Turkish), {facts} English facts "
+          f"asked as whole questions (4 original forms and 1 inflected) and {len(turkish)} Turkish ones "
+          "(as written and inflected)",
+          {f"{name}, {form}": rows[f"{name}, {form}"] for form in order for name in ("words", *rankers)},
+          ("hit@1", "hit@5", "hit@10"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,29 +68,29 @@ __all__ = ["VERBS", "Failure", "Steps", "batch_lines", "closed_pipe", "command_m
 PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "migrate", "compact", "mcp")
 
 VERBS = {
-    "init": "mint a new memory on URL: prints the two export lines (its token shown once) for "
-            "eval \"$(stash init URL)\", and the block for AGENTS.md on stderr",
+    "init": "mint a new identity on URL, with its first memory, main: prints the two export lines (its token "
+            "shown once) for eval \"$(stash init URL)\", and the block for AGENTS.md on stderr",
     "wake": "read the wake, part by part, until it says you are awake",
-    "note": "record one line of lasting effect",
+    "note": "record one note: a line of lasting effect",
     "nap": "show the due compression, or answer it: nap <block> - with your line on standard input; take many at "
            "once: nap --batch K",
-    "recall": "search every memory with a regex, or by words with --words (prefixes, any case or accent, best "
-              "first)",
+    "recall": "search every note of the memory with a regex, or by words with --words (prefixes, any case or "
+              "accent, best first)",
     "zoom": "open a block of the wake into its two halves",
     "forget": "drop a bad summary, the block containing it at each larger size, and every later summary of "
               "those sizes; the naps that follow write them again",
     "config": "show the sizes, or set them: config NAME=VALUE (empty value restores the default)",
-    "import": "bulk-append dated memories from a file of 'YYYY-MM-DD text' lines",
+    "import": "bulk-append dated notes from a file of 'YYYY-MM-DD text' lines",
     "grants": "list capabilities, mint one (read | append | full; --memory NAME binds it to that memory), or "
               "revoke one (revoke ID)",
     "memories": "the owner's memories: list; create NAME; delete NAME --yes; fork SOURCE NAME [--at N]; "
                 "erase --q REGEX [--memory NAME ...] [--dry-run]",
-    "erase": "shred memories for good by id (owner): erase ID [ID ...]",
+    "erase": "shred notes for good by id (owner): erase ID [ID ...]",
     "erasures": "list the erasure receipts (owner)",
     "undo": "erase what one capability wrote (undo --grant ID) or a range (undo --first I --last J), slice by "
             "slice (owner); revoke the capability first",
     "rotate": "replace the owner token: prints the new one once and uses it, which ends the old one (owner)",
-    "destroy": "destroy this whole memory and every token of it (owner): destroy --yes",
+    "destroy": "destroy the whole identity, every memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
     "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory (or, with "
                      "--memory NAME, into that memory of the owner's)",
@@ -422,7 +422,7 @@ def server_url(fallback: str | None = None, explicit: str | None = None) -> str:
 
 def token() -> str:
     return _env("STASH_TOKEN", "Set it to your capability (export STASH_TOKEN=...); "
-                f"a new memory gets one from: {_prog()} init")
+                f"a new identity gets one from: {_prog()} init")
 
 
 # ---------------------------------------------------------------- pinning
@@ -643,7 +643,7 @@ class Api:
                     "token, or mint a new identity with Stash(url, None).init().")
         return (f"stash: the server at {self.where()} refused STASH_TOKEN: it is mistyped, revoked or another "
                 f"server's (each gets this same answer). Set STASH_TOKEN to a valid capability "
-                f"(export STASH_TOKEN=stash1_…), or mint a new memory with: {_prog()} init URL")
+                f"(export STASH_TOKEN=stash1_…), or mint a new identity with: {_prog()} init URL")
 
 
 def _retry_after(value: str | None) -> float:
@@ -1092,7 +1092,7 @@ class Batch:
 @dataclass(frozen=True)
 class Found:
     """A recall page: ``matches`` (regex: oldest first; words: best first, with ``scores``), ``total`` matches in
-    all, ``more`` the ``before`` of the next page (a memory id, or a words search's cursor) or None."""
+    all, ``more`` the ``before`` of the next page (a note id, or a words search's cursor) or None."""
 
     matches: list[str]
     total: int
@@ -1268,7 +1268,7 @@ class Listed(list[Row]):
 
 @dataclass(frozen=True)
 class Forked:
-    """A new memory ``name`` holding the first ``at`` memories of ``source`` and ``summaries`` of its summaries."""
+    """A new memory ``name`` holding the first ``at`` notes of memory ``source`` and ``summaries`` of its summaries."""
 
     name: str
     source: str
@@ -1280,8 +1280,8 @@ class Forked:
 
 @dataclass(frozen=True)
 class Destroyed:
-    """A memory (or with :meth:`Stash.destroy`, the whole identity) destroyed for good: ``memories`` its log
-    held, ``at`` when."""
+    """A memory (or with :meth:`Stash.destroy`, the whole identity) destroyed for good: ``memories`` the notes
+    its log held (main's, for an identity), ``at`` when."""
 
     memory: str | None
     memories: int | None
@@ -1291,7 +1291,7 @@ class Destroyed:
 
 @dataclass(frozen=True)
 class Matched:
-    """An erasure across memories: how many matched in each memory named, and in all; erased unless
+    """An erasure across memories: how many notes matched in each memory named, and in all; erased unless
     ``dry_run``; ``fingerprint`` a keyed fingerprint of the query, never the query."""
 
     memories: dict[str, int]
@@ -1425,7 +1425,7 @@ class Stash:
 
     def recall(self, q: str | None = None, *, words: str | None = None, before: int | str | None = None) -> Found:
         """A regex search (``q``) or a word search (``words``) of the log: one page; ``before`` is the previous
-        page's ``more``. The POST twin keeps the pattern (memory text) out of every URL and access log."""
+        page's ``more``. The POST twin keeps the pattern (a note's words) out of every URL and access log."""
         if (q is None) == (words is None):
             raise ValueError("give exactly one of q (a regex) or words")
         body: dict[str, Any] = {"q": q} if q is not None else {"words": words}
@@ -1453,7 +1453,7 @@ class Stash:
         return Sizes(dict(ans.get("sizes") or {}), dict(ans.get("defaults") or {}), ans)
 
     def import_(self, entries: list[tuple[str, str]]) -> Imported:
-        """Append dated memories, oldest first: ``[(YYYY-MM-DD, text), ...]``, in batches under the body cap.
+        """Append dated notes, oldest first: ``[(YYYY-MM-DD, text), ...]``, in batches under the body cap.
         A refusal of a later batch says in its message how many were imported already."""
         first: int | None = None
         last = pending = done = 0
@@ -1535,7 +1535,7 @@ class Stash:
         return MemoryInfo.of(self._answer("POST", "/memories", {"name": name}))
 
     def fork(self, source: str, name: str, *, at: int | None = None) -> Forked:
-        """A new memory ``name`` holding the first ``at`` (default all) memories of ``source``. It opens
+        """A new memory ``name`` holding the first ``at`` (default all) notes of memory ``source``. It opens
         ``source``, not this object's memory, so this memory's pin stays out of it."""
         body: dict[str, Any] = {"name": name} if at is None else {"name": name, "at": at}
         ans = self._answer("POST", f"/memories/{urllib.parse.quote(source, safe='')}/fork", body, own=False)
@@ -1549,7 +1549,7 @@ class Stash:
 
     def erase_matching(self, q: str | None = None, *, words: str | None = None, memories: list[str] | None = None,
                        dry_run: bool = False) -> Matched:
-        """Erase every memory matching ``q`` (a regex) or ``words`` in each memory named (default all); with
+        """Erase every note matching ``q`` (a regex) or ``words`` in each memory named (default all); with
         ``dry_run``, count only."""
         body: dict[str, Any] = {k: v for k, v in (("q", q), ("words", words)) if v is not None}
         if memories:
@@ -1692,7 +1692,7 @@ def do_recall(args: argparse.Namespace) -> int:
     before = args.before
     if before is not None:
         if not (before.isascii() and before.isdigit()):
-            raise Failure("stash: --before takes a memory id, like --before 40.", USAGE)
+            raise Failure("stash: --before takes a note id, like --before 40.", USAGE)
         before = int(before)
     _out_lines(recall_lines(_api(), _stdin_line(args.regex), before))
     return 0
@@ -1787,7 +1787,7 @@ def do_import(args: argparse.Namespace) -> int:
     entries = read_entries(args.file)
     done = mem.import_(_dated(entries))
     first, last, pending = done.first, done.last, done.pending
-    _out(f"Imported {plural(len(entries), 'memory', 'memories')}, #{first} to #{last}.")
+    _out(f"Imported {plural(len(entries), 'note')}, #{first} to #{last}.")
     if pending:
         _out(f"{plural(pending, 'compression')} {'is' if pending == 1 else 'are'} due, oldest first.")
         _out(f"Run: {_prog()} nap")
@@ -1864,7 +1864,7 @@ def _out_unopened(unopened: list[Unopened], what: str) -> None:
 
 
 def _memory_line(m: MemoryInfo) -> str:
-    return (f"{m.name}: {plural(m.T, 'memory', 'memories')}, {m.bytes} bytes, "
+    return (f"{m.name}: {plural(m.T, 'note')}, {m.bytes} bytes, "
             f"created {m.created}, {plural(m.grants, 'capability', 'capabilities')}")
 
 
@@ -1890,14 +1890,13 @@ def do_memories(args: argparse.Namespace) -> int:
             raise Failure(f"stash: delete destroys memory {words[1]} and every capability of it, for good. "
                           f"To go ahead: {_prog()} memories delete {shlex.quote(words[1])} --yes", USAGE)
         gone = mem.delete(words[1])
-        _out(f"Destroyed memory {gone.memory} ({plural(gone.memories or 0, 'memory', 'memories')}) "
+        _out(f"Destroyed memory {gone.memory} (its log held {plural(gone.memories or 0, 'note')}) "
              f"at {gone.at}; its capabilities open nothing from now on.")
         return 0
     if words[0] == "fork" and len(words) == 3:
         forked = mem.fork(words[1], words[2], at=args.at)
-        _out(f"Forked {forked.source} at {forked.at} into {forked.name} "
-             f"({plural(forked.summaries, 'summary', 'summaries')} carried over); no capability of "
-             f"{forked.source} opens it.")
+        _out(f"Forked memory {forked.source} into memory {forked.name} with its first {plural(forked.at, 'note')} "
+             f"and {plural(forked.summaries, 'summary', 'summaries')}; no capability of {forked.source} opens it.")
         return 0
     if words[0] == "erase" and len(words) == 1:
         if (args.q is None) == (args.words_query is None):
@@ -1925,13 +1924,13 @@ def do_erase(args: argparse.Namespace) -> int:
     for word in args.ids:
         word = word.lstrip("#")
         if not (word.isascii() and word.isdigit()):
-            raise Failure("stash: erase takes memory ids as the wake prints them, like #12 or 12.", USAGE)
+            raise Failure("stash: erase takes note ids as the wake prints them, like #12 or 12.", USAGE)
         ids.append(int(word))
     receipt = _api().erase(ids)
     fresh, asked = len(receipt.erased), len(receipt.ids or set(ids))
     before = asked - fresh
     again = f" ({before} {'was' if before == 1 else 'were'} erased before)" if before else ""
-    _out(f"Erased {fresh} of {plural(asked, 'memory', 'memories')}{again}. "
+    _out(f"Erased {fresh} of {plural(asked, 'note')}{again}. "
          f"{'Its line now reads' if asked == 1 else 'Their lines now read'} [erased] everywhere.")
     _out(_receipt_line(receipt))
     if receipt.dropped:
@@ -1953,7 +1952,7 @@ def do_undo(args: argparse.Namespace) -> int:
         if done.more is None:
             break
         first = done.more
-    _out(f"Erased {plural(erased, 'memory', 'memories')}; {plural(dropped, 'summary', 'summaries')} dropped.")
+    _out(f"Erased {plural(erased, 'note')}; {plural(dropped, 'summary', 'summaries')} dropped.")
     if dropped:
         _out(f"Run: {_prog()} nap")
     return 0
@@ -1998,12 +1997,12 @@ def do_destroy(args: argparse.Namespace) -> int:
                       f"{here}. To delete only that memory: {_prog()} memories delete {shlex.quote(here)} --yes",
                       USAGE)
     if not args.yes:
-        raise Failure("stash: destroy deletes this whole memory and every token of it, for good. "
+        raise Failure("stash: destroy deletes the whole identity, every memory and every token of it, for good. "
                       f"To go ahead: {_prog()} destroy --yes", USAGE)
     gone = mem.destroy()
     held = gone.memories
-    what = plural(held, "memory", "memories") if isinstance(held, int) else "the memory"
-    _out(f"Destroyed: {what}, at {gone.at}. Every token of it now opens nothing.")
+    what = f"main's log held {plural(held, 'note')}" if isinstance(held, int) else "main's log could not be read"
+    _out(f"Destroyed the identity ({what}) at {gone.at}. Every token of it now opens nothing.")
     return 0
 
 
@@ -2027,7 +2026,7 @@ _LOG_RECORD = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2})(?: (.*))?", re.S)
 
 
 def _line_problem(text: str) -> str | None:
-    """Why Stash would refuse or change this memory or summary text (the
+    """Why Stash would refuse or change this note or summary text (the
     server's rules for a line), or None."""
     for ch in text:
         if ch in "\u2028\u2029" or unicodedata.category(ch) == "Cc":
@@ -2055,7 +2054,7 @@ def _record_text(rec: bytes, width: int, where: str) -> str:
 
 
 def read_optmem_log(path: str) -> tuple[list[dict[str, Any]], list[int]]:
-    """Every memory of an OptMem LOG.txt as ``{"date", "text"}``, oldest
+    """Every note of an OptMem LOG.txt as ``{"date", "text"}``, oldest
     first, and the ids of those that read ``[erased]``. Each record is checked
     against the format and against what the server would accept, so a bad one
     is named before anything is sent."""
@@ -2096,11 +2095,11 @@ def read_optmem_log(path: str) -> tuple[list[dict[str, Any]], list[int]]:
                 raise Failure(f"stash: {where}: {date} is in the future (today is {today} UTC). "
                               "Nothing was imported.", USAGE)
             if prev is not None and date < prev:
-                raise Failure(f"stash: {where}: {date} is earlier than the memory before it ({prev}); "
+                raise Failure(f"stash: {where}: {date} is earlier than the note before it ({prev}); "
                               "a log is oldest first. Nothing was imported.", USAGE)
             problem = _line_problem(text)
             if problem:
-                raise Failure(f"stash: {where}: the memory {problem}. Nothing was imported.", USAGE)
+                raise Failure(f"stash: {where}: the note {problem}. Nothing was imported.", USAGE)
             if text == ERASED_TEXT:
                 erased.append(i)
             entries.append({"date": date, "text": text})
@@ -2140,7 +2139,7 @@ def read_optmem_tree(folder: str, T: int) -> dict[int, list[str | None]]:
         if n > complete:
             lo = complete * size
             raise Failure(f"stash: TREE/{name} holds {plural(n, 'summary', 'summaries')}, but the log's "
-                          f"{plural(T, 'memory', 'memories')} complete only {plural(complete, 'block')} of {size}: "
+                          f"{plural(T, 'note')} complete only {plural(complete, 'block')} of {size}: "
                           f"record {complete} would be block {lo}-{lo + size - 1}, "
                           "which is not complete. Nothing was imported.", USAGE)
         texts: list[str | None] = []
@@ -2330,7 +2329,7 @@ def unpack(members: dict[str, bytes], target: str, force: bool) -> None:
 
 def _export_summary(doc: dict[str, Any]) -> str:
     summaries = sum(int(n) for n in doc.get("summaries", {}).values())
-    return (f"{plural(int(doc.get('memories') or 0), 'memory', 'memories')} ({doc.get('erased', 0)} erased), "
+    return (f"{plural(int(doc.get('memories') or 0), 'note')} ({doc.get('erased', 0)} erased), "
             f"{plural(summaries, 'summary', 'summaries')}, "
             f"{doc.get('pending', 0)} due; manifest digest {str(doc.get('digest'))[:16]}... checked")
 
@@ -2388,7 +2387,7 @@ def _read_files(folder: str) -> list[str]:
 
 
 def _memories_held(mem: Stash) -> int:
-    """How many memories the store holds (a wake that is refused means some)."""
+    """How many notes the memory holds (a wake that is refused means some)."""
     try:
         return mem.wake_part(1).T
     except Conflict:
@@ -2396,7 +2395,7 @@ def _memories_held(mem: Stash) -> int:
 
 
 class _Interleaved(Failure):
-    """Another writer's memories landed among the folder's: no advice on
+    """Another writer's notes landed among the folder's: no advice on
     finishing the move applies any more."""
 
 
@@ -2408,7 +2407,7 @@ def _after(error: Failure | StashError, note: str) -> Failure:
 
 
 def import_stages(T: int, tree: dict[int, list[str | None]]) -> list[int]:
-    """How many memories to have imported before each round of settling, so
+    """How many notes to have imported before each round of settling, so
     that every summary the folder holds that can be carried over is.
 
     The server takes summaries strictly in pending order (by size, then
@@ -2503,7 +2502,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
     entries, erased = read_optmem_log(os.path.join(folder, "LOG.txt"))
     T = len(entries)
     if not T:
-        raise Failure(f"stash: {os.path.join(folder, 'LOG.txt')} holds no memories; nothing was imported.", USAGE)
+        raise Failure(f"stash: {os.path.join(folder, 'LOG.txt')} holds no notes; nothing was imported.", USAGE)
     tree = read_optmem_tree(folder, T)
     sizes = read_optmem_config(folder)
     if doc is not None and isinstance(doc.get("config"), dict):
@@ -2516,13 +2515,13 @@ def do_import_optmem(args: argparse.Namespace) -> int:
     if held:
         raise Failure("stash: this memory is not empty; import-optmem moves a whole OptMem memory into an empty "
                       f"one, so that it wakes to the same document. Start one with: {_prog()} init "
-                      f"(or append only the memories, without summaries: {_prog()} import "
+                      f"(or append only its notes, without summaries: {_prog()} import "
                       f"{shlex.quote(os.path.join(folder, 'LOG.txt'))}). Nothing was imported.")
     if erased:
         try:
             mem.erasures()
         except Forbidden:
-            raise Failure(f"stash: the folder has {plural(len(erased), 'erased memory', 'erased memories')} "
+            raise Failure(f"stash: the folder has {plural(len(erased), 'erased note')} "
                           f"(#{erased[0]} first); "
                           f"re-creating {'it' if len(erased) == 1 else 'them'} erased takes the owner's token. "
                           "Nothing was imported.") from None
@@ -2542,7 +2541,7 @@ def do_import_optmem(args: argparse.Namespace) -> int:
             landed = mem.import_(_dated(entries[done:stop]))
             first, last = landed.first, landed.last
             if first != done:
-                raise _Interleaved(f"stash: another writer added memories meanwhile, so the folder's #{done} to "
+                raise _Interleaved(f"stash: another writer added notes meanwhile, so the folder's #{done} to "
                               f"#{stop - 1} landed at #{first} to #{last} and its summaries no longer fit; "
                               "nothing more was done.")
             done = stop
@@ -2562,13 +2561,13 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         log = shlex.quote(os.path.join(folder, "LOG.txt"))
         rest = f"append the rest with: tail -c +{done * OPTMEM_LOG_REC + 1} {log} > rest.txt && {_prog()} import " \
             "rest.txt; " if done < T else ""
-        raise _after(f, f"(The folder's first {plural(done, 'memory', 'memories')} {'is' if done == 1 else 'are'} "
+        raise _after(f, f"(The folder's first {plural(done, 'note')} {'is' if done == 1 else 'are'} "
                         f"imported and {plural(carried, 'summary', 'summaries')} carried over. "
                         f"To finish, {rest}answer what is due with {_prog()} nap{erase}; and set the sizes with "
                         f"{_prog()} config.)") from None
     due = nap.remaining + 1 if nap else 0
     again = f", {len(erased)} of them erased again" if erased else ""
-    _out(f"Imported {plural(T, 'memory', 'memories')}, #0 to #{T - 1}, with {'its date' if T == 1 else 'their dates'}"
+    _out(f"Imported {plural(T, 'note')}, #0 to #{T - 1}, with {'its date' if T == 1 else 'their dates'}"
          f"{again}.")
     _out(f"Carried over {carried} of the folder's {plural(in_folder, 'summary', 'summaries')}; "
          f"{plural(due, 'compression')} {'is' if due == 1 else 'are'} due.")
@@ -2656,7 +2655,7 @@ def parser() -> argparse.ArgumentParser:
                     "from stdin, one line)")
     sp.add_argument("--words", action="store_true", help="search by words instead: each word matches as the "
                     "prefix of a word, whatever its case or accents; best first")
-    sp.add_argument("--before", metavar="ID", help="only memories before this id: the next older page, as the "
+    sp.add_argument("--before", metavar="ID", help="only notes before this id: the next older page, as the "
                     "previous answer names it (with --words: the cursor it names)")
     sp = verb("zoom", do_zoom)
     sp.add_argument("block", help="a block of the wake, like 16-31 (- reads it from stdin)")
@@ -2675,22 +2674,23 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("memories", do_memories)
     sp.add_argument("words", nargs="*", metavar="create NAME|delete NAME|fork SOURCE NAME|erase")
     sp.add_argument("--yes", action="store_true", help="confirm a delete: the memory cannot be recovered")
-    sp.add_argument("--at", type=int, metavar="N", help="fork: how many of the first memories (default all)")
-    sp.add_argument("--q", metavar="REGEX", help="erase: every memory whose line matches this recall regex")
-    sp.add_argument("--words", dest="words_query", metavar="WORDS", help="erase: by word search instead")
+    sp.add_argument("--at", type=int, metavar="N", help="fork: how many of the source's first notes (default all)")
+    sp.add_argument("--q", metavar="REGEX", help="erase: every note whose line matches this recall regex")
+    sp.add_argument("--words", dest="words_query", metavar="WORDS", help="erase: every note holding "
+                    "these words (a words search) instead")
     sp.add_argument("--memory", action="append", metavar="NAME", help="erase: only in this memory (repeat it; "
                     "default every memory)")
     sp.add_argument("--dry-run", action="store_true", help="erase: count, erase nothing")
     sp = verb("erase", do_erase)
-    sp.add_argument("ids", nargs="+", metavar="ID", help="memory ids, as the wake prints them (#12 or 12)")
+    sp.add_argument("ids", nargs="+", metavar="ID", help="note ids, as the wake prints them (#12 or 12)")
     verb("erasures", do_erasures)
     sp = verb("undo", do_undo)
     sp.add_argument("--grant", type=int, metavar="ID", help="erase what this capability wrote (its id in grants)")
-    sp.add_argument("--first", type=int, metavar="I", help="first memory id of the range (default 0)")
-    sp.add_argument("--last", type=int, metavar="J", help="last memory id of the range (default: the newest)")
+    sp.add_argument("--first", type=int, metavar="I", help="first note id of the range (default 0)")
+    sp.add_argument("--last", type=int, metavar="J", help="last note id of the range (default: the newest)")
     verb("rotate", do_rotate)
     sp = verb("destroy", do_destroy)
-    sp.add_argument("--yes", action="store_true", help="confirm: the memory cannot be recovered")
+    sp.add_argument("--yes", action="store_true", help="confirm: the identity and its memories cannot be recovered")
     sp = verb("export", do_export)
     sp.add_argument("target", nargs="?", metavar="DIR|FILE",
                     help="a folder to unpack into, or a FILE ending in .tar.gz or .tgz to keep the archive whole "
@@ -2708,7 +2708,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def utf8_streams() -> None:
-    """Memories are UTF-8 (``→``, ``ü``, emoji): write and read them as
+    """Notes are UTF-8 (``→``, ``ü``, emoji): write and read them as
     UTF-8 whatever the locale says, as OptMem does, rather than die on the
     first character an ASCII or Latin-1 terminal cannot encode."""
     for stream in (sys.stdout, sys.stderr, sys.stdin):
@@ -2784,7 +2784,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("STASH_DEBUG"):  # unless asked for, on this machine (CONTRIBUTING, "Debugging")
             traceback.print_exc()
         sys.stderr.write(f"stash: unexpected error ({type(e).__name__}); nothing more is shown, since a trace could "
-                         "hold memory text. Try again; if it persists, report it with the command you ran.\n")
+                         "hold the text of notes. Try again; if it persists, report it with the command you ran.\n")
         return REFUSED
 
 

@@ -1,4 +1,4 @@
-"""What a memory or summary line may be, and how lines are rendered."""
+"""What a note or summary line may be, and how lines are rendered."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def is_placeholder(text: str) -> bool:
     return text in PLACEHOLDERS or _SUMMARY_PLACEHOLDER.fullmatch(text) is not None
 
 
-def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
+def check_line(text: object, max_bytes: int, what: str = "note") -> str:
     """One line of at most ``max_bytes`` UTF-8 bytes, surrounding spaces
     removed. Control characters and line separators are refused anywhere, even
     trailing: a stray break could forge a summary line or the awake marker in
@@ -56,8 +56,8 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
         category = unicodedata.category(ch)
         if ch in LINE_SEPARATORS or category == "Cc":
             if ch in "\r\n" or ch in LINE_SEPARATORS:
-                # A memory can be split into several notes; a summary must stay one line of its block.
-                advice = "merge them, or note them separately" if what == "memory" else \
+                # A note's lines can be noted one by one; a summary must stay one line of its block.
+                advice = "merge them, or note them separately" if what == "note" else \
                     "merge them into one line"
                 raise Invalid(f"The {what} spans several lines; a {what} is one line: {advice}.",
                               code="text.multiline")
@@ -94,7 +94,7 @@ def check_line(text: object, max_bytes: int, what: str = "memory") -> str:
     return text
 
 
-def check_written(text: object, max_bytes: int, what: str = "memory") -> str:
+def check_written(text: object, max_bytes: int, what: str = "note") -> str:
     """:func:`check_line` for a line an agent writes (a note, a summary),
     which must not be a placeholder of a printed command left in place.
     Imported lines are data and are checked by :func:`check_line` alone."""

@@ -21,7 +21,7 @@ class Size:
 SIZES: dict[str, Size] = {
     "WAKE_LINES": Size(96, 1, 1000, "most lines the wake shows"),
     "WAKE_CHARS": Size(1_000_000, 1, 100_000_000, "most bytes one wake read costs", optmem=False),
-    "ENTRY_CHARS": Size(280, 1, 280, "longest memory or summary, in bytes"),
+    "ENTRY_CHARS": Size(280, 1, 280, "longest note or summary, in bytes"),
     "PART_CHARS": Size(20_000, 1, 10_000_000, "largest output part, in bytes"),
     "PART_LINES": Size(500, 1, 100_000, "largest output part, in lines"),
 }

@@ -14,15 +14,33 @@ Words sorted by bytes put every word a query word prefixes in one run
 before ``word + b"\\xff"``), and their postings are then one slice of the
 array: :meth:`PieceIndex.run`.
 
-Layout: ``b"WP4"``, then six little-endian uint32 (word count, bytes of the
-joined words, postings count, memories holding a word, words in all, and
-the memories the piece covers), the joined words (each preceded by ``\n``),
-``word count`` uint32 offsets of the words' ``\n`` in the joined words,
-``word count + 1`` uint32 starts into the postings, the postings as uint16,
-then one uint16 length per memory to the end. A lookup never splits the
-words: the first and last word a prefix starts are the first and last
-``\n + prefix`` in the joined words (they are contiguous), found by
-``bytes.find`` and ``rfind``.
+The piece also keeps the words' stems (:func:`stash.core.words.stemmed`),
+so that a query word finds the words sharing one of its stems without
+stemming the memories again:
+
+* for each word, one byte of flags: :data:`OWN` of a language when one of
+  the word's stems in it is the word itself ("move" is its own English stem);
+* for each other stem (a stem some word has that is not that word), under
+  the key of its language code and the stem (``e`` + ``move``), the words
+  that have it ("moved", "moving"), as indexes into the words, sorted like
+  the words and joined the same way.
+
+So the words sharing stem ``s`` of a language are the word ``s`` when its
+flag says so, and the words the key of ``s`` lists (:meth:`PieceIndex.mates`).
+
+Layout: ``b"WP5"``, the stemmers' :data:`stash.core.stems.TAG`, then nine
+little-endian uint32 (word count, bytes of the joined words, postings
+count, memories holding a word, words in all, the memories the piece
+covers, stem keys, bytes of the joined stem keys, stem references), the
+joined words (each preceded by ``\n``), ``word count`` uint32 offsets of
+the words' ``\n`` in the joined words, ``word count + 1`` uint32 starts
+into the postings, the postings as uint16, ``word count`` flag bytes, the
+joined stem keys, their offsets and starts as the words' are, the
+references as uint32, then one uint16 length per memory to the end. A
+lookup never splits the words: the first and last word a prefix starts are
+the first and last ``\n + prefix`` in the joined words (they are
+contiguous), found by ``bytes.find`` and ``rfind``; a word or a stem key
+alone is ``\n + key + \n`` (or the last).
 
 A word's postings are one of two forms, told apart by their count alone: a
 word held by fewer than :func:`bitmap_units` (one sixteenth of the piece's
@@ -31,8 +49,9 @@ uint16 of a bitmap (bit ``k`` of the little-endian number: memory ``k``
 holds the word), never longer than the list it replaces. A search then
 takes a common word's memories as one integer (:meth:`PieceIndex.bits`) and
 unions, intersects and counts them without touching one memory at a time.
-``WP2`` (lists only) and ``WP3`` (no segment of first characters) are not
-read: the index is a cache, rebuilt.
+``WP2`` (lists only), ``WP3`` (no segment of first characters), ``WP4`` (no
+stems) and pieces of other stemmers (another :data:`stash.core.stems.TAG`)
+are not read: the index is a cache, rebuilt.
 """
 
 from __future__ import annotations
@@ -44,15 +63,17 @@ import sys
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Union
 
-from .words import words
+from . import stems
 from .words_top import layers, merge, ones
 
-MAGIC = b"WP4"
-_HEAD = struct.Struct("<3sIIIIII")
+MAGIC = b"WP5"
+_HEAD = struct.Struct("<3s4sIIIIIIIII")
 MAX_MEMORIES = 1 << 16
+OWN = {code: 1 << k for k, code in enumerate(stems.LANGUAGES)}
+"""A word's flag bit of each language: one of its stems in it is the word itself."""
 
 
 class BadPiece(ValueError):
@@ -88,13 +109,6 @@ def bitmap_units(memories: int) -> int:
     return (memories + 15) // 16
 
 
-def _bitmap(ids: Sequence[int], units: int) -> array[int]:
-    bits = bytearray(2 * units)
-    for k in ids:
-        bits[k >> 3] |= 1 << (k & 7)
-    return _units_of(bytes(bits))
-
-
 def _units_of(data: bytes) -> array[int]:
     """Little-endian bytes as uint16 values, which :func:`_le` writes back as such."""
     out = array("H")
@@ -102,41 +116,6 @@ def _units_of(data: bytes) -> array[int]:
     if sys.byteorder == "big":
         out.byteswap()
     return out
-
-
-def build(texts: Sequence[str | None]) -> bytes:
-    """The piece of memories ``texts`` (offset k holds memory k's text, or
-    None for one that is erased)."""
-    if len(texts) > MAX_MEMORIES:
-        raise ValueError("a word piece holds at most 65,536 memories")
-    postings: dict[str, list[int]] = {}
-    lengths = array("H")
-    for k, text in enumerate(texts):
-        ws = words(text) if text is not None else []
-        lengths.append(min(len(ws), 0xFFFF))
-        for w in dict.fromkeys(ws):
-            postings.setdefault(w, []).append(k)
-    encoded = sorted((w.encode("utf-8"), ids) for w, ids in postings.items())
-    starts = array("I", [0])
-    flat = array("H")
-    units = bitmap_units(len(texts))
-    for _, ids in encoded:
-        flat.extend(ids if len(ids) < units else _bitmap(ids, units))
-        starts.append(len(flat))
-    held = len(lengths) - lengths.count(0)
-    return _encode([key for key, _ in encoded], starts, flat, lengths, held, sum(lengths), len(texts))
-
-
-def _encode(keys: Sequence[bytes], starts: Ints, flat: Ints, lengths: Ints,
-            held: int, total: int, memories: int) -> bytes:
-    joined = b"".join(b"\n" + w for w in keys)
-    at = array("I")
-    pos = 0
-    for key in keys:
-        at.append(pos)
-        pos += len(key) + 1
-    return (_HEAD.pack(MAGIC, len(keys), len(joined), len(flat), held, total, memories) + joined + _le(at)
-            + _le(starts) + _le(flat) + _le(lengths))
 
 
 def _char_end(word: bytes, pos: int) -> int:
@@ -160,53 +139,19 @@ def head(word: bytes) -> bytes:
     return word[: _char_end(word, end) if end < len(word) else end]
 
 
-def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
-    """A piece cut into ``2 + count`` pieces: first one of no words that
-    keeps every memory's length (and the piece's ``held`` and ``words``);
-    then for ``b`` in ``range(count)`` one holding exactly the words whose
-    :func:`head` ``bucket`` maps to ``b``, their postings as in the whole
-    piece (lists and bitmaps alike: each segment names the piece's
-    memories), and no lengths; last one whose words are the first
-    characters of the piece's words, each one's postings the
-    :func:`~stash.core.words_top.layers` of how many words it prefixes in
-    each memory (:meth:`PieceIndex.char_layers`), so that a query word of
-    one character opens that one alone. Its ``held`` is 1; when the layers
-    would outweigh the whole piece (one bitmap of the piece per layer:
-    only memories crafted to hold many words of many first characters get
-    there) it keeps none and ``held`` is 0, and a search rebuilds such a
-    piece rather than read it. A query word's :meth:`PieceIndex.bits`
-    in its head's bucket (or, for one of one character, in every bucket,
-    the bits joined) is what it is in the whole piece."""
-    idx = PieceIndex(data)
-    n = len(idx.at)
-    keys: list[list[bytes]] = [[] for _ in range(count)]
-    starts = [array("I", [0]) for _ in range(count)]
-    flats = [array("H") for _ in range(count)]
-    firsts: dict[bytes, None] = {}
-    for w in range(n):
-        end = idx.at[w + 1] if w + 1 < n else len(idx.joined)
-        key = idx.joined[idx.at[w] + 1 : end]
-        firsts[key[: _char_end(key, 0)]] = None
-        b = bucket(head(key))
-        keys[b].append(key)
-        flats[b].extend(idx.postings[idx.starts[w] : idx.starts[w + 1]])
-        starts[b].append(len(flats[b]))
-    char_starts = array("I", [0])
-    char_flat = array("H")
-    for first in firsts:  # in byte order, as the words are
-        bitmaps: list[int] = []
-        lists: list[Ints] = []
-        idx.gather(first, bitmaps, lists)
-        for lay in tally(idx.memories, bitmaps, lists)[2]:
-            char_flat.extend(_units_of(lay.to_bytes(2 * idx.units, "little")))
-        char_starts.append(len(char_flat))
-    stats = _encode([], array("I", [0]), array("H"), idx.lengths, idx.held, idx.words, idx.memories)
-    if 2 * len(char_flat) > len(data):  # only text built to defeat it: not kept (held 0), the piece read whole
-        chars = _encode([], array("I", [0]), array("H"), array("H"), 0, 0, idx.memories)
-    else:
-        chars = _encode(list(firsts), char_starts, char_flat, array("H"), 1, 0, idx.memories)
-    return ([stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories) for b in range(count)]
-            + [chars])
+def _exact(joined: bytes, at: Ints, key: bytes) -> int:
+    """The index of ``key`` itself among the keys joined in ``joined``
+    (their offsets ``at``), or -1."""
+    k = b"\n" + key
+    pos = joined.find(k + b"\n")
+    if pos < 0:
+        if not joined.endswith(k):
+            return -1
+        pos = len(joined) - len(k)
+    i = bisect_left(at, pos)
+    if i >= len(at) or at[i] != pos:
+        raise BadPiece("inconsistent word piece")
+    return i
 
 
 class PieceIndex:
@@ -215,15 +160,18 @@ class PieceIndex:
     ``words`` their words in all, ``memories`` how many it covers; ``raw``
     the postings as little-endian bytes, ``length_bytes`` the lengths so."""
 
-    __slots__ = ("at", "held", "joined", "length_bytes", "lengths", "memories", "postings", "raw", "starts",
-                 "units", "words")
+    __slots__ = ("_stem_arrays", "_stem_keys", "_stem_view", "at", "flags", "held", "joined", "length_bytes",
+                 "lengths", "memories", "postings", "raw", "starts", "stem_joined", "units", "words")
 
     def __init__(self, data: bytes) -> None:
         if len(data) < _HEAD.size:
             raise BadPiece("short word piece")
-        magic, n, joined, flat, self.held, self.words, self.memories = _HEAD.unpack_from(data)
+        magic, tag, n, joined, flat, self.held, self.words, self.memories, m, stem_joined, refs = (
+            _HEAD.unpack_from(data))
         if magic != MAGIC:
             raise BadPiece("not a word piece")
+        if tag != stems.TAG:
+            raise BadPiece("a word piece of other stemmers")
         pos = _HEAD.size
         view = memoryview(data)
         self.joined = data[pos : pos + joined]
@@ -235,13 +183,67 @@ class PieceIndex:
         self.raw = view[pos : pos + 2 * flat]
         self.postings = _from_le("H", self.raw)
         pos += 2 * flat
+        self.flags = view[pos : pos + n]
+        pos += n
+        self.stem_joined = data[pos : pos + stem_joined]
+        pos += stem_joined
+        # The stem keys' offsets, starts and references are read when a stem is first looked up (most
+        # segments a search opens are never asked one); their sizes and ends are checked here.
+        self._stem_view = view[pos : pos + 4 * (m + m + 1 + refs)]
+        self._stem_keys = m
+        self._stem_arrays: tuple[Ints, Ints, Ints] | None = None
+        last_at = int.from_bytes(view[pos + 4 * (m - 1) : pos + 4 * m], "little") if m else 0
+        last_start = int.from_bytes(view[pos + 8 * m : pos + 8 * m + 4], "little")
+        pos += 4 * (m + m + 1 + refs)
         self.length_bytes = view[pos:]
         self.lengths = _from_le("H", self.length_bytes)
         self.units = bitmap_units(self.memories)
         if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
                 or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)
+                or len(self.flags) != n or len(self.stem_joined) != stem_joined
+                or len(self._stem_view) != 4 * (m + m + 1 + refs) or last_start != refs
+                or (m and last_at >= stem_joined)
                 or len(self.lengths) not in (0, self.memories)):
             raise BadPiece("inconsistent word piece")
+
+    def stem_arrays(self) -> tuple[Ints, Ints, Ints]:
+        """The stem keys' offsets in the joined keys, their starts into the
+        references, and the references (word indexes)."""
+        if self._stem_arrays is None:
+            m, v = self._stem_keys, self._stem_view
+            self._stem_arrays = (_from_le("I", v[: 4 * m]), _from_le("I", v[4 * m : 8 * m + 4]),
+                                 _from_le("I", v[8 * m + 4 :]))
+        return self._stem_arrays
+
+    def word(self, w: int) -> bytes:
+        """Word ``w`` (folded, UTF-8)."""
+        end = self.at[w + 1] if w + 1 < len(self.at) else len(self.joined)
+        return self.joined[self.at[w] + 1 : end]
+
+    def mates(self, code: str, stem: bytes, own: bool = True) -> list[int]:
+        """The words that have ``stem`` (folded, UTF-8) as their stem of
+        language ``code``: the word ``stem`` itself when its flag says so
+        (not looked up when not ``own``), and those listed under the key of
+        the stem."""
+        out = []
+        w = _exact(self.joined, self.at, stem) if own else -1
+        if w >= 0 and self.flags[w] & OWN[code]:
+            out.append(w)
+        if not self._stem_keys:
+            return out
+        stem_at, stem_starts, refs = self.stem_arrays()
+        e = _exact(self.stem_joined, stem_at, code.encode() + stem)
+        if e >= 0:
+            out.extend(refs[stem_starts[e] : stem_starts[e + 1]])
+        return out
+
+    def add_postings(self, w: int, bitmaps: list[int], lists: list[Ints]) -> None:
+        """Append word ``w``'s postings, as :meth:`gather` appends a run's."""
+        a, b = self.starts[w], self.starts[w + 1]
+        if b - a == self.units:
+            bitmaps.append(int.from_bytes(self.raw[2 * a : 2 * b], "little"))
+        elif b > a:
+            lists.append(self.postings[a:b])
 
     def run(self, word: bytes) -> tuple[int, int]:
         """The words ``[lo, hi)`` that ``word`` (folded, UTF-8) is a prefix of."""

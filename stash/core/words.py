@@ -21,12 +21,28 @@ themselves (a variation selector, being a mark, is dropped). A **word** is a
 maximal run of Unicode letters and digits of the folded text (general
 categories L and N); everything else separates words.
 
-Matching: a query word matches a memory when it is a prefix of one of the
-memory's words. A memory matching none of the query's words is not a match.
+A word's **form** is the word as written: the run of the text it folds from,
+a maximal run of characters whose folding is letters and digits or nothing
+(letters, digits and marks: ``Ağaçlar``, ``e`` + U+0301); a run that does
+not fold to one word alone (``½`` folds to ``1⁄2``, ``℃`` to ``°c``) gives
+each of its words itself as its form. A word's **stems** are, for each of its forms in the text
+(one, mostly), the English and the Turkish Snowball stem of the form
+lowered (:func:`stash.core.stems.lower`), each then folded
+(:func:`stems_of`): ``Moving`` has the English stem ``move``, ``ağaçlar``
+the Turkish stem ``agac`` (``ağaç`` folded). A stem folding to nothing is none.
+
+Matching: a query word matches a memory word when its folded form is a
+prefix of the memory word, or the two share a stem of one language (their
+English stems equal, or their Turkish ones: a stem is never a prefix here).
+A memory matches a query word when one of its words does; a memory matching
+none of the query's words is not a match. :func:`matches` and
+:func:`matches_all` are prefixes alone: erasure by words widens nothing.
 
 Scoring (:func:`score`): BM25 (k1 = 1.2, b = 0.75) over the query's words,
 a query word's term frequency in a memory being how many of its distinct
-words it prefixes (a word said twice counts once), its document frequency how many memories it matches, with the
+words it matches, each once however it matched (a word said twice counts
+once; a prefix and a stem match of one word count once, and a stem match
+weighs what a prefix match does), its document frequency how many memories it matches, with the
 usual ``ln(1 + (N - df + 0.5) / (df + 0.5))`` weight, so a word most
 memories hold weighs next to nothing. The BM25 sum is divided by the largest
 sum the query could reach (each weight times ``k1 + 1``), a number in
@@ -43,10 +59,11 @@ import math
 import re
 import sys
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from . import stems
 from .lines import DELIMITER
 
 MAX_QUERY_BYTES = 512
@@ -95,11 +112,105 @@ def words(text: str) -> list[str]:
     return _WORD.findall(fold(text))
 
 
+@lru_cache(maxsize=4096)
+def _in_run(c: str) -> bool:
+    """Does character ``c`` belong to a form: does it fold to letters or
+    digits (among other things) or to nothing?"""
+    folded = fold(c)
+    return not folded or _WORD.search(folded) is not None
+
+
+@lru_cache(maxsize=16384)
+def _run_form(run: str) -> tuple[str, str] | None:
+    """The word a run folds to and its form lowered (``("", "")`` for a run
+    folding to nothing), or None when it folds to more than one word (or
+    to something besides letters and digits). Text repeats its words, so
+    each run is folded once while it stays in the cache."""
+    folded = fold(run)
+    if not folded:
+        return "", ""
+    return (folded, stems.lower(run)) if _WORD.fullmatch(folded) else None
+
+
+def _run_forms(run: str, out: list[tuple[str, str]]) -> None:
+    """Append the words of ``run`` with their forms lowered."""
+    got = _run_form(run)
+    if got is None:
+        out.extend((w, w) for w in _WORD.findall(fold(run)))
+    elif got[0]:
+        out.append(got)
+
+
+def forms(text: str) -> list[tuple[str, str]]:
+    """The words of ``text`` (:func:`words`, in order, repeats kept), each
+    with its form (the module docstring) as :func:`stash.core.stems.lower`
+    gives it. Most text is runs of letters and digits, each folding to one
+    word, between characters that belong to no form (spaces, punctuation):
+    those runs are the forms, found by one regular expression. Other text
+    (a combining mark written apart, ``℃``, ``½``) is read a character at
+    a time."""
+    if text.isascii():
+        found = _WORD.findall(text.lower())
+        return list(zip(found, found))
+    got = [_run_form(run) for run in _WORD.findall(text)]
+    if None not in got:
+        between = _WORD.sub("", text)
+        if between.isascii() or not any(map(_in_run, set(between))):
+            return [g for g in got if g is not None and g[0]]
+    out: list[tuple[str, str]] = []
+    run: list[str] = []
+    for c in text:
+        if _in_run(c):
+            run.append(c)
+        elif run:
+            _run_forms("".join(run), out)
+            run = []
+    if run:
+        _run_forms("".join(run), out)
+    return out
+
+
+def stems_of(lowered: Sequence[str]) -> list[tuple[str, str]]:
+    """The folded English and Turkish stems of each form of ``lowered``
+    (as :func:`stash.core.stems.lower` gives them), in the order of
+    :data:`stash.core.stems.LANGUAGES`; "" where a stem folds to nothing."""
+    en, tr = stems.stem_words(lowered)
+    return list(zip(_fold_each(en), _fold_each(tr)))
+
+
+def _fold_each(texts: list[str]) -> list[str]:
+    """:func:`fold` of each of ``texts``, by one folding of them joined by
+    newlines: folding maps each character on its own, and a newline to
+    itself (a piece folds thousands of stems)."""
+    out = fold("\n".join(texts)).split("\n")
+    return out if len(out) == len(texts) else [fold(t) for t in texts]
+
+
+Stems = frozenset[tuple[str, str]]
+"""A word's stems: ``(language code, folded stem)`` pairs
+(:data:`stash.core.stems.LANGUAGES`), one a language for each of its forms."""
+
+
+def stemmed(pairs: Iterable[tuple[str, str]]) -> dict[str, Stems]:
+    """Each distinct word of ``pairs`` (:func:`forms`) with its stems, in
+    the order first seen; each distinct form stemmed once."""
+    by_word: dict[str, set[str]] = {}
+    for w, low in pairs:
+        by_word.setdefault(w, set()).add(low)
+    lows = list(dict.fromkeys(low for got in by_word.values() for low in got))
+    of = dict(zip(lows, stems_of(lows)))
+    codes = tuple(stems.LANGUAGES)
+    return {w: frozenset((code, st) for low in got for code, st in zip(codes, of[low]) if st)
+            for w, got in by_word.items()}
+
+
 @dataclass(frozen=True)
 class Query:
-    """A parsed words query: its distinct folded words, in the order typed."""
+    """A parsed words query: its distinct folded words, in the order typed,
+    and each one's stems (:func:`stemmed`; none given: prefixes alone)."""
 
     words: tuple[str, ...]
+    stems: tuple[Stems, ...] = ()
 
 
 def parse_query(text: object) -> Query:
@@ -115,30 +226,36 @@ def parse_query(text: object) -> Query:
     if text == DELIMITER:
         raise BadWords(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
                        f"search for {DELIMITER.replace('_', ' ')} instead.")
-    distinct = tuple(dict.fromkeys(words(text)))
+    pairs = forms(text)
+    distinct = tuple(dict.fromkeys(w for w, _ in pairs))
     if not distinct:
         raise BadWords("The words hold no letter or digit. Send at least one word to search for.")
     if len(distinct) > MAX_WORDS:
         raise BadWords(f"The query holds {len(distinct)} different words; the limit is {MAX_WORDS}. "
                        "Keep the words that matter most.")
-    return Query(distinct)
+    held = stemmed(pairs)
+    return Query(distinct, tuple(held[w] for w in distinct))
 
 
-def frequencies(query: Query, memory_words: Sequence[str]) -> list[int]:
-    """For each query word, how many distinct words of ``memory_words``
-    (folded words) it prefixes: its term frequency in that memory."""
-    distinct = set(memory_words)
-    return [sum(1 for m in distinct if m.startswith(w)) for w in query.words]
+def frequencies(query: Query, memory_words: Mapping[str, Stems]) -> list[int]:
+    """For each query word, how many distinct words of a memory
+    (``memory_words``: each with its stems, :func:`stemmed`) it matches,
+    by prefix or by a stem, each once: its term frequency in that memory."""
+    qstems = query.stems or tuple(frozenset() for _ in query.words)
+    return [sum(1 for m, st in memory_words.items() if m.startswith(w) or not st.isdisjoint(q))
+            for w, q in zip(query.words, qstems)]
 
 
 def matches(query: Query, text: str) -> bool:
-    """Does ``text`` match at all: does some query word prefix one of its words?"""
+    """Does some query word prefix one of the words of ``text`` (prefixes
+    alone, as erasure matches)?"""
     ws = words(text)
     return any(m.startswith(w) for w in query.words for m in ws)
 
 
 def matches_all(query: Query, text: str) -> bool:
-    """Does every query word prefix one of the words of ``text``?"""
+    """Does every query word prefix one of the words of ``text`` (prefixes
+    alone: erasure by words erases no memory that only a stem matches)?"""
     ws = words(text)
     return all(any(m.startswith(w) for m in ws) for w in query.words)
 
@@ -182,8 +299,9 @@ def rank(query: Query, memories: Iterable[tuple[int, str]]) -> list[tuple[int, i
     newer first, with statistics taken from the collection itself (``n``
     counts the memories holding at least one word). The
     service ranks a whole log the same way from its word index."""
+    memories = list(memories)
     docs = [(i, words(text)) for i, text in memories]
-    tfs = {i: frequencies(query, ws) for i, ws in docs}
+    tfs = {i: frequencies(query, stemmed(forms(text))) for i, text in memories}
     stats = Stats(sum(1 for _, ws in docs if ws), sum(len(ws) for _, ws in docs),
                   tuple(sum(1 for i, _ in docs if tfs[i][k]) for k in range(len(query.words))))
     weights = stats.weights()

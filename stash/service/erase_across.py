@@ -114,7 +114,7 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
                 preview[name].append(line)
     total = sum(len(ids) for ids in found.values())
     if total > ERASE_MAX:
-        raise Invalid(f"{total:,} memories match, more than the {ERASE_MAX:,} one erasure may take; nothing was "
+        raise Invalid(f"{total:,} notes match, more than the {ERASE_MAX:,} one erasure may take; nothing was "
                       "erased. Narrow the query or name fewer memories.", code="memory.too_many_matches")
     at = now_utc()
     counts = []

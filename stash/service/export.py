@@ -135,7 +135,7 @@ def export_archive(memory: Memory) -> bytes:
             conf += ["", "# Stash's own sizes, which OptMem does not read (manifest.json keeps them too):",
                      *(f"#   {line}" for line in kept)]
         small("memory/config", ("\n".join(conf) + "\n").encode())
-        readme = (f"Exported from Stash: {lines.plural(T, 'memory')}.\n"
+        readme = (f"Exported from Stash: a memory of {lines.plural(T, 'note')}.\n"
                   "Read it with OptMem: MEMORY_DIR=memory memo wake\n"
                   "manifest.json lists every other file with its SHA-256; check them with:\n"
                   "  find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum\n"

@@ -383,7 +383,8 @@ def fork(vault: Vault, session: Session, name: object, at: object,
     if at is None:
         at = T
     if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= T:
-        raise Invalid(f"at must be a whole number from 0 to {T} (this memory's T).", code="memory.bad_at")
+        raise Invalid(f"at must be a whole number from 0 to {T}, the notes this memory's log holds.",
+                      code="memory.bad_at")
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     _refuse_existing(vault, session, name)
     _room(vault, session, max_memories)

@@ -110,9 +110,9 @@ class Memory:
             return f"Zoom into a #lo-hi line the wake prints, like {blocks.block_id(*shown[0])} (its first)."
         if T >= 2:
             size = 1 << (T.bit_length() - 1)
-            return (f"The wake prints every one of the {T} memories word for word, so it shows no #lo-hi line; "
+            return (f"The wake prints every one of the {T} notes word for word, so it shows no #lo-hi line; "
                     f"a complete block still opens, like {blocks.block_id(0, size)}.")
-        return "There are no blocks to zoom into yet: a block holds at least 2 memories."
+        return "There are no blocks to zoom into yet: a block holds at least 2 notes."
 
     def _zoom_next(self, T: int) -> list[dict[str, Any]]:
         """The order that helps after a zoom past the end, as memo names one:
@@ -129,7 +129,7 @@ class Memory:
     def _within(self, lo: int, hi: int, T: int) -> None:
         if hi > T:
             raise Invalid(
-                f"{blocks.block_id(lo, hi)} reaches past the log, which holds {lines.plural(T, 'memory')}; "
+                f"{blocks.block_id(lo, hi)} reaches past the log, which holds {lines.plural(T, 'note')}; "
                 "only complete blocks have summaries.",
                 code="block.beyond_log",
             )
@@ -609,7 +609,7 @@ class Memory:
         if lo >= T:
             last = f" (#0 to #{T - 1})" if T else ""
             raise Invalid(
-                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'memory')}{last}. "
+                f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'note')}{last}. "
                 + self._zoom_hint(T),
                 code="block.beyond_log", run=self._zoom_next(T),
             )
@@ -652,12 +652,12 @@ class Memory:
         at = at or now_utc()
         if (not isinstance(ids, list) or not ids or len(ids) > self.MAX_ERASE
                 or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)):
-            raise Invalid(f"Send {{\"ids\": [...]}}: 1 to {self.MAX_ERASE} memory ids as whole numbers.",
+            raise Invalid(f"Send {{\"ids\": [...]}}: 1 to {self.MAX_ERASE} note ids as whole numbers.",
                           code="erase.bad_ids")
         T = self.mf.count()
         bad = [i for i in ids if not 0 <= i < T]
         if bad:
-            raise Invalid(f"#{bad[0]} is not a memory: the log holds {lines.plural(T, 'memory')} (#0 to #{T - 1}). "
+            raise Invalid(f"#{bad[0]} is not a note: the log holds {lines.plural(T, 'note')} (#0 to #{T - 1}). "
                           "Nothing was erased.", code="erase.unknown_id")
         rid, fresh, gone = self.mf.erase(ids, at)
         return {"receipt": rid, "ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
@@ -711,8 +711,8 @@ class Memory:
         def after_newest(T: int, newest: str | None) -> None:
             if newest is not None and items[0][0] < newest:
                 raise Invalid(
-                    f"Entry 0: {items[0][0]} is earlier than the newest memory (#{T - 1}, {newest}); import only "
-                    "memories dated on or after it, or import an older past into a new, empty memory (POST /init, "
+                    f"Entry 0: {items[0][0]} is earlier than the newest note (#{T - 1}, {newest}); import only "
+                    "notes dated on or after it, or import an older past into a new, empty memory (POST /init, "
                     "or stash init URL) before noting there. Nothing was imported.",
                     code="import.before_log", index=0,
                 )

@@ -64,7 +64,7 @@ def check_room(count: int, others: int, folder: Path, adding: int, max_memories:
     if total + adding > max_memories:
         if owner:
             room = max(0, max_memories - total)
-            held = f"{total:,} {'memory' if total == 1 else 'memories'}"
+            held = f"{total:,} {'note' if total == 1 else 'notes'}"
             raise QuotaReached(
                 f"This identity's memories hold {held} together and this server keeps at most "
                 f"{max_memories:,} per identity ({room:,} more fit); nothing was written. Erase what is not "
@@ -73,7 +73,7 @@ def check_room(count: int, others: int, folder: Path, adding: int, max_memories:
                 code="quota.memories",
             )
         raise QuotaReached(
-            f"This identity's memories hold as many memories as this server keeps (at most {max_memories:,} per "
+            f"This identity's memories hold as many notes as this server keeps (at most {max_memories:,} per "
             "identity); nothing was written. Tell the memory's owner, who can make room.",
             code="quota.memories",
         )
@@ -104,14 +104,14 @@ def check_import(scope: str, adding: int, today_so_far: int, per_request: int, p
         return
     if adding > per_request:
         raise QuotaReached(
-            f"This capability may import at most {per_request:,} memories per request and this one has "
+            f"This capability may import at most {per_request:,} notes per request and this one has "
             f"{adding:,}; nothing was written. Send them in batches of {per_request:,} or fewer.",
             code="quota.import_request",
         )
     if today_so_far + adding > per_day:
         room = max(0, per_day - today_so_far)
         raise QuotaReached(
-            f"This capability imported {today_so_far:,} memories today ({day} UTC) and may import at most "
+            f"This capability imported {today_so_far:,} notes today ({day} UTC) and may import at most "
             f"{per_day:,} a day ({room:,} more today); nothing was written. Import the rest tomorrow, or ask the "
             "memory's owner to.",
             code="quota.import_day",

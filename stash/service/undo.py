@@ -25,9 +25,9 @@ def _whole(name: str, value: object, T: int) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise Invalid(f"{name} must be a memory id, a whole number from 0.", code="undo.bad_range")
+        raise Invalid(f"{name} must be a note id, a whole number from 0.", code="undo.bad_range")
     if value >= T:
-        raise Invalid(f"#{value} is not a memory: the log holds {plural(T, 'memory')}. Nothing was erased.",
+        raise Invalid(f"#{value} is not a note: the log holds {plural(T, 'note')}. Nothing was erased.",
                       code="undo.bad_range")
     return value
 

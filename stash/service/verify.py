@@ -175,7 +175,7 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
     if rows != T:
         raise Failed(f"memory.db's log has a gap: {rows} rows for {T} positions")
     if HEAD_META not in meta:
-        report.facts.append(f"memory file ok ({T} memories; no digest yet, written on its next open)")
+        report.facts.append(f"memory file ok ({plural(T, 'note')}; no digest yet, written on its next open)")
         return
     try:
         count = int(meta[HEAD_META].split(" ")[0])
@@ -183,12 +183,12 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
     except (ValueError, IndexError):
         raise Failed("memory.db's recorded head is unreadable") from None
     if head.count > T:
-        raise Failed(f"memory.db's log holds {T} memories but its head records {head.count}: it was cut short")
+        raise Failed(f"memory.db's log holds {T} notes but its head records {head.count}: it was cut short")
     if head.count < T:
-        raise Failed(f"memory.db's log holds {T} memories, more than the {head.count} its head records")
+        raise Failed(f"memory.db's log holds {T} notes, more than the {head.count} its head records")
     _compare_copy(head, copy)
     _compare_state_copy(meta.get(STATE_META), state_copy, report)
-    report.facts.append(f"memory file ok ({T} memories, head {head.pin()[:24]}…)")
+    report.facts.append(f"memory file ok ({plural(T, 'note')}, head {head.pin()[:24]}…)")
 
 
 def _compare_erasure_counts(meta: dict[str, str], held: tuple[int, int]) -> None:
@@ -211,7 +211,7 @@ def _compare_copy(head: Head, copy: Head | None) -> None:
     if copy is None:
         return
     if copy.count > head.count:
-        raise Failed(f"memory.db records {head.count} memories but the key ring's copy records {copy.count}: "
+        raise Failed(f"memory.db records {head.count} notes but the key ring's copy records {copy.count}: "
                      "the memory file was rolled back or cut short")
     if copy.count == head.count and copy.digest != head.digest:
         raise Failed("memory.db's head and the key ring's copy disagree: one of the two files was replaced")
@@ -303,7 +303,7 @@ def _check_encrypted_floor(path: Path, size: int, page: int, copy: Head | None) 
         return
     need = -(-copy.count // (page // SEALED_ROW_BYTES))
     if size // page < need:
-        raise Failed(f"memory.db has {size // page} pages, too few for the {copy.count} memories the key ring's "
+        raise Failed(f"memory.db has {size // page} pages, too few for the {copy.count} notes the key ring's "
                      "copy of the log head counts: it was cut short")
 
 
@@ -559,7 +559,7 @@ def check_rows(mf: MemoryFile, cipher: str, warnings: list[str]) -> str:
     mf.receipts()
     back = mf.erased_keys_back()
     if back:
-        raise Failed(f"the keys of erased memories {', '.join(f'#{i}' for i in back[:10])} are back in "
+        raise Failed(f"the keys of erased notes {', '.join(f'#{i}' for i in back[:10])} are back in "
                      "memory.db (a page or row from before the erasure was put back); they are still "
                      "served as erased — erase them again (stash erase) to shred the keys")
     return (f"{plural(whole.count, 'note')} and {plural(summaries, 'summary')} all authenticate, "
@@ -585,9 +585,9 @@ def _dates_backwards(batches: Iterator[list[str]]) -> str | None:
             prev_id, prev = ident, date
     if first is None:
         return None
-    return (f"the log's dates go backwards {steps} {'time' if steps == 1 else 'times'}, first at memory "
+    return (f"the log's dates go backwards {steps} {'time' if steps == 1 else 'times'}, first at note "
             f"{first[0]} dated {first[1]} after {first[2]} (written before notes were dated on the newest "
-            "memory's date, under a clock set back): every memory authenticates and is served as it is, but "
+            "note's date, under a clock set back): every note authenticates and is served as it is, but "
             "its export does not import again until those dates are raised to the one before them")
 
 

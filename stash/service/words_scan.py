@@ -8,7 +8,7 @@ built from the log (and written back when the index is on); the fewer than
 spot. Two passes:
 
 1. every piece, each query word: the bitmap of the memories holding a word
-   it prefixes (:meth:`stash.core.word_piece.PieceIndex.bits`). This gives
+   it matches, by prefix or by a stem (:meth:`View.tally`). This gives
    each word's document frequency over ``[0, T)``, the number of matches
    and the statistics of :class:`stash.core.words.Stats`.
 2. the best matches: from the bitmaps and the lengths, by the term
@@ -34,7 +34,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from ..core import word_piece, words, words_best, words_top
+from ..core import word_piece, word_piece_write, words, words_best, words_top
 from ..core.words import Cursor, Query, Stats
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
 from ..storage.scancache import PIECE, WRITE_PIECES
@@ -94,27 +94,51 @@ def _texts(mf: MemoryFile, lines: list[str], first: int) -> list[str | None]:
 def _from_log(mf: MemoryFile, lo: int, hi: int) -> bytes:
     if lo % SCAN_BATCH:
         erased = mf.erased_ids
-        return word_piece.build([None if i in erased else text for i, _, text in mf.memories(lo, hi)])
+        return word_piece_write.build([None if i in erased else text for i, _, text in mf.memories(lo, hi)])
     lines = [line for batch in mf.scan(hi, lo) for line in batch]
-    return word_piece.build(_texts(mf, lines, lo))
+    return word_piece_write.build(_texts(mf, lines, lo))
+
+
+Stem = tuple[str, bytes]
+"""A query word's stem as a search looks it up: its language code and the
+folded stem in UTF-8."""
 
 
 class View:
     """A piece as a search reads it: ``stats`` gives its memories' lengths
     (and ``held``, ``words``, ``memories``), ``parts[j]`` the indexes that
-    hold query word j's postings: the whole piece, or the word's segments of it."""
+    hold query word j's postings: the whole piece, or the word's segments of
+    it; ``stem_parts[j]`` each of its stems with the index that holds the
+    words having it (the whole piece, or the segment of the stem's head)."""
 
-    __slots__ = ("chars", "held", "length_bytes", "lengths", "memories", "parts", "words")
+    __slots__ = ("chars", "held", "length_bytes", "lengths", "memories", "parts", "stem_parts", "words")
 
     def __init__(self, stats: word_piece.PieceIndex, parts: list[list[word_piece.PieceIndex]],
+                 stem_parts: list[list[tuple[word_piece.PieceIndex, Stem]]],
                  chars: word_piece.PieceIndex | None = None) -> None:
         self.held, self.words, self.lengths, self.parts = stats.held, stats.words, stats.lengths, parts
         self.memories, self.length_bytes, self.chars = stats.memories, stats.length_bytes, chars
+        self.stem_parts = stem_parts
 
     @classmethod
-    def whole(cls, data: bytes, k: int) -> View:
+    def whole(cls, data: bytes, stems: list[list[Stem]]) -> View:
         idx = word_piece.PieceIndex(data)
-        return cls(idx, [[idx]] * k)
+        return cls(idx, [[idx]] * len(stems), [[(idx, st) for st in word] for word in stems])
+
+    def _more(self, j: int, key: bytes) -> list[tuple[word_piece.PieceIndex, int]]:
+        """The words that share a stem with query word ``j`` (``key``) and
+        that it does not prefix (those its prefix finds already), each once
+        however many of its stems it shares."""
+        out: list[tuple[word_piece.PieceIndex, int]] = []
+        seen: set[bytes] = set()
+        for part, (code, stem) in self.stem_parts[j]:
+            # The word that is the stem itself, when the query word prefixes it, is found by the prefix.
+            for w in part.mates(code, stem, own=not stem.startswith(key)):
+                word = part.word(w)
+                if not word.startswith(key) and word not in seen:
+                    seen.add(word)
+                    out.append((part, w))
+        return out
 
     def _char_layers(self, key: bytes) -> list[int] | None:
         """A one-character query word's layers from the segment of first
@@ -126,51 +150,62 @@ class View:
     def tally(self, j: int, key: bytes) -> tuple[int, list[int]]:
         """The bitmap and :func:`~stash.core.words_top.layers` of query
         word ``j`` (``key``): :func:`~stash.core.word_piece.tally` over all
-        its parts at once, or for one character the layers its segment keeps."""
-        lay = self._char_layers(key)
-        if lay is not None:
-            return (lay[0] if lay else 0), lay
+        its parts and the words sharing its stems at once, or for one
+        character the layers its segment keeps with those words' added."""
         bitmaps: list[int] = []
         lists: list[word_piece.Ints] = []
+        for part, w in self._more(j, key):
+            part.add_postings(w, bitmaps, lists)
+        lay = self._char_layers(key)
+        if lay is not None:
+            if bitmaps or lists:
+                lay = words_top.merge(lay, word_piece.tally(self.memories, bitmaps, lists)[2])
+            return (lay[0] if lay else 0), lay
         for part in self.parts[j]:
             part.gather(key, bitmaps, lists)
         bits, _, lay = word_piece.tally(self.memories, bitmaps, lists)
         return bits, lay
 
     def postings(self, j: int, key: bytes) -> list[int]:
-        """The memories holding a word query word ``j`` (``key``) prefixes,
+        """The memories holding a word query word ``j`` (``key``) matches,
         a memory once per such word, in no particular order."""
+        out: list[int] = []
+        for part, w in self._more(j, key):
+            bitmaps: list[int] = []
+            lists: list[word_piece.Ints] = []
+            part.add_postings(w, bitmaps, lists)
+            out.extend(k for bits in bitmaps for k in words_top.ones(bits))
+            out.extend(k for got in lists for k in got)
         lay = self._char_layers(key)
         if lay is not None:  # a memory in layers 1 to t holds t such words: listed t times
-            return [k for bits in lay for k in words_top.ones(bits)]
-        out: list[int] = []
+            return out + [k for bits in lay for k in words_top.ones(bits)]
         for part in self.parts[j]:
             out.extend(part.positions(key))
         return out
 
 
 def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached: bool,
-            clock: Clock, keys: list[bytes]) -> Iterator[tuple[int, View]]:
+            clock: Clock, keys: list[bytes], stems: list[list[Stem]]) -> Iterator[tuple[int, View]]:
     """``(first memory, piece)`` for the pieces of ``kind``'s size numbered
     ``stop - 1`` down to ``start``: from the word index when ``cached`` and
-    the segments of ``keys`` open, else built from the log (and then written
-    back whole when ``cached``)."""
+    the segments of ``keys`` and their ``stems`` open, else built from the
+    log (and then written back whole when ``cached``)."""
     size = kind.size
-    k = len(keys)
     if not cached:
         for piece in range(stop - 1, start - 1, -1):
             clock.check()
             clock.built(size)
-            yield piece * size, View.whole(_from_log(mf, piece * size, (piece + 1) * size), k)
+            yield piece * size, View.whole(_from_log(mf, piece * size, (piece + 1) * size), stems)
         return
     fk = mf.file_keys()
     cache = kind(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
     built: dict[int, bytes] = {}
     try:
-        for piece, segs in cache.segments(stop, start, keys):
+        for piece, segs in cache.segments(stop, start, keys, (st for word in stems for _, st in word)):
             clock.check()
             if segs is not None and (CHARS not in segs or segs[CHARS].held):  # held 0: layers not kept
                 yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys],
+                                          [[(segs[cache.bucket(st[1])], st) for st in word] for word in stems],
                                           segs.get(CHARS))
                 continue
             clock.built(size)
@@ -178,7 +213,7 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
             if len(built) >= WRITE_PIECES:
                 cache.store(built)
                 built.clear()
-            yield piece * size, View.whole(plain, k)
+            yield piece * size, View.whole(plain, stems)
         cache.store(built)
         built.clear()
         if isinstance(cache, WordTail):
@@ -349,6 +384,8 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     T = mf.count() if cursor is None else cursor.T
     k = len(query.words)
     keys = [w.encode("utf-8") for w in query.words]
+    # Each query word's stems, looked up as they are kept (word_piece: a language code and the folded stem).
+    stems = [sorted((code, st.encode("utf-8")) for code, st in got) for got in query.stems or [frozenset()] * k]
     # Pass 1: each piece's postings slices, the document frequencies, the matches.
     pieces = T // PIECE
     found: list[tuple[int, View, list[list[int]]]] = []  # a piece holding matches: its first id, itself, layers
@@ -357,10 +394,10 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # Newest first: the last < WORD_TAIL memories from the log, then the tail pieces, then the pieces.
     tails = T // WordTail.size
     rest = tails * WordTail.size
-    sources = [(rest, View.whole(_from_log(mf, rest, T), k))] if rest < T else []
+    sources = [(rest, View.whole(_from_log(mf, rest, T), stems))] if rest < T else []
     walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, clock,
-                                             keys),
-                            _pieces(mf, WordCache, pieces, 0, cached, clock, keys))
+                                             keys, stems),
+                            _pieces(mf, WordCache, pieces, 0, cached, clock, keys, stems))
     for base, idx in walks:
         layers = []
         anyone = 0

@@ -14,12 +14,13 @@ The memories after the last complete piece are kept the same way in pieces
 of 512 (:class:`WordTail`).
 
 Each piece is kept as :data:`SEGMENTS` + 1 sealed segments
-(:func:`stash.core.word_piece.split`, tables ``word_segs`` and
+(:func:`stash.core.word_piece_write.split`, tables ``word_segs`` and
 ``word_tail_segs``): segment 0 the lengths of its memories, segment ``1 + b``
 the words whose head (first two characters) a hash keyed by the file's rows
-key puts in bucket ``b``. A search opens segment 0 and the segments of its
-own words' heads (for a word of one character, segment ``SEGMENTS + 1``
-alone: it holds each first character's layers), not the piece
+key puts in bucket ``b``, and the stem keys whose stem's head it puts there.
+A search opens segment 0, the segments of its own words' heads (for a word
+of one character, segment ``SEGMENTS + 1``: it holds each first
+character's layers) and those of their stems' heads, not the piece
 (:meth:`WordCache.segments`). Each segment
 is padded and sealed as a piece is, with its segment number added to the
 associated data, so a segment moved to another number, piece or user does
@@ -41,7 +42,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..core import word_piece
+from ..core import word_piece, word_piece_write
 from ..crypto import aead
 from . import scancache as sc
 from .scancache import LENGTH_BYTES, MAX_PADDED, WORD_TAIL, ScanCache
@@ -53,7 +54,7 @@ word opens about a sixteenth of the postings, and a piece's segments cost
 
 
 CHARS = SEGMENTS + 1
-"""The segment of first characters (:func:`stash.core.word_piece.split`,
+"""The segment of first characters (:func:`stash.core.word_piece_write.split`,
 last): each one's layers, read by a query word of one character alone."""
 
 
@@ -95,17 +96,19 @@ class WordCache(ScanCache):
     def _seg_aad(self, piece: int, seg: int, keys_digest: bytes) -> bytes:
         return self._aad(piece, keys_digest) + f"|segment {seg} of {SEGMENTS} by head".encode()
 
-    def segments(self, count: int, start: int, words: Iterable[bytes]
+    def segments(self, count: int, start: int, words: Iterable[bytes], stems: Iterable[bytes] = ()
                  ) -> Iterator[tuple[int, dict[int, word_piece.PieceIndex] | None]]:
         """``(piece, {segment: its index})`` for pieces ``count - 1`` down to
-        ``start``: segment 0 and the segments of ``words``, or None when one
-        of them is missing or does not open (the caller rebuilds the piece
-        from the log). Reads only those segments; each piece by its own
-        statement, so :meth:`store` may write between two of them."""
+        ``start``: segment 0, the segments of ``words`` and those of the
+        ``stems`` (each the bucket of its head, where its key and the words
+        having it are), or None when one of them is missing or does not
+        open (the caller rebuilds the piece from the log). Reads only those
+        segments; each piece by its own statement, so :meth:`store` may
+        write between two of them."""
         if count <= start:
             return
         digests, have = self._begin(count, start)
-        wanted = sorted({0}.union(*(self.buckets(w) for w in words)))
+        wanted = sorted({0}.union(*(self.buckets(w) for w in words), (self.bucket(s) for s in stems)))
         marks = ", ".join("?" * len(wanted))
         opener = aead.BulkOpener(MAX_PADDED)
         for piece in range(count - 1, start - 1, -1):
@@ -140,7 +143,7 @@ class WordCache(ScanCache):
     def _rows(self, piece: int, plain: bytes, keys_digest: bytes) -> list[tuple[int | bytes, ...]]:
         """Piece ``plain`` (a whole word piece) cut into its segments, each
         sealed under its own number."""
-        parts = word_piece.split(plain, lambda ch: self.bucket(ch) - 1, SEGMENTS)
+        parts = word_piece_write.split(plain, lambda ch: self.bucket(ch) - 1, SEGMENTS)
         return [(piece, seg, aead.seal(self._key, sc._pad(part), self._seg_aad(piece, seg, keys_digest)))
                 for seg, part in enumerate(parts)]
 

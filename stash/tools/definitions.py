@@ -241,7 +241,7 @@ async def recall(backend: Backend, a: dict[str, Any]) -> Result:
             raise BadArguments("With words, before is the cursor the previous answer named.")
         return await _ask(backend, "/recall", {"words": words, "before": before}, _found)
     if before is not None and (isinstance(before, str) or before < 0):
-        raise BadArguments("With q, before is a memory id, as the previous answer named it.")
+        raise BadArguments("With q, before is a note id, as the previous answer named it.")
     return await _ask(backend, "/recall", {"q": q, "before": before}, lambda ans: _found(ans, before))
 
 
@@ -315,7 +315,7 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
         (), _answer(T={"type": "integer"}, part={"type": "integer"}, parts={"type": "integer"}, lines=MEMORY_LINES,
                     awake={"type": "boolean"}, nap=NAP), True, wake),
     Tool("note", texts.NOTE, NOTERS, {
-        "text": _str("The memory: one line of at most 280 bytes, standing alone.", nullable=False)},
+        "text": _str("The note: one line of at most 280 bytes, standing alone.", nullable=False)},
         ("text",), _answer(id={"type": "integer"}, nap=NAP), False, note),
     Tool("nap", texts.NAP, WRITERS, {
         "block": _str('The due block, like "0-1", exactly as the prompt names it; omit it and text to see what is '
@@ -334,7 +334,7 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     Tool("recall", texts.RECALL, READERS, {
         "q": _str(f'The pattern, 1 to {MAX_PATTERN_BYTES} bytes, like "deploy|rollback".'),
         "before": {"type": ["integer", "string", "null"], "description": (
-            "Only memories before this id: the next older page, as the previous answer names it (for words: the "
+            "Only notes before this id: the next older page, as the previous answer names it (for words: the "
             "cursor it names).")},
         "words": _str('Instead of q: words, or a whole question, like "priya harbor review"; best matches first.')},
         (), _answer(matches=MEMORY_LINES, total={"type": "integer"}, more={"type": ["integer", "string", "null"]},

@@ -55,7 +55,7 @@ CODES: dict[str, Code] = {
     "wake.no_part": Code(422, "no such part"),
     "reference.no_part": Code(422, "no such part of the reference; the message says how many there are"),
     "recall.bad_pattern": Code(422, "not a string, empty, too long, bad or unsupported syntax, too large"),
-    "recall.too_slow": Code(422, "the scan passed its time bound (5 s plus 10 µs per memory); nothing is "
+    "recall.too_slow": Code(422, "the scan passed its time bound (5 s plus 10 µs per note); nothing is "
                                  "returned"),
     "recall.bad_words": Code(422, "`words` not a string, over 512 bytes, no word or more than 16 different words; "
                                   "or `before` not the `more` of a page of this words search"),
@@ -68,7 +68,7 @@ CODES: dict[str, Code] = {
     "import.bad_entry": Code(422, "an entry is not `{date, text}`; carries `index`"),
     "import.bad_date": Code(422, "not a real date, or in the future; carries `index`"),
     "import.out_of_order": Code(422, "earlier than the entry before it; carries `index`"),
-    "import.before_log": Code(422, "earlier than the newest memory; carries `index` (0)"),
+    "import.before_log": Code(422, "earlier than the newest note; carries `index` (0)"),
     "init.disabled": Code(403, "the server does not mint identities"),
     "init.invite_required": Code(403, "invitation only; invite missing or wrong"),
     "init.bad_url": Code(422, "`url` is not an http(s) address of at most 2000 characters"),
@@ -83,18 +83,19 @@ CODES: dict[str, Code] = {
     "memory.exists": Code(409, "a memory of that name exists already"),
     "memory.too_many": Code(409, "the identity holds `--max-memories` memories already"),
     "memory.main": Code(409, "memory `main` goes only with the identity (`DELETE /store`)"),
-    "memory.bad_at": Code(422, "a fork's `at` is not a whole number from 0 to the memory's T"),
+    "memory.bad_at": Code(422, "a fork's `at` is not a whole number from 0 to the source's T (the notes its log "
+                               "holds)"),
     "memory.bad_query": Code(422, "an erasure across memories needs exactly one of `q` (a recall regex) or `words`; "
                                   "`memories` a list of names; `dry_run` a boolean"),
-    "memory.too_many_matches": Code(422, "more than 10,000 memories match an erasure across memories"),
+    "memory.too_many_matches": Code(422, "more than 10,000 notes match an erasure across memories"),
     "append.not_ready": Code(409, "the memory's keys changed and no read-capable request has opened it since"),
     "grants.unknown": Code(404, "no such capability"),
     "grants.owner": Code(409, "the owner capability is not revoked but rotated (`POST /rotate`)"),
     "grants.busy": Code(409, "another revocation or rotation moved the key epoch while this request ran, and "
                              "nothing changed; retry"),
     "erase.bad_ids": Code(422, "`ids` is not a list of 1–10,000 whole numbers"),
-    "erase.unknown_id": Code(422, "an id is not a memory"),
-    "undo.bad_range": Code(422, "`first` or `last` is not a memory id, `last` is before `first`, or neither "
+    "erase.unknown_id": Code(422, "an id is not a note of the log (at or past `T`)"),
+    "undo.bad_range": Code(422, "`first` or `last` is not a note id, `last` is before `first`, or neither "
                                 "`grant` nor `last` was sent; nothing was erased"),
     "idempotency.bad_key": Code(400, "the `Idempotency-Key` header is empty, over 255 characters, has a "
                                      "character outside visible ASCII (space included), or was sent twice"),
@@ -124,7 +125,7 @@ CODES: dict[str, Code] = {
     "route.unknown": Code(404, "no such route"),
     "method_not_allowed": Code(405, "the route does not take that method"),
     "rate_limited": Code(429, "too many failures or mints from this address; see `Retry-After`"),
-    "quota.memories": Code(403, "the identity's memories together would pass `--quota-memories` (default "
+    "quota.memories": Code(403, "the notes of the identity's memories together would pass `--quota-memories` (default "
                                 "1,000,000; erased ones count for nothing); nothing was written"),
     "quota.bytes": Code(403, "the identity's folders already take `--quota-bytes` (default 1 GiB); nothing was "
                              "written"),

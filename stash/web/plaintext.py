@@ -85,7 +85,7 @@ def import_body(text: str) -> dict[str, Any]:
     """``YYYY-MM-DD text`` lines, oldest first (blank lines skipped)."""
     entries = []
     for n, line in enumerate(_rows(text)):
-        date, text_ = _pair(line, n, "a date and a memory, like: 2026-01-31 chose SQLite")
+        date, text_ = _pair(line, n, "a date and a note, like: 2026-01-31 chose SQLite")
         entries.append({"date": date, "text": text_})
     return {"entries": entries}
 
@@ -155,7 +155,7 @@ def _forget(a: dict[str, Any]) -> list[str]:
 
 def _import(a: dict[str, Any]) -> list[str]:
     n = a["last"] - a["first"] + 1
-    out = [f"Imported {plural(n, 'memory')}, #{a['first']} to #{a['last']}."]
+    out = [f"Imported {plural(n, 'note')}, #{a['first']} to #{a['last']}."]
     if a["pending"]:
         out.append(f"{plural(a['pending'], 'compression')} pending.")
     return out + _runs(a)

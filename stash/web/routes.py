@@ -2,7 +2,7 @@
 declared once, right above its handler. A declaration (:class:`RouteSpec`,
 :mod:`stash.web.dispatch`) says how the route is called and guarded, what it
 reads and answers, its own refusals, and what happens around its handler:
-its Idempotency-Key record, the memories it adds against the quotas, its
+its Idempotency-Key record, the notes it adds against the quotas, its
 audit event, its cleanup. The handler takes the parsed fields (and, for a
 route that needs a capability, the authenticated session) and returns the
 answer from one call into the service layer; everything else is done from
@@ -100,8 +100,12 @@ def twins(path: str, scope: str, summaries: tuple[str, str], fields: Fields, des
     return declare
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _entries(f: Args) -> int | None:
-    """The memories an import adds; None leaves a body that is no list to the service's own refusal."""
+    """The notes an import adds; None leaves a body that is no list to the service's own refusal."""
     return len(f["entries"]) if isinstance(f["entries"], list) else None
 
 
@@ -172,18 +176,19 @@ async def health(f: Args, call: Call) -> Answer:
               refuse=Refusal("request.bad_value", "invite must be a string: the operator's invite secret.")),
     )),
     answer=obj({
-        "user_id": string("the memory's public id: 16 hex digits", pattern="^[0-9a-f]{16}$"),
-        "token": string("the owner capability, the only key to this memory. **Shown once, never stored**",
+        "user_id": string("the identity's public id: 16 hex digits", pattern="^[0-9a-f]{16}$"),
+        "token": string("the owner capability, the only key to this identity and every memory of it. **Shown once, "
+                        "never stored**",
                         pattern=f"^{tokens.TOKEN_PATTERN}$"),
         "content_cipher": {"const": "xchacha20-poly1305"},
-        "file_cipher": {"enum": ["sqlcipher", "none"], "description": "the cipher of this memory's file"},
+        "file_cipher": {"enum": ["sqlcipher", "none"], "description": "the cipher of memory `main`'s file"},
         "note": string("what to do with the token"),
         "prompt": string("the block to paste into AGENTS.md (`skill/AGENTS.md` with `{url}` and the byte limit "
                          "filled in)"),
     }),
     errors=("init.disabled", "init.invite_required", "init.bad_url", "rate_limited", "quota.identities",
             "store.read_only", "store.unreadable", "store.full"),
-    description="Mints an identity: a new, empty memory and its owner token.",
+    description="Mints an identity: its owner token and its first memory, `main`, empty.",
 )
 async def init(f: Args, call: Call) -> Answer:
     # A non-string invite is refused by its field in every mode, so it never goes unseen.
@@ -217,11 +222,11 @@ WAKE_FIELDS = Fields((
         "next": nullable(string("the curl command of `run[0]`, which fetches the next part; `null` on the last "
                                 "part")),
         "message": string("last part: `You are awake.`; other parts: `Not awake yet: read the next part.`; "
-                          "empty memory: how to record the first memory (the command is in `run`), then "
+                          "empty memory: how to record the first note (the command is in `run`), then "
                           "`You are awake.`. For a read capability, `You are awake.` follows a line saying it "
                           "is read-only and what to do instead of noting or napping (tell the user; recall)"),
         "run": RUN | {"description": "the next part's request (`{\"part\", \"T\"}`) on every part but the "
-                                     "last; for an empty memory, the note to record the first one"},
+                                     "last; for an empty memory, the `POST /note` that records the first note"},
         "head": ref("Head") | {"description": "the log's head **now** (not at the snapshot `T`), on every part: "
                                               "see [The log head](#the-log-head-and-stash-pin)"},
     }),
@@ -234,15 +239,15 @@ def wake(s: Session, f: Args, call: Call) -> Answer:
 
 
 @route(
-    "POST", "/note", "append", "Append one memory", fields=Fields((
+    "POST", "/note", "append", "Append one note", fields=Fields((
         Field("text", string(**ONE_LINE), "one line of at most `ENTRY_CHARS` bytes of UTF-8, checked as in "
-              "[Memory and summary text](#memory-and-summary-text); surrounding spaces are removed",
+              "[Note and summary text](#note-and-summary-text); surrounding spaces are removed",
               required=True),
-    ), plain=plaintext.note_body, plain_doc="the memory: one line"),
-    answer=obj({"id": integer(0, description="The new memory's position in the log."), "nap": NAP_OR_NULL,
-                "head": ref("Head") | {"description": "The log's head just after this memory: pin it."}}),
+    ), plain=plaintext.note_body, plain_doc="the note: one line"),
+    answer=obj({"id": integer(0, description="The new note's position in the log."), "nap": NAP_OR_NULL,
+                "head": ref("Head") | {"description": "The log's head just after this note: pin it."}}),
     errors=("quota.memories", "quota.bytes", "append.not_ready", *_TEXT_CODES),
-    description="Appends one memory dated with the server's UTC day. `nap` is the compression now due, if any. "
+    description="Appends one note dated with the server's UTC day. `nap` is the compression now due, if any. "
                 "An append capability's answer is `{\"id\", \"nap\": null}` only: no head, nothing of the memory.",
     record="memory", adds=lambda f: 1,
 )
@@ -258,7 +263,7 @@ def note(s: Session, f: Args, call: Call) -> Answer:
         Field("block", ref("BlockId"), "the block being summarised; absent or `null` (with no `text`): ask "
               "what is due"),
         Field("text", string(**ONE_LINE), "the summary: one line of at most `ENTRY_CHARS` bytes, checked as "
-              "memory text"),
+              "a note's text"),
         Field("batch", integer(1, BATCH_MAX), "list up to this many due blocks that can be written at once"),
         Field("summaries", {"type": "array", "minItems": 1, "maxItems": BATCH_MAX,
                             "items": obj({"block": ref("BlockId"),
@@ -308,10 +313,10 @@ RECALL_FIELDS = Fields((
           default_doc="required unless `words` is sent"),
     Field("words", string(minLength=1, maxLength=words.MAX_QUERY_BYTES),
           f"words instead of a pattern (1 to {words.MAX_QUERY_BYTES} bytes, at most {words.MAX_WORDS} different "
-          "words): each word matches as the prefix of a word of the memory, case- and accent-folded, best "
+          "words): each word matches as the prefix of a word of the note, case- and accent-folded, best "
           "first; see [Word search](#word-search)", default_doc="none: a regex search"),
     Field("before", {"anyOf": [integer(0), string(maxLength=words.MAX_CURSOR_BYTES)]},
-          "with `q`: search only the memories before this id; with `words`: the cursor of the next page; "
+          "with `q`: search only the notes before this id; with `words`: the cursor of the next page; "
           "in both, the `more` of the previous page", nullable=True, default_doc="the whole log, the first page"),
 ), plain=plaintext.recall_body,
    plain_doc="the pattern, exactly as its first line holds it; for a later page, a second line `before N`. "
@@ -322,24 +327,24 @@ RECALL_FIELDS = Fields((
     "/recall", "read", ("Regex or words search of the verbatim log",
                         "Regex or words search (POST twin of GET /recall)"),
     RECALL_FIELDS,
-    "Searches the verbatim log (never the summaries), each memory rendered as `#i DATE text`: by a regex "
+    "Searches the verbatim log (never the summaries), each note rendered as `#i DATE text`: by a regex "
     "(`q`: every match, newest kept, oldest first) or by words (`words`: ranked, best first, with `scores`; "
-    "see [Word search](#word-search)). A search that runs past its time bound (5 s plus 10 µs per memory) is "
+    "see [Word search](#word-search)). A search that runs past its time bound (5 s plus 10 µs per note) is "
     "refused with recall.too_slow.",
     slow=True,
     answer=obj({
-        "matches": {**LINES, "description": "the **newest** matching memories (of those before `before`, when "
+        "matches": {**LINES, "description": "the **newest** matching notes (of those before `before`, when "
                                             "given) whose lines fit in `PART_CHARS` bytes (each line costs its "
                                             "UTF-8 bytes + 1), returned oldest first. A single matching line "
                                             "longer than `PART_CHARS` leaves `matches` empty"},
-        "total": integer(0, description="how many memories match in the range searched: the whole log, or the "
-                                        "memories before `before`"),
+        "total": integer(0, description="how many notes match in the range searched: the whole log, or the "
+                                        "notes before `before`"),
         "more": {"anyOf": [integer(0), string(), {"type": "null"}],
                  "description": "when older matches were left out, the `before` of the next page (the id of the "
                                 "oldest match shown); `null` when this page holds every match of its range. For "
                                 "`words`: a cursor string naming the next page, `null` on the last"},
         "scores": {"type": "array", "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 2},
-                   "description": "`words` only: one score per match, non-increasing; 1 or more when the memory "
+                   "description": "`words` only: one score per match, non-increasing; 1 or more when the note "
                                   "holds every word of the query, below 1 otherwise (see [Word "
                                   "search](#word-search))"},
         "message": string("the count line, as OptMem prints it — `15 matches.`, `1 match.`, `No match.` "
@@ -422,18 +427,18 @@ def config_set(s: Session, f: Args, call: Call) -> Answer:
 
 
 @route(
-    "POST", "/import", "full", "Bulk-append dated memories, oldest first", slow=True, body_cap=MAX_IMPORT_BODY,
+    "POST", "/import", "full", "Bulk-append dated notes, oldest first", slow=True, body_cap=MAX_IMPORT_BODY,
     fields=Fields((
         Field("entries", {
             "type": "array", "minItems": 1,
             "items": obj({"date": string("A real calendar date, not in the future (UTC).", pattern=DATE,
                                          format="date"),
                           "text": string("One line of at most ENTRY_CHARS bytes.", **ONE_LINE)}),
-        }, "the memories, oldest first, each with exactly `date` (`YYYY-MM-DD`) and `text`; the whole batch or "
+        }, "the notes, oldest first, each with exactly `date` (`YYYY-MM-DD`) and `text`; the whole batch or "
            "nothing (see [Import rules](#import-rules))", required=True),
     ), plain=plaintext.import_body, plain_doc="`YYYY-MM-DD text` lines, oldest first"),
-    answer=obj({"first": integer(0, description="id of the first memory imported"),
-                "last": integer(0, description="id of the last memory imported"),
+    answer=obj({"first": integer(0, description="id of the first note imported"),
+                "last": integer(0, description="id of the last note imported"),
                 "pending": integer(0, description="how many compressions are due now"),
                 "head": ref("Head") | {"description": "the log's head just after the batch: pin it"},
                 "run": RUN | {"description": "when compressions are due, the request that hands over the "
@@ -442,7 +447,7 @@ def config_set(s: Session, f: Args, call: Call) -> Answer:
     special=(Special(422, "or an entry was refused (`index` names it) and nothing was imported", "IndexedError",
                      ("import.bad_entry", "import.bad_date", "import.out_of_order", "import.before_log",
                       *_LINE_CODES)),),
-    description="Bulk-appends dated memories, validating every entry before writing any.",
+    description="Bulk-appends dated notes, validating every entry before writing any.",
     record="memory", adds=_entries, event=Event("import", lambda s, f, a: {"first": a["first"], "last": a["last"]}),
 )
 def import_(s: Session, f: Args, call: Call) -> Answer:
@@ -559,16 +564,16 @@ def rotate(s: Session, f: Args, call: Call) -> Answer:
 
 
 @route(
-    "POST", "/erase", "owner", "Shred individual memories for good; answers a receipt",
+    "POST", "/erase", "owner", "Shred individual notes for good; answers a receipt",
     fields=Fields((
         Field("ids", {"type": "array", "minItems": 1, "maxItems": 10_000,
-                      "items": integer(0, description="A memory id, below T.")},
-              "the memories to erase, each `0 ≤ id < T`; duplicates are allowed", required=True),
+                      "items": integer(0, description="A note id, below T.")},
+              "the notes to erase, each `0 ≤ id < T`; duplicates are allowed", required=True),
     )),
     answer=obj({**SCHEMAS["Receipt"]["properties"], "flushed": FLUSHED},
                required=[*SCHEMAS["Receipt"]["required"], "flushed"]),
     errors=("erase.bad_ids", "erase.unknown_id"),
-    description="Shreds memories for good: each one's key is destroyed, its line stays as `[erased]` with "
+    description="Shreds notes for good: each one's key is destroyed, its line stays as `[erased]` with "
                 "its date, and only the summaries that contain one of them are dropped: the blocks on its path "
                 "to the root, at most one per level (the next naps rewrite them). Answers a receipt.",
     record="memory", cleanup="memory",
@@ -586,7 +591,7 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
     "POST", "/erase/undo", "owner", "Undo a capability: erase what it wrote, or a range, a slice at a time",
     fields=Fields((
         Field("grant", integer(1, description="A capability's `id` from GET /grants."),
-              "erase only the memories this capability wrote (live or revoked)"),
+              "erase only the notes this capability wrote (live or revoked)"),
         Field("first", integer(0), "the first id of the range (default 0); send the answer's `more` here for "
               "the next slice"),
         Field("last", integer(0), "the last id of the range, inclusive (default: the newest); without `grant` "
@@ -606,8 +611,8 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
                required=["receipt", "ids", "erased", "dropped", "at", "more", "message", "flushed"]),
     errors=("undo.bad_range", "grants.unknown"),
     description="The owner's way back after a capability wrote what it should not have: erases, as POST /erase "
-                "does, the memories of the range `first`..`last` that `grant` wrote (every one of them without "
-                "`grant`), at most 10,000 per call and looking at most 100,000 ids. Erased memories need no nap "
+                "does, the notes of the range `first`..`last` that `grant` wrote (every one of them without "
+                "`grant`), at most 10,000 per call and looking at most 100,000 ids. Erased notes need no nap "
                 "and do not count against `--quota-memories`, so once `more` is null the wake and the quota "
                 "are as if they had never been written. Revoke the capability first (DELETE /grants/{id}).",
     record="memory", cleanup="memory",
@@ -615,10 +620,8 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
                 {"receipt": a["receipt"], "erased": len(a["erased"]), "dropped": a["dropped"]}),
     # At the root, what a capability wrote is undone in the memory it is bound to; a range, in main.
     unknown=lambda: NotFound("No such capability; list them with GET /grants.", code="grants.unknown"),
-    # A grant that is no whole number is found in main, where undo refuses it as no capability of it.
-    memory_of=lambda vault, user, f: (memories.MAIN if not isinstance(f.get("grant"), int)
-                                      or isinstance(f["grant"], bool)
-                                       else memories.memory_of_grant(vault, user, f["grant"])),
+    memory_of=lambda vault, user, f: (memories.memory_of_grant(vault, user, f["grant"]) if _whole(f.get("grant"))
+                                       else memories.MAIN),  # a grant that is no id is undo's to refuse
 )
 def erase_undo(s: Session, f: Args, call: Call) -> Answer:
     answer = undo.undo(s.memory, f.get("grant"), f.get("first"), f.get("last"), memories.grant_ids(s))
@@ -656,20 +659,20 @@ def erasures(s: Session, f: Args, call: Call) -> Answer:
     }), "unopened": UNOPENED}),
     description="The audit trail of every memory of the identity, oldest first: which capability minted, "
                 "revoked, rotated, erased, exported, changed the config, forgot or imported, in which memory, "
-                "and when, and whether each memory's MAC chain holds (`trail.intact`). Never any memory text.",
+                "and when, and whether each memory's MAC chain holds (`trail.intact`). Never the text of a note.",
 )
 def audit_trail(s: Session, f: Args, call: Call) -> Answer:
     return memories.every_event(call.vault, s, call.token)
 
 
 @route(
-    "DELETE", "/store", "owner", "Destroy the whole memory; answers a receipt", fields=NO_FIELDS,
+    "DELETE", "/store", "owner", "Destroy the whole identity; answers a receipt", fields=NO_FIELDS,
     answer=obj({"user_id": string(pattern="^[0-9a-f]{16}$"), "destroyed": {"const": True},
-                "memories": nullable(integer(0, description="How many memories the store held.")),
+                "memories": nullable(integer(0, description="How many notes the log of memory `main` held.")),
                 "at": ref("Timestamp"),
                 "receipt": string("Where, under the server's data folder, the operator finds this receipt "
                                   "(receipts/deletions.jsonl).")}),
-    description="Destroys the whole memory: every wrapped key and the memory file. Every token of it stops "
+    description="Destroys the whole identity: every memory's wrapped keys and files. Every token of it stops "
                 "working at once. There is no undo.",
 )
 def destroy(s: Session, f: Args, call: Call) -> Answer:
@@ -751,7 +754,7 @@ async def reference(f: Args, call: Call) -> str:
 
 
 SHAPE_FIELDS = Fields((
-    Field("T", integer(0, 10**15), "how many memories", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
+    Field("T", integer(0, 10**15), "how many notes", whole=True, default=0, default_doc="0", refuse=_SHAPE_RANGE),
     Field("lines", integer(1, 1000), "the line budget", whole=True, default=96, default_doc="96",
           refuse=_SHAPE_RANGE),
 ))
@@ -760,7 +763,7 @@ SHAPE_FIELDS = Fields((
 @twins(
     "/shape", "public", ("Block boundaries of cover(T, lines); no data",
                          "Block boundaries (POST twin of GET /shape)"), SHAPE_FIELDS,
-    "The block boundaries a wake of T memories shows with a budget of `lines`. Reads no memory.",
+    "The block boundaries a wake of T notes shows with a budget of `lines`. Reads no memory.",
     answer=obj({
         "T": integer(0), "lines": integer(1),
         "blocks": {"type": "array", "description": "cover(T, lines), oldest first, each [first, last] inclusive.",
@@ -795,7 +798,7 @@ async def landing(f: Args, call: Call) -> Response:
 # ---------------------------------------------------------------- memories (docs/DESIGN.md, "Memories")
 
 MEMORY_ROW = obj({
-    "name": string("the memory's name"), "T": integer(0, description="memories in its log (notes an append "
+    "name": string("the memory's name"), "T": integer(0, description="the notes its log holds (those an append "
                                                                       "capability left included)"),
     "bytes": integer(0, description="its files' bytes on disk"), "created": ref("Timestamp"),
     "last_write": nullable(string("the day of its last write, when recorded")),
@@ -827,7 +830,7 @@ def memories_create(s: Session, f: Args, call: Call) -> Answer:
 @route("DELETE", "/memories/{name}", "owner", "Destroy one memory for good; answers a receipt",
        name_params=("name",),
        answer=obj({"memory": string(), "destroyed": {"const": True},
-                   "memories": integer(0, description="how many memories its log held"),
+                   "memories": integer(0, description="how many notes its log held"),
                    "grants_ended": {"type": "array", "items": integer(1)}, "at": ref("Timestamp"),
                    "receipt": string("Where, under the server's data folder, the operator finds this receipt "
                                      "(receipts/deletions.jsonl), as for DELETE /store.")}),
@@ -845,14 +848,14 @@ def memories_delete(s: Session, f: Args, call: Call) -> Answer:
 @route("POST", "/memories/{source}/fork", "owner", "Fork a memory at a position, under new keys", status=201,
        name_params=("source",), fields=Fields((
            Field("name", string(pattern=f"^{NAME_PATTERN}$"), "the new memory's name", required=True),
-           Field("at", integer(0), "how many of the source's first memories it holds (default all, its T)"),
+           Field("at", integer(0), "how many of the source's first notes it holds (default all, its T)"),
        )),
        answer=obj({**MEMORY_ROW["properties"], "source": string("the memory forked"),
-                   "at": integer(0, description="the memories copied"),
+                   "at": integer(0, description="the notes copied"),
                    "erased": integer(0, description="of those, erased in the source and so in the fork"),
                    "summaries": integer(0, description="summaries copied: every block inside the first `at`")}),
        errors=("memory.unknown", "memory.bad_name", "memory.exists", "memory.too_many", "memory.bad_at"),
-       description="A new, independent memory holding the first `at` memories of memory `source`, erased ones "
+       description="A new, independent memory holding the first `at` notes of memory `source`, erased ones "
                    "erased, the summaries of every block inside them and its sizes, sealed afresh under its own "
                    "keys. Only the owner is enrolled in it: no capability of the source opens it.",
        memory_of=lambda vault, user, f: f.get("source"),
@@ -866,7 +869,7 @@ def memories_fork(s: Session, f: Args, call: Call) -> Answer:
     Field("q", string(minLength=1, maxLength=MAX_PATTERN_BYTES), "a recall regex (see [Recall syntax]"
           "(#recall-syntax)), matched against each rendered line"),
     Field("words", string(minLength=1), "words, as a words search takes them (see [Word search](#word-search)): "
-          "erases the memories that hold every word, each as a word prefix"),
+          "erases the notes that hold every word, each as a word prefix"),
     Field("memories", {"type": "array", "items": string(pattern=f"^{NAME_PATTERN}$")},
           "the memories to erase in (default: every one)"),
     Field("dry_run", {"type": "boolean"}, "`true`: count, erase nothing"),
@@ -876,16 +879,16 @@ def memories_fork(s: Session, f: Args, call: Call) -> Answer:
         "lines": LINES | {"description": "only in a dry run: the lines that would be erased, oldest first, as many "
                                          "as fit in 20,000 bytes over all memories (fewer than `erased` when "
                                          "they do not all fit); never in a receipt"}}, required=["name", "erased"]),
-                 "description": "each memory named, with how many of its memories matched (and were erased)"},
+                 "description": "each memory named, with how many of its notes matched (and were erased)"},
     "total": integer(0), "dry_run": {"type": "boolean"}, "at": ref("Timestamp"),
     "fingerprint": string("a keyed fingerprint of the query (never the query): only the owner can test a guess "
                           "against it"),
     "flushed": FLUSHED,
 }), errors=("memory.unknown", "memory.bad_query", "memory.too_many_matches"),
-    description="Erases, as `POST /erase` does, every memory whose line matches `q` in every memory named "
-                "(default all), and answers one receipt naming the memories and counts, never the text nor the "
-                "query. Every memory is counted before anything is erased: over 10,000 matches is 422 and "
-                "erases nothing.",
+    description="Erases, as `POST /erase` does, every note whose line matches `q` (or holds `words`) in every "
+                "memory named (default all), and answers one receipt naming the memories and counts, never the "
+                "text nor the query. Every memory is counted before anything is erased: over 10,000 matching notes "
+                "is 422 and erases nothing.",
     event=Event("erase", lambda s, f, a: None if a["dry_run"] else {
         "across": {m["name"]: m["erased"] for m in a["memories"]}, "fingerprint": a["fingerprint"]}))
 def memories_erase(s: Session, f: Args, call: Call) -> Answer:
@@ -1069,7 +1072,7 @@ ROUTES.extend([_replace(r, path=MEMORY_PREFIX + r.path, under=True) for r in lis
 @route("GET", "/console", "public", "The owner console: a page for an owner token",
        answer=string("The owner console's page."), media="text/html",
        description="The owner's page: memories, grants, audit trail, erasure receipts and wake shapes, and the "
-                   "owner's actions. The owner token is pasted into the page and kept in its memory only. Public "
+                   "owner's actions. The owner token is pasted into the page and kept in that open page only. Public "
                    "(it holds no data; every datum comes from the owner routes, with the token).")
 async def console(f: Args, call: Call) -> Response:
     text, headers = pages.console_asset("console.html")

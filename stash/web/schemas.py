@@ -124,15 +124,15 @@ SCHEMAS: dict[str, Schema] = {
         required=["error", "message", "due", "nap"],
         description="A summary was sent for a block that is not the one due; in a batch, nothing was written.",
     ),
-    "BlockId": string("A block, inclusive at both ends: an aligned power-of-two range of at least two memories, "
+    "BlockId": string("A block, inclusive at both ends: an aligned power-of-two range of at least two notes, "
                     "like 0-1, 4-7, 128-255.", pattern=BLOCK_ID, examples=["16-31"]),
-    "Line": string("A rendered line: `#i YYYY-MM-DD text` for a memory, `#lo-hi text` for a summary.",
+    "Line": string("A rendered line: `#i YYYY-MM-DD text` for a note, `#lo-hi text` for a summary.",
                  pattern=_LINE, examples=["#147 2026-08-19 chose jade over chrome", "#128-143 the migration"]),
     "Nap": obj(
         {
             "block": ref("BlockId") | {"description": "the block to summarise"},
             "source": {"type": "array", "items": ref("Line"), "minItems": 2,
-                       "description": "for a block of at most 16 memories, its raw memories (`#i DATE text`); "
+                       "description": "for a block of at most 16 notes, its notes as written (`#i DATE text`); "
                                       "for a larger block, its two halves' summaries (`#lo-hi text`)"},
             "remaining": integer(0, description="compressions still due after this one"),
             "max_bytes": integer(1, sizes.SIZES["ENTRY_CHARS"].high,
@@ -155,15 +155,15 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "Head": obj(
         {
-            "count": integer(0, description="How many memories the log holds."),
-            "digest": string("The running digest after the last memory: 64 hex digits.", pattern="^[0-9a-f]{64}$"),
+            "count": integer(0, description="How many notes the log holds."),
+            "digest": string("The running digest after the last note: 64 hex digits.", pattern="^[0-9a-f]{64}$"),
             "state": nullable(integer(0, description="The memory file's whole-state version at the same moment: it "
-                                                   "grows with every write of anything (memories, summaries, "
+                                                   "grows with every write of anything (notes, summaries, "
                                                    "config, erasures).")),
             "pin": string("`count:digest:state`, ready to send back as the Stash-Pin header (`count:digest` is "
                         "accepted too).", pattern="^[0-9]{1,18}:[0-9a-f]{64}(:[0-9]{1,18})?$"),
         },
-        description="The log's head: a keyed running digest over every memory ever appended. A client that keeps "
+        description="The log's head: a keyed running digest over every note ever appended. A client that keeps "
                     "it and sends it back as Stash-Pin is refused (409 store.pin_mismatch) by a log that was "
                     "rolled back or replaced.",
     ),
@@ -201,7 +201,7 @@ SCHEMAS: dict[str, Schema] = {
         "at": ref("Timestamp"),
         "replicas_until": ref("Timestamp") | {
             "description": "on a replicated host (`stash serve --replicate`), and only in the answer to the erase: "
-                           "when the replica's history no longer holds the erased memories (its retention after "
+                           "when the replica's history no longer holds the erased notes (its retention after "
                            "`at`); absent elsewhere"},
     }, required=["receipt", "ids", "erased", "dropped", "at"]),
     "SizeChanges": {

@@ -136,9 +136,9 @@ class Settings:
         "--max-import-body", IMPORT_BODY_CAP, "largest POST /import body", metavar="BYTES",
         low=MIN_BODY, high=BODY_CEILING, doc="the largest `POST /import` body")
     quota_memories: int = option(
-        "--quota-memories", DEFAULT_MEMORIES, "memories one identity may hold", metavar="N", low=1,
-        doc="memories one identity may hold; a note or import that would pass it is `403 quota.memories`, "
-            "whole")
+        "--quota-memories", DEFAULT_MEMORIES, "notes one identity may hold, all its memories together", metavar="N",
+        low=1, doc="notes one identity may hold, all its memories together (erased ones count for nothing); a note "
+                   "or import that would pass it is `403 quota.memories`, whole")
     max_memories: int = option(
         "--max-memories", 100, "memories (named logs) one identity may hold", metavar="N", low=1, high=10_000,
         doc="memories (named logs, `POST /memories`) one identity may hold, `main` included; one more is "
@@ -150,16 +150,16 @@ class Settings:
             "write that starts under it may end above it by its own size). Naps, forgets and config still "
             "work, so the memory stays usable read-only")
     import_per_request: int = option(
-        "--import-per-request", DEFAULT_IMPORT_PER_REQUEST, "memories one POST /import of a full capability may add",
+        "--import-per-request", DEFAULT_IMPORT_PER_REQUEST, "notes one POST /import of a full capability may add",
         metavar="N", low=1,
-        doc="memories one `POST /import` by a full capability may add; more is `403 quota.import_request`, "
+        doc="notes one `POST /import` by a full capability may add; more is `403 quota.import_request`, "
             "whole. The owner's imports are not bounded")
     import_per_day: int = option(
-        "--import-per-day", DEFAULT_IMPORT_PER_DAY, "memories one full capability may import per UTC day",
+        "--import-per-day", DEFAULT_IMPORT_PER_DAY, "notes one full capability may import per UTC day",
         metavar="N", low=1,
-        doc="memories one full capability may import per UTC day, all its requests together; then `403 "
-            "quota.import_day`, whole, until the next UTC day. Notes are not counted. So one capability owes "
-            "its memory at most this many naps a day by import, and its owner can undo them all "
+        doc="notes one full capability may import per UTC day, all its requests together; then `403 "
+            "quota.import_day`, whole, until the next UTC day. Notes written by `POST /note` are not counted. "
+            "So one capability owes its memory at most this many naps a day by import, and its owner can undo them all "
             "([the owner's way back](../API-REFERENCE.md#post-eraseundo))")
     user_concurrency: int = option(
         "--user-concurrency", 4, "requests one memory may have in progress at once per worker; more get 429",

@@ -42,7 +42,7 @@ def test_a_bound_capability_learns_nothing_of_the_other_memories(data_dir, where
         # The owner is told how many the identity holds together and how many more fit.
         here = "" if where == "main" else f"/m/{where}"
         body = assert_error(api.post(f"{here}/note", owner, json={"text": "mine"}), 403, "quota.memories")
-        assert f"{QUOTA:,} memories together" in body["message"] and "0 more fit" in body["message"]
+        assert f"{QUOTA:,} notes together" in body["message"] and "0 more fit" in body["message"]
     finally:
         api.close()
 

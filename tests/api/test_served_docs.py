@@ -32,7 +32,8 @@ def test_refusals_name_the_reference_url_of_this_server(api: Api, owner: str) ->
 
 def test_the_block_points_at_the_served_docs(api: Api) -> None:
     block = api.post("/init", json={"url": "https://stash.example"}).json()["prompt"]
-    assert '"$STASH_URL/skill"' in block and """curl -sS "$STASH_URL/reference" -d '{"part": 1}'""" in block
+    first_part = """curl -sS -H "Accept: text/plain" "$STASH_URL/reference" -d '{"part": 1}'"""
+    assert '"$STASH_URL/skill"' in block and first_part in block
     assert "SKILL.md" not in block and "API-REFERENCE.md" not in block and "?" not in block
 
 

@@ -119,6 +119,9 @@ def test_the_server_runs_as_the_unit_starts_it(tmp_path: Path) -> None:
             assert wake.status_code == 200 and "deployed under the unit's sandbox" in wake.text
             found = http.get("/recall", params={"q": "sand?box"}, headers=auth)
             assert found.status_code == 200 and found.json()["total"] == 1, found.text
+            # A words search stems its words (PyStemmer's C): "deploying" finds "deployed" by its stem alone.
+            found = http.post("/recall", json={"words": "deploying"}, headers=auth)
+            assert found.status_code == 200 and found.json()["total"] == 1, found.text
             # The unit trusts the local proxy: a relayed outside client is not loopback.
             assert http.get("/metrics", headers={"X-Forwarded-For": "203.0.113.9"}).status_code == 403
             assert http.get("/metrics").status_code == 200

@@ -45,7 +45,7 @@ def test_zoom_past_the_end_names_a_block_that_opens(cli: Cli, http: Http, token:
         http.ok("POST", "/note", token, json={"text": f"z{i}"})
     done = cli.run("zoom", "8-15")
     assert done.returncode == 1
-    assert "holds 4 memories (#0 to #3)" in done.stderr and "curl" not in done.stderr
+    assert "holds 4 notes (#0 to #3)" in done.stderr and "curl" not in done.stderr
     # The wake of 4 memories prints each word for word: the hint and the order name a block that still opens.
     block = re.search(r"like (\d+-\d+)\.", done.stderr).group(1)
     assert block == "0-3"

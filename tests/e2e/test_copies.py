@@ -148,7 +148,7 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
     assert http.ok("POST", "/recall", token, json=word)["total"] == 0
     server.stop()
     checked = verify(server, token)
-    assert checked.returncode != 0 and "keys of erased memories #5 are back" in checked.stdout, checked.stdout
+    assert checked.returncode != 0 and "keys of erased notes #5 are back" in checked.stdout, checked.stdout
     server.start(same_port=True)
     http.ok("POST", "/erase", token, json={"ids": [5]})
     assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 0

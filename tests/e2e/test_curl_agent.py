@@ -76,7 +76,7 @@ def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http,
     today = dt.datetime.now(dt.UTC).date().isoformat()
     lines = "\n".join(f"{today} imported fact {k}: it's \"kept\" as typed" for k in range(40))
     imported = agent.run(importing, **{"YYYY-MM-DD <one line>": lines})
-    assert imported.startswith("Imported 40 memories, #5 to #44.")
+    assert imported.startswith("Imported 40 notes, #5 to #44.")
     assert agent.naps(imported).endswith("Nothing left to compress.\n")
 
     # The owner sets a small wake (the reference's example of POST /config), so it shows summaries.

@@ -73,7 +73,7 @@ def settle(page: Chromium, value: int) -> list[list]:
     assert drawn == [[lo, hi - 1] for lo, hi in blocks.cover(T, BUDGET)], T
     assert 0 < len(bars) <= BUDGET, (T, len(bars))
     assert page.js("document.getElementById('tv').textContent") == f"{T:,}"
-    assert page.js("document.getElementById('t').getAttribute('aria-valuetext')").startswith(f"{T:,} memor")
+    assert page.js("document.getElementById('t').getAttribute('aria-valuetext')").startswith(f"{T:,} note")
     check_heights(bars)
     return bars
 
@@ -183,7 +183,7 @@ def test_a_failed_shape_is_shown_and_the_next_move_recovers(page: Chromium) -> N
             "responseHeaders": [{"name": "Content-Type", "value": "application/json"}],
             "body": base64.b64encode(body.encode()).decode()})
         alert = page.wait_for("!document.getElementById('err').hidden && document.getElementById('err').textContent")
-        assert "HTTP 503" in alert and "The server is busy" in alert and "1,023 memories" in alert
+        assert "HTTP 503" in alert and "The server is busy" in alert and "1,023 notes" in alert
         assert page.js("document.getElementById('bars').getAttribute('class')") == "stale"
     finally:
         page.call("Fetch.disable")

@@ -220,6 +220,7 @@ def default_cases(url: str) -> dict[str, Callable[[], object]]:
         "erase.unknown_id": lambda: mem.erase([10**6]),
         "undo.bad_range": lambda: mem.undo(),
         "shape.out_of_range": lambda: mem._call("GET", "/shape?T=10000000000000000&lines=8"),
+        "reference.no_part": lambda: mem._call("POST", "/reference", {"part": 10_000}),
         "route.unknown": lambda: mem._call("GET", "/no-such-route"),
         "method_not_allowed": lambda: mem._call("DELETE", "/wake"),
         "store.pin_mismatch": lambda: (remember_pin(mem.url, mem._token, "999:" + "0" * 64), mem.wake()),

@@ -35,7 +35,7 @@ def test_an_agent_bound_to_a_memory_runs_everything_unchanged(cli: Cli, http: Ht
     assert "the agent's first line" in main_view.stdout
     assert "the agent's first line" not in cli.ok("wake")  # the owner's root is main
     lines = cli.ok("memories").splitlines()
-    assert lines[0].startswith("main:") and lines[1].startswith("proj: 1 memory")
+    assert lines[0].startswith("main:") and lines[1].startswith("proj: 1 note")
     assert "No such memory" in _agent(cli, f"{base}/m/main", out.splitlines()[-1]).run("wake").stderr
 
 
@@ -58,7 +58,7 @@ def test_a_reporter_runs_its_block_with_curl_and_reads_nothing(cli: Cli, http: H
     assert reporter.run("wake").returncode != 0
     assert text in cli.ok("recall", "done!", env={**cli.env, "STASH_URL": f"{base}/m/ci"})
     erased = cli.ok("memories", "erase", "--q", "done!", "--dry-run")
-    assert "ci: 1 match" in erased and "done!" not in erased
+    assert "memory ci: 1 note matches" in erased and "done!" not in erased
 
 
 def test_fork_import_and_delete_from_the_client(cli: Cli, http: Http, token: str, tmp_path) -> None:
@@ -68,7 +68,8 @@ def test_fork_import_and_delete_from_the_client(cli: Cli, http: Http, token: str
     for i in range(3):
         cli.ok("note", f"src line {i}", env=src)
     cli.ok("note", "a line of main")  # pins main's head: a fork opens src, so that pin must stay out of it
-    assert "Forked src at 2 into copy" in cli.ok("memories", "fork", "src", "copy", "--at", "2")
+    forked = cli.ok("memories", "fork", "src", "copy", "--at", "2")
+    assert "Forked memory src into memory copy with its first 2 notes" in forked
     copy = {**cli.env, "STASH_URL": f"{base}/m/copy"}
     woke = cli.ok("wake", env=copy)
     assert "src line 1" in woke and "src line 2" not in woke

@@ -156,7 +156,7 @@ def test_import_optmem_moves_a_folder_in_whole(run, web: Http, tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     carried = sum(map(len, tree.values()))
     assert done.stdout.splitlines()[:3] == [
-        f"Imported {T} memories, #0 to #{T - 1}, with their dates.",
+        f"Imported {T} notes, #0 to #{T - 1}, with their dates.",
         f"Carried over {carried} of the folder's {carried} summaries; 3 compressions are due.",
         "Sizes carried over: WAKE_LINES=40, PART_CHARS=100000, PART_LINES=15.",
     ]
@@ -211,12 +211,12 @@ MALFORMED = {
     "no LOG.txt": (lambda p: (p / "LOG.txt").unlink(), "holds no LOG.txt, nor memory/LOG.txt"),
     "summary of an incomplete block": (
         lambda p: (p / "TREE" / "4").write_bytes((p / "TREE" / "4").read_bytes() + record("too early", TREE_REC)),
-        "TREE/4 holds 3 summaries, but the log's 8 memories complete only 2 blocks of 4: record 2 would be "
+        "TREE/4 holds 3 summaries, but the log's 8 notes complete only 2 blocks of 4: record 2 would be "
         "block 8-11, which is not complete"),
     "interrupted last write": (lambda p: cut(p, "LOG.txt", 8 * LOG_REC, 8 * LOG_REC, b"#8 2020-01-03 half"),
                                "LOG.txt record #8 (bytes 2560 to 2577) is cut short"),
     "dates out of order": (lambda p: put_record(p, 6, "#6 2019-12-31 before its neighbours"),
-                           "LOG.txt record #6 (bytes 1920 to 2239): 2019-12-31 is earlier than the memory before it"),
+                           "LOG.txt record #6 (bytes 1920 to 2239): 2019-12-31 is earlier than the note before it"),
     "misnumbered record": (lambda p: put_record(p, 4, "#5 2020-01-02 wrong number"),
                            "LOG.txt record #4 (bytes 1280 to 1599) is numbered #5"),
     "tab in a memory": (lambda p: put_record(p, 1, "#1 2020-01-01 a\ttab"), "control character U+0009"),
@@ -280,7 +280,7 @@ def exported(source: str, run, tmp_path_factory: pytest.TempPathFactory) -> Path
     target = tmp_path_factory.mktemp("exports") / "out"
     done = run(source, "export", str(target))
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"Exported to {target}: 304 memories (1 erased), ")
+    assert done.stdout.startswith(f"Exported to {target}: 304 notes (1 erased), ")
     assert sorted(p.name for p in target.iterdir()) == ["README.txt", "manifest.json", "memory"]
     return target
 
@@ -367,7 +367,7 @@ def test_erased_memories_take_the_owner(exported: Path, run, web: Http) -> None:
     full = web.ok("POST", "/grants", owner, json={"scope": "full"})["token"]
     done = run(full, "import-optmem", str(exported))
     assert done.returncode == 1
-    assert "1 erased memory (#37 first); re-creating it erased takes the owner's token" in done.stderr
+    assert "1 erased note (#37 first); re-creating it erased takes the owner's token" in done.stderr
     assert held(web, owner) == 0
 
 

@@ -91,8 +91,8 @@ ORDINARY = [
     "emoji 😀🎉 and a family 👨‍👩‍👧",
     "Ünïcödé ÅÆØ ß ﬁ",
     "tab-free but wide:　full-width space",
-    "<one line>",
-    "<your line>",
+    "<one line> and more: a placeholder's text inside a line of one's own",
+    "see <your line>",
     "<<'STASH_END'",
     "cat <<'EOF'",
     "a line with trailing spaces removed",
@@ -326,7 +326,7 @@ def test_every_printed_template_takes_every_line(http: Http, env: dict[str, str]
     for shell, lines in per_shell.items():
         body = fill(printed["import"], "YYYY-MM-DD <one line>",
                     "\n".join(f"{today} {t}" for t in lines))
-        assert run(shell, body, m.env, cwd).stdout.startswith(f"Imported {len(lines)} memories")
+        assert run(shell, body, m.env, cwd).stdout.startswith(f"Imported {len(lines)} notes")
     assert m.texts() == [t for lines in per_shell.values() for t in lines]
 
     # A batch of summaries (server, skill): every line, one command per shell.
@@ -472,7 +472,7 @@ def test_the_templates_take_every_line_at_an_address_ending_in_m_name(http: Http
         assert done.stdout.count("Saved as #") == len(lines), (shell, done.stderr)
         stored += lines
         body = fill(printed["import"], "YYYY-MM-DD <one line>", "\n".join(f"{today} {t}" for t in lines))
-        assert run(shell, body, m.env, cwd).stdout.startswith(f"Imported {len(lines)} memories")
+        assert run(shell, body, m.env, cwd).stdout.startswith(f"Imported {len(lines)} notes")
         stored += lines
         run(shell, fill(printed["client note"], "<one line>", lines[0]), m.env, cwd)
         stored.append(lines[0])

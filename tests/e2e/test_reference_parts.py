@@ -17,7 +17,7 @@ def test_the_block_and_the_skill_lead_through_every_part(http: Http, base_url: s
     assert has_curl, "this test runs the printed commands with curl"
     block = http.post("/init", json={"url": base_url}).json()["prompt"]
     skill = http.get("/skill").text
-    first = """curl -sS "$STASH_URL/reference" -d '{"part": 1}'"""
+    first = """curl -sS -H "Accept: text/plain" "$STASH_URL/reference" -d '{"part": 1}'"""
     assert f"    {first}\n" in block and f"    {first}\n" in skill
     env = {"PATH": "/usr/bin:/bin", "STASH_URL": base_url, "STASH_TOKEN": ""}
     command, seen = first, 0

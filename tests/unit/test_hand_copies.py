@@ -46,7 +46,7 @@ def test_the_erase_cap_everywhere() -> None:
 
 
 def test_the_recall_bounds_everywhere() -> None:
-    seconds = f"{memory.RECALL_SECONDS:g} s plus {memory.RECALL_SECONDS_PER_MEMORY * 1e6:g} µs per memory"
+    seconds = f"{memory.RECALL_SECONDS:g} s plus {memory.RECALL_SECONDS_PER_MEMORY * 1e6:g} µs per note"
     assert seconds in CODES["recall.too_slow"].meaning
     assert seconds in read("stash/web/routes.py")
     assert f"{memory.RECALL_SECONDS:g} s plus" in read("API-REFERENCE.md")

@@ -26,7 +26,7 @@ def test_verify_warns_of_a_log_whose_dates_go_backwards(tmp_path: Path, capsys, 
     assert code == 0, text
     assert f"{store.user_id}  ok  " in text
     (warn,) = [x for x in text.splitlines() if x.startswith(f"{store.user_id}  WARN")]
-    assert "go backwards 2 times, first at memory #2 dated 2026-12-01 after #1, 2026-12-02" in warn
+    assert "go backwards 2 times, first at note #2 dated 2026-12-01 after #1, 2026-12-02" in warn
     assert "does not import again" in warn
     # The same log read back: the export's first backward step is where the warning says.
     with store.vault.session(store.token, "read") as s:

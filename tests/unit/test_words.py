@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from stash.core import word_piece, words
+from stash.core import word_piece, word_piece_write, words
 from stash.core.lines import DELIMITER
 
 FOLDING = [
@@ -167,7 +167,7 @@ def test_a_piece_finds_exactly_the_memories_a_prefix_matches() -> None:
         for _ in range(300)]
     for k in range(0, 300, 37):
         texts[k] = None  # erased
-    idx = word_piece.PieceIndex(word_piece.build(texts))
+    idx = word_piece.PieceIndex(word_piece_write.build(texts))
     assert list(idx.lengths) == [0 if t is None else len(words.words(t)) for t in texts]
     held = [set(words.words(t)) if t is not None else set() for t in texts]
     prefixes = {w[:n] for ws in held for w in ws for n in (1, 2, 3)} | {"zz", "kaka", "9"}
@@ -179,7 +179,7 @@ def test_a_piece_finds_exactly_the_memories_a_prefix_matches() -> None:
 
 
 def test_a_damaged_piece_is_refused() -> None:
-    data = word_piece.build(["alpha beta", "gamma"])
+    data = word_piece_write.build(["alpha beta", "gamma"])
     for bad in (b"", b"XX" + data[2:], data[:-1] + b"", data[:20]):
         with pytest.raises(word_piece.BadPiece):
             word_piece.PieceIndex(bad)

@@ -70,7 +70,7 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
     """The race the write lock closes: a search builds a piece, an erasure of
     one of its memories commits, then the search stores what it built — it
     must write nothing (the piece holds the erased memory's words)."""
-    from stash.core import word_piece
+    from stash.core import word_piece_write
     from stash.storage.memfile import KEYS_PER_CHUNK
     from stash.storage.wordcache import WordCache
 
@@ -83,7 +83,7 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
         fk = mf.file_keys()
         cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
         assert list(cache.segments(1, 0, [b"secretword"])) == [(0, None)]
-        built = {0: word_piece.build([f"secretword{i}" for i in range(4096)])}
+        built = {0: word_piece_write.build([f"secretword{i}" for i in range(4096)])}
         with vault.session(ident.token, "owner") as b:
             b.memory.mf.erase([5], "2024-01-03")
         cache.store(built)
@@ -106,23 +106,23 @@ def test_a_search_past_its_time_bound_stops(tmp_path: Path) -> None:
 
 
 def test_a_split_piece_holds_every_words_postings() -> None:
-    """word_piece.split: each prefix of each word finds, in its head's
+    """word_piece_write.split: each prefix of each word finds, in its head's
     segment (a prefix of one character: in all of them), the memories the
     whole piece gives it, as bits and as positions, and those are the
     memories whose text holds such a word (common words kept as bitmaps,
     rare ones as lists); segment 0 keeps every length and the piece's counts."""
-    from stash.core import word_piece
+    from stash.core import word_piece, word_piece_write
 
     rng = random.Random(8)
     texts = [None if rng.random() < 0.05 else " ".join(rng.choices(VOCAB, k=rng.randint(0, 6)) + [  # r<n>: rare
              f"r{rng.randrange(300)}"] * rng.randint(0, 1)) for _ in range(700)]
-    whole = word_piece.PieceIndex(word_piece.build(texts))
+    whole = word_piece.PieceIndex(word_piece_write.build(texts))
     bucket = {}
 
     def of(ch: bytes) -> int:
         return bucket.setdefault(ch, rng.randrange(5))
 
-    *parts, chars = [word_piece.PieceIndex(p) for p in word_piece.split(word_piece.build(texts), of, 5)]
+    *parts, chars = [word_piece.PieceIndex(p) for p in word_piece_write.split(word_piece_write.build(texts), of, 5)]
     stats = parts[0]
     assert (stats.held, stats.words, list(stats.lengths)) == (whole.held, whole.words, list(whole.lengths))
     assert sum(len(p.at) for p in parts[1:]) == len(whole.at) and not any(len(p.lengths) for p in parts[1:])
@@ -233,13 +233,14 @@ def test_a_search_opens_only_its_words_segments(life) -> None:
             assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == CHARS + 1  # rebuilt whole
             assert conn.execute("SELECT sealed FROM word_segs WHERE seg = ?", (other,)).fetchone()[0] != sealed
         assert pages(mf, "w1 the", 20_000, cached=True) == want["w1 the"]
-        # one character: served by segment 0 and the segment of first characters alone
+        # one character: served by segment 0, the segment of first characters and that of its stem "w"
         want_w = pages(mf, "w", 20_000, cached=False)
+        kept = {0, CHARS, cache.bucket(b"w")}
         with sqlite3.connect(db) as conn:
-            conn.execute("DELETE FROM word_segs WHERE seg NOT IN (0, ?)", (CHARS,))
+            conn.execute("DELETE FROM word_segs WHERE seg NOT IN (?, ?, ?)", (0, CHARS, cache.bucket(b"w")))
         assert pages(mf, "w", 20_000, cached=True) == want_w
         with sqlite3.connect(db) as conn:
-            assert {r[0] for r in conn.execute("SELECT seg FROM word_segs")} == {0, CHARS}  # nothing rebuilt
+            assert {r[0] for r in conn.execute("SELECT seg FROM word_segs")} == kept  # nothing rebuilt
 
 
 def test_first_characters_are_not_kept_when_they_outweigh_the_piece() -> None:
@@ -247,13 +248,13 @@ def test_first_characters_are_not_kept_when_they_outweigh_the_piece() -> None:
     make the segment of first characters (a bitmap of the piece per layer)
     far larger than the piece: it keeps none then (held 0), and is kept
     (held 1, each layer as the definition gives it) for ordinary text."""
-    from stash.core import word_piece
+    from stash.core import word_piece, word_piece_write
 
     crafted = [" ".join(chr(0x4E00 + m) + chr(0x61 + i % 26) + str(i) for i in range(40)) for m in range(64)]
     texts = crafted + [None] * 4032
-    chars = word_piece.PieceIndex(word_piece.split(word_piece.build(texts), lambda ch: 0, 1)[-1])
+    chars = word_piece.PieceIndex(word_piece_write.split(word_piece_write.build(texts), lambda ch: 0, 1)[-1])
     assert (chars.held, len(chars.at)) == (0, 0)
     plain = ["deploy green docs", "docs dog", None, "green"]
-    chars = word_piece.PieceIndex(word_piece.split(word_piece.build(plain), lambda ch: 0, 1)[-1])
+    chars = word_piece.PieceIndex(word_piece_write.split(word_piece_write.build(plain), lambda ch: 0, 1)[-1])
     assert chars.held == 1
     assert chars.char_layers(b"d") == [0b11, 0b11] and chars.char_layers(b"g") == [0b1001]

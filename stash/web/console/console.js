@@ -4,9 +4,9 @@
 // - The owner token lives in one variable of this closure. It is never written to localStorage,
 //   sessionStorage, a cookie, IndexedDB, the URL or the console, so a reload forgets it.
 // - It leaves the page only in the Authorization header of fetch calls to this origin (CSP connect-src 'self').
-// - Every text that comes from the server (memory lines, labels, names, receipts) is put into the page as a
-//   text node (textContent), never as HTML, and bidi controls in it are shown as visible marks, so a memory
-//   line can neither run script nor reorder what the owner reads.
+// - Every text that comes from the server (notes, summaries, labels, names, receipts) is put into the page as
+//   a text node (textContent), never as HTML, and bidi controls in it are shown as visible marks, so a note
+//   can neither run script nor reorder what the owner reads.
 "use strict";
 (() => {
   let token = null;  // the owner token: page memory only
@@ -135,6 +135,9 @@
     say(e instanceof ApiError ? `${e.message}${e.code ? ` (${e.code})` : ""}` : String(e), true);
   }
 
+  // A count of a log's lines: a memory is a named log, and each line of it a note (the reference's glossary).
+  function notes(n) { return n === 1 ? "1 note" : `${n} notes`; }
+
   function bytes(n) {
     if (n === null || n === undefined) return "—";
     const units = ["B", "KB", "MB", "GB", "TB"];
@@ -236,7 +239,7 @@
     const rows = memories.map((m) => {
       const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
       svg.setAttribute("role", "img");
-      svg.setAttribute("aria-label", `wake shape of ${m.name}: ${m.T} memories`);
+      svg.setAttribute("aria-label", `wake shape of memory ${m.name}: ${notes(m.T)}`);
       svg.setAttribute("data-memory", m.name);
       const actions = document.createElement("div");
       actions.className = "actions";
@@ -374,7 +377,7 @@
     const body = { name };
     if (at !== "") body.at = Number(at);
     const answer = await api("POST", `/memories/${encodeURIComponent(source)}/fork`, body, idempotencyKey());
-    say(`Memory ${name} forked from ${source} with its first ${answer.at} memories.`);
+    say(`Memory ${name} forked from memory ${source} with its first ${notes(answer.at)}.`);
     await refresh();
   }
 
@@ -383,7 +386,7 @@
       "no token opens it again.", `Delete ${name}`)) return;
     const answer = await api("DELETE", `/memories/${encodeURIComponent(name)}`, undefined, idempotencyKey());
     const held = answer.memories;
-    say(`Memory ${name} deleted (${held === 1 ? "1 memory" : `${held} memories`}).`);
+    say(`Memory ${name} deleted (its log held ${notes(held)}).`);
     await refresh();
   }
 
@@ -442,7 +445,7 @@
     // The lines themselves, read back by a regex over their ids (the first 50 of them), as text.
     const answer = await api("POST", memoryPath(memory, "/recall"), { q: `^#(${ids.slice(0, 50).join("|")}) ` });
     const shown = answer.matches;
-    showPlan(`Erase ${ids.length} ${ids.length === 1 ? "memory" : "memories"} of ${memory}: ` +
+    showPlan(`Erase ${notes(ids.length)} of memory ${memory}: ` +
       `${ids.map((i) => "#" + i).join(", ")}?`, shown, { kind: "ids", memory, ids });
   }
 
@@ -455,12 +458,12 @@
     const lines = [];
     let shown = 0;
     for (const m of answer.memories) {
-      lines.push(`memory ${m.name}: ${m.erased} ${m.erased === 1 ? "note" : "notes"}`);
+      lines.push(`memory ${m.name}: ${notes(m.erased)}`);
       for (const line of m.lines || []) lines.push("  " + line);
       shown += (m.lines || []).length;
     }
     if (shown < total) lines.push(`… and ${total - shown} more not shown here (the first ${shown} are above).`);
-    showPlan(total ? `Erase ${total} matching ${total === 1 ? "note" : "notes"}?` : "Nothing matches.",
+    showPlan(total ? `Erase ${total} matching ${total === 1 ? "note" : "notes"}?` : "No note matches.",
       lines, total ? { kind: "words", body: { words, memories: body.memories } } : null);
   }
 
