@@ -28,8 +28,10 @@ NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 def _headers(form_to: str | None = None) -> dict[str, str]:
     """The console's headers; its policy's form-action opened to this server and ``form_to`` (an origin)."""
     action = "form-action 'self'" + (f" {form_to}" if form_to else "")
+    # same-origin, not the console's no-referrer: under no-referrer a browser posts the form with "Origin: null"
+    # and no Referer, which the form's CSRF check must refuse; the host's redirect URI still gets no Referer.
     return {"Content-Security-Policy": CONSOLE_CSP.replace("form-action 'none'", action),
-            "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+            "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
             "Cross-Origin-Opener-Policy": "same-origin", **NO_STORE}
 
 
@@ -47,9 +49,9 @@ def page(request: dict[str, Any], nonce: str, error: str | None = None, status: 
     if fixed is not None:
         field = (f'<input id="memory" value="{esc(fixed)}" readonly aria-readonly="true">'
                  f'<span class="tag">fixed by the address the host connects to</span>')
-    else:
+    else:  # the pattern's "-" escaped: a browser compiles the pattern with the v flag, which takes no bare "-"
         field = (f'<input id="memory" name="memory" value="{esc(memory or "main")}" spellcheck="false" '
-                 'autocapitalize="off" pattern="[a-z0-9][a-z0-9._-]{0,63}">')
+                 'autocapitalize="off" pattern="[a-z0-9][a-z0-9._\\-]{0,63}">')
     scope = request.get("scope") or "read"
     text = (package_data.read_text("web/console/consent.html")
             .replace("{{HOST}}", esc(host))
