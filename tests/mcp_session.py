@@ -94,12 +94,14 @@ def run_session(base_url: str, tok: str, errlog: Path, script: Callable[[Session
 
 
 def run_http_session(endpoint: str, tok: str | None, script: Callable[[Session], Awaitable[None]],
-                     mode: str = "auto", fresh_connections: bool = False) -> None:
+                     mode: str = "auto", fresh_connections: bool = False,
+                     headers: dict[str, str] | None = None) -> None:
     """Connect the SDK's own Streamable HTTP client to ``endpoint`` (a server's
     /mcp) with ``tok`` as the bearer, and run ``script``. ``fresh_connections``:
-    every request on a connection of its own, so any worker may take each."""
+    every request on a connection of its own, so any worker may take each;
+    ``headers`` go with every request (a Host, an Origin)."""
     limits = httpx2.Limits(max_keepalive_connections=0) if fresh_connections else httpx2.Limits()
-    headers = {} if tok is None else {"Authorization": f"Bearer {tok}"}
+    headers = {**(headers or {}), **({} if tok is None else {"Authorization": f"Bearer {tok}"})}
 
     async def main() -> None:
         with anyio.fail_after(SESSION_TIMEOUT):
