@@ -209,6 +209,26 @@ def test_a_wrong_owner_token_keeps_the_form_and_mints_nothing(api: Api, owner: s
         REDIRECT + "?error=access_denied")
 
 
+def test_wrong_owner_tokens_on_the_consent_page_spend_the_addresss_failure_budget(data_dir: Path) -> None:
+    """The consent page is no way around the failure budget every token route has: past it, even the right
+    owner token is refused, and nothing is minted."""
+    api = Api(create_app(make_settings(data_dir, public_url=PUBLIC, auth_failures_per_minute=2)))
+    try:
+        owner = api.init()["token"]
+        _, challenge = pkce()
+        nonce = nonce_of(authorize(api, register(api)["client_id"], challenge).text)
+        for _ in range(2):
+            resp = answer(api, nonce, owner[:-3] + "AAA", PUBLIC)
+            assert resp.status_code == 401, resp.status_code
+            nonce = nonce_of(resp.text)
+        resp = answer(api, nonce, owner, PUBLIC)
+        assert resp.status_code == 429 and resp.headers["stash-error"] == "rate_limited", resp.status_code
+        assert int(resp.headers["retry-after"]) > 0 and "location" not in resp.headers
+        assert [g["id"] for g in api.get("/grants", owner).json()["grants"]] == [1]
+    finally:
+        api.close()
+
+
 def test_a_hostile_client_name_is_text_on_the_page_and_in_the_label(api: Api, owner: str) -> None:
     hostile = '<script>alert(1)</script><img src=x onerror="x()"> \u202eevil "quoted" & more'
     reg = register(api, hostile)
