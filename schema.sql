@@ -1,5 +1,5 @@
 -- Stash storage schema. The server loads this file as it is; nothing here is
--- copied into code. It holds the schemas of the three files, in sections each
+-- copied into code. It holds the schemas of the files, in sections each
 -- introduced by a "-- @name" line.
 --
 -- Layout on disk, one folder per user:
@@ -376,3 +376,33 @@ CREATE TABLE IF NOT EXISTS word_tail_segs (
     sealed  BLOB NOT NULL,
     PRIMARY KEY (piece, seg)
 );
+
+-- @oauth
+-- DATA/oauth.db: one file for the whole server, which every worker opens
+-- (stash/storage/oauth_state.py): what an MCP host's OAuth flow needs between
+-- two of its requests (docs/DESIGN.md, "Remote MCP"). Times are Unix seconds.
+-- No code and no consent nonce is kept, each row filed under a keyed hash of
+-- its secret; a capability token only sealed under a key derived from its
+-- code, for at most 60 seconds: redeeming the code deletes it, and an
+-- unredeemed code's row goes with its grant at its expiry (secure_delete,
+-- then the WAL folded into the file and emptied).
+CREATE TABLE IF NOT EXISTS oauth_clients (
+    client_id  TEXT PRIMARY KEY,   -- a client registered by Dynamic Client Registration (RFC 7591)
+    metadata   TEXT NOT NULL,      -- its registration, as answered (JSON)
+    created    INTEGER NOT NULL,
+    used       INTEGER             -- when the owner first approved it; NULL: never, so it expires
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS oauth_requests (
+    id         BLOB PRIMARY KEY,   -- keyed hash of the consent form's nonce
+    request    TEXT NOT NULL,      -- the checked authorization request (JSON)
+    expires    INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS oauth_codes (
+    id         BLOB PRIMARY KEY,   -- keyed hash of the authorization code
+    approval   TEXT NOT NULL,      -- JSON: client, redirect URI, PKCE challenge, resource, user, memory, grant
+    sealed     BLOB,               -- the capability token sealed under the code; NULL once redeemed
+    expires    INTEGER NOT NULL,   -- unredeemed: 60 s after the approval; redeemed: until a replay is moot
+    redeemed   INTEGER
+) WITHOUT ROWID;

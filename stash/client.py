@@ -1366,6 +1366,11 @@ class Stash:
                               "is that the address of a Stash server?")
         return ans
 
+    def request(self, method: str, path: str, body: object = None) -> dict[str, Any]:
+        """One route of this memory (``"/wake"``), answered as a JSON object, as every call below is: what
+        ``stash mcp``'s tools call (stash/tools/definitions.py)."""
+        return self._answer(method, path, body)
+
     # -- an agent's calls
 
     def wake_part(self, part: int | None = None, T: int | None = None) -> WakePart:

@@ -31,6 +31,7 @@ FILES = frozenset({
     "web/console/console.html",  # GET /console
     "web/console/console.js",
     "web/console/console.css",
+    "web/console/consent.html",  # GET /authorize: the owner's consent page for an MCP host
     "py.typed",  # read by type checkers, not by the server: the library's annotations are its users' too
 })
 

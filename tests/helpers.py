@@ -142,4 +142,5 @@ def make_settings(data_dir: Path, **kw) -> Settings:
     kw.setdefault("keep_open", 0.0)
     kw.setdefault("init_per_minute", 10_000)
     kw.setdefault("auth_failures_per_minute", 10_000)
+    kw.setdefault("oauth_registrations_per_hour", 10_000)
     return Settings(data_dir=data_dir, **kw)

@@ -1,7 +1,8 @@
-"""One MCP session against a real server: a fresh ``python -m stash mcp``
-child driven by the MCP SDK's own client over stdio, each tool answer as
-(text, is_error), and the next step a tool names called exactly as named.
-Shared by the MCP and batch-client end-to-end tests."""
+"""One MCP session against a real server, driven by the MCP SDK's own
+client: over stdio with a fresh ``python -m stash mcp`` child, or over
+Streamable HTTP with a server's ``/mcp``; each tool answer as (text,
+is_error), and the next step a tool names called exactly as named. Shared
+by the MCP and batch-client end-to-end tests."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
+import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
 
 from tests.installed import OUTSIDE
 
@@ -32,9 +36,15 @@ class Session:
         self.client = client
 
     async def call(self, tool: str, **args: object) -> tuple[str, bool]:
+        """The answer's text, its blocks joined (memory blocks among the tool's own), and whether it is a
+        refusal; every block is text, and a memory block holds memory text only (checked by the caller)."""
+        res = await self.result(tool, **args)
+        return "\n".join(block.text for block in res.content), bool(res.is_error)
+
+    async def result(self, tool: str, **args: object) -> CallToolResult:
         res = await self.client.call_tool(tool, args)
-        assert len(res.content) == 1 and res.content[0].type == "text", res
-        return res.content[0].text, bool(res.is_error)
+        assert res.content and all(block.type == "text" for block in res.content), res
+        return res
 
     async def ok(self, tool: str, **args: object) -> str:
         text, error = await self.call(tool, **args)
@@ -79,5 +89,26 @@ def run_session(base_url: str, tok: str, errlog: Path, script: Callable[[Session
             async with Client(stdio_client(params, errlog=err), read_timeout_seconds=REQUEST_TIMEOUT,
                               mode=mode) as client:
                 await script(Session(client))
+
+    anyio.run(main)
+
+
+def run_http_session(endpoint: str, tok: str | None, script: Callable[[Session], Awaitable[None]],
+                     mode: str = "auto", fresh_connections: bool = False,
+                     headers: dict[str, str] | None = None) -> None:
+    """Connect the SDK's own Streamable HTTP client to ``endpoint`` (a server's
+    /mcp) with ``tok`` as the bearer, and run ``script``. ``fresh_connections``:
+    every request on a connection of its own, so any worker may take each;
+    ``headers`` go with every request (a Host, an Origin)."""
+    limits = httpx2.Limits(max_keepalive_connections=0) if fresh_connections else httpx2.Limits()
+    headers = {**(headers or {}), **({} if tok is None else {"Authorization": f"Bearer {tok}"})}
+
+    async def main() -> None:
+        with anyio.fail_after(SESSION_TIMEOUT):
+            async with httpx2.AsyncClient(headers=headers, limits=limits,
+                                          timeout=httpx2.Timeout(REQUEST_TIMEOUT)) as http:
+                async with Client(streamable_http_client(endpoint, http_client=http),
+                                  read_timeout_seconds=REQUEST_TIMEOUT, mode=mode) as client:
+                    await script(Session(client))
 
     anyio.run(main)

@@ -55,6 +55,35 @@ class NotFound(StashError):
     code = "not_found"
 
 
+class OAuthRefused(StashError):
+    """A refusal of the OAuth endpoints: its code is ``oauth.<error>``, the
+    error RFC 6749, 7591 or 8707 names, which is what the host is answered."""
+
+    status = 400
+    code = "oauth.invalid_request"
+
+
+class UnknownClient(StashError):
+    """An OAuth client this server does not know, or whose metadata document cannot be had."""
+
+    status = 401
+    code = "oauth.invalid_client"
+
+
+class NotAcceptable(StashError):
+    """The request accepts no answer the route gives (an MCP host's Accept)."""
+
+    status = 406
+    code = "mcp.not_acceptable"
+
+
+class Misdirected(StashError):
+    """A Host this server does not answer for (421, Misdirected Request)."""
+
+    status = 421
+    code = "mcp.bad_host"
+
+
 class Conflict(StashError):
     status = 409
     code = "conflict"

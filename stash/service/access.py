@@ -621,12 +621,67 @@ class Vault:
                 raise
         return ring.open_grant(again, token.secret), again
 
-    def check_token(self, token_text: str | tokens.Token | None) -> None:
-        """Refuse a token that cannot be live (the cheap part of :meth:`session`)."""
-        _, _, ring, _, main, _ = self._capability(token_text)
+    def check_token(self, token_text: str | tokens.Token | None) -> str:
+        """Refuse a token that cannot be live (the cheap part of :meth:`session`);
+        the scope its grant's row names, not yet authenticated: only
+        :meth:`scope_of` may act on it."""
+        try:
+            _, _, ring, grant, main, _ = self._capability(token_text)
+        except StashError:
+            raise
+        except Exception as exc:
+            err = storage_error(exc, self.data_dir)
+            if err is None:
+                raise
+            raise err from None
         if ring is not main:
             ring.close()
         main.close()
+        return grant.scope
+
+    def withdraw(self, user_id: str, memory: str, grant_id: int) -> bool:
+        """End capability ``grant_id`` of ``memory`` without the owner: one
+        whose token nobody may hold, an MCP host's approval never redeemed or
+        redeemed twice (service/oauth.py; Keyring.withdraw says what it does
+        and what waits for the owner's next epoch). True when it was live."""
+        files = MemoryFiles(self.data_dir, user_id)
+        if not files.exists():
+            return False
+        with userlock.shared(files.folder):
+            main = self._open_ring(files, user_id)
+            try:
+                ring = main
+                if memory != MAIN:
+                    if not memories.exists(self.data_dir, user_id, memory):
+                        return False
+                    ring = self._open_ring(MemoryFiles(self.data_dir, user_id, memory),
+                                           memories.store_id(user_id, memory))
+                try:
+                    appended = next((g for g in inbox.grants(ring.conn) if g.id == grant_id), None)
+                    if appended is not None:
+                        ended = inbox.revoke(ring.conn, grant_id) is not None
+                        tag = bytes(appended.tag) if ended and appended.tag is not None else None
+                    else:
+                        tag = ring.withdraw(grant_id)
+                        ended = tag is not None
+                    if tag is not None and memory != MAIN:
+                        memories.drop_tags(main.conn, tag=tag)
+                    self.tags.grants_seen(user_id, main.conn)
+                finally:
+                    if ring is not main:
+                        ring.close()
+            finally:
+                main.close()
+        return ended
+
+    def scope_of(self, token_text: str | tokens.Token | None, memory: str | None = None) -> str:
+        """The scope ``token_text`` holds on ``memory`` (None: the memory it is
+        bound to), read once its grant has opened, so a row edited to claim
+        more opens nothing: what an MCP host is shown it may call. Refused as
+        a session on that memory is."""
+        claimed = self.check_token(token_text)
+        with self.session(token_text, claimed, None, memory) as session:
+            return session.scope
 
     @contextlib.contextmanager
     def session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None = None,

@@ -153,7 +153,7 @@ class UserFiles:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def _create_private(path: Path) -> None:
+def create_private(path: Path) -> None:
     """Make an empty file 0600 before SQLite opens it, whatever the umask:
     SQLite gives its -wal and -shm files the mode of the database file."""
     try:
@@ -692,7 +692,7 @@ def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = F
         if kept is not None:
             return kept
     if create:
-        _create_private(Path(path))
+        create_private(Path(path))
     frozen = not create and _frozen(Path(path))
     # On a read-only filesystem SQLite cannot make the WAL's index, so a WAL
     # file could not be opened at all; a file whose WAL was folded in and

@@ -64,6 +64,24 @@ class Grants(OwnerData):
                 self._mark_owner_sealed()
             return grant_id
 
+    def withdraw(self, grant_id: int) -> bytes | None:
+        """End a read or full grant whose token nobody may hold (an MCP
+        host's approval never redeemed, or its code redeemed twice:
+        service/oauth.py), without the owner's keys: its key columns and tag
+        destroyed as a revocation destroys them, so its token opens nothing
+        here and finds no grant. The new key epoch a revocation also starts
+        needs the owner's keys: it comes with the next revocation or
+        rotation. Its tag; None when it was revoked already (or is the
+        owner's, which is never withdrawn)."""
+        with write_transaction(self.conn):
+            self._select("LIMIT 0", ())  # a format-1 ring gets its columns first
+            row = self.conn.execute("SELECT tag, scope, revoked FROM grants WHERE id = ?", (grant_id,)).fetchone()
+            if row is None or row[1] == "owner" or row[2] is not None:
+                return None
+            self.conn.execute("UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
+                              "revoked = ? WHERE id = ?", (now_utc(), grant_id))
+        return None if row[0] is None else bytes(row[0])
+
     def open_grant(self, grant: Grant, secret: bytes) -> Opened:
         """Every epoch key this grant reaches, or :class:`aead.Unsealable` when
         the row was altered (scope, id, public key, certificate or box) or

@@ -158,6 +158,7 @@ _KINDS: dict[str, Callable[[str], bool]] = {
     "keyring.db": lambda name: name in ("keyring", "idempotency") or name.startswith("keyring_"),
     "memory.db": lambda name: name in ("memory", "idempotency") or name.startswith("memory_"),
     "recall.db": lambda name: name in ("scan_cache", "word_cache", "word_tail", "word_segs", "word_tail_segs"),
+    "oauth.db": lambda name: name == "oauth",
 }
 
 
@@ -181,7 +182,7 @@ def _normal(sql: str | None) -> str:
 @cache
 def expected(kind: str) -> tuple[frozenset[str], frozenset[str], frozenset[tuple[str, str, str]]]:
     """The tables, indexes and triggers ``(name, table, text)`` that
-    schema.sql makes in a file named ``kind`` (any name but the three: all
+    schema.sql makes in a file named ``kind`` (any name but those of _KINDS: all
     of its sections together)."""
     wanted = _KINDS.get(kind, _any_section)
     conn = sqlite3.connect(":memory:")

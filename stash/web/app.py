@@ -21,13 +21,12 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 
 from ..core.errors import NotFound, StashError
-from ..service import words_scan
+from ..service import oauth, words_scan
 from ..service.access import Vault
 from . import pages, plaintext, tracelog
 from .errors import error_response
 from .fairshare import Shares
 from .forwarded import TrustedProxies
-from .jsonio import JSON
 from .metrics import Metrics
 from .ratelimit import RateLimiter
 from .routes import ROUTES
@@ -120,13 +119,24 @@ async def not_found(request, exc) -> Response:
     return plaintext.as_text(request.url.path, resp) if plaintext.wants_text(request) else resp
 
 
-def _unrouted(request, code: int) -> JSON:
+def _protocol_at(app, scope):
+    """The protocol of the routes at this path, when their bodies are another protocol's (/mcp)."""
+    for route in app.router.routes:
+        spec = getattr(getattr(route, "endpoint", None), "__self__", None)
+        if getattr(spec, "protocol", None) is not None and route.matches({**scope, "method": spec.method})[0] \
+                is Match.FULL:
+            return spec.protocol
+    return None
+
+
+def _unrouted(request, code: int) -> Response:
     request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
     if code == 405:
         err = StashError(f"This route does not take that method; the reference at {_reference_url(request)} "
                          "lists each route's methods.", code="method_not_allowed")
         err.status = 405
-        resp = error_response(err)
+        protocol = _protocol_at(request.app, request.scope)
+        resp = error_response(err) if protocol is None else protocol.refusal(request, err)
         resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.scope))
         return resp
     path = request.url.path
@@ -145,6 +155,18 @@ def _routed(app, scope, path: str) -> bool:
 
 WARM_THREAD = "tag-index-warm"
 WARM_JOIN_S = 10.0  # the warm stops between users: one key ring's load at most
+SWEEP_THREAD = "oauth-sweep"
+SWEEP_EVERY_S = 1.0  # an unredeemed code's grant goes within this of the code's expiry
+
+
+def sweep_oauth(vault: Vault, stop: threading.Event) -> None:
+    """Every second, withdraw the grant of each MCP host's code nobody redeemed in time (service/oauth.py);
+    a server with no OAuth state file does one stat a second."""
+    while not stop.wait(SWEEP_EVERY_S):
+        try:
+            oauth.sweep(vault)
+        except Exception as exc:  # a bad moment of one file; the next second tries again
+            error_log.error("oauth sweep failed: %s", tracelog.frames(exc))
 
 
 @contextlib.asynccontextmanager
@@ -168,6 +190,8 @@ async def lifespan(app: Starlette):
         with vault.keeping_files_open(app.state.settings.keep_open):
             warm = threading.Thread(target=vault.tags.warm, args=(stop,), name=WARM_THREAD, daemon=True)
             warm.start()
+            sweeper = threading.Thread(target=sweep_oauth, args=(vault, stop), name=SWEEP_THREAD, daemon=True)
+            sweeper.start()
             try:
                 yield
                 if app.state.owns_process:
@@ -178,6 +202,7 @@ async def lifespan(app: Starlette):
             finally:
                 stop.set()
                 warm.join(timeout=WARM_JOIN_S)
+                sweeper.join(timeout=WARM_JOIN_S)
     finally:
         app.state.metrics.stop()
 

@@ -106,6 +106,26 @@ CODES: dict[str, Code] = {
     "idempotency.key_reused": Code(409, "the key was used in the last 24 hours for a different request (another "
                                         "body, or another of note, nap and import); nothing was written"),
     "shape.out_of_range": Code(422, "`T` over 10^15 or `lines` outside 1–1000"),
+    "mcp.bad_request": Code(400, "/mcp: not `Content-Type: application/json`, or not one JSON-RPC message the "
+                                 "transport takes (the JSON-RPC error's own code says which)"),
+    "mcp.bad_origin": Code(403, "/mcp: an `Origin` that is neither loopback nor `--url`'s"),
+    "mcp.not_acceptable": Code(406, "/mcp: `Accept` does not take `application/json` and `text/event-stream`"),
+    "mcp.bad_host": Code(421, "/mcp: a `Host` that is neither loopback, nor `--url`'s host, nor the address the "
+                              "server listens on (the MCP SDK's guard against DNS rebinding)"),
+    "oauth.invalid_request": Code(400, "OAuth: a parameter missing or malformed (PKCE S256 is required)"),
+    "oauth.invalid_client": Code(401, "OAuth: an unknown client, or one whose metadata document cannot be had "
+                                      "(not https, on a private or loopback address, over 5 KiB, over 3 s, or not "
+                                      "a document naming its own URL)"),
+    "oauth.invalid_redirect_uri": Code(400, "OAuth: a redirect URI the client did not register, or one not https "
+                                            "(nor http on loopback)"),
+    "oauth.invalid_client_metadata": Code(400, "OAuth: a registration this server cannot give (a name over 200 "
+                                               "characters, no authorization_code grant)"),
+    "oauth.invalid_grant": Code(400, "OAuth: a code unknown, expired, redeemed before, or sent with another "
+                                     "client, redirect URI or a wrong verifier (its capability is then withdrawn)"),
+    "oauth.unsupported_grant_type": Code(400, "OAuth: a grant type other than authorization_code"),
+    "consent.expired": Code(400, "the consent form's nonce is unknown, used or over 10 minutes old"),
+    "consent.bad_origin": Code(403, "the consent form was posted from another origin than this server's"),
+    "consent.bad_choice": Code(422, "the consent form's memory, scope or duration is not one it offers"),
     "route.unknown": Code(404, "no such route"),
     "method_not_allowed": Code(405, "the route does not take that method"),
     "rate_limited": Code(429, "too many failures or mints from this address; see `Retry-After`"),

@@ -61,6 +61,21 @@ MAX_IMPORT_BODY = BodyCap("max_import_body", IMPORT_BODY_CAP)
 MAX_NAP_BODY = BodyCap("max_body", BODY_CAP, floor=NAP_BODY_CAP)
 
 
+@dataclass(frozen=True)
+class Protocol:
+    """How a route whose body is another protocol's speaks (MCP's JSON-RPC at
+    /mcp, OAuth's at /token): its refusals are written in that protocol, and
+    its OpenAPI operation describes its body as that protocol has it. A
+    route of scope ``capability`` hands its request over to that protocol's
+    own code once its token is known live (:meth:`RouteSpec.endpoint`)."""
+
+    name: str
+    refusal: Callable[[Request, StashError], Response]
+    request: dict[str, Any] | None  # the OpenAPI requestBody; None: the route's fields say it
+    error: dict[str, Any]  # the OpenAPI content of one of its refusals
+    error_words: str  # what its refusals carry, said in each error response of the document
+
+
 def client_address(request: Request) -> str:
     """The client's address, resolved once per request through the trusted
     proxies (:mod:`stash.web.forwarded`); every per-client decision uses it."""
@@ -87,9 +102,10 @@ class Call:
     parts, the client's address and the addresses an answer names. Handlers
     see this, never the request itself."""
 
-    def __init__(self, request: Request, key: str | None = None) -> None:
+    def __init__(self, request: Request, key: str | None = None, memory: str | None = None) -> None:
         self._request = request
         self.key = key  # the request's Idempotency-Key, when its route takes one and it sent one
+        self.memory = memory  # a route of scope capability: the memory of /m/{name}, None for the token's own
         state = request.app.state
         self.settings = state.settings
         self.vault = state.vault
@@ -104,6 +120,19 @@ class Call:
     def token(self) -> str | None:
         """The request's bearer token: for a route that acts on every memory of the identity (GET /grants)."""
         return bearer(self._request)
+
+    @property
+    def origin(self) -> str | None:
+        """Where the request says it was sent from: its Origin, else its Referer's origin (a form's CSRF check)."""
+        headers = self._request.headers
+        origin = headers.get("origin")
+        if origin and origin != "null":
+            return origin
+        referer = headers.get("referer")
+        if not referer:
+            return None
+        scheme, _, rest = referer.partition("://")
+        return f"{scheme}://{rest.split('/', 1)[0]}" if rest else None
 
     @property
     def replicating(self) -> bool:
@@ -155,7 +184,17 @@ def _auth_failed(request: Request) -> Unauthorized:
     return Unauthorized()
 
 
-async def _precheck(request: Request, spec: RouteSpec) -> None:
+async def _live(request: Request) -> None:
+    """A route of scope ``capability``: the token is live (not revoked, not
+    expired, its grant's row where its tag says), refused as every token is
+    otherwise. Which scope it holds is each of its calls' to check."""
+    try:
+        await run_in_threadpool(request.app.state.vault.check_token, parsed_token(request))
+    except Unauthorized:
+        raise _auth_failed(request) from None
+
+
+async def _precheck(request: Request, spec: RouteSpec, prefetch: bool = True) -> None:
     """Authentication before anything of the request is read: the token's
     shape and checksum, then its lookup tag against the in-memory index of
     live tags (service/tag_index.py). An unknown user and a wrong secret end
@@ -178,7 +217,8 @@ async def _precheck(request: Request, spec: RouteSpec) -> None:
             # A small body is taken in before the hop to a thread: a client that sent its whole request
             # and hung up (its answer lost, to be retried with the same Idempotency-Key) still has its
             # write made, as on every other path. A larger one waits for the verdict.
-            await prefetch_small_body(request, settings.max_body)
+            if prefetch:
+                await prefetch_small_body(request, settings.max_body)
             verdict = await run_in_threadpool(vault.tags.load_from_disk, parsed.user_id, tag)
     if verdict:
         return
@@ -242,7 +282,7 @@ class RouteSpec:
 
     method: str
     path: str
-    scope: str  # public | read | full | owner | operator
+    scope: str  # public | read | append | full | owner | operator | capability (any live one: each call its own)
     summary: str
     # A route open to all: ``async (fields, call)``; one that needs a capability: ``(session, fields, call)``,
     # run in a worker thread by operation.perform. It answers a dict (JSON), a str or bytes (``media``), or
@@ -275,6 +315,10 @@ class RouteSpec:
     memory_of: Callable[..., str | None] | None = None
     # Path parameters that are memory names (strings), not whole numbers.
     name_params: tuple[str, ...] = ()
+    # The protocol its body is, when not Stash's own JSON (a route of scope ``capability``, or OAuth's).
+    protocol: Protocol | None = None
+    # What else it answers besides ``status`` and its refusals: OpenAPI response objects by status (a redirect).
+    more_answers: tuple[tuple[str, Any], ...] = ()
 
     @property
     def base(self) -> str:
@@ -291,6 +335,8 @@ class RouteSpec:
         unknown = [c for c in (*self.errors, *(c for s in self.special for c in s.codes)) if c not in CODES]
         if unknown:
             raise ValueError(f"{self.method} {self.path}: codes missing from stash/web/codes.py: {unknown}")
+        if self.scope == "capability" and (self.protocol is None or self.fields is not None):
+            raise ValueError(f"{self.method} {self.path}: a route of scope capability hands its body to its protocol")
         if self.scope not in SECURED and (self.record or self.event or self.adds or self.cleanup):
             raise ValueError(f"{self.method} {self.path}: only a route that needs a capability writes")
 
@@ -308,11 +354,18 @@ class RouteSpec:
         handled = False
         try:
             _refuse_token_in_query(request)
+            if self.scope == "capability":
+                # The body is the protocol's, read by its own code: nothing of it is taken in here.
+                await _precheck(request, self, prefetch=False)
+                await _live(request)
+                handled = True
+                memory = self._memory(request, {})
+                return self._answer(request, await self.handler({}, Call(request, memory=memory)))
             if self.scope not in SECURED:
                 handled = True
                 if self.scope == "operator":
                     _operator(request)
-                fields = await self._fields(request)
+                fields = {**self._path_params(request), **await self._fields(request)}
                 return self._answer(request, await self.handler(fields, Call(request)))
             await _precheck(request, self)
             # The slot is taken before the body is read, so a tenant's bodies in memory are bounded too.
@@ -321,7 +374,10 @@ class RouteSpec:
                 return await self._secured(request)
         except StashError as err:
             request.scope["stash.error"] = err.code
-            resp = self._negotiated(request, error_response(err))
+            if self.protocol is not None:
+                resp = self.protocol.refusal(request, err)
+            else:
+                resp = self._negotiated(request, error_response(err))
             if not handled and _has_body(request):
                 # Refused before its body was read: close the connection after the answer rather than
                 # take in and throw away the rest of a body nobody authenticated (up to 16 MiB).

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 
@@ -69,6 +70,9 @@ class Fields:
     # so in the reference. None: JSON only.
     plain: Callable[[str], dict[str, Any]] | None = None
     plain_doc: str = ""
+    # OAuth's way (RFC 6749, 3.1 and 3.2): a GET's query or a POST's application/x-www-form-urlencoded body
+    # (an HTML form's too), every value a string, and names the route does not take ignored.
+    form: bool = False
 
     @property
     def names(self) -> set[str]:
@@ -101,7 +105,9 @@ class Fields:
         """The fields of ``request``, whole numbers parsed and defaulted; the
         refusals of docs/DESIGN.md, "HTTP surface" otherwise. What the body carries beyond that is
         returned as sent: an idempotent write's record is keyed on it."""
-        if method == "GET":
+        if self.form:
+            data = await self._form(request, method, cap)
+        elif method == "GET":
             data = query_object(request, self.names, ints={f.name for f in self.items if f.whole})
         elif is_plain(request):
             if self.plain is None:
@@ -132,8 +138,37 @@ class Fields:
                 raise Invalid(f.refuse.message, code=f.refuse.code)
         return data
 
+    async def _form(self, request: Request, method: str, cap: int) -> dict[str, Any]:
+        """The form's fields this route takes (each once), as strings."""
+        if method == "GET":
+            pairs = request.query_params.multi_items()
+        else:
+            kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/x-www-form-urlencoded":
+                raise Malformed("Send the body as a form: Content-Type: application/x-www-form-urlencoded.",
+                                code="request.malformed")
+            try:
+                pairs = parse_qsl((await read_body(request, cap)).decode("utf-8"), keep_blank_values=True)
+            except UnicodeDecodeError:
+                raise Malformed("The form is not UTF-8; send it as UTF-8.", code="request.malformed") from None
+        data: dict[str, Any] = {}
+        for name, value in pairs:
+            if name not in self.names:
+                continue
+            if name in data:
+                raise Malformed(f"The form names {name} twice; send it once.", code="request.duplicate_field")
+            data[name] = value
+        missing = sorted(f.name for f in self.items if f.required and f.name not in data)
+        if missing:
+            raise Malformed(f"Missing {', '.join(missing)}.", code="request.missing_field")
+        return data
+
     def codes(self, method: str) -> list[str]:
         """The codes :meth:`read` can answer."""
+        if self.form:
+            out = ["request.duplicate_field"] + ([] if method == "GET" else ["request.malformed",
+                                                                            "request.too_large"])
+            return out + (["request.missing_field"] if any(f.required for f in self.items) else [])
         out = ["request.duplicate_field", "request.unknown_field"] if method == "GET" else [
             "request.malformed", "request.bad_json"]
         if method != "GET" and self.plain is not None:
@@ -204,8 +239,10 @@ def error_codes(route: Any) -> dict[int, list[str]]:
         add("busy.slow", "busy.server")
     if route.scope in ("append", "full", "owner"):
         add("auth.scope")
-    if route.scope in SECURED and (getattr(route, "under", False) or getattr(route, "memory_from", None)
-                                   or getattr(route, "memory_of", None)):
+    if route.scope == "capability":  # the token's liveness, checked before the protocol's code runs
+        add("auth.invalid", "rate_limited", "store.damaged", "store.missing", "store.unreadable")
+    if route.scope in (*SECURED, "capability") and (
+            getattr(route, "under", False) or getattr(route, "memory_from", None) or getattr(route, "memory_of", None)):
         add("memory.unknown")
     if route.idempotent:
         add("idempotency.bad_key", "idempotency.key_reused")

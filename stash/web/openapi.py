@@ -33,6 +33,9 @@ _STATUS_WORDS = {
     409: "Conflict",
     413: "Body too large",
     422: "Valid JSON with an invalid value",
+    405: "The route does not take that method",
+    406: "Not an answer the request accepts",
+    421: "Not this server's Host",
     429: "Too many requests; wait Retry-After seconds",
     500: "The server failed, or stored data failed its integrity check",
     503: "The storage cannot serve this now (read-only folder, missing or unreadable file; for /health?ready=1, "
@@ -51,6 +54,8 @@ def _operation(route, settings: Any) -> dict:
     if route.scope in SECURED:
         op["security"] = [{"bearerAuth": []}]
         words += f" Needs a capability of scope {route.scope} or above."
+    elif route.scope == "capability":
+        op["security"] = [{"bearerAuth": []}]
     elif route.scope == "operator":
         op["security"] = [{"operatorToken": []}, {}]
     else:
@@ -76,6 +81,8 @@ def _operation(route, settings: Any) -> dict:
         })
     if params:
         op["parameters"] = params
+    if route.protocol is not None:
+        return _protocol_operation(route, op, params)
     if route.method != "GET" and route.fields is not None:
         op["requestBody"] = {
             "required": route.fields.body_required,
@@ -118,6 +125,39 @@ def _operation(route, settings: Any) -> dict:
         }
         if status == 429:
             resp["headers"] = {"Retry-After": {"description": "Seconds to wait.", "schema": integer(1)}}
+        responses[str(status)] = resp
+    op["responses"] = responses
+    return op
+
+
+def _protocol_operation(route, op: dict[str, Any], params: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operation of a route whose body is another protocol's: its request, its answers and its refusals
+    as that protocol writes them."""
+    protocol = route.protocol
+    op["x-stash-protocol"] = protocol.name
+    if params:
+        op["parameters"] = params
+    if route.method != "GET" and protocol.request is not None:
+        op["requestBody"] = protocol.request
+    elif route.method != "GET" and route.fields is not None:
+        kind = "application/x-www-form-urlencoded" if route.fields.form else "application/json"
+        op["requestBody"] = {"required": route.fields.body_required, "content": {kind: {
+            "schema": route.fields.schema()}}}
+    ok: dict[str, Any] = {"description": "Success"}
+    if route.answer is not None:
+        ok["content"] = {route.media: {"schema": route.answer}}
+    responses: dict[str, Any] = {str(route.status): ok, **dict(route.more_answers)}
+    for status, codes in error_codes(route).items():
+        resp: dict[str, Any] = {"description": f"{_STATUS_WORDS.get(status, 'Refused')}. {protocol.error_words}. "
+                                               f"Codes: {', '.join(codes)}.",
+                                "x-error-codes": codes, "content": protocol.error}
+        if status == 429:
+            resp["headers"] = {"Retry-After": {"description": "Seconds to wait.", "schema": integer(1)}}
+        if status == 401 and route.scope == "capability":
+            resp["headers"] = {"WWW-Authenticate": {
+                "description": "`Bearer resource_metadata=\"…/.well-known/oauth-protected-resource…\"`: where this "
+                               "endpoint's OAuth protected-resource metadata is (RFC 9728)",
+                "schema": string()}}
         responses[str(status)] = resp
     op["responses"] = responses
     return op

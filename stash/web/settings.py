@@ -225,6 +225,21 @@ class Settings:
             "`recall.db` (about 49 bytes per memory on bench text, see bench/README.md); `off`: no index is "
             "written and every words search builds it from the whole log, slower than any regex recall (tens "
             "of seconds at a million memories). Existing index pieces are left unread while off")
+    oauth_code_seconds: int = option(
+        "--oauth-code-seconds", 50, "how long an MCP host's authorization code lives", metavar="SECONDS",
+        low=1, high=55,
+        doc="how long an MCP host's OAuth authorization code may wait for its redemption; a code not "
+            "redeemed by then takes the capability it stood for with it, within a second more (so within "
+            "60 s of the owner's approval)")
+    oauth_registrations_per_hour: int = option(
+        "--oauth-registrations-per-hour", 20, "MCP hosts one address may register per hour (POST /register)",
+        metavar="N", low=1)
+    oauth_loopback_clients: str = option(
+        "--oauth-loopback-clients", "off", "fetch MCP hosts' client metadata documents from loopback (tests only)",
+        choices=("off", "on"),
+        doc="`on`: a Client ID Metadata Document may be fetched from a loopback address, over http too; for "
+            "tests, never on a server anyone else reaches. `off`: https only, and never from a loopback, "
+            "private, link-local or other non-global address")
 
 
 OPTIONS: list[Option] = declared(Settings)

@@ -12,7 +12,9 @@ instead, values and all."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import traceback
 from pathlib import PurePath
 
@@ -54,3 +56,35 @@ def frames(exc: BaseException) -> str:
 def whole(exc: BaseException) -> str:
     """The whole trace, messages and values included: for STASH_DEBUG only."""
     return "".join(traceback.format_exception(exc)).rstrip("\n")
+
+
+class _Withheld(logging.Filter):
+    """Keeps of a library's log record its logger, its level and, for an
+    exception, :func:`frames`: never its message, which may carry what a
+    request sent (a header, a body's text)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        shown = f"{record.levelname.lower()} from {record.name} (its message withheld)"
+        if record.exc_info and record.exc_info[1] is not None:
+            shown += ": " + frames(record.exc_info[1])
+        record.msg, record.args, record.exc_info, record.exc_text = shown, (), None, None
+        return True
+
+
+def withhold(name: str) -> None:
+    """Log what library ``name`` logs (its warnings and worse) as :class:`_Withheld`
+    says, through a handler of its own; under STASH_DEBUG, all it logs, whole."""
+    lib = logging.getLogger(name)
+    if any(isinstance(h, _LibraryHandler) for h in lib.handlers):
+        return
+    handler = _LibraryHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    if not debugging():
+        lib.setLevel(logging.WARNING)
+        handler.addFilter(_Withheld())
+    lib.addHandler(handler)
+    lib.propagate = False
+
+
+class _LibraryHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`withhold` gives a library's logger."""

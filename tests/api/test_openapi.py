@@ -78,13 +78,20 @@ def test_security_matches_scope(doc: dict) -> None:
         codes = {int(s): resp.get("x-error-codes", []) for s, resp in op["responses"].items()}
         if r.scope == "public":
             assert op["security"] == [], r.path
-            assert 401 not in codes and "auth.scope" not in codes.get(403, [])
+            # No bearer; the consent form's owner token (in its body) and an OAuth client can be refused.
+            owner_form = r.fields is not None and "owner_token" in r.fields.names
+            assert set(codes.get(401, [])) <= {"oauth.invalid_client"} | ({"auth.invalid"} if owner_form else set())
+            assert "auth.scope" not in codes.get(403, [])
         elif r.scope in SECURED:
             assert op["security"] == [{"bearerAuth": []}], r.path
             assert codes[401] == ["auth.invalid"] and "rate_limited" in codes[429]
             # a read capability opens every route that needs read, so only higher scopes (and append,
             # which a read capability may not do) can be refused
             assert ("auth.scope" in codes.get(403, [])) == (r.scope != "read"), r.path
+        elif r.scope == "capability":  # any live capability: each of its calls checks its own scope
+            assert op["security"] == [{"bearerAuth": []}], r.path
+            assert codes[401] == ["auth.invalid"] and "rate_limited" in codes[429]
+            assert "auth.scope" not in codes.get(403, [])
         else:
             assert r.scope == "operator"
             # loopback needs no credential; elsewhere the operator's token, never a capability
@@ -102,7 +109,17 @@ def test_every_error_response_is_the_error_shape(doc: dict) -> None:
                 if int(status) < 400:
                     continue
                 assert resp["x-error-codes"], (method, path, status)
+                if op.get("x-stash-protocol") == "html":  # a page for the owner; the code in Stash-Error
+                    assert list(resp["content"]) == ["text/html"], (method, path)
+                    continue
                 schema = resp["content"]["application/json"]["schema"]
+                if op.get("x-stash-protocol") == "jsonrpc":  # a JSON-RPC error, the Stash code in its data
+                    assert set(schema["required"]) == {"jsonrpc", "id", "error"}, (method, path)
+                    assert set(schema["properties"]["error"]["required"]) == {"code", "message"}
+                    continue
+                if op.get("x-stash-protocol") == "oauth":  # OAuth's error object
+                    assert schema["required"] == ["error"] and "error_description" in schema["properties"]
+                    continue
                 for ref in all_refs(schema):
                     target = resolve(doc, ref)
                     assert {"error", "message"} <= set(target["required"]), ref

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 
@@ -21,6 +22,7 @@ from stash.web.refgen import MATRIX_COLUMNS, matrix_row
 from stash.web.routes import ROUTES
 from tests.api.support import state
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.oauth_steps import REDIRECT, approved_code, authorize, nonce_of, pkce, register
 
 # Refused callers go first and the owner last, so the one destructive call of
 # a row (DELETE /store) comes after every other caller of it has been heard.
@@ -106,7 +108,38 @@ class World:
         return self._grant_ids(store)[-1]
 
 
+class Form(dict):
+    """A body sent as a form (the OAuth routes), from this server's own page (its Origin)."""
+
+
 Call = tuple[str, str, dict | None]
+HOST = "http://stash.test"  # the in-process client's address, the app's --url
+
+
+def oauth_code(w: World) -> tuple[str, str, str]:
+    """A third identity's owner approves a registered client: (code, verifier, client id)."""
+    code, verifier, reg = approved_code(w.api, w.api.init()["token"], HOST)
+    return code, verifier, reg["client_id"]
+
+
+def consent_form(w: World) -> Form:
+    reg = register(w.api)
+    page = authorize(w.api, reg["client_id"], pkce()[1])
+    return Form(nonce=nonce_of(page.text), decision="approve", owner_token=w.api.init()["token"], scope="read",
+                expires="never")
+
+
+def token_call(w: World, s: Store) -> Call:
+    code, verifier, client_id = oauth_code(w)
+    return "POST", "/token", Form(grant_type="authorization_code", code=code, code_verifier=verifier,
+                                  client_id=client_id, redirect_uri=REDIRECT)
+
+
+def authorize_call(w: World, s: Store) -> Call:
+    reg = register(w.api)
+    return "GET", "/authorize?" + urlencode({"response_type": "code", "client_id": reg["client_id"],
+                                             "redirect_uri": REDIRECT, "code_challenge": pkce()[1],
+                                             "code_challenge_method": "S256"}), None
 
 
 def forget_call(w: World, s: Store) -> Call:
@@ -157,6 +190,17 @@ CALLS: dict[str, Callable[[World, Store], Call]] = {
     "GET /console": lambda w, s: ("GET", "/console", None),
     "GET /console.js": lambda w, s: ("GET", "/console.js", None),
     "GET /console.css": lambda w, s: ("GET", "/console.css", None),
+    "POST /mcp": lambda w, s: ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "matrix", "version": "1"}}}),
+    "GET /.well-known/oauth-protected-resource": lambda w, s: ("GET", "/.well-known/oauth-protected-resource", None),
+    "GET /.well-known/oauth-protected-resource/m/{name}/mcp": lambda w, s: (
+        "GET", "/.well-known/oauth-protected-resource/m/main/mcp", None),
+    "GET /.well-known/oauth-authorization-server": lambda w, s: (
+        "GET", "/.well-known/oauth-authorization-server", None),
+    "GET /authorize": authorize_call,
+    "POST /authorize": lambda w, s: ("POST", "/authorize", consent_form(w)),
+    "POST /token": token_call,
+    "POST /register": lambda w, s: ("POST", "/register", {"client_name": "matrix", "redirect_uris": [REDIRECT]}),
 }
 
 
@@ -173,14 +217,19 @@ CALLS.update({route_key(r.method, r.path): _under(CALLS[route_key(r.method, r.ba
 
 @pytest.fixture
 def matrix_api(data_dir: Path):
-    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF)))
+    # --url names the in-process client's host, so /mcp's Host check lets its calls in.
+    client = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF, public_url=HOST)))
     yield client
     client.close()
 
 
-def check(resp, cell: str) -> None:
+def check(resp, cell: str, jsonrpc: bool = False, answered: int = 200) -> None:
+    """``jsonrpc``: the route's refusals are JSON-RPC errors, the Stash code in their ``data``; ``answered``:
+    the route's declared status (a redirect is POST /authorize's success)."""
     if cell == "2xx":
-        assert 200 <= resp.status_code < 300, (resp.status_code, resp.text[:300])
+        assert 200 <= resp.status_code < 300 or resp.status_code == answered, (resp.status_code, resp.text[:300])
+    elif jsonrpc:
+        assert resp.status_code == int(cell) and resp.json()["error"]["data"]["error"] == "auth.invalid", resp.text
     elif cell == "401":
         assert_error(resp, 401, "auth.invalid")
     elif cell == "403":
@@ -194,6 +243,8 @@ def check(resp, cell: str) -> None:
 @pytest.mark.slow
 def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) -> None:
     matrix = {route_key(r.method, r.path): matrix_row(r) for r in ROUTES}
+    jsonrpc = {route_key(r.method, r.path) for r in ROUTES if r.protocol is not None and r.protocol.name == "jsonrpc"}
+    statuses = {route_key(r.method, r.path): r.status for r in ROUTES}
     served = list(matrix)
     assert sorted(CALLS) == sorted(served), "a route was added without a call in this test"
     assert set(CALL_ORDER) == set(MATRIX_COLUMNS)
@@ -208,7 +259,7 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
     last = ("POST /rotate", "DELETE /store")
     order = [r for r in served if r not in last] + list(last)
     failures: list[str] = []
-    unauthorized: set[bytes] = set()
+    unauthorized: dict[bool, set[bytes]] = {False: set(), True: set()}
     for route in order:
         for who in CALL_ORDER:
             cell = matrix[route][who]
@@ -216,13 +267,16 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
             method, url, body = CALLS[route](world, world.target(who))
             before = None if touches_ours else state(api, world.ours.owner)
             kw = {} if body is None else {"json": body}
+            if isinstance(body, Form):
+                kw = {"content": urlencode(body).encode(), "headers": {
+                    "Content-Type": "application/x-www-form-urlencoded", "Origin": HOST}}
             resp = api.request(method, url, world.token(who), **kw)
             if route == "POST /rotate" and resp.status_code == 200:
                 world.target(who).owner = resp.json()["token"]
             try:
-                check(resp, cell)
+                check(resp, cell, route in jsonrpc, statuses[route])
                 if resp.status_code == 401:
-                    unauthorized.add(resp.content)
+                    unauthorized[route in jsonrpc].add(resp.content)
                 if not touches_ours:
                     # Refused, public or another memory's call: ours is untouched and unseen.
                     assert world.ours.marker not in resp.text, "the answer carries this memory's text"
@@ -230,7 +284,7 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
             except AssertionError as e:
                 failures.append(f"{route} [{who}] expected {cell}, got {resp.status_code}: {e}")
     assert failures == [], "\n".join(failures)
-    assert len(unauthorized) == 1, unauthorized
+    assert [len(answers) for answers in unauthorized.values()] == [1, 1], unauthorized  # one 401 per protocol
     # The last call destroyed ours: all its tokens are dead now.
     for who in ("owner", "read", "full"):
         assert_error(api.get("/wake", world.token(who)), 401, "auth.invalid")

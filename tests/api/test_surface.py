@@ -38,7 +38,8 @@ def test_no_route_ends_in_a_slash_and_a_trailing_slash_is_not_redirected(api: Ap
 
 def test_every_read_route_with_fields_has_a_post_twin_with_the_same_fields() -> None:
     table = {(r.method, r.path): r for r in ROUTES}
-    reads = [r for r in ROUTES if r.method == "GET" and r.fields is not None and r.fields.items]
+    # GET /authorize is a browser's navigation, its query OAuth's protocol: no broker calls it.
+    reads = [r for r in ROUTES if r.method == "GET" and r.fields is not None and r.fields.items and r.protocol is None]
     # the routes docs/DESIGN.md gives a query string must all be here, or this test proves little
     assert {r.path for r in reads} >= {"/wake", "/recall", "/zoom", "/shape"}
     for r in reads:
@@ -157,7 +158,7 @@ def test_every_answer_field_of_every_route_is_in_its_reference_section(doc: dict
             # section ("The log head and Stash-Pin") is checked below.
             fields = [p["name"] for p in op.get("parameters", []) if p["in"] != "query" and p["name"] != "Stash-Pin"
                       and not (base != path and p["name"] == "name")]
-            answer = next(iter(op["responses"].values()))["content"]
+            answer = next(iter(op["responses"].values())).get("content") or {"": {}}  # a 303 has no body
             schema = next(iter(answer.values())).get("schema", {})
             if "$ref" in schema:
                 schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]

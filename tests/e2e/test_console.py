@@ -2,10 +2,10 @@
 
 One walk through every action the page offers, as an owner would click it,
 with the API's own state checked after each step (through httpx, never through
-the page): sign in, create, mint, revoke, read, erase by id and by words,
-fork, delete, rotate. Then what must never happen: the owner token in any
-storage, cookie, address, request body or log; a memory line or a label run
-as markup. Screenshots at 1280 and 390 pixels wide land in test-artifacts/."""
+the page): sign in (an MCP host's OAuth grant listed like any other), create,
+mint, revoke, read, erase by id and by words, fork, delete, rotate. Then what
+must never happen: the owner token in any storage, cookie, address, request
+body or log; a memory line or a label run as markup. Screenshots at 1280 and 390 pixels wide land in test-artifacts/."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import pytest
 from stash.core import blocks
 from tests.e2e.browser import BrowserError, Chromium, chromium_path
 from tests.live import HTTP_TIMEOUT, REPO, Http, Server, start_server
+from tests.oauth_steps import approved_code, exchange
 
 pytestmark = pytest.mark.slow
 
@@ -119,6 +120,11 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     owner = http.init()["token"]
     for text in ("first plan: jade over chrome", SCRIPT_LINE, IMG_LINE, "fourth: the Harbor review is Friday"):
         http.ok("POST", "/note", owner, json={"text": text})
+    # An MCP host that connected by OAuth holds a grant like any other, labelled with its name; used once.
+    code, verifier, reg = approved_code(http, owner, served.url, scope="read")
+    hosted = exchange(http, code, verifier, reg["client_id"]).json()["access_token"]
+    http.ok("POST", "/wake", hosted, json={})
+    (host_gid,) = [g["id"] for g in grants(http, owner).values() if g["label"] == "Test host"]
 
     # Headers: a strict policy on every file of the page.
     for path in ("/console", "/console.js", "/console.css"):
@@ -144,6 +150,10 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     until(page, "!document.getElementById('app').hidden")
     until(page, "!!document.querySelector('#memories tbody tr[data-memory=\"main\"]')")
     assert page.js("document.getElementById('token').value") == ""
+    until(page, f"!!document.querySelector('#grants tr[data-grant=\"{host_gid}\"] button.danger')")
+    cells = page.js(f"[...document.querySelector('#grants tr[data-grant=\"{host_gid}\"]').cells].map(c => "
+                    "c.textContent)")
+    assert cells[1:4] == ["main", "read", "Test host"] and cells[6] and cells[8] == "Revoke…", cells
 
     # The live shape of main's wake is cover(T, WAKE_LINES).
     T = memories(http, owner)["main"]["T"]

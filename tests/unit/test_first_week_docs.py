@@ -1,21 +1,18 @@
 """Documents that restate code, held to it (issue 30): CLIENT.md's MCP tool
-table names each tool's parameters as stash/cli/mcp_server.py declares them."""
+table names each tool's parameters as stash/tools/definitions.py declares them."""
 
 from __future__ import annotations
 
-import ast
 import re
 
+from stash.tools.definitions import TOOLS as DECLARED
 from tests.live import REPO
 
 TOOLS = ("wake", "note", "nap", "recall", "zoom", "forget")
 
 
 def declared_tool_parameters() -> dict[str, list[str]]:
-    tree = ast.parse((REPO / "stash" / "cli" / "mcp_server.py").read_text(encoding="utf-8"))
-    build = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "build")
-    return {fn.name: [a.arg for a in fn.args.args] for fn in build.body
-            if isinstance(fn, ast.FunctionDef) and fn.name in TOOLS}
+    return {name: list(tool.arguments) for name, tool in DECLARED.items()}
 
 
 def documented_tool_parameters() -> dict[str, list[str]]:

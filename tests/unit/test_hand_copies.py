@@ -1,6 +1,6 @@
 """Every hand copy of a declared limit or text, held to its one declaration
 (issue 30 item 21): a change of the declaration fails here until each copy
-follows. Copies that can import the declaration do (stash/cli/mcp_server.py);
+follows. Copies that can import the declaration do (stash/tools/definitions.py);
 the one-file client cannot, and the prose cannot, so both are checked."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from stash.service import memory
 from stash.storage import formats
 from stash.storage.files import CACHE_KIB
 from stash.storage.pool import MAX_IDLE
+from stash.tools.definitions import TOOLS
 from stash.web.codes import CODES
 from stash.web.routes import ROUTES
 from stash.web.settings import OPTIONS
@@ -30,8 +31,9 @@ def test_batch_max_everywhere() -> None:
     assert f"1 to {BATCH_MAX}" in CODES["nap.bad_batch"].meaning
     assert f"1 to {BATCH_MAX}" in CODES["nap.bad_summaries"].meaning
     assert f"(1 to {BATCH_MAX})" in read("stash/client.py")  # nap --batch's help
-    mcp = read("stash/cli/mcp_server.py")
-    assert "(1 to {BATCH_MAX})" in mcp and "le=BATCH_MAX" in mcp and "256" not in mcp
+    tools = read("stash/tools/definitions.py")
+    assert "(1 to {BATCH_MAX})" in tools and "256" not in tools
+    assert TOOLS["nap"].arguments["batch"]["maximum"] == BATCH_MAX
 
 
 def test_the_erase_cap_everywhere() -> None:
@@ -49,7 +51,7 @@ def test_the_recall_bounds_everywhere() -> None:
     assert seconds in read("stash/web/routes.py")
     assert f"{memory.RECALL_SECONDS:g} s plus" in read("API-REFERENCE.md")
     limit = recall_rules.MAX_PATTERN_BYTES
-    assert "1 to {MAX_PATTERN_BYTES} bytes" in read("stash/cli/mcp_server.py")
+    assert "1 to {MAX_PATTERN_BYTES} bytes" in read("stash/tools/definitions.py")
     assert f"**At most {limit} bytes**" in read("API-REFERENCE.md")
 
 
