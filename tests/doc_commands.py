@@ -50,9 +50,9 @@ def curl_calls(text: str) -> list[tuple[str, str]]:
     its arguments: -X names the method, else -d makes it POST, else GET."""
     calls = []
     for command in re.split(r"&&|;|\n", without_heredoc(text)):
+        if not command.lstrip().startswith("curl "):
+            continue  # another program's line, which may hold a ; inside its quotes
         words = shlex.split(command.split(" <<'")[0])
-        if not words or words[0] != "curl":
-            continue
         method = "POST" if "-d" in words or "--data-binary" in words else "GET"
         if "-X" in words:
             method = words[words.index("-X") + 1]

@@ -293,6 +293,13 @@ NOT_RAISED_HERE = {
     "ready.unwritable": "a readiness probe, which the library does not make (tests/e2e/test_operating.py)",
     "ready.replication": "a readiness probe, which the library does not make",
     "server.stopping": "a server stopping mid-request (tests/e2e/test_shutdown_cut.py)",
+    **{code: "an MCP host's request to /mcp, which the library never sends (tests/api/test_mcp_api.py)"
+       for code in ("mcp.bad_host", "mcp.bad_origin", "mcp.bad_request", "mcp.not_acceptable")},
+    **{code: "the owner's consent page in a browser (tests/api/test_oauth.py)"
+       for code in ("consent.bad_choice", "consent.bad_origin", "consent.expired")},
+    **{code: "an MCP host's OAuth registration or code exchange (tests/api/test_oauth.py)"
+       for code in ("oauth.invalid_client", "oauth.invalid_client_metadata", "oauth.invalid_grant",
+                    "oauth.invalid_redirect_uri", "oauth.invalid_request", "oauth.unsupported_grant_type")},
 }
 
 
@@ -375,6 +382,7 @@ def test_every_method_against_the_server(served: Server, monkeypatch: pytest.Mon
     raw = http.ok("POST", "/wake", token, json={})
     assert (part.T, part.part, part.parts, part.lines, part.awake) == (2, 1, raw["parts"], raw["lines"], True)
     assert mem.wake().lines == raw["lines"]
+    assert mem.request("POST", "/wake", {})["lines"] == raw["lines"]  # the raw answer stash mcp's tools read
     assert mem.due() == second.nap
     asked = mem.nap()
     assert asked.saved is None and asked.nap == second.nap

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from stash import client
-from stash.cli.mcp_server import ToolCalls
+from stash.tools.render import ToolCalls
 from tests.live import REPO, Http
 from tests.printed import DELIMITER
 
