@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from stash import client
-from stash.cli.mcp_server import ToolCalls
 from stash.service import instructions
+from stash.tools.render import ToolCalls
 from tests.live import CLI_TIMEOUT, Http, cli_env, path_with
 from tests.printed import orders
 

@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 
 from stash import client
-from stash.cli.mcp_server import ToolCalls
+from stash.tools.render import ToolCalls
 from tests.live import REPO, Http
 from tests.printed import DELIMITER
 
 
 def _standin():
     spec = importlib.util.spec_from_file_location("memo_standin", REPO / "bench" / "memo_standin.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
