@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import tarfile
 
+from tests.helpers import member_bytes
 from tests.live import Http
 
 LOG_REC = 320
@@ -16,6 +17,6 @@ def log_of(http: Http, token: str) -> list[str]:
     resp = http.get("/export", token)
     assert resp.status_code == 200, resp.text
     with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
-        data = tar.extractfile("memory/LOG.txt").read()
+        data = member_bytes(tar, "memory/LOG.txt")
     assert len(data) % LOG_REC == 0
     return [data[k:k + LOG_REC].decode().rstrip() for k in range(0, len(data), LOG_REC)]

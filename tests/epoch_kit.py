@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from nacl import bindings
 from nacl.exceptions import CryptoError
@@ -70,7 +71,7 @@ def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: lis
     if not epoch_keys:
         return set()
     rows_keys = [keys.subkey(k, b"rows") for k in epoch_keys]
-    tables: list[tuple[str, object, bytes]] = []
+    tables: list[tuple[str, Any, bytes]] = []
     logs: list[tuple[int, bytes]] = []
     for folder in memory_copies:
         work = folder.parent / f"{folder.name}-attack"

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import tarfile
 import time
 from pathlib import Path
 
 import httpx
 
+from stash.crypto import tokens
 from stash.crypto.keys import KdfParams
 from stash.web.settings import Settings
 
@@ -22,6 +24,26 @@ CHEAP_KDF = KdfParams(time_cost=1, memory_kib=8, lanes=1)
 CHEAP_KDF_FLAGS = ("--kdf-time", str(CHEAP_KDF.time_cost), "--kdf-memory", str(CHEAP_KDF.memory_kib))
 
 ERROR_CODE = re.compile(r"[a-z_]+(\.[a-z_]+)*")
+
+
+def member_bytes(tar: tarfile.TarFile, member: str | tarfile.TarInfo) -> bytes:
+    """A regular file's bytes from an archive (extractfile answers None for any other member)."""
+    f = tar.extractfile(member)
+    assert f is not None, f"{member} is not a regular file"
+    return f.read()
+
+
+def matched(found: re.Match[str] | None) -> re.Match[str]:
+    """A match the test counts on: a miss fails here, by name, not as an AttributeError on None."""
+    assert found is not None, "no match"
+    return found
+
+
+def token_parts(text: str) -> tokens.Token:
+    """The parts of a token the server issued (tokens.parse answers None only for a malformed one)."""
+    parsed = tokens.parse(text)
+    assert parsed is not None, "not a token"
+    return parsed
 
 
 def assert_error(resp: httpx.Response, status: int, code: str | None = None) -> dict:

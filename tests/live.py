@@ -82,7 +82,14 @@ class Server:
     inherit_stash_env: bool = True  # False: no STASH_* variable of the caller reaches the server
     cwd: Path = OUTSIDE  # ``-m stash`` imports a package found here first: none, so the installed one
     port: int = 0
-    proc: subprocess.Popen | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes]:
+        """The server's process, once started."""
+        if self._proc is None:
+            raise RuntimeError("the server was never started")
+        return self._proc
 
     @property
     def url(self) -> str:
@@ -96,9 +103,9 @@ class Server:
                 self.port = free_port()
             with open(self.log, "ab") as out:
                 # Its own session, so kill9() can take every worker process with it.
-                self.proc = subprocess.Popen([*self.prefix, *self.argv()], stdout=out, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.environment(),
-                                             start_new_session=True)
+                self._proc = subprocess.Popen([*self.prefix, *self.argv()], stdout=out, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.environment(),
+                                              start_new_session=True)
             if self._wait_healthy():
                 return self
             self.stop()
@@ -137,7 +144,7 @@ class Server:
         return False
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self._proc is None or self.proc.poll() is not None:
             return
         self.proc.terminate()
         try:
@@ -149,7 +156,7 @@ class Server:
     def kill9(self) -> None:
         """SIGKILL the server and every process it started (its workers), as
         a power cut would stop them: no handler runs, nothing is flushed."""
-        if self.proc is None:
+        if self._proc is None:
             return
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -179,7 +186,7 @@ class Http(BearerClient):
     def __init__(self, base: str) -> None:
         self.client = httpx.Client(base_url=base, timeout=HTTP_TIMEOUT)
 
-    def send(self, method: str, url: str, headers: dict, **kw) -> httpx.Response:
+    def send(self, method: str, url: str | httpx.URL, headers: dict, **kw) -> httpx.Response:
         return self.client.request(method, url, headers=headers, **kw)
 
     def init(self) -> dict:
@@ -273,6 +280,7 @@ def interrupted_while_waiting(argv: list[str], env_for: Callable[[str], dict[str
     silent.settimeout(CLI_TIMEOUT)
     proc = subprocess.Popen(argv, env=env_for(f"http://127.0.0.1:{silent.getsockname()[1]}"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    assert proc.stdout is not None and proc.stderr is not None  # both piped
     try:
         conn, _ = silent.accept()  # the client is now waiting for an answer
         conn.settimeout(CLI_TIMEOUT)
@@ -318,7 +326,6 @@ def cli_env(base_url: str, tok: str | None, path: str) -> dict[str, str]:
 def stop_group(srv: Server) -> None:
     """Stop a server run under ``faketime``, which runs it as a child: the
     whole process group, then wait until none of it is left."""
-    assert srv.proc is not None
     with contextlib.suppress(ProcessLookupError):
         os.killpg(srv.proc.pid, signal.SIGTERM)
     srv.proc.wait(timeout=30)

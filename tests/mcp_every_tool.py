@@ -14,7 +14,7 @@ from mcp.types import CallToolResult
 
 from tests.helpers import assert_error
 from tests.live import Http, settle_all
-from tests.mcp_session import Session, call_line
+from tests.mcp_session import Session, call_line, text_blocks
 
 TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
          "recall": {"q", "before", "words"}, "zoom": {"block"}, "forget": {"block"}}
@@ -24,12 +24,12 @@ MEMORY = {"stash/role": "memory"}
 
 def memory_blocks(res: CallToolResult) -> list[list[str]]:
     """The lines of each block marked as memory text."""
-    return [block.text.split("\n") for block in res.content if (block.meta or {}) == MEMORY]
+    return [block.text.split("\n") for block in text_blocks(res) if (block.meta or {}) == MEMORY]
 
 
 def own_text(res: CallToolResult) -> str:
     """The tool's own words: every block not marked as memory."""
-    return "\n".join(block.text for block in res.content if (block.meta or {}) != MEMORY)
+    return "\n".join(block.text for block in text_blocks(res) if (block.meta or {}) != MEMORY)
 
 
 def prompt_head(prompt: str) -> str:
@@ -57,15 +57,16 @@ async def every_tool(s: Session, http: Http, token: str, answers: list[str]) -> 
     async def result(tool: str, **args: object) -> CallToolResult:
         res = await s.result(tool, **args)
         assert not res.is_error, (tool, args, res)
-        answers.append("\n".join(block.text for block in res.content))
+        answers.append("\n".join(block.text for block in text_blocks(res)))
         return res
 
     listed = await s.client.list_tools()
     assert {t.name: set(t.input_schema["properties"]) for t in listed.tools} == TOOLS
     assert {t.name: set(t.input_schema.get("required", [])) for t in listed.tools} == REQUIRED
     assert all(len(t.description or "") > 80 and t.output_schema for t in listed.tools)
-    assert all(t.annotations.read_only_hint for t in listed.tools if t.name in ("wake", "recall", "zoom"))
-    assert not any(t.annotations.read_only_hint for t in listed.tools if t.name in ("note", "nap", "forget"))
+    hints = {t.name: t.annotations.read_only_hint if t.annotations else None for t in listed.tools}
+    assert all(hints[name] for name in ("wake", "recall", "zoom"))
+    assert not any(hints[name] for name in ("note", "nap", "forget"))
 
     # An empty memory: awake at once, told how to note the first memory, as a tool call; no memory block.
     res = await result("wake")

@@ -18,7 +18,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 
 from tests.installed import OUTSIDE
 
@@ -26,6 +26,12 @@ REQUEST_TIMEOUT = 60.0  # one tool call
 SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit
 _CALL = re.compile(r"Call: (\w+)\((.*)\)")
 _ARG = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\d+)(?:, |$)')
+
+
+def text_blocks(res: CallToolResult) -> list[TextContent]:
+    """The blocks of an answer, each checked to be text (Stash answers no other kind)."""
+    assert all(isinstance(block, TextContent) for block in res.content), res.content
+    return [block for block in res.content if isinstance(block, TextContent)]
 
 
 class Session:
@@ -39,7 +45,7 @@ class Session:
         """The answer's text, its blocks joined (memory blocks among the tool's own), and whether it is a
         refusal; every block is text, and a memory block holds memory text only (checked by the caller)."""
         res = await self.result(tool, **args)
-        return "\n".join(block.text for block in res.content), bool(res.is_error)
+        return "\n".join(block.text for block in text_blocks(res)), bool(res.is_error)
 
     async def result(self, tool: str, **args: object) -> CallToolResult:
         res = await self.client.call_tool(tool, args)

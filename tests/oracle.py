@@ -224,7 +224,7 @@ class Model:
         return sum(self.T // size for size in self._levels()) - len(self.summaries) - erased
 
     def complete_blocks(self) -> list[tuple[int, int]]:
-        out = []
+        out: list[tuple[int, int]] = []
         size = 2
         while size <= self.T:
             out.extend((lo, lo + size) for lo in range(0, self.T - size + 1, size))

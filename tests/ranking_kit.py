@@ -33,7 +33,8 @@ def every_page(rank, pieces, k, score, want, n) -> None:
 
 def life(rng: random.Random, k: int, most: int) -> list[words_top.Piece]:
     """Pieces of random frequencies (0 to ``most``) of ``k`` words, newest first."""
-    pieces, base = [], 0
+    pieces: list[words_top.Piece] = []
+    base = 0
     for size in (37, 512, 300, 1000):
         lengths = bytes(rng.randint(1, 12) for _ in range(size))
         counts = [bytes(min(most, int(rng.random() < p) * rng.choice((1, 1, 1, 2, 3))) for _ in range(size))

@@ -9,6 +9,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import sqlcipher3.dbapi2 as sqlcipher
 
@@ -33,7 +34,7 @@ def file_key(master: bytes) -> bytes:
     return keys.subkey(master, b"file")
 
 
-def open_raw(path: Path, key: bytes | None, page_bytes: int = PAGE_BYTES, **connect: object) -> sqlite3.Connection:
+def open_raw(path: Path, key: bytes | None, page_bytes: int = PAGE_BYTES, **connect: Any) -> sqlite3.Connection:
     """``path`` opened with SQLCipher under the raw 32-byte ``key`` and the
     server's page size, or with the stdlib sqlite3 when ``key`` is None (a
     plain file). Opening never checks the key: with a wrong one the first

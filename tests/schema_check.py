@@ -117,7 +117,8 @@ def _raised_in(tree: ast.AST, found: dict[str, set[int]]) -> None:
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
-        if node.func.id == "Refusal" and node.args and isinstance(node.args[0], ast.Constant):
+        if node.func.id == "Refusal" and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
             found.setdefault(node.args[0].value, set()).add(errors.Invalid.status)
             continue
         if node.func.id not in classes:
@@ -126,5 +127,5 @@ def _raised_in(tree: ast.AST, found: dict[str, set[int]]) -> None:
         given = [k.value for k in node.keywords if k.arg == "code"]
         if not given:
             found.setdefault(cls.code, set()).add(cls.status)
-        elif isinstance(given[0], ast.Constant):
+        elif isinstance(given[0], ast.Constant) and isinstance(given[0].value, str):
             found.setdefault(given[0].value, set()).add(cls.status)

@@ -7,15 +7,18 @@ from pathlib import Path
 
 from stash.crypto import tokens
 from stash.storage.keyring import Keyring
+from tests.helpers import token_parts
 from tests.live import Server
 from tests.raw_files import file_key, open_raw, restore_log_triggers
 
 
 def base_key(server: Server, token: str) -> bytes:
-    tok = tokens.parse(token)
+    tok = token_parts(token)
     ring = Keyring(server.data / "users" / tok.user_id / "keyring.db", tok.user_id)
     try:
-        return ring.open_grant(ring.find(tokens.lookup_tag(tok.user_id, tok.secret)), tok.secret).chain.base
+        grant = ring.find(tokens.lookup_tag(tok.user_id, tok.secret))
+        assert grant is not None
+        return ring.open_grant(grant, tok.secret).chain.base
     finally:
         ring.close()
 

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from .. import client
+from ..tools.definitions import Backend
 
 # The mcp extra's own requirement (pyproject.toml), so the line works as printed whatever way Stash was
 # installed: the package is not on the public index.
@@ -30,7 +31,7 @@ class Library:
     def __init__(self, mem: client.Stash) -> None:
         self.mem = mem
 
-    def backend(self, ctx: Any):
+    def backend(self, ctx: Any) -> Backend:
         import anyio.to_thread
 
         async def answer(method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..web.settings import DATA, FILE_CIPHER
 from ..web.settings import QUOTA_BYTES as QUOTA
+
+if TYPE_CHECKING:
+    from ..service.verify import Report
 
 INCOMPLETE = 3
 """The exit status of an operator verb that left work undone: ``stash restore``
@@ -25,11 +29,11 @@ script must not take it for success."""
 OVERSIZE_FACTOR = 2
 
 
-def _env_int(name: str, default: object) -> int:
+def _env_int(name: str, default: int) -> int:
     try:
-        return int(os.environ.get(name, "") or int(default))  # type: ignore[call-overload]
+        return int(os.environ.get(name, "") or default)
     except ValueError:
-        return int(default)  # type: ignore[call-overload]
+        return default
 
 
 def _data(arg: str) -> Path:
@@ -41,7 +45,7 @@ ERASURE_NOTE = ("stash: a backup keeps what was erased after it was taken, and w
                 "restore, re-apply the erasures made since (SECURITY.md, \"Backups, restores and erasures\").")
 
 
-def _print_report(report) -> None:
+def _print_report(report: Report) -> None:
     status = "ok  " if report.ok else "FAIL"
     words = "; ".join(report.problems if not report.ok else report.facts)
     print(f"{report.user_id}  {status}  {words}", flush=True)

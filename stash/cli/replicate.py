@@ -15,10 +15,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
 
 from ..core.lines import plural
 from ..web.settings import DATA
 from .operate import INCOMPLETE
+
+if TYPE_CHECKING:
+    from ..service.replication_status import Status
 
 SYNC_ENV = "STASH_REPLICATE_INTERVAL"
 RESTART_PAUSE_S = 0.2
@@ -62,7 +67,7 @@ def replicate_main(argv: list[str]) -> int:
     cfg = replica.write_config(data, target, args.interval)
     stopping = False
 
-    def stop(signum, frame) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
 
@@ -117,7 +122,7 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _watch_errors(child: subprocess.Popen[bytes], status) -> None:
+def _watch_errors(child: subprocess.Popen[bytes], status: Status) -> None:
     """Pass Litestream's log through to ours, counting its errors by kind
     (service/replication_status.py) for /health?ready=1 and /metrics."""
     from ..service import replication_status as rs

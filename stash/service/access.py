@@ -40,7 +40,7 @@ from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from ..storage.memfile.bound import BOUND_MARK
 from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
 
-__all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
+__all__ = ["MAIN", "NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
 from ..storage.pool import Pool
 from . import append, grant_terms, handover
 from .after_answer import Pending

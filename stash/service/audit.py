@@ -11,10 +11,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import Damaged
 from ..crypto import aead
 from ..storage.keyring import now_utc
+
+if TYPE_CHECKING:
+    from .access import Session
 
 EVENTS = ("mint", "revoke", "rotate", "erase", "export", "config", "forget", "import", "create", "fork", "delete",
           "takeover")
@@ -31,10 +35,11 @@ def user_digest(user_id: str) -> str:
     return hashlib.sha256(f"stash/v1|deleted-user|{user_id}".encode()).hexdigest()
 
 
-def trail(session) -> dict:
+def trail(session: Session) -> dict[str, Any]:
     """Every event, and ``trail``: whether the MAC chain holds from
     ``chained_from`` on (storage/audit_chain.py); events before that id were
     written before the chain existed and are not covered."""
+    assert session.owner is not None, "an owner route's session"
     try:
         events, chain = session.keyring.trail(session.owner, session.keys)
         return {"events": events, "trail": chain.as_dict()}
@@ -49,7 +54,8 @@ def memory_digest(user_id: str, name: str) -> str:
     return hashlib.sha256(f"stash/v1|deleted-memory|{user_id}/{name}".encode()).hexdigest()
 
 
-def deletion_receipt(data_dir: Path, answer: dict, grant_id: int, user_id: str | None = None) -> dict:
+def deletion_receipt(data_dir: Path, answer: dict[str, Any], grant_id: int, user_id: str | None = None
+                     ) -> dict[str, Any]:
     """Keep the receipt of a destroyed store (or, with ``user_id``, of the
     destroyed memory ``answer["memory"]`` of that store) where an operator
     finds it, durably (what it speaks of is gone); returns the answer with it."""

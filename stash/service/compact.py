@@ -99,7 +99,7 @@ def _compact(vault: Vault, token: str, name: str, wait: float) -> Compacted:
             mf = MemoryFile(path, s.keyring.user_id, s.keys, s.cipher, page_bytes=s.page_bytes, recorded=recorded)
             try:
                 mf.conn.execute("VACUUM")
-            except DB_ERRORS as e:  # type: ignore[misc]  # a tuple of exception classes
+            except DB_ERRORS as e:
                 if "locked" not in str(e) and "busy" not in str(e):
                     raise
             else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Callable
+from typing import Any
 
 from ..core import words as word_search
 from ..core.errors import Invalid
@@ -71,7 +72,7 @@ def fingerprint(session: Session, query: str) -> str:
 
 
 def erase_across(vault: Vault, session: Session, token: str | None, words: object, q: object, names: object,
-                 dry_run: object) -> dict:
+                 dry_run: object) -> dict[str, Any]:
     """Erase every memory matching the query in every memory named (default
     all), as ``POST /erase`` does in each: counted first in every memory, then
     erased memory by memory (each memory's erasure is its own transaction

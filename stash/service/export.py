@@ -20,6 +20,7 @@ import json
 import tarfile
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from ..core import blocks, lines, sizes
 from .memory import Memory
@@ -35,7 +36,7 @@ def _record(text: str, width: int) -> bytes:
     return b + b" " * (width - 1 - len(b)) + b"\n"
 
 
-def _add(tar: tarfile.TarFile, name: str, fileobj, size: int, mtime: float) -> None:
+def _add(tar: tarfile.TarFile, name: str, fileobj: io.BytesIO | _LogStream, size: int, mtime: float) -> None:
     info = tarfile.TarInfo(name)
     info.size = size
     info.mtime = int(mtime)
@@ -48,7 +49,7 @@ class _LogStream:
     lines) only as they are read, hashed on the way: at most one batch of
     plaintext exists at a time, in memory."""
 
-    def __init__(self, batches: Iterable[list[str]], digest) -> None:
+    def __init__(self, batches: Iterable[list[str]], digest: hashlib._Hash) -> None:
         self._batches = iter(batches)
         self._digest = digest
         self._buf = b""
@@ -68,7 +69,7 @@ class _LogStream:
         return out
 
 
-def listing_digest(files: list[dict]) -> str:
+def listing_digest(files: list[dict[str, Any]]) -> str:
     """The manifest's ``digest``: SHA-256 of the text ``sha256sum`` prints for
     the listed files, one ``<hex>  <path>\\n`` line each, paths in byte order.
     Defined that way so anyone can recompute it with coreutils alone."""
@@ -78,7 +79,7 @@ def listing_digest(files: list[dict]) -> str:
 
 
 def manifest(T: int, erased: int, levels: dict[int, int], pending: int, over: dict[str, int],
-             files: list[dict]) -> bytes:
+             files: list[dict[str, Any]]) -> bytes:
     """A function of the memory's content only (no timestamp), so two exports
     of an unchanged memory carry the same manifest and the same digest."""
     files = sorted(files, key=lambda f: f["path"].encode())
@@ -100,10 +101,10 @@ def export_archive(memory: Memory) -> bytes:
     mf = memory.mf
     T = mf.count()
     now = time.time()
-    files: list[dict] = []
+    files: list[dict[str, Any]] = []
     out = io.BytesIO()
 
-    def member(name: str, fileobj, size: int, digest: str) -> None:
+    def member(name: str, fileobj: io.BytesIO, size: int, digest: str) -> None:
         _add(tar, name, fileobj, size, now)
         files.append({"path": name, "bytes": size, "sha256": digest})
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..core.errors import Conflict, Damaged, Invalid, StashError, Unauthorized
 from ..crypto import aead, inbox_seal, keys, owner_seal, tokens
@@ -118,7 +118,7 @@ def _room(vault: Vault, session: Session, max_memories: int) -> None:
                        "(DELETE /memories/{name}) first.", code="memory.too_many")
 
 
-def create(vault: Vault, session: Session, name: object, max_memories: int = DEFAULT_MAX_MEMORIES) -> dict:
+def create(vault: Vault, session: Session, name: object, max_memories: int = DEFAULT_MAX_MEMORIES) -> dict[str, Any]:
     """A new empty memory, published whole by one rename (storage/memories.py)."""
     name = check_name(name)
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
@@ -131,7 +131,7 @@ def create(vault: Vault, session: Session, name: object, max_memories: int = DEF
     return describe(vault, session.user_id, name)
 
 
-def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = None) -> dict:
+def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = None) -> dict[str, Any]:
     """A memory's listing row, read from its key ring (``owner``: that
     memory's owner keys, which open its last write day)."""
     files = MemoryFiles(vault.data_dir, user_id, name)
@@ -158,14 +158,14 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
 
 
 def each_other(vault: Vault, session: Session, token: str | None,
-               read: Callable[[str, Session], Got]) -> tuple[list[tuple[str, Got]], list[dict]]:
+               read: Callable[[str, Session], Got]) -> tuple[list[tuple[str, Got]], list[dict[str, Any]]]:
     """``read`` on an owner session of every memory but main, in name order:
     what each gave, and each memory that could not be opened named with the
     refusal it got (damaged, rolled back, the owner not enrolled, a file
     missing), so one memory never takes a whole listing down. A memory
     deleted meanwhile is left out."""
     done: list[tuple[str, Got]] = []
-    unopened: list[dict] = []
+    unopened: list[dict[str, Any]] = []
     for name in memories.names(vault.data_dir, session.user_id)[1:]:
         try:
             with vault.session(token, "owner", memory=name) as other:
@@ -178,11 +178,11 @@ def each_other(vault: Vault, session: Session, token: str | None,
     return done, unopened
 
 
-def listing(vault: Vault, session: Session, token: str | None) -> dict:
+def listing(vault: Vault, session: Session, token: str | None) -> dict[str, Any]:
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     rows = [describe(vault, session.user_id, MAIN, session.owner)]
 
-    def row(name: str, other: Session) -> dict:
+    def row(name: str, other: Session) -> dict[str, Any]:
         # A memory made before main's key ring kept names gets its name there (what restore reads).
         memories.name_memory(_main(session).conn, memories.number_of(other.keyring.conn), name)
         return describe(vault, session.user_id, name, other.owner)
@@ -193,7 +193,7 @@ def listing(vault: Vault, session: Session, token: str | None) -> dict:
     return {"memories": rows, "unopened": unopened}
 
 
-def delete(vault: Vault, session: Session, name: str) -> dict:
+def delete(vault: Vault, session: Session, name: str) -> dict[str, Any]:
     """Destroy one memory for good: its salt, name and capabilities' tags
     ended in main's key ring in one transaction (from then on nothing opens
     it, :func:`memories.end`), then its folder renamed away and every file
@@ -265,7 +265,7 @@ def grant_ids(session: Session) -> set[int]:
     return {g.id for g in ring.grants()} | {g.id for g in inbox.grants(ring.conn)}
 
 
-def every_grant(vault: Vault, session: Session, token: str | None) -> dict:
+def every_grant(vault: Vault, session: Session, token: str | None) -> dict[str, Any]:
     """Every capability of the identity, each memory's with its ``memory``:
     main's from this session, every other memory's from an owner session on
     it (its labels are sealed to that memory's owner keys), and the memories
@@ -280,7 +280,7 @@ def every_grant(vault: Vault, session: Session, token: str | None) -> dict:
     return {"grants": rows, "unopened": unopened}
 
 
-def every_event(vault: Vault, session: Session, token: str | None) -> dict:
+def every_event(vault: Vault, session: Session, token: str | None) -> dict[str, Any]:
     """The audit trail of every memory, each event naming its ``memory``:
     each memory's events live in its own key ring, sealed to its owner keys,
     so each is opened by an owner session on it; oldest first by time (then
@@ -294,7 +294,7 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict:
     owners = sorted(g.id for g in _main(session).grants() if g.scope == "owner"
                     and (pending is None or g.id != pending[1]))
 
-    def read(name: str, other: Session) -> tuple[dict, dict[int, int]]:
+    def read(name: str, other: Session) -> tuple[dict[str, Any], dict[int, int]]:
         return audit.trail(other), _as_listed(other.keyring, owners)
 
     done, unopened = each_other(vault, session, token, read)
@@ -322,7 +322,7 @@ def _as_listed(ring: Keyring, owners: list[int]) -> dict[int, int]:
     return {e: known.get(e, guessed.get(e, e)) for e in enrolments}
 
 
-def _appends(session: Session, name: str) -> list[dict]:
+def _appends(session: Session, name: str) -> list[dict[str, Any]]:
     """The memory's append capabilities as ``GET /grants`` lists any: the
     label opened with the owner keys, the expiry and whether it passed."""
     ring, now = session.keyring, datetime.now(UTC)
@@ -370,7 +370,7 @@ def mint_append(vault: Vault, session: Session, label: str | None = None,
 
 
 def fork(vault: Vault, session: Session, name: object, at: object,
-         max_memories: int = DEFAULT_MAX_MEMORIES) -> dict:
+         max_memories: int = DEFAULT_MAX_MEMORIES) -> dict[str, Any]:
     """A new, independent memory ``name`` holding the first ``at`` memories of
     the session's memory (default all), erased ones erased, the summaries of
     every block inside them and its sizes, all sealed afresh under the new

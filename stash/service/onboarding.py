@@ -4,6 +4,8 @@ its scope."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import package_data
 from .access import Identity
 
@@ -35,7 +37,7 @@ SHARED = ("\n### This memory is shared\n\n"
           "your own past. Note only what you did or learned; never note on another writer's behalf.\n")
 
 
-def init_answer(ident: Identity, prompt: str, content_cipher: str) -> dict:
+def init_answer(ident: Identity, prompt: str, content_cipher: str) -> dict[str, Any]:
     """``POST /init``'s answer; ``prompt`` is the owner's block (agents_block), made before the identity was."""
     return {
         "user_id": ident.user_id,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from typing import cast
 
 from ..core.recall import Matcher
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
@@ -33,9 +34,10 @@ def _cost(lines: list[str]) -> int:
 
 _AHEAD = 4  # pieces the reader may get ahead of the matcher: ~5 MB of plaintext
 _DONE = object()
+_Piece = tuple[int, bytes, list[str] | None]  # (piece, plain, lines) on the reader's queue
 
 
-def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue, stop: threading.Event) -> None:
+def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue[object], stop: threading.Event) -> None:
     """The reader thread: every piece from ``pieces - 1`` down to 0 as
     ``(piece, plain, lines)`` on ``out`` (``lines`` only for a piece that
     cannot be cached), pieces rebuilt from the log written back; then
@@ -90,7 +92,7 @@ def recall(mf: MemoryFile, matcher: Matcher, part_bytes: int, deadline: float,
     room = part_bytes - _cost(kept) if len(kept) == total else -1  # -1: budget spent
     if not pieces:
         return kept, total
-    found: queue.Queue = queue.Queue(maxsize=_AHEAD)
+    found: queue.Queue[object] = queue.Queue(maxsize=_AHEAD)
     halt = threading.Event()
     reader = threading.Thread(target=_read_pieces, args=(mf, pieces, found, halt), name="recall-reader", daemon=True)
     reader.start()
@@ -98,7 +100,7 @@ def recall(mf: MemoryFile, matcher: Matcher, part_bytes: int, deadline: float,
         while (item := found.get()) is not _DONE:
             if isinstance(item, BaseException):
                 raise item
-            piece, plain, lines = item
+            piece, plain, lines = cast(_Piece, item)  # what _read_pieces puts, when not _DONE or an exception
             if lines is not None:
                 got, count = matcher.scan(lines, max(room, 0), deadline=deadline)
                 whole = len(got) == count

@@ -31,6 +31,7 @@ import hashlib
 import os
 import re
 import secrets
+import sqlite3
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -48,7 +49,7 @@ DIGEST_BYTES = 32
 MAX_USERS = 50_000  # cached users per process; about 200 bytes each, evicted least recently used
 
 
-def live_tags(conn) -> frozenset[bytes]:
+def live_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
     """The lookup tags of every live grant in a key ring connection (the
     grants table's ``tag`` column: revoking sets it to NULL), with main's
     append capabilities and the capabilities of the user's other memories
@@ -107,7 +108,7 @@ class TagIndex:
             return False
         return None
 
-    def load(self, user_id: str, conn) -> bool:
+    def load(self, user_id: str, conn: sqlite3.Connection) -> bool:
         """Cache the tags of ``conn`` (this user's open key ring), under the
         nonce read before them; create the stamp when there is none (an
         exclusive create, so it never overwrites a newer one). Returns
@@ -166,7 +167,7 @@ class TagIndex:
                 done += 1
         return done
 
-    def grants_seen(self, user_id: str, conn) -> None:
+    def grants_seen(self, user_id: str, conn: sqlite3.Connection) -> None:
         """Keep the rule of the module docstring: called by whoever may have
         changed the grants, before its answer leaves. A new nonce when the
         stamp's digest is not that of the tags now live; when the tags cannot

@@ -87,7 +87,7 @@ def _plain(path: Path) -> sqlite3.Connection:
     return safeopen.open_plain(path)  # a crafted view or trigger is refused, never run
 
 
-def _integrity(conn, what: str) -> None:
+def _integrity(conn: sqlite3.Connection, what: str) -> None:
     rows = [r[0] for r in conn.execute("PRAGMA integrity_check")]
     if rows != ["ok"]:
         raise Failed(f"{what} fails SQLite's integrity check")
@@ -602,7 +602,7 @@ def _memory_formats(path: Path, user_id: str, chain: KeyChain, cipher: str, page
         raise Failed("memory.db does not open with the key") from None
     try:
         return formats.read_memory_file(conn)
-    except DB_ERRORS:  # type: ignore[misc]
+    except DB_ERRORS:
         raise Failed("memory.db does not open with the key") from None
     finally:
         conn.close()

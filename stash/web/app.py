@@ -14,16 +14,20 @@ import logging
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.errors import NotFound, StashError
 from ..service import oauth, words_scan
 from ..service.access import Vault
 from . import pages, plaintext, tracelog
+from .dispatch import Protocol, RouteSpec
 from .errors import error_response
 from .fairshare import Shares
 from .forwarded import TrustedProxies
@@ -44,11 +48,11 @@ class Guard:
     string), and counts it. Requests reach their route through Starlette's
     router only."""
 
-    def __init__(self, app, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -59,7 +63,7 @@ class Guard:
         if counted:
             self.metrics.request_started()
 
-        async def tracked_send(message) -> None:
+        async def tracked_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
                 status["started"] = True
@@ -93,7 +97,7 @@ class Guard:
             access_log.info("%s %s %d %.1fms", method, route, status["code"], elapsed * 1000)
 
 
-def allowed_methods(app, scope) -> list[str]:
+def allowed_methods(app: Starlette, scope: Scope) -> list[str]:
     """Every method some route takes at this path. Each method of a path is a
     route of its own, so Starlette's 405 would name only the first route's."""
     found: dict[int, set[str]] = {}
@@ -102,34 +106,34 @@ def allowed_methods(app, scope) -> list[str]:
         if match is not Match.NONE:
             # A literal segment is more specific than a parameter: /memories/erase is its own route, not
             # memory "erase" of /memories/{name} (a name no memory may take).
-            found.setdefault(getattr(route, "path", "").count("{"), set()).update(route.methods or ())
+            found.setdefault(getattr(route, "path", "").count("{"), set()).update(getattr(route, "methods", None) or ())
     return sorted(found[min(found)]) if found else []
 
 
-def _reference_url(request) -> str:
+def _reference_url(request: Request) -> str:
     """Where this server serves its API reference, as its users reach it."""
     address = pages.page_address(request.app.state.settings.public_url, request.url.scheme, request.headers.get("host"))
     return f"{address}/reference"
 
 
-async def not_found(request, exc) -> Response:
+async def not_found(request: Request, exc: Exception) -> Response:
     """404 and 405 as every refusal is answered: JSON, or plain text when
     ``Accept`` asks for it (a 404 is where a curl user most needs to read)."""
     resp = _unrouted(request, getattr(exc, "status_code", 404))
     return plaintext.as_text(request.url.path, resp) if plaintext.wants_text(request) else resp
 
 
-def _protocol_at(app, scope):
+def _protocol_at(app: Starlette, scope: Scope) -> Protocol | None:
     """The protocol of the routes at this path, when their bodies are another protocol's (/mcp)."""
     for route in app.router.routes:
         spec = getattr(getattr(route, "endpoint", None), "__self__", None)
-        if getattr(spec, "protocol", None) is not None and route.matches({**scope, "method": spec.method})[0] \
-                is Match.FULL:
+        if isinstance(spec, RouteSpec) and spec.protocol is not None \
+                and route.matches({**scope, "method": spec.method})[0] is Match.FULL:
             return spec.protocol
     return None
 
 
-def _unrouted(request, code: int) -> Response:
+def _unrouted(request: Request, code: int) -> Response:
     request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
     if code == 405:
         err = StashError(f"This route does not take that method; the reference at {_reference_url(request)} "
@@ -147,7 +151,7 @@ def _unrouted(request, code: int) -> Response:
                                    code="route.unknown"))
 
 
-def _routed(app, scope, path: str) -> bool:
+def _routed(app: Starlette, scope: Scope, path: str) -> bool:
     """Some route takes ``path`` (by any method)."""
     return any(route.matches({**scope, "path": path, "method": "GET"})[0] is not Match.NONE
                for route in app.router.routes)
@@ -170,7 +174,7 @@ def sweep_oauth(vault: Vault, stop: threading.Event) -> None:
 
 
 @contextlib.asynccontextmanager
-async def lifespan(app: Starlette):
+async def lifespan(app: Starlette) -> AsyncIterator[None]:
     """A user's files stay open for ``--keep-open`` seconds after its last
     request, for the next one: the pool that keeps them is built here and
     handed to the vault for the server's life (Vault.keeping_files_open,

@@ -43,7 +43,9 @@ def origin_of(uri: str) -> str:
 def page(request: dict[str, Any], nonce: str, error: str | None = None, status: int = 200,
          memory: str | None = None) -> HTMLResponse:
     """The consent page for a checked authorization request (service/oauth.py), its form carrying ``nonce``."""
-    esc = lambda text: html.escape(str(text), quote=True)  # noqa: E731 - one name for the one rule
+    def esc(text: object) -> str:  # one name for the one rule
+        return html.escape(str(text), quote=True)
+
     host = request.get("client_name") or "An unnamed MCP host"
     fixed = request.get("memory")
     if fixed is not None:

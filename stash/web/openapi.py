@@ -5,11 +5,13 @@ error codes. There is no second table to keep in step."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from ..crypto import tokens
 from ..service import idempotency
 from ..service.access import NAME_PATTERN
+from .dispatch import RouteSpec
 from .fields import SECURED, error_codes
 from .schemas import SCHEMAS, integer, ref, string
 
@@ -44,7 +46,7 @@ _STATUS_WORDS = {
 }
 
 
-def _operation(route, settings: Any) -> dict:
+def _operation(route: RouteSpec, settings: Any) -> dict[str, Any]:
     op: dict[str, Any] = {
         "operationId": route.method.lower() + "_" + (route.path.strip("/").replace(".", "_") or "landing"),
         "summary": route.summary,
@@ -130,10 +132,11 @@ def _operation(route, settings: Any) -> dict:
     return op
 
 
-def _protocol_operation(route, op: dict[str, Any], params: list[dict[str, Any]]) -> dict[str, Any]:
+def _protocol_operation(route: RouteSpec, op: dict[str, Any], params: list[dict[str, Any]]) -> dict[str, Any]:
     """The operation of a route whose body is another protocol's: its request, its answers and its refusals
     as that protocol writes them."""
     protocol = route.protocol
+    assert protocol is not None, "called for a route whose body is another protocol's"
     op["x-stash-protocol"] = protocol.name
     if params:
         op["parameters"] = params
@@ -163,12 +166,13 @@ def _protocol_operation(route, op: dict[str, Any], params: list[dict[str, Any]])
     return op
 
 
-def document(routes, version: str, settings: Any = None, server: str | None = None) -> dict:
+def document(routes: Iterable[RouteSpec], version: str, settings: Any = None, server: str | None = None
+             ) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); the body
     caps are ``settings``' (None: the defaults); ``server`` is its public
     address (``--url``, else the address it was called at), named in
     ``servers`` so a generated client or a broker calls the right host."""
-    paths: dict[str, dict] = {}
+    paths: dict[str, dict[str, Any]] = {}
     for route in routes:
         paths.setdefault(route.path, {})[route.method.lower()] = _operation(route, settings)
     return {

@@ -10,6 +10,7 @@ a ``Run:`` line of its own."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -172,14 +173,15 @@ def _generic(a: Any) -> list[str]:
     return [f"{k}: {v if isinstance(v, str) else orjson.dumps(v).decode()}" for k, v in a.items()]
 
 
-_RENDER = {"/wake": _wake, "/note": lambda a: [f"Saved as #{a['id']}.", *_nap(a.get("nap"))],
-           "/nap": _nap_answer, "/recall": _recall, "/zoom": lambda a: list(a["lines"]), "/forget": _forget,
-           "/import": _import, "/init": _init}
+_RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "/wake": _wake, "/note": lambda a: [f"Saved as #{a['id']}.", *_nap(a.get("nap"))],
+    "/nap": _nap_answer, "/recall": _recall, "/zoom": lambda a: list(a["lines"]), "/forget": _forget,
+    "/import": _import, "/init": _init}
 
 
 def answer_text(path: str, answer: Any) -> str:
     """A route's JSON answer as memo's plain text."""
-    render = _RENDER.get(path, _generic)
+    render: Callable[[dict[str, Any]], list[str]] = _RENDER.get(path, _generic)
     return "\n".join(render(answer) if isinstance(answer, dict) else _generic(answer)) + "\n"
 
 

@@ -12,6 +12,7 @@ import math
 import threading
 import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 
 SWEEP_ABOVE = 10_000  # tracked clients before idle ones are swept out
 
@@ -30,7 +31,7 @@ def client_key(host: str) -> str:
 
 
 class RateLimiter:
-    def __init__(self, clock=time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._hits: dict[tuple[str, str], deque[float]] = defaultdict(deque)

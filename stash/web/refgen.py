@@ -79,7 +79,7 @@ _REF_WORDS = {"BlockId": ("block id", "block ids"), "Timestamp": ("UTC time", "U
 def describe(schema: Schema, many: bool = False) -> str:
     """A schema in the words of the reference's type column."""
     if "$ref" in schema:
-        name = schema["$ref"].rsplit("/", 1)[1]
+        name: str = schema["$ref"].rsplit("/", 1)[1]
         return _REF_WORDS.get(name, (name, name))[many]
     if "anyOf" in schema:
         return _either([describe(s) for s in schema["anyOf"]])

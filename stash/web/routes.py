@@ -40,7 +40,7 @@ from ..service import (
     replication_status,
     undo,
 )
-from ..service.access import NAME_PATTERN, Session
+from ..service.access import MAIN, NAME_PATTERN, Session
 from ..service.export import export_archive
 from ..service.operation import Event, Limits
 from ..service.replica import replica_history_ends
@@ -621,7 +621,7 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
     # At the root, what a capability wrote is undone in the memory it is bound to; a range, in main.
     unknown=lambda: NotFound("No such capability; list them with GET /grants.", code="grants.unknown"),
     memory_of=lambda vault, user, f: (memories.memory_of_grant(vault, user, f["grant"]) if _whole(f.get("grant"))
-                                       else memories.MAIN),  # a grant that is no id is undo's to refuse
+                                       else MAIN),  # a grant that is no id is undo's to refuse
 )
 def erase_undo(s: Session, f: Args, call: Call) -> Answer:
     answer = undo.undo(s.memory, f.get("grant"), f.get("first"), f.get("last"), memories.grant_ids(s))

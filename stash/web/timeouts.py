@@ -47,7 +47,7 @@ class HeaderTimeoutProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
         super().connection_made(transport)
         self._arm()
 

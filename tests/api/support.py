@@ -8,7 +8,7 @@ import datetime as dt
 import io
 import tarfile
 
-from tests.helpers import Api
+from tests.helpers import Api, member_bytes
 from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.oracle import bid, spec_cover
 
@@ -103,7 +103,7 @@ def export_members(api: Api, token: str, path: str = "/export") -> dict[str, byt
     resp = api.get(path, token)
     assert resp.status_code == 200, resp.text
     with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        return {m.name: member_bytes(tar, m) for m in tar.getmembers() if m.isfile()}
 
 
 def state(api: Api, token: str) -> dict[str, bytes]:

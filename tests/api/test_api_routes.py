@@ -8,17 +8,18 @@ from __future__ import annotations
 import datetime as dt
 import re
 from pathlib import Path
+from typing import Any, cast
 
 import httpx
 
 from stash.web.routes import ROUTES
 from tests.api.support import AWAKE, OLD_DATE, SPEC_SIZES, Mem, export_members, state, today_utc
-from tests.helpers import Api, assert_error
+from tests.helpers import Api, assert_error, matched
 from tests.oracle import bid, cost, oracle_parts, oracle_pending
 from tests.oracle import spec_cover as oracle_cover
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
-NAP_STATUS = {"method": "POST", "path": "/nap", "fields": {}, "plain": None, "placeholders": []}
+NAP_STATUS: dict[str, Any] = {"method": "POST", "path": "/nap", "fields": {}, "plain": None, "placeholders": []}
 NAP_KEYS = {"block", "source", "remaining", "max_bytes", "prompt", "run"}
 MEMORY_LINE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")
 
@@ -117,7 +118,7 @@ def test_shape_is_cover_and_its_post_twin_agrees(api: Api) -> None:
 
 def test_metrics_on_loopback_carry_no_user_memory_or_query(api: Api, mem: Mem) -> None:
     # The in-process client presents itself as loopback; the check below relies on it.
-    assert api.client._transport.client[0] == "127.0.0.1"
+    assert cast(httpx.ASGITransport, api.client._transport).client[0] == "127.0.0.1"
     secret_text = "the vault code is hidden under the blue tile"
     mem.note(secret_text)
     api.get("/recall?q=blue%20tile", mem.token)
@@ -545,7 +546,7 @@ def test_export_is_an_optmem_directory(api: Api, mem: Mem) -> None:
 def test_dates_are_utc_days(mem: Mem) -> None:
     mem.note("dated by the server")
     line = mem.ok(mem.api.get("/wake", mem.token))["lines"][0]
-    date = MEMORY_LINE.fullmatch(line).group(2)
+    date = matched(MEMORY_LINE.fullmatch(line)).group(2)
     # The server's day is today's UTC date (or yesterday's, if midnight passed meanwhile).
     assert date in {today_utc().isoformat(), (today_utc() - dt.timedelta(days=1)).isoformat()}
     assert OLD_DATE < date

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from stash.crypto import tokens
 from stash.web.routes import ROUTES
@@ -219,7 +220,7 @@ def test_every_bad_token_gets_the_same_401(api: Api, owner: str) -> None:
     for name, headers in cases.items():
         for method, url, body in (("GET", "/wake", None), ("POST", "/note", {"text": "forged"}),
                                   ("GET", "/export", None), ("DELETE", "/store", None)):
-            kw = {} if body is None else {"json": body}
+            kw: dict[str, Any] = {} if body is None else {"json": body}
             resp = api.request(method, url, headers=headers, **kw)
             assert_error(resp, 401)
             answers[(name, method, url)] = (resp.status_code, resp.content, resp.headers.get("www-authenticate"))

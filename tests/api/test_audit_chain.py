@@ -13,17 +13,17 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from stash.crypto import owner_seal, tokens
+from stash.crypto import owner_seal
 from stash.service.grant_terms import LABEL_MAX_BYTES
 from stash.service.verify import verify_user
 from stash.storage.keyring import LABEL_PAD
-from tests.helpers import Api
+from tests.helpers import Api, token_parts
 from tests.memory_kit import Memory
 
 
 @contextlib.contextmanager
 def ring(data_dir: Path, token: str, memory: Memory) -> Iterator[sqlite3.Connection]:
-    uid = tokens.parse(token).user_id
+    uid = token_parts(token).user_id
     conn = sqlite3.connect(memory.folder(data_dir / "users" / uid) / "keyring.db", isolation_level=None)
     try:
         yield conn
@@ -61,7 +61,7 @@ def test_a_forged_revoke_sealed_to_the_owner_public_key_is_detected(api: Api, ow
     to the cleartext owner_pub (no key needed), inserted into the trail;
     ``stash verify`` with the owner token fails it too, in any memory."""
     full = some_events(api, owner, memory)
-    uid = tokens.parse(owner).user_id
+    uid = token_parts(owner).user_id
     with ring(data_dir, owner, memory) as conn:
         public = bytes.fromhex(conn.execute("SELECT value FROM keyring_meta WHERE name = 'owner_pub'").fetchone()[0])
         forged = json.dumps({"at": "2026-12-01T00:00:00Z", "grant": 1, "event": "revoke",

@@ -25,7 +25,7 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     seen: Counter[str] = Counter()
     real = files._open
 
-    def traced(target, *a, **kw):  # type: ignore[no-untyped-def]
+    def traced(target, *a, **kw):
         conn = real(target, *a, **kw)
         conn.set_trace_callback(lambda sql: seen.update([" ".join(sql.split())]))
         return conn

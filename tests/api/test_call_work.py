@@ -29,14 +29,14 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     for name in ("parse", "lookup_tag"):
         real = getattr(tokens, name)
 
-        def counted(*a, _real=real, _name=name, **kw):  # type: ignore[no-untyped-def]
+        def counted(*a, _real=real, _name=name, **kw):
             seen[_name] += 1
             return _real(*a, **kw)
 
         monkeypatch.setattr(tokens, name, counted)
     real_write = files.write_transaction
 
-    def write(conn):  # type: ignore[no-untyped-def]
+    def write(conn):
         if not conn.in_transaction and Path(conn.execute("PRAGMA database_list").fetchone()[2]).name.startswith(
                 "keyring"):
             seen["ring writes"] += 1

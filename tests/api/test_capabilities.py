@@ -15,7 +15,7 @@ import pytest
 from stash.crypto import tokens
 from stash.web.app import create_app
 from tests.api.support import export_members
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings, matched, token_parts
 from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.oracle import bid
 from tests.raw_files import file_key, open_raw
@@ -135,13 +135,13 @@ def test_grants_lists_every_capability_live_and_revoked_and_never_a_secret(cap_a
     assert "stash1_" not in text
     for token in (owner, read["token"], full["token"], gone["token"]):
         assert token[24:-6] not in text
-        assert not any(f in text for f in forms(tokens.parse(token).secret))
+        assert not any(f in text for f in forms(token_parts(token).secret))
     for tag, _scope, _c, _r, kdf, wrapped in grant_rows(data_dir, user_of(owner)).values():
         for blob in (tag, wrapped):
             if blob is not None:
                 assert not any(f in text for f in forms(blob))
         if kdf is not None:
-            assert re.search(r'"salt": "([0-9a-f]+)"', kdf).group(1) not in text
+            assert matched(re.search(r'"salt": "([0-9a-f]+)"', kdf)).group(1) not in text
 
 
 def test_a_minted_token_is_shown_once_and_opens_its_scope_only(cap_api: Api, data_dir: Path) -> None:
@@ -168,7 +168,7 @@ def test_a_minted_token_is_shown_once_and_opens_its_scope_only(cap_api: Api, dat
     files = every_file(data_dir)
     assert any(name.endswith("keyring.db") for name in files)
     for m in (read, full):
-        secret = tokens.parse(m["token"]).secret
+        secret = token_parts(m["token"]).secret
         assert not any(m["token"][24:-6] in t for t in later)
         for name, data in files.items():
             assert m["token"].encode() not in data and secret not in data, name

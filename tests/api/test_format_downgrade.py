@@ -23,7 +23,7 @@ from stash.crypto import tokens
 from stash.service.verify import verify_user
 from stash.storage.keyring import Keyring
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings, token_parts
 from tests.raw_files import file_key, open_raw
 
 ERASED = "BRAVO-SECRET memory to be erased"
@@ -41,7 +41,7 @@ class Store:
         self.api: Api | None = None
         self.start()
         self.owner = self.http.init()["token"]
-        self.uid = tokens.parse(self.owner).user_id
+        self.uid = token_parts(self.owner).user_id
         self.folder = data / "users" / self.uid
 
     @property
@@ -62,10 +62,12 @@ class Store:
         return resp.json()
 
     def base(self) -> bytes:
-        tok = tokens.parse(self.owner)
+        tok = token_parts(self.owner)
         ring = Keyring(self.folder / "keyring.db", self.uid)
         try:
-            return ring.open_grant(ring.find(tokens.lookup_tag(self.uid, tok.secret)), tok.secret).chain.base
+            grant = ring.find(tokens.lookup_tag(self.uid, tok.secret))
+            assert grant is not None
+            return ring.open_grant(grant, tok.secret).chain.base
         finally:
             ring.close()
 

@@ -144,7 +144,6 @@ def test_a_sweep_that_takes_a_memory_mid_delete_leaves_the_delete_whole(api: Api
     """Another request's sweep (another worker) can run between a delete's
     commit and its rename, find the folder no salt names and take it away
     first: the delete still answers its receipt, and the memory is gone."""
-    from stash.service import memories as service
     from stash.storage import memories
 
     made = api.init()
@@ -160,7 +159,7 @@ def test_a_sweep_that_takes_a_memory_mid_delete_leaves_the_delete_whole(api: Api
         finally:
             other.close()
 
-    monkeypatch.setattr(service.memories, "end", end_then_swept)
+    monkeypatch.setattr(memories, "end", end_then_swept)
     answer = api.delete("/memories/gone", owner)
     assert answer.status_code == 200 and answer.json()["destroyed"] is True
     assert not (data_dir / "users" / user / "m" / "gone").exists()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -30,7 +31,7 @@ class Documents(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         Documents.hits.append(self.path)
-        base = f"http://127.0.0.1:{self.server.server_address[1]}"
+        base = f"http://127.0.0.1:{cast(tuple[str, int], self.server.server_address)[1]}"
         doc = {"client_id": base + self.path, "client_name": "Doc host", "redirect_uris": [REDIRECT]}
         if self.path == "/huge.json":
             doc["padding"] = "x" * 6000

@@ -190,6 +190,7 @@ def test_undo_of_a_range_and_its_refusals(api: Api):
 def test_a_grant_that_is_no_id_is_refused_not_a_server_error(api: Api):
     owner = api.init()["token"]
     ok(api.post("/import", owner, json=entries(2, "m")))
+    grant: object
     for grant in ({}, [], "7", 1.5, True):
         resp = api.post("/erase/undo", owner, json={"grant": grant, "first": 0, "last": 0})
         assert resp.status_code in (400, 404, 422), (grant, resp.status_code, resp.text)

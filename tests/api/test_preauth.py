@@ -11,6 +11,7 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def unknown_user(token: str) -> str:
     return forged
 
 
-REQUESTS = [
+REQUESTS: list[tuple[str, str, dict[str, Any]]] = [
     ("GET", "/wake?x=1", {}),
     ("GET", "/wake", {}),
     ("POST", "/note", {"json": {"bogus": 1}}),

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.api.support import Mem
-from tests.helpers import assert_error
+from tests.helpers import assert_error, matched
 
 
 def walk(mem: Mem, q: str) -> tuple[list[list[str]], list[dict]]:
@@ -87,4 +87,4 @@ def test_a_bad_before_is_422(mem: Mem, before: object) -> None:
 def test_get_recall_pages_too(mem: Mem) -> None:
     mem.import_([f"needle {i}" for i in range(10)])
     got = mem.ok(mem.api.get("/recall?q=needle&before=4", mem.token))
-    assert [re.match(r"#(\d+)", x).group(1) for x in got["matches"]] == ["0", "1", "2", "3"]
+    assert [matched(re.match(r"#(\d+)", x)).group(1) for x in got["matches"]] == ["0", "1", "2", "3"]

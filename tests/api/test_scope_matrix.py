@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode
 
 import pytest
@@ -266,7 +267,7 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
             touches_ours = who in ("read", "full", "owner") and cell == "2xx"
             method, url, body = CALLS[route](world, world.target(who))
             before = None if touches_ours else state(api, world.ours.owner)
-            kw = {} if body is None else {"json": body}
+            kw: dict[str, Any] = {} if body is None else {"json": body}
             if isinstance(body, Form):
                 kw = {"content": urlencode(body).encode(), "headers": {
                     "Content-Type": "application/x-www-form-urlencoded", "Origin": HOST}}

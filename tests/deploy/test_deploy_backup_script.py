@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from tests.deploy_kit import DEPLOY
-from tests.helpers import CHEAP_KDF
+from tests.helpers import CHEAP_KDF, token_parts
 
 OLD = ["20240101T031700Z", "20240102T031700Z", "20240103T031700Z"]
 
@@ -93,6 +93,5 @@ def test_the_script_runs_the_real_backup_and_verify(tmp_path: Path) -> None:
 
 
 def vault_user(token: str) -> str:
-    from stash.crypto import tokens
 
-    return tokens.parse(token).user_id
+    return token_parts(token).user_id

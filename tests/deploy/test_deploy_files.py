@@ -27,6 +27,7 @@ from tests.deploy_kit import (
     stash_executable,
     tool,
 )
+from tests.helpers import matched
 
 # ---------------------------------------------------------------- systemd
 
@@ -147,7 +148,7 @@ def test_dockerfile_properties() -> None:
     health = args["HEALTHCHECK"]
     assert "/health" in health and "urllib.request" in health
     # The health check's Python is valid, and reads the port the server uses.
-    code = re.search(r'"-c", "(.*)"\]$', health).group(1)
+    code = matched(re.search(r'"-c", "(.*)"\]$', health)).group(1)
     compile(code, "HEALTHCHECK", "exec")
     assert "STASH_PORT" in code
     # The install step copies everything the package build needs.

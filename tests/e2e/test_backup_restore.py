@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -61,13 +62,14 @@ def test_backup_under_load_restores_every_memory(tmp_path: Path):
         done = stash("backup", str(backup), "--data", str(live.data))
         assert done.returncode == 0, (done.stdout, done.stderr)
         # The writers were noting the whole time: none has stopped or failed.
-        assert all(w.poll() is None for w in writers), [w.stderr.read() for w in writers if w.poll() is not None]
+        assert all(w.poll() is None for w in writers), [w.stderr and w.stderr.read() for w in writers
+                                                        if w.poll() is not None]
         stop.touch()
         acked: dict[str, list[str]] = {"a": [], "b": []}
         for w in writers:
             out, err = w.communicate(timeout=WAIT_S)
             assert w.returncode == 0, err
-            acked["b" if w.args[3] == "b1" else "a"].extend(out.splitlines())
+            acked["b" if cast(list[str], w.args)[3] == "b1" else "a"].extend(out.splitlines())
         assert len(acked["a"]) > 0 and len(acked["b"]) > 0
         assert a["user_id"] in done.stdout and b["user_id"] in done.stdout
         assert str(live.data) not in done.stdout + done.stderr

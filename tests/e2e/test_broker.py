@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.doc_commands import indented_commands
+from tests.helpers import matched
 from tests.live import CLI_TIMEOUT, REPO, Http
 from tests.printed import orders
 
@@ -36,6 +37,7 @@ class Broker:
 
     def __init__(self, upstream: str) -> None:
         parts = urlsplit(upstream)
+        assert parts.hostname is not None
         self.host, self.port = parts.hostname, parts.port
         self.passed: list[str] = []
         self.refused: list[str] = []
@@ -199,7 +201,7 @@ def test_an_agent_lives_through_a_broker_on_what_the_server_prints(broker: Broke
     assert found == [f"#{i} 2024-02-03 imported memory number {i}" for i in range(600)]
 
     # Zoom into the oldest summary line of the wake, by the block's command.
-    oldest = re.match(r"#(\d+-\d+) ", lines[0]).group(1)
+    oldest = matched(re.match(r"#(\d+-\d+) ", lines[0])).group(1)
     zoom_cmd = next(c for c in commands if '"$STASH_URL/zoom"' in c).replace("<lo-hi>", oldest)
     assert len(agent.run(zoom_cmd).splitlines()) == 2
 

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from tests.helpers import matched
 from tests.live import Cli, Http
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("cli", ["file"], indirect=True)]
@@ -22,7 +23,7 @@ def _as(cli: Cli, token: str) -> Cli:
 def test_what_the_command_says(cli: Cli, http: Http, token: str) -> None:
     assert cli.ok("erasures").strip() == "No erasure receipts: nothing has been erased in this memory."
     minted = cli.ok("grants", "read").splitlines()
-    gid = re.search(r"Minted #(\d+)", "\n".join(minted)).group(1)
+    gid = matched(re.search(r"Minted #(\d+)", "\n".join(minted))).group(1)
     assert cli.ok("grants", "revoke", gid).startswith(f"Revoked #{gid}")
     again = cli.run("grants", "revoke", gid)
     assert again.returncode == 0 and "was revoked already" in again.stdout and "Revoked" not in again.stdout

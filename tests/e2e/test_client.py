@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_error
+from tests.helpers import assert_error, member_bytes
 from tests.live import REPO, Cli, Http, cli_env, free_port, path_with, settle_all
 from tests.printed import orders
 
@@ -54,6 +54,7 @@ def test_client_needs_only_the_standard_library(client_file: Path, base_url: str
             imported |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, "a relative import would tie the file to the package"
+            assert node.module is not None
             imported.add(node.module.split(".")[0])
     assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
     # -I -S: no site-packages, no PYTHONPATH, no current directory, so only the stdlib can answer.
@@ -80,7 +81,7 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
         return res.stdout
 
     def shell(command: str, **fill: str) -> str:
-        out = run_as_printed(cli, command, **fill)
+        out = run_as_printed(cli, command, None, **fill)
         outputs.append(out)
         return out
 
@@ -154,7 +155,7 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     archive = tmp_path / "memory.tar.gz"
     ok("export", str(archive))
     with tarfile.open(archive, "r:gz") as tar:
-        log = tar.extractfile("memory/LOG.txt").read().decode()
+        log = member_bytes(tar, "memory/LOG.txt").decode()
     logfile = tmp_path / "LOG.txt"
     logfile.write_text(log, encoding="utf-8")
     other = http.init()["token"]

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.helpers import matched
 from tests.live import CLI_TIMEOUT, Cli, Http
 
 pytestmark = pytest.mark.slow
@@ -47,7 +48,7 @@ def test_zoom_past_the_end_names_a_block_that_opens(cli: Cli, http: Http, token:
     assert done.returncode == 1
     assert "holds 4 notes (#0 to #3)" in done.stderr and "curl" not in done.stderr
     # The wake of 4 memories prints each word for word: the hint and the order name a block that still opens.
-    block = re.search(r"like (\d+-\d+)\.", done.stderr).group(1)
+    block = matched(re.search(r"like (\d+-\d+)\.", done.stderr)).group(1)
     assert block == "0-3"
     assert re.search(rf"^Run: .*stash zoom {block}$", done.stderr, re.M), done.stderr
     assert cli.ok("zoom", block).splitlines() == ["#0-1 not compressed yet", "#2-3 not compressed yet"]

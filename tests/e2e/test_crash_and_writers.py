@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -52,6 +53,12 @@ def spawn(mode: str, *args: str, token: str, stdin: bool = False) -> subprocess.
     )
 
 
+def pipe(stream: IO[str] | None) -> IO[str]:
+    """A stream spawn piped."""
+    assert stream is not None, "not piped"
+    return stream
+
+
 def records(path: Path) -> list[list[str]]:
     if not path.exists():
         return []
@@ -74,7 +81,7 @@ def finish(procs: list[subprocess.Popen], outs: list[Path]) -> None:
         Path(str(out) + ".stop").touch()
     for p in procs:
         try:
-            assert p.wait(timeout=60) == 0, p.stderr.read()
+            assert p.wait(timeout=60) == 0, pipe(p.stderr).read()
         finally:
             if p.poll() is None:
                 p.kill()
@@ -184,7 +191,7 @@ def test_processes_noting_at_once_get_unique_contiguous_ids(tmp_path: Path, n_wo
     procs = [spawn("noter", server.url, str(out), f"c{k}", "0", str(count), token=token) for k, out in enumerate(outs)]
     try:
         for p in procs:
-            assert p.wait(timeout=WAIT_S) == 0, p.stderr.read()
+            assert p.wait(timeout=WAIT_S) == 0, pipe(p.stderr).read()
         ids: dict[int, str] = {}
         for k, out in enumerate(outs):
             recs = records(out)
@@ -210,19 +217,19 @@ class Racers:
     def __init__(self, url: str, token: str, n: int) -> None:
         self.procs = [spawn("oneshot", url, token=token, stdin=True) for _ in range(n)]
         for p in self.procs:
-            assert p.stdout.readline().strip() == "ready", p.stderr.read()
+            assert pipe(p.stdout).readline().strip() == "ready", pipe(p.stderr).read()
 
     def race(self, requests: list[dict]) -> list[dict]:
         lines = [json.dumps(r) + "\n" for r in requests]
         for p, line in zip(self.procs, lines):
-            p.stdin.write(line)
+            pipe(p.stdin).write(line)
         for p in self.procs:
-            p.stdin.flush()
-        return [json.loads(p.stdout.readline()) for p in self.procs]
+            pipe(p.stdin).flush()
+        return [json.loads(pipe(p.stdout).readline()) for p in self.procs]
 
     def close(self) -> None:
         for p in self.procs:
-            p.stdin.close()
+            pipe(p.stdin).close()
             try:
                 p.wait(timeout=30)
             finally:

@@ -34,6 +34,7 @@ import datetime as dt
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -82,7 +83,8 @@ class Traffic:
         with httpx.Client(base_url=url, timeout=60, trust_env=False) as http:
             k = 0
             while not self.stop.wait(every):
-                kw = {"json": {"text": f"traffic note {k}"} if path == "/note" else {"words": "traffic"}}
+                kw: dict[str, Any] = {"json": {"text": f"traffic note {k}"} if path == "/note"
+                                      else {"words": "traffic"}}
                 kw = {} if method == "GET" else kw
                 resp = http.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kw)
                 self.answers.append(resp.status_code if resp.status_code == 200 else resp.json()["error"])

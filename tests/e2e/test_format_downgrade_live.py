@@ -20,7 +20,7 @@ import pytest
 from stash.crypto import tokens
 from stash.storage.keyring import Keyring
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS, Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS, Api, assert_error, make_settings, token_parts
 from tests.live import Http, start_server
 from tests.raw_files import file_key, open_raw
 
@@ -35,7 +35,7 @@ def test_an_old_memory_file_without_its_state_row_is_refused_by_a_real_server(tm
     data = tmp_path / "srv" / "data"
     api = Api(create_app(make_settings(data, kdf=CHEAP_KDF)))
     owner = api.init()["token"]
-    uid = tokens.parse(owner).user_id
+    uid = token_parts(owner).user_id
     folder = data / "users" / uid
     for text in ("alpha memory", SECRET, "charlie memory"):
         assert api.post("/note", owner, json={"text": text}).status_code == 200
@@ -51,8 +51,10 @@ def test_an_old_memory_file_without_its_state_row_is_refused_by_a_real_server(tm
 
     with Keyring(folder / "keyring.db", uid) as ring:
         cipher = ring.meta("file_cipher")
-        tok = tokens.parse(owner)
-        base = ring.open_grant(ring.find(tokens.lookup_tag(uid, tok.secret)), tok.secret).chain.base
+        tok = token_parts(owner)
+        grant = ring.find(tokens.lookup_tag(uid, tok.secret))
+        assert grant is not None
+        base = ring.open_grant(grant, tok.secret).chain.base
     for name in ("memory.db", "memory.db-wal", "memory.db-shm"):
         (folder / name).unlink(missing_ok=True)
     shutil.copy2(old, folder / "memory.db")

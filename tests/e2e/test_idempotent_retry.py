@@ -41,7 +41,7 @@ def http(srv: Server) -> Iterator[Http]:
     h.close()
 
 
-def metric(http: Http, line_start: str) -> int:
+def metric(http: Http, line_start: str) -> float:
     text = http.client.get("/metrics").text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
 
@@ -193,7 +193,7 @@ def test_the_client_resends_a_lost_note_with_the_same_key(srv: Server, http: Htt
         proxy.close()
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "Saved as #0."
-    assert len(proxy.keys) == 2 and proxy.keys[0] == proxy.keys[1] and UUID.fullmatch(proxy.keys[0])
+    assert len(proxy.keys) == 2 and proxy.keys[0] == proxy.keys[1] and UUID.fullmatch(proxy.keys[0] or "")
     assert count(http, token, text) == 1
     # Dropped: the server wrote the first and replayed it to the resend. 502:
     # the first never reached it, so the resend was the first it saw.
@@ -226,7 +226,7 @@ def test_each_write_gets_a_fresh_key_and_reads_none(srv: Server, http: Http, run
     finally:
         proxy.close()
     *writes, wake = proxy.keys
-    assert len(writes) == len(set(writes)) == 4 and all(UUID.fullmatch(k) for k in writes) and wake is None
+    assert len(writes) == len(set(writes)) == 4 and all(UUID.fullmatch(k or "") for k in writes) and wake is None
     assert count(http, token, "same words") == 2
 
 

@@ -160,6 +160,11 @@ def default_cases(url: str) -> dict[str, Callable[[], object]]:
     needy.import_([("2026-01-02", f"old {k}") for k in range(40)])
     needy.config({"WAKE_LINES": 4, "PART_CHARS": 60})
     forged = Stash(url, "stash1_" + "0" * 16 + "_" + "A" * 49)
+
+    def pin_mismatch() -> object:
+        remember_pin(mem.url, mem._token, "999:" + "0" * 64)
+        return mem.wake()
+
     return {
         "request.bad_json": lambda: mem._call("POST", "/note", [1]),
         "request.empty_body": lambda: mem._call("POST", "/note"),
@@ -223,7 +228,7 @@ def default_cases(url: str) -> dict[str, Callable[[], object]]:
         "reference.no_part": lambda: mem._call("POST", "/reference", {"part": 10_000}),
         "route.unknown": lambda: mem._call("GET", "/no-such-route"),
         "method_not_allowed": lambda: mem._call("DELETE", "/wake"),
-        "store.pin_mismatch": lambda: (remember_pin(mem.url, mem._token, "999:" + "0" * 64), mem.wake()),
+        "store.pin_mismatch": pin_mismatch,
     }
 
 

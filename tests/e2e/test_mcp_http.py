@@ -15,8 +15,10 @@ import os
 from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
+from typing import Any
 
 import pytest
+from mcp.types import TextContent, TextResourceContents
 
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server, live_group_members, start_server
@@ -58,7 +60,7 @@ def mint(http: Http, owner: str, scope: str, memory: str | None = None) -> tuple
 
 
 def rpc(server: Server, token: str | None, method: str, params: dict | None = None, *, path: str = "/mcp",
-        version: str | None = None) -> tuple[int, dict, dict | None, int | None]:
+        version: str | None = None) -> tuple[int, dict, Any, int | None]:
     """One raw JSON-RPC request on a connection of its own: status, headers, body, and the worker process
     that answered it (found while the connection is still open)."""
     conn = HTTPConnection("127.0.0.1", server.port, timeout=60)
@@ -122,7 +124,7 @@ def tool_names(endpoint: str, token: str, mode: str = "auto") -> set[str]:
 
 
 def test_it_initializes_in_every_mode(server: Server, owner: str) -> None:
-    seen: dict[str, str] = {}
+    seen: dict[str, str | None] = {}
     for mode in ("auto", "legacy"):
         async def script(s: Session, mode: str = mode) -> None:
             seen[mode] = s.client.session.protocol_version
@@ -185,9 +187,11 @@ def test_a_hostile_note_is_stored_exactly_and_stays_in_its_memory_block(server: 
             seen.append(own_text(res))
         # The prompt and the resource a host loads at the start of a session: the note in memory text only.
         prompt = await s.client.get_prompt("wake")
-        assert [m.content.text for m in prompt.messages if HOSTILE in m.content.text] == [
-            m.content.text for m in prompt.messages if (m.content.meta or {}) == MEMORY]
+        contents = [m.content for m in prompt.messages if isinstance(m.content, TextContent)]
+        assert len(contents) == len(prompt.messages)
+        assert [c.text for c in contents if HOSTILE in c.text] == [c.text for c in contents if (c.meta or {}) == MEMORY]
         resource = await s.client.read_resource("stash://wake")
+        assert isinstance(resource.contents[0], TextResourceContents)
         assert HOSTILE in resource.contents[0].text and resource.contents[0].meta == MEMORY
 
     http.ok("POST", "/note", owner, json={"text": "a first, plain memory"})

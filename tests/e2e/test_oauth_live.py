@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from pydantic import AnyUrl
 
 from tests.e2e.browser import Chromium, chromium_path
 from tests.helpers import CHEAP_KDF_FLAGS
@@ -166,7 +167,7 @@ def test_a_host_connects_through_the_sdks_oauth_with_the_consent_in_chromium(
     provider = OAuthClientProvider(
         server_url=server.url + "/mcp", storage=store, redirect_handler=redirect_handler,
         callback_handler=callback_handler,
-        client_metadata=OAuthClientMetadata(client_name=HOSTILE_NAME, redirect_uris=[f"{listener}/callback"]))
+        client_metadata=OAuthClientMetadata(client_name=HOSTILE_NAME, redirect_uris=[AnyUrl(f"{listener}/callback")]))
     minted: list[dict] = []
 
     async def main() -> None:

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def dated(n: int, start: dt.date = dt.date(2020, 1, 1)) -> list[tuple[str, str]]
     return out
 
 
-def full_tree(T: int, missing: set[tuple[int, int]] = frozenset()) -> dict[int, list[str]]:
+def full_tree(T: int, missing: AbstractSet[tuple[int, int]] = frozenset()) -> dict[int, list[str]]:
     """A summary for every complete block but ``missing`` (size, index), each
     level a dense prefix as OptMem keeps it (so only a tail may be missing)."""
     tree: dict[int, list[str]] = {}
@@ -107,8 +108,8 @@ def run(fast: Server, tmp_path_factory: pytest.TempPathFactory):
     """The client as ``python -m stash`` with a given token."""
     path = path_with(python_bin(tmp_path_factory.mktemp("bin")))
 
-    def call(tok: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        return Cli([sys.executable, "-m", "stash"], cli_env(fast.url, tok, path)).run(*args, cwd=cwd)
+    def call(tok: str, *args: str) -> subprocess.CompletedProcess:
+        return Cli([sys.executable, "-m", "stash"], cli_env(fast.url, tok, path)).run(*args)
     return call
 
 
@@ -179,7 +180,7 @@ def test_import_optmem_moves_a_folder_in_whole(run, web: Http, tmp_path: Path) -
     lines, nap = wake(web, tok)
     assert lines == expected
     assert web.ok("GET", "/wake", tok)["parts"] == 3
-    assert nap["block"] == "150-151" and nap["remaining"] == 2
+    assert nap is not None and nap["block"] == "150-151" and nap["remaining"] == 2
     sizes = web.ok("GET", "/config", tok)["sizes"]
     assert (sizes["WAKE_LINES"], sizes["PART_CHARS"], sizes["PART_LINES"], sizes["ENTRY_CHARS"]) == (
         40, 100000, 15, 280)

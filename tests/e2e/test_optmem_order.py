@@ -27,6 +27,7 @@ from tests.printed import DELIMITER
 
 def _standin():
     spec = importlib.util.spec_from_file_location("memo_standin", REPO / "bench" / "memo_standin.py")
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

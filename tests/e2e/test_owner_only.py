@@ -40,6 +40,7 @@ def opened(user_copy: Path, token: str, memory: Memory = MAIN_MEMORY):
     tok = memory.filed(user_copy, token)
     ring = Keyring(memory.folder(user_copy) / "keyring.db", memory.store(tok.user_id))
     grant = ring.find(tok.tag)
+    assert grant is not None
     return ring, grant, ring.open_grant(grant, tok.secret)
 
 
@@ -148,7 +149,9 @@ def test_labels_audit_and_last_used_open_with_the_owner_only(server: Server, tmp
     assert http.ok("GET", "/grants", new_owner)
     ring = Keyring(later / "keyring.db", uid)
     try:
-        gid, _, hexbox = ring.meta(OWNER_BOX).partition(":")
+        box = ring.meta(OWNER_BOX)
+        assert box is not None
+        gid, _, hexbox = box.partition(":")
         old_kek = old_owner_kek(copy, owner)
         with pytest.raises(aead.Unsealable):
             OwnerKeys.unbox(uid, int(gid), epochs.capability_private_key(old_kek), bytes.fromhex(hexbox))

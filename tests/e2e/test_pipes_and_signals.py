@@ -36,6 +36,7 @@ def into_a_closed_pipe(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     before the command writes anything."""
     proc = subprocess.Popen([sys.executable, "-m", "stash", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, cwd=REPO, env=env)
+    assert proc.stdout is not None and proc.stderr is not None  # both piped
     proc.stdout.close()  # the interpreter takes far longer to start than this
     try:
         err = proc.stderr.read().decode(errors="replace")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -84,7 +85,7 @@ def test_unknown_user_and_wrong_secret_answer_alike(http: Http) -> None:
     http.ok("GET", "/wake", owner)
     user = owner[7:23]
     stranger = ("0" if user[0] != "0" else "1") + user[1:]
-    cases = [("GET", "/wake?x=1", {}), ("POST", "/note", {"json": {"x": 1}}),
+    cases: list[tuple[str, str, dict[str, Any]]] = [("GET", "/wake?x=1", {}), ("POST", "/note", {"json": {"x": 1}}),
              ("POST", "/import", {"content": b"x" * (2 * MIB)}), ("GET", "/recall", {}),
              ("DELETE", "/grants/abc", {})]
     for method, url, kw in cases:

@@ -360,11 +360,11 @@ def test_every_printed_template_takes_every_line(http: Http, env: dict[str, str]
             chosen = lines[:12] if name in ("recall", "words") else lines[12:16]
             script = "\necho @@@\n".join(fill(printed[name], placeholder, t) for t in chosen)
             got = run(shell, script, m.env, cwd).stdout.split("@@@\n")
-            body = {"zoom": lambda t: {"block": t}, "recall": lambda t: {"q": t},
+            body_of = {"zoom": lambda t: {"block": t}, "recall": lambda t: {"q": t},
                     "recall page": lambda t: {"q": t, "before": 4}, "words": lambda t: {"words": t},
                     "words page": lambda t: {"words": t, "before": CURSOR}}[name]
             path = "/zoom" if name == "zoom" else "/recall"
-            want = [m.text("POST", path, json=body(t)) for t in chosen]
+            want = [m.text("POST", path, json=body_of(t)) for t in chosen]
             assert got == want, (shell, name)
 
 
@@ -483,5 +483,5 @@ def test_the_templates_take_every_line_at_an_address_ending_in_m_name(http: Http
             chosen = lines[4:7]
             script = "\necho @@@\n".join(fill(printed[name], placeholder, t) for t in chosen)
             got = run(shell, script, m.env, cwd).stdout.split("@@@\n")
-            body = {"zoom": lambda t: {"block": t}, "recall": lambda t: {"q": t}}[name]
-            assert got == [m.text("POST", f"/{name}", json=body(t)) for t in chosen], (shell, name)
+            body_of = {"zoom": lambda t: {"block": t}, "recall": lambda t: {"q": t}}[name]
+            assert got == [m.text("POST", f"/{name}", json=body_of(t)) for t in chosen], (shell, name)

@@ -26,11 +26,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stash.crypto import keys, tokens
+from stash.crypto import keys
 from stash.service.replica import Target, litestream_binary
 from tests.backup_kit import log_of
 from tests.epoch_kit import epoch_keys_of, everything_readable, text_in
-from tests.helpers import CHEAP_KDF_FLAGS
+from tests.helpers import CHEAP_KDF_FLAGS, matched, token_parts
 from tests.live import CLI_TIMEOUT, REPO, Http, Server, free_port
 
 pytestmark = pytest.mark.slow
@@ -223,7 +223,7 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
     chain_keys = epoch_keys_of(fresh / "users" / a["user_id"] / "keyring.db", a["token"])
     assert chain_keys
     secrets = [u["token"].encode() for u in (a, b, c)] + [reader["token"].encode(), revoked["token"].encode()]
-    secrets += [tokens.parse(u["token"]).secret for u in (a, b, c)]
+    secrets += [token_parts(u["token"]).secret for u in (a, b, c)]
     secrets += chain_keys + [keys.subkey(k, b"rows") for k in chain_keys]
     secrets += [erased_text.encode(), b"acked 1", b"written by the grant", b"kept in", proj_reader["token"].encode()]
     proj_keys = epoch_keys_of(fresh / "users" / a["user_id"] / "m" / "proj" / "keyring.db", proj_reader["token"],
@@ -300,7 +300,7 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
     plan = subprocess.run([litestream_binary(), "restore", "-dry-run", "-timestamp", moment.isoformat(), "-o",
                            str(tmp_path / "plan.db"), f"file://{stream}"], capture_output=True, text=True,
                           timeout=CLI_TIMEOUT, check=True).stdout
-    shipped_by_then = int(re.search(r"txid range: \S+ - (\S+)", plan).group(1), 16)
+    shipped_by_then = int(matched(re.search(r"txid range: \S+ - (\S+)", plan)).group(1), 16)
     for f in stream.rglob("*.ltx"):
         if int(f.stem.split("-")[1], 16) > shipped_by_then:
             f.unlink()

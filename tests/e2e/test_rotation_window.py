@@ -22,7 +22,7 @@ from stash.crypto import tokens
 from stash.storage import memories
 from stash.storage.keyring import Keyring
 from tests.epoch_kit import epoch_keys_of, everything_readable, snapshot, text_in
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error, token_parts
 from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
 
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def _main_salt(server: Server, uid: str, name: str) -> bytes:
 def _enrolment_live(server: Server, uid: str, name: str, owner_token: str) -> bool:
     """Whether ``owner_token`` is still enrolled (a live owner grant) in
     memory ``name``'s key ring, as the files say."""
-    secret = memories.owner_secret(tokens.parse(owner_token).secret, _main_salt(server, uid, name))
+    secret = memories.owner_secret(token_parts(owner_token).secret, _main_salt(server, uid, name))
     ring = Keyring(server.data / "users" / uid / "m" / name / "keyring.db", memories.store_id(uid, name))
     try:
         grant = ring.find(tokens.lookup_tag(uid, secret))
@@ -64,7 +64,7 @@ def test_a_memory_the_old_token_makes_in_the_window_passes_to_the_new_owner(serv
                                                                            tmp_path: Path) -> None:
     http = Http(served.url)
     old = http.init()["token"]
-    uid = tokens.parse(old).user_id
+    uid = token_parts(old).user_id
     secret_line = f"main-secret-{os.urandom(4).hex()}"
     http.ok("POST", "/note", old, json={"text": secret_line})
     http.ok("POST", "/memories", old, json={"name": "kept"})
@@ -146,7 +146,7 @@ def _client(server: Server, token: str, tmp_path: Path) -> Cli:
 def test_an_old_memory_folder_put_back_is_named_and_the_rest_listed(served: Server, tmp_path: Path) -> None:
     http = Http(served.url)
     owner = http.init()["token"]
-    uid = tokens.parse(owner).user_id
+    uid = token_parts(owner).user_id
     for name in ("alpha", "bravo"):
         http.ok("POST", "/memories", owner, json={"name": name})
         http.ok("POST", f"/m/{name}/note", owner, json={"text": f"a line of {name}"})

@@ -13,7 +13,7 @@ import tarfile
 import pytest
 
 from stash.service import instructions
-from tests.helpers import assert_error
+from tests.helpers import assert_error, matched, member_bytes
 from tests.live import Http, Server, due_after, start_server, today_range
 from tests.printed import orders
 
@@ -105,7 +105,7 @@ def test_nap_object_carries_source_and_a_runnable_prompt(http: Http, token: str)
     assert due["block"] == "0-1"
     assert due["max_bytes"] == SPEC_DEFAULTS["ENTRY_CHARS"]
     assert due["remaining"] == 0
-    assert [MEMORY_LINE.fullmatch(s).group(3) for s in due["source"]] == ["fact 0", "fact 1"]
+    assert [matched(MEMORY_LINE.fullmatch(s)).group(3) for s in due["source"]] == ["fact 0", "fact 1"]
     assert orders(due["prompt"]) == [instructions.render(s) for s in due["run"]]
     assert orders(due["prompt"])[0].startswith("curl ")
     # A wrong block is a 409 naming the due one; nothing is written.
@@ -201,7 +201,7 @@ def test_recall_searches_the_log_newest_first_within_a_part(http: Http, token: s
     ans = http.ok("GET", "/recall", token, params={"q": "kettLE"})
     expected = [i for i, t in enumerate(texts) if "kettle" in t.lower()]
     assert ans["total"] == len(expected)
-    assert [MEMORY_LINE.fullmatch(x).group(1) for x in ans["matches"]] == [str(i) for i in expected]
+    assert [matched(MEMORY_LINE.fullmatch(x)).group(1) for x in ans["matches"]] == [str(i) for i in expected]
     assert ans == http.ok("POST", "/recall", token, json={"q": "kettLE"})
     # Summaries are never searched: only the verbatim log.
     assert http.ok("POST", "/recall", token, json={"q": "summary of"})["total"] == 0
@@ -209,17 +209,19 @@ def test_recall_searches_the_log_newest_first_within_a_part(http: Http, token: s
     assert [life.check_line(x) for x in full["matches"]] == [(i, i + 1) for i in range(12)]
     # A part of PART_CHARS bytes keeps only the newest matches that fit (each line costs its bytes + 1).
     http.ok("POST", "/config", token, json={"PART_CHARS": 100})
-    expected, size = [], 0
+    fits: list[str] = []
+    size = 0
     for line in reversed(full["matches"]):
         size += len(line.encode()) + 1
         if size > 100:
             break
-        expected.insert(0, line)
-    assert 0 < len(expected) < 12
+        fits.insert(0, line)
+    assert 0 < len(fits) < 12
     cut = http.ok("POST", "/recall", token, json={"q": "story"})
-    assert {k: cut[k] for k in ("matches", "total")} == {"matches": expected, "total": 12}
+    assert {k: cut[k] for k in ("matches", "total")} == {"matches": fits, "total": 12}
     # It says it was cut, and where the next older page starts: the oldest match shown.
-    assert cut["more"] == int(MEMORY_LINE.fullmatch(expected[0]).group(1)) and cut["message"].startswith("12 matches.")
+    assert cut["more"] == int(matched(MEMORY_LINE.fullmatch(fits[0])).group(1))
+    assert cut["message"].startswith("12 matches.")
     assert_error(http.post("/recall", token, json={"q": "(unclosed"}), 422)
 
 
@@ -274,8 +276,8 @@ def test_export_is_an_optmem_directory(http: Http, token: str) -> None:
     assert resp.status_code == 200
     with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
         names = tar.getnames()
-        log = tar.extractfile("memory/LOG.txt").read().decode()
-        tree = {n: tar.extractfile(n).read().decode() for n in names if n.startswith("memory/TREE/")}
+        log = member_bytes(tar, "memory/LOG.txt").decode()
+        tree = {n: member_bytes(tar, n).decode() for n in names if n.startswith("memory/TREE/")}
     got = [line.rstrip() for line in log.splitlines()]
     assert [life.check_line(x) for x in got] == [(i, i + 1) for i in range(5)]
     written = {line.rstrip() for text in tree.values() for line in text.splitlines()}

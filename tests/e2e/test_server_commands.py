@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import matched
 from tests.live import CLI_TIMEOUT, Http
 from tests.printed import orders
 
@@ -67,7 +68,7 @@ def test_every_command_the_server_prints_runs_as_printed(http: Http, base_url: s
     assert refusal.status_code == 409 and refusal.headers["stash-error"] == "wake.needs_nap"
     agent.follow(refusal.text)  # the nap below, then wake again
     assert http.ok("GET", "/wake", token)["awake"]
-    kinds = {re.search(r"\$STASH_URL/(\w+)", c).group(1) for c in agent.ran}
+    kinds = {matched(re.search(r"\$STASH_URL/(\w+)", c)).group(1) for c in agent.ran}
     assert kinds == {"note", "nap", "wake"}, agent.ran
     # A next part is fetched by the POST twin of /wake, and no command carries a query string.
     assert any(""""$STASH_URL/wake" -d '{"part": """ in c for c in agent.ran)

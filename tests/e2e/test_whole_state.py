@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error, wal_folded
+from tests.helpers import CHEAP_KDF_FLAGS, assert_error, member_bytes, wal_folded
 from tests.live import Http, Server, live_group_members, start_server
 from tests.state_kit import base_key, raw, rows
 
@@ -290,7 +290,7 @@ def _text(resp: httpx.Response) -> str:
     if resp.status_code != 200 or not resp.headers.get("content-type", "").startswith("application/gzip"):
         return resp.text
     with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
-        return "\n".join(f"{m.name}\n{tar.extractfile(m).read().decode()}" for m in tar.getmembers()
+        return "\n".join(f"{m.name}\n{member_bytes(tar, m).decode()}" for m in tar.getmembers()
                          if m.isfile() and m.name != "manifest.json")
 
 

@@ -16,6 +16,7 @@ import sys
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -68,6 +69,7 @@ class Memory:
             return self._backup()
         if op == "rotate-unkeyed":
             return self._rotate_unkeyed()
+        request: tuple[str, str, dict[str, Any]]
         if op == "rotate":
             request = ("POST", "/rotate", {"json": {}})
         elif op == "revoke":

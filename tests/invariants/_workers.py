@@ -119,6 +119,7 @@ class Child:
         self._reader.start()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # piped
         for line in self.proc.stdout:
             # a line cut short by SIGKILL was never acknowledged
             if line.endswith("\n"):
@@ -141,12 +142,13 @@ class Child:
         return line
 
     def send(self, text: str) -> None:
+        assert self.proc.stdin is not None  # piped
         self.proc.stdin.write(text)
         self.proc.stdin.flush()
 
     def rest(self, timeout: float) -> list[str]:
         """Every remaining line until the child's output ends."""
-        out = []
+        out: list[str] = []
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -169,7 +171,8 @@ class Child:
         finally:
             for f in (self.proc.stdin, self.proc.stdout):
                 try:
-                    f.close()
+                    if f is not None:
+                        f.close()
                 except OSError:
                     pass
             self._err.close()

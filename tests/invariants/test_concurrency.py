@@ -81,8 +81,8 @@ def test_processes_appending_to_one_store_keep_the_log_dense(tmp_path: Path, fil
         assert model.T == total
         texts = [text for _, text in model.notes]
         assert sorted(texts) == sorted(acked.values()), "a text is missing or doubled"
-        for i, text in acked.items():
-            assert model.notes[i][1] == text, (i, model.notes[i], text)
+        for nid, text in acked.items():
+            assert model.notes[nid][1] == text, (nid, model.notes[nid], text)
         assert {date for date, _ in model.notes} <= {day_before, day_after}
         for block in saved:
             assert oracle.parse_bid(block) in model.summaries, f"{block} acknowledged but not stored"
@@ -166,6 +166,7 @@ def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
             # was written from that block's lines
             model = oracle.Model()
             for _, _, date, text in parsed:
+                assert date is not None
                 model.add_note(date, text)
             size = 4
             while size // 2 <= total:

@@ -5,6 +5,7 @@ yields each memory exactly once."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -77,8 +78,10 @@ def test_concurrent_processes_with_one_key_write_once(vault: Vault):
     procs = [spawn(RACER, vault.data_dir, token) for _ in range(6)]
     try:
         for p in procs:
+            assert p.stdout is not None and p.stdin is not None  # piped by spawn
             assert p.stdout.readline().strip() == "ready"
         for p in procs:
+            assert p.stdin is not None
             p.stdin.write("go\n")
             p.stdin.flush()
         outs = [p.communicate(timeout=WAIT) for p in procs]
@@ -100,6 +103,7 @@ def test_a_writer_killed_mid_write_leaves_nothing_a_retry_duplicates(vault: Vaul
     token = vault.create_identity().token
     rng = random.Random(seed)
     writer = spawn(WRITER, vault.data_dir, token)
+    assert writer.stdout is not None and writer.stderr is not None  # piped by spawn
     try:
         acked = -1
         stop_after = rng.randrange(3, 25)
@@ -120,7 +124,7 @@ def test_a_writer_killed_mid_write_leaves_nothing_a_retry_duplicates(vault: Vaul
     for k in range(last + 1):
         with vault.session(token, "full") as s:
             text = f"n{k}"
-            answer = memory_write(s, f"k{k}", "POST /note", {"text": text}, lambda t=text: s.memory.note(t))
+            answer = memory_write(s, f"k{k}", "POST /note", {"text": text}, functools.partial(s.memory.note, text))
             # Acknowledged writes replay; the one cut by the kill may go either way.
             assert (answer.replayed == (k <= acked)) or k == acked + 1
             assert s.memory.mf.memory(answer.body["id"])[2] == text

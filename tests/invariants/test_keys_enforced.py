@@ -30,7 +30,7 @@ from nacl.exceptions import CryptoError
 from stash.crypto import keys, tokens
 from stash.web.app import create_app
 from tests.forgery import with_checksum
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings, member_bytes, token_parts
 from tests.memory_kit import MAIN_MEMORY, Memory
 from tests.raw_files import file_key, open_raw, restore_log_triggers
 
@@ -210,7 +210,7 @@ def export(api: Api, owner: str, memory: Memory = MAIN_MEMORY) -> bytes:
     resp = api.get(memory.at("/export"), owner)
     assert resp.status_code == 200, resp.text
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(resp.content)), mode="r:") as tar:
-        return b"".join(m.name.encode() + tar.extractfile(m).read() for m in tar.getmembers() if m.isfile())
+        return b"".join(m.name.encode() + member_bytes(tar, m) for m in tar.getmembers() if m.isfile())
 
 
 # Every route a capability could use, each with a body it would accept.
@@ -496,7 +496,7 @@ def test_an_erased_memory_cannot_be_recovered_with_every_token_and_every_file(ht
         (old_chunk,) = conn.execute("SELECT sealed FROM memory_keys WHERE chunk = 0").fetchone()
     key5 = memory_keys(data_dir, uid, master)[5]
     # The control: with the key it had, memory #5 opens to its text.
-    assert words[5].encode() in opens(key5, row5, aad(uid, "log", 5))
+    assert words[5].encode() in (opens(key5, row5, aad(uid, "log", 5)) or b"")
     if file_cipher_of(data_dir, uid) == "none":
         raw = b"".join(every_file(data_dir).values())
         assert old_chunk[:NONCE] in raw and old_chunk[NONCE + 5 * KEY : NONCE + 6 * KEY] in raw
@@ -562,7 +562,7 @@ def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path
     slots = memory_keys(data_dir, uid, master, rows_key, memory)
     # Each token's secret, and the one the owner is enrolled under in this memory.
     secrets = [memory.filed(data_dir / "users" / uid, t).secret for t in held]
-    secrets += [tokens.parse(t).secret for t in held + [gone["token"]]]
+    secrets += [token_parts(t).secret for t in held + [gone["token"]]]
     with raw_keyring(data_dir, uid, memory) as conn:
         grants = conn.execute("SELECT id, scope, kdf, wrapped, pub FROM grants WHERE wrapped IS NOT NULL").fetchall()
     assert len(grants) == 3

@@ -161,6 +161,7 @@ class Life:
             with pytest.raises(Conflict) as wrong:
                 self.mem.nap(oracle.bid(lo, hi), "out of order")
             assert wrong.value.code == "nap.wrong_block"
+            assert first is not None
             assert wrong.value.extra["due"] == oracle.bid(*first)
 
     def zoom(self) -> None:

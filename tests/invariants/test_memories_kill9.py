@@ -33,7 +33,8 @@ def test_kill9_during_each_memory_write_leaves_nothing_half_done(tmp_path: Path)
         assert http.post("/m/src/import", headers=h, json={"entries": entries}).status_code == 200
         http.post("/memories", headers=h, json={"name": "doomed"})
         http.post("/m/doomed/note", headers=h, json={"text": "ada was here"})
-        trials = [("POST", "/memories", {"name": "made"}, (201, 409)),
+        trials: list[tuple[str, str, dict | None, tuple[int, ...]]] = [
+                  ("POST", "/memories", {"name": "made"}, (201, 409)),
                   ("POST", "/memories/src/fork", {"name": "forked", "at": 250}, (201, 409)),
                   ("DELETE", "/memories/doomed", None, (200, 404)),
                   ("POST", "/memories/erase", {"q": "ada"}, (200,))]

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from helpers import CHEAP_KDF, Lifespan, make_settings
 
 from stash.service import access, operation
 from stash.service.access import Vault
 from stash.service.after_answer import Deferred, Pending
 from stash.storage import userlock
 from stash.storage.keyring import open_keyring
+from tests.helpers import CHEAP_KDF, Lifespan, make_settings
 
 NOTE = operation.Effects(scope="append", record="memory", adds=lambda f: 1)
 WAKE = operation.Effects(scope="read")
@@ -50,7 +50,11 @@ def test_a_deferred_runs_once_and_a_second_caller_waits_for_its_end():
     first.start()
     started.wait(5)
     second_done = threading.Event()
-    second = threading.Thread(target=lambda: (d.run(), second_done.set()))
+    def run_then_mark() -> None:
+        d.run()
+        second_done.set()
+
+    second = threading.Thread(target=run_then_mark)
     second.start()
     time.sleep(0.05)
     assert not second_done.is_set()  # it waits while the first caller runs the work

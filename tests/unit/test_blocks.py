@@ -378,7 +378,7 @@ def test_settling_from_empty_asks_for_halves_first():
 @pytest.mark.parametrize("seed", range(4))
 def test_settling_while_the_log_grows_asks_for_halves_first(seed):
     rng = random.Random(seed)
-    T, state, done = 0, {}, set()
+    T, state, done = 0, dict[int, int](), set[tuple[int, int]]()
     while T < 300:
         if rng.random() < 0.55:
             T += 1
@@ -547,7 +547,7 @@ def test_forget_keeps_every_level_a_dense_prefix_of_buildable_summaries(seed):
     each level is still a dense prefix and every summary left still has both
     its halves."""
     rng = random.Random(2000 + seed)
-    T, state, done = 0, {}, set()
+    T, state, done = 0, dict[int, int](), set[tuple[int, int]]()
     for _ in range(900):
         r = rng.random()
         if r < 0.45 and T < 260:

@@ -17,7 +17,6 @@ from stash.core.errors import Damaged
 from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
-from stash.storage.memfile import rows as rows_module
 from stash.storage.memfile.rows import WRITER_BYTES, RowCodec
 from tests.helpers import CHEAP_KDF
 from tests.raw_files import raw_memory_file, restore_log_triggers
@@ -231,4 +230,4 @@ def test_a_release_that_knows_one_size_refuses_a_bucketed_summary_rather_than_se
         if len(plain) != formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES:
             with pytest.raises(aead.Unsealable):
                 aead.unpad(plain)
-    assert rows_module.BUCKETED_MARK == 0xFFFF
+    assert formats.BUCKETED_MARK == 0xFFFF

@@ -112,20 +112,6 @@ def test_a_compacted_summary_keeps_its_version_so_an_older_copy_is_still_refused
         s.memory.zoom("0-3")
 
 
-def _layouts(folder: Path, key: bytes) -> tuple[int, int]:
-    """How many summaries the file holds padded to one size, and in all,
-    read by a connection of its own beside a running ``stash compact``."""
-    conn = open_raw(folder / "memory.db", file_key(key))
-    try:
-        sizes = ",".join(str(n) for n in ONE_SIZE)
-        old, total = conn.execute(f"SELECT sum(length(sealed) IN ({sizes})), count(*) FROM summaries").fetchone()
-        return old or 0, total
-    except DB_ERRORS:  # type: ignore[misc]  # busy for an instant while it commits a slice
-        return -1, -1
-    finally:
-        conn.close()
-
-
 @pytest.mark.slow
 def test_kill_9_at_any_instant_of_compact_leaves_a_store_that_opens_and_a_rerun_finishes(
         capsys, monkeypatch, tmp_path: Path) -> None:
@@ -175,7 +161,7 @@ def _layouts(folder: Path, master: bytes) -> tuple[int, int]:
     try:
         old, total = conn.execute(f"SELECT total(length(sealed) IN ({sizes})), count(*) FROM summaries").fetchone()
         return int(old), total
-    except DB_ERRORS:  # type: ignore[misc]  # a tuple of exception classes: busy while it commits a slice
+    except DB_ERRORS:  # busy while it commits a slice
         return -1, -1
     finally:
         conn.close()

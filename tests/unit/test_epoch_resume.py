@@ -60,11 +60,11 @@ def test_a_revocation_cut_between_its_two_files_is_finished_by_the_next_open(tmp
     with vault.session(ident.token, "owner", memory=memory.name) as s:
         s.memory.note(f"{marker} before")
         gid, _ = vault.mint_grant(s, "read")
-        old = s.chain
+        old = s.keys
     folder = memory.folder(tmp_path / "data" / "users" / ident.user_id)
     with vault.session(ident.token, "owner", memory=memory.name) as s:
         # Only the key ring's half of a revocation: as if the process died after it.
-        new, stranded, _ = s.keyring.advance_epoch(s.chain, (gid,))
+        new, stranded, _ = s.keyring.advance_epoch(s.keys, (gid,))
     assert stranded == [] and new.epoch == 1
     assert file_epoch(folder, old.base) == 0 and chunk_opens(folder, old.base, old.current, store)
 

@@ -64,6 +64,7 @@ def test_a_key_chain_keeps_its_older_keys_under_the_newest(memory: Memory):
         chain = chain.advance()
     assert chain.epoch == 3 and len(set(chain.keys)) == 4
     older = chain.seal_older()
+    assert older is not None
     assert len(older) == 3 * 32 + aead.OVERHEAD
     assert KeyChain.open(store, 3, chain.current, older) == chain
     # An older key, another user, the same user's other memory, another epoch

@@ -106,7 +106,7 @@ def test_edits_of_the_erasures_are_refused_at_the_open(tmp_path: Path, attack: s
     (row9,) = mf.conn.execute("SELECT sealed FROM erased WHERE id = 9").fetchone()
     record = mf.conn.execute("SELECT value FROM meta WHERE name = ?", (RECORD_META,)).fetchone()[0]
     mf.close()
-    edits = {
+    edits: dict[str, list[tuple[str, tuple]]] = {
         "delete erased": [("DELETE FROM erased WHERE id = 9", ())],
         "delete receipt": [("DELETE FROM erasures WHERE id = (SELECT MAX(id) FROM erasures)", ())],
         "add erased": [("INSERT INTO erased(id, sealed) VALUES (20, ?)", (row9,))],

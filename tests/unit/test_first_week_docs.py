@@ -52,7 +52,8 @@ def test_the_readmes_quickstart_prose_has_no_sentence_over_60_words() -> None:
 
 
 def test_restore_fails_when_it_restored_nobody_or_skipped_anyone() -> None:
-    from stash.cli.replicate import INCOMPLETE, restore_status
+    from stash.cli.operate import INCOMPLETE
+    from stash.cli.replicate import restore_status
 
     assert restore_status(3, 0, 0) == 0
     assert restore_status(0, 0, 4) == INCOMPLETE != 0  # the quickstart folder's SQLCipher stores, all skipped

@@ -81,10 +81,11 @@ def test_designs_route_table_is_every_declared_route() -> None:
     table = section.split("| route | does | scope |", 1)[1].split("\n\n", 1)[0]
     listed: set[tuple[str, str]] = set()
     for row in table.splitlines()[2:]:
-        method = None
+        method: str | None = None
         for item in re.findall(r"`([^`]+)`", row.split("|")[1]):
             words = item.split()
             method, path = (words[0], words[1]) if len(words) == 2 else (method, words[0])
+            assert method is not None, row
             listed.add((method, path))
     def shape(route: tuple[str, str]) -> tuple[str, str]:
         return route[0], re.sub(r"\{\w+\}", "{}", route[1])

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from stash.core.errors import Conflict, Damaged, Invalid, Malformed
-from stash.crypto import keys, tokens
+from stash.crypto import keys
 from stash.service import idempotency
 from stash.service.access import Vault
 from stash.service.idempotency import WINDOW_SECONDS, Keyed, memory_write
+from tests.helpers import token_parts
 
 T0 = 1_900_000_000  # a fixed clock, so the window is tested without waiting
 
@@ -130,7 +131,7 @@ def test_neither_the_key_nor_the_answer_is_in_the_files(vault: Vault):
         grant = idempotency.keyring_write(s, key, "POST /grants", {"scope": "read"},
                                           lambda: {"token": vault.mint_grant(s, "read")[1]}, T0).body
     data = folder_bytes(vault, ident.user_id)
-    secret = tokens.parse(grant["token"]).secret
+    secret = token_parts(grant["token"]).secret
     for value in (key.encode(), text.encode(), f'"id":{answer["id"]},"nap"'.encode(),
                   grant["token"].encode(), secret, secret[:16]):
         assert value not in data

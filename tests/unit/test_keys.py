@@ -9,6 +9,7 @@ silent change of variant, version or argument order is caught.
 from __future__ import annotations
 
 import os
+from typing import Any, cast
 
 import pytest
 from argon2.low_level import Type, hash_secret_raw
@@ -61,7 +62,7 @@ def test_kek_changes_with_secret_salt_and_every_parameter():
 
 
 def test_default_parameters_are_argon2id():
-    d = keys.DEFAULT_KDF.as_dict()
+    d: dict[str, Any] = keys.DEFAULT_KDF.as_dict()
     assert d["alg"] == "argon2id"
     # argon2's own floor: memory of at least 8 KiB per lane, one pass or more.
     assert d["t"] >= 1 and d["p"] >= 1 and d["m"] >= 8 * d["p"]
@@ -146,7 +147,7 @@ def test_a_grant_minted_at_the_former_cost_still_opens_under_the_new_default(tmp
         assert s.memory.recall("former cost")["total"] == 1
     ring = open_keyring(UserFiles(tmp_path, ident.user_id).keyring, ident.user_id)
     try:
-        stored = [keys.KdfParams.from_dict(json.loads(g.kdf)) for g in ring.grants()]
+        stored = [keys.KdfParams.from_dict(json.loads(cast(str, g.kdf))) for g in ring.grants()]
     finally:
         ring.close()
     assert stored == [former, keys.DEFAULT_KDF]

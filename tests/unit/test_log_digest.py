@@ -270,6 +270,7 @@ def test_a_pin_the_log_does_not_continue_is_refused(user: User, mutate: str):
     head = None
     for t in texts(4):
         head = user.note(t)["head"]
+    assert head is not None
     count, digest = head["count"], head["digest"]
     pin = f"{count}:{digest[:-1]}{'0' if digest[-1] != '0' else '1'}" if mutate == "digest" else f"{count + 1}:{digest}"
     assert_error(user.wake(headers={"Stash-Pin": pin}), 409, "store.pin_mismatch")

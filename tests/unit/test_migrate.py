@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stash.cli.main import main
-from stash.cli.replicate import INCOMPLETE
+from stash.cli.operate import INCOMPLETE
 from stash.service import memories as memory_routes
 from stash.service import replica
 from stash.service.access import Vault
@@ -180,6 +180,7 @@ def test_a_move_stopped_after_its_commit_is_finished_by_the_next_open(vault):
     with vault.session(token, "read") as s:
         fk = FileKeys.derive(s.files.memory, user_id, s.keys, "sqlcipher", s.page_bytes)
         with userlock.exclusive(folder):
+            assert fk.file_key is not None
             cipher_swap._export(folder / "memory.db", folder / cipher_swap.NEXT, fk.file_key, s.page_bytes)
             s.keyring.conn.execute("UPDATE keyring_meta SET value = 'none' WHERE name = 'file_cipher'")
     assert header(folder / "memory.db") != PLAIN_HEADER and cipher_swap.pending(folder)

@@ -86,8 +86,9 @@ def test_a_tail_still_due_does_not_cost_the_levels_above() -> None:
     # 40 memories, everything settled but the newest pair and what contains it:
     # importing all 40 first would stop at 38-39 before any size-4 block.
     T = 40
-    tree = {2: [f"a{k}" for k in range(19)], 4: [f"b{k}" for k in range(9)], 8: [f"c{k}" for k in range(4)],
-            16: ["d0", "d1"], 32: ["e0"]}
+    tree: dict[int, list[str | None]] = {
+        2: [f"a{k}" for k in range(19)], 4: [f"b{k}" for k in range(9)], 8: [f"c{k}" for k in range(4)],
+        16: ["d0", "d1"], 32: ["e0"]}
     assert sum(len(v) for v in simulate(T, tree, [T]).values()) == 19
     assert import_stages(T, tree) == [39, 40]
     assert simulate(T, tree, import_stages(T, tree)) == {s: set(range(len(v))) for s, v in tree.items()}

@@ -14,7 +14,7 @@ import pytest
 
 from stash.core.errors import StashError
 from stash.service.access import Vault
-from stash.service.replica import agree
+from stash.service.pair_agree import agree
 from tests.helpers import CHEAP_KDF
 
 

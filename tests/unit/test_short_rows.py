@@ -93,7 +93,7 @@ def test_a_short_row_changed_anywhere_does_not_open() -> None:
         bad = short[:k] + bytes([short[k] ^ 0x10]) + short[k + 1:]
         for how in ({"key": key}, {"tail": tail}):
             try:
-                rebuilt = short_rows.expand(bad, **how)  # type: ignore[arg-type]
+                rebuilt = short_rows.expand(bad, **how)
             except Damaged:
                 continue
             with pytest.raises(aead.Unsealable):
@@ -308,7 +308,7 @@ def _short_count(folder: Path, master: bytes) -> int:
         mod = formats.SHORT_ROW_OVERHEAD % formats.BUCKET_BYTES
         return int(conn.execute(f"SELECT total(length(sealed) % {formats.BUCKET_BYTES} = {mod}) FROM log")
                    .fetchone()[0])
-    except DB_ERRORS:  # type: ignore[misc]  # busy for an instant while it commits a slice
+    except DB_ERRORS:  # busy for an instant while it commits a slice
         return -1
     finally:
         conn.close()

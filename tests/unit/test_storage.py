@@ -15,6 +15,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlcipher3.dbapi2 as sqlcipher
@@ -26,7 +27,7 @@ from stash.service.access import Vault
 from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
+from tests.helpers import Api, assert_error, make_settings, token_parts
 from tests.raw_files import file_key, open_raw, restore_log_triggers
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -244,8 +245,8 @@ def test_plain_file_holds_only_ciphertext(tmp_path: Path):
     # Every memory row's length is its text's bucket (schema.sql: "YYYY-MM-DD text"
     # padded to a multiple of 32 bytes with the writer's 4 bytes, at most 312).
     for i, sealed in rows:
-        plain = 2 + len(f"2026-01-01 {store.texts[i]}".encode()) + 4
-        assert len(sealed) == min(-(-plain // 32) * 32, 312) + aead.OVERHEAD
+        padded = 2 + len(f"2026-01-01 {store.texts[i]}".encode()) + 4
+        assert len(sealed) == min(-(-padded // 32) * 32, 312) + aead.OVERHEAD
     # The documented format opens: chunk under the rows key, each memory under its own key.
     user = store.user_id
     rows_key = keys.subkey(store.master, b"rows")
@@ -499,7 +500,7 @@ def test_a_revoked_grant_stays_dead_after_hand_edits(store: Store):
     assert_opens_nothing(store, read_token)
     # Un-revoke by hand, even refiling the tag (a token holder can compute it):
     # there is no wrapped key left to open.
-    parsed = tokens.parse(read_token)
+    parsed = token_parts(read_token)
     edit_keyring(store, "UPDATE grants SET revoked = NULL, tag = ? WHERE id = ?",
                  (tokens.lookup_tag(parsed.user_id, parsed.secret), read_id))
     assert_opens_nothing(store, read_token)
@@ -511,8 +512,8 @@ def test_no_key_material_in_any_file(store: Store):
         "master": store.master,
         "file key": keys.subkey(store.master, b"file"),
         "rows key": keys.subkey(store.master, b"rows"),
-        "owner secret": tokens.parse(store.token).secret,
-        "read secret": tokens.parse(read_token).secret,
+        "owner secret": token_parts(store.token).secret,
+        "read secret": token_parts(read_token).secret,
         "owner token": store.token.encode(),
         "read token": read_token.encode(),
     }
@@ -552,7 +553,7 @@ def test_keyring_holds_one_wrap_per_live_grant_and_nothing_else_secret(store: St
 def reachable_bytes(root: object, limit: int = 5000) -> list[bytes]:
     """Every bytes value reachable from ``root`` through instance attributes
     and containers — what code holding the session object could still read."""
-    found, seen, todo = [], set(), [root]
+    found, seen, todo = [], set[int](), [root]
     while todo and len(seen) < limit:
         obj = todo.pop()
         if id(obj) in seen:
@@ -592,7 +593,7 @@ def test_session_drops_its_keys_when_the_work_fails(store: Store):
     class Boom(Exception):
         pass
 
-    held = {}
+    held: dict[str, Any] = {}
     with pytest.raises(Boom), store.vault.session(store.token, "owner") as s:
         held["s"] = s
         held["mf"] = s.memory.mf

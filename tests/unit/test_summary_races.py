@@ -3,6 +3,8 @@ a tree (every summary above size 2 built on two settled halves)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from stash.core import blocks
@@ -52,9 +54,10 @@ def test_a_wake_reads_one_snapshot_while_another_worker_forgets(tmp_path):
         assert owner.memory.mf.conn is not mf.conn
         mf.append([("2026-01-02", f"m{i}") for i in range(64)])
         while (due := blocks.first_pending(64, mf.settled(64))) != (32, 64):
+            assert due is not None
             assert mf.put_summary(*due, f"sum {due[0]}")
         read_tree = mf.settled
-        forgot = []
+        forgot: list[Any] = []
 
         def settled_then_forget(T):
             tree = read_tree(T)
@@ -89,7 +92,7 @@ def test_a_snapshot_opens_each_key_chunk_once_and_forgets_it_after(tmp_path):
             opened.append(c)
             return real(c, sealed, epoch)
 
-        mf._open_chunk = counted
+        setattr(mf, "_open_chunk", counted)  # noqa: B010 - a method replaced on this instance only
         with mf.snapshot():
             first = [mf.memories(lo, lo + 2) for lo in range(0, 40, 2)]
             other.memory.erase([3])  # committed by another connection meanwhile

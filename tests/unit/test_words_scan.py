@@ -10,6 +10,7 @@ import functools
 import operator
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,7 +118,7 @@ def test_a_split_piece_holds_every_words_postings() -> None:
     texts = [None if rng.random() < 0.05 else " ".join(rng.choices(VOCAB, k=rng.randint(0, 6)) + [  # r<n>: rare
              f"r{rng.randrange(300)}"] * rng.randint(0, 1)) for _ in range(700)]
     whole = word_piece.PieceIndex(word_piece_write.build(texts))
-    bucket = {}
+    bucket: dict[bytes, int] = {}
 
     def of(ch: bytes) -> int:
         return bucket.setdefault(ch, rng.randrange(5))
@@ -161,7 +162,7 @@ def life(tmp_path_factory: pytest.TempPathFactory):
 
 def pages(mf, q: str, part: int, cached: bool, most: int = 10**9) -> list[tuple[list[str], list[int], int, str | None]]:
     """Every page of a words search (or the first ``most``): lines, scores, total and the cursor."""
-    query, cursor, out = words.parse_query(q), None, []
+    query, cursor, out = words.parse_query(q), None, list[tuple[Any, ...]]()
     while len(out) < most:
         f = words_scan.search(mf, query, part, float("inf"), cursor, cached=cached)
         out.append((f.lines, f.scores, f.total, f.more.text() if f.more else None))
