@@ -22,26 +22,21 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, safeopen, scancache, usage, userlock
-from ..storage.files import (
-    LEGACY_PAGE_BYTES,
-    PAGE_BYTES,
-    MissingFile,
-    UserFiles,
-    available_file_cipher,
-    can_write,
-    new_pool,
-    private_folder,
-    storage_error,
-    write_transaction,
-)
-from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
+from ..storage import cipher_swap, memfile, memories, safeopen, userlock
+from ..storage.disk_errors import MissingFile, storage_error
+from ..storage.formats import LEGACY_PAGE_BYTES, PAGE_BYTES
+from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, inbox, now_utc, open_keyring, state_copies
+from ..storage.layout import UserFiles
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from ..storage.memfile.bound import BOUND_MARK
-from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
+from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, usage, valid_name
+from ..storage.private_files import can_write, private_folder
+from ..storage.recallcache import rendered_log
+from ..storage.sqlite.connections import available_file_cipher, new_pool
+from ..storage.sqlite.transactions import write_transaction
 
 __all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
-from ..storage.pool import Pool
+from ..storage.sqlite.pool import Pool
 from . import append, grant_terms, handover
 from .after_answer import Pending
 from .memory import Memory
@@ -131,9 +126,9 @@ class Session:
             # The copy is read before the file is opened: it is written only
             # after the file commits, so read in this order it is never ahead
             # of the file unless the file was rolled back.
-            copies = self.keyring.copies(self.keys)  # their MAC checked (storage/ring_copies.py)
+            copies = self.keyring.copies(self.keys)  # their MAC checked (storage/keyring/state_copies.py)
             copy, state_copy = copies.head, copies.state
-            recorded = ring_copies.state_required(self.keyring.conn, copies)
+            recorded = state_copies.state_required(self.keyring.conn, copies)
             try:
                 try:
                     mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
@@ -164,7 +159,7 @@ class Session:
                 mf.check_ring_sealed(copies.authenticated)
                 if not copies.authenticated or mf.format_mark() != BOUND_MARK:
                     # An older store: its copies sealed first, then the file's
-                    # format authenticated (in that order: storage/ring_copies.py).
+                    # format authenticated (in that order: storage/keyring/state_copies.py).
                     head, version = mf.committed()
                     if self.keyring.advance_head(head, version, chain=self.keys):
                         mf.authenticate_format()
@@ -232,7 +227,7 @@ class Session:
         False when a reader kept a WAL busy past the flush's wait (the
         erasure is in force; every later close of the file retries it)."""
         mf = self.memory.mf
-        done = [mf.flush(), self.keyring.flush(), scancache.flush(self.files.folder)]
+        done = [mf.flush(), self.keyring.flush(), rendered_log.flush(self.files.folder)]
         return all(done)
 
     def close(self) -> None:
@@ -537,7 +532,7 @@ class Vault:
         memory it is bound to) — or 401 without any key work: checksum, then
         the user's folder, then the grant's tag, in main's key ring or, for a
         capability bound to another memory, in that memory's (found by its
-        tag in main's, storage/memories.py)."""
+        tag in main's, storage/memories/__init__.py)."""
         token = _parsed(token_text)
         if token is None:
             raise Unauthorized()

@@ -33,7 +33,7 @@ def user_digest(user_id: str) -> str:
 
 def trail(session) -> dict:
     """Every event, and ``trail``: whether the MAC chain holds from
-    ``chained_from`` on (storage/audit_chain.py); events before that id were
+    ``chained_from`` on (storage/keyring/audit_chain.py); events before that id were
     written before the chain existed and are not covered."""
     try:
         events, chain = session.keyring.trail(session.owner, session.keys)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage import safeopen, userlock
-from ..storage.files import fsync_path, private_folder
+from ..storage.private_files import fsync_path, private_folder
 from . import memory_ops
 from .verify import Report, user_folders, verify_user
 

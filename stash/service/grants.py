@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..core.errors import Invalid
-from ..storage import inbox
+from ..storage.keyring import inbox
 from ..storage.memories import MAIN
 from . import grant_terms, memories, onboarding
 from .access import Session, Vault

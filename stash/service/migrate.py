@@ -23,7 +23,7 @@ from pathlib import Path
 from ..core.errors import StashError
 from ..crypto import tokens
 from ..storage import cipher_swap, userlock
-from ..storage.files import DB_ERRORS
+from ..storage.disk_errors import DB_ERRORS
 from ..storage.memfile import FileKeys
 from ..storage.memories import MAIN, SUBFOLDER
 from . import memory_ops

@@ -42,12 +42,14 @@ from ..crypto import aead, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import files as storage_files
-from ..storage import formats, inbox, memories, ring_copies, safeopen, userlock
-from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
-from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant
-from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
+from ..storage import formats, memories, safeopen, userlock
+from ..storage.disk_errors import DB_ERRORS, MissingFile
+from ..storage.formats import LEGACY_PAGE_BYTES
+from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant, inbox, state_copies
+from ..storage.layout import USER_ID, UserFiles, unknown_in_user, unknown_in_users
 from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, bound, erasure_record
+from ..storage.private_files import data_extents, overwrite_with_zeros
+from ..storage.sqlite.connections import connect
 from . import memory_ops
 from .pair_agree import agree
 
@@ -391,11 +393,11 @@ def _signature(folder: Path, quota_bytes: int | None) -> list[tuple[str, int, in
 
 def copy_allocated(src: Path, dst: Path) -> None:
     """Copy ``src`` into a new ``dst`` extent by extent, as the file system
-    records them (:func:`stash.storage.files.data_extents`): a hole stays a
+    records them (:func:`stash.storage.private_files.data_extents`): a hole stays a
     hole, so a sparse file of terabytes that holds nothing costs nothing."""
     with open(src, "rb") as f, open(dst, "xb") as out:
         size = os.fstat(f.fileno()).st_size
-        for start, end in storage_files.data_extents(f.fileno(), size):
+        for start, end in data_extents(f.fileno(), size):
             f.seek(start)
             out.seek(start)
             left = end - start
@@ -412,7 +414,7 @@ def copy_allocated(src: Path, dst: Path) -> None:
 def _private_copy(folder: Path, quota_bytes: int | None = None) -> Iterator[Path]:
     """This user's folder as a copy in a private temporary data folder
     (TMPDIR, mode 0700), overwritten with zeros and removed afterwards
-    (:func:`stash.storage.files.overwrite_with_zeros`).
+    (:func:`stash.storage.private_files.overwrite_with_zeros`).
 
     Every check runs on the copy: SQLite checkpoints and deletes a WAL when a
     connection closes, and opening a store with its key may upgrade an older
@@ -495,7 +497,7 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             except StashError as e:
                 raise Failed(f"keyring.db: {e.message}") from None
             mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=page,
-                            recorded=ring_copies.state_required(ring.conn, copies))
+                            recorded=state_copies.state_required(ring.conn, copies))
         except ValueError:
             raise Failed("keyring.db records no known page size for memory.db") from None
         except StashError as e:

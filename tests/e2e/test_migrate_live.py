@@ -13,7 +13,7 @@ import pytest
 
 from stash.service.access import Vault
 from stash.service.migrate import migrate
-from stash.storage.files import available_file_cipher
+from stash.storage.sqlite.connections import available_file_cipher
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import start_server
 

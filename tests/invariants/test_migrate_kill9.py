@@ -20,7 +20,7 @@ from stash.service import memories as memory_routes
 from stash.service.access import Vault
 from stash.service.migrate import migrate
 from stash.storage import cipher_swap
-from stash.storage.files import available_file_cipher
+from stash.storage.sqlite.connections import available_file_cipher
 from tests.helpers import CHEAP_KDF
 from tests.live import REPO
 

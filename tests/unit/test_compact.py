@@ -23,7 +23,7 @@ from stash.core.errors import Damaged, RolledBack
 from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
-from stash.storage.files import DB_ERRORS
+from stash.storage.disk_errors import DB_ERRORS
 from stash.storage.memfile import short_rows
 from tests.compact_kit import ONE_SIZE, old_store, summaries
 from tests.installed import OUTSIDE
