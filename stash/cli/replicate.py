@@ -41,7 +41,7 @@ def replicate_main(argv: list[str]) -> int:
                    help=f"how often each file is shipped, as Litestream reads it (default: ${SYNC_ENV} or 1s)")
     p.add_argument("--print-config", action="store_true", help="print Litestream's configuration and exit")
     args = p.parse_args(argv)
-    from ..service import replica
+    from ..service.ops import replica
 
     data = _data(args.data)
     try:
@@ -69,7 +69,7 @@ def replicate_main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     _report(replica.update_roster(data, set()))
-    from ..service import replication_status as rs
+    from ..service.ops import replication_status as rs
 
     status = rs.Status(os.getpid(), time.time(), False)
     lag = rs.Lag(Path(str(target.settings["path"])) if target.settings.get("type") == "file" else None)
@@ -119,8 +119,8 @@ def _die_with_parent() -> None:
 
 def _watch_errors(child: subprocess.Popen[bytes], status) -> None:
     """Pass Litestream's log through to ours, counting its errors by kind
-    (service/replication_status.py) for /health?ready=1 and /metrics."""
-    from ..service import replication_status as rs
+    (service/ops/replication_status.py) for /health?ready=1 and /metrics."""
+    from ..service.ops import replication_status as rs
 
     assert child.stderr is not None
     for raw in child.stderr:
@@ -134,7 +134,7 @@ def _watch_errors(child: subprocess.Popen[bytes], status) -> None:
 
 
 def _report(added: list[tuple[str, str]]) -> None:
-    from ..service.replica import CRAFTED
+    from ..service.ops.replica import CRAFTED
 
     for user_id, cipher in added:
         if cipher == CRAFTED:
@@ -172,7 +172,7 @@ def restore_main(argv: list[str]) -> int:
     p.add_argument("--timestamp", default=None, metavar="TIME",
                    help="restore as of this moment (ISO 8601, e.g. 2026-12-01T13:00:00Z) instead of the latest")
     args = p.parse_args(argv)
-    from ..service import replica
+    from ..service.ops import replica
     from .operate import _print_report
 
     at = None

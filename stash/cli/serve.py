@@ -94,7 +94,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
         raise ConfigError("--file-cipher sqlcipher, but sqlcipher3 does not import here.")
     if args.replicate is not None:
-        from ..service.replica import ReplicaError, Target, litestream_binary
+        from ..service.ops.replica import ReplicaError, Target, litestream_binary
 
         if args.file_cipher == "sqlcipher":
             raise ConfigError("--replicate needs --file-cipher none: Litestream cannot read SQLCipher files.")
@@ -265,10 +265,10 @@ def _start_replicator(settings: Settings) -> Replicator | None:
 
 def _stop_replicator(replicator: Replicator | None) -> None:
     """Let it ship what the server wrote last, for at most
-    :data:`~stash.service.replica.SHUTDOWN_SYNC_S` plus a margin, then end it."""
+    :data:`~stash.service.ops.replica.SHUTDOWN_SYNC_S` plus a margin, then end it."""
     if replicator is None:
         return
-    from ..service.replica import SHUTDOWN_SYNC_S
+    from ..service.ops.replica import SHUTDOWN_SYNC_S
     from .replicate import STOP_MARGIN_S
 
     replicator.stop(SHUTDOWN_SYNC_S + 2 * STOP_MARGIN_S)

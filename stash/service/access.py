@@ -37,9 +37,9 @@ from ..storage.sqlite.transactions import write_transaction
 
 __all__ = ["NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
 from ..storage.sqlite.pool import Pool
-from . import append, grant_terms, handover
-from .after_answer import Pending
+from . import append, grant_label_expiry, handover
 from .memory import Memory
+from .session_end import Pending
 from .tag_index import TagIndex
 
 RANK = {"append": -1, "read": 0, "full": 1, "owner": 2}
@@ -266,7 +266,7 @@ class Vault:
         self.file_cipher = file_cipher or available_file_cipher()
         private_folder(self.data_dir / "users")
         self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
-        self.after = Pending()  # sessions ending after their answers (after_answer.py)
+        self.after = Pending()  # sessions ending after their answers (session_end.py)
         self.pool: Pool | None = None  # none until the server keeps files open (keeping_files_open)
 
     def ready(self) -> bool:
@@ -345,7 +345,7 @@ class Vault:
             except (aead.Unsealable, UnicodeDecodeError):
                 raise Damaged(f"The label or last-used day of capability {g.id} was altered; restore the key ring "
                               "from a backup.") from None
-            is_expired = grant_terms.expired(notes.expires, now)
+            is_expired = grant_label_expiry.expired(notes.expires, now)
             out.append({"id": g.id, "scope": g.scope, "label": label, "created": g.created, "expires": notes.expires,
                         "revoked": g.revoked, "expired": is_expired, "live": g.revoked is None and not is_expired,
                         "last_used": last_used, "you": g.id == session.grant_id})
@@ -563,7 +563,7 @@ class Vault:
             # An expired capability is refused like a revoked one, before any key
             # work. The stored expiry is trusted here only to refuse: one edited
             # to extend the grant no longer matches its wrap, which then fails.
-            if grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
+            if grant_label_expiry.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
                 raise Unauthorized()
         except BaseException:
             if ring is not main:

@@ -28,7 +28,7 @@ from ..storage.memfile import MemoryFile
 from ..storage.memories import MAIN, MemoryFiles
 from ..storage.memories import fork as fork_files
 from ..storage.sqlite.transactions import write_transaction
-from . import audit, grant_terms, handover
+from . import audit, grant_label_expiry, handover
 from .access import Session, Vault, unknown_memory
 from .append import ensure_public
 
@@ -141,9 +141,9 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
         head = ring.log_head()
         # Live: neither revoked nor past its expiry, as GET /grants says.
         live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"
-                and not grant_terms.expired(ring.notes(g.id).expires, now)]
+                and not grant_label_expiry.expired(ring.notes(g.id).expires, now)]
         appends = [g for g in inbox.grants(ring.conn) if g.revoked is None
-                   and not grant_terms.expired(ring.notes(g.id).expires, now)]
+                   and not grant_label_expiry.expired(ring.notes(g.id).expires, now)]
         created = ring.meta(memories.CREATED) or next((g.created for g in ring.grants()), "")
         pending = inbox.pending(ring.conn)
         last = memories.write_day(ring, owner)
@@ -335,7 +335,7 @@ def _appends(session: Session, name: str) -> list[dict]:
         except (aead.Unsealable, UnicodeDecodeError):
             raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
                           "backup.") from None
-        expired = grant_terms.expired(expires, now)
+        expired = grant_label_expiry.expired(expires, now)
         rows.append({"id": g.id, "scope": "append", "label": label, "created": g.created, "expires": expires,
                      "revoked": g.revoked, "expired": expired, "live": g.revoked is None and not expired,
                      "last_used": None, "you": False, "memory": name})

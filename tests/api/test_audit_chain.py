@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stash.crypto import owner_seal, tokens
-from stash.service.grant_terms import LABEL_MAX_BYTES
-from stash.service.verify import verify_user
+from stash.service.grant_label_expiry import LABEL_MAX_BYTES
+from stash.service.ops.verify import verify_user
 from stash.storage.keyring import LABEL_PAD
 from tests.helpers import Api
 from tests.memory_kit import Memory

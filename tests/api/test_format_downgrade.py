@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from stash.crypto import tokens
-from stash.service.verify import verify_user
+from stash.service.ops.verify import verify_user
 from stash.storage.keyring import Keyring
 from stash.web.app import create_app
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings

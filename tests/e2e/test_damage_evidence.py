@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stash.service.access import Vault
-from stash.service.verify import verify as verify_folder
+from stash.service.ops.verify import verify as verify_folder
 from stash.storage.keyring import STATE_COPY, state_copies
 from stash.storage.sqlite.transactions import write_transaction
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error

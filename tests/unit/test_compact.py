@@ -1,4 +1,4 @@
-"""``stash compact`` (stash/service/compact.py): a store whose summaries were
+"""``stash compact`` (stash/service/ops/compact.py): a store whose summaries were
 padded to one size, as every release before "rows in buckets" wrote them,
 has them re-sealed to their buckets and its memory file rewritten smaller;
 each summary keeps its text, writer and state version (so a copy from

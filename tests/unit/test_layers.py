@@ -172,7 +172,7 @@ MODULE_LINES = 500
 """The most lines a module of the package may hold: past it, split it by
 concern, as the key ring was (the package storage/keyring/: its façade and parts)."""
 NOT_YET_SPLIT = frozenset({"stash.client", "stash.web.routes", "stash.service.access", "stash.service.memory",
-                           "stash.service.verify"})
+                           "stash.service.ops.verify"})
 """The modules that were longer when the limit came in (issue 30): none may
 join them, and each leaves this set once it is split."""
 

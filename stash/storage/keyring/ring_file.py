@@ -40,7 +40,7 @@ SEALED_DAY = "sealed:"  # starts a last-used day sealed to the owner (hex follow
 MEMORY_PAGES = formats.MEMORY_PAGES  # the page size memory.db is read with (schema.sql, "Pages")
 FORMAT = formats.current_mark(formats.KEY_RING)
 _COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
-LABEL_PAD = 66  # a sealed label's plaintext: 2-byte length + grant_terms.LABEL_MAX_BYTES, so every label is one size
+LABEL_PAD = 66  # a sealed label: 2-byte length + grant_label_expiry.LABEL_MAX_BYTES, so every label is one size
 AUDIT_PAD = 256  # a sealed audit event's plaintext is a multiple of this (SECURITY.md, "Owner-only data")
 
 

@@ -28,15 +28,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import StashError
-from ..crypto import tokens
-from ..storage import userlock
-from ..storage.disk_errors import DB_ERRORS
-from ..storage.keyring import state_copies
-from ..storage.memfile import MemoryFile
-from ..storage.recallcache.rendered_log import CACHE_FILE
-from ..storage.sqlite.transactions import checkpoint
-from .access import Vault
+from ...core.errors import StashError
+from ...crypto import tokens
+from ...storage import userlock
+from ...storage.disk_errors import DB_ERRORS
+from ...storage.keyring import state_copies
+from ...storage.memfile import MemoryFile
+from ...storage.recallcache.rendered_log import CACHE_FILE
+from ...storage.sqlite.transactions import checkpoint
+from ..access import Vault
 from .migrate import _folders, _is_owner
 from .verify import Report, user_folders, verify_user
 

@@ -32,10 +32,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..storage import memories, safeopen
-from ..storage.layout import DATA_FILES, USER_ID
-from .pair_agree import agree
-from .pair_agree import meta as _meta
+from ...storage import memories, safeopen
+from ...storage.layout import DATA_FILES, USER_ID
+from .keyring_memfile_agree import agree
+from .keyring_memfile_agree import meta as _meta
 from .verify import Report, verify_user
 
 # Both replicated files of a user, each by its exact name (storage/layout.py);
