@@ -76,7 +76,7 @@ CREATE TABLE IF NOT EXISTS keyring_meta (
 ) WITHOUT ROWID;
 
 -- One row per capability, live or revoked (format 2; format 1 had no pub/box
--- and `wrapped` held the store's key, see stash/storage/keyring.py). A
+-- and `wrapped` held the store's key, see stash/storage/keyring/__init__.py). A
 -- grant's power is the box: the current epoch's key sealed to `pub`, whose
 -- private key only the token's secret derives. `wrapped` certifies `pub`
 -- under the secret's KEK with user, grant id and scope as associated data, so
@@ -253,7 +253,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
 CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency(created);
 
 -- @scan_cache
--- In recall.db. The recall cache (stash/storage/scancache.py): the rendered lines of
+-- In recall.db. The recall cache (stash/storage/recallcache/rendered_log.py): the rendered lines of
 -- memories [piece*4096, piece*4096+4095] joined by newlines, compressed (zlib),
 -- padded to 4 KiB multiples and sealed as one value, bound to the user, the range and a digest of the nonces of the key
 -- chunks that cover it. Rebuildable from the log at any time; an erasure
@@ -332,7 +332,7 @@ CREATE TABLE IF NOT EXISTS memory_salts (
 );
 
 -- @word_cache
--- In recall.db. The word index (stash/storage/wordcache.py): for memories
+-- In recall.db. The word index (stash/storage/recallcache/word_index.py): for memories
 -- [piece*4096, piece*4096+4095], their folded words (sorted) and, per word, the
 -- memories holding it, padded and sealed as one value, bound exactly as a
 -- scan_cache piece is (user, range, key-chunk nonces, erased ids). Rebuildable
@@ -353,7 +353,7 @@ CREATE TABLE IF NOT EXISTS word_tail (
 );
 
 -- @word_segs
--- In recall.db. The word index since its segments (stash/storage/wordcache.py):
+-- In recall.db. The word index since its segments (stash/storage/recallcache/word_index.py):
 -- each word_cache piece cut into sealed segments, seg 0 the lengths of its
 -- memories, seg 1..16 the words (and their memories) whose first two characters
 -- a keyed hash puts there, so a search opens only the segments its words can

@@ -30,7 +30,7 @@ from stash.core.blocks import levels
 from stash.crypto import aead
 from stash.crypto.keys import DEFAULT_KDF, KdfParams, subkey
 from stash.service.access import Vault
-from stash.storage.files import PAGE_BYTES
+from stash.storage.formats import PAGE_BYTES
 
 APPEND_BATCH = 10_000
 SUMMARY_BATCH = 50_000

@@ -11,7 +11,7 @@ and zooms through the app in process (httpx's ASGI transport, the files
 kept open between requests as ``stash serve`` keeps them). The counts are
 taken by wrapping the functions named (this script only; the server is
 never patched): ``tokens.parse``, ``tokens.lookup_tag``,
-``keys.derive_kek`` (argon2id) and ``files.write_transaction`` on a key
+``keys.derive_kek`` (argon2id) and ``transactions.write_transaction`` on a key
 ring's connection. The syncs are counted by running the same calls again
 under ``strace -f -c -e trace=fsync,fdatasync`` when strace is installed
 (``--syncs``), per call kind: the difference between ``2 * calls`` and
@@ -40,7 +40,7 @@ from build import build
 from stash.crypto import keys, tokens
 from stash.service import operation
 from stash.service.access import Vault
-from stash.storage import files
+from stash.storage.sqlite import transactions
 from stash.web.app import create_app
 from tests.helpers import Api, make_settings
 
@@ -61,7 +61,7 @@ def _counting(module: object, name: str, label: str) -> None:
 
 
 def _count_ring_writes() -> None:
-    real = files.write_transaction
+    real = transactions.write_transaction
 
     def wrapped(conn):  # type: ignore[no-untyped-def]
         path = conn.execute("PRAGMA database_list").fetchone()[2]
@@ -69,7 +69,7 @@ def _count_ring_writes() -> None:
             COUNTS["key-ring write transactions"] += 1
         return real(conn)
 
-    files.write_transaction = wrapped  # type: ignore[assignment]
+    transactions.write_transaction = wrapped  # type: ignore[assignment]
     for mod in list(sys.modules.values()):
         if getattr(mod, "__name__", "").startswith("stash.") and getattr(mod, "write_transaction", None) is real:
             mod.write_transaction = wrapped  # type: ignore[attr-defined]

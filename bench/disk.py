@@ -33,8 +33,8 @@ from pathlib import Path
 
 from stash.crypto import tokens
 from stash.service.access import Vault
-from stash.storage.files import UserFiles
-from stash.storage.scancache import CACHE_FILE
+from stash.storage.layout import UserFiles
+from stash.storage.recallcache.rendered_log import CACHE_FILE
 
 MEMORY_TABLES = {
     "log": "SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM log",

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from build import build
 
-from stash.service import migrate as migration
 from stash.service.access import Vault
-from stash.service.verify import verify_user
+from stash.service.ops import migrate as migration
+from stash.service.ops.verify import verify_user
 
 
 def main() -> int:

@@ -27,8 +27,8 @@ import disk
 
 from stash.crypto.keys import KdfParams
 from stash.service.access import Vault
-from stash.storage.files import LEGACY_PAGE_BYTES, PAGE_BYTES
-from stash.storage.scancache import CACHE_FILE
+from stash.storage.formats import LEGACY_PAGE_BYTES, PAGE_BYTES
+from stash.storage.recallcache.rendered_log import CACHE_FILE
 
 CHEAP = KdfParams(1, 8, 1)  # the KDF is not what is measured
 QUERY = builder.RARE_WORD  # one memory in 10,000 matches: the scan dominates

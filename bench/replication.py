@@ -77,7 +77,7 @@ CHECKPOINTS = {
 def idle(users: int) -> None:
     import json
 
-    from stash.service import replica
+    from stash.service.ops import replica
 
     tmp = Path(tempfile.mkdtemp(prefix="stash-repl-idle-"))
     server = Server(data=tmp / "data", log=tmp / "server.log",

@@ -40,8 +40,8 @@ from build import RARE_WORD, Built, build, verify
 from stash.crypto import keys, tokens
 from stash.crypto.keys import DEFAULT_KDF, KdfParams
 from stash.service.access import Vault
-from stash.storage.files import UserFiles
 from stash.storage.keyring import open_keyring
+from stash.storage.layout import UserFiles
 from stash.storage.memfile import MemoryFile
 from tests.live import Server
 

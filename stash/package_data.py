@@ -20,7 +20,7 @@ from importlib import resources
 _PACKAGE = __name__.rpartition(".")[0]
 
 FILES = frozenset({
-    "schema.sql",  # storage/schema.py: the one schema every user file is made with and checked against
+    "schema.sql",  # storage/sqlite/schema.py: the one schema every user file is made with and checked against
     "skill/SKILL.md",  # GET /skill
     "skill/AGENTS.md",  # the AGENTS.md block of an owner and of a full capability
     "skill/AGENTS-read.md",  # ... of a read capability

@@ -10,8 +10,8 @@ from stash.core.blocks import levels
 from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
-from stash.storage.files import write_transaction
 from stash.storage.memfile.rows import WRITER_BYTES, RowCodec
+from stash.storage.sqlite.transactions import write_transaction
 from tests.helpers import CHEAP_KDF
 
 ONE_SIZE = {formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD,

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stash.storage.files import PAGE_BYTES
+from stash.storage.formats import PAGE_BYTES
 from tests.installed import OUTSIDE
 from tests.live import Server
 

@@ -144,7 +144,7 @@ class Api(BearerClient):
 
 def wal_folded(*paths: Path, within: float = 10.0) -> bool:
     """True once each file's WAL is empty or gone: a server's pool folds a
-    kept file's WAL once the file has been quiet (storage/pool.py); False
+    kept file's WAL once the file has been quiet (storage/sqlite/pool.py); False
     when ``within`` seconds pass first."""
     deadline = time.monotonic() + within
     while True:

@@ -70,7 +70,7 @@ class Memory:
         """``token`` as this memory's key ring files it, read from ``user_folder``
         (a copy will do): a capability's is itself; the owner's, in a memory
         but main, is the secret derived from its token and the memory's salt
-        in main's key ring (storage/memories.py, ``owner_secret``)."""
+        in main's key ring (storage/memories/__init__.py, ``owner_secret``)."""
         tok = tokens.parse(token)
         assert tok is not None, "not a token"
         if self.is_main:

@@ -14,8 +14,8 @@ from typing import Any
 import sqlcipher3.dbapi2 as sqlcipher
 
 from stash.crypto import keys
-from stash.storage.files import PAGE_BYTES
-from stash.storage.schema import sections
+from stash.storage.formats import PAGE_BYTES
+from stash.storage.sqlite.schema import sections
 
 _TRIGGERS = re.compile(r"CREATE TRIGGER IF NOT EXISTS log_\w+ .*?END;", re.S)
 

@@ -16,7 +16,7 @@ from ..web.settings import DATA, FILE_CIPHER
 from ..web.settings import QUOTA_BYTES as QUOTA
 
 if TYPE_CHECKING:
-    from ..service.verify import Report
+    from ..service.ops.verify import Report
 
 INCOMPLETE = 3
 """The exit status of an operator verb that left work undone: ``stash restore``
@@ -62,8 +62,8 @@ def backup_main(argv: list[str]) -> int:
     p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
                    help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
     args = p.parse_args(argv)
-    from ..service.backup import BackupRefused, backup
-    from ..service.verify import Failed
+    from ..service.ops.backup import BackupRefused, backup
+    from ..service.ops.verify import Failed
 
     try:
         results = backup(_data(args.data), _data(args.dest))
@@ -99,8 +99,8 @@ def verify_main(argv: list[str]) -> int:
                         f"(default: ${QUOTA.env_var} or {QUOTA.default})")
     args = p.parse_args(argv)
     from ..crypto import tokens
-    from ..service.backup import check_manifest
-    from ..service.verify import Failed, unknown_entries, verify
+    from ..service.ops.backup import check_manifest
+    from ..service.ops.verify import Failed, unknown_entries, verify
 
     token = None
     parsed: tokens.Token | None = None
@@ -185,7 +185,7 @@ def migrate_main(argv: list[str]) -> int:
         "under its lock, and its requests wait. A run that was killed is finished by running it again."))
     p.add_argument(FILE_CIPHER.flag, required=True, choices=["none"], help="the cipher to move to: none")
     args = _folder_verb_args(p, argv)
-    from ..service.migrate import migrate
+    from ..service.ops.migrate import migrate
 
     got = _tokens_and_folder("stash migrate", args)
     if got is None:
@@ -222,7 +222,7 @@ def compact_main(argv: list[str]) -> int:
         "server stopped, or beside it: each memory is worked on under its lock, and its requests wait. A run that "
         "was killed is finished by running it again."))
     args = _folder_verb_args(p, argv)
-    from ..service.compact import compact
+    from ..service.ops.compact import compact
 
     got = _tokens_and_folder("stash compact", args)
     if got is None:

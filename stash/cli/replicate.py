@@ -23,7 +23,7 @@ from ..web.settings import DATA
 from .operate import INCOMPLETE
 
 if TYPE_CHECKING:
-    from ..service.replication_status import Status
+    from ..service.ops.replication_status import Status
 
 SYNC_ENV = "STASH_REPLICATE_INTERVAL"
 RESTART_PAUSE_S = 0.2
@@ -46,7 +46,7 @@ def replicate_main(argv: list[str]) -> int:
                    help=f"how often each file is shipped, as Litestream reads it (default: ${SYNC_ENV} or 1s)")
     p.add_argument("--print-config", action="store_true", help="print Litestream's configuration and exit")
     args = p.parse_args(argv)
-    from ..service import replica
+    from ..service.ops import replica
 
     data = _data(args.data)
     try:
@@ -74,7 +74,7 @@ def replicate_main(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     _report(replica.update_roster(data, set()))
-    from ..service import replication_status as rs
+    from ..service.ops import replication_status as rs
 
     status = rs.Status(os.getpid(), time.time(), False)
     lag = rs.Lag(Path(str(target.settings["path"])) if target.settings.get("type") == "file" else None)
@@ -124,8 +124,8 @@ def _die_with_parent() -> None:
 
 def _watch_errors(child: subprocess.Popen[bytes], status: Status) -> None:
     """Pass Litestream's log through to ours, counting its errors by kind
-    (service/replication_status.py) for /health?ready=1 and /metrics."""
-    from ..service import replication_status as rs
+    (service/ops/replication_status.py) for /health?ready=1 and /metrics."""
+    from ..service.ops import replication_status as rs
 
     assert child.stderr is not None
     for raw in child.stderr:
@@ -139,7 +139,7 @@ def _watch_errors(child: subprocess.Popen[bytes], status: Status) -> None:
 
 
 def _report(added: list[tuple[str, str]]) -> None:
-    from ..service.replica import CRAFTED
+    from ..service.ops.replica import CRAFTED
 
     for user_id, cipher in added:
         if cipher == CRAFTED:
@@ -177,7 +177,7 @@ def restore_main(argv: list[str]) -> int:
     p.add_argument("--timestamp", default=None, metavar="TIME",
                    help="restore as of this moment (ISO 8601, e.g. 2026-12-01T13:00:00Z) instead of the latest")
     args = p.parse_args(argv)
-    from ..service import replica
+    from ..service.ops import replica
     from .operate import _print_report
 
     at = None

@@ -88,13 +88,13 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
     :class:`ConfigError` for anything the server could not honour. Every
     check is the options' own but one: whether this host can give the file
     cipher asked for, which only the storage layer knows."""
-    from ..storage.files import available_file_cipher
+    from ..storage.sqlite.connections import available_file_cipher
     from ..web import settings
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
         raise ConfigError("--file-cipher sqlcipher, but sqlcipher3 does not import here.")
     if args.replicate is not None:
-        from ..service.replica import ReplicaError, Target, litestream_binary
+        from ..service.ops.replica import ReplicaError, Target, litestream_binary
 
         if args.file_cipher == "sqlcipher":
             raise ConfigError("--replicate needs --file-cipher none: Litestream cannot read SQLCipher files.")
@@ -112,7 +112,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
 def _room_for_open_files() -> None:
     """Raise this process's open-file limit (inherited by its workers) to
     :data:`OPEN_FILES`, or the hard limit where that is lower: each worker
-    keeps up to storage/pool.py's MAX_IDLE connections open between requests,
+    keeps up to storage/sqlite/pool.py's MAX_IDLE connections open between requests,
     three descriptors each, beside its clients' sockets; the usual soft
     limit of 1,024 would be met under load long before the hard one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -128,7 +128,7 @@ def startup_problem(settings: Settings) -> str | None:
     before anything is printed, so "listening" is printed only by a server
     that can listen and store (a bind race with another process after this
     check is still uvicorn's to report)."""
-    from ..storage.files import private_folder
+    from ..storage.private_files import private_folder
 
     data = settings.data_dir
     try:
@@ -202,7 +202,7 @@ def main(argv: list[str]) -> int:
         return 2
     import uvicorn
 
-    from ..storage.files import available_file_cipher
+    from ..storage.sqlite.connections import available_file_cipher
     from ..web.metrics import prepare_multiprocess, remove_multiprocess
     from ..web.settings import SETTINGS_ENV, to_env
 
@@ -265,10 +265,10 @@ def _start_replicator(settings: Settings) -> Replicator | None:
 
 def _stop_replicator(replicator: Replicator | None) -> None:
     """Let it ship what the server wrote last, for at most
-    :data:`~stash.service.replica.SHUTDOWN_SYNC_S` plus a margin, then end it."""
+    :data:`~stash.service.ops.replica.SHUTDOWN_SYNC_S` plus a margin, then end it."""
     if replicator is None:
         return
-    from ..service.replica import SHUTDOWN_SYNC_S
+    from ..service.ops.replica import SHUTDOWN_SYNC_S
     from .replicate import STOP_MARGIN_S
 
     replicator.stop(SHUTDOWN_SYNC_S + 2 * STOP_MARGIN_S)

@@ -22,29 +22,24 @@ from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import cipher_swap, inbox, memfile, memories, ring_copies, safeopen, scancache, usage, userlock
-from ..storage.files import (
-    LEGACY_PAGE_BYTES,
-    PAGE_BYTES,
-    MissingFile,
-    UserFiles,
-    available_file_cipher,
-    can_write,
-    new_pool,
-    private_folder,
-    storage_error,
-    write_transaction,
-)
-from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, now_utc, open_keyring
+from ..storage import cipher_swap, memfile, memories, safeopen, userlock
+from ..storage.disk_errors import MissingFile, storage_error
+from ..storage.formats import LEGACY_PAGE_BYTES, PAGE_BYTES
+from ..storage.keyring import Grant, Keyring, Opened, StaleGrant, inbox, now_utc, open_keyring, state_copies
+from ..storage.layout import UserFiles
 from ..storage.memfile import KeysBehind, MemoryFile, ResealDue
 from ..storage.memfile.bound import BOUND_MARK
-from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, valid_name
+from ..storage.memories import MAIN, NAME_PATTERN, MemoryFiles, usage, valid_name
+from ..storage.private_files import can_write, private_folder
+from ..storage.recallcache import rendered_log
+from ..storage.sqlite.connections import available_file_cipher, new_pool
+from ..storage.sqlite.transactions import write_transaction
 
 __all__ = ["MAIN", "NAME_PATTERN", "valid_name"]  # the web edge names memories through this module, never storage
-from ..storage.pool import Pool
-from . import append, grant_terms, handover
-from .after_answer import Pending
+from ..storage.sqlite.pool import Pool
+from . import append, grant_label_expiry, handover
 from .memory import Memory
+from .session_end import Pending
 from .tag_index import TagIndex
 
 RANK = {"append": -1, "read": 0, "full": 1, "owner": 2}
@@ -131,9 +126,9 @@ class Session:
             # The copy is read before the file is opened: it is written only
             # after the file commits, so read in this order it is never ahead
             # of the file unless the file was rolled back.
-            copies = self.keyring.copies(self.keys)  # their MAC checked (storage/ring_copies.py)
+            copies = self.keyring.copies(self.keys)  # their MAC checked (storage/keyring/state_copies.py)
             copy, state_copy = copies.head, copies.state
-            recorded = ring_copies.state_required(self.keyring.conn, copies)
+            recorded = state_copies.state_required(self.keyring.conn, copies)
             try:
                 try:
                     mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
@@ -164,7 +159,7 @@ class Session:
                 mf.check_ring_sealed(copies.authenticated)
                 if not copies.authenticated or mf.format_mark() != BOUND_MARK:
                     # An older store: its copies sealed first, then the file's
-                    # format authenticated (in that order: storage/ring_copies.py).
+                    # format authenticated (in that order: storage/keyring/state_copies.py).
                     head, version = mf.committed()
                     if self.keyring.advance_head(head, version, chain=self.keys):
                         mf.authenticate_format()
@@ -232,7 +227,7 @@ class Session:
         False when a reader kept a WAL busy past the flush's wait (the
         erasure is in force; every later close of the file retries it)."""
         mf = self.memory.mf
-        done = [mf.flush(), self.keyring.flush(), scancache.flush(self.files.folder)]
+        done = [mf.flush(), self.keyring.flush(), rendered_log.flush(self.files.folder)]
         return all(done)
 
     def close(self) -> None:
@@ -271,7 +266,7 @@ class Vault:
         self.file_cipher = file_cipher or available_file_cipher()
         private_folder(self.data_dir / "users")
         self.tags = TagIndex(self.data_dir)  # refuses bad tokens before a request is read (tag_index.py)
-        self.after = Pending()  # sessions ending after their answers (after_answer.py)
+        self.after = Pending()  # sessions ending after their answers (session_end.py)
         self.pool: Pool | None = None  # none until the server keeps files open (keeping_files_open)
 
     def ready(self) -> bool:
@@ -350,7 +345,7 @@ class Vault:
             except (aead.Unsealable, UnicodeDecodeError):
                 raise Damaged(f"The label or last-used day of capability {g.id} was altered; restore the key ring "
                               "from a backup.") from None
-            is_expired = grant_terms.expired(notes.expires, now)
+            is_expired = grant_label_expiry.expired(notes.expires, now)
             out.append({"id": g.id, "scope": g.scope, "label": label, "created": g.created, "expires": notes.expires,
                         "revoked": g.revoked, "expired": is_expired, "live": g.revoked is None and not is_expired,
                         "last_used": last_used, "you": g.id == session.grant_id})
@@ -537,7 +532,7 @@ class Vault:
         memory it is bound to) — or 401 without any key work: checksum, then
         the user's folder, then the grant's tag, in main's key ring or, for a
         capability bound to another memory, in that memory's (found by its
-        tag in main's, storage/memories.py)."""
+        tag in main's, storage/memories/__init__.py)."""
         token = _parsed(token_text)
         if token is None:
             raise Unauthorized()
@@ -568,7 +563,7 @@ class Vault:
             # An expired capability is refused like a revoked one, before any key
             # work. The stored expiry is trusted here only to refuse: one edited
             # to extend the grant no longer matches its wrap, which then fails.
-            if grant_terms.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
+            if grant_label_expiry.expired(ring.notes(grant.id).expires, datetime.now(UTC)):
                 raise Unauthorized()
         except BaseException:
             if ring is not main:

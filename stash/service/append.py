@@ -31,8 +31,8 @@ from typing import Any
 from ..core import lines
 from ..core.errors import Conflict, Damaged
 from ..crypto import aead, inbox_seal
-from ..storage import inbox, userlock
-from ..storage.keyring import Keyring
+from ..storage import userlock
+from ..storage.keyring import Keyring, inbox
 from . import quotas
 
 

@@ -37,7 +37,7 @@ def user_digest(user_id: str) -> str:
 
 def trail(session: Session) -> dict[str, Any]:
     """Every event, and ``trail``: whether the MAC chain holds from
-    ``chained_from`` on (storage/audit_chain.py); events before that id were
+    ``chained_from`` on (storage/keyring/audit_chain.py); events before that id were
     written before the chain existed and are not covered."""
     assert session.owner is not None, "an owner route's session"
     try:

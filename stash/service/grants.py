@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from ..core.errors import Invalid
-from ..storage import inbox
+from ..storage.keyring import inbox
 from ..storage.memories import MAIN
-from . import grant_terms, memories, onboarding
+from . import grant_label_expiry, memories, onboarding
 from .access import Session, Vault
 from .onboarding import BAD_URL
 
@@ -27,8 +27,8 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
     if scope not in MINTABLE:
         raise Invalid("scope must be \"read\", \"append\" or \"full\"; ownership is never transferable.",
                       code="grants.bad_scope")
-    label = grant_terms.check_label(label)
-    expires = grant_terms.check_expires(expires, datetime.now(UTC))
+    label = grant_label_expiry.check_label(label)
+    expires = grant_label_expiry.check_expires(expires, datetime.now(UTC))
     if address is None:
         raise Invalid(BAD_URL, code="grants.bad_url")
     if session.memory_name != MAIN:

@@ -5,7 +5,7 @@ old owner token's window is closed (docs/DESIGN.md, "Key epochs").
 old token the owner everywhere until the new one is first used, so a lost
 answer never leaves the owner without a working token. In the same
 transaction it leaves, in main's key ring, one row per memory
-(storage/owner_handover.py): the first grant ids minted from then on and,
+(storage/keyring/owner_handover.py): the first grant ids minted from then on and,
 for each memory but main, the secret the old token is enrolled under there,
 sealed to the new grant's public key. A memory the old token creates or
 forks in the window gets its row when it is made, from the pending
@@ -31,11 +31,12 @@ from nacl.public import PrivateKey
 from ..core.errors import StashError, Unauthorized
 from ..crypto import aead, epochs, tokens
 from ..crypto.epochs import KeyChain
-from ..storage import inbox, memfile, memories, owner_handover
-from ..storage.files import DB_ERRORS, write_transaction
-from ..storage.keyring import Grant, Keyring, StaleGrant, open_keyring
+from ..storage import memfile, memories
+from ..storage.disk_errors import DB_ERRORS
+from ..storage.keyring import Grant, Keyring, StaleGrant, inbox, open_keyring, owner_handover
+from ..storage.keyring.owner_handover import Handover
 from ..storage.memories import MAIN, MemoryFiles
-from ..storage.owner_handover import Handover
+from ..storage.sqlite.transactions import write_transaction
 
 # service/access.py's Vault and Session: access imports this module, so they are named, not imported
 # (the package's import graph has no cycle, tests/unit/test_layers.py).

@@ -38,7 +38,7 @@ import orjson
 from ..core.errors import Conflict, Damaged, Malformed
 from ..crypto import aead, keys
 from ..crypto.epochs import KeyChain
-from ..storage.idempotency import Records
+from ..storage.idempotency_table import Records
 
 
 class _HasRecords(Protocol):

@@ -1,7 +1,7 @@
 """One owner, many memories: the owner's routes over an identity's memories
 and the capabilities bound to each (docs/DESIGN.md, "Memories").
 
-Each memory has its own key ring, master key and epochs (storage/memories.py
+Each memory has its own key ring, master key and epochs (storage/memories/__init__.py
 for where it lives). The owner reaches every memory because it is enrolled
 in each memory's key ring as a grant of its own (its public key and a box of
 that memory's epoch key), made while the owner's secret is present: when the
@@ -21,13 +21,14 @@ from ..core.errors import Conflict, Damaged, Invalid, StashError, Unauthorized
 from ..crypto import aead, inbox_seal, keys, owner_seal, tokens
 from ..crypto.epochs import KeyChain
 from ..crypto.owner_seal import OwnerKeys
-from ..storage import inbox, memories, userlock
-from ..storage import memory_fork as fork_files
-from ..storage.files import storage_error, write_transaction
-from ..storage.keyring import LABEL_PAD, Keyring, now_utc, open_keyring
+from ..storage import memories, userlock
+from ..storage.disk_errors import storage_error
+from ..storage.keyring import LABEL_PAD, Keyring, inbox, now_utc, open_keyring
 from ..storage.memfile import MemoryFile
 from ..storage.memories import MAIN, MemoryFiles
-from . import audit, grant_terms, handover
+from ..storage.memories import fork as fork_files
+from ..storage.sqlite.transactions import write_transaction
+from . import audit, grant_label_expiry, handover
 from .access import Session, Vault, unknown_memory
 from .append import ensure_public
 
@@ -103,7 +104,7 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
 def _refuse_existing(vault: Vault, session: Session, name: str) -> None:
     """409 when memory ``name`` exists: a create or fork resent after a lost
     answer. It is named in main's key ring first, in case a crash cut the
-    first request between its rename and its naming (storage/memories.py,
+    first request between its rename and its naming (storage/memories/__init__.py,
     ``name_memory``)."""
     if not memories.exists(vault.data_dir, session.user_id, name):
         return
@@ -119,7 +120,7 @@ def _room(vault: Vault, session: Session, max_memories: int) -> None:
 
 
 def create(vault: Vault, session: Session, name: object, max_memories: int = DEFAULT_MAX_MEMORIES) -> dict[str, Any]:
-    """A new empty memory, published whole by one rename (storage/memories.py)."""
+    """A new empty memory, published whole by one rename (storage/memories/__init__.py)."""
     name = check_name(name)
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     _refuse_existing(vault, session, name)
@@ -140,9 +141,9 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
         head = ring.log_head()
         # Live: neither revoked nor past its expiry, as GET /grants says.
         live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"
-                and not grant_terms.expired(ring.notes(g.id).expires, now)]
+                and not grant_label_expiry.expired(ring.notes(g.id).expires, now)]
         appends = [g for g in inbox.grants(ring.conn) if g.revoked is None
-                   and not grant_terms.expired(ring.notes(g.id).expires, now)]
+                   and not grant_label_expiry.expired(ring.notes(g.id).expires, now)]
         created = ring.meta(memories.CREATED) or next((g.created for g in ring.grants()), "")
         pending = inbox.pending(ring.conn)
         last = memories.write_day(ring, owner)
@@ -237,7 +238,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict[str, Any]:
 
 
 def memory_of_grant(vault: Vault, user_id: str, grant_id: int) -> str | None:
-    """Which memory a grant id belongs to (storage/memories.py, "Ids")."""
+    """Which memory a grant id belongs to (storage/memories/__init__.py, "Ids")."""
     n = grant_id // memories.GRANT_ID_SPAN
     if n == 0:
         return MAIN
@@ -334,7 +335,7 @@ def _appends(session: Session, name: str) -> list[dict[str, Any]]:
         except (aead.Unsealable, UnicodeDecodeError):
             raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
                           "backup.") from None
-        expired = grant_terms.expired(expires, now)
+        expired = grant_label_expiry.expired(expires, now)
         rows.append({"id": g.id, "scope": "append", "label": label, "created": g.created, "expires": expires,
                      "revoked": g.revoked, "expired": expired, "live": g.revoked is None and not expired,
                      "last_used": None, "you": False, "memory": name})

@@ -40,7 +40,7 @@ from ..core.errors import (
 from ..crypto import aead, oauth_codes
 from ..storage import oauth_state
 from ..storage.memories import MAIN, valid_name
-from . import client_documents, grant_terms, grants, operation
+from . import client_documents, grant_label_expiry, grants, operation
 from .access import Vault
 from .operation import Effects, Event, Limits
 from .redirect_uris import matches, valid_redirect
@@ -181,7 +181,7 @@ def label_of(request: dict[str, Any]) -> str:
     """The capability's label: the host's name (its printable characters, cut short), else its redirect host."""
     name = request.get("client_name") or urlsplit(request["redirect_uri"]).hostname or "an MCP host"
     shown = " ".join("".join(c for c in str(name) if c.isprintable()).split())
-    while len(shown.encode()) > grant_terms.LABEL_MAX_BYTES:
+    while len(shown.encode()) > grant_label_expiry.LABEL_MAX_BYTES:
         shown = shown[:-1]
     return shown.strip() or "an MCP host"
 
@@ -196,7 +196,7 @@ def approve(vault: Vault, request: dict[str, Any], owner_token: str, memory: str
         raise Invalid("Pick how long the host may keep the capability.", code="consent.bad_choice")
     lasts = EXPIRIES[str(expiry)]
     expires = None if lasts is None else (datetime.now(UTC) + lasts).strftime("%Y-%m-%dT%H:%M:%SZ")
-    label = grant_terms.check_label(label_of(request))
+    label = grant_label_expiry.check_label(label_of(request))
 
     def mint(session: Any, fields: dict[str, Any], context: Any) -> dict[str, Any]:
         return {**grants.mint(session, vault, scope, label, expires, address, keyed=False), "user": session.user_id}

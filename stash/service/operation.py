@@ -66,7 +66,7 @@ class Outcome:
     body: Any
     replayed: bool = False
     event: str | None = None
-    # The session's end, to run once the answer has left (after_answer.py); None: it has ended.
+    # The session's end, to run once the answer has left (session_end.py); None: it has ended.
     finish: Callable[[], None] | None = None
 
 
@@ -96,7 +96,7 @@ def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: 
     the owner, i.e. until the new token's first use; after it, 401.
 
     A session other than an owner's ends after the answer: the outcome's
-    ``finish`` ends it (after_answer.py), and the caller runs it once the
+    ``finish`` ends it (session_end.py), and the caller runs it once the
     answer has left."""
     with contextlib.ExitStack() as stack:
         session = stack.enter_context(vault.session(token, effects.scope, pin, memory, route))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import QuotaReached
-from ..storage import usage
+from ..storage.memories import usage
 
 DEFAULT_MEMORIES = 1_000_000
 DEFAULT_BYTES = 1 << 30  # room for about a million memories (bench/README.md: bytes per memory)
@@ -39,7 +39,7 @@ def identity_room(session: Any, live: int, adding: int, max_memories: int, max_b
     and for any scope: ``live`` is how many live memories the memory being
     written holds (its exact count, or for an append note the key ring's
     record of it), and the identity's other memories are added as their key
-    rings record them (storage/memories.py, ``others_usage``). Erased
+    rings record them (storage/memories/__init__.py, ``others_usage``). Erased
     memories count for nothing, wherever they are."""
     data_dir = session.files.user_folder.parent.parent
     others, their_bytes = usage.others_usage(data_dir, session.user_id, session.memory_name)

@@ -2,7 +2,7 @@
 
 The log is read as the memories after the last complete piece (opened row by
 row, at most ``PIECE - 1`` of them) and then the pieces of
-:mod:`stash.storage.scancache`, newest first, each one AEAD for 4,096
+:mod:`stash.storage.recallcache.rendered_log`, newest first, each one AEAD for 4,096
 memories. A piece that is missing or no longer opens (written before an
 erasure, moved, damaged) is rendered from the log instead, exactly as a scan
 without a cache would, and written back for the next recall. Walking newest
@@ -23,7 +23,7 @@ from typing import cast
 
 from ..core.recall import Matcher
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
-from ..storage.scancache import PIECE, WRITE_PIECES, ScanCache
+from ..storage.recallcache.rendered_log import PIECE, WRITE_PIECES, ScanCache
 
 assert PIECE % SCAN_BATCH == 0, "a piece is built from whole scan batches"
 

@@ -37,10 +37,11 @@ from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..storage import inbox, memories
-from ..storage.files import UserFiles, write_private
-from ..storage.keyring import expired, open_keyring
-from ..storage.pool import Pool
+from ..storage import memories
+from ..storage.keyring import expired, inbox, open_keyring
+from ..storage.layout import UserFiles
+from ..storage.private_files import write_private
+from ..storage.sqlite.pool import Pool
 
 STAMP = "grants.stamp"
 _USER_ID = re.compile(r"[0-9a-f]{16}")
@@ -53,7 +54,7 @@ def live_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
     """The lookup tags of every live grant in a key ring connection (the
     grants table's ``tag`` column: revoking sets it to NULL), with main's
     append capabilities and the capabilities of the user's other memories
-    (storage/memories.py keeps their tags in main's key ring)."""
+    (storage/memories/__init__.py keeps their tags in main's key ring)."""
     tags = frozenset(bytes(row[0]) for row in conn.execute("SELECT tag FROM grants WHERE tag IS NOT NULL"))
     return tags | inbox.live_tags(conn) | memories.other_tags(conn)
 

@@ -2,7 +2,7 @@
 
 The log ``[0, T)`` is read as word-index pieces (:mod:`stash.core.word_piece`)
 of 4,096 memories, then of 512 after the last of those: from the sealed word
-index (:mod:`stash.storage.wordcache`) when it is on and a piece opens, else
+index (:mod:`stash.storage.recallcache.word_index`) when it is on and a piece opens, else
 built from the log (and written back when the index is on); the fewer than
 512 memories after the last complete piece are built from the log on the
 spot. Two passes:
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from ..core import word_piece, word_piece_write, words, words_best, words_top
 from ..core.words import Cursor, Query, Stats
 from ..storage.memfile import KEYS_PER_CHUNK, SCAN_BATCH, MemoryFile
-from ..storage.scancache import PIECE, WRITE_PIECES
-from ..storage.wordcache import CHARS, WordCache, WordTail
+from ..storage.recallcache.rendered_log import PIECE, WRITE_PIECES
+from ..storage.recallcache.word_index import CHARS, WordCache, WordTail
 
 MIN_LINE_COST = len("#0 2026-01-01 x\n")
 """The fewest bytes a rendered memory line costs, newline included."""

@@ -20,7 +20,7 @@ migrate`` both do). Every step runs under the memory's lock held exclusive
 (:mod:`userlock`), so no request reads either file halfway.
 
 A connection left open by another process (a server keeps files open
-between requests: storage/pool.py) would keep the old file's WAL and index
+between requests: storage/sqlite/pool.py) would keep the old file's WAL and index
 by name and fold them into the new file; so the swap goes ahead only when
 closing this process's own connection removed both, which SQLite does only
 for the last connection to the file anywhere (:class:`Busy` otherwise).
@@ -34,7 +34,10 @@ import sqlite3
 from pathlib import Path
 
 from . import safeopen
-from .files import DB_ERRORS, SQLCIPHER_OPEN_CLOSE, connect, fsync_path, write_transaction
+from .disk_errors import DB_ERRORS
+from .private_files import fsync_path
+from .sqlite.connections import SQLCIPHER_OPEN_CLOSE, connect
+from .sqlite.transactions import write_transaction
 
 NEXT = "memory.db.plain"
 """The plain copy being made beside ``memory.db``."""

@@ -20,8 +20,19 @@ from dataclasses import dataclass
 from functools import cache
 
 from ..crypto import aead
-from .files import LEGACY_PAGE_BYTES, PAGE_BYTES
-from .schema import sections
+from .sqlite.schema import sections
+
+# The page size of every file this release creates. An empty identity is a
+# handful of pages (schema.sql, "Layout on disk"), so the page is what its
+# size is counted in: 4 KiB, the filesystem's block, not the 16 KiB of
+# earlier releases (bench/pages.py weighs the two).
+PAGE_BYTES = 4096
+# The page size of every file made before 4 KiB pages. A plain SQLite file
+# records its own page size in its header, but a SQLCipher file does not (its
+# header is encrypted too), so an open must be told: the key ring says which
+# (Keyring.memory_page_bytes), and a key ring that does not say is older than
+# the change, so its memory file has these.
+LEGACY_PAGE_BYTES = 16384
 
 KEY_RING = "key ring"
 MEMORY_FILE = "memory file"
@@ -201,7 +212,7 @@ KEY_RING_FORMATS = (
     Format(KEY_RING, "sealed copies", "the copies of the memory's log head and state version and the audit head "
            "carry a MAC under the current epoch's key; the audit events are MAC-chained",
            "keyring_meta 'copies_mac' (before: the copies in clear, sealed by the first session that opens the "
-           "memory)", "storage.ring_copies.read", "unreleased", lambda d: "copies_mac" in d.keyring_meta),
+           "memory)", "storage.keyring.state_copies.read", "unreleased", lambda d: "copies_mac" in d.keyring_meta),
     Format(KEY_RING, "memories", "an identity holds named memories: main's key ring numbers them and keeps their "
            "capabilities' tags and, in one row each, their owner salts and names (memory_tags, memory_salts); another "
            "memory's key ring, in "
@@ -217,10 +228,10 @@ MEMORY_FORMATS = (
            "before 0.1.0", _memory(lambda m: "log_head" not in m), mark="1", upgrade="_migrate"),
     Format(MEMORY_FILE, "SQLCipher", "every page encrypted under the file key, every row sealed too",
            "the key ring's 'file_cipher' is sqlcipher; the file has no SQLite header",
-           "storage.files.connect", "0.1.0", lambda d: d.cipher == "sqlcipher"),
+           "storage.sqlite.connections.connect", "0.1.0", lambda d: d.cipher == "sqlcipher"),
     Format(MEMORY_FILE, "plain SQLite", "pages in clear, every row sealed (where SQLCipher is missing, and on a "
            "replicated host)", "the key ring's 'file_cipher' is none; the file starts with SQLite's header",
-           "storage.files.connect", "0.1.0", lambda d: d.cipher == "none"),
+           "storage.sqlite.connections.connect", "0.1.0", lambda d: d.cipher == "none"),
     Format(MEMORY_FILE, "format 2 (running digest)", "the log's head: count, previous digest, digest",
            "meta 'log_head' and 'format' 2", "storage.memfile.MemoryFile._verified_head", "0.1.0",
            _memory(lambda m: "log_head" in m), mark="2", upgrade="authenticate_format"),

@@ -11,9 +11,13 @@ folder under a user (per-memory folders, say) is added here, once.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import stat
 from pathlib import Path
+
+from .private_files import private_folder
 
 USER_ID = re.compile(r"[0-9a-f]{16}")
 # The two files a user's memory is (replicated, backed up, restored).
@@ -44,7 +48,7 @@ def known_folder(name: str) -> bool:
 MEMORIES = "m"
 """A user's other memories: ``m/<name>/``, each holding the same files as the user's folder."""
 MEMORY_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
-MEMORY_IN_PASSING = re.compile(r"\.(new|gone)-.+")  # a memory being built or deleted (storage/memories.py)
+MEMORY_IN_PASSING = re.compile(r"\.(new|gone)-.+")  # a memory being built or deleted (storage/memories/__init__.py)
 
 
 def unknown_in_user(folder: Path, *, memory: bool = False) -> list[str]:
@@ -102,3 +106,28 @@ def unknown_in_users(users: Path) -> list[str]:
             continue  # a restore staging its files
         out.append(entry.name + ("/" if entry.is_dir() else ""))
     return out
+
+
+class UserFiles:
+    """The folder of one user under the data directory."""
+
+    def __init__(self, data_dir: Path, user_id: str) -> None:
+        self.folder = data_dir / "users" / user_id
+        self.keyring = self.folder / "keyring.db"
+        self.memory = self.folder / "memory.db"
+
+    def exists(self) -> bool:
+        """The user's folder is there (its files may still be missing: that
+        is reported as such, not as an unknown user)."""
+        return self.folder.is_dir()
+
+    def create_folder(self) -> None:
+        private_folder(self.folder.parent)
+        self.folder.mkdir(exist_ok=False, mode=0o700)
+        os.chmod(self.folder, 0o700)
+
+    def destroy(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=False)
+
+    def destroy_quietly(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from . import safeopen
-from .files import BUSY_TIMEOUT_MS, checkpoint, create_private, write_transaction
-from .schema import sections
+from .private_files import create_private
+from .sqlite.schema import sections
+from .sqlite.transactions import BUSY_TIMEOUT_MS, checkpoint, write_transaction
 
 FILE = "oauth.db"
 REPLAY_S = 600  # a redeemed code's row (no token) is kept this long, so a replay revokes its grant

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from .schema import sections
+from .sqlite.schema import sections
 
 try:  # SQLCipher is optional: without it the file is plain SQLite, rows still sealed
     import sqlcipher3.dbapi2 as _sqlcipher

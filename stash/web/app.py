@@ -178,7 +178,7 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     """A user's files stay open for ``--keep-open`` seconds after its last
     request, for the next one: the pool that keeps them is built here and
     handed to the vault for the server's life (Vault.keeping_files_open,
-    storage/pool.py). By the time the server has drained its requests on
+    storage/sqlite/pool.py). By the time the server has drained its requests on
     SIGTERM, what is left is to close that pool — every file still open
     checkpoints its WAL into the file and removes it — and stop the metrics
     writer. The thread that warms the tag index is stopped and waited for

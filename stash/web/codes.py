@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..service.replication_status import ERROR_WINDOW_S, MAX_LAG_S
+from ..service.ops.replication_status import ERROR_WINDOW_S, MAX_LAG_S
 
 
 class Code(NamedTuple):

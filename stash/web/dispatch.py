@@ -414,7 +414,7 @@ class RouteSpec:
                 done.finish()
             raise
         if done.finish is not None:
-            # The session ends once the answer has left (service/after_answer.py), as the request's own work.
+            # The session ends once the answer has left (service/session_end.py), as the request's own work.
             after = BackgroundTask(stopping.run_work, request.app.state.works, done.finish)
             response.background = after if response.background is None else BackgroundTasks([response.background,
                                                                                                after])

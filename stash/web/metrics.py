@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics import disable_created_metrics
 from prometheus_client.registry import Collector
 
-from ..service.replication_status import alive as _alive
+from ..service.ops.replication_status import alive as _alive
 
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -159,14 +159,14 @@ class _Users(Collector):
 
 class _Replication(Collector):
     """On a host that replicates: what ``stash replicate`` last wrote of
-    itself (service/replication_status.py), read at each scrape. Counts and
+    itself (service/ops/replication_status.py), read at each scrape. Counts and
     seconds only, never a user or a path."""
 
     def __init__(self, data_dir: Path) -> None:
         self._data_dir = data_dir
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from ..service import replication_status as rs
+        from ..service.ops import replication_status as rs
 
         status = rs.read(self._data_dir)
         healthy = rs.problem(status) is None

@@ -27,23 +27,12 @@ from ..core.blocks import BATCH_MAX
 from ..core.errors import Invalid, Malformed, NotFound, Unavailable
 from ..core.recall import MAX_PATTERN_BYTES
 from ..crypto import tokens
-from ..service import (
-    admission,
-    append,
-    audit,
-    docs,
-    erase_across,
-    grants,
-    memories,
-    onboarding,
-    quotas,
-    replication_status,
-    undo,
-)
+from ..service import admission, append, audit, docs, erase_across, grants, memories, onboarding, quotas, undo
 from ..service.access import MAIN, NAME_PATTERN, Session
 from ..service.export import export_archive
 from ..service.operation import Event, Limits
-from ..service.replica import replica_history_ends
+from ..service.ops import replication_status
+from ..service.ops.replica import replica_history_ends
 from . import consent, mcp_transport, oauth_answers, pages, plaintext
 from .dispatch import MAX_IMPORT_BODY, MAX_NAP_BODY, MEMORY_PREFIX, Call
 from .dispatch import RouteSpec as RouteSpec  # the declaration's class, named where the declarations are

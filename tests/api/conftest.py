@@ -4,7 +4,7 @@ The apps run their lifespan (``Api``, tests/helpers.py), as a served one does. T
 modules of :data:`KEPT_OPEN` run twice over the ``api`` and ``module_api``
 fixtures: with a memory's files closed after every request, and kept open
 between requests as ``stash serve`` does by default (``--keep-open``,
-storage/pool.py); the others run with files closed only, which keeps the
+storage/sqlite/pool.py); the others run with files closed only, which keeps the
 suite within its time. ``STASH_TESTS_KEEP_OPEN=all`` runs every module both
 ways (about twice the time of tests/api)."""
 

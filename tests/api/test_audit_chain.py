@@ -1,5 +1,5 @@
 """The audit trail is MAC-chained and padded (issue 26, findings 6 and 7;
-storage/audit_chain.py): anyone who can write the key ring can seal an
+storage/keyring/audit_chain.py): anyone who can write the key ring can seal an
 event to the cleartext owner public key, or delete one, but ``GET /audit``
 then answers ``trail.intact: false``; every label and every event seals to
 one size. Edits made with the sqlite3 module on the real key ring, in main
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from stash.crypto import owner_seal
-from stash.service.grant_terms import LABEL_MAX_BYTES
-from stash.service.verify import verify_user
+from stash.service.grant_label_expiry import LABEL_MAX_BYTES
+from stash.service.ops.verify import verify_user
 from stash.storage.keyring import LABEL_PAD
 from tests.helpers import Api, token_parts
 from tests.memory_kit import Memory

@@ -11,14 +11,15 @@ import threading
 
 import pytest
 
-from stash.storage import files, userlock
+from stash.storage import userlock
+from stash.storage.sqlite import transactions
 from stash.web.app import create_app
 from tests.helpers import Api, make_settings
 
 
 @pytest.fixture
 def api(data_dir, monkeypatch):
-    monkeypatch.setattr(files, "FLUSH_WAIT_MS", 300)  # a held snapshot is waited for this long, not 5 s
+    monkeypatch.setattr(transactions, "FLUSH_WAIT_MS", 300)  # a held snapshot is waited for this long, not 5 s
     client = Api(create_app(make_settings(data_dir, file_cipher="none")))
     yield client
     client.close()

@@ -2,7 +2,7 @@
 the app as ``stash serve`` runs it (files kept open between requests): each
 summary level's frontier is read in one statement, not one per level; the
 idempotency table's script runs only in a file that lacks the table; and a
-connection that :func:`stash.storage.files.connect` set up is put back into
+connection that :func:`stash.storage.sqlite.connections.connect` set up is put back into
 the pool without asking SQLite its journal and locking modes again.
 bench/request_cost.py prints what each call costs."""
 
@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from stash.storage import files
+from stash.storage.sqlite import connections
 from tests.helpers import Api
 
 pytestmark = pytest.mark.parametrize("keep_open", [5.0], ids=["kept-open"], indirect=True)
@@ -23,14 +23,14 @@ def statements(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     """Every statement the request's connections run, by text (SQLite's trace callback on each file opened);
     asked for before the app, so that every connection it opens is traced."""
     seen: Counter[str] = Counter()
-    real = files._open
+    real = connections._open
 
     def traced(target, *a, **kw):
         conn = real(target, *a, **kw)
         conn.set_trace_callback(lambda sql: seen.update([" ".join(sql.split())]))
         return conn
 
-    monkeypatch.setattr(files, "_open", traced)
+    monkeypatch.setattr(connections, "_open", traced)
     return seen
 
 

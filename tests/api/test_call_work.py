@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stash.crypto import tokens
-from stash.storage import files
+from stash.storage.sqlite import transactions
 from tests.helpers import Api
 
 # Both ways the app keeps a memory's files: closed after each request, and kept open as `stash serve` keeps them.
@@ -34,7 +34,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
             return _real(*a, **kw)
 
         monkeypatch.setattr(tokens, name, counted)
-    real_write = files.write_transaction
+    real_write = transactions.write_transaction
 
     def write(conn):
         if not conn.in_transaction and Path(conn.execute("PRAGMA database_list").fetchone()[2]).name.startswith(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from stash.crypto import tokens
-from stash.service.verify import verify_user
+from stash.service.ops.verify import verify_user
 from stash.storage.keyring import Keyring
 from stash.web.app import create_app
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings, token_parts
@@ -218,7 +218,7 @@ def test_without_a_revocation_a_file_passed_off_as_pre_0_2_0_is_refused(store: S
             conn.execute("UPDATE meta SET value = '2' WHERE name = 'format'")
             conn.execute("DELETE FROM meta WHERE name IN ('epoch', 'drops')")
             if s.cipher == "none":
-                from stash.storage.schema import sections
+                from stash.storage.sqlite.schema import sections
                 conn.executescript(sections()["memory_on_use"])
                 conn.execute("PRAGMA journal_mode = DELETE")
                 conn.execute("PRAGMA page_size = 16384")

@@ -1,4 +1,4 @@
-"""Who owns the files kept open between requests (storage/pool.py): the
+"""Who owns the files kept open between requests (storage/sqlite/pool.py): the
 app's lifespan builds the pool with ``--keep-open`` seconds and hands it to
 the vault, requests reuse the files it keeps, and the lifespan's end closes
 every one whole. An app driven without its lifespan, like every tool that
@@ -35,7 +35,7 @@ def test_the_lifespan_builds_the_pool_requests_reuse_it_and_its_end_closes_every
     assert api.post("/note", owner, json={"text": "kept"}).status_code == 200
     folder = user_folder(data_dir, owner)
     assert pool.idle_count() == 2  # the key ring and the memory file, for the next request
-    # Once quiet, each file is whole on disk: the pool's thread folds its WAL in (storage/pool.py).
+    # Once quiet, each file is whole on disk: the pool's thread folds its WAL in (storage/sqlite/pool.py).
     assert wal_folded(folder / "keyring.db", folder / "memory.db") and pool.idle_count() == 2
     assert api.get("/wake", owner).status_code == 200 and pool.idle_count() == 2
     api.close()

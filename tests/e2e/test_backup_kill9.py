@@ -1,4 +1,4 @@
-"""A backup is whole or says so (service/backup.py): ``stash backup`` killed
+"""A backup is whole or says so (service/ops/backup.py): ``stash backup`` killed
 -9 at random instants while it copies, and ``stash verify`` of every partial
 copy fails, naming the users it is missing."""
 

@@ -35,7 +35,7 @@ ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELEC
 # the reader's WHERE: every reader scans on for ever.
 META = "printf('spin%d', n) AS name, CAST(n AS TEXT) AS value"
 OTHER = "alpha"
-CACHED = 4_200  # memories: more than one recall-cache piece (storage/scancache.py's PIECE), so recall.db is read
+CACHED = 4_200  # memories: more than one recall-cache piece (recallcache/rendered_log.py, PIECE): recall.db is read
 
 
 def _replace_by_view(path: Path, table: str, columns: str, extra: tuple[str, ...] = ()) -> None:

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from stash.storage.files import PAGE_BYTES
+from stash.storage.formats import PAGE_BYTES
 from tests.disk_space import fill
 from tests.helpers import assert_error, wal_folded
 from tests.live import CLI_TIMEOUT, REPO, Http, Server

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from stash.service.access import Vault
-from stash.service.verify import verify as verify_folder
-from stash.storage import ring_copies
-from stash.storage.files import write_transaction
-from stash.storage.keyring import STATE_COPY
+from stash.service.ops.verify import verify as verify_folder
+from stash.storage.keyring import STATE_COPY, state_copies
+from stash.storage.sqlite.transactions import write_transaction
 from tests.helpers import CHEAP_KDF_FLAGS, assert_error
 from tests.live import Http, Server
 
@@ -31,7 +30,7 @@ def verify(data: Path, token: str | None = None) -> dict[str, str]:
 def state_copy(folder: Path, change: int = 0, token: str | None = None) -> int:
     """The key ring's copy of the state version, moved by ``change`` first
     and sealed with ``token``'s keys, as a server leaves it (one edited by
-    hand fails its MAC: storage/ring_copies.py)."""
+    hand fails its MAC: storage/keyring/state_copies.py)."""
     chain = None
     if change:
         with Vault(folder.parent.parent).session(token, "read") as s:
@@ -41,7 +40,7 @@ def state_copy(folder: Path, change: int = 0, token: str | None = None) -> int:
         value = int(conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (STATE_COPY,)).fetchone()[0])
         if chain is not None:
             with write_transaction(conn):
-                ring_copies.put(conn, folder.name, chain, {STATE_COPY: str(value + change)})
+                state_copies.put(conn, folder.name, chain, {STATE_COPY: str(value + change)})
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return int(conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (STATE_COPY,)).fetchone()[0])
     finally:

@@ -42,11 +42,12 @@ import pytest
 from stash.core.errors import StashError
 from stash.crypto import aead, inbox_seal, keys, tokens
 from stash.crypto.epochs import KeyChain
-from stash.storage import memories, scancache
+from stash.storage import memories
 from stash.storage.keyring import open_keyring
 from stash.storage.memfile import MemoryFile
 from stash.storage.memfile.log import KEYS_PER_CHUNK
-from stash.storage.wordcache import WordCache, WordTail
+from stash.storage.recallcache import rendered_log
+from stash.storage.recallcache.word_index import WordCache, WordTail
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import Http, start_server
 from tests.wal_states import copy_now, states
@@ -151,7 +152,7 @@ def index_words(copied: dict[str, bytes], tmp: Path, rows_key: bytes, store: str
                     index = kind(probe, tmp, store, rows_key, KEYS_PER_CHUNK, erased)
                     aad = index._seg_aad(piece, seg, index._keys_digests(piece, piece + 1)[piece])
                     try:
-                        out.append(scancache._unpad(aead.open_sealed(rows_key, bytes(sealed), aad)) or b"")
+                        out.append(rendered_log._unpad(aead.open_sealed(rows_key, bytes(sealed), aad)) or b"")
                     except aead.Unsealable:
                         continue
     probe.close()

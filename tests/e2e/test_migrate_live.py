@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from stash.service.migrate import migrate
-from stash.storage.files import available_file_cipher
+from stash.service.ops.migrate import migrate
+from stash.storage.sqlite.connections import available_file_cipher
 from tests.helpers import CHEAP_KDF_FLAGS
 from tests.live import start_server
 

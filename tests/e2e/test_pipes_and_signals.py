@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stash.service.access import Vault
-from stash.service.backup import backup
+from stash.service.ops.backup import backup
 from tests.helpers import CHEAP_KDF
 from tests.live import CLI_TIMEOUT, REPO, interrupted_while_waiting
 

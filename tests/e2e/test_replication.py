@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from stash.crypto import keys
-from stash.service.replica import Target, litestream_binary
+from stash.service.ops.replica import Target, litestream_binary
 from tests.backup_kit import log_of
 from tests.epoch_kit import epoch_keys_of, everything_readable, text_in
 from tests.helpers import CHEAP_KDF_FLAGS, matched, token_parts

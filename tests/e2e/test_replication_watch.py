@@ -1,5 +1,5 @@
-"""Replication costs what the writes cost, and is watched (service/replica.py,
-service/replication_status.py, cli/supervise.py): a real ``stash serve
+"""Replication costs what the writes cost, and is watched (service/ops/replica.py,
+service/ops/replication_status.py, cli/supervise.py): a real ``stash serve
 --replicate`` with the real ``litestream``.
 
 - An idle user ships (nearly) nothing over a window: the configuration

@@ -178,7 +178,7 @@ def test_a_whole_memory_file_put_back_is_refused_even_when_only_state_changed(se
 def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused(server: Server, tmp_path: Path,
                                                                                   moment: str):
     """The server keeps a user's files open for a few seconds after each
-    request (--keep-open, storage/pool.py). A file copied over in place
+    request (--keep-open, storage/sqlite/pool.py). A file copied over in place
     meanwhile — the same inode, older bytes — must not be read through the
     connection kept open, whose cache still holds the newer pages. Put back
     before the pool folded the newer writes, the WAL beside it still holds

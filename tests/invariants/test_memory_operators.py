@@ -8,9 +8,9 @@ import sqlite3
 from pathlib import Path
 
 from stash.crypto import tokens
-from stash.service.backup import backup
-from stash.service.replica import REPLICATED
-from stash.service.verify import verify
+from stash.service.ops.backup import backup
+from stash.service.ops.replica import REPLICATED
+from stash.service.ops.verify import verify
 from stash.web.metrics import memory_count
 from tests.helpers import CHEAP_KDF, Api, make_settings
 
@@ -53,7 +53,7 @@ def test_backup_verify_and_restore_cover_every_memory(tmp_path: Path) -> None:
     assert with_stranger.ok, with_stranger.problems
     assert any("memory b" in f and "bound to another memory" in f for f in with_bound.facts)
     # The manifest lists each memory's files: a backup that lost one memory fails verify --backup, naming it.
-    from stash.service.backup import check_manifest
+    from stash.service.ops.backup import check_manifest
 
     assert check_manifest(tmp_path / "backup", required=True) == []
     lost = tmp_path / "lost"

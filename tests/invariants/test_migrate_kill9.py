@@ -18,9 +18,9 @@ import pytest
 
 from stash.service import memories as memory_routes
 from stash.service.access import Vault
-from stash.service.migrate import migrate
+from stash.service.ops.migrate import migrate
 from stash.storage import cipher_swap
-from stash.storage.files import available_file_cipher
+from stash.storage.sqlite.connections import available_file_cipher
 from tests.helpers import CHEAP_KDF
 from tests.live import REPO
 
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(available_file_cipher() != "sqlcipher", reason="
 CHILD = """
 import sys
 from pathlib import Path
-from stash.service.migrate import migrate
+from stash.service.ops.migrate import migrate
 print("ready", flush=True)
 tokens = sys.stdin.read().split()
 migrate(Path(sys.argv[1]), tokens, wait=5.0)

@@ -1,7 +1,7 @@
 """Every statement over a file is bounded, and the server's shutdown ends
 what still runs (storage/safeopen.py; docs/DESIGN.md, "Formats" and
 "Shutdown"): on real files, both ciphers, the connections the server opens
-(files.connect) and those the tools open."""
+(connections.connect) and those the tools open."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from stash.storage import files, safeopen
+from stash.storage import disk_errors, safeopen
+from stash.storage.formats import PAGE_BYTES
+from stash.storage.sqlite import connections
 from stash.web.app import create_app
 from tests.helpers import Api, make_settings
 
@@ -37,7 +39,7 @@ def key_for(cipher: str) -> bytes | None:
 
 
 def open_file(path: Path, cipher: str, key: bytes | None, steps: int):
-    return safeopen.open_file(path, cipher=cipher, key=key, page=files.PAGE_BYTES, steps=steps,
+    return safeopen.open_file(path, cipher=cipher, key=key, page=PAGE_BYTES, steps=steps,
                               check_same_thread=False)
 
 
@@ -48,10 +50,10 @@ def test_a_statement_past_its_bound_ends_and_is_reported_as_damage(tmp_path: Pat
         for _ in range(3):
             assert conn.execute(COUNTED).fetchone() == (ROWS,)
             assert conn.cursor().execute(COUNTED).fetchone() == (ROWS,)
-        with pytest.raises(files.DB_ERRORS) as ended:
+        with pytest.raises(disk_errors.DB_ERRORS) as ended:
             conn.execute(ENDLESS).fetchone()
         assert safeopen.interrupted(ended.value)
-        err = files.storage_error(ended.value)
+        err = disk_errors.storage_error(ended.value)
         assert err is not None and err.code == "store.damaged"
         assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection goes on
     finally:
@@ -77,7 +79,7 @@ def test_the_stop_ends_a_statement_running_in_another_thread(tmp_path: Path, fil
     bound of its own: the stop ends it, as ``server.stopping``; a short
     statement (a fold, a close) still runs while stopping."""
     path, key = tmp_path / "memory.db", key_for(file_cipher)
-    files.close_now(path, files.connect(path, file_key=key, cipher=file_cipher, create=True))
+    connections.close_now(path, connections.connect(path, file_key=key, cipher=file_cipher, create=True))
     conn = open_file(path, file_cipher, key, 2**62)
     try:
         thread, out = _run_in_thread(conn)
@@ -85,7 +87,7 @@ def test_the_stop_ends_a_statement_running_in_another_thread(tmp_path: Path, fil
         thread.join(JOIN_S)
         assert not thread.is_alive(), "the stop did not end the statement"
         assert "error" in out and safeopen.interrupted(out["error"]), out
-        err = files.storage_error(out["error"])
+        err = disk_errors.storage_error(out["error"])
         assert err is not None and (err.status, err.code) == (503, "server.stopping")
         assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() is not None
     finally:
@@ -99,8 +101,8 @@ def test_a_servers_shutdown_stops_the_work_of_its_process(tmp_path: Path, owns_p
     (the tests') leaves the others' work alone."""
     api = Api(create_app(make_settings(tmp_path / "data"), owns_process=owns_process))
     path = tmp_path / "keyring.db"
-    files.close_now(path, files.connect(path, file_key=None, cipher="none", create=True))
-    conn = files.connect(path, file_key=None, cipher="none")
+    connections.close_now(path, connections.connect(path, file_key=None, cipher="none", create=True))
+    conn = connections.connect(path, file_key=None, cipher="none")
     try:
         thread, out = _run_in_thread(conn)
         api.close()

@@ -1,4 +1,4 @@
-"""``stash compact`` (stash/service/compact.py): a store whose summaries were
+"""``stash compact`` (stash/service/ops/compact.py): a store whose summaries were
 padded to one size, as every release before "rows in buckets" wrote them,
 has them re-sealed to their buckets and its memory file rewritten smaller;
 each summary keeps its text, writer and state version (so a copy from
@@ -23,7 +23,7 @@ from stash.core.errors import Damaged, RolledBack
 from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
-from stash.storage.files import DB_ERRORS
+from stash.storage.disk_errors import DB_ERRORS
 from stash.storage.memfile import short_rows
 from tests.compact_kit import ONE_SIZE, old_store, summaries
 from tests.installed import OUTSIDE

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from stash.core.errors import Damaged
-from stash.storage.files import write_transaction
 from stash.storage.formats import MEMORY_FILE, current_mark
 from stash.storage.memfile import MemoryFile
 from stash.storage.memfile.erasure_record import RECORD_META
+from stash.storage.sqlite.transactions import write_transaction
 
 USER = "00112233aabbccdd"
 AT = "2026-12-01T00:00:00Z"

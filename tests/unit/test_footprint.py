@@ -20,7 +20,7 @@ import pytest
 from stash.cli.main import main as stash_main
 from stash.core.errors import Damaged
 from stash.service.access import Vault
-from stash.storage.files import LEGACY_PAGE_BYTES, PAGE_BYTES
+from stash.storage.formats import LEGACY_PAGE_BYTES, PAGE_BYTES
 from stash.storage.keyring import MEMORY_PAGES
 from tests.helpers import CHEAP_KDF
 from tests.raw_files import file_key, open_raw

@@ -13,8 +13,8 @@ from stash.core import recall as recall_rules
 from stash.core.blocks import BATCH_MAX
 from stash.service import memory
 from stash.storage import formats
-from stash.storage.files import CACHE_KIB
-from stash.storage.pool import MAX_IDLE
+from stash.storage.sqlite.connections import CACHE_KIB
+from stash.storage.sqlite.pool import MAX_IDLE
 from stash.tools.definitions import TOOLS
 from stash.web.codes import CODES
 from stash.web.routes import ROUTES

@@ -130,8 +130,8 @@ def test_a_grant_minted_at_the_former_cost_still_opens_under_the_new_default(tmp
     import json
 
     from stash.service.access import Vault
-    from stash.storage.files import UserFiles
     from stash.storage.keyring import open_keyring
+    from stash.storage.layout import UserFiles
 
     former = keys.KdfParams(2, 8192, 1)
     old_vault = Vault(tmp_path, kdf=former, file_cipher="none")

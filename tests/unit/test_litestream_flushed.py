@@ -1,5 +1,5 @@
 """What the erasure's and revocation's flush counts as done on a file that
-Litestream streams (storage/files.py, ``_only_litestreams``), on a real
+Litestream streams (storage/sqlite/transactions.py, ``_only_litestreams``), on a real
 SQLite WAL: a generation holding only Litestream's own row is one that
 restarted after everything before it was checkpointed; one holding a page
 of ours is not."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from stash.storage.files import _only_litestreams
+from stash.storage.sqlite.transactions import _only_litestreams
 
 
 def test_a_wal_restarted_by_litestreams_row_counts_as_flushed(tmp_path: Path):

@@ -16,10 +16,10 @@ import pytest
 from stash.crypto import chain, keys
 from stash.crypto.epochs import KeyChain
 from stash.service.access import Vault
-from stash.storage import ring_copies
-from stash.storage.files import LEGACY_PAGE_BYTES, write_transaction
-from stash.storage.formats import MEMORY_FILE, current_mark
-from stash.storage.schema import sections
+from stash.storage.formats import LEGACY_PAGE_BYTES, MEMORY_FILE, current_mark
+from stash.storage.keyring import state_copies
+from stash.storage.sqlite.schema import sections
+from stash.storage.sqlite.transactions import write_transaction
 from stash.web.app import create_app
 from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
 from tests.raw_files import raw_memory_file
@@ -218,14 +218,14 @@ def test_a_key_ring_copy_from_another_history_is_refused(user: User):
         # Sealed as a server holding the key would seal it (a copy another
         # history of this user left): the file does not extend it.
         with write_transaction(ring):
-            ring_copies.put(ring, user.user_id, KeyChain(user.user_id, (user.master,)),
+            state_copies.put(ring, user.user_id, KeyChain(user.user_id, (user.master,)),
                             {"log_head": "2:" + "ab" * 32})
     finally:
         ring.close()
     assert_error(user.wake(), 500, "store.rolled_back")
     ring = user.ring()
     try:
-        # Edited in by hand: its MAC fails before it is compared (storage/ring_copies.py).
+        # Edited in by hand: its MAC fails before it is compared (storage/keyring/state_copies.py).
         ring.execute("UPDATE keyring_meta SET value = ? WHERE name = 'log_head'", ("3:" + "ab" * 32,))
     finally:
         ring.close()

@@ -16,13 +16,13 @@ import pytest
 from stash.cli.main import main
 from stash.cli.operate import INCOMPLETE
 from stash.service import memories as memory_routes
-from stash.service import replica
 from stash.service.access import Vault
-from stash.service.migrate import migrate
-from stash.service.replica import file_cipher
+from stash.service.ops import replica
+from stash.service.ops.migrate import migrate
+from stash.service.ops.replica import file_cipher
 from stash.storage import cipher_swap, userlock
-from stash.storage.files import available_file_cipher
 from stash.storage.memfile import FileKeys
+from stash.storage.sqlite.connections import available_file_cipher
 from stash.web.app import create_app
 from tests.helpers import CHEAP_KDF, Api, make_settings
 

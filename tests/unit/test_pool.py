@@ -1,4 +1,4 @@
-"""The pool of open connections kept between requests (storage/pool.py),
+"""The pool of open connections kept between requests (storage/sqlite/pool.py),
 on real SQLite and SQLCipher files: a connection is handed back only for the
 same file, unchanged, under the same key; the file is whole between
 requests; and the pool lets go when told to, within its bounds."""
@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 import stash
-from stash.storage import files, safeopen, userlock
-from stash.storage.pool import Pool, Signature, key_digest
+from stash.storage import safeopen, userlock
+from stash.storage.sqlite import connections
+from stash.storage.sqlite.pool import Pool, Signature, key_digest
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(1, 33))
@@ -26,7 +27,7 @@ KEY_B = bytes(range(1, 33))
 
 @pytest.fixture
 def pool_on() -> Iterator[Pool]:
-    pool = files.new_pool(60.0, 4)
+    pool = connections.new_pool(60.0, 4)
     try:
         yield pool
     finally:
@@ -34,11 +35,11 @@ def pool_on() -> Iterator[Pool]:
 
 
 def make(path: Path, key: bytes | None = KEY_A, cipher: str = "sqlcipher") -> None:
-    conn = files.connect(path, file_key=key, cipher=cipher, create=True)
+    conn = connections.connect(path, file_key=key, cipher=cipher, create=True)
     # A table name both files may hold: a file's schema is checked on open (storage/safeopen.py).
     conn.execute("CREATE TABLE idempotency (x INTEGER)")
     conn.execute("INSERT INTO idempotency VALUES (1)")
-    files.close_now(path, conn)
+    connections.close_now(path, conn)
 
 
 def is_closed(conn: sqlite3.Connection) -> bool:
@@ -52,24 +53,24 @@ def is_closed(conn: sqlite3.Connection) -> bool:
 def test_a_released_connection_comes_back_for_the_same_file_and_key_only(tmp_path: Path, pool_on: Pool):
     path = tmp_path / "memory.db"
     make(path)
-    first = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
-    files.release(first, path, KEY_A, pool_on)
+    first = connections.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
+    connections.release(first, path, KEY_A, pool_on)
     assert pool_on.idle_count() == 1
     # Another key never gets it: it opens afresh, and fails as a wrong key does.
     with pytest.raises(Exception, match="not a database"):
-        files.connect(path, file_key=KEY_B, cipher="sqlcipher", pool=pool_on)
+        connections.connect(path, file_key=KEY_B, cipher="sqlcipher", pool=pool_on)
     assert pool_on.idle_count() == 1
-    again = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
+    again = connections.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
     assert again is first and again.execute("SELECT x FROM idempotency").fetchall() == [(1,)]
-    files.close_now(path, again)
+    connections.close_now(path, again)
 
 
 def test_a_kept_file_is_folded_once_it_went_quiet_and_whole_without_its_wal_after(tmp_path: Path, pool_on: Pool):
     path = tmp_path / "memory.db"
     make(path)
-    conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
+    conn = connections.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
     conn.execute("INSERT INTO idempotency VALUES (2)")
-    files.release(conn, path, KEY_A, pool_on)
+    connections.release(conn, path, KEY_A, pool_on)
     assert pool_on.idle_count() == 1
     # Released, the write is in the WAL (synced there at its commit); the file and its WAL together hold it.
     assert os.path.getsize(f"{path}-wal") > 0
@@ -77,16 +78,16 @@ def test_a_kept_file_is_folded_once_it_went_quiet_and_whole_without_its_wal_afte
     both.parent.mkdir()
     for side in ("", "-wal"):
         shutil.copyfile(f"{path}{side}", f"{both}{side}")
-    seen = files.connect(both, file_key=KEY_A, cipher="sqlcipher")
+    seen = connections.connect(both, file_key=KEY_A, cipher="sqlcipher")
     assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]
-    files.close_now(both, seen)
+    connections.close_now(both, seen)
     # The file alone, copied in that moment, is the state before the write (SECURITY.md says so).
     alone = tmp_path / "alone" / "memory.db"
     alone.parent.mkdir()
     shutil.copyfile(path, alone)
-    seen = files.connect(alone, file_key=KEY_A, cipher="sqlcipher")
+    seen = connections.connect(alone, file_key=KEY_A, cipher="sqlcipher")
     assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,)]
-    files.close_now(alone, seen)
+    connections.close_now(alone, seen)
     # Not quiet for long enough yet: nothing is folded.
     pool_on.fold_quiet(now=time.monotonic())
     assert os.path.getsize(f"{path}-wal") > 0
@@ -96,20 +97,20 @@ def test_a_kept_file_is_folded_once_it_went_quiet_and_whole_without_its_wal_afte
     copy = tmp_path / "copy" / "memory.db"
     copy.parent.mkdir()
     shutil.copyfile(path, copy)
-    seen = files.connect(copy, file_key=KEY_A, cipher="sqlcipher")
+    seen = connections.connect(copy, file_key=KEY_A, cipher="sqlcipher")
     assert seen.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,)]
-    files.close_now(copy, seen)
-    assert files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on) is conn
-    files.close_now(path, conn)
+    connections.close_now(copy, seen)
+    assert connections.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on) is conn
+    connections.close_now(path, conn)
 
 
 def test_the_pools_own_thread_folds_a_quiet_file_within_its_time(tmp_path: Path):
     path = tmp_path / "memory.db"
     make(path)
-    with files.new_pool(60.0, 4) as pool:
-        conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool)
+    with connections.new_pool(60.0, 4) as pool:
+        conn = connections.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool)
         conn.execute("INSERT INTO idempotency VALUES (2)")
-        files.release(conn, path, KEY_A, pool)
+        connections.release(conn, path, KEY_A, pool)
         deadline = time.monotonic() + 10
         while os.path.getsize(f"{path}-wal") and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -121,9 +122,9 @@ def test_a_fold_waits_while_the_users_lock_is_held_exclusive(tmp_path: Path, poo
     exclusive: the pool never folds one beneath it."""
     path = tmp_path / "memory.db"
     make(path)
-    conn = files.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
+    conn = connections.connect(path, file_key=KEY_A, cipher="sqlcipher", pool=pool_on)
     conn.execute("INSERT INTO idempotency VALUES (2)")
-    files.release(conn, path, KEY_A, pool_on)
+    connections.release(conn, path, KEY_A, pool_on)
     wal = os.path.getsize(f"{path}-wal")
     later = time.monotonic() + pool_on.fold_after
     with userlock.exclusive(tmp_path):
@@ -136,9 +137,9 @@ def test_a_fold_waits_while_the_users_lock_is_held_exclusive(tmp_path: Path, poo
 def test_a_file_changed_before_its_fold_is_closed_not_folded(tmp_path: Path, pool_on: Pool):
     path = tmp_path / "keyring.db"
     make(path, None, "none")
-    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    kept = connections.connect(path, file_key=None, cipher="none", pool=pool_on)
     kept.execute("INSERT INTO idempotency VALUES (2)")
-    files.release(kept, path, None, pool_on)
+    connections.release(kept, path, None, pool_on)
     path.chmod(0o400)  # only the change time moves
     pool_on.fold_quiet(now=time.monotonic() + pool_on.fold_after)
     assert is_closed(kept) and pool_on.idle_count() == 0
@@ -154,23 +155,23 @@ def test_another_workers_commit_leaves_a_kept_connection_in_use_and_its_frames_u
     key = KEY_A if cipher == "sqlcipher" else None
     path = tmp_path / "keyring.db"
     make(path, key, cipher)
-    kept = files.connect(path, file_key=key, cipher=cipher, pool=pool_on)
+    kept = connections.connect(path, file_key=key, cipher=cipher, pool=pool_on)
     kept.execute("INSERT INTO idempotency VALUES (2)")
-    files.release(kept, path, key, pool_on)
-    other = files.connect(path, file_key=key, cipher=cipher)  # the other worker, its connection kept open
+    connections.release(kept, path, key, pool_on)
+    other = connections.connect(path, file_key=key, cipher=cipher)  # the other worker, its connection kept open
     try:
         other.execute("INSERT INTO idempotency VALUES (3)")
         wal = os.path.getsize(f"{path}-wal")
-        again = files.connect(path, file_key=key, cipher=cipher, pool=pool_on)
+        again = connections.connect(path, file_key=key, cipher=cipher, pool=pool_on)
         assert again is kept and not is_closed(kept)
         assert os.path.getsize(f"{path}-wal") == wal > 0
         assert again.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (2,), (3,)]
-        files.release(again, path, key, pool_on)
+        connections.release(again, path, key, pool_on)
         # And again after a second commit of the other worker's, counted from the last hand-back.
         other.execute("INSERT INTO idempotency VALUES (4)")
-        assert files.connect(path, file_key=key, cipher=cipher, pool=pool_on) is kept
+        assert connections.connect(path, file_key=key, cipher=cipher, pool=pool_on) is kept
         assert kept.execute("SELECT MAX(x) FROM idempotency").fetchone() == (4,)
-        files.close_now(path, kept)
+        connections.close_now(path, kept)
     finally:
         other.close()
 
@@ -183,9 +184,9 @@ def kept_with_an_older_copy(tmp_path: Path, pool: Pool) -> tuple[Path, Path, sql
     make(path, None, "none")
     older = tmp_path / "older.db"
     shutil.copyfile(path, older)
-    kept = files.connect(path, file_key=None, cipher="none", pool=pool)
+    kept = connections.connect(path, file_key=None, cipher="none", pool=pool)
     kept.execute("INSERT INTO idempotency VALUES (2)")
-    files.release(kept, path, None, pool)
+    connections.release(kept, path, None, pool)
     pool.fold_quiet(now=time.monotonic() + pool.fold_after)
     return path, older, kept
 
@@ -205,9 +206,9 @@ def test_a_file_put_back_then_written_through_sqlite_is_read_as_it_is_now_never_
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("INSERT INTO idempotency VALUES (3)")
     other.close()
-    again = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    again = connections.connect(path, file_key=None, cipher="none", pool=pool_on)
     assert again.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == [(1,), (3,)]
-    files.close_now(path, again)
+    connections.close_now(path, again)
 
 
 @pytest.mark.parametrize("change", ["a table made", "a trigger made"])
@@ -217,8 +218,8 @@ def test_a_schema_changed_by_another_connection_is_opened_afresh(tmp_path: Path,
     (storage/safeopen.py) and refuses the crafted one."""
     path = tmp_path / "keyring.db"
     make(path, None, "none")
-    kept = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-    files.release(kept, path, None, pool_on)
+    kept = connections.connect(path, file_key=None, cipher="none", pool=pool_on)
+    connections.release(kept, path, None, pool_on)
     other = sqlite3.connect(path, isolation_level=None)
     try:
         if change == "a table made":
@@ -228,7 +229,7 @@ def test_a_schema_changed_by_another_connection_is_opened_afresh(tmp_path: Path,
     finally:
         other.close()
     with pytest.raises(safeopen.ForeignSchema, match="crafted or damaged"):
-        files.connect(path, file_key=None, cipher="none", pool=pool_on)
+        connections.connect(path, file_key=None, cipher="none", pool=pool_on)
     assert is_closed(kept) and pool_on.idle_count() == 0
 
 
@@ -242,14 +243,14 @@ def test_a_connection_dropped_while_its_fold_runs_is_closed_after_it(tmp_path: P
 
     def folding(p: Path, conn: sqlite3.Connection, sig: Signature) -> Signature | None:
         holder["pool"].drop_folder(tmp_path / "a", held=False)
-        return files._pool_folder(p, conn, sig)
+        return connections._pool_folder(p, conn, sig)
 
-    pool = Pool(60.0, 4, closer=files._pool_closer, folder=folding)
+    pool = Pool(60.0, 4, closer=connections._pool_closer, folder=folding)
     holder["pool"] = pool
     try:
-        kept = files.connect(path, file_key=None, cipher="none", pool=pool)
+        kept = connections.connect(path, file_key=None, cipher="none", pool=pool)
         kept.execute("INSERT INTO idempotency VALUES (2)")
-        files.release(kept, path, None, pool)
+        connections.release(kept, path, None, pool)
         pool.fold_quiet(now=time.monotonic() + pool.fold_after)
         assert is_closed(kept) and pool.idle_count() == 0
     finally:
@@ -269,11 +270,11 @@ def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_clos
         os.replace(older, path)
     else:
         path.chmod(0o400)  # only the change time moves (root reads it still: what matters is no reuse)
-    fresh = files.connect(path, file_key=None, cipher="none", pool=pool_on)
+    fresh = connections.connect(path, file_key=None, cipher="none", pool=pool_on)
     assert fresh is not kept and is_closed(kept)
     want = {"its mode changed": [(1,), (2,)]}.get(change, [(1,)])
     assert fresh.execute("SELECT x FROM idempotency ORDER BY x").fetchall() == want
-    files.close_now(path, fresh)
+    connections.close_now(path, fresh)
 
 
 def test_the_pool_keeps_at_most_its_bound_and_closes_the_oldest(tmp_path: Path, pool_on: Pool):
@@ -281,8 +282,8 @@ def test_the_pool_keeps_at_most_its_bound_and_closes_the_oldest(tmp_path: Path, 
     for k in range(pool_on.max_idle + 2):
         path = tmp_path / f"f{k}.db"
         make(path, None, "none")
-        conn = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-        files.release(conn, path, None, pool_on)
+        conn = connections.connect(path, file_key=None, cipher="none", pool=pool_on)
+        connections.release(conn, path, None, pool_on)
         conns.append(conn)
     assert pool_on.idle_count() == pool_on.max_idle
     assert [is_closed(c) for c in conns] == [True, True] + [False] * pool_on.max_idle
@@ -295,8 +296,8 @@ def test_reap_closes_what_idled_past_its_time_and_drop_folder_only_that_folder(t
     for name in ("a", "b"):
         path = tmp_path / name / "keyring.db"
         make(path, None, "none")
-        kept[name] = files.connect(path, file_key=None, cipher="none", pool=pool_on)
-        files.release(kept[name], path, None, pool_on)
+        kept[name] = connections.connect(path, file_key=None, cipher="none", pool=pool_on)
+        connections.release(kept[name], path, None, pool_on)
     pool_on.reap(now=time.monotonic())
     assert pool_on.idle_count() == 2
     pool_on.drop_folder(tmp_path / "a", held=True)
@@ -307,15 +308,15 @@ def test_reap_closes_what_idled_past_its_time_and_drop_folder_only_that_folder(t
 
 @pytest.mark.parametrize("kind", ["no pool", "a pool of 0 seconds", "a closed pool"])
 def test_off_the_pool_keeps_nothing(tmp_path: Path, kind: str):
-    off = None if kind == "no pool" else files.new_pool(0.0 if kind == "a pool of 0 seconds" else 60.0, 4)
+    off = None if kind == "no pool" else connections.new_pool(0.0 if kind == "a pool of 0 seconds" else 60.0, 4)
     if kind == "a closed pool":
         assert off is not None and off.enabled
         off.close()
     assert off is None or not off.enabled
     path = tmp_path / "keyring.db"
     make(path, None, "none")
-    conn = files.connect(path, file_key=None, cipher="none", pool=off)
-    files.release(conn, path, None, off)
+    conn = connections.connect(path, file_key=None, cipher="none", pool=off)
+    connections.release(conn, path, None, off)
     assert is_closed(conn) and (off is None or off.idle_count() == 0)
     assert not Path(f"{path}-wal").exists()
 
@@ -324,13 +325,13 @@ def test_its_owner_closing_the_pool_closes_every_kept_file_whole(tmp_path: Path)
     """What a server's lifespan does when it stops: every file still kept
     open is closed, its WAL folded in and removed."""
     paths = [tmp_path / "keyring.db", tmp_path / "memory.db"]
-    with files.new_pool(60.0, 4) as pool:
+    with connections.new_pool(60.0, 4) as pool:
         kept = []
         for path in paths:
             make(path, None, "none")
-            conn = files.connect(path, file_key=None, cipher="none", pool=pool)
+            conn = connections.connect(path, file_key=None, cipher="none", pool=pool)
             conn.execute("INSERT INTO idempotency VALUES (2)")
-            files.release(conn, path, None, pool)
+            connections.release(conn, path, None, pool)
             kept.append(conn)
         assert pool.idle_count() == 2 and not any(is_closed(c) for c in kept)
     assert pool.idle_count() == 0 and all(is_closed(c) for c in kept)
@@ -356,12 +357,12 @@ def test_no_module_holds_a_pool_of_its_own():
 
 def test_the_pools_thread_gives_the_free_heap_back_every_few_seconds():
     calls: list[float] = []
-    with Pool(60.0, 4, closer=files._pool_closer, trim=lambda: calls.append(time.monotonic()), trim_every=0.3):
+    with Pool(60.0, 4, closer=connections._pool_closer, trim=lambda: calls.append(time.monotonic()), trim_every=0.3):
         deadline = time.monotonic() + 10
         while len(calls) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
     assert len(calls) >= 2
-    assert files.new_pool(60.0, 4).trim is files.return_free_heap
+    assert connections.new_pool(60.0, 4).trim is connections.return_free_heap
 
 
 def _rss_kib() -> int:
@@ -373,13 +374,13 @@ def _rss_kib() -> int:
 def test_returning_the_free_heap_gives_freed_memory_back_to_the_system():
     """What a worker's RSS grew by under load: memory freed below the top of
     glibc's heap, which it keeps until told to give it back."""
-    assert files.return_free_heap()
+    assert connections.return_free_heap()
     chunks = [bytearray(64 * 1024) for _ in range(1200)]  # 75 MiB, each under glibc's mmap threshold
     pin = bytearray(64 * 1024)  # allocated last: the heap's top stays in use
     before = _rss_kib()
     del chunks
     kept = _rss_kib()
-    files.return_free_heap()
+    connections.return_free_heap()
     after = _rss_kib()
     assert before - kept < 16 * 1024 and kept - after > 48 * 1024, (before, kept, after)
     del pin

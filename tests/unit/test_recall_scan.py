@@ -16,8 +16,8 @@ from stash.core.errors import Damaged
 from stash.core.recall import compile_pattern
 from stash.service import recall_scan
 from stash.service.access import Vault
-from stash.storage import scancache
-from stash.storage.scancache import PIECE
+from stash.storage.recallcache import rendered_log
+from stash.storage.recallcache.rendered_log import PIECE
 from tests.helpers import CHEAP_KDF
 from tests.raw_files import restore_log_triggers
 
@@ -56,11 +56,11 @@ def store(tmp_path_factory):
 
 
 def cache_db(mf) -> sqlite3.Connection:
-    return sqlite3.connect(mf.file_keys().path.parent / scancache.CACHE_FILE, isolation_level=None)
+    return sqlite3.connect(mf.file_keys().path.parent / rendered_log.CACHE_FILE, isolation_level=None)
 
 
 def cached_pieces(mf) -> set[int]:
-    if not (mf.file_keys().path.parent / scancache.CACHE_FILE).exists():
+    if not (mf.file_keys().path.parent / rendered_log.CACHE_FILE).exists():
         return set()
     with contextlib.closing(cache_db(mf)) as db:
         return {r[0] for r in db.execute("SELECT piece FROM scan_cache")}
@@ -76,7 +76,7 @@ def test_cold_and_warm_cache_answer_what_one_pass_does(store, pattern, part_byte
     vault, token, lines = store
     with vault.session(token, "read") as s:
         mf = s.memory.mf
-        (mf.file_keys().path.parent / scancache.CACHE_FILE).unlink(missing_ok=True)
+        (mf.file_keys().path.parent / rendered_log.CACHE_FILE).unlink(missing_ok=True)
         cold = recall_scan.recall(mf, compile_pattern(pattern), part_bytes, deadline=1e18)
         assert cached_pieces(mf) == {0, 1, 2}
         warm = recall_scan.recall(mf, compile_pattern(pattern), part_bytes, deadline=1e18)
@@ -127,7 +127,7 @@ def test_an_erasure_drops_its_piece_and_an_old_copy_of_the_piece_no_longer_opens
         s.memory.erase([PIECE + 3], "2026-01-03T00:00:00Z")
         assert cached_pieces(mf) == {0}
         # Shredded, not only unlinked: invalidate checkpoints, secure_delete zeroes.
-        cache = tmp_path / "users" / ident.user_id / scancache.CACHE_FILE
+        cache = tmp_path / "users" / ident.user_id / rendered_log.CACHE_FILE
         wal = Path(f"{cache}-wal")
         raw = cache.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
         assert old[:4096] not in raw and old[-4096:] not in raw
@@ -167,20 +167,20 @@ def test_pieces_are_compressed_and_padded_and_the_old_layout_is_rebuilt(store):
         mf = s.memory.mf
         recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
         fk = mf.file_keys()
-        cache = scancache.ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids,
+        cache = rendered_log.ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids,
                                     mf.chunk_digests)
         digests = cache._keys_digests(0, 3)
         with contextlib.closing(cache_db(mf)) as db:
             sealed = dict(db.execute("SELECT piece, sealed FROM scan_cache"))
             plain = [("\n".join(lines[p * PIECE:(p + 1) * PIECE]) + "\n").encode() for p in range(3)]
             for p, value in sealed.items():
-                assert (len(value) - aead.OVERHEAD) % scancache.PAD_BYTES == 0
+                assert (len(value) - aead.OVERHEAD) % rendered_log.PAD_BYTES == 0
                 assert len(value) < len(plain[p]) // 2  # compressed
             # Piece 0 as the uncompressed layout sealed it; piece 1 sealed
             # as compressed, but not zlib.
-            old = aead.seal(fk.rows_key, scancache._pad(plain[0]), cache._aad(0, digests[0]))
-            bad = aead.seal(fk.rows_key, scancache._pad(b"x" + plain[1][:100]),
-                            cache._aad(1, digests[1]) + scancache.COMPRESSED)
+            old = aead.seal(fk.rows_key, rendered_log._pad(plain[0]), cache._aad(0, digests[0]))
+            bad = aead.seal(fk.rows_key, rendered_log._pad(b"x" + plain[1][:100]),
+                            cache._aad(1, digests[1]) + rendered_log.COMPRESSED)
             db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 0", (old,))
             db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 1", (bad,))
         assert [p for p, got in cache.pieces(3)] == [2, 1, 0]

@@ -1,5 +1,5 @@
 """``stash restore`` picks a moment where a user's two files agree
-(stash/service/replica.py, ``agree``): the pairs it refuses are exactly the
+(stash/service/ops/replica.py, ``agree``): the pairs it refuses are exactly the
 ones whole-state authentication refuses when the server opens them, and the
 pairs it accepts open. Real files from a real Vault, copied at two moments
 as two Litestream streams could have left them."""
@@ -14,7 +14,7 @@ import pytest
 
 from stash.core.errors import StashError
 from stash.service.access import Vault
-from stash.service.pair_agree import agree
+from stash.service.ops.keyring_memfile_agree import agree
 from tests.helpers import CHEAP_KDF
 
 

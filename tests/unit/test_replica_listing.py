@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from stash.service.replica import listed_moments
+from stash.service.ops.replica import listed_moments
 
 WHEN = [dt.datetime(2026, 12, 2, 1, 26, 45, tzinfo=dt.UTC), dt.datetime(2026, 12, 2, 1, 26, 47, tzinfo=dt.UTC)]
 ROWS = [{"level": 0, "min_txid": f"{n:016x}", "max_txid": f"{n:016x}", "size": 191,

@@ -1,4 +1,4 @@
-"""How a replicated host judges its replication (service/replication_status.py):
+"""How a replicated host judges its replication (service/ops/replication_status.py):
 Litestream's log lines by kind, the status file's verdicts, and the lag read
 from real file times."""
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from stash.service import replication_status as rs
+from stash.service.ops import replication_status as rs
 
 # Lines as Litestream 0.5 writes them (paths made up).
 FULL = ('time=2026-12-01T19:34:48.535Z level=ERROR msg="sync error" db=/d/users/ab/memory.db '

@@ -20,10 +20,10 @@ import pytest
 
 from stash.core.errors import Damaged
 from stash.crypto.epochs import KeyChain
-from stash.storage.files import write_transaction
 from stash.storage.formats import MEMORY_FILE, current_mark
 from stash.storage.memfile import MemoryFile, binds, bound, row_tree
 from stash.storage.memfile.erasure_record import RECORD_MARK
+from stash.storage.sqlite.transactions import write_transaction
 from tests.raw_files import restore_log_triggers
 
 USER = "00112233aabbccdd"

@@ -21,7 +21,8 @@ from stash.core.errors import Damaged, StashError
 from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
-from stash.storage.files import DB_ERRORS, PAGE_BYTES
+from stash.storage.disk_errors import DB_ERRORS
+from stash.storage.formats import PAGE_BYTES
 from stash.storage.memfile import short_rows
 from tests.compact_kit import old_store
 from tests.fixtures import make_release1, make_release2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stash.storage.files import PAGE_BYTES
+from stash.storage.formats import PAGE_BYTES
 from tests.memory_kit import Memory
 from tests.verify_kit import Store, line_of, run
 

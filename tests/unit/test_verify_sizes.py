@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 from stash.core.errors import Damaged
-from stash.storage import ring_copies
-from stash.storage.files import write_transaction
-from stash.storage.keyring import STATE_COPY
+from stash.storage.keyring import STATE_COPY, state_copies
+from stash.storage.sqlite.transactions import write_transaction
 from tests.verify_kit import Store, line_of, run
 
 MANY = 300  # enough sealed rows that a quarter of the file cannot hold them
@@ -39,13 +38,13 @@ def state_copy(store: Store) -> int:
 
 def set_state_copy(store: Store, value: int) -> None:
     """The copy set to ``value`` and sealed, as a server holding the key
-    would leave it (a copy edited by hand fails its MAC: storage/ring_copies.py)."""
+    would leave it (a copy edited by hand fails its MAC: storage/keyring/state_copies.py)."""
     with store.vault.session(store.token, "read") as s:
         chain = s.keys
     conn = sqlite3.connect(store.folder / "keyring.db", isolation_level=None)
     try:
         with write_transaction(conn):
-            ring_copies.put(conn, store.user_id, chain, {STATE_COPY: str(value)})
+            state_copies.put(conn, store.user_id, chain, {STATE_COPY: str(value)})
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         conn.close()

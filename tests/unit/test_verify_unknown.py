@@ -1,6 +1,6 @@
 """``stash verify`` names what it does not know, never materialises a sparse
 or oversized file, and fails a backup that is not whole (storage/layout.py,
-service/verify.py, service/backup.py), on real stores."""
+service/ops/verify.py, service/ops/backup.py), on real stores."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stash.service.backup import MANIFEST, backup
+from stash.service.ops.backup import MANIFEST, backup
 from tests.verify_kit import Store, line_of, run
 
 
@@ -46,7 +46,7 @@ def test_a_sparse_wal_is_copied_as_holes_and_an_oversized_one_is_refused(capsys,
     with open(wal, "wb") as f:
         f.truncate(3 << 30)  # 3 GiB that use no block
     seen: list[int] = []
-    import stash.service.verify as verify
+    import stash.service.ops.verify as verify
 
     real = verify.copy_allocated
 
@@ -97,7 +97,7 @@ def test_the_users_lock_is_free_while_verify_copies(capsys, store: Store, monkey
     """The copy is taken between two moments under the lock, not under it:
     a request (here, the lock taken exclusive from another open file) gets
     the lock while the copy runs."""
-    import stash.service.verify as verify
+    import stash.service.ops.verify as verify
     from stash.storage import userlock
 
     real = verify.copy_allocated
@@ -143,7 +143,7 @@ def test_a_user_written_to_during_every_copy_is_verified_under_the_lock(capsys, 
     between the two moments; verify then makes its last copy with the lock
     held throughout (as stash backup copies), rather than fail the user.
     Here a real note lands whenever the lock is free while a file is copied."""
-    import stash.service.verify as verify
+    import stash.service.ops.verify as verify
     from stash.storage import userlock
 
     real = verify.copy_allocated

@@ -73,7 +73,7 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
     must write nothing (the piece holds the erased memory's words)."""
     from stash.core import word_piece_write
     from stash.storage.memfile import KEYS_PER_CHUNK
-    from stash.storage.wordcache import WordCache
+    from stash.storage.recallcache.word_index import WordCache
 
     vault = Vault(tmp_path, CHEAP_KDF)
     ident = vault.create_identity()
@@ -193,7 +193,7 @@ def test_the_index_answers_byte_for_byte_as_the_log_does(life) -> None:
         assert pages(mf, "the a", 150, cached=True, most=4) == off
     import sqlite3
 
-    from stash.storage.wordcache import CHARS
+    from stash.storage.recallcache.word_index import CHARS
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == CHARS + 1
         assert conn.execute("SELECT count(*) FROM word_tail_segs").fetchone()[0] == CHARS + 1
@@ -206,7 +206,7 @@ def test_a_search_opens_only_its_words_segments(life) -> None:
     import sqlite3
 
     from stash.storage.memfile import KEYS_PER_CHUNK
-    from stash.storage.wordcache import CHARS, WordCache
+    from stash.storage.recallcache.word_index import CHARS, WordCache
 
     vault, ident, db = life
     with vault.session(ident.token, "read") as s:

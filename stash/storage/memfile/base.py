@@ -19,8 +19,9 @@ from ...crypto import keys
 from ...crypto.chain import Head
 from ...crypto.epochs import KeyChain
 from .. import formats
-from ..files import PAGE_BYTES, read_snapshot
-from ..pool import Pool
+from ..formats import PAGE_BYTES
+from ..sqlite.pool import Pool
+from ..sqlite.transactions import read_snapshot
 from .erasure_record import Record
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ class FilePart:
 
     @contextlib.contextmanager
     def snapshot(self) -> Iterator[None]:
-        """One read snapshot of the file (storage.files.read_snapshot) in
+        """One read snapshot of the file (storage.sqlite.transactions.read_snapshot) in
         which a key chunk opened once stays opened for every call. Outside
         one, each read forgets the chunks opened before it, since another
         writer may have added keys to them since; inside one, no other

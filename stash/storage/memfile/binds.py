@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from ...core.errors import Damaged
 from .. import formats
-from ..files import read_snapshot, write_transaction
+from ..sqlite.transactions import read_snapshot, write_transaction
 from .bound import BOUND_MARK, OPEN_META, SECTION, TABLE, UNBOUND
 from .log import KEYS_PER_CHUNK
 from .row_tree import (

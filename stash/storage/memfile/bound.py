@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 
 from ...core.errors import Damaged
-from ..files import read_snapshot
+from ..sqlite.transactions import read_snapshot
 from .erasure_record import RECORD_MARK
 from .row_tree import (
     DIGEST,
@@ -165,7 +165,7 @@ class BoundPart(RowCodec):
     def chunk_digests(self, first: int, stop: int) -> dict[int, bytes] | None:
         """What the authenticated tree holds for key chunks ``[first, stop)``
         (one it does not hold is left out), None for a file whose rows are
-        not bound: what a recall cache piece is bound to (scancache.py)."""
+        not bound: what a recall cache piece is bound to (recallcache/rendered_log.py)."""
         if not self._bound:
             return None
         out = {c: self._held(key_slot(c)) for c in range(first, stop)}

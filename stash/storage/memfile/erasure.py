@@ -13,8 +13,8 @@ from typing import Any
 
 from ...core.errors import Damaged
 from ...crypto import aead
-from .. import scancache
-from ..files import flush, read_snapshot, write_transaction
+from ..recallcache import rendered_log
+from ..sqlite.transactions import flush, read_snapshot, write_transaction
 from .bound import RECORD_MARKS
 from .erasure_record import RECORD_META, UNREADABLE, Record, from_tables, parse
 from .log import ERASED_KEY, KEYS_PER_CHUNK
@@ -87,8 +87,8 @@ class ErasurePart(RowCodec):
                                   (sealed, *epoch, c))
                 self._bind(key_slot(c), sealed)
             # The recall cache holds these memories' rendered text: its pieces
-            # go while this transaction holds the write lock (scancache.py).
-            scancache.invalidate(self._fk.path.parent, fresh + shredded)
+            # go while this transaction holds the write lock (rendered_log.py).
+            rendered_log.invalidate(self._fk.path.parent, fresh + shredded)
             version = self._next_version()
             gone = self._drop_erased(fresh, T, version) if fresh and T >= 2 else []
             if fresh:

@@ -17,10 +17,13 @@ from ...crypto import aead, chain
 from ...crypto.chain import Head
 from ...crypto.epochs import KeyChain
 from .. import formats
-from ..files import PAGE_BYTES, MissingFile, connect, release, storage_error, write_transaction
-from ..idempotency import Records
-from ..pool import Pool
-from ..schema import sections
+from ..disk_errors import MissingFile, storage_error
+from ..formats import PAGE_BYTES
+from ..idempotency_table import Records
+from ..sqlite.connections import connect, release
+from ..sqlite.pool import Pool
+from ..sqlite.schema import sections
+from ..sqlite.transactions import write_transaction
 from .base import EPOCH_META, HEAD_META, FileKeys
 from .binds import BindPart
 from .bound import BoundPart

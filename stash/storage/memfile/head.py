@@ -17,7 +17,7 @@ from ...core.lines import plural
 from ...crypto import chain
 from ...crypto.chain import Head
 from .. import formats
-from ..files import write_transaction
+from ..sqlite.transactions import write_transaction
 from .base import HEAD_META, ROLLED_BACK
 from .rows import RowCodec
 

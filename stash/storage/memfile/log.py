@@ -18,7 +18,7 @@ from contextlib import closing
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, chain
 from ...crypto.chain import Head
-from ..files import write_transaction
+from ..sqlite.transactions import write_transaction
 from .base import HEAD_META, ROLLED_BACK
 from .row_tree import erased_slot, key_slot
 from .rows import ERASED, LARGEST_MEMORY_PLAINTEXT, RowCodec

@@ -15,8 +15,9 @@ import os
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, keys
 from ...crypto.epochs import KeyChain
-from ..files import checkpoint, connect, release, write_transaction
 from ..formats import SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES
+from ..sqlite.connections import connect, release
+from ..sqlite.transactions import checkpoint, write_transaction
 from .base import EPOCH_META, SEALED_BASE_META, SEALED_TABLES, FileKeys
 from .log import CHUNK_BYTES, KEYS_PER_CHUNK
 from .row_tree import key_slot, summary_slot

@@ -170,7 +170,7 @@ class Nodes(dict[int, tuple[bytes, bytes]]):
 
 def nodes_of(conn: sqlite3.Connection) -> Nodes:
     """The nodes kept on ``conn``: a connection the pool keeps between
-    requests is the same file (storage/pool.py), and its nodes go with it."""
+    requests is the same file (storage/sqlite/pool.py), and its nodes go with it."""
     nodes = getattr(conn, NODES_KEPT, None)
     if nodes is None:
         nodes = Nodes()

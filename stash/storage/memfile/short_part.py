@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 
 from ...crypto import aead
 from .. import formats
-from ..files import write_transaction
+from ..sqlite.transactions import write_transaction
 from .log import ERASED_KEY, KEYS_PER_CHUNK
 from .rows import RowCodec
 from .short_rows import FULL_SEALED, SHORT_OVERHEAD, expand, is_short, shorten

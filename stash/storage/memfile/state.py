@@ -17,7 +17,7 @@ from ...core.errors import Damaged, RolledBack
 from ...crypto import aead, keys
 from ...crypto.chain import Head
 from .. import formats
-from ..files import LEGACY_PAGE_BYTES, read_snapshot, write_transaction
+from ..sqlite.transactions import read_snapshot, write_transaction
 from .base import DROPS_META, EPOCH_META, HEAD_META, HOLES_META, ROLLED_BACK, STATE_META
 from .bound import BOUND_MARK, OPEN_META, RECORD_MARKS, ROOT
 from .erasure_record import RECORD_META, Record, counts, from_tables
@@ -57,7 +57,7 @@ class StatePart(RowCodec):
         for name in (EPOCH_META, DROPS_META):
             if name in meta:
                 return f"meta {name}"
-        if int(self.conn.execute("PRAGMA page_size").fetchone()[0]) != LEGACY_PAGE_BYTES:
+        if int(self.conn.execute("PRAGMA page_size").fetchone()[0]) != formats.LEGACY_PAGE_BYTES:
             return "page size"
         if not formats.on_use_tables("memory_on_use") <= self._tables():
             return "tables made on use"

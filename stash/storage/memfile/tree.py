@@ -18,7 +18,7 @@ from typing import Any
 from ...core.blocks import Erased, Settled, forget_span, is_settled, levels
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead
-from ..files import write_transaction
+from ..sqlite.transactions import write_transaction
 from .base import DROPS_META, HOLES_META
 from .row_tree import summary_kind, summary_slot
 from .rows import RowCodec

@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ..crypto import epochs, inbox_seal
-from ..crypto.epochs import KeyChain
-from ..crypto.owner_seal import OwnerKeys
-from . import ring_copies
-from .files import write_transaction
-from .keyring_base import EPOCH, OLDER_KEYS, OWNER_BOX, OWNER_NEXT, Grant, expired
-from .keyring_grants import Grants
+from ...crypto import epochs, inbox_seal
+from ...crypto.epochs import KeyChain
+from ...crypto.owner_seal import OwnerKeys
+from ..sqlite.transactions import write_transaction
+from .grants import Grants
+from .ring_file import EPOCH, OLDER_KEYS, OWNER_BOX, OWNER_NEXT, Grant, expired
+from .state_copies import rekey
 
 
 class Epochs(Grants):
@@ -66,7 +66,7 @@ class Epochs(Grants):
                                 (inbox_seal.PUBLIC_META, inbox_seal.public_text(new))):
                 self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
-            ring_copies.rekey(self.conn, self.user_id, chain, new)  # a copy from before this epoch fails its MAC
+            rekey(self.conn, self.user_id, chain, new)  # a copy from before this epoch fails its MAC
             if mint is not None:
                 minted = self._insert(chain=new, **mint)
                 if owner is not None and mint.get("scope") == "owner":
@@ -115,7 +115,7 @@ class Epochs(Grants):
         """The first use of a rotation's successor ``grant`` (opened with
         ``kek``): revoke the owner grant it succeeds with a new epoch, and with
         it every live grant from id ``window_from`` on but ``grant`` (those
-        minted since the rotation: storage/owner_handover.py), hand it the
+        minted since the rotation: storage/keyring/owner_handover.py), hand it the
         owner keys with a fresh seed and re-seal the labels to it (so the
         rotated-away token opens nothing sealed to the owner, or written,
         from now on), in one transaction. Returns the new chain and the

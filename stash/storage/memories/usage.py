@@ -10,9 +10,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from . import safeopen
-from .keyring_base import ERASED_COPY, HEAD_COPY
-from .memories import MemoryFiles, names
+from .. import safeopen
+from ..keyring.ring_file import ERASED_COPY, HEAD_COPY
+from . import MemoryFiles, names
 
 USAGE_SECONDS = 5.0  # how old the other memories' usage a quota check adds may be, in one process
 _USAGE: dict[tuple[str, str, str], tuple[float, tuple[int, int]]] = {}

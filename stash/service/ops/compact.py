@@ -28,13 +28,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import StashError
-from ..crypto import tokens
-from ..storage import ring_copies, userlock
-from ..storage.files import DB_ERRORS, checkpoint
-from ..storage.memfile import MemoryFile
-from ..storage.scancache import CACHE_FILE
-from .access import Vault
+from ...core.errors import StashError
+from ...crypto import tokens
+from ...storage import userlock
+from ...storage.disk_errors import DB_ERRORS
+from ...storage.keyring import state_copies
+from ...storage.memfile import MemoryFile
+from ...storage.recallcache.rendered_log import CACHE_FILE
+from ...storage.sqlite.transactions import checkpoint
+from ..access import Vault
 from .migrate import _folders, _is_owner
 from .verify import Report, user_folders, verify_user
 
@@ -95,7 +97,7 @@ def _compact(vault: Vault, token: str, name: str, wait: float) -> Compacted:
     while True:
         with vault.session(token, "full", memory=name) as s, userlock.exclusive(s.files.folder):
             path = s.files.memory
-            recorded = ring_copies.state_required(s.keyring.conn, s.keyring.copies(s.keys))
+            recorded = state_copies.state_required(s.keyring.conn, s.keyring.copies(s.keys))
             mf = MemoryFile(path, s.keyring.user_id, s.keys, s.cipher, page_bytes=s.page_bytes, recorded=recorded)
             try:
                 mf.conn.execute("VACUUM")

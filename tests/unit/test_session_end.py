@@ -1,4 +1,4 @@
-"""The end of a session after its answer (service/after_answer.py): run
+"""The end of a session after its answer (service/session_end.py): run
 once, by whoever comes first; failures logged by class only; and, on real
 files, a capability's session really ends after the answer leaves (the key
 ring's copy of the head not raised yet, the user's lock still held shared),
@@ -19,7 +19,7 @@ import pytest
 
 from stash.service import access, operation
 from stash.service.access import Vault
-from stash.service.after_answer import Deferred, Pending
+from stash.service.session_end import Deferred, Pending
 from stash.storage import userlock
 from stash.storage.keyring import open_keyring
 from tests.helpers import CHEAP_KDF, Lifespan, make_settings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from .. import package_data
+from ... import package_data
 
 
 @cache

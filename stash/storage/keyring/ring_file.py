@@ -1,6 +1,6 @@
 """The key ring's file and what every part of it reads: the names of its
 meta rows, the grant rows, and :class:`RingFile`, the connection with the
-reads the other parts share (stash/storage/keyring.py puts the parts together;
+reads the other parts share (stash/storage/keyring/__init__.py puts the parts together;
 its docstring says what the key ring holds)."""
 
 from __future__ import annotations
@@ -10,21 +10,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Self
 
-from ..core.errors import Conflict
-from ..crypto import aead, epochs, keys
-from ..crypto.epochs import KeyChain
-from . import formats, ring_copies
-from .files import DB_ERRORS, LEGACY_PAGE_BYTES, PAGE_BYTES, connect, flush, release, write_transaction
-from .idempotency import Records
-from .pool import Pool
-from .schema import sections
+from ...core.errors import Conflict
+from ...crypto import aead, epochs, keys
+from ...crypto.epochs import KeyChain
+from .. import formats
+from ..disk_errors import DB_ERRORS
+from ..formats import LEGACY_PAGE_BYTES, PAGE_BYTES
+from ..idempotency_table import Records
+from ..sqlite.connections import connect, release
+from ..sqlite.pool import Pool
+from ..sqlite.schema import sections
+from ..sqlite.transactions import flush, write_transaction
 
 SCOPES = ("read", "full", "owner")
 LABEL_KEY = b"grant-labels"  # subkey purpose: grant labels of a key ring whose owner has no owner key yet
-HEAD_COPY = ring_copies.HEAD_COPY
-STATE_COPY = ring_copies.STATE_COPY
+HEAD_COPY = "log_head"  # the key ring's copies of the memory file's state (state_copies.py)
+STATE_COPY = "state_version"
 # How many of the memory's memories are erased, in clear beside the copy of the log head: what the identity's
-# quota subtracts for a memory whose file it does not open (storage/memories.py, ``others_usage``).
+# quota subtracts for a memory whose file it does not open (storage/memories/__init__.py, ``others_usage``).
 ERASED_COPY = "erased_count"
 EPOCH = "epoch"
 OLDER_KEYS = "epoch_keys"
@@ -37,7 +40,7 @@ SEALED_DAY = "sealed:"  # starts a last-used day sealed to the owner (hex follow
 MEMORY_PAGES = formats.MEMORY_PAGES  # the page size memory.db is read with (schema.sql, "Pages")
 FORMAT = formats.current_mark(formats.KEY_RING)
 _COLUMNS = "id, scope, created, revoked, kdf, wrapped, pub, box"
-LABEL_PAD = 66  # a sealed label's plaintext: 2-byte length + grant_terms.LABEL_MAX_BYTES, so every label is one size
+LABEL_PAD = 66  # a sealed label: 2-byte length + grant_label_expiry.LABEL_MAX_BYTES, so every label is one size
 AUDIT_PAD = 256  # a sealed audit event's plaintext is a multiple of this (SECURITY.md, "Owner-only data")
 
 
@@ -128,7 +131,7 @@ class RingFile:
                pool: Pool | None = None, ring_page_bytes: int | None = None) -> Self:
         """A new key ring, and the page size its memory file will be made
         with (:meth:`memory_page_bytes`); ``ring_page_bytes``: its own page
-        size (a memory other than main: storage/memories.py)."""
+        size (a memory other than main: storage/memories/__init__.py)."""
         if page_bytes not in formats.PAGE_FORMATS:
             raise ValueError("not a page size this release reads")
         ring = cls(path, user_id, create=True, pool=pool, ring_page_bytes=ring_page_bytes)

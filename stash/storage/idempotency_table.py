@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlite3
 from contextlib import AbstractContextManager
 
-from .files import write_transaction
-from .schema import sections
+from .sqlite.schema import sections
+from .sqlite.transactions import write_transaction
 
 
 class Records:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import json
 
-from ..core.errors import Conflict, Damaged
-from ..crypto import aead, epochs
-from ..crypto.epochs import KeyChain
-from ..crypto.owner_seal import OwnerKeys, is_sealed
-from ..crypto.owner_seal import seal as seal_to_owner
-from . import audit_chain, ring_copies
-from .files import DB_ERRORS, write_transaction
-from .keyring_base import (
+from ...core.errors import Conflict, Damaged
+from ...crypto import aead, epochs
+from ...crypto.epochs import KeyChain
+from ...crypto.owner_seal import OwnerKeys, is_sealed
+from ...crypto.owner_seal import seal as seal_to_owner
+from ..disk_errors import DB_ERRORS
+from ..sqlite.transactions import write_transaction
+from .audit_chain import Trail
+from .audit_chain import append as append_to_chain
+from .audit_chain import check as check_chain
+from .ring_file import (
     AUDIT_PAD,
     LABEL_PAD,
     OWNER_BOX,
@@ -27,6 +30,7 @@ from .keyring_base import (
     label_key,
     now_utc,
 )
+from .state_copies import AUDIT_HEAD
 
 # The day each grant was last recorded as used by this process, so a sealed
 # day (which no request but the owner's can read back) is written once a day
@@ -232,14 +236,14 @@ class OwnerData(RingFile):
             cur = self.conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, ?, ?, ?)", row)
             if public is not None and chain is not None:
                 try:
-                    audit_chain.append(self.conn, self.user_id, chain, int(cur.lastrowid or 0), row[3])
+                    append_to_chain(self.conn, self.user_id, chain, int(cur.lastrowid or 0), row[3])
                 except (Conflict, Damaged, ValueError):
                     # The event stays, unlinked: the write it records may have
                     # committed already, and the trail then says it is not
                     # intact (SECURITY.md, "Owner-only data").
                     pass
 
-    def trail(self, owner: OwnerKeys, chain: KeyChain) -> tuple[list[dict[str, object]], audit_chain.Trail]:
+    def trail(self, owner: OwnerKeys, chain: KeyChain) -> tuple[list[dict[str, object]], Trail]:
         """Every audit event (:meth:`events`) and what the MAC chain says of
         them, read in one snapshot."""
         self.conn.execute("BEGIN")  # one snapshot for the rows and the head
@@ -247,10 +251,10 @@ class OwnerData(RingFile):
             out = self.events(owner)
             rows = self.conn.execute("SELECT id, at, detail FROM audit ORDER BY id").fetchall() \
                 if self._has_table("audit") else []
-            head = self.meta(ring_copies.AUDIT_HEAD)
+            head = self.meta(AUDIT_HEAD)
         finally:
             self.conn.execute("COMMIT")
-        return out, audit_chain.check(rows, head, self.user_id, chain)
+        return out, check_chain(rows, head, self.user_id, chain)
 
     def events(self, owner: OwnerKeys | None = None) -> list[dict[str, object]]:
         """Every audit event, oldest first; :class:`aead.Unsealable` when one

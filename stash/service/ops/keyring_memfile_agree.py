@@ -8,10 +8,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ..crypto.chain import Head
-from ..storage import safeopen
-from ..storage.keyring import EPOCH, HEAD_COPY, STATE_COPY
-from ..storage.memfile import EPOCH_META, HEAD_META, STATE_META
+from ...crypto.chain import Head
+from ...storage import safeopen
+from ...storage.keyring import EPOCH, HEAD_COPY, STATE_COPY
+from ...storage.memfile import EPOCH_META, HEAD_META, STATE_META
 
 
 def meta(path: Path, table: str) -> dict[str, str]:

@@ -3,13 +3,13 @@
 Each piece (:mod:`stash.core.word_piece`) lists the folded words of 4,096
 memories and which memories hold them. It lives in
 the same ``recall.db`` as the recall cache and is kept exactly as a recall
-cache piece is (:mod:`stash.storage.scancache`): padded to a multiple of
+cache piece is (:mod:`stash.storage.recallcache.rendered_log`): padded to a multiple of
 ``PAD_BYTES``, sealed under the file's rows key with associated data naming
 the user, the table, the range and a digest of the erased ids in the range
 (not of the key chunks' nonces: see :meth:`WordCache._keys_digests`); missing or unopenable pieces are
 rebuilt from the log; written only under the memory file's write lock after
 the digests are read again; and deleted, with the WAL folded into the file,
-by the same :func:`stash.storage.scancache.invalidate` an erasure calls.
+by the same :func:`stash.storage.recallcache.rendered_log.invalidate` an erasure calls.
 The memories after the last complete piece are kept the same way in pieces
 of 512 (:class:`WordTail`).
 
@@ -42,10 +42,10 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..core import word_piece, word_piece_write
-from ..crypto import aead
-from . import scancache as sc
-from .scancache import LENGTH_BYTES, MAX_PADDED, WORD_TAIL, ScanCache
+from ...core import word_piece, word_piece_write
+from ...crypto import aead
+from . import rendered_log as sc
+from .rendered_log import LENGTH_BYTES, MAX_PADDED, WORD_TAIL, ScanCache
 
 SEGMENTS = 16
 """Word segments per piece (besides segment 0, the lengths): a query of one

@@ -3,10 +3,10 @@ file, under that file's own keys (docs/DESIGN.md, "Memories": fork)."""
 
 from __future__ import annotations
 
-from ..core.blocks import levels
-from .files import write_transaction
-from .memfile import MemoryFile
-from .memfile.row_tree import summary_slot
+from ...core.blocks import levels
+from ..memfile import MemoryFile
+from ..memfile.row_tree import summary_slot
+from ..sqlite.transactions import write_transaction
 
 BATCH = 4096
 

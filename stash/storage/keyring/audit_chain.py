@@ -10,7 +10,7 @@ capability reaches, not from the owner key, which only the owner does:
 forging a link takes a capability live in that epoch, and a revoked one
 forges nothing written after its revocation (the links that follow are
 under a key it never had). The audit head is one of the key ring's
-authenticated copies (:mod:`ring_copies`), so deleting the newest events
+authenticated copies (:mod:`state_copies`), so deleting the newest events
 together with the head takes putting back an older copy of the whole key
 ring's copies (SECURITY.md, "Limits").
 
@@ -26,9 +26,9 @@ import hmac
 import sqlite3
 from dataclasses import dataclass
 
-from ..crypto import keys
-from ..crypto.epochs import KeyChain
-from . import ring_copies
+from ...crypto import keys
+from ...crypto.epochs import KeyChain
+from .state_copies import AUDIT_HEAD, put
 
 LINK = "chain:"
 MAC_BYTES = 32
@@ -75,7 +75,7 @@ def _parse_head(text: str | None) -> tuple[int, int, int, bytes] | None:
 def _last(conn: sqlite3.Connection) -> tuple[int, bytes]:
     """The chain so far, from the audit head (two indexed reads, however long
     the trail): how many events it links and the last link."""
-    row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (ring_copies.AUDIT_HEAD,)).fetchone()
+    row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (AUDIT_HEAD,)).fetchone()
     head = _parse_head(None if row is None else row[0])
     if head is None:
         return 0, b""
@@ -94,7 +94,7 @@ def append(conn: sqlite3.Connection, user_id: str, chain: KeyChain, rid: int, se
     count, prev = _last(conn)
     link = _link(user_id, chain, chain.epoch, prev, rid, sealed)
     head = _head_mac(user_id, chain, chain.epoch, count + 1, rid, link)
-    ring_copies.put(conn, user_id, chain, {ring_copies.AUDIT_HEAD: f"{count + 1}:{rid}:{chain.epoch}:{head.hex()}"})
+    put(conn, user_id, chain, {AUDIT_HEAD: f"{count + 1}:{rid}:{chain.epoch}:{head.hex()}"})
     conn.execute("UPDATE audit SET at = ? WHERE id = ?", (f"{LINK}{chain.epoch}:{link.hex()}", rid))
 
 

@@ -8,12 +8,13 @@ import json
 
 import argon2.exceptions
 
-from ..crypto import aead, epochs, keys
-from ..crypto.epochs import KeyChain
-from ..crypto.owner_seal import OwnerKeys
-from .files import DB_ERRORS, write_transaction
-from .keyring_base import OWNER_BOX, SCOPES, Grant, Opened, StaleGrant, cert_aad, now_utc, wrap_aad
-from .keyring_owner import OwnerData
+from ...crypto import aead, epochs, keys
+from ...crypto.epochs import KeyChain
+from ...crypto.owner_seal import OwnerKeys
+from ..disk_errors import DB_ERRORS
+from ..sqlite.transactions import write_transaction
+from .owner import OwnerData
+from .ring_file import OWNER_BOX, SCOPES, Grant, Opened, StaleGrant, cert_aad, now_utc, wrap_aad
 
 
 class Grants(OwnerData):

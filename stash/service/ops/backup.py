@@ -20,9 +20,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage import safeopen, userlock
-from ..storage.files import fsync_path, private_folder
-from . import memory_ops
+from ...storage import safeopen, userlock
+from ...storage.private_files import fsync_path, private_folder
+from . import every_memory
 from .verify import Report, user_folders, verify_user
 
 
@@ -142,7 +142,7 @@ def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
     for folder in folders:
         copied = _copy_user(folder, dest / "users" / folder.name)
         if copied.copied:  # and every other memory of this user (docs/DESIGN.md, "Memories")
-            memory_ops.backup_memories(folder, dest / "users" / folder.name, _copy_user)
+            every_memory.backup_memories(folder, dest / "users" / folder.name, _copy_user)
         report = verify_user(dest / "users" / folder.name) if copied.copied else None
         out.append((copied, report))
         if copied.copied:

@@ -32,10 +32,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..storage import memories, safeopen
-from ..storage.layout import DATA_FILES, USER_ID
-from .pair_agree import agree
-from .pair_agree import meta as _meta
+from ...storage import memories, safeopen
+from ...storage.layout import DATA_FILES, USER_ID
+from .keyring_memfile_agree import agree
+from .keyring_memfile_agree import meta as _meta
 from .verify import Report, verify_user
 
 # Both replicated files of a user, each by its exact name (storage/layout.py);
@@ -135,7 +135,7 @@ def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -
     (``checkpoint-interval``) fires only when a write was shipped since the
     last checkpoint, so it is kept at the sync interval (an erasure's or a
     revocation's replaced pages are folded into the file within about an
-    interval: storage/files.py, ``litestream_flushed``) and the page-count
+    interval: storage/sqlite/transactions.py, ``litestream_flushed``) and the page-count
     trigger is left at Litestream's own (1,000 pages)."""
     data_dir = Path(data_dir)
     timing = {"sync-interval": sync_interval}
@@ -395,7 +395,7 @@ def _restore_pair(target: Target, rel: str, stage: Path,
 
 def _restore_memories(target: Target, user_id: str, stage: Path, at: dt.datetime | None) -> list[tuple[str, str]]:
     """Bring back every other memory main's restored key ring names
-    (storage/memories.py, ``named``) into ``stage/m/<name>/``, each at the
+    (storage/memories/__init__.py, ``named``) into ``stage/m/<name>/``, each at the
     latest moment (at or before ``at``) its own two files agree: the
     memories the identity had at main's moment, never one deleted before it
     (its name went with its salt). Returns the memories left out, with why:

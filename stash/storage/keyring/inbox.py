@@ -12,9 +12,9 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from . import formats, memories
-from .files import write_transaction
-from .keyring import now_utc
+from .. import formats, memories
+from ..sqlite.transactions import write_transaction
+from .ring_file import now_utc
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.errors import StashError
-from ..crypto import tokens
-from ..storage import cipher_swap, userlock
-from ..storage.files import DB_ERRORS
-from ..storage.memfile import FileKeys
-from ..storage.memories import MAIN, SUBFOLDER
-from . import memory_ops
-from .access import Session, Vault
+from ...core.errors import StashError
+from ...crypto import tokens
+from ...storage import cipher_swap, userlock
+from ...storage.disk_errors import DB_ERRORS
+from ...storage.memfile import FileKeys
+from ...storage.memories import MAIN, SUBFOLDER
+from ..access import Session, Vault
+from . import every_memory
 from .replica import file_cipher
 from .verify import Report, user_folders, verify_user
 
@@ -53,7 +53,7 @@ class UserResult:
 
 
 def _folders(user: Path) -> Iterator[tuple[str, Path]]:
-    for name in [MAIN, *memory_ops.others(user)]:
+    for name in [MAIN, *every_memory.others(user)]:
         yield name, user if name == MAIN else user / SUBFOLDER / name
 
 

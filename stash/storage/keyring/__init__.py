@@ -22,7 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .keyring_base import (
+from ..sqlite.pool import Pool
+from .epochs import Epochs
+from .ring_file import (
     AUDIT_PAD,
     EPOCH,
     FORMAT,
@@ -50,9 +52,7 @@ from .keyring_base import (
     now_utc,
     wrap_aad,
 )
-from .keyring_copies import HeadCopies
-from .keyring_epochs import Epochs
-from .pool import Pool
+from .state_copies import HeadCopies
 
 __all__ = [
     "AUDIT_PAD",
@@ -87,9 +87,9 @@ __all__ = [
 
 
 class Keyring(Epochs, HeadCopies):
-    """A user's key ring, by concern: the file and its reads (keyring_base.py),
-    the head copies (keyring_copies.py), owner-only data (keyring_owner.py),
-    grants (keyring_grants.py), epochs and rotation (keyring_epochs.py)."""
+    """A user's key ring, by concern: the file and its reads (ring_file.py),
+    the copies of the memory file's state (state_copies.py), owner-only data
+    (owner.py), grants (grants.py), epochs and rotation (epochs.py)."""
 
 
 def open_keyring(path: Path, user_id: str, pool: Pool | None = None) -> Keyring:

@@ -67,11 +67,11 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..crypto import aead
-from . import safeopen
-from .files import BUSY_TIMEOUT_MS, write_transaction
-from .files import flush as flush_wal
-from .schema import sections
+from ...crypto import aead
+from .. import safeopen
+from ..sqlite.schema import sections
+from ..sqlite.transactions import BUSY_TIMEOUT_MS, write_transaction
+from ..sqlite.transactions import flush as flush_wal
 
 PIECE = 4096
 """Memories per piece: a whole number of key chunks (32 of 128) and one
@@ -94,7 +94,7 @@ WORD_TAIL_TABLE = "word_tail"
 WORD_SEG_TABLE = "word_segs"
 WORD_TAIL_SEG_TABLE = "word_tail_segs"
 WORD_TAIL = 512
-"""The word index's pieces (:mod:`stash.storage.wordcache`), in the same file,
+"""The word index's pieces (:mod:`stash.storage.recallcache.word_index`), in the same file,
 sealed and bound the same way, deleted by the same :func:`invalidate`: one per
 ``PIECE`` memories, and one per ``WORD_TAIL`` memories after the last of those."""
 WRITE_PIECES = 16  # pieces per write transaction: the write lock is held ~tens of ms

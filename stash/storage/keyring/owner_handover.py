@@ -6,7 +6,7 @@ token's first use has taken that memory over.
 Each is a ``keyring_meta`` row ``owner_handover.<memory number>`` holding
 JSON: ``grants`` and ``appends``, the first read/full and append grant ids
 minted in the window (every id from there on is ended at the take-over;
-ids only grow, storage/memories.py, "Ids"), ``made`` (the memory was made
+ids only grow, storage/memories/__init__.py, "Ids"), ``made`` (the memory was made
 in the window), and for a memory other than main ``box``: the secret the old
 owner token is enrolled under in that memory, sealed to the new owner
 grant's public key (crypto/epochs.py ``seal_for``), which only the new
@@ -24,7 +24,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from .files import write_transaction
+from ..sqlite.transactions import write_transaction
 
 PREFIX = "owner_handover."
 

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..storage import memories, userlock
-from ..storage.files import overwrite_with_zeros, private_folder
-from ..storage.memories import MAIN, SUBFOLDER
+from ...storage import memories, userlock
+from ...storage.memories import MAIN, SUBFOLDER
+from ...storage.private_files import overwrite_with_zeros, private_folder
 
 COPIED = ("keyring.db", "memory.db", "keyring.db-wal", "memory.db-wal")
 

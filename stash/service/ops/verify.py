@@ -36,20 +36,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import StashError
-from ..core.lines import plural
-from ..crypto import aead, tokens
-from ..crypto.chain import Head
-from ..crypto.epochs import KeyChain
-from ..crypto.owner_seal import OwnerKeys
-from ..storage import files as storage_files
-from ..storage import formats, inbox, memories, ring_copies, safeopen, userlock
-from ..storage.files import DB_ERRORS, LEGACY_PAGE_BYTES, MissingFile, UserFiles, connect, overwrite_with_zeros
-from ..storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant
-from ..storage.layout import USER_ID, unknown_in_user, unknown_in_users
-from ..storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, bound, erasure_record
-from . import memory_ops
-from .pair_agree import agree
+from ...core.errors import StashError
+from ...core.lines import plural
+from ...crypto import aead, tokens
+from ...crypto.chain import Head
+from ...crypto.epochs import KeyChain
+from ...crypto.owner_seal import OwnerKeys
+from ...storage import formats, memories, safeopen, userlock
+from ...storage.disk_errors import DB_ERRORS, MissingFile
+from ...storage.formats import LEGACY_PAGE_BYTES
+from ...storage.keyring import HEAD_COPY, MEMORY_PAGES, STATE_COPY, Keyring, StaleGrant, inbox, state_copies
+from ...storage.layout import USER_ID, UserFiles, unknown_in_user, unknown_in_users
+from ...storage.memfile import HEAD_META, STATE_META, FileKeys, MemoryFile, bound, erasure_record
+from ...storage.private_files import data_extents, overwrite_with_zeros
+from ...storage.sqlite.connections import connect
+from . import every_memory
+from .keyring_memfile_agree import agree
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 WAL_MAGIC = (0x377F0682, 0x377F0683)  # SQLite's WAL header, big- or little-endian checksums
@@ -350,7 +352,7 @@ def _check_with_token(folder: Path, token_text: str, copy: Head | None,
     """Everything the owner's (or any) capability can open. Returns what the
     opened memory file shows of its format (None: the token is another
     user's)."""
-    from .access import Vault
+    from ..access import Vault
 
     token = tokens.parse(token_text)
     if token is None or token.user_id != folder.name:
@@ -360,7 +362,7 @@ def _check_with_token(folder: Path, token_text: str, copy: Head | None,
         home = memories.home_of(conn, token.tag)
     finally:
         conn.close()
-    if home is not None:  # a capability of another memory: that memory is checked with it (memory_ops)
+    if home is not None:  # a capability of another memory: that memory is checked with it (every_memory)
         report.facts.append("main not checked with the token (bound to another memory)")
         return None
     return _open_with_token(Vault(folder.parent.parent), token_text, token, copy, report)
@@ -391,11 +393,11 @@ def _signature(folder: Path, quota_bytes: int | None) -> list[tuple[str, int, in
 
 def copy_allocated(src: Path, dst: Path) -> None:
     """Copy ``src`` into a new ``dst`` extent by extent, as the file system
-    records them (:func:`stash.storage.files.data_extents`): a hole stays a
+    records them (:func:`stash.storage.private_files.data_extents`): a hole stays a
     hole, so a sparse file of terabytes that holds nothing costs nothing."""
     with open(src, "rb") as f, open(dst, "xb") as out:
         size = os.fstat(f.fileno()).st_size
-        for start, end in storage_files.data_extents(f.fileno(), size):
+        for start, end in data_extents(f.fileno(), size):
             f.seek(start)
             out.seek(start)
             left = end - start
@@ -412,7 +414,7 @@ def copy_allocated(src: Path, dst: Path) -> None:
 def _private_copy(folder: Path, quota_bytes: int | None = None) -> Iterator[Path]:
     """This user's folder as a copy in a private temporary data folder
     (TMPDIR, mode 0700), overwritten with zeros and removed afterwards
-    (:func:`stash.storage.files.overwrite_with_zeros`).
+    (:func:`stash.storage.private_files.overwrite_with_zeros`).
 
     Every check runs on the copy: SQLite checkpoints and deletes a WAL when a
     connection closes, and opening a store with its key may upgrade an older
@@ -495,7 +497,7 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
             except StashError as e:
                 raise Failed(f"keyring.db: {e.message}") from None
             mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=page,
-                            recorded=ring_copies.state_required(ring.conn, copies))
+                            recorded=state_copies.state_required(ring.conn, copies))
         except ValueError:
             raise Failed("keyring.db records no known page size for memory.db") from None
         except StashError as e:
@@ -695,21 +697,21 @@ def verify(data_dir: Path, token_text: str | None = None, quota_bytes: int | Non
 
 def verify_memories(folder: Path, token_text: str | None, report: Report) -> None:
     """Check every memory of ``folder``'s user but main on a private copy of
-    all of them (memory_ops.private_identity), each as main is: its files
+    all of them (every_memory.private_identity), each as main is: its files
     (:func:`verify_files`) and, with a token, what the token opens
     (:func:`check_rows`, :func:`check_owner_data`); one fact per memory in
     ``report``, or a problem naming it."""
-    names = memory_ops.others(folder)
+    names = every_memory.others(folder)
     if not names:
         return
-    from .access import Vault
+    from ..access import Vault
 
     parsed = tokens.parse(token_text) if token_text else None
     if parsed is None or parsed.user_id != folder.name:
         token_text = None  # another user's token (or none): checked as without one, as main is
 
     try:
-        with memory_ops.private_identity(folder) as data:
+        with every_memory.private_identity(folder) as data:
             vault = Vault(data)
             need = _scope_of(vault, token_text)
             for name in names:

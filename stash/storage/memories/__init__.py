@@ -33,11 +33,13 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..crypto import owner_seal
-from ..crypto.owner_seal import OwnerKeys
-from . import formats, owner_handover, safeopen
-from .files import UserFiles, fsync_path, overwrite_with_zeros, private_folder, write_transaction
-from .keyring import Keyring
+from ...crypto import owner_seal
+from ...crypto.owner_seal import OwnerKeys
+from .. import formats, safeopen
+from ..keyring import Keyring, owner_handover
+from ..layout import UserFiles
+from ..private_files import fsync_path, overwrite_with_zeros, private_folder
+from ..sqlite.transactions import write_transaction
 
 MAIN = "main"
 SUBFOLDER = "m"
@@ -408,7 +410,7 @@ def end(conn: sqlite3.Connection, number: int, name: str) -> None:
     The owner reaches a memory only through its salt and every other
     capability only through its tag, so from the commit nothing opens it,
     whatever is left of its files (the caller flushes the WAL). A rotation's
-    row for it (storage/owner_handover.py) goes too."""
+    row for it (storage/keyring/owner_handover.py) goes too."""
     with write_transaction(conn):
         drop_salt(conn, number)
         drop_tags(conn, memory=name)

@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..storage.layout import DATA_FILES, USER_ID
+from ...storage.layout import DATA_FILES, USER_ID
 
 STATUS = Path(".run") / "replication.json"
 STALE_S = 15.0
@@ -110,7 +110,7 @@ def problem(status: Status | None, now: float | None = None) -> str | None:
 
 class Lag:
     """The lag, kept across passes: per replicated file, since when a write
-    has been waiting for Litestream (:mod:`stash.service.replication_status`)."""
+    has been waiting for Litestream (:mod:`stash.service.ops.replication_status`)."""
 
     def __init__(self, replica_root: Path | None = None) -> None:
         self._pending: dict[Path, float] = {}
