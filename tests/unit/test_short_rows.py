@@ -286,8 +286,15 @@ def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys,
     proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=OUTSIDE,
                             env={**os.environ, "STASH_TOKEN": token}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
+    # The reader looks while the compact is stopped, so the state it sees cannot move on before the kill,
+    # and the compact runs only a few ms between looks: it cannot cross a whole slice unseen, however
+    # loaded the machine is.
     deadline = time.monotonic() + 120
-    while proc.poll() is None and not 0 < _short_count(folder, master) < 8_192 and time.monotonic() < deadline:
+    while proc.poll() is None and time.monotonic() < deadline:
+        proc.send_signal(signal.SIGSTOP)
+        if 0 < _short_count(folder, master) < 8_192:
+            break
+        proc.send_signal(signal.SIGCONT)
         time.sleep(0.002)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
