@@ -16,7 +16,8 @@ import pytest
 
 from stash.service.access import Vault
 from tests.helpers import CHEAP_KDF
-from tests.live import CLI_TIMEOUT, REPO
+from tests.installed import OUTSIDE
+from tests.live import CLI_TIMEOUT
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +26,7 @@ TRIALS = 3
 
 
 def stash(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True, cwd=OUTSIDE,
                           timeout=CLI_TIMEOUT)
 
 
@@ -42,7 +43,7 @@ def test_a_backup_killed_mid_copy_never_passes_verify(tmp_path: Path):
         dest = tmp_path / f"backup-{trial}"
         after = rng.randrange(0, USERS)  # users copied before the kill: a random instant of the copy
         proc = subprocess.Popen([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(data)],
-                                cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                cwd=OUTSIDE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + CLI_TIMEOUT
         while proc.poll() is None and time.monotonic() < deadline:
             users = dest / "users"

@@ -21,11 +21,11 @@ from stash.crypto import tokens
 from stash.storage.keyring import Keyring
 from stash.web.app import create_app
 from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS, Api, assert_error, make_settings, token_parts
+from tests.installed import OUTSIDE
 from tests.live import Http, start_server
 from tests.raw_files import file_key, open_raw
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 SECRET = "BRAVO-SECRET memory to be erased"
 
 
@@ -72,7 +72,7 @@ def test_an_old_memory_file_without_its_state_row_is_refused_by_a_real_server(tm
             assert SECRET not in resp.text
             assert assert_error(resp, 500)["error"] == "store.damaged", resp.text
         check = subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
-                               capture_output=True, text=True, cwd=REPO, timeout=120,
+                               capture_output=True, text=True, cwd=OUTSIDE, timeout=120,
                                env={**os.environ, "STASH_TOKEN": owner})
         assert check.returncode != 0, check.stdout + check.stderr
         assert SECRET not in check.stdout + check.stderr

@@ -39,7 +39,8 @@ import httpx
 
 from stash.core.errors import StashError
 from stash.service.access import Vault
-from tests.live import REPO, Server
+from tests.installed import OUTSIDE
+from tests.live import Server
 
 RETRY_STATUSES = (409, 429, 503)  # refusals a client waits out (409: store.rekeyed only)
 RESEND_CODES = ("store.rekeyed", "busy.user", "busy.slow", "busy.server")
@@ -226,7 +227,7 @@ def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Eve
                 dest = scratch / f"backup{n}"
                 n += 1
                 res = subprocess.run([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(server.data)],
-                                     cwd=REPO, capture_output=True, text=True, timeout=120)
+                                     cwd=OUTSIDE, capture_output=True, text=True, timeout=120)
                 if res.returncode == 0:
                     tally.backups.append((dest, before))
                     tally.side_backups.append(side_before)
@@ -346,7 +347,7 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
                 problems.append(f"note #{i}: {rows.get(i)!r}, acknowledged {text!r}")
         problems += _check_memories(c, owner, tally)
         env = {**os.environ, "STASH_TOKEN": owner}
-        res = subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"], cwd=REPO,
+        res = subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"], cwd=OUTSIDE,
                              env=env, capture_output=True, text=True, timeout=300)
         if res.returncode != 0:
             failed = [ln for ln in res.stdout.splitlines() if "FAIL" in ln]

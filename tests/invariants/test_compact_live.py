@@ -22,12 +22,12 @@ import pytest
 from stash.service.access import Vault
 from tests.compact_kit import ONE_SIZE, old_store, summaries
 from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS
+from tests.installed import OUTSIDE
 from tests.live import Server
 from tests.verify_kit import run
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_compact_killed_and_run_again_beside_two_workers_and_two_writers(
@@ -61,11 +61,11 @@ def test_compact_killed_and_run_again_beside_two_workers_and_two_writers(
         for w in writers:
             w.start()
         time.sleep(0.5)
-        proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(command, cwd=OUTSIDE, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.5, 2.5))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        again = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        again = subprocess.run(command, cwd=OUTSIDE, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0, again.stdout + again.stderr
         assert " compacted" in again.stdout, again.stdout
         time.sleep(0.5)  # the writers go on past the compact's end
