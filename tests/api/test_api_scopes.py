@@ -16,7 +16,7 @@ from typing import Any
 from stash.crypto import tokens
 from stash.web.routes import ROUTES
 from tests.api.support import OLD_DATE, Mem, mint, state
-from tests.helpers import Api, assert_error
+from tests.support.api import Api, assert_error
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "DESIGN.md"
 

@@ -22,8 +22,8 @@ from stash.web.app import create_app
 from stash.web.refgen import MATRIX_COLUMNS, matrix_row
 from stash.web.routes import ROUTES
 from tests.api.support import state
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
-from tests.oauth_steps import REDIRECT, approved_code, authorize, nonce_of, pkce, register
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.mcp.oauth import REDIRECT, approved_code, authorize, nonce_of, pkce, register
 
 # Refused callers go first and the owner last, so the one destructive call of
 # a row (DELETE /store) comes after every other caller of it has been heard.

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF
-from tests.live import CLI_TIMEOUT, REPO
+from tests.support.api import CHEAP_KDF
+from tests.support.server import CLI_TIMEOUT, REPO
 
 pytestmark = pytest.mark.slow
 

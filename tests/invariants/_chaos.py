@@ -39,7 +39,7 @@ import httpx
 
 from stash.core.errors import StashError
 from stash.service.access import Vault
-from tests.live import REPO, Server
+from tests.support.server import REPO, Server
 
 RETRY_STATUSES = (409, 429, 503)  # refusals a client waits out (409: store.rekeyed only)
 RESEND_CODES = ("store.rekeyed", "busy.user", "busy.slow", "busy.server")

@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from tests.compact_kit import ONE_SIZE, old_store, summaries
-from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS
-from tests.live import Server
-from tests.verify_kit import run
+from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS
+from tests.support.ops.compact import ONE_SIZE, old_store, summaries
+from tests.support.ops.verify import run
+from tests.support.server import Server
 
 pytestmark = pytest.mark.slow
 
