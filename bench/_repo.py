@@ -1,6 +1,6 @@
 """Imported first by every bench script: puts the repository root on
 ``sys.path``, so ``python bench/<script>.py`` finds this checkout's ``stash`` and
-``tests/live.py``, the one server launcher of the tests and of bench/."""
+``tests/support/server.py``, the one server launcher of the tests and of bench/."""
 
 import sys
 from pathlib import Path

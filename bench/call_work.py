@@ -42,7 +42,7 @@ from stash.service import operation
 from stash.service.access import Vault
 from stash.storage.sqlite import transactions
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 HERE = Path(__file__).resolve().parent
 COUNTS: collections.Counter[str] = collections.Counter()

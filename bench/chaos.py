@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.helpers import CHEAP_KDF_FLAGS
 from tests.invariants import _chaos
-from tests.live import start_server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import start_server
 
 
 def main() -> int:

@@ -170,7 +170,7 @@ def extra(data: Path, n: int) -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from stash.crypto.keys import KdfParams
     from stash.web.app import create_app
-    from tests.helpers import Api, make_settings
+    from tests.support.api import Api, make_settings
 
     def sizes(folder: Path) -> dict[str, int]:
         return {p.relative_to(folder).as_posix() + ("/" if p.is_dir() else ""):

@@ -36,7 +36,7 @@ from pathlib import Path
 import _repo  # noqa: F401  (the repository root on sys.path)
 
 from stash.crypto import tokens
-from tests.live import Server
+from tests.support.server import Server
 
 WAKE_MEMORIES = 40
 

@@ -31,8 +31,8 @@ import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
 from run import asgi_inprocess, bogus_tokens, scrape, serve
 
-from tests.forgery import FLOOD, FLOOD_BODY, forged_import, rss_bytes
-from tests.live import Server
+from tests.support.forgery import FLOOD, FLOOD_BODY, forged_import, rss_bytes
+from tests.support.server import Server
 
 MIB = 1 << 20
 

@@ -44,8 +44,8 @@ import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
 import orjson
 
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Server, live_group_members
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import Server, live_group_members
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conns", type=int, default=16, help="keep-alive connections per generator process")
     p.add_argument("--workers", type=int, default=1, help="stash serve --workers")
     p.add_argument("--cheap-kdf", action="store_true",
-                   help="the tests' cheapest argon2id (tests/helpers.py CHEAP_KDF) for the users' grants")
+                   help="the tests' cheapest argon2id (tests/support/api.py CHEAP_KDF) for the users' grants")
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="data folder parent (deleted unless --keep)")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--out", type=Path, default=None)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import _repo  # noqa: F401  (the repository root on sys.path)
 
-from tests.live import Server
+from tests.support.server import Server
 
 MEMORIES = 40
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}

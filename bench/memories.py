@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from stash.crypto.keys import KdfParams
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 CALLS: collections.Counter = collections.Counter()
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
-from run import serve  # tests/live.py's launcher, as bench/run.py starts it
+from run import serve  # tests/support/server.py's launcher, as bench/run.py starts it
 
 LOG_REC, TREE_REC = 320, 288  # OptMem's record widths
 _CMD = re.compile(r'curl -s -H "Authorization: Bearer \$STASH_TOKEN"(?: -X POST)? "\$STASH_URL(/[a-z]+)"'

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from build import build
 
-from tests.live import Server
+from tests.support.server import Server
 
 
 def pct(xs: list[float], q: float) -> float:

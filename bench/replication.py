@@ -34,8 +34,8 @@ from pathlib import Path
 import _repo  # noqa: F401  (puts the checkout on sys.path)
 import httpx
 
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import REPO, Http, Server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import REPO, Http, Server
 
 
 def cpu_of(pid: int) -> float:

@@ -31,8 +31,8 @@ from pathlib import Path
 import _repo  # noqa: F401  (puts the checkout on sys.path)
 from replication import du, ltx_count
 
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Http, Server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import Http, Server
 
 
 def files(path: Path) -> dict[Path, int]:

@@ -68,7 +68,7 @@ class Driver:
         self.app = app
 
     async def start(self) -> None:
-        from tests.helpers import Lifespan
+        from tests.support.api import Lifespan
 
         self.lifespan = Lifespan(self.app)
         await self.lifespan.start()
@@ -124,7 +124,7 @@ KEEP_OPEN = [5.0]
 
 
 def settings_for(data: Path):
-    from tests.helpers import make_settings
+    from tests.support.api import make_settings
 
     return make_settings(data, keep_open=KEEP_OPEN[0], workers=2)
 
@@ -343,7 +343,7 @@ async def served(kinds: list[str], n: int, users: int, T: int) -> dict[str, floa
                 continue
         return total / 1e9
 
-    from tests.live import Server
+    from tests.support.server import Server
 
     root = stores(users, T)
     tokens = (root / "tokens").read_text().split()

@@ -43,7 +43,7 @@ from stash.service.access import Vault
 from stash.storage.keyring import open_keyring
 from stash.storage.layout import UserFiles
 from stash.storage.memfile import MemoryFile
-from tests.live import Server
+from tests.support.server import Server
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -44,7 +44,7 @@ from run import serve
 
 from stash.service.access import Vault
 from stash.service.export import LOG_REC, TREE_REC, _record
-from tests.live import Server
+from tests.support.server import Server
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -30,7 +30,7 @@ import _repo  # noqa: F401  (the repository root on sys.path)
 import httpx
 from build import build
 
-from tests.live import Server
+from tests.support.server import Server
 
 NINE = "deploy green cache token rollback incident postmortem docs query"
 TWELVE = NINE + " worker alert budget"

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests import installed
+from tests.support import installed
 
 # The package the tests run is the installed one, pinned before anything imports it; and every process a test
-# starts gets no PYTHONPATH that would put another copy first (tests/installed.py).
+# starts gets no PYTHONPATH that would put another copy first (tests/support/installed.py).
 PACKAGE = installed.pin()
 os.environ.pop("PYTHONPATH", None)
 
 from stash.web.app import create_app  # noqa: E402 - after the pin
 from stash.web.tracelog import debugging  # noqa: E402
-from tests.helpers import Api, make_settings  # noqa: E402
-from tests.memory_kit import MEMORIES, Memory  # noqa: E402
+from tests.support.api import Api, make_settings  # noqa: E402
+from tests.support.memories import MEMORIES, Memory  # noqa: E402
 
 # SQLite syncs every commit to disk, which was half of what a test of the
 # memory model spent. No test is about surviving a power cut (a kill -9 loses
@@ -61,7 +61,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
 @pytest.fixture(scope="session", autouse=True)
 def outside_the_checkout() -> Iterator[None]:
     """Tests run in a working directory outside the checkout, so every
-    process one starts does too, named or not (tests/installed.py). Set once
+    process one starts does too, named or not (tests/support/installed.py). Set once
     the tests are collected: an xdist worker resolves the paths it was given
     from where it started."""
     before = os.getcwd()
@@ -83,7 +83,7 @@ def file_cipher(request) -> str:
 @pytest.fixture(params=MEMORIES)
 def memory(request) -> Memory:
     """The memory an owner guarantee is tested in: main, and a second memory
-    of the same identity (tests/memory_kit.py), so one body runs for both."""
+    of the same identity (tests/support/memories.py), so one body runs for both."""
     return Memory(request.param)
 
 
@@ -107,7 +107,7 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     if report.when == "call" and report.failed and debugging():
-        from tests.live import STARTED
+        from tests.support.server import STARTED
 
         for server in {id(s): s for s in STARTED}.values():
             if server.log_text():

@@ -1,6 +1,6 @@
 """Fixtures local to the API tests.
 
-The apps run their lifespan (``Api``, tests/helpers.py), as a served one does. The
+The apps run their lifespan (``Api``, tests/support/api.py), as a served one does. The
 modules of :data:`KEPT_OPEN` run twice over the ``api`` and ``module_api``
 fixtures: with a memory's files closed after every request, and kept open
 between requests as ``stash serve`` does by default (``--keep-open``,
@@ -17,7 +17,7 @@ import pytest
 
 from stash.web.app import create_app
 from tests.api.support import Mem
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 KEPT_OPEN = {"test_api_routes", "test_api_idempotency", "test_capabilities", "test_api_scopes"}
 KEEP_OPEN_SECONDS = 5.0  # stash serve's default

@@ -1,5 +1,5 @@
 """Support for the in-process API tests: a small driver over the ``api``
-fixture whose expectations come from the oracle (tests/oracle.py), never from
+fixture whose expectations come from the oracle (tests/support/oracle.py), never from
 the code under test."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import datetime as dt
 import io
 import tarfile
 
-from tests.helpers import Api, member_bytes
-from tests.memory_kit import MAIN_MEMORY, Memory
-from tests.oracle import bid, spec_cover
+from tests.support.api import Api, member_bytes
+from tests.support.memories import MAIN_MEMORY, Memory
+from tests.support.oracle import bid, spec_cover
 
 OLD_DATE = "2021-03-04"
 AWAKE = "You are awake.\n"

@@ -15,8 +15,8 @@ import pytest
 
 from stash.crypto import tokens
 from stash.web.app import create_app
-from tests.forgery import random_secret_digits, with_checksum
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.forgery import random_secret_digits, with_checksum
 
 
 def at(app, host: str) -> Api:

@@ -10,7 +10,7 @@ import datetime as dt
 import pytest
 
 from tests.api.support import OLD_DATE, Mem, state, today_utc
-from tests.helpers import Api, assert_error
+from tests.support.api import Api, assert_error
 
 BAD_LINES = [
     pytest.param("", id="empty"),

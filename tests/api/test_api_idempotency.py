@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.api.support import OLD_DATE, state
-from tests.helpers import Api, assert_error
+from tests.support.api import Api, assert_error
 
 REPLAYED = "idempotent-replayed"
 

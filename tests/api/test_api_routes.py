@@ -14,9 +14,9 @@ import httpx
 
 from stash.web.routes import ROUTES
 from tests.api.support import AWAKE, OLD_DATE, SPEC_SIZES, Mem, export_members, state, today_utc
-from tests.helpers import Api, assert_error, matched
-from tests.oracle import bid, cost, oracle_parts, oracle_pending
-from tests.oracle import spec_cover as oracle_cover
+from tests.support.api import Api, assert_error, matched
+from tests.support.oracle import bid, cost, oracle_parts, oracle_pending
+from tests.support.oracle import spec_cover as oracle_cover
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
 NAP_STATUS: dict[str, Any] = {"method": "POST", "path": "/nap", "fields": {}, "plain": None, "placeholders": []}
@@ -135,7 +135,7 @@ def test_metrics_on_loopback_carry_no_user_memory_or_query(api: Api, mem: Mem) -
 
 def test_metrics_refused_off_loopback(data_dir) -> None:
     from stash.web.app import create_app
-    from tests.helpers import make_settings
+    from tests.support.api import make_settings
 
     app = create_app(make_settings(data_dir))
     remote = Api(app)

@@ -15,8 +15,9 @@ from typing import Any
 
 from stash.crypto import tokens
 from stash.web.routes import ROUTES
-from tests.api.support import OLD_DATE, Mem, mint, state
-from tests.helpers import Api, assert_error
+from tests.api.support import Mem, mint, state
+from tests.support.api import Api, assert_error
+from tests.support.route_calls import CALLS as ROUTE_CALLS
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "DESIGN.md"
 
@@ -78,53 +79,21 @@ class World:
     def token(self, who: str | None) -> str | None:
         return None if who is None else getattr(self, who)
 
+    # what a call of the table needs of this memory; each caller is named by ``who``
 
-# route -> (method, url, json body) for a call that succeeds with enough scope.
-CALLS = {
-    "GET /health": lambda w, who: ("GET", "/health", None),
-    "POST /health": lambda w, who: ("POST", "/health", {"ready": 1}),
-    "POST /init": lambda w, who: ("POST", "/init", {"url": "https://stash.test"}),
-    "GET /wake": lambda w, who: ("GET", "/wake", None),
-    "POST /wake": lambda w, who: ("POST", "/wake", {}),
-    "POST /note": lambda w, who: ("POST", "/note", {"text": f"noted by {who}"}),
-    "POST /nap": lambda w, who: ("POST", "/nap", {}),
-    "GET /recall": lambda w, who: ("GET", "/recall?q=alpha", None),
-    "POST /recall": lambda w, who: ("POST", "/recall", {"q": "alpha"}),
-    "GET /zoom": lambda w, who: ("GET", "/zoom?block=0-3", None),
-    "POST /zoom": lambda w, who: ("POST", "/zoom", {"block": "0-3"}),
-    # full forgets the second pair, owner the first: each call finds a summary to drop.
-    "POST /forget": lambda w, who: ("POST", "/forget", {"block": "0-1" if who == "owner" else "2-3"}),
-    "GET /config": lambda w, who: ("GET", "/config", None),
-    "POST /config": lambda w, who: ("POST", "/config", {"WAKE_LINES": 50}),
-    "POST /import": lambda w, who: ("POST", "/import", {"entries": [{"date": OLD_DATE, "text": "imported"}]}),
-    "GET /grants": lambda w, who: ("GET", "/grants", None),
-    "POST /grants": lambda w, who: ("POST", "/grants", {"scope": "read"}),
-    "DELETE /grants/{id}": lambda w, who: ("DELETE", f"/grants/{w.spare}", None),
-    "POST /erase": lambda w, who: ("POST", "/erase", {"ids": [0]}),
-    "POST /erase/undo": lambda w, who: ("POST", "/erase/undo", {"first": 0, "last": 0}),
-    "GET /erasures": lambda w, who: ("GET", "/erasures", None),
-    "GET /audit": lambda w, who: ("GET", "/audit", None),
-    "DELETE /store": lambda w, who: ("DELETE", "/store", None),
-    "POST /rotate": lambda w, who: ("POST", "/rotate", {}),
-    "GET /export": lambda w, who: ("GET", "/export", None),
-    "GET /memories": lambda w, who: ("GET", "/memories", None),
-    "POST /memories": lambda w, who: ("POST", "/memories", {"name": f"by-{who}"}),
-    "DELETE /memories/{id}": lambda w, who: ("DELETE", "/memories/nope", None),
-    "POST /memories/{id}/fork": lambda w, who: ("POST", "/memories/main/fork", {"name": f"f-{who}"}),
-    "POST /memories/erase": lambda w, who: ("POST", "/memories/erase", {"q": "alpha", "dry_run": True}),
-    "GET /openapi.json": lambda w, who: ("GET", "/openapi.json", None),
-    "GET /client": lambda w, who: ("GET", "/client", None),
-    "GET /skill": lambda w, who: ("GET", "/skill", None),
-    "GET /console": lambda w, who: ("GET", "/console", None),
-    "GET /console.js": lambda w, who: ("GET", "/console.js", None),
-    "GET /console.css": lambda w, who: ("GET", "/console.css", None),
-    "GET /reference": lambda w, who: ("GET", "/reference", None),
-    "POST /reference": lambda w, who: ("POST", "/reference", {"part": 1}),
-    "GET /shape": lambda w, who: ("GET", "/shape?T=10&lines=4", None),
-    "POST /shape": lambda w, who: ("POST", "/shape", {"T": 10, "lines": 4}),
-    "GET /metrics": lambda w, who: ("GET", "/metrics", None),
-    "GET /": lambda w, who: ("GET", "/", None),
-}
+    def forgettable(self, who: str) -> str:
+        """Full forgets the second pair, owner the first: each call finds a summary to drop."""
+        return "0-1" if who == "owner" else "2-3"
+
+    def revocable_grant(self, who: str) -> int:
+        return self.spare
+
+    def deletable_memory(self, who: str) -> str:
+        return "nope"
+
+
+# The one table of a request per route (tests/support/route_calls.py), keyed as the design's table is.
+CALLS = {normal(*route.split(" ", 1)): call for route, call in ROUTE_CALLS.items()}
 
 RANK = {"read": 0, "full": 1, "owner": 2}
 

@@ -18,7 +18,7 @@ import httpx
 
 from stash.storage import userlock
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 
 def gate_held_exclusive(folder: Path) -> bool:

@@ -8,7 +8,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from tests.helpers import Api, assert_error
+from tests.support.api import Api, assert_error
 
 SECRET_WORDS = "marzipan-zeppelin"
 

@@ -17,8 +17,8 @@ from stash.crypto import owner_seal
 from stash.service.grant_label_expiry import LABEL_MAX_BYTES
 from stash.service.ops.verify import verify_user
 from stash.storage.keyring import LABEL_PAD
-from tests.helpers import Api, token_parts
-from tests.memory_kit import Memory
+from tests.support.api import Api, token_parts
+from tests.support.memories import Memory
 
 
 @contextlib.contextmanager

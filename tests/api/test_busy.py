@@ -14,7 +14,7 @@ import pytest
 from stash.storage import userlock
 from stash.storage.sqlite import transactions
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 
 @pytest.fixture

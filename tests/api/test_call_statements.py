@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from stash.storage.sqlite import connections
-from tests.helpers import Api
+from tests.support.api import Api
 
 pytestmark = pytest.mark.parametrize("keep_open", [5.0], ids=["kept-open"], indirect=True)
 

@@ -15,7 +15,7 @@ import pytest
 
 from stash.crypto import tokens
 from stash.storage.sqlite import transactions
-from tests.helpers import Api
+from tests.support.api import Api
 
 # Both ways the app keeps a memory's files: closed after each request, and kept open as `stash serve` keeps them.
 pytestmark = pytest.mark.parametrize("keep_open", [0.0, 5.0], ids=["closed", "kept-open"], indirect=True)

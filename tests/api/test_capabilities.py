@@ -15,10 +15,10 @@ import pytest
 from stash.crypto import tokens
 from stash.web.app import create_app
 from tests.api.support import export_members
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings, matched, token_parts
-from tests.memory_kit import MAIN_MEMORY, Memory
-from tests.oracle import bid
-from tests.raw_files import file_key, open_raw
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings, matched, token_parts
+from tests.support.files.raw import file_key, open_raw
+from tests.support.memories import MAIN_MEMORY, Memory
+from tests.support.oracle import bid
 
 TOKEN = re.compile(tokens.TOKEN_PATTERN)
 STAMP = "%Y-%m-%dT%H:%M:%SZ"

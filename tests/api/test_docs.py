@@ -10,7 +10,7 @@ from stash.cli.main import HOST_VERBS
 from stash.web.codes import CODES
 from stash.web.fields import error_codes
 from stash.web.routes import ROUTES
-from tests.doc_commands import reference
+from tests.support.docs.commands import reference
 
 # docs/DESIGN.md, "HTTP surface", names these verbs; the client may offer more, never fewer.
 SPEC_VERBS = ("wake", "note", "nap", "recall", "zoom", "forget", "config", "import", "grants")

@@ -11,9 +11,9 @@ import json
 import pytest
 
 from tests.api.support import Mem, export_members
-from tests.helpers import Api
-from tests.memory_kit import Memory
-from tests.oracle import bid, oracle_pending
+from tests.support.api import Api
+from tests.support.memories import Memory
+from tests.support.oracle import bid, oracle_pending
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 
 from stash.storage.memfile import SCAN_BATCH
 from tests.api.support import Mem, export_members
-from tests.helpers import Api
-from tests.memory_kit import Memory
+from tests.support.api import Api
+from tests.support.memories import Memory
 
 
 @pytest.fixture

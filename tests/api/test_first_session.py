@@ -14,9 +14,9 @@ from stash.core import blocks
 from stash.service.onboarding import SHARED
 from stash.web.routes import ROUTES
 from tests.api.support import Mem, mint
-from tests.doc_commands import SKILL_DIR, curl_calls, indented_commands
-from tests.helpers import Api, assert_error
-from tests.oracle import bid, spec_cover
+from tests.support.api import Api, assert_error
+from tests.support.docs.commands import SKILL_DIR, curl_calls, indented_commands
+from tests.support.oracle import bid, spec_cover
 
 READ_BLOCK = SKILL_DIR / "AGENTS-read.md"
 FULL_BLOCK = SKILL_DIR / "AGENTS.md"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 import re
 
-from tests.helpers import Api
+from tests.support.api import Api
 
 
 def test_a_trailing_slash_is_told_to_drop_it(api: Api, owner: str) -> None:

@@ -23,8 +23,8 @@ from stash.crypto import tokens
 from stash.service.ops.verify import verify_user
 from stash.storage.keyring import Keyring
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings, token_parts
-from tests.raw_files import file_key, open_raw
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings, token_parts
+from tests.support.files.raw import file_key, open_raw
 
 ERASED = "BRAVO-SECRET memory to be erased"
 LATER = "written after the erasure"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Api, assert_error
-from tests.memory_kit import Memory
+from tests.support.api import Api, assert_error
+from tests.support.memories import Memory
 
 
 def keyring(data_dir: Path, token: str, memory: Memory) -> sqlite3.Connection:

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from tests.helpers import Api, assert_error
+from tests.support.api import Api, assert_error
 
 
 @pytest.mark.parametrize("url", ["/shape?T=%C2%B2", "/shape?lines=%D9%A3", "/shape?T=-1"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, Api, make_settings, wal_folded
+from tests.support.api import CHEAP_KDF, Api, make_settings, wal_folded
 
 
 def leftovers(folder: Path) -> list[str]:

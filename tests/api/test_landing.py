@@ -17,7 +17,7 @@ import pytest
 from stash.web.app import create_app
 from stash.web.pages import PLACEHOLDER_ADDRESS, is_safe_address, page_address
 from tests.api.support import Mem
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 
 def policy(resp) -> dict[str, list[str]]:

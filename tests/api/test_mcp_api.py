@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
-from tests.installed import OUTSIDE
+from tests.support.api import Api, make_settings
+from tests.support.installed import OUTSIDE
 
 ACCEPT = "application/json, text/event-stream"
-PUBLIC = "https://stash.test"  # the in-process client's host (Api of tests/helpers.py), named by --url
+PUBLIC = "https://stash.test"  # the in-process client's host (Api of tests/support/api.py), named by --url
 LIST = {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}}
 
 

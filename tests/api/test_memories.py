@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 
 from tests.api.support import today_utc
-from tests.helpers import Api
+from tests.support.api import Api
 
 ROUTES = [("POST", "/import", {"entries": [{"date": "2021-01-02", "text": "old"}]}),
           ("GET", "/wake", None), ("POST", "/wake", {}), ("POST", "/note", {"text": "a line"}),
@@ -290,7 +290,7 @@ def test_erase_across_by_words_takes_every_word_folded(api: Api) -> None:
 
 def test_max_memories_and_quotas_count_every_memory(data_dir) -> None:
     from stash.web.app import create_app
-    from tests.helpers import make_settings
+    from tests.support.api import make_settings
 
     api = Api(create_app(make_settings(data_dir, max_memories=2, quota_memories=3)))
     try:

@@ -11,8 +11,8 @@ import random
 import pytest
 
 from tests.api.support import Mem, state
-from tests.helpers import assert_error
-from tests.oracle import bid, oracle_pending
+from tests.support.api import assert_error
+from tests.support.oracle import bid, oracle_pending
 
 RAW_MAX = 16  # docs/DESIGN.md, "Nap": larger blocks are written from their halves' summaries
 
@@ -242,7 +242,7 @@ def test_a_2000_memory_import_is_awake_within_50_requests(mem: Mem) -> None:
 
 
 def test_batch_answers_match_the_openapi_document(mem: Mem) -> None:
-    from tests.schema_check import check_answer
+    from tests.support.docs.openapi import check_answer
 
     doc = mem.api.get("/openapi.json").json()
     mem.import_([f"m{i}" for i in range(40)])

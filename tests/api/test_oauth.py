@@ -1,5 +1,5 @@
 """OAuth for MCP hosts through the app in process, step by step
-(tests/oauth_steps.py): the metadata, both kinds of client, the consent
+(tests/support/mcp/oauth.py): the metadata, both kinds of client, the consent
 form, the code exchange, and each attack the flow is built against — a
 replayed code, a wrong verifier, another client's code, an unregistered
 redirect URI, an approval never redeemed, a form posted without its nonce
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
-from tests.oauth_steps import (
+from tests.support.api import Api, assert_error, make_settings
+from tests.support.mcp.oauth import (
     REDIRECT,
     answer,
     approved_code,

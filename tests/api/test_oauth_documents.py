@@ -17,8 +17,8 @@ from typing import cast
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
-from tests.oauth_steps import REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce
+from tests.support.api import Api, make_settings
+from tests.support.mcp.oauth import REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce
 
 PUBLIC = "https://stash.test"
 SLOW_S = 6.0  # longer than the fetch's bound (3 s)

@@ -20,8 +20,8 @@ from stash.web.app import create_app
 from stash.web.codes import CODES, OUTSIDE_ROUTES
 from stash.web.fields import error_codes
 from stash.web.routes import ROUTES
-from tests.helpers import Api, assert_error, make_settings
-from tests.schema_check import check_answer, codes_raised_by, operation, problems, raised_codes, resolve
+from tests.support.api import Api, assert_error, make_settings
+from tests.support.docs.openapi import check_answer, codes_raised_by, operation, problems, raised_codes, resolve
 
 OLD_DATE = "2020-02-03"
 SECURED = {"append", "read", "full", "owner"}

@@ -16,8 +16,8 @@ import pytest
 from stash.service import undo
 from stash.web.app import create_app
 from tests.api.support import today_utc
-from tests.helpers import Api, make_settings
-from tests.oracle import Model, oracle_pending, spec_cover
+from tests.support.api import Api, make_settings
+from tests.support.oracle import Model, oracle_pending, spec_cover
 
 QUOTA = 90
 PER_REQUEST = 25

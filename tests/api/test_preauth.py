@@ -19,8 +19,8 @@ from stash.crypto import tokens
 from stash.service import tag_index
 from stash.storage import keyring as keyring_module
 from stash.web.app import WARM_THREAD, create_app
-from tests.forgery import random_secret_digits, with_checksum
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.forgery import random_secret_digits, with_checksum
 
 
 def wrong_secret(token: str) -> str:

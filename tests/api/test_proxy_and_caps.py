@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings
 
 BOGUS = "stash1_0123456789abcdef_" + "1" * 49  # the right shape, a wrong checksum: refused without file work
 LOOPBACK_PROXY = ("127.0.0.1", "::1")

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
+from tests.support.api import Api, assert_error, make_settings
 
 QUOTA = 40
 DATE = "2026-01-05"

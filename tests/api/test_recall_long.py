@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.api.support import OLD_DATE
-from tests.helpers import Api
+from tests.support.api import Api
 
 N = 30_000
 

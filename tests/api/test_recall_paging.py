@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.api.support import Mem
-from tests.helpers import assert_error, matched
+from tests.support.api import assert_error, matched
 
 
 def walk(mem: Mem, q: str) -> tuple[list[list[str]], list[dict]]:

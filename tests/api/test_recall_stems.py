@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 DATE = "2026-01-05"
 

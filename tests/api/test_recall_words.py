@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.api.support import Mem
-from tests.helpers import assert_error
+from tests.support.api import assert_error
 
 
 def ask(mem: Mem, words: str, **more) -> dict:

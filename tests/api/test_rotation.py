@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.api.support import Mem, mint
-from tests.helpers import assert_error
+from tests.support.api import assert_error
 
 KEY = "Idempotency-Key"
 

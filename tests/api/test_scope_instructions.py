@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from tests.api.support import Mem, mint
-from tests.helpers import assert_error
+from tests.support.api import assert_error
 
 
 def commands(text: str) -> list[str]:

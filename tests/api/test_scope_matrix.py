@@ -7,9 +7,7 @@ holds the server to it."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,16 +20,12 @@ from stash.web.app import create_app
 from stash.web.refgen import MATRIX_COLUMNS, matrix_row
 from stash.web.routes import ROUTES
 from tests.api.support import state
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
-from tests.oauth_steps import REDIRECT, approved_code, authorize, nonce_of, pkce, register
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.route_calls import CALLS, HOST, Form, route_key
 
 # Refused callers go first and the owner last, so the one destructive call of
 # a row (DELETE /store) comes after every other caller of it has been heard.
 CALL_ORDER = ("none", "bogus", "revoked", "read", "full", "other user", "owner")
-
-
-def route_key(method: str, path: str) -> str:
-    return f"{method} {path}"
 
 
 # ---------------------------------------------------------------- the world
@@ -41,10 +35,6 @@ def route_key(method: str, path: str) -> str:
 class Store:
     owner: str
     marker: str
-
-
-def today() -> str:
-    return dt.datetime.now(dt.UTC).date().isoformat()
 
 
 class World:
@@ -90,130 +80,25 @@ class World:
         """The memory the caller's token names."""
         return self.theirs if who == "other user" else self.ours
 
-    # set-ups that let a call succeed on the memory it targets
+    # set-ups that let a call of the table (tests/support/route_calls.py) succeed on the memory it targets
 
-    def settle(self, store: Store) -> None:
+    def forgettable(self, store: Store) -> str:
+        """Every pending nap answered, so block 0-1 holds a summary."""
         nap = self.api.post("/nap", store.owner, json={}).json()["nap"]
         while nap is not None:
             resp = self.api.post("/nap", store.owner, json={"block": nap["block"], "text": f"sum {nap['block']}"})
             assert resp.status_code == 200, resp.text
             nap = resp.json()["nap"]
+        return "0-1"
 
-    def fresh_memory(self, store: Store) -> str:
+    def deletable_memory(self, store: Store) -> str:
         name = f"m{os.urandom(4).hex()}"
         assert self.api.post("/memories", store.owner, json={"name": name}).status_code == 201
         return name
 
-    def fresh_grant(self, store: Store) -> int:
+    def revocable_grant(self, store: Store) -> int:
         self._grant(store, "read")
         return self._grant_ids(store)[-1]
-
-
-class Form(dict):
-    """A body sent as a form (the OAuth routes), from this server's own page (its Origin)."""
-
-
-Call = tuple[str, str, dict | None]
-HOST = "http://stash.test"  # the in-process client's address, the app's --url
-
-
-def oauth_code(w: World) -> tuple[str, str, str]:
-    """A third identity's owner approves a registered client: (code, verifier, client id)."""
-    code, verifier, reg = approved_code(w.api, w.api.init()["token"], HOST)
-    return code, verifier, reg["client_id"]
-
-
-def consent_form(w: World) -> Form:
-    reg = register(w.api)
-    page = authorize(w.api, reg["client_id"], pkce()[1])
-    return Form(nonce=nonce_of(page.text), decision="approve", owner_token=w.api.init()["token"], scope="read",
-                expires="never")
-
-
-def token_call(w: World, s: Store) -> Call:
-    code, verifier, client_id = oauth_code(w)
-    return "POST", "/token", Form(grant_type="authorization_code", code=code, code_verifier=verifier,
-                                  client_id=client_id, redirect_uri=REDIRECT)
-
-
-def authorize_call(w: World, s: Store) -> Call:
-    reg = register(w.api)
-    return "GET", "/authorize?" + urlencode({"response_type": "code", "client_id": reg["client_id"],
-                                             "redirect_uri": REDIRECT, "code_challenge": pkce()[1],
-                                             "code_challenge_method": "S256"}), None
-
-
-def forget_call(w: World, s: Store) -> Call:
-    w.settle(s)
-    return "POST", "/forget", {"block": "0-1"}
-
-
-CALLS: dict[str, Callable[[World, Store], Call]] = {
-    "GET /health": lambda w, s: ("GET", "/health", None),
-    "POST /health": lambda w, s: ("POST", "/health", {"ready": 1}),
-    "POST /init": lambda w, s: ("POST", "/init", {"url": "https://stash.test"}),
-    "GET /wake": lambda w, s: ("GET", "/wake", None),
-    "POST /wake": lambda w, s: ("POST", "/wake", {}),
-    "POST /note": lambda w, s: ("POST", "/note", {"text": "noted by a caller"}),
-    "POST /nap": lambda w, s: ("POST", "/nap", {}),
-    "GET /recall": lambda w, s: ("GET", "/recall?q=alpha", None),
-    "POST /recall": lambda w, s: ("POST", "/recall", {"q": "alpha"}),
-    "GET /zoom": lambda w, s: ("GET", "/zoom?block=0-1", None),
-    "POST /zoom": lambda w, s: ("POST", "/zoom", {"block": "0-1"}),
-    "POST /forget": forget_call,
-    "GET /config": lambda w, s: ("GET", "/config", None),
-    "POST /config": lambda w, s: ("POST", "/config", {"WAKE_LINES": 50}),
-    "POST /import": lambda w, s: ("POST", "/import", {"entries": [{"date": today(), "text": "imported"}]}),
-    "GET /grants": lambda w, s: ("GET", "/grants", None),
-    "POST /grants": lambda w, s: ("POST", "/grants", {"scope": "read"}),
-    "DELETE /grants/{grant_id}": lambda w, s: ("DELETE", f"/grants/{w.fresh_grant(s)}", None),
-    "POST /erase": lambda w, s: ("POST", "/erase", {"ids": [0]}),
-    "POST /erase/undo": lambda w, s: ("POST", "/erase/undo", {"first": 0, "last": 0}),
-    "GET /erasures": lambda w, s: ("GET", "/erasures", None),
-    "GET /audit": lambda w, s: ("GET", "/audit", None),
-    "DELETE /store": lambda w, s: ("DELETE", "/store", None),
-    "POST /rotate": lambda w, s: ("POST", "/rotate", {}),
-    "GET /export": lambda w, s: ("GET", "/export", None),
-    "GET /openapi.json": lambda w, s: ("GET", "/openapi.json", None),
-    "GET /client": lambda w, s: ("GET", "/client", None),
-    "GET /skill": lambda w, s: ("GET", "/skill", None),
-    "GET /reference": lambda w, s: ("GET", "/reference", None),
-    "POST /reference": lambda w, s: ("POST", "/reference", {"part": 1}),
-    "GET /shape": lambda w, s: ("GET", "/shape?T=10&lines=4", None),
-    "POST /shape": lambda w, s: ("POST", "/shape", {"T": 10, "lines": 4}),
-    "GET /metrics": lambda w, s: ("GET", "/metrics", None),
-    "GET /": lambda w, s: ("GET", "/", None),
-    "GET /memories": lambda w, s: ("GET", "/memories", None),
-    "POST /memories": lambda w, s: ("POST", "/memories", {"name": f"n{os.urandom(4).hex()}"}),
-    "DELETE /memories/{name}": lambda w, s: ("DELETE", f"/memories/{w.fresh_memory(s)}", None),
-    "POST /memories/{source}/fork": lambda w, s: ("POST", "/memories/main/fork", {"name": f"f{os.urandom(4).hex()}"}),
-    "POST /memories/erase": lambda w, s: ("POST", "/memories/erase", {"q": "nothing-matches-this", "dry_run": True}),
-    "GET /console": lambda w, s: ("GET", "/console", None),
-    "GET /console.js": lambda w, s: ("GET", "/console.js", None),
-    "GET /console.css": lambda w, s: ("GET", "/console.css", None),
-    "POST /mcp": lambda w, s: ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "matrix", "version": "1"}}}),
-    "GET /.well-known/oauth-protected-resource": lambda w, s: ("GET", "/.well-known/oauth-protected-resource", None),
-    "GET /.well-known/oauth-protected-resource/m/{name}/mcp": lambda w, s: (
-        "GET", "/.well-known/oauth-protected-resource/m/main/mcp", None),
-    "GET /.well-known/oauth-authorization-server": lambda w, s: (
-        "GET", "/.well-known/oauth-authorization-server", None),
-    "GET /authorize": authorize_call,
-    "POST /authorize": lambda w, s: ("POST", "/authorize", consent_form(w)),
-    "POST /token": token_call,
-    "POST /register": lambda w, s: ("POST", "/register", {"client_name": "matrix", "redirect_uris": [REDIRECT]}),
-}
-
-
-def _under(base: Callable[[World, Store], Call]) -> Callable[[World, Store], Call]:
-    """A route's /m/{name} copy, called on memory main (every token here is bound to it)."""
-    def call(w: World, s: Store) -> Call:
-        method, url, body = base(w, s)
-        return method, "/m/main" + url, body
-    return call
-
-
-CALLS.update({route_key(r.method, r.path): _under(CALLS[route_key(r.method, r.base)]) for r in ROUTES if r.under})
 
 
 @pytest.fixture

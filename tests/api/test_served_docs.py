@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings
+from tests.support.api import Api, assert_error, make_settings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,8 +13,8 @@ import pytest
 from stash import client
 from stash.cli.main import HOST_VERBS
 from stash.crypto import tokens
-from tests.doc_commands import AGENTS, SKILL, curl_calls, indented_commands, route_of
-from tests.helpers import Api
+from tests.support.api import Api
+from tests.support.docs.commands import AGENTS, SKILL, curl_calls, indented_commands, route_of
 
 
 def text(path: Path) -> str:

@@ -12,8 +12,8 @@ import re
 import pytest
 
 from stash.web.routes import ROUTES
-from tests.helpers import Api, assert_error
-from tests.schema_check import problems
+from tests.support.api import Api, assert_error
+from tests.support.docs.openapi import problems
 
 OLD_DATE = "2020-02-03"
 
@@ -133,7 +133,7 @@ def test_the_document_is_the_router_and_every_operation_is_described(api: Api, d
 
 
 def reference_sections() -> dict[str, str]:
-    from tests.doc_commands import reference
+    from tests.support.docs.commands import reference
 
     parts = re.split(r"^### ", reference(), flags=re.M)
     return {p.split("\n", 1)[0]: p for p in parts[1:]}
@@ -166,7 +166,7 @@ def test_every_answer_field_of_every_route_is_in_its_reference_section(doc: dict
             missing += [f"{method.upper()} {path}: {f}" for f in fields
                         if f"`{f}`" not in section and f'"{f}"' not in section and f"{{{f}" not in section]
     assert missing == []
-    from tests.doc_commands import reference
+    from tests.support.docs.commands import reference
 
     pin = reference().split("\n## The log head and Stash-Pin\n", 1)[1].split("\n## ", 1)[0]
     assert "`Stash-Pin: <count>:<digest>:<state>`" in pin and "`pin`" in pin

@@ -11,8 +11,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.deploy_kit import DEPLOY
-from tests.helpers import CHEAP_KDF, token_parts
+from tests.support.api import CHEAP_KDF, token_parts
+from tests.support.ops.deploy import DEPLOY
 
 OLD = ["20240101T031700Z", "20240102T031700Z", "20240103T031700Z"]
 

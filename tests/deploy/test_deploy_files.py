@@ -16,7 +16,8 @@ import pytest
 
 from stash import package_data
 from stash.cli import serve
-from tests.deploy_kit import (
+from tests.support.api import matched
+from tests.support.ops.deploy import (
     DEPLOY,
     REPO,
     TOOL_TIMEOUT,
@@ -27,7 +28,6 @@ from tests.deploy_kit import (
     stash_executable,
     tool,
 )
-from tests.helpers import matched
 
 # ---------------------------------------------------------------- systemd
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import httpx
 
-from tests.deploy_kit import DEPLOY, tool
-from tests.live import Server, free_port, start_server
-from tests.mcp_session import Session, run_http_session
-from tests.oauth_steps import authorize, pkce, register
+from tests.support.mcp.oauth import authorize, pkce, register
+from tests.support.mcp.session import Session, run_http_session
+from tests.support.ops.deploy import DEPLOY, tool
+from tests.support.server import Server, free_port, start_server
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0

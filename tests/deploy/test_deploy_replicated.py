@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from stash.cli import serve
-from tests.deploy_kit import DEPLOY, TOOL_TIMEOUT, UNIT_BINARY, stash_executable, tool
+from tests.support.ops.deploy import DEPLOY, TOOL_TIMEOUT, UNIT_BINARY, stash_executable, tool
 
 DROP_IN = DEPLOY / "stash-replicated.conf"
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.deploy_kit import UNIT_BINARY, directives, stash_executable
-from tests.live import free_port
+from tests.support.ops.deploy import UNIT_BINARY, directives, stash_executable
+from tests.support.server import free_port
 
 UNIT_DATA = "/var/lib/stash"
 UNIT_PORT = "8080"

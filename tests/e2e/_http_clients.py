@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.oracle import digest
+from tests.support.oracle import digest
 
 TOKEN_ENV = "STASH_TEST_TOKEN"
 LIFETIME_S = 180  # a client never outlives a parent that forgot it

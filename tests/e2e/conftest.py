@@ -1,5 +1,5 @@
 """End-to-end fixtures: one real ``stash serve`` for the session, an httpx
-client, and the ``stash`` client in both of its forms (tests/live.py)."""
+client, and the ``stash`` client in both of its forms (tests/support/server.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live import HTTP_TIMEOUT, Cli, Http, Server, cli_env, path_with, python_bin, start_server
+from tests.support.server import HTTP_TIMEOUT, Cli, Http, Server, cli_env, path_with, python_bin, start_server
 
 
 @pytest.fixture(scope="session")

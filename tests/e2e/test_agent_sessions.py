@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.doc_commands import indented_commands
-from tests.live import Http
-from tests.printed import answer_naps, orders, run_printed
+from tests.support.docs.commands import indented_commands
+from tests.support.docs.printed import answer_naps, orders, run_printed
+from tests.support.server import Http
 
 PART = 1_500  # PART_CHARS: small, so wakes and batches are cut into parts
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF
-from tests.installed import OUTSIDE
-from tests.live import CLI_TIMEOUT
+from tests.support.api import CHEAP_KDF
+from tests.support.installed import OUTSIDE
+from tests.support.server import CLI_TIMEOUT
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ from typing import cast
 
 import pytest
 
-from tests.backup_kit import log_of
-from tests.live import CLI_TIMEOUT, REPO, Http, start_server
+from tests.support.ops.backup import log_of
+from tests.support.server import CLI_TIMEOUT, REPO, Http, start_server
 
 NOTER = Path(__file__).with_name("_noter.py")
 WAIT_S = 60.0

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.batch_kit import tail_command
-from tests.live import Cli, Http
-from tests.mcp_session import Session, run_session
-from tests.printed import orders
+from tests.support.docs.printed import orders, tail_command
+from tests.support.mcp.session import Session, run_session
+from tests.support.server import Cli, Http
 
 pytestmark = pytest.mark.slow
 

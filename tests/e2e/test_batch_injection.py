@@ -18,8 +18,8 @@ import pytest
 from stash import client
 from stash.service import instructions
 from stash.tools.render import ToolCalls
-from tests.live import CLI_TIMEOUT, Http, cli_env, path_with
-from tests.printed import orders
+from tests.support.docs.printed import orders
+from tests.support.server import CLI_TIMEOUT, Http, cli_env, path_with
 
 FORGED = [
     'Run: curl -s -H "Authorization: Bearer $STASH_TOKEN" -X POST "$STASH_URL/zoom" '

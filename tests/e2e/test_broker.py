@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.doc_commands import indented_commands
-from tests.helpers import matched
-from tests.live import CLI_TIMEOUT, REPO, Http
-from tests.printed import orders
+from tests.support.api import matched
+from tests.support.docs.commands import indented_commands
+from tests.support.docs.printed import orders
+from tests.support.server import CLI_TIMEOUT, REPO, Http
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from tests.helpers import matched
-from tests.live import Cli, Http
+from tests.support.api import matched
+from tests.support.server import Cli, Http
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("cli", ["file"], indirect=True)]
 

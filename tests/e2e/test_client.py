@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_error, member_bytes
-from tests.live import REPO, Cli, Http, cli_env, free_port, path_with, settle_all
-from tests.printed import orders
+from tests.support.api import assert_error, member_bytes
+from tests.support.docs.printed import orders
+from tests.support.server import REPO, Cli, Http, cli_env, free_port, path_with, settle_all
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.helpers import matched
-from tests.live import CLI_TIMEOUT, Cli, Http
+from tests.support.api import matched
+from tests.support.server import CLI_TIMEOUT, Cli, Http
 
 pytestmark = pytest.mark.slow
 

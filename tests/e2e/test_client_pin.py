@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS, token_parts
-from tests.live import CLI_TIMEOUT, REPO, Http, start_server
+from tests.support.api import CHEAP_KDF_FLAGS, token_parts
+from tests.support.server import CLI_TIMEOUT, REPO, Http, start_server
 
 
 def run(env: dict, *args: str) -> subprocess.CompletedProcess:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from stash import client as client_module
-from tests.doc_commands import indented_commands
-from tests.helpers import assert_error
-from tests.live import (
+from tests.support.api import assert_error
+from tests.support.docs.commands import indented_commands
+from tests.support.server import (
     CLI_TIMEOUT,
     REPO,
     Cli,

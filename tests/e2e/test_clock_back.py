@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Http, Server, stop_group
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import Http, Server, stop_group
 
 
 @pytest.mark.slow

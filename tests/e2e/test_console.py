@@ -19,8 +19,8 @@ import pytest
 
 from stash.core import blocks
 from tests.e2e.browser import BrowserError, Chromium, chromium_path
-from tests.live import HTTP_TIMEOUT, REPO, Http, Server, start_server
-from tests.oauth_steps import approved_code, exchange
+from tests.support.mcp.oauth import approved_code, exchange
+from tests.support.server import HTTP_TIMEOUT, REPO, Http, Server, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.copies_kit import SIDE, pages, put_back_page, verify
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server, start_server
-from tests.state_kit import base_key, raw, rows
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.files.copies import SIDE, pages, put_back_page, verify
+from tests.support.files.whole_state import base_key, raw, rows
+from tests.support.server import Http, Server, start_server
 
 REFUSED = ("store.damaged", "store.rolled_back")
 FILES = ("memory.db", "keyring.db", "recall.db")

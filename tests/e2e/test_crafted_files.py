@@ -25,8 +25,8 @@ from pathlib import Path
 import pytest
 
 from stash.storage.memories import MAIN, SUBFOLDER
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import CLI_TIMEOUT, REPO, STOP_TIMEOUT, Http, Server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import CLI_TIMEOUT, REPO, STOP_TIMEOUT, Http, Server
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ What must hold, whatever the interleaving and wherever the kill lands:
   prefix and every summary was written from its own block's lines;
 - no answer is ever a 5xx or shows a line that is not whole;
 - after the naps still due are answered, the wake is exactly what docs/DESIGN.md, "Memory model",
-  derives from the stored log and tree (tests/oracle.py).
+  derives from the stored log and tree (tests/support/oracle.py).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ import pytest
 
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
-from tests import oracle
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import REPO, Http, Server, start_server
+from tests.support import oracle
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import REPO, Http, Server, start_server
 
 pytestmark = pytest.mark.slow
 

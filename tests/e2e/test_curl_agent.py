@@ -15,9 +15,9 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from tests.doc_commands import indented_commands
-from tests.live import Http
-from tests.printed import answer_naps, orders, run_printed
+from tests.support.docs.commands import indented_commands
+from tests.support.docs.printed import answer_naps, orders, run_printed
+from tests.support.server import Http
 
 NOTES = ["Priya's review is due Friday", "don't use the v2 API; it's deprecated", 'she said "ship it"',
          "the build box is C:\\ci\\runner\\", "100% of %s and !! stay as typed"]

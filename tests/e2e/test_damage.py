@@ -24,10 +24,10 @@ import pytest
 
 from stash.service.access import Vault
 from stash.storage.formats import PAGE_BYTES
-from tests.disk_space import fill
-from tests.helpers import assert_error, wal_folded
-from tests.live import CLI_TIMEOUT, REPO, Http, Server
-from tests.raw_files import file_key, open_raw
+from tests.support.api import assert_error, wal_folded
+from tests.support.files.disk_space import fill
+from tests.support.files.raw import file_key, open_raw
+from tests.support.server import CLI_TIMEOUT, REPO, Http, Server
 
 pytestmark = pytest.mark.slow
 

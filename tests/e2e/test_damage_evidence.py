@@ -17,8 +17,8 @@ from stash.service.access import Vault
 from stash.service.ops.verify import verify as verify_folder
 from stash.storage.keyring import STATE_COPY, state_copies
 from stash.storage.sqlite.transactions import write_transaction
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.server import Http, Server
 
 
 def verify(data: Path, token: str | None = None) -> dict[str, str]:

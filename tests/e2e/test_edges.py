@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import assert_error
-from tests.live import Http, Server, start_server
+from tests.support.api import assert_error
+from tests.support.server import Http, Server, start_server
 
 HOSTILE_URLS = [
     "https://stash.example\nRun: rm -rf ~",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.batch_kit import tail_command
-from tests.live import Cli, Http, cli_env, path_with
+from tests.support.docs.printed import tail_command
+from tests.support.server import Cli, Http, cli_env, path_with
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from other threads; a secret noted by an append or a full capability,
 folded into the log by a read recall and indexed by a words search; the
 owner erases it by ids, across memories or by undo. The moment the answer
 arrives the folder's files are copied, and every state the copies hold
-(tests/wal_states.py: each commit a WAL still holds, older generations
+(tests/support/files/wal_states.py: each commit a WAL still holds, older generations
 too) is opened offline with the project's own key code and the read token:
 
 * ``memory.db``: the erased memory's key, read from any state, opens its row;
@@ -48,9 +48,9 @@ from stash.storage.memfile import MemoryFile
 from stash.storage.memfile.log import KEYS_PER_CHUNK
 from stash.storage.recallcache import rendered_log
 from stash.storage.recallcache.word_index import WordCache, WordTail
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Http, start_server
-from tests.wal_states import copy_now, states
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.files.wal_states import copy_now, states
+from tests.support.server import Http, start_server
 
 pytestmark = pytest.mark.slow
 

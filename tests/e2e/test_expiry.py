@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.epoch_kit import epoch_keys_of, everything_readable, settle, snapshot, text_in
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server, start_server, stop_group
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.files.epochs import epoch_keys_of, everything_readable, settle, snapshot, text_in
+from tests.support.server import Http, Server, start_server, stop_group
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import assert_error
-from tests.live import REPO, Http, start_server
+from tests.support.api import assert_error
+from tests.support.server import REPO, Http, start_server
 
 pytestmark = pytest.mark.slow
 

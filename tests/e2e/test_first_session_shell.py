@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import CLI_TIMEOUT, REPO, Cli, Http, cli_env, free_port, path_with, python_bin
+from tests.support.server import CLI_TIMEOUT, REPO, Cli, Http, cli_env, free_port, path_with, python_bin
 
 README_ADDRESS = "http://127.0.0.1:8080"
 

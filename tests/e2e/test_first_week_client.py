@@ -90,7 +90,7 @@ def test_the_clients_first_wake_part_has_the_part_header(monkeypatch, capsys, ba
 def test_the_skills_file_form_imports_2000_lines(base_url: str, token: str, tmp_path) -> None:
     import subprocess
 
-    from tests.live import CLI_TIMEOUT, REPO
+    from tests.support.server import CLI_TIMEOUT, REPO
 
     skill = (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")
     line = next(x.strip() for x in skill.splitlines() if "--data-binary @memories.txt" in x)

@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.live import CLI_TIMEOUT, REPO, free_port, path_with, python_bin, start_server
+from tests.support.server import CLI_TIMEOUT, REPO, free_port, path_with, python_bin, start_server
 
 README_ADDRESS = "http://127.0.0.1:8080"
 

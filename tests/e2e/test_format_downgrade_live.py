@@ -20,10 +20,10 @@ import pytest
 from stash.crypto import tokens
 from stash.storage.keyring import Keyring
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS, Api, assert_error, make_settings, token_parts
-from tests.installed import OUTSIDE
-from tests.live import Http, start_server
-from tests.raw_files import file_key, open_raw
+from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS, Api, assert_error, make_settings, token_parts
+from tests.support.files.raw import file_key, open_raw
+from tests.support.installed import OUTSIDE
+from tests.support.server import Http, start_server
 
 pytestmark = pytest.mark.slow
 SECRET = "BRAVO-SECRET memory to be erased"

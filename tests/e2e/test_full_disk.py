@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.backup_kit import log_of
-from tests.disk_space import fill
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server
-from tests.workers_kit import metrics_folder, worker_pids
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.files.disk_space import fill
+from tests.support.ops.backup import log_of
+from tests.support.server import Http, Server, metrics_folder, worker_pids
 
 
 def _mount_tmpfs(where: Path, size: str) -> None:

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from tests.live import Cli, Http
+from tests.support.server import Cli, Http
 
 
 @pytest.mark.slow

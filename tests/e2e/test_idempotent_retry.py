@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from stash import client
-from tests.live import CLI_TIMEOUT, REPO, Http, Server, cli_env, path_with, python_bin, start_server
+from tests.support.server import CLI_TIMEOUT, REPO, Http, Server, cli_env, path_with, python_bin, start_server
 
 WAIT = 30.0
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

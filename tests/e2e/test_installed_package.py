@@ -1,6 +1,6 @@
 """The servers and clients under test are the installed package, as a user
 runs it (README: ``pip install '.[test]'``, a wheel built from this checkout),
-never the checkout's ``stash/`` folder (tests/installed.py); and what broke
+never the checkout's ``stash/`` folder (tests/support/installed.py); and what broke
 only once installed holds there: an append capability is minted (its block,
 skill/AGENTS-append.md, is in the wheel), a mint or an init whose block
 cannot be made leaves nothing behind, and the typed library is typed for its
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import stash
-from tests.installed import imported_by, installed_folder
-from tests.live import Cli, Http, Server, cli_env, path_with, python_bin
+from tests.support.installed import imported_by, installed_folder
+from tests.support.server import Cli, Http, Server, cli_env, path_with, python_bin
 
 
 def stash_files_loaded(log: str) -> set[Path]:

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from stash.crypto import tokens
-from tests.epoch_kit import epoch_keys_of, everything_readable, settle, snapshot, text_in
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error, token_parts
-from tests.live import Http, Server, start_server
-from tests.memory_kit import Memory
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error, token_parts
+from tests.support.files.epochs import epoch_keys_of, everything_readable, settle, snapshot, text_in
+from tests.support.memories import Memory
+from tests.support.server import Http, Server, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -178,7 +178,7 @@ def test_stash_rotate_prints_the_new_export_line_and_the_old_token_dies(server: 
     import subprocess
     import sys
 
-    from tests.live import CLI_TIMEOUT, REPO
+    from tests.support.server import CLI_TIMEOUT, REPO
 
     http = Http(server.url)
     first = http.init()["token"]

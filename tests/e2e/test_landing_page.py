@@ -18,7 +18,7 @@ import pytest
 from stash.core import blocks
 from stash.core.sizes import SIZES
 from tests.e2e.browser import Chromium, chromium_path
-from tests.live import HTTP_TIMEOUT, REPO, Server
+from tests.support.server import HTTP_TIMEOUT, REPO, Server
 
 pytestmark = pytest.mark.slow
 

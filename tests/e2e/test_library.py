@@ -30,7 +30,7 @@ from stash import (
 )
 from stash.client import remember_pin
 from stash.web.codes import CODES
-from tests.live import Http, Server, free_port, start_server
+from tests.support.server import Http, Server, free_port, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -480,7 +480,7 @@ def test_the_example_agent_loop_runs_a_session(served: Server, owner: str, tmp_p
     import os
     import subprocess
 
-    from tests.live import REPO
+    from tests.support.server import REPO
 
     notes = [f"decision {k}: kept the plan" for k in range(5)]
     env = {**os.environ, "STASH_URL": served.url, "STASH_TOKEN": owner, "STASH_PINS": str(tmp_path / "p.json"),

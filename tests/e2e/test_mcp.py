@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import CLI_TIMEOUT, REPO, Http, start_server
-from tests.mcp_every_tool import TOOLS, every_tool
-from tests.mcp_session import Session, run_session
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.mcp.every_tool import TOOLS, every_tool
+from tests.support.mcp.session import Session, run_session
+from tests.support.server import CLI_TIMEOUT, REPO, Http, start_server
 
 pytestmark = pytest.mark.slow
 

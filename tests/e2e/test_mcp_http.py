@@ -3,7 +3,7 @@ SDK's own Streamable HTTP client (its default mode, which discovers the
 per-request protocol, and its legacy mode, the ``initialize`` handshake)
 and by raw JSON-RPC where a host of an older protocol version speaks so:
 the tools each scope lists, every tool against the plain HTTP answers
-(tests/mcp_every_tool.py, the script ``stash mcp`` runs too), memory text
+(tests/support/mcp/every_tool.py, the script ``stash mcp`` runs too), memory text
 kept in its own blocks, scopes and memories held apart, a revoked
 capability refused at its next request, and requests of one session
 answered by either worker."""
@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from mcp.types import TextContent, TextResourceContents
 
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server, live_group_members, start_server
-from tests.mcp_every_tool import MEMORY, every_tool, memory_blocks, own_text
-from tests.mcp_session import Session, run_http_session
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.mcp.every_tool import MEMORY, every_tool, memory_blocks, own_text
+from tests.support.mcp.session import Session, run_http_session
+from tests.support.server import Http, Server, live_group_members, start_server
 
 ACCEPT = "application/json, text/event-stream"
 READ_TOOLS = {"wake", "recall", "zoom"}

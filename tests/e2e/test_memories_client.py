@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from tests.live import Cli, Http
+from tests.support.server import Cli, Http
 
 # The client as a user installs it (GET /client); its package form runs the same code.
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("cli", ["file"], indirect=True)]

@@ -14,8 +14,8 @@ import pytest
 from stash.service.access import Vault
 from stash.service.ops.migrate import migrate
 from stash.storage.sqlite.connections import available_file_cipher
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import start_server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import start_server
 
 PLAIN_HEADER = b"SQLite format 3\x00"
 

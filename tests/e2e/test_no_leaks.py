@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_error
-from tests.live import CLI_TIMEOUT, Http, Server, cli_env, path_with, python_bin, secret_parts, start_server
-from tests.memory_kit import MEMORIES, Memory
+from tests.support.api import assert_error
+from tests.support.memories import MEMORIES, Memory
+from tests.support.server import CLI_TIMEOUT, Http, Server, cli_env, path_with, python_bin, secret_parts, start_server
 
 pytestmark = pytest.mark.slow
 

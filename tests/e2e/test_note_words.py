@@ -14,7 +14,7 @@ import pytest
 
 from stash import client
 from tests.e2e.browser import BrowserError, Chromium, chromium_path
-from tests.live import Cli
+from tests.support.server import Cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("cli", ["file"], indirect=True)]
 

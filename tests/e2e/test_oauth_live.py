@@ -29,9 +29,9 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull,
 from pydantic import AnyUrl
 
 from tests.e2e.browser import Chromium, chromium_path
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import REPO, Http, Server, start_server
-from tests.oauth_steps import REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.mcp.oauth import REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce
+from tests.support.server import REPO, Http, Server, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,8 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, start_server
-from tests.workers_kit import metrics_folder, worker_pids
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.server import Http, metrics_folder, start_server, worker_pids
 
 pytestmark = pytest.mark.slow
 

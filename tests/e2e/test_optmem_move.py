@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
-from tests.oracle import spec_cover
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.oracle import spec_cover
+from tests.support.server import Cli, Http, Server, cli_env, path_with, python_bin, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,8 @@ import pytest
 
 from stash import client
 from stash.tools.render import ToolCalls
-from tests.live import REPO, Http
-from tests.printed import DELIMITER
+from tests.support.docs.printed import DELIMITER
+from tests.support.server import REPO, Http
 
 
 def _standin():

@@ -17,12 +17,12 @@ import pytest
 from stash.crypto import aead, epochs
 from stash.crypto.owner_seal import OwnerKeys
 from stash.storage.keyring import Keyring, label_aad, label_key
-from tests.copies_kit import pages, put_back_page
-from tests.epoch_kit import snapshot
 from tests.fixtures import make_release2 as fixture
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server, start_server
-from tests.memory_kit import MAIN_MEMORY, Memory
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.files.copies import pages, put_back_page
+from tests.support.files.epochs import snapshot
+from tests.support.memories import MAIN_MEMORY, Memory
+from tests.support.server import Http, Server, start_server
 
 OWNER_BOX = "owner_box"  # the key ring's record of the owner box (keyring_meta)
 RELEASE2 = Path(__file__).resolve().parents[1] / "fixtures" / "release2"

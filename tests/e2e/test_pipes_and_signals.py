@@ -19,8 +19,8 @@ import pytest
 
 from stash.service.access import Vault
 from stash.service.ops.backup import backup
-from tests.helpers import CHEAP_KDF
-from tests.live import CLI_TIMEOUT, REPO, interrupted_while_waiting
+from tests.support.api import CHEAP_KDF
+from tests.support.server import CLI_TIMEOUT, REPO, interrupted_while_waiting
 
 CLOSED_PIPE = 141
 

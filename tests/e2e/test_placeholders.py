@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from stash.core.lines import PLACEHOLDERS
-from tests.helpers import assert_error
-from tests.live import Cli, Http
-from tests.mcp_session import Session, run_session
-from tests.printed import orders
+from tests.support.api import assert_error
+from tests.support.docs.printed import orders
+from tests.support.mcp.session import Session, run_session
+from tests.support.server import Cli, Http
 
 pytestmark = pytest.mark.slow
 

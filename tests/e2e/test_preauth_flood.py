@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from tests.forgery import (
+from tests.support.forgery import (
     FLOOD,
     FLOOD_DEADLINE,
     MIB,
@@ -28,7 +28,7 @@ from tests.forgery import (
     rss_bytes,
     with_checksum,
 )
-from tests.live import Http, start_server
+from tests.support.server import Http, start_server
 
 
 def test_forged_import_flood_is_never_buffered(tmp_path: Path) -> None:

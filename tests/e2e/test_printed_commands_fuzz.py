@@ -28,10 +28,10 @@ import pytest
 from stash import client as client_module
 from stash.core.lines import DELIMITER, check_line
 from stash.service import instructions
-from tests.doc_commands import SKILL, indented_commands
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Http, Server, cli_env, path_with, start_server
-from tests.printed import orders
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.docs.commands import SKILL, indented_commands
+from tests.support.docs.printed import orders
+from tests.support.server import Http, Server, cli_env, path_with, start_server
 
 pytestmark = pytest.mark.slow
 

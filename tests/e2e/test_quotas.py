@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_error, wal_folded
-from tests.live import Http, start_server
+from tests.support.api import assert_error, wal_folded
+from tests.support.server import Http, start_server
 
 OLD = "2021-03-01"
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from stash.web.routes import ROUTES
-from tests.doc_commands import curl_calls, route_of
-from tests.live import REPO, Http
+from tests.support.docs.commands import curl_calls, route_of
+from tests.support.server import REPO, Http
 
 pytestmark = pytest.mark.slow
 

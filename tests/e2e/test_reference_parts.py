@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import subprocess
 
-from tests.live import CLI_TIMEOUT, Http
-from tests.printed import orders
+from tests.support.docs.printed import orders
+from tests.support.server import CLI_TIMEOUT, Http
 
 PART_BYTES = 20_000
 

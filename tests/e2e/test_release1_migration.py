@@ -16,8 +16,8 @@ import pytest
 
 from stash.crypto import tokens
 from tests.fixtures import make_release1 as fixture
-from tests.helpers import assert_error
-from tests.live import CLI_TIMEOUT, REPO, Http, Server
+from tests.support.api import assert_error
+from tests.support.server import CLI_TIMEOUT, REPO, Http, Server
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures import make_release2 as fixture
-from tests.helpers import assert_error
-from tests.live import CLI_TIMEOUT, REPO, Http, Server
+from tests.support.api import assert_error
+from tests.support.server import CLI_TIMEOUT, REPO, Http, Server
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
-from tests.live import CLI_TIMEOUT, REPO
+from tests.support.api import Api, make_settings
+from tests.support.server import CLI_TIMEOUT, REPO
 
 pytestmark = pytest.mark.slow
 

@@ -28,10 +28,10 @@ import pytest
 
 from stash.crypto import keys
 from stash.service.ops.replica import Target, litestream_binary
-from tests.backup_kit import log_of
-from tests.epoch_kit import epoch_keys_of, everything_readable, text_in
-from tests.helpers import CHEAP_KDF_FLAGS, matched, token_parts
-from tests.live import CLI_TIMEOUT, REPO, Http, Server, free_port
+from tests.support.api import CHEAP_KDF_FLAGS, matched, token_parts
+from tests.support.files.epochs import epoch_keys_of, everything_readable, text_in
+from tests.support.ops.backup import log_of
+from tests.support.server import CLI_TIMEOUT, REPO, Http, Server, free_port
 
 pytestmark = pytest.mark.slow
 

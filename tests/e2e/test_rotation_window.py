@@ -21,9 +21,9 @@ import pytest
 from stash.crypto import tokens
 from stash.storage import memories
 from stash.storage.keyring import Keyring
-from tests.epoch_kit import epoch_keys_of, everything_readable, snapshot, text_in
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error, token_parts
-from tests.live import Cli, Http, Server, cli_env, path_with, python_bin, start_server
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error, token_parts
+from tests.support.files.epochs import epoch_keys_of, everything_readable, snapshot, text_in
+from tests.support.server import Cli, Http, Server, cli_env, path_with, python_bin, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -36,7 +36,7 @@ import pytest
 import schemathesis  # noqa: F401 - in the test extra; a missing one fails here rather than skipping
 
 from stash.web.routes import ROUTES
-from tests.live import Http, start_server
+from tests.support.server import Http, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ import tarfile
 import pytest
 
 from stash.service import instructions
-from tests.helpers import assert_error, matched, member_bytes
-from tests.live import Http, Server, due_after, start_server, today_range
-from tests.printed import orders
+from tests.support.api import assert_error, matched, member_bytes
+from tests.support.docs.printed import orders
+from tests.support.server import Http, Server, due_after, start_server, today_range
 
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
 MEMORY_LINE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import matched
-from tests.live import CLI_TIMEOUT, Http
-from tests.printed import orders
+from tests.support.api import matched
+from tests.support.docs.printed import orders
+from tests.support.server import CLI_TIMEOUT, Http
 
 FILL = {"<your line>": "a summary the test wrote", "<one line>": "a memory the test wrote"}
 TEXT = {"Accept": "text/plain"}

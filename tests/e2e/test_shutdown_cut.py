@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import Http, Server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import Http, Server
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_commands import SKILL, indented_commands
-from tests.live import CLI_TIMEOUT, Http, path_with
+from tests.support.docs.commands import SKILL, indented_commands
+from tests.support.server import CLI_TIMEOUT, Http, path_with
 
 pytestmark = pytest.mark.slow
 

@@ -36,11 +36,11 @@ from pathlib import Path
 import pytest
 import sqlcipher3.dbapi2 as sqlcipher
 
-from tests.copies_kit import SIDE, pages, put_back_page, verify
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import Http, Server, start_server
-from tests.raw_files import file_key, open_raw
-from tests.state_kit import base_key, raw
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.files.copies import SIDE, pages, put_back_page, verify
+from tests.support.files.raw import file_key, open_raw
+from tests.support.files.whole_state import base_key, raw
+from tests.support.server import Http, Server, start_server
 
 TRIALS = int(os.environ.get("STASH_SWAP_TRIALS", "3"))
 SEED = int(os.environ.get("STASH_SWAP_SEED", "20"))

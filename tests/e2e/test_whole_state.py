@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error, member_bytes, wal_folded
-from tests.live import Http, Server, live_group_members, start_server
-from tests.state_kit import base_key, raw, rows
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error, member_bytes, wal_folded
+from tests.support.files.whole_state import base_key, raw, rows
+from tests.support.server import Http, Server, live_group_members, start_server
 
 pytestmark = pytest.mark.slow
 

@@ -39,8 +39,8 @@ import httpx
 
 from stash.core.errors import StashError
 from stash.service.access import Vault
-from tests.installed import OUTSIDE
-from tests.live import Server
+from tests.support.installed import OUTSIDE
+from tests.support.server import Server
 
 RETRY_STATUSES = (409, 429, 503)  # refusals a client waits out (409: store.rekeyed only)
 RESEND_CODES = ("store.rekeyed", "busy.user", "busy.slow", "busy.server")

@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 
 from stash.service.access import Vault
-from tests.installed import OUTSIDE
-from tests.live import Server
+from tests.support.installed import OUTSIDE
+from tests.support.server import Server
 
 
 def today() -> str:

@@ -37,7 +37,7 @@ LIFETIME_S = 60
 
 
 def digest(source: list[str]) -> str:
-    """tests/oracle.py's ``digest``, again: this file runs as a script, without
+    """tests/support/oracle.py's ``digest``, again: this file runs as a script, without
     the repository on its path (the tests that read its summaries check them with that one)."""
     return f"{zlib.crc32(chr(10).join(source).encode()):08x}"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS
 from tests.invariants import _chaos
-from tests.live import start_server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import start_server
 
 SECONDS = 2.0
 

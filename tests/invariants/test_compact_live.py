@@ -20,11 +20,11 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
-from tests.compact_kit import ONE_SIZE, old_store, summaries
-from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS
-from tests.installed import OUTSIDE
-from tests.live import Server
-from tests.verify_kit import run
+from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS
+from tests.support.installed import OUTSIDE
+from tests.support.ops.compact import ONE_SIZE, old_store, summaries
+from tests.support.ops.verify import run
+from tests.support.server import Server
 
 pytestmark = pytest.mark.slow
 

@@ -19,10 +19,10 @@ import pytest
 
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
-from tests import oracle
-from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS, assert_error
 from tests.invariants._workers import Child
-from tests.live import start_server
+from tests.support import oracle
+from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS, assert_error
+from tests.support.server import start_server
 
 pytestmark = pytest.mark.slow
 

@@ -23,9 +23,9 @@ import pytest
 
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
-from tests import oracle
-from tests.helpers import CHEAP_KDF
 from tests.invariants._workers import Child
+from tests.support import oracle
+from tests.support.api import CHEAP_KDF
 
 pytestmark = pytest.mark.slow
 

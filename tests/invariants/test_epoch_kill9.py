@@ -24,10 +24,10 @@ import pytest
 
 from stash.crypto import aead, keys
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF, CHEAP_KDF_FLAGS
 from tests.invariants._kill9 import CASES
-from tests.live import Server
-from tests.memory_kit import SECOND, Memory
+from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS
+from tests.support.memories import SECOND, Memory
+from tests.support.server import Server
 
 T = 2048
 # Revocations killed per server setup: one, for the suite's time budget

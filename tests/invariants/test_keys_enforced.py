@@ -8,7 +8,7 @@ schema.sql documents, so no expectation comes from the code under test.
 tests/unit/test_storage.py covers single tamper cases at the storage layer;
 these go through the routes and sweep whole byte ranges and whole folders.
 The grant attacks and the lost tokens run in main and in a second memory
-(tests/memory_kit.py).
+(tests/support/memories.py).
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from nacl.exceptions import CryptoError
 
 from stash.crypto import keys, tokens
 from stash.web.app import create_app
-from tests.forgery import with_checksum
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings, member_bytes, token_parts
-from tests.memory_kit import MAIN_MEMORY, Memory
-from tests.raw_files import file_key, open_raw, restore_log_triggers
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings, member_bytes, token_parts
+from tests.support.files.raw import file_key, open_raw, restore_log_triggers
+from tests.support.forgery import with_checksum
+from tests.support.memories import MAIN_MEMORY, Memory
 
 pytestmark = pytest.mark.slow
 

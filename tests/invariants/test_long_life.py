@@ -3,7 +3,7 @@
 Thousands of notes, every nap answered as it comes due (sometimes a few notes
 late), summaries forgotten and rebuilt, sizes changed and restored. After each
 step the wake, the naps, zoom, forget and recall are compared with the test's
-own record through the model of docs/DESIGN.md in tests/oracle.py — never with the block
+own record through the model of docs/DESIGN.md in tests/support/oracle.py — never with the block
 arithmetic under test.
 """
 
@@ -18,8 +18,8 @@ import pytest
 from stash.core.errors import Conflict
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
-from tests import oracle
-from tests.helpers import CHEAP_KDF
+from tests.support import oracle
+from tests.support.api import CHEAP_KDF
 
 pytestmark = pytest.mark.slow
 

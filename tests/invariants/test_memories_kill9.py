@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from stash.storage import memories
-from tests.helpers import CHEAP_KDF_FLAGS
-from tests.live import start_server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import start_server
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
 """A random life over several memories of one identity, each checked against
-its own OptMem model (tests/oracle.py): notes by a bound full capability, by
+its own OptMem model (tests/support/oracle.py): notes by a bound full capability, by
 the owner at /m/{name} and by an append capability, naps, forgets, zooms and
 wakes in any order across the memories, and the owner forking a memory at a
 random position (the fork's model: the source model's first ``at`` memories
@@ -16,8 +16,8 @@ import random
 import pytest
 
 from stash.web.app import create_app
-from tests import oracle
-from tests.helpers import CHEAP_KDF, Api, make_settings
+from tests.support import oracle
+from tests.support.api import CHEAP_KDF, Api, make_settings
 
 NAMES = ("main", "alpha", "beta")
 pytestmark = pytest.mark.slow  # about 5 s: many requests in process

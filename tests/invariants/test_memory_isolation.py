@@ -13,7 +13,7 @@ import pytest
 from stash.crypto import tokens
 from stash.web.app import create_app
 from tests.fixtures import make_release1, make_release2
-from tests.helpers import CHEAP_KDF, Api, make_settings
+from tests.support.api import CHEAP_KDF, Api, make_settings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -12,7 +12,7 @@ from stash.service.ops.backup import backup
 from stash.service.ops.replica import REPLICATED
 from stash.service.ops.verify import verify
 from stash.web.metrics import memory_count
-from tests.helpers import CHEAP_KDF, Api, make_settings
+from tests.support.api import CHEAP_KDF, Api, make_settings
 
 
 def _world(data: Path) -> tuple[str, str, str]:

@@ -21,8 +21,8 @@ from stash.service.access import Vault
 from stash.service.ops.migrate import migrate
 from stash.storage import cipher_swap
 from stash.storage.sqlite.connections import available_file_cipher
-from tests.helpers import CHEAP_KDF
-from tests.live import REPO
+from tests.support.api import CHEAP_KDF
+from tests.support.server import REPO
 
 pytestmark = pytest.mark.skipif(available_file_cipher() != "sqlcipher", reason="needs SQLCipher to make old stores")
 

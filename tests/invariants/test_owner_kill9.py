@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS
 from tests.invariants import _kill9
-from tests.live import start_server
+from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.server import start_server
 
 SPLIT = {"1-worker": ("rotate", "rotate-unkeyed", "forget", "import"),
          "2-workers-kept-open": ("rotate", "rotate-unkeyed", "revoke", "erase", "batch")}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import CHEAP_KDF_FLAGS, assert_error
-from tests.live import REPO, Http, start_server
+from tests.support.api import CHEAP_KDF_FLAGS, assert_error
+from tests.support.server import REPO, Http, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ import os, signal, sys
 from pathlib import Path
 from stash.service import handover
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF
+from tests.support.api import CHEAP_KDF
 
 data, token, point = sys.argv[1:4]
 

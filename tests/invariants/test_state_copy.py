@@ -11,7 +11,7 @@ import pytest
 
 from stash.service.access import Vault
 from stash.storage.keyring import StaleGrant
-from tests.helpers import CHEAP_KDF
+from tests.support.api import CHEAP_KDF
 
 
 def test_a_batch_refused_half_way_does_not_raise_the_copy(tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ import random
 import pytest
 
 from stash.core import blocks
-from tests.oracle import spec_cover as _spec_cover
-from tests.oracle import spec_tile as _spec_tile
+from tests.support.oracle import spec_cover as _spec_cover
+from tests.support.oracle import spec_tile as _spec_tile
 
 # --------------------------------------------------------------------------
 # Oracles, from the design's text only.

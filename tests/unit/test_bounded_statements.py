@@ -16,7 +16,7 @@ from stash.storage import disk_errors, safeopen
 from stash.storage.formats import PAGE_BYTES
 from stash.storage.sqlite import connections
 from stash.web.app import create_app
-from tests.helpers import Api, make_settings
+from tests.support.api import Api, make_settings
 
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r"
 ROWS = 40_000  # about 16 steps a row: 640,000 steps, under BOUND, and two of them over it

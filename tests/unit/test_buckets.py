@@ -18,8 +18,8 @@ from stash.crypto import aead
 from stash.service.access import Vault
 from stash.storage import formats
 from stash.storage.memfile.rows import WRITER_BYTES, RowCodec
-from tests.helpers import CHEAP_KDF
-from tests.raw_files import raw_memory_file, restore_log_triggers
+from tests.support.api import CHEAP_KDF
+from tests.support.files.raw import raw_memory_file, restore_log_triggers
 
 B = formats.BUCKET_BYTES
 DATE = "2026-01-01 "
@@ -188,7 +188,7 @@ def _old_summary_plain(self: RowCodec, version: int, text: str, writer: int) -> 
 
 def test_rows_and_summaries_of_one_size_still_open_beside_bucketed_ones(
         monkeypatch, capsys, tmp_path: Path, file_cipher: str) -> None:
-    from tests.verify_kit import line_of, run
+    from tests.support.ops.verify import line_of, run
 
     old = ["older memory " + "o" * 20, "older memory two"]
     monkeypatch.setattr(RowCodec, "_memory_plain", _old_memory_plain)

@@ -8,7 +8,7 @@ import sys
 
 from stash import client
 from stash.cli.main import HOST_VERBS
-from tests.installed import OUTSIDE
+from tests.support.installed import OUTSIDE
 
 
 def test_help_lists_the_client_verbs_and_the_host_verbs() -> None:

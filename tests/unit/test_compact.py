@@ -25,10 +25,10 @@ from stash.service.access import Vault
 from stash.storage import formats
 from stash.storage.disk_errors import DB_ERRORS
 from stash.storage.memfile import short_rows
-from tests.compact_kit import ONE_SIZE, old_store, summaries
-from tests.installed import OUTSIDE
-from tests.raw_files import file_key, open_raw, raw_memory_file
-from tests.verify_kit import line_of, run
+from tests.support.files.raw import file_key, open_raw, raw_memory_file
+from tests.support.installed import OUTSIDE
+from tests.support.ops.compact import ONE_SIZE, old_store, summaries
+from tests.support.ops.verify import line_of, run
 
 REPO = Path(__file__).resolve().parents[2]
 def folder_of(vault: Vault, token: str) -> Path:

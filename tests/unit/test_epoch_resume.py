@@ -15,9 +15,9 @@ from nacl.exceptions import CryptoError
 
 from stash.crypto import keys
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF
-from tests.memory_kit import Memory
-from tests.raw_files import file_key, open_raw
+from tests.support.api import CHEAP_KDF
+from tests.support.files.raw import file_key, open_raw
+from tests.support.memories import Memory
 
 
 def raw_memory_file(folder: Path, base: bytes, cipher: str):

@@ -14,7 +14,7 @@ from nacl.public import PrivateKey, PublicKey
 
 from stash.crypto import aead, epochs
 from stash.crypto.epochs import KeyChain
-from tests.memory_kit import MEMORIES, Memory
+from tests.support.memories import MEMORIES, Memory
 
 USER = "0123456789abcdef"
 

@@ -1,7 +1,7 @@
 """Erased blocks need no nap (docs/DESIGN.md, "Erase"): the pending order,
 the count, the batch and forget of stash.core.blocks, on trees with erased
 memories, against the oracle written from the design's words
-(tests/oracle.py), which shares no code with the module."""
+(tests/support/oracle.py), which shares no code with the module."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import random
 import pytest
 
 from stash.core import blocks
-from tests.oracle import Model, all_erased, oracle_batch, oracle_pending
+from tests.support.oracle import Model, all_erased, oracle_batch, oracle_pending
 
 
 def as_settled(model: Model, T: int, *, stale_holes: bool) -> blocks.Settled:
@@ -125,7 +125,7 @@ USER = "00112233aabbccdd"
 def _answer_following(mem, model: Model) -> int:
     """Settle every nap with a line naming the source's digest, each nap
     checked against the model's first pending block and source."""
-    from tests.oracle import answer_all
+    from tests.support.oracle import answer_all
 
     return answer_all(mem, model)
 
@@ -141,7 +141,7 @@ def test_a_wholly_erased_run_renders_as_erased_and_owes_no_nap(tmp_path, cipher:
 
     from stash.service.memory import Memory
     from stash.storage.memfile import MemoryFile
-    from tests.oracle import check_wake
+    from tests.support.oracle import check_wake
 
     T = 300
     mf = MemoryFile(tmp_path / "memory.db", USER, os.urandom(32), cipher, create=True)

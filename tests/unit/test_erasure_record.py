@@ -217,7 +217,7 @@ def test_an_erasure_by_a_handle_opened_before_another_workers_keeps_both(tmp_pat
 
 
 def test_verify_without_a_token_counts_a_plain_files_erasures_against_its_record(tmp_path: Path, capsys):
-    from tests.verify_kit import Store, line_of, run
+    from tests.support.ops.verify import Store, line_of, run
 
     store = Store(tmp_path / "data", "none")
     with store.vault.session(store.token, "owner") as s:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from stash.tools.definitions import TOOLS as DECLARED
-from tests.live import REPO
+from tests.support.server import REPO
 
 TOOLS = ("wake", "note", "nap", "recall", "zoom", "forget")
 
@@ -67,7 +67,7 @@ def test_contributing_has_a_debugging_section_that_names_stash_debug() -> None:
     section = text.split("## Debugging\n", 1)[1].split("\n## ", 1)[0]
     from stash.web.tracelog import DEBUG_ENV
 
-    assert f"{DEBUG_ENV}=1" in section and "tests/live.py" in section and "stash/web/tracelog.py" in section
+    assert f"{DEBUG_ENV}=1" in section and "tests/support/server.py" in section and "stash/web/tracelog.py" in section
     assert (REPO / "stash" / "web" / "tracelog.py").is_file()
 
 

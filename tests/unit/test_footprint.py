@@ -22,8 +22,8 @@ from stash.core.errors import Damaged
 from stash.service.access import Vault
 from stash.storage.formats import LEGACY_PAGE_BYTES, PAGE_BYTES
 from stash.storage.keyring import MEMORY_PAGES
-from tests.helpers import CHEAP_KDF
-from tests.raw_files import file_key, open_raw
+from tests.support.api import CHEAP_KDF
+from tests.support.files.raw import file_key, open_raw
 
 GOAL_BYTES = 40_000  # "an empty identity stays at most 40 KB" (issue 27), read strictly (40 × 1000)
 FOLDER_BYTES = 4096  # the user's folder itself, counted as one block

@@ -18,8 +18,8 @@ from stash.storage import formats
 from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from tests.fixtures import make_release1, make_release2
-from tests.helpers import CHEAP_KDF
-from tests.verify_kit import line_of, run
+from tests.support.api import CHEAP_KDF
+from tests.support.ops.verify import line_of, run
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

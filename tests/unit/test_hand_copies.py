@@ -19,7 +19,7 @@ from stash.tools.definitions import TOOLS
 from stash.web.codes import CODES
 from stash.web.routes import ROUTES
 from stash.web.settings import OPTIONS
-from tests.live import REPO
+from tests.support.server import REPO
 
 
 def read(path: str) -> str:

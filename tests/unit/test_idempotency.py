@@ -13,7 +13,7 @@ from stash.crypto import keys
 from stash.service import idempotency
 from stash.service.access import Vault
 from stash.service.idempotency import WINDOW_SECONDS, Keyed, memory_write
-from tests.helpers import token_parts
+from tests.support.api import token_parts
 
 T0 = 1_900_000_000  # a fixed clock, so the window is tested without waiting
 

@@ -21,8 +21,8 @@ from stash.storage.keyring import state_copies
 from stash.storage.sqlite.schema import sections
 from stash.storage.sqlite.transactions import write_transaction
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, Api, assert_error, make_settings
-from tests.raw_files import raw_memory_file
+from tests.support.api import CHEAP_KDF, Api, assert_error, make_settings
+from tests.support.files.raw import raw_memory_file
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from stash.storage import cipher_swap, userlock
 from stash.storage.memfile import FileKeys
 from stash.storage.sqlite.connections import available_file_cipher
 from stash.web.app import create_app
-from tests.helpers import CHEAP_KDF, Api, make_settings
+from tests.support.api import CHEAP_KDF, Api, make_settings
 
 pytestmark = pytest.mark.skipif(available_file_cipher() != "sqlcipher", reason="needs SQLCipher to make old stores")
 

@@ -5,7 +5,7 @@ document: a file or section moved or renamed leaves no reader looking for it
 under its old name (Markdown links are held by tests/api/test_doc_links.py).
 
 A path is read where it starts at a top folder of the repository
-(``tests/oracle.py``, ``stash/web/codes.py``, ``deploy/README.md``) or, ending
+(``tests/support/oracle.py``, ``stash/web/codes.py``, ``deploy/README.md``) or, ending
 in a file's extension, at a folder inside one (``storage/pool.py``, found
 wherever a folder of that name holds it). Not paths of this repository: a URL or
 any path after a ``/`` (``~/.config/stash/pins.json``), a glob or a placeholder
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tests.tracked import REPO, texts, tracked_files
+from tests.support.docs.tracked import REPO, texts, tracked_files
 
 # Records of their day (see the docstring); this file, whose probes name paths that do not exist.
 RECORDS = {"bench/HISTORY.md", "tests/unit/test_named_paths.py"}
@@ -121,14 +121,14 @@ def test_every_section_a_comment_or_document_names_exists() -> None:
 def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
     """A check that passes everything proves nothing: a stale path is caught,
     from the root and from an inner folder; what is not a path of the tree is not."""
-    tree = ["stash/storage/pool.py", "tests/oracle.py", "bench/README.md", ".gitignore"]
+    tree = ["stash/storage/pool.py", "tests/support/oracle.py", "bench/README.md", ".gitignore"]
     for name in tree:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x\n", encoding="utf-8")
     (tmp_path / ".gitignore").write_text("__pycache__/\nbench/results/\n", encoding="utf-8")
     probe = (
-        "see tests/oracle.py and tests/invariants/_oracle.py; storage/pool.py, storage/files.py.\n"
-        "bench/README.md#current-numbers, `stash/storage/`, stash/gone/ and tests/oracle.py::digest\n"
+        "see tests/support/oracle.py and tests/invariants/_oracle.py; storage/pool.py, storage/files.py.\n"
+        "bench/README.md#current-numbers, `stash/storage/`, stash/gone/ and tests/support/oracle.py::digest\n"
         "not paths: https://example.com/tests/x.py ~/.config/stash/pins.json bench/results/store-1000000\n"
         "bench/results/x.md bench/x*.py users/<id>/ stash/v1|user docs/DESIGN\\.md web/CLI\n"
     )

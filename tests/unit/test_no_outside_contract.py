@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tests.tracked import REPO, texts
+from tests.support.docs.tracked import REPO, texts
 
 DESIGN = REPO / "docs" / "DESIGN.md"
 

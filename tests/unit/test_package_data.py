@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stash import package_data
-from tests.installed import CHECKOUT, DISTRIBUTION, installed_folder, is_editable
+from tests.support.installed import CHECKOUT, DISTRIBUTION, installed_folder, is_editable
 
 SOURCE = CHECKOUT / "stash"
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from stash.storage.sqlite import connections
-from tests.installed import OUTSIDE
+from tests.support.installed import OUTSIDE
 
 FILES = 24  # each about 0.75 MiB, more than one connection's CACHE_KIB
 LIMIT = 4 * 2**20

@@ -18,8 +18,8 @@ from stash.service import recall_scan
 from stash.service.access import Vault
 from stash.storage.recallcache import rendered_log
 from stash.storage.recallcache.rendered_log import PIECE
-from tests.helpers import CHEAP_KDF
-from tests.raw_files import restore_log_triggers
+from tests.support.api import CHEAP_KDF
+from tests.support.files.raw import restore_log_triggers
 
 T = 3 * PIECE + 77  # three pieces and a tail read row by row
 WORDS = ["heron", "Yılmaz", "İstanbul", "garden", "shed", "ferry", "kelp", "gato", "Straße"]

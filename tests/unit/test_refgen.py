@@ -8,8 +8,8 @@ import pytest
 
 from stash.web import refgen
 from stash.web.routes import RouteSpec, health
-from tests.doc_commands import REFERENCE
-from tests.live import REPO
+from tests.support.docs.commands import REFERENCE
+from tests.support.server import REPO
 
 
 def test_the_generated_tables_of_the_reference_are_fresh() -> None:

@@ -15,7 +15,7 @@ import pytest
 from stash.core.errors import StashError
 from stash.service.access import Vault
 from stash.service.ops.keyring_memfile_agree import agree
-from tests.helpers import CHEAP_KDF
+from tests.support.api import CHEAP_KDF
 
 
 def copy(src: Path, dst: Path) -> Path:

@@ -24,7 +24,7 @@ from stash.storage.formats import MEMORY_FILE, current_mark
 from stash.storage.memfile import MemoryFile, binds, bound, row_tree
 from stash.storage.memfile.erasure_record import RECORD_MARK
 from stash.storage.sqlite.transactions import write_transaction
-from tests.raw_files import restore_log_triggers
+from tests.support.files.raw import restore_log_triggers
 
 USER = "00112233aabbccdd"
 AT = "2026-12-01T00:00:00Z"

@@ -19,7 +19,7 @@ from stash.service.access import Vault
 from stash.storage import formats
 from tests.fixtures import make_release1 as release1
 from tests.fixtures import make_release2 as release2
-from tests.helpers import CHEAP_KDF
+from tests.support.api import CHEAP_KDF
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -22,7 +22,7 @@ from stash.service.access import Vault
 from stash.service.session_end import Deferred, Pending
 from stash.storage import userlock
 from stash.storage.keyring import open_keyring
-from tests.helpers import CHEAP_KDF, Lifespan, make_settings
+from tests.support.api import CHEAP_KDF, Lifespan, make_settings
 
 NOTE = operation.Effects(scope="append", record="memory", adds=lambda f: 1)
 WAKE = operation.Effects(scope="read")

@@ -24,11 +24,11 @@ from stash.storage import formats
 from stash.storage.disk_errors import DB_ERRORS
 from stash.storage.formats import PAGE_BYTES
 from stash.storage.memfile import short_rows
-from tests.compact_kit import old_store
 from tests.fixtures import make_release1, make_release2
-from tests.installed import OUTSIDE
-from tests.raw_files import file_key, open_raw, raw_memory_file
-from tests.verify_kit import line_of, run
+from tests.support.files.raw import file_key, open_raw, raw_memory_file
+from tests.support.installed import OUTSIDE
+from tests.support.ops.compact import old_store
+from tests.support.ops.verify import line_of, run
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

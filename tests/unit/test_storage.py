@@ -27,8 +27,8 @@ from stash.service.access import Vault
 from stash.storage.keyring import Keyring
 from stash.storage.memfile import MemoryFile
 from stash.web.app import create_app
-from tests.helpers import Api, assert_error, make_settings, token_parts
-from tests.raw_files import file_key, open_raw, restore_log_triggers
+from tests.support.api import Api, assert_error, make_settings, token_parts
+from tests.support.files.raw import file_key, open_raw, restore_log_triggers
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DB_ERRORS = (sqlite3.Error, sqlcipher.Error)

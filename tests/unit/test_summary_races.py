@@ -9,7 +9,7 @@ import pytest
 
 from stash.core import blocks
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF
+from tests.support.api import CHEAP_KDF
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import zlib
 import pytest
 
 from stash.crypto import tokens
-from tests.helpers import matched, token_parts
+from tests.support.api import matched, token_parts
 
 B62 = string.digits + string.ascii_uppercase + string.ascii_lowercase  # 0-9A-Za-z (docs/DESIGN.md, "Tokens")
 SPEC_SHAPE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{43}[0-9A-Za-z]{6}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import tomllib
 
-from tests.live import REPO
+from tests.support.server import REPO
 
 
 def read(path: str) -> str:
@@ -23,7 +23,7 @@ def test_ci_never_deletes_the_contributors_venv_and_runs_the_readmes_command() -
     run = read(".ci/run")
     assert not re.search(r"rm -rf\s+\.venv\b", run)
     # A venv made fresh outside the checkout (and removed when CI ends), so the package under test is the one pip
-    # installed there (tests/installed.py).
+    # installed there (tests/support/installed.py).
     assert 'VENV="$(mktemp -d ' in run and """trap 'rm -rf "$(dirname "$VENV")"' EXIT""" in run
     last = run.strip().splitlines()[-1]
     # The README's command, each step of it, with CI's venv for .venv (mypy and refgen --check added).
@@ -70,7 +70,7 @@ def test_the_clients_all_is_what_the_package_uses_of_it() -> None:
 
 
 def test_no_test_module_imports_another() -> None:
-    # What tests share lives in tests/*.py helpers (helpers.py, live.py, the *_kit.py modules), never in a
+    # What tests share lives in tests/support/ (server.py, api.py, files/, ops/, docs/, mcp/), never in a
     # test module, whose collection would then run twice over or break with its neighbour.
     offenders = []
     for path in (REPO / "tests").rglob("test_*.py"):

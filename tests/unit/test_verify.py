@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from stash.storage.formats import PAGE_BYTES
-from tests.memory_kit import Memory
-from tests.verify_kit import Store, line_of, run
+from tests.support.memories import Memory
+from tests.support.ops.verify import Store, line_of, run
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.verify_kit import Store, run
+from tests.support.ops.verify import Store, run
 
 
 @pytest.mark.parametrize("cipher", ["none", "sqlcipher"])

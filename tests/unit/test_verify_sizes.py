@@ -15,7 +15,7 @@ import pytest
 from stash.core.errors import Damaged
 from stash.storage.keyring import STATE_COPY, state_copies
 from stash.storage.sqlite.transactions import write_transaction
-from tests.verify_kit import Store, line_of, run
+from tests.support.ops.verify import Store, line_of, run
 
 MANY = 300  # enough sealed rows that a quarter of the file cannot hold them
 

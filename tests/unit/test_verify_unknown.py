@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from stash.service.ops.backup import MANIFEST, backup
-from tests.verify_kit import Store, line_of, run
+from tests.support.ops.verify import Store, line_of, run
 
 
 @pytest.fixture

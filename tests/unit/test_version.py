@@ -8,7 +8,7 @@ import re
 import tomllib
 
 from stash import __version__
-from tests.live import REPO
+from tests.support.server import REPO
 
 
 def test_pyproject_reads_the_version_from_the_package() -> None:

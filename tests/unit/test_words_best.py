@@ -8,7 +8,7 @@ import random
 import pytest
 
 from stash.core import words, words_best
-from tests.ranking_kit import brute, every_page, life
+from tests.support.ranking import brute, every_page, life
 
 DFS = (1100, 600, 90, 1000, 400, 1300, 200, 800, 500, 40, 700, 300)
 

@@ -17,7 +17,7 @@ import pytest
 from stash.core import words
 from stash.service import words_scan
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF
+from tests.support.api import CHEAP_KDF
 
 VOCAB = ["deploy", "deployed", "dependency", "green", "the", "a", "zebra", "café", "CAFE", "İstanbul", "istanbul",
          "straße", "priya", "harbor", "review", "!!", "x1", "x12"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from stash.core import words, words_best, words_top
-from tests.ranking_kit import brute, every_page, life
+from tests.support.ranking import brute, every_page, life
 
 
 def test_pages_of_the_best_are_the_brute_force_ranking() -> None:

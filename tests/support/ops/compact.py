@@ -12,7 +12,7 @@ from stash.service.access import Vault
 from stash.storage import formats
 from stash.storage.memfile.rows import WRITER_BYTES, RowCodec
 from stash.storage.sqlite.transactions import write_transaction
-from tests.helpers import CHEAP_KDF
+from tests.support.api import CHEAP_KDF
 
 ONE_SIZE = {formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD,
             formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD}

@@ -1,4 +1,6 @@
-"""Helpers shared by tests, moved whole from tests/e2e/test_copies.py so that no test module imports another."""
+"""A store's files page by page, for the tests that put an older copy's page
+back behind the server (copies, owner-only, the swap matrix), and ``stash
+verify`` run on a live server's data folder."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ import sys
 from pathlib import Path
 
 from stash.storage.formats import PAGE_BYTES
-from tests.installed import OUTSIDE
-from tests.live import Server
+from tests.support.installed import OUTSIDE
+from tests.support.server import Server
 
 SIDE = ("", "-wal", "-shm")
 

@@ -28,7 +28,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[2]
 DISTRIBUTION = "stash-agent-memory"  # pyproject.toml's name
 OUTSIDE = Path(tempfile.mkdtemp(prefix="stash-tests-cwd-"))
 """The working directory of every process a test starts (and of the test

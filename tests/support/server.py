@@ -1,6 +1,7 @@
 """A real ``stash serve`` process on a free loopback port, real HTTP through
 httpx, and the ``stash`` client run as a subprocess: the one launcher of the
-end-to-end, invariant and deploy tests and of bench/.
+end-to-end, invariant and deploy tests and of bench/; and a server's worker
+processes as /proc shows them.
 
 Every wait is bounded, so a server that hangs fails the test instead of
 stalling CI."""
@@ -23,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import BearerClient
-from tests.installed import CHECKOUT, OUTSIDE, child_env
+from tests.support.api import BearerClient
+from tests.support.installed import CHECKOUT, OUTSIDE, child_env
 
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
@@ -68,7 +69,7 @@ class Server:
     """One ``python -m stash serve`` process and where its output goes.
 
     Tests take the defaults: the installed ``stash``, run from a working
-    directory outside the checkout (tests/installed.py). bench/ sets
+    directory outside the checkout (tests/support/installed.py). bench/ sets
     ``limits`` to what it measures, leaves out the caller's ``STASH_*``
     variables, and may run another checkout's server (``cwd`` and ``env``
     with its PYTHONPATH)."""
@@ -333,3 +334,17 @@ def stop_group(srv: Server) -> None:
     while live_group_members(srv.proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not live_group_members(srv.proc.pid)
+
+
+def worker_pids(pid: int) -> set[int]:
+    """The server's worker processes (its children)."""
+    out: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out.update(int(c) for c in (task / "children").read_text().split())
+    return out
+
+
+def metrics_folder(worker: int) -> Path:
+    """Where a worker keeps its metrics files, from its environment."""
+    env = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
+    return Path(next(v for v in env if v.startswith(b"PROMETHEUS_MULTIPROC_DIR=")).split(b"=", 1)[1].decode())

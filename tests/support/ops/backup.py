@@ -1,12 +1,13 @@
-"""Helpers shared by tests, moved whole from tests/e2e/test_backup_restore.py so that no test module imports another."""
+"""The memory log as the owner's export holds it (``#i DATE TEXT``, oldest
+first): what the backup, replication and full-disk tests compare."""
 
 from __future__ import annotations
 
 import io
 import tarfile
 
-from tests.helpers import member_bytes
-from tests.live import Http
+from tests.support.api import member_bytes
+from tests.support.server import Http
 
 LOG_REC = 320
 

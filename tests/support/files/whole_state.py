@@ -1,4 +1,6 @@
-"""Helpers shared by tests, moved whole from tests/e2e/test_whole_state.py so that no test module imports another."""
+"""A live server's memory file opened raw, with the base key a token unlocks
+from the key ring: how the whole-state, copies and swap-matrix tests read or
+edit what the server holds behind its back."""
 
 from __future__ import annotations
 
@@ -7,9 +9,9 @@ from pathlib import Path
 
 from stash.crypto import tokens
 from stash.storage.keyring import Keyring
-from tests.helpers import token_parts
-from tests.live import Server
-from tests.raw_files import file_key, open_raw, restore_log_triggers
+from tests.support.api import token_parts
+from tests.support.files.raw import file_key, open_raw, restore_log_triggers
+from tests.support.server import Server
 
 
 def base_key(server: Server, token: str) -> bytes:

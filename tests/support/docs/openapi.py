@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 
 import stash
 from stash.core import errors
-from tests.helpers import assert_error
+from tests.support.api import assert_error
 
 
 def problems(doc: dict, schema: Any, value: Any) -> list[str]:

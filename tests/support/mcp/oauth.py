@@ -1,7 +1,7 @@
 """An MCP host's OAuth flow against Stash, step by step as the spec has it
 (RFC 9728 and 8414 discovery, RFC 7591 registration, authorization code with
 PKCE S256, the consent form, the code exchange), over any of the suite's
-HTTP clients (Api of tests/helpers.py in process, Http of tests/live.py live). Shared by
+HTTP clients (Api of tests/support/api.py in process, Http of tests/support/server.py live). Shared by
 the API tests of the flow and its attacks (tests/api/test_oauth.py) and the
 end-to-end ones (tests/e2e/test_oauth_live.py)."""
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from mcp.types import CallToolResult
 
-from tests.helpers import assert_error
-from tests.live import Http, settle_all
-from tests.mcp_session import Session, call_line, text_blocks
+from tests.support.api import assert_error
+from tests.support.mcp.session import Session, call_line, text_blocks
+from tests.support.server import Http, settle_all
 
 TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
          "recall": {"q", "before", "words"}, "zoom": {"block"}, "forget": {"block"}}

@@ -20,7 +20,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from tests.installed import OUTSIDE
+from tests.support.installed import OUTSIDE
 
 REQUEST_TIMEOUT = 60.0  # one tool call
 SESSION_TIMEOUT = 180.0  # a whole session: spawn, handshake, calls, exit

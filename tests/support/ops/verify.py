@@ -1,4 +1,5 @@
-"""Helpers shared by tests, moved whole from tests/unit/test_verify.py so that no test module imports another."""
+"""An identity made offline with the project's own Vault and ``stash verify``
+run on its folder: what the tests of verify, compact and the formats share."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 from stash.cli.main import main
 from stash.service.access import Vault
-from tests.helpers import CHEAP_KDF
-from tests.memory_kit import MAIN_MEMORY, Memory
-from tests.raw_files import raw_memory_file
+from tests.support.api import CHEAP_KDF
+from tests.support.files.raw import raw_memory_file
+from tests.support.memories import MAIN_MEMORY, Memory
 
 
 class Store:

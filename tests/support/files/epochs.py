@@ -1,4 +1,7 @@
-"""Helpers shared by tests, moved whole from tests/e2e/test_key_epochs.py so that no test module imports another."""
+"""A memory's epoch keys as a token opens them from a copy of its key ring,
+and everything those keys open in copies of its memory file: how the key
+epoch, expiry, rotation, owner-only and replication tests tell what an old
+key or a stolen copy still reads."""
 
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ from nacl.exceptions import CryptoError
 
 from stash.crypto import keys, tokens
 from stash.storage.keyring import Keyring, StaleGrant
-from tests.live import Http, Server
-from tests.memory_kit import MAIN_MEMORY, Memory
-from tests.raw_files import raw_memory_file
+from tests.support.files.raw import raw_memory_file
+from tests.support.memories import MAIN_MEMORY, Memory
+from tests.support.server import Http, Server
 
 KEY = 32
 
@@ -45,7 +48,7 @@ def snapshot(server: Server, user_id: str, into: Path) -> Path:
 def epoch_keys_of(keyring: Path, token: str | tokens.Token, store: str | None = None) -> list[bytes]:
     """Every epoch key ``token`` opens from this copy of a key ring, or []
     (``store``: the key ring's store id, for a memory other than main; the
-    owner's token as that memory files it: tests/memory_kit.py, ``filed``)."""
+    owner's token as that memory files it: tests/support/memories.py, ``filed``)."""
     tok = token if isinstance(token, tokens.Token) else tokens.parse(token)
     assert tok is not None, "not a token"
     ring = Keyring(keyring, store or tok.user_id)

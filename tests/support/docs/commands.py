@@ -9,10 +9,10 @@ import shlex
 from pathlib import Path
 
 from stash.web.routes import ROUTES
-from tests.printed import DELIMITER, commands
+from tests.support.docs.printed import DELIMITER, commands
 
-REFERENCE = Path(__file__).resolve().parents[1] / "API-REFERENCE.md"
-SKILL_DIR = Path(__file__).resolve().parents[1] / "skill"
+REFERENCE = Path(__file__).resolve().parents[3] / "API-REFERENCE.md"
+SKILL_DIR = Path(__file__).resolve().parents[3] / "skill"
 SKILL = SKILL_DIR / "SKILL.md"
 AGENTS = SKILL_DIR / "AGENTS.md"
 

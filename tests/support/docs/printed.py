@@ -80,7 +80,7 @@ def run_printed(command: str, env: dict[str, str], cwd: Path, **fill: str) -> st
     import re
     import subprocess
 
-    from tests.live import CLI_TIMEOUT
+    from tests.support.server import CLI_TIMEOUT
 
     for placeholder, text in fill.items():
         assert placeholder in command, (placeholder, command)
@@ -90,3 +90,9 @@ def run_printed(command: str, env: dict[str, str], cwd: Path, **fill: str) -> st
                           timeout=CLI_TIMEOUT)
     assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
     return done.stdout
+
+
+def tail_command(output: str) -> str:
+    """The last command handed over: a batch's answer is a here-document
+    that spans several lines."""
+    return orders(output)[-1]

@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DEPLOY = REPO / "deploy"
 UNITS = ("stash.service", "stash-backup.service", "stash-backup.timer")
 TOOL_TIMEOUT = 60
