@@ -85,6 +85,7 @@ __all__ = [
     "GrantNotes",
     "Keyring",
     "Opened",
+    "RingFile",
     "StaleGrant",
     "cert_aad",
     "expired",
