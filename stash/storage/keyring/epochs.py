@@ -67,14 +67,14 @@ class Epochs:
                 else:
                     assert g.pub is not None  # a moved grant has its public key
                     self.ring.conn.execute("UPDATE grants SET box = ? WHERE id = ?",
-                                      (epochs.box_epoch(g.pub, new.epoch, new.current), g.id))
+                                           (epochs.box_epoch(g.pub, new.epoch, new.current), g.id))
             self.owner.reseal_labels(chain, new)
             older = new.seal_older()
             assert older is not None  # a new epoch is past epoch 0
             for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, older.hex()),
                                 (inbox_seal.PUBLIC_META, inbox_seal.public_text(new))):
                 self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                                  "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+                                       "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
             rekey(self.ring.conn, self.ring.user_id, chain, new)  # a copy from before this epoch fails its MAC
             if mint is not None:
                 minted = self.grant_keys.insert(chain=new, **mint)
@@ -115,8 +115,8 @@ class Epochs:
             assert grant.pub is not None  # just filed in format 2
             box = "" if owner is None else owner.box(minted, grant.pub).hex()
             self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                              (OWNER_NEXT, f"{old_id}:{minted}:{box}"))
+                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                                   (OWNER_NEXT, f"{old_id}:{minted}:{box}"))
         return chain, stranded, minted
 
     def retire_owner(self, chain: KeyChain, grant: Grant, kek: bytes,
@@ -139,7 +139,7 @@ class Epochs:
             owner = self.owner.open_owner_keys(grant, kek)
             window = [] if window_from is None else [
                 g.id for g in self.ring.select("WHERE revoked IS NULL AND id >= ? AND id != ? ORDER BY id",
-                                           (window_from, grant.id))]
+                                               (window_from, grant.id))]
             new, _, _ = self.advance_epoch(chain, (old_id, *window))
             (fresh_grant,) = self.ring.select("WHERE id = ?", (grant.id,))
             if owner is not None:

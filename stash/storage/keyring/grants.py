@@ -27,7 +27,7 @@ class GrantKeys:
         self.owner = owner
 
     def insert(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
-                expires: str | None = None, label: str | None = None) -> int:
+               expires: str | None = None, label: str | None = None) -> int:
         """File a grant whose box holds ``chain``'s current key (inside a
         write transaction). The id is allotted first because the certificate
         binds it (and ``expires``, when given); ``label`` is sealed under the
@@ -50,7 +50,7 @@ class GrantKeys:
             sealed = None if label is None else self.owner.seal_label(grant_id, label.encode(), chain)
             self.ring.ensure_notes()
             self.ring.conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
-                              (grant_id, sealed, expires))
+                                   (grant_id, sealed, expires))
         return grant_id
 
     def add(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
@@ -62,7 +62,7 @@ class GrantKeys:
             self.ring.select("LIMIT 0", ())  # a format-1 ring gets its columns first
             self.ring.check_epoch(chain)
             grant_id = self.insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
-                                    label=label)
+                                   label=label)
             if scope == "owner" and self.ring.meta(OWNER_BOX) is None:
                 # A new store's owner key, from its first moment, so that no
                 # event or day is ever written in clear.
@@ -87,7 +87,7 @@ class GrantKeys:
             if row is None or row[1] == "owner" or row[2] is not None:
                 return None
             self.ring.conn.execute("UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
-                              "revoked = ? WHERE id = ?", (now_utc(), grant_id))
+                                   "revoked = ? WHERE id = ?", (now_utc(), grant_id))
         return None if row[0] is None else bytes(row[0])
 
     def open_grant(self, grant: Grant, secret: bytes) -> Opened:

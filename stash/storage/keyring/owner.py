@@ -94,11 +94,11 @@ class OwnerData:
         for name, value in ((OWNER_PUB, owner.public.hex()),
                             (OWNER_BOX, f"{grant_id}:{owner.box(grant_id, grant_public).hex()}")):
             self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
 
     def mark_owner_sealed(self) -> None:
         self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, '1') "
-                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (OWNER_SEALED,))
+                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (OWNER_SEALED,))
 
     def _seal_owner_data(self, owner: OwnerKeys, chain: KeyChain) -> None:
         """Seal to ``owner`` every label, audit event and last-used day still
@@ -111,18 +111,18 @@ class OwnerData:
                 if label is not None and not is_sealed(label):
                     plain = aead.open_sealed(label_key(chain), label, label_aad(self.ring.user_id, grant_id))
                     self.ring.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                                      (seal_to_owner(self.ring.user_id, public, f"grant_label|{grant_id}", plain,
-                                                     pad=LABEL_PAD),
-                                       grant_id))
+                                           (seal_to_owner(self.ring.user_id, public, f"grant_label|{grant_id}", plain,
+                                                          pad=LABEL_PAD),
+                                            grant_id))
                 if day is not None and not day.startswith(SEALED_DAY):
                     self.ring.conn.execute("UPDATE grant_notes SET last_used = ? WHERE grant_id = ?",
-                                      (self._sealed_day(public, grant_id, day), grant_id))
+                                           (self._sealed_day(public, grant_id, day), grant_id))
         if self.ring.has_table("audit"):
             for rid, at, grant_id, event, detail in self.ring.conn.execute(
                     "SELECT id, at, grant_id, event, detail FROM audit WHERE event != ?", (SEALED_EVENT,)).fetchall():
                 self.ring.conn.execute("UPDATE audit SET at = '', grant_id = 0, event = ?, detail = ? WHERE id = ?",
-                                  (SEALED_EVENT, self._sealed_event(public, at, grant_id, event,
-                                                                    json.loads(detail)), rid))
+                                       (SEALED_EVENT, self._sealed_event(public, at, grant_id, event,
+                                                                         json.loads(detail)), rid))
 
     def _sealed_day(self, public: bytes, grant_id: int, day: str) -> str:
         return SEALED_DAY + seal_to_owner(self.ring.user_id, public, f"last_used|{grant_id}", day.encode()).hex()
@@ -166,7 +166,7 @@ class OwnerData:
             aad = label_aad(self.ring.user_id, grant_id)
             plain = aead.open_sealed(label_key(old), sealed, aad)
             self.ring.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                              (aead.seal(label_key(new), plain, aad), grant_id))
+                                   (aead.seal(label_key(new), plain, aad), grant_id))
 
     def reseal_owner_labels(self, old: OwnerKeys, new: OwnerKeys) -> None:
         if not self.ring.has_notes():
@@ -176,9 +176,9 @@ class OwnerData:
             if is_sealed(label):
                 what = f"grant_label|{grant_id}"
                 self.ring.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                                  (seal_to_owner(self.ring.user_id, new.public, what, old.open(label, what),
-                                                 pad=LABEL_PAD),
-                                   grant_id))
+                                       (seal_to_owner(self.ring.user_id, new.public, what, old.open(label, what),
+                                                      pad=LABEL_PAD),
+                                        grant_id))
 
     def last_used(self, grant_id: int, owner: OwnerKeys | None) -> str | None:
         """The grant's last-used day, opened with the owner keys."""
@@ -212,8 +212,8 @@ class OwnerData:
                 with write_transaction(self.ring.conn):
                     self.ring.ensure_notes()
                     self.ring.conn.execute("INSERT INTO grant_notes(grant_id, last_used) VALUES (?, ?) "
-                                      "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
-                                      (grant_id, value))
+                                           "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
+                                           (grant_id, value))
             finally:
                 self.ring.conn.execute("PRAGMA synchronous = FULL")
         except (*DB_ERRORS, OSError):  # type: ignore[misc]  # a tuple of exception classes

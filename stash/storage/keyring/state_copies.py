@@ -211,8 +211,8 @@ class HeadCopies:
                 with write_transaction(self.ring.conn):
                     if erased is not None and erased != self.erased_count():
                         self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                                          (ERASED_COPY, str(erased)))
+                                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                                               (ERASED_COPY, str(erased)))
                     if chain is not None:
                         return self._advance_sealed_copies(head, state_version, chain)
                     if self.ring.meta(COPIES_MAC) is not None:
