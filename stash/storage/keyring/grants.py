@@ -14,14 +14,20 @@ from ...crypto.owner_seal import OwnerKeys
 from ..disk_errors import DB_ERRORS
 from ..sqlite.transactions import write_transaction
 from .owner import OwnerData
-from .ring_file import OWNER_BOX, SCOPES, Grant, Opened, StaleGrant, cert_aad, now_utc, wrap_aad
+from .ring_file import OWNER_BOX, SCOPES, Grant, Opened, RingFile, StaleGrant, cert_aad, now_utc, wrap_aad
 
 
-class Grants(OwnerData):
-    """Grants filed, opened with a token's secret, and moved to key epochs."""
+class GrantKeys:
+    """Grants filed, opened with a token's secret, and moved to key epochs:
+    the rows of ``ring``, and ``owner`` to seal a new grant's label and to
+    give the store's first owner grant the owner keys."""
 
-    def _insert(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
-                expires: str | None = None, label: str | None = None) -> int:
+    def __init__(self, ring: RingFile, owner: OwnerData) -> None:
+        self.ring = ring
+        self.owner = owner
+
+    def insert(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
+               expires: str | None = None, label: str | None = None) -> int:
         """File a grant whose box holds ``chain``'s current key (inside a
         write transaction). The id is allotted first because the certificate
         binds it (and ``expires``, when given); ``label`` is sealed under the
@@ -31,19 +37,20 @@ class Grants(OwnerData):
         salt = keys.new_salt()
         kek = keys.derive_kek(secret, salt, kdf)
         pub = bytes(epochs.capability_private_key(kek).public_key)
-        cur = self.conn.execute("INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc()))
+        cur = self.ring.conn.execute("INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)",
+                                     (tag, scope, now_utc()))
         grant_id = int(cur.lastrowid or 0)
-        self.conn.execute(
+        self.ring.conn.execute(
             "UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?",
             (json.dumps({**kdf.as_dict(), "salt": salt.hex()}),
-             aead.seal(kek, pub, cert_aad(self.user_id, grant_id, scope, expires)), pub,
+             aead.seal(kek, pub, cert_aad(self.ring.user_id, grant_id, scope, expires)), pub,
              epochs.box_epoch(pub, chain.epoch, chain.current), grant_id),
         )
         if expires is not None or label is not None:
-            sealed = None if label is None else self._seal_label(grant_id, label.encode(), chain)
-            self._ensure_notes()
-            self.conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
-                              (grant_id, sealed, expires))
+            sealed = None if label is None else self.owner.seal_label(grant_id, label.encode(), chain)
+            self.ring.ensure_notes()
+            self.ring.conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
+                                   (grant_id, sealed, expires))
         return grant_id
 
     def add(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
@@ -51,18 +58,18 @@ class Grants(OwnerData):
         """A new capability that reaches the current epoch. Refused (409) if a
         revocation moved the epoch since ``chain`` was opened: the new box
         would hold a key that is no longer current."""
-        with write_transaction(self.conn):
-            self._select("LIMIT 0", ())  # a format-1 ring gets its columns first
-            self._check_epoch(chain)
-            grant_id = self._insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
-                                    label=label)
-            if scope == "owner" and self.meta(OWNER_BOX) is None:
+        with write_transaction(self.ring.conn):
+            self.ring.select("LIMIT 0", ())  # a format-1 ring gets its columns first
+            self.ring.check_epoch(chain)
+            grant_id = self.insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
+                                   label=label)
+            if scope == "owner" and self.ring.meta(OWNER_BOX) is None:
                 # A new store's owner key, from its first moment, so that no
                 # event or day is ever written in clear.
-                (grant,) = self._select("WHERE id = ?", (grant_id,))
+                (grant,) = self.ring.select("WHERE id = ?", (grant_id,))
                 assert grant.pub is not None  # just filed in format 2
-                self._put_owner_keys(grant_id, grant.pub, OwnerKeys.new(self.user_id))
-                self._mark_owner_sealed()
+                self.owner.put_owner_keys(grant_id, grant.pub, OwnerKeys.new(self.ring.user_id))
+                self.owner.mark_owner_sealed()
             return grant_id
 
     def withdraw(self, grant_id: int) -> bytes | None:
@@ -74,13 +81,13 @@ class Grants(OwnerData):
         needs the owner's keys: it comes with the next revocation or
         rotation. Its tag; None when it was revoked already (or is the
         owner's, which is never withdrawn)."""
-        with write_transaction(self.conn):
-            self._select("LIMIT 0", ())  # a format-1 ring gets its columns first
-            row = self.conn.execute("SELECT tag, scope, revoked FROM grants WHERE id = ?", (grant_id,)).fetchone()
+        with write_transaction(self.ring.conn):
+            self.ring.select("LIMIT 0", ())  # a format-1 ring gets its columns first
+            row = self.ring.conn.execute("SELECT tag, scope, revoked FROM grants WHERE id = ?", (grant_id,)).fetchone()
             if row is None or row[1] == "owner" or row[2] is not None:
                 return None
-            self.conn.execute("UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
-                              "revoked = ? WHERE id = ?", (now_utc(), grant_id))
+            self.ring.conn.execute("UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
+                                   "revoked = ? WHERE id = ?", (now_utc(), grant_id))
         return None if row[0] is None else bytes(row[0])
 
     def open_grant(self, grant: Grant, secret: bytes) -> Opened:
@@ -97,17 +104,17 @@ class Grants(OwnerData):
             kek = keys.derive_kek(secret, salt, kdf)
         except (ValueError, KeyError, TypeError, OverflowError, argon2.exceptions.HashingError):
             raise aead.Unsealable("grant key derivation parameters are unreadable") from None
-        n = self.epoch()
+        n = self.ring.epoch()
         if not grant.moved:
-            key = aead.open_sealed(kek, grant.wrapped, wrap_aad(self.user_id, grant.id, grant.scope))
+            key = aead.open_sealed(kek, grant.wrapped, wrap_aad(self.ring.user_id, grant.id, grant.scope))
             if n != 0:
                 # A revocation revokes every unmoved grant with it, so a live
                 # one past epoch 0 was put back from an older copy.
                 raise StaleGrant()
-            return Opened(KeyChain(self.user_id, (key,)), True, kek)
+            return Opened(KeyChain(self.ring.user_id, (key,)), True, kek)
         private = epochs.capability_private_key(kek)
-        expires = self.notes(grant.id).expires
-        pub = aead.open_sealed(kek, grant.wrapped, cert_aad(self.user_id, grant.id, grant.scope, expires))
+        expires = self.ring.notes(grant.id).expires
+        pub = aead.open_sealed(kek, grant.wrapped, cert_aad(self.ring.user_id, grant.id, grant.scope, expires))
         if pub != grant.pub or pub != bytes(private.public_key) or grant.box is None:
             raise aead.Unsealable("the grant's public key does not match its certificate")
         boxed, current = epochs.open_box(private, grant.box)
@@ -115,7 +122,7 @@ class Grants(OwnerData):
             raise StaleGrant()
         if boxed != n:
             raise aead.Unsealable("the grant's box is from an epoch the key ring has not reached")
-        return Opened(KeyChain.open(self.user_id, n, current, self._older()), False, kek)
+        return Opened(KeyChain.open(self.ring.user_id, n, current, self.ring.older_keys()), False, kek)
 
     def move_grant(self, grant: Grant, opened: Opened) -> bool:
         """Move an unmoved (format-1) grant to the epoch scheme: public key,
@@ -127,12 +134,12 @@ class Grants(OwnerData):
             return False
         pub = bytes(epochs.capability_private_key(opened.kek).public_key)
         try:
-            with write_transaction(self.conn):
-                if self.epoch() != 0:
+            with write_transaction(self.ring.conn):
+                if self.ring.epoch() != 0:
                     return False
-                cur = self.conn.execute(
+                cur = self.ring.conn.execute(
                     "UPDATE grants SET wrapped = ?, pub = ?, box = ? WHERE id = ? AND wrapped = ? AND pub IS NULL",
-                    (aead.seal(opened.kek, pub, cert_aad(self.user_id, grant.id, grant.scope)), pub,
+                    (aead.seal(opened.kek, pub, cert_aad(self.ring.user_id, grant.id, grant.scope)), pub,
                      epochs.box_epoch(pub, 0, opened.chain.current), grant.id, grant.wrapped),
                 )
         except DB_ERRORS:

@@ -116,12 +116,13 @@ class Opened:
 
 class RingFile:
     """One open key ring: its connection, its meta rows, its grants and the
-    format upgrades a read may need. The parts (keyring_*.py) add to it."""
+    format upgrades a read may need; what every part of the key ring reads
+    (the parts hold it: stash/storage/keyring/__init__.py)."""
 
     def __init__(self, path: Path, user_id: str, *, create: bool = False, pool: Pool | None = None,
                  ring_page_bytes: int | None = None) -> None:
         self.user_id = user_id
-        self._path = path
+        self.path = path
         self._closed = False
         self._pool = pool
         self.conn = connect(path, file_key=None, cipher="none", create=create, pool=pool, page_bytes=ring_page_bytes)
@@ -149,7 +150,7 @@ class RingFile:
         connection may be another request's by then)."""
         if not self._closed:
             self._closed = True
-            release(self.conn, self._path, None, self._pool)
+            release(self.conn, self.path, None, self._pool)
 
     def __enter__(self) -> Self:
         return self
@@ -197,7 +198,7 @@ class RingFile:
             if column not in have:
                 self.conn.execute(f"ALTER TABLE grants ADD COLUMN {column} BLOB")
 
-    def _select(self, where: str, args: tuple[object, ...]) -> list[Grant]:
+    def select(self, where: str, args: tuple[object, ...]) -> list[Grant]:
         try:
             rows = self.conn.execute(f"SELECT {_COLUMNS} FROM grants {where}", args).fetchall()
         except DB_ERRORS as exc:
@@ -214,11 +215,11 @@ class RingFile:
         return [Grant(*r) for r in rows]
 
     def find(self, tag: bytes) -> Grant | None:
-        found = self._select("WHERE tag = ?", (tag,))
+        found = self.select("WHERE tag = ?", (tag,))
         return found[0] if found else None
 
     def grants(self) -> list[Grant]:
-        return self._select("ORDER BY id", ())
+        return self.select("ORDER BY id", ())
 
     def tag_of(self, grant_id: int) -> bytes | None:
         """A grant's lookup tag (None once revoked)."""
@@ -235,37 +236,37 @@ class RingFile:
             raise aead.Unsealable("the key ring's epoch number is out of range")
         return n
 
-    def _older(self) -> bytes | None:
+    def older_keys(self) -> bytes | None:
         text = self.meta(OLDER_KEYS)
         try:
             return None if text is None else bytes.fromhex(text)
         except ValueError:
             raise aead.Unsealable("the key ring's older epoch keys are unreadable") from None
 
-    def _check_epoch(self, chain: KeyChain) -> None:
+    def check_epoch(self, chain: KeyChain) -> None:
         if self.epoch() != chain.epoch:
             raise Conflict("A capability was revoked while this request ran, so nothing was changed; retry it.",
                            code="grants.busy")
 
-    def _ensure_notes(self) -> None:
-        self._ensure_table("grant_notes")
+    def ensure_notes(self) -> None:
+        self.ensure_table("grant_notes")
 
-    def _has_notes(self) -> bool:
-        return self._has_table("grant_notes")
+    def has_notes(self) -> bool:
+        return self.has_table("grant_notes")
 
     def notes(self, grant_id: int) -> GrantNotes:
         """A grant's label (sealed), expiry and last-used day; all None when
         it has none (or the key ring predates them)."""
         row = None
-        if self._has_notes():
+        if self.has_notes():
             row = self.conn.execute("SELECT label, expires, last_used FROM grant_notes WHERE grant_id = ?",
                                     (grant_id,)).fetchone()
         return GrantNotes(*row) if row else GrantNotes(None, None, None)
 
-    def _ensure_table(self, name: str) -> None:
+    def ensure_table(self, name: str) -> None:
         formats.make_on_use(self.conn, "keyring_on_use", name)
 
-    def _has_table(self, name: str) -> bool:
+    def has_table(self, name: str) -> bool:
         return self.conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
@@ -297,7 +298,7 @@ class RingFile:
 
     def unmoved_live(self) -> int:
         """How many live grants still have to move to the epoch scheme."""
-        return sum(1 for g in self._select("WHERE revoked IS NULL", ()) if not g.moved)
+        return sum(1 for g in self.select("WHERE revoked IS NULL", ()) if not g.moved)
 
     def flush(self) -> bool:
         """Fold the WAL into the file and truncate it, so a destroyed wrapped

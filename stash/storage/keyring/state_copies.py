@@ -156,13 +156,17 @@ def rekey(conn: sqlite3.Connection, user_id: str, old: KeyChain, new: KeyChain) 
     conn.execute("UPDATE keyring_meta SET value = ? WHERE name = ?", (f"{new.epoch}:{mac.hex()}", COPIES_MAC))
 
 
-class HeadCopies(RingFile):
-    """The copies of the head and state version, read and moved forward."""
+class HeadCopies:
+    """The copies of the head and state version in ``ring``'s meta rows,
+    read and moved forward."""
+
+    def __init__(self, ring: RingFile) -> None:
+        self.ring = ring
 
     def log_head(self) -> Head | None:
         """The copy of the memory log's head kept here, outside the memory
         file, so that rolling back that file alone is caught."""
-        text = self.meta(HEAD_COPY)
+        text = self.ring.meta(HEAD_COPY)
         if text is None:
             return None
         head = Head.parse(text)
@@ -173,7 +177,7 @@ class HeadCopies(RingFile):
     def state_version(self) -> int | None:
         """The copy of the memory file's state version kept here (see
         MemoryFile._state_digest), or None before the file had one."""
-        text = self.meta(STATE_COPY)
+        text = self.ring.meta(STATE_COPY)
         try:
             return None if text is None else int(text)
         except ValueError:
@@ -183,7 +187,7 @@ class HeadCopies(RingFile):
         """How many memories of the log are erased, as the last write recorded
         it (0 before any did): counted out of the identity's quota."""
         try:
-            return max(0, int(self.meta(ERASED_COPY) or 0))
+            return max(0, int(self.ring.meta(ERASED_COPY) or 0))
         except ValueError:
             return 0
 
@@ -202,33 +206,33 @@ class HeadCopies(RingFile):
         many memories of the file are erased now, kept beside the copies
         (:meth:`erased_count`)."""
         try:
-            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.ring.conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                with write_transaction(self.conn):
+                with write_transaction(self.ring.conn):
                     if erased is not None and erased != self.erased_count():
-                        self.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                                          (ERASED_COPY, str(erased)))
+                        self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                                               (ERASED_COPY, str(erased)))
                     if chain is not None:
                         return self._advance_sealed_copies(head, state_version, chain)
-                    if self.meta(COPIES_MAC) is not None:
+                    if self.ring.meta(COPIES_MAC) is not None:
                         return False
                     current = self.log_head()
                     if current is None or current.count < head.count:
-                        self.conn.execute(
+                        self.ring.conn.execute(
                             "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                             "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                             (HEAD_COPY, head.pin()),
                         )
                     copy = self.state_version()
                     if state_version is not None and (copy is None or copy < state_version):
-                        self.conn.execute(
+                        self.ring.conn.execute(
                             "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                             "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                             (STATE_COPY, str(state_version)),
                         )
             finally:
-                self.conn.execute("PRAGMA synchronous = FULL")
+                self.ring.conn.execute("PRAGMA synchronous = FULL")
         except (*DB_ERRORS, ValueError, OSError):  # type: ignore[misc]  # a tuple of exception classes
             return False
         return True
@@ -238,7 +242,7 @@ class HeadCopies(RingFile):
         transaction: each copy only moves forward, and the MAC is written
         even when neither moves (a key ring whose copies were never sealed)."""
         try:
-            copies = read(self.conn, self.user_id, chain)
+            copies = read(self.ring.conn, self.ring.user_id, chain)
         except (Damaged, Conflict):
             return False  # altered meanwhile, or a newer epoch's: the next open says which
         changes = {}
@@ -247,9 +251,9 @@ class HeadCopies(RingFile):
         if state_version is not None and (copies.state is None or copies.state < state_version):
             changes[STATE_COPY] = str(state_version)
         if changes or not copies.authenticated:
-            put(self.conn, self.user_id, chain, changes)
+            put(self.ring.conn, self.ring.user_id, chain, changes)
         return True
 
     def copies(self, chain: KeyChain) -> Copies:
         """The copies kept here, checked against their MAC (:func:`put`)."""
-        return read(self.conn, self.user_id, chain)
+        return read(self.ring.conn, self.ring.user_id, chain)
