@@ -63,8 +63,7 @@ class Session(Protocol):
     @property
     def keys(self) -> KeyChain: ...
 
-    @property
-    def memory(self) -> _HasMemoryFile: ...
+    def open_memory(self) -> _HasMemoryFile: ...
 
 WINDOW_SECONDS = 24 * 60 * 60
 MAX_RECORDS = 10_000  # per file: the newest keyed writes within the window; older ones are dropped first
@@ -208,7 +207,7 @@ def memory_write(session: Session, key: str | None, route: str, body: dict[str, 
         req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
                          seal_root=keys.subkey(session.keys.current, b"idempotency"), route=route, key=key,
                          body=body)
-    return run(session.memory.mf.idempotency_records(), req, work, now)
+    return run(session.open_memory().mf.idempotency_records(), req, work, now)
 
 
 def keyring_write(session: Session, key: str | None, route: str, body: dict[str, Any],

@@ -119,7 +119,8 @@ def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: d
         adding = None if effects.adds is None else effects.adds(fields)
         if adding is not None:
             if session.scope != "append":  # an append note checks inside its own lock (service/append.py)
-                live = session.memory.count() - len(session.memory.mf.erased_ids)
+                memory = session.open_memory()
+                live = memory.count() - len(memory.mf.erased_ids)
                 quotas.identity_room(session, live, adding, limits.memories, limits.bytes)
         answer = handler(session, fields, context)
         if in_keyring:
