@@ -186,13 +186,15 @@ class KeyRecord:
 
     records: Records
     req: Keyed | None
-    at: int  # Unix seconds: when the request began
+    now: float | None = None  # None: the clock's, when the transaction begins
+    at: int = 0  # Unix seconds: when the transaction was asked for
     _changes: int = 0
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
         """The write's transaction on the record's file (its write lock held
         from the start). The table is made first, outside any transaction."""
+        self.at = int(time.time() if self.now is None else self.now)
         self.records.ensure()
         with self.records.transaction():
             yield
@@ -239,14 +241,13 @@ def key_record(session: Session, record: str, key: str | None, route: str, body:
     for the owner's token presented again with the same Idempotency-Key;
     ``rotation``: see :func:`_rotation`. ``body`` is the request as sent.
     Opens the memory for a memory-file record of a read-capable session."""
-    at = int(time.time() if now is None else now)
     req: Keyed | None = None
     if record == "memory" and session.scope != "append":
         if key is not None:
             req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
                              seal_root=keys.subkey(session.keys.current, b"idempotency"), route=route, key=key,
                              body=body)
-        return KeyRecord(session.open_memory().mf.idempotency_records(), req, at)
+        return KeyRecord(session.open_memory().mf.idempotency_records(), req, now)
     if key is not None:
         if record == "memory":
             req = Keyed.make(user_id=session.user_id, file="keyring", master=session.capability_key,
@@ -258,7 +259,7 @@ def key_record(session: Session, record: str, key: str | None, route: str, body:
             req = _rotation(session.user_id, session.capability_key, key)
         else:
             raise ValueError(f"unknown record {record!r}")
-    return KeyRecord(session.keyring.idempotency_records(), req, at)
+    return KeyRecord(session.keyring.idempotency_records(), req, now)
 
 
 def run(entry: KeyRecord, work: Callable[[], dict[str, Any]]) -> KeyedAnswer:
