@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "DESIGN.md"
 PATHS = ("### The path of `POST /note`, from the socket to the disk",
          "### The path of `GET /wake`, from the socket to the disk")
-# `stash/x/y.py` (`name`) or (`name`, `Class.method`): a module and the functions of it a step names.
+# A module in backticks, then in parentheses the functions of it a step names (`name`, `Class.method`).
 NAMED = re.compile(r"`(stash/[\w/]+\.py)`\s*\(((?:`[\w.]+`[,\s]*)+)\)")
 
 
