@@ -101,7 +101,7 @@ def build(data_dir: Path, T: int, *, kdf: KdfParams = DEFAULT_KDF, kdf_grants: t
     start, per_day = _dates(T)
     t0 = time.perf_counter()
     with vault.session(ident.token, "owner") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         for base in range(0, T, APPEND_BATCH):
             n = min(APPEND_BATCH, T - base)
             items = [
@@ -116,8 +116,8 @@ def build(data_dir: Path, T: int, *, kdf: KdfParams = DEFAULT_KDF, kdf_grants: t
 
     t0 = time.perf_counter()
     with vault.session(ident.token, "owner") as s:
-        built.summaries = _write_summaries(s.memory.mf, subkey(s.chain.current, b"rows"), T, progress)
-        s.memory.mf.bulk_loaded()
+        built.summaries = _write_summaries(s.open_memory().mf, subkey(s.chain.current, b"rows"), T, progress)
+        s.open_memory().mf.bulk_loaded()
     times["summaries"] = time.perf_counter() - t0
     return built
 
@@ -147,10 +147,10 @@ def verify(built: Built) -> None:
     (it needs summaries at every level) and nothing may be due."""
     vault = Vault(built.data_dir)
     with vault.session(built.token, "read") as s:
-        assert s.memory.mf.count() == built.T
-        assert s.memory.nap_for(built.T) is None, "a block is still pending"
+        assert s.open_memory().mf.count() == built.T
+        assert s.open_memory().nap_for(built.T) is None, "a block is still pending"
         if built.T:
-            assert s.memory.wake()["awake"] in (True, False)
+            assert s.open_memory().wake()["awake"] in (True, False)
 
 
 def main(argv: list[str] | None = None) -> int:

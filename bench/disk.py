@@ -88,7 +88,7 @@ def account(data: Path, token: str, *, map_pages: bool = False) -> str:
         ring_pages = pages(conn)
         ring_map = page_map(conn)
     with vault.session(token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         T = mf.count()
         size, count, free = pages(mf.conn)
         mem_map = page_map(mf.conn)
@@ -148,10 +148,10 @@ def written(data: Path, n: int) -> str:
     ident = vault.create_identity()
     for i in range(n):
         with vault.session(ident.token, "full") as s:
-            nap = s.memory.note(f"memory {i}: " + " ".join(WORDS[(i + k) % len(WORDS)] for k in range(8)))["nap"]
+            nap = s.open_memory().note(f"memory {i}: " + " ".join(WORDS[(i + k) % len(WORDS)] for k in range(8)))["nap"]
         while nap is not None:
             with vault.session(ident.token, "full") as s:
-                nap = s.memory.nap(nap["block"], f"summary of {nap['block']}: what lasted", None, None)["nap"]
+                nap = s.open_memory().nap(nap["block"], f"summary of {nap['block']}: what lasted", None, None)["nap"]
     text = account(data, ident.token)
     folder = UserFiles(data, ident.user_id).folder
     total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())

@@ -49,11 +49,11 @@ def populate(data: Path, users: int, memories: int) -> list[str]:
     for k in range(users):
         ident = vault.create_identity()
         with vault.session(ident.token, "owner") as s:
-            s.memory.mf.append([("2026-11-01", f"user {k} memory {i}: prefers tea, deploys on fridays")
+            s.open_memory().mf.append([("2026-11-01", f"user {k} memory {i}: prefers tea, deploys on fridays")
                                 for i in range(memories)])
             # as build.py writes them: the current epoch's row key, then the state head sealed over the rows
-            _write_summaries(s.memory.mf, subkey(s.chain.current, b"rows"), memories)
-            s.memory.mf.bulk_loaded()
+            _write_summaries(s.open_memory().mf, subkey(s.chain.current, b"rows"), memories)
+            s.open_memory().mf.bulk_loaded()
         out.append(ident.token)
         if k % 500 == 499:
             log(f"{k + 1}/{users} identities")

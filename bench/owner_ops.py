@@ -37,7 +37,7 @@ def timed(fn) -> tuple[float, object]:
 def wake_median(vault: Vault, token: str, rounds: int = 5) -> float:
     def one() -> None:
         with vault.session(token, "read") as s:
-            s.memory.wake()
+            s.open_memory().wake()
     return statistics.median(timed(one)[0] for _ in range(rounds))
 
 
@@ -53,14 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     owner = built.token
     print(f"wake (median of 5): {wake_median(vault, owner) * 1000:.1f} ms", flush=True)
     with vault.session(owner, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         state = statistics.median(timed(mf._state_digest)[0] for _ in range(9))
     print(f"state head check per open (median of 9): {state * 1000:.2f} ms", flush=True)
 
     for i in (5, args.T // 2, args.T - 1):
         def erase(i=i) -> dict:
             with vault.session(owner, "owner") as s:
-                return s.memory.erase([i], now_utc())
+                return s.open_memory().erase([i], now_utc())
         secs, receipt = timed(erase)
         print(f"erase #{i}: {secs * 1000:.1f} ms, {receipt['dropped']} summaries dropped", flush=True)
 
@@ -87,16 +87,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def first_use() -> None:
         with vault.session(owner, "read") as s:  # retires the old owner: the new epoch and its re-seal
-            s.memory.count()
+            s.open_memory().count()
     secs, _ = timed(first_use)
     print(f"the new owner token's first use (the new epoch): {secs:.2f} s", flush=True)
     naps = 0
     while True:  # the erasures' holes, rewritten so the wake is whole again
         with vault.session(owner, "full") as s:
-            nap = s.memory.nap_for(s.memory.mf.count())
+            nap = s.open_memory().nap_for(s.open_memory().mf.count())
             if nap is None:
                 break
-            s.memory.nap(nap["block"], f"rewritten {nap['block']}")
+            s.open_memory().nap(nap["block"], f"rewritten {nap['block']}")
             naps += 1
     print(f"naps until the wake was whole again: {naps}", flush=True)
     print(f"wake after two epochs (median of 5): {wake_median(vault, owner) * 1000:.1f} ms", flush=True)

@@ -37,7 +37,7 @@ QUERY = builder.RARE_WORD  # one memory in 10,000 matches: the scan dominates
 def timed_ms(vault: Vault, token: str, work) -> float:
     t = time.perf_counter()
     with vault.session(token, "read") as s:
-        work(s.memory)
+        work(s.open_memory())
     return (time.perf_counter() - t) * 1000
 
 

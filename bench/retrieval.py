@@ -349,8 +349,8 @@ def store(folder: Path, texts: list[str]):
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
         for k in range(0, len(texts), 10_000):
-            s.memory.mf.append([("2024-01-02", t) for t in texts[k : k + 10_000]])
-        s.memory.mf.bulk_loaded()
+            s.open_memory().mf.append([("2024-01-02", t) for t in texts[k : k + 10_000]])
+        s.open_memory().mf.bulk_loaded()
     return vault, ident.token
 
 
@@ -391,11 +391,11 @@ def run_a(n: int, facts: int, seed: int, tmp: Path) -> None:
             for way in WAYS:
                 typed = asked(words, way, rng)
                 t = time.perf_counter()
-                page = ids(s.memory.recall_words(" ".join(typed))["matches"])
+                page = ids(s.open_memory().recall_words(" ".join(typed))["matches"])
                 times.append(time.perf_counter() - t)
                 rows[f"words, {way}"].append(rank_of(page, i))
                 for kind, regex in (("regex as typed", regex_typed(typed)), ("careful regex", regex_careful(typed))):
-                    newest_first = ids(s.memory.recall(regex)["matches"])[::-1]
+                    newest_first = ids(s.open_memory().recall(regex)["matches"])[::-1]
                     rows[f"{kind}, {way}"].append(rank_of(newest_first, i))
     summary: dict[str, list[int | None]] = {}
     for kind in ("words", "regex as typed", "careful regex"):
@@ -422,7 +422,7 @@ def run_b(n: int, facts: int, seed: int, tmp: Path) -> None:
         for forms, facts_of in ((B_FORMS, planted), (B_TURKISH, turkish)):
             for i, questions in facts_of:
                 for form, q in zip(forms, questions):
-                    got = {"words": ids(s.memory.recall_words(q)["matches"])[:10]}
+                    got = {"words": ids(s.open_memory().recall_words(q)["matches"])[:10]}
                     got.update({name: bm25.top(q, 10) for name, bm25 in rankers.items()})
                     for name, found in got.items():
                         if form.startswith("original"):

@@ -308,12 +308,12 @@ def recall_parts(built: Built, q: str, rounds: int) -> dict[str, float]:
     for _ in range(rounds):
         t0 = time.perf_counter()
         with vault.session(built.token, "read") as s:
-            mf = s.memory.mf
+            mf = s.open_memory().mf
             T = mf.count()
             t1 = time.perf_counter()
             lines = list(lines_of(mf, T))
             t2 = time.perf_counter()
-            _, total = compile_pattern(q).scan(lines, s.memory.sizes["PART_CHARS"])
+            _, total = compile_pattern(q).scan(lines, s.open_memory().sizes["PART_CHARS"])
             t3 = time.perf_counter()
             del lines
         t4 = time.perf_counter()

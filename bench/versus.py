@@ -66,7 +66,7 @@ def write_memo_folder(data: Path, token: str, out: Path) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "TREE").mkdir(parents=True)
     with Vault(data).session(token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         T = mf.count()
         with open(tmp / "LOG.txt", "wb") as f:
             for batch in mf.scan(T):
@@ -98,7 +98,7 @@ def store_pair(T: int, fresh: bool) -> tuple[Path, Path, str, dict[str, float]]:
     token = tok.read_text().strip()
     memo_T = os.path.getsize(memo / "LOG.txt") // LOG_REC if (memo / "LOG.txt").exists() else -1
     with Vault(data).session(token, "read") as s:
-        stash_T = s.memory.mf.count()
+        stash_T = s.open_memory().mf.count()
     if memo_T != stash_T:
         log(f"writing the OptMem folder of {stash_T:,} memories")
         t0 = time.perf_counter()

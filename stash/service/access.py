@@ -67,8 +67,8 @@ def capability_key(secret: bytes) -> bytes:
 
 @dataclass
 class Session:
-    """One authenticated request. The memory file is opened on first use, so
-    the key-ring routes (grants, store destruction) work even when the memory
+    """One authenticated request. The memory file is opened only when asked
+    (:meth:`open_memory`), so the key-ring routes (grants, store destruction) work even when the memory
     file is damaged: an owner can still revoke a leaked token."""
 
     user_id: str
@@ -109,12 +109,16 @@ class Session:
             raise RuntimeError("the session has ended")
         return self.chain
 
-    @property
-    def memory(self) -> Memory:
-        """The memory, opened on first use and checked before anything is
-        served: the end of its log against the head recorded in the file
-        (MemoryFile), that head against the copy in the key ring, and, when
-        the client pinned one, against the client's."""
+    def open_memory(self) -> Memory:
+        """Open the memory, once per session (a later call answers the same
+        one), and check it before anything is served: the end of its log
+        against the head recorded in the file (MemoryFile), that head against
+        the copy in the key ring, and, when the client pinned one, against
+        the client's. Opening takes the user's lock shared, finishes a cipher
+        swap or a re-seal a crash left behind, and folds the append notes
+        waiting in the key ring; so it is called where a request first needs
+        the memory, never by the key-ring routes (a damaged memory file must
+        not stop an owner revoking a leaked token)."""
         if self._memory is None:
             if self.scope == "append":
                 raise Forbidden("This capability is scoped append; it may only note (POST /note).", code="auth.scope")
@@ -226,7 +230,7 @@ class Session:
         (:func:`files.flush`), so an agent's note waits at most that moment.
         False when a reader kept a WAL busy past the flush's wait (the
         erasure is in force; every later close of the file retries it)."""
-        mf = self.memory.mf
+        mf = self.open_memory().mf
         done = [mf.flush(), self.keyring.flush(), rendered_log.flush(self.files.folder)]
         return all(done)
 
@@ -482,7 +486,7 @@ class Vault:
         is unlinked."""
         files = session.files
         try:
-            T: int | None = session.memory.mf.count()
+            T: int | None = session.open_memory().mf.count()
         except (Damaged, Unavailable, MissingFile):
             T = None  # a damaged, rolled-back or missing memory can still be destroyed
         session.close()

@@ -50,7 +50,7 @@ def _refuse(message: str) -> Callable[[str], bool]:
 def matching(session: Session, test: Callable[[str], bool]) -> list[tuple[int, str]]:
     """The ids and rendered lines of memory's memories whose rendered line
     passes ``test``, oldest first, erased ones left out (their text is gone)."""
-    mf = session.memory.mf
+    mf = session.open_memory().mf
     erased = mf.erased_ids
     out = []
     for batch in mf.scan(mf.count(), 0):
@@ -127,7 +127,7 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
                 acting = session if name == session.memory_name else stack.enter_context(
                     vault.session(token, "owner", memory=name))
                 for lo in range(0, len(ids), ERASE_MAX):
-                    acting.memory.erase(ids[lo:lo + ERASE_MAX], at)
+                    acting.open_memory().erase(ids[lo:lo + ERASE_MAX], at)
                 flushed = acting.flush_memory() and flushed  # as every erasure: Session.flush_memory
         counts.append({"name": name, "erased": len(ids), **({"lines": preview[name]} if dry_run else {})})
     query = q if q is not None else words

@@ -25,11 +25,12 @@ ring for grants), none of it readable without the key itself:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -55,6 +56,7 @@ class Session(Protocol):
     imported: access imports this module)."""
 
     user_id: str
+    scope: str
     master: bytes
     capability_key: bytes
     @property
@@ -63,8 +65,7 @@ class Session(Protocol):
     @property
     def keys(self) -> KeyChain: ...
 
-    @property
-    def memory(self) -> _HasMemoryFile: ...
+    def open_memory(self) -> _HasMemoryFile: ...
 
 WINDOW_SECONDS = 24 * 60 * 60
 MAX_RECORDS = 10_000  # per file: the newest keyed writes within the window; older ones are dropped first
@@ -159,105 +160,145 @@ class Keyed:
             ) from None
 
 
-def run(records: Records, req: Keyed | None, work: Callable[[], dict[str, Any]],
-        now: float | None = None) -> KeyedAnswer:
-    """Run ``work`` once per key: inside the file's write lock, find the key's
-    record; replay it, refuse a different request under it, or run ``work``
-    and record its answer in the same transaction as what ``work`` wrote.
-    So a crash leaves both or neither, and of two concurrent requests with
-    one key exactly one writes. A refusal raised by ``work`` rolls back and
-    records nothing: a retry is checked afresh. Records older than
-    WINDOW_SECONDS are deleted first, by every write keyed or not (``req``
-    None), so an exact retry after the window is a new request and an
-    answer does not outlive the window by more than the file's next write;
-    so are all but the newest MAX_RECORDS - 1 before a record is added.
+@dataclass
+class KeyRecord:
+    """Where one write's Idempotency-Key record lives (``records``: the
+    memory file's or the key ring's table) and the key it is filed under
+    (``req``; None: the request sent no key). It is a step of the write, not
+    its owner: service/operation.py opens the write's transaction on
+    ``records``' file (:meth:`transaction`), looks the key up first
+    (:meth:`replay`), runs the handler, and records its answer last
+    (:meth:`remember`), all in that one transaction. So a crash leaves both
+    the write and its record or neither, and of two concurrent requests with
+    one key exactly one writes (the second waits for the file's write lock,
+    then finds the first's record). A refusal raised by the handler rolls
+    back and records nothing: a retry is checked afresh.
+
+    Records older than WINDOW_SECONDS are deleted first, by every write keyed
+    or not, so an exact retry after the window is a new request and an answer
+    does not outlive the window by more than the file's next write; so are
+    all but the newest MAX_RECORDS - 1 before a record is added.
 
     A write that changed nothing (a nap that only asks what is due, or
     settles a block already settled) records nothing: its retry simply runs
     again, which changes nothing either and answers the state of the moment,
     so a flood of keyed no-ops costs no storage."""
-    at = int(time.time() if now is None else now)
-    records.ensure()
-    with records.transaction():
-        records.purge(at - WINDOW_SECONDS)
-        if req is None:
-            return KeyedAnswer(work())
-        found = records.find(req.lookup)
+
+    records: Records
+    req: Keyed | None
+    now: float | None = None  # None: the clock's, when the transaction begins
+    at: int = 0  # Unix seconds: when the transaction was asked for
+    _changes: int = 0
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """The write's transaction on the record's file (its write lock held
+        from the start). The table is made first, outside any transaction."""
+        self.at = int(time.time() if self.now is None else self.now)
+        self.records.ensure()
+        with self.records.transaction():
+            yield
+
+    def replay(self) -> dict[str, Any] | None:
+        """Inside :meth:`transaction`, before the handler: the answer
+        recorded for this key, None when there is none (the handler runs);
+        409 when the key was used for another request."""
+        self.records.purge(self.at - WINDOW_SECONDS)
+        if self.req is None:
+            return None
+        found = self.records.find(self.req.lookup)
         if found is not None:
             fingerprint, sealed = found
-            if not hmac.compare_digest(fingerprint, req.fingerprint):
+            if not hmac.compare_digest(fingerprint, self.req.fingerprint):
                 raise Conflict(
                     f"This {HEADER} was used in the last {WINDOW_SECONDS // 3600} hours for a different request "
                     "(another route or body); nothing was written. Send a fresh key with each new request.",
                     code="idempotency.key_reused",
                 )
-            return KeyedAnswer(req.open(sealed), replayed=True)
-        changes = records.changes()
+            return self.req.open(sealed)
+        self._changes = self.records.changes()
+        return None
+
+    def remember(self, body: dict[str, Any]) -> None:
+        """Inside :meth:`transaction`, after the handler: record ``body``
+        under the key, when the handler changed anything."""
+        if self.req is not None and self.records.changes() != self._changes:
+            self.records.keep_newest(MAX_RECORDS - 1)
+            self.records.put(self.req.lookup, self.req.fingerprint, self.at, self.req.seal(body))
+
+
+def key_record(session: Session, record: str, key: str | None, route: str, body: dict[str, Any],
+               now: float | None = None) -> KeyRecord:
+    """The record of a write whose route keeps it in ``record``
+    (service/operation.py's Effects): ``memory``, the memory file, sealed
+    under the current epoch (a revocation drops these records with the rest
+    of the epoch); for an append capability, which holds no key of the
+    memory, the key ring (where its note waits), found and sealed with keys
+    derived from its own token secret alone (``capability_key``) and
+    fingerprinted like any other, so the same key with another text is
+    refused, never replayed; ``keyring``, the key ring, sealed under the
+    calling capability's own key, so the record of a minted token opens only
+    for the owner's token presented again with the same Idempotency-Key;
+    ``rotation``: see :func:`_rotation`. ``body`` is the request as sent.
+    Opens the memory for a memory-file record of a read-capable session."""
+    req: Keyed | None = None
+    if record == "memory" and session.scope != "append":
+        if key is not None:
+            req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
+                             seal_root=keys.subkey(session.keys.current, b"idempotency"), route=route, key=key,
+                             body=body)
+        return KeyRecord(session.open_memory().mf.idempotency_records(), req, now)
+    if key is not None:
+        if record == "memory":
+            req = Keyed.make(user_id=session.user_id, file="keyring", master=session.capability_key,
+                             seal_root=session.capability_key, route=route, key=key, body=body)
+        elif record == "keyring":
+            req = Keyed.make(user_id=session.user_id, file="keyring", master=session.master,
+                             seal_root=session.capability_key, route=route, key=key, body=body)
+        elif record == "rotation":
+            req = _rotation(session.user_id, session.capability_key, key)
+        else:
+            raise ValueError(f"unknown record {record!r}")
+    return KeyRecord(session.keyring.idempotency_records(), req, now)
+
+
+def run(entry: KeyRecord, work: Callable[[], dict[str, Any]]) -> KeyedAnswer:
+    """``work`` once per key, in :class:`KeyRecord`'s steps: what
+    service/operation.py's ``perform`` does around a route's handler, for a
+    write made outside a route."""
+    with entry.transaction():
+        found = entry.replay()
+        if found is not None:
+            return KeyedAnswer(found, replayed=True)
         body = work()
-        if records.changes() != changes:
-            records.keep_newest(MAX_RECORDS - 1)
-            records.put(req.lookup, req.fingerprint, at, req.seal(body))
+        entry.remember(body)
     return KeyedAnswer(body)
 
 
 def memory_write(session: Session, key: str | None, route: str, body: dict[str, Any],
                  work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
     """A write to the session's memory file, once per Idempotency-Key."""
-    req = None
-    if key is not None:
-        req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
-                         seal_root=keys.subkey(session.keys.current, b"idempotency"), route=route, key=key,
-                         body=body)
-    return run(session.memory.mf.idempotency_records(), req, work, now)
+    return run(key_record(session, "memory", key, route, body, now), work)
 
 
 def keyring_write(session: Session, key: str | None, route: str, body: dict[str, Any],
                   work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
-    """A write to the session's key ring, once per Idempotency-Key. The answer
-    is sealed under the calling capability's own key (derived from its token
-    secret), so the record of a minted token opens only for the owner's
-    token presented again with the same Idempotency-Key."""
-    req = None
-    if key is not None:
-        req = Keyed.make(user_id=session.user_id, file="keyring", master=session.master,
-                         seal_root=session.capability_key, route=route, key=key, body=body)
-    return run(session.keyring.idempotency_records(), req, work, now)
-
-
-def append_write(session: Session, key: str | None, route: str, body: dict[str, Any],
-                 work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
-    """An append capability's note, once per Idempotency-Key. It holds no
-    key of the memory, so its record lives in the key ring (where its note
-    waits), found and sealed with keys derived from its own token secret
-    alone (``capability_key``), and fingerprinted like any other: the same
-    key with another text is refused, never replayed."""
-    req = None
-    if key is not None:
-        req = Keyed.make(user_id=session.user_id, file="keyring", master=session.capability_key,
-                         seal_root=session.capability_key, route=route, key=key, body=body)
-    return run(session.keyring.idempotency_records(), req, work, now)
+    """A write to the session's key ring, once per Idempotency-Key."""
+    return run(key_record(session, "keyring", key, route, body, now), work)
 
 
 ROTATE_ROUTE = "POST /rotate"
 
 
 def _rotation(user_id: str, capability_key: bytes, key: str) -> Keyed:
-    """The record of one rotation: found and sealed with keys derived from
-    the old owner token's secret alone (``capability_key``): only that
-    token, resent with the key, finds and opens it, and only while it is
-    still the owner (until the new token's first use, which revokes it and
-    deletes the record: Keyring.retire_owner)."""
+    """The record of one rotation (``POST /rotate``): its answer, new token
+    included, is recorded in the key ring in the transaction that files the
+    new owner grant (so a crash leaves both or neither), found and sealed
+    with keys derived from the old owner token's secret alone
+    (``capability_key``) and the Idempotency-Key: the server keeps no token
+    in the clear, and only that old token, resent with the key, finds and
+    opens it, as an ordinary replay, and only while it is still the owner
+    (until the new token's first use, which revokes it and deletes the
+    record: Keyring.retire_owner)."""
     return Keyed.make(user_id=user_id, file="keyring", master=capability_key, seal_root=capability_key,
                       route=ROTATE_ROUTE, key=key, body={})
-
-
-def rotation_write(session: Session, key: str | None, work: Callable[[], dict[str, Any]],
-                   now: float | None = None) -> KeyedAnswer:
-    """``POST /rotate`` once per Idempotency-Key: its answer, new token
-    included, is recorded in the key ring in the transaction that files the
-    new owner grant (so a crash leaves both or neither), sealed under a key
-    derived from the old owner token's secret and the Idempotency-Key; the
-    server keeps no token in the clear, and only that old token resent with
-    that key opens it, as an ordinary replay (:func:`_rotation`)."""
-    req = None if key is None else _rotation(session.user_id, session.capability_key, key)
-    return run(session.keyring.idempotency_records(), req, work, now)

@@ -379,7 +379,7 @@ def fork(vault: Vault, session: Session, name: object, at: object,
     the source opens it. Built whole in a staging folder and published by
     one rename."""
     name = check_name(name)
-    src = session.memory
+    src = session.open_memory()
     T = src.count()
     if at is None:
         at = T

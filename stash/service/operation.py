@@ -10,7 +10,7 @@ the same thing cannot do it differently."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -86,15 +86,6 @@ def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: 
     Idempotency-Key's record is of ``route`` and ``sent`` (the body as sent;
     by default ``fields``).
 
-    The quota check runs inside the write's transaction, so two writes
-    cannot both slip under a limit. The audit event of a key-ring write is
-    recorded in that write's transaction; the event of a memory-file write
-    is recorded once the write has committed (the event lives in the key
-    ring, another file), and a replayed answer records none. A rotation
-    resent by its old token, with its Idempotency-Key, answers its
-    recorded answer (idempotency.rotation_write) while that token is still
-    the owner, i.e. until the new token's first use; after it, 401.
-
     A session other than an owner's ends after the answer: the outcome's
     ``finish`` ends it (session_end.py), and the caller runs it once the
     answer has left."""
@@ -110,44 +101,77 @@ def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: 
 
 def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any],
          sent: dict[str, Any], key: str | None, limits: Limits, handler: ServiceCall, context: Any) -> Outcome:
+    """One call in its session, in order: the write's transaction, the
+    Idempotency-Key's lookup, the quota, the handler, the record of its
+    answer, the audit event, the cleanup.
+
+    The transaction is opened on the file the route's record lives in (the
+    memory file, or the key ring), and the quota check, the handler and the
+    record all run inside it, so two writes cannot both slip under a limit
+    and a crash leaves the write and its record both or neither. The audit
+    event of a key-ring write is recorded in that write's transaction; the
+    event of a memory-file write is recorded once the write has committed
+    (the event lives in the key ring, another file), and a replayed answer
+    records none. A rotation resent by its old token, with its
+    Idempotency-Key, answers its recorded answer (idempotency._rotation)
+    while that token is still the owner, i.e. until the new token's first
+    use; after it, 401. A route that keeps no record runs with no
+    transaction of its own."""
     grant_id = session.grant_id  # a rotation's event belongs to the owner capability that asked for it
     in_keyring = effects.record in ("keyring", "rotation")
+    entry = None if effects.record is None else idempotency.key_record(session, effects.record, key, route, sent)
     recorded: str | None = None
+    with _transaction(session, entry):
+        replayed = None if entry is None else entry.replay()
+        if replayed is None:
+            _check_quota(session, effects, fields, limits)
+            answer = handler(session, fields, context)
+            if entry is not None:
+                entry.remember(answer)
+            if in_keyring:
+                recorded = _record(session, grant_id, effects.event, fields, answer)
+    if replayed is not None:  # a replay records nothing now, whatever the first request did
+        return Outcome(_cleanup(vault, session, effects, replayed), replayed=True)
+    if not in_keyring:
+        recorded = _record(session, grant_id, effects.event, fields, answer)
+    return Outcome(_cleanup(vault, session, effects, answer), event=recorded)
 
-    def work() -> Any:
-        nonlocal recorded
-        adding = None if effects.adds is None else effects.adds(fields)
-        if adding is not None:
-            if session.scope != "append":  # an append note checks inside its own lock (service/append.py)
-                live = session.memory.count() - len(session.memory.mf.erased_ids)
-                quotas.identity_room(session, live, adding, limits.memories, limits.bytes)
-        answer = handler(session, fields, context)
-        if in_keyring:
-            recorded = _record(session, grant_id, effects.event, fields, answer)
-        return answer
 
-    if effects.record == "memory" and session.scope == "append":
-        # It holds no key of the memory: its record is sealed under its own secret, in the key ring,
-        # in a transaction begun once the memory's lock is held (append.noting says why).
-        with append.noting(session):
-            done = idempotency.append_write(session, key, route, sent, work)
-    elif effects.record == "memory":
-        done = idempotency.memory_write(session, key, route, sent, work)
-    elif effects.record == "keyring":
-        done = idempotency.keyring_write(session, key, route, sent, work)
-    elif effects.record == "rotation":
-        done = idempotency.rotation_write(session, key, work)
-    else:
-        done = idempotency.KeyedAnswer(work())
-    if not in_keyring and not done.replayed:
-        recorded = _record(session, grant_id, effects.event, fields, done.body)
-    body = done.body
+@contextlib.contextmanager
+def _transaction(session: Session, entry: idempotency.KeyRecord | None) -> Iterator[None]:
+    """The write's transaction, on the file its record lives in; none for a
+    route that keeps no record. An append note's begins on the key ring only
+    once the memory's lock is held exclusive (append.noting says why)."""
+    if entry is None:
+        yield
+        return
+    with contextlib.ExitStack() as held:
+        if session.scope == "append":
+            held.enter_context(append.noting(session))
+        held.enter_context(entry.transaction())
+        yield
+
+
+def _check_quota(session: Session, effects: Effects, fields: dict[str, Any], limits: Limits) -> None:
+    """Refuse a request that would take the memory past the operator's
+    quotas (quotas.py), inside the write's transaction. An append note
+    checks inside its own lock instead (service/append.py): it holds no key
+    to open the memory with."""
+    adding = None if effects.adds is None else effects.adds(fields)
+    if adding is None or session.scope == "append":
+        return
+    memory = session.open_memory()
+    quotas.identity_room(session, memory.count() - len(memory.mf.erased_ids), adding, limits.memories,
+                         limits.bytes)
+
+
+def _cleanup(vault: Vault, session: Session, effects: Effects, body: Any) -> Any:
+    """The declared flush once the write has committed (also after a replay)."""
     if effects.cleanup == "memory":
-        body = {**body, "flushed": session.flush_memory()}
-    elif effects.cleanup == "epoch":
-        body = {**body, "flushed": vault.finish_epoch(session)}
-    # A replay recorded nothing now, whatever the first request did.
-    return Outcome(body, done.replayed, None if done.replayed else recorded)
+        return {**body, "flushed": session.flush_memory()}
+    if effects.cleanup == "epoch":
+        return {**body, "flushed": vault.finish_epoch(session)}
+    return body
 
 
 def _record(session: Session, grant_id: int, event: Event | None, fields: dict[str, Any], answer: Any) -> str | None:

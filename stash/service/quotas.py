@@ -123,7 +123,7 @@ def bounded_import(session: Any, entries: object, per_request: int, per_day: int
     counted inside the import's own transaction (the route's idempotency
     record holds the file's write lock around it), so concurrent imports of
     one capability cannot pass the day's bound together."""
-    memory = session.memory
+    memory = session.open_memory()
     if session.scope != "full" or not isinstance(entries, list):
         answer: dict[str, Any] = memory.import_entries(entries)
         return answer

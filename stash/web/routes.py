@@ -224,7 +224,7 @@ WAKE_FIELDS = Fields((
                      ("wake.needs_nap",)),),
 )
 def wake(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.wake(f["part"], f["T"])
+    return s.open_memory().wake(f["part"], f["T"])
 
 
 @route(
@@ -243,7 +243,7 @@ def wake(s: Session, f: Args, call: Call) -> Answer:
 def note(s: Session, f: Args, call: Call) -> Answer:
     if s.scope == "append":
         return append.note(s, f["text"], Limits(call.settings.quota_memories, call.settings.quota_bytes))
-    return s.memory.note(f["text"])
+    return s.open_memory().note(f["text"])
 
 
 @route(
@@ -292,7 +292,7 @@ def note(s: Session, f: Args, call: Call) -> Answer:
     record="memory",
 )
 def nap(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.nap(f.get("block"), f.get("text"), f.get("batch"), f.get("summaries"))
+    return s.open_memory().nap(f.get("block"), f.get("text"), f.get("batch"), f.get("summaries"))
 
 
 RECALL_FIELDS = Fields((
@@ -350,11 +350,11 @@ def recall(s: Session, f: Args, call: Call) -> Answer:
     if f.get("words") is not None:
         if f.get("q") is not None:
             raise Invalid("Send q (a regex) or words, not both.", code="recall.q_and_words")
-        return s.memory.recall_words(f["words"], before)
+        return s.open_memory().recall_words(f["words"], before)
     if f.get("q") is None:
         raise Malformed("Missing q: send the pattern to search for (or words=, to search by words).",
                         code="request.missing_field")
-    return s.memory.recall(f["q"], None if before is None else parse_int("before", before))
+    return s.open_memory().recall(f["q"], None if before is None else parse_int("before", before))
 
 
 ZOOM_FIELDS = Fields((
@@ -373,7 +373,7 @@ ZOOM_FIELDS = Fields((
                      ("block.beyond_log",)),),
 )
 def zoom(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.zoom(f["block"])
+    return s.open_memory().zoom(f["block"])
 
 
 @route(
@@ -394,13 +394,13 @@ def zoom(s: Session, f: Args, call: Call) -> Answer:
     event=Event("forget", lambda s, f, a: {"block": a["dropped"][0], "dropped": len(a["dropped"])}),
 )
 def forget(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.forget(f["block"])
+    return s.open_memory().forget(f["block"])
 
 
 @route("GET", "/config", "read", "The sizes and their defaults", fields=NO_FIELDS,
           answer=CONFIG)
 def config_get(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.config()
+    return s.open_memory().config()
 
 
 @route(
@@ -412,7 +412,7 @@ def config_get(s: Session, f: Args, call: Call) -> Answer:
     event=Event("config", lambda s, f, a: {"names": sorted(f)}),
 )
 def config_set(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.set_config(f)
+    return s.open_memory().set_config(f)
 
 
 @route(
@@ -570,7 +570,7 @@ def rotate(s: Session, f: Args, call: Call) -> Answer:
                                           "dropped": a["dropped"]}),
 )
 def erase(s: Session, f: Args, call: Call) -> Answer:
-    receipt = s.memory.erase(f["ids"])
+    receipt = s.open_memory().erase(f["ids"])
     if call.replicating:
         receipt["replicas_until"] = replica_history_ends(receipt["at"])
     return receipt
@@ -613,7 +613,7 @@ def erase(s: Session, f: Args, call: Call) -> Answer:
                                        else MAIN),  # a grant that is no id is undo's to refuse
 )
 def erase_undo(s: Session, f: Args, call: Call) -> Answer:
-    answer = undo.undo(s.memory, f.get("grant"), f.get("first"), f.get("last"), memories.grant_ids(s))
+    answer = undo.undo(s.open_memory(), f.get("grant"), f.get("first"), f.get("last"), memories.grant_ids(s))
     if call.replicating and answer["at"] is not None:
         answer["replicas_until"] = replica_history_ends(answer["at"])
     return answer
@@ -625,7 +625,7 @@ def erase_undo(s: Session, f: Args, call: Call) -> Answer:
     description="Every erasure receipt, oldest first. Never any content.",
 )
 def erasures(s: Session, f: Args, call: Call) -> Answer:
-    return s.memory.erasures()
+    return s.open_memory().erasures()
 
 
 @route(
@@ -675,11 +675,11 @@ def destroy(s: Session, f: Args, call: Call) -> Answer:
     description="A tar.gz holding memory/LOG.txt, memory/TREE/<size>, memory/config and README.txt, "
                 "readable by OptMem with MEMORY_DIR=memory, and manifest.json: counts, the SHA-256 of every "
                 "other member and one digest over them (GET /reference, Export archive).",
-    event=Event("export", lambda s, f, a: {"memories": s.memory.count()}),
+    event=Event("export", lambda s, f, a: {"memories": s.open_memory().count()}),
     headers=(("Content-Disposition", 'attachment; filename="optmem-memory.tar.gz"'),),
 )
 def export(s: Session, f: Args, call: Call) -> bytes:
-    return export_archive(s.memory)
+    return export_archive(s.open_memory())
 
 
 @route(

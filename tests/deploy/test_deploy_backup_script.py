@@ -76,7 +76,7 @@ def test_the_script_runs_the_real_backup_and_verify(tmp_path: Path) -> None:
     vault = Vault(data, kdf=CHEAP_KDF)
     token = vault.create_identity().token
     with vault.session(token, "full") as s:
-        s.memory.note("kept by the nightly backup")
+        s.open_memory().note("kept by the nightly backup")
     exe = shutil.which("stash", path=str(Path(sys.executable).parent))
     assert exe, "the stash command is not installed beside this Python"
     backups = tmp_path / "backups"
@@ -89,7 +89,7 @@ def test_the_script_runs_the_real_backup_and_verify(tmp_path: Path) -> None:
     (copy,) = list(backups.iterdir())
     assert copy.name.startswith("2") and (copy / "users" / vault_user(token) / "memory.db").is_file()
     with Vault(copy, kdf=CHEAP_KDF).session(token, "read") as s:
-        assert s.memory.mf.memory(0)[2] == "kept by the nightly backup"
+        assert s.open_memory().mf.memory(0)[2] == "kept by the nightly backup"
 
 
 def vault_user(token: str) -> str:

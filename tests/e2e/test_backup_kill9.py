@@ -36,7 +36,7 @@ def test_a_backup_killed_mid_copy_never_passes_verify(tmp_path: Path):
     for _ in range(USERS):
         ident = vault.create_identity()
         with vault.session(ident.token, "full") as s:
-            s.memory.note("a memory to back up")
+            s.open_memory().note("a memory to back up")
     rng = random.Random()
     partial = 0
     for trial in range(TRIALS):

@@ -102,7 +102,7 @@ def stored_model(data: Path, token: str) -> oracle.Model:
     """The store read straight from its files: ids dense, every row opens,
     every level a dense prefix (oracle.load_model checks those on the way)."""
     with Vault(data).session(token, "read") as s:
-        return oracle.load_model(s.memory)
+        return oracle.load_model(s.open_memory())
 
 
 @workers
@@ -163,8 +163,8 @@ def test_sigkill_the_server_mid_stream_loses_nothing_acknowledged(tmp_path: Path
     # The store goes on: what is due is answered, then the wake (over HTTP,
     # from the restarted server) is exactly the oracle's.
     with Vault(server.data).session(token, "full") as s:
-        oracle.answer_all(s.memory, model)
-        oracle.check_log_triggers(s.memory.mf.conn)
+        oracle.answer_all(s.open_memory(), model)
+        oracle.check_log_triggers(s.open_memory().mf.conn)
     server.start()
     http = Http(server.url)
     try:
@@ -262,7 +262,7 @@ def test_two_clients_settling_the_same_nap_write_one_summary(tmp_path: Path, n_w
                 winner = "A" if won[0] is answers[0] else "B"
                 lo, hi = oracle.parse_bid(block)
                 with Vault(server.data).session(token, "read") as s:
-                    assert s.memory.mf.summary(lo, hi) == f"{block} by {winner}"
+                    assert s.open_memory().mf.summary(lo, hi) == f"{block} by {winner}"
                 nap = won[0]["body"]["nap"]
         model = stored_model(server.data, token)
         assert model.first_pending() is None and len(model.summaries) == 15

@@ -73,6 +73,6 @@ def test_migrate_beside_a_running_server_loses_no_acknowledged_note(tmp_path: Pa
     for prefix, texts in acked.items():
         with vault.session(owner, "read", memory=prefix.removeprefix("/m/") or "main") as s:
             assert s.cipher == "none"
-            mf = s.memory.mf
+            mf = s.open_memory().mf
             held = [line.split(" ", 2)[2] for batch in mf.scan(mf.head.count) for line in batch]
         assert [t for t in texts if t not in held] == [], prefix

@@ -95,7 +95,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path, n_w
     users = server.data / "users"
     assert not list(users.rglob("*-wal")) and not list(users.rglob("*-shm")), list(users.rglob("*"))
     with Vault(server.data).session(token, "read") as s:
-        assert [text for _, _, text in s.memory.mf.memories(0, 3000)] == [e["text"] for e in entries]
+        assert [text for _, _, text in s.open_memory().mf.memories(0, 3000)] == [e["text"] for e in entries]
 
     # and the server starts again on the same files
     server.start()

@@ -54,7 +54,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for _ in range(2):
         ident = vault.create_identity()
         with vault.session(ident.token, "full") as s:
-            s.memory.note("a whimbrel on the mudflat")
+            s.open_memory().note("a whimbrel on the mudflat")
     return folder
 
 

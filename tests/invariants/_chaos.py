@@ -337,7 +337,7 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
             awake, part = resp.json()["awake"], part + 1
         try:
             with Vault(server.data).session(owner, "read") as s:
-                mf = s.memory.mf
+                mf = s.open_memory().mf
                 rows = {i: text for i, _, text in mf.memories(0, mf.count())}
         except StashError as e:
             return [*problems, f"read the memory: {e.code}"]
@@ -375,7 +375,7 @@ def _check_memories(c: Client, owner: str, tally: Tally) -> list[str]:
                  if at is not None and listed.get(name) != at]
     try:
         with Vault(c.server_data).session(owner, "read", memory="side") as s:
-            mf = s.memory.mf
+            mf = s.open_memory().mf
             rows = {i: text for i, _, text in mf.memories(0, mf.count())}
     except StashError as e:
         return [*problems, f"read memory side: {e.code}"]
@@ -389,7 +389,7 @@ def check_backup(folder: Path, before: dict[int, str], token: str, erased_now: s
     erasure, when that came first)."""
     try:
         with Vault(folder).session(token, "full") as s:
-            mf = s.memory.mf
+            mf = s.open_memory().mf
             T = mf.count()
             rows = {i: text for i, _, text in mf.memories(0, T)}
     except StashError as e:

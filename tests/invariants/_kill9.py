@@ -190,7 +190,7 @@ class Memory:
         woke = self.http.get("/wake", headers=self.h())
         assert woke.status_code == 200, woke.text
         with Vault(self.server.data).session(self.owner, "read") as session:
-            mf = session.memory.mf
+            mf = session.open_memory().mf
             rows = {i: text for i, _, text in mf.memories(0, mf.count())}
         assert {i: rows.get(i) for i in self.notes} == self.notes
 

@@ -71,7 +71,7 @@ def answer_naps(mem, nap: dict | None, label: str, limit: int = 64) -> None:
 def writer(data: str, name: str, count: int, naps: bool) -> None:
     vault = Vault(Path(data))
     with vault.session(os.environ[TOKEN_ENV], "full") as s:
-        mem = s.memory
+        mem = s.open_memory()
         say("ready")
         # start together with the other writers
         if sys.stdin.readline().strip() != "go":
@@ -89,7 +89,7 @@ def crasher(data: str, rnd: str) -> None:
     stop = time.monotonic() + LIFETIME_S
     rng = random.Random(rnd)
     with vault.session(os.environ[TOKEN_ENV], "full") as s:
-        mem = s.memory
+        mem = s.open_memory()
         k = 0
         while time.monotonic() < stop:
             answer = mem.note(f"round {rnd} note {k}")

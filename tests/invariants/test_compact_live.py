@@ -78,8 +78,8 @@ def test_compact_killed_and_run_again_beside_two_workers_and_two_writers(
     assert all(acked), answers  # both agents were served throughout
     notes = sorted(pair for writer in acked for pair in writer)
     with vault.session(token, "read") as s:
-        assert s.memory.mf.count() == T + len(notes)  # nothing lost, nothing written twice
-        stored = {i: text for i, _, text in s.memory.mf.memories_at([i for i, _ in notes])}
+        assert s.open_memory().mf.count() == T + len(notes)  # nothing lost, nothing written twice
+        stored = {i: text for i, _, text in s.open_memory().mf.memories_at([i for i, _ in notes])}
     assert stored == dict(notes)
     now = summaries(vault, token)
     assert {b: v[:3] for b, v in want.items()} == {b: now[b][:3] for b in want}

@@ -76,7 +76,7 @@ def test_processes_appending_to_one_store_keep_the_log_dense(tmp_path: Path, fil
     assert len(saved) == len(set(saved)), "one block saved twice"
 
     with vault.session(token, "owner") as s:
-        mem = s.memory
+        mem = s.open_memory()
         model = oracle.load_model(mem)
         assert model.T == total
         texts = [text for _, text in model.notes]
@@ -182,9 +182,9 @@ def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
 
         # the files the server wrote, read directly: same log, same tree
         with Vault(tmp_path / "data").session(token, "owner") as s:
-            stored = oracle.load_model(s.memory)
+            stored = oracle.load_model(s.open_memory())
             assert stored.notes == model.notes
             assert stored.summaries == model.summaries
-            oracle.check_log_triggers(s.memory.mf.conn)
+            oracle.check_log_triggers(s.open_memory().mf.conn)
     finally:
         server.stop()

@@ -44,7 +44,7 @@ def test_sigkill_mid_write_loses_nothing_acknowledged(tmp_path: Path, file_ciphe
 
     for rnd in range(ROUNDS):
         with vault.session(token, "full") as s:
-            start = s.memory.mf.count()
+            start = s.open_memory().mf.count()
         kid = Child(["crasher", str(data), str(rnd)], token, tmp_path / f"crash{rnd}.err")
         try:
             lines = [kid.next(timeout=60)]
@@ -74,7 +74,7 @@ def test_sigkill_mid_write_loses_nothing_acknowledged(tmp_path: Path, file_ciphe
         last = ids[-1]
 
         with vault.session(token, "owner") as s:
-            mem = s.memory
+            mem = s.open_memory()
             model = oracle.load_model(mem)  # every row opens: nothing torn
             assert model.T in (last + 1, last + 2), (model.T, last)
             if model.T == last + 2:
@@ -103,5 +103,5 @@ def test_sigkill_mid_write_loses_nothing_acknowledged(tmp_path: Path, file_ciphe
             oracle.check_wake(mem, model, dict(DEFAULTS))
 
     with vault.session(token, "read") as s:
-        final = oracle.load_model(s.memory)
+        final = oracle.load_model(s.open_memory())
     assert final.notes == model.notes and final.summaries == model.summaries

@@ -43,9 +43,9 @@ def summarised_store(data: Path, memory: Memory) -> tuple[str, str, list[str], l
     ident = vault.create_identity()
     memory.create_in(vault, ident.token)
     with vault.session(ident.token, "owner", memory=memory.name) as s:
-        s.memory.import_entries([{"date": "2026-11-01", "text": f"old memory {i}"} for i in range(T)])
-        while items := s.memory.batch_for(s.memory.mf.count(), 256)["batch"]:
-            s.memory.settle([{"block": it["block"], "text": f"summary {it['block']}"} for it in items])
+        s.open_memory().import_entries([{"date": "2026-11-01", "text": f"old memory {i}"} for i in range(T)])
+        while items := s.open_memory().batch_for(s.open_memory().mf.count(), 256)["batch"]:
+            s.open_memory().settle([{"block": it["block"], "text": f"summary {it['block']}"} for it in items])
         agents = [vault.mint_grant(s, "full")[1] for _ in range(2)]
         readers = [vault.mint_grant(s, "read") for _ in range(TRIALS)]
     return ident.token, ident.user_id, agents, readers
@@ -126,7 +126,7 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str,
         assert a.acked, "the agent wrote nothing"
     vault = Vault(data, CHEAP_KDF)
     with vault.session(owner, "owner", memory=memory.name) as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         chain = s.keys
         lines = [line for batch in mf.scan(mf.count()) for line in batch]
         assert chain.epoch == TRIALS and mf.epoch == TRIALS  # nothing half-applied

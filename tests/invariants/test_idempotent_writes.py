@@ -36,7 +36,7 @@ vault = Vault(Path(sys.argv[1]))
 print("ready", flush=True)
 sys.stdin.readline()
 with vault.session(os.environ["STASH_TEST_TOKEN"], "full") as s:
-    a = memory_write(s, "race", "POST /note", {"text": "once"}, lambda: s.memory.note("once"))
+    a = memory_write(s, "race", "POST /note", {"text": "once"}, lambda: s.open_memory().note("once"))
 print(json.dumps({"body": a.body, "replayed": a.replayed}), flush=True)
 """
 
@@ -52,7 +52,7 @@ k = 0
 while True:
     with vault.session(token, "full") as s:
         text = f"n{k}"
-        memory_write(s, f"k{k}", "POST /note", {"text": text}, lambda: s.memory.note(text))
+        memory_write(s, f"k{k}", "POST /note", {"text": text}, lambda: s.open_memory().note(text))
     print(k, flush=True)
     k += 1
 """
@@ -65,7 +65,7 @@ def spawn(code: str, data: Path, token: str) -> subprocess.Popen:
 
 def texts(vault: Vault, token: str) -> list[str]:
     with vault.session(token, "read") as s:
-        return [t for _, _, t in s.memory.mf.memories(0, s.memory.mf.count())]
+        return [t for _, _, t in s.open_memory().mf.memories(0, s.open_memory().mf.count())]
 
 
 @pytest.fixture
@@ -124,9 +124,10 @@ def test_a_writer_killed_mid_write_leaves_nothing_a_retry_duplicates(vault: Vaul
     for k in range(last + 1):
         with vault.session(token, "full") as s:
             text = f"n{k}"
-            answer = memory_write(s, f"k{k}", "POST /note", {"text": text}, functools.partial(s.memory.note, text))
+            answer = memory_write(s, f"k{k}", "POST /note", {"text": text},
+                                  functools.partial(s.open_memory().note, text))
             # Acknowledged writes replay; the one cut by the kill may go either way.
             assert (answer.replayed == (k <= acked)) or k == acked + 1
-            assert s.memory.mf.memory(answer.body["id"])[2] == text
+            assert s.open_memory().mf.memory(answer.body["id"])[2] == text
     log = texts(vault, token)
     assert sorted(log, key=lambda t: int(t[1:])) == [f"n{k}" for k in range(last + 1)]

@@ -220,7 +220,7 @@ def test_long_random_life_keeps_the_wake_a_valid_cover(tmp_path):
     vault = Vault(tmp_path, kdf=CHEAP_KDF)
     token = vault.create_identity().token
     with vault.session(token, "owner") as s:
-        life = Life(s.memory, rng)
+        life = Life(s.open_memory(), rng)
         oracle.check_wake(life.mem, life.model, life.sizes)  # the empty memory
         late = 0
         for step in range(NOTES):
@@ -268,6 +268,6 @@ def test_long_random_life_keeps_the_wake_a_valid_cover(tmp_path):
 
     # a fresh session reads the same document from disk
     with vault.session(token, "read") as s:
-        assert s.memory.sizes == sizes
-        again = [line for part in oracle.collect_wake(s.memory) for line in part["lines"]]
+        assert s.open_memory().sizes == sizes
+        again = [line for part in oracle.collect_wake(s.open_memory()) for line in part["lines"]]
         assert again == final

@@ -40,7 +40,7 @@ USERS, NOTES, TRIALS = 3, 3, 3
 
 def read_all(vault: Vault, token: str, name: str) -> list[str]:
     with vault.session(token, "read", memory=name) as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         return [line for batch in mf.scan(mf.head.count) for line in batch]
 
 
@@ -71,11 +71,11 @@ def test_kill9_mid_migration_leaves_every_memory_old_or_new(tmp_path: Path) -> N
         ident = vault.create_identity()
         with vault.session(ident.token, "owner") as s:
             for k in range(NOTES):
-                s.memory.note(f"main {k}")
+                s.open_memory().note(f"main {k}")
             memory_routes.create(vault, s, "work")
         with vault.session(ident.token, "full", memory="work") as s:
             for k in range(NOTES):
-                s.memory.note(f"work {k}")
+                s.open_memory().note(f"work {k}")
         owners[ident.user_id] = ident.token
     expected = {(u, n): read_all(vault, t, n) for u, t in owners.items() for n in ("main", "work")}
     seen: set[str] = set()

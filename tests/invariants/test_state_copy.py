@@ -19,18 +19,18 @@ def test_a_batch_refused_half_way_does_not_raise_the_copy(tmp_path: Path) -> Non
     token = vault.create_identity().token
     with vault.session(token, "full") as s:
         for k in range(4):
-            s.memory.note(f"m{k}")
+            s.open_memory().note(f"m{k}")
     with vault.session(token, "full") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         # 0-1 can be settled; 0-3 cannot (2-3 has no summary): all or nothing.
         assert mf.put_summaries([(0, 2, "first pair"), (0, 4, "all four")]) is False
         assert mf.summary(0, 2) is None
     with vault.session(token, "full") as s:
-        mf = s.memory.mf  # opens: the copy is not ahead of the file
+        mf = s.open_memory().mf  # opens: the copy is not ahead of the file
         assert s.keyring.state_version() == mf.committed()[1] == mf.state_version
-        assert s.memory.nap("0-1", "first pair")["saved"] == "0-1"
+        assert s.open_memory().nap("0-1", "first pair")["saved"] == "0-1"
     with vault.session(token, "read") as s:
-        assert s.memory.mf.summary(0, 2) == "first pair"
+        assert s.open_memory().mf.summary(0, 2) == "first pair"
 
 
 def test_a_grant_read_just_before_a_revocation_still_opens(tmp_path: Path) -> None:
@@ -54,4 +54,4 @@ def test_a_grant_read_just_before_a_revocation_still_opens(tmp_path: Path) -> No
     finally:
         ring.close()
     with vault.session(writer, "full") as s:
-        assert s.memory.note("still here")["id"] == 0
+        assert s.open_memory().note("still here")["id"] == 0

@@ -53,8 +53,8 @@ def store(tmp_path: Path, cipher: str, texts_: list[str], summary: str = "s") ->
     with vault.session(ident.token, "owner") as s:
         master = bytes(s.master)
         for t in texts_:
-            s.memory.note(t)
-        settle(s.memory, summary)
+            s.open_memory().note(t)
+        settle(s.open_memory(), summary)
     return vault, ident.token, master, vault.data_dir / "users" / ident.user_id
 
 
@@ -112,7 +112,7 @@ def zoom(block: str):
 def refused(vault: Vault, token: str, *ops) -> None:
     for op in ops:
         with pytest.raises(Damaged), vault.session(token, "read") as s:
-            pytest.fail(f"{op.__name__} served altered data: {op(s.memory)!r}")
+            pytest.fail(f"{op.__name__} served altered data: {op(s.open_memory())!r}")
 
 
 def edit_log(folder: Path, master: bytes, cipher: str, edit) -> None:
@@ -199,13 +199,13 @@ def test_rows_and_summaries_of_one_size_still_open_beside_bucketed_ones(
     assert set(sums.values()) == {formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD}
     monkeypatch.undo()
     with vault.session(token, "full") as s:
-        s.memory.note("newer memory")
-        s.memory.note("newer memory two")
-        settle(s.memory, "newer summary")
-        assert [t for _, _, t in s.memory.mf.memories(0, 4)] == [*old, "newer memory", "newer memory two"]
-        first, second = s.memory.zoom("0-3")["lines"]
+        s.open_memory().note("newer memory")
+        s.open_memory().note("newer memory two")
+        settle(s.open_memory(), "newer summary")
+        assert [t for _, _, t in s.open_memory().mf.memories(0, 4)] == [*old, "newer memory", "newer memory two"]
+        first, second = s.open_memory().zoom("0-3")["lines"]
         assert first.endswith("older summary") and second.endswith("newer summary")
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         versions = {}
         for size, idx, sealed in mf.conn.execute("SELECT size, idx, sealed FROM summaries"):
             versions[(size, idx)] = mf._open_summary(size, idx, sealed, None)[0]

@@ -52,8 +52,8 @@ def test_compact_moves_summaries_to_their_buckets_and_keeps_what_they_say(
     before = summaries(vault, token)
     assert {v[3] for v in before.values()} <= ONE_SIZE
     with vault.session(token, "read") as s:
-        wake = s.memory.wake()
-        zoom = s.memory.zoom("0-255")
+        wake = s.open_memory().wake()
+        zoom = s.open_memory().zoom("0-255")
         key = bytes(s.master)
     with raw_memory_file(folder, key, file_cipher) as conn:
         log = conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall()
@@ -71,15 +71,15 @@ def test_compact_moves_summaries_to_their_buckets_and_keeps_what_they_say(
     with vault.session(token, "read") as s:
         # The same answers; the state version moved on, as the tree of row
         # digests holds the summaries' new bytes (the log head did not).
-        now = s.memory.wake()
+        now = s.open_memory().wake()
         assert now["head"]["state"] > wake["head"]["state"] and now["head"]["count"] == wake["head"]["count"]
-        assert {**now, "head": None} == {**wake, "head": None} and s.memory.zoom("0-255") == zoom
+        assert {**now, "head": None} == {**wake, "head": None} and s.open_memory().zoom("0-255") == zoom
     with raw_memory_file(folder, key, file_cipher) as conn:
         stored = conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall()
     assert [i for i, _ in stored] == [i for i, _ in log]
     assert all(short_rows.is_short(row) and len(row) < len(old) for (_, row), (_, old) in zip(stored, log))
     with vault.session(token, "read") as s:  # each rebuilt, from its memory's key, to the very bytes it was
-        assert list(s.memory.mf.chain_rows(stored)) == [row for _, row in log]
+        assert list(s.open_memory().mf.chain_rows(stored)) == [row for _, row in log]
     assert (folder / "memory.db").stat().st_size < size * 0.5
     code, text = run(capsys, data, token)
     assert code == 0 and "rows stored short" in line_of(text, folder.name), text
@@ -100,16 +100,16 @@ def test_a_compacted_summary_keeps_its_version_so_an_older_copy_is_still_refused
     with raw_memory_file(folder, key, file_cipher) as conn:
         (kept,) = conn.execute("SELECT sealed FROM summaries WHERE size = 2 AND idx = 0").fetchone()
     with vault.session(token, "full") as s:
-        s.memory.forget("0-1")
-        nap = s.memory.nap()["nap"]
+        s.open_memory().forget("0-1")
+        nap = s.open_memory().nap()["nap"]
         while nap is not None:
-            nap = s.memory.nap(nap["block"], f"again {nap['block']}")["nap"]
+            nap = s.open_memory().nap(nap["block"], f"again {nap['block']}")["nap"]
     with raw_memory_file(folder, key, file_cipher) as conn:  # the compacted copy from before the forget, put back
         conn.execute("UPDATE summaries SET sealed = ? WHERE size = 2 AND idx = 0", (kept,))
     # Refused: the tree of row digests holds the summary written after the
     # forget (store.damaged), and under it the version kept says older.
     with pytest.raises((RolledBack, Damaged)), vault.session(token, "read") as s:
-        s.memory.zoom("0-3")
+        s.open_memory().zoom("0-3")
 
 
 @pytest.mark.slow

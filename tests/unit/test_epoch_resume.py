@@ -58,7 +58,7 @@ def test_a_revocation_cut_between_its_two_files_is_finished_by_the_next_open(tmp
     store = memory.store(ident.user_id)
     marker = f"m{os.urandom(5).hex()}"
     with vault.session(ident.token, "owner", memory=memory.name) as s:
-        s.memory.note(f"{marker} before")
+        s.open_memory().note(f"{marker} before")
         gid, _ = vault.mint_grant(s, "read")
         old = s.keys
     folder = memory.folder(tmp_path / "data" / "users" / ident.user_id)
@@ -70,9 +70,9 @@ def test_a_revocation_cut_between_its_two_files_is_finished_by_the_next_open(tmp
 
     with vault.session(ident.token, "full", memory=memory.name) as s:
         # The open re-sealed first; the note below is written under epoch 1.
-        assert s.memory.mf.epoch == 1
-        s.memory.note(f"{marker} after")
-        assert [m[2] for m in s.memory.mf.memories(0, 2)] == [f"{marker} before", f"{marker} after"]
+        assert s.open_memory().mf.epoch == 1
+        s.open_memory().note(f"{marker} after")
+        assert [m[2] for m in s.open_memory().mf.memories(0, 2)] == [f"{marker} before", f"{marker} after"]
     assert file_epoch(folder, old.base) == 1
     assert not chunk_opens(folder, old.base, old.current, store)
     assert chunk_opens(folder, old.base, new.current, store)

@@ -221,7 +221,7 @@ def test_verify_without_a_token_counts_a_plain_files_erasures_against_its_record
 
     store = Store(tmp_path / "data", "none")
     with store.vault.session(store.token, "owner") as s:
-        s.memory.mf.erase([1, 2], AT)
+        s.open_memory().mf.erase([1, 2], AT)
     code, text = run(capsys, store.data)
     assert code == 0, text
     edit(store.folder / "memory.db", ("DELETE FROM erased WHERE id = 2", ()))

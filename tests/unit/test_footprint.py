@@ -64,20 +64,20 @@ def test_an_empty_identity_is_the_six_pages_schema_sql_lists(tmp_path: Path, cip
     finally:
         conn.close()
     with vault.session(token, "owner") as s:
-        conn = s.memory.mf.conn
+        conn = s.open_memory().mf.conn
         assert tables(conn) == {"meta"}
         assert conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'trigger'").fetchone()[0] == 0
         # An empty store answers every read that touches a table it does not have yet.
-        assert s.memory.config()["sizes"] == s.memory.config()["defaults"]
-        assert s.memory.erasures() == {"erasures": []}
-        assert s.memory.wake()["T"] == 0
-        assert s.memory.mf.memories(0, 0) == [] and list(s.memory.mf.scan(0)) == []
-        assert s.memory.mf.level_sizes() == [] and s.memory.mf.summary(0, 2) is None
+        assert s.open_memory().config()["sizes"] == s.open_memory().config()["defaults"]
+        assert s.open_memory().erasures() == {"erasures": []}
+        assert s.open_memory().wake()["T"] == 0
+        assert s.open_memory().mf.memories(0, 0) == [] and list(s.open_memory().mf.scan(0)) == []
+        assert s.open_memory().mf.level_sizes() == [] and s.open_memory().mf.summary(0, 2) is None
     # Reads made nothing: the file is still its two pages.
     assert memory.stat().st_size == 2 * PAGE_BYTES
     with vault.session(token, "full") as s:
-        s.memory.note("the first memory")
-        conn = s.memory.mf.conn
+        s.open_memory().note("the first memory")
+        conn = s.open_memory().mf.conn
         # The first note makes the log with its guard triggers, and its key chunk; no summary yet.
         assert tables(conn) == {"meta", "log", "memory_keys"}
         triggers = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
@@ -91,18 +91,18 @@ def test_a_table_is_made_by_its_first_write_and_then_covered_by_the_state_head(t
     with vault.session(token, "owner") as s:
         master = bytes(s.master)
         for i in range(6):
-            nap = s.memory.note(f"memory {i}")["nap"]
+            nap = s.open_memory().note(f"memory {i}")["nap"]
             while nap is not None:
-                nap = s.memory.nap(nap["block"], f"summary of {nap['block']}", None, None)["nap"]
-        assert not {"config", "erased", "erasures"} & tables(s.memory.mf.conn)
-        s.memory.set_config({"WAKE_LINES": 40})
-        s.memory.erase([1], "2026-12-01T00:00:00Z")
-        assert {"config", "erased", "erasures", "log", "memory_keys", "summaries"} <= tables(s.memory.mf.conn)
+                nap = s.open_memory().nap(nap["block"], f"summary of {nap['block']}", None, None)["nap"]
+        assert not {"config", "erased", "erasures"} & tables(s.open_memory().mf.conn)
+        s.open_memory().set_config({"WAKE_LINES": 40})
+        s.open_memory().erase([1], "2026-12-01T00:00:00Z")
+        assert {"config", "erased", "erasures", "log", "memory_keys", "summaries"} <= tables(s.open_memory().mf.conn)
     with vault.session(token, "read") as s:
-        assert s.memory.config()["sizes"]["WAKE_LINES"] == 40
-        assert [line for _, _, line in s.memory.mf.memories(0, 6)][1] == "[erased]"
-        assert len(s.memory.erasures()["erasures"]) == 1
-        assert s.memory.mf.summary(2, 4) == "summary of 2-3"  # the erasure dropped 0-1 and 0-3 only
+        assert s.open_memory().config()["sizes"]["WAKE_LINES"] == 40
+        assert [line for _, _, line in s.open_memory().mf.memories(0, 6)][1] == "[erased]"
+        assert len(s.open_memory().erasures()["erasures"]) == 1
+        assert s.open_memory().mf.summary(2, 4) == "summary of 2-3"  # the erasure dropped 0-1 and 0-3 only
     # Dropping a table that holds rows (its triggers go with it) is refused as
     # their deletion would be, by a server started afresh (a new vault: no
     # connection or cache kept): a missing table reads as empty, which is not
@@ -119,21 +119,21 @@ def test_a_table_is_made_by_its_first_write_and_then_covered_by_the_state_head(t
         restarted = Vault(vault.data_dir, kdf=CHEAP_KDF, file_cipher="sqlcipher")
         with pytest.raises(Damaged):
             with restarted.session(token, "read") as s:
-                s.memory.wake()
+                s.open_memory().wake()
         if table == "memory_keys":  # nor does a write pass the chunk off as new, with fresh keys
             with pytest.raises(Damaged):
                 with restarted.session(token, "full") as s:
-                    s.memory.note("written over a lost key chunk")
+                    s.open_memory().note("written over a lost key chunk")
             with pytest.raises(Damaged):  # the log's own append, without the note's check of the newest date
                 with restarted.session(token, "full") as s:
-                    s.memory.mf.append([("2026-12-02", "written over a lost key chunk")])
+                    s.open_memory().mf.append([("2026-12-02", "written over a lost key chunk")])
         with contextlib.closing(open_raw(folder / "memory.db", file_key(master), isolation_level=None)) as conn:
             conn.execute(made[0])  # the table, then its rows, then its triggers
             conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
             for sql in made[1:]:
                 conn.execute(sql)
         with Vault(vault.data_dir, kdf=CHEAP_KDF, file_cipher="sqlcipher").session(token, "read") as s:
-            assert s.memory.wake()["T"] == 6, table
+            assert s.open_memory().wake()["T"] == 6, table
 
 
 @pytest.mark.parametrize("record", [str(LEGACY_PAGE_BYTES), "8192", "four", None])
@@ -141,7 +141,7 @@ def test_an_edited_page_size_record_is_damage_and_leaves_the_file_whole(tmp_path
     vault, token, folder = new_identity(tmp_path, "sqlcipher")
     with vault.session(token, "full") as s:
         for i in range(3):
-            s.memory.note(f"kept {i}")
+            s.open_memory().note(f"kept {i}")
     before = (folder / "memory.db").read_bytes()
     if record is None:  # no record: a key ring from before the change, whose file has 16 KiB pages
         edit_keyring(folder, "DELETE FROM keyring_meta WHERE name = ?", (MEMORY_PAGES,))
@@ -149,13 +149,13 @@ def test_an_edited_page_size_record_is_damage_and_leaves_the_file_whole(tmp_path
         edit_keyring(folder, "UPDATE keyring_meta SET value = ? WHERE name = ?", (record, MEMORY_PAGES))
     with pytest.raises(Damaged):
         with vault.session(token, "read") as s:
-            s.memory.wake()
+            s.open_memory().wake()
     # The refused open changed nothing: put the record back and all is served.
     assert (folder / "memory.db").read_bytes() == before
     edit_keyring(folder, "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
                  "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (MEMORY_PAGES, str(PAGE_BYTES)))
     with vault.session(token, "read") as s:
-        assert [text for _, _, text in s.memory.mf.memories(0, 3)] == ["kept 0", "kept 1", "kept 2"]
+        assert [text for _, _, text in s.open_memory().mf.memories(0, 3)] == ["kept 0", "kept 1", "kept 2"]
 
 
 def run_verify(data: Path) -> tuple[int, str]:
@@ -195,4 +195,4 @@ def test_a_table_not_made_yet_cannot_be_stood_in_for(tmp_path: Path, crafted: tu
         conn.close()
     with pytest.raises(Damaged):
         with vault.session(token, "full") as s:
-            s.memory.note("a first memory")
+            s.open_memory().note("a first memory")

@@ -44,7 +44,7 @@ def memory_facts(vault: Vault, token: str) -> tuple[int, set[int], set[int], str
     """The memory file's page size, memory plaintext lengths, summary sealed
     lengths and format mark, read through the connection a session opens."""
     with vault.session(token, "read") as s:
-        conn = s.memory.mf.conn
+        conn = s.open_memory().mf.conn
         page = int(conn.execute("PRAGMA page_size").fetchone()[0])
         made = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         # A table not made yet (the summaries of a memory never napped) holds none.
@@ -98,7 +98,7 @@ def test_a_new_store_is_at_the_newest_formats_and_verify_names_them(capsys, tmp_
     ident = vault.create_identity()
     with vault.session(ident.token, "full") as s:
         for k in range(3):
-            s.memory.note(f"osprey memory {k}")
+            s.open_memory().note(f"osprey memory {k}")
     folder = data / "users" / ident.user_id
     ring_mark, columns = keyring_facts(folder)
     page, rows, _, mark = memory_facts(vault, ident.token)
@@ -152,8 +152,8 @@ def test_a_release1_store_moves_up_through_the_registry(capsys, tmp_path: Path):
     owner = body + tokens._checksum(body)
     vault = Vault(data)
     with vault.session(owner, "read") as s:
-        assert s.memory.mf.count() == make_release1.T
-        assert s.memory.mf.memory(0)[2] == make_release1.memory_text(0)
+        assert s.open_memory().mf.count() == make_release1.T
+        assert s.open_memory().mf.memory(0)[2] == make_release1.memory_text(0)
     page, rows, _, mark = memory_facts(vault, owner)
     after, columns_after = keyring_facts(folder)
     assert after == formats.current_mark(formats.KEY_RING) and {"pub", "box"} <= columns_after - columns

@@ -25,17 +25,17 @@ def vault(tmp_path: Path, file_cipher: str) -> Vault:
 
 def note(vault: Vault, token: str, key: str | None, text: str, now: float = T0, route: str = "POST /note"):
     with vault.session(token, "full") as s:
-        return memory_write(s, key, route, {"text": text}, lambda: s.memory.note(text), now)
+        return memory_write(s, key, route, {"text": text}, lambda: s.open_memory().note(text), now)
 
 
 def log(vault: Vault, token: str) -> list[str]:
     with vault.session(token, "read") as s:
-        return [text for _, _, text in s.memory.mf.memories(0, s.memory.mf.count())]
+        return [text for _, _, text in s.open_memory().mf.memories(0, s.open_memory().mf.count())]
 
 
 def records(vault: Vault, token: str) -> int:
     with vault.session(token, "read") as s:
-        return s.memory.mf.conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0]
+        return s.open_memory().mf.conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0]
 
 
 def folder_bytes(vault: Vault, user_id: str) -> bytes:
@@ -86,10 +86,10 @@ def test_the_same_key_with_another_body_or_route_is_refused(vault: Vault):
 def test_the_body_is_compared_as_json_not_as_text(vault: Vault):
     token = vault.create_identity().token
     with vault.session(token, "full") as s:
-        s.memory.mf.append([("2020-01-01", "a"), ("2020-01-02", "b")])
+        s.open_memory().mf.append([("2020-01-01", "a"), ("2020-01-02", "b")])
 
         def nap(body: dict):
-            return memory_write(s, "n", "POST /nap", body, lambda: s.memory.nap(body["block"], body["text"]))
+            return memory_write(s, "n", "POST /nap", body, lambda: s.open_memory().nap(body["block"], body["text"]))
 
         first = nap({"block": "0-1", "text": "both"})
         again = nap({"text": "both", "block": "0-1"})
@@ -141,7 +141,7 @@ def test_a_flipped_byte_in_a_stored_answer_is_refused_not_replayed(vault: Vault)
     token = vault.create_identity().token
     note(vault, token, "k", "x")
     with vault.session(token, "full") as s:
-        conn = s.memory.mf.conn
+        conn = s.open_memory().mf.conn
         (sealed,) = conn.execute("SELECT sealed FROM idempotency").fetchone()
         flipped = bytearray(sealed)
         flipped[40] ^= 1
@@ -156,7 +156,7 @@ def test_a_record_moved_to_another_key_does_not_open(vault: Vault):
     note(vault, token, "a", "first")
     note(vault, token, "b", "first")  # same body, another key: a second memory
     with vault.session(token, "full") as s:
-        conn = s.memory.mf.conn
+        conn = s.open_memory().mf.conn
         rows = conn.execute("SELECT lookup, sealed FROM idempotency").fetchall()
         (la, sa), (lb, sb) = rows
         conn.execute("UPDATE idempotency SET sealed = ? WHERE lookup = ?", (sb, la))
@@ -250,7 +250,7 @@ def test_an_erasure_deletes_every_record(vault: Vault):
     note(vault, token, "a", "to be erased")
     note(vault, token, "b", "kept")
     with vault.session(token, "owner") as s:
-        s.memory.erase([0], "2026-01-01T00:00:00Z")
+        s.open_memory().erase([0], "2026-01-01T00:00:00Z")
     assert records(vault, token) == 0
     # So a retry of a write made before the erasure is a new request.
     assert not note(vault, token, "b", "kept").replayed

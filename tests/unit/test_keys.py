@@ -137,14 +137,14 @@ def test_a_grant_minted_at_the_former_cost_still_opens_under_the_new_default(tmp
     old_vault = Vault(tmp_path, kdf=former, file_cipher="none")
     ident = old_vault.create_identity()
     with old_vault.session(ident.token, "owner") as s:
-        s.memory.note("written under the former cost")
+        s.open_memory().note("written under the former cost")
     new_vault = Vault(tmp_path, file_cipher="none")
     assert new_vault.kdf == keys.DEFAULT_KDF != former
     with new_vault.session(ident.token, "owner") as s:
-        assert s.memory.recall("former cost")["total"] == 1
+        assert s.open_memory().recall("former cost")["total"] == 1
         _, fresh = new_vault.mint_grant(s, "read")
     with new_vault.session(fresh, "read") as s:
-        assert s.memory.recall("former cost")["total"] == 1
+        assert s.open_memory().recall("former cost")["total"] == 1
     ring = open_keyring(UserFiles(tmp_path, ident.user_id).keyring, ident.user_id)
     try:
         stored = [keys.KdfParams.from_dict(json.loads(cast(str, g.kdf))) for g in ring.grants()]

@@ -133,7 +133,7 @@ def test_the_service_layer_never_imports_the_web_framework() -> None:
 # What a route declares, and service/operation.py alone runs: a session of a scope, an Idempotency-Key
 # record, an audit event, a quota check. A handler or any other module of the edge that did one of
 # these itself would be a second path beside the declaration.
-DECLARED_WORK = {"session", "memory_write", "keyring_write", "rotation_write", "record", "identity_room"}
+DECLARED_WORK = {"session", "key_record", "replay", "remember", "record", "identity_room"}
 
 
 def called_names(path: Path) -> set[str]:
@@ -150,7 +150,7 @@ def test_what_a_route_declares_is_run_in_one_place() -> None:
              if layer(name) == "web"}
     assert {name: calls for name, calls in found.items() if calls} == {}
     # the reading sees such calls where they are made
-    assert {"session", "memory_write", "keyring_write", "rotation_write", "record", "identity_room"} <= \
+    assert {"session", "key_record", "replay", "remember", "record", "identity_room"} <= \
         called_names(PACKAGE / "service" / "operation.py")
 def test_the_memory_file_parts_stand_alone() -> None:
     """Each part of the memory file (stash/storage/memfile/) never imports the

@@ -299,7 +299,7 @@ def test_a_store_written_before_the_digest_gets_it_on_first_open(http: Api, data
     user.folder = data_dir / "users" / ident.user_id
     with vault.session(user.token, "read") as s:
         user.master = bytes(s.master)
-        genesis = s.memory.mf.head
+        genesis = s.open_memory().mf.head
     with raw_memory_file(user.folder, user.master, file_cipher, LEGACY_PAGE_BYTES) as conn:
         conn.execute("DELETE FROM meta WHERE name IN ('log_head', 'state', 'epoch', 'drops')")
         conn.execute("UPDATE meta SET value = '1' WHERE name = 'format'")

@@ -41,13 +41,13 @@ def identity(vault: Vault, notes: int = 4, others: tuple[str, ...] = ("work", "h
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
         for k in range(notes):
-            s.memory.note(f"main osprey {k}")
+            s.open_memory().note(f"main osprey {k}")
         for name in others:
             memory_routes.create(vault, s, name)
     for name in others:
         with vault.session(ident.token, "full", memory=name) as s:
             for k in range(notes):
-                s.memory.note(f"{name} heron {k}")
+                s.open_memory().note(f"{name} heron {k}")
     return ident.user_id, ident.token
 
 
@@ -99,7 +99,7 @@ def test_every_memory_of_an_identity_moves_to_plain_files_with_nothing_lost(vaul
     assert b"osprey" not in (data / "users" / user_id / "memory.db").read_bytes()
     # Writes go on, on the plain files; a second run finds nothing to do.
     with vault.session(token, "full", memory="work") as s:
-        s.memory.note("after the move")
+        s.open_memory().note("after the move")
     code, out = run(capsys, ["--data", str(data), "--file-cipher", "none"], monkeypatch=monkeypatch)
     assert code == 0 and out.count("  plain") == 3 and "0 converted, 3 already plain" in out, out
     assert main(["verify", str(data)]) == 0
@@ -108,7 +108,7 @@ def test_every_memory_of_an_identity_moves_to_plain_files_with_nothing_lost(vaul
 def _read(vault: Vault, token: str, name: str) -> list[str]:
     """Every memory's text, each row opened and authenticated."""
     with vault.session(token, "read", memory=name) as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         return [line.split(" ", 2)[2] for batch in mf.scan(mf.head.count) for line in batch]
 
 
@@ -187,7 +187,7 @@ def test_a_move_stopped_after_its_commit_is_finished_by_the_next_open(vault):
     assert _read(vault, token, "main") == before
     assert header(folder / "memory.db") == PLAIN_HEADER and not cipher_swap.pending(folder)
     with vault.session(token, "full") as s:
-        s.memory.note("after")
+        s.open_memory().note("after")
     assert main(["verify", str(data)]) == 0
 
 

@@ -47,8 +47,8 @@ def store(tmp_path_factory):
     rng = random.Random(11)
     texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6))) for _ in range(T)]
     with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2026-01-02", t) for t in texts])
-        s.memory.erase([5, PIECE + 9], "2026-01-03T00:00:00Z")
+        s.open_memory().mf.append([("2026-01-02", t) for t in texts])
+        s.open_memory().erase([5, PIECE + 9], "2026-01-03T00:00:00Z")
     lines = [f"#{i} 2026-01-02 {t}" for i, t in enumerate(texts)]
     for i in (5, PIECE + 9):
         lines[i] = f"#{i} 2026-01-02 [erased]"
@@ -75,7 +75,7 @@ PATTERNS = ["heron", "yilmaz", "ISTANBUL", "^#1", r"\d+ 2026", "erased", "x*", "
 def test_cold_and_warm_cache_answer_what_one_pass_does(store, pattern, part_bytes):
     vault, token, lines = store
     with vault.session(token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         (mf.file_keys().path.parent / rendered_log.CACHE_FILE).unlink(missing_ok=True)
         cold = recall_scan.recall(mf, compile_pattern(pattern), part_bytes, deadline=1e18)
         assert cached_pieces(mf) == {0, 1, 2}
@@ -89,14 +89,14 @@ def test_cold_and_warm_cache_answer_what_one_pass_does(store, pattern, part_byte
 def test_a_stop_bound_answers_one_pass_over_the_memories_below_it(store, stop):
     vault, token, lines = store
     with vault.session(token, "read") as s:
-        got = recall_scan.recall(s.memory.mf, compile_pattern("e"), 2000, deadline=1e18, stop=stop)
+        got = recall_scan.recall(s.open_memory().mf, compile_pattern("e"), 2000, deadline=1e18, stop=stop)
     assert got == one_pass(lines[:stop], "e", 2000)
 
 
 def test_a_missing_piece_is_rebuilt_and_a_tampered_one_is_never_served(store):
     vault, token, lines = store
     with vault.session(token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
         with contextlib.closing(cache_db(mf)) as db:
             db.execute("DELETE FROM scan_cache WHERE piece = 1")
@@ -118,13 +118,13 @@ def test_an_erasure_drops_its_piece_and_an_old_copy_of_the_piece_no_longer_opens
     texts = [f"memory {i}" for i in range(2 * PIECE)]
     texts[PIECE + 3] = secret
     with vault.session(ident.token, "owner") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         mf.append([("2026-01-02", t) for t in texts])
-        assert s.memory.recall("vault code")["total"] == 1
+        assert s.open_memory().recall("vault code")["total"] == 1
         assert cached_pieces(mf) == {0, 1}
         with contextlib.closing(cache_db(mf)) as db:
             old = db.execute("SELECT sealed FROM scan_cache WHERE piece = 1").fetchone()[0]
-        s.memory.erase([PIECE + 3], "2026-01-03T00:00:00Z")
+        s.open_memory().erase([PIECE + 3], "2026-01-03T00:00:00Z")
         assert cached_pieces(mf) == {0}
         # Shredded, not only unlinked: invalidate checkpoints, secure_delete zeroes.
         cache = tmp_path / "users" / ident.user_id / rendered_log.CACHE_FILE
@@ -134,7 +134,7 @@ def test_an_erasure_drops_its_piece_and_an_old_copy_of_the_piece_no_longer_opens
         # Someone puts the piece written before the erasure back by hand.
         with contextlib.closing(cache_db(mf)) as db:
             db.execute("INSERT INTO scan_cache(piece, sealed) VALUES (1, ?)", (old,))
-        got = s.memory.recall("vault code|erased")
+        got = s.open_memory().recall("vault code|erased")
     assert (got["matches"], got["total"]) == ([f"#{PIECE + 3} 2026-01-02 [erased]"], 1)
 
 
@@ -142,7 +142,7 @@ def test_damage_in_a_piece_not_cached_yet_is_reported(tmp_path):
     vault = Vault(tmp_path, kdf=CHEAP_KDF, file_cipher="none")
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2026-01-02", f"memory {i}") for i in range(2 * PIECE + 1)])
+        s.open_memory().mf.append([("2026-01-02", f"memory {i}") for i in range(2 * PIECE + 1)])
     raw = sqlite3.connect(tmp_path / "users" / ident.user_id / "memory.db")
     raw.execute("DROP TRIGGER log_no_update")
     sealed = raw.execute("SELECT sealed FROM log WHERE id = 7").fetchone()[0]
@@ -151,7 +151,7 @@ def test_damage_in_a_piece_not_cached_yet_is_reported(tmp_path):
     restore_log_triggers(raw)
     raw.close()
     with vault.session(ident.token, "read") as s, pytest.raises(Damaged):
-        s.memory.recall("memory")
+        s.open_memory().recall("memory")
 
 
 def test_pieces_are_compressed_and_padded_and_the_old_layout_is_rebuilt(store):
@@ -164,7 +164,7 @@ def test_pieces_are_compressed_and_padded_and_the_old_layout_is_rebuilt(store):
 
     vault, token, lines = store
     with vault.session(token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
         fk = mf.file_keys()
         cache = rendered_log.ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids,

@@ -41,7 +41,7 @@ def opens(root: Path, token: str) -> str | None:
     """None when the server's open accepts the store, else the refusal's code."""
     try:
         with Vault(root, CHEAP_KDF, "none").session(token, "read") as s:
-            s.memory.wake()
+            s.open_memory().wake()
     except StashError as e:
         return e.code
     return None
@@ -55,7 +55,7 @@ def moments(tmp_path: Path):
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
         for k in range(3):
-            s.memory.note(f"early {k}")
+            s.open_memory().note(f"early {k}")
         gid, _ = vault.mint_grant(s, "read")
     live = tmp_path / "data" / "users" / ident.user_id
     early = tmp_path / "early"
@@ -64,7 +64,7 @@ def moments(tmp_path: Path):
         copy(live / name, early / name)
     with vault.session(ident.token, "owner") as s:
         for k in range(2):
-            s.memory.note(f"late {k}")
+            s.open_memory().note(f"late {k}")
     mid = tmp_path / "mid"
     mid.mkdir()
     for name in ("keyring.db", "memory.db"):

@@ -40,10 +40,10 @@ CASES = {
 def served(vault: Vault, token: str) -> dict:
     """Everything an owner is served from the memory file."""
     with vault.session(token, "owner") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         T = mf.count()
         try:
-            woke: object = s.memory.wake()["lines"]
+            woke: object = s.open_memory().wake()["lines"]
         except StashError as refused:  # naps due after an erasure
             woke = refused.code
         return {"T": T, "log": [line for batch in mf.scan(T) for line in batch],
@@ -54,7 +54,7 @@ def served(vault: Vault, token: str) -> dict:
 def file_rows(vault: Vault, token: str) -> tuple[dict[str, str], dict[str, list[int | None]]]:
     """The memory file's meta and each sealed table's epoch values."""
     with vault.session(token, "owner") as s:
-        conn = s.memory.mf.conn
+        conn = s.open_memory().mf.conn
         meta = dict(conn.execute("SELECT name, value FROM meta"))
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         epochs = {}
@@ -90,9 +90,9 @@ def test_each_earlier_release_is_upgraded_by_its_first_new_epoch_and_loses_nothi
 
     # Written from now on: under the new epoch's key, recorded as such.
     with vault.session(owner, "owner") as s:
-        s.memory.note("after the new epoch")
-        s.memory.mf.set_config({"WAKE_LINES": 77})
-        s.memory.erase([T - 1])
+        s.open_memory().note("after the new epoch")
+        s.open_memory().mf.set_config({"WAKE_LINES": 77})
+        s.open_memory().erase([T - 1])
     again = Vault(data, CHEAP_KDF)  # another process, the files as they are on disk
     after = served(again, owner)
     assert after["T"] == T + 1 and after["log"][:T - 1] == before["log"][:T - 1]
@@ -101,7 +101,7 @@ def test_each_earlier_release_is_upgraded_by_its_first_new_epoch_and_loses_nothi
     assert epochs["config"] == [old_epoch + 1] * len(epochs["config"])
     assert epochs["erased"][-1] == old_epoch + 1 and epochs["erasures"][-1] == old_epoch + 1
     with again.session(reader, "read") as s:
-        assert s.memory.mf.count() == T + 1
+        assert s.open_memory().mf.count() == T + 1
     with pytest.raises(Unauthorized):
         with again.session(revoked, "read"):
             pass
@@ -111,8 +111,8 @@ def test_each_earlier_release_is_upgraded_by_its_first_new_epoch_and_loses_nothi
 
 
 def settle(s) -> None:
-    while items := s.memory.batch_for(s.memory.mf.count(), 256)["batch"]:
-        s.memory.settle([{"block": it["block"], "text": f"summary {it['block']}"} for it in items])
+    while items := s.open_memory().batch_for(s.open_memory().mf.count(), 256)["batch"]:
+        s.open_memory().settle([{"block": it["block"], "text": f"summary {it['block']}"} for it in items])
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ def two_epochs_on(tmp_path_factory):
     vault = Vault(data, CHEAP_KDF, "none")
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        s.memory.import_entries([{"date": "2026-11-01", "text": f"epoch-0 memory {i}"} for i in range(200)])
+        s.open_memory().import_entries([{"date": "2026-11-01", "text": f"epoch-0 memory {i}"} for i in range(200)])
         settle(s)
     for _ in range(2):
         with vault.session(ident.token, "owner") as s:
@@ -131,7 +131,7 @@ def two_epochs_on(tmp_path_factory):
             vault.revoke_grant(s, gid)
             vault.finish_epoch(s)
         with vault.session(ident.token, "owner") as s:
-            s.memory.note("one more")
+            s.open_memory().note("one more")
             settle(s)
     return data, ident
 

@@ -30,11 +30,11 @@ LIMITS = operation.Limits(memories=1_000_000, bytes=1 << 40)
 
 
 def note(s, f, _ctx):
-    return s.memory.note(f["text"])
+    return s.open_memory().note(f["text"])
 
 
 def wake(s, _f, _ctx):
-    return s.memory.wake()
+    return s.open_memory().wake()
 
 
 def test_a_deferred_runs_once_and_a_second_caller_waits_for_its_end():
@@ -109,7 +109,7 @@ def test_a_capabilitys_session_ends_after_its_answer_and_the_next_session_ends_i
     vault = Vault(data, CHEAP_KDF, "sqlcipher")
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        s.memory.note("first")
+        s.open_memory().note("first")
         _, full = vault.mint_grant(s, "full")
     assert copy_count(data, ident.user_id) == 1
 

@@ -150,9 +150,9 @@ def test_every_release_compacts_with_its_history_and_its_pins_intact(capsys, mon
         owner = body + tokens._checksum(body)
     vault = Vault(data)
     with vault.session(owner, "read") as s:
-        T = s.memory.mf.count()
-        before = s.memory.mf.memories(0, T)
-        pin = s.memory.mf.pinned_head(current=True)
+        T = s.open_memory().mf.count()
+        before = s.open_memory().mf.memories(0, T)
+        pin = s.open_memory().mf.pinned_head(current=True)
         master = bytes(s.master)
         folder = s.files.folder
         cipher, page = s.cipher, s.page_bytes
@@ -171,12 +171,12 @@ def test_every_release_compacts_with_its_history_and_its_pins_intact(capsys, mon
     code, text = run(capsys, data, owner)
     assert code == 0 and "rows stored short" in line_of(text, maker.USER_ID), text
     with vault.session(owner, "full", pin=pin) as s:  # a pin taken before still holds
-        assert s.memory.mf.memories(0, T) == before
-        assert s.memory.mf.recompute_head()[0] == s.memory.mf.head
-        s.memory.erase([0, T - 1])
-        s.memory.note("written after the compaction")
+        assert s.open_memory().mf.memories(0, T) == before
+        assert s.open_memory().mf.recompute_head()[0] == s.open_memory().mf.head
+        s.open_memory().erase([0, T - 1])
+        s.open_memory().note("written after the compaction")
     with vault.session(owner, "read", pin=pin) as s:
-        got = s.memory.mf.memories(0, T + 1)
+        got = s.open_memory().mf.memories(0, T + 1)
         assert [m[2] for m in got[1:T - 1]] == [m[2] for m in before[1:T - 1]]
         assert got[0][2] == got[T - 1][2] == "[erased]" and got[T][2] == "written after the compaction"
     code, text = run(capsys, data, owner)
@@ -188,8 +188,8 @@ def compacted(capsys, monkeypatch, tmp_path: Path, file_cipher: str):
     data = tmp_path / "data"
     vault, token = old_store(monkeypatch, data, file_cipher, 300)
     with vault.session(token, "read") as s:
-        full = dict(s.memory.mf.conn.execute("SELECT id, sealed FROM log"))
-        pin = s.memory.mf.pinned_head(current=True)
+        full = dict(s.open_memory().mf.conn.execute("SELECT id, sealed FROM log"))
+        pin = s.open_memory().mf.pinned_head(current=True)
         master, folder = bytes(s.master), s.files.folder
     compact(capsys, monkeypatch, data, token)
     return data, vault, token, full, pin, master, folder, file_cipher
@@ -198,7 +198,7 @@ def compacted(capsys, monkeypatch, tmp_path: Path, file_cipher: str):
 def refused_everywhere(capsys, data: Path, vault: Vault, token: str, i: int) -> None:
     """Memory #i is not served, and stash verify fails the store."""
     with pytest.raises(StashError) as e, vault.session(token, "read") as s:
-        s.memory.mf.memory(i)
+        s.open_memory().mf.memory(i)
     assert e.value.code.startswith("store.")
     code, text = run(capsys, data, token)
     assert code != 0, text
@@ -233,8 +233,8 @@ def test_the_full_row_put_back_is_the_same_row(capsys, compacted) -> None:
     data, vault, token, full, pin, master, folder, cipher = compacted
     put_rows(folder, master, cipher, {7: full[7], 299: full[299]})
     with vault.session(token, "read", pin=pin) as s:
-        assert s.memory.mf.memory(7)[2] == "memory 7 " + "w" * 7
-        assert s.memory.mf.recompute_head()[0].digest == pin.digest
+        assert s.open_memory().mf.memory(7)[2] == "memory 7 " + "w" * 7
+        assert s.open_memory().mf.recompute_head()[0].digest == pin.digest
     code, text = run(capsys, data, token)
     assert code == 0, text
 
@@ -242,7 +242,7 @@ def test_the_full_row_put_back_is_the_same_row(capsys, compacted) -> None:
 def test_an_erased_short_rows_tail_changed_cut_or_deleted_fails_verify(capsys, compacted) -> None:
     data, vault, token, _, _, master, folder, cipher = compacted
     with vault.session(token, "owner") as s:
-        s.memory.erase([20, 299])
+        s.open_memory().erase([20, 299])
     with raw_memory_file(folder, master, cipher) as conn:
         tails = dict(conn.execute("SELECT id, tail FROM log_tails"))
     assert set(tails) == {20, 299}
@@ -257,19 +257,20 @@ def test_an_erased_short_rows_tail_changed_cut_or_deleted_fails_verify(capsys, c
         code, text = run(capsys, data, token)
         assert code != 0, text
         with vault.session(token, "read") as s:  # what it does not need is still served
-            assert s.memory.mf.memory(20)[2] == "[erased]" and s.memory.mf.memory(21)[2].startswith("memory 21")
+            assert (s.open_memory().mf.memory(20)[2] == "[erased]"
+                    and s.open_memory().mf.memory(21)[2].startswith("memory 21"))
             try:  # the whole chain, as verify walks it, does not come out at the recorded head
-                walked = s.memory.mf.recompute_head()[0]
+                walked = s.open_memory().mf.recompute_head()[0]
             except Damaged:
                 walked = None
-            assert walked != s.memory.mf.head
+            assert walked != s.open_memory().mf.head
     with raw_memory_file(folder, master, cipher) as conn:
         conn.execute("INSERT OR REPLACE INTO log_tails(id, tail) VALUES (20, ?)", (tails[20],))
     code, text = run(capsys, data, token)
     assert code == 0, text
     # The newest memory erased: every open checks the last row, from its tail.
     with vault.session(token, "read") as s:
-        assert s.memory.mf.memory(299)[2] == "[erased]"
+        assert s.open_memory().mf.memory(299)[2] == "[erased]"
 
 
 def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys, monkeypatch,
@@ -281,8 +282,8 @@ def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys,
     vault, token = old_store(monkeypatch, data, "sqlcipher", 8_192, napped=False)
     with vault.session(token, "read") as s:
         master, folder = bytes(s.master), s.files.folder
-        want = s.memory.mf.memories(0, 8_192)
-        pin = s.memory.mf.pinned_head(current=True)
+        want = s.open_memory().mf.memories(0, 8_192)
+        pin = s.open_memory().mf.pinned_head(current=True)
     proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=OUTSIDE,
                             env={**os.environ, "STASH_TOKEN": token}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -301,13 +302,13 @@ def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys,
     moved = _short_count(folder, master)
     assert 0 < moved < 8_192, moved
     with vault.session(token, "read", pin=pin) as s:
-        assert s.memory.mf.memories(0, 8_192) == want
+        assert s.open_memory().mf.memories(0, 8_192) == want
     code, text = run(capsys, data, token)
     assert code == 0, text
     compact(capsys, monkeypatch, data, token)
     assert _short_count(folder, master) == 8_192
     with vault.session(token, "read", pin=pin) as s:
-        assert s.memory.mf.memories(0, 8_192) == want
+        assert s.open_memory().mf.memories(0, 8_192) == want
 
 
 def _short_count(folder: Path, master: bytes) -> int:

@@ -74,8 +74,8 @@ def build(vault: Vault, cipher: str, texts: list[str] | None = None) -> Store:
     with vault.session(ident.token, "owner") as s:
         master = bytes(s.master)
         for text in texts:
-            s.memory.note(text)
-        settle(s.memory)
+            s.open_memory().note(text)
+        settle(s.open_memory())
     return Store(vault, cipher, ident.user_id, ident.token, master, texts)
 
 
@@ -114,7 +114,7 @@ def flip(blob: bytes, pos: int) -> bytes:
 
 def set_config(store: Store, changes: dict) -> None:
     with store.vault.session(store.token, "full") as s:
-        s.memory.set_config(changes)
+        s.open_memory().set_config(changes)
 
 
 def all_files_bytes(folder: Path) -> bytes:
@@ -143,17 +143,17 @@ def zoom(block: str):
 def assert_intact(store: Store) -> None:
     """The control: the untouched store serves everything it is asked for."""
     with store.vault.session(store.token, "read") as s:
-        lines = s.memory.wake()["lines"]
+        lines = s.open_memory().wake()["lines"]
         assert [line.split(" ", 2)[2] for line in lines] == store.texts
-        assert s.memory.recall("memory")["total"] == T
-        assert len(s.memory.zoom("0-7")["lines"]) == 2
+        assert s.open_memory().recall("memory")["total"] == T
+        assert len(s.open_memory().zoom("0-7")["lines"]) == 2
 
 
 def assert_damaged(store: Store, *ops) -> None:
     for op in ops:
         with pytest.raises(Damaged):
             with store.vault.session(store.token, "read") as s:
-                served = op(s.memory)
+                served = op(s.open_memory())
                 pytest.fail(f"{op.__name__} served altered data: {served!r}")
 
 
@@ -162,7 +162,7 @@ def assert_damaged(store: Store, *ops) -> None:
 
 def test_log_triggers_abort_update_and_delete(store: Store):
     with store.vault.session(store.token, "owner") as s:
-        conn = s.memory.mf.conn
+        conn = s.open_memory().mf.conn
         before = conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall()
         attempts = [
             ("UPDATE log SET sealed = ? WHERE id = 0", (b"x" * 360,)),
@@ -185,7 +185,7 @@ def test_log_refuses_replace(store: Store):
     # INSERT OR REPLACE deletes the old row without firing DELETE triggers
     # (unless recursive_triggers is on): it must not rewrite the past either.
     with store.vault.session(store.token, "owner") as s:
-        conn = s.memory.mf.conn
+        conn = s.open_memory().mf.conn
         before = conn.execute("SELECT id, sealed FROM log ORDER BY id").fetchall()
         for verb in ("INSERT OR REPLACE", "REPLACE"):
             sql = f"{verb} INTO log(id, sealed) VALUES (3, ?)"
@@ -266,8 +266,8 @@ def test_plain_file_holds_only_ciphertext(tmp_path: Path):
 def test_no_plaintext_in_the_file_or_its_wal_while_open(store: Store):
     marker = "okapi-" + os.urandom(8).hex()
     with store.vault.session(store.token, "full") as s:
-        s.memory.note(f"{marker} noted while the file is open")
-        s.memory.nap()
+        s.open_memory().note(f"{marker} noted while the file is open")
+        s.open_memory().nap()
         files = sorted(p.name for p in store.folder.iterdir())
         raw = all_files_bytes(store.folder)
     assert any(name.endswith("-wal") for name in files), files
@@ -296,7 +296,7 @@ def test_a_row_moved_to_another_position_is_damage(store: Store):
     assert_damaged(store, wake, recall, zoom("4-5"))
     # The source row itself is untouched and still opens.
     with store.vault.session(store.token, "read") as s:
-        assert s.memory.zoom("2-3")["lines"][0].endswith(store.texts[2])
+        assert s.open_memory().zoom("2-3")["lines"][0].endswith(store.texts[2])
 
 
 def test_two_rows_swapped_is_damage(store: Store):
@@ -327,7 +327,7 @@ def test_a_summary_copied_to_another_block_of_its_level_is_damage(store: Store):
         conn.execute("UPDATE summaries SET sealed = ? WHERE size = 2 AND idx = 1", (sealed,))
     assert_damaged(store, zoom("0-3"))
     with store.vault.session(store.token, "read") as s:
-        assert s.memory.zoom("4-7")["lines"] == ["#4-5 summary of 4-5", "#6-7 summary of 6-7"]
+        assert s.open_memory().zoom("4-7")["lines"] == ["#4-5 summary of 4-5", "#6-7 summary of 6-7"]
 
 
 def test_a_summary_copied_to_another_level_is_damage(store: Store):
@@ -575,9 +575,9 @@ def test_session_drops_its_keys_on_exit(store: Store):
     with store.vault.session(store.token, "owner") as s:
         inside = bytes(s.master)
         assert inside == store.master
-        assert s.memory.recall("memory")["total"] == T
+        assert s.open_memory().recall("memory")["total"] == T
     assert s.master == b""
-    mf = s.memory.mf
+    mf = s.open_memory().mf
     assert isinstance(mf, MemoryFile)
     with pytest.raises(DB_ERRORS):
         mf.conn.execute("SELECT 1")
@@ -596,7 +596,7 @@ def test_session_drops_its_keys_when_the_work_fails(store: Store):
     held: dict[str, Any] = {}
     with pytest.raises(Boom), store.vault.session(store.token, "owner") as s:
         held["s"] = s
-        held["mf"] = s.memory.mf
+        held["mf"] = s.open_memory().mf
         assert held["mf"].count() == T
         raise Boom
     s = held["s"]
@@ -604,14 +604,14 @@ def test_session_drops_its_keys_when_the_work_fails(store: Store):
     with pytest.raises(DB_ERRORS):
         held["mf"].conn.execute("SELECT 1")
     with pytest.raises(DB_ERRORS):
-        s.memory.mf.count()
+        s.open_memory().mf.count()
 
 
 def test_an_ended_session_cannot_open_the_memory(store: Store):
     with store.vault.session(store.token, "owner") as s:
         pass  # never touched the memory file
     with pytest.raises(RuntimeError):
-        _ = s.memory
+        _ = s.open_memory()
 
 
 # ----------------------------------------------------------------- over HTTP

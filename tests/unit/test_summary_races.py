@@ -17,7 +17,7 @@ def memory_file(tmp_path):
     vault = Vault(tmp_path, kdf=CHEAP_KDF)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        yield s.memory.mf
+        yield s.open_memory().mf
 
 
 def test_a_block_whose_half_was_forgotten_meanwhile_is_not_settled(memory_file):
@@ -50,8 +50,8 @@ def test_a_wake_reads_one_snapshot_while_another_worker_forgets(tmp_path):
     vault = Vault(tmp_path, kdf=CHEAP_KDF)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as reader, vault.session(ident.token, "owner") as owner:
-        mf = reader.memory.mf
-        assert owner.memory.mf.conn is not mf.conn
+        mf = reader.open_memory().mf
+        assert owner.open_memory().mf.conn is not mf.conn
         mf.append([("2026-01-02", f"m{i}") for i in range(64)])
         while (due := blocks.first_pending(64, mf.settled(64))) != (32, 64):
             assert due is not None
@@ -62,16 +62,16 @@ def test_a_wake_reads_one_snapshot_while_another_worker_forgets(tmp_path):
         def settled_then_forget(T):
             tree = read_tree(T)
             if not forgot:
-                forgot.append(owner.memory.forget("48-63"))  # commits at once, on its own connection
+                forgot.append(owner.open_memory().forget("48-63"))  # commits at once, on its own connection
             return tree
 
         mf.settled = settled_then_forget  # type: ignore[method-assign]
-        answer = reader.memory.wake()
+        answer = reader.open_memory().wake()
         assert forgot and forgot[0]["dropped"][0] == "48-63"
         assert answer["nap"]["block"] == "32-63"
         assert "#48-63 sum 48" in answer["nap"]["source"]
         mf.settled = read_tree  # type: ignore[method-assign]
-        assert reader.memory.wake()["nap"]["block"] == "48-63"  # the next wake sees the forget
+        assert reader.open_memory().wake()["nap"]["block"] == "48-63"  # the next wake sees the forget
 
 
 def test_a_snapshot_opens_each_key_chunk_once_and_forgets_it_after(tmp_path):
@@ -83,7 +83,7 @@ def test_a_snapshot_opens_each_key_chunk_once_and_forgets_it_after(tmp_path):
     vault = Vault(tmp_path, kdf=CHEAP_KDF)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as reader, vault.session(ident.token, "owner") as other:
-        mf = reader.memory.mf
+        mf = reader.open_memory().mf
         mf.append([("2026-01-02", f"m{i}") for i in range(40)])
         opened: list[int] = []
         real = mf._open_chunk
@@ -95,7 +95,7 @@ def test_a_snapshot_opens_each_key_chunk_once_and_forgets_it_after(tmp_path):
         setattr(mf, "_open_chunk", counted)  # noqa: B010 - a method replaced on this instance only
         with mf.snapshot():
             first = [mf.memories(lo, lo + 2) for lo in range(0, 40, 2)]
-            other.memory.erase([3])  # committed by another connection meanwhile
+            other.open_memory().erase([3])  # committed by another connection meanwhile
             again = mf.memories(2, 4)
         assert opened == [0]  # chunk 0, opened once for 21 reads
         assert again == first[1] and again[1][2] == "m3"  # the snapshot's own view, whole

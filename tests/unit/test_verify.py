@@ -130,7 +130,7 @@ def test_verify_with_a_token_leaves_every_file_as_it_was(capsys, tmp_path: Path)
     crashed = tmp_path / "crashed" / "users" / current.user_id
     crashed.mkdir(parents=True)
     with current.vault.session(current.token, "full") as s:
-        s.memory.note("after the last checkpoint")
+        s.open_memory().note("after the last checkpoint")
         for name in ("keyring.db", "memory.db", "memory.db-wal"):
             shutil.copyfile(current.folder / name, crashed / name)
     assert (crashed / "memory.db-wal").stat().st_size > 0

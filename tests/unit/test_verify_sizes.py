@@ -24,7 +24,7 @@ def imported(data: Path, cipher: str, n: int = MANY) -> Store:
     store = Store(data, cipher, n=0)
     today = datetime.now(UTC).date().isoformat()
     with store.vault.session(store.token, "full") as s:
-        s.memory.import_entries([{"date": today, "text": f"godwit {k} " + "w" * 100} for k in range(n)])
+        s.open_memory().import_entries([{"date": today, "text": f"godwit {k} " + "w" * 100} for k in range(n)])
     return store
 
 
@@ -140,7 +140,7 @@ def test_a_deleted_head_is_refused_and_not_written_again(capsys, tmp_path: Path,
     path = a.folder / "memory.db"
     evidence = path.read_bytes()
     with pytest.raises(Damaged), a.vault.session(a.token, "read") as s:
-        s.memory.wake()
+        s.open_memory().wake()
     assert path.read_bytes() == evidence
     code, text = run(capsys, a.data, a.token)
     assert code == 1 and "FAIL" in line_of(text, a.user_id)

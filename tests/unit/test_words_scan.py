@@ -39,8 +39,8 @@ def store(folder: Path, texts: list[str], erased: list[int]):
     vault = Vault(folder, CHEAP_KDF)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2024-01-02", t) for t in texts])
-        s.memory.mf.erase(erased, "2024-01-03")
+        s.open_memory().mf.append([("2024-01-02", t) for t in texts])
+        s.open_memory().mf.erase(erased, "2024-01-03")
     return vault, ident
 
 
@@ -56,12 +56,12 @@ def test_the_store_ranks_as_the_reference_does(tmp_path: Path) -> None:
         assert len(want) > 300
         for attempt in ("cold", "warm")[: 2 if n == 0 else 1]:
             with vault.session(ident.token, "read") as s:
-                assert walk(s.memory.mf, query, 40_000) == want, (q, attempt)
+                assert walk(s.open_memory().mf, query, 40_000) == want, (q, attempt)
     with vault.session(ident.token, "read") as s:
         assert (tmp_path / "users" / ident.user_id / "recall.db").exists()
         words_scan.use_index(False)
         try:
-            off = walk(s.memory.mf, words.parse_query("the zebra"), 100_000)
+            off = walk(s.open_memory().mf, words.parse_query("the zebra"), 100_000)
         finally:
             words_scan.use_index(True)
     assert off == words.rank(words.parse_query("the zebra"), live)
@@ -78,15 +78,15 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
     vault = Vault(tmp_path, CHEAP_KDF)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2024-01-02", f"secretword{i}") for i in range(4096)])
+        s.open_memory().mf.append([("2024-01-02", f"secretword{i}") for i in range(4096)])
     with vault.session(ident.token, "read") as a:
-        mf = a.memory.mf
+        mf = a.open_memory().mf
         fk = mf.file_keys()
         cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
         assert list(cache.segments(1, 0, [b"secretword"])) == [(0, None)]
         built = {0: word_piece_write.build([f"secretword{i}" for i in range(4096)])}
         with vault.session(ident.token, "owner") as b:
-            b.memory.mf.erase([5], "2024-01-03")
+            b.open_memory().mf.erase([5], "2024-01-03")
         cache.store(built)
         cache.close()
     import sqlite3
@@ -100,10 +100,10 @@ def test_a_search_past_its_time_bound_stops(tmp_path: Path) -> None:
     vault = Vault(tmp_path, CHEAP_KDF)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        s.memory.mf.append([("2024-01-02", f"word {i}") for i in range(600)])
+        s.open_memory().mf.append([("2024-01-02", f"word {i}") for i in range(600)])
     with vault.session(ident.token, "read") as s:
         with pytest.raises(words_scan.TooSlow):
-            words_scan.search(s.memory.mf, words.parse_query("word"), 1000, time.monotonic() - 1)
+            words_scan.search(s.open_memory().mf, words.parse_query("word"), 1000, time.monotonic() - 1)
 
 
 def test_a_split_piece_holds_every_words_postings() -> None:
@@ -181,7 +181,7 @@ def test_the_index_answers_byte_for_byte_as_the_log_does(life) -> None:
     same pages as `--word-index off`, which builds every piece from the log."""
     vault, ident, db = life
     with vault.session(ident.token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         for q in LIFE_QUERIES:
             off = pages(mf, q, 20_000, cached=False)
             assert len(off) > 1, q
@@ -210,7 +210,7 @@ def test_a_search_opens_only_its_words_segments(life) -> None:
 
     vault, ident, db = life
     with vault.session(ident.token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         fk = mf.file_keys()
         cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
         keep = {0, cache.bucket(b"w1"), cache.bucket(b"the")}  # the heads "w1" and "th"

@@ -81,15 +81,16 @@ def _compact(vault: Vault, token: str, name: str, wait: float) -> Compacted:
     while True:
         with vault.session(token, "full", memory=name) as s:
             result.before = result.before or _size(s.files.memory)
-            n = s.memory.mf.rebucket_summaries(SLICE)
+            n = s.open_memory().mf.rebucket_summaries(SLICE)
         if not n:
             break
         result.resealed += n
     start = 0
     while True:
         with vault.session(token, "full", memory=name) as s:
-            start, n = s.memory.mf.shorten_rows(start, SLICE)
-            T = s.memory.mf.count()
+            mf = s.open_memory().mf
+            start, n = mf.shorten_rows(start, SLICE)
+            T = mf.count()
         result.shortened += n
         if start >= T:
             break

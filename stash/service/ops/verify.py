@@ -758,7 +758,7 @@ def _with_token(vault: Any, token_text: str, need: str, name: str, report: Repor
         with vault.session(token_text, need, memory=name) as s:
             if s.scope == "owner":
                 check_owner_data(s.keyring, s.keys, s.owner)
-            fact = check_rows(s.memory.mf, s.cipher, warnings)
+            fact = check_rows(s.open_memory().mf, s.cipher, warnings)
     except StashError as e:
         if e.code != "memory.unknown":
             raise ValueError(f"it does not open with the token ({e.code})") from None

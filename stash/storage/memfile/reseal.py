@@ -59,7 +59,7 @@ def check_not_behind(fk: FileKeys) -> None:
 class ResealDue(Exception):
     """The file is from an earlier epoch than the key chain, and this open
     may not re-seal it: the caller re-seals it while no other request has the
-    file open (access.Session.memory), since a request still working under
+    file open (access.Session.open_memory), since a request still working under
     the old epoch's keys would otherwise read or write across the change."""
 
 

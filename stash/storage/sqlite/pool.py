@@ -224,7 +224,7 @@ class Pool:
         """An idle connection to ``path`` opened with this key whose file is
         as it was left; None when there is none. Stale ones are closed here,
         as by a holder of the user's lock: a request takes a memory file's
-        connection only while it holds that lock (access.Session.memory)."""
+        connection only while it holds that lock (access.Session.open_memory)."""
         if not self.enabled:
             return None
         name = str(path)

@@ -38,12 +38,12 @@ def old_store(monkeypatch, data: Path, cipher: str, T: int, *, napped: bool = Tr
     vault = Vault(data, kdf=CHEAP_KDF, file_cipher=cipher)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         mf.append([("2026-01-02", f"memory {i} " + "w" * (i % 90)) for i in range(T)])
         if napped:
-            nap = s.memory.nap()["nap"]
+            nap = s.open_memory().nap()["nap"]
             while nap is not None:
-                nap = s.memory.nap(nap["block"], f"summary of {nap['block']}")["nap"]
+                nap = s.open_memory().nap(nap["block"], f"summary of {nap['block']}")["nap"]
         else:
             with write_transaction(mf.conn):
                 version = mf._next_version()
@@ -63,7 +63,7 @@ def summaries(vault: Vault, token: str) -> dict[tuple[int, int], tuple[int, int,
     """Each summary's version, writer, text and sealed length, opened as the server opens it."""
     out = {}
     with vault.session(token, "read") as s:
-        mf = s.memory.mf
+        mf = s.open_memory().mf
         for size, idx, sealed in mf.conn.execute("SELECT size, idx, sealed FROM summaries"):
             version, plain = mf._open_summary(size, idx, sealed, None)
             out[(size, idx)] = (version, mf._writer_of(plain), mf._summary_text(size, idx, sealed, None), len(sealed))

@@ -27,7 +27,7 @@ class Store:
         with vault.session(self.token, "owner", memory=memory.name) as s:
             self.master = bytes(s.master)
             for k in range(n):
-                s.memory.note(f"osprey memory {k}")
+                s.open_memory().note(f"osprey memory {k}")
             self.reader = vault.mint_grant(s, "read")[1]
         self.folder = memory.folder(data / "users" / self.user_id)
         self.vault = vault
@@ -35,7 +35,7 @@ class Store:
     def note(self, n: int) -> None:
         with self.vault.session(self.token, "full", memory=self.memory.name) as s:
             for k in range(n):
-                s.memory.note(f"later osprey {k}")
+                s.open_memory().note(f"later osprey {k}")
 
     def raw(self):
         """The memory file as someone holding it and its key would open it,
