@@ -81,8 +81,16 @@ def _dates(T: int) -> tuple[dt.date, int]:
     return dt.date.today() - dt.timedelta(days=days), PER_DAY
 
 
-def build(data_dir: Path, T: int, *, kdf: KdfParams = DEFAULT_KDF, kdf_grants: tuple[KdfParams, ...] = (),
-          seed: int = 1, progress=None, page_bytes: int = PAGE_BYTES) -> Built:
+def build(
+    data_dir: Path,
+    T: int,
+    *,
+    kdf: KdfParams = DEFAULT_KDF,
+    kdf_grants: tuple[KdfParams, ...] = (),
+    seed: int = 1,
+    progress=None,
+    page_bytes: int = PAGE_BYTES,
+) -> Built:
     """A store of ``T`` memories with every complete block summarised, its
     memory file in pages of ``page_bytes``."""
     data_dir = Path(data_dir)

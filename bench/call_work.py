@@ -115,8 +115,9 @@ def settle(api: Api, h: dict[str, str]) -> None:
     try:
         nap = api.send("GET", "/wake", h).json()["nap"]
         while nap is not None:  # every compression due, as an agent following the answers does
-            nap = api.send("POST", "/nap", h, json={"block": nap["block"], "text": f"summary of {nap['block']}"}
-                           ).json()["nap"]
+            nap = api.send(
+                "POST", "/nap", h, json={"block": nap["block"], "text": f"summary of {nap['block']}"}
+            ).json()["nap"]
     finally:
         PAUSED[0] = False
 
@@ -144,8 +145,11 @@ def calls(api: Api, token: str, op: str, n: int, k0: int = 0) -> float:
 
 
 def run(data: Path, token: str, ops: list[str], n: int, profile: str | None) -> dict[str, dict[str, float]]:
-    for mod, name, label in ((tokens, "parse", "tokens.parse"), (tokens, "lookup_tag", "tokens.lookup_tag"),
-                             (keys, "derive_kek", "argon2id (derive_kek)")):
+    for mod, name, label in (
+        (tokens, "parse", "tokens.parse"),
+        (tokens, "lookup_tag", "tokens.lookup_tag"),
+        (keys, "derive_kek", "argon2id (derive_kek)"),
+    ):
         _counting(mod, name, label)
     _count_ring_writes()
     api = Api(create_app(make_settings(data, keep_open=5.0)))
@@ -177,8 +181,23 @@ def syncs(T: int, ops: list[str], n: int) -> dict[str, dict[str, float]]:
     for op in ops:
         with tempfile.TemporaryDirectory() as tmp:
             trace = Path(tmp) / "strace.txt"
-            cmd = ["strace", "-f", "-o", str(trace), "-e", "trace=fsync,fdatasync,getppid,getuid",
-                   sys.executable, __file__, "-T", str(T), "--calls", str(n), "--ops", op, "--quiet"]
+            cmd = [
+                "strace",
+                "-f",
+                "-o",
+                str(trace),
+                "-e",
+                "trace=fsync,fdatasync,getppid,getuid",
+                sys.executable,
+                __file__,
+                "-T",
+                str(T),
+                "--calls",
+                str(n),
+                "--ops",
+                op,
+                "--quiet",
+            ]
             subprocess.run(cmd, check=True, capture_output=True)
             counts = collections.Counter[str]()
             on = False
@@ -214,8 +233,10 @@ def main() -> int:
         for op, c in syncs(args.T, ops, args.calls).items():
             res[op].update({f"{k} (strace)": v for k, v in c.items()})
     labels = sorted({label for r in res.values() for label in r})
-    print(f"T = {args.T:,}, {args.calls} calls of each, per call (cpu count {os.cpu_count()}, "
-          f"load {os.getloadavg()[0]:.1f})")
+    print(
+        f"T = {args.T:,}, {args.calls} calls of each, per call (cpu count {os.cpu_count()}, "
+        f"load {os.getloadavg()[0]:.1f})"
+    )
     print("| per call | " + " | ".join(ops) + " |")
     print("|---|" + "---:|" * len(ops))
     for label in labels:

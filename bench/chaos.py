@@ -35,8 +35,10 @@ def main() -> int:
     finally:
         server.stop()
     fives = sum(n for s, n in tally.statuses.items() if s >= 500)
-    print(f"{args.seconds:.0f} s, seed {args.seed}: {tally.requests} requests, {len(tally.acked)} notes acknowledged, "
-          f"{tally.statuses.get(429, 0)} answered 429, {fives} answered 5xx, {len(tally.backups)} backups")
+    print(
+        f"{args.seconds:.0f} s, seed {args.seed}: {tally.requests} requests, {len(tally.acked)} notes acknowledged, "
+        f"{tally.statuses.get(429, 0)} answered 429, {fives} answered 5xx, {len(tally.backups)} backups"
+    )
     print("statuses:", dict(sorted(tally.statuses.items())))
     print("refusals:", dict(tally.refusals.most_common()))
     print("\n".join(problems[:20]) or "every promise kept")

@@ -44,7 +44,7 @@ MEMORY_TABLES = {
     "erased": "SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM erased",
     "erasures": "SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM erasures",
     "idempotency": "SELECT COUNT(*), COALESCE(SUM(length(sealed) + length(lookup) + length(fingerprint) + 8), 0) "
-                   "FROM idempotency",
+    "FROM idempotency",
     "meta": "SELECT COUNT(*), COALESCE(SUM(length(name) + length(value)), 0) FROM meta",
 }
 
@@ -92,11 +92,17 @@ def account(data: Path, token: str, *, map_pages: bool = False) -> str:
         T = mf.count()
         size, count, free = pages(mf.conn)
         mem_map = page_map(mf.conn)
-        out += [f"T = {T:,}. Bytes per memory are over T.", "",
-                "| file / table | rows | stored bytes | bytes per memory |", "|---|---:|---:|---:|"]
+        out += [
+            f"T = {T:,}. Bytes per memory are over T.",
+            "",
+            "| file / table | rows | stored bytes | bytes per memory |",
+            "|---|---:|---:|---:|",
+        ]
         mem_bytes = sizes["memory.db"]
-        out.append(f"| memory.db (SQLCipher; {size // 1024} KiB pages, {count:,} pages, {free} free) | | "
-                   f"{mem_bytes:,} | {mem_bytes / max(T, 1):.1f} |")
+        out.append(
+            f"| memory.db (SQLCipher; {size // 1024} KiB pages, {count:,} pages, {free} free) | | "
+            f"{mem_bytes:,} | {mem_bytes / max(T, 1):.1f} |"
+        )
         payload = 0
         have = {r[0] for r in mf.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         for table, sql in MEMORY_TABLES.items():
@@ -107,26 +113,36 @@ def account(data: Path, token: str, *, map_pages: bool = False) -> str:
             out.append(f"| · {table} | {n:,} | {b:,} | {b / max(T, 1):.1f} |")
         freed = free * size
         over = mem_bytes - payload - freed
-        out.append(f"| · SQLite and SQLCipher (page headers and reserve, B-tree keys and interior pages, "
-                   f"slack) | | {over:,} | {over / max(T, 1):.1f} |")
+        out.append(
+            f"| · SQLite and SQLCipher (page headers and reserve, B-tree keys and interior pages, "
+            f"slack) | | {over:,} | {over / max(T, 1):.1f} |"
+        )
         if freed:
-            out.append(f"| · free pages (reused by later writes; `VACUUM` returns them) | | {freed:,} | "
-                       f"{freed / max(T, 1):.1f} |")
+            out.append(
+                f"| · free pages (reused by later writes; `VACUUM` returns them) | | {freed:,} | "
+                f"{freed / max(T, 1):.1f} |"
+            )
     size, count, _ = ring_pages
-    out.append(f"| keyring.db (plain SQLite; {size // 1024} KiB pages, {count} pages) | | "
-               f"{sizes['keyring.db']:,} | {sizes['keyring.db'] / max(T, 1):.1f} |")
+    out.append(
+        f"| keyring.db (plain SQLite; {size // 1024} KiB pages, {count} pages) | | "
+        f"{sizes['keyring.db']:,} | {sizes['keyring.db'] / max(T, 1):.1f} |"
+    )
     cache = folder / CACHE_FILE
     if cache.exists():
         with contextlib.closing(sqlite3.connect(cache)) as conn:
             size, count, free = pages(conn)
             n, b = conn.execute("SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM scan_cache").fetchone()
-        out.append(f"| {CACHE_FILE} (recall cache, plain SQLite; {size // 1024} KiB pages) | {n:,} pieces | "
-                   f"{cache.stat().st_size:,} | {cache.stat().st_size / max(T, 1):.1f} |")
+        out.append(
+            f"| {CACHE_FILE} (recall cache, plain SQLite; {size // 1024} KiB pages) | {n:,} pieces | "
+            f"{cache.stat().st_size:,} | {cache.stat().st_size / max(T, 1):.1f} |"
+        )
     total = sum(sizes.values())
     out.append(f"| **the user's folder** | | **{total:,}** | **{total / max(T, 1):.1f}** |")
     if freed:
-        out.append(f"| **the user's folder without free pages** | | **{total - freed:,}** | "
-                   f"**{(total - freed) / max(T, 1):.1f}** |")
+        out.append(
+            f"| **the user's folder without free pages** | | **{total - freed:,}** | "
+            f"**{(total - freed) / max(T, 1):.1f}** |"
+        )
     others = sorted(name for name in sizes if name not in ("memory.db", "keyring.db", CACHE_FILE))
     if others:
         out.append("")
@@ -155,8 +171,10 @@ def written(data: Path, n: int) -> str:
     text = account(data, ident.token)
     folder = UserFiles(data, ident.user_id).folder
     total = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
-    return text + (f"\n{HOSTED:,} such identities: {HOSTED * total / 1e9:.2f} GB "
-                   f"({total:,} bytes each, {total / n:.1f} per memory).\n")
+    return text + (
+        f"\n{HOSTED:,} such identities: {HOSTED * total / 1e9:.2f} GB "
+        f"({total:,} bytes each, {total / n:.1f} per memory).\n"
+    )
 
 
 FOLDER_BYTES = 4096  # a folder, counted as one block
@@ -173,8 +191,12 @@ def extra(data: Path, n: int) -> str:
     from tests.support.api import Api, make_settings
 
     def sizes(folder: Path) -> dict[str, int]:
-        return {p.relative_to(folder).as_posix() + ("/" if p.is_dir() else ""):
-                p.stat().st_size if p.is_file() else FOLDER_BYTES for p in folder.rglob("*")}
+        return {
+            p.relative_to(folder).as_posix() + ("/" if p.is_dir() else ""): p.stat().st_size
+            if p.is_file()
+            else FOLDER_BYTES
+            for p in folder.rglob("*")
+        }
 
     api = Api(create_app(make_settings(data, kdf=KdfParams(1, 8, 1), max_memories=n + 1)))
     out = ["| memory | bytes added | what |", "|---|---:|---|"]
@@ -201,10 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Where a store's bytes go.")
     p.add_argument("store", nargs="?", type=Path, help="a folder holding data/ and owner-token (bench/versus.py)")
     p.add_argument("--empty", action="store_true", help="account a freshly minted identity instead")
-    p.add_argument("--written", type=int, metavar="N", help="account an identity of N memories written as the "
-                   "server writes them, and what 10,000 of them take")
-    p.add_argument("--extra", type=int, metavar="N", help="what each of N extra empty memories adds to an "
-                   "identity's files")
+    p.add_argument(
+        "--written",
+        type=int,
+        metavar="N",
+        help="account an identity of N memories written as the server writes them, and what 10,000 of them take",
+    )
+    p.add_argument(
+        "--extra", type=int, metavar="N", help="what each of N extra empty memories adds to an identity's files"
+    )
     args = p.parse_args(argv)
     if args.extra:
         with tempfile.TemporaryDirectory() as tmp:

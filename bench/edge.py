@@ -41,8 +41,13 @@ from tests.support.server import Server
 WAKE_MEMORIES = 40
 
 
-def _request(conn: http.client.HTTPConnection, method: str, path: str, token: str, body: dict | None = None,
-             ) -> tuple[int, bytes]:
+def _request(
+    conn: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    token: str,
+    body: dict | None = None,
+) -> tuple[int, bytes]:
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
     data = None
     if body is not None:
@@ -64,8 +69,9 @@ def _batch(server: Server, conn: http.client.HTTPConnection, calls: int, send) -
 
 
 def one_round(tree: Path, calls: int, root: Path) -> dict[str, tuple[list[float], float]]:
-    server = Server(root / "data", root / "server.log", inherit_stash_env=False, cwd=tree,
-                    env={"PYTHONPATH": str(tree)})
+    server = Server(
+        root / "data", root / "server.log", inherit_stash_env=False, cwd=tree, env={"PYTHONPATH": str(tree)}
+    )
     server.start()
     try:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
@@ -92,16 +98,24 @@ def one_round(tree: Path, calls: int, root: Path) -> dict[str, tuple[list[float]
 
         for send in (wake, note, refusal):  # warm each path once
             send(0)
-        return {"wake": _batch(server, conn, calls, wake), "note": _batch(server, conn, calls, note),
-                "refusal": _batch(server, conn, calls, refusal)}
+        return {
+            "wake": _batch(server, conn, calls, wake),
+            "note": _batch(server, conn, calls, note),
+            "refusal": _batch(server, conn, calls, refusal),
+        }
     finally:
         server.stop()
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--tree", action="append", required=True, metavar="NAME=PATH",
-                   help="a checkout to measure, named (give two or more; they take turns)")
+    p.add_argument(
+        "--tree",
+        action="append",
+        required=True,
+        metavar="NAME=PATH",
+        help="a checkout to measure, named (give two or more; they take turns)",
+    )
     p.add_argument("--rounds", type=int, default=4, help="rounds per tree (default 4)")
     p.add_argument("--calls", type=int, default=500, help="requests per kind per round (default 500)")
     args = p.parse_args()
@@ -120,8 +134,10 @@ def main() -> None:
                 shutil.rmtree(root, ignore_errors=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"{args.rounds} rounds x {args.calls} calls per kind, trees taking turns; load average "
-          f"{os.getloadavg()[0]:.2f} at the end\n")
+    print(
+        f"{args.rounds} rounds x {args.calls} calls per kind, trees taking turns; load average "
+        f"{os.getloadavg()[0]:.2f} at the end\n"
+    )
     print("| call | tree | wall p50 | wall p95 | server CPU per request |")
     print("|---|---|---|---|---|")
     for kind in ("wake", "note", "refusal"):
@@ -129,8 +145,10 @@ def main() -> None:
             walls, cpus = seen[(name, kind)]
             walls.sort()
             p95 = walls[int(0.95 * (len(walls) - 1))]
-            print(f"| {kind} | {name} | {statistics.median(walls) * 1000:.2f} ms | {p95 * 1000:.2f} ms | "
-                  f"{statistics.median(cpus) * 1000:.2f} ms |")
+            print(
+                f"| {kind} | {name} | {statistics.median(walls) * 1000:.2f} ms | {p95 * 1000:.2f} ms | "
+                f"{statistics.median(cpus) * 1000:.2f} ms |"
+            )
 
 
 if __name__ == "__main__":

@@ -71,15 +71,20 @@ def refusals(server: Server, client: httpx.Client, owner: str, n: int) -> list[s
     # The same refusals with the app called straight from one event loop: the
     # code's own cost, without the socket, the HTTP parser and the host's noise.
     in_app = asgi_inprocess(server.data, user_id, n)
-    return ["| refusal (GET /wake) | mean server time | median round trip | inside the app, no HTTP: server time "
-            "(mean) / whole call (best of 3 means) | requests |", "|---|---:|---:|---:|---:|",
-            *(f"| {kind} | {mean * 1000:.3f} ms | {rt * 1000:.2f} ms | "
-              f"{in_app[f'GET /wake, bogus token: {kind} (server time)'] * 1000:.3f} / "
-              f"{in_app[f'GET /wake, bogus token: {kind}'] * 1000:.3f} ms | {n} |" for kind, mean, rt in out)]
+    return [
+        "| refusal (GET /wake) | mean server time | median round trip | inside the app, no HTTP: server time "
+        "(mean) / whole call (best of 3 means) | requests |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {kind} | {mean * 1000:.3f} ms | {rt * 1000:.2f} ms | "
+            f"{in_app[f'GET /wake, bogus token: {kind} (server time)'] * 1000:.3f} / "
+            f"{in_app[f'GET /wake, bogus token: {kind}'] * 1000:.3f} ms | {n} |"
+            for kind, mean, rt in out
+        ),
+    ]
 
 
-def flood(server: Server, client: httpx.Client, victim: str, rounds: int, seconds: float,
-          pause: float) -> list[str]:
+def flood(server: Server, client: httpx.Client, victim: str, rounds: int, seconds: float, pause: float) -> list[str]:
     """Waves of FLOOD concurrent forged 15 MiB imports for ``seconds``, each
     wave ``pause`` seconds after the last ended (0: at once), while the victim
     wakes and the server's RSS is sampled."""
@@ -109,8 +114,9 @@ def flood(server: Server, client: httpx.Client, victim: str, rounds: int, second
     waves = 0
     while time.perf_counter() - t0 < seconds:
         deadline = time.monotonic() + 60
-        threads = [threading.Thread(target=forged_import, args=(server.port, victim, results, deadline))
-                   for _ in range(FLOOD)]
+        threads = [
+            threading.Thread(target=forged_import, args=(server.port, victim, results, deadline)) for _ in range(FLOOD)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -132,8 +138,16 @@ def flood(server: Server, client: httpx.Client, victim: str, rounds: int, second
     ]
 
 
-def recalls(server: Server, client: httpx.Client, victim: str, rounds: int, memories: int, seconds: float,
-            at_once: bool, flooders: int = 8) -> list[str]:
+def recalls(
+    server: Server,
+    client: httpx.Client,
+    victim: str,
+    rounds: int,
+    memories: int,
+    seconds: float,
+    at_once: bool,
+    flooders: int = 8,
+) -> list[str]:
     """A tenant with ``memories`` long memories keeps ``flooders`` recalls of
     a DFA-defeating pattern going for ``seconds``: each resent when answered,
     after Retry-After on a 429 (or at once with ``at_once``: a client that
@@ -141,8 +155,9 @@ def recalls(server: Server, client: httpx.Client, victim: str, rounds: int, memo
     flooder = client.post("/init", json={}).json()["token"]
     filler = "e" * 240
     for start in range(0, memories, 25_000):
-        entries = [{"date": "2024-01-01", "text": f"memory {k} {filler}"}
-                   for k in range(start, min(memories, start + 25_000))]
+        entries = [
+            {"date": "2024-01-01", "text": f"memory {k} {filler}"} for k in range(start, min(memories, start + 25_000))
+        ]
         r = client.post("/import", headers=bearer(flooder), json={"entries": entries}, timeout=600)
         if r.status_code != 200:
             raise RuntimeError(f"import answered {r.status_code}: {r.text[:200]}")
@@ -182,10 +197,12 @@ def recalls(server: Server, client: httpx.Client, victim: str, rounds: int, memo
         t.join()
     med = statistics.median(during) * 1000
     return [
-        f"- flooder: {memories:,} memories, {flooders} concurrent POST /recall {{\"q\": \"e.{{200}}\"}} for "
+        f'- flooder: {memories:,} memories, {flooders} concurrent POST /recall {{"q": "e.{{200}}"}} for '
         f"{seconds:.0f} s, resent {'at once' if at_once else 'after Retry-After'}: "
         f"answers {dict(sorted(statuses.items()))}; a recall that ran took "
-        f"{statistics.median(recall_s):.2f} s (median)" if recall_s else "- no recall ran",
+        f"{statistics.median(recall_s):.2f} s (median)"
+        if recall_s
+        else "- no recall ran",
         f"- victim wake median idle {idle:.2f} ms (max {idle_max:.1f}); during the flood {med:.2f} ms over "
         f"{len(during)} wakes (p95 {sorted(during)[int(len(during) * 0.95)] * 1000:.1f}, max "
         f"{max(during) * 1000:.1f}): {med / idle:.2f}x idle",
@@ -218,8 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="stash-hostile-") as root:
         server = serve(Path(root) / "data", Path(root) / "server.log")
-        out = [f"Command: python bench/hostile.py {' '.join(sys.argv[1:] if argv is None else argv)}; server: "
-               f"{server.command}", ""]
+        out = [
+            f"Command: python bench/hostile.py {' '.join(sys.argv[1:] if argv is None else argv)}; server: "
+            f"{server.command}",
+            "",
+        ]
         try:
             with httpx.Client(base_url=server.url, timeout=60, trust_env=False) as client:
                 owner = client.post("/init", json={}).json()["token"]

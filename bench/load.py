@@ -125,8 +125,7 @@ class Conn:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def request(self, method: str, target: str, token: str, body: bytes | None = None
-                      ) -> tuple[int, dict, float]:
+    async def request(self, method: str, target: str, token: str, body: bytes | None = None) -> tuple[int, dict, float]:
         """(status, JSON body, Retry-After seconds) of one request."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
@@ -161,8 +160,9 @@ class Conn:
         self.reader = self.writer = None
 
 
-def generator(url: str, tokens: list[str], conns: int, start: float, end: float, window: float,
-              seed: int, results) -> None:
+def generator(
+    url: str, tokens: list[str], conns: int, start: float, end: float, window: float, seed: int, results
+) -> None:
     """One load process: CONNS connections on one event loop until ``end``;
     latencies by (window, op). A ``429`` is counted apart (``busy``) and its
     ``Retry-After`` waited out on that connection, as the stash client does."""
@@ -218,8 +218,9 @@ def generator(url: str, tokens: list[str], conns: int, start: float, end: float,
                 status, data = await timed(conn, op, "GET", "/wake", tok)
             elif op == "note":
                 words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
-                status, data = await timed(conn, op, "POST", "/note", tok,
-                                           orjson.dumps({"text": f"g{seed} note {n} {words}"}))
+                status, data = await timed(
+                    conn, op, "POST", "/note", tok, orjson.dumps({"text": f"g{seed} note {n} {words}"})
+                )
             elif op == "nap":
                 status, data = await timed(conn, op, "POST", "/nap", tok, b"{}")
             else:
@@ -247,44 +248,61 @@ def generator(url: str, tokens: list[str], conns: int, start: float, end: float,
 
 def report(args, lat, errors, busy, conflicts, rss: list[tuple[float, int]], windows: int, started: str) -> str:
     out = [f"# Stash load test, {started}", ""]
-    out.append(f"{platform.node() or 'host'}: {os.cpu_count()} cores, Python {platform.python_version()}; "
-               f"server `--workers {args.workers}`{', cheap KDF (t=1, 8 KiB)' if args.cheap_kdf else ''}; "
-               f"{args.users} users; {args.procs} generator process(es) x {args.conns} keep-alive connections "
-               f"(raw asyncio HTTP/1.1); mix {', '.join(f'{k} {v}%' for k, v in MIX.items())} (plus the naps "
-               f"notes bring due); {args.duration:g} s in windows of {args.window:g} s. Requests/s counts "
-               f"answered requests (200, and the 409s of a wake or nap race); 429s are counted apart and "
-               f"their Retry-After waited out.")
-    out += ["", "| window | requests/s | p50 ms | p95 ms | p99 ms | errors | 429 busy | 409 needs_nap | "
-            "server RSS MiB (max) |", "|---|---|---|---|---|---|---|---|---|"]
+    out.append(
+        f"{platform.node() or 'host'}: {os.cpu_count()} cores, Python {platform.python_version()}; "
+        f"server `--workers {args.workers}`{', cheap KDF (t=1, 8 KiB)' if args.cheap_kdf else ''}; "
+        f"{args.users} users; {args.procs} generator process(es) x {args.conns} keep-alive connections "
+        f"(raw asyncio HTTP/1.1); mix {', '.join(f'{k} {v}%' for k, v in MIX.items())} (plus the naps "
+        f"notes bring due); {args.duration:g} s in windows of {args.window:g} s. Requests/s counts "
+        f"answered requests (200, and the 409s of a wake or nap race); 429s are counted apart and "
+        f"their Retry-After waited out."
+    )
+    out += [
+        "",
+        "| window | requests/s | p50 ms | p95 ms | p99 ms | errors | 429 busy | 409 needs_nap | server RSS MiB (max) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     per_window = []
     for w in range(windows):
         xs = sorted(x for (ww, _), v in lat.items() if ww == w for x in v)
         errs = sum(n for (ww, _), n in errors.items() if ww == w)
         refused = sum(n for (ww, _), n in busy.items() if ww == w)
         mem = [b for t, b in rss if w * args.window <= t < (w + 1) * args.window]
-        row = len(xs) / args.window, percentile(xs, .5), percentile(xs, .95), percentile(xs, .99), errs
+        row = len(xs) / args.window, percentile(xs, 0.5), percentile(xs, 0.95), percentile(xs, 0.99), errs
         per_window.append((*row, max(mem) if mem else 0))
         lo, hi = w * args.window, (w + 1) * args.window
-        out.append(f"| {lo:g}-{hi:g} s | {row[0]:.1f} | {row[1] * 1e3:.1f} | {row[2] * 1e3:.1f} | "
-                   f"{row[3] * 1e3:.1f} | {errs} | {refused} | {conflicts.get(w, 0)} | "
-                   f"{(max(mem) if mem else 0) / 2**20:.1f} |")
-    out += ["", "| operation | requests | p50 ms | p95 ms | p99 ms | errors | 429 busy |",
-            "|---|---|---|---|---|---|---|"]
+        out.append(
+            f"| {lo:g}-{hi:g} s | {row[0]:.1f} | {row[1] * 1e3:.1f} | {row[2] * 1e3:.1f} | "
+            f"{row[3] * 1e3:.1f} | {errs} | {refused} | {conflicts.get(w, 0)} | "
+            f"{(max(mem) if mem else 0) / 2**20:.1f} |"
+        )
+    out += [
+        "",
+        "| operation | requests | p50 ms | p95 ms | p99 ms | errors | 429 busy |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for op in (*MIX, "all"):
         xs = sorted(x for (_, o), v in lat.items() if op in (o, "all") for x in v)
         errs = sum(n for (_, o), n in errors.items() if op in (o, "all"))
         refused = sum(n for (_, o), n in busy.items() if op in (o, "all"))
-        out.append(f"| {op} | {len(xs)} | {percentile(xs, .5) * 1e3:.1f} | {percentile(xs, .95) * 1e3:.1f} | "
-                   f"{percentile(xs, .99) * 1e3:.1f} | {errs} | {refused} |")
+        out.append(
+            f"| {op} | {len(xs)} | {percentile(xs, 0.5) * 1e3:.1f} | {percentile(xs, 0.95) * 1e3:.1f} | "
+            f"{percentile(xs, 0.99) * 1e3:.1f} | {errs} | {refused} |"
+        )
     total = sum(len(v) for v in lat.values())
-    out += ["", f"Sustained: {total / args.duration:.1f} requests/s answered over {args.duration:g} s, "
-                f"{sum(errors.values())} errors, {sum(busy.values())} answered 429 busy."]
+    out += [
+        "",
+        f"Sustained: {total / args.duration:.1f} requests/s answered over {args.duration:g} s, "
+        f"{sum(errors.values())} errors, {sum(busy.values())} answered 429 busy.",
+    ]
     if len(per_window) >= 2:
         first, last = per_window[0], per_window[-1]
-        out.append(f"First window against last: {first[0]:.1f} -> {last[0]:.1f} requests/s, "
-                   f"p50 {first[1] * 1e3:.1f} -> {last[1] * 1e3:.1f} ms, "
-                   f"p99 {first[3] * 1e3:.1f} -> {last[3] * 1e3:.1f} ms, "
-                   f"RSS {first[5] / 2**20:.1f} -> {last[5] / 2**20:.1f} MiB.")
+        out.append(
+            f"First window against last: {first[0]:.1f} -> {last[0]:.1f} requests/s, "
+            f"p50 {first[1] * 1e3:.1f} -> {last[1] * 1e3:.1f} ms, "
+            f"p99 {first[3] * 1e3:.1f} -> {last[3] * 1e3:.1f} ms, "
+            f"RSS {first[5] / 2**20:.1f} -> {last[5] / 2**20:.1f} MiB."
+        )
     return "\n".join(out) + "\n"
 
 
@@ -297,14 +315,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--procs", type=int, default=1, help="load-generator processes")
     p.add_argument("--conns", type=int, default=16, help="keep-alive connections per generator process")
     p.add_argument("--workers", type=int, default=1, help="stash serve --workers")
-    p.add_argument("--cheap-kdf", action="store_true",
-                   help="the tests' cheapest argon2id (tests/support/api.py CHEAP_KDF) for the users' grants")
+    p.add_argument(
+        "--cheap-kdf",
+        action="store_true",
+        help="the tests' cheapest argon2id (tests/support/api.py CHEAP_KDF) for the users' grants",
+    )
     p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="data folder parent (deleted unless --keep)")
     p.add_argument("--keep", action="store_true")
     p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--compare", type=Path, default=None, metavar="TREE",
-                   help="first run the same load against the server of another checkout (e.g. a `git worktree` "
-                        "of an older commit), then against this one, and report both and the ratio")
+    p.add_argument(
+        "--compare",
+        type=Path,
+        default=None,
+        metavar="TREE",
+        help="first run the same load against the server of another checkout (e.g. a `git worktree` "
+        "of an older commit), then against this one, and report both and the ratio",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.window, args.users, args.procs, args.conns = 30.0, 10.0, 8, 1, 4
@@ -317,12 +343,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         old, old_rate = run_once(args, windows, args.compare.resolve())
         new, new_rate = run_once(args, windows, None)
-        rev = subprocess.run(["git", "-C", str(args.compare), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True).stdout.strip() or str(args.compare)
-        text = (f"# Load: the server at {rev} against this checkout, same load, one run\n\n"
-                f"Sustained requests/s: {old_rate:.1f} (at {rev}) -> {new_rate:.1f} (this checkout), "
-                f"{new_rate / old_rate:.2f}x.\n\n## At {rev}\n\n" + old.split("\n", 2)[2]
-                + "\n## This checkout\n\n" + new.split("\n", 2)[2])
+        rev = subprocess.run(
+            ["git", "-C", str(args.compare), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip() or str(args.compare)
+        text = (
+            f"# Load: the server at {rev} against this checkout, same load, one run\n\n"
+            f"Sustained requests/s: {old_rate:.1f} (at {rev}) -> {new_rate:.1f} (this checkout), "
+            f"{new_rate / old_rate:.2f}x.\n\n## At {rev}\n\n"
+            + old.split("\n", 2)[2]
+            + "\n## This checkout\n\n"
+            + new.split("\n", 2)[2]
+        )
     print(text)
     out.write_text(text)
     print(f"written to {out}")
@@ -349,8 +380,10 @@ def run_once(args, windows: int, tree: Path | None) -> tuple[str, float]:
         start = time.monotonic() + 2.0  # every generator is up before the clock starts
         end = start + args.duration
         # tokens travel over the pipe to each generator, never on a command line
-        gens = [ctx.Process(target=generator, args=(url, tokens, args.conns, start, end, args.window, k, results))
-                for k in range(args.procs)]
+        gens = [
+            ctx.Process(target=generator, args=(url, tokens, args.conns, start, end, args.window, k, results))
+            for k in range(args.procs)
+        ]
         for g in gens:
             g.start()
         rss: list[tuple[float, int]] = []
@@ -392,8 +425,10 @@ def run_once(args, windows: int, tree: Path | None) -> tuple[str, float]:
     total = sum(len(v) for v in lat.values())
     text = report(args, lat, errors, busy, conflicts, rss, windows, started)
     # CPU per answer does not depend on what else the host runs, as requests/s does.
-    text += (f"Server CPU: {cpu_used:.1f} s over the run, {cpu_used / max(1, total) * 1e3:.2f} ms per answered "
-             f"request ({cpu_used / args.duration:.2f} cores busy).\n")
+    text += (
+        f"Server CPU: {cpu_used:.1f} s over the run, {cpu_used / max(1, total) * 1e3:.2f} ms per answered "
+        f"request ({cpu_used / args.duration:.2f} cores busy).\n"
+    )
     return text, total / args.duration
 
 

@@ -49,8 +49,9 @@ def populate(data: Path, users: int, memories: int) -> list[str]:
     for k in range(users):
         ident = vault.create_identity()
         with vault.session(ident.token, "owner") as s:
-            s.open_memory().mf.append([("2026-11-01", f"user {k} memory {i}: prefers tea, deploys on fridays")
-                                for i in range(memories)])
+            s.open_memory().mf.append(
+                [("2026-11-01", f"user {k} memory {i}: prefers tea, deploys on fridays") for i in range(memories)]
+            )
             # as build.py writes them: the current epoch's row key, then the state head sealed over the rows
             _write_summaries(s.open_memory().mf, subkey(s.chain.current, b"rows"), memories)
             s.open_memory().mf.bulk_loaded()
@@ -100,8 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memories", type=int, default=128)
     p.add_argument("--rounds", type=int, default=1000)
     p.add_argument("--fresh", action="store_true")
-    p.add_argument("--keep-open", type=float, default=None, metavar="SECONDS",
-                   help="stash serve --keep-open for both servers (default: the server's default)")
+    p.add_argument(
+        "--keep-open",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stash serve --keep-open for both servers (default: the server's default)",
+    )
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     many_dir, many_toks, one_dir, one_tok = prepared(args.users, args.memories, args.fresh)
@@ -130,20 +136,30 @@ def main(argv: list[str] | None = None) -> int:
         b.stop()
     med = {k: statistics.median(v) for k, v in times.items()}
     p95 = {k: sorted(v)[int(0.95 * len(v))] for k, v in times.items()}
-    text = "\n".join([
-        f"# Many users on one host, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC", "",
-        f"Command: `python bench/many.py {' '.join(argv)}`. {len(many_toks):,} identities of {args.memories} "
-        f"memories (every summary written) in one data folder ({du(many_dir) / 2**30:.2f} GiB, "
-        f"{du(many_dir) / len(many_toks) / 1024:.0f} KiB each), against one such identity alone. "
-        f"{args.rounds} `GET /wake` each, alternating, one keep-alive httpx client per server; "
-        f"`--keep-open {'default (5)' if args.keep_open is None else f'{args.keep_open:g}'}`; load "
-        f"{os.getloadavg()[0]:.2f} at the end.", "",
-        "| server | wake median | wake p95 | open fds (peak) | RSS at start → peak |",
-        "|---|---:|---:|---:|---:|",
-        *(f"| {name} ({'1 identity' if name == 'one' else f'{len(many_toks):,} identities, a random one'}) | "
-          f"{med[name] * 1e3:.2f} ms | {p95[name] * 1e3:.2f} ms | {peak[name][0]} | "
-          f"{rss0[name] / 2**20:.1f} → {peak[name][1] / 2**20:.1f} MiB |" for name in ("one", "many")),
-        "", f"Ratio many / one: median {med['many'] / med['one']:.2f}×, p95 {p95['many'] / p95['one']:.2f}×.", ""])
+    text = "\n".join(
+        [
+            f"# Many users on one host, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+            "",
+            f"Command: `python bench/many.py {' '.join(argv)}`. {len(many_toks):,} identities of {args.memories} "
+            f"memories (every summary written) in one data folder ({du(many_dir) / 2**30:.2f} GiB, "
+            f"{du(many_dir) / len(many_toks) / 1024:.0f} KiB each), against one such identity alone. "
+            f"{args.rounds} `GET /wake` each, alternating, one keep-alive httpx client per server; "
+            f"`--keep-open {'default (5)' if args.keep_open is None else f'{args.keep_open:g}'}`; load "
+            f"{os.getloadavg()[0]:.2f} at the end.",
+            "",
+            "| server | wake median | wake p95 | open fds (peak) | RSS at start → peak |",
+            "|---|---:|---:|---:|---:|",
+            *(
+                f"| {name} ({'1 identity' if name == 'one' else f'{len(many_toks):,} identities, a random one'}) | "
+                f"{med[name] * 1e3:.2f} ms | {p95[name] * 1e3:.2f} ms | {peak[name][0]} | "
+                f"{rss0[name] / 2**20:.1f} → {peak[name][1] / 2**20:.1f} MiB |"
+                for name in ("one", "many")
+            ),
+            "",
+            f"Ratio many / one: median {med['many'] / med['one']:.2f}×, p95 {p95['many'] / p95['one']:.2f}×.",
+            "",
+        ]
+    )
     print(text)
     out = args.out or RESULTS / f"{dt.date.today().isoformat()}-many.md"
     out.write_text(text)

@@ -39,8 +39,12 @@ MCP_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Ve
 
 
 def _post(conn: http.client.HTTPConnection, path: str, token: str, body: dict, extra: dict | None = None) -> dict:
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json", "Content-Type": "application/json",
-               **(extra or {})}
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+        **(extra or {}),
+    }
     conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
     resp = conn.getresponse()
     data = resp.read()
@@ -50,8 +54,13 @@ def _post(conn: http.client.HTTPConnection, path: str, token: str, body: dict, e
 
 
 def _tool(conn: http.client.HTTPConnection, token: str, name: str, arguments: dict) -> dict:
-    answer = _post(conn, "/mcp", token, {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                         "params": {"name": name, "arguments": arguments}}, MCP_HEADERS)
+    answer = _post(
+        conn,
+        "/mcp",
+        token,
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}},
+        MCP_HEADERS,
+    )
     if answer["result"].get("isError"):
         raise RuntimeError(f"{name}: {answer['result']['content'][0]['text']}")
     return answer

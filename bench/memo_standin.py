@@ -144,13 +144,18 @@ def nap_prompt(f: Folder) -> str:
         mid = (lo + hi) // 2
         source = [f.summary(lo, mid) or "", f.summary(mid, hi) or ""]
     left = f.remaining() - 1
-    tail = "" if not left else "\n" + ("1 compression remains" if left == 1 else
-                                       f"{left} compressions remain") + " after this one."
-    return (f"Compress memories #{lo}-{hi - 1} into one line of at most {ENTRY_CHARS} bytes.\n"
-            "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
-            + "\n".join("  " + s for s in source)
-            + f"\n{tail}\n"
-            + f"Run: memo nap {lo}-{hi - 1} \"<your line>\"\n")
+    tail = (
+        ""
+        if not left
+        else "\n" + ("1 compression remains" if left == 1 else f"{left} compressions remain") + " after this one."
+    )
+    return (
+        f"Compress memories #{lo}-{hi - 1} into one line of at most {ENTRY_CHARS} bytes.\n"
+        "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
+        + "\n".join("  " + s for s in source)
+        + f"\n{tail}\n"
+        + f'Run: memo nap {lo}-{hi - 1} "<your line>"\n'
+    )
 
 
 def wake(f: Folder) -> str:

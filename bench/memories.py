@@ -58,8 +58,10 @@ def run(n: int, calls: int) -> dict[str, float]:
             # The wake first, on a short log (a wake of more than WAKE_LINES memories needs naps).
             for i in range(40):
                 api.post("/m/x/note", full, json={"text": f"an early line {i}"})
-            for what, call in (("wake", lambda: api.get("/m/x/wake", full)),
-                               ("note", lambda: api.post("/m/x/note", full, json={"text": "a line of work"}))):
+            for what, call in (
+                ("wake", lambda: api.get("/m/x/wake", full)),
+                ("note", lambda: api.post("/m/x/note", full, json={"text": "a line of work"})),
+            ):
                 times = []
                 CALLS.clear()
                 for _ in range(calls):

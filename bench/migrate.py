@@ -55,8 +55,10 @@ def main() -> int:
         checked = time.perf_counter() - t0
         assert report.ok, report.problems
         after = (user / "memory.db").stat().st_size
-        print(f"run {run}: T={args.T}: move under the lock {moved:.2f} s, check after {checked:.2f} s; "
-              f"memory.db {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB")
+        print(
+            f"run {run}: T={args.T}: move under the lock {moved:.2f} s, check after {checked:.2f} s; "
+            f"memory.db {before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB"
+        )
         shutil.rmtree(data)
     return 0
 

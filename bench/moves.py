@@ -36,8 +36,10 @@ import httpx
 from run import serve  # tests/support/server.py's launcher, as bench/run.py starts it
 
 LOG_REC, TREE_REC = 320, 288  # OptMem's record widths
-_CMD = re.compile(r'curl -s -H "Authorization: Bearer \$STASH_TOKEN"(?: -X POST)? "\$STASH_URL(/[a-z]+)"'
-                  r"(?: -d '(.*)')?")
+_CMD = re.compile(
+    r'curl -s -H "Authorization: Bearer \$STASH_TOKEN"(?: -X POST)? "\$STASH_URL(/[a-z]+)"'
+    r"(?: -d '(.*)')?"
+)
 
 
 def record(text: str, width: int) -> bytes:
@@ -108,11 +110,19 @@ def import_optmem(url: str, n: int, root: Path) -> dict:
     folder = root / "optmem"
     T = optmem_folder(folder, n)
     token = httpx.post(url + "/init", json={}, timeout=60, trust_env=False).json()["token"]
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("STASH_")}, "STASH_URL": url,
-           "STASH_TOKEN": token}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("STASH_")},
+        "STASH_URL": url,
+        "STASH_TOKEN": token,
+    }
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "stash", "import-optmem", str(folder)], env=env,
-                          capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(
+        [sys.executable, "-m", "stash", "import-optmem", str(folder)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(done.stderr)
@@ -129,11 +139,15 @@ def main(argv: list[str] | None = None) -> int:
     server = serve(root / "data", root / "server.log")
     try:
         a = import_to_awake(server.url, args.awake)
-        print(f"import to awake: T = {a['T']:,}: awake after {a['requests']} requests ({a['batches']} batches) "
-              f"in {a['seconds']:.2f} s")
+        print(
+            f"import to awake: T = {a['T']:,}: awake after {a['requests']} requests ({a['batches']} batches) "
+            f"in {a['seconds']:.2f} s"
+        )
         b = import_optmem(server.url, args.summaries, root)
-        print(f"import-optmem: {b['summaries']:,} of {b['in_folder']:,} summaries (T = {b['T']:,} memories) "
-              f"in {b['seconds']:.1f} s ({b['summaries'] / b['seconds']:,.0f} summaries/s)")
+        print(
+            f"import-optmem: {b['summaries']:,} of {b['in_folder']:,} summaries (T = {b['T']:,} memories) "
+            f"in {b['seconds']:.1f} s ({b['summaries'] / b['seconds']:,.0f} summaries/s)"
+        )
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)

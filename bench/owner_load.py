@@ -47,8 +47,10 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def stats(xs: list[float]) -> str:
-    return (f"n={len(xs)} p50 {pct(xs, 0.5) * 1000:.0f} ms, p99 {pct(xs, 0.99) * 1000:.0f} ms, "
-            f"max {max(xs) * 1000 if xs else float('nan'):.0f} ms")
+    return (
+        f"n={len(xs)} p50 {pct(xs, 0.5) * 1000:.0f} ms, p99 {pct(xs, 0.99) * 1000:.0f} ms, "
+        f"max {max(xs) * 1000 if xs else float('nan'):.0f} ms"
+    )
 
 
 class Agent(threading.Thread):
@@ -68,10 +70,10 @@ class Agent(threading.Thread):
             t = time.perf_counter()
             try:
                 # A recalling agent (--recall) searches the whole log instead: a long reader of the memory.
-                path, body = ("/recall", {"q": self.recall}) if self.recall else ("/note",
-                                                                                  {"text": f"{self.name} note {k}"})
-                status = self.http.post(path, headers={"Authorization": f"Bearer {self.token}"},
-                                        json=body).status_code
+                path, body = (
+                    ("/recall", {"q": self.recall}) if self.recall else ("/note", {"text": f"{self.name} note {k}"})
+                )
+                status = self.http.post(path, headers={"Authorization": f"Bearer {self.token}"}, json=body).status_code
             except httpx.TransportError:
                 status = 0  # no answer within the client's timeout: counted at the time it waited
             self.done.append((t, time.perf_counter() - t, status))
@@ -119,22 +121,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tree", type=Path, help="serve with the stash package of this checkout (an older one)")
     p.add_argument("--forget", help="the block to forget (default: the first of the largest size)")
     p.add_argument("--erase", type=int, help="the memory to erase (default: T - 1)")
-    p.add_argument("--recall", metavar="PATTERN",
-                   help="a third agent recalls PATTERN over and over meanwhile (a long reader; not timed); "
-                        "the import may then be refused 429 busy.slow, which ends the run")
+    p.add_argument(
+        "--recall",
+        metavar="PATTERN",
+        help="a third agent recalls PATTERN over and over meanwhile (a long reader; not timed); "
+        "the import may then be refused 429 busy.slow, which ends the run",
+    )
     args = p.parse_args(argv)
     owner, agent_tokens = store(args.data, args.T)
     # Room above the default quota of a million, for the notes and the import.
-    server = Server(args.data, args.data.parent / f"{args.data.name}.log",
-                    extra=["--workers", "2", "--quota-memories", str(args.T + 100_000), "--quota-bytes", str(8 << 30)])
+    server = Server(
+        args.data,
+        args.data.parent / f"{args.data.name}.log",
+        extra=["--workers", "2", "--quota-memories", str(args.T + 100_000), "--quota-bytes", str(8 << 30)],
+    )
     if args.tree is not None:
         server.cwd, server.env = args.tree, {"PYTHONPATH": str(args.tree)}
     server.start()
     http = httpx.Client(base_url=server.url, timeout=600, trust_env=False)
 
     def call(method: str, path: str, token: str, **kw) -> dict:
-        resp = http.request(method, path, headers={"Authorization": f"Bearer {token}",
-                                                   "Idempotency-Key": str(uuid.uuid4())}, **kw)
+        resp = http.request(
+            method, path, headers={"Authorization": f"Bearer {token}", "Idempotency-Key": str(uuid.uuid4())}, **kw
+        )
         assert resp.status_code in (200, 201), (path, resp.status_code, resp.text)
         return resp.json()
 
@@ -157,8 +166,12 @@ def main(argv: list[str] | None = None) -> int:
             ("the new owner token's first use (this tree: retires the old)", "GET", "/grants", {}),
             ("erase one memory", "POST", "/erase", {"json": {"ids": [erase]}}),
             (f"forget the block {forget}", "POST", "/forget", {"json": {"block": forget}}),
-            ("import 1,000 lines", "POST", "/import",
-             {"json": {"entries": [{"date": today, "text": f"imported {k}"} for k in range(1000)]}}),
+            (
+                "import 1,000 lines",
+                "POST",
+                "/import",
+                {"json": {"entries": [{"date": today, "text": f"imported {k}"} for k in range(1000)]}},
+            ),
         ]
         gid = None
         for name, method, path, kw in actions:
@@ -193,9 +206,11 @@ def main(argv: list[str] | None = None) -> int:
         # As many notes just before the action, when the owner does nothing: on a loaded host a note as
         # slow as the slowest during an action may be the host's, not the action's.
         before = sorted((t, s) for ag in agents for t, s, _ in ag.done if t + s < a - 0.2)
-        idle = [s for _, s in before[-max(len(during), 1):]]
-        print(f"during {name}: agents' notes {stats(during)} ({ratio:.2f}x the baseline p99); the "
-              f"{len(idle)} before it: max {max(idle, default=0) * 1000:.0f} ms")
+        idle = [s for _, s in before[-max(len(during), 1) :]]
+        print(
+            f"during {name}: agents' notes {stats(during)} ({ratio:.2f}x the baseline p99); the "
+            f"{len(idle)} before it: max {max(idle, default=0) * 1000:.0f} ms"
+        )
     every = [s for ag in agents for _, s, _ in ag.done]
     bad = [c for ag in agents for _, _, c in ag.done if c != 200]
     print(f"agents' notes, whole run: {stats(every)}; answers other than 200: {len(bad)} {sorted(set(bad))}")

@@ -38,6 +38,7 @@ def wake_median(vault: Vault, token: str, rounds: int = 5) -> float:
     def one() -> None:
         with vault.session(token, "read") as s:
             s.open_memory().wake()
+
     return statistics.median(timed(one)[0] for _ in range(rounds))
 
 
@@ -58,9 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"state head check per open (median of 9): {state * 1000:.2f} ms", flush=True)
 
     for i in (5, args.T // 2, args.T - 1):
+
         def erase(i=i) -> dict:
             with vault.session(owner, "owner") as s:
                 return s.open_memory().erase([i], now_utc())
+
         secs, receipt = timed(erase)
         print(f"erase #{i}: {secs * 1000:.1f} ms, {receipt['dropped']} summaries dropped", flush=True)
 
@@ -72,15 +75,19 @@ def main(argv: list[str] | None = None) -> int:
             answer = vault.revoke_grant(s, gid)
             vault.finish_epoch(s)  # the re-seal, as the route runs it after the commit
             return answer
+
     secs, _ = timed(revoke)
-    print(f"revoke (new epoch; one key chunk re-sealed, {built.summaries} summaries left as they are): "
-          f"{secs:.2f} s", flush=True)
+    print(
+        f"revoke (new epoch; one key chunk re-sealed, {built.summaries} summaries left as they are): {secs:.2f} s",
+        flush=True,
+    )
 
     def rotate() -> dict:
         with vault.session(owner, "owner") as s:
             answer = vault.rotate_owner(s)
             vault.finish_epoch(s)
             return answer
+
     secs, answer = timed(rotate)
     owner = answer["token"]
     print(f"rotate (the answer: the successor filed, no epoch yet): {secs:.2f} s", flush=True)
@@ -88,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     def first_use() -> None:
         with vault.session(owner, "read") as s:  # retires the old owner: the new epoch and its re-seal
             s.open_memory().count()
+
     secs, _ = timed(first_use)
     print(f"the new owner token's first use (the new epoch): {secs:.2f} s", flush=True)
     naps = 0

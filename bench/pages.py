@@ -50,17 +50,22 @@ def measure(root: Path, T: int, rounds: int) -> dict[int, dict[str, float]]:
         built = builder.build(data, T, kdf=CHEAP, page_bytes=page_bytes)
         stores[page_bytes] = (Vault(data, CHEAP), built.token, data / "users" / built.user_id)
         print(disk.account(data, built.token), file=sys.stderr)
-    times: dict[int, dict[str, list[float]]] = {size: {"wake ms": [], "recall cold ms": [], "recall warm ms": []}
-                                                for size in stores}
+    times: dict[int, dict[str, list[float]]] = {
+        size: {"wake ms": [], "recall cold ms": [], "recall warm ms": []} for size in stores
+    }
     for _ in range(rounds):
         for size, (vault, token, folder) in stores.items():
             times[size]["wake ms"].append(timed_ms(vault, token, lambda m: m.wake()))
             (folder / CACHE_FILE).unlink(missing_ok=True)
             times[size]["recall cold ms"].append(timed_ms(vault, token, lambda m: m.recall(QUERY)))
             times[size]["recall warm ms"].append(timed_ms(vault, token, lambda m: m.recall(QUERY)))
-    return {size: {"memory.db bytes per memory": (folder / "memory.db").stat().st_size / T,
-                   **{name: statistics.median(xs) for name, xs in times[size].items()}}
-            for size, (_, _, folder) in stores.items()}
+    return {
+        size: {
+            "memory.db bytes per memory": (folder / "memory.db").stat().st_size / T,
+            **{name: statistics.median(xs) for name, xs in times[size].items()},
+        }
+        for size, (_, _, folder) in stores.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

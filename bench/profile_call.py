@@ -45,8 +45,10 @@ def aggregate(raw: Path, top: int) -> str:
         if not stack:
             continue
         count = int(n)
-        frames = [f.split(" (")[0] + " " + f.split(" (")[1].split(":")[0].rsplit("/", 2)[-1]
-                  if " (" in f else f for f in stack.split(";")]
+        frames = [
+            f.split(" (")[0] + " " + f.split(" (")[1].split(":")[0].rsplit("/", 2)[-1] if " (" in f else f
+            for f in stack.split(";")
+        ]
         if frames[-1].split(" ")[0] in IDLE:
             continue  # a thread waiting for work, or the event loop waiting for a socket
         total += count
@@ -87,9 +89,23 @@ def main() -> int:
             blocks = [ln.split(" ", 1)[0][1:] for ln in wake["lines"] if "-" in ln.split(" ", 1)[0]]
             for _ in range(20):
                 c.get("/wake").raise_for_status()
-            rec = subprocess.Popen([spy, "record", "-f", "raw", "-r", str(args.rate), "-o", str(raw), "-p",
-                                    str(server.proc.pid), "--threads"], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+            rec = subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "-f",
+                    "raw",
+                    "-r",
+                    str(args.rate),
+                    "-o",
+                    str(raw),
+                    "-p",
+                    str(server.proc.pid),
+                    "--threads",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             time.sleep(1.0)
             t0 = time.perf_counter()
             for k in range(args.calls):

@@ -67,8 +67,10 @@ def ltx_count(folder: Path) -> int:
 
 CHECKPOINTS = {
     "Litestream's defaults": {},
-    "stash replicate's earlier (passive, any WAL with a frame)": {"min-checkpoint-page-count": 1,
-                                                                     "checkpoint-interval": "1s"},
+    "stash replicate's earlier (passive, any WAL with a frame)": {
+        "min-checkpoint-page-count": 1,
+        "checkpoint-interval": "1s",
+    },
     "stash replicate's (passive, each interval after a write)": {"checkpoint-interval": "1s"},
     "truncate after every sync": {"truncate-page-n": 1, "min-checkpoint-page-count": 1, "checkpoint-interval": "1s"},
 }
@@ -80,8 +82,9 @@ def idle(users: int) -> None:
     from stash.service.ops import replica
 
     tmp = Path(tempfile.mkdtemp(prefix="stash-repl-idle-"))
-    server = Server(data=tmp / "data", log=tmp / "server.log",
-                    extra=["--file-cipher", "none", *CHEAP_KDF_FLAGS]).start()
+    server = Server(
+        data=tmp / "data", log=tmp / "server.log", extra=["--file-cipher", "none", *CHEAP_KDF_FLAGS]
+    ).start()
     http = Http(server.url)
     for _ in range(users):
         token = http.init()["token"]
@@ -96,16 +99,21 @@ def idle(users: int) -> None:
                 entry.pop(key, None)
             entry.update(settings)
         (tmp / "litestream.yml").write_text(json.dumps(cfg))
-        proc = subprocess.Popen([replica.litestream_binary(), "replicate", "-config", str(tmp / "litestream.yml")],
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [replica.litestream_binary(), "replicate", "-config", str(tmp / "litestream.yml")],
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(4)
         c0, d0 = cpu_of(proc.pid), du(rep)
         time.sleep(10)
         c1, d1 = cpu_of(proc.pid), du(rep)
         proc.terminate()
         proc.wait(timeout=30)
-        print(f"{users} idle users, {name}: litestream {c1 - c0:.2f} CPU-s in 10 s, replica grew "
-              f"{(d1 - d0) / 1e6:.2f} MB", flush=True)
+        print(
+            f"{users} idle users, {name}: litestream {c1 - c0:.2f} CPU-s in 10 s, replica grew "
+            f"{(d1 - d0) / 1e6:.2f} MB",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="stash-repl-bench-"))
     replica = tmp / "replica"
-    server = Server(data=tmp / "data", log=tmp / "server.log", extra=["--replicate", str(replica), *CHEAP_KDF_FLAGS],
-                    env={"STASH_REPLICATE_INTERVAL": args.interval}).start()
+    server = Server(
+        data=tmp / "data",
+        log=tmp / "server.log",
+        extra=["--replicate", str(replica), *CHEAP_KDF_FLAGS],
+        env={"STASH_REPLICATE_INTERVAL": args.interval},
+    ).start()
     http = Http(server.url)
     users = [http.init() for _ in range(args.users)]
     probe = http.init()
@@ -164,20 +176,30 @@ def main(argv: list[str] | None = None) -> int:
     time.sleep(2)
     server.stop()
     lags.sort()
-    print(f"lag over {len(lags)} probes (interval {args.interval}, {noted[0]} notes to {args.users} users meanwhile): "
-          f"p50 {statistics.median(lags) * 1000:.0f} ms, p99 {lags[int(len(lags) * 0.99) - 1] * 1000:.0f} ms, "
-          f"max {lags[-1] * 1000:.0f} ms")
-    print(f"CPU over {run_s:.1f} s: litestream {cpu1[0] - cpu0[0]:.2f} s, server main process "
-          f"{cpu1[1] - cpu0[1]:.2f} s")
+    print(
+        f"lag over {len(lags)} probes (interval {args.interval}, {noted[0]} notes to {args.users} users meanwhile): "
+        f"p50 {statistics.median(lags) * 1000:.0f} ms, p99 {lags[int(len(lags) * 0.99) - 1] * 1000:.0f} ms, "
+        f"max {lags[-1] * 1000:.0f} ms"
+    )
+    print(
+        f"CPU over {run_s:.1f} s: litestream {cpu1[0] - cpu0[0]:.2f} s, server main process {cpu1[1] - cpu0[1]:.2f} s"
+    )
     print(f"disk: data folder {du(tmp / 'data') / 1e6:.1f} MB, replica {du(replica) / 1e6:.1f} MB")
     fresh = tmp / "restored"
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "stash", "restore", str(replica), "--data", str(fresh)],
-                          capture_output=True, text=True, cwd=REPO, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "stash", "restore", str(replica), "--data", str(fresh)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
     took = time.monotonic() - t0
     n = args.users + 1
-    print(f"restore: {n} users of ~{args.memories} memories in {took:.1f} s ({took / n * 1000:.0f} ms per user); "
-          f"exit {done.returncode}; {done.stdout.strip().splitlines()[-1]}")
+    print(
+        f"restore: {n} users of ~{args.memories} memories in {took:.1f} s ({took / n * 1000:.0f} ms per user); "
+        f"exit {done.returncode}; {done.stdout.strip().splitlines()[-1]}"
+    )
     return 0
 
 

@@ -52,8 +52,10 @@ def window(replica: Path, seconds: float) -> tuple[int, int]:
 
 def per_hour(grown: tuple[int, int], seconds: float, users: int = 1) -> str:
     shipped, net = grown
-    return (f"{shipped / users * 3600 / seconds / 1e3:,.1f} KB/h per user shipped (measured {shipped:,} B in new "
-            f"files over {seconds:.0f} s, extrapolated to an hour; net growth {net:,} B)")
+    return (
+        f"{shipped / users * 3600 / seconds / 1e3:,.1f} KB/h per user shipped (measured {shipped:,} B in new "
+        f"files over {seconds:.0f} s, extrapolated to an hour; net growth {net:,} B)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,8 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="stash-repl-cost-"))
     replica = tmp / "replica"
-    server = Server(data=tmp / "data", log=tmp / "server.log", extra=["--replicate", str(replica), *CHEAP_KDF_FLAGS],
-                    env={"STASH_REPLICATE_INTERVAL": args.interval}).start()
+    server = Server(
+        data=tmp / "data",
+        log=tmp / "server.log",
+        extra=["--replicate", str(replica), *CHEAP_KDF_FLAGS],
+        env={"STASH_REPLICATE_INTERVAL": args.interval},
+    ).start()
     http = Http(server.url)
     try:
         users = [http.init() for _ in range(args.users)]
@@ -93,23 +99,35 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.settle)
         shipped = sum(size for path, size in files(replica).items() if before.get(path) != size)
         lags.sort()
-        print(f"notes: {args.notes} acknowledged notes shipped {shipped:,} B, {shipped / args.notes:,.0f} B per note "
-              f"(both files, settle included)", flush=True)
-        print(f"lag over {len(lags)} notes (interval {args.interval}): p50 {statistics.median(lags) * 1000:.0f} ms, "
-              f"p99 {lags[max(0, int(len(lags) * 0.99) - 1)] * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms", flush=True)
+        print(
+            f"notes: {args.notes} acknowledged notes shipped {shipped:,} B, {shipped / args.notes:,.0f} B per note "
+            f"(both files, settle included)",
+            flush=True,
+        )
+        print(
+            f"lag over {len(lags)} notes (interval {args.interval}): p50 {statistics.median(lags) * 1000:.0f} ms, "
+            f"p99 {lags[max(0, int(len(lags) * 0.99) - 1)] * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms",
+            flush=True,
+        )
 
         today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
         big = users[1] if len(users) > 1 else writer
-        entries = [{"date": today, "text": f"imported line {k} of the cost bench, some words to make it real"}
-                   for k in range(args.import_lines)]
+        entries = [
+            {"date": today, "text": f"imported line {k} of the cost bench, some words to make it real"}
+            for k in range(args.import_lines)
+        ]
         before = files(replica)
         http.ok("POST", "/import", big["token"], json={"entries": entries})
         time.sleep(args.settle)
         took = sum(size for path, size in files(replica).items() if before.get(path) != size)
-        print(f"import of {args.import_lines:,} lines: shipped {took:,} B, settle included "
-              f"(data folder {du(tmp / 'data'):,} B)", flush=True)
-        print(f"idle after the import: {per_hour(window(replica, args.window), args.window)} (the whole host)",
-              flush=True)
+        print(
+            f"import of {args.import_lines:,} lines: shipped {took:,} B, settle included "
+            f"(data folder {du(tmp / 'data'):,} B)",
+            flush=True,
+        )
+        print(
+            f"idle after the import: {per_hour(window(replica, args.window), args.window)} (the whole host)", flush=True
+        )
     finally:
         http.close()
         server.stop()

@@ -80,10 +80,21 @@ class Driver:
             headers.append((b"authorization", f"Bearer {token}".encode()))
         if body is not None:
             headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
-                 "method": method, "scheme": "http", "path": urllib.parse.unquote(path), "raw_path": path.encode(),
-                 "query_string": query.encode(), "root_path": "", "headers": headers,
-                 "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000), "state": {}}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": urllib.parse.unquote(path),
+            "raw_path": path.encode(),
+            "query_string": query.encode(),
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 40000),
+            "server": ("127.0.0.1", 8000),
+            "state": {},
+        }
         done = asyncio.Event()
         sent = [False]
         status = [0]
@@ -107,8 +118,7 @@ class Driver:
         await self.app(scope, receive, send)
         return status[0], b"".join(out)
 
-    async def call(self, method: str, target: str, token: str | None = None, body: object = None
-                   ) -> tuple[int, dict]:
+    async def call(self, method: str, target: str, token: str | None = None, body: object = None) -> tuple[int, dict]:
         raw = None if body is None else orjson.dumps(body)
         status, answer = await self._call(method, target, token, raw)
         try:
@@ -157,8 +167,14 @@ async def build_stores(root: Path, users: int, T: int) -> None:
             assert status == 201, answer
             tok = answer["token"]
             for base in range(0, T, 500):
-                entries = [{"date": "2026-11-01", "text": f"memory {i}: the {WORDS[i % len(WORDS)]} went "
-                            f"{WORDS[(i * 7) % len(WORDS)]} in build {i}"} for i in range(base, min(T, base + 500))]
+                entries = [
+                    {
+                        "date": "2026-11-01",
+                        "text": f"memory {i}: the {WORDS[i % len(WORDS)]} went "
+                        f"{WORDS[(i * 7) % len(WORDS)]} in build {i}",
+                    }
+                    for i in range(base, min(T, base + 500))
+                ]
                 status, answer = await d.call("POST", "/import", tok, {"entries": entries})
                 assert status == 200, answer
             await settle(d, tok)
@@ -266,14 +282,14 @@ def _thread_profiling(prof: cProfile.Profile) -> None:
     dispatch.operation.perform = profiled  # type: ignore[attr-defined]
 
 
-async def run(kinds: list[str], n: int, users: int, T: int, profile: str | None, warm: int = 2,
-              sample: str | None = None) -> dict[str, float]:
+async def run(
+    kinds: list[str], n: int, users: int, T: int, profile: str | None, warm: int = 2, sample: str | None = None
+) -> dict[str, float]:
     """CPU ms per call of each kind (process time: every thread)."""
     root = stores(users, T)
     tokens = (root / "tokens").read_text().split()
     # The access log as a served worker writes it (web/app.py, app_from_env), into /dev/null.
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s",
-                        stream=open(os.devnull, "w"))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=open(os.devnull, "w"))
     from stash.web.app import create_app
 
     out: dict[str, float] = {}
@@ -353,13 +369,17 @@ async def served(kinds: list[str], n: int, users: int, T: int) -> dict[str, floa
         server = Server(Path(tmp) / "data", Path(tmp) / "server.log").start()
         conn = Conn("127.0.0.1", server.port)
         try:
+
             async def call(kind: str, tok: str, k: int) -> object:
                 words = " ".join(WORDS[(k * j) % len(WORDS)] for j in range(3, 3 + k % 9))
                 method, target, body = {
-                    "health": ("GET", "/health", None), "wake": ("GET", "/wake", None),
-                    "zoom": ("GET", "/zoom?block=0-127", None), "recall": ("GET", "/recall?q=deploy", None),
+                    "health": ("GET", "/health", None),
+                    "wake": ("GET", "/wake", None),
+                    "zoom": ("GET", "/zoom?block=0-127", None),
+                    "recall": ("GET", "/recall?q=deploy", None),
                     "note": ("POST", "/note", orjson.dumps({"text": f"note {k} {words}"})),
-                    "nap": ("POST", "/nap", b"{}")}[kind]
+                    "nap": ("POST", "/nap", b"{}"),
+                }[kind]
                 status, answer, _ = await conn.request(method, target, tok, body)
                 assert status in (200, 201), (kind, status, answer)
                 return answer.get("nap")
@@ -397,9 +417,26 @@ def callgrind(kinds: list[str], n: int, users: int, T: int) -> dict[str, float]:
         for calls in (n, 2 * n):
             with tempfile.TemporaryDirectory(prefix="stash-cg-") as tmp:
                 cg = Path(tmp) / "callgrind.out"
-                cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={cg}", sys.executable, __file__,
-                       "--ops", kind, "--calls", str(calls), "--users", str(users), "-T", str(T), "--quiet",
-                       "--warm", "1", "--keep-open", "3600"]
+                cmd = [
+                    "valgrind",
+                    "--tool=callgrind",
+                    f"--callgrind-out-file={cg}",
+                    sys.executable,
+                    __file__,
+                    "--ops",
+                    kind,
+                    "--calls",
+                    str(calls),
+                    "--users",
+                    str(users),
+                    "-T",
+                    str(T),
+                    "--quiet",
+                    "--warm",
+                    "1",
+                    "--keep-open",
+                    "3600",
+                ]
                 subprocess.run(cmd, check=True, capture_output=True)
                 text = cg.read_text(errors="replace")
                 found = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
@@ -431,23 +468,29 @@ def main() -> int:
     stores(args.users, args.T)  # built here, outside the event loop the runs below start
     if args.callgrind:
         res = callgrind(kinds, args.calls, args.users, args.T)
-        print(f"instructions per call (callgrind, {args.calls} and {2 * args.calls} calls; "
-              f"{args.users} users of {args.T} memories)")
+        print(
+            f"instructions per call (callgrind, {args.calls} and {2 * args.calls} calls; "
+            f"{args.users} users of {args.T} memories)"
+        )
         for kind in kinds:
             print(f"| {kind} | {res[kind] / 1e6:.2f} M |")
         return 0
     if args.served:
         res = asyncio.run(served(kinds, args.calls, args.users, args.T))
-        print(f"server CPU ms per call, a real stash serve over one keep-alive connection ({args.calls} calls of "
-              f"each; {args.users} users of {args.T} memories; load {os.getloadavg()[0]:.1f})")
+        print(
+            f"server CPU ms per call, a real stash serve over one keep-alive connection ({args.calls} calls of "
+            f"each; {args.users} users of {args.T} memories; load {os.getloadavg()[0]:.1f})"
+        )
         for kind, ms in res.items():
             print(f"| {kind} | {ms:.3f} |")
         return 0
     res = asyncio.run(run(kinds, args.calls, args.users, args.T, args.profile, args.warm, args.sample))
     if args.quiet:
         return 0
-    print(f"CPU ms per call, in process through ASGI ({args.calls} calls of each; {args.users} users of "
-          f"{args.T} memories; load {os.getloadavg()[0]:.1f})")
+    print(
+        f"CPU ms per call, in process through ASGI ({args.calls} calls of each; {args.users} users of "
+        f"{args.T} memories; load {os.getloadavg()[0]:.1f})"
+    )
     for kind, ms in res.items():
         print(f"| {kind} | {ms:.3f} |")
     return 0

@@ -65,24 +65,114 @@ from stash.service.access import Vault
 CHEAP = KdfParams(time_cost=1, memory_kib=8)  # the KDF is not what is measured
 PART = 20_000
 
-PEOPLE = ["Ayşe Yılmaz", "İlker Işık", "Priya Raman", "José Núñez", "Zoë Brontë", "François Lefèvre",
-          "Jürgen Groß", "Nguyễn Thị Hương", "Søren Dahl", "Łukasz Wróbel", "Şule Çelik", "Ömer Doğan",
-          "Chloé Gauthier", "Björn Åström", "Trần Văn Đức", "Elif Güneş", "Marta Kowalczyk", "Ines Müller",
-          "Jon Banks", "Ana Lima", "Kemal Aydın", "Hélène Roux", "Dmitri Ivanov", "Mei Chen"]
-PLACES = ["İstanbul", "Kadıköy", "Café Noir", "Zürich", "Malmö", "Đà Nẵng", "Reykjavík", "São Paulo",
-          "Kraków", "Gödel Hall", "Üsküdar", "Montréal", "Düsseldorf", "Hà Nội", "Ålesund", "Beşiktaş",
-          "the office", "the harbor", "Lisbon", "Osaka", "Izmir", "Nice", "Genève", "Valparaíso"]
-THINGS = ["budget review", "harbor project", "contract renewal", "dentist appointment", "piano lesson",
-          "tax filing", "server migration", "wedding plan", "visa interview", "roof repair", "book launch",
-          "quarterly report", "design sprint", "hiring panel", "lease signing", "vaccine shot",
-          "marathon training", "garden party", "database upgrade", "pitch deck", "school visit",
-          "insurance claim", "kitchen remodel", "conference talk"]
-VERBS = ["moved", "cancelled", "approved", "postponed", "booked", "signed", "rescheduled", "discussed",
-         "finished", "started", "reviewed", "planned"]
-FILL = ("and then after because we said that it was fine today tomorrow again later with about for the a of "
-        "to in on at by also maybe should could really quick note remember").split()
-WHEN = ["on Monday", "on Friday", "next week", "at noon", "in March", "before lunch", "after the call",
-        "for the third time", "with little notice", "as agreed"]
+PEOPLE = [
+    "Ayşe Yılmaz",
+    "İlker Işık",
+    "Priya Raman",
+    "José Núñez",
+    "Zoë Brontë",
+    "François Lefèvre",
+    "Jürgen Groß",
+    "Nguyễn Thị Hương",
+    "Søren Dahl",
+    "Łukasz Wróbel",
+    "Şule Çelik",
+    "Ömer Doğan",
+    "Chloé Gauthier",
+    "Björn Åström",
+    "Trần Văn Đức",
+    "Elif Güneş",
+    "Marta Kowalczyk",
+    "Ines Müller",
+    "Jon Banks",
+    "Ana Lima",
+    "Kemal Aydın",
+    "Hélène Roux",
+    "Dmitri Ivanov",
+    "Mei Chen",
+]
+PLACES = [
+    "İstanbul",
+    "Kadıköy",
+    "Café Noir",
+    "Zürich",
+    "Malmö",
+    "Đà Nẵng",
+    "Reykjavík",
+    "São Paulo",
+    "Kraków",
+    "Gödel Hall",
+    "Üsküdar",
+    "Montréal",
+    "Düsseldorf",
+    "Hà Nội",
+    "Ålesund",
+    "Beşiktaş",
+    "the office",
+    "the harbor",
+    "Lisbon",
+    "Osaka",
+    "Izmir",
+    "Nice",
+    "Genève",
+    "Valparaíso",
+]
+THINGS = [
+    "budget review",
+    "harbor project",
+    "contract renewal",
+    "dentist appointment",
+    "piano lesson",
+    "tax filing",
+    "server migration",
+    "wedding plan",
+    "visa interview",
+    "roof repair",
+    "book launch",
+    "quarterly report",
+    "design sprint",
+    "hiring panel",
+    "lease signing",
+    "vaccine shot",
+    "marathon training",
+    "garden party",
+    "database upgrade",
+    "pitch deck",
+    "school visit",
+    "insurance claim",
+    "kitchen remodel",
+    "conference talk",
+]
+VERBS = [
+    "moved",
+    "cancelled",
+    "approved",
+    "postponed",
+    "booked",
+    "signed",
+    "rescheduled",
+    "discussed",
+    "finished",
+    "started",
+    "reviewed",
+    "planned",
+]
+FILL = (
+    "and then after because we said that it was fine today tomorrow again later with about for the a of "
+    "to in on at by also maybe should could really quick note remember"
+).split()
+WHEN = [
+    "on Monday",
+    "on Friday",
+    "next week",
+    "at noon",
+    "in March",
+    "before lunch",
+    "after the call",
+    "for the third time",
+    "with little notice",
+    "as agreed",
+]
 
 
 def first_name(person: str) -> str:
@@ -146,20 +236,35 @@ def asked(words: list[str], way: str, rng: random.Random) -> list[str]:
     if way == "no accents":
         return [fold(w) for w in words]
     if way == "accents added":  # on the words the memory writes without any
-        return ["".join(_ACCENT.get(c, c) if k == 1 else c for k, c in enumerate(w)) if fold(w) == w.lower()
-                else w for w in words]
+        return [
+            "".join(_ACCENT.get(c, c) if k == 1 else c for k, c in enumerate(w)) if fold(w) == w.lower() else w
+            for w in words
+        ]
     if way == "turkish i":
-        return [w.replace("i", "ı").replace("I", "İ").replace("İ", "I", 1) if "i" in w.lower() else w.upper()
-                for w in words]
+        return [
+            w.replace("i", "ı").replace("I", "İ").replace("İ", "I", 1) if "i" in w.lower() else w.upper() for w in words
+        ]
     if way == "reordered":
         return list(reversed(words))
     raise ValueError(way)
 
 
 WAYS = ("exact", "prefix", "capitals", "no accents", "accents added", "turkish i", "reordered")
-_CLASS = {"a": "aàáâäãåāă", "c": "cçćč", "e": "eèéêëēėęě", "i": "iìíîïīįı", "o": "oòóôõöøō",
-          "u": "uùúûüūůư", "s": "sśšş", "g": "gğ", "n": "nñń", "z": "zźżž", "y": "yýÿ", "l": "lł",
-          "d": "dđ"}
+_CLASS = {
+    "a": "aàáâäãåāă",
+    "c": "cçćč",
+    "e": "eèéêëēėęě",
+    "i": "iìíîïīįı",
+    "o": "oòóôõöøō",
+    "u": "uùúûüūůư",
+    "s": "sśšş",
+    "g": "gğ",
+    "n": "nñń",
+    "z": "zźżž",
+    "y": "yýÿ",
+    "l": "lł",
+    "d": "dđ",
+}
 
 
 def regex_typed(words: list[str]) -> str:
@@ -175,6 +280,7 @@ def regex_careful(words: list[str]) -> str:
             else:
                 out.append(re.escape(c))
         return "".join(out).replace("ss", "(?:ss|ß)")
+
     # Every order of the words as long as the pattern stays within the 512 bytes a pattern may have
     # (the typed order first): three words with their classes rarely fit in more than two orders.
     out: list[str] = []
@@ -189,27 +295,75 @@ def regex_careful(words: list[str]) -> str:
 # ---------------------------------------------------------------- life B: questions
 
 
-OBJECTS = ["harbor review", "budget meeting", "dentist visit", "flight to Lisbon", "team offsite", "code freeze",
-           "board meeting", "piano recital", "apartment viewing", "launch party", "job interview", "tax audit",
-           "vet appointment", "design review", "sales call", "hackathon", "family dinner", "release candidate"]
+OBJECTS = [
+    "harbor review",
+    "budget meeting",
+    "dentist visit",
+    "flight to Lisbon",
+    "team offsite",
+    "code freeze",
+    "board meeting",
+    "piano recital",
+    "apartment viewing",
+    "launch party",
+    "job interview",
+    "tax audit",
+    "vet appointment",
+    "design review",
+    "sales call",
+    "hackathon",
+    "family dinner",
+    "release candidate",
+]
 # (past in the memory, base in a question, a paraphrase's verb)
 # (past in the memory, base in a question, a paraphrase's verb, the -ing form of an inflected question)
-ACTS = [("moved", "move", "reschedule", "moving"), ("cancelled", "cancel", "call off", "cancelling"),
-        ("booked", "book", "reserve", "booking"), ("postponed", "postpone", "push back", "postponing"),
-        ("lost", "lose", "lose", "losing"), ("approved", "approve", "sign off", "approving"),
-        ("started", "start", "kick off", "starting"), ("finished", "finish", "wrap up", "finishing")]
+ACTS = [
+    ("moved", "move", "reschedule", "moving"),
+    ("cancelled", "cancel", "call off", "cancelling"),
+    ("booked", "book", "reserve", "booking"),
+    ("postponed", "postpone", "push back", "postponing"),
+    ("lost", "lose", "lose", "losing"),
+    ("approved", "approve", "sign off", "approving"),
+    ("started", "start", "kick off", "starting"),
+    ("finished", "finish", "wrap up", "finishing"),
+]
 # Each object of OBJECTS with its noun in the plural, for an inflected question.
-PLURALS = ["harbor reviews", "budget meetings", "dentist visits", "flights to Lisbon", "team offsites",
-           "code freezes", "board meetings", "piano recitals", "apartment viewings", "launch parties",
-           "job interviews", "tax audits", "vet appointments", "design reviews", "sales calls", "hackathons",
-           "family dinners", "release candidates"]
-REASONS = ["because the client asked for more time", "since the room was taken", "after the storm",
-           "as the budget was cut", "because she was sick", "to fit the new roadmap", "after a long talk",
-           "because the flights were full"]
-CHAT = ("I think we should talk about it later, honestly it was a long day and everyone was tired. "
-        "She said the weather was nice and we had coffee. He asked what we did last week and when. "
-        "We did not decide anything yet. Did you see the news? It is what it is. The team had lunch. "
-        "What a week. When is the next one? They did well.").split()
+PLURALS = [
+    "harbor reviews",
+    "budget meetings",
+    "dentist visits",
+    "flights to Lisbon",
+    "team offsites",
+    "code freezes",
+    "board meetings",
+    "piano recitals",
+    "apartment viewings",
+    "launch parties",
+    "job interviews",
+    "tax audits",
+    "vet appointments",
+    "design reviews",
+    "sales calls",
+    "hackathons",
+    "family dinners",
+    "release candidates",
+]
+REASONS = [
+    "because the client asked for more time",
+    "since the room was taken",
+    "after the storm",
+    "as the budget was cut",
+    "because she was sick",
+    "to fit the new roadmap",
+    "after a long talk",
+    "because the flights were full",
+]
+CHAT = (
+    "I think we should talk about it later, honestly it was a long day and everyone was tired. "
+    "She said the weather was nice and we had coffee. He asked what we did last week and when. "
+    "We did not decide anything yet. Did you see the news? It is what it is. The team had lunch. "
+    "What a week. When is the next one? They did well."
+).split()
 
 
 def life_b(n: int, facts: int, rng: random.Random) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -230,11 +384,18 @@ def life_b(n: int, facts: int, rng: random.Random) -> tuple[list[str], list[tupl
             a, b, c = slots[i]
             who, what, (past, base, para, ing) = names[a], OBJECTS[b], ACTS[c]
             texts.append(f"{who} {past} the {what} {rng.choice(REASONS)}")
-            planted.append((i, [f"When did {who} {base} the {what}?",
-                                f"what happened to the {what} {who} had?",
-                                f"did {who} {para} the {what}",
-                                f"{who.lower()} {what} {base}?",
-                                f"is {who} {ing} the {PLURALS[b]}?"]))
+            planted.append(
+                (
+                    i,
+                    [
+                        f"When did {who} {base} the {what}?",
+                        f"what happened to the {what} {who} had?",
+                        f"did {who} {para} the {what}",
+                        f"{who.lower()} {what} {base}?",
+                        f"is {who} {ing} the {PLURALS[b]}?",
+                    ],
+                )
+            )
             continue
         chat = " ".join(rng.choices(CHAT, k=rng.randint(6, 16)))
         a, b, c = rng.randrange(len(names)), rng.randrange(len(OBJECTS)), rng.randrange(len(ACTS))
@@ -251,24 +412,41 @@ def life_b(n: int, facts: int, rng: random.Random) -> tuple[list[str], list[tupl
 TR_NAMES = ["Ayşe", "İlker", "Şule", "Ömer", "Elif", "Kemal", "Zeynep", "Mehmet", "Deniz", "Emre", "Gül", "Burak"]
 # (in a fact: our ... as an object; in an inflected question: the ... as an object; in fillers: in the ...),
 # each row's words of one Turkish Snowball stem, none a prefix of the fact's.
-TR_NOUNS = [("toplantılarımızı", "toplantıyı", "toplantıda"), ("sözleşmelerimizi", "sözleşmeyi", "sözleşmede"),
-            ("raporlarımızı", "raporu", "raporda"), ("bütçelerimizi", "bütçeyi", "bütçede"),
-            ("randevularımızı", "randevusunu", "randevuda"), ("uçuşlarımızı", "uçuşu", "uçuşta"),
-            ("tatillerimizi", "tatili", "tatilde"), ("projelerimizi", "projeyi", "projede"),
-            ("sınavlarımızı", "sınavı", "sınavda"), ("ziyaretlerimizi", "ziyareti", "ziyarette"),
-            ("görüşmelerimizi", "görüşmeyi", "görüşmede"), ("faturalarımızı", "faturayı", "faturada"),
-            ("siparişlerimizi", "siparişi", "siparişte"), ("kongrelerimizi", "kongreyi", "kongrede"),
-            ("seyahatlerimizi", "seyahati", "seyahatte")]
+TR_NOUNS = [
+    ("toplantılarımızı", "toplantıyı", "toplantıda"),
+    ("sözleşmelerimizi", "sözleşmeyi", "sözleşmede"),
+    ("raporlarımızı", "raporu", "raporda"),
+    ("bütçelerimizi", "bütçeyi", "bütçede"),
+    ("randevularımızı", "randevusunu", "randevuda"),
+    ("uçuşlarımızı", "uçuşu", "uçuşta"),
+    ("tatillerimizi", "tatili", "tatilde"),
+    ("projelerimizi", "projeyi", "projede"),
+    ("sınavlarımızı", "sınavı", "sınavda"),
+    ("ziyaretlerimizi", "ziyareti", "ziyarette"),
+    ("görüşmelerimizi", "görüşmeyi", "görüşmede"),
+    ("faturalarımızı", "faturayı", "faturada"),
+    ("siparişlerimizi", "siparişi", "siparişte"),
+    ("kongrelerimizi", "kongreyi", "kongrede"),
+    ("seyahatlerimizi", "seyahati", "seyahatte"),
+]
 TR_ACTS = ["erteledi", "iptal etti", "onayladı", "bitirdi", "başlattı", "taşıdı", "planladı", "imzaladı"]
-TR_REASONS = ["çünkü müşteri daha fazla zaman istedi", "çünkü oda doluydu", "fırtınadan sonra",
-              "para kesildiği için", "hasta olduğu için", "yeni plana uymak için", "uzun bir konuşmadan sonra"]
-TR_CHAT = ("bence bunu sonra konuşalım dürüst olmak gerekirse uzun bir gündü ve herkes yorgundu hava güzeldi "
-           "ve kahve içtik geçen hafta ne yaptığımızı sordu henüz bir şey karar vermedik haberleri gördün mü "
-           "ekip öğle yemeği yedi ne hafta ama bir sonraki ne zaman iyi iş çıkardılar").split()
+TR_REASONS = [
+    "çünkü müşteri daha fazla zaman istedi",
+    "çünkü oda doluydu",
+    "fırtınadan sonra",
+    "para kesildiği için",
+    "hasta olduğu için",
+    "yeni plana uymak için",
+    "uzun bir konuşmadan sonra",
+]
+TR_CHAT = (
+    "bence bunu sonra konuşalım dürüst olmak gerekirse uzun bir gündü ve herkes yorgundu hava güzeldi "
+    "ve kahve içtik geçen hafta ne yaptığımızı sordu henüz bir şey karar vermedik haberleri gördün mü "
+    "ekip öğle yemeği yedi ne hafta ama bir sonraki ne zaman iyi iş çıkardılar"
+).split()
 
 
-def life_b_turkish(n: int, facts: int, first: int, rng: random.Random
-                   ) -> tuple[list[str], list[tuple[int, list[str]]]]:
+def life_b_turkish(n: int, facts: int, first: int, rng: random.Random) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """The Turkish part of life B, its memories numbered from ``first``: per
     fact its position and its questions, as written and inflected."""
     plan = set()
@@ -315,6 +493,7 @@ class BM25:
         self.stems = stems
         if stems:
             import Stemmer  # PyStemmer: the Snowball stemmers word search uses
+
             self.en, self.tr = Stemmer.Stemmer("english"), Stemmer.Stemmer("turkish")
         self.docs = [self.terms(t) for t in texts]
         self.avg = sum(map(len, self.docs)) / len(self.docs)
@@ -400,9 +579,12 @@ def run_a(n: int, facts: int, seed: int, tmp: Path) -> None:
     summary: dict[str, list[int | None]] = {}
     for kind in ("words", "regex as typed", "careful regex"):
         summary[f"{kind}, all ways"] = [r for name, rs in rows.items() if name.startswith(kind + ",") for r in rs]
-    table(f"Life A: {n:,} memories, {facts} planted facts, each asked {len(WAYS)} ways "
-          f"(words: median {sorted(times)[len(times) // 2] * 1000:.0f} ms a query)",
-          {**summary, **dict(sorted(rows.items()))}, ("hit@1", "hit@5", "hit@page"))
+    table(
+        f"Life A: {n:,} memories, {facts} planted facts, each asked {len(WAYS)} ways "
+        f"(words: median {sorted(times)[len(times) // 2] * 1000:.0f} ms a query)",
+        {**summary, **dict(sorted(rows.items()))},
+        ("hit@1", "hit@5", "hit@page"),
+    )
 
 
 B_FORMS = ("original form 1", "original form 2", "original form 3", "original form 4", "inflected, English")
@@ -429,11 +611,13 @@ def run_b(n: int, facts: int, seed: int, tmp: Path) -> None:
                             rows[f"{name}, original (forms 1-4)"].append(rank_of(found, i))
                         rows[f"{name}, {form}"].append(rank_of(found, i))
     order = ["original (forms 1-4)", *B_FORMS, *B_TURKISH]
-    table(f"Life B: {len(texts):,} conversational memories ({len(more):,} in Turkish), {facts} English facts "
-          f"asked as whole questions (4 original forms and 1 inflected) and {len(turkish)} Turkish ones "
-          "(as written and inflected)",
-          {f"{name}, {form}": rows[f"{name}, {form}"] for form in order for name in ("words", *rankers)},
-          ("hit@1", "hit@5", "hit@10"))
+    table(
+        f"Life B: {len(texts):,} conversational memories ({len(more):,} in Turkish), {facts} English facts "
+        f"asked as whole questions (4 original forms and 1 inflected) and {len(turkish)} Turkish ones "
+        "(as written and inflected)",
+        {f"{name}, {form}": rows[f"{name}, {form}"] for form in order for name in ("words", *rankers)},
+        ("hit@1", "hit@5", "hit@10"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -53,8 +53,13 @@ HIGH_LIMIT = 1_000_000_000  # failed authentications per minute: the limiter nev
 # argon2id settings timed alone, and those given a grant of their own so that a
 # whole request can be timed at each of them
 ARGON2_GRID = [KdfParams(t, m, 1) for t in (1, 2, 3) for m in (4096, 8192, 16384, 32768)]
-KDF_GRANTS = (KdfParams(1, 4096, 1), KdfParams(1, 8192, 1), KdfParams(2, 8192, 1), KdfParams(3, 8192, 1),
-              KdfParams(2, 16384, 1))
+KDF_GRANTS = (
+    KdfParams(1, 4096, 1),
+    KdfParams(1, 8192, 1),
+    KdfParams(2, 8192, 1),
+    KdfParams(3, 8192, 1),
+    KdfParams(2, 16384, 1),
+)
 
 # a rare word (few matches) and a common pair (many): both decrypt and scan the whole log
 RECALL_QUERIES = {"rare": RARE_WORD.lower(), "common": "deploy.*green"}
@@ -139,8 +144,15 @@ def observed(client: httpx.Client, server: Server, series: Series, method: str, 
     series.load = os.getloadavg()[0]
 
 
-def timed(client: httpx.Client, series: Series, method: str, url: str, token: str | None,
-          json: dict | None = None, expect: int | None = 200) -> httpx.Response:
+def timed(
+    client: httpx.Client,
+    series: Series,
+    method: str,
+    url: str,
+    token: str | None,
+    json: dict | None = None,
+    expect: int | None = 200,
+) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     t0 = time.perf_counter()
     resp = client.request(method, url, headers=headers, json=json)
@@ -174,6 +186,7 @@ def in_process_bogus(data: Path, user_id: str, number: int = 2000) -> dict[str, 
     vault = Vault(data)
     out = {}
     for kind, tok in bogus_tokens(user_id).items():
+
         def refuse(tok: str = tok) -> None:
             try:
                 vault.check_token(tok)
@@ -208,9 +221,20 @@ def asgi_inprocess(data: Path, user_id: str, number: int = 2000) -> dict[str, fl
         headers = [(b"host", b"bench")]
         if tok:
             headers.append((b"authorization", b"Bearer " + tok.encode()))
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-                 "headers": headers, "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80)}
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 80),
+        }
         status = {}
 
         async def receive() -> dict:
@@ -317,8 +341,13 @@ def recall_parts(built: Built, q: str, rounds: int) -> dict[str, float]:
             t3 = time.perf_counter()
             del lines
         t4 = time.perf_counter()
-        for name, secs in (("open session (argon2id included)", t1 - t0), ("decrypt the log", t2 - t1),
-                           ("match", t3 - t2), ("close", t4 - t3), ("total", t4 - t0)):
+        for name, secs in (
+            ("open session (argon2id included)", t1 - t0),
+            ("decrypt the log", t2 - t1),
+            ("match", t3 - t2),
+            ("close", t4 - t3),
+            ("total", t4 - t0),
+        ):
             parts.setdefault(name, []).append(secs)
     out = {k: statistics.median(v) for k, v in parts.items()}
     out["matches"] = total
@@ -493,8 +522,14 @@ def measure_size(T: int, root: Path, counts: Counts, log: Callable[[str], None])
                 for _ in range(counts.nap):
                     if nap is None:
                         break
-                    r = timed(c, s, "POST", "/nap", tok,
-                              json={"block": nap["block"], "text": f"bench summary of {nap['block']}"})
+                    r = timed(
+                        c,
+                        s,
+                        "POST",
+                        "/nap",
+                        tok,
+                        json={"block": nap["block"], "text": f"bench summary of {nap['block']}"},
+                    )
                     if r.json()["saved"] != nap["block"]:
                         raise RuntimeError(f"nap did not settle {nap['block']}: {r.text[:200]}")
                     nap = r.json()["nap"]
@@ -502,8 +537,21 @@ def measure_size(T: int, root: Path, counts: Counts, log: Callable[[str], None])
             log(f"  nap median {ms(s.median())} ms over {s.n}")
     finally:
         server.stop()
-    return SizeResult(T, built, disk, series, kdf_series, parts, bogus_inproc, bogus_asgi, recall_inproc, argon,
-                      argon_load, counts, (load0, os.getloadavg()[0]))
+    return SizeResult(
+        T,
+        built,
+        disk,
+        series,
+        kdf_series,
+        parts,
+        bogus_inproc,
+        bogus_asgi,
+        recall_inproc,
+        argon,
+        argon_load,
+        counts,
+        (load0, os.getloadavg()[0]),
+    )
 
 
 # ---------------------------------------------------------------- rate limit probe
@@ -548,21 +596,27 @@ def limit_probe(data: Path, root: Path, unlimited: Series | None) -> LimitProbe:
         server.stop()
     from stash.web.settings import Settings
 
-    return LimitProbe(Settings(data_dir=data).auth_failures_per_minute, passed, first, rate,
-                      1 / unlimited.median() if unlimited else 0.0)
+    return LimitProbe(
+        Settings(data_dir=data).auth_failures_per_minute,
+        passed,
+        first,
+        rate,
+        1 / unlimited.median() if unlimited else 0.0,
+    )
 
 
 # ---------------------------------------------------------------- report
 
 
-def report(results: list[SizeResult], probe: LimitProbe | None,
-           command: str, wall: float) -> str:
+def report(results: list[SizeResult], probe: LimitProbe | None, command: str, wall: float) -> str:
     out = [f"# Stash benchmark, {dt.datetime.now().strftime('%Y-%m-%d %H:%M')}", ""]
     out.append(f"Command: `{command}`  ")
-    out.append(f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
-               f"Python {platform.python_version()}, {platform.system()} {platform.release()}. "
-               "The cores are shared with other work; load average at the start and end of each size is given, "
-               "and client and server share the same two cores.  ")
+    out.append(
+        f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}. "
+        "The cores are shared with other work; load average at the start and end of each size is given, "
+        "and client and server share the same two cores.  "
+    )
     out.append(f"Default argon2id for grants: {kdf_name(DEFAULT_KDF)}. Wall time of the whole run: {wall:.0f} s.")
     out.append("")
     out.append("## Build (through the core library, not HTTP)")
@@ -571,15 +625,19 @@ def report(results: list[SizeResult], probe: LimitProbe | None,
     out.append("|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         sec = r.built.seconds
-        out.append(f"| {r.T:,} | {sec['log']:.1f} s | {sec['summaries']:.1f} s | {sec['sync']:.1f} s "
-                   f"| {r.built.total_seconds:.1f} s "
-                   f"| {r.built.summaries:,} | {r.disk_mib:.0f} MiB | {r.load[0]:.2f} → {r.load[1]:.2f} |")
+        out.append(
+            f"| {r.T:,} | {sec['log']:.1f} s | {sec['summaries']:.1f} s | {sec['sync']:.1f} s "
+            f"| {r.built.total_seconds:.1f} s "
+            f"| {r.built.summaries:,} | {r.disk_mib:.0f} MiB | {r.load[0]:.2f} → {r.load[1]:.2f} |"
+        )
     out.append("")
     out.append("## Requests over HTTP on loopback (one keep-alive client)")
     out.append("")
-    out.append("Client = wall time seen by the client (median and p95). Server = mean time inside the app "
-               "(from `/metrics`, `stash_request_seconds` sum/count). CPU = server process CPU per request. "
-               "Load = 1-minute load average when the series ended (2 cores: above 2, requests wait for a core).")
+    out.append(
+        "Client = wall time seen by the client (median and p95). Server = mean time inside the app "
+        "(from `/metrics`, `stash_request_seconds` sum/count). CPU = server process CPU per request. "
+        "Load = 1-minute load average when the series ended (2 cores: above 2, requests wait for a core)."
+    )
     out.append("")
     out.append("| T | request | n | client median ms | client p95 ms | server mean ms | server CPU ms | load | notes |")
     out.append("|---:|---|---:|---:|---:|---:|---:|---:|---|")
@@ -587,8 +645,10 @@ def report(results: list[SizeResult], probe: LimitProbe | None,
         for s in r.series:
             d = 3 if s.name.startswith("bogus") else 1 if s.median() > 0.1 else 2
             load = "–" if s.load is None else f"{s.load:.1f}"
-            out.append(f"| {r.T:,} | {s.name} | {s.n} | {ms(s.median(), d)} | {ms(s.p95(), d)} "
-                       f"| {ms(s.server_s, d)} | {ms(s.cpu_s, d)} | {load} | {s.note} |")
+            out.append(
+                f"| {r.T:,} | {s.name} | {s.n} | {ms(s.median(), d)} | {ms(s.p95(), d)} "
+                f"| {ms(s.server_s, d)} | {ms(s.cpu_s, d)} | {load} | {s.note} |"
+            )
     out.append("")
     out.append("## Targets")
     out.append("")
@@ -596,8 +656,10 @@ def report(results: list[SizeResult], probe: LimitProbe | None,
     out.append("")
     out.append("## argon2id")
     out.append("")
-    out.append("Alone (argon2-cffi `hash_secret_raw`, 32-byte output, median of 9), timed again after each "
-               "build, so the columns show how much the machine's load moves it:")
+    out.append(
+        "Alone (argon2-cffi `hash_secret_raw`, 32-byte output, median of 9), timed again after each "
+        "build, so the columns show how much the machine's load moves it:"
+    )
     out.append("")
     heads = [f"ms after T = {r.T:,} (load {r.argon_load:.1f})" for r in results]
     out.append("| t | m | p | " + " | ".join(heads) + " |")
@@ -615,8 +677,9 @@ def report(results: list[SizeResult], probe: LimitProbe | None,
     for params, s in big.kdf_series:
         out.append(f"| {kdf_name(params)} | {s.n} | {ms(s.median())} | {ms(s.p95())} | {ms(s.server_s)} |")
     out.append("")
-    out.append(f"Where the time of an authenticated request goes, in process (no HTTP), T = {big.T:,}, "
-               "median per step:")
+    out.append(
+        f"Where the time of an authenticated request goes, in process (no HTTP), T = {big.T:,}, median per step:"
+    )
     out.append("")
     out.append("| step | ms | share |")
     out.append("|---|---:|---:|")
@@ -627,16 +690,20 @@ def report(results: list[SizeResult], probe: LimitProbe | None,
     out.append("")
     out.append("## Recall, in process")
     out.append("")
-    out.append("The same work as `GET /recall` without HTTP: open the session, decrypt every memory of the log "
-               "(`MemoryFile.scan`), match (`Matcher.scan`). Median seconds.")
+    out.append(
+        "The same work as `GET /recall` without HTTP: open the session, decrypt every memory of the log "
+        "(`MemoryFile.scan`), match (`Matcher.scan`). Median seconds."
+    )
     out.append("")
     out.append("| T | pattern | matches | n | open session | decrypt the log | match | close | total |")
     out.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         for q, v in r.recall_inproc.items():
-            out.append(f"| {r.T:,} | `{q}` | {int(v['matches']):,} | {r.counts.recall_inproc} "
-                       f"| {v['open session (argon2id included)']:.3f} | {v['decrypt the log']:.3f} "
-                       f"| {v['match']:.3f} | {v['close']:.3f} | {v['total']:.3f} |")
+            out.append(
+                f"| {r.T:,} | `{q}` | {int(v['matches']):,} | {r.counts.recall_inproc} "
+                f"| {v['open session (argon2id included)']:.3f} | {v['decrypt the log']:.3f} "
+                f"| {v['match']:.3f} | {v['close']:.3f} | {v['total']:.3f} |"
+            )
     out.append("")
     out.append("## Bogus tokens")
     out.append("")
@@ -648,8 +715,9 @@ def report(results: list[SizeResult], probe: LimitProbe | None,
         for kind, secs in r.bogus_inproc.items():
             out.append(f"| {r.T:,} | {kind} | {secs * 1e6:.1f} |")
     out.append("")
-    out.append("Inside the ASGI app, called directly on one event loop (no socket, no HTTP parsing, no client), "
-               "best of 3:")
+    out.append(
+        "Inside the ASGI app, called directly on one event loop (no socket, no HTTP parsing, no client), best of 3:"
+    )
     out.append("")
     out.append("| T | request | µs |")
     out.append("|---:|---|---:|")
@@ -658,17 +726,23 @@ def report(results: list[SizeResult], probe: LimitProbe | None,
             out.append(f"| {r.T:,} | {name} | {secs * 1e6:.0f} |")
     if probe:
         out.append("")
-        out.append(f"Rate limit (server with the default `--auth-failures-per-minute {probe.limit}`), one client "
-                   "sending bogus tokens as fast as it can:")
+        out.append(
+            f"Rate limit (server with the default `--auth-failures-per-minute {probe.limit}`), one client "
+            "sending bogus tokens as fast as it can:"
+        )
         out.append("")
-        out.append(f"- {probe.passed} refusals (401) got through before the first 429, in "
-                   f"{probe.seconds_to_429 * 1000:.0f} ms ({probe.passed / probe.seconds_to_429:.0f} per second "
-                   "while they lasted); after that, about "
-                   f"{probe.limit / 60:.2f} guesses per second sustained (the window slides over 60 s).")
+        out.append(
+            f"- {probe.passed} refusals (401) got through before the first 429, in "
+            f"{probe.seconds_to_429 * 1000:.0f} ms ({probe.passed / probe.seconds_to_429:.0f} per second "
+            "while they lasted); after that, about "
+            f"{probe.limit / 60:.2f} guesses per second sustained (the window slides over 60 s)."
+        )
         out.append(f"- Once limited, the server answered {probe.refusals_per_s:.0f} requests per second with 429.")
         if probe.bogus_per_s_unlimited:
-            out.append(f"- With the limiter out of the way (latency server), one keep-alive client gets "
-                       f"{probe.bogus_per_s_unlimited:.0f} refusals per second (1 / client median).")
+            out.append(
+                f"- With the limiter out of the way (latency server), one keep-alive client gets "
+                f"{probe.bogus_per_s_unlimited:.0f} refusals per second (1 / client median)."
+            )
     out.append("")
     return "\n".join(out)
 
@@ -688,20 +762,28 @@ def targets(results: list[SizeResult]) -> str:
         for s in r.series:
             if s.name in ("wake", "zoom", "note", "nap (settle the due block)"):
                 m = s.median() * 1000
-                rows.append(f"| {s.name}: whole request, median ≤ {TARGET_MS:.0f} ms | {r.T:,} | {m:.1f} ms | "
-                            f"{verdict(m, TARGET_MS, 'ms', 1)} |")
+                rows.append(
+                    f"| {s.name}: whole request, median ≤ {TARGET_MS:.0f} ms | {r.T:,} | {m:.1f} ms | "
+                    f"{verdict(m, TARGET_MS, 'ms', 1)} |"
+                )
             elif s.name.startswith("recall"):
                 m = s.median()
-                rows.append(f"| {s.name}: median ≤ {RECALL_TARGET_S:.0f} s | {r.T:,} | {m:.2f} s | "
-                            f"{verdict(m, RECALL_TARGET_S, 's', 2)} |")
+                rows.append(
+                    f"| {s.name}: median ≤ {RECALL_TARGET_S:.0f} s | {r.T:,} | {m:.2f} s | "
+                    f"{verdict(m, RECALL_TARGET_S, 's', 2)} |"
+                )
             elif s.name.startswith("bogus") and s.server_s is not None:
                 m = s.server_s * 1000
-                rows.append(f"| {s.name}: server time < {BOGUS_TARGET_MS} ms | {r.T:,} | {m:.3f} ms | "
-                            f"{verdict(m, BOGUS_TARGET_MS, 'ms', 3, strict=True)} |")
+                rows.append(
+                    f"| {s.name}: server time < {BOGUS_TARGET_MS} ms | {r.T:,} | {m:.3f} ms | "
+                    f"{verdict(m, BOGUS_TARGET_MS, 'ms', 3, strict=True)} |"
+                )
         for q, v in r.recall_inproc.items():
             m = v["total"]
-            rows.append(f"| recall `{q}` in process (no HTTP): median ≤ {RECALL_TARGET_S:.0f} s | {r.T:,} "
-                        f"| {m:.2f} s | {verdict(m, RECALL_TARGET_S, 's', 2)} |")
+            rows.append(
+                f"| recall `{q}` in process (no HTTP): median ≤ {RECALL_TARGET_S:.0f} s | {r.T:,} "
+                f"| {m:.2f} s | {verdict(m, RECALL_TARGET_S, 's', 2)} |"
+            )
     return "\n".join(rows)
 
 
@@ -721,8 +803,9 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(x.replace("_", "")) for x in args.sizes.split(",") if x.strip()]
     if args.quick:
         sizes = [2000, 20000]
-        counts = Counts(wake=50, zoom=50, note=50, nap=30, recall=5, recall_inproc=2, inproc=200, bogus=200, kdf=10,
-                        warmup=3)
+        counts = Counts(
+            wake=50, zoom=50, note=50, nap=30, recall=5, recall_inproc=2, inproc=200, bogus=200, kdf=10, warmup=3
+        )
 
     start = time.perf_counter()
     args.root.mkdir(parents=True, exist_ok=True)

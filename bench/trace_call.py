@@ -45,7 +45,7 @@ def module_of(filename: str) -> str | None:
     """The dotted name of a file of the package, or None for any other file."""
     if not filename.startswith(PACKAGE):
         return None
-    parts = Path(filename[len(PACKAGE):]).with_suffix("").parts
+    parts = Path(filename[len(PACKAGE) :]).with_suffix("").parts
     return ".".join(("stash", *parts)).removesuffix(".__init__")
 
 
@@ -96,8 +96,10 @@ class Tracer:
 
     def report(self, what: str) -> str:
         pairs = ", ".join(f"{a.split('.')[-1]}→{b.split('.')[-1]} {n}" for (a, b), n in self.switches.most_common())
-        return (f"{what}: {len(self.modules)} modules, {self.calls} calls, {self.depth} frames deep, "
-                f"{sum(self.switches.values())} layer switches ({pairs})")
+        return (
+            f"{what}: {len(self.modules)} modules, {self.calls} calls, {self.depth} frames deep, "
+            f"{sum(self.switches.values())} layer switches ({pairs})"
+        )
 
 
 async def trace(tracer: Tracer, users: int, T: int, warm: int) -> list[str]:
@@ -113,8 +115,10 @@ async def trace(tracer: Tracer, users: int, T: int, warm: int) -> list[str]:
         await d.start()
         try:
             token = tokens[0]
-            for method, target, body in (("POST", "/note", {"text": "traced: the deploy went green"}),
-                                         ("GET", "/wake", None)):
+            for method, target, body in (
+                ("POST", "/note", {"text": "traced: the deploy went green"}),
+                ("GET", "/wake", None),
+            ):
                 for _ in range(warm):  # files open, the tag index loaded, the day's writes done
                     await settle(d, token, (await d.call(method, target, token, body))[1].get("nap"))
                 tracer.reset()

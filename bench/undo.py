@@ -54,8 +54,10 @@ def main() -> None:
             if ans["more"] is None:
                 break
             body_first = ans["more"]
-        print(f"undo by grant: {len(slices)} slices, median {statistics.median(slices):.2f} s, "
-              f"max {max(slices):.2f} s per slice of up to {undo.UNDO_MAX:,}")
+        print(
+            f"undo by grant: {len(slices)} slices, median {statistics.median(slices):.2f} s, "
+            f"max {max(slices):.2f} s per slice of up to {undo.UNDO_MAX:,}"
+        )
         t = time.perf_counter()
         owed = blocks.pending_count(args.T, mf.settled(args.T))
         print(f"pending after: {owed} naps ({(time.perf_counter() - t) * 1000:.1f} ms to count)")

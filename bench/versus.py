@@ -180,14 +180,16 @@ def measure(T: int, data: Path, memo: Path, owner: str, reps: int, recall_reps: 
             # apart, once, since every later recall reads the cache.
             t0 = time.perf_counter()
             if recall_reps:
-                warm.get(f"/recall?q={RARE_WORD.lower()}",
-                         headers={"Authorization": f"Bearer {token}"}).raise_for_status()
+                warm.get(
+                    f"/recall?q={RARE_WORD.lower()}", headers={"Authorization": f"Bearer {token}"}
+                ).raise_for_status()
             first_recall = time.perf_counter() - t0
         # The floor of each side: starting the process at all.
         for _ in range(reps):
             c._timed("process start alone (`curl --version` / `python -c pass`)", "stash", ["curl", "--version"])
-            c._timed("process start alone (`curl --version` / `python -c pass`)", "memo",
-                     [sys.executable, "-c", "pass"])
+            c._timed(
+                "process start alone (`curl --version` / `python -c pass`)", "memo", [sys.executable, "-c", "pass"]
+            )
         log(f"T={T:,}: wake and zoom")
         blocks: list[str] = []
         for _ in range(reps):
@@ -232,31 +234,47 @@ def measure(T: int, data: Path, memo: Path, owner: str, reps: int, recall_reps: 
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"times": c.times, "cpu": c.cpu, "mismatches": sorted(set(mismatches)), "recalls": recalls,
-            "first_recall": first_recall}
+    return {
+        "times": c.times,
+        "cpu": c.cpu,
+        "mismatches": sorted(set(mismatches)),
+        "recalls": recalls,
+        "first_recall": first_recall,
+    }
 
 
 # ---------------------------------------------------------------- report
 
 
 def report(rows: list[tuple[int, dict, dict]], argv: list[str]) -> str:
-    out = [f"# Stash vs the memo stand-in, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC", "",
-           f"Command: `python bench/versus.py {' '.join(argv)}`. Machine: {os.cpu_count()} cores, "
-           f"load {os.getloadavg()[0]:.2f} at the end. Each cell: median wall time of one whole process "
-           "(a `curl` against a warm `stash serve`, or a `memo_standin.py` process), interleaved call by call.",
-           ""]
+    out = [
+        f"# Stash vs the memo stand-in, {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Command: `python bench/versus.py {' '.join(argv)}`. Machine: {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.2f} at the end. Each cell: median wall time of one whole process "
+        "(a `curl` against a warm `stash serve`, or a `memo_standin.py` process), interleaved call by call.",
+        "",
+    ]
     for T, res, info in rows:
-        out += [f"## T = {T:,}", "",
-                f"Disk: Stash store {info['stash_bytes'] / T:.0f} bytes per memory "
-                f"({info['stash_bytes'] / 2**20:.0f} MiB), OptMem folder {info['memo_bytes'] / T:.0f} bytes per "
-                f"memory ({info['memo_bytes'] / 2**20:.0f} MiB). "
-                + (f"First recall after the build (fills the recall cache; httpx, not curl): "
-                   f"{res['first_recall']:.2f} s. Matches: "
-                   + ", ".join(f"{op} {n:,}" for op, n in res["recalls"].items()) + "."
-                   if res["recalls"] else "No recall timed (`--recall-reps 0`)."), "",
-                "| call | n | Stash (curl) median | × `curl /health` | memo stand-in median | Stash / memo | CPU: "
-                "Stash (curl + server) / memo, mean | CPU ratio |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [
+            f"## T = {T:,}",
+            "",
+            f"Disk: Stash store {info['stash_bytes'] / T:.0f} bytes per memory "
+            f"({info['stash_bytes'] / 2**20:.0f} MiB), OptMem folder {info['memo_bytes'] / T:.0f} bytes per "
+            f"memory ({info['memo_bytes'] / 2**20:.0f} MiB). "
+            + (
+                f"First recall after the build (fills the recall cache; httpx, not curl): "
+                f"{res['first_recall']:.2f} s. Matches: "
+                + ", ".join(f"{op} {n:,}" for op, n in res["recalls"].items())
+                + "."
+                if res["recalls"]
+                else "No recall timed (`--recall-reps 0`)."
+            ),
+            "",
+            "| call | n | Stash (curl) median | × `curl /health` | memo stand-in median | Stash / memo | CPU: "
+            "Stash (curl + server) / memo, mean | CPU ratio |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         health = statistics.median(res["times"][HEALTH]["stash"])
         out.append(f"| {HEALTH} | {len(res['times'][HEALTH]['stash'])} | {health * 1000:.1f} ms | 1.00× | | | | |")
         for op, sides in res["times"].items():
@@ -265,11 +283,16 @@ def report(rows: list[tuple[int, dict, dict]], argv: list[str]) -> str:
             s, m = statistics.median(sides["stash"]), statistics.median(sides["memo"])
             unit, k = ("s", 1) if max(s, m) >= 1 else ("ms", 1000)
             cs, cm = (statistics.mean(res["cpu"][op][side]) for side in ("stash", "memo"))
-            out.append(f"| {op} | {len(sides['stash'])} | {s * k:.1f} {unit} | {s / health:.2f}× | "
-                       f"{m * k:.1f} {unit} | {s / m:.2f}× | "
-                       f"{cs * 1e3:.0f} / {cm * 1e3:.0f} ms | {cs / cm:.2f}× |")
-        out += ["", "Same answers from both: " + ("yes" if not res["mismatches"] else
-                                                  "NO — " + ", ".join(res["mismatches"])), ""]
+            out.append(
+                f"| {op} | {len(sides['stash'])} | {s * k:.1f} {unit} | {s / health:.2f}× | "
+                f"{m * k:.1f} {unit} | {s / m:.2f}× | "
+                f"{cs * 1e3:.0f} / {cm * 1e3:.0f} ms | {cs / cm:.2f}× |"
+            )
+        out += [
+            "",
+            "Same answers from both: " + ("yes" if not res["mismatches"] else "NO — " + ", ".join(res["mismatches"])),
+            "",
+        ]
     return "\n".join(out) + "\n"
 
 

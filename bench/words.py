@@ -39,16 +39,26 @@ TWELVE = NINE + " worker alert budget"
 QUERIES = [
     ("zebra", r"\bzebra"),
     ("deploy green", r"\bdeploy.*\bgreen|\bgreen.*\bdeploy"),
-    ("rollback incident postmortem", "|".join(
-        r"\b" + r".*\b".join(order) for order in (("rollback", "incident", "postmortem"),
-                                                    ("rollback", "postmortem", "incident"),
-                                                    ("incident", "rollback", "postmortem"),
-                                                    ("incident", "postmortem", "rollback"),
-                                                    ("postmortem", "rollback", "incident"),
-                                                    ("postmortem", "incident", "rollback")))),
+    (
+        "rollback incident postmortem",
+        "|".join(
+            r"\b" + r".*\b".join(order)
+            for order in (
+                ("rollback", "incident", "postmortem"),
+                ("rollback", "postmortem", "incident"),
+                ("incident", "rollback", "postmortem"),
+                ("incident", "postmortem", "rollback"),
+                ("postmortem", "rollback", "incident"),
+                ("postmortem", "incident", "rollback"),
+            )
+        ),
+    ),
     ("m123456", r"\bm123456\b"),
-    ("cach tok rot", r"\bcach.*\btok.*\brot|\bcach.*\brot.*\btok|\btok.*\bcach.*\brot|\btok.*\brot.*\bcach|"
-                     r"\brot.*\bcach.*\btok|\brot.*\btok.*\bcach"),
+    (
+        "cach tok rot",
+        r"\bcach.*\btok.*\brot|\bcach.*\brot.*\btok|\btok.*\bcach.*\brot|\btok.*\brot.*\bcach|"
+        r"\brot.*\bcach.*\btok|\brot.*\btok.*\bcach",
+    ),
     # a query word prefixing two words of one memory (test, tests; release, reviewed, restore, …): frequencies
     ("test deploy", r"\btest.*\bdeploy|\bdeploy.*\btest"),
     ("re green", r"\bre.*\bgreen|\bgreen.*\bre"),
@@ -95,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client = httpx.Client(base_url=server.url, timeout=600)
         T = client.get("/wake", headers={"Authorization": f"Bearer {token}"}).json()["T"]
-        print(f"T = {T:,}, {args.runs} warm runs of each query, words and regex interleaved, "
-              f"{time.strftime('%H:%M', time.gmtime())} UTC, load average {os.getloadavg()[0]:.1f}\n")
+        print(
+            f"T = {T:,}, {args.runs} warm runs of each query, words and regex interleaved, "
+            f"{time.strftime('%H:%M', time.gmtime())} UTC, load average {os.getloadavg()[0]:.1f}\n"
+        )
         cold = {}
         for kind, body in (("words", {"words": "cold start"}), ("regex", {"q": "cold start"})):
             t, tries = time.perf_counter(), 0
@@ -119,18 +131,22 @@ def main(argv: list[str] | None = None) -> int:
                 tr.append(b)
             mw, mr = statistics.median(tw), statistics.median(tr)
             p90 = lambda xs: sorted(xs)[int(0.9 * (len(xs) - 1))]  # noqa: E731
-            print(f"| `{words}` | `{regex[:40]}{'…' if len(regex) > 40 else ''}` | {aw['total']:,} / {ar['total']:,} "
-                  f"| {mw * 1000:.0f} ms ({p90(tw) * 1000:.0f}) | {mr * 1000:.0f} ms ({p90(tr) * 1000:.0f}) "
-                  f"| {mw / mr:.2f} |")
+            print(
+                f"| `{words}` | `{regex[:40]}{'…' if len(regex) > 40 else ''}` | {aw['total']:,} / {ar['total']:,} "
+                f"| {mw * 1000:.0f} ms ({p90(tw) * 1000:.0f}) | {mr * 1000:.0f} ms ({p90(tr) * 1000:.0f}) "
+                f"| {mw / mr:.2f} |"
+            )
         print(f"\n{time.strftime('%H:%M', time.gmtime())} UTC, load average {os.getloadavg()[0]:.1f}")
     finally:
         server.stop()
     db = args.data / "data" / "users" / uid / "recall.db"
     if db.exists():
-        print(f"\nrecall.db {db.stat().st_size / T:.1f} B/memory on disk; sealed values: recall cache "
-              f"{sealed_bytes(db, 'scan_cache') / T:.1f}, word index {sealed_bytes(db, 'word_segs') / T:.1f} + "
-              f"tail {sealed_bytes(db, 'word_tail_segs') / T:.2f} B/memory (in segments; whole pieces of an "
-              f"older server: {(sealed_bytes(db, 'word_cache') + sealed_bytes(db, 'word_tail')) / T:.1f})")
+        print(
+            f"\nrecall.db {db.stat().st_size / T:.1f} B/memory on disk; sealed values: recall cache "
+            f"{sealed_bytes(db, 'scan_cache') / T:.1f}, word index {sealed_bytes(db, 'word_segs') / T:.1f} + "
+            f"tail {sealed_bytes(db, 'word_tail_segs') / T:.2f} B/memory (in segments; whole pieces of an "
+            f"older server: {(sealed_bytes(db, 'word_cache') + sealed_bytes(db, 'word_tail')) / T:.1f})"
+        )
     return 0
 
 

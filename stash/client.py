@@ -50,18 +50,72 @@ from typing import Any, TypeVar
 
 # What this module offers the package: the verbs (main, VERBS) and what stash mcp (stash/cli/mcp_server.py) and
 # stash/cli/main.py call; tests/unit/test_tooling.py holds it to their use.
-LIBRARY = ["Stash", "StashError", "Unreachable", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "NotAllowed",
-           "Conflict", "NapNeeded", "TooLarge", "Invalid", "RateLimited", "ServerError", "error_class", "Nap", "Wake",
-           "WakePart", "Noted", "Saved", "Batch", "Found", "Zoomed", "Forgot", "Imported", "Sizes", "Initialized",
-           "Grant", "Minted", "Revoked", "Rotated", "Receipt", "Undone", "MemoryInfo", "Unopened", "Listed",
-           "Forked", "Destroyed", "Matched", "Health", "Archive"]
-__all__ = ["VERBS", "Failure", "Steps", "batch_lines", "closed_pipe", "command_memory", "forget_lines", "is_block",
-           "main",
-           "nap_lines", "note_lines", "recall_lines", "recall_words_lines", "refused", "server_url", "summaries_lines",
-           "token", "wake_lines",
-           "zoom_lines",
-           # the library (CLIENT.md, "The Python library")
-           *LIBRARY]
+LIBRARY = [
+    "Stash",
+    "StashError",
+    "Unreachable",
+    "BadRequest",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "NotAllowed",
+    "Conflict",
+    "NapNeeded",
+    "TooLarge",
+    "Invalid",
+    "RateLimited",
+    "ServerError",
+    "error_class",
+    "Nap",
+    "Wake",
+    "WakePart",
+    "Noted",
+    "Saved",
+    "Batch",
+    "Found",
+    "Zoomed",
+    "Forgot",
+    "Imported",
+    "Sizes",
+    "Initialized",
+    "Grant",
+    "Minted",
+    "Revoked",
+    "Rotated",
+    "Receipt",
+    "Undone",
+    "MemoryInfo",
+    "Unopened",
+    "Listed",
+    "Forked",
+    "Destroyed",
+    "Matched",
+    "Health",
+    "Archive",
+]
+__all__ = [
+    "VERBS",
+    "Failure",
+    "Steps",
+    "batch_lines",
+    "closed_pipe",
+    "command_memory",
+    "forget_lines",
+    "is_block",
+    "main",
+    "nap_lines",
+    "note_lines",
+    "recall_lines",
+    "recall_words_lines",
+    "refused",
+    "server_url",
+    "summaries_lines",
+    "token",
+    "wake_lines",
+    "zoom_lines",
+    # the library (CLIENT.md, "The Python library")
+    *LIBRARY,
+]
 
 # The verbs of the installed package that this one file lacks (stash/cli/main.py's HOST_VERBS): named so
 # that asking the one file for one says where it is instead of "invalid choice".
@@ -69,31 +123,31 @@ PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "migrate",
 
 VERBS = {
     "init": "mint a new identity on URL, with its first memory, main: prints the two export lines (its token "
-            "shown once) for eval \"$(stash init URL)\", and the block for AGENTS.md on stderr",
+    'shown once) for eval "$(stash init URL)", and the block for AGENTS.md on stderr',
     "wake": "read the wake, part by part, until it says you are awake",
     "note": "record one note: a line of lasting effect",
     "nap": "show the due compression, or answer it: nap <block> - with your line on standard input; take many at "
-           "once: nap --batch K",
+    "once: nap --batch K",
     "recall": "search every note of the memory with a regex, or by words with --words (prefixes, any case or "
-              "accent, best first)",
+    "accent, best first)",
     "zoom": "open a block of the wake into its two halves",
     "forget": "drop a bad summary, the block containing it at each larger size, and every later summary of "
-              "those sizes; the naps that follow write them again",
+    "those sizes; the naps that follow write them again",
     "config": "show the sizes, or set them: config NAME=VALUE (empty value restores the default)",
     "import": "bulk-append dated notes from a file of 'YYYY-MM-DD text' lines",
     "grants": "list capabilities, mint one (read | append | full; --memory NAME binds it to that memory), or "
-              "revoke one (revoke ID)",
+    "revoke one (revoke ID)",
     "memories": "the owner's memories: list; create NAME; delete NAME --yes; fork SOURCE NAME [--at N]; "
-                "erase --q REGEX [--memory NAME ...] [--dry-run]",
+    "erase --q REGEX [--memory NAME ...] [--dry-run]",
     "erase": "shred notes for good by id (owner): erase ID [ID ...]",
     "erasures": "list the erasure receipts (owner)",
     "undo": "erase what one capability wrote (undo --grant ID) or a range (undo --first I --last J), slice by "
-            "slice (owner); revoke the capability first",
+    "slice (owner); revoke the capability first",
     "rotate": "replace the owner token: prints the new one once and uses it, which ends the old one (owner)",
     "destroy": "destroy the whole identity, every memory and every token of it (owner): destroy --yes",
     "export": "download the whole memory as an OptMem folder (or a .tar.gz) and check its manifest",
     "import-optmem": "move an OptMem memory folder (LOG.txt, TREE/, config) into this empty memory (or, with "
-                     "--memory NAME, into that memory of the owner's)",
+    "--memory NAME, into that memory of the owner's)",
     "health": "check that the server answers, and which ciphers it uses",
     "unpin": "forget the log head this client pinned for this memory, to accept an older state restored on purpose",
 }
@@ -106,19 +160,22 @@ IMPORT_BATCH_ENTRIES = 10_000  # the server's default --import-per-request for a
 # lost cannot write twice: the server replays the first answer instead. Written
 # from the server's route declarations by `python -m stash.web.refgen --write`.
 # <!-- generated: keyed writes -->
-KEYED_WRITES = frozenset({
-    ("DELETE", "/grants/{grant_id}"),
-    ("POST", "/erase"),
-    ("POST", "/erase/undo"),
-    ("POST", "/grants"),
-    ("POST", "/import"),
-    ("POST", "/nap"),
-    ("POST", "/note"),
-    ("POST", "/rotate"),
-})
+KEYED_WRITES = frozenset(
+    {
+        ("DELETE", "/grants/{grant_id}"),
+        ("POST", "/erase"),
+        ("POST", "/erase/undo"),
+        ("POST", "/grants"),
+        ("POST", "/import"),
+        ("POST", "/nap"),
+        ("POST", "/note"),
+        ("POST", "/rotate"),
+    }
+)
 # <!-- end generated -->
-_KEYED = [(method, re.compile("[^/]+".join(map(re.escape, re.split(r"\{\w+\}", path)))))
-          for method, path in KEYED_WRITES]
+_KEYED = [
+    (method, re.compile("[^/]+".join(map(re.escape, re.split(r"\{\w+\}", path))))) for method, path in KEYED_WRITES
+]
 
 
 def is_keyed(method: str, path: str) -> bool:
@@ -155,8 +212,14 @@ class Failure(Exception):
     """A refusal to report: ``message`` goes to stderr, ``code`` is the exit status;
     ``body`` is the server's error object, printed on stdout under --json."""
 
-    def __init__(self, message: str, code: int = REFUSED, extra: str | None = None,
-                 status: int | None = None, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        code: int = REFUSED,
+        extra: str | None = None,
+        status: int | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -244,8 +307,10 @@ def shell_word(text: str) -> str:
 
 DELIMITER = "STASH_END"  # the server's too: no line a note, summary or pattern accepts equals it
 _BLOCK_ID = re.compile(r"[0-9]{1,19}-[0-9]{1,19}")
-BATCH_OFFER = ("Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
-               "only write lines and never call Stash):")
+BATCH_OFFER = (
+    "Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
+    "only write lines and never call Stash):"
+)
 
 
 def _heredoc(command: str, lines: list[str]) -> str:
@@ -302,8 +367,7 @@ class Steps:
 
     def recall_words(self, before: str | None = None) -> str:
         more = "" if before is None else f" --before {before}"
-        return _heredoc(f"{_prog()} recall --words -{more}",
-                        ["<the same words>" if before is not None else "<words>"])
+        return _heredoc(f"{_prog()} recall --words -{more}", ["<the same words>" if before is not None else "<words>"])
 
     def render(self, step: object) -> str | None:
         """This client's command for one of the server's step objects; None
@@ -325,8 +389,12 @@ class Steps:
             if keys == {"batch"} and _whole(fields["batch"]):
                 return self.nap_batch(fields["batch"])
             items = fields.get("summaries")
-            if keys == {"summaries"} and isinstance(items, list) and items and all(
-                    isinstance(x, dict) and _block(x.get("block")) for x in items):
+            if (
+                keys == {"summaries"}
+                and isinstance(items, list)
+                and items
+                and all(isinstance(x, dict) and _block(x.get("block")) for x in items)
+            ):
                 return self.nap_summaries([x["block"] for x in items])
         elif path == "/note" and keys == {"text"}:
             return self.note()
@@ -361,16 +429,27 @@ def nap_text(nap: object, steps: Steps = SHELL) -> str | None:
     source = [x for x in nap.get("source") or [] if isinstance(x, str)]
     left = nap.get("remaining") if _whole(nap.get("remaining")) else 0
     limit = nap.get("max_bytes") if _whole(nap.get("max_bytes")) else 280
-    tail = "" if not left else "\n" + ("1 compression remains" if left == 1 else
-                                       f"{left} compressions remain") + " after this one."
+    tail = (
+        ""
+        if not left
+        else "\n" + ("1 compression remains" if left == 1 else f"{left} compressions remain") + " after this one."
+    )
     run: list[Any] = nap["run"] if isinstance(nap.get("run"), list) else []
-    first = [s for s in run if isinstance(s, dict) and s.get("path") == "/nap"
-             and isinstance(s.get("fields"), dict) and set(s["fields"]) == {"block", "text"}]
-    text = (f"Compress memories #{nap['block']} into one line of at most {limit} bytes.\n"
-            "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
-            + "\n".join("  " + line for line in source)
-            + f"\n{tail}\n" + "\n".join(steps.orders(first[:1] or [{"path": "/nap", "fields": {
-                "block": nap["block"], "text": ""}}])))
+    first = [
+        s
+        for s in run
+        if isinstance(s, dict)
+        and s.get("path") == "/nap"
+        and isinstance(s.get("fields"), dict)
+        and set(s["fields"]) == {"block", "text"}
+    ]
+    text = (
+        f"Compress memories #{nap['block']} into one line of at most {limit} bytes.\n"
+        "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
+        + "\n".join("  " + line for line in source)
+        + f"\n{tail}\n"
+        + "\n".join(steps.orders(first[:1] or [{"path": "/nap", "fields": {"block": nap["block"], "text": ""}}]))
+    )
     for s in run:
         if isinstance(s, dict) and isinstance(s.get("fields"), dict) and set(s["fields"]) == {"batch"}:
             order = steps.orders([s])
@@ -398,22 +477,27 @@ def _shown(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-def address(explicit: str | None = None, fallback: str | None = None,
-            explicit_is: str = "the URL argument", fallback_is: str = "--url") -> tuple[str, str]:
+def address(
+    explicit: str | None = None,
+    fallback: str | None = None,
+    explicit_is: str = "the URL argument",
+    fallback_is: str = "--url",
+) -> tuple[str, str]:
     """The server's address and where it came from, in words an error can
     name: ``explicit`` (a command's argument) first, else STASH_URL, else
     ``fallback``. An address that is not http(s) is refused naming its source,
     so a mistyped argument is never reported as a bad STASH_URL."""
-    for value, source in ((explicit, explicit_is), (os.environ.get("STASH_URL"), "STASH_URL"),
-                          (fallback, fallback_is)):
+    for value, source in ((explicit, explicit_is), (os.environ.get("STASH_URL"), "STASH_URL"), (fallback, fallback_is)):
         url = (value or "").strip()
         if not url:
             continue
         if not url.startswith(("http://", "https://")):
             raise Failure(f"stash: {source} must start with http:// or https:// (it is {_shown(url)!r}).", USAGE)
         return url.rstrip("/"), source
-    raise Failure("stash: STASH_URL is not set. Set it to the server's address, like "
-                  "export STASH_URL=https://stash.example", USAGE)
+    raise Failure(
+        "stash: STASH_URL is not set. Set it to the server's address, like export STASH_URL=https://stash.example",
+        USAGE,
+    )
 
 
 def server_url(fallback: str | None = None, explicit: str | None = None) -> str:
@@ -421,8 +505,10 @@ def server_url(fallback: str | None = None, explicit: str | None = None) -> str:
 
 
 def token() -> str:
-    return _env("STASH_TOKEN", "Set it to your capability (export STASH_TOKEN=...); "
-                f"a new identity gets one from: {_prog()} init")
+    return _env(
+        "STASH_TOKEN",
+        f"Set it to your capability (export STASH_TOKEN=...); a new identity gets one from: {_prog()} init",
+    )
 
 
 # ---------------------------------------------------------------- pinning
@@ -516,8 +602,9 @@ class Api:
     STASH_PIN says). A refusal raises the :class:`StashError` subclass of its code and status; ``source``
     is where the address came from, as its messages name it."""
 
-    def __init__(self, url: str, tok: str | None, source: str = "STASH_URL", pin: bool | None = None,
-                 cli: bool = False) -> None:
+    def __init__(
+        self, url: str, tok: str | None, source: str = "STASH_URL", pin: bool | None = None, cli: bool = False
+    ) -> None:
         self.url = url
         self._token = tok
         self._pin = pin  # None: as STASH_PIN says
@@ -534,8 +621,17 @@ class Api:
             return f"STASH_URL={_shown(self.url)}"
         return f"{_shown(self.url)} ({self.source})"
 
-    def call(self, method: str, path: str, body: object = None, *, query: dict[str, Any] | None = None,
-             raw: bool = False, timeout: float = TIMEOUT, own: bool = True) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        query: dict[str, Any] | None = None,
+        raw: bool = False,
+        timeout: float = TIMEOUT,
+        own: bool = True,
+    ) -> Any:
         """One route, answered as JSON (``raw``: its bytes). ``own`` False: the call opens another memory
         than the one at ``url`` (a fork's source), so this memory's pin is neither sent nor moved."""
         pinning = own and self.pinning()
@@ -580,8 +676,9 @@ class Api:
         try:
             answer = json.loads(payload.decode("utf-8"))
         except ValueError:
-            raise Unreachable(f"stash: the server at {self.where()} did not answer JSON; "
-                              "is that the address of a Stash server?") from None
+            raise Unreachable(
+                f"stash: the server at {self.where()} did not answer JSON; is that the address of a Stash server?"
+            ) from None
         if isinstance(answer, dict) and isinstance(answer.get("head"), dict) and pinning:
             remember_pin(self.url, self._token, answer["head"].get("pin"))
         if _JSON["on"]:
@@ -606,17 +703,21 @@ class Api:
                 raise _Busy(error, REDO_WAIT) from None
             raise error from None
         except urllib.error.URLError as err:
-            unreachable = Unreachable(f"stash: cannot reach the server at {self.where()} "
-                                      f"({_reason(err.reason)}). Check the address and that the server is running.")
+            unreachable = Unreachable(
+                f"stash: cannot reach the server at {self.where()} "
+                f"({_reason(err.reason)}). Check the address and that the server is running."
+            )
             if isinstance(err.reason, (ConnectionError, TimeoutError, socket.timeout)):
                 raise _Lost(unreachable) from None
             raise unreachable from None
         except (TimeoutError, socket.timeout):  # noqa: UP041 - distinct classes before Python 3.10
-            raise _Lost(Unreachable(f"stash: the server at {self.where()} did not answer within "
-                                    f"{timeout:.0f} s; try again.")) from None
+            raise _Lost(
+                Unreachable(f"stash: the server at {self.where()} did not answer within {timeout:.0f} s; try again.")
+            ) from None
         except (OSError, http.client.HTTPException) as err:
-            raise _Lost(Unreachable(f"stash: the connection to {self.where()} failed "
-                                    f"({_reason(err)}); try again.")) from None
+            raise _Lost(
+                Unreachable(f"stash: the connection to {self.where()} failed ({_reason(err)}); try again.")
+            ) from None
 
     def _refusal(self, err: urllib.error.HTTPError) -> StashError:
         """The refusal as its :class:`StashError` (see :func:`error_class`); an answer that is no Stash error
@@ -626,8 +727,10 @@ class Api:
         except (ValueError, OSError):
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("message"), str):
-            return Unreachable(f"stash: the server at {self.where()} answered HTTP {err.code} "
-                               "without a Stash error; is that the address of a Stash server?")
+            return Unreachable(
+                f"stash: the server at {self.where()} answered HTTP {err.code} "
+                "without a Stash error; is that the address of a Stash server?"
+            )
         error = body.get("error")
         code = error if isinstance(error, str) else ""
         message = self.token_refused() if code == "auth.invalid" else body["message"]
@@ -638,12 +741,16 @@ class Api:
         is curl's (an Authorization header); for the command the token is
         STASH_TOKEN, for a program the token it gave :class:`Stash`."""
         if not self.cli:
-            return (f"stash: the server at {self.where()} refused the token given to Stash: it is mistyped, "
-                    "revoked, expired or another server's (each gets this same answer). Pass a valid capability "
-                    "token, or mint a new identity with Stash(url, None).init().")
-        return (f"stash: the server at {self.where()} refused STASH_TOKEN: it is mistyped, revoked or another "
-                f"server's (each gets this same answer). Set STASH_TOKEN to a valid capability "
-                f"(export STASH_TOKEN=stash1_…), or mint a new identity with: {_prog()} init URL")
+            return (
+                f"stash: the server at {self.where()} refused the token given to Stash: it is mistyped, "
+                "revoked, expired or another server's (each gets this same answer). Pass a valid capability "
+                "token, or mint a new identity with Stash(url, None).init()."
+            )
+        return (
+            f"stash: the server at {self.where()} refused STASH_TOKEN: it is mistyped, revoked or another "
+            f"server's (each gets this same answer). Set STASH_TOKEN to a valid capability "
+            f"(export STASH_TOKEN=stash1_…), or mint a new identity with: {_prog()} init URL"
+        )
 
 
 def _retry_after(value: str | None) -> float:
@@ -756,9 +863,11 @@ def refused(error: StashError, steps: Steps = SHELL) -> Failure:
     shown = [text for text in (nap_text(body.get("nap"), steps), *steps.orders(body.get("run"))) if text]
     extra = "\n\n".join(shown) if shown else None
     if error.code == "store.pin_mismatch":
-        extra = ("This client last saw a longer or different log for this memory, so the server's copy was "
-                 "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
-                 f"has now with: {_prog()} unpin")
+        extra = (
+            "This client last saw a longer or different log for this memory, so the server's copy was "
+            "rolled back or replaced. If you restored it from a backup on purpose, accept the state it "
+            f"has now with: {_prog()} unpin"
+        )
     return Failure(error.message, REFUSED, extra, error.status or None, body or None)
 
 
@@ -771,8 +880,10 @@ def wake_lines(mem: Stash, part: int | None = None, T: int | None = None, steps:
     ans = mem.wake_part(part, T).answer
     out = []
     if _whole(ans.get("parts")) and ans["parts"] > 1:  # the same header as the server's text/plain part
-        out.append(f"Your memory, part {ans.get('part')} of {ans['parts']}, oldest first "
-                   f"({plural(ans.get('T', 0), 'memory', 'memories')}).")
+        out.append(
+            f"Your memory, part {ans.get('part')} of {ans['parts']}, oldest first "
+            f"({plural(ans.get('T', 0), 'memory', 'memories')})."
+        )
     out += list(ans.get("lines", []))
     if not ans.get("awake"):
         return out + ["Not awake yet.", *steps.orders(ans.get("run"))]
@@ -816,19 +927,26 @@ def batch_lines(mem: Stash, k: int, steps: Steps = SHELL) -> list[str]:
         return ["Nothing left to compress."]
     limit = items[0].get("max_bytes") if _whole(items[0].get("max_bytes")) else 280
     if len(items) == 1:
-        out = [f"Compress this block into one line of at most {limit} bytes.",
-               "Keep what has lasting effect, drop what does not. Invent nothing.", ""]
+        out = [
+            f"Compress this block into one line of at most {limit} bytes.",
+            "Keep what has lasting effect, drop what does not. Invent nothing.",
+            "",
+        ]
     else:
-        out = [f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.",
-               "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
-               "can be written in parallel (by subagents that only write lines and never call Stash).", ""]
+        out = [
+            f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.",
+            "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
+            "can be written in parallel (by subagents that only write lines and never call Stash).",
+            "",
+        ]
     for it in items:
         out += [f"#{it['block']}:", *("  " + x for x in it.get("source") or [] if isinstance(x, str)), ""]
     nap = ans.get("nap")
     after = nap["remaining"] + 1 - len(items) if isinstance(nap, dict) and _whole(nap.get("remaining")) else 0
     if after > 0:
-        out.append(f"{after} compression{'s' if after != 1 else ''} will remain after these; ask for the next "
-                   "batch then.")
+        out.append(
+            f"{after} compression{'s' if after != 1 else ''} will remain after these; ask for the next batch then."
+        )
     return out + ["Send every line at once, in this order (all or nothing).", *steps.orders(ans.get("run"))]
 
 
@@ -841,8 +959,9 @@ def read_summaries(text: str) -> list[dict[str, Any]]:
             continue
         block, _, summary = line.partition(" ")
         if not re.fullmatch(r"\d+-\d+", block) or not summary.strip():
-            raise Failure(f"stash: line {n} must be a block id and its summary, like: 0-1 chose SQLite. "
-                          "Nothing was sent.", USAGE)
+            raise Failure(
+                f"stash: line {n} must be a block id and its summary, like: 0-1 chose SQLite. Nothing was sent.", USAGE
+            )
         out.append({"block": block, "text": summary.strip()})
     if not out:
         raise Failure("stash: no summaries given; send one 'BLOCK LINE' line per block. Nothing was sent.", USAGE)
@@ -883,8 +1002,10 @@ def recall_lines(mem: Stash, q: str, before: int | None = None, steps: Steps = S
         count = count[:-1] + f" before #{before}."
     if isinstance(found.more, int):
         shown = "is" if len(matches) == 1 else "are"
-        return matches + [f"{count} The newest {len(matches)} {shown} shown; the command below fetches the older "
-                          "ones.", *steps.orders(ans.get("run"))]
+        return matches + [
+            f"{count} The newest {len(matches)} {shown} shown; the command below fetches the older ones.",
+            *steps.orders(ans.get("run")),
+        ]
     if total and not matches:
         return [f"{count} None fits in PART_CHARS bytes; raise PART_CHARS (config) to see them."]
     return matches + [count]
@@ -919,8 +1040,10 @@ def forget_lines(mem: Stash, block: str, steps: Steps = SHELL) -> list[str]:
     dropped summaries to write again."""
     forgot = mem.forget(block)
     dropped = forgot.dropped
-    out = [f"Dropped {plural(len(dropped), 'summary', 'summaries')}: {', '.join(dropped)}. The log is untouched; "
-           "the next naps write them again."]
+    out = [
+        f"Dropped {plural(len(dropped), 'summary', 'summaries')}: {', '.join(dropped)}. The log is untouched; "
+        "the next naps write them again."
+    ]
     if forgot.answer.get("nap"):
         return out + _nap_prompt(forgot.answer["nap"], steps)
     return out + [f"{steps.lead}{steps.nap()}"]
@@ -1003,9 +1126,17 @@ class ServerError(StashError):
     """5xx: the server failed or its store is unavailable or damaged."""
 
 
-_BY_STATUS: dict[int, type[StashError]] = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
-                                           405: NotAllowed, 409: Conflict, 413: TooLarge, 422: Invalid,
-                                           429: RateLimited}
+_BY_STATUS: dict[int, type[StashError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: NotAllowed,
+    409: Conflict,
+    413: TooLarge,
+    422: Invalid,
+    429: RateLimited,
+}
 _BY_CODE: dict[str, type[StashError]] = {"wake.needs_nap": NapNeeded}
 
 
@@ -1037,8 +1168,13 @@ class Nap:
     def of(cls, value: object) -> Nap | None:
         if not isinstance(value, dict) or not isinstance(value.get("block"), str):
             return None
-        return cls(value["block"], _strs(value.get("source")), int(value.get("remaining") or 0),
-                   int(value.get("max_bytes") or 280), str(value.get("prompt", "")))
+        return cls(
+            value["block"],
+            _strs(value.get("source")),
+            int(value.get("remaining") or 0),
+            int(value.get("max_bytes") or 280),
+            str(value.get("prompt", "")),
+        )
 
 
 @dataclass(frozen=True)
@@ -1159,9 +1295,19 @@ class Grant:
 
     @classmethod
     def of(cls, g: dict[str, Any]) -> Grant:
-        return cls(int(g["id"]), str(g["scope"]), g.get("label"), str(g.get("created", "")), g.get("expires"),
-                   g.get("revoked"), bool(g.get("live", not g.get("revoked"))), g.get("last_used"),
-                   bool(g.get("you")), g.get("memory"), g)
+        return cls(
+            int(g["id"]),
+            str(g["scope"]),
+            g.get("label"),
+            str(g.get("created", "")),
+            g.get("expires"),
+            g.get("revoked"),
+            bool(g.get("live", not g.get("revoked"))),
+            g.get("last_used"),
+            bool(g.get("you")),
+            g.get("memory"),
+            g,
+        )
 
 
 @dataclass(frozen=True)
@@ -1206,8 +1352,9 @@ class Receipt:
 
     @classmethod
     def of(cls, r: dict[str, Any]) -> Receipt:
-        return cls(int(r["receipt"]), _ints(r.get("ids")), _ints(r.get("erased")), int(r.get("dropped", 0)),
-                   str(r.get("at")))
+        return cls(
+            int(r["receipt"]), _ints(r.get("ids")), _ints(r.get("erased")), int(r.get("dropped", 0)), str(r.get("at"))
+        )
 
 
 @dataclass(frozen=True)
@@ -1234,8 +1381,15 @@ class MemoryInfo:
 
     @classmethod
     def of(cls, m: dict[str, Any]) -> MemoryInfo:
-        return cls(str(m.get("name")), int(m.get("T") or 0), m.get("bytes"), m.get("created"), m.get("last_write"),
-                   int(m.get("grants") or 0), m)
+        return cls(
+            str(m.get("name")),
+            int(m.get("T") or 0),
+            m.get("bytes"),
+            m.get("created"),
+            m.get("last_write"),
+            int(m.get("grants") or 0),
+            m,
+        )
 
 
 @dataclass(frozen=True)
@@ -1334,12 +1488,21 @@ class Stash:
     client's back is refused rather than served. ``source`` is how error
     messages name where the address came from."""
 
-    def __init__(self, url: str, token: str | None, *, pin: bool | None = None, timeout: float = TIMEOUT,
-                 source: str = "Stash(url)") -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        pin: bool | None = None,
+        timeout: float = TIMEOUT,
+        source: str = "Stash(url)",
+    ) -> None:
         if not isinstance(url, str) or not url.strip().startswith(("http://", "https://")):
             shown = _shown(url) if isinstance(url, str) else type(url).__name__
-            raise ValueError(f"Stash(url, token): url is the server's address and starts with http:// or "
-                             f"https://, like http://127.0.0.1:8080 (it is {shown!r}).")
+            raise ValueError(
+                f"Stash(url, token): url is the server's address and starts with http:// or "
+                f"https://, like http://127.0.0.1:8080 (it is {shown!r})."
+            )
         self.url = url.strip().rstrip("/")
         self._token = token
         self._pin = pin
@@ -1354,16 +1517,26 @@ class Stash:
         """The server as an error names it: with where its address came from."""
         return self._api().where()
 
-    def _call(self, method: str, path: str, body: object = None, timeout: float | None = None,
-              raw: bool = False, own: bool = True) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        timeout: float | None = None,
+        raw: bool = False,
+        own: bool = True,
+    ) -> Any:
         return self._api().call(method, path, body, timeout=timeout or self.timeout, raw=raw, own=own)
 
-    def _answer(self, method: str, path: str, body: object = None, timeout: float | None = None,
-                own: bool = True) -> dict[str, Any]:
+    def _answer(
+        self, method: str, path: str, body: object = None, timeout: float | None = None, own: bool = True
+    ) -> dict[str, Any]:
         ans = self._call(method, path, body, timeout, own=own)
         if not isinstance(ans, dict):
-            raise Unreachable(f"stash: the server at {self.where()} did not answer a JSON object; "
-                              "is that the address of a Stash server?")
+            raise Unreachable(
+                f"stash: the server at {self.where()} did not answer a JSON object; "
+                "is that the address of a Stash server?"
+            )
         return ans
 
     def request(self, method: str, path: str, body: object = None) -> dict[str, Any]:
@@ -1377,8 +1550,15 @@ class Stash:
         """One part of the wake (the first without ``part``); later parts name the ``T`` the first answered.
         The POST twin: no query string, so a broker that refuses them passes it."""
         ans = self._answer("POST", "/wake", {k: v for k, v in (("part", part), ("T", T)) if v is not None})
-        return WakePart(int(ans.get("T") or 0), int(ans.get("part") or 1), int(ans.get("parts") or 1),
-                        _strs(ans.get("lines")), bool(ans.get("awake")), Nap.of(ans.get("nap")), ans)
+        return WakePart(
+            int(ans.get("T") or 0),
+            int(ans.get("part") or 1),
+            int(ans.get("parts") or 1),
+            _strs(ans.get("lines")),
+            bool(ans.get("awake")),
+            Nap.of(ans.get("nap")),
+            ans,
+        )
 
     def wake(self) -> Wake:
         """Every part of the wake, joined; raises :class:`NapNeeded` when a summary must be written first."""
@@ -1400,8 +1580,9 @@ class Stash:
     def nap(self, block: str | None = None, text: str | None = None) -> Saved:
         """Save ``text`` as the summary of ``block`` (the due one); with neither, ask what is due. What is
         given is sent, so the server refuses a ``text`` without ``block`` (``nap.missing_block``)."""
-        return self._saved(self._answer("POST", "/nap", {k: v for k, v in (("block", block), ("text", text))
-                                                         if v is not None}))
+        return self._saved(
+            self._answer("POST", "/nap", {k: v for k, v in (("block", block), ("text", text)) if v is not None})
+        )
 
     def batch(self, k: int = 16) -> Batch:
         """Up to ``k`` due blocks that can be written at once (then :meth:`settle` them)."""
@@ -1435,9 +1616,13 @@ class Stash:
         more = ans.get("more")
         scores = ans.get("scores")
         matches = _strs(ans.get("matches"))
-        return Found(matches, int(ans.get("total", len(matches))),
-                     more if isinstance(more, (int, str)) and not isinstance(more, bool) else None,
-                     [float(x) for x in scores] if isinstance(scores, list) else None, ans)
+        return Found(
+            matches,
+            int(ans.get("total", len(matches))),
+            more if isinstance(more, (int, str)) and not isinstance(more, bool) else None,
+            [float(x) for x in scores] if isinstance(scores, list) else None,
+            ans,
+        )
 
     def zoom(self, block: str) -> Zoomed:
         ans = self._answer("POST", "/zoom", {"block": block})
@@ -1462,8 +1647,10 @@ class Stash:
                 ans = self._answer("POST", "/import", {"entries": batch}, timeout=LONG_TIMEOUT)
             except StashError as e:
                 if done:
-                    e.message += (f" (The first {plural(done, 'entry', 'entries')} "
-                                  f"{'was' if done == 1 else 'were'} imported already; import the rest from there.)")
+                    e.message += (
+                        f" (The first {plural(done, 'entry', 'entries')} "
+                        f"{'was' if done == 1 else 'were'} imported already; import the rest from there.)"
+                    )
                 raise
             first = int(ans["first"]) if first is None else first
             last, pending = int(ans["last"]), int(ans["pending"])
@@ -1480,16 +1667,28 @@ class Stash:
         ans = self._answer("POST", "/init", body)
         self._token = str(ans["token"])
         note = ans.get("note")
-        return Initialized(str(ans.get("user_id", "")), self._token, str(ans.get("prompt", "")),
-                           note if isinstance(note, str) else None, ans)
+        return Initialized(
+            str(ans.get("user_id", "")),
+            self._token,
+            str(ans.get("prompt", "")),
+            note if isinstance(note, str) else None,
+            ans,
+        )
 
     def grants(self) -> Listed[Grant]:
         """Every capability of every memory; ``unopened``: the memories whose capabilities could not be read."""
         ans = self._answer("GET", "/grants")
         return Listed([Grant.of(g) for g in ans.get("grants") or [] if isinstance(g, dict)], ans)
 
-    def mint(self, scope: str, *, memory: str | None = None, label: str | None = None,
-             expires: str | None = None, url: str | None = None) -> Minted:
+    def mint(
+        self,
+        scope: str,
+        *,
+        memory: str | None = None,
+        label: str | None = None,
+        expires: str | None = None,
+        url: str | None = None,
+    ) -> Minted:
         """A new capability of ``scope`` (read, append or full); ``url`` is the address its block names
         (default: the server's own)."""
         body: dict[str, Any] = {"scope": scope}
@@ -1497,8 +1696,14 @@ class Stash:
             if value is not None:
                 body[name] = value
         ans = self._answer("POST", "/grants", body)
-        return Minted(int(ans["id"]), str(ans.get("scope", scope)), str(ans["token"]), str(ans.get("prompt", "")),
-                      ans.get("memory", memory), ans)
+        return Minted(
+            int(ans["id"]),
+            str(ans.get("scope", scope)),
+            str(ans["token"]),
+            str(ans.get("prompt", "")),
+            ans.get("memory", memory),
+            ans,
+        )
 
     def revoke(self, grant_id: int) -> Revoked:
         ans = self._answer("DELETE", f"/grants/{int(grant_id)}")
@@ -1519,11 +1724,19 @@ class Stash:
     def undo(self, *, grant: int | None = None, first: int | None = None, last: int | None = None) -> Undone:
         """One slice of erasing what capability ``grant`` wrote (or the ids ``first`` to ``last``); send the
         answer's ``more`` as ``first`` for the next slice."""
-        ans = self._answer("POST", "/erase/undo", {k: v for k, v in (("grant", grant), ("first", first),
-                                                                    ("last", last)) if v is not None})
+        ans = self._answer(
+            "POST",
+            "/erase/undo",
+            {k: v for k, v in (("grant", grant), ("first", first), ("last", last)) if v is not None},
+        )
         more = ans.get("more")
-        return Undone(Receipt.of(ans) if ans.get("receipt") is not None else None, _ints(ans.get("erased")),
-                      int(ans.get("dropped", 0)), more if _whole(more) else None, ans)
+        return Undone(
+            Receipt.of(ans) if ans.get("receipt") is not None else None,
+            _ints(ans.get("erased")),
+            int(ans.get("dropped", 0)),
+            more if _whole(more) else None,
+            ans,
+        )
 
     def memories(self) -> Listed[MemoryInfo]:
         """Every memory of the identity; ``unopened``: those that could not be opened, each named."""
@@ -1539,16 +1752,28 @@ class Stash:
         ``source``, not this object's memory, so this memory's pin stays out of it."""
         body: dict[str, Any] = {"name": name} if at is None else {"name": name, "at": at}
         ans = self._answer("POST", f"/memories/{urllib.parse.quote(source, safe='')}/fork", body, own=False)
-        return Forked(str(ans.get("name")), str(ans.get("source")), int(ans.get("at") or 0),
-                      int(ans.get("erased") or 0), int(ans.get("summaries") or 0), ans)
+        return Forked(
+            str(ans.get("name")),
+            str(ans.get("source")),
+            int(ans.get("at") or 0),
+            int(ans.get("erased") or 0),
+            int(ans.get("summaries") or 0),
+            ans,
+        )
 
     def delete(self, name: str) -> Destroyed:
         """Destroy memory ``name`` and every capability of it, for good."""
         ans = self._answer("DELETE", f"/memories/{urllib.parse.quote(name, safe='')}")
         return Destroyed(ans.get("memory"), ans.get("memories"), str(ans.get("at")), ans)
 
-    def erase_matching(self, q: str | None = None, *, words: str | None = None, memories: list[str] | None = None,
-                       dry_run: bool = False) -> Matched:
+    def erase_matching(
+        self,
+        q: str | None = None,
+        *,
+        words: str | None = None,
+        memories: list[str] | None = None,
+        dry_run: bool = False,
+    ) -> Matched:
         """Erase every note matching ``q`` (a regex) or ``words`` in each memory named (default all); with
         ``dry_run``, count only."""
         body: dict[str, Any] = {k: v for k, v in (("q", q), ("words", words)) if v is not None}
@@ -1558,8 +1783,14 @@ class Stash:
             body["dry_run"] = True
         ans = self._answer("POST", "/memories/erase", body)
         counts = {str(m.get("name")): int(m.get("erased") or 0) for m in ans.get("memories") or []}
-        return Matched(counts, int(ans.get("total") or 0), bool(ans.get("dry_run")), str(ans.get("at")),
-                       str(ans.get("fingerprint")), ans)
+        return Matched(
+            counts,
+            int(ans.get("total") or 0),
+            bool(ans.get("dry_run")),
+            str(ans.get("at")),
+            str(ans.get("fingerprint")),
+            ans,
+        )
 
     def destroy(self) -> Destroyed:
         """Destroy the whole identity, every memory and every token of it, for good."""
@@ -1568,8 +1799,13 @@ class Stash:
 
     def health(self) -> Health:
         ans = self._answer("GET", "/health")
-        return Health(bool(ans.get("ok")), str(ans.get("version", "?")), str(ans.get("content_cipher", "?")),
-                      str(ans.get("file_cipher", "?")), ans)
+        return Health(
+            bool(ans.get("ok")),
+            str(ans.get("version", "?")),
+            str(ans.get("content_cipher", "?")),
+            str(ans.get("file_cipher", "?")),
+            ans,
+        )
 
     def archive(self) -> Archive:
         """The whole memory as OptMem's folder in a .tar.gz, its manifest checked against its files; an
@@ -1599,8 +1835,10 @@ def do_init(args: argparse.Namespace) -> int:
     written into the block is --url, else URL; with neither, the server
     chooses (its own --url, else the address it was called at)."""
     if not (args.server or os.environ.get("STASH_URL", "").strip() or args.url):
-        raise Failure(f"stash: init needs the server's address: {_prog()} init URL, like "
-                      f"{_prog()} init http://127.0.0.1:8080", USAGE)
+        raise Failure(
+            f"stash: init needs the server's address: {_prog()} init URL, like {_prog()} init http://127.0.0.1:8080",
+            USAGE,
+        )
     url, source = address(args.server, args.url, explicit_is="the URL given to init", fallback_is="--url")
     mem = command_memory(url, None, source)
     public = (args.url or args.server or "").rstrip("/")
@@ -1632,8 +1870,11 @@ def do_note(args: argparse.Namespace) -> int:
 def do_nap(args: argparse.Namespace) -> int:
     if args.batch is not None or args.summaries is not None:
         if args.block is not None or (args.batch is not None and args.summaries is not None):
-            raise Failure(f"stash: give one of: {_prog()} nap --batch K, {_prog()} nap --summaries FILE, "
-                          f"{_prog()} nap BLOCK - (the line on standard input).", USAGE)
+            raise Failure(
+                f"stash: give one of: {_prog()} nap --batch K, {_prog()} nap --summaries FILE, "
+                f"{_prog()} nap BLOCK - (the line on standard input).",
+                USAGE,
+            )
         if args.batch is not None:
             _out_lines(batch_lines(_api(), args.batch))
             return 0
@@ -1824,18 +2065,21 @@ def do_grants(args: argparse.Namespace) -> int:
     if words[0] in ("read", "append", "full") and len(words) == 1:
         # The address this client calls goes into the agent's block, as init writes it.
         # Bound to the memory named, else to the one STASH_URL names (a capability minted there is for it).
-        ans = mem.mint(words[0], memory=args.memory or here, label=args.label, expires=args.expires,
-                       url=mem.url).answer
+        ans = mem.mint(words[0], memory=args.memory or here, label=args.label, expires=args.expires, url=mem.url).answer
         # The token stays the last line of standard output, for scripts; the agent's block goes beside it.
         if isinstance(ans.get("prompt"), str):
-            _say("Paste this block at the top of that agent's AGENTS.md"
-                 + (" (it says the capability is read-only):" if ans.get("scope") == "read" else ":"))
+            _say(
+                "Paste this block at the top of that agent's AGENTS.md"
+                + (" (it says the capability is read-only):" if ans.get("scope") == "read" else ":")
+            )
             _say()
             _say(ans["prompt"].rstrip("\n"))
             _say()
         bound = f", bound to memory {ans['memory']}" if ans.get("memory") not in (None, "main") else ""
-        _out(f"Minted #{ans.get('id')}, scope {ans.get('scope', words[0])}{bound}. "
-             "Its token is shown this once; hand it over as STASH_TOKEN:")
+        _out(
+            f"Minted #{ans.get('id')}, scope {ans.get('scope', words[0])}{bound}. "
+            "Its token is shown this once; hand it over as STASH_TOKEN:"
+        )
         _out(str(ans.get("token")))
         return 0
     if words[0] == "revoke" and len(words) == 2:
@@ -1846,15 +2090,22 @@ def do_grants(args: argparse.Namespace) -> int:
         if isinstance(ans, dict) and ans.get("already"):
             _out(f"#{gid} was revoked already (at {ans.get('revoked')}); nothing changed.")
             return 0
-        _out(f"Revoked #{gid}: its token opens nothing from now on, and nothing written from now on opens with "
-             "it even from old copies of the files.")
+        _out(
+            f"Revoked #{gid}: its token opens nothing from now on, and nothing written from now on opens with "
+            "it even from old copies of the files."
+        )
         if isinstance(ans, dict) and ans.get("also_revoked"):
             ended = ", ".join(f"#{i}" for i in ans["also_revoked"])
-            _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
-                 f"{_prog()} grants read|full")
+            _out(
+                f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
+                f"{_prog()} grants read|full"
+            )
         return 0
-    raise Failure(f"stash: grants takes nothing (list), read, append or full (mint), or revoke ID; the IDs are "
-                  f"listed by: {_prog()} grants", USAGE)
+    raise Failure(
+        f"stash: grants takes nothing (list), read, append or full (mint), or revoke ID; the IDs are "
+        f"listed by: {_prog()} grants",
+        USAGE,
+    )
 
 
 def _out_unopened(unopened: list[Unopened], what: str) -> None:
@@ -1864,8 +2115,10 @@ def _out_unopened(unopened: list[Unopened], what: str) -> None:
 
 
 def _memory_line(m: MemoryInfo) -> str:
-    return (f"{m.name}: {plural(m.T, 'note')}, {m.bytes} bytes, "
-            f"created {m.created}, {plural(m.grants, 'capability', 'capabilities')}")
+    return (
+        f"{m.name}: {plural(m.T, 'note')}, {m.bytes} bytes, "
+        f"created {m.created}, {plural(m.grants, 'capability', 'capabilities')}"
+    )
 
 
 def do_memories(args: argparse.Namespace) -> int:
@@ -1882,35 +2135,50 @@ def do_memories(args: argparse.Namespace) -> int:
         return 0
     if words[0] == "create" and len(words) == 2:
         made = mem.create(words[1])
-        _out(f"Created memory {made.name}. Its agents use STASH_URL={mem.url.rstrip('/')}/m/{quoted[1]}; "
-             f"mint their capabilities with: {_prog()} grants full --memory {shlex.quote(words[1])}")
+        _out(
+            f"Created memory {made.name}. Its agents use STASH_URL={mem.url.rstrip('/')}/m/{quoted[1]}; "
+            f"mint their capabilities with: {_prog()} grants full --memory {shlex.quote(words[1])}"
+        )
         return 0
     if words[0] == "delete" and len(words) == 2:
         if not args.yes:
-            raise Failure(f"stash: delete destroys memory {words[1]} and every capability of it, for good. "
-                          f"To go ahead: {_prog()} memories delete {shlex.quote(words[1])} --yes", USAGE)
+            raise Failure(
+                f"stash: delete destroys memory {words[1]} and every capability of it, for good. "
+                f"To go ahead: {_prog()} memories delete {shlex.quote(words[1])} --yes",
+                USAGE,
+            )
         gone = mem.delete(words[1])
-        _out(f"Destroyed memory {gone.memory} (its log held {plural(gone.memories or 0, 'note')}) "
-             f"at {gone.at}; its capabilities open nothing from now on.")
+        _out(
+            f"Destroyed memory {gone.memory} (its log held {plural(gone.memories or 0, 'note')}) "
+            f"at {gone.at}; its capabilities open nothing from now on."
+        )
         return 0
     if words[0] == "fork" and len(words) == 3:
         forked = mem.fork(words[1], words[2], at=args.at)
-        _out(f"Forked memory {forked.source} into memory {forked.name} with its first {plural(forked.at, 'note')} "
-             f"and {plural(forked.summaries, 'summary', 'summaries')}; no capability of {forked.source} opens it.")
+        _out(
+            f"Forked memory {forked.source} into memory {forked.name} with its first {plural(forked.at, 'note')} "
+            f"and {plural(forked.summaries, 'summary', 'summaries')}; no capability of {forked.source} opens it."
+        )
         return 0
     if words[0] == "erase" and len(words) == 1:
         if (args.q is None) == (args.words_query is None):
-            raise Failure(f"stash: memories erase takes --q REGEX or --words WORDS. See: {_prog()} memories --help",
-                          USAGE)
+            raise Failure(
+                f"stash: memories erase takes --q REGEX or --words WORDS. See: {_prog()} memories --help", USAGE
+            )
         done = mem.erase_matching(args.q, words=args.words_query, memories=args.memory, dry_run=bool(args.dry_run))
         for name, count in done.memories.items():
             verb = ("matches" if count == 1 else "match") if done.dry_run else "erased"
             _out(f"memory {name}: {plural(count, 'note')} {verb}")
-        _out(f"Total {done.total} at {done.at}; query fingerprint {done.fingerprint}."
-             + (" Nothing was erased (dry run)." if done.dry_run else ""))
+        _out(
+            f"Total {done.total} at {done.at}; query fingerprint {done.fingerprint}."
+            + (" Nothing was erased (dry run)." if done.dry_run else "")
+        )
         return 0
-    raise Failure(f"stash: memories takes nothing (list), create NAME, delete NAME --yes, fork SOURCE NAME "
-                  f"[--at N] or erase --q REGEX. See: {_prog()} memories --help", USAGE)
+    raise Failure(
+        f"stash: memories takes nothing (list), create NAME, delete NAME --yes, fork SOURCE NAME "
+        f"[--at N] or erase --q REGEX. See: {_prog()} memories --help",
+        USAGE,
+    )
 
 
 def _receipt_line(r: Receipt) -> str:
@@ -1930,8 +2198,10 @@ def do_erase(args: argparse.Namespace) -> int:
     fresh, asked = len(receipt.erased), len(receipt.ids or set(ids))
     before = asked - fresh
     again = f" ({before} {'was' if before == 1 else 'were'} erased before)" if before else ""
-    _out(f"Erased {fresh} of {plural(asked, 'note')}{again}. "
-         f"{'Its line now reads' if asked == 1 else 'Their lines now read'} [erased] everywhere.")
+    _out(
+        f"Erased {fresh} of {plural(asked, 'note')}{again}. "
+        f"{'Its line now reads' if asked == 1 else 'Their lines now read'} [erased] everywhere."
+    )
     _out(_receipt_line(receipt))
     if receipt.dropped:
         _out(f"Run: {_prog()} nap")
@@ -1976,29 +2246,39 @@ def do_rotate(args: argparse.Namespace) -> int:
         mem.grants()
         ended = f"owner capability #{ans.get('retires')} ended"
     except StashError:
-        ended = (f"owner capability #{ans.get('retires')} ends at the new token's first use (it could not be "
-                 "used just now)")
-    _out(f"Rotated: {ended}, #{ans.get('id')} is the owner now. "
-         "The new token is shown this once; the old one opens nothing once it has been used. Save it:")
+        ended = (
+            f"owner capability #{ans.get('retires')} ends at the new token's first use (it could not be used just now)"
+        )
+    _out(
+        f"Rotated: {ended}, #{ans.get('id')} is the owner now. "
+        "The new token is shown this once; the old one opens nothing once it has been used. Save it:"
+    )
     _out(f"export STASH_TOKEN={shell_word(ans['token'])}")
     if isinstance(ans.get("message"), str):
         _out(ans["message"])
     if ans.get("also_revoked"):
         ended = ", ".join(f"#{i}" for i in ans["also_revoked"])
-        _out(f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
-             f"{_prog()} grants read|full")
+        _out(
+            f"Also ended: {ended} (not used since the upgrade to key epochs); mint replacements with: "
+            f"{_prog()} grants read|full"
+        )
     return 0
 
 
 def do_destroy(args: argparse.Namespace) -> int:
     mem, here = _identity()
     if here is not None:
-        raise Failure(f"stash: destroy ends the whole identity, every memory of it, and STASH_URL names memory "
-                      f"{here}. To delete only that memory: {_prog()} memories delete {shlex.quote(here)} --yes",
-                      USAGE)
+        raise Failure(
+            f"stash: destroy ends the whole identity, every memory of it, and STASH_URL names memory "
+            f"{here}. To delete only that memory: {_prog()} memories delete {shlex.quote(here)} --yes",
+            USAGE,
+        )
     if not args.yes:
-        raise Failure("stash: destroy deletes the whole identity, every memory and every token of it, for good. "
-                      f"To go ahead: {_prog()} destroy --yes", USAGE)
+        raise Failure(
+            "stash: destroy deletes the whole identity, every memory and every token of it, for good. "
+            f"To go ahead: {_prog()} destroy --yes",
+            USAGE,
+        )
     gone = mem.destroy()
     held = gone.memories
     what = f"main's log held {plural(held, 'note')}" if isinstance(held, int) else "main's log could not be read"
@@ -2045,8 +2325,11 @@ def _record_text(rec: bytes, width: int, where: str) -> str:
     """One fixed-width record's content: exactly ``width`` bytes ending in
     its only newline, UTF-8, padding spaces removed."""
     if len(rec) != width or rec[-1:] != b"\n" or b"\n" in rec[:-1]:
-        raise Failure(f"stash: {where} is not one {width}-byte line: a record shorter or longer than {width} "
-                      "bytes shifts every record after it. Nothing was imported.", USAGE)
+        raise Failure(
+            f"stash: {where} is not one {width}-byte line: a record shorter or longer than {width} "
+            "bytes shifts every record after it. Nothing was imported.",
+            USAGE,
+        )
     try:
         return rec[:-1].decode("utf-8").rstrip(" ")
     except UnicodeDecodeError:
@@ -2075,28 +2358,39 @@ def read_optmem_log(path: str) -> tuple[list[dict[str, Any]], list[int]]:
             start = i * OPTMEM_LOG_REC
             where = f"LOG.txt record #{i} (bytes {start} to {start + len(rec) - 1})"
             if len(rec) < OPTMEM_LOG_REC and not rec.endswith(b"\n"):
-                raise Failure(f"stash: {where} is cut short: {len(rec)} of {OPTMEM_LOG_REC} bytes, as an "
-                              "interrupted write leaves it (OptMem ignores such a tail). To drop it: "
-                              f"truncate -s {start} {shlex.quote(path)}. Nothing was imported.", USAGE)
+                raise Failure(
+                    f"stash: {where} is cut short: {len(rec)} of {OPTMEM_LOG_REC} bytes, as an "
+                    "interrupted write leaves it (OptMem ignores such a tail). To drop it: "
+                    f"truncate -s {start} {shlex.quote(path)}. Nothing was imported.",
+                    USAGE,
+                )
             line = _record_text(rec, OPTMEM_LOG_REC, where)
             m = _LOG_RECORD.fullmatch(line)
             if not m or not m.group(3):
                 raise Failure(f"stash: {where} is not '#{i} YYYY-MM-DD text'. Nothing was imported.", USAGE)
             if int(m.group(1)) != i:
-                raise Failure(f"stash: {where} is numbered #{m.group(1)}; the record at that place must be #{i}. "
-                              "Nothing was imported.", USAGE)
+                raise Failure(
+                    f"stash: {where} is numbered #{m.group(1)}; the record at that place must be #{i}. "
+                    "Nothing was imported.",
+                    USAGE,
+                )
             date, text = m.group(2), m.group(3)
             try:
                 datetime.date.fromisoformat(date)
             except ValueError:
-                raise Failure(f"stash: {where}: {date} is not a real calendar date. Nothing was imported.",
-                              USAGE) from None
+                raise Failure(
+                    f"stash: {where}: {date} is not a real calendar date. Nothing was imported.", USAGE
+                ) from None
             if date > today:
-                raise Failure(f"stash: {where}: {date} is in the future (today is {today} UTC). "
-                              "Nothing was imported.", USAGE)
+                raise Failure(
+                    f"stash: {where}: {date} is in the future (today is {today} UTC). Nothing was imported.", USAGE
+                )
             if prev is not None and date < prev:
-                raise Failure(f"stash: {where}: {date} is earlier than the note before it ({prev}); "
-                              "a log is oldest first. Nothing was imported.", USAGE)
+                raise Failure(
+                    f"stash: {where}: {date} is earlier than the note before it ({prev}); "
+                    "a log is oldest first. Nothing was imported.",
+                    USAGE,
+                )
             problem = _line_problem(text)
             if problem:
                 raise Failure(f"stash: {where}: the note {problem}. Nothing was imported.", USAGE)
@@ -2125,28 +2419,35 @@ def read_optmem_tree(folder: str, T: int) -> dict[int, list[str | None]]:
     for name in sorted(os.listdir(tree_dir)):
         size = _level_size(name)
         if size is None:
-            raise Failure(f"stash: TREE/{name} is not a level of the tree (those are named 2, 4, 8, ...). "
-                          "Move it out of the folder. Nothing was imported.", USAGE)
+            raise Failure(
+                f"stash: TREE/{name} is not a level of the tree (those are named 2, 4, 8, ...). "
+                "Move it out of the folder. Nothing was imported.",
+                USAGE,
+            )
         path = os.path.join(tree_dir, name)
         try:
             with open(path, "rb") as f:
                 data = f.read()
         except OSError as err:
-            raise Failure(f"stash: cannot read TREE/{name}: {err.strerror or err}. Nothing was imported.",
-                          USAGE) from None
+            raise Failure(
+                f"stash: cannot read TREE/{name}: {err.strerror or err}. Nothing was imported.", USAGE
+            ) from None
         n = -(-len(data) // OPTMEM_TREE_REC)
         complete = T // size
         if n > complete:
             lo = complete * size
-            raise Failure(f"stash: TREE/{name} holds {plural(n, 'summary', 'summaries')}, but the log's "
-                          f"{plural(T, 'note')} complete only {plural(complete, 'block')} of {size}: "
-                          f"record {complete} would be block {lo}-{lo + size - 1}, "
-                          "which is not complete. Nothing was imported.", USAGE)
+            raise Failure(
+                f"stash: TREE/{name} holds {plural(n, 'summary', 'summaries')}, but the log's "
+                f"{plural(T, 'note')} complete only {plural(complete, 'block')} of {size}: "
+                f"record {complete} would be block {lo}-{lo + size - 1}, "
+                "which is not complete. Nothing was imported.",
+                USAGE,
+            )
         texts: list[str | None] = []
         for k in range(n):
             lo = k * size
             where = f"TREE/{name} record {k} (block {lo}-{lo + size - 1})"
-            text = _record_text(data[k * OPTMEM_TREE_REC:(k + 1) * OPTMEM_TREE_REC], OPTMEM_TREE_REC, where)
+            text = _record_text(data[k * OPTMEM_TREE_REC : (k + 1) * OPTMEM_TREE_REC], OPTMEM_TREE_REC, where)
             if text:
                 problem = _line_problem(text)
                 if problem:
@@ -2166,8 +2467,9 @@ def read_optmem_config(folder: str) -> dict[str, int]:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except (OSError, UnicodeDecodeError) as err:
-        raise Failure(f"stash: cannot read config: {getattr(err, 'strerror', None) or err}. "
-                      "Nothing was imported.", USAGE) from None
+        raise Failure(
+            f"stash: cannot read config: {getattr(err, 'strerror', None) or err}. Nothing was imported.", USAGE
+        ) from None
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#")[0].strip()
         if "=" not in line:
@@ -2175,14 +2477,20 @@ def read_optmem_config(folder: str) -> dict[str, int]:
         name, value = (part.strip() for part in line.split("=", 1))
         name = name.upper()
         if name not in OPTMEM_SIZES:
-            raise Failure(f"stash: config line {n}: {name} is not a size (those are {', '.join(OPTMEM_SIZES)}). "
-                          "Nothing was imported.", USAGE)
+            raise Failure(
+                f"stash: config line {n}: {name} is not a size (those are {', '.join(OPTMEM_SIZES)}). "
+                "Nothing was imported.",
+                USAGE,
+            )
         if not (value.isascii() and value.isdigit()) or int(value) < 1:
-            raise Failure(f"stash: config line {n}: {name} must be a positive whole number, not {value!r}. "
-                          "Nothing was imported.", USAGE)
+            raise Failure(
+                f"stash: config line {n}: {name} must be a positive whole number, not {value!r}. Nothing was imported.",
+                USAGE,
+            )
         if name == "ENTRY_CHARS" and int(value) > OPTMEM_ENTRY_MAX:
-            raise Failure(f"stash: config line {n}: ENTRY_CHARS is at most {OPTMEM_ENTRY_MAX}. "
-                          "Nothing was imported.", USAGE)
+            raise Failure(
+                f"stash: config line {n}: ENTRY_CHARS is at most {OPTMEM_ENTRY_MAX}. Nothing was imported.", USAGE
+            )
         out[name] = int(value)
     return out
 
@@ -2199,8 +2507,9 @@ def _safe_parts(name: str, what: str) -> list[str]:
     the folder it is unpacked into."""
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if name.startswith("/") or "\\" in name or ":" in name or not parts or ".." in parts:
-        raise Failure(f"stash: {what} names the path {name!r}, which could land outside its folder; "
-                      "refused, nothing was written.")
+        raise Failure(
+            f"stash: {what} names the path {name!r}, which could land outside its folder; refused, nothing was written."
+        )
     return parts
 
 
@@ -2222,12 +2531,16 @@ def check_manifest(raw: bytes, sha_of: Any) -> dict[str, Any]:
         if got is None:
             raise Failure(f"stash: {f['path']} is listed in {MANIFEST} but missing: the export is incomplete.")
         if got != (f["bytes"], f["sha256"]):
-            raise Failure(f"stash: {f['path']} does not match {MANIFEST} ({got[0]} bytes, SHA-256 {got[1][:16]}..., "
-                          f"where the manifest says {f['bytes']} bytes, {f['sha256'][:16]}...): it was damaged or "
-                          "changed after the export.")
+            raise Failure(
+                f"stash: {f['path']} does not match {MANIFEST} ({got[0]} bytes, SHA-256 {got[1][:16]}..., "
+                f"where the manifest says {f['bytes']} bytes, {f['sha256'][:16]}...): it was damaged or "
+                "changed after the export."
+            )
     if doc.get("digest") != listing_digest(files):
-        raise Failure(f"stash: the digest in {MANIFEST} does not match its list of files: the manifest was "
-                      "damaged or changed after the export.")
+        raise Failure(
+            f"stash: the digest in {MANIFEST} does not match its list of files: the manifest was "
+            "damaged or changed after the export."
+        )
     checked: dict[str, Any] = doc
     return checked
 
@@ -2268,15 +2581,18 @@ def archive_members(data: bytes) -> dict[str, bytes]:
                 if m.isdir():
                     continue
                 if not m.isfile():
-                    raise Failure(f"stash: the archive holds {m.name!r}, which is not a plain file (a link or "
-                                  "device); refused, nothing was written.")
+                    raise Failure(
+                        f"stash: the archive holds {m.name!r}, which is not a plain file (a link or "
+                        "device); refused, nothing was written."
+                    )
                 name = "/".join(parts)
                 if name in out:
                     raise Failure(f"stash: the archive holds {name!r} twice; refused, nothing was written.")
                 member = tar.extractfile(m)
                 if member is None:
-                    raise Failure(f"stash: the archive holds {name!r}, which cannot be read; refused, nothing was "
-                                  "written.")
+                    raise Failure(
+                        f"stash: the archive holds {name!r}, which cannot be read; refused, nothing was written."
+                    )
                 out[name] = member.read()
     except (tarfile.TarError, EOFError, OSError, zlib.error):
         raise Failure("stash: the server's answer is not a readable tar.gz archive; nothing was written.") from None
@@ -2285,10 +2601,12 @@ def archive_members(data: bytes) -> dict[str, bytes]:
 
 def check_archive(members: dict[str, bytes]) -> dict[str, Any]:
     if MANIFEST not in members:
-        raise Failure(f"stash: the archive has no {MANIFEST}; this server's export cannot be checked. "
-                      "Nothing was written.")
-    doc = check_manifest(members[MANIFEST], lambda p: (len(members[p]), hashlib.sha256(members[p]).hexdigest())
-                         if p in members else None)
+        raise Failure(
+            f"stash: the archive has no {MANIFEST}; this server's export cannot be checked. Nothing was written."
+        )
+    doc = check_manifest(
+        members[MANIFEST], lambda p: (len(members[p]), hashlib.sha256(members[p]).hexdigest()) if p in members else None
+    )
     listed = {f["path"] for f in doc["files"]} | {MANIFEST}
     extra = sorted(set(members) - listed)
     if extra:
@@ -2304,8 +2622,11 @@ def unpack(members: dict[str, bytes], target: str, force: bool) -> None:
     if os.path.lexists(target) and not os.path.isdir(target):
         raise Failure(f"stash: {target} exists and is not a folder; name another.", USAGE)
     if os.path.isdir(target) and os.listdir(target) and not force:
-        raise Failure(f"stash: {target} is not empty; name an empty or new folder, or add --force to replace "
-                      "what the export holds there.", USAGE)
+        raise Failure(
+            f"stash: {target} is not empty; name an empty or new folder, or add --force to replace "
+            "what the export holds there.",
+            USAGE,
+        )
     os.makedirs(target, mode=0o700, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".stash-export-", dir=target)
     try:
@@ -2329,9 +2650,11 @@ def unpack(members: dict[str, bytes], target: str, force: bool) -> None:
 
 def _export_summary(doc: dict[str, Any]) -> str:
     summaries = sum(int(n) for n in doc.get("summaries", {}).values())
-    return (f"{plural(int(doc.get('memories') or 0), 'note')} ({doc.get('erased', 0)} erased), "
-            f"{plural(summaries, 'summary', 'summaries')}, "
-            f"{doc.get('pending', 0)} due; manifest digest {str(doc.get('digest'))[:16]}... checked")
+    return (
+        f"{plural(int(doc.get('memories') or 0), 'note')} ({doc.get('erased', 0)} erased), "
+        f"{plural(summaries, 'summary', 'summaries')}, "
+        f"{doc.get('pending', 0)} due; manifest digest {str(doc.get('digest'))[:16]}... checked"
+    )
 
 
 def do_export(args: argparse.Namespace) -> int:
@@ -2343,8 +2666,11 @@ def do_export(args: argparse.Namespace) -> int:
         if os.path.lexists(target) and not os.path.isdir(target):
             raise Failure(f"stash: {target} exists and is not a folder; name another.", USAGE)
         if os.path.isdir(target) and os.listdir(target) and not args.force:
-            raise Failure(f"stash: {target} is not empty; name an empty or new folder, or add --force to "
-                          "replace what the export holds there.", USAGE)
+            raise Failure(
+                f"stash: {target} is not empty; name an empty or new folder, or add --force to "
+                "replace what the export holds there.",
+                USAGE,
+            )
     archive = _api().archive()
     data, members, doc = archive.data, archive.members, archive.manifest
     if target == "-":
@@ -2357,12 +2683,16 @@ def do_export(args: argparse.Namespace) -> int:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, target)
-        _out(f"Wrote {target} ({len(data)} bytes): {_export_summary(doc)}. It unpacks to memory/, which OptMem "
-             f"reads: tar xzf {shlex.quote(target)} && MEMORY_DIR=memory memo wake")
+        _out(
+            f"Wrote {target} ({len(data)} bytes): {_export_summary(doc)}. It unpacks to memory/, which OptMem "
+            f"reads: tar xzf {shlex.quote(target)} && MEMORY_DIR=memory memo wake"
+        )
         return 0
     unpack(members, target, args.force)
-    _out(f"Exported to {target}: {_export_summary(doc)}. OptMem reads it: "
-         f"MEMORY_DIR={shlex.quote(os.path.join(target, 'memory'))} memo wake")
+    _out(
+        f"Exported to {target}: {_export_summary(doc)}. OptMem reads it: "
+        f"MEMORY_DIR={shlex.quote(os.path.join(target, 'memory'))} memo wake"
+    )
     return 0
 
 
@@ -2373,8 +2703,11 @@ def _memory_folder(path: str) -> tuple[str, str | None]:
     inner = os.path.join(path, "memory")
     if os.path.isfile(os.path.join(inner, "LOG.txt")):
         return inner, path
-    raise Failure(f"stash: {path} holds no LOG.txt, nor memory/LOG.txt: name an OptMem memory folder (like "
-                  "~/.optmem/memory) or a folder written by stash export. Nothing was imported.", USAGE)
+    raise Failure(
+        f"stash: {path} holds no LOG.txt, nor memory/LOG.txt: name an OptMem memory folder (like "
+        "~/.optmem/memory) or a folder written by stash export. Nothing was imported.",
+        USAGE,
+    )
 
 
 def _read_files(folder: str) -> list[str]:
@@ -2474,7 +2807,7 @@ def settle_from_tree(mem: Stash, tree: dict[int, list[str | None]], T: int, sett
         return 0
     saved = 0
     for start in range(0, len(todo), NAP_BATCH):
-        chunk = todo[start:start + NAP_BATCH]
+        chunk = todo[start : start + NAP_BATCH]
         if mem.settle(chunk).saved != [s["block"] for s in chunk]:
             break  # another writer settled some meanwhile: stop rather than guess
         for s in chunk:
@@ -2492,13 +2825,19 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         try:
             doc = check_folder(root)
         except Failure as f:
-            raise _after(f, "Nothing was imported. (If you changed the folder on purpose, import its memory/ "
-                            f"folder: {_prog()} import-optmem {shlex.quote(folder)})") from None
+            raise _after(
+                f,
+                "Nothing was imported. (If you changed the folder on purpose, import its memory/ "
+                f"folder: {_prog()} import-optmem {shlex.quote(folder)})",
+            ) from None
         listed = {f["path"] for f in doc["files"]}
         unlisted = [n for n in _read_files(folder) if f"memory/{n}" not in listed]
         if unlisted:
-            raise Failure(f"stash: memory/{unlisted[0]} is not listed in {MANIFEST}: it was added after the "
-                          "export. Nothing was imported.", USAGE)
+            raise Failure(
+                f"stash: memory/{unlisted[0]} is not listed in {MANIFEST}: it was added after the "
+                "export. Nothing was imported.",
+                USAGE,
+            )
     entries, erased = read_optmem_log(os.path.join(folder, "LOG.txt"))
     T = len(entries)
     if not T:
@@ -2513,18 +2852,22 @@ def do_import_optmem(args: argparse.Namespace) -> int:
     mem = _api(memory=args.memory)
     held = _memories_held(mem)
     if held:
-        raise Failure("stash: this memory is not empty; import-optmem moves a whole OptMem memory into an empty "
-                      f"one, so that it wakes to the same document. Start one with: {_prog()} init "
-                      f"(or append only its notes, without summaries: {_prog()} import "
-                      f"{shlex.quote(os.path.join(folder, 'LOG.txt'))}). Nothing was imported.")
+        raise Failure(
+            "stash: this memory is not empty; import-optmem moves a whole OptMem memory into an empty "
+            f"one, so that it wakes to the same document. Start one with: {_prog()} init "
+            f"(or append only its notes, without summaries: {_prog()} import "
+            f"{shlex.quote(os.path.join(folder, 'LOG.txt'))}). Nothing was imported."
+        )
     if erased:
         try:
             mem.erasures()
         except Forbidden:
-            raise Failure(f"stash: the folder has {plural(len(erased), 'erased note')} "
-                          f"(#{erased[0]} first); "
-                          f"re-creating {'it' if len(erased) == 1 else 'them'} erased takes the owner's token. "
-                          "Nothing was imported.") from None
+            raise Failure(
+                f"stash: the folder has {plural(len(erased), 'erased note')} "
+                f"(#{erased[0]} first); "
+                f"re-creating {'it' if len(erased) == 1 else 'them'} erased takes the owner's token. "
+                "Nothing was imported."
+            ) from None
     # The memory takes the folder's sizes; ENTRY_CHARS waits until the end,
     # since it also limits the summaries carried over.
     early = {name: sizes.get(name) for name in OPTMEM_SIZES if name != "ENTRY_CHARS"}
@@ -2541,13 +2884,15 @@ def do_import_optmem(args: argparse.Namespace) -> int:
             landed = mem.import_(_dated(entries[done:stop]))
             first, last = landed.first, landed.last
             if first != done:
-                raise _Interleaved(f"stash: another writer added notes meanwhile, so the folder's #{done} to "
-                              f"#{stop - 1} landed at #{first} to #{last} and its summaries no longer fit; "
-                              "nothing more was done.")
+                raise _Interleaved(
+                    f"stash: another writer added notes meanwhile, so the folder's #{done} to "
+                    f"#{stop - 1} landed at #{first} to #{last} and its summaries no longer fit; "
+                    "nothing more was done."
+                )
             done = stop
             ids = [i for i in erased if first <= i <= last]
             for k in range(0, len(ids), MAX_ERASE_IDS):
-                mem.erase(ids[k:k + MAX_ERASE_IDS])
+                mem.erase(ids[k : k + MAX_ERASE_IDS])
             carried += settle_from_tree(mem, tree, stop, settled)
         if "ENTRY_CHARS" in sizes:
             mem.config({"ENTRY_CHARS": sizes["ENTRY_CHARS"]})
@@ -2556,21 +2901,32 @@ def do_import_optmem(args: argparse.Namespace) -> int:
         if not done or isinstance(f, _Interleaved):
             raise
         still = [i for i in erased if i < done]
-        erase = f"; erase what still reads [erased] as text with: {_prog()} erase {' '.join(map(str, still))}" \
-            if still else ""
+        erase = (
+            f"; erase what still reads [erased] as text with: {_prog()} erase {' '.join(map(str, still))}"
+            if still
+            else ""
+        )
         log = shlex.quote(os.path.join(folder, "LOG.txt"))
-        rest = f"append the rest with: tail -c +{done * OPTMEM_LOG_REC + 1} {log} > rest.txt && {_prog()} import " \
-            "rest.txt; " if done < T else ""
-        raise _after(f, f"(The folder's first {plural(done, 'note')} {'is' if done == 1 else 'are'} "
-                        f"imported and {plural(carried, 'summary', 'summaries')} carried over. "
-                        f"To finish, {rest}answer what is due with {_prog()} nap{erase}; and set the sizes with "
-                        f"{_prog()} config.)") from None
+        rest = (
+            f"append the rest with: tail -c +{done * OPTMEM_LOG_REC + 1} {log} > rest.txt && {_prog()} import "
+            "rest.txt; "
+            if done < T
+            else ""
+        )
+        raise _after(
+            f,
+            f"(The folder's first {plural(done, 'note')} {'is' if done == 1 else 'are'} "
+            f"imported and {plural(carried, 'summary', 'summaries')} carried over. "
+            f"To finish, {rest}answer what is due with {_prog()} nap{erase}; and set the sizes with "
+            f"{_prog()} config.)",
+        ) from None
     due = nap.remaining + 1 if nap else 0
     again = f", {len(erased)} of them erased again" if erased else ""
-    _out(f"Imported {plural(T, 'note')}, #0 to #{T - 1}, with {'its date' if T == 1 else 'their dates'}"
-         f"{again}.")
-    _out(f"Carried over {carried} of the folder's {plural(in_folder, 'summary', 'summaries')}; "
-         f"{plural(due, 'compression')} {'is' if due == 1 else 'are'} due.")
+    _out(f"Imported {plural(T, 'note')}, #0 to #{T - 1}, with {'its date' if T == 1 else 'their dates'}{again}.")
+    _out(
+        f"Carried over {carried} of the folder's {plural(in_folder, 'summary', 'summaries')}; "
+        f"{plural(due, 'compression')} {'is' if due == 1 else 'are'} due."
+    )
     if sizes:
         _out("Sizes carried over: " + ", ".join(f"{k}={v}" for k, v in sizes.items()) + ".")
     if due:
@@ -2590,8 +2946,10 @@ def do_unpin(args: argparse.Namespace) -> int:
 def do_health(args: argparse.Namespace) -> int:
     health = _api(need_token=False).health()
     state = "ok" if health.ok else "not ok"
-    _out(f"{state}: Stash {health.version} at {_shown(server_url())}; "
-         f"content cipher {health.content_cipher}, file cipher {health.file_cipher}")
+    _out(
+        f"{state}: Stash {health.version} at {_shown(server_url())}; "
+        f"content cipher {health.content_cipher}, file cipher {health.file_cipher}"
+    )
     return 0 if health.ok else 1
 
 
@@ -2600,9 +2958,12 @@ def _text(words: list[str], what: str) -> str:
     if text == "-":
         text = sys.stdin.read().rstrip("\n")
         if not text.strip():
-            raise Failure(f"stash: the {what} read from standard input is empty; give the line there, as the "
-                          f"printed here-document does (<<'{DELIMITER}', the line, then {DELIMITER}). A line that "
-                          f"is exactly {DELIMITER} ends it early: reword that line.", USAGE)
+            raise Failure(
+                f"stash: the {what} read from standard input is empty; give the line there, as the "
+                f"printed here-document does (<<'{DELIMITER}', the line, then {DELIMITER}). A line that "
+                f"is exactly {DELIMITER} ends it early: reword that line.",
+                USAGE,
+            )
     if not text.strip():
         raise Failure(f"stash: the {what} is empty; give one line of text, on standard input with -.", USAGE)
     return text
@@ -2621,7 +2982,7 @@ def parser() -> argparse.ArgumentParser:
         prog="stash",
         description="Client of a Stash memory server. Reads STASH_URL and STASH_TOKEN from the environment.",
         epilog="Start every session with: stash wake. Exit status: 0 done, 1 the server refused (its "
-               "message on stderr), 2 a usage mistake, 3 no Stash server answered.",
+        "message on stderr), 2 a usage mistake, 3 no Stash server answered.",
     )
     json_help = "print the server's raw JSON answer (one document per line) instead of text"
     p.add_argument("--json", action="store_true", help=json_help)
@@ -2636,8 +2997,11 @@ def parser() -> argparse.ArgumentParser:
 
     sp = verb("init", do_init)
     sp.add_argument("server", nargs="?", metavar="URL", help="the server to mint on (default: STASH_URL)")
-    sp.add_argument("--url", help="the public address to write into the AGENTS.md block, when it differs "
-                    "from URL (and to call, when neither URL nor STASH_URL is given)")
+    sp.add_argument(
+        "--url",
+        help="the public address to write into the AGENTS.md block, when it differs "
+        "from URL (and to call, when neither URL nor STASH_URL is given)",
+    )
     sp = verb("wake", do_wake)
     sp.add_argument("part", nargs="?", type=int, help="part to read (default 1)")
     sp.add_argument("T", nargs="?", type=int, help="the snapshot T the first part named")
@@ -2646,17 +3010,33 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("nap", do_nap)
     sp.add_argument("block", nargs="?", help="the due block, like 0-1 (omit to see what is due)")
     sp.add_argument("text", nargs="*", help="the one-line summary")
-    sp.add_argument("--batch", type=int, metavar="K", help="list up to K (1 to 256) due blocks that can be "
-                    "written at once, and the command that answers them all")
-    sp.add_argument("--summaries", metavar="FILE", help="settle a batch: one 'BLOCK LINE' line per block, in "
-                    "the order listed (- reads stdin); all or nothing")
+    sp.add_argument(
+        "--batch",
+        type=int,
+        metavar="K",
+        help="list up to K (1 to 256) due blocks that can be written at once, and the command that answers them all",
+    )
+    sp.add_argument(
+        "--summaries",
+        metavar="FILE",
+        help="settle a batch: one 'BLOCK LINE' line per block, in the order listed (- reads stdin); all or nothing",
+    )
     sp = verb("recall", do_recall)
-    sp.add_argument("regex", help="case-insensitive regular expression, or with --words the words (- reads it "
-                    "from stdin, one line)")
-    sp.add_argument("--words", action="store_true", help="search by words instead: each word matches as the "
-                    "prefix of a word, whatever its case or accents; best first")
-    sp.add_argument("--before", metavar="ID", help="only notes before this id: the next older page, as the "
-                    "previous answer names it (with --words: the cursor it names)")
+    sp.add_argument(
+        "regex", help="case-insensitive regular expression, or with --words the words (- reads it from stdin, one line)"
+    )
+    sp.add_argument(
+        "--words",
+        action="store_true",
+        help="search by words instead: each word matches as the "
+        "prefix of a word, whatever its case or accents; best first",
+    )
+    sp.add_argument(
+        "--before",
+        metavar="ID",
+        help="only notes before this id: the next older page, as the "
+        "previous answer names it (with --words: the cursor it names)",
+    )
     sp = verb("zoom", do_zoom)
     sp.add_argument("block", help="a block of the wake, like 16-31 (- reads it from stdin)")
     sp = verb("forget", do_forget)
@@ -2668,18 +3048,26 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("grants", do_grants)
     sp.add_argument("words", nargs="*", metavar="read|append|full|revoke ID")
     sp.add_argument("--label", help="when minting: what the capability is for (at most 64 bytes)")
-    sp.add_argument("--expires", metavar="TIME", help="when minting: an RFC 3339 UTC time from which it opens "
-                    "nothing, like 2027-01-31T18:00:00Z")
+    sp.add_argument(
+        "--expires",
+        metavar="TIME",
+        help="when minting: an RFC 3339 UTC time from which it opens nothing, like 2027-01-31T18:00:00Z",
+    )
     sp.add_argument("--memory", metavar="NAME", help="when minting: the memory it is bound to (default main)")
     sp = verb("memories", do_memories)
     sp.add_argument("words", nargs="*", metavar="create NAME|delete NAME|fork SOURCE NAME|erase")
     sp.add_argument("--yes", action="store_true", help="confirm a delete: the memory cannot be recovered")
     sp.add_argument("--at", type=int, metavar="N", help="fork: how many of the source's first notes (default all)")
     sp.add_argument("--q", metavar="REGEX", help="erase: every note whose line matches this recall regex")
-    sp.add_argument("--words", dest="words_query", metavar="WORDS", help="erase: every note holding "
-                    "these words (a words search) instead")
-    sp.add_argument("--memory", action="append", metavar="NAME", help="erase: only in this memory (repeat it; "
-                    "default every memory)")
+    sp.add_argument(
+        "--words",
+        dest="words_query",
+        metavar="WORDS",
+        help="erase: every note holding these words (a words search) instead",
+    )
+    sp.add_argument(
+        "--memory", action="append", metavar="NAME", help="erase: only in this memory (repeat it; default every memory)"
+    )
     sp.add_argument("--dry-run", action="store_true", help="erase: count, erase nothing")
     sp = verb("erase", do_erase)
     sp.add_argument("ids", nargs="+", metavar="ID", help="note ids, as the wake prints them (#12 or 12)")
@@ -2692,16 +3080,29 @@ def parser() -> argparse.ArgumentParser:
     sp = verb("destroy", do_destroy)
     sp.add_argument("--yes", action="store_true", help="confirm: the identity and its memories cannot be recovered")
     sp = verb("export", do_export)
-    sp.add_argument("target", nargs="?", metavar="DIR|FILE",
-                    help="a folder to unpack into, or a FILE ending in .tar.gz or .tgz to keep the archive whole "
-                    "(default stash-export.tar.gz; - for stdout)")
-    sp.add_argument("--force", action="store_true",
-                    help="overwrite FILE, or replace what the export holds in a non-empty DIR")
+    sp.add_argument(
+        "target",
+        nargs="?",
+        metavar="DIR|FILE",
+        help="a folder to unpack into, or a FILE ending in .tar.gz or .tgz to keep the archive whole "
+        "(default stash-export.tar.gz; - for stdout)",
+    )
+    sp.add_argument(
+        "--force", action="store_true", help="overwrite FILE, or replace what the export holds in a non-empty DIR"
+    )
     sp = verb("import-optmem", do_import_optmem)
-    sp.add_argument("dir", metavar="DIR", help="an OptMem memory folder (with LOG.txt) or a folder written by "
-                    "stash export (with memory/LOG.txt and manifest.json)")
-    sp.add_argument("--memory", metavar="NAME", help="into this memory of the owner's (made first with: stash "
-                    "memories create NAME) instead of the one STASH_URL names")
+    sp.add_argument(
+        "dir",
+        metavar="DIR",
+        help="an OptMem memory folder (with LOG.txt) or a folder written by "
+        "stash export (with memory/LOG.txt and manifest.json)",
+    )
+    sp.add_argument(
+        "--memory",
+        metavar="NAME",
+        help="into this memory of the owner's (made first with: stash "
+        "memories create NAME) instead of the one STASH_URL names",
+    )
     sp = verb("health", do_health)
     verb("unpin", do_unpin)
     return p
@@ -2714,7 +3115,8 @@ def utf8_streams() -> None:
     for stream in (sys.stdout, sys.stderr, sys.stdin):
         try:
             stream.reconfigure(  # type: ignore[union-attr]  # absent on a replaced stream: caught below
-                encoding="utf-8", errors="replace" if stream is not sys.stdin else "strict")
+                encoding="utf-8", errors="replace" if stream is not sys.stdin else "strict"
+            )
         except (AttributeError, ValueError, OSError):  # not a text stream (replaced, closed): leave it
             pass
 
@@ -2749,17 +3151,23 @@ def main(argv: list[str] | None = None) -> int:
     p = parser()
     try:
         if argv[:1] and argv[0] in PACKAGE_VERBS:
-            raise Failure(f"stash: {argv[0]} runs only from the installed package, not this one-file client "
-                          f"(it has the HTTP verbs alone): from a checkout, python3 -m venv .venv && "
-                          f".venv/bin/pip install '.[mcp]', then .venv/bin/stash {argv[0]}", USAGE)
+            raise Failure(
+                f"stash: {argv[0]} runs only from the installed package, not this one-file client "
+                f"(it has the HTTP verbs alone): from a checkout, python3 -m venv .venv && "
+                f".venv/bin/pip install '.[mcp]', then .venv/bin/stash {argv[0]}",
+                USAGE,
+            )
         args = p.parse_args(argv)
         if not getattr(args, "func", None):
             p.print_help(sys.stderr)
             return USAGE
         _JSON["on"] = bool(args.json)
         if args.verb == "nap" and args.block is not None and not args.text:
-            raise Failure(f"stash: nap {args.block} needs the summary; give it on stdin:\n{SHELL.lead}"
-                          f"{SHELL.nap(args.block if _block(args.block) else '<lo-hi>')}", USAGE)
+            raise Failure(
+                f"stash: nap {args.block} needs the summary; give it on stdin:\n{SHELL.lead}"
+                f"{SHELL.nap(args.block if _block(args.block) else '<lo-hi>')}",
+                USAGE,
+            )
         status: int = args.func(args)
         return status
     except SystemExit as e:  # --help
@@ -2783,8 +3191,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # never a traceback: it could carry a memory's text
         if os.environ.get("STASH_DEBUG"):  # unless asked for, on this machine (CONTRIBUTING, "Debugging")
             traceback.print_exc()
-        sys.stderr.write(f"stash: unexpected error ({type(e).__name__}); nothing more is shown, since a trace could "
-                         "hold the text of notes. Try again; if it persists, report it with the command you ran.\n")
+        sys.stderr.write(
+            f"stash: unexpected error ({type(e).__name__}); nothing more is shown, since a trace could "
+            "hold the text of notes. Try again; if it persists, report it with the command you ran.\n"
+        )
         return REFUSED
 
 

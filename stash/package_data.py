@@ -19,21 +19,23 @@ from importlib import resources
 
 _PACKAGE = __name__.rpartition(".")[0]
 
-FILES = frozenset({
-    "schema.sql",  # storage/sqlite/schema.py: the one schema every user file is made with and checked against
-    "skill/SKILL.md",  # GET /skill
-    "skill/AGENTS.md",  # the AGENTS.md block of an owner and of a full capability
-    "skill/AGENTS-read.md",  # ... of a read capability
-    "skill/AGENTS-append.md",  # ... of an append capability
-    "API-REFERENCE.md",  # GET /reference
-    "client.py",  # GET /client: the client, served as its source
-    "web/landing.html",  # GET /
-    "web/console/console.html",  # GET /console
-    "web/console/console.js",
-    "web/console/console.css",
-    "web/console/consent.html",  # GET /authorize: the owner's consent page for an MCP host
-    "py.typed",  # read by type checkers, not by the server: the library's annotations are its users' too
-})
+FILES = frozenset(
+    {
+        "schema.sql",  # storage/sqlite/schema.py: the one schema every user file is made with and checked against
+        "skill/SKILL.md",  # GET /skill
+        "skill/AGENTS.md",  # the AGENTS.md block of an owner and of a full capability
+        "skill/AGENTS-read.md",  # ... of a read capability
+        "skill/AGENTS-append.md",  # ... of an append capability
+        "API-REFERENCE.md",  # GET /reference
+        "client.py",  # GET /client: the client, served as its source
+        "web/landing.html",  # GET /
+        "web/console/console.html",  # GET /console
+        "web/console/console.js",
+        "web/console/console.css",
+        "web/console/consent.html",  # GET /authorize: the owner's consent page for an MCP host
+        "py.typed",  # read by type checkers, not by the server: the library's annotations are its users' too
+    }
+)
 
 
 @cache

@@ -73,7 +73,7 @@ def parser() -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
         prog="stash mcp",
         description="Serve wake, note, nap, recall, zoom and forget as Model Context Protocol tools over stdio, "
-                    "against the Stash server named by STASH_URL, with the capability in STASH_TOKEN.",
+        "against the Stash server named by STASH_URL, with the capability in STASH_TOKEN.",
         epilog=f"Needs the mcp extra: {INSTALL}",
     )
 

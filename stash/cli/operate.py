@@ -40,9 +40,11 @@ def _data(arg: str) -> Path:
     return Path(os.path.expanduser(arg)).resolve()
 
 
-ERASURE_NOTE = ("stash: a backup keeps what was erased after it was taken, and what capabilities revoked after it "
-                "could read, for as long as the backup is kept (the deploy timer keeps 14 daily ones); after a "
-                "restore, re-apply the erasures made since (SECURITY.md, \"Backups, restores and erasures\").")
+ERASURE_NOTE = (
+    "stash: a backup keeps what was erased after it was taken, and what capabilities revoked after it "
+    "could read, for as long as the backup is kept (the deploy timer keeps 14 daily ones); after a "
+    'restore, re-apply the erasures made since (SECURITY.md, "Backups, restores and erasures").'
+)
 
 
 def _print_report(report: Report) -> None:
@@ -54,13 +56,20 @@ def _print_report(report: Report) -> None:
 
 
 def backup_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="stash backup", description=(
-        "Copy every user's files into DEST while the server keeps serving, then check each copy. "
-        "Needs no token. DEST must not exist or be empty, and lie outside the data folder."))
+    p = argparse.ArgumentParser(
+        prog="stash backup",
+        description=(
+            "Copy every user's files into DEST while the server keeps serving, then check each copy. "
+            "Needs no token. DEST must not exist or be empty, and lie outside the data folder."
+        ),
+    )
     p.add_argument("dest", help="the new backup folder")
     # The data folder is stash serve's, by the same flag and variable.
-    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
-                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
+    p.add_argument(
+        DATA.flag,
+        default=os.environ.get(DATA.env_var, DATA.default),
+        help=f"the data folder (default: ${DATA.env_var} or {DATA.default})",
+    )
     args = p.parse_args(argv)
     from ..service.ops.backup import BackupRefused, backup
     from ..service.ops.verify import Failed
@@ -78,25 +87,46 @@ def backup_main(argv: list[str]) -> int:
         _print_report(report)
         failed += not report.ok
     done = sum(1 for c, _ in results if c.copied)
-    print(f"stash backup: {done} {'user' if done == 1 else 'users'} copied, {failed} "
-          f"{'copy' if failed == 1 else 'copies'} failed their check.")
+    print(
+        f"stash backup: {done} {'user' if done == 1 else 'users'} copied, {failed} "
+        f"{'copy' if failed == 1 else 'copies'} failed their check."
+    )
     print(ERASURE_NOTE)
     return 1 if failed else 0
 
 
 def verify_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="stash verify", description=(
-        "Check every user file of a data folder or a backup: that it opens, authenticates and agrees with "
-        "its digest. Without --token only what needs no key; with --token, that user's store whole."))
-    p.add_argument("dir", nargs="?", default=os.environ.get(DATA.env_var, DATA.default),
-                   help=f"a data folder or backup (default: ${DATA.env_var} or {DATA.default})")
-    p.add_argument("--token", action="store_true",
-                   help="also check everything the capability in $STASH_TOKEN opens (its user only)")
-    p.add_argument("--backup", action="store_true",
-                   help="DIR must be a finished stash backup (its backup.json complete and agreeing with its files)")
-    p.add_argument(QUOTA.flag, type=int, default=_env_int(QUOTA.env_var, QUOTA.default), metavar="BYTES",
-                   help=f"the server's {QUOTA.flag}: a file over twice this is refused, not copied "
-                        f"(default: ${QUOTA.env_var} or {QUOTA.default})")
+    p = argparse.ArgumentParser(
+        prog="stash verify",
+        description=(
+            "Check every user file of a data folder or a backup: that it opens, authenticates and agrees with "
+            "its digest. Without --token only what needs no key; with --token, that user's store whole."
+        ),
+    )
+    p.add_argument(
+        "dir",
+        nargs="?",
+        default=os.environ.get(DATA.env_var, DATA.default),
+        help=f"a data folder or backup (default: ${DATA.env_var} or {DATA.default})",
+    )
+    p.add_argument(
+        "--token",
+        action="store_true",
+        help="also check everything the capability in $STASH_TOKEN opens (its user only)",
+    )
+    p.add_argument(
+        "--backup",
+        action="store_true",
+        help="DIR must be a finished stash backup (its backup.json complete and agreeing with its files)",
+    )
+    p.add_argument(
+        QUOTA.flag,
+        type=int,
+        default=_env_int(QUOTA.env_var, QUOTA.default),
+        metavar="BYTES",
+        help=f"the server's {QUOTA.flag}: a file over twice this is refused, not copied "
+        f"(default: ${QUOTA.env_var} or {QUOTA.default})",
+    )
     args = p.parse_args(argv)
     from ..crypto import tokens
     from ..service.ops.backup import check_manifest
@@ -108,8 +138,9 @@ def verify_main(argv: list[str]) -> int:
         token = os.environ.get("STASH_TOKEN")
         parsed = tokens.parse(token or "")
         if parsed is None:
-            print("stash verify: --token reads a capability from $STASH_TOKEN, which does not hold one.",
-                  file=sys.stderr)
+            print(
+                "stash verify: --token reads a capability from $STASH_TOKEN, which does not hold one.", file=sys.stderr
+            )
             return 2
     folder = _data(args.dir)
     try:
@@ -127,8 +158,11 @@ def verify_main(argv: list[str]) -> int:
     strange = unknown_entries(folder)
     if strange:
         shown = ", ".join(repr(n)[:80] for n in strange[:10]) + (" and more" if len(strange) > 10 else "")
-        print(f"users/  FAIL  holds entries that are not users' folders: {shown} (never replicated or restored; "
-              "look at them, then remove them)", flush=True)
+        print(
+            f"users/  FAIL  holds entries that are not users' folders: {shown} (never replicated or restored; "
+            "look at them, then remove them)",
+            flush=True,
+        )
         failed += 1
     if parsed is not None and not any(r.user_id == parsed.user_id for r in reports):
         print("stash verify: the token's user has no store here.", file=sys.stderr)
@@ -152,12 +186,24 @@ def _given_tokens(path: str | None) -> list[str]:
 def _folder_verb_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """The options every verb that works through a data folder's memories
     with given tokens shares (migrate, compact), added after its own."""
-    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
-                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
-    p.add_argument("--tokens", default=None, metavar="FILE",
-                   help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN")
-    p.add_argument("--wait", type=float, default=30.0, metavar="SECONDS",
-                   help="how long to retry a memory a running server keeps open (default 30)")
+    p.add_argument(
+        DATA.flag,
+        default=os.environ.get(DATA.env_var, DATA.default),
+        help=f"the data folder (default: ${DATA.env_var} or {DATA.default})",
+    )
+    p.add_argument(
+        "--tokens",
+        default=None,
+        metavar="FILE",
+        help="capabilities to use, one a line ('-': standard input), besides $STASH_TOKEN",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to retry a memory a running server keeps open (default 30)",
+    )
     return p.parse_args(argv)
 
 
@@ -177,12 +223,16 @@ def _tokens_and_folder(verb: str, args: argparse.Namespace) -> tuple[list[str], 
 
 
 def migrate_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="stash migrate", description=(
-        "Convert every memory of every user of a data folder from SQLCipher files to plain SQLite files, which "
-        "Litestream can replicate (every row stays sealed with XChaCha20-Poly1305), then check each user as "
-        "stash verify does. A memory converts only with a token that opens it (the file key comes from its "
-        "secret): $STASH_TOKEN and --tokens. Run it with the server stopped, or beside it: each memory moves "
-        "under its lock, and its requests wait. A run that was killed is finished by running it again."))
+    p = argparse.ArgumentParser(
+        prog="stash migrate",
+        description=(
+            "Convert every memory of every user of a data folder from SQLCipher files to plain SQLite files, which "
+            "Litestream can replicate (every row stays sealed with XChaCha20-Poly1305), then check each user as "
+            "stash verify does. A memory converts only with a token that opens it (the file key comes from its "
+            "secret): $STASH_TOKEN and --tokens. Run it with the server stopped, or beside it: each memory moves "
+            "under its lock, and its requests wait. A run that was killed is finished by running it again."
+        ),
+    )
     p.add_argument(FILE_CIPHER.flag, required=True, choices=["none"], help="the cipher to move to: none")
     args = _folder_verb_args(p, argv)
     from ..service.ops.migrate import migrate
@@ -200,27 +250,36 @@ def migrate_main(argv: list[str]) -> int:
         if user.report is not None:
             _print_report(user.report)
             failed += not user.report.ok
-    print(f"stash migrate: {counts['converted']} converted, {counts['plain']} already plain, {counts['left']} "
-          f"left as SQLCipher, {failed} failed their check, in {len(results)} "
-          f"{'user' if len(results) == 1 else 'users'}.")
+    print(
+        f"stash migrate: {counts['converted']} converted, {counts['plain']} already plain, {counts['left']} "
+        f"left as SQLCipher, {failed} failed their check, in {len(results)} "
+        f"{'user' if len(results) == 1 else 'users'}."
+    )
     if failed:
         return 1
     if counts["left"]:
-        print("stash migrate: not every memory is plain yet (see the 'left' lines); give a token that opens "
-              "each, or run again once the server lets go of them.", file=sys.stderr)
+        print(
+            "stash migrate: not every memory is plain yet (see the 'left' lines); give a token that opens "
+            "each, or run again once the server lets go of them.",
+            file=sys.stderr,
+        )
         return INCOMPLETE
     return 0
 
 
 def compact_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="stash compact", description=(
-        "Re-seal the summaries that earlier releases padded to one size into their 32-byte buckets, store their "
-        "memory rows short (each rebuilt byte for byte when read, so the log's digest and every pin stay valid), "
-        "then rewrite each memory file without the room they left (SQLite's VACUUM), then check each user as "
-        "stash verify does. Servers of earlier releases cannot read a row stored short. A memory "
-        "is compacted only with a full or owner token that opens it: $STASH_TOKEN and --tokens. Run it with the "
-        "server stopped, or beside it: each memory is worked on under its lock, and its requests wait. A run that "
-        "was killed is finished by running it again."))
+    p = argparse.ArgumentParser(
+        prog="stash compact",
+        description=(
+            "Re-seal the summaries that earlier releases padded to one size into their 32-byte buckets, store their "
+            "memory rows short (each rebuilt byte for byte when read, so the log's digest and every pin stay valid), "
+            "then rewrite each memory file without the room they left (SQLite's VACUUM), then check each user as "
+            "stash verify does. Servers of earlier releases cannot read a row stored short. A memory "
+            "is compacted only with a full or owner token that opens it: $STASH_TOKEN and --tokens. Run it with the "
+            "server stopped, or beside it: each memory is worked on under its lock, and its requests wait. A run that "
+            "was killed is finished by running it again."
+        ),
+    )
     args = _folder_verb_args(p, argv)
     from ..service.ops.compact import compact
 
@@ -233,19 +292,27 @@ def compact_main(argv: list[str]) -> int:
     for user in results:
         for m in user.memories:
             counts[m.outcome] += 1
-            done = (f"  {m.resealed} summaries re-sealed, {m.shortened} rows stored short, "
-                    f"{m.before:,} -> {m.after:,} bytes"
-                    if m.outcome == "compacted" else "")
+            done = (
+                f"  {m.resealed} summaries re-sealed, {m.shortened} rows stored short, "
+                f"{m.before:,} -> {m.after:,} bytes"
+                if m.outcome == "compacted"
+                else ""
+            )
             print(f"{m.user_id}  {m.memory}  {m.outcome}{done}{'  ' + m.note if m.note else ''}", flush=True)
         if user.report is not None:
             _print_report(user.report)
             failed += not user.report.ok
-    print(f"stash compact: {counts['compacted']} compacted, {counts['left']} left as they were, {failed} failed "
-          f"their check, in {len(results)} {'user' if len(results) == 1 else 'users'}.")
+    print(
+        f"stash compact: {counts['compacted']} compacted, {counts['left']} left as they were, {failed} failed "
+        f"their check, in {len(results)} {'user' if len(results) == 1 else 'users'}."
+    )
     if failed:
         return 1
     if counts["left"]:
-        print("stash compact: not every memory was compacted (see the 'left' lines); give a token that opens "
-              "each, or run again once the server lets go of them.", file=sys.stderr)
+        print(
+            "stash compact: not every memory was compacted (see the 'left' lines); give a token that opens "
+            "each, or run again once the server lets go of them.",
+            file=sys.stderr,
+        )
         return INCOMPLETE
     return 0

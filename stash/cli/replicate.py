@@ -35,15 +35,27 @@ def _data(arg: str) -> Path:
 
 
 def replicate_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="stash replicate", description=(
-        "Stream every user's files of a data folder to REPLICA with Litestream, users created later included, "
-        "until stopped. Only plain-file stores (--file-cipher none) replicate; a SQLCipher store is reported."))
-    p.add_argument("replica", help="a folder, a URL Litestream takes (sftp://, s3://…), or a JSON file of "
-                                   "Litestream replica settings")
-    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
-                   help=f"the data folder (default: ${DATA.env_var} or {DATA.default})")
-    p.add_argument("--interval", default=os.environ.get(SYNC_ENV, "1s"),
-                   help=f"how often each file is shipped, as Litestream reads it (default: ${SYNC_ENV} or 1s)")
+    p = argparse.ArgumentParser(
+        prog="stash replicate",
+        description=(
+            "Stream every user's files of a data folder to REPLICA with Litestream, users created later included, "
+            "until stopped. Only plain-file stores (--file-cipher none) replicate; a SQLCipher store is reported."
+        ),
+    )
+    p.add_argument(
+        "replica",
+        help="a folder, a URL Litestream takes (sftp://, s3://…), or a JSON file of Litestream replica settings",
+    )
+    p.add_argument(
+        DATA.flag,
+        default=os.environ.get(DATA.env_var, DATA.default),
+        help=f"the data folder (default: ${DATA.env_var} or {DATA.default})",
+    )
+    p.add_argument(
+        "--interval",
+        default=os.environ.get(SYNC_ENV, "1s"),
+        help=f"how often each file is shipped, as Litestream reads it (default: ${SYNC_ENV} or 1s)",
+    )
     p.add_argument("--print-config", action="store_true", help="print Litestream's configuration and exit")
     args = p.parse_args(argv)
     from ..service.ops import replica
@@ -83,14 +95,21 @@ def replicate_main(argv: list[str]) -> int:
     while not stopping:
         if child is None or child.poll() is not None:
             if child is not None:
-                print(f"stash replicate: litestream exited with {child.returncode}; restarting it.",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"stash replicate: litestream exited with {child.returncode}; restarting it.",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 status.restarts += 1
                 status.litestream_up = False
                 rs.write(data, dataclasses.replace(status, written=time.time()))
                 time.sleep(RESTART_PAUSE_S)
-            child = subprocess.Popen([binary, "replicate", "-config", str(cfg), "-no-expand-env"],
-                                     stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+            child = subprocess.Popen(
+                [binary, "replicate", "-config", str(cfg), "-no-expand-env"],
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                preexec_fn=_die_with_parent,
+            )
             threading.Thread(target=_watch_errors, args=(child, status), daemon=True).start()
         added = replica.update_roster(data, known)
         _report(added)
@@ -143,13 +162,20 @@ def _report(added: list[tuple[str, str]]) -> None:
 
     for user_id, cipher in added:
         if cipher == CRAFTED:
-            print(f"stash replicate: {user_id}'s key ring holds a schema Stash does not make (crafted or damaged): "
-                  "stash restore will refuse it; run stash verify.", file=sys.stderr, flush=True)
+            print(
+                f"stash replicate: {user_id}'s key ring holds a schema Stash does not make (crafted or damaged): "
+                "stash restore will refuse it; run stash verify.",
+                file=sys.stderr,
+                flush=True,
+            )
         elif cipher != "none":
-            print(f"stash replicate: {user_id} uses SQLCipher files, which Litestream cannot read: NOT replicated "
-                  "(convert it to plain files with `stash migrate --file-cipher none` and a token of its owner: "
-                  "deploy/README.md, \"stash migrate\"; until then the daily backup keeps it).",
-                  file=sys.stderr, flush=True)
+            print(
+                f"stash replicate: {user_id} uses SQLCipher files, which Litestream cannot read: NOT replicated "
+                "(convert it to plain files with `stash migrate --file-cipher none` and a token of its owner: "
+                'deploy/README.md, "stash migrate"; until then the daily backup keeps it).',
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _seconds(interval: str) -> float:
@@ -164,18 +190,34 @@ def _seconds(interval: str) -> float:
 
 
 def restore_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="stash restore", description=(
-        "Bring users back from a Litestream replica into a data folder, each at the latest moment (or the latest "
-        "at or before --timestamp) where its key ring and memory file agree, then check each as stash verify "
-        "does. Needs no token. Run it with the server stopped, or into a new folder."))
+    p = argparse.ArgumentParser(
+        prog="stash restore",
+        description=(
+            "Bring users back from a Litestream replica into a data folder, each at the latest moment (or the latest "
+            "at or before --timestamp) where its key ring and memory file agree, then check each as stash verify "
+            "does. Needs no token. Run it with the server stopped, or into a new folder."
+        ),
+    )
     p.add_argument("replica", help="the replica stash replicate writes to (folder, URL or JSON settings file)")
-    p.add_argument(DATA.flag, default=os.environ.get(DATA.env_var, DATA.default),
-                   help=f"the data folder to restore into (default: ${DATA.env_var} or {DATA.default})")
-    p.add_argument("--user", action="append", default=None, metavar="ID",
-                   help="restore this user only (repeatable); default: every user the replica lists")
+    p.add_argument(
+        DATA.flag,
+        default=os.environ.get(DATA.env_var, DATA.default),
+        help=f"the data folder to restore into (default: ${DATA.env_var} or {DATA.default})",
+    )
+    p.add_argument(
+        "--user",
+        action="append",
+        default=None,
+        metavar="ID",
+        help="restore this user only (repeatable); default: every user the replica lists",
+    )
     p.add_argument("--jobs", type=int, default=4, metavar="N", help="users restored at once (default 4)")
-    p.add_argument("--timestamp", default=None, metavar="TIME",
-                   help="restore as of this moment (ISO 8601, e.g. 2026-12-01T13:00:00Z) instead of the latest")
+    p.add_argument(
+        "--timestamp",
+        default=None,
+        metavar="TIME",
+        help="restore as of this moment (ISO 8601, e.g. 2026-12-01T13:00:00Z) instead of the latest",
+    )
     args = p.parse_args(argv)
     from ..service.ops import replica
     from .operate import _print_report
@@ -234,11 +276,17 @@ def restore_main(argv: list[str]) -> int:
     print(f"stash restore: {restored} restored, {failed} failed, {skipped} skipped, in {took:.1f} s.")
     status = restore_status(len(users) - failed - skipped, failed, skipped)
     if status == INCOMPLETE:
-        print("stash restore: not every user of the replica was restored (see the skip lines above); a failover "
-              "must not go on as if they were.", file=sys.stderr)
+        print(
+            "stash restore: not every user of the replica was restored (see the skip lines above); a failover "
+            "must not go on as if they were.",
+            file=sys.stderr,
+        )
     if status == 0 and partial:
-        print(f"stash restore: {plural(partial, 'user')} came back without a memory their key ring names (see "
-              "\"not restored\" above); a failover must not go on as if they were whole.", file=sys.stderr)
+        print(
+            f"stash restore: {plural(partial, 'user')} came back without a memory their key ring names (see "
+            '"not restored" above); a failover must not go on as if they were whole.',
+            file=sys.stderr,
+        )
         status = INCOMPLETE
     return status
 

@@ -41,15 +41,18 @@ def parser() -> argparse.ArgumentParser:
     """``stash serve``'s parser, one argument per declared option (stash/web/settings.py)."""
     renamed = ", ".join(f"{o.flag}, which is {o.env_var}" for o in OPTIONS if o.env)
     p = argparse.ArgumentParser(
-        prog="stash serve", description="Run the Stash server.",
+        prog="stash serve",
+        description="Run the Stash server.",
         epilog=f"Every option can also come from the environment as {ENV_PREFIX}<OPTION> (a repeatable one as a "
-               f"comma- or space-separated list), except {renamed}. A flag beats the variable.")
+        f"comma- or space-separated list), except {renamed}. A flag beats the variable.",
+    )
     for o in OPTIONS:
         if o.repeat:
             p.add_argument(o.flag, action="append", default=None, metavar=o.metavar, help=_help(o))
         else:
-            p.add_argument(o.flag, type=o.kind, default=o.default, choices=o.choices or None, metavar=o.metavar,
-                           help=_help(o))
+            p.add_argument(
+                o.flag, type=o.kind, default=o.default, choices=o.choices or None, metavar=o.metavar, help=_help(o)
+            )
     return p
 
 
@@ -138,8 +141,10 @@ def startup_problem(settings: Settings) -> str | None:
         probe = tempfile.NamedTemporaryFile(dir=data, prefix=".stash-probe-")
         probe.close()
     except OSError as err:
-        return (f"cannot use the data folder {data} ({err.strerror or type(err).__name__}); "
-                f"give {DATA.flag} a folder this user can create and write in.")
+        return (
+            f"cannot use the data folder {data} ({err.strerror or type(err).__name__}); "
+            f"give {DATA.flag} a folder this user can create and write in."
+        )
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     try:
         with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -147,10 +152,14 @@ def startup_problem(settings: Settings) -> str | None:
             s.bind((settings.host, settings.port))
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
-            return (f"port {settings.port} on {settings.host} is already in use (another server?); stop it or "
-                    f"choose another port with --port.")
-        return (f"cannot listen on {settings.host}:{settings.port} ({err.strerror or type(err).__name__}); "
-                f"check --host and --port.")
+            return (
+                f"port {settings.port} on {settings.host} is already in use (another server?); stop it or "
+                f"choose another port with --port."
+            )
+        return (
+            f"cannot listen on {settings.host}:{settings.port} ({err.strerror or type(err).__name__}); "
+            f"check --host and --port."
+        )
     return None
 
 
@@ -175,13 +184,22 @@ def shutdown_logging() -> dict[str, object]:
     (main prints the line when it ends); every other info line of uvicorn's
     (started, waiting for startup...) says nothing an operator acts on."""
     return {
-        "version": 1, "disable_existing_loggers": False,
+        "version": 1,
+        "disable_existing_loggers": False,
         "filters": {"shutdown": {"()": _ShutdownOnly}},
         "formatters": {"plain": {"format": "%(asctime)s %(name)s %(message)s"}},
-        "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["shutdown"],
-                                "stream": "ext://sys.stderr"}},
-        "loggers": {"uvicorn": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
-                    "uvicorn.access": {"level": "WARNING"}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "plain",
+                "filters": ["shutdown"],
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "loggers": {
+            "uvicorn": {"level": "INFO", "handlers": ["stderr"], "propagate": False},
+            "uvicorn.access": {"level": "WARNING"},
+        },
     }
 
 
@@ -218,12 +236,18 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     print(f"stash: data in {settings.data_dir}", flush=True)
     if counters is not None and settings.data_dir in counters.parents:
-        print("stash: warning: no memory-backed folder (/dev/shm) apart from the data folder for the workers' "
-              "metrics; they share its disk, and a full disk stops the workers", file=sys.stderr, flush=True)
+        print(
+            "stash: warning: no memory-backed folder (/dev/shm) apart from the data folder for the workers' "
+            "metrics; they share its disk, and a full disk stops the workers",
+            file=sys.stderr,
+            flush=True,
+        )
     cipher = settings.file_cipher or available_file_cipher()
-    print(f"stash: file cipher {cipher}; {settings.workers} worker(s) listening on "
-          f"http://{settings.host}:{settings.port}",
-          flush=True)
+    print(
+        f"stash: file cipher {cipher}; {settings.workers} worker(s) listening on "
+        f"http://{settings.host}:{settings.port}",
+        flush=True,
+    )
     if settings.trusted_proxies:
         print(f"stash: client address from X-Forwarded-For of {', '.join(settings.trusted_proxies)}", flush=True)
     # Every worker, one or many, builds its app from the same environment
@@ -240,11 +264,21 @@ def main(argv: list[str]) -> int:
     # uvicorn annotates its timeouts as int, but takes seconds as a float (asyncio's call_later).
     replicator = _start_replicator(settings)
     try:
-        uvicorn.run(APP_FACTORY, factory=True, host=settings.host, port=settings.port, workers=settings.workers,
-                    access_log=False, log_config=shutdown_logging(), log_level=None, server_header=False,
-                    proxy_headers=False,
-                    http=HeaderTimeoutProtocol, timeout_keep_alive=settings.idle_timeout,  # type: ignore[arg-type]
-                    timeout_graceful_shutdown=settings.shutdown_timeout)  # type: ignore[arg-type]
+        uvicorn.run(
+            APP_FACTORY,
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            access_log=False,
+            log_config=shutdown_logging(),
+            log_level=None,
+            server_header=False,
+            proxy_headers=False,
+            http=HeaderTimeoutProtocol,
+            timeout_keep_alive=settings.idle_timeout,  # type: ignore[arg-type]
+            timeout_graceful_shutdown=settings.shutdown_timeout,  # type: ignore[arg-type]
+        )
     finally:
         _stop_replicator(replicator)
         if counters is not None:

@@ -41,8 +41,12 @@ class Replicator:
         while not self._stop.wait(POLL_S):
             child = self.child
             if child is not None and child.poll() is not None and not self._stop.is_set():
-                print(f"stash: the replication supervisor (stash replicate) exited with {child.returncode}; "
-                      "starting it again", file=sys.stderr, flush=True)
+                print(
+                    f"stash: the replication supervisor (stash replicate) exited with {child.returncode}; "
+                    "starting it again",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 self.restarts += 1
                 if self._stop.wait(RESTART_PAUSE_S):
                     return

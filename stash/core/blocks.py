@@ -245,8 +245,12 @@ class Settled(dict[int, int]):
     neither settled nor pending (it renders as erased). A plain dict is a
     tree without holes or erasures."""
 
-    def __init__(self, counts: Iterable[tuple[int, int]] | dict[int, int] = (),
-                 holes: dict[int, list[int]] | None = None, erased: Erased | None = None) -> None:
+    def __init__(
+        self,
+        counts: Iterable[tuple[int, int]] | dict[int, int] = (),
+        holes: dict[int, list[int]] | None = None,
+        erased: Erased | None = None,
+    ) -> None:
         super().__init__(counts)
         self.holes: dict[int, list[int]] = holes or {}
         self.erased: Erased = erased or NO_ERASURE
@@ -266,8 +270,11 @@ def holes_below(settled: dict[int, int], size: int, limit: int) -> list[int]:
     hold a memory that is not erased."""
     top = min(settled.get(size, 0), limit)
     erased = erased_of(settled)
-    return [k for k in getattr(settled, "holes", {}).get(size, ())
-            if k < top and not erased.covers(k * size, (k + 1) * size)]
+    return [
+        k
+        for k in getattr(settled, "holes", {}).get(size, ())
+        if k < top and not erased.covers(k * size, (k + 1) * size)
+    ]
 
 
 def _in_sorted(ks: list[int], k: int) -> bool:
@@ -279,8 +286,11 @@ def is_settled(settled: dict[int, int], lo: int, hi: int) -> bool:
     """Block ``[lo, hi)`` has a summary (a wholly erased block has none)."""
     size = hi - lo
     k = lo // size
-    return (k < settled.get(size, 0) and not _in_sorted(getattr(settled, "holes", {}).get(size, []), k)
-            and not is_erased(settled, lo, hi))
+    return (
+        k < settled.get(size, 0)
+        and not _in_sorted(getattr(settled, "holes", {}).get(size, []), k)
+        and not is_erased(settled, lo, hi)
+    )
 
 
 def is_ready(settled: dict[int, int], lo: int, hi: int) -> bool:
@@ -320,10 +330,12 @@ def pending_count(T: int, settled: dict[int, int]) -> int:
     """``len(pending(T, settled))`` without listing. A level may hold more
     summaries than a past snapshot ``T`` needs, so each level is clamped at 0."""
     erased = erased_of(settled)
-    return sum(max(0, T // size - settled.get(size, 0))
-               - erased.whole_blocks(size, settled.get(size, 0), T // size)
-               + len(holes_below(settled, size, T // size))
-               for size in levels(T))
+    return sum(
+        max(0, T // size - settled.get(size, 0))
+        - erased.whole_blocks(size, settled.get(size, 0), T // size)
+        + len(holes_below(settled, size, T // size))
+        for size in levels(T)
+    )
 
 
 def first_pending(T: int, settled: dict[int, int]) -> Block | None:
@@ -335,8 +347,11 @@ def erase_span(i: int, T: int, settled: dict[int, int]) -> list[Block]:
     """What erasing memory ``#i`` drops (docs/DESIGN.md, "Erase"), smallest first: the
     summarised blocks on its path to the root, at most one per level, so at
     most ⌊log2 T⌋ of them. Every other summary stays."""
-    return [(i // size * size, (i // size + 1) * size) for size in levels(T)
-            if is_settled(settled, i // size * size, (i // size + 1) * size)]
+    return [
+        (i // size * size, (i // size + 1) * size)
+        for size in levels(T)
+        if is_settled(settled, i // size * size, (i // size + 1) * size)
+    ]
 
 
 BATCH_MAX = 256

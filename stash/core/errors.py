@@ -155,8 +155,10 @@ class Stopping(Unavailable):
     code = "server.stopping"
 
     def __init__(self) -> None:
-        super().__init__("The server was stopping and cut this request; resend it with the same Idempotency-Key "
-                         "once the server is back, and the answer says whether it was done.")
+        super().__init__(
+            "The server was stopping and cut this request; resend it with the same Idempotency-Key "
+            "once the server is back, and the answer says whether it was done."
+        )
 
 
 class Full(Unavailable):

@@ -57,10 +57,8 @@ def check_line(text: object, max_bytes: int, what: str = "note") -> str:
         if ch in LINE_SEPARATORS or category == "Cc":
             if ch in "\r\n" or ch in LINE_SEPARATORS:
                 # A note's lines can be noted one by one; a summary must stay one line of its block.
-                advice = "merge them, or note them separately" if what == "note" else \
-                    "merge them into one line"
-                raise Invalid(f"The {what} spans several lines; a {what} is one line: {advice}.",
-                              code="text.multiline")
+                advice = "merge them, or note them separately" if what == "note" else "merge them into one line"
+                raise Invalid(f"The {what} spans several lines; a {what} is one line: {advice}.", code="text.multiline")
             raise Invalid(
                 f"The {what} contains a control character (U+{ord(ch):04X}); remove it and send one plain line.",
                 code="text.control",
@@ -73,17 +71,22 @@ def check_line(text: object, max_bytes: int, what: str = "note") -> str:
             )
         if category == "Cf" and ch not in VISIBLE_FORMAT:
             raise Invalid(
-                f"The {what} contains an invisible character (U+{ord(ch):04X}); remove it and send only "
-                "visible text.",
+                f"The {what} contains an invisible character (U+{ord(ch):04X}); remove it and send only visible text.",
                 code="text.invisible",
             )
     text = text.strip()
     if not text:
-        raise Invalid(f"The {what} is empty; send one line of text. (Sent from a printed here-document? A line "
-                      f"that is exactly {DELIMITER} ends it early: reword that line.)", code="text.empty")
+        raise Invalid(
+            f"The {what} is empty; send one line of text. (Sent from a printed here-document? A line "
+            f"that is exactly {DELIMITER} ends it early: reword that line.)",
+            code="text.empty",
+        )
     if text == DELIMITER:
-        raise Invalid(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
-                      f"write the {what} with more words.", code="text.reserved")
+        raise Invalid(
+            f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
+            f"write the {what} with more words.",
+            code="text.reserved",
+        )
     n = len(text.encode())
     if n > max_bytes:
         raise Invalid(
@@ -100,9 +103,11 @@ def check_written(text: object, max_bytes: int, what: str = "note") -> str:
     Imported lines are data and are checked by :func:`check_line` alone."""
     line = check_line(text, max_bytes, what)
     if is_placeholder(line):
-        raise Invalid(f"The {what} is {line}, the placeholder of the command it came from, not a line of yours; "
-                      f"nothing was written. Run the command again with your own line in place of {line}.",
-                      code="text.placeholder")
+        raise Invalid(
+            f"The {what} is {line}, the placeholder of the command it came from, not a line of yours; "
+            f"nothing was written. Run the command again with your own line in place of {line}.",
+            code="text.placeholder",
+        )
     return line
 
 

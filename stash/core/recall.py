@@ -153,18 +153,14 @@ _RE2_ERRORS = {
     "missing ]": "a [ has no matching ]",
     "trailing \\": "it ends with a lone backslash",
     "invalid escape sequence": (
-        "it has an unknown escape (backreferences such as \\1 and \\Z are not "
-        "supported; write \\z for the end)"
+        "it has an unknown escape (backreferences such as \\1 and \\Z are not supported; write \\z for the end)"
     ),
     "invalid character class": "it has an invalid character class",
     "invalid character class range": "it has an invalid class range or class name",
     "no argument for repetition operator": "a repetition has nothing to repeat",
     "invalid repetition size": "a repetition count is invalid or above 1000",
     "bad repetition operator": "it repeats a repetition, such as ** or +*",
-    "invalid perl operator": (
-        "it uses an unsupported (? group (lookahead, lookbehind and (?x) are "
-        "not supported)"
-    ),
+    "invalid perl operator": ("it uses an unsupported (? group (lookahead, lookbehind and (?x) are not supported)"),
     "invalid UTF-8": "it is not valid UTF-8",
     "invalid named capture group": "it has an invalid group name",
 }
@@ -183,16 +179,16 @@ def compile_pattern(q: str) -> Matcher:
     if not q:
         raise BadPattern("The pattern is empty. Send at least one character to search for.")
     if q == DELIMITER:
-        raise BadPattern(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
-                         f"search for {DELIMITER[:-1]}[{DELIMITER[-1]}] instead.")
+        raise BadPattern(
+            f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
+            f"search for {DELIMITER[:-1]}[{DELIMITER[-1]}] instead."
+        )
     try:
         size = len(q.encode("utf-8"))
     except UnicodeEncodeError:
         raise BadPattern("The pattern is not valid Unicode text. Send it as UTF-8.") from None
     if size > MAX_PATTERN_BYTES:
-        raise BadPattern(
-            f"The pattern is {size} bytes; the limit is {MAX_PATTERN_BYTES}. Shorten it."
-        )
+        raise BadPattern(f"The pattern is {size} bytes; the limit is {MAX_PATTERN_BYTES}. Shorten it.")
     folded = fold(q)
     # (?m) changes nothing on a lone line; it is there so this program and the
     # run wrapper read ^ and $ alike.
@@ -221,8 +217,7 @@ def _error_message(error: bytes) -> str:
     reason = _RE2_ERRORS.get(description)
     if reason is None:
         return (
-            "The pattern is not valid RE2 syntax. Fix it; $STASH_URL/reference#recall-syntax lists "
-            "the accepted syntax."
+            "The pattern is not valid RE2 syntax. Fix it; $STASH_URL/reference#recall-syntax lists the accepted syntax."
         )
     return (
         f"The pattern is not valid RE2 syntax: {reason}. Fix it; $STASH_URL/reference#recall-syntax "
@@ -346,9 +341,7 @@ class Matcher:
         kept.reverse()
         return kept, total, True
 
-    def _segment_runs(
-        self, data: bytes, deadline: float | None, first_id: int | None = None
-    ) -> list[tuple[int, int]]:
+    def _segment_runs(self, data: bytes, deadline: float | None, first_id: int | None = None) -> list[tuple[int, int]]:
         """The matching lines of a long buffer of joined lines, as runs, at
         most one segment of whole lines (about ``_SEGMENT_BYTES``) per RE2
         call: the bare pattern finds the next matching line, then the run
@@ -390,9 +383,7 @@ class Matcher:
             pos = end
         return runs
 
-    def _batch_runs(
-        self, batch: list[str], deadline: float | None
-    ) -> list[tuple[int, int]]:
+    def _batch_runs(self, batch: list[str], deadline: float | None) -> list[tuple[int, int]]:
         """The matching lines of ``batch`` as (first index, count) runs, in order."""
         data = fold("\n".join(batch)).encode("utf-8") + b"\n"
         if data.count(b"\n") != len(batch):
@@ -407,9 +398,7 @@ class Matcher:
             _check(deadline)
         return runs
 
-    def _per_line_runs(
-        self, data: bytes, deadline: float | None
-    ) -> list[tuple[int, int]]:
+    def _per_line_runs(self, data: bytes, deadline: float | None) -> list[tuple[int, int]]:
         match = self._line
         runs = []
         for k, line in enumerate(data[:-1].split(b"\n")):
@@ -419,9 +408,7 @@ class Matcher:
                 _check(deadline)
         return runs
 
-    def _joined_runs(
-        self, data: bytes, deadline: float | None
-    ) -> list[tuple[int, int]]:
+    def _joined_runs(self, data: bytes, deadline: float | None) -> list[tuple[int, int]]:
         match = self._run
         assert match is not None, "a joined scan needs the run program"
         count = data.count

@@ -38,7 +38,7 @@ def validate_changes(changes: object) -> dict[str, int | None]:
     range; refuses the whole change on the first bad entry."""
     if not isinstance(changes, dict) or not changes:
         raise Invalid(
-            "Send an object of sizes to change, like {\"WAKE_LINES\": 64}; null restores a default.",
+            'Send an object of sizes to change, like {"WAKE_LINES": 64}; null restores a default.',
             code="config.empty",
         )
     out: dict[str, int | None] = {}

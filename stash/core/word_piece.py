@@ -160,14 +160,31 @@ class PieceIndex:
     ``words`` their words in all, ``memories`` how many it covers; ``raw``
     the postings as little-endian bytes, ``length_bytes`` the lengths so."""
 
-    __slots__ = ("_stem_arrays", "_stem_keys", "_stem_view", "at", "flags", "held", "joined", "length_bytes",
-                 "lengths", "memories", "postings", "raw", "starts", "stem_joined", "units", "words")
+    __slots__ = (
+        "_stem_arrays",
+        "_stem_keys",
+        "_stem_view",
+        "at",
+        "flags",
+        "held",
+        "joined",
+        "length_bytes",
+        "lengths",
+        "memories",
+        "postings",
+        "raw",
+        "starts",
+        "stem_joined",
+        "units",
+        "words",
+    )
 
     def __init__(self, data: bytes) -> None:
         if len(data) < _HEAD.size:
             raise BadPiece("short word piece")
-        magic, tag, n, joined, flat, self.held, self.words, self.memories, m, stem_joined, refs = (
-            _HEAD.unpack_from(data))
+        magic, tag, n, joined, flat, self.held, self.words, self.memories, m, stem_joined, refs = _HEAD.unpack_from(
+            data
+        )
         if magic != MAGIC:
             raise BadPiece("not a word piece")
         if tag != stems.TAG:
@@ -198,12 +215,20 @@ class PieceIndex:
         self.length_bytes = view[pos:]
         self.lengths = _from_le("H", self.length_bytes)
         self.units = bitmap_units(self.memories)
-        if (len(self.joined) != joined or len(self.at) != n or len(self.starts) != n + 1
-                or len(self.postings) != flat or self.starts[-1] != flat or (n and self.at[-1] >= joined)
-                or len(self.flags) != n or len(self.stem_joined) != stem_joined
-                or len(self._stem_view) != 4 * (m + m + 1 + refs) or last_start != refs
-                or (m and last_at >= stem_joined)
-                or len(self.lengths) not in (0, self.memories)):
+        if (
+            len(self.joined) != joined
+            or len(self.at) != n
+            or len(self.starts) != n + 1
+            or len(self.postings) != flat
+            or self.starts[-1] != flat
+            or (n and self.at[-1] >= joined)
+            or len(self.flags) != n
+            or len(self.stem_joined) != stem_joined
+            or len(self._stem_view) != 4 * (m + m + 1 + refs)
+            or last_start != refs
+            or (m and last_at >= stem_joined)
+            or len(self.lengths) not in (0, self.memories)
+        ):
             raise BadPiece("inconsistent word piece")
 
     def stem_arrays(self) -> tuple[Ints, Ints, Ints]:
@@ -211,8 +236,11 @@ class PieceIndex:
         references, and the references (word indexes)."""
         if self._stem_arrays is None:
             m, v = self._stem_keys, self._stem_view
-            self._stem_arrays = (_from_le("I", v[: 4 * m]), _from_le("I", v[4 * m : 8 * m + 4]),
-                                 _from_le("I", v[8 * m + 4 :]))
+            self._stem_arrays = (
+                _from_le("I", v[: 4 * m]),
+                _from_le("I", v[4 * m : 8 * m + 4]),
+                _from_le("I", v[8 * m + 4 :]),
+            )
         return self._stem_arrays
 
     def word(self, w: int) -> bytes:
@@ -287,8 +315,11 @@ class PieceIndex:
         holding at least ``t`` words it prefixes."""
         lo, hi = self.run(word)
         units, raw = self.units, self.raw
-        return [int.from_bytes(raw[2 * a : 2 * (a + units)], "little")
-                for w in range(lo, hi) for a in range(self.starts[w], self.starts[w + 1], units)]
+        return [
+            int.from_bytes(raw[2 * a : 2 * (a + units)], "little")
+            for w in range(lo, hi)
+            for a in range(self.starts[w], self.starts[w + 1], units)
+        ]
 
     def bits(self, word: bytes) -> tuple[int, int]:
         """``(bitmap, held)``: bit ``k`` set when memory ``k`` holds a word
@@ -374,5 +405,3 @@ def tally(memories: int, bitmaps: Sequence[int], lists: Sequence[Ints]) -> tuple
     for b in bitmaps:
         out = merge(out, [b])
     return bits, held, out
-
-

@@ -67,12 +67,12 @@ def build(texts: Sequence[str | None]) -> bytes:
         starts.append(len(flat))
     held = len(lengths) - lengths.count(0)
     flags, others = _stems([w for _, w, _ in encoded], plain, written)
-    return _encode([key for key, _, _ in encoded], starts, flat, lengths, held, sum(lengths), len(texts),
-                   flags, others)
+    return _encode([key for key, _, _ in encoded], starts, flat, lengths, held, sum(lengths), len(texts), flags, others)
 
 
-def _stems(ordered: Sequence[str], plain: set[str], written: dict[str, set[str]]
-           ) -> tuple[bytes, list[tuple[bytes, list[int]]]]:
+def _stems(
+    ordered: Sequence[str], plain: set[str], written: dict[str, set[str]]
+) -> tuple[bytes, list[tuple[bytes, list[int]]]]:
     """The flags of the words ``ordered`` (as the piece orders them) and the
     piece's other stems with the words that have them, sorted by key. Each
     distinct form is stemmed once (:func:`stash.core.words.stems_of`): a
@@ -116,8 +116,17 @@ def _joined(keys: Sequence[bytes]) -> tuple[bytes, array[int]]:
     return joined, at
 
 
-def _encode(keys: Sequence[bytes], starts: Ints, flat: Ints, lengths: Ints, held: int, total: int, memories: int,
-            flags: bytes = b"", others: Sequence[tuple[bytes, Sequence[int]]] = ()) -> bytes:
+def _encode(
+    keys: Sequence[bytes],
+    starts: Ints,
+    flat: Ints,
+    lengths: Ints,
+    held: int,
+    total: int,
+    memories: int,
+    flags: bytes = b"",
+    others: Sequence[tuple[bytes, Sequence[int]]] = (),
+) -> bytes:
     joined, at = _joined(keys)
     stem_joined, stem_at = _joined([key for key, _ in others])
     stem_starts = array("I", [0])
@@ -126,10 +135,31 @@ def _encode(keys: Sequence[bytes], starts: Ints, flat: Ints, lengths: Ints, held
         refs.extend(mates)
         stem_starts.append(len(refs))
     flags = flags or bytes(len(keys))
-    return (_HEAD.pack(MAGIC, stems.TAG, len(keys), len(joined), len(flat), held, total, memories, len(others),
-                       len(stem_joined), len(refs))
-            + joined + _le(at) + _le(starts) + _le(flat) + flags + stem_joined + _le(stem_at) + _le(stem_starts)
-            + _le(refs) + _le(lengths))
+    return (
+        _HEAD.pack(
+            MAGIC,
+            stems.TAG,
+            len(keys),
+            len(joined),
+            len(flat),
+            held,
+            total,
+            memories,
+            len(others),
+            len(stem_joined),
+            len(refs),
+        )
+        + joined
+        + _le(at)
+        + _le(starts)
+        + _le(flat)
+        + flags
+        + stem_joined
+        + _le(stem_at)
+        + _le(stem_starts)
+        + _le(refs)
+        + _le(lengths)
+    )
 
 
 def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes]:
@@ -204,6 +234,11 @@ def split(data: bytes, bucket: Callable[[bytes], int], count: int) -> list[bytes
         chars = _encode([], array("I", [0]), array("H"), array("H"), 0, 0, idx.memories)
     else:
         chars = _encode(list(firsts), char_starts, char_flat, array("H"), 1, 0, idx.memories)
-    return ([stats] + [_encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories, bytes(flags[b]),
-                               others[b]) for b in range(count)]
-            + [chars])
+    return (
+        [stats]
+        + [
+            _encode(keys[b], starts[b], flats[b], array("H"), 0, 0, idx.memories, bytes(flags[b]), others[b])
+            for b in range(count)
+        ]
+        + [chars]
+    )

@@ -76,8 +76,7 @@ B = 0.75
 SCALE = 1_000_000
 """Scores are whole multiples of 1/SCALE."""
 
-EXTRA = {"ı": "i", "đ": "d", "ø": "o", "ł": "l", "ħ": "h", "ŧ": "t", "æ": "ae", "œ": "oe", "þ": "th",
-         "ŀ": "l"}
+EXTRA = {"ı": "i", "đ": "d", "ø": "o", "ł": "l", "ħ": "h", "ŧ": "t", "æ": "ae", "œ": "oe", "þ": "th", "ŀ": "l"}
 """Letters with an accent that Unicode does not decompose, as their folded
 base letters (all lower case: they are applied after case folding)."""
 
@@ -200,8 +199,9 @@ def stemmed(pairs: Iterable[tuple[str, str]]) -> dict[str, Stems]:
     lows = list(dict.fromkeys(low for got in by_word.values() for low in got))
     of = dict(zip(lows, stems_of(lows)))
     codes = tuple(stems.LANGUAGES)
-    return {w: frozenset((code, st) for low in got for code, st in zip(codes, of[low]) if st)
-            for w, got in by_word.items()}
+    return {
+        w: frozenset((code, st) for low in got for code, st in zip(codes, of[low]) if st) for w, got in by_word.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -224,15 +224,19 @@ def parse_query(text: object) -> Query:
     if size > MAX_QUERY_BYTES:
         raise BadWords(f"The words are {size} bytes; the limit is {MAX_QUERY_BYTES}. Send fewer words.")
     if text == DELIMITER:
-        raise BadWords(f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
-                       f"search for {DELIMITER.replace('_', ' ')} instead.")
+        raise BadWords(
+            f"{DELIMITER} alone is reserved: it closes the here-documents of printed commands; "
+            f"search for {DELIMITER.replace('_', ' ')} instead."
+        )
     pairs = forms(text)
     distinct = tuple(dict.fromkeys(w for w, _ in pairs))
     if not distinct:
         raise BadWords("The words hold no letter or digit. Send at least one word to search for.")
     if len(distinct) > MAX_WORDS:
-        raise BadWords(f"The query holds {len(distinct)} different words; the limit is {MAX_WORDS}. "
-                       "Keep the words that matter most.")
+        raise BadWords(
+            f"The query holds {len(distinct)} different words; the limit is {MAX_WORDS}. "
+            "Keep the words that matter most."
+        )
     held = stemmed(pairs)
     return Query(distinct, tuple(held[w] for w in distinct))
 
@@ -242,8 +246,10 @@ def frequencies(query: Query, memory_words: Mapping[str, Stems]) -> list[int]:
     (``memory_words``: each with its stems, :func:`stemmed`) it matches,
     by prefix or by a stem, each once: its term frequency in that memory."""
     qstems = query.stems or tuple(frozenset() for _ in query.words)
-    return [sum(1 for m, st in memory_words.items() if m.startswith(w) or not st.isdisjoint(q))
-            for w, q in zip(query.words, qstems)]
+    return [
+        sum(1 for m, st in memory_words.items() if m.startswith(w) or not st.isdisjoint(q))
+        for w, q in zip(query.words, qstems)
+    ]
 
 
 def matches(query: Query, text: str) -> bool:
@@ -302,8 +308,11 @@ def rank(query: Query, memories: Iterable[tuple[int, str]]) -> list[tuple[int, i
     memories = list(memories)
     docs = [(i, words(text)) for i, text in memories]
     tfs = {i: frequencies(query, stemmed(forms(text))) for i, text in memories}
-    stats = Stats(sum(1 for _, ws in docs if ws), sum(len(ws) for _, ws in docs),
-                  tuple(sum(1 for i, _ in docs if tfs[i][k]) for k in range(len(query.words))))
+    stats = Stats(
+        sum(1 for _, ws in docs if ws),
+        sum(len(ws) for _, ws in docs),
+        tuple(sum(1 for i, _ in docs if tfs[i][k]) for k in range(len(query.words))),
+    )
     weights = stats.weights()
     out = [(score(stats, weights, tfs[i], len(ws)), i) for i, ws in docs]
     return sorted(((s, i) for s, i in out if s), reverse=True)
@@ -333,15 +342,20 @@ class Cursor:
         return f"w1.{self.T}.{self.stats.n}.{self.stats.length}.{dfs}.{self.score}.{self.id}"
 
 
-_CURSOR = re.compile(r"w1\.(\d{1,15})\.(\d{1,15})\.(\d{1,18})\.(\d{1,15}(?:-\d{1,15}){0,%s})\.(\d{1,8})\.(\d{1,15})"
-                     .replace("%s", str(MAX_WORDS - 1)))
+_CURSOR = re.compile(
+    r"w1\.(\d{1,15})\.(\d{1,15})\.(\d{1,18})\.(\d{1,15}(?:-\d{1,15}){0,%s})\.(\d{1,8})\.(\d{1,15})".replace(
+        "%s", str(MAX_WORDS - 1)
+    )
+)
 
 
 def parse_cursor(text: object, query: Query) -> Cursor:
     """The cursor a previous page's ``more`` named; raise BadWords if it is
     not one, or was made for a query of another number of words."""
-    bad = BadWords("before is not the more of a previous page of this search. Send the more the last page "
-                   "answered, or leave before out for the first page.")
+    bad = BadWords(
+        "before is not the more of a previous page of this search. Send the more the last page "
+        "answered, or leave before out for the first page."
+    )
     if not isinstance(text, str) or len(text) > MAX_CURSOR_BYTES:
         raise bad
     m = _CURSOR.fullmatch(text)

@@ -18,8 +18,15 @@ most ``held`` of the query words (``held`` below their number), word ``j``
 at most ``tops[j]`` times, and has at least ``length`` words."""
 
 
-def best(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], after: tuple[int, int] | None,
-         n: int, check: Callable[[], None] = lambda: None, reach: Reach | None = None) -> list[tuple[int, int]] | None:
+def best(
+    pieces: Sequence[Piece],
+    k: int,
+    score: Callable[[Class, int], int],
+    after: tuple[int, int] | None,
+    n: int,
+    check: Callable[[], None] = lambda: None,
+    reach: Reach | None = None,
+) -> list[tuple[int, int]] | None:
     """:func:`top`, :func:`top_pruned` or :func:`top_coded`, whichever is
     cheaper for the query's number of classes (the same answer); None when
     none ranks it. :func:`top_pruned` is tried first above
@@ -86,9 +93,15 @@ def _shorter(ln: bytes, length: int) -> int:
     return bits
 
 
-def top_pruned(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], reach: Reach,
-               after: tuple[int, int] | None, n: int,
-               check: Callable[[], None] = lambda: None) -> list[tuple[int, int]] | None:
+def top_pruned(
+    pieces: Sequence[Piece],
+    k: int,
+    score: Callable[[Class, int], int],
+    reach: Reach,
+    after: tuple[int, int] | None,
+    n: int,
+    check: Callable[[], None] = lambda: None,
+) -> list[tuple[int, int]] | None:
     """:func:`top`, scoring only the memories that may reach the page: the
     same answer, or None when that would mean scoring more than
     :data:`PRUNED_MOST` of them (or the query has more than

@@ -128,8 +128,14 @@ piece); above, it counts every memory's class at once (:func:`top_coded`:
 a constant per memory, whatever the classes)."""
 
 
-def top(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], after: tuple[int, int] | None,
-        n: int, check: Callable[[], None] = lambda: None) -> list[tuple[int, int]] | None:
+def top(
+    pieces: Sequence[Piece],
+    k: int,
+    score: Callable[[Class, int], int],
+    after: tuple[int, int] | None,
+    n: int,
+    check: Callable[[], None] = lambda: None,
+) -> list[tuple[int, int]] | None:
     """The best ``n`` ``(score, id)`` strictly after ``after`` in the order
     (score descending, id descending), best first, of the memories of
     ``pieces`` (newest first, not overlapping) that hold a query word;
@@ -162,8 +168,9 @@ def top(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], aft
                 if t < len(lay):
                     exact &= ~lay[t]
             if exact > 0:
-                held.append((base, (ln_int & int.from_bytes(spread(exact, len(ln)), "little")).to_bytes(
-                    len(ln), "little")))
+                held.append(
+                    (base, (ln_int & int.from_bytes(spread(exact, len(ln)), "little")).to_bytes(len(ln), "little"))
+                )
         if not held:
             continue
         of_mask[m] = held
@@ -177,8 +184,13 @@ def top(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], aft
     return _page(found, of_mask, after, n, check)
 
 
-def _page(found: dict[tuple[Class, int], tuple[int, int]], of_mask: dict[Class, list[tuple[int, bytes]]],
-          after: tuple[int, int] | None, n: int, check: Callable[[], None]) -> list[tuple[int, int]]:
+def _page(
+    found: dict[tuple[Class, int], tuple[int, int]],
+    of_mask: dict[Class, list[tuple[int, bytes]]],
+    after: tuple[int, int] | None,
+    n: int,
+    check: Callable[[], None],
+) -> list[tuple[int, int]]:
     """The best ``n`` after ``after`` of the counted ``found``: every
     (mask, length) of the scores that fit whole, read in one pass over each
     mask's pieces; then the newest of the score that fits in part."""
@@ -202,8 +214,10 @@ def _page(found: dict[tuple[Class, int], tuple[int, int]], of_mask: dict[Class, 
 def _below(held: list[tuple[int, bytes]], length: int, limit: int) -> int:
     """How many memories of ``length`` in ``held`` have an id below ``limit``."""
     one = bytes([length])
-    return sum(e.count(one) if base + len(e) <= limit else e.count(one, 0, limit - base) if base < limit else 0
-               for base, e in held)
+    return sum(
+        e.count(one) if base + len(e) <= limit else e.count(one, 0, limit - base) if base < limit else 0
+        for base, e in held
+    )
 
 
 def _newest(entries: list[tuple[list[tuple[int, bytes]], int]], need: int, limit: int | None) -> list[int]:
@@ -245,8 +259,14 @@ def _lanes(bits: int, size: int) -> int:
     return int.from_bytes(buf, "little")
 
 
-def top_coded(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int], after: tuple[int, int] | None,
-              n: int, check: Callable[[], None] = lambda: None) -> list[tuple[int, int]] | None:
+def top_coded(
+    pieces: Sequence[Piece],
+    k: int,
+    score: Callable[[Class, int], int],
+    after: tuple[int, int] | None,
+    n: int,
+    check: Callable[[], None] = lambda: None,
+) -> list[tuple[int, int]] | None:
     """:func:`top`, for queries of many classes: the same answer, computed
     once per memory rather than once per class and piece. Each memory's
     class is numbered in mixed radix (word ``j``'s frequency times the
@@ -285,8 +305,9 @@ def top_coded(pieces: Sequence[Piece], k: int, score: Callable[[Class, int], int
     below: Counter[int] = Counter()
     if after is not None:  # the ids under the cursor's, for the keys of the cursor's score
         limit = after[1]
-        below = Counter(memoryview(b"".join(key[: 4 * max(0, min(len(key) // 4, limit - base))]
-                                            for base, key in keyed)).cast("I"))
+        below = Counter(
+            memoryview(b"".join(key[: 4 * max(0, min(len(key) // 4, limit - base))] for base, key in keyed)).cast("I")
+        )
     by_class: dict[int, list[tuple[int, int]]] = {}  # code: (length, how many)
     for key4, c in counts.items():
         if key4 & 0xFFFF:

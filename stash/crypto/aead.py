@@ -41,8 +41,9 @@ def seal(key: bytes, plaintext: bytes, aad: bytes) -> bytes:
     _check_key(key)
     nonce = os.urandom(NONCE_BYTES)
     out = _ffi.new("unsigned char[]", len(plaintext) + TAG_BYTES)
-    if _lib.crypto_aead_xchacha20poly1305_ietf_encrypt(out, _ffi.NULL, plaintext, len(plaintext), aad, len(aad),
-                                                        _ffi.NULL, nonce, key):
+    if _lib.crypto_aead_xchacha20poly1305_ietf_encrypt(
+        out, _ffi.NULL, plaintext, len(plaintext), aad, len(aad), _ffi.NULL, nonce, key
+    ):
         raise RuntimeError("libsodium refused to seal")  # pragma: no cover - cannot fail for valid sizes
     return nonce + bytes(_ffi.buffer(out))
 
@@ -55,8 +56,9 @@ def open_sealed(key: bytes, sealed: bytes, aad: bytes) -> bytes:
     if n < 0:
         raise Unsealable("sealed value is shorter than nonce and tag")
     out = _ffi.new("unsigned char[]", n or 1)
-    if _lib.crypto_aead_xchacha20poly1305_ietf_decrypt(out, _ffi.NULL, _ffi.NULL, sealed[NONCE_BYTES:],
-                                                        n + TAG_BYTES, aad, len(aad), sealed[:NONCE_BYTES], key):
+    if _lib.crypto_aead_xchacha20poly1305_ietf_decrypt(
+        out, _ffi.NULL, _ffi.NULL, sealed[NONCE_BYTES:], n + TAG_BYTES, aad, len(aad), sealed[:NONCE_BYTES], key
+    ):
         raise Unsealable("sealed value failed authentication")
     return bytes(_ffi.buffer(out, n))
 
@@ -70,8 +72,7 @@ def keystream(key: bytes, nonce: bytes, n: int) -> bytes:
     if len(nonce) != NONCE_BYTES:
         raise ValueError(f"nonce must be exactly {NONCE_BYTES} bytes")
     out = _ffi.new("unsigned char[]", n + TAG_BYTES)
-    if _lib.crypto_aead_xchacha20poly1305_ietf_encrypt(out, _ffi.NULL, bytes(n), n, b"", 0, _ffi.NULL, nonce,
-                                                        key):
+    if _lib.crypto_aead_xchacha20poly1305_ietf_encrypt(out, _ffi.NULL, bytes(n), n, b"", 0, _ffi.NULL, nonce, key):
         raise RuntimeError("libsodium refused to seal")  # pragma: no cover - cannot fail for valid sizes
     return bytes(_ffi.buffer(out, n))
 
@@ -107,8 +108,15 @@ class BulkOpener:
         if n < 0 or n > self._max or len(key) != KEY_BYTES:
             raise Unsealable("sealed value has the wrong size")
         if self._fn(
-            self._out, self._len, self._null,
-            sealed[NONCE_BYTES:], n + TAG_BYTES, aad, len(aad), sealed[:NONCE_BYTES], key,
+            self._out,
+            self._len,
+            self._null,
+            sealed[NONCE_BYTES:],
+            n + TAG_BYTES,
+            aad,
+            len(aad),
+            sealed[:NONCE_BYTES],
+            key,
         ):
             raise Unsealable("sealed value failed authentication")
         if not unpad_payload:

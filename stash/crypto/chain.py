@@ -24,8 +24,9 @@ _PIN = re.compile(r"(\d{1,18}):([0-9a-f]{64})(?::(\d{1,18}))?")
 
 def genesis(key: bytes, user_id: str) -> bytes:
     """``h(0)``: the head digest of an empty log."""
-    return hashlib.blake2b(f"stash/v1|{user_id}|log".encode(), key=key, digest_size=DIGEST_BYTES,
-                           person=_PERSON).digest()
+    return hashlib.blake2b(
+        f"stash/v1|{user_id}|log".encode(), key=key, digest_size=DIGEST_BYTES, person=_PERSON
+    ).digest()
 
 
 def step(key: bytes, prev: bytes, i: int, sealed: bytes) -> bytes:

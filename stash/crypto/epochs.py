@@ -89,7 +89,7 @@ def open_for(private_key: PrivateKey, context: bytes, sealed: bytes) -> bytes:
         raise aead.Unsealable("the sealed value does not open with this capability") from None
     if not plain.startswith(context):
         raise aead.Unsealable("the sealed value was moved from another place")
-    return plain[len(context):]
+    return plain[len(context) :]
 
 
 def _older_aad(user_id: str, epoch: int) -> bytes:
@@ -157,5 +157,4 @@ class KeyChain:
         plain = aead.open_sealed(current, older, _older_aad(user_id, epoch))
         if len(plain) != epoch * EPOCH_KEY_BYTES:
             raise aead.Unsealable("the older epoch keys have the wrong length")
-        return cls(user_id, (*(plain[k:k + EPOCH_KEY_BYTES] for k in range(0, len(plain), EPOCH_KEY_BYTES)),
-                             current))
+        return cls(user_id, (*(plain[k : k + EPOCH_KEY_BYTES] for k in range(0, len(plain), EPOCH_KEY_BYTES)), current))

@@ -56,8 +56,9 @@ def parse_public(text: str | None) -> tuple[int, bytes] | None:
 
 
 def _bind(store: str, grant_id: int, claim: int) -> bytes:
-    return hashlib.blake2b(f"{store}|{grant_id}|{claim}".encode(), digest_size=BIND_BYTES,
-                           person=b"stash.inbox.bind").digest()
+    return hashlib.blake2b(
+        f"{store}|{grant_id}|{claim}".encode(), digest_size=BIND_BYTES, person=b"stash.inbox.bind"
+    ).digest()
 
 
 def seal(public: bytes, store: str, grant_id: int, claim: int, day: str, text: str) -> bytes:
@@ -79,10 +80,10 @@ def open_note(chain: KeyChain, epoch: int, sealed: bytes, store: str, grant_id: 
     if len(plain) != PLAIN_BYTES or plain[:BIND_BYTES] != _bind(store, grant_id, claim):
         raise aead.Unsealable("an inbox note was moved or altered")
     body = plain[BIND_BYTES:]
-    n = int.from_bytes(body[DAY_BYTES:DAY_BYTES + 2], "big")
+    n = int.from_bytes(body[DAY_BYTES : DAY_BYTES + 2], "big")
     if n > TEXT_BYTES:
         raise aead.Unsealable("an inbox note has a bad length")
-    return body[:DAY_BYTES].decode(), body[DAY_BYTES + 2:DAY_BYTES + 2 + n].decode()
+    return body[:DAY_BYTES].decode(), body[DAY_BYTES + 2 : DAY_BYTES + 2 + n].decode()
 
 
 def grant_mac(chain: KeyChain, store: str, grant_id: int, tag: bytes, expires: str | None = None) -> bytes:

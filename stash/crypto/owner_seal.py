@@ -62,7 +62,7 @@ def is_sealed(value: bytes) -> bool:
 
 def _unpad(body: bytes) -> bytes:
     n = int.from_bytes(body[:LENGTH_BYTES], "big")
-    value, rest = body[LENGTH_BYTES:LENGTH_BYTES + n], body[LENGTH_BYTES + n:]
+    value, rest = body[LENGTH_BYTES : LENGTH_BYTES + n], body[LENGTH_BYTES + n :]
     if len(body) < LENGTH_BYTES or len(value) != n or any(rest):
         raise aead.Unsealable("a padded owner value is malformed")
     return value
@@ -102,7 +102,7 @@ class OwnerKeys:
         if not is_sealed(value):
             raise aead.Unsealable("not a value sealed to the owner")
         padded = value.startswith(PADDED)
-        body, context = value[len(MARK):], _context(self.user_id, what)  # both marks are one length
+        body, context = value[len(MARK) :], _context(self.user_id, what)  # both marks are one length
         for seed in reversed(self.seeds):
             try:
                 plain = SealedBox(PrivateKey(seed)).decrypt(body)
@@ -110,13 +110,14 @@ class OwnerKeys:
                 continue
             if not plain.startswith(context):
                 raise aead.Unsealable("a sealed owner value was moved from another row")
-            return _unpad(plain[len(context):]) if padded else plain[len(context):]
+            return _unpad(plain[len(context) :]) if padded else plain[len(context) :]
         raise aead.Unsealable("a sealed owner value does not open with this store's owner keys")
 
     def box(self, grant_id: int, grant_public_key: bytes) -> bytes:
         """Every seed, sealed to the owner grant ``grant_id``'s public key."""
         return SealedBox(PublicKey(grant_public_key)).encrypt(
-            _context(self.user_id, f"owner_box|{grant_id}") + b"".join(self.seeds))
+            _context(self.user_id, f"owner_box|{grant_id}") + b"".join(self.seeds)
+        )
 
     @classmethod
     def unbox(cls, user_id: str, grant_id: int, private_key: PrivateKey, box: bytes) -> OwnerKeys:
@@ -127,7 +128,7 @@ class OwnerKeys:
         except CryptoError:
             raise aead.Unsealable("the owner box does not open with this capability") from None
         context = _context(user_id, f"owner_box|{grant_id}")
-        body = plain[len(context):]
+        body = plain[len(context) :]
         if not plain.startswith(context) or not body or len(body) % SEED_BYTES or len(body) > MAX_SEEDS * SEED_BYTES:
             raise aead.Unsealable("the owner box was altered or belongs to another grant")
         return cls(user_id, tuple(body[k : k + SEED_BYTES] for k in range(0, len(body), SEED_BYTES)))

@@ -88,7 +88,7 @@ def new_user_id(prefixes: Sequence[str] = ()) -> str:
     if not prefixes:
         return rand
     prefix = prefixes[secrets.randbelow(len(prefixes))]
-    return prefix + rand[len(prefix):]
+    return prefix + rand[len(prefix) :]
 
 
 def is_id_prefix(text: str) -> bool:
@@ -119,7 +119,7 @@ def parse(text: str) -> Token | None:
     if not m:
         return None
     user_id, digits, check = m.groups()
-    if _checksum(text[: -CHECKSUM_DIGITS]) != check:
+    if _checksum(text[:-CHECKSUM_DIGITS]) != check:
         return None
     n = _from_b62(digits)
     if n >> (8 * SECRET_BYTES):
@@ -133,6 +133,4 @@ def lookup_tag(user_id: str, secret: bytes) -> bytes:
 
     It is not a password hash: the secret is 256 uniform bits, so no search
     over it is feasible and a fast hash reveals nothing usable."""
-    return hashlib.blake2b(
-        secret, digest_size=TAG_BYTES, key=user_id.encode(), person=b"stash.grant.tag"
-    ).digest()
+    return hashlib.blake2b(secret, digest_size=TAG_BYTES, key=user_id.encode(), person=b"stash.grant.tag").digest()

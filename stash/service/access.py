@@ -54,8 +54,9 @@ def allowed(scope: str, need: str) -> bool:
 
 def unknown_memory() -> NotFound:
     """One answer for a memory that is not there and one the capability is not bound to."""
-    return NotFound("No such memory for this capability; an owner lists them with GET /memories.",
-                    code="memory.unknown")
+    return NotFound(
+        "No such memory for this capability; an owner lists them with GET /memories.", code="memory.unknown"
+    )
 
 
 def capability_key(secret: bytes) -> bytes:
@@ -135,9 +136,16 @@ class Session:
             recorded = state_copies.state_required(self.keyring.conn, copies)
             try:
                 try:
-                    mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
-                                    page_bytes=self.page_bytes, recorded=recorded, pool=self.pool,
-                                    reseal=False)
+                    mf = MemoryFile(
+                        self.files.memory,
+                        self.keyring.user_id,
+                        self.keys,
+                        self.cipher,
+                        page_bytes=self.page_bytes,
+                        recorded=recorded,
+                        pool=self.pool,
+                        reseal=False,
+                    )
                 except ResealDue:
                     # A revocation committed and its re-seal has not run yet:
                     # run it now, alone (no request still under the old keys).
@@ -145,17 +153,32 @@ class Session:
                     with userlock.exclusive(self.files.folder):
                         if self.pool is not None:
                             self.pool.drop_folder(self.files.folder, held=True)
-                        MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
-                                   page_bytes=self.page_bytes, recorded=recorded).close()
+                        MemoryFile(
+                            self.files.memory,
+                            self.keyring.user_id,
+                            self.keys,
+                            self.cipher,
+                            page_bytes=self.page_bytes,
+                            recorded=recorded,
+                        ).close()
                     self._lock.acquire_shared()
-                    mf = MemoryFile(self.files.memory, self.keyring.user_id, self.keys, self.cipher,
-                                    page_bytes=self.page_bytes, recorded=recorded, pool=self.pool)
+                    mf = MemoryFile(
+                        self.files.memory,
+                        self.keyring.user_id,
+                        self.keys,
+                        self.cipher,
+                        page_bytes=self.page_bytes,
+                        recorded=recorded,
+                        pool=self.pool,
+                    )
             except KeysBehind:
                 self._lock.release()
                 self._lock = None
                 if self.keyring.epoch() > self.keys.epoch:
-                    raise Conflict("A capability was revoked while this request was being opened, so nothing was "
-                                   "done; retry it.", code="store.rekeyed") from None
+                    raise Conflict(
+                        "A capability was revoked while this request was being opened, so nothing was done; retry it.",
+                        code="store.rekeyed",
+                    ) from None
                 raise
             try:
                 mf.check_copy(copy)
@@ -206,8 +229,12 @@ class Session:
             return  # nothing opened, the session ended early (a destroyed store), or a write is still open
         mf = self._memory.mf
         head, version = mf.committed()
-        if (self._copy is None or self._copy.count < head.count
-                or self._state_copy is None or self._state_copy < version):
+        if (
+            self._copy is None
+            or self._copy.count < head.count
+            or self._state_copy is None
+            or self._state_copy < version
+        ):
             erased = len(mf.erased_ids)
             if erased != self.keyring.erased_count():
                 usage.forget_usage(self.user_id)  # the quota's room changed
@@ -259,8 +286,14 @@ class Identity:
 class Vault:
     """All users' stores under one data directory."""
 
-    def __init__(self, data_dir: Path, kdf: keys.KdfParams = keys.DEFAULT_KDF, file_cipher: str | None = None,
-                 id_prefixes: tuple[str, ...] = (), page_bytes: int = PAGE_BYTES) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        kdf: keys.KdfParams = keys.DEFAULT_KDF,
+        file_cipher: str | None = None,
+        id_prefixes: tuple[str, ...] = (),
+        page_bytes: int = PAGE_BYTES,
+    ) -> None:
         self.data_dir = Path(data_dir)
         # The page size of the memory files this vault creates: 4 KiB; 16 KiB
         # (the old size) only for bench/pages.py, which weighs the two.
@@ -299,10 +332,18 @@ class Vault:
             with userlock.shared(files.folder):
                 ring = Keyring.create(files.keyring, user_id, self.file_cipher, self.page_bytes, pool=self.pool)
                 try:
-                    ring.add(scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, chain=chain,
-                             kdf=self.kdf)
-                    mf = MemoryFile(files.memory, user_id, chain, self.file_cipher, create=True,
-                                    page_bytes=ring.memory_page_bytes(), pool=self.pool)
+                    ring.add(
+                        scope="owner", tag=tokens.lookup_tag(user_id, secret), secret=secret, chain=chain, kdf=self.kdf
+                    )
+                    mf = MemoryFile(
+                        files.memory,
+                        user_id,
+                        chain,
+                        self.file_cipher,
+                        create=True,
+                        page_bytes=ring.memory_page_bytes(),
+                        pool=self.pool,
+                    )
                     head, version = mf.committed()
                     mf.close()
                     ring.advance_head(head, version, chain=chain)
@@ -318,8 +359,9 @@ class Vault:
             raise
         return Identity(user_id, token, self.file_cipher)
 
-    def mint_grant(self, session: Session, scope: str, label: str | None = None,
-                   expires: str | None = None) -> tuple[int, str]:
+    def mint_grant(
+        self, session: Session, scope: str, label: str | None = None, expires: str | None = None
+    ) -> tuple[int, str]:
         """A new capability over the session's memory: the current epoch key
         sealed to a key pair derived from a fresh secret (its expiry, when
         given, bound into its certificate; its label sealed under the epoch's
@@ -331,7 +373,13 @@ class Vault:
         token, secret = tokens.mint(session.user_id)
         tag = tokens.lookup_tag(session.user_id, secret)
         grant_id = session.keyring.add(
-            scope=scope, tag=tag, secret=secret, chain=session.keys, kdf=self.kdf, expires=expires, label=label,
+            scope=scope,
+            tag=tag,
+            secret=secret,
+            chain=session.keys,
+            kdf=self.kdf,
+            expires=expires,
+            label=label,
         )
         if session.memory_name != MAIN and session.main_keyring is not None:
             memories.put_tag(session.main_keyring.conn, tag, session.memory_name, expires)
@@ -347,12 +395,24 @@ class Vault:
                 label = session.keyring.label(g.id, session.keys, session.owner)
                 last_used = session.keyring.last_used(g.id, session.owner)
             except (aead.Unsealable, UnicodeDecodeError):
-                raise Damaged(f"The label or last-used day of capability {g.id} was altered; restore the key ring "
-                              "from a backup.") from None
+                raise Damaged(
+                    f"The label or last-used day of capability {g.id} was altered; restore the key ring from a backup."
+                ) from None
             is_expired = grant_label_expiry.expired(notes.expires, now)
-            out.append({"id": g.id, "scope": g.scope, "label": label, "created": g.created, "expires": notes.expires,
-                        "revoked": g.revoked, "expired": is_expired, "live": g.revoked is None and not is_expired,
-                        "last_used": last_used, "you": g.id == session.grant_id})
+            out.append(
+                {
+                    "id": g.id,
+                    "scope": g.scope,
+                    "label": label,
+                    "created": g.created,
+                    "expires": notes.expires,
+                    "revoked": g.revoked,
+                    "expired": is_expired,
+                    "live": g.revoked is None and not is_expired,
+                    "last_used": last_used,
+                    "you": g.id == session.grant_id,
+                }
+            )
         return out
 
     def revoke_grant(self, session: Session, grant_id: int) -> dict[str, Any]:
@@ -369,14 +429,23 @@ class Vault:
             at = inbox.revoke(session.keyring.conn, grant_id)
             if at is not None and found.tag is not None and session.main_keyring is not None:
                 memories.drop_tags(session.main_keyring.conn, tag=bytes(found.tag))
-            return {"id": grant_id, "scope": "append", "revoked": at or found.revoked, "already": at is None,
-                    "also_revoked": [], "epoch": session.keyring.epoch()}
+            return {
+                "id": grant_id,
+                "scope": "append",
+                "revoked": at or found.revoked,
+                "already": at is None,
+                "also_revoked": [],
+                "epoch": session.keyring.epoch(),
+            }
         if grant.scope == "owner" and session.memory_name != MAIN:
             grant = None  # the owner's enrolment in this memory is not a capability of its own
             raise NotFound(f"No capability {grant_id}; list them with GET /grants.", code="grants.unknown")
         if grant.scope == "owner":
-            raise Conflict("The owner capability is not revoked but rotated: POST /rotate gives a new owner token "
-                           "and ends this one; to end this memory, DELETE /store.", code="grants.owner")
+            raise Conflict(
+                "The owner capability is not revoked but rotated: POST /rotate gives a new owner token "
+                "and ends this one; to end this memory, DELETE /store.",
+                code="grants.owner",
+            )
         already = grant.revoked is not None
         stranded: list[int] = []
         if not already:
@@ -385,8 +454,14 @@ class Vault:
             if tag is not None and session.memory_name != MAIN and session.main_keyring is not None:
                 memories.drop_tags(session.main_keyring.conn, tag=tag)
         revoked = next(g for g in session.keyring.grants() if g.id == grant_id).revoked
-        return {"id": grant_id, "scope": grant.scope, "revoked": revoked, "already": already,
-                "also_revoked": stranded, "epoch": session.keyring.epoch()}
+        return {
+            "id": grant_id,
+            "scope": grant.scope,
+            "revoked": revoked,
+            "already": already,
+            "also_revoked": stranded,
+            "epoch": session.keyring.epoch(),
+        }
 
     def rotate_owner(self, session: Session) -> dict[str, Any]:
         """A new owner token. The calling owner capability stays the owner,
@@ -398,25 +473,44 @@ class Vault:
         works and can simply rotate again; a successor never presented is
         revoked by the next rotation."""
         if session.scope != "owner":
-            raise Forbidden("Only the owner capability can be rotated; rotate a read or full one by minting a new "
-                            "one (POST /grants) and revoking the old (DELETE /grants/{id}).", code="auth.scope")
+            raise Forbidden(
+                "Only the owner capability can be rotated; rotate a read or full one by minting a new "
+                "one (POST /grants) and revoking the old (DELETE /grants/{id}).",
+                code="auth.scope",
+            )
         token, secret = tokens.mint(session.user_id)
         old_id = session.grant_id
         with write_transaction(session.keyring.conn):
             pending = session.keyring.pending_owner()
-            session.chain, stranded, minted = session.keyring.rotate_owner(session.keys, old_id, mint={
-                "scope": "owner", "tag": tokens.lookup_tag(session.user_id, secret), "secret": secret,
-                "kdf": self.kdf}, owner=session.owner)
+            session.chain, stranded, minted = session.keyring.rotate_owner(
+                session.keys,
+                old_id,
+                mint={
+                    "scope": "owner",
+                    "tag": tokens.lookup_tag(session.user_id, secret),
+                    "secret": secret,
+                    "kdf": self.kdf,
+                },
+                owner=session.owner,
+            )
             # Every other memory's way to the new token, in the same transaction (service/handover.py).
             handover.seal_rotation(self, session, minted, opening=pending is None or pending[0] != old_id)
         created = next(g for g in session.keyring.grants() if g.id == minted).created
-        return {"id": minted, "scope": "owner", "created": created, "token": token, "retires": old_id,
-                "also_revoked": stranded, "epoch": session.keyring.epoch(),
-                "note": "This token is shown once and never stored. The previous owner token keeps working until "
-                        "this one is first used (any request), which ends it as a revocation does."}
+        return {
+            "id": minted,
+            "scope": "owner",
+            "created": created,
+            "token": token,
+            "retires": old_id,
+            "also_revoked": stranded,
+            "epoch": session.keyring.epoch(),
+            "note": "This token is shown once and never stored. The previous owner token keeps working until "
+            "this one is first used (any request), which ends it as a revocation does.",
+        }
 
-    def _retire_predecessor(self, ring: Keyring, grant: Grant, token: tokens.Token,
-                            opened: Opened) -> tuple[Opened, Grant, bool]:
+    def _retire_predecessor(
+        self, ring: Keyring, grant: Grant, token: tokens.Token, opened: Opened
+    ) -> tuple[Opened, Grant, bool]:
         """When ``grant`` is a rotation's successor presented for the first
         time, retire the owner grant it succeeds, and end what it minted in
         the window (handover.retire), and return the grant opened in the new
@@ -432,8 +526,9 @@ class Vault:
             raise StaleGrant()  # a newer rotation revoked it meanwhile
         return ring.open_grant(again, token.secret), again, new is not None
 
-    def _new_epoch(self, session: Session, revoke: tuple[int, ...], mint: dict[str, Any] | None = None
-                   ) -> tuple[list[int], int | None]:
+    def _new_epoch(
+        self, session: Session, revoke: tuple[int, ...], mint: dict[str, Any] | None = None
+    ) -> tuple[list[int], int | None]:
         """Move the store to a new key epoch in the key ring (one transaction,
         which may be the caller's: grants revoked, the new key boxed to every
         other live capability). The memory file follows in
@@ -456,8 +551,9 @@ class Vault:
             return session.keyring.flush()  # a newer epoch than this session's: its own finish re-seals
         return self.reseal(session.files, session.keyring, session.keys, session.cipher, session.page_bytes)
 
-    def reseal(self, files: UserFiles, ring: Keyring, new: KeyChain, cipher: str | None = None,
-               page_bytes: int | None = None) -> bool:
+    def reseal(
+        self, files: UserFiles, ring: Keyring, new: KeyChain, cipher: str | None = None, page_bytes: int | None = None
+    ) -> bool:
         """Move the memory file of ``files`` to epoch ``new``, just committed
         in ``ring`` (its cipher and page size as the key ring records them
         when not given), and flush the key ring's WAL: :meth:`finish_epoch`."""
@@ -530,8 +626,9 @@ class Vault:
             main.close()
         return token, files, ring, grant
 
-    def _capability(self, token_text: str | tokens.Token | None
-                    ) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant, Keyring, str]:
+    def _capability(
+        self, token_text: str | tokens.Token | None
+    ) -> tuple[tokens.Token, MemoryFiles, Keyring, Grant, Keyring, str]:
         """Token to (token, files, key ring, grant, main's key ring, the
         memory it is bound to) — or 401 without any key work: checksum, then
         the user's folder, then the grant's tag, in main's key ring or, for a
@@ -560,8 +657,9 @@ class Vault:
                 if grant is not None and grant.scope == "owner":
                     # The owner is found in main's key ring; a row of another memory that main files as a
                     # capability and that says otherwise was edited, and its scope must steer nothing.
-                    raise Damaged("A capability's row in a memory's key ring was altered; restore the identity "
-                                  "from a backup.")
+                    raise Damaged(
+                        "A capability's row in a memory's key ring was altered; restore the identity from a backup."
+                    )
             if grant is None or (grant.wrapped is None and grant.scope != "append"):
                 raise Unauthorized()
             # An expired capability is refused like a revoked one, before any key
@@ -653,8 +751,9 @@ class Vault:
                 if memory != MAIN:
                     if not memories.exists(self.data_dir, user_id, memory):
                         return False
-                    ring = self._open_ring(MemoryFiles(self.data_dir, user_id, memory),
-                                           memories.store_id(user_id, memory))
+                    ring = self._open_ring(
+                        MemoryFiles(self.data_dir, user_id, memory), memories.store_id(user_id, memory)
+                    )
                 try:
                     appended = next((g for g in inbox.grants(ring.conn) if g.id == grant_id), None)
                     if appended is not None:
@@ -683,8 +782,14 @@ class Vault:
             return session.scope
 
     @contextlib.contextmanager
-    def session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None = None,
-                memory: str | None = None, route: str | None = None) -> Iterator[Session]:
+    def session(
+        self,
+        token_text: str | tokens.Token | None,
+        need: str,
+        pin: Head | None = None,
+        memory: str | None = None,
+        route: str | None = None,
+    ) -> Iterator[Session]:
         """An authenticated session on ``memory`` (None: the one the
         capability is bound to; the owner's is main); ``route``, the request's
         (``"POST /config"``), is what a scope refusal names. A storage failure
@@ -702,8 +807,14 @@ class Vault:
             raise err from None
 
     @contextlib.contextmanager
-    def _session(self, token_text: str | tokens.Token | None, need: str, pin: Head | None, memory: str | None,
-                 route: str | None = None) -> Iterator[Session]:
+    def _session(
+        self,
+        token_text: str | tokens.Token | None,
+        need: str,
+        pin: Head | None,
+        memory: str | None,
+        route: str | None = None,
+    ) -> Iterator[Session]:
         token, files, ring, grant, main, home = self._capability(token_text)
         if memory not in (None, MAIN) and handover.due(main, grant, memory):
             # The owner's new token first used on another memory, or that memory's take-over cut short:
@@ -724,8 +835,11 @@ class Vault:
                 # Bound by keys: only the owner is enrolled in every memory's key ring. An owner route
                 # asked by another capability is refused for its scope, whichever memory it names.
                 if grant.scope != "owner" and need == "owner":
-                    raise Forbidden(f"This capability is scoped {grant.scope}; this route needs owner. "
-                                    "Ask the owner for a capability with that scope.", code="auth.scope")
+                    raise Forbidden(
+                        f"This capability is scoped {grant.scope}; this route needs owner. "
+                        "Ask the owner for a capability with that scope.",
+                        code="auth.scope",
+                    )
                 if grant.scope != "owner" or not memories.exists(self.data_dir, token.user_id, target):
                     raise unknown_memory()
                 files = MemoryFiles(self.data_dir, token.user_id, target)
@@ -738,42 +852,71 @@ class Vault:
                     # Not the memory main's key ring names so: an older folder of a memory of that name put
                     # back, or another memory's files. Named as such, so the owner's listings can say so.
                     if salt is None:
-                        raise RolledBack(f"Memory {target}'s files are from before it was deleted and made again; "
-                                         f"they are not served. Restore it from a backup or delete it "
-                                         f"(DELETE /memories/{target}).")
-                    raise Damaged(f"Memory {target}'s files belong to another memory of this identity; they are "
-                                  f"not served. Restore it from a backup or delete it (DELETE /memories/{target}).")
+                        raise RolledBack(
+                            f"Memory {target}'s files are from before it was deleted and made again; "
+                            f"they are not served. Restore it from a backup or delete it "
+                            f"(DELETE /memories/{target})."
+                        )
+                    raise Damaged(
+                        f"Memory {target}'s files belong to another memory of this identity; they are "
+                        f"not served. Restore it from a backup or delete it (DELETE /memories/{target})."
+                    )
                 if salt is None:
                     raise unknown_memory()  # deleted: its salt is gone, and with it the owner's way in
                 enrolled = tokens.Token(token.user_id, memories.owner_secret(token.secret, salt))
                 grant_in = self._find(ring, enrolled.tag)
                 if grant_in is None or grant_in.scope != "owner" or grant_in.wrapped is None:
-                    raise Damaged(f"The owner capability is not enrolled in memory {target}'s key ring; restore "
-                                  f"it from a backup or delete it (DELETE /memories/{target}).")
+                    raise Damaged(
+                        f"The owner capability is not enrolled in memory {target}'s key ring; restore "
+                        f"it from a backup or delete it (DELETE /memories/{target})."
+                    )
                 grant = grant_in
             if grant.scope == "append":
                 if not allowed(grant.scope, need):
-                    raise Forbidden(f"This capability is scoped append; this route needs {need}. An append "
-                                    "capability may only note (POST /note).", code="auth.scope")
-                session = Session(token.user_id, "append", grant.id, ring, files, ring.meta("file_cipher") or "none",
-                                  capability_key=capability_key(token.secret), pool=self.pool, memory_name=target,
-                                  main_keyring=main)
+                    raise Forbidden(
+                        f"This capability is scoped append; this route needs {need}. An append "
+                        "capability may only note (POST /note).",
+                        code="auth.scope",
+                    )
+                session = Session(
+                    token.user_id,
+                    "append",
+                    grant.id,
+                    ring,
+                    files,
+                    ring.meta("file_cipher") or "none",
+                    capability_key=capability_key(token.secret),
+                    pool=self.pool,
+                    memory_name=target,
+                    main_keyring=main,
+                )
                 try:
                     yield session
                 finally:
                     session.close()
                 return
-            yield from self._opened(enrolled if target != home else token, files, ring, grant, need, pin, target,
-                                    main, token.secret, route)
+            yield from self._opened(
+                enrolled if target != home else token, files, ring, grant, need, pin, target, main, token.secret, route
+            )
         finally:
             if may_change_tags:
                 self.tags.grants_seen(token.user_id, main.conn)  # before the answer leaves: tag_index.py
             for r in rings:
                 r.close()
 
-    def _opened(self, token: tokens.Token, files: MemoryFiles, ring: Keyring, grant: Grant, need: str,
-                pin: Head | None, target: str, main: Keyring, secret: bytes, route: str | None = None
-                ) -> Iterator[Session]:
+    def _opened(
+        self,
+        token: tokens.Token,
+        files: MemoryFiles,
+        ring: Keyring,
+        grant: Grant,
+        need: str,
+        pin: Head | None,
+        target: str,
+        main: Keyring,
+        secret: bytes,
+        route: str | None = None,
+    ) -> Iterator[Session]:
         """The session of ``grant``, opened with ``token`` (for the owner in a
         memory other than main: the secret it is enrolled under there);
         ``secret`` is the token's own."""
@@ -786,9 +929,11 @@ class Vault:
             if grant.scope == "owner" and target != MAIN:
                 # The owner's enrolment in another memory, from an older epoch than that memory's key ring:
                 # its row was put back from an older copy. The memory's damage, not a refused token.
-                raise RolledBack(f"The owner's key in memory {target}'s key ring is from an older copy; it is "
-                                 f"not served. Restore it from a backup or delete it "
-                                 f"(DELETE /memories/{target}).") from None
+                raise RolledBack(
+                    f"The owner's key in memory {target}'s key ring is from an older copy; it is "
+                    f"not served. Restore it from a backup or delete it "
+                    f"(DELETE /memories/{target})."
+                ) from None
             raise Unauthorized() from None
         except aead.Unsealable:
             raise Damaged(
@@ -811,32 +956,53 @@ class Vault:
         try:
             page_bytes = ring.memory_page_bytes()
         except ValueError:
-            raise Damaged("The key ring's record of the memory file's page size is unreadable; restore it "
-                          "from a backup.") from None
+            raise Damaged(
+                "The key ring's record of the memory file's page size is unreadable; restore it from a backup."
+            ) from None
         if need == "owner":
             # The owner routes that read only the key ring (grants, audit,
             # rotate) must not serve a key ring put back from before a
             # rotation or revocation, which the memory file's epoch shows.
             try:
-                memfile.check_not_behind(memfile.FileKeys.derive(
-                    files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes))
+                memfile.check_not_behind(
+                    memfile.FileKeys.derive(
+                        files.memory, token.user_id, opened.chain, ring.meta("file_cipher") or "none", page_bytes
+                    )
+                )
             except KeysBehind:
                 if ring.epoch() > opened.chain.epoch:
-                    raise Conflict("A capability was revoked while this request was being opened, so nothing "
-                                   "was done; retry it.", code="store.rekeyed") from None
+                    raise Conflict(
+                        "A capability was revoked while this request was being opened, so nothing was done; retry it.",
+                        code="store.rekeyed",
+                    ) from None
                 raise
         try:
             # Only the owner routes read owner-only data; the others
             # (wake, note, recall with the owner token) skip the box.
             owner = ring.owner_keys(grant, opened.kek, opened.chain) if need == "owner" else None
         except (aead.Unsealable, UnicodeDecodeError, ValueError):
-            raise Damaged("The owner's key box or the owner-only data in the key ring was altered; restore the "
-                          "key ring from a backup.") from None
-        session = Session(token.user_id, grant.scope, grant.id, ring, files,
-                          ring.meta("file_cipher") or "none", opened.chain.base, opened.chain,
-                          capability_key(token.secret), pin, page_bytes, owner, self.pool,
-                          memory_name=target, main_keyring=main,
-                          owner_secret=secret if grant.scope == "owner" else b"")
+            raise Damaged(
+                "The owner's key box or the owner-only data in the key ring was altered; restore the "
+                "key ring from a backup."
+            ) from None
+        session = Session(
+            token.user_id,
+            grant.scope,
+            grant.id,
+            ring,
+            files,
+            ring.meta("file_cipher") or "none",
+            opened.chain.base,
+            opened.chain,
+            capability_key(token.secret),
+            pin,
+            page_bytes,
+            owner,
+            self.pool,
+            memory_name=target,
+            main_keyring=main,
+            owner_secret=secret if grant.scope == "owner" else b"",
+        )
         del opened
         try:
             if retired:
@@ -865,12 +1031,19 @@ def scope_refusal(scope: str, need: str, route: str | None = None) -> str:
     asks the owner for what only the owner may do."""
     if scope == "read" and need in ("append", "full"):
         if route is None or route.endswith(" /note"):
-            return ("This capability is scoped read; this route needs full. Tell the user (the memory's owner) "
-                    "what should be remembered instead of writing it.")
-        return (f"This capability is scoped read; {route} changes the memory and needs full. A read capability "
-                "may look, not change anything: ask the memory's owner to make this change.")
+            return (
+                "This capability is scoped read; this route needs full. Tell the user (the memory's owner) "
+                "what should be remembered instead of writing it."
+            )
+        return (
+            f"This capability is scoped read; {route} changes the memory and needs full. A read capability "
+            "may look, not change anything: ask the memory's owner to make this change."
+        )
     if need == "owner":
-        return (f"This capability is scoped {scope}; this route needs owner, which is never handed on. Ask the "
-                "owner to do it.")
-    return (f"This capability is scoped {scope}; this route needs {need}. Ask the owner for a capability with that "
-            "scope.")
+        return (
+            f"This capability is scoped {scope}; this route needs owner, which is never handed on. Ask the "
+            "owner to do it."
+        )
+    return (
+        f"This capability is scoped {scope}; this route needs {need}. Ask the owner for a capability with that scope."
+    )

@@ -36,15 +36,21 @@ def admit(policy: Any, limiter: Limiter, client: str, invite: object, address: s
         expected = (policy.invite_secret or "").encode()
         if not isinstance(invite, str) or not hmac.compare_digest(invite.encode(), expected):
             limiter.hit("auth", client)
-            raise Forbidden("This server mints identities by invitation only; send the operator's invite as "
-                            "\"invite\".", code="init.invite_required")
+            raise Forbidden(
+                'This server mints identities by invitation only; send the operator\'s invite as "invite".',
+                code="init.invite_required",
+            )
     wait = limiter.blocked_for("init", client, policy.init_per_minute)
     if wait:
         raise TooMany(f"Too many identities minted from this address; wait {wait} s.", wait)
     wait = limiter.blocked_for("init_day", client, policy.init_per_day, DAY_S)
     if wait:
-        raise TooMany(f"This address minted the {plural(policy.init_per_day, 'identity')} a day this server "
-                      f"allows; wait {wait} s, or reuse a token you already have.", wait, code="quota.identities")
+        raise TooMany(
+            f"This address minted the {plural(policy.init_per_day, 'identity')} a day this server "
+            f"allows; wait {wait} s, or reuse a token you already have.",
+            wait,
+            code="quota.identities",
+        )
     if address is None:
         raise Invalid(BAD_URL, code="init.bad_url")
     limiter.hit("init", client)

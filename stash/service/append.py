@@ -45,9 +45,11 @@ def ensure_public(ring: Keyring, chain: Any) -> None:
         return
     try:
         with ring.conn:
-            ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                              (inbox_seal.PUBLIC_META, want))
+            ring.conn.execute(
+                "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (inbox_seal.PUBLIC_META, want),
+            )
     except Exception:
         return
 
@@ -74,9 +76,11 @@ def note(session: Any, text: object, limits: Any = None) -> dict[str, object]:
     day = datetime.now(UTC).date().isoformat()
     public = inbox_seal.parse_public(ring.meta(inbox_seal.PUBLIC_META))
     if public is None or public[0] != ring.epoch():
-        raise Conflict("This memory has not been opened since its keys changed, so an append note cannot be "
-                       "sealed yet; retry after its owner or a read-capable agent has used it.",
-                       code="append.not_ready")
+        raise Conflict(
+            "This memory has not been opened since its keys changed, so an append note cannot be "
+            "sealed yet; retry after its owner or a read-capable agent has used it.",
+            code="append.not_ready",
+        )
     head = ring.log_head()
     claim = (head.count if head is not None else 0) + inbox.pending(ring.conn)
     if limits is not None:
@@ -109,16 +113,24 @@ def _fold(ring: Keyring, mf: Any, chain: Any) -> None:
     last = None
     for w in inbox.waiting(ring.conn):
         g = grants.get(w.grant_id)
-        if (g is None or g.mac is None or g.tag is None
-                or not hmac.compare_digest(bytes(g.mac), inbox_seal.grant_mac(chain, store, g.id, bytes(g.tag),
-                                                                              ring.notes(g.id).expires))):
-            raise Damaged("A note waiting for this memory names an append capability its owner never minted; "
-                          "restore the key ring from a backup.")
+        if (
+            g is None
+            or g.mac is None
+            or g.tag is None
+            or not hmac.compare_digest(
+                bytes(g.mac), inbox_seal.grant_mac(chain, store, g.id, bytes(g.tag), ring.notes(g.id).expires)
+            )
+        ):
+            raise Damaged(
+                "A note waiting for this memory names an append capability its owner never minted; "
+                "restore the key ring from a backup."
+            )
         try:
             day, text = inbox_seal.open_note(chain, w.epoch, bytes(w.sealed), store, w.grant_id, w.claim)
         except aead.Unsealable:
-            raise Damaged("A note an append capability left for this memory was altered; restore the key ring "
-                          "from a backup.") from None
+            raise Damaged(
+                "A note an append capability left for this memory was altered; restore the key ring from a backup."
+            ) from None
         if not (w.claim < mf.count() and _folded(mf, w.claim, w.grant_id, day, text)):
             writer = mf.writer
             mf.writer = w.grant_id

@@ -20,8 +20,20 @@ from ..storage.keyring import now_utc
 if TYPE_CHECKING:
     from .access import Session
 
-EVENTS = ("mint", "revoke", "rotate", "erase", "export", "config", "forget", "import", "create", "fork", "delete",
-          "takeover")
+EVENTS = (
+    "mint",
+    "revoke",
+    "rotate",
+    "erase",
+    "export",
+    "config",
+    "forget",
+    "import",
+    "create",
+    "fork",
+    "delete",
+    "takeover",
+)
 RECEIPTS = Path("receipts") / "deletions.jsonl"
 """Under the data folder: one JSON line per destroyed store (the user's
 digest, time, the grant that destroyed it, how many memories it held), and
@@ -44,8 +56,9 @@ def trail(session: Session) -> dict[str, Any]:
         events, chain = session.keyring.trail(session.owner, session.keys)
         return {"events": events, "trail": chain.as_dict()}
     except (aead.Unsealable, ValueError, KeyError, TypeError):
-        raise Damaged("An audit event in the key ring was altered or moved; restore the key ring from a "
-                      "backup.") from None
+        raise Damaged(
+            "An audit event in the key ring was altered or moved; restore the key ring from a backup."
+        ) from None
 
 
 def memory_digest(user_id: str, name: str) -> str:
@@ -54,14 +67,19 @@ def memory_digest(user_id: str, name: str) -> str:
     return hashlib.sha256(f"stash/v1|deleted-memory|{user_id}/{name}".encode()).hexdigest()
 
 
-def deletion_receipt(data_dir: Path, answer: dict[str, Any], grant_id: int, user_id: str | None = None
-                     ) -> dict[str, Any]:
+def deletion_receipt(
+    data_dir: Path, answer: dict[str, Any], grant_id: int, user_id: str | None = None
+) -> dict[str, Any]:
     """Keep the receipt of a destroyed store (or, with ``user_id``, of the
     destroyed memory ``answer["memory"]`` of that store) where an operator
     finds it, durably (what it speaks of is gone); returns the answer with it."""
     user = user_id or answer["user_id"]
-    line = {"user_sha256": user_digest(user), "at": answer.get("at") or now_utc(), "grant": grant_id,
-            "memories": answer.get("memories")}
+    line = {
+        "user_sha256": user_digest(user),
+        "at": answer.get("at") or now_utc(),
+        "grant": grant_id,
+        "memories": answer.get("memories"),
+    }
     if user_id is not None:
         line["memory_sha256"] = memory_digest(user_id, answer["memory"])
     path = Path(data_dir) / RECEIPTS

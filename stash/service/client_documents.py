@@ -48,8 +48,9 @@ def _address_allowed(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, loopback
     mapped = getattr(ip, "ipv4_mapped", None)
     if mapped is not None:
         return _address_allowed(mapped, loopback)
-    return ip.is_global and not (ip.is_private or ip.is_link_local or ip.is_multicast or ip.is_reserved
-                                 or ip.is_unspecified)
+    return ip.is_global and not (
+        ip.is_private or ip.is_link_local or ip.is_multicast or ip.is_reserved or ip.is_unspecified
+    )
 
 
 def resolve(host: str, port: int, loopback: bool) -> str:
@@ -60,8 +61,10 @@ def resolve(host: str, port: int, loopback: bool) -> str:
         raise Refused("The client's metadata document's host does not resolve; check client_id.") from None
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
     if not addresses or not all(_address_allowed(a, loopback) for a in addresses):
-        raise Refused("The client's metadata document is on a private or local address, which this server "
-                      "does not fetch from; host it at a public https address.")
+        raise Refused(
+            "The client's metadata document is on a private or local address, which this server "
+            "does not fetch from; host it at a public https address."
+        )
     return str(addresses[0])
 
 
@@ -150,8 +153,9 @@ def check(document: object, client_id: str) -> dict[str, Any]:
     if not isinstance(uris, list) or not uris or not all(isinstance(u, str) and valid_redirect(u) for u in uris):
         raise Refused("The client's metadata document has no valid redirect_uris (https, or http on loopback).")
     if document.get("token_endpoint_auth_method", "none") != "none":
-        raise Refused("The client's metadata document asks for client authentication; this server takes public "
-                      "clients only (token_endpoint_auth_method none).")
+        raise Refused(
+            "The client's metadata document asks for client authentication; this server takes public "
+            "clients only (token_endpoint_auth_method none)."
+        )
     name = document.get("client_name")
-    return {"client_id": client_id, "client_name": name if isinstance(name, str) else None,
-            "redirect_uris": list(uris)}
+    return {"client_id": client_id, "client_name": name if isinstance(name, str) else None, "redirect_uris": list(uris)}

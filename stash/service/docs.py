@@ -84,8 +84,10 @@ def _contents(bodies: list[str]) -> str:
         for line in body.splitlines():
             if line.startswith(("## ", "### ")):
                 where.setdefault(("  - " if line.startswith("### ") else "- ") + line.lstrip("#").strip(), k)
-    return ("Contents (section: part; the order at the end of a part fetches the next, and any part N is the "
-            "same order with {\"part\": N}):\n" + "".join(f"{name}: {k}\n" for name, k in where.items()) + "\n")
+    return (
+        "Contents (section: part; the order at the end of a part fetches the next, and any part N is the "
+        'same order with {"part": N}):\n' + "".join(f"{name}: {k}\n" for name, k in where.items()) + "\n"
+    )
 
 
 @cache
@@ -119,6 +121,7 @@ def reference_part(part: int) -> str:
     """Part ``part`` of :func:`reference_parts`, or the refusal that names how many there are."""
     parts = reference_parts()
     if not 1 <= part <= len(parts):
-        raise Invalid(f"The reference has {len(parts)} parts; ask for part 1 to {len(parts)}.",
-                      code="reference.no_part")
+        raise Invalid(
+            f"The reference has {len(parts)} parts; ask for part 1 to {len(parts)}.", code="reference.no_part"
+        )
     return parts[part - 1]

@@ -29,7 +29,7 @@ def erase_matcher(words: object, q: object) -> Callable[[str], bool]:
     words search ranks first, never every memory that shares one common
     word with the query."""
     if (words is None) == (q is None):
-        raise Invalid("Send exactly one of \"q\" (a recall regex) or \"words\".", code="memory.bad_query")
+        raise Invalid('Send exactly one of "q" (a recall regex) or "words".', code="memory.bad_query")
     if words is not None:
         try:
             query = word_search.parse_query(words)
@@ -71,8 +71,9 @@ def fingerprint(session: Session, query: str) -> str:
     return hashlib.blake2b(query.encode(), key=key, digest_size=16).hexdigest()
 
 
-def erase_across(vault: Vault, session: Session, token: str | None, words: object, q: object, names: object,
-                 dry_run: object) -> dict[str, Any]:
+def erase_across(
+    vault: Vault, session: Session, token: str | None, words: object, q: object, names: object, dry_run: object
+) -> dict[str, Any]:
     """Erase every memory matching the query in every memory named (default
     all), as ``POST /erase`` does in each: counted first in every memory, then
     erased memory by memory (each memory's erasure is its own transaction
@@ -85,8 +86,12 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
     every = memories.names(vault.data_dir, session.user_id)
     if names is None:
         chosen = every
-    elif (not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names)
-          or len(set(names)) != len(names)):
+    elif (
+        not isinstance(names, list)
+        or not names
+        or not all(isinstance(n, str) for n in names)
+        or len(set(names)) != len(names)
+    ):
         raise Invalid("memories is a list of memory names, each once.", code="memory.bad_query")
     else:
         missing = [n for n in names if n not in every]
@@ -115,8 +120,11 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
                 preview[name].append(line)
     total = sum(len(ids) for ids in found.values())
     if total > ERASE_MAX:
-        raise Invalid(f"{total:,} notes match, more than the {ERASE_MAX:,} one erasure may take; nothing was "
-                      "erased. Narrow the query or name fewer memories.", code="memory.too_many_matches")
+        raise Invalid(
+            f"{total:,} notes match, more than the {ERASE_MAX:,} one erasure may take; nothing was "
+            "erased. Narrow the query or name fewer memories.",
+            code="memory.too_many_matches",
+        )
     at = now_utc()
     counts = []
     flushed = True
@@ -124,13 +132,22 @@ def erase_across(vault: Vault, session: Session, token: str | None, words: objec
         ids = found[name]
         if ids and not dry_run:
             with contextlib.ExitStack() as stack:
-                acting = session if name == session.memory_name else stack.enter_context(
-                    vault.session(token, "owner", memory=name))
+                acting = (
+                    session
+                    if name == session.memory_name
+                    else stack.enter_context(vault.session(token, "owner", memory=name))
+                )
                 for lo in range(0, len(ids), ERASE_MAX):
-                    acting.open_memory().erase(ids[lo:lo + ERASE_MAX], at)
+                    acting.open_memory().erase(ids[lo : lo + ERASE_MAX], at)
                 flushed = acting.flush_memory() and flushed  # as every erasure: Session.flush_memory
         counts.append({"name": name, "erased": len(ids), **({"lines": preview[name]} if dry_run else {})})
     query = q if q is not None else words
     assert isinstance(query, str)
-    return {"memories": counts, "total": total, "dry_run": bool(dry_run), "at": at,
-            "fingerprint": fingerprint(session, ("q:" if q is not None else "words:") + query), "flushed": flushed}
+    return {
+        "memories": counts,
+        "total": total,
+        "dry_run": bool(dry_run),
+        "at": at,
+        "fingerprint": fingerprint(session, ("q:" if q is not None else "words:") + query),
+        "flushed": flushed,
+    }

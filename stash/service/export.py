@@ -64,7 +64,7 @@ class _LogStream:
             self._pos = 0
             self._digest.update(self._buf)
         end = len(self._buf) if n is None or n < 0 else self._pos + n
-        out = self._buf[self._pos:end]
+        out = self._buf[self._pos : end]
         self._pos += len(out)
         return out
 
@@ -78,8 +78,9 @@ def listing_digest(files: list[dict[str, Any]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def manifest(T: int, erased: int, levels: dict[int, int], pending: int, over: dict[str, int],
-             files: list[dict[str, Any]]) -> bytes:
+def manifest(
+    T: int, erased: int, levels: dict[int, int], pending: int, over: dict[str, int], files: list[dict[str, Any]]
+) -> bytes:
     """A function of the memory's content only (no timestamp), so two exports
     of an unchanged memory carry the same manifest and the same digest."""
     files = sorted(files, key=lambda f: f["path"].encode())
@@ -133,14 +134,19 @@ def export_archive(memory: Memory) -> bytes:
         kept = [f"{name} = {value}" for name, value in over.items() if not sizes.SIZES[name].optmem]
         if kept:
             # A size memo does not know is only a comment here: memo refuses a file that sets one.
-            conf += ["", "# Stash's own sizes, which OptMem does not read (manifest.json keeps them too):",
-                     *(f"#   {line}" for line in kept)]
+            conf += [
+                "",
+                "# Stash's own sizes, which OptMem does not read (manifest.json keeps them too):",
+                *(f"#   {line}" for line in kept),
+            ]
         small("memory/config", ("\n".join(conf) + "\n").encode())
-        readme = (f"Exported from Stash: a memory of {lines.plural(T, 'note')}.\n"
-                  "Read it with OptMem: MEMORY_DIR=memory memo wake\n"
-                  "manifest.json lists every other file with its SHA-256; check them with:\n"
-                  "  find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum\n"
-                  "Move it into another Stash memory with: stash import-optmem .\n").encode()
+        readme = (
+            f"Exported from Stash: a memory of {lines.plural(T, 'note')}.\n"
+            "Read it with OptMem: MEMORY_DIR=memory memo wake\n"
+            "manifest.json lists every other file with its SHA-256; check them with:\n"
+            "  find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum\n"
+            "Move it into another Stash memory with: stash import-optmem .\n"
+        ).encode()
         small("README.txt", readme)
         # OptMem's levels are dense, so what it will ask for is counted from
         # the exported prefixes (a level stops at an erasure's first hole).

@@ -20,8 +20,9 @@ def check_label(label: object) -> str | None:
     if label is None:
         return None
     if not isinstance(label, str) or not label.strip() or not label.isprintable():
-        raise Invalid(f"label must be printable text of 1 to {LABEL_MAX_BYTES} bytes, like \"CI bot\".",
-                      code="grants.bad_label")
+        raise Invalid(
+            f'label must be printable text of 1 to {LABEL_MAX_BYTES} bytes, like "CI bot".', code="grants.bad_label"
+        )
     label = label.strip()
     if len(label.encode()) > LABEL_MAX_BYTES:
         raise Invalid(f"label is {len(label.encode())} bytes; at most {LABEL_MAX_BYTES}.", code="grants.bad_label")

@@ -17,16 +17,18 @@ from .onboarding import BAD_URL
 MINTABLE = ("read", "full", "append")
 
 
-def mint(session: Session, vault: Vault, scope: object, label: object, expires: object, address: str | None,
-         keyed: bool) -> dict[str, object]:
+def mint(
+    session: Session, vault: Vault, scope: object, label: object, expires: object, address: str | None, keyed: bool
+) -> dict[str, object]:
     """A new read, append or full capability. Its terms (label, expiry, for
     every scope) are checked before anything is written; ``address`` is the
     server address its AGENTS.md block names (None: the one given was
     refused); ``keyed``: the request carried an Idempotency-Key, so the
     token can be shown again to an exact retry."""
     if scope not in MINTABLE:
-        raise Invalid("scope must be \"read\", \"append\" or \"full\"; ownership is never transferable.",
-                      code="grants.bad_scope")
+        raise Invalid(
+            'scope must be "read", "append" or "full"; ownership is never transferable.', code="grants.bad_scope"
+        )
     label = grant_label_expiry.check_label(label)
     expires = grant_label_expiry.check_expires(expires, datetime.now(UTC))
     if address is None:
@@ -42,15 +44,24 @@ def mint(session: Session, vault: Vault, scope: object, label: object, expires: 
     else:
         grant_id, token = vault.mint_grant(session, scope, label, expires)
         created = next(g for g in vault.list_grants(session) if g["id"] == grant_id)["created"]
-    shown = ("shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
-             "(from a copy sealed under the owner's token); it is never stored in the clear" if keyed else
-             "shown once and never stored")
-    return {"id": grant_id, "scope": scope, "label": label, "created": created, "expires": expires,
-            "memory": session.memory_name,
-            "token": token,
-            "note": f"This token is {shown}; hand it to the agent it is for as STASH_TOKEN, with the block in prompt "
-                    f"for its AGENTS.md; revoke it with DELETE /grants/{grant_id}.",
-            "prompt": prompt}
+    shown = (
+        "shown once, and again only to an exact retry with the same Idempotency-Key within 24 hours "
+        "(from a copy sealed under the owner's token); it is never stored in the clear"
+        if keyed
+        else "shown once and never stored"
+    )
+    return {
+        "id": grant_id,
+        "scope": scope,
+        "label": label,
+        "created": created,
+        "expires": expires,
+        "memory": session.memory_name,
+        "token": token,
+        "note": f"This token is {shown}; hand it to the agent it is for as STASH_TOKEN, with the block in prompt "
+        f"for its AGENTS.md; revoke it with DELETE /grants/{grant_id}.",
+        "prompt": prompt,
+    }
 
 
 def rotate(session: Session, vault: Vault) -> dict[str, object]:
@@ -59,6 +70,8 @@ def rotate(session: Session, vault: Vault) -> dict[str, object]:
     take the new one."""
     answer = vault.rotate_owner(session)
     answer["update"] = "STASH_TOKEN"
-    answer["message"] = ("Update STASH_TOKEN to this token wherever the old owner token is set (this shell, your "
-                         "agent's environment, every host that used it): the old one opens nothing from now on.")
+    answer["message"] = (
+        "Update STASH_TOKEN to this token wherever the old owner token is set (this shell, your "
+        "agent's environment, every host that used it): the old one opens nothing from now on."
+    )
     return answer

@@ -60,8 +60,9 @@ def _floors(vault: Vault, user_id: str, number: int, name: str | None) -> tuple[
     if name is None:
         return base, base + memories.APPEND_ID_OFFSET
     try:
-        with open_keyring(MemoryFiles(vault.data_dir, user_id, name).keyring, memories.store_id(user_id, name),
-                          vault.pool) as ring:
+        with open_keyring(
+            MemoryFiles(vault.data_dir, user_id, name).keyring, memories.store_id(user_id, name), vault.pool
+        ) as ring:
             ids = [g.id for g in ring.grants()]
             return max([base, *ids]) + 1, inbox.next_id(ring.conn, number)
     except _FAILURES:
@@ -91,8 +92,11 @@ def seal_rotation(vault: Vault, session: Session, successor: int, opening: bool)
         if row is None:
             grants, appends = _floors(vault, user_id, number, name)
             row = Handover(number, grants, appends, False, None)
-        box = epochs.seal_for(public, owner_handover.context(user_id, number, successor),
-                              memories.owner_secret(session.owner_secret, salt))
+        box = epochs.seal_for(
+            public,
+            owner_handover.context(user_id, number, successor),
+            memories.owner_secret(session.owner_secret, salt),
+        )
         owner_handover.put(main.conn, replace(row, box=box))
 
 
@@ -115,8 +119,9 @@ def seal_made(main: Keyring, user_id: str, number: int, salt: bytes, owner_secre
     if public is None:
         return  # the successor was ended meanwhile; a later rotation writes the row
     base = number * memories.GRANT_ID_SPAN
-    box = epochs.seal_for(public, owner_handover.context(user_id, number, pending[1]),
-                          memories.owner_secret(owner_secret, salt))
+    box = epochs.seal_for(
+        public, owner_handover.context(user_id, number, pending[1]), memories.owner_secret(owner_secret, salt)
+    )
     owner_handover.put(main.conn, Handover(number, base, base + memories.APPEND_ID_OFFSET, True, box))
 
 
@@ -174,8 +179,9 @@ def take_over_all(vault: Vault, main: Keyring, grant: Grant, kek: bytes, secret:
             continue
 
 
-def _take_over(vault: Vault, main: Keyring, successor: int, private: PrivateKey, secret: bytes, chain: KeyChain,
-               row: Handover) -> None:
+def _take_over(
+    vault: Vault, main: Keyring, successor: int, private: PrivateKey, secret: bytes, chain: KeyChain, row: Handover
+) -> None:
     user_id = main.user_id
     salt = memories.salt_of(main.conn, row.number)
     name = memories.name_of(main.conn, row.number)
@@ -194,8 +200,7 @@ def _take_over(vault: Vault, main: Keyring, successor: int, private: PrivateKey,
         mine = ring.find(tokens.lookup_tag(user_id, new))
         if mine is not None and mine.wrapped is not None and mine.scope == "owner":
             # Taken over already, by a request a crash cut before it deleted the row.
-            ended = [g.id for g in ring.grants()
-                     if g.revoked is not None and g.id >= row.grants and g.scope != "owner"]
+            ended = [g.id for g in ring.grants() if g.revoked is not None and g.id >= row.grants and g.scope != "owner"]
             ended += [a.id for a in inbox.grants(ring.conn) if a.revoked is not None and a.id >= row.appends]
         else:
             ended, tags, moved = _move(vault, ring, files, user_id, successor, private, new, row)
@@ -206,13 +211,20 @@ def _take_over(vault: Vault, main: Keyring, successor: int, private: PrivateKey,
         if owner_handover.of(main.conn, row.number) is None:
             return  # another request (another worker) finished this memory meanwhile
         if row.made or ended:
-            main.record(successor, EVENT, {"memory": name, "made_in_window": row.made, "revoked": sorted(ended)},
-                        chain)
+            main.record(successor, EVENT, {"memory": name, "made_in_window": row.made, "revoked": sorted(ended)}, chain)
         owner_handover.drop(main.conn, row.number)
 
 
-def _move(vault: Vault, ring: Keyring, files: MemoryFiles, user_id: str, successor: int, private: PrivateKey,
-          new: bytes, row: Handover) -> tuple[list[int], list[bytes], KeyChain]:
+def _move(
+    vault: Vault,
+    ring: Keyring,
+    files: MemoryFiles,
+    user_id: str,
+    successor: int,
+    private: PrivateKey,
+    new: bytes,
+    row: Handover,
+) -> tuple[list[int], list[bytes], KeyChain]:
     """One memory's key ring moved to the new owner, in one transaction: a
     new epoch revoking the old owner's enrolment and every capability minted
     in the window, the new owner enrolled with the owner keys (a fresh seed
@@ -228,16 +240,23 @@ def _move(vault: Vault, ring: Keyring, files: MemoryFiles, user_id: str, success
     opened = ring.open_grant(was, old)
     # A key ring put back from before a revocation in this memory is left as it is (store.rolled_back), never
     # moved to a new epoch that would hide that it is behind its memory file.
-    memfile.check_not_behind(memfile.FileKeys.derive(files.memory, ring.user_id, opened.chain,
-                                                     ring.meta("file_cipher") or "none", ring.memory_page_bytes()))
+    memfile.check_not_behind(
+        memfile.FileKeys.derive(
+            files.memory, ring.user_id, opened.chain, ring.meta("file_cipher") or "none", ring.memory_page_bytes()
+        )
+    )
     owner = ring.owner_keys(was, opened.kek, opened.chain)
     with write_transaction(ring.conn):
         window = [g.id for g in ring.grants() if g.revoked is None and g.id >= row.grants and g.id != was.id]
         appends = [a for a in inbox.grants(ring.conn) if a.revoked is None and a.id >= row.appends]
         tags = [t for t in (ring.tag_of(g) for g in window) if t is not None]
         tags += [bytes(a.tag) for a in appends if a.tag is not None]
-        moved, stranded, minted = ring.advance_epoch(opened.chain, (was.id, *window), owner=owner, mint={
-            "scope": "owner", "tag": tokens.lookup_tag(user_id, new), "secret": new, "kdf": vault.kdf})
+        moved, stranded, minted = ring.advance_epoch(
+            opened.chain,
+            (was.id, *window),
+            owner=owner,
+            mint={"scope": "owner", "tag": tokens.lookup_tag(user_id, new), "secret": new, "kdf": vault.kdf},
+        )
         for a in appends:
             inbox.revoke(ring.conn, a.id)
         ring.end_owner_records()

@@ -59,6 +59,7 @@ class Session(Protocol):
     scope: str
     master: bytes
     capability_key: bytes
+
     @property
     def keyring(self) -> _HasRecords: ...
 
@@ -66,6 +67,7 @@ class Session(Protocol):
     def keys(self) -> KeyChain: ...
 
     def open_memory(self) -> _HasMemoryFile: ...
+
 
 WINDOW_SECONDS = 24 * 60 * 60
 MAX_RECORDS = 10_000  # per file: the newest keyed writes within the window; older ones are dropped first
@@ -129,8 +131,9 @@ class Keyed:
     seal_key: bytes = field(repr=False)
 
     @classmethod
-    def make(cls, *, user_id: str, file: str, master: bytes, seal_root: bytes, route: str, key: str,
-             body: dict[str, Any]) -> Keyed:
+    def make(
+        cls, *, user_id: str, file: str, master: bytes, seal_root: bytes, route: str, key: str, body: dict[str, Any]
+    ) -> Keyed:
         if len(seal_root) != aead.KEY_BYTES:
             raise ValueError("an idempotency record needs a 32-byte seal root")
         store = keys.subkey(master, b"idempotency")
@@ -227,8 +230,9 @@ class KeyRecord:
             self.records.put(self.req.lookup, self.req.fingerprint, self.at, self.req.seal(body))
 
 
-def key_record(session: Session, record: str, key: str | None, route: str, body: dict[str, Any],
-               now: float | None = None) -> KeyRecord:
+def key_record(
+    session: Session, record: str, key: str | None, route: str, body: dict[str, Any], now: float | None = None
+) -> KeyRecord:
     """The record of a write whose route keeps it in ``record``
     (service/operation.py's Effects): ``memory``, the memory file, sealed
     under the current epoch (a revocation drops these records with the rest
@@ -244,17 +248,37 @@ def key_record(session: Session, record: str, key: str | None, route: str, body:
     req: Keyed | None = None
     if record == "memory" and session.scope != "append":
         if key is not None:
-            req = Keyed.make(user_id=session.user_id, file="memory", master=session.master,
-                             seal_root=keys.subkey(session.keys.current, b"idempotency"), route=route, key=key,
-                             body=body)
+            req = Keyed.make(
+                user_id=session.user_id,
+                file="memory",
+                master=session.master,
+                seal_root=keys.subkey(session.keys.current, b"idempotency"),
+                route=route,
+                key=key,
+                body=body,
+            )
         return KeyRecord(session.open_memory().mf.idempotency_records(), req, now)
     if key is not None:
         if record == "memory":
-            req = Keyed.make(user_id=session.user_id, file="keyring", master=session.capability_key,
-                             seal_root=session.capability_key, route=route, key=key, body=body)
+            req = Keyed.make(
+                user_id=session.user_id,
+                file="keyring",
+                master=session.capability_key,
+                seal_root=session.capability_key,
+                route=route,
+                key=key,
+                body=body,
+            )
         elif record == "keyring":
-            req = Keyed.make(user_id=session.user_id, file="keyring", master=session.master,
-                             seal_root=session.capability_key, route=route, key=key, body=body)
+            req = Keyed.make(
+                user_id=session.user_id,
+                file="keyring",
+                master=session.master,
+                seal_root=session.capability_key,
+                route=route,
+                key=key,
+                body=body,
+            )
         elif record == "rotation":
             req = _rotation(session.user_id, session.capability_key, key)
         else:
@@ -275,14 +299,26 @@ def run(entry: KeyRecord, work: Callable[[], dict[str, Any]]) -> KeyedAnswer:
     return KeyedAnswer(body)
 
 
-def memory_write(session: Session, key: str | None, route: str, body: dict[str, Any],
-                 work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
+def memory_write(
+    session: Session,
+    key: str | None,
+    route: str,
+    body: dict[str, Any],
+    work: Callable[[], dict[str, Any]],
+    now: float | None = None,
+) -> KeyedAnswer:
     """A write to the session's memory file, once per Idempotency-Key."""
     return run(key_record(session, "memory", key, route, body, now), work)
 
 
-def keyring_write(session: Session, key: str | None, route: str, body: dict[str, Any],
-                  work: Callable[[], dict[str, Any]], now: float | None = None) -> KeyedAnswer:
+def keyring_write(
+    session: Session,
+    key: str | None,
+    route: str,
+    body: dict[str, Any],
+    work: Callable[[], dict[str, Any]],
+    now: float | None = None,
+) -> KeyedAnswer:
     """A write to the session's key ring, once per Idempotency-Key."""
     return run(key_record(session, "keyring", key, route, body, now), work)
 
@@ -300,5 +336,12 @@ def _rotation(user_id: str, capability_key: bytes, key: str) -> Keyed:
     opens it, as an ordinary replay, and only while it is still the owner
     (until the new token's first use, which revokes it and deletes the
     record: Keyring.retire_owner)."""
-    return Keyed.make(user_id=user_id, file="keyring", master=capability_key, seal_root=capability_key,
-                      route=ROTATE_ROUTE, key=key, body={})
+    return Keyed.make(
+        user_id=user_id,
+        file="keyring",
+        master=capability_key,
+        seal_root=capability_key,
+        route=ROTATE_ROUTE,
+        key=key,
+        body={},
+    )

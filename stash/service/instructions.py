@@ -46,15 +46,19 @@ _HEAD = 'curl -sS -H "Authorization: Bearer $STASH_TOKEN" -H "Accept: text/plain
 DATE = "YYYY-MM-DD"
 
 
-def step(method: str, path: str, fields: dict[str, Any] | None = None, plain: str | None = None,
-         placeholders: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+def step(
+    method: str,
+    path: str,
+    fields: dict[str, Any] | None = None,
+    plain: str | None = None,
+    placeholders: list[str] | tuple[str, ...] = (),
+) -> dict[str, Any]:
     """One next step as data. ``fields``: the JSON body a program sends
     (``{}`` for none); ``plain``: the same request as a ``text/plain`` body,
     one line per line, or None when the step has nothing to fill in;
     ``placeholders``: the strings of ``fields`` and ``plain`` the caller
     replaces with its own text, each exactly as it appears there."""
-    return {"method": method, "path": path, "fields": fields or {}, "plain": plain,
-            "placeholders": list(placeholders)}
+    return {"method": method, "path": path, "fields": fields or {}, "plain": plain, "placeholders": list(placeholders)}
 
 
 def render(s: dict[str, Any]) -> str:
@@ -64,8 +68,9 @@ def render(s: dict[str, Any]) -> str:
     for a GET."""
     url = f'"$STASH_URL{s["path"]}"'
     if s["plain"] is not None:
-        return (f'{_HEAD} -H "Content-Type: text/plain" {url} --data-binary @- <<\'{DELIMITER}\'\n'
-                f'{s["plain"]}\n{DELIMITER}')
+        return (
+            f"{_HEAD} -H \"Content-Type: text/plain\" {url} --data-binary @- <<'{DELIMITER}'\n{s['plain']}\n{DELIMITER}"
+        )
     if s["method"] == "GET":
         return f"{_HEAD} {url}"
     return f"{_HEAD} {url} -d {shell_word(json.dumps(s['fields'], ensure_ascii=False))}"
@@ -97,8 +102,13 @@ def nap_batch(k: int) -> dict[str, Any]:
 
 def nap_summaries(block_ids: list[str]) -> dict[str, Any]:
     holes = [summary_placeholder(b) for b in block_ids]
-    return step("POST", "/nap", {"summaries": [{"block": b, "text": h} for b, h in zip(block_ids, holes)]},
-                "\n".join(f"{b} {h}" for b, h in zip(block_ids, holes)), holes)
+    return step(
+        "POST",
+        "/nap",
+        {"summaries": [{"block": b, "text": h} for b, h in zip(block_ids, holes)]},
+        "\n".join(f"{b} {h}" for b, h in zip(block_ids, holes)),
+        holes,
+    )
 
 
 def wake(part: int | None = None, T: int | None = None) -> dict[str, Any]:
@@ -144,5 +154,6 @@ def zoom() -> dict[str, Any]:
 
 
 def import_() -> dict[str, Any]:
-    return step("POST", "/import", {"entries": [{"date": DATE, "text": ONE_LINE}]}, f"{DATE} {ONE_LINE}",
-                [DATE, ONE_LINE])
+    return step(
+        "POST", "/import", {"entries": [{"date": DATE, "text": ONE_LINE}]}, f"{DATE} {ONE_LINE}", [DATE, ONE_LINE]
+    )

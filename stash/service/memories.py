@@ -34,8 +34,7 @@ from .append import ensure_public
 
 DEFAULT_MAX_MEMORIES = 100
 Got = TypeVar("Got")
-BAD_NAME = ("A memory's name is 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or "
-            "digit.")
+BAD_NAME = "A memory's name is 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit."
 
 
 def _main(session: Session) -> Keyring:
@@ -51,8 +50,9 @@ def check_name(name: object) -> str:
 
 
 def _ring(vault: Vault, user_id: str, name: str) -> Keyring:
-    return open_keyring(MemoryFiles(vault.data_dir, user_id, name).keyring, memories.store_id(user_id, name),
-                        vault.pool)
+    return open_keyring(
+        MemoryFiles(vault.data_dir, user_id, name).keyring, memories.store_id(user_id, name), vault.pool
+    )
 
 
 def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyChain, int]:
@@ -70,29 +70,35 @@ def _build(vault: Vault, session: Session, name: str) -> tuple[MemoryFiles, KeyC
     staged = memories.staging(vault.data_dir, session.user_id, name)
     store = memories.store_id(session.user_id, name)
     chain = KeyChain(store, (keys.new_master_key(),))
-    ring = Keyring.create(staged.keyring, store, vault.file_cipher, vault.page_bytes,
-                          ring_page_bytes=memories.RING_PAGE_BYTES)
+    ring = Keyring.create(
+        staged.keyring, store, vault.file_cipher, vault.page_bytes, ring_page_bytes=memories.RING_PAGE_BYTES
+    )
     try:
         base = number * memories.GRANT_ID_SPAN
         ring.conn.execute("BEGIN IMMEDIATE")
         try:
             # The owner's grant here takes the first id of this memory's range; later grants follow it.
             ring.conn.execute("INSERT INTO grants(id, tag, scope, created) VALUES (?, NULL, 'read', '')", (base - 1,))
-            enrolled = ring.add(scope="owner", tag=tokens.lookup_tag(session.user_id, secret), secret=secret,
-                                chain=chain, kdf=vault.kdf)
+            enrolled = ring.add(
+                scope="owner", tag=tokens.lookup_tag(session.user_id, secret), secret=secret, chain=chain, kdf=vault.kdf
+            )
             ring.conn.execute("DELETE FROM grants WHERE id = ?", (base - 1,))
             owner = main.find(tokens.lookup_tag(session.user_id, session.owner_secret))
             if owner is not None:
                 memories.note_owner(ring.conn, enrolled, owner.id)
-            for meta, value in ((memories.NUMBER, str(number)), (memories.CREATED, now_utc()),
-                                (inbox_seal.PUBLIC_META, inbox_seal.public_text(chain))):
+            for meta, value in (
+                (memories.NUMBER, str(number)),
+                (memories.CREATED, now_utc()),
+                (inbox_seal.PUBLIC_META, inbox_seal.public_text(chain)),
+            ):
                 ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?)", (meta, value))
         except BaseException:
             ring.conn.rollback()
             raise
         ring.conn.commit()
-        mf = MemoryFile(staged.memory, store, chain, vault.file_cipher, create=True,
-                        page_bytes=ring.memory_page_bytes())
+        mf = MemoryFile(
+            staged.memory, store, chain, vault.file_cipher, create=True, page_bytes=ring.memory_page_bytes()
+        )
         head, version = mf.committed()
         mf.close()
         ring.advance_head(head, version, chain=chain)
@@ -115,8 +121,11 @@ def _refuse_existing(vault: Vault, session: Session, name: str) -> None:
 
 def _room(vault: Vault, session: Session, max_memories: int) -> None:
     if len(memories.names(vault.data_dir, session.user_id)) >= max_memories:
-        raise Conflict(f"This identity holds {max_memories} memories, the most this server allows; delete one "
-                       "(DELETE /memories/{name}) first.", code="memory.too_many")
+        raise Conflict(
+            f"This identity holds {max_memories} memories, the most this server allows; delete one "
+            "(DELETE /memories/{name}) first.",
+            code="memory.too_many",
+        )
 
 
 def create(vault: Vault, session: Session, name: object, max_memories: int = DEFAULT_MAX_MEMORIES) -> dict[str, Any]:
@@ -140,10 +149,18 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
     with _ring(vault, user_id, name) as ring:
         head = ring.log_head()
         # Live: neither revoked nor past its expiry, as GET /grants says.
-        live = [g for g in ring.grants() if g.revoked is None and g.scope != "owner"
-                and not grant_label_expiry.expired(ring.notes(g.id).expires, now)]
-        appends = [g for g in inbox.grants(ring.conn) if g.revoked is None
-                   and not grant_label_expiry.expired(ring.notes(g.id).expires, now)]
+        live = [
+            g
+            for g in ring.grants()
+            if g.revoked is None
+            and g.scope != "owner"
+            and not grant_label_expiry.expired(ring.notes(g.id).expires, now)
+        ]
+        appends = [
+            g
+            for g in inbox.grants(ring.conn)
+            if g.revoked is None and not grant_label_expiry.expired(ring.notes(g.id).expires, now)
+        ]
         created = ring.meta(memories.CREATED) or next((g.created for g in ring.grants()), "")
         pending = inbox.pending(ring.conn)
         last = memories.write_day(ring, owner)
@@ -154,12 +171,19 @@ def describe(vault: Vault, user_id: str, name: str, owner: OwnerKeys | None = No
                 size += path.stat().st_size
             except OSError:
                 pass
-    return {"name": name, "T": (head.count if head else 0) + pending, "bytes": size, "created": created,
-            "last_write": last, "grants": len(live) + len(appends)}
+    return {
+        "name": name,
+        "T": (head.count if head else 0) + pending,
+        "bytes": size,
+        "created": created,
+        "last_write": last,
+        "grants": len(live) + len(appends),
+    }
 
 
-def each_other(vault: Vault, session: Session, token: str | None,
-               read: Callable[[str, Session], Got]) -> tuple[list[tuple[str, Got]], list[dict[str, Any]]]:
+def each_other(
+    vault: Vault, session: Session, token: str | None, read: Callable[[str, Session], Got]
+) -> tuple[list[tuple[str, Got]], list[dict[str, Any]]]:
     """``read`` on an owner session of every memory but main, in name order:
     what each gave, and each memory that could not be opened named with the
     refusal it got (damaged, rolled back, the owner not enrolled, a file
@@ -201,8 +225,7 @@ def delete(vault: Vault, session: Session, name: str) -> dict[str, Any]:
     overwritten with zeros and removed (its key ring, and with it every key,
     first). ``main`` goes only with the identity."""
     if name == MAIN:
-        raise Conflict("Memory main is deleted only with the whole identity: DELETE /store.",
-                       code="memory.main")
+        raise Conflict("Memory main is deleted only with the whole identity: DELETE /store.", code="memory.main")
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     if not memories.exists(vault.data_dir, session.user_id, name):
         raise unknown_memory()
@@ -221,9 +244,18 @@ def delete(vault: Vault, session: Session, name: str) -> dict[str, Any]:
         # next sweep shreds. Its receipt is kept right after (as DELETE /store's, audit.deletion_receipt).
         memories.end(main.conn, number, name)
         main.flush()
-        answer = audit.deletion_receipt(vault.data_dir, {
-            "memory": name, "destroyed": True, "memories": head.count if head else 0, "grants_ended": ended,
-            "at": now_utc()}, session.grant_id, session.user_id)
+        answer = audit.deletion_receipt(
+            vault.data_dir,
+            {
+                "memory": name,
+                "destroyed": True,
+                "memories": head.count if head else 0,
+                "grants_ended": ended,
+                "at": now_utc(),
+            },
+            session.grant_id,
+            session.user_id,
+        )
         try:
             gone = memories.retire(files, number)
         except FileNotFoundError:
@@ -273,9 +305,15 @@ def every_grant(vault: Vault, session: Session, token: str | None) -> dict[str, 
     that could not be opened (:func:`each_other`). The owner's enrolment in
     each memory is not listed again."""
     rows = [{**g, "memory": MAIN} for g in vault.list_grants(session)] + _appends(session, MAIN)
-    done, unopened = each_other(vault, session, token, lambda name, other: [
-        *({**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"),
-        *_appends(other, name)])
+    done, unopened = each_other(
+        vault,
+        session,
+        token,
+        lambda name, other: [
+            *({**g, "memory": name} for g in vault.list_grants(other) if g["scope"] != "owner"),
+            *_appends(other, name),
+        ],
+    )
     for _, theirs in done:
         rows += theirs
     return {"grants": rows, "unopened": unopened}
@@ -292,8 +330,9 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict[str, 
     chains = [(MAIN, first["trail"])]
     # Main's owner capabilities, but a rotation's successor not used yet: no other memory enrols it before then.
     pending = _main(session).pending_owner()
-    owners = sorted(g.id for g in _main(session).grants() if g.scope == "owner"
-                    and (pending is None or g.id != pending[1]))
+    owners = sorted(
+        g.id for g in _main(session).grants() if g.scope == "owner" and (pending is None or g.id != pending[1])
+    )
 
     def read(name: str, other: Session) -> tuple[dict[str, Any], dict[int, int]]:
         return audit.trail(other), _as_listed(other.keyring, owners)
@@ -306,8 +345,11 @@ def every_event(vault: Vault, session: Session, token: str | None) -> dict[str, 
     broken = [(name, chain["problem"]) for name, chain in chains if not chain["intact"]]
     # A memory whose trail could not be read at all is not known to be whole either.
     broken += [(d["name"], f"its trail could not be read ({d['error']})") for d in unopened]
-    trail = {"intact": not broken, "chained_from": first["trail"]["chained_from"],
-             "problem": f"memory {broken[0][0]}: {broken[0][1]}" if broken else None}
+    trail = {
+        "intact": not broken,
+        "chained_from": first["trail"]["chained_from"],
+        "problem": f"memory {broken[0][0]}: {broken[0][1]}" if broken else None,
+    }
     return {"events": rows, "trail": trail, "unopened": unopened}
 
 
@@ -333,17 +375,29 @@ def _appends(session: Session, name: str) -> list[dict[str, Any]]:
         try:
             label = ring.label(g.id, session.keys, session.owner)
         except (aead.Unsealable, UnicodeDecodeError):
-            raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a "
-                          "backup.") from None
+            raise Damaged(f"The label of capability {g.id} was altered; restore the key ring from a backup.") from None
         expired = grant_label_expiry.expired(expires, now)
-        rows.append({"id": g.id, "scope": "append", "label": label, "created": g.created, "expires": expires,
-                     "revoked": g.revoked, "expired": expired, "live": g.revoked is None and not expired,
-                     "last_used": None, "you": False, "memory": name})
+        rows.append(
+            {
+                "id": g.id,
+                "scope": "append",
+                "label": label,
+                "created": g.created,
+                "expires": expires,
+                "revoked": g.revoked,
+                "expired": expired,
+                "live": g.revoked is None and not expired,
+                "last_used": None,
+                "you": False,
+                "memory": name,
+            }
+        )
     return rows
 
 
-def mint_append(vault: Vault, session: Session, label: str | None = None,
-                expires: str | None = None) -> tuple[int, str]:
+def mint_append(
+    vault: Vault, session: Session, label: str | None = None, expires: str | None = None
+) -> tuple[int, str]:
     """A new append capability over the session's memory: its tag and a MAC
     under the memory's keys (binding its expiry); no key at all
     (service/append.py). Its label is sealed to the owner, as a read or full
@@ -355,13 +409,22 @@ def mint_append(vault: Vault, session: Session, label: str | None = None,
     number = memories.number_of(ring.conn)
     public = ring.owner_public()
     if label is not None and public is None:
-        raise Invalid("This memory has no owner key yet to seal a label to; mint it without a label.",
-                      code="grants.bad_label")
-    sealed = None if label is None or public is None else (
-        lambda gid: owner_seal.seal(ring.user_id, public, f"grant_label|{gid}", label.encode(), pad=LABEL_PAD))
-    grant_id = inbox.add(ring.conn, max(number, 0), tag,
-                         lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag, expires),
-                         expires=expires, label_of=sealed)
+        raise Invalid(
+            "This memory has no owner key yet to seal a label to; mint it without a label.", code="grants.bad_label"
+        )
+    sealed = (
+        None
+        if label is None or public is None
+        else (lambda gid: owner_seal.seal(ring.user_id, public, f"grant_label|{gid}", label.encode(), pad=LABEL_PAD))
+    )
+    grant_id = inbox.add(
+        ring.conn,
+        max(number, 0),
+        tag,
+        lambda gid: inbox_seal.grant_mac(session.keys, ring.user_id, gid, tag, expires),
+        expires=expires,
+        label_of=sealed,
+    )
     if session.memory_name != MAIN and session.main_keyring is not None:
         memories.put_tag(session.main_keyring.conn, tag, session.memory_name, expires)
     return grant_id, token
@@ -370,8 +433,9 @@ def mint_append(vault: Vault, session: Session, label: str | None = None,
 # ------------------------------------------------------------ fork
 
 
-def fork(vault: Vault, session: Session, name: object, at: object,
-         max_memories: int = DEFAULT_MAX_MEMORIES) -> dict[str, Any]:
+def fork(
+    vault: Vault, session: Session, name: object, at: object, max_memories: int = DEFAULT_MAX_MEMORIES
+) -> dict[str, Any]:
     """A new, independent memory ``name`` holding the first ``at`` memories of
     the session's memory (default all), erased ones erased, the summaries of
     every block inside them and its sizes, all sealed afresh under the new
@@ -384,16 +448,18 @@ def fork(vault: Vault, session: Session, name: object, at: object,
     if at is None:
         at = T
     if isinstance(at, bool) or not isinstance(at, int) or not 0 <= at <= T:
-        raise Invalid(f"at must be a whole number from 0 to {T}, the notes this memory's log holds.",
-                      code="memory.bad_at")
+        raise Invalid(
+            f"at must be a whole number from 0 to {T}, the notes this memory's log holds.", code="memory.bad_at"
+        )
     memories.sweep(vault.data_dir, session.user_id, _main(session).conn)
     _refuse_existing(vault, session, name)
     _room(vault, session, max_memories)
     staged, chain, number = _build(vault, session, name)
     store = memories.store_id(session.user_id, name)
     with open_keyring(staged.keyring, store) as ring:
-        dst = MemoryFile(staged.memory, store, chain, vault.file_cipher, page_bytes=ring.memory_page_bytes(),
-                         recorded=True)
+        dst = MemoryFile(
+            staged.memory, store, chain, vault.file_cipher, page_bytes=ring.memory_page_bytes(), recorded=True
+        )
         try:
             erased = fork_files.copy_log(src.mf, dst, at)
             if erased:
@@ -409,5 +475,10 @@ def fork(vault: Vault, session: Session, name: object, at: object,
     if not memories.publish(staged):
         raise Conflict(f"A memory named {name} exists already; pick another name.", code="memory.exists")
     memories.name_memory(_main(session).conn, number, name)  # published: now a restore looks for it
-    return {**describe(vault, session.user_id, name), "source": session.memory_name, "at": at,
-            "erased": len(erased), "summaries": summaries}
+    return {
+        **describe(vault, session.user_id, name),
+        "source": session.memory_name,
+        "at": at,
+        "erased": len(erased),
+        "summaries": summaries,
+    }

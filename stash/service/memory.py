@@ -21,9 +21,11 @@ from ..storage.memfile import ERASED, MemoryFile
 from . import instructions, recall_scan, words_scan
 
 AWAKE = "You are awake."
-READ_ONLY = ("This capability is read-only: you can wake, recall and zoom, but not note, nap or forget. When "
-             "something should be remembered, tell the user (the memory's owner) instead of noting it; when you "
-             "need the past, recall it.")
+READ_ONLY = (
+    "This capability is read-only: you can wake, recall and zoom, but not note, nap or forget. When "
+    "something should be remembered, tell the user (the memory's owner) instead of noting it; when you "
+    "need the past, recall it."
+)
 MIN_LINE_BYTES = len("#0-1 x\n")  # the shortest rendered line and its newline
 # A recall's time bound: RE2 is linear, but a pattern that defeats its DFA is a
 # slow linear, so matching gets RECALL_SECONDS beyond what opening the log
@@ -39,10 +41,12 @@ def one_snapshot(method: _Method) -> _Method:
     (MemoryFile.snapshot), so what it reads first (the count, the
     settled tree) and what it reads next (the summaries named there) agree,
     whatever another worker commits meanwhile."""
+
     @functools.wraps(method)
     def inside(self: Memory, *args: Any, **kw: Any) -> Any:
         with self.mf.snapshot():
             return method(self, *args, **kw)
+
     return inside  # type: ignore[return-value]
 
 
@@ -50,15 +54,22 @@ def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: lis
     """The compression prompt: OptMem's own, byte for byte, up to its command
     (docs/DESIGN.md, "Nap"), then each command of ``run`` as an order on its
     own line: the nap first, then the batch offer when ``run`` has one."""
-    tail = "" if not remaining else "\n" + (
-        "1 compression remains" if remaining == 1 else f"{remaining} compressions remain") + " after this one."
-    text = (f"Compress memories #{bid} into one line of at most {limit} bytes.\n"
-            "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
-            + "\n".join("  " + s for s in source)
-            + f"\n{tail}\n"
-            + instructions.run_lines(run[:1]))
+    tail = (
+        ""
+        if not remaining
+        else "\n"
+        + ("1 compression remains" if remaining == 1 else f"{remaining} compressions remain")
+        + " after this one."
+    )
+    text = (
+        f"Compress memories #{bid} into one line of at most {limit} bytes.\n"
+        "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
+        + "\n".join("  " + s for s in source)
+        + f"\n{tail}\n"
+        + instructions.run_lines(run[:1])
+    )
     if len(run) > 1:
-        text += (f"\n{BATCH_OFFER.format(k=run[1]['fields']['batch'])}\n" + instructions.run_lines(run[1:]))
+        text += f"\n{BATCH_OFFER.format(k=run[1]['fields']['batch'])}\n" + instructions.run_lines(run[1:])
     return text
 
 
@@ -66,8 +77,10 @@ def nap_prompt(bid: str, source: list[str], remaining: int, limit: int, run: lis
 # curl line), with room to spare: Memory.batch_fit.
 BATCH_OVERHEAD = 1_000
 
-BATCH_OFFER = ("Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
-               "only write lines and never call Stash):")
+BATCH_OFFER = (
+    "Or write {k} of the due blocks as one batch (by yourself, or split them among parallel subagents that "
+    "only write lines and never call Stash):"
+)
 
 
 def today_utc() -> str:
@@ -110,8 +123,10 @@ class Memory:
             return f"Zoom into a #lo-hi line the wake prints, like {blocks.block_id(*shown[0])} (its first)."
         if T >= 2:
             size = 1 << (T.bit_length() - 1)
-            return (f"The wake prints every one of the {T} notes word for word, so it shows no #lo-hi line; "
-                    f"a complete block still opens, like {blocks.block_id(0, size)}.")
+            return (
+                f"The wake prints every one of the {T} notes word for word, so it shows no #lo-hi line; "
+                f"a complete block still opens, like {blocks.block_id(0, size)}."
+            )
         return "There are no blocks to zoom into yet: a block holds at least 2 notes."
 
     def _zoom_next(self, T: int) -> list[dict[str, Any]]:
@@ -177,8 +192,14 @@ class Memory:
         ready = self.batch_fit(blocks.batch(T, settled, blocks.BATCH_MAX)) if remaining else 0
         if ready > 1:
             run.append(instructions.nap_batch(ready))
-        return {"block": bid, "source": source, "remaining": remaining, "max_bytes": limit,
-                "prompt": nap_prompt(bid, source, remaining, limit, run), "run": run}
+        return {
+            "block": bid,
+            "source": source,
+            "remaining": remaining,
+            "max_bytes": limit,
+            "prompt": nap_prompt(bid, source, remaining, limit, run),
+            "run": run,
+        }
 
     def batch_fit(self, ready: list[tuple[int, int]]) -> int:
         """How many of the ``ready`` blocks a batch offer names: as many as
@@ -191,8 +212,14 @@ class Memory:
         n = 0
         for lo, hi in ready:
             bid = blocks.block_id(lo, hi)
-            room -= 2 * len(bid) + 8 + sum(len(s.encode()) + 3 for s in self._source(lo, hi)) + 1 + len(
-                instructions.summary_placeholder(bid)) + 2
+            room -= (
+                2 * len(bid)
+                + 8
+                + sum(len(s.encode()) + 3 for s in self._source(lo, hi))
+                + 1
+                + len(instructions.summary_placeholder(bid))
+                + 2
+            )
             if room < 0:
                 break
             n += 1
@@ -210,10 +237,17 @@ class Memory:
         todo = blocks.batch(T, settled, k)
         limit = self.sizes["ENTRY_CHARS"]
         items: list[dict[str, Any]] = [
-            {"block": blocks.block_id(lo, hi), "source": self._source(lo, hi), "max_bytes": limit} for lo, hi in todo]
+            {"block": blocks.block_id(lo, hi), "source": self._source(lo, hi), "max_bytes": limit} for lo, hi in todo
+        ]
         if not items:
-            return {"saved": None, "nap": None, "batch": [], "prompt": None, "run": [],
-                    "message": "Nothing left to compress."}
+            return {
+                "saved": None,
+                "nap": None,
+                "batch": [],
+                "prompt": None,
+                "run": [],
+                "message": "Nothing left to compress.",
+            }
         pending = blocks.pending_count(T, settled)
         fits, over = 1, len(items) + 1  # the largest count known to fit, the smallest known not to
         if len(self._batch_prompt(items, pending, limit).encode()) <= self.sizes["PART_CHARS"]:
@@ -227,8 +261,14 @@ class Memory:
         items = items[:fits]
         ids = [it["block"] for it in items]
         run = [instructions.nap_summaries(ids)]
-        return {"saved": None, "nap": nap, "batch": items, "prompt": self._batch_prompt(items, pending, limit),
-                "run": run, "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}."}
+        return {
+            "saved": None,
+            "nap": nap,
+            "batch": items,
+            "prompt": self._batch_prompt(items, pending, limit),
+            "run": run,
+            "message": f"{lines.plural(len(items), 'block')} to compress: {ids[0]} to {ids[-1]}.",
+        }
 
     @staticmethod
     def _batch_prompt(items: list[dict[str, Any]], pending: int, limit: int) -> str:
@@ -237,18 +277,26 @@ class Memory:
         after = pending - len(items)
         body = "\n\n".join(f"#{it['block']}:\n" + "\n".join("  " + s for s in it["source"]) for it in items)
         return (
-            (f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.\n"
-             "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
-             "can be written in parallel (by subagents that only write lines and never call Stash).\n\n"
-             if len(items) > 1 else
-             f"Compress this block into one line of at most {limit} bytes.\n"
-             "Keep what has lasting effect, drop what does not. Invent nothing.\n\n")
+            (
+                f"Compress each of these {len(items)} blocks into one line of at most {limit} bytes.\n"
+                "Keep what has lasting effect, drop what does not. Invent nothing. Each block stands alone, so they "
+                "can be written in parallel (by subagents that only write lines and never call Stash).\n\n"
+                if len(items) > 1
+                else f"Compress this block into one line of at most {limit} bytes.\n"
+                "Keep what has lasting effect, drop what does not. Invent nothing.\n\n"
+            )
             + body
             + "\n\n"
-            + (f"{lines.plural(after, 'compression')} will remain after these; ask for the next batch then.\n"
-               if after else "")
-            + ("Send every line at once, in this order (all or nothing).\n" if len(items) > 1 else
-               "Send the line with this command.\n")
+            + (
+                f"{lines.plural(after, 'compression')} will remain after these; ask for the next batch then.\n"
+                if after
+                else ""
+            )
+            + (
+                "Send every line at once, in this order (all or nothing).\n"
+                if len(items) > 1
+                else "Send the line with this command.\n"
+            )
             + instructions.run_lines(run)
         )
 
@@ -264,8 +312,9 @@ class Memory:
         start = 0
         for k in range(1, len(singles) + 1):
             if k == len(singles) or singles[k] != singles[k - 1] + 1:
-                for line_, i in zip(self._render_memories(singles[start], singles[k - 1] + 1),
-                                    range(singles[start], singles[k - 1] + 1)):
+                for line_, i in zip(
+                    self._render_memories(singles[start], singles[k - 1] + 1), range(singles[start], singles[k - 1] + 1)
+                ):
                     cache[(i, i + 1)] = line_
                 start = k
         by_size: dict[int, list[int]] = {}
@@ -300,7 +349,10 @@ class Memory:
                                 f"not compressed yet. The memory's writer (a full or owner capability) owes "
                                 f"{lines.plural(n, 'compression')}; this read capability cannot write them. Tell "
                                 "the user, and wake again once the writer has answered its naps.",
-                                code="wake.needs_nap", needs=blocks.block_id(lo, hi), nap=None, run=[],
+                                code="wake.needs_nap",
+                                needs=blocks.block_id(lo, hi),
+                                nap=None,
+                                run=[],
                             )
                         nap = self.nap_for(T, settled)
                         if nap is None:
@@ -341,12 +393,20 @@ class Memory:
                 raise Invalid(f"No part {part}: the memory has 1 part; wake without part.", code="wake.no_part")
             empty, run = "", []
             if not now:
-                empty = "No memories yet; the order below records the first one.\n" if self.writes else \
-                    "No memories yet.\n"
+                empty = (
+                    "No memories yet; the order below records the first one.\n" if self.writes else "No memories yet.\n"
+                )
                 run = [instructions.note()] if self.writes else []
             return {
-                "T": 0, "part": 1, "parts": 1, "lines": [], "awake": True, "nap": None, "next": None,
-                "message": empty + self._awake(), "run": run,
+                "T": 0,
+                "part": 1,
+                "parts": 1,
+                "lines": [],
+                "awake": True,
+                "nap": None,
+                "next": None,
+                "message": empty + self._awake(),
+                "run": run,
             }
         settled = self.mf.settled(T)
         nap = self.nap_for(T, settled)
@@ -375,9 +435,15 @@ class Memory:
         last = part == len(parts)
         run = [] if last else [instructions.wake(part + 1, T)]
         return {
-            "T": T, "part": part, "parts": len(parts), "lines": parts[part - 1], "awake": last,
-            "nap": nap if last else None, "next": instructions.render(run[0]) if run else None,
-            "message": self._awake() if last else "Not awake yet: read the next part.", "run": run,
+            "T": T,
+            "part": part,
+            "parts": len(parts),
+            "lines": parts[part - 1],
+            "awake": last,
+            "nap": nap if last else None,
+            "next": instructions.render(run[0]) if run else None,
+            "message": self._awake() if last else "Not awake yet: read the next part.",
+            "run": run,
         }
 
     def _awake(self) -> str:
@@ -408,12 +474,14 @@ class Memory:
         i = self.mf.append(items, check=not_before_newest)
         return {"id": i, "nap": self.nap_for(i + 1), "head": self.mf.pinned_head().as_dict()}
 
-    def nap(self, block: object = None, text: object = None, batch: object = None,
-            summaries: object = None) -> dict[str, Any]:
+    def nap(
+        self, block: object = None, text: object = None, batch: object = None, summaries: object = None
+    ) -> dict[str, Any]:
         if batch is not None or summaries is not None:
             if block is not None or text is not None or (batch is not None and summaries is not None):
-                raise Invalid("Send one of {}, {\"block\", \"text\"}, {\"batch\": k} or {\"summaries\": [...]}.",
-                              code="nap.mixed")
+                raise Invalid(
+                    'Send one of {}, {"block", "text"}, {"batch": k} or {"summaries": [...]}.', code="nap.mixed"
+                )
             if batch is not None:
                 if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= blocks.BATCH_MAX:
                     raise Invalid(f"batch must be a whole number from 1 to {blocks.BATCH_MAX}.", code="nap.bad_batch")
@@ -422,14 +490,21 @@ class Memory:
         T = self.mf.count()
         if block is None:
             if text is not None:
-                raise Invalid("A summary needs its block: send {\"block\": \"lo-hi\", \"text\": ...}.",
-                              code="nap.missing_block")
+                raise Invalid(
+                    'A summary needs its block: send {"block": "lo-hi", "text": ...}.', code="nap.missing_block"
+                )
             nap = self.nap_for(T)
-            return {"saved": None, "nap": nap, "message": "Nothing left to compress." if nap is None else
-                    f"Compress {nap['block']} next."}
+            return {
+                "saved": None,
+                "nap": nap,
+                "message": "Nothing left to compress." if nap is None else f"Compress {nap['block']} next.",
+            }
         if text is None:
-            raise Invalid("A summary needs its text: send {\"block\": \"lo-hi\", \"text\": \"<your line>\"}, "
-                          "or {} to ask what is due. Nothing was written.", code="nap.missing_text")
+            raise Invalid(
+                'A summary needs its text: send {"block": "lo-hi", "text": "<your line>"}, '
+                "or {} to ask what is due. Nothing was written.",
+                code="nap.missing_text",
+            )
         lo, hi = self._block(block)
         self._within(lo, hi, T)
         bid = blocks.block_id(lo, hi)
@@ -446,8 +521,11 @@ class Memory:
                 settled = self.mf.settled(T)
                 if blocks.is_settled(settled, lo, hi):
                     return self._not_due(T, settled, lo, hi)
-                return {"saved": None, "nap": self.nap_for(T, settled),
-                        "message": f"{bid} was forgotten meanwhile; nothing was written."}
+                return {
+                    "saved": None,
+                    "nap": self.nap_for(T, settled),
+                    "message": f"{bid} was forgotten meanwhile; nothing was written.",
+                }
         return {"saved": bid, "nap": self.nap_for(T), "message": f"{bid} saved."}
 
     def _not_due(self, T: int, settled: blocks.Settled, lo: int, hi: int) -> dict[str, Any]:
@@ -456,13 +534,19 @@ class Memory:
         one due."""
         bid = blocks.block_id(lo, hi)
         if blocks.is_settled(settled, lo, hi):
-            return {"saved": None, "settled": bid, "nap": self.nap_for(T, settled),
-                    "message": f"{bid} is already settled; nothing was written."}
+            return {
+                "saved": None,
+                "settled": bid,
+                "nap": self.nap_for(T, settled),
+                "message": f"{bid} is already settled; nothing was written.",
+            }
         due = self.nap_for(T, settled)
         assert due is not None  # (lo, hi) is pending but not first, so a first exists
         raise Conflict(
             f"Wrong block: {bid}. Blocks settle in order, and the next is {due['block']}; answer that one.",
-            code="nap.wrong_block", due=due["block"], nap=due,
+            code="nap.wrong_block",
+            due=due["block"],
+            nap=due,
         )
 
     def settle(self, summaries: object) -> dict[str, Any]:
@@ -472,29 +556,38 @@ class Memory:
         retry of a batch that landed writes nothing); any other block out of
         order is 409 naming the one due, and nothing is written."""
         if not isinstance(summaries, list) or not 1 <= len(summaries) <= blocks.BATCH_MAX:
-            raise Invalid(f"summaries must be a list of 1 to {blocks.BATCH_MAX} objects "
-                          "{\"block\": \"lo-hi\", \"text\": \"...\"}.", code="nap.bad_summaries")
+            raise Invalid(
+                f'summaries must be a list of 1 to {blocks.BATCH_MAX} objects {{"block": "lo-hi", "text": "..."}}.',
+                code="nap.bad_summaries",
+            )
         T = self.mf.count()
         limit = self.sizes["ENTRY_CHARS"]
         with self.mf.snapshot():  # the tree the checks and any 409 read is one
             before = self.mf.settled(T)
             # The tree as it will be once the blocks before each one are written:
             # an erasure's holes are filled where they are, the frontiers move on.
-            state = blocks.Settled(before, holes={size: list(ks) for size, ks in before.holes.items()},
-                                   erased=before.erased)
+            state = blocks.Settled(
+                before, holes={size: list(ks) for size, ks in before.holes.items()}, erased=before.erased
+            )
             parsed: list[tuple[int, int, str]] = []
             for k, item in enumerate(summaries):
                 if not isinstance(item, dict) or set(item) != {"block", "text"}:
-                    raise Invalid(f"Summary {k} must be an object with exactly \"block\" and \"text\"; "
-                                  "nothing was written.", code="nap.bad_summaries", index=k)
+                    raise Invalid(
+                        f'Summary {k} must be an object with exactly "block" and "text"; nothing was written.',
+                        code="nap.bad_summaries",
+                        index=k,
+                    )
                 try:
                     lo, hi = self._block(item["block"])
                     self._within(lo, hi, T)
                     parsed.append((lo, hi, lines.check_written(item["text"], limit, "summary")))
                 except Invalid as e:
-                    raise Invalid(f"Summary {k}: {e.message} Nothing was written: fix that line and send all "
-                                  f"{len(summaries)} again with the same command, or ask for a new batch.",
-                                  code=e.code, index=k) from None
+                    raise Invalid(
+                        f"Summary {k}: {e.message} Nothing was written: fix that line and send all "
+                        f"{len(summaries)} again with the same command, or ask for a new batch.",
+                        code=e.code,
+                        index=k,
+                    ) from None
             todo: list[tuple[int, int, str]] = []
             for k, (lo, hi, text) in enumerate(parsed):
                 size = hi - lo
@@ -504,12 +597,18 @@ class Memory:
                     due = self.nap_for(T, before)
                     expected = blocks.first_pending(T, state)
                     want = blocks.block_id(*expected) if expected else None
-                    why = (f"the next after the ones before it is {want}" if want else
-                           "nothing is due after the ones before it")
+                    why = (
+                        f"the next after the ones before it is {want}"
+                        if want
+                        else "nothing is due after the ones before it"
+                    )
                     raise Conflict(
                         f"Wrong block in summary {k}: {blocks.block_id(lo, hi)}; blocks settle in order, and {why}. "
                         f"Nothing was written; the next due is {due['block'] if due else 'none'}.",
-                        code="nap.wrong_block", due=due["block"] if due else None, nap=due, index=k,
+                        code="nap.wrong_block",
+                        due=due["block"] if due else None,
+                        nap=due,
+                        index=k,
                     )
                 todo.append((lo, hi, text))
                 if lo // size in state.holes.get(size, ()):
@@ -519,12 +618,18 @@ class Memory:
         if todo and not self.mf.put_summaries(todo):
             # Another writer settled or forgot blocks between the check and the
             # write: answered as a single nap's race is, with nothing written.
-            return {"saved": [], "nap": self.nap_for(T),
-                    "message": "Another writer settled or forgot blocks meanwhile; nothing was written. "
-                               "Answer what is due now."}
+            return {
+                "saved": [],
+                "nap": self.nap_for(T),
+                "message": "Another writer settled or forgot blocks meanwhile; nothing was written. "
+                "Answer what is due now.",
+            }
         saved = [blocks.block_id(lo, hi) for lo, hi, _ in todo]
-        message = f"{lines.plural(len(saved), 'summary')} saved." if saved else \
-            "Every block was already settled; nothing was written."
+        message = (
+            f"{lines.plural(len(saved), 'summary')} saved."
+            if saved
+            else "Every block was already settled; nothing was written."
+        )
         return {"saved": saved, "nap": self.nap_for(T), "message": message}
 
     # ------------------------------------------------------------ recall, zoom, forget
@@ -553,8 +658,10 @@ class Memory:
             count = f"{lines.plural(total, 'match')} before #{before}."
         run = []
         if more is not None:
-            message = (f"{count} The newest {len(found)} {'is' if len(found) == 1 else 'are'} shown; the command "
-                       "below fetches the older ones.")
+            message = (
+                f"{count} The newest {len(found)} {'is' if len(found) == 1 else 'are'} shown; the command "
+                "below fetches the older ones."
+            )
             run = [instructions.recall(more)]
         elif total and not found:
             message = f"{count} None fits in PART_CHARS={self.sizes['PART_CHARS']} bytes; raise PART_CHARS."
@@ -574,33 +681,49 @@ class Memory:
         except words.BadWords as e:
             raise Invalid(str(e), code="recall.bad_words") from None
         if cursor is not None and cursor.T > self.mf.count():
-            raise Invalid("before is not the more of a previous page of this search. Send the more the last "
-                          "page answered, or leave before out for the first page.", code="recall.bad_words")
+            raise Invalid(
+                "before is not the more of a previous page of this search. Send the more the last "
+                "page answered, or leave before out for the first page.",
+                code="recall.bad_words",
+            )
         deadline = time.monotonic() + RECALL_SECONDS + self.mf.count() * RECALL_SECONDS_PER_MEMORY
         try:
             found = words_scan.search(self.mf, query, self.sizes["PART_CHARS"], deadline, cursor)
         except words_scan.TooSlow:
-            raise Invalid("The words took too long to search this memory. Send longer or fewer words, "
-                          "or search again: the index built meanwhile is kept.", code="recall.too_slow") from None
+            raise Invalid(
+                "The words took too long to search this memory. Send longer or fewer words, "
+                "or search again: the index built meanwhile is kept.",
+                code="recall.too_slow",
+            ) from None
         more = None if found.more is None else found.more.text()
         total = found.total
         count = "No match." if not total else f"{lines.plural(total, 'match')}."
         run = []
         if more is not None:
-            message = (f"{count} The best {len(found.lines)} {'is' if len(found.lines) == 1 else 'are'} shown, "
-                       "best first; the command below fetches the next ones.")
+            message = (
+                f"{count} The best {len(found.lines)} {'is' if len(found.lines) == 1 else 'are'} shown, "
+                "best first; the command below fetches the next ones."
+            )
             run = [instructions.recall_words(more)]
         elif found.cut:
-            message = (f"{count} The next one does not fit in PART_CHARS={self.sizes['PART_CHARS']} bytes; "
-                       "raise PART_CHARS to see it and those after it.")
+            message = (
+                f"{count} The next one does not fit in PART_CHARS={self.sizes['PART_CHARS']} bytes; "
+                "raise PART_CHARS to see it and those after it."
+            )
         elif not total:
             message = count
         elif cursor is not None:
             message = f"{count} These are the last of them."
         else:
             message = f"{count} Best first."
-        return {"matches": found.lines, "scores": [s / words.SCALE for s in found.scores], "total": total,
-                "more": more, "message": message, "run": run}
+        return {
+            "matches": found.lines,
+            "scores": [s / words.SCALE for s in found.scores],
+            "total": total,
+            "more": more,
+            "message": message,
+            "run": run,
+        }
 
     @one_snapshot
     def zoom(self, block: object) -> dict[str, Any]:
@@ -611,7 +734,8 @@ class Memory:
             raise Invalid(
                 f"{blocks.block_id(lo, hi)} starts beyond the log, which holds {lines.plural(T, 'note')}{last}. "
                 + self._zoom_hint(T),
-                code="block.beyond_log", run=self._zoom_next(T),
+                code="block.beyond_log",
+                run=self._zoom_next(T),
             )
         out = []
         for a, b in blocks.halves(lo, hi):
@@ -650,15 +774,23 @@ class Memory:
     def erase(self, ids: object, at: str | None = None) -> dict[str, Any]:
         """Shred memories ``ids`` (docs/DESIGN.md, "Erase"); the receipt is dated ``at``, by default now."""
         at = at or now_utc()
-        if (not isinstance(ids, list) or not ids or len(ids) > self.MAX_ERASE
-                or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)):
-            raise Invalid(f"Send {{\"ids\": [...]}}: 1 to {self.MAX_ERASE} note ids as whole numbers.",
-                          code="erase.bad_ids")
+        if (
+            not isinstance(ids, list)
+            or not ids
+            or len(ids) > self.MAX_ERASE
+            or any(isinstance(i, bool) or not isinstance(i, int) for i in ids)
+        ):
+            raise Invalid(
+                f'Send {{"ids": [...]}}: 1 to {self.MAX_ERASE} note ids as whole numbers.', code="erase.bad_ids"
+            )
         T = self.mf.count()
         bad = [i for i in ids if not 0 <= i < T]
         if bad:
-            raise Invalid(f"#{bad[0]} is not a note: the log holds {lines.plural(T, 'note')} (#0 to #{T - 1}). "
-                          "Nothing was erased.", code="erase.unknown_id")
+            raise Invalid(
+                f"#{bad[0]} is not a note: the log holds {lines.plural(T, 'note')} (#0 to #{T - 1}). "
+                "Nothing was erased.",
+                code="erase.unknown_id",
+            )
         rid, fresh, gone = self.mf.erase(ids, at)
         return {"receipt": rid, "ids": sorted(set(ids)), "erased": fresh, "dropped": len(gone), "at": at}
 
@@ -677,30 +809,44 @@ class Memory:
 
     def import_entries(self, entries: object) -> dict[str, Any]:
         if not isinstance(entries, list) or not entries:
-            raise Invalid("Send {\"entries\": [{\"date\": \"YYYY-MM-DD\", \"text\": \"...\"}, ...]}, oldest first.",
-                          code="import.empty")
+            raise Invalid(
+                'Send {"entries": [{"date": "YYYY-MM-DD", "text": "..."}, ...]}, oldest first.', code="import.empty"
+            )
         today = self.today()
         items: list[tuple[str, str]] = []
         prev = None
         for k, entry in enumerate(entries):
             if not isinstance(entry, dict) or set(entry) != {"date", "text"}:
-                raise Invalid(f"Entry {k} must be an object with exactly \"date\" and \"text\"; nothing was imported.",
-                              code="import.bad_entry", index=k)
+                raise Invalid(
+                    f'Entry {k} must be an object with exactly "date" and "text"; nothing was imported.',
+                    code="import.bad_entry",
+                    index=k,
+                )
             date = entry["date"]
             if not isinstance(date, str) or not _DATE.fullmatch(date):
-                raise Invalid(f"Entry {k}: the date must be YYYY-MM-DD; nothing was imported.",
-                              code="import.bad_date", index=k)
+                raise Invalid(
+                    f"Entry {k}: the date must be YYYY-MM-DD; nothing was imported.", code="import.bad_date", index=k
+                )
             try:
                 dt.date.fromisoformat(date)
             except ValueError:
-                raise Invalid(f"Entry {k}: {date} is not a real calendar date; nothing was imported.",
-                              code="import.bad_date", index=k) from None
+                raise Invalid(
+                    f"Entry {k}: {date} is not a real calendar date; nothing was imported.",
+                    code="import.bad_date",
+                    index=k,
+                ) from None
             if date > today:
-                raise Invalid(f"Entry {k}: {date} is in the future (today is {today} UTC); nothing was imported.",
-                              code="import.bad_date", index=k)
+                raise Invalid(
+                    f"Entry {k}: {date} is in the future (today is {today} UTC); nothing was imported.",
+                    code="import.bad_date",
+                    index=k,
+                )
             if prev is not None and date < prev:
-                raise Invalid(f"Entry {k}: {date} is earlier than the entry before it; sort oldest first. "
-                              "Nothing was imported.", code="import.out_of_order", index=k)
+                raise Invalid(
+                    f"Entry {k}: {date} is earlier than the entry before it; sort oldest first. Nothing was imported.",
+                    code="import.out_of_order",
+                    index=k,
+                )
             try:
                 text = lines.check_line(entry["text"], self.sizes["ENTRY_CHARS"])
             except Invalid as e:
@@ -714,11 +860,17 @@ class Memory:
                     f"Entry 0: {items[0][0]} is earlier than the newest note (#{T - 1}, {newest}); import only "
                     "notes dated on or after it, or import an older past into a new, empty memory (POST /init, "
                     "or stash init URL) before noting there. Nothing was imported.",
-                    code="import.before_log", index=0,
+                    code="import.before_log",
+                    index=0,
                 )
 
         first = self.mf.append(items, check=after_newest)
         T = first + len(items)
         pending = blocks.pending_count(T, self.mf.settled(T))
-        return {"first": first, "last": T - 1, "pending": pending, "head": self.mf.pinned_head().as_dict(),
-                "run": [instructions.nap_status()] if pending else []}
+        return {
+            "first": first,
+            "last": T - 1,
+            "pending": pending,
+            "head": self.mf.pinned_head().as_dict(),
+            "run": [instructions.nap_status()] if pending else [],
+        }

@@ -71,10 +71,15 @@ def register(vault: Vault, body: dict[str, Any]) -> dict[str, Any]:
     """Dynamic Client Registration (RFC 7591) of a public client: its redirect URIs (each https, or http on
     loopback) and its name. What it asks for beyond that is answered as what this server gives."""
     uris = body.get("redirect_uris")
-    if not isinstance(uris, list) or not 1 <= len(uris) <= 10 or not all(
-            isinstance(u, str) and valid_redirect(u) for u in uris):
-        raise OAuthRefused("redirect_uris must be 1 to 10 URIs, each https or http on a loopback address, with no "
-                         "fragment.", code="oauth.invalid_redirect_uri")
+    if (
+        not isinstance(uris, list)
+        or not 1 <= len(uris) <= 10
+        or not all(isinstance(u, str) and valid_redirect(u) for u in uris)
+    ):
+        raise OAuthRefused(
+            "redirect_uris must be 1 to 10 URIs, each https or http on a loopback address, with no fragment.",
+            code="oauth.invalid_redirect_uri",
+        )
     name = body.get("client_name")
     if name is not None and (not isinstance(name, str) or len(name) > 200):
         raise OAuthRefused("client_name must be text of at most 200 characters.", code="oauth.invalid_client_metadata")
@@ -82,9 +87,15 @@ def register(vault: Vault, body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(grant_types, list) or "authorization_code" not in grant_types:
         raise OAuthRefused("This server grants authorization_code only.", code="oauth.invalid_client_metadata")
     client_id = "stash-client-" + secrets.token_hex(16)
-    answer = {"client_id": client_id, "client_id_issued_at": oauth_state.now(), "client_name": name,
-              "redirect_uris": list(uris), "token_endpoint_auth_method": "none",
-              "grant_types": ["authorization_code"], "response_types": ["code"]}
+    answer = {
+        "client_id": client_id,
+        "client_id_issued_at": oauth_state.now(),
+        "client_name": name,
+        "redirect_uris": list(uris),
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code"],
+        "response_types": ["code"],
+    }
     with oauth_state.opened(vault.data_dir) as conn:
         oauth_state.put_client(conn, client_id, answer)
     return answer
@@ -116,21 +127,23 @@ def memory_of_resource(resource: object, address: str) -> str | None:
         if resource.rstrip("/") == f"{address}/mcp":
             return None
         if resource.startswith(f"{address}/m/") and resource.rstrip("/").endswith("/mcp"):
-            name = resource.rstrip("/")[len(address) + 3:-4]
+            name = resource.rstrip("/")[len(address) + 3 : -4]
             if valid_name(name):
                 return name
     raise ValueError("resource is not an MCP endpoint of this server (<server>/mcp or <server>/m/{name}/mcp).")
 
 
-def authorization_request(vault: Vault, params: dict[str, Any], address: str, loopback: bool
-                          ) -> tuple[dict[str, Any], Client]:
+def authorization_request(
+    vault: Vault, params: dict[str, Any], address: str, loopback: bool
+) -> tuple[dict[str, Any], Client]:
     """A checked authorization request and its client. An unknown client or a redirect URI it does not have
     is refused here, to the owner; anything else is told to the host at its redirect URI (Redirected)."""
     client = client_of(vault, params.get("client_id"), loopback)
     redirect = params.get("redirect_uri")
     if not isinstance(redirect, str) or not any(matches(r, redirect) for r in client.redirect_uris):
-        raise OAuthRefused("redirect_uri is not one this client registered; nothing was sent to it.",
-                         code="oauth.invalid_redirect_uri")
+        raise OAuthRefused(
+            "redirect_uri is not one this client registered; nothing was sent to it.", code="oauth.invalid_redirect_uri"
+        )
     state = params.get("state") if isinstance(params.get("state"), str) else None
 
     def tell(error: str, words: str) -> Redirected:
@@ -146,9 +159,16 @@ def authorization_request(vault: Vault, params: dict[str, Any], address: str, lo
         raise tell("invalid_target", str(err)) from None
     asked = params.get("scope")
     scope = next((s for s in SCOPES[::-1] if isinstance(asked, str) and s in asked.split()), None)
-    return {"client_id": client.client_id, "client_name": client.name, "redirect_uri": redirect, "state": state,
-            "challenge": params["code_challenge"], "resource": params.get("resource"), "memory": memory,
-            "scope": scope}, client
+    return {
+        "client_id": client.client_id,
+        "client_name": client.name,
+        "redirect_uri": redirect,
+        "state": state,
+        "challenge": params["code_challenge"],
+        "resource": params.get("resource"),
+        "memory": memory,
+        "scope": scope,
+    }, client
 
 
 def pending(vault: Vault, request: dict[str, Any]) -> str:
@@ -167,14 +187,17 @@ def take_pending(vault: Vault, nonce: object) -> dict[str, Any]:
         with oauth_state.opened(vault.data_dir) as conn:
             found = oauth_state.take_request(conn, oauth_codes.code_id(nonce))
     if found is None:
-        raise Malformed("This consent form has expired or was sent already; ask the host to connect again.",
-                        code="consent.expired")
+        raise Malformed(
+            "This consent form has expired or was sent already; ask the host to connect again.", code="consent.expired"
+        )
     return found
 
 
 def denied(request: dict[str, Any]) -> str:
-    return with_query(request["redirect_uri"], {"error": "access_denied", "error_description":
-                                                "The owner declined.", "state": request.get("state")})
+    return with_query(
+        request["redirect_uri"],
+        {"error": "access_denied", "error_description": "The owner declined.", "state": request.get("state")},
+    )
 
 
 def label_of(request: dict[str, Any]) -> str:
@@ -186,8 +209,17 @@ def label_of(request: dict[str, Any]) -> str:
     return shown.strip() or "an MCP host"
 
 
-def approve(vault: Vault, request: dict[str, Any], owner_token: str, memory: str, scope: object, expiry: object,
-            address: str, limits: Limits, code_seconds: int) -> str:
+def approve(
+    vault: Vault,
+    request: dict[str, Any],
+    owner_token: str,
+    memory: str,
+    scope: object,
+    expiry: object,
+    address: str,
+    limits: Limits,
+    code_seconds: int,
+) -> str:
     """The owner's approval: a capability minted on ``memory`` as POST /grants mints one (its audit event
     too), a code for it, and where to send the host with the code."""
     if scope not in SCOPES:
@@ -202,14 +234,33 @@ def approve(vault: Vault, request: dict[str, Any], owner_token: str, memory: str
         return {**grants.mint(session, vault, scope, label, expires, address, keyed=False), "user": session.user_id}
 
     event = Event("mint", lambda s, f, a: {"grant": a["id"], "scope": a["scope"], "memory": s.memory_name})
-    done = operation.perform(vault, owner_token, None, Effects("owner", event=event), "POST /authorize", {}, None,
-                             limits, mint, None, {}, memory)
+    done = operation.perform(
+        vault,
+        owner_token,
+        None,
+        Effects("owner", event=event),
+        "POST /authorize",
+        {},
+        None,
+        limits,
+        mint,
+        None,
+        {},
+        memory,
+    )
     minted = done.body
     code = oauth_codes.new_code()
-    approval = {"client_id": request["client_id"], "redirect_uri": request["redirect_uri"],
-                "challenge": request["challenge"], "resource": request.get("resource"),
-                "user": minted["user"], "memory": memory, "grant": minted["id"], "scope": scope,
-                "expires": expires}
+    approval = {
+        "client_id": request["client_id"],
+        "redirect_uri": request["redirect_uri"],
+        "challenge": request["challenge"],
+        "resource": request.get("resource"),
+        "user": minted["user"],
+        "memory": memory,
+        "grant": minted["id"],
+        "scope": scope,
+        "expires": expires,
+    }
     try:
         sealed = oauth_codes.seal_token(code, minted["token"], _bound(approval))
         with oauth_state.opened(vault.data_dir) as conn:

@@ -11,8 +11,10 @@ from .access import Identity
 
 # A read capability's block has no note or nap section: it is never asked to write.
 _TEMPLATES = {"full": "AGENTS.md", "owner": "AGENTS.md", "read": "AGENTS-read.md", "append": "AGENTS-append.md"}
-BAD_URL = ("url must be the server's plain http(s) address, like https://stash.example (letters, digits and .-_~%/ "
-           "in its path; no spaces, quotes or other characters).")
+BAD_URL = (
+    "url must be the server's plain http(s) address, like https://stash.example (letters, digits and .-_~%/ "
+    "in its path; no spaces, quotes or other characters)."
+)
 
 
 def agents_template(scope: str = "owner") -> str:
@@ -31,10 +33,12 @@ def agents_block(url: str, scope: str = "owner") -> str:
 
 
 # A full grant writes into a log it shares: the owner's block, and this.
-SHARED = ("\n### This memory is shared\n\n"
-          "Your capability is one of several: the owner and other agents write to the same log. A wake shows their\n"
-          "notes beside yours, and a nap may ask you to summarise lines another writer noted: treat them as\n"
-          "your own past. Note only what you did or learned; never note on another writer's behalf.\n")
+SHARED = (
+    "\n### This memory is shared\n\n"
+    "Your capability is one of several: the owner and other agents write to the same log. A wake shows their\n"
+    "notes beside yours, and a nap may ask you to summarise lines another writer noted: treat them as\n"
+    "your own past. Note only what you did or learned; never note on another writer's behalf.\n"
+)
 
 
 def init_answer(ident: Identity, prompt: str, content_cipher: str) -> dict[str, Any]:

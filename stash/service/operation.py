@@ -78,9 +78,20 @@ class Limits:
     bytes: int
 
 
-def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: Effects, route: str,
-            fields: dict[str, Any], key: str | None, limits: Limits, handler: ServiceCall,
-            context: Any = None, sent: dict[str, Any] | None = None, memory: str | None = None) -> Outcome:
+def perform(
+    vault: Vault,
+    token: str | Token | None,
+    pin: Head | None,
+    effects: Effects,
+    route: str,
+    fields: dict[str, Any],
+    key: str | None,
+    limits: Limits,
+    handler: ServiceCall,
+    context: Any = None,
+    sent: dict[str, Any] | None = None,
+    memory: str | None = None,
+) -> Outcome:
     """Authenticate ``token`` for ``effects.scope``, then run ``handler``
     with the session, the parsed fields and ``context`` as declared. An
     Idempotency-Key's record is of ``route`` and ``sent`` (the body as sent;
@@ -91,16 +102,27 @@ def perform(vault: Vault, token: str | Token | None, pin: Head | None, effects: 
     answer has left."""
     with contextlib.ExitStack() as stack:
         session = stack.enter_context(vault.session(token, effects.scope, pin, memory, route))
-        outcome = _run(vault, session, effects, route, fields, fields if sent is None else sent, key, limits,
-                       handler, context)
+        outcome = _run(
+            vault, session, effects, route, fields, fields if sent is None else sent, key, limits, handler, context
+        )
         if session.scope == "owner":
             return outcome
         rest = stack.pop_all()
     return replace(outcome, finish=vault.after.add(session.user_id, rest.close).run)
 
 
-def _run(vault: Vault, session: Session, effects: Effects, route: str, fields: dict[str, Any],
-         sent: dict[str, Any], key: str | None, limits: Limits, handler: ServiceCall, context: Any) -> Outcome:
+def _run(
+    vault: Vault,
+    session: Session,
+    effects: Effects,
+    route: str,
+    fields: dict[str, Any],
+    sent: dict[str, Any],
+    key: str | None,
+    limits: Limits,
+    handler: ServiceCall,
+    context: Any,
+) -> Outcome:
     """One call in its session, in order: the write's transaction, the
     Idempotency-Key's lookup, the quota, the handler, the record of its
     answer, the audit event, the cleanup.
@@ -161,8 +183,7 @@ def _check_quota(session: Session, effects: Effects, fields: dict[str, Any], lim
     if adding is None or session.scope == "append":
         return
     memory = session.open_memory()
-    quotas.identity_room(session, memory.count() - len(memory.mf.erased_ids), adding, limits.memories,
-                         limits.bytes)
+    quotas.identity_room(session, memory.count() - len(memory.mf.erased_ids), adding, limits.memories, limits.bytes)
 
 
 def _cleanup(vault: Vault, session: Session, effects: Effects, body: Any) -> Any:

@@ -43,12 +43,20 @@ def identity_room(session: Any, live: int, adding: int, max_memories: int, max_b
     memories count for nothing, wherever they are."""
     data_dir = session.files.user_folder.parent.parent
     others, their_bytes = usage.others_usage(data_dir, session.user_id, session.memory_name)
-    check_room(live, others, session.files.folder, adding, max_memories, max_bytes - their_bytes,
-               owner=session.scope == "owner")
+    check_room(
+        live,
+        others,
+        session.files.folder,
+        adding,
+        max_memories,
+        max_bytes - their_bytes,
+        owner=session.scope == "owner",
+    )
 
 
-def check_room(count: int, others: int, folder: Path, adding: int, max_memories: int, max_bytes: int,
-               owner: bool = True) -> None:
+def check_room(
+    count: int, others: int, folder: Path, adding: int, max_memories: int, max_bytes: int, owner: bool = True
+) -> None:
     """Refuse a write of ``adding`` memories to a log of ``count`` live
     (not erased) memories, beside ``others`` live ones in the identity's
     other memories, when it would pass the operator's limits. Erased
@@ -128,8 +136,7 @@ def bounded_import(session: Any, entries: object, per_request: int, per_day: int
         answer: dict[str, Any] = memory.import_entries(entries)
         return answer
     day = memory.today()
-    check_import(session.scope, len(entries), memory.mf.imported_on(day, session.grant_id), per_request, per_day,
-                 day)
+    check_import(session.scope, len(entries), memory.mf.imported_on(day, session.grant_id), per_request, per_day, day)
     answer = memory.import_entries(entries)
     memory.mf.count_import(day, session.grant_id, len(entries))
     return answer

@@ -46,8 +46,9 @@ def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue[object], stop: th
     cache = None
     try:
         fk = mf.file_keys()
-        cache = ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids,
-                          mf.chunk_digests)
+        cache = ScanCache(
+            mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids, mf.chunk_digests
+        )
         built: dict[int, bytes] = {}
         for piece, plain in cache.pieces(pieces):
             if stop.is_set():
@@ -74,8 +75,9 @@ def _read_pieces(mf: MemoryFile, pieces: int, out: queue.Queue[object], stop: th
             cache.close()
 
 
-def recall(mf: MemoryFile, matcher: Matcher, part_bytes: int, deadline: float,
-           stop: int | None = None) -> tuple[list[str], int]:
+def recall(
+    mf: MemoryFile, matcher: Matcher, part_bytes: int, deadline: float, stop: int | None = None
+) -> tuple[list[str], int]:
     """``(kept, total)`` over memories ``[0, stop)`` (``stop`` defaults to
     the log's length; a paging ``before`` bound is this ``stop``).
 
@@ -105,8 +107,7 @@ def recall(mf: MemoryFile, matcher: Matcher, part_bytes: int, deadline: float,
                 got, count = matcher.scan(lines, max(room, 0), deadline=deadline)
                 whole = len(got) == count
             else:
-                got, count, whole = matcher.scan_joined(plain, max(room, 0), deadline=deadline,
-                                                        first_id=piece * PIECE)
+                got, count, whole = matcher.scan_joined(plain, max(room, 0), deadline=deadline, first_id=piece * PIECE)
             total += count
             if room >= 0:
                 parts.append(got)

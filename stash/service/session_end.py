@@ -76,6 +76,7 @@ class Pending:
 
     def add(self, user_id: str, work: Callable[[], object]) -> Deferred:
         """File ``work`` under ``user_id``; the :class:`Deferred` that runs it."""
+
         def forget(d: Deferred) -> None:
             with self._lock:
                 left = [e for e in self._by_user.get(user_id, []) if e is not d]

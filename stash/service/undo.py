@@ -27,8 +27,9 @@ def _whole(name: str, value: object, T: int) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise Invalid(f"{name} must be a note id, a whole number from 0.", code="undo.bad_range")
     if value >= T:
-        raise Invalid(f"#{value} is not a note: the log holds {plural(T, 'note')}. Nothing was erased.",
-                      code="undo.bad_range")
+        raise Invalid(
+            f"#{value} is not a note: the log holds {plural(T, 'note')}. Nothing was erased.", code="undo.bad_range"
+        )
     return value
 
 
@@ -42,8 +43,11 @@ def undo(memory: Memory, grant: object, first: object, last: object, grants: set
     if grant is not None and (isinstance(grant, bool) or not isinstance(grant, int) or grant not in grants):
         raise NotFound("No such capability; list them with GET /grants.", code="grants.unknown")
     if grant is None and last is None:
-        raise Invalid("Say what to undo: {\"grant\": id} for what one capability wrote, or {\"first\", \"last\"} "
-                      "for a range of ids. Nothing was erased.", code="undo.bad_range")
+        raise Invalid(
+            'Say what to undo: {"grant": id} for what one capability wrote, or {"first", "last"} '
+            "for a range of ids. Nothing was erased.",
+            code="undo.bad_range",
+        )
     if not T:
         raise Invalid("The log is empty; there is nothing to undo.", code="undo.bad_range")
     lo = _whole("first", first, T) or 0
@@ -74,10 +78,23 @@ def undo(memory: Memory, grant: object, first: object, last: object, grants: set
                     break
     more = end if end < hi else None
     if not ids:
-        return {"receipt": None, "ids": [], "erased": [], "dropped": 0, "at": None, "more": more,
-                "message": "Nothing to erase in this slice." if more is not None else "Nothing left to erase."}
+        return {
+            "receipt": None,
+            "ids": [],
+            "erased": [],
+            "dropped": 0,
+            "at": None,
+            "more": more,
+            "message": "Nothing to erase in this slice." if more is not None else "Nothing left to erase.",
+        }
     receipt = memory.erase(ids)
-    return {**receipt, "more": more,
-            "message": f"{plural(len(receipt['erased']), 'memory')} erased"
-                       + ("; send the same request with first set to more for the next slice." if more is not None
-                          else "; nothing left to erase in the range.")}
+    return {
+        **receipt,
+        "more": more,
+        "message": f"{plural(len(receipt['erased']), 'memory')} erased"
+        + (
+            "; send the same request with first set to more for the next slice."
+            if more is not None
+            else "; nothing left to erase in the range."
+        ),
+    }

@@ -113,9 +113,13 @@ class View:
 
     __slots__ = ("chars", "held", "length_bytes", "lengths", "memories", "parts", "stem_parts", "words")
 
-    def __init__(self, stats: word_piece.PieceIndex, parts: list[list[word_piece.PieceIndex]],
-                 stem_parts: list[list[tuple[word_piece.PieceIndex, Stem]]],
-                 chars: word_piece.PieceIndex | None = None) -> None:
+    def __init__(
+        self,
+        stats: word_piece.PieceIndex,
+        parts: list[list[word_piece.PieceIndex]],
+        stem_parts: list[list[tuple[word_piece.PieceIndex, Stem]]],
+        chars: word_piece.PieceIndex | None = None,
+    ) -> None:
         self.held, self.words, self.lengths, self.parts = stats.held, stats.words, stats.lengths, parts
         self.memories, self.length_bytes, self.chars = stats.memories, stats.length_bytes, chars
         self.stem_parts = stem_parts
@@ -184,8 +188,16 @@ class View:
         return out
 
 
-def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached: bool,
-            clock: Clock, keys: list[bytes], stems: list[list[Stem]]) -> Iterator[tuple[int, View]]:
+def _pieces(
+    mf: MemoryFile,
+    kind: type[WordCache],
+    stop: int,
+    start: int,
+    cached: bool,
+    clock: Clock,
+    keys: list[bytes],
+    stems: list[list[Stem]],
+) -> Iterator[tuple[int, View]]:
     """``(first memory, piece)`` for the pieces of ``kind``'s size numbered
     ``stop - 1`` down to ``start``: from the word index when ``cached`` and
     the segments of ``keys`` and their ``stems`` open, else built from the
@@ -204,9 +216,15 @@ def _pieces(mf: MemoryFile, kind: type[WordCache], stop: int, start: int, cached
         for piece, segs in cache.segments(stop, start, keys, (st for word in stems for _, st in word)):
             clock.check()
             if segs is not None and (CHARS not in segs or segs[CHARS].held):  # held 0: layers not kept
-                yield piece * size, View(segs[0], [[segs[b] for b in cache.buckets(key)] for key in keys],
-                                          [[(segs[cache.bucket(st[1])], st) for st in word] for word in stems],
-                                          segs.get(CHARS))
+                yield (
+                    piece * size,
+                    View(
+                        segs[0],
+                        [[segs[b] for b in cache.buckets(key)] for key in keys],
+                        [[(segs[cache.bucket(st[1])], st) for st in word] for word in stems],
+                        segs.get(CHARS),
+                    ),
+                )
                 continue
             clock.built(size)
             plain = built[piece] = _from_log(mf, piece * size, (piece + 1) * size)
@@ -298,8 +316,9 @@ def _top(groups: dict[int, list[int]], after: tuple[int, int] | None, n: int) ->
     return out
 
 
-def _rank(found: list[Found_], stats: Stats, k: int,
-          room: int, after: tuple[int, int] | None, clock: Clock) -> dict[int, int]:
+def _rank(
+    found: list[Found_], stats: Stats, k: int, room: int, after: tuple[int, int] | None, clock: Clock
+) -> dict[int, int]:
     """The scores, by id, of enough matches to fill a page after ``after``: all
     of the best ``room`` of them, in no order (no page holds ``room`` lines).
 
@@ -354,8 +373,14 @@ def _rank(found: list[Found_], stats: Stats, k: int,
                     if off in held[m]:
                         mask |= 1 << m
                 multi = any(tfs[m] is not None for m in range(k) if mask >> m & 1)
-                tf = [(tfs[m][off] if tfs[m] is not None else 1) if mask >> m & 1 else 0  # type: ignore[index]
-                      for m in range(k)] if multi else []
+                tf = (
+                    [
+                        (tfs[m][off] if tfs[m] is not None else 1) if mask >> m & 1 else 0  # type: ignore[index]
+                        for m in range(k)
+                    ]
+                    if multi
+                    else []
+                )
                 out[i] = scorer.score(mask, tf, lengths[off])
         # What a memory holding none of the words looked at so far could reach (below 1: it misses some).
         reach = sum(weights[m] for m in order[done:]) / whole * words.SCALE if whole else 0.0
@@ -375,8 +400,15 @@ def _low_lengths(found: list[tuple[int, View, list[list[int]]]]) -> list[bytes] 
     return out
 
 
-def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, cursor: Cursor | None = None,
-           *, cached: bool | None = None) -> Found:
+def search(
+    mf: MemoryFile,
+    query: Query,
+    part_bytes: int,
+    deadline: float,
+    cursor: Cursor | None = None,
+    *,
+    cached: bool | None = None,
+) -> Found:
     """The page of the words search ``query`` after ``cursor`` (default: the
     first page, over the whole log). Raises TooSlow past ``deadline``."""
     cached = _INDEX[0] if cached is None else cached
@@ -395,9 +427,11 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     tails = T // WordTail.size
     rest = tails * WordTail.size
     sources = [(rest, View.whole(_from_log(mf, rest, T), stems))] if rest < T else []
-    walks = itertools.chain(sources, _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, clock,
-                                             keys, stems),
-                            _pieces(mf, WordCache, pieces, 0, cached, clock, keys, stems))
+    walks = itertools.chain(
+        sources,
+        _pieces(mf, WordTail, tails, pieces * PIECE // WordTail.size, cached, clock, keys, stems),
+        _pieces(mf, WordCache, pieces, 0, cached, clock, keys, stems),
+    )
     for base, idx in walks:
         layers = []
         anyone = 0
@@ -420,9 +454,19 @@ def search(mf: MemoryFile, query: Query, part_bytes: int, deadline: float, curso
     # prefixes two words of one memory or the lengths do not fit a byte, scored rarest word first.
     lows = _low_lengths(found)
     scorer = _Scorer(stats, stats.weights())
-    got = None if lows is None else words_best.best(
-        [(base, layers, low) for (base, _, layers), low in zip(found, lows)], k, scorer.of_class, after, room + 1,
-        clock.check, scorer.reach)
+    got = (
+        None
+        if lows is None
+        else words_best.best(
+            [(base, layers, low) for (base, _, layers), low in zip(found, lows)],
+            k,
+            scorer.of_class,
+            after,
+            room + 1,
+            clock.check,
+            scorer.reach,
+        )
+    )
     if got is not None:
         ranked = got
     else:

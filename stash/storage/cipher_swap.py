@@ -81,7 +81,8 @@ def discard(folder: Path) -> None:
 
 def _tables(conn: sqlite3.Connection, schema: str) -> list[tuple[str, str, str]]:
     rows = conn.execute(
-        f"SELECT type, name, sql FROM {schema}.sqlite_master WHERE sql IS NOT NULL ORDER BY type, name").fetchall()
+        f"SELECT type, name, sql FROM {schema}.sqlite_master WHERE sql IS NOT NULL ORDER BY type, name"
+    ).fetchall()
     return [(str(t), str(n), str(s)) for t, n, s in rows]
 
 
@@ -136,8 +137,9 @@ def convert(folder: Path, keyring: sqlite3.Connection, file_key: bytes, page_byt
             check.close()
         fsync_path(target)
         with write_transaction(keyring):
-            cur = keyring.execute("UPDATE keyring_meta SET value = 'none' WHERE name = 'file_cipher' "
-                                  "AND value = 'sqlcipher'")
+            cur = keyring.execute(
+                "UPDATE keyring_meta SET value = 'none' WHERE name = 'file_cipher' AND value = 'sqlcipher'"
+            )
             if cur.rowcount != 1:
                 raise Unequal("the key ring no longer says sqlcipher")
     except (Busy, Unequal, *DB_ERRORS, OSError):  # type: ignore[misc]  # a tuple of exception classes

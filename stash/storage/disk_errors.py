@@ -24,12 +24,18 @@ DB_ERRORS: tuple[type[Exception], ...] = (sqlite3.Error,) + ((_sqlcipher.Error,)
 _SQLITE_PERM, _SQLITE_READONLY, _SQLITE_INTERRUPT, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 8, 9, 10, 11
 _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 13, 14, 26
 
-FULL = ("The server's disk is full, so nothing was written; what was acknowledged before is safe. "
-        "Tell the operator to free space, then retry.")
-READ_ONLY = ("The server's data folder is read-only, so nothing was written; what was acknowledged before is "
-             "safe. Tell the operator to make it writable, then retry.")
-UNREADABLE = ("This memory's file cannot be read right now (missing, unreadable or an I/O error); nothing was "
-              "changed. Tell the operator to run `stash verify` and restore it from a backup if needed.")
+FULL = (
+    "The server's disk is full, so nothing was written; what was acknowledged before is safe. "
+    "Tell the operator to free space, then retry."
+)
+READ_ONLY = (
+    "The server's data folder is read-only, so nothing was written; what was acknowledged before is "
+    "safe. Tell the operator to make it writable, then retry."
+)
+UNREADABLE = (
+    "This memory's file cannot be read right now (missing, unreadable or an I/O error); nothing was "
+    "changed. Tell the operator to run `stash verify` and restore it from a backup if needed."
+)
 DAMAGED = "This memory's file is damaged and was not served; the operator should run `stash verify` and restore it."
 
 

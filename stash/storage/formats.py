@@ -130,6 +130,7 @@ def _sealed(field: str, plain: int) -> Callable[[OnDisk], bool | None]:
     def shows(d: OnDisk) -> bool | None:
         lengths: frozenset[int] | None = getattr(d, field)
         return None if lengths is None else plain + aead.OVERHEAD in lengths
+
     return shows
 
 
@@ -138,11 +139,13 @@ def _lacks_one(made_on_use: str) -> Callable[[OnDisk], bool | None]:
     the page size, which came with it) that lacks a table of section
     ``made_on_use``; one holding them all cannot be told from an older one,
     and an older key ring lacks the tables its release did not have."""
+
     def shows(d: OnDisk) -> bool | None:
         tables = d.keyring_tables if made_on_use == "keyring_on_use" else d.memory_tables
         if tables is None or MEMORY_PAGES not in d.keyring_meta:
             return None
         return not on_use_tables(made_on_use) <= tables or None
+
     return shows
 
 
@@ -178,138 +181,295 @@ def _short(d: OnDisk) -> bool | None:
 
 
 def _pages(n: int, release: str, recognised: str) -> Format:
-    return Format(MEMORY_FILE, f"{n // 1024} KiB pages", f"pages of {n} bytes", f"PRAGMA page_size ({recognised})",
-                  "storage.keyring.Keyring.memory_page_bytes", release, lambda d: d.memory_pages == n)
+    return Format(
+        MEMORY_FILE,
+        f"{n // 1024} KiB pages",
+        f"pages of {n} bytes",
+        f"PRAGMA page_size ({recognised})",
+        "storage.keyring.Keyring.memory_page_bytes",
+        release,
+        lambda d: d.memory_pages == n,
+    )
 
 
 def _rows(plain: int, handler: str, release: str) -> Format:
-    return Format(MEMORY_FILE, f"rows {plain} B", f"memory plaintexts of {plain} bytes",
-                  f"sealed log rows of {plain + aead.OVERHEAD} bytes", handler, release, _sealed("row_bytes", plain))
+    return Format(
+        MEMORY_FILE,
+        f"rows {plain} B",
+        f"memory plaintexts of {plain} bytes",
+        f"sealed log rows of {plain + aead.OVERHEAD} bytes",
+        handler,
+        release,
+        _sealed("row_bytes", plain),
+    )
 
 
 KEY_RING_FORMATS = (
-    Format(KEY_RING, "format 1", "each capability's master key wrapped under its token, no key epochs",
-           "keyring_meta 'format' is 1; grants has no pub and box columns",
-           "storage.keyring.Keyring._add_epoch_columns", "0.1.0",
-           lambda d: d.keyring_meta.get("format") == "1" or "pub" not in d.keyring_columns,
-           mark="1", upgrade="_add_epoch_columns"),
-    Format(KEY_RING, "format 2 (key epochs)",
-           "each capability opens the key chain sealed to it (pub, box); grants move one by one when "
-           "each token is next used", "keyring_meta 'format' is 2; grants has pub and box columns",
-           "storage.keyring.Keyring.move_grant", "0.2.0",
-           lambda d: d.keyring_meta.get("format") == "2" and "pub" in d.keyring_columns, mark="2"),
-    Format(KEY_RING, "memory page size recorded", "the key ring records the memory file's page size",
-           "keyring_meta 'memory_page_bytes' (absent: the memory file has 16 KiB pages)",
-           "storage.keyring.Keyring.memory_page_bytes", "0.3.0",
-           lambda d: MEMORY_PAGES in d.keyring_meta),
-    Format(KEY_RING, "tables made on use", "grant_notes and audit are made by their first row",
-           "a table of schema.sql's keyring_on_use section is absent",
-           "storage.formats.make_on_use", "0.3.0", _lacks_one("keyring_on_use")),
-    Format(KEY_RING, "owner-sealed labels", "every label, last-used day and audit event sealed to the owner key",
-           "keyring_meta 'owner_sealed' is 1 (before: labels under the epoch's label key, the rest in clear, "
-           "sealed on the owner's next request)", "storage.keyring.Keyring.owner_keys", "0.4.0",
-           lambda d: d.keyring_meta.get("owner_sealed") == "1"),
-    Format(KEY_RING, "sealed copies", "the copies of the memory's log head and state version and the audit head "
-           "carry a MAC under the current epoch's key; the audit events are MAC-chained",
-           "keyring_meta 'copies_mac' (before: the copies in clear, sealed by the first session that opens the "
-           "memory)", "storage.keyring.state_copies.read", "unreleased", lambda d: "copies_mac" in d.keyring_meta),
-    Format(KEY_RING, "memories", "an identity holds named memories: main's key ring numbers them and keeps their "
-           "capabilities' tags and, in one row each, their owner salts and names (memory_tags, memory_salts); another "
-           "memory's key ring, in "
-           "m/<name>/ with 2 KiB pages, records its number; append capabilities and their waiting notes "
-           "(append_grants, inbox) in each memory's", "keyring_meta 'memories_made' (main) or "
-           "'memory_number' (another memory)", "storage.memories.names", "unreleased",
-           lambda d: "memories_made" in d.keyring_meta or "memory_number" in d.keyring_meta),
+    Format(
+        KEY_RING,
+        "format 1",
+        "each capability's master key wrapped under its token, no key epochs",
+        "keyring_meta 'format' is 1; grants has no pub and box columns",
+        "storage.keyring.Keyring._add_epoch_columns",
+        "0.1.0",
+        lambda d: d.keyring_meta.get("format") == "1" or "pub" not in d.keyring_columns,
+        mark="1",
+        upgrade="_add_epoch_columns",
+    ),
+    Format(
+        KEY_RING,
+        "format 2 (key epochs)",
+        "each capability opens the key chain sealed to it (pub, box); grants move one by one when "
+        "each token is next used",
+        "keyring_meta 'format' is 2; grants has pub and box columns",
+        "storage.keyring.Keyring.move_grant",
+        "0.2.0",
+        lambda d: d.keyring_meta.get("format") == "2" and "pub" in d.keyring_columns,
+        mark="2",
+    ),
+    Format(
+        KEY_RING,
+        "memory page size recorded",
+        "the key ring records the memory file's page size",
+        "keyring_meta 'memory_page_bytes' (absent: the memory file has 16 KiB pages)",
+        "storage.keyring.Keyring.memory_page_bytes",
+        "0.3.0",
+        lambda d: MEMORY_PAGES in d.keyring_meta,
+    ),
+    Format(
+        KEY_RING,
+        "tables made on use",
+        "grant_notes and audit are made by their first row",
+        "a table of schema.sql's keyring_on_use section is absent",
+        "storage.formats.make_on_use",
+        "0.3.0",
+        _lacks_one("keyring_on_use"),
+    ),
+    Format(
+        KEY_RING,
+        "owner-sealed labels",
+        "every label, last-used day and audit event sealed to the owner key",
+        "keyring_meta 'owner_sealed' is 1 (before: labels under the epoch's label key, the rest in clear, "
+        "sealed on the owner's next request)",
+        "storage.keyring.Keyring.owner_keys",
+        "0.4.0",
+        lambda d: d.keyring_meta.get("owner_sealed") == "1",
+    ),
+    Format(
+        KEY_RING,
+        "sealed copies",
+        "the copies of the memory's log head and state version and the audit head "
+        "carry a MAC under the current epoch's key; the audit events are MAC-chained",
+        "keyring_meta 'copies_mac' (before: the copies in clear, sealed by the first session that opens the memory)",
+        "storage.keyring.state_copies.read",
+        "unreleased",
+        lambda d: "copies_mac" in d.keyring_meta,
+    ),
+    Format(
+        KEY_RING,
+        "memories",
+        "an identity holds named memories: main's key ring numbers them and keeps their "
+        "capabilities' tags and, in one row each, their owner salts and names (memory_tags, memory_salts); another "
+        "memory's key ring, in "
+        "m/<name>/ with 2 KiB pages, records its number; append capabilities and their waiting notes "
+        "(append_grants, inbox) in each memory's",
+        "keyring_meta 'memories_made' (main) or 'memory_number' (another memory)",
+        "storage.memories.names",
+        "unreleased",
+        lambda d: "memories_made" in d.keyring_meta or "memory_number" in d.keyring_meta,
+    ),
 )
 
 MEMORY_FORMATS = (
-    Format(MEMORY_FILE, "format 1", "a log without a running digest",
-           "meta has no 'log_head' ('format' is 1 or absent)", "storage.memfile.MemoryFile._migrate",
-           "before 0.1.0", _memory(lambda m: "log_head" not in m), mark="1", upgrade="_migrate"),
-    Format(MEMORY_FILE, "SQLCipher", "every page encrypted under the file key, every row sealed too",
-           "the key ring's 'file_cipher' is sqlcipher; the file has no SQLite header",
-           "storage.sqlite.connections.connect", "0.1.0", lambda d: d.cipher == "sqlcipher"),
-    Format(MEMORY_FILE, "plain SQLite", "pages in clear, every row sealed (where SQLCipher is missing, and on a "
-           "replicated host)", "the key ring's 'file_cipher' is none; the file starts with SQLite's header",
-           "storage.sqlite.connections.connect", "0.1.0", lambda d: d.cipher == "none"),
-    Format(MEMORY_FILE, "format 2 (running digest)", "the log's head: count, previous digest, digest",
-           "meta 'log_head' and 'format' 2", "storage.memfile.MemoryFile._verified_head", "0.1.0",
-           _memory(lambda m: "log_head" in m), mark="2", upgrade="authenticate_format"),
+    Format(
+        MEMORY_FILE,
+        "format 1",
+        "a log without a running digest",
+        "meta has no 'log_head' ('format' is 1 or absent)",
+        "storage.memfile.MemoryFile._migrate",
+        "before 0.1.0",
+        _memory(lambda m: "log_head" not in m),
+        mark="1",
+        upgrade="_migrate",
+    ),
+    Format(
+        MEMORY_FILE,
+        "SQLCipher",
+        "every page encrypted under the file key, every row sealed too",
+        "the key ring's 'file_cipher' is sqlcipher; the file has no SQLite header",
+        "storage.sqlite.connections.connect",
+        "0.1.0",
+        lambda d: d.cipher == "sqlcipher",
+    ),
+    Format(
+        MEMORY_FILE,
+        "plain SQLite",
+        "pages in clear, every row sealed (where SQLCipher is missing, and on a replicated host)",
+        "the key ring's 'file_cipher' is none; the file starts with SQLite's header",
+        "storage.sqlite.connections.connect",
+        "0.1.0",
+        lambda d: d.cipher == "none",
+    ),
+    Format(
+        MEMORY_FILE,
+        "format 2 (running digest)",
+        "the log's head: count, previous digest, digest",
+        "meta 'log_head' and 'format' 2",
+        "storage.memfile.MemoryFile._verified_head",
+        "0.1.0",
+        _memory(lambda m: "log_head" in m),
+        mark="2",
+        upgrade="authenticate_format",
+    ),
     _pages(LEGACY_PAGE_BYTES, "0.1.0", "SQLCipher: the key ring records no page size, or 16384"),
     _rows(OLDER_MEMORY_PLAINTEXT_BYTES, "storage.memfile.MemoryFile.scan", "0.1.0"),
-    Format(MEMORY_FILE, "unversioned summaries", f"summary plaintexts of {SUMMARY_PLAINTEXT_BYTES} bytes",
-           f"sealed summaries of {SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
-           "storage.memfile.MemoryFile._summary_text", "0.1.0", _sealed("summary_bytes", SUMMARY_PLAINTEXT_BYTES)),
-    Format(MEMORY_FILE, "key epochs", "rows sealed under the key of the epoch meta names",
-           "meta 'epoch' (absent: epoch 0)", "storage.memfile.MemoryFile._match_epoch", "0.2.0",
-           _memory(lambda m: "epoch" in m)),
-    Format(MEMORY_FILE, "authenticated state", "a MAC over the whole state and its version",
-           "meta 'state' (absent: written once on open, unless the key ring holds a copy of its version)",
-           "storage.memfile.MemoryFile._check_state", "0.2.0", _memory(lambda m: "state" in m)),
-    Format(MEMORY_FILE, "versioned summaries", "each summary's plaintext starts with the state version it "
-           "was written at", f"sealed summaries of "
-           f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
-           "storage.memfile.MemoryFile._summary_text", "0.2.0",
-           _sealed("summary_bytes", SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES)),
+    Format(
+        MEMORY_FILE,
+        "unversioned summaries",
+        f"summary plaintexts of {SUMMARY_PLAINTEXT_BYTES} bytes",
+        f"sealed summaries of {SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
+        "storage.memfile.MemoryFile._summary_text",
+        "0.1.0",
+        _sealed("summary_bytes", SUMMARY_PLAINTEXT_BYTES),
+    ),
+    Format(
+        MEMORY_FILE,
+        "key epochs",
+        "rows sealed under the key of the epoch meta names",
+        "meta 'epoch' (absent: epoch 0)",
+        "storage.memfile.MemoryFile._match_epoch",
+        "0.2.0",
+        _memory(lambda m: "epoch" in m),
+    ),
+    Format(
+        MEMORY_FILE,
+        "authenticated state",
+        "a MAC over the whole state and its version",
+        "meta 'state' (absent: written once on open, unless the key ring holds a copy of its version)",
+        "storage.memfile.MemoryFile._check_state",
+        "0.2.0",
+        _memory(lambda m: "state" in m),
+    ),
+    Format(
+        MEMORY_FILE,
+        "versioned summaries",
+        "each summary's plaintext starts with the state version it was written at",
+        f"sealed summaries of {SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD} bytes",
+        "storage.memfile.MemoryFile._summary_text",
+        "0.2.0",
+        _sealed("summary_bytes", SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES),
+    ),
     _pages(PAGE_BYTES, "0.3.0", "SQLCipher: the key ring's 'memory_page_bytes'"),
     _rows(MEMORY_PLAINTEXT_BYTES, "storage.memfile.MemoryFile.append", "0.3.0"),
-    Format(MEMORY_FILE, "tables made on use", "config, erased and erasures are made by their first row",
-           "a table of schema.sql's memory_on_use section is absent", "storage.formats.make_on_use", "0.3.0",
-           _lacks_one("memory_on_use")),
-    Format(MEMORY_FILE, "authenticated format", "the format mark inside the state MAC, and the key ring's copies "
-           "sealed; no state head is then damage, as is any layout of 0.2.0 on without one",
-           "meta 'format' 3 (a file at 2 moves to it once its key ring's copies are sealed)",
-           "storage.memfile.MemoryFile.authenticate_format", "unreleased",
-           _memory(lambda m: m.get("format") == "3"), mark="3", upgrade="authenticate_format"),
+    Format(
+        MEMORY_FILE,
+        "tables made on use",
+        "config, erased and erasures are made by their first row",
+        "a table of schema.sql's memory_on_use section is absent",
+        "storage.formats.make_on_use",
+        "0.3.0",
+        _lacks_one("memory_on_use"),
+    ),
+    Format(
+        MEMORY_FILE,
+        "authenticated format",
+        "the format mark inside the state MAC, and the key ring's copies "
+        "sealed; no state head is then damage, as is any layout of 0.2.0 on without one",
+        "meta 'format' 3 (a file at 2 moves to it once its key ring's copies are sealed)",
+        "storage.memfile.MemoryFile.authenticate_format",
+        "unreleased",
+        _memory(lambda m: m.get("format") == "3"),
+        mark="3",
+        upgrade="authenticate_format",
+    ),
     # The upgrade is the file's first new epoch from this release on (it adds
     # the columns, constant work): a file that never has one stays as it is.
-    Format(MEMORY_FILE, "row epochs", "each sealed row records the key epoch that sealed it, so a new epoch "
-           "re-seals one key chunk instead of every row", "meta 'sealed_base' (the epoch of rows whose epoch is "
-           "NULL); memory_keys, summaries, config, erased and erasures have an epoch column",
-           "storage.memfile.MemoryFile.reseal", "unreleased", _memory(lambda m: "sealed_base" in m)),
+    Format(
+        MEMORY_FILE,
+        "row epochs",
+        "each sealed row records the key epoch that sealed it, so a new epoch "
+        "re-seals one key chunk instead of every row",
+        "meta 'sealed_base' (the epoch of rows whose epoch is "
+        "NULL); memory_keys, summaries, config, erased and erasures have an epoch column",
+        "storage.memfile.MemoryFile.reseal",
+        "unreleased",
+        _memory(lambda m: "sealed_base" in m),
+    ),
     # Its step is the same session step as mark 3's (a file at 2 or 3 moves
     # here at once), run once the key ring's copies are sealed.
-    Format(MEMORY_FILE, "erasure record", "the state MAC covers one record of the erasures (counts, a digest of "
-           "every erased row and receipt, the erased ids as runs) instead of every row, so an open costs the same "
-           "whatever was erased; verify and the receipts listing recompute it in full",
-           "meta 'format' 4 and meta 'erasure_record' (absent: nothing erased yet)",
-           "storage.memfile.MemoryFile.check_erasure_record", "unreleased",
-           _memory(lambda m: m.get("format") == "4"), mark="4", upgrade="authenticate_format"),
+    Format(
+        MEMORY_FILE,
+        "erasure record",
+        "the state MAC covers one record of the erasures (counts, a digest of "
+        "every erased row and receipt, the erased ids as runs) instead of every row, so an open costs the same "
+        "whatever was erased; verify and the receipts listing recompute it in full",
+        "meta 'format' 4 and meta 'erasure_record' (absent: nothing erased yet)",
+        "storage.memfile.MemoryFile.check_erasure_record",
+        "unreleased",
+        _memory(lambda m: m.get("format") == "4"),
+        mark="4",
+        upgrade="authenticate_format",
+    ),
     # No step: a file of an earlier release has the three tables from its
     # start, and a missing one reads as the empty table it would be.
-    Format(MEMORY_FILE, "log made on use", "the log (with its append-only triggers), the memory key chunks and "
-           "the summaries are made by their first row, so an empty memory file is two pages (the schema and meta)",
-           "a table of log, memory_keys and summaries is absent", "storage.formats.make_on_use", "unreleased",
-           _lacks_log_tables),
+    Format(
+        MEMORY_FILE,
+        "log made on use",
+        "the log (with its append-only triggers), the memory key chunks and "
+        "the summaries are made by their first row, so an empty memory file is two pages (the schema and meta)",
+        "a table of log, memory_keys and summaries is absent",
+        "storage.formats.make_on_use",
+        "unreleased",
+        _lacks_log_tables,
+    ),
     # No session step: rows of earlier lengths open as they are. The log is
     # append-only and its running digest covers every row's sealed bytes, so
     # its rows are never re-sealed (the next entry shortens how they are
     # kept); the summaries move to their buckets by the operator's `stash
     # compact` (MemoryFile.rebucket_summaries, then VACUUM).
-    Format(MEMORY_FILE, "rows in buckets", f"each new memory's and summary's plaintext padded to the smallest "
-           f"multiple of {BUCKET_BYTES} bytes that holds it (at most {MEMORY_PLAINTEXT_BYTES} and "
-           f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES}), not all to the largest; a summary's version field "
-           "starts with 0xFFFF", f"sealed log rows or summaries of a length below the largest that is "
-           f"{BUCKET_BYTES}·k + {aead.OVERHEAD} (rows) or {BUCKET_BYTES}·k + "
-           f"{SUMMARY_VERSION_BYTES + aead.OVERHEAD} (summaries)",
-           "storage.memfile.MemoryFile._memory_plain", "unreleased", _bucketed),
+    Format(
+        MEMORY_FILE,
+        "rows in buckets",
+        f"each new memory's and summary's plaintext padded to the smallest "
+        f"multiple of {BUCKET_BYTES} bytes that holds it (at most {MEMORY_PLAINTEXT_BYTES} and "
+        f"{SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES}), not all to the largest; a summary's version field "
+        "starts with 0xFFFF",
+        f"sealed log rows or summaries of a length below the largest that is "
+        f"{BUCKET_BYTES}·k + {aead.OVERHEAD} (rows) or {BUCKET_BYTES}·k + "
+        f"{SUMMARY_VERSION_BYTES + aead.OVERHEAD} (summaries)",
+        "storage.memfile.MemoryFile._memory_plain",
+        "unreleased",
+        _bucketed,
+    ),
     # No session step and no mark: `stash compact` stores one-size rows short
     # (MemoryFile.shorten_rows), each rebuilt to the same sealed bytes when
     # read, so the running digest, every head and every pin stay as they were.
     # A release before it cannot rebuild one and refuses the file as damaged.
-    Format(MEMORY_FILE, "rows stored short", f"a memory row of {MEMORY_PLAINTEXT_BYTES} or "
-           f"{OLDER_MEMORY_PLAINTEXT_BYTES} bytes of plaintext kept without the ciphertext of its padding's zeros, "
-           "which the memory's key gives back (the erasure of its key records those bytes first, in log_tails)",
-           f"sealed log rows of {BUCKET_BYTES}·k + {SHORT_ROW_OVERHEAD} bytes",
-           "storage.memfile.MemoryFile.shorten_rows", "unreleased", _short),
+    Format(
+        MEMORY_FILE,
+        "rows stored short",
+        f"a memory row of {MEMORY_PLAINTEXT_BYTES} or "
+        f"{OLDER_MEMORY_PLAINTEXT_BYTES} bytes of plaintext kept without the ciphertext of its padding's zeros, "
+        "which the memory's key gives back (the erasure of its key records those bytes first, in log_tails)",
+        f"sealed log rows of {BUCKET_BYTES}·k + {SHORT_ROW_OVERHEAD} bytes",
+        "storage.memfile.MemoryFile.shorten_rows",
+        "unreleased",
+        _short,
+    ),
     # Its step is the session step of marks 3 and 4 (a file at 2, 3 or 4
     # moves here at once): the tree made whole from the rows, once.
-    Format(MEMORY_FILE, "rows bound", "every key chunk, summary and erased row has its digest in a tree whose root "
-           "the state MAC covers, so a row of another copy of the memory put in its place is refused, not served",
-           "meta 'format' 5, meta 'open_chunk' and the row_digests table (made by the first summary, erasure "
-           "row or full key chunk)",
-           "storage.memfile.MemoryFile._open_bound", "unreleased",
-           _memory(lambda m: m.get("format") == "5"), mark="5"),
+    Format(
+        MEMORY_FILE,
+        "rows bound",
+        "every key chunk, summary and erased row has its digest in a tree whose root "
+        "the state MAC covers, so a row of another copy of the memory put in its place is refused, not served",
+        "meta 'format' 5, meta 'open_chunk' and the row_digests table (made by the first summary, erasure "
+        "row or full key chunk)",
+        "storage.memfile.MemoryFile._open_bound",
+        "unreleased",
+        _memory(lambda m: m.get("format") == "5"),
+        mark="5",
+    ),
 )
 
 FORMATS = KEY_RING_FORMATS + MEMORY_FORMATS
@@ -322,8 +482,11 @@ def _named(name: str) -> Format:
 
 PAGE_FORMATS = {LEGACY_PAGE_BYTES: _named("16 KiB pages"), PAGE_BYTES: _named("4 KiB pages")}
 # A log row's plaintext length -> the entry that names it.
-ROW_FORMATS = {OLDER_MEMORY_PLAINTEXT_BYTES: _named("rows 320 B"), MEMORY_PLAINTEXT_BYTES: _named("rows 312 B"),
-               **{n: _named("rows in buckets") for n in ROW_BUCKETS[:-1]}}
+ROW_FORMATS = {
+    OLDER_MEMORY_PLAINTEXT_BYTES: _named("rows 320 B"),
+    MEMORY_PLAINTEXT_BYTES: _named("rows 312 B"),
+    **{n: _named("rows in buckets") for n in ROW_BUCKETS[:-1]},
+}
 
 
 def of_file(file: str) -> tuple[Format, ...]:
@@ -376,8 +539,9 @@ def _statements_of(section: str, name: str) -> tuple[str, ...]:
         if sqlite3.complete_statement(pending):
             statement = pending.strip()
             pending = ""
-            if (statement.startswith(f"CREATE TABLE IF NOT EXISTS {name} ")
-                    or re.match(rf"CREATE TRIGGER IF NOT EXISTS \w+ [A-Z ]+ ON {name}\s", statement)):
+            if statement.startswith(f"CREATE TABLE IF NOT EXISTS {name} ") or re.match(
+                rf"CREATE TRIGGER IF NOT EXISTS \w+ [A-Z ]+ ON {name}\s", statement
+            ):
                 found.append(statement)
     if not found or not found[0].startswith("CREATE TABLE"):
         raise KeyError(f"schema.sql's section {section} makes no table {name}")

@@ -23,8 +23,10 @@ class Records:
         has the table and its index already is only looked at: running the
         script (two ``IF NOT EXISTS`` statements and a commit) on every
         write cost more than the look."""
-        have = self.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE (type = 'table' AND name = 'idempotency') "
-                                 "OR (type = 'index' AND name = 'idempotency_created')").fetchone()[0]
+        have = self.conn.execute(
+            "SELECT COUNT(*) FROM sqlite_master WHERE (type = 'table' AND name = 'idempotency') "
+            "OR (type = 'index' AND name = 'idempotency_created')"
+        ).fetchone()[0]
         if have != 2:
             self.conn.executescript(sections()["idempotency"])
 
@@ -40,7 +42,8 @@ class Records:
         the rate of keyed writes within the window)."""
         self.conn.execute(
             "DELETE FROM idempotency WHERE lookup IN "
-            "(SELECT lookup FROM idempotency ORDER BY created DESC, lookup LIMIT -1 OFFSET ?)", (n,)
+            "(SELECT lookup FROM idempotency ORDER BY created DESC, lookup LIMIT -1 OFFSET ?)",
+            (n,),
         )
 
     def changes(self) -> int:
@@ -63,4 +66,3 @@ class Records:
         """When the record at ``lookup`` was made (Unix seconds); 0 when there is none."""
         row = self.conn.execute("SELECT created FROM idempotency WHERE lookup = ?", (lookup,)).fetchone()
         return int(row[0]) if row else 0
-

@@ -68,8 +68,10 @@ def flush(conn: sqlite3.Connection) -> bool:
 
 def put_client(conn: sqlite3.Connection, client_id: str, metadata: dict[str, Any]) -> None:
     with write_transaction(conn):
-        conn.execute("INSERT INTO oauth_clients(client_id, metadata, created) VALUES (?, ?, ?)",
-                     (client_id, json.dumps(metadata), now()))
+        conn.execute(
+            "INSERT INTO oauth_clients(client_id, metadata, created) VALUES (?, ?, ?)",
+            (client_id, json.dumps(metadata), now()),
+        )
 
 
 def client(conn: sqlite3.Connection, client_id: str) -> dict[str, Any] | None:
@@ -85,15 +87,16 @@ def client(conn: sqlite3.Connection, client_id: str) -> dict[str, Any] | None:
 
 def put_request(conn: sqlite3.Connection, nonce_id: bytes, request: dict[str, Any]) -> None:
     with write_transaction(conn):
-        conn.execute("INSERT INTO oauth_requests(id, request, expires) VALUES (?, ?, ?)",
-                     (nonce_id, json.dumps(request), now() + REQUEST_S))
+        conn.execute(
+            "INSERT INTO oauth_requests(id, request, expires) VALUES (?, ?, ?)",
+            (nonce_id, json.dumps(request), now() + REQUEST_S),
+        )
 
 
 def take_request(conn: sqlite3.Connection, nonce_id: bytes) -> dict[str, Any] | None:
     """The request a consent form answers, taken once: a nonce posted twice finds nothing."""
     with write_transaction(conn):
-        row = conn.execute("DELETE FROM oauth_requests WHERE id = ? RETURNING request, expires",
-                           (nonce_id,)).fetchone()
+        row = conn.execute("DELETE FROM oauth_requests WHERE id = ? RETURNING request, expires", (nonce_id,)).fetchone()
     if row is None or row[1] <= now():
         return None
     taken: dict[str, Any] = json.loads(row[0])
@@ -103,12 +106,13 @@ def take_request(conn: sqlite3.Connection, nonce_id: bytes) -> dict[str, Any] | 
 # ---------------------------------------------------------------- codes
 
 
-def put_code(conn: sqlite3.Connection, code_id: bytes, approval: dict[str, Any], sealed: bytes,
-             lifetime: int) -> None:
+def put_code(conn: sqlite3.Connection, code_id: bytes, approval: dict[str, Any], sealed: bytes, lifetime: int) -> None:
     """File an approved code for ``lifetime`` seconds (``--oauth-code-seconds``, at most 55)."""
     with write_transaction(conn):
-        conn.execute("INSERT INTO oauth_codes(id, approval, sealed, expires) VALUES (?, ?, ?, ?)",
-                     (code_id, json.dumps(approval), sealed, now() + lifetime))
+        conn.execute(
+            "INSERT INTO oauth_codes(id, approval, sealed, expires) VALUES (?, ?, ?, ?)",
+            (code_id, json.dumps(approval), sealed, now() + lifetime),
+        )
         client_id = approval.get("client_id")
         conn.execute("UPDATE oauth_clients SET used = ? WHERE client_id = ? AND used IS NULL", (now(), client_id))
 
@@ -126,23 +130,27 @@ def redeem(conn: sqlite3.Connection, code_id: bytes) -> Redemption | None:
     time. A code redeemed before answers its approval without a token, and its row goes: one replay
     revokes, a second finds nothing. The caller flushes the file once the token is out (:func:`flush`)."""
     with write_transaction(conn):
-        row = conn.execute("SELECT approval, sealed, expires, redeemed FROM oauth_codes WHERE id = ?",
-                           (code_id,)).fetchone()
+        row = conn.execute(
+            "SELECT approval, sealed, expires, redeemed FROM oauth_codes WHERE id = ?", (code_id,)
+        ).fetchone()
         if row is None or (row[3] is None and row[2] <= now()):
             return None  # an expired, unredeemed code is the sweep's: its grant goes with it
         approval = json.loads(row[0])
         if row[3] is not None:
             conn.execute("DELETE FROM oauth_codes WHERE id = ?", (code_id,))
             return Redemption(approval, None)
-        conn.execute("UPDATE oauth_codes SET sealed = NULL, redeemed = ?, expires = ? WHERE id = ?",
-                     (now(), now() + REPLAY_S, code_id))
+        conn.execute(
+            "UPDATE oauth_codes SET sealed = NULL, redeemed = ?, expires = ? WHERE id = ?",
+            (now(), now() + REPLAY_S, code_id),
+        )
         return Redemption(approval, bytes(row[1]))
 
 
 def unredeemed_past(conn: sqlite3.Connection) -> list[tuple[bytes, dict[str, Any]]]:
     """Every code past its time that nobody redeemed: each grant to withdraw, then :func:`drop_code`."""
-    rows = conn.execute("SELECT id, approval FROM oauth_codes WHERE redeemed IS NULL AND expires <= ?",
-                        (now(),)).fetchall()
+    rows = conn.execute(
+        "SELECT id, approval FROM oauth_codes WHERE redeemed IS NULL AND expires <= ?", (now(),)
+    ).fetchall()
     return [(bytes(r[0]), json.loads(r[1])) for r in rows]
 
 

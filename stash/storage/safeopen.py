@@ -145,6 +145,7 @@ class Plain(_Counted, sqlite3.Connection):
 
 Cipher: type[Any] | None = None
 if _sqlcipher is not None:
+
     class _CipherCursor(_CountedCursor, _sqlcipher.Cursor):  # type: ignore[misc]
         pass
 
@@ -266,9 +267,17 @@ def _bound(conn: Any, steps: int) -> None:
     conn.set_progress_handler(conn.budget.look, PROGRESS_STEPS)
 
 
-def open_file(target: str | Path, *, cipher: str = "none", key: bytes | None = None, page: int | None = None,
-              uri: bool = False, timeout: float = 5.0, check_same_thread: bool = True,
-              steps: int = STATEMENT_STEPS) -> sqlite3.Connection:
+def open_file(
+    target: str | Path,
+    *,
+    cipher: str = "none",
+    key: bytes | None = None,
+    page: int | None = None,
+    uri: bool = False,
+    timeout: float = 5.0,
+    check_same_thread: bool = True,
+    steps: int = STATEMENT_STEPS,
+) -> sqlite3.Connection:
     """A connection to the SQLite file ``target`` (a path, or with ``uri`` a
     ``file:`` URI), in autocommit mode (transactions are explicit), hardened
     (:func:`harden`) and bounded: each statement at most ``steps`` steps,
@@ -286,11 +295,23 @@ def open_file(target: str | Path, *, cipher: str = "none", key: bytes | None = N
         if key is None:
             raise ValueError("a SQLCipher file needs its key")
         with SQLCIPHER_OPEN_CLOSE:
-            conn = _sqlcipher.connect(str(target), isolation_level=None, timeout=timeout,
-                                      check_same_thread=check_same_thread, uri=uri, factory=Cipher)
+            conn = _sqlcipher.connect(
+                str(target),
+                isolation_level=None,
+                timeout=timeout,
+                check_same_thread=check_same_thread,
+                uri=uri,
+                factory=Cipher,
+            )
     else:
-        conn = sqlite3.connect(str(target), isolation_level=None, timeout=timeout,
-                               check_same_thread=check_same_thread, uri=uri, factory=Plain)
+        conn = sqlite3.connect(
+            str(target),
+            isolation_level=None,
+            timeout=timeout,
+            check_same_thread=check_same_thread,
+            uri=uri,
+            factory=Plain,
+        )
     try:
         _bound(conn, steps)
         if cipher == "sqlcipher":
@@ -319,8 +340,9 @@ def close(conn: Any) -> None:
         conn.close()
 
 
-def open_plain(path: Path, *, check: bool = True, read_only: bool = False, timeout: float = 5.0,
-               check_same_thread: bool = True) -> sqlite3.Connection:
+def open_plain(
+    path: Path, *, check: bool = True, read_only: bool = False, timeout: float = 5.0, check_same_thread: bool = True
+) -> sqlite3.Connection:
     """A plain SQLite connection to ``path`` (:func:`open_file`) and, with
     ``check``, its schema checked against the file's name: what the
     operator tools, the quota check and the recall cache open files with."""

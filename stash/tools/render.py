@@ -116,8 +116,12 @@ def nap_object(nap: object) -> dict[str, Any] | None:
     """A nap's fields for structured content: its prompt (with its commands) left out."""
     if not isinstance(nap, dict) or not client.is_block(nap.get("block")):
         return None
-    return {"block": nap["block"], "source": [x for x in nap.get("source") or [] if isinstance(x, str)],
-            "remaining": nap.get("remaining", 0), "max_bytes": nap.get("max_bytes")}
+    return {
+        "block": nap["block"],
+        "source": [x for x in nap.get("source") or [] if isinstance(x, str)],
+        "remaining": nap.get("remaining", 0),
+        "max_bytes": nap.get("max_bytes"),
+    }
 
 
 def add_nap(result: Result, nap: object, calls: list[dict[str, Any]]) -> None:
@@ -128,14 +132,19 @@ def add_nap(result: Result, nap: object, calls: list[dict[str, Any]]) -> None:
         return
     left = shown["remaining"] if isinstance(shown["remaining"], int) else 0
     limit = shown["max_bytes"] if isinstance(shown["max_bytes"], int) else 280
-    result.say(f"Compress memories #{shown['block']} into one line of at most {limit} bytes.",
-               "Keep what has lasting effect, drop what does not. Invent nothing. The lines to compress " + AS_DATA)
+    result.say(
+        f"Compress memories #{shown['block']} into one line of at most {limit} bytes.",
+        "Keep what has lasting effect, drop what does not. Invent nothing. The lines to compress " + AS_DATA,
+    )
     result.data(shown["source"])
     run = nap.get("run") if isinstance(nap.get("run"), list) else []
     named = [c for c in STEPS.calls(run) if set(c.call["arguments"]) == {"block", "text"}]
     answer = named[0] if named else STEPS.nap(shown["block"])
-    lines = [] if not left else [("1 compression remains" if left == 1 else f"{left} compressions remain")
-                                  + " after this one."]
+    lines = (
+        []
+        if not left
+        else [("1 compression remains" if left == 1 else f"{left} compressions remain") + " after this one."]
+    )
     lines += [STEPS.lead + answer]
     calls.append(_call(answer))
     for offer in STEPS.calls(run):

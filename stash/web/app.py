@@ -79,8 +79,12 @@ class Guard:
                 scope["stash.error"] = cut.code
                 await error_response(cut)(scope, receive, tracked_send)
         except Exception as exc:  # the one place that turns a bug into a clean 500
-            error_log.error("unhandled %s on %s: %s", type(exc).__name__, scope.get("stash.route", "-"),
-                            tracelog.whole(exc) if tracelog.debugging() else tracelog.frames(exc))
+            error_log.error(
+                "unhandled %s on %s: %s",
+                type(exc).__name__,
+                scope.get("stash.route", "-"),
+                tracelog.whole(exc) if tracelog.debugging() else tracelog.frames(exc),
+            )
             if not status["started"]:
                 scope["stash.error"] = StashError.code
                 err = StashError("The server failed to answer; try again, and report it if it persists.")
@@ -127,8 +131,11 @@ def _protocol_at(app: Starlette, scope: Scope) -> Protocol | None:
     """The protocol of the routes at this path, when their bodies are another protocol's (/mcp)."""
     for route in app.router.routes:
         spec = getattr(getattr(route, "endpoint", None), "__self__", None)
-        if isinstance(spec, RouteSpec) and spec.protocol is not None \
-                and route.matches({**scope, "method": spec.method})[0] is Match.FULL:
+        if (
+            isinstance(spec, RouteSpec)
+            and spec.protocol is not None
+            and route.matches({**scope, "method": spec.method})[0] is Match.FULL
+        ):
             return spec.protocol
     return None
 
@@ -136,8 +143,11 @@ def _protocol_at(app: Starlette, scope: Scope) -> Protocol | None:
 def _unrouted(request: Request, code: int) -> Response:
     request.scope["stash.error"] = "method_not_allowed" if code == 405 else "route.unknown"
     if code == 405:
-        err = StashError(f"This route does not take that method; the reference at {_reference_url(request)} "
-                         "lists each route's methods.", code="method_not_allowed")
+        err = StashError(
+            f"This route does not take that method; the reference at {_reference_url(request)} "
+            "lists each route's methods.",
+            code="method_not_allowed",
+        )
         err.status = 405
         protocol = _protocol_at(request.app, request.scope)
         resp = error_response(err) if protocol is None else protocol.refusal(request, err)
@@ -145,16 +155,23 @@ def _unrouted(request: Request, code: int) -> Response:
         return resp
     path = request.url.path
     if len(path) > 1 and path.endswith("/") and _routed(request.app, request.scope, path.rstrip("/")):
-        return error_response(NotFound(f"No such route: drop the trailing slash ({path.rstrip('/')}); the routes are "
-                                       f"listed at {_reference_url(request)}.", code="route.unknown"))
-    return error_response(NotFound(f"No such route; the routes are listed at {_reference_url(request)}.",
-                                   code="route.unknown"))
+        return error_response(
+            NotFound(
+                f"No such route: drop the trailing slash ({path.rstrip('/')}); the routes are "
+                f"listed at {_reference_url(request)}.",
+                code="route.unknown",
+            )
+        )
+    return error_response(
+        NotFound(f"No such route; the routes are listed at {_reference_url(request)}.", code="route.unknown")
+    )
 
 
 def _routed(app: Starlette, scope: Scope, path: str) -> bool:
     """Some route takes ``path`` (by any method)."""
-    return any(route.matches({**scope, "path": path, "method": "GET"})[0] is not Match.NONE
-               for route in app.router.routes)
+    return any(
+        route.matches({**scope, "path": path, "method": "GET"})[0] is not Match.NONE for route in app.router.routes
+    )
 
 
 WARM_THREAD = "tag-index-warm"

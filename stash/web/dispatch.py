@@ -151,8 +151,9 @@ class Call:
         into curl commands there, so a newline, quote, backquote or $( )
         must never reach it."""
         url = url or self.settings.public_url
-        if url is not None and (not isinstance(url, str) or len(url) > 2000
-                                or not pages.is_safe_address(url.rstrip("/"))):
+        if url is not None and (
+            not isinstance(url, str) or len(url) > 2000 or not pages.is_safe_address(url.rstrip("/"))
+        ):
             return None
         return url or self.page_address()
 
@@ -251,8 +252,9 @@ def _operator(request: Request) -> None:
     except ValueError:
         loopback = False
     if not loopback:
-        raise Forbidden("Metrics are served on loopback only unless the operator sets a metrics token.",
-                        code="auth.operator")
+        raise Forbidden(
+            "Metrics are served on loopback only unless the operator sets a metrics token.", code="auth.operator"
+        )
 
 
 def _has_body(request: Request) -> bool:
@@ -267,8 +269,11 @@ def _pin(request: Request) -> Head | None:
         return None
     head = Head.parse(text)
     if head is None:
-        raise Malformed("Stash-Pin must be a head's pin as answered in \"head\": COUNT:DIGEST:STATE (a 64-hex-digit "
-                        "digest; COUNT:DIGEST is accepted too).", code="request.bad_pin")
+        raise Malformed(
+            'Stash-Pin must be a head\'s pin as answered in "head": COUNT:DIGEST:STATE (a 64-hex-digit '
+            "digest; COUNT:DIGEST is accepted too).",
+            code="request.bad_pin",
+        )
     return head
 
 
@@ -327,7 +332,7 @@ class RouteSpec:
 
     def __post_init__(self) -> None:
         # Refused at import, so a declaration that /openapi.json or the reference could not render never serves.
-        named = [n for n in re.findall(r"{(\w+)}", self.path)[1 if self.under else 0:] if n not in self.name_params]
+        named = [n for n in re.findall(r"{(\w+)}", self.path)[1 if self.under else 0 :] if n not in self.name_params]
         if named != [name for name, _ in self.path_params]:
             raise ValueError(f"{self.method} {self.path}: declare each {{name}} of the path in path_params")
         if self.path_params and self.unknown is None:
@@ -396,9 +401,22 @@ class RouteSpec:
         limits = Limits(settings.quota_memories, settings.quota_bytes)
         token = parsed_token(request)
         try:
-            done = await stopping.run_work(request.app.state.works, operation.perform, request.app.state.vault,
-                                           token, _pin(request), self.effects, route, fields, key, limits,
-                                           self.handler, Call(request, key), body, memory)
+            done = await stopping.run_work(
+                request.app.state.works,
+                operation.perform,
+                request.app.state.vault,
+                token,
+                _pin(request),
+                self.effects,
+                route,
+                fields,
+                key,
+                limits,
+                self.handler,
+                Call(request, key),
+                body,
+                memory,
+            )
         except Unauthorized:
             raise _auth_failed(request) from None
         try:
@@ -416,8 +434,9 @@ class RouteSpec:
         if done.finish is not None:
             # The session ends once the answer has left (service/session_end.py), as the request's own work.
             after = BackgroundTask(stopping.run_work, request.app.state.works, done.finish)
-            response.background = after if response.background is None else BackgroundTasks([response.background,
-                                                                                               after])
+            response.background = (
+                after if response.background is None else BackgroundTasks([response.background, after])
+            )
         return response
 
     def _memory(self, request: Request, body: dict[str, Any]) -> str | None:

@@ -41,16 +41,24 @@ class Shares:
                 f"This memory already has {plural(self.per_user, 'request')} in progress on this server; "
                 "wait for them "
                 f"(Retry-After), then retry, and send at most {self.per_user} at once.",
-                RETRY_S, code="busy.user")
+                RETRY_S,
+                code="busy.user",
+            )
         if slow and self._slow.get(user_id, 0) >= self.slow_per_user:
             return TooMany(
                 f"This memory already has {self.slow_per_user} slow request(s) (recall, import or export) in "
                 "progress; wait for it to finish (Retry-After), then retry one at a time, with a narrower "
-                "pattern if a recall was slow.", SLOW_RETRY_S, code="busy.slow")
+                "pattern if a recall was slow.",
+                SLOW_RETRY_S,
+                code="busy.slow",
+            )
         if slow and self._slow_total >= self.slow_slots:
             return TooMany(
                 "The server is busy with other slow requests (recall, import or export); retry after "
-                "Retry-After seconds. Wakes, notes and naps are not affected.", SLOW_RETRY_S, code="busy.server")
+                "Retry-After seconds. Wakes, notes and naps are not affected.",
+                SLOW_RETRY_S,
+                code="busy.server",
+            )
         return None
 
     @contextlib.contextmanager

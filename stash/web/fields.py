@@ -85,21 +85,28 @@ class Fields:
     def schema(self) -> Schema:
         if self.open_schema is not None:
             return self.open_schema
-        return obj({f.name: f.openapi_schema() for f in self.items},
-                   required=[f.name for f in self.items if f.required])
+        return obj(
+            {f.name: f.openapi_schema() for f in self.items}, required=[f.name for f in self.items if f.required]
+        )
 
     def _form_hint(self, request: Request, err: Malformed) -> Malformed:
         """A body that is not JSON, sent as a form (``curl -d 'text'`` sends
         application/x-www-form-urlencoded): the refusal also says how to send
         the text as it is, on a route that takes text/plain."""
         form = request.headers.get("content-type", "").split(";")[0].strip().lower() == (
-            "application/x-www-form-urlencoded")
+            "application/x-www-form-urlencoded"
+        )
         if err.code != "request.bad_json" or not form:
             return err
-        how = ("send it as text: -H 'Content-Type: text/plain' --data-binary @- with the text on stdin, or send "
-               "one JSON object" if self.plain is not None else "send one JSON object")
-        return Malformed(f"The body is not valid JSON, and it came as a form (curl -d sends one); {how}.",
-                         code="request.bad_json")
+        how = (
+            "send it as text: -H 'Content-Type: text/plain' --data-binary @- with the text on stdin, or send "
+            "one JSON object"
+            if self.plain is not None
+            else "send one JSON object"
+        )
+        return Malformed(
+            f"The body is not valid JSON, and it came as a form (curl -d sends one); {how}.", code="request.bad_json"
+        )
 
     async def read(self, request: Request, method: str, cap: int) -> dict[str, Any]:
         """The fields of ``request``, whole numbers parsed and defaulted; the
@@ -111,15 +118,19 @@ class Fields:
             data = query_object(request, self.names, ints={f.name for f in self.items if f.whole})
         elif is_plain(request):
             if self.plain is None:
-                raise Malformed("This route takes a JSON body, not text/plain; send a JSON object.",
-                                code="request.malformed")
+                raise Malformed(
+                    "This route takes a JSON body, not text/plain; send a JSON object.", code="request.malformed"
+                )
             data = check_fields(self.plain(plain_text(await read_body(request, cap))), self.names)
         else:
             try:
                 data = await read_object(
-                    request, None if self.open_schema is not None else self.names,
+                    request,
+                    None if self.open_schema is not None else self.names,
                     required={f.name for f in self.items if f.required and f.missing is None},
-                    cap=cap, empty_ok=self.empty_ok)
+                    cap=cap,
+                    empty_ok=self.empty_ok,
+                )
             except Malformed as err:
                 raise self._form_hint(request, err) from None
         for f in self.items:
@@ -145,8 +156,10 @@ class Fields:
         else:
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/x-www-form-urlencoded":
-                raise Malformed("Send the body as a form: Content-Type: application/x-www-form-urlencoded.",
-                                code="request.malformed")
+                raise Malformed(
+                    "Send the body as a form: Content-Type: application/x-www-form-urlencoded.",
+                    code="request.malformed",
+                )
             try:
                 pairs = parse_qsl((await read_body(request, cap)).decode("utf-8"), keep_blank_values=True)
             except UnicodeDecodeError:
@@ -166,11 +179,13 @@ class Fields:
     def codes(self, method: str) -> list[str]:
         """The codes :meth:`read` can answer."""
         if self.form:
-            out = ["request.duplicate_field"] + ([] if method == "GET" else ["request.malformed",
-                                                                            "request.too_large"])
+            out = ["request.duplicate_field"] + ([] if method == "GET" else ["request.malformed", "request.too_large"])
             return out + (["request.missing_field"] if any(f.required for f in self.items) else [])
-        out = ["request.duplicate_field", "request.unknown_field"] if method == "GET" else [
-            "request.malformed", "request.bad_json"]
+        out = (
+            ["request.duplicate_field", "request.unknown_field"]
+            if method == "GET"
+            else ["request.malformed", "request.bad_json"]
+        )
         if method != "GET" and self.plain is not None:
             out.append("request.bad_plain")
         if method != "GET" and self.open_schema is None:
@@ -232,9 +247,20 @@ def error_codes(route: Any) -> dict[int, list[str]]:
     if route.fields is not None:
         add(*route.fields.codes(route.method))
     if route.scope in SECURED:
-        add("auth.invalid", "rate_limited", "request.bad_pin", "store.pin_mismatch", "store.rekeyed",
-            "store.damaged", "store.rolled_back", "store.missing", "store.read_only", "store.unreadable",
-            "store.full", "busy.user")
+        add(
+            "auth.invalid",
+            "rate_limited",
+            "request.bad_pin",
+            "store.pin_mismatch",
+            "store.rekeyed",
+            "store.damaged",
+            "store.rolled_back",
+            "store.missing",
+            "store.read_only",
+            "store.unreadable",
+            "store.full",
+            "busy.user",
+        )
     if route.slow:
         add("busy.slow", "busy.server")
     if route.scope in ("append", "full", "owner"):
@@ -242,7 +268,8 @@ def error_codes(route: Any) -> dict[int, list[str]]:
     if route.scope == "capability":  # the token's liveness, checked before the protocol's code runs
         add("auth.invalid", "rate_limited", "store.damaged", "store.missing", "store.unreadable")
     if route.scope in (*SECURED, "capability") and (
-            getattr(route, "under", False) or getattr(route, "memory_from", None) or getattr(route, "memory_of", None)):
+        getattr(route, "under", False) or getattr(route, "memory_from", None) or getattr(route, "memory_of", None)
+    ):
         add("memory.unknown")
     if route.idempotent:
         add("idempotency.bad_key", "idempotency.key_reused")

@@ -50,8 +50,14 @@ async def prefetch_small_body(request: Request, cap: int) -> None:
         await request.body()
 
 
-async def read_object(request: Request, allowed: set[str] | None, *, required: set[str] | frozenset[str] = frozenset(),
-                      cap: int | None = None, empty_ok: bool = True) -> dict[str, Any]:
+async def read_object(
+    request: Request,
+    allowed: set[str] | None,
+    *,
+    required: set[str] | frozenset[str] = frozenset(),
+    cap: int | None = None,
+    empty_ok: bool = True,
+) -> dict[str, Any]:
     """The body as a JSON object with only ``allowed`` fields: an unknown field
     is refused rather than ignored, because a typo would silently do nothing.
     ``allowed=None`` leaves the names to the service (POST /config, whose
@@ -66,15 +72,17 @@ async def read_object(request: Request, allowed: set[str] | None, *, required: s
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise Malformed("The body is not valid JSON; send one JSON object (check quotes and escapes).",
-                        code="request.bad_json") from None
+        raise Malformed(
+            "The body is not valid JSON; send one JSON object (check quotes and escapes).", code="request.bad_json"
+        ) from None
     if not isinstance(data, dict):
         raise Malformed("The body must be a JSON object.", code="request.bad_json")
     return data if allowed is None else check_fields(data, allowed, required)
 
 
-def check_fields(data: dict[str, Any], allowed: set[str],
-                 required: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
+def check_fields(
+    data: dict[str, Any], allowed: set[str], required: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Any]:
     unknown = sorted(set(data) - allowed)
     if unknown:
         names = ", ".join(repr(u[:30]) for u in unknown[:3])

@@ -43,14 +43,20 @@ CALLER = "stash.mcp"  # the request's scope: who calls, on which memory (set by 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 # Plain-text refusals of the SDK's transport, by status: the refusal each becomes.
 TRANSPORT_REFUSALS: dict[int, StashError] = {
-    400: Malformed("Send one JSON-RPC message as the body, with 'Content-Type: application/json'.",
-                   code="mcp.bad_request"),
-    403: Forbidden("This server does not answer requests from that Origin; connect from the host itself or "
-                   "through the address the operator gave it (--url).", code="mcp.bad_origin"),
+    400: Malformed(
+        "Send one JSON-RPC message as the body, with 'Content-Type: application/json'.", code="mcp.bad_request"
+    ),
+    403: Forbidden(
+        "This server does not answer requests from that Origin; connect from the host itself or "
+        "through the address the operator gave it (--url).",
+        code="mcp.bad_origin",
+    ),
     406: NotAcceptable("Send 'Accept: application/json, text/event-stream': the answers are JSON."),
     413: TooLarge("The message is over this server's body cap; send a smaller one.", code="request.too_large"),
-    421: Misdirected("This server does not answer for that Host; connect through the address the operator gave "
-                     "it (--url), or on loopback."),
+    421: Misdirected(
+        "This server does not answer for that Host; connect through the address the operator gave "
+        "it (--url), or on loopback."
+    ),
 }
 log = logging.getLogger("stash.error")
 
@@ -85,26 +91,50 @@ def refusal(request: Request, err: StashError) -> Response:
     if err.status == 401:
         headers["WWW-Authenticate"] = f'Bearer resource_metadata="{metadata_url(request)}"'
     code = JSONRPC_INTERNAL_ERROR if err.status >= 500 else JSONRPC_INVALID_REQUEST
-    return Response(error_body(code, err.message, {"error": err.code}), status_code=err.status,
-                    media_type="application/json", headers=headers)
+    return Response(
+        error_body(code, err.message, {"error": err.code}),
+        status_code=err.status,
+        media_type="application/json",
+        headers=headers,
+    )
 
 
-_ERROR = {"type": "object", "required": ["jsonrpc", "id", "error"], "properties": {
-    "jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]},
-    "error": {"type": "object", "required": ["code", "message"], "properties": {
-        "code": {"type": "integer"}, "message": {"type": "string"},
-        "data": {"description": "`{\"error\": code}` (a Stash error code) when the Stash edge refused; the SDK's own "
-                                "data otherwise (the versions it serves, for an unsupported one)"}}}},
-    "description": "A JSON-RPC 2.0 error."}
-MESSAGE = {"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}},
-            "description": "One JSON-RPC 2.0 message of the Model Context Protocol: a request, a notification or a "
-                           "response."}
+_ERROR = {
+    "type": "object",
+    "required": ["jsonrpc", "id", "error"],
+    "properties": {
+        "jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]},
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "integer"},
+                "message": {"type": "string"},
+                "data": {
+                    "description": '`{"error": code}` (a Stash error code) when the Stash edge refused; the SDK\'s own '
+                    "data otherwise (the versions it serves, for an unsupported one)"
+                },
+            },
+        },
+    },
+    "description": "A JSON-RPC 2.0 error.",
+}
+MESSAGE = {
+    "type": "object",
+    "required": ["jsonrpc"],
+    "properties": {"jsonrpc": {"const": "2.0"}},
+    "description": "One JSON-RPC 2.0 message of the Model Context Protocol: a request, a notification or a response.",
+}
 JSONRPC = Protocol(
     name="jsonrpc",
     refusal=refusal,
-    request={"required": True, "description": "One JSON-RPC message (MCP Streamable HTTP). Send `Accept: "
-                                              "application/json, text/event-stream`.",
-             "content": {"application/json": {"schema": MESSAGE}}},
+    request={
+        "required": True,
+        "description": "One JSON-RPC message (MCP Streamable HTTP). Send `Accept: "
+        "application/json, text/event-stream`.",
+        "content": {"application/json": {"schema": MESSAGE}},
+    },
     error={"application/json": {"schema": _ERROR}},
     error_words="A JSON-RPC error; `data.error` is the Stash code when the Stash edge refused",
 )
@@ -114,16 +144,21 @@ ACCEPTED = ("202", {"description": "A notification (or a response) was accepted;
 def resource_metadata(address: str, memory: str | None) -> dict[str, Any]:
     """The protected-resource metadata (RFC 9728) of /mcp, or of memory ``memory``'s /m/{name}/mcp."""
     path = "/mcp" if memory is None else f"/m/{memory}/mcp"
-    return {"resource": address + path, "resource_name": "Stash", "authorization_servers": [address],
-            "bearer_methods_supported": ["header"]}
+    return {
+        "resource": address + path,
+        "resource_name": "Stash",
+        "authorization_servers": [address],
+        "bearer_methods_supported": ["header"],
+    }
 
 
 def security_settings(settings: Any) -> dict[str, Any]:
     """The SDK's Host and Origin checks (its guard against DNS rebinding): loopback, the host of ``--url``
     (so they pass behind the operator's proxy) and the address the server listens on when it is one."""
     hosts = [h for name in LOOPBACK_HOSTS for h in (name, f"{name}:*")]
-    origins = [f"{scheme}://{name}{port}" for scheme in ("http", "https") for name in LOOPBACK_HOSTS
-               for port in ("", ":*")]
+    origins = [
+        f"{scheme}://{name}{port}" for scheme in ("http", "https") for name in LOOPBACK_HOSTS for port in ("", ":*")
+    ]
     if settings.host not in ("0.0.0.0", "::", ""):  # noqa: S104 - naming the wildcard to leave it out
         listen = f"[{settings.host}]" if ":" in settings.host else settings.host
         hosts += [listen, f"{listen}:*"]
@@ -156,8 +191,12 @@ def _load() -> tuple[Any, Any, Any, Any]:
     errors = importlib.import_module("mcp.shared.exceptions")
     # The SDK logs every request's start and end, and a refused Host as sent: its warnings only, withheld.
     tracelog.withhold("mcp")
-    return server.build(InProcess(errors.MCPError)), manager.StreamableHTTPSessionManager, \
-        manager.TransportSecuritySettings, errors.MCPError
+    return (
+        server.build(InProcess(errors.MCPError)),
+        manager.StreamableHTTPSessionManager,
+        manager.TransportSecuritySettings,
+        errors.MCPError,
+    )
 
 
 LOADED = _Loaded()
@@ -174,17 +213,22 @@ class Handover(Response):
     """The SDK's Streamable HTTP transport as the route's answer: a session manager of its own per request
     (stateless: nothing outlives the request), its refusals made JSON-RPC errors."""
 
-    def __init__(self, parts: tuple[Any, Any, Any, Any], token: str, memory: str | None,
-                 security: dict[str, Any], cap: int) -> None:
+    def __init__(
+        self, parts: tuple[Any, Any, Any, Any], token: str, memory: str | None, security: dict[str, Any], cap: int
+    ) -> None:
         super().__init__()
         self.server, self.manager, self.security_class, _ = parts
         self.token, self.memory, self.security, self.cap = token, memory, security, cap
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope[CALLER] = (self.token, self.memory)
-        manager = self.manager(app=self.server, json_response=True, stateless=True,
-                               security_settings=self.security_class(**self.security),
-                               max_request_body_size=self.cap)
+        manager = self.manager(
+            app=self.server,
+            json_response=True,
+            stateless=True,
+            security_settings=self.security_class(**self.security),
+            max_request_body_size=self.cap,
+        )
         async with manager.run():
             await manager.handle_request(scope, receive, _jsonrpc_refusals(send))
 
@@ -210,8 +254,7 @@ def _jsonrpc_refusals(send: Send) -> Send:
         if not _answers_a_message(body):
             err = TRANSPORT_REFUSALS.get(start["status"], TRANSPORT_REFUSALS[400])
             body = error_body(_jsonrpc_code(body), err.message, {"error": err.code})
-        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-type",
-                                                                                    b"content-length")]
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-type", b"content-length")]
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({**start, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -279,10 +322,13 @@ async def route_call(outer: Scope, method: str, path: str, body: dict[str, Any])
     its JSON answer, or its refusal raised as the client library raises it (:func:`stash.client.error_class`)."""
     data = orjson.dumps(body)
     token = outer[CALLER][0]
-    headers = [(b"host", Headers(scope=outer).get("host", "").encode("latin-1")),
-               (b"authorization", f"Bearer {token}".encode("latin-1")),
-               (b"content-type", b"application/json"), (b"accept", b"application/json"),
-               (b"content-length", str(len(data)).encode())]
+    headers = [
+        (b"host", Headers(scope=outer).get("host", "").encode("latin-1")),
+        (b"authorization", f"Bearer {token}".encode("latin-1")),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json"),
+        (b"content-length", str(len(data)).encode()),
+    ]
     scope = {k: v for k, v in outer.items() if not k.startswith("stash.") or k == "stash.client"}
     scope.update(method=method, path=path, raw_path=path.encode(), query_string=b"", headers=headers)
     for key in ("path_params", "endpoint", "route"):
@@ -306,10 +352,15 @@ async def route_call(outer: Scope, method: str, path: str, body: dict[str, Any])
     try:
         await outer["app"].router(scope, receive, capture)
     except Exception as exc:  # as the app's Guard does: a bug is a clean refusal, its trace frames only logged
-        log.error("unhandled %s on %s (mcp): %s", type(exc).__name__, path,
-                  tracelog.whole(exc) if tracelog.debugging() else tracelog.frames(exc))
-        raise client.ServerError("The server failed to answer; try again, and report it if it persists.",
-                                 "internal", 500) from None
+        log.error(
+            "unhandled %s on %s (mcp): %s",
+            type(exc).__name__,
+            path,
+            tracelog.whole(exc) if tracelog.debugging() else tracelog.frames(exc),
+        )
+        raise client.ServerError(
+            "The server failed to answer; try again, and report it if it persists.", "internal", 500
+        ) from None
     status = answer["status"]
     try:
         parsed = orjson.loads(b"".join(answer["chunks"]))

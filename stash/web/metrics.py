@@ -34,8 +34,11 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 FOLDER_PREFIX = "stash-metrics-"
 # Tried in order for the workers' counter files: the first that is a folder
 # this process may write in, on another filesystem than the data folder.
-MEMORY_HOMES = ("/dev/shm",  # noqa: S108 - a fresh 0700 folder of its own is made inside
-                os.environ.get("XDG_RUNTIME_DIR") or "", tempfile.gettempdir())
+MEMORY_HOMES = (
+    "/dev/shm",  # noqa: S108 - a fresh 0700 folder of its own is made inside
+    os.environ.get("XDG_RUNTIME_DIR") or "",
+    tempfile.gettempdir(),
+)
 
 # A `_created` series per counter would double the text and says nothing an
 # operator needs (the process start is in the exporter's own metrics).
@@ -69,7 +72,7 @@ def _sweep(home: Path) -> None:
     """Remove the counter folders that servers which died without cleaning
     up (kill -9) left in ``home``: those of this user whose process is gone."""
     for folder in home.glob(FOLDER_PREFIX + "*"):
-        pid = folder.name[len(FOLDER_PREFIX):].split("-", 1)[0]
+        pid = folder.name[len(FOLDER_PREFIX) :].split("-", 1)[0]
         try:
             mine = folder.stat().st_uid == os.getuid()
         except OSError:
@@ -134,8 +137,9 @@ def memory_count(data_dir: Path) -> int:
                 total += 1
                 try:
                     with os.scandir(os.path.join(user.path, "m")) as others:
-                        total += sum(1 for e in others if e.is_dir(follow_symlinks=False)
-                                     and not e.name.startswith("."))
+                        total += sum(
+                            1 for e in others if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+                        )
                 except OSError:
                     continue
     except OSError:
@@ -153,8 +157,9 @@ class _Users(Collector):
         count = user_count(self._data_dir) if self._data_dir is not None else 0
         yield GaugeMetricFamily("stash_users", "Users (stores) in the data folder.", value=count)
         memories = memory_count(self._data_dir) if self._data_dir is not None else 0
-        yield GaugeMetricFamily("stash_memories", "Memories in the data folder: each identity's main and its "
-                                "others.", value=memories)
+        yield GaugeMetricFamily(
+            "stash_memories", "Memories in the data folder: each identity's main and its others.", value=memories
+        )
 
 
 class _Replication(Collector):
@@ -170,19 +175,35 @@ class _Replication(Collector):
 
         status = rs.read(self._data_dir)
         healthy = rs.problem(status) is None
-        yield GaugeMetricFamily("stash_replication_ready", "1 while replication is up, error-free and within "
-                                "its lag bound (as /health?ready=1 judges it).", value=int(healthy))
+        yield GaugeMetricFamily(
+            "stash_replication_ready",
+            "1 while replication is up, error-free and within its lag bound (as /health?ready=1 judges it).",
+            value=int(healthy),
+        )
         up = status is not None and rs.problem(status) != rs.problem(None)
-        yield GaugeMetricFamily("stash_replication_supervisor_up", "1 while stash replicate writes its status.",
-                                value=int(up))
-        yield GaugeMetricFamily("stash_replication_litestream_up", "1 while Litestream runs.",
-                                value=int(up and status is not None and status.litestream_up))
-        yield GaugeMetricFamily("stash_replication_lag_seconds", "Seconds the oldest write not yet shipped by "
-                                "Litestream has waited (0: none).", value=status.lag_seconds if status else 0.0)
-        yield GaugeMetricFamily("stash_replication_restarts", "Times the supervisor restarted Litestream.",
-                                value=status.restarts if status else 0)
-        errors = GaugeMetricFamily("stash_replication_errors", "Litestream's error lines since the supervisor "
-                                   "started, by kind.", labels=("kind",))
+        yield GaugeMetricFamily(
+            "stash_replication_supervisor_up", "1 while stash replicate writes its status.", value=int(up)
+        )
+        yield GaugeMetricFamily(
+            "stash_replication_litestream_up",
+            "1 while Litestream runs.",
+            value=int(up and status is not None and status.litestream_up),
+        )
+        yield GaugeMetricFamily(
+            "stash_replication_lag_seconds",
+            "Seconds the oldest write not yet shipped by Litestream has waited (0: none).",
+            value=status.lag_seconds if status else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "stash_replication_restarts",
+            "Times the supervisor restarted Litestream.",
+            value=status.restarts if status else 0,
+        )
+        errors = GaugeMetricFamily(
+            "stash_replication_errors",
+            "Litestream's error lines since the supervisor started, by kind.",
+            labels=("kind",),
+        )
         for kind in rs.ERROR_KINDS:
             errors.add_metric((kind,), (status.errors.get(kind, 0) if status else 0))
         yield errors
@@ -200,19 +221,41 @@ class Metrics:
             raise RuntimeError("several workers count into PROMETHEUS_MULTIPROC_DIR, which stash serve sets")
         own = None if self._folder else CollectorRegistry(auto_describe=True)
         self._registry = own
-        self._requests = Counter("stash_requests", "Requests answered, by route template and status.",
-                                 ("method", "route", "status"), registry=own)
-        self._errors = Counter("stash_errors", "Error answers, by route template and error code.",
-                               ("route", "code"), registry=own)
-        self._seconds = Histogram("stash_request_seconds", "Time to answer, by route template.",
-                                  ("method", "route"), buckets=BUCKETS, registry=own)
+        self._requests = Counter(
+            "stash_requests",
+            "Requests answered, by route template and status.",
+            ("method", "route", "status"),
+            registry=own,
+        )
+        self._errors = Counter(
+            "stash_errors", "Error answers, by route template and error code.", ("route", "code"), registry=own
+        )
+        self._seconds = Histogram(
+            "stash_request_seconds",
+            "Time to answer, by route template.",
+            ("method", "route"),
+            buckets=BUCKETS,
+            registry=own,
+        )
         self._events = Counter("stash_events", "Notable events.", ("event",), registry=own)
-        self._in_flight = Gauge("stash_requests_in_flight", "Requests being answered now, scrapes of this "
-                                "text not counted.", registry=own, multiprocess_mode="livesum")
-        self._workers = Gauge("stash_workers", "Live server processes whose counters this answer adds up.",
-                              registry=own, multiprocess_mode="livesum")
-        self._rss = Gauge("stash_resident_bytes", "Resident memory of those server processes, added up.",
-                          registry=own, multiprocess_mode="livesum")
+        self._in_flight = Gauge(
+            "stash_requests_in_flight",
+            "Requests being answered now, scrapes of this text not counted.",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        self._workers = Gauge(
+            "stash_workers",
+            "Live server processes whose counters this answer adds up.",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        self._rss = Gauge(
+            "stash_resident_bytes",
+            "Resident memory of those server processes, added up.",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
         self._rss_read = 0.0
         if own is not None:
             own.register(_Users(data_dir))

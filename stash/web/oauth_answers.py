@@ -21,11 +21,18 @@ REGISTER_PERIOD = 3600.0
 
 def server_metadata(address: str) -> dict[str, Any]:
     """RFC 8414 metadata: this server is the authorization server of its own MCP endpoints."""
-    return {"issuer": address, "authorization_endpoint": f"{address}/authorize",
-            "token_endpoint": f"{address}/token", "registration_endpoint": f"{address}/register",
-            "response_types_supported": ["code"], "grant_types_supported": ["authorization_code"],
-            "code_challenge_methods_supported": ["S256"], "token_endpoint_auth_methods_supported": ["none"],
-            "client_id_metadata_document_supported": True, "service_documentation": f"{address}/reference"}
+    return {
+        "issuer": address,
+        "authorization_endpoint": f"{address}/authorize",
+        "token_endpoint": f"{address}/token",
+        "registration_endpoint": f"{address}/register",
+        "response_types_supported": ["code"],
+        "grant_types_supported": ["authorization_code"],
+        "code_challenge_methods_supported": ["S256"],
+        "token_endpoint_auth_methods_supported": ["none"],
+        "client_id_metadata_document_supported": True,
+        "service_documentation": f"{address}/reference",
+    }
 
 
 def _address(call: Call) -> str:
@@ -43,8 +50,9 @@ def _redirect(location: str) -> Response:
 async def consent_page(call: Call, fields: dict[str, Any]) -> Response:
     await run_in_threadpool(oauth.sweep, call.vault)
     try:
-        request, _ = await run_in_threadpool(oauth.authorization_request, call.vault, fields, _address(call),
-                                             _loopback(call))
+        request, _ = await run_in_threadpool(
+            oauth.authorization_request, call.vault, fields, _address(call), _loopback(call)
+        )
     except oauth.Redirected as sent:
         return _redirect(sent.location)
     nonce = await run_in_threadpool(oauth.pending, call.vault, request)
@@ -54,8 +62,10 @@ async def consent_page(call: Call, fields: dict[str, Any]) -> Response:
 async def consent_answer(call: Call, fields: dict[str, Any]) -> Response:
     address = _address(call)
     if call.origin != consent.origin_of(address):
-        raise Forbidden("This form is taken only from this server's own consent page; open it again from the host.",
-                        code="consent.bad_origin")
+        raise Forbidden(
+            "This form is taken only from this server's own consent page; open it again from the host.",
+            code="consent.bad_origin",
+        )
     request = await run_in_threadpool(oauth.take_pending, call.vault, fields["nonce"])
     if fields.get("decision") == "deny":
         return _redirect(oauth.denied(request))
@@ -66,8 +76,17 @@ async def consent_answer(call: Call, fields: dict[str, Any]) -> Response:
     try:
         memory = oauth.check_memory(request.get("memory"), fields.get("memory"))
         location = await run_in_threadpool(
-            oauth.approve, call.vault, request, fields.get("owner_token") or "", memory, fields.get("scope"),
-            fields.get("expires") or "never", address, limits, call.settings.oauth_code_seconds)
+            oauth.approve,
+            call.vault,
+            request,
+            fields.get("owner_token") or "",
+            memory,
+            fields.get("scope"),
+            fields.get("expires") or "never",
+            address,
+            limits,
+            call.settings.oauth_code_seconds,
+        )
     except StashError as err:
         if not oauth.owner_refused(err):
             raise
@@ -87,8 +106,9 @@ async def token(call: Call, fields: dict[str, Any]) -> Response:
 
 
 async def register(call: Call, fields: dict[str, Any]) -> dict[str, Any]:
-    wait = call.limiter.blocked_for("register", call.client, call.settings.oauth_registrations_per_hour,
-                                    REGISTER_PERIOD)
+    wait = call.limiter.blocked_for(
+        "register", call.client, call.settings.oauth_registrations_per_hour, REGISTER_PERIOD
+    )
     if wait:
         raise TooMany(f"Too many registrations from this address; wait {wait} s.", wait)
     call.limiter.hit("register", call.client, REGISTER_PERIOD)

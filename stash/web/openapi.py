@@ -20,11 +20,10 @@ _IDEMPOTENCY_KEY = {
     "in": "header",
     "required": False,
     "description": f"Makes a retry safe: an exact retry (same route and JSON body) within "
-                   f"{idempotency.WINDOW_SECONDS // 3600} hours answers the first answer and writes nothing; the "
-                   "same key with another request is 409 idempotency.key_reused. Keys are per user. Send a fresh "
-                   "random key (a UUID) with each new request, and the same one with each retry of it.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": idempotency.KEY_MAX_CHARS,
-               "pattern": "^[\\x21-\\x7e]+$"},
+    f"{idempotency.WINDOW_SECONDS // 3600} hours answers the first answer and writes nothing; the "
+    "same key with another request is 409 idempotency.key_reused. Keys are per user. Send a fresh "
+    "random key (a UUID) with each new request, and the same one with each retry of it.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": idempotency.KEY_MAX_CHARS, "pattern": "^[\\x21-\\x7e]+$"},
 }
 
 _STATUS_WORDS = {
@@ -41,7 +40,7 @@ _STATUS_WORDS = {
     429: "Too many requests; wait Retry-After seconds",
     500: "The server failed, or stored data failed its integrity check",
     503: "The storage cannot serve this now (read-only folder, missing or unreadable file; for /health?ready=1, "
-         "the data folder cannot be written); nothing was changed",
+    "the data folder cannot be written); nothing was changed",
     507: "The server's disk is full; nothing was written",
 }
 
@@ -65,22 +64,30 @@ def _operation(route: RouteSpec, settings: Any) -> dict[str, Any]:
     if words.strip():
         op["description"] = words.strip()
     memory_names = (["name"] if route.under else []) + list(route.name_params)
-    params = [{"name": name, "in": "path", "required": True,
-               "schema": string("a memory's name", pattern=f"^{NAME_PATTERN}$")} for name in memory_names]
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": string("a memory's name", pattern=f"^{NAME_PATTERN}$")}
+        for name in memory_names
+    ]
     params += [{"name": name, "in": "path", "required": True, "schema": schema} for name, schema in route.path_params]
     if route.method == "GET" and route.fields is not None:
-        params += [{"name": f.name, "in": "query", "required": f.required, "schema": f.openapi_schema()}
-                   for f in route.fields.items]
+        params += [
+            {"name": f.name, "in": "query", "required": f.required, "schema": f.openapi_schema()}
+            for f in route.fields.items
+        ]
     if route.idempotent:
         params.append(_IDEMPOTENCY_KEY)
     if route.scope in SECURED:
-        params.append({
-            "name": "Stash-Pin", "in": "header", "required": False,
-            "schema": string(pattern="^[0-9]{1,18}:[0-9a-f]{64}(:[0-9]{1,18})?$"),
-            "description": "A head this client saw (`head.pin` of an earlier answer). The request is refused "
-                           "with 409 store.pin_mismatch unless the log is that one or grew from it and the "
-                           "memory's whole state is at least at the pinned version.",
-        })
+        params.append(
+            {
+                "name": "Stash-Pin",
+                "in": "header",
+                "required": False,
+                "schema": string(pattern="^[0-9]{1,18}:[0-9a-f]{64}(:[0-9]{1,18})?$"),
+                "description": "A head this client saw (`head.pin` of an earlier answer). The request is refused "
+                "with 409 store.pin_mismatch unless the log is that one or grew from it and the "
+                "memory's whole state is at least at the pinned version.",
+            }
+        )
     if params:
         op["parameters"] = params
     if route.protocol is not None:
@@ -89,12 +96,13 @@ def _operation(route: RouteSpec, settings: Any) -> dict[str, Any]:
         op["requestBody"] = {
             "required": route.fields.body_required,
             "description": f"A JSON object of at most {route.body_cap.of(settings)} bytes (this server's cap); "
-                           "an unknown field is refused.",
+            "an unknown field is refused.",
             "content": {"application/json": {"schema": route.fields.schema()}},
         }
         if route.fields.plain is not None:
-            op["requestBody"]["description"] += (" Or a `text/plain` body (UTF-8; one final line break is "
-                                                 f"removed): {route.fields.plain_doc}.")
+            op["requestBody"]["description"] += (
+                f" Or a `text/plain` body (UTF-8; one final line break is removed): {route.fields.plain_doc}."
+            )
             op["requestBody"]["content"]["text/plain"] = {"schema": {"type": "string"}}
     ok: dict[str, Any] = {"description": "Success", "content": {route.media: {}}}
     if route.answer is not None:
@@ -103,11 +111,13 @@ def _operation(route: RouteSpec, settings: Any) -> dict[str, Any]:
         # Accept: text/plain (plaintext.py): the same answer as memo prints it.
         ok["content"]["text/plain"] = {"schema": {"type": "string"}}
     if route.idempotent:
-        ok["headers"] = {idempotency.REPLAYED_HEADER: {
-            "description": "`true` when this is the recorded answer to an earlier request with the same "
-                           "Idempotency-Key, replayed without writing; absent otherwise.",
-            "schema": {"const": "true"},
-        }}
+        ok["headers"] = {
+            idempotency.REPLAYED_HEADER: {
+                "description": "`true` when this is the recorded answer to an earlier request with the same "
+                "Idempotency-Key, replayed without writing; absent otherwise.",
+                "schema": {"const": "true"},
+            }
+        }
     responses: dict[str, Any] = {str(route.status): ok}
     special = {s.status: s for s in route.special}
     for status, codes in error_codes(route).items():
@@ -120,10 +130,17 @@ def _operation(route: RouteSpec, settings: Any) -> dict[str, Any]:
         resp: dict[str, Any] = {
             "description": f"{text}. Codes: {', '.join(codes)}.",
             "x-error-codes": codes,
-            "content": {"application/json": {"schema": schema},
-                        "text/plain": {"schema": {"type": "string", "description": "With Accept: text/plain: the "
-                                                  "message, then any nap and `Run:` lines; the code is in the "
-                                                  "Stash-Error header."}}},
+            "content": {
+                "application/json": {"schema": schema},
+                "text/plain": {
+                    "schema": {
+                        "type": "string",
+                        "description": "With Accept: text/plain: the "
+                        "message, then any nap and `Run:` lines; the code is in the "
+                        "Stash-Error header.",
+                    }
+                },
+            },
         }
         if status == 429:
             resp["headers"] = {"Retry-After": {"description": "Seconds to wait.", "schema": integer(1)}}
@@ -144,30 +161,39 @@ def _protocol_operation(route: RouteSpec, op: dict[str, Any], params: list[dict[
         op["requestBody"] = protocol.request
     elif route.method != "GET" and route.fields is not None:
         kind = "application/x-www-form-urlencoded" if route.fields.form else "application/json"
-        op["requestBody"] = {"required": route.fields.body_required, "content": {kind: {
-            "schema": route.fields.schema()}}}
+        op["requestBody"] = {
+            "required": route.fields.body_required,
+            "content": {kind: {"schema": route.fields.schema()}},
+        }
     ok: dict[str, Any] = {"description": "Success"}
     if route.answer is not None:
         ok["content"] = {route.media: {"schema": route.answer}}
     responses: dict[str, Any] = {str(route.status): ok, **dict(route.more_answers)}
     for status, codes in error_codes(route).items():
-        resp: dict[str, Any] = {"description": f"{_STATUS_WORDS.get(status, 'Refused')}. {protocol.error_words}. "
-                                               f"Codes: {', '.join(codes)}.",
-                                "x-error-codes": codes, "content": protocol.error}
+        resp: dict[str, Any] = {
+            "description": f"{_STATUS_WORDS.get(status, 'Refused')}. {protocol.error_words}. "
+            f"Codes: {', '.join(codes)}.",
+            "x-error-codes": codes,
+            "content": protocol.error,
+        }
         if status == 429:
             resp["headers"] = {"Retry-After": {"description": "Seconds to wait.", "schema": integer(1)}}
         if status == 401 and route.scope == "capability":
-            resp["headers"] = {"WWW-Authenticate": {
-                "description": "`Bearer resource_metadata=\"…/.well-known/oauth-protected-resource…\"`: where this "
-                               "endpoint's OAuth protected-resource metadata is (RFC 9728)",
-                "schema": string()}}
+            resp["headers"] = {
+                "WWW-Authenticate": {
+                    "description": '`Bearer resource_metadata="…/.well-known/oauth-protected-resource…"`: where this '
+                    "endpoint's OAuth protected-resource metadata is (RFC 9728)",
+                    "schema": string(),
+                }
+            }
         responses[str(status)] = resp
     op["responses"] = responses
     return op
 
 
-def document(routes: Iterable[RouteSpec], version: str, settings: Any = None, server: str | None = None
-             ) -> dict[str, Any]:
+def document(
+    routes: Iterable[RouteSpec], version: str, settings: Any = None, server: str | None = None
+) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes`` (the ROUTES table); the body
     caps are ``settings``' (None: the defaults); ``server`` is its public
     address (``--url``, else the address it was called at), named in
@@ -181,9 +207,9 @@ def document(routes: Iterable[RouteSpec], version: str, settings: Any = None, se
             "title": "Stash",
             "version": version,
             "summary": "Permanent, encrypted memory for AI agents.",
-            "description": "JSON in, JSON out. Every refusal is {\"error\": code, \"message\": sentence} with the "
-                           "status of its kind. The field-by-field contract is GET /reference on this server; "
-                           "the protocol for an agent is GET /skill.",
+            "description": 'JSON in, JSON out. Every refusal is {"error": code, "message": sentence} with the '
+            "status of its kind. The field-by-field contract is GET /reference on this server; "
+            "the protocol for an agent is GET /skill.",
         },
         **({"servers": [{"url": server}]} if server else {}),
         "paths": paths,
@@ -191,13 +217,16 @@ def document(routes: Iterable[RouteSpec], version: str, settings: Any = None, se
             "schemas": SCHEMAS,
             "securitySchemes": {
                 "bearerAuth": {
-                    "type": "http", "scheme": "bearer", "bearerFormat": "stash1",
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "stash1",
                     "description": f"A capability token, matching {tokens.TOKEN_PATTERN}. Never in a query string.",
                 },
                 "operatorToken": {
-                    "type": "http", "scheme": "bearer",
+                    "type": "http",
+                    "scheme": "bearer",
                     "description": "The operator's metrics token (STASH_METRICS_TOKEN); without one, /metrics "
-                                   "answers on loopback only.",
+                    "answers on loopback only.",
                 },
             },
         },

@@ -67,16 +67,18 @@ def _landing() -> Landing:
     hashes: dict[str, list[str]] = {"script": [], "style": []}
     for kind, body in _INLINE.findall(template):
         hashes[kind].append(_digest(body))
-    csp = "; ".join([
-        "default-src 'none'",
-        "script-src " + " ".join(hashes["script"]),
-        "style-src " + " ".join(hashes["style"]),
-        "connect-src 'self'",
-        "img-src data:",
-        "base-uri 'none'",
-        "form-action 'none'",
-        "frame-ancestors 'none'",
-    ])
+    csp = "; ".join(
+        [
+            "default-src 'none'",
+            "script-src " + " ".join(hashes["script"]),
+            "style-src " + " ".join(hashes["style"]),
+            "connect-src 'self'",
+            "img-src data:",
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        ]
+    )
     return Landing(template, csp)
 
 
@@ -84,9 +86,9 @@ def landing_page(address: str) -> tuple[str, dict[str, str]]:
     """The landing page for a server at ``address``, and the headers it must
     be served with. Every value is HTML-escaped where it is placed."""
     page = _landing()
-    text = (page.template
-            .replace("{{ADDRESS}}", html.escape(address, quote=True))
-            .replace("{{WAKE_LINES}}", str(SIZES["WAKE_LINES"].default)))
+    text = page.template.replace("{{ADDRESS}}", html.escape(address, quote=True)).replace(
+        "{{WAKE_LINES}}", str(SIZES["WAKE_LINES"].default)
+    )
     headers = {
         "Content-Security-Policy": page.csp,
         "X-Content-Type-Options": "nosniff",
@@ -96,16 +98,18 @@ def landing_page(address: str) -> tuple[str, dict[str, str]]:
     return text, headers
 
 
-CONSOLE_CSP = "; ".join([
-    "default-src 'none'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "connect-src 'self'",
-    "img-src 'self' data:",
-    "base-uri 'none'",
-    "form-action 'none'",
-    "frame-ancestors 'none'",
-])
+CONSOLE_CSP = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "connect-src 'self'",
+        "img-src 'self' data:",
+        "base-uri 'none'",
+        "form-action 'none'",
+        "frame-ancestors 'none'",
+    ]
+)
 """The owner console's policy: its one script and one style sheet come from this server, nothing runs
 inline (so a text that reached the page as markup could not run), it talks to this server only, and no
 other page may frame it (a framing page could overlay the token field)."""

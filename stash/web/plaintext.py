@@ -73,8 +73,11 @@ def recall_body(text: str) -> dict[str, Any]:
         if cursor != n and cursor:
             return {"words": q, "before": cursor}
     if len(rest) != 1 or word != "before":
-        raise Malformed("A recall body is the pattern on one line, then optionally a line `before N`; or words on "
-                        "one line, then a line `#words` (or `#words before CURSOR`).", code="request.bad_plain")
+        raise Malformed(
+            "A recall body is the pattern on one line, then optionally a line `before N`; or words on "
+            "one line, then a line `#words` (or `#words before CURSOR`).",
+            code="request.bad_plain",
+        )
     return {"q": q, "before": n}
 
 
@@ -141,8 +144,7 @@ def _nap_answer(a: dict[str, Any]) -> list[str]:
     if nap and a["saved"] is None and a["message"] == f"Compress {nap['block']} next.":
         return [nap["prompt"]]  # asked what is due: the prompt alone, as memo prints it
     out = [a["message"]]
-    return out + (_nap(nap) if nap else [] if a["message"].startswith("Nothing") else
-                  ["Nothing left to compress."])
+    return out + (_nap(nap) if nap else [] if a["message"].startswith("Nothing") else ["Nothing left to compress."])
 
 
 def _recall(a: dict[str, Any]) -> list[str]:
@@ -150,8 +152,12 @@ def _recall(a: dict[str, Any]) -> list[str]:
 
 
 def _forget(a: dict[str, Any]) -> list[str]:
-    return [f"Forgot {plural(len(a['dropped']), 'summary')}: {', '.join(a['dropped'])}. The log is untouched; "
-            "the next naps write them again.", *_runs(a), *_nap(a.get("nap"))]
+    return [
+        f"Forgot {plural(len(a['dropped']), 'summary')}: {', '.join(a['dropped'])}. The log is untouched; "
+        "the next naps write them again.",
+        *_runs(a),
+        *_nap(a.get("nap")),
+    ]
 
 
 def _import(a: dict[str, Any]) -> list[str]:
@@ -163,8 +169,15 @@ def _import(a: dict[str, Any]) -> list[str]:
 
 
 def _init(a: dict[str, Any]) -> list[str]:
-    return [f"export STASH_TOKEN={a['token']}", "", a["note"], "", "Paste this block at the top of your AGENTS.md:",
-            "", a["prompt"].rstrip("\n")]
+    return [
+        f"export STASH_TOKEN={a['token']}",
+        "",
+        a["note"],
+        "",
+        "Paste this block at the top of your AGENTS.md:",
+        "",
+        a["prompt"].rstrip("\n"),
+    ]
 
 
 def _generic(a: Any) -> list[str]:
@@ -174,9 +187,15 @@ def _generic(a: Any) -> list[str]:
 
 
 _RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
-    "/wake": _wake, "/note": lambda a: [f"Saved as #{a['id']}.", *_nap(a.get("nap"))],
-    "/nap": _nap_answer, "/recall": _recall, "/zoom": lambda a: list(a["lines"]), "/forget": _forget,
-    "/import": _import, "/init": _init}
+    "/wake": _wake,
+    "/note": lambda a: [f"Saved as #{a['id']}.", *_nap(a.get("nap"))],
+    "/nap": _nap_answer,
+    "/recall": _recall,
+    "/zoom": lambda a: list(a["lines"]),
+    "/forget": _forget,
+    "/import": _import,
+    "/init": _init,
+}
 
 
 def answer_text(path: str, answer: Any) -> str:

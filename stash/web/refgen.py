@@ -70,10 +70,15 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 # The shared schemas by the names the reference gives them: one, and many.
-_REF_WORDS = {"BlockId": ("block id", "block ids"), "Timestamp": ("UTC time", "UTC times"),
-              "Line": ("rendered line", "rendered lines"), "Nap": ("nap object", "nap objects"),
-              "Head": ("head object", "head objects"), "Grant": ("grant", "grants"),
-              "Receipt": ("receipt", "receipts")}
+_REF_WORDS = {
+    "BlockId": ("block id", "block ids"),
+    "Timestamp": ("UTC time", "UTC times"),
+    "Line": ("rendered line", "rendered lines"),
+    "Nap": ("nap object", "nap objects"),
+    "Head": ("head object", "head objects"),
+    "Grant": ("grant", "grants"),
+    "Receipt": ("receipt", "receipts"),
+}
 
 
 def describe(schema: Schema, many: bool = False) -> str:
@@ -134,9 +139,13 @@ def _default(field: Field) -> str:
 
 
 def fields_table(fields: Fields) -> str:
-    table = _table(("field", "type", "default", ""),
-                   [(f"`{f.name}`", describe(f.schema) + (" or `null`" if f.nullable else ""), _default(f), f.doc)
-                    for f in fields.items])
+    table = _table(
+        ("field", "type", "default", ""),
+        [
+            (f"`{f.name}`", describe(f.schema) + (" or `null`" if f.nullable else ""), _default(f), f.doc)
+            for f in fields.items
+        ],
+    )
     if fields.plain is None:
         return table
     return table + f"\nAs a `text/plain` body (see [Plain text](#plain-text)): {fields.plain_doc}.\n"
@@ -149,13 +158,14 @@ def _meaning(schema: Schema) -> str:
 
 def properties_table(schema: Schema) -> str:
     """The fields of an object schema: an answer, or a shared shape."""
-    return _table(("field", "type", ""), [(f"`{name}`", describe(prop), _meaning(prop))
-                                         for name, prop in schema.get("properties", {}).items()])
+    return _table(
+        ("field", "type", ""),
+        [(f"`{name}`", describe(prop), _meaning(prop)) for name, prop in schema.get("properties", {}).items()],
+    )
 
 
 def scope_matrix(routes: list[RouteSpec]) -> str:
-    return _table(("route", *MATRIX_COLUMNS),
-                  [(f"`{_name(r)}`", *matrix_row(r).values()) for r in routes])
+    return _table(("route", *MATRIX_COLUMNS), [(f"`{_name(r)}`", *matrix_row(r).values()) for r in routes])
 
 
 def _groups(routes: list[RouteSpec]) -> list[tuple[str, set[str]]]:
@@ -193,9 +203,10 @@ def error_table(routes: list[RouteSpec]) -> str:
         for codes in error_codes(route).values():
             for code in codes:
                 raised_by[code].add(_name(route))
-    return _table(("code", "status", "route(s)", "meaning"),
-                  [(f"`{code}`", str(c.status), _who(raised_by[code], routes), c.meaning)
-                   for code, c in CODES.items()])
+    return _table(
+        ("code", "status", "route(s)", "meaning"),
+        [(f"`{code}`", str(c.status), _who(raised_by[code], routes), c.meaning) for code, c in CODES.items()],
+    )
 
 
 def _sharing(routes: list[RouteSpec], part: str) -> dict[str, Any]:
@@ -224,10 +235,12 @@ def optional_regions(routes: list[RouteSpec] | None = None) -> dict[str, str]:
     """The tables the reference may carry where its prose wants one: a
     route's answer, or a shared shape."""
     routes = [r for r in ROUTES if not r.under] if routes is None else routes
-    out = {f"answer of {names}": properties_table(answer)
-           for names, answer in _sharing(routes, "answer").items() if answer.get("properties")}
-    out |= {f"schema {name}": properties_table(schema) for name, schema in SCHEMAS.items()
-            if schema.get("properties")}
+    out = {
+        f"answer of {names}": properties_table(answer)
+        for names, answer in _sharing(routes, "answer").items()
+        if answer.get("properties")
+    }
+    out |= {f"schema {name}": properties_table(schema) for name, schema in SCHEMAS.items() if schema.get("properties")}
     return out
 
 
@@ -245,12 +258,17 @@ def serve_usage(options: list[Option], width: int = 72) -> str:
 def options_table(options: list[Option]) -> str:
     """Every option: its flag, its variable, its default, the values it
     takes, and what it does."""
+
     def allowed(o: Option) -> str:
         return ", ".join(w for w in ("repeatable" if o.repeat else "", o.allowed_text()) if w)
 
-    return _table(("option", "variable", "default", "takes", ""),
-                  [(f"`{o.shown}`".replace("|", "\\|"), f"`{o.env_var}`", o.default_text(), allowed(o),
-                    o.doc or o.help) for o in options])
+    return _table(
+        ("option", "variable", "default", "takes", ""),
+        [
+            (f"`{o.shown}`".replace("|", "\\|"), f"`{o.env_var}`", o.default_text(), allowed(o), o.doc or o.help)
+            for o in options
+        ],
+    )
 
 
 def option_regions(options: list[Option] | None = None) -> dict[str, str]:
@@ -263,8 +281,12 @@ def keyed_writes(routes: list[RouteSpec] | None = None) -> str:
     """The client's KEYED_WRITES: every route that takes an Idempotency-Key."""
     routes = [r for r in ROUTES if not r.under] if routes is None else routes
     pairs = sorted({(r.method, r.path) for r in routes if r.idempotent})
-    return "KEYED_WRITES = frozenset({\n" + "".join(f"    ({json.dumps(m)}, {json.dumps(p)}),\n"
-                                                    for m, p in pairs) + "})\n"
+    # Laid out as ruff format lays it out, so the formatter's check and this one agree.
+    return (
+        "KEYED_WRITES = frozenset(\n    {\n"
+        + "".join(f"        ({json.dumps(m)}, {json.dumps(p)}),\n" for m, p in pairs)
+        + "    }\n)\n"
+    )
 
 
 def tables_of(doc: Path) -> tuple[dict[str, str], dict[str, str]]:
@@ -298,10 +320,14 @@ def render(text: str, tables: dict[str, str] | None = None, doc: Path = REFERENC
         return f"{lead}<!-- generated: {name} -->\n{tables[name]}{lead}{END}"
 
     out = _REGION.sub(fill, text)
-    problems += [f"<!-- generated: {n} --> appears {seen.count(n)} times" for n in sorted(set(seen))
-                 if seen.count(n) > 1]
-    problems += [f"no place for the table {n!r}: put <!-- generated: {n} --> and {END} where it belongs"
-                 for n in required if n not in seen]
+    problems += [
+        f"<!-- generated: {n} --> appears {seen.count(n)} times" for n in sorted(set(seen)) if seen.count(n) > 1
+    ]
+    problems += [
+        f"no place for the table {n!r}: put <!-- generated: {n} --> and {END} where it belongs"
+        for n in required
+        if n not in seen
+    ]
     return out, problems
 
 
@@ -323,9 +349,13 @@ def main(argv: list[str] | None = None) -> int:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="exit 1 if a generated table is stale")
     mode.add_argument("--write", action="store_true", help="rewrite the generated tables in place")
-    parser.add_argument("paths", nargs="*", type=Path, default=[REFERENCE, DEPLOY_GUIDE, CLIENT],
-                        help="documents to check or rewrite (default: API-REFERENCE.md, deploy/README.md and "
-                             "stash/client.py)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=[REFERENCE, DEPLOY_GUIDE, CLIENT],
+        help="documents to check or rewrite (default: API-REFERENCE.md, deploy/README.md and stash/client.py)",
+    )
     args = parser.parse_args(argv)
     failed = False
     missing = [str(path) for path in args.paths if not path.is_file()]

@@ -32,9 +32,9 @@ def shown_file(filename: str) -> str:
     parts = PurePath(filename).parts
     for anchor in ("site-packages", "dist-packages"):
         if anchor in parts:
-            return "/".join(parts[len(parts) - parts[::-1].index(anchor):])
+            return "/".join(parts[len(parts) - parts[::-1].index(anchor) :])
     if "stash" in parts:
-        return "/".join(parts[len(parts) - 1 - parts[::-1].index("stash"):])
+        return "/".join(parts[len(parts) - 1 - parts[::-1].index("stash") :])
     return parts[-1] if parts else "?"
 
 
@@ -46,8 +46,9 @@ def frames(exc: BaseException) -> str:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen and len(out) < _CHAIN_LIMIT:
         seen.add(id(current))
-        where = " > ".join(f"{shown_file(f.filename)}:{f.lineno} {f.name}"
-                           for f in traceback.extract_tb(current.__traceback__))
+        where = " > ".join(
+            f"{shown_file(f.filename)}:{f.lineno} {f.name}" for f in traceback.extract_tb(current.__traceback__)
+        )
         out.append(f"{type(current).__name__} at {where or '?'}")
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return "; during ".join(out)

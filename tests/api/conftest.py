@@ -26,8 +26,9 @@ KEEP_OPEN_SECONDS = 5.0  # stash serve's default
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     both = os.environ.get("STASH_TESTS_KEEP_OPEN") == "all" or metafunc.module.__name__.rsplit(".", 1)[-1] in KEPT_OPEN
     if "keep_open" in metafunc.fixturenames and both:
-        metafunc.parametrize("keep_open", [0.0, KEEP_OPEN_SECONDS], ids=["closed", "kept-open"], indirect=True,
-                             scope="module")
+        metafunc.parametrize(
+            "keep_open", [0.0, KEEP_OPEN_SECONDS], ids=["closed", "kept-open"], indirect=True, scope="module"
+        )
 
 
 @pytest.fixture(scope="module")

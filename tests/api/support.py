@@ -48,8 +48,9 @@ class Mem:
         return resp.json()
 
     def import_(self, texts: list[str], date: str = OLD_DATE) -> dict:
-        body = self.ok(self.api.post(self.at("/import"), self.token,
-                                     json={"entries": [{"date": date, "text": t} for t in texts]}))
+        body = self.ok(
+            self.api.post(self.at("/import"), self.token, json={"entries": [{"date": date, "text": t} for t in texts]})
+        )
         self.log += [(date, t) for t in texts]
         return body
 

@@ -120,8 +120,7 @@ def test_a_bogus_token_never_reaches_argon2(data_dir: Path, clients, monkeypatch
         "revoked": reader["token"],
     }
     for name, token in bad.items():
-        for method, url, body in (("GET", "/wake", None), ("POST", "/note", {"text": "x"}),
-                                  ("DELETE", "/store", None)):
+        for method, url, body in (("GET", "/wake", None), ("POST", "/note", {"text": "x"}), ("DELETE", "/store", None)):
             kw = {} if body is None else {"json": body}
             assert_error(api.request(method, url, token, **kw), 401, "auth.invalid")
         assert calls == [], f"{name}: argon2 ran {len(calls)} times"
@@ -161,8 +160,9 @@ def test_init_can_be_switched_off(data_dir: Path, clients) -> None:
 
 def test_init_by_invitation(data_dir: Path, clients) -> None:
     invite = os.urandom(12).hex()
-    app = create_app(make_settings(data_dir, init="invite", invite_secret=invite,
-                                   auth_failures_per_minute=3, kdf=CHEAP_KDF))
+    app = create_app(
+        make_settings(data_dir, init="invite", invite_secret=invite, auth_failures_per_minute=3, kdf=CHEAP_KDF)
+    )
     a, b = clients(app, "203.0.113.7"), clients(app, "198.51.100.9")
     missing = a.post("/init", json={})
     wrong = a.post("/init", json={"invite": invite[:-1] + ("0" if invite[-1] != "0" else "1")})

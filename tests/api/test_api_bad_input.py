@@ -90,17 +90,20 @@ def test_byte_limit_is_bytes_not_characters(mem: Mem) -> None:
 # ---------------------------------------------------------------- malformed requests
 
 
-@pytest.mark.parametrize(("url", "raw"), [
-    ("/note", b'{"text": "unterminated'),
-    ("/note", b"{text: 'single quotes'}"),
-    ("/nap", b'{"block": "2-3",}'),
-    ("/forget", b"not json at all"),
-    ("/config", b"{"),
-    ("/import", b'{"entries": [}'),
-    ("/note", b'["text"]'),
-    ("/note", b'"just a string"'),
-    ("/nap", b"\xff\xfe{}"),
-])
+@pytest.mark.parametrize(
+    ("url", "raw"),
+    [
+        ("/note", b'{"text": "unterminated'),
+        ("/note", b"{text: 'single quotes'}"),
+        ("/nap", b'{"block": "2-3",}'),
+        ("/forget", b"not json at all"),
+        ("/config", b"{"),
+        ("/import", b'{"entries": [}'),
+        ("/note", b'["text"]'),
+        ("/note", b'"just a string"'),
+        ("/nap", b"\xff\xfe{}"),
+    ],
+)
 def test_malformed_json_is_400(seeded: Mem, url: str, raw: bytes) -> None:
     refused(seeded, 400, "POST", url, content=raw, headers={"Content-Type": "application/json"})
 
@@ -122,20 +125,23 @@ def test_streamed_body_over_the_cap_is_413(seeded: Mem) -> None:
     refused(seeded, 413, "POST", "/note", content=chunks())
 
 
-@pytest.mark.parametrize(("method", "url", "body"), [
-    ("POST", "/note", {"txt": "a typo"}),
-    ("POST", "/note", {"text": "fine", "tags": ["x"]}),
-    ("POST", "/nap", {"blok": "2-3", "text": "a typo"}),
-    ("POST", "/forget", {"block": "0-1", "cascade": True}),
-    ("POST", "/import", {"entries": [{"date": OLD_DATE, "text": "x"}], "dry_run": True}),
-    ("POST", "/wake", {"parts": 2}),
-    ("POST", "/recall", {"query": "seed"}),
-    ("POST", "/zoom", {"blocks": "0-1"}),
-    ("GET", "/wake?prt=2", None),
-    ("GET", "/recall?q=seed&limit=3", None),
-    ("GET", "/zoom?block=0-3&depth=2", None),
-    ("GET", "/config?verbose=1", None),
-])
+@pytest.mark.parametrize(
+    ("method", "url", "body"),
+    [
+        ("POST", "/note", {"txt": "a typo"}),
+        ("POST", "/note", {"text": "fine", "tags": ["x"]}),
+        ("POST", "/nap", {"blok": "2-3", "text": "a typo"}),
+        ("POST", "/forget", {"block": "0-1", "cascade": True}),
+        ("POST", "/import", {"entries": [{"date": OLD_DATE, "text": "x"}], "dry_run": True}),
+        ("POST", "/wake", {"parts": 2}),
+        ("POST", "/recall", {"query": "seed"}),
+        ("POST", "/zoom", {"blocks": "0-1"}),
+        ("GET", "/wake?prt=2", None),
+        ("GET", "/recall?q=seed&limit=3", None),
+        ("GET", "/zoom?block=0-3&depth=2", None),
+        ("GET", "/config?verbose=1", None),
+    ],
+)
 def test_unknown_field_is_400(seeded: Mem, method: str, url: str, body) -> None:
     kw = {} if body is None else {"json": body}
     refused(seeded, 400, method, url, "request.unknown_field", **kw)
@@ -154,8 +160,10 @@ def test_token_in_the_query_is_refused(seeded: Mem) -> None:
 # ---------------------------------------------------------------- blocks
 
 
-@pytest.mark.parametrize("block", ["5-6", "0-2", "1-2", "7-4", "3-3", "0-0", "2-5", "-1-0", "a-b", "0_1", "",
-                                   " 0-1", "#0-1", 3, None, ["0-1"]])
+@pytest.mark.parametrize(
+    "block",
+    ["5-6", "0-2", "1-2", "7-4", "3-3", "0-0", "2-5", "-1-0", "a-b", "0_1", "", " 0-1", "#0-1", 3, None, ["0-1"]],
+)
 @pytest.mark.parametrize("route", ["nap", "forget", "zoom"])
 def test_block_that_is_not_a_block_is_422(seeded: Mem, route: str, block) -> None:
     body = {"block": block, "text": "a line"} if route == "nap" else {"block": block}
@@ -188,8 +196,9 @@ def test_forget_of_an_unwritten_summary_is_404(seeded: Mem) -> None:
 # ---------------------------------------------------------------- wake, recall, shape parameters
 
 
-@pytest.mark.parametrize("query", ["part=0", "part=2", "part=x", "part=-1", "T=6", "T=99", "T=-1", "T=1.5",
-                                   "part=2&T=5", "part=1&part=1"])
+@pytest.mark.parametrize(
+    "query", ["part=0", "part=2", "part=x", "part=-1", "T=6", "T=99", "T=-1", "T=1.5", "part=2&T=5", "part=1&part=1"]
+)
 def test_bad_wake_parameters(seeded: Mem, query: str) -> None:
     status = 400 if query == "part=1&part=1" else 422
     code = seeded.api.get(f"/wake?{query}", seeded.token).json().get("error", "")
@@ -217,19 +226,22 @@ def test_bad_shape_parameters(api: Api, query: str) -> None:
 # ---------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("change", [
-    pytest.param({"WAKE_LINES": 0}, id="zero"),
-    pytest.param({"ENTRY_CHARS": 281}, id="entry-chars-over-280"),
-    pytest.param({"ENTRY_CHARS": 0}, id="entry-chars-zero"),
-    pytest.param({"PART_CHARS": -1}, id="negative"),
-    pytest.param({"WAKE_LINES": "ten"}, id="string"),
-    pytest.param({"WAKE_LINES": "64"}, id="numeric-string"),
-    pytest.param({"PART_LINES": True}, id="boolean"),
-    pytest.param({"WAKE_CHARS": 1.5}, id="float"),
-    pytest.param({"WAKE_CHARS": [5]}, id="list"),
-    pytest.param({"WAKE_LINES": 64, "PART_LINES": 0}, id="one-good-one-bad"),
-    pytest.param({}, id="nothing-to-change"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param({"WAKE_LINES": 0}, id="zero"),
+        pytest.param({"ENTRY_CHARS": 281}, id="entry-chars-over-280"),
+        pytest.param({"ENTRY_CHARS": 0}, id="entry-chars-zero"),
+        pytest.param({"PART_CHARS": -1}, id="negative"),
+        pytest.param({"WAKE_LINES": "ten"}, id="string"),
+        pytest.param({"WAKE_LINES": "64"}, id="numeric-string"),
+        pytest.param({"PART_LINES": True}, id="boolean"),
+        pytest.param({"WAKE_CHARS": 1.5}, id="float"),
+        pytest.param({"WAKE_CHARS": [5]}, id="list"),
+        pytest.param({"WAKE_LINES": 64, "PART_LINES": 0}, id="one-good-one-bad"),
+        pytest.param({}, id="nothing-to-change"),
+    ],
+)
 def test_bad_config_value_is_422(seeded: Mem, change: dict) -> None:
     refused(seeded, 422, "POST", "/config", json=change)
 

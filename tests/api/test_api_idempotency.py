@@ -47,8 +47,9 @@ def test_nap_retry_replays_the_save(api: Api, owner: str):
 def test_import_retry_imports_once(api: Api, owner: str):
     body = {"entries": [{"date": OLD_DATE, "text": f"old {k}"} for k in range(3)]}
     first = api.post("/import", owner, json=body, headers=key("imp-1"))
-    again = api.post("/import", owner, content=json.dumps(body, indent=3).encode(),
-                     headers=key("imp-1"))  # the same object, spaced differently
+    again = api.post(
+        "/import", owner, content=json.dumps(body, indent=3).encode(), headers=key("imp-1")
+    )  # the same object, spaced differently
     assert first.status_code == again.status_code == 200
     assert again.headers[REPLAYED] == "true" and again.json() == first.json()
     answer = first.json()
@@ -66,11 +67,14 @@ def test_grants_retry_answers_the_same_grant_and_token(api: Api, owner: str):
     assert api.get("/wake", first.json()["token"]).status_code == 200
 
 
-@pytest.mark.parametrize("path, body, other", [
-    ("/note", {"text": "one"}, {"text": "two"}),
-    ("/import", {"entries": [{"date": OLD_DATE, "text": "a"}]}, {"entries": [{"date": OLD_DATE, "text": "b"}]}),
-    ("/grants", {"scope": "read"}, {"scope": "full"}),
-])
+@pytest.mark.parametrize(
+    "path, body, other",
+    [
+        ("/note", {"text": "one"}, {"text": "two"}),
+        ("/import", {"entries": [{"date": OLD_DATE, "text": "a"}]}, {"entries": [{"date": OLD_DATE, "text": "b"}]}),
+        ("/grants", {"scope": "read"}, {"scope": "full"}),
+    ],
+)
 def test_the_same_key_with_another_body_is_409(api: Api, owner: str, path: str, body: dict, other: dict):
     status = 201 if path == "/grants" else 200
     assert api.post(path, owner, json=body, headers=key("k")).status_code == status
@@ -106,8 +110,12 @@ def test_the_same_key_on_another_memory_route_is_409(api: Api, owner: str):
 @pytest.mark.parametrize("path", ["/note", "/nap", "/import", "/grants"])
 @pytest.mark.parametrize("value", ["", "has space", "x" * 256])
 def test_a_malformed_key_is_400_and_writes_nothing(api: Api, owner: str, path: str, value: str):
-    body = {"/note": {"text": "x"}, "/nap": {}, "/import": {"entries": [{"date": OLD_DATE, "text": "x"}]},
-            "/grants": {"scope": "read"}}[path]
+    body = {
+        "/note": {"text": "x"},
+        "/nap": {},
+        "/import": {"entries": [{"date": OLD_DATE, "text": "x"}]},
+        "/grants": {"scope": "read"},
+    }[path]
     assert_error(api.post(path, owner, json=body, headers=key(value)), 400, "idempotency.bad_key")
     assert texts(api, owner) == []
     assert len(api.get("/grants", owner).json()["grants"]) == 1
@@ -132,8 +140,7 @@ def test_a_refusal_is_not_replayed(api: Api, owner: str):
 
 def test_a_wrong_nap_block_409_is_not_recorded(api: Api, owner: str):
     api.post("/import", owner, json={"entries": [{"date": OLD_DATE, "text": t} for t in "abcd"]})
-    assert_error(api.post("/nap", owner, json={"block": "2-3", "text": "x"}, headers=key("n")), 409,
-                 "nap.wrong_block")
+    assert_error(api.post("/nap", owner, json={"block": "2-3", "text": "x"}, headers=key("n")), 409, "nap.wrong_block")
     resp = api.post("/nap", owner, json={"block": "0-1", "text": "x"}, headers=key("n"))
     assert resp.status_code == 200 and resp.json()["saved"] == "0-1"
 
@@ -187,8 +194,9 @@ def test_a_bound_writers_key_replays_its_note_and_refuses_another(api: Api, owne
     assert first.status_code == 200 and REPLAYED not in first.headers
     again = api.post("/note", writer, json={"text": "the merger closes friday"}, headers=key("n-1"))
     assert again.headers[REPLAYED] == "true" and again.json() == first.json()
-    assert_error(api.post("/note", writer, json={"text": "the merger is off"}, headers=key("n-1")), 409,
-                 "idempotency.key_reused")
+    assert_error(
+        api.post("/note", writer, json={"text": "the merger is off"}, headers=key("n-1")), 409, "idempotency.key_reused"
+    )
     read_path = "/recall" if where == "main" else f"/m/{where}/recall"
     resp = api.post(read_path, owner, json={"q": "merger"})
     assert [line.split(" ", 2)[2] for line in resp.json()["matches"]] == ["the merger closes friday"]

@@ -140,8 +140,9 @@ def test_metrics_refused_off_loopback(data_dir) -> None:
     app = create_app(make_settings(data_dir))
     remote = Api(app)
     remote.loop.run_until_complete(remote.client.aclose())
-    remote.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=("203.0.113.7", 4242)),
-                                      base_url="http://stash.test")
+    remote.client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=("203.0.113.7", 4242)), base_url="http://stash.test"
+    )
     try:
         assert_error(remote.get("/metrics"), 403)
     finally:
@@ -246,7 +247,13 @@ def test_wake_empty(api: Api, owner: str) -> None:
     body = api.get("/wake", owner).json()
     wake_keys_ok(body)
     assert (body["T"], body["part"], body["parts"], body["lines"], body["awake"], body["nap"]) == (
-        0, 1, 1, [], True, None)
+        0,
+        1,
+        1,
+        [],
+        True,
+        None,
+    )
 
 
 def test_wake_hands_over_a_pending_nap_it_does_not_need(mem: Mem) -> None:
@@ -313,9 +320,16 @@ def test_wake_parts_respect_part_lines_and_carry_next(mem: Mem) -> None:
             assert isinstance(body["next"], str)
             # docs/DESIGN.md, "Next steps": the next step is the POST twin, no query string (a broker may refuse one).
             assert "?" not in body["next"]
-            assert body["next"].endswith(f"\"$STASH_URL/wake\" -d '{{\"part\": {k + 1}, \"T\": 10}}'"), body["next"]
-            assert body["run"] == [{"method": "POST", "path": "/wake", "fields": {"part": k + 1, "T": 10},
-                                    "plain": None, "placeholders": []}]
+            assert body["next"].endswith(f'"$STASH_URL/wake" -d \'{{"part": {k + 1}, "T": 10}}\''), body["next"]
+            assert body["run"] == [
+                {
+                    "method": "POST",
+                    "path": "/wake",
+                    "fields": {"part": k + 1, "T": 10},
+                    "plain": None,
+                    "placeholders": [],
+                }
+            ]
 
 
 def test_wake_parts_respect_part_chars_greedily(mem: Mem) -> None:
@@ -408,8 +422,7 @@ def test_wake_chars_below_one_entry_keeps_one_entry_of_room(mem: Mem) -> None:
 
 
 def recall_oracle(mem: Mem, pattern: str, part_chars: int) -> dict:
-    hits = [mem.memory_line(i) for i in range(len(mem.log))
-            if re.search(pattern, mem.memory_line(i), re.IGNORECASE)]
+    hits = [mem.memory_line(i) for i in range(len(mem.log)) if re.search(pattern, mem.memory_line(i), re.IGNORECASE)]
     kept: list[str] = []
     size = 0
     for line in reversed(hits):
@@ -422,8 +435,10 @@ def recall_oracle(mem: Mem, pattern: str, part_chars: int) -> dict:
 
 
 def test_recall_newest_matches_within_part_chars_and_total(api: Api, mem: Mem) -> None:
-    mem.import_([f"apple pie number {k}" if k % 2 else f"banana bread {k}" for k in range(30)]
-                + ["met Ayşe Yılmaz in İstanbul", "APPLE cider in Straße 9"])
+    mem.import_(
+        [f"apple pie number {k}" if k % 2 else f"banana bread {k}" for k in range(30)]
+        + ["met Ayşe Yılmaz in İstanbul", "APPLE cider in Straße 9"]
+    )
     mem.settle_all()
     mem.set_config(PART_CHARS=120)
     for pattern in ("apple", "YILMAZ", "istanbul", r"pie number \d+5", "2021-03", "summary", r"^#3\d "):
@@ -471,14 +486,16 @@ def test_forget_drops_smallest_first_and_naps_rebuild(api: Api, mem: Mem) -> Non
     assert mem.ok(api.post("/nap", mem.token, json={}))["nap"] == body["nap"]  # the answer carries the next nap
     assert body["nap"]["block"] == "2-3"
     assert_error(api.post("/forget", mem.token, json={"block": "2-3"}), 404)
-    assert mem.ok(api.get("/zoom?block=0-3", mem.token))["lines"] == [
-        "#0-1 summary of 0-1", "#2-3 not compressed yet"]
+    assert mem.ok(api.get("/zoom?block=0-3", mem.token))["lines"] == ["#0-1 summary of 0-1", "#2-3 not compressed yet"]
     for block in order:
         mem.summaries.pop(block, None)
     assert mem.settle_all() == len(order)
     mem.set_config(WAKE_LINES=2)
-    assert [x for p in mem.wake_all() for x in p["lines"]] == mem.wake_lines(2) == [
-        "#0-3 summary of 0-3", "#4-7 summary of 4-7"]
+    assert (
+        [x for p in mem.wake_all() for x in p["lines"]]
+        == mem.wake_lines(2)
+        == ["#0-3 summary of 0-3", "#4-7 summary of 4-7"]
+    )
     assert len(mem.log) == 8 and mem.ok(api.get("/wake", mem.token))["T"] == 8
 
 
@@ -528,7 +545,7 @@ def test_export_is_an_optmem_directory(api: Api, mem: Mem) -> None:
     log = members["memory/LOG.txt"]
     assert len(log) == 5 * 320
     for i in range(5):
-        rec = log[i * 320:(i + 1) * 320]
+        rec = log[i * 320 : (i + 1) * 320]
         line = mem.memory_line(i).encode()
         assert rec == line + b" " * (319 - len(line)) + b"\n"
         assert MEMORY_LINE.fullmatch(rec.decode().rstrip())
@@ -537,7 +554,7 @@ def test_export_is_an_optmem_directory(api: Api, mem: Mem) -> None:
         blocks = [(lo, lo + size) for lo in range(0, 5 - size + 1, size)]
         assert len(tree) == 288 * len(blocks)
         for k, block in enumerate(blocks):
-            rec = tree[k * 288:(k + 1) * 288]
+            rec = tree[k * 288 : (k + 1) * 288]
             assert rec.endswith(b"\n") and len(rec) == 288
             assert rec.rstrip(b" \n").endswith(mem.summaries[block].encode())
     assert not any(name.startswith("memory/TREE/8") for name in members)

@@ -55,8 +55,9 @@ def test_routes_table_matches_the_design() -> None:
     served = {normal(r.method, r.path): r.scope for r in ROUTES if not r.under}
     assert served == SCOPES
     # Every /m/{name} copy has its route's scope; the design's table lists each route once.
-    assert all(r.scope == next(b.scope for b in ROUTES if b.path == r.base and b.method == r.method)
-               for r in ROUTES if r.under)
+    assert all(
+        r.scope == next(b.scope for b in ROUTES if b.path == r.base and b.method == r.method) for r in ROUTES if r.under
+    )
 
 
 class World:
@@ -187,8 +188,12 @@ def test_every_bad_token_gets_the_same_401(api: Api, owner: str) -> None:
     before = state(api, owner)
     answers = {}
     for name, headers in cases.items():
-        for method, url, body in (("GET", "/wake", None), ("POST", "/note", {"text": "forged"}),
-                                  ("GET", "/export", None), ("DELETE", "/store", None)):
+        for method, url, body in (
+            ("GET", "/wake", None),
+            ("POST", "/note", {"text": "forged"}),
+            ("GET", "/export", None),
+            ("DELETE", "/store", None),
+        ):
             kw: dict[str, Any] = {} if body is None else {"json": body}
             resp = api.request(method, url, headers=headers, **kw)
             assert_error(resp, 401)
@@ -200,8 +205,13 @@ def test_every_bad_token_gets_the_same_401(api: Api, owner: str) -> None:
 
 def test_token_in_a_query_string_is_refused(api: Api, owner: str) -> None:
     before = state(api, owner)
-    for url in (f"/wake?token={owner}", f"/recall?q=a&access_token={owner}", f"/config?key={owner}",
-                f"/health?token={owner}", f"/zoom?block={owner}"):
+    for url in (
+        f"/wake?token={owner}",
+        f"/recall?q=a&access_token={owner}",
+        f"/config?key={owner}",
+        f"/health?token={owner}",
+        f"/zoom?block={owner}",
+    ):
         assert_error(api.get(url), 400, "auth.token_in_query")
         assert_error(api.get(url, owner), 400, "auth.token_in_query")
     assert_error(api.post(f"/note?token={owner}", owner, json={"text": "sneaky"}), 400, "auth.token_in_query")

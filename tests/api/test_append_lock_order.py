@@ -45,8 +45,9 @@ def test_a_waiting_append_note_holds_no_write_lock_of_the_key_ring(data_dir: Pat
         held = userlock.UserLock(folder)
         held.acquire_shared()  # as a read-capable request holds it
         try:
-            note = threading.Thread(target=lambda: answers.append(
-                other.post("/note", append, json={"text": "noted while a reader works"})))
+            note = threading.Thread(
+                target=lambda: answers.append(other.post("/note", append, json={"text": "noted while a reader works"}))
+            )
             note.start()
             deadline = time.monotonic() + 30
             while not gate_held_exclusive(folder):  # the note now waits for the lock exclusive

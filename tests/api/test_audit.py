@@ -39,8 +39,15 @@ def test_every_kind_of_event_is_recorded_with_its_grant_and_no_content(api: Api,
 
     got = events(api, owner)
     assert [(e["event"], e["grant"]) for e in got] == [
-        ("mint", 1), ("mint", 1), ("import", writer["id"]), ("forget", writer["id"]), ("config", writer["id"]),
-        ("erase", 1), ("export", 1), ("revoke", 1)]
+        ("mint", 1),
+        ("mint", 1),
+        ("import", writer["id"]),
+        ("forget", writer["id"]),
+        ("config", writer["id"]),
+        ("erase", 1),
+        ("export", 1),
+        ("revoke", 1),
+    ]
     assert got[0]["detail"] == {"grant": writer["id"], "scope": "full", "memory": "main"}
     assert got[2]["detail"] == {"first": 0, "last": 5}
     assert got[3]["detail"] == {"block": "2-3", "dropped": 1}
@@ -106,8 +113,9 @@ def test_every_event_names_a_capability_get_grants_lists(api: Api, owner: str, d
     owners = [g["id"] for g in api.get("/grants", new).json()["grants"] if g["scope"] == "owner"]
     old_id, new_id = sorted(owners)
     configs = [(e["memory"], e["grant"]) for e in events if e["event"] == "config"]
-    assert sorted(configs) == sorted([("alpha", old_id), ("bravo", old_id), ("main", new_id), ("alpha", new_id),
-                                      ("bravo", new_id)])
+    assert sorted(configs) == sorted(
+        [("alpha", old_id), ("bravo", old_id), ("main", new_id), ("alpha", new_id), ("bravo", new_id)]
+    )
     # A memory made before its key ring recorded whose enrolment is whose: the same answer, by order.
     ring = next((data_dir / "users").iterdir()) / "m" / "alpha" / "keyring.db"
     conn = sqlite3.connect(ring)

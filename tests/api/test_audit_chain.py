@@ -55,8 +55,9 @@ def test_an_untouched_trail_is_intact_from_its_first_event(api: Api, owner: str,
     assert got["trail"] == {"intact": True, "chained_from": first, "problem": None}
 
 
-def test_a_forged_revoke_sealed_to_the_owner_public_key_is_detected(api: Api, owner: str, data_dir: Path,
-                                                                   memory: Memory) -> None:
+def test_a_forged_revoke_sealed_to_the_owner_public_key_is_detected(
+    api: Api, owner: str, data_dir: Path, memory: Memory
+) -> None:
     """Finding 7 as reported: a revoke of a grant that is still live, sealed
     to the cleartext owner_pub (no key needed), inserted into the trail;
     ``stash verify`` with the owner token fails it too, in any memory."""
@@ -64,8 +65,10 @@ def test_a_forged_revoke_sealed_to_the_owner_public_key_is_detected(api: Api, ow
     uid = token_parts(owner).user_id
     with ring(data_dir, owner, memory) as conn:
         public = bytes.fromhex(conn.execute("SELECT value FROM keyring_meta WHERE name = 'owner_pub'").fetchone()[0])
-        forged = json.dumps({"at": "2026-12-01T00:00:00Z", "grant": 1, "event": "revoke",
-                             "detail": {"grant": full["id"]}}, sort_keys=True).encode()
+        forged = json.dumps(
+            {"at": "2026-12-01T00:00:00Z", "grant": 1, "event": "revoke", "detail": {"grant": full["id"]}},
+            sort_keys=True,
+        ).encode()
         sealed = owner_seal.seal(memory.store(uid), public, "audit", forged, pad=256).hex()
         last_at = conn.execute("SELECT at FROM audit ORDER BY id DESC LIMIT 1").fetchone()[0]
         conn.execute("INSERT INTO audit(at, grant_id, event, detail) VALUES (?, 0, 'sealed', ?)", (last_at, sealed))
@@ -94,13 +97,13 @@ def test_a_deleted_event_middle_or_newest_is_detected(api: Api, owner: str, data
     newest = edit(f"DELETE FROM audit WHERE id = {rows[-1][0]}")
     assert newest["intact"] is False and "head" in newest["problem"]
     assert edit("DELETE FROM audit")["intact"] is False  # the whole trail
-    swapped = edit(f"UPDATE audit SET detail = (SELECT detail FROM audit WHERE id = {rows[0][0]}) "
-                   f"WHERE id = {rows[1][0]}")
+    swapped = edit(
+        f"UPDATE audit SET detail = (SELECT detail FROM audit WHERE id = {rows[0][0]}) WHERE id = {rows[1][0]}"
+    )
     assert swapped["intact"] is False
 
 
-def test_labels_and_audit_events_each_seal_to_one_size(api: Api, owner: str, data_dir: Path,
-                                                      memory: Memory) -> None:
+def test_labels_and_audit_events_each_seal_to_one_size(api: Api, owner: str, data_dir: Path, memory: Memory) -> None:
     """Finding 6: a sealed label was 101 bytes plus its length, and audit
     events as long as their detail (mint 193 B, revoke 178 B, ...)."""
     memory.create(api, owner)

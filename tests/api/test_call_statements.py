@@ -45,10 +45,14 @@ def _memory(api: Api, owner: str) -> str:
     return token
 
 
-@pytest.mark.parametrize(("method", "path", "body"), [("GET", "/wake", None), ("POST", "/note", {"text": "x"}),
-                                                      ("POST", "/nap", {})], ids=["wake", "note", "nap"])
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [("GET", "/wake", None), ("POST", "/note", {"text": "x"}), ("POST", "/nap", {})],
+    ids=["wake", "note", "nap"],
+)
 def test_a_call_reads_the_level_frontiers_in_one_statement_each_time(
-        statements: Counter[str], api: Api, owner: str, method: str, path: str, body: dict | None) -> None:
+    statements: Counter[str], api: Api, owner: str, method: str, path: str, body: dict | None
+) -> None:
     token = _memory(api, owner)
     statements.clear()
     resp = api.send(method, path, {"Authorization": f"Bearer {token}"}, **({} if body is None else {"json": body}))
@@ -59,7 +63,8 @@ def test_a_call_reads_the_level_frontiers_in_one_statement_each_time(
 
 
 def test_a_write_runs_the_idempotency_script_only_where_the_table_is_missing(
-        statements: Counter[str], api: Api, owner: str) -> None:
+    statements: Counter[str], api: Api, owner: str
+) -> None:
     token = _memory(api, owner)
     statements.clear()
     for k in range(3):

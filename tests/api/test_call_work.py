@@ -38,13 +38,16 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
     def write(conn):
         if not conn.in_transaction and Path(conn.execute("PRAGMA database_list").fetchone()[2]).name.startswith(
-                "keyring"):
+            "keyring"
+        ):
             seen["ring writes"] += 1
         return real_write(conn)
 
     for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("stash.") and \
-                getattr(module, "write_transaction", None) is real_write:
+        if (
+            getattr(module, "__name__", "").startswith("stash.")
+            and getattr(module, "write_transaction", None) is real_write
+        ):
             monkeypatch.setattr(module, "write_transaction", write)
     return seen
 
@@ -59,19 +62,27 @@ CALLS = [
 
 @pytest.mark.parametrize(("what", "method", "path", "body", "ring_writes"), CALLS, ids=[c[0] for c in CALLS])
 def test_a_call_parses_its_token_once_and_writes_the_ring_only_for_a_change(
-        api: Api, owner: str, counts: Counter[str], what: str, method: str, path: str, body: dict | None,
-        ring_writes: int) -> None:
+    api: Api, owner: str, counts: Counter[str], what: str, method: str, path: str, body: dict | None, ring_writes: int
+) -> None:
     token = api.post("/grants", owner, json={"scope": "full"}).json()["token"]
-    assert api.post("/import", token, json={"entries": [{"date": "2026-01-02", "text": f"memory {i}"}
-                                                         for i in range(2)]}).status_code == 200
+    assert (
+        api.post(
+            "/import", token, json={"entries": [{"date": "2026-01-02", "text": f"memory {i}"} for i in range(2)]}
+        ).status_code
+        == 200
+    )
     assert api.post("/nap", token, json={"block": "0-1", "text": "the first two memories"}).status_code == 200
     # Once a day per process a call also records its grant's last-used day and the memory's last
     # write day; those are written now, so what follows counts a call's own writes.
     assert api.post("/note", token, json={"text": "a first note of the day"}).status_code == 200
     counts.clear()
     for k in range(3):
-        resp = api.send(method, path, {"Authorization": f"Bearer {token}"},
-                        **({} if body is None else {"json": {"text": f"{body['text']} {k}"}}))
+        resp = api.send(
+            method,
+            path,
+            {"Authorization": f"Bearer {token}"},
+            **({} if body is None else {"json": {"text": f"{body['text']} {k}"}}),
+        )
         assert resp.status_code == 200, resp.text
     assert counts["parse"] == 3, f"{what}: the token parsed {counts['parse']} times in 3 requests"
     assert counts["lookup_tag"] == 3, f"{what}: the lookup tag derived {counts['lookup_tag']} times in 3 requests"

@@ -297,7 +297,9 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     assert resp.status_code == 200, resp.text
     receipt = resp.json()
     assert {k: receipt[k] for k in ("ids", "erased", "dropped")} == {
-        "ids": [5], "erased": [5], "dropped": len(path_of(5, 10))
+        "ids": [5],
+        "erased": [5],
+        "dropped": len(path_of(5, 10)),
     }
     assert isinstance(receipt["receipt"], int) and start <= stamp(receipt["at"]) <= now()
     erased = f"#5 {dates[5]} [erased]"
@@ -312,14 +314,27 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     assert api.get("/zoom", owner, params={"block": "4-5"}).json()["lines"] == [line[4], erased]
     # Only the blocks over #5 went: 6-7 keeps its summary.
     assert api.get("/zoom", owner, params={"block": "4-7"}).json()["lines"] == [
-        "#4-5 not compressed yet", f"#6-7 {quoting('6-7')}"]
+        "#4-5 not compressed yet",
+        f"#6-7 {quoting('6-7')}",
+    ]
     assert api.get("/zoom", owner, params={"block": "0-7"}).json()["lines"] == [
-        f"#0-3 {quoting('0-3')}", "#4-7 not compressed yet"]
-    assert api.post("/recall", owner, json={"q": words[5]}).json() == {"matches": [], "total": 0, "more": None,
-                                                                      "message": "No match.", "run": []}
-    assert api.post("/recall", owner, json={"q": r"\[erased\]"}).json() == {"matches": [erased], "total": 1,
-                                                                           "more": None, "message": "1 match.",
-                                                                           "run": []}
+        f"#0-3 {quoting('0-3')}",
+        "#4-7 not compressed yet",
+    ]
+    assert api.post("/recall", owner, json={"q": words[5]}).json() == {
+        "matches": [],
+        "total": 0,
+        "more": None,
+        "message": "No match.",
+        "run": [],
+    }
+    assert api.post("/recall", owner, json={"q": r"\[erased\]"}).json() == {
+        "matches": [erased],
+        "total": 1,
+        "more": None,
+        "message": "1 match.",
+        "run": [],
+    }
     assert api.post("/recall", owner, json={"q": "memory"}).json()["total"] == 9
     members = export_members(api, owner)
     log = members["memory/LOG.txt"]
@@ -334,7 +349,9 @@ def test_erase_shreds_a_memory_everywhere_and_drops_what_was_built_on_it(cap_api
     rebuilt = settle(api, owner, lambda b: f"again {b}")
     assert rebuilt == path_of(5, 10)
     assert api.get("/zoom", owner, params={"block": "0-7"}).json()["lines"] == [
-        f"#0-3 {quoting('0-3')}", "#4-7 again 4-7"]
+        f"#0-3 {quoting('0-3')}",
+        "#4-7 again 4-7",
+    ]
 
     # A second erasure: 5 again is skipped, 2 is new; its receipt follows the first.
     second = api.post("/erase", owner, json={"ids": [5, 2, 2]}).json()
@@ -379,8 +396,9 @@ def test_a_refused_erasure_erases_nothing(cap_api: Api, body, status: int, code:
 # ---------------------------------------------------------------- DELETE /store
 
 
-def test_destroying_the_store_kills_every_token_and_leaves_nothing(cap_api: Api, data_dir: Path, tmp_path: Path,
-                                                                   memory: Memory) -> None:
+def test_destroying_the_store_kills_every_token_and_leaves_nothing(
+    cap_api: Api, data_dir: Path, tmp_path: Path, memory: Memory
+) -> None:
     """Every memory of the identity goes, each key ring overwritten before it
     is removed: a hard link to it made beforehand (a thief's, or a backup
     tool's) holds only zeros afterwards."""
@@ -417,8 +435,13 @@ def test_destroying_the_store_kills_every_token_and_leaves_nothing(cap_api: Api,
 
     answers = set()
     for token in (owner, read["token"], full["token"], gone["token"]):
-        for method, url, body in (("GET", "/wake", None), ("POST", "/note", {"text": "x"}),
-                                  ("GET", "/grants", None), ("GET", "/export", None), ("DELETE", "/store", None)):
+        for method, url, body in (
+            ("GET", "/wake", None),
+            ("POST", "/note", {"text": "x"}),
+            ("GET", "/grants", None),
+            ("GET", "/export", None),
+            ("DELETE", "/store", None),
+        ):
             kw = {} if body is None else {"json": body}
             r = api.request(method, url, token, **kw)
             assert_error(r, 401, "auth.invalid")

@@ -13,8 +13,18 @@ import pytest
 from stash.client import VERBS
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = ["README.md", "SECURITY.md", "deploy/README.md", "stash/CLIENT.md", "bench/README.md", "API-REFERENCE.md",
-        "docs/DESIGN.md", "CHANGELOG.md", "CONTRIBUTING.md", "bench/HISTORY.md"]
+DOCS = [
+    "README.md",
+    "SECURITY.md",
+    "deploy/README.md",
+    "stash/CLIENT.md",
+    "bench/README.md",
+    "API-REFERENCE.md",
+    "docs/DESIGN.md",
+    "CHANGELOG.md",
+    "CONTRIBUTING.md",
+    "bench/HISTORY.md",
+]
 README_MAX_LINES = 150
 BENCH_MAX_LINES = 300  # bench/README.md: how to run, today's numbers, how they are measured
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
@@ -132,9 +142,13 @@ def test_the_checker_catches_what_it_must(tmp_path: Path) -> None:
         "[ok](../README.md#where-to-read-on) [ok too](#a-heading-with-code) [web](https://example.com)\n"
         "[gone](no-such-file.md) [out](../../OUTSIDE.md) [anchor](../README.md#no-such-heading)\n"
         "`[in code](nowhere.md)`\n\n```\n[in a fence](nowhere.md)\n```\n",
-        encoding="utf-8")
-    assert broken_links(probe, root) == ["no-such-file.md (no such file)", "../../OUTSIDE.md (outside the repository)",
-                                         "../README.md#no-such-heading (no such heading)"]
+        encoding="utf-8",
+    )
+    assert broken_links(probe, root) == [
+        "no-such-file.md (no such file)",
+        "../../OUTSIDE.md (outside the repository)",
+        "../README.md#no-such-heading (no such heading)",
+    ]
 
 
 SHOWN_BY = re.compile(r"\b((?:tests|bench)/[A-Za-z0-9_/]+\.py)\b")

@@ -110,7 +110,13 @@ def test_each_route_sections_errors_are_codes_that_route_answers_with_their_stat
 
 
 def test_the_errors_prose_reader_reads_statuses_and_codes() -> None:
-    section = "Errors: 400 `request.bad_json`, `request.unknown_field`; **404 `grants.unknown`** (no such\nid, " \
-              "up to 256 of them); 429 `rate_limited`.\n\nLater prose `not.a_code` 500."
-    assert errors_prose(section) == [(400, "request.bad_json"), (400, "request.unknown_field"),
-                                     (404, "grants.unknown"), (429, "rate_limited")]
+    section = (
+        "Errors: 400 `request.bad_json`, `request.unknown_field`; **404 `grants.unknown`** (no such\nid, "
+        "up to 256 of them); 429 `rate_limited`.\n\nLater prose `not.a_code` 500."
+    )
+    assert errors_prose(section) == [
+        (400, "request.bad_json"),
+        (400, "request.unknown_field"),
+        (404, "grants.unknown"),
+        (429, "rate_limited"),
+    ]

@@ -46,8 +46,10 @@ def test_manifest_counts_and_digests(api: Api, mem: Mem) -> None:
     assert doc["pending"] == len(oracle_pending(21, settled))
     assert doc["config"] == {"WAKE_LINES": 40, "ENTRY_CHARS": 200}
     assert doc["records"] == {"log": 320, "tree": 288}
-    assert doc["files"] == [{"path": p, "bytes": len(members[p]), "sha256": hashlib.sha256(members[p]).hexdigest()}
-                            for p in sorted(members, key=str.encode)]
+    assert doc["files"] == [
+        {"path": p, "bytes": len(members[p]), "sha256": hashlib.sha256(members[p]).hexdigest()}
+        for p in sorted(members, key=str.encode)
+    ]
     assert set(members) == {"README.txt", "memory/LOG.txt", "memory/TREE/2", "memory/config"}
     assert doc["digest"] == hashlib.sha256(listing(members).encode()).hexdigest()
 

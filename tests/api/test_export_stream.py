@@ -50,7 +50,7 @@ def test_export_builds_the_log_member_without_any_file(api: Api, mem: Mem, monke
     assert os.open is real_os_open
     log = members["memory/LOG.txt"]
     assert len(log) == T * 320
-    records = [log[k:k + 320].decode().rstrip() for k in range(0, len(log), 320)]
+    records = [log[k : k + 320].decode().rstrip() for k in range(0, len(log), 320)]
     assert records == [f"#{i} {mem.log[i][0]} memory {i}" for i in range(T)]
     manifest = json.loads(members["manifest.json"])
     entry = next(f for f in manifest["files"] if f["path"] == "memory/LOG.txt")

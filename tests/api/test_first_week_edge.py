@@ -55,7 +55,7 @@ def test_the_landing_route_table_names_each_route_as_the_docs_call_it(api: Api) 
         bare = "get" in ops and not any(q.get("required") or q["name"] == "q" for q in params)
         assert method == ("GET" if bare else method), (method, path)
     script = page.split("<script>", 1)[1]
-    assert "bare" in script and "(m === \"post\") === !!bare" in script
+    assert "bare" in script and '(m === "post") === !!bare' in script
     assert 'q.name === "q"' in script  # the live table follows the same rule
 
 
@@ -71,8 +71,9 @@ def test_the_landing_quickstart_fits_its_column(api: Api) -> None:
 
 def test_a_form_body_is_told_about_text_plain(api: Api, owner: str) -> None:
     # curl -d 'text' sends the line as a form.
-    resp = api.post("/note", owner, content=b"chose jade",
-                    headers={"Content-Type": "application/x-www-form-urlencoded"})
+    resp = api.post(
+        "/note", owner, content=b"chose jade", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
     assert resp.status_code == 400 and resp.json()["error"] == "request.bad_json"
     assert "Content-Type: text/plain" in resp.json()["message"] and "form" in resp.json()["message"]
 

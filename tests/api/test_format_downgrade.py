@@ -89,8 +89,9 @@ class Store:
 
     @contextlib.contextmanager
     def memory_rows(self, base: bytes) -> Iterator[sqlite3.Connection]:
-        conn = open_raw(self.folder / "memory.db", file_key(base) if self.cipher == "sqlcipher" else None,
-                        isolation_level=None)
+        conn = open_raw(
+            self.folder / "memory.db", file_key(base) if self.cipher == "sqlcipher" else None, isolation_level=None
+        )
         try:
             yield conn
         finally:
@@ -106,8 +107,12 @@ class Store:
 
     def refused(self) -> None:
         """Every route that reads the memory refuses; the erased text is in no answer."""
-        for method, url, body in (("GET", "/wake", None), ("POST", "/recall", {"q": "BRAVO"}),
-                                  ("GET", "/export", None), ("POST", "/note", {"text": "after the put-back"})):
+        for method, url, body in (
+            ("GET", "/wake", None),
+            ("POST", "/recall", {"q": "BRAVO"}),
+            ("GET", "/export", None),
+            ("POST", "/note", {"text": "after the put-back"}),
+        ):
             resp = self.http.request(method, url, self.owner, **({"json": body} if body else {}))
             assert resp.status_code == 500, (url, resp.status_code, resp.text[:300])
             assert assert_error(resp, 500)["error"] in REFUSED, resp.text
@@ -175,12 +180,14 @@ def test_finding_1_as_reported_state_row_and_key_ring_copies_deleted(store: Stor
         drop_ring_copies(s)
 
     attack(s, old, as_reported)
+
     # And the file made to look as a pre-0.2.0 one as far as its plain rows go.
     def as_pre_epochs(s: Store) -> None:
         as_reported(s)
         with s.memory_rows(base) as conn:
             conn.execute("UPDATE meta SET value = '2' WHERE name = 'format'")
             conn.execute("DELETE FROM meta WHERE name IN ('epoch', 'drops')")
+
     attack(s, old, as_pre_epochs)
 
 
@@ -192,11 +199,13 @@ def test_an_old_memory_file_with_its_head_is_refused_whatever_copies_are_deleted
     def old_copies(s: Store) -> None:
         """The copies as the old key ring had them (sealed under the epoch before the revocation)."""
         with sqlite3.connect(old / "keyring.db") as src:
-            rows = src.execute("SELECT name, value FROM keyring_meta WHERE name IN "
-                               "('state_version', 'log_head', 'copies_mac')").fetchall()
+            rows = src.execute(
+                "SELECT name, value FROM keyring_meta WHERE name IN ('state_version', 'log_head', 'copies_mac')"
+            ).fetchall()
         drop_ring_copies(s)
         with s.keyring_rows() as conn:
             conn.executemany("INSERT INTO keyring_meta(name, value) VALUES (?, ?)", rows)
+
     attack(s, old, old_copies)
 
 
@@ -219,11 +228,13 @@ def test_without_a_revocation_a_file_passed_off_as_pre_0_2_0_is_refused(store: S
             conn.execute("DELETE FROM meta WHERE name IN ('epoch', 'drops')")
             if s.cipher == "none":
                 from stash.storage.sqlite.schema import sections
+
                 conn.executescript(sections()["memory_on_use"])
                 conn.execute("PRAGMA journal_mode = DELETE")
                 conn.execute("PRAGMA page_size = 16384")
                 conn.execute("VACUUM")
                 assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
+
     attack(s, old, passed_off)
 
 

@@ -67,24 +67,32 @@ def test_an_expired_capability_is_refused_like_a_revoked_one(api: Api, owner: st
     assert api.get("/wake", g["token"]).status_code == 200
     revoked = mint(api, owner, memory)
     assert api.delete(f"/grants/{revoked['id']}", owner).status_code == 200
-    time.sleep(max(0.0, dt.datetime.fromisoformat(g["expires"].replace("Z", "+00:00")).timestamp()
-                   - time.time()) + 0.2)
+    time.sleep(max(0.0, dt.datetime.fromisoformat(g["expires"].replace("Z", "+00:00")).timestamp() - time.time()) + 0.2)
     expired = assert_error(api.get("/wake", g["token"]), 401, "auth.invalid")
     assert expired == assert_error(api.get("/wake", revoked["token"]), 401, "auth.invalid")
     row = listed(api, owner)[g["id"]]
     assert row["expired"] and not row["live"] and row["revoked"] is None
 
 
-@pytest.mark.parametrize("body,code", [
-    ({"label": ""}, "grants.bad_label"), ({"label": "   "}, "grants.bad_label"),
-    ({"label": "x" * 65}, "grants.bad_label"), ({"label": "é" * 33}, "grants.bad_label"),
-    ({"label": "two\nlines"}, "grants.bad_label"), ({"label": "tab\there"}, "grants.bad_label"),
-    ({"label": 7}, "grants.bad_label"), ({"label": "line\u2028sep"}, "grants.bad_label"),
-    ({"expires": "2020-01-01T00:00:00Z"}, "grants.bad_expires"), ({"expires": "tomorrow"}, "grants.bad_expires"),
-    ({"expires": "2099-01-01T00:00:00+02:00"}, "grants.bad_expires"), ({"expires": "2099-02-30T00:00:00Z"},
-                                                                       "grants.bad_expires"),
-    ({"expires": "2099-01-01"}, "grants.bad_expires"), ({"expires": 4102444800}, "grants.bad_expires"),
-])
+@pytest.mark.parametrize(
+    "body,code",
+    [
+        ({"label": ""}, "grants.bad_label"),
+        ({"label": "   "}, "grants.bad_label"),
+        ({"label": "x" * 65}, "grants.bad_label"),
+        ({"label": "é" * 33}, "grants.bad_label"),
+        ({"label": "two\nlines"}, "grants.bad_label"),
+        ({"label": "tab\there"}, "grants.bad_label"),
+        ({"label": 7}, "grants.bad_label"),
+        ({"label": "line\u2028sep"}, "grants.bad_label"),
+        ({"expires": "2020-01-01T00:00:00Z"}, "grants.bad_expires"),
+        ({"expires": "tomorrow"}, "grants.bad_expires"),
+        ({"expires": "2099-01-01T00:00:00+02:00"}, "grants.bad_expires"),
+        ({"expires": "2099-02-30T00:00:00Z"}, "grants.bad_expires"),
+        ({"expires": "2099-01-01"}, "grants.bad_expires"),
+        ({"expires": 4102444800}, "grants.bad_expires"),
+    ],
+)
 def test_bad_labels_and_expiries_mint_nothing(api: Api, owner: str, memory: Memory, body: dict, code: str) -> None:
     before = listed(api, owner)
     assert_error(api.post("/grants", owner, json=memory.grant("read", **body)), 422, code)
@@ -95,8 +103,9 @@ def test_a_64_byte_label_is_taken(api: Api, owner: str, memory: Memory) -> None:
     assert mint(api, owner, memory, label="é" * 32)["label"] == "é" * 32
 
 
-def test_editing_the_key_ring_cannot_extend_or_drop_an_expiry(api: Api, owner: str, data_dir: Path,
-                                                              memory: Memory) -> None:
+def test_editing_the_key_ring_cannot_extend_or_drop_an_expiry(
+    api: Api, owner: str, data_dir: Path, memory: Memory
+) -> None:
     a = mint(api, owner, memory, expires=utc(3600))
     b = mint(api, owner, memory, expires=utc(3600))
     with keyring(data_dir, owner, memory) as conn:
@@ -122,12 +131,12 @@ def test_labels_are_sealed_and_bound_to_their_grant(api: Api, owner: str, data_d
         assert resp.status_code == 500 and resp.json()["error"] == "store.damaged"
     else:  # another memory's: named as damaged, never served, and the rest listed
         assert resp.status_code == 200 and resp.json()["unopened"] == [
-            {"name": memory.name, "error": "store.damaged", "message": resp.json()["unopened"][0]["message"]}]
+            {"name": memory.name, "error": "store.damaged", "message": resp.json()["unopened"][0]["message"]}
+        ]
         assert {g["memory"] for g in resp.json()["grants"]} == {"main"}
 
 
-def test_a_key_ring_from_before_grant_notes_still_serves(api: Api, owner: str, data_dir: Path,
-                                                         memory: Memory) -> None:
+def test_a_key_ring_from_before_grant_notes_still_serves(api: Api, owner: str, data_dir: Path, memory: Memory) -> None:
     old = mint(api, owner, memory)
     with keyring(data_dir, owner, memory) as conn:
         conn.execute("DROP TABLE IF EXISTS grant_notes")  # a second memory makes it on first use

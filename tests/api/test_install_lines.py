@@ -13,8 +13,15 @@ from pathlib import Path
 from stash.cli import mcp_server
 
 REPO = Path(__file__).resolve().parents[2]
-DOCS = [REPO / "README.md", REPO / "API-REFERENCE.md", REPO / "deploy" / "README.md", REPO / "bench" / "README.md",
-        REPO / "skill" / "SKILL.md", REPO / "SECURITY.md", REPO / "stash" / "CLIENT.md"]
+DOCS = [
+    REPO / "README.md",
+    REPO / "API-REFERENCE.md",
+    REPO / "deploy" / "README.md",
+    REPO / "bench" / "README.md",
+    REPO / "skill" / "SKILL.md",
+    REPO / "SECURITY.md",
+    REPO / "stash" / "CLIENT.md",
+]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 

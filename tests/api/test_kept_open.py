@@ -46,8 +46,7 @@ def test_the_lifespan_builds_the_pool_requests_reuse_it_and_its_end_closes_every
 
 @pytest.mark.parametrize("lifespan", [True, False], ids=["keep-open-0", "no-lifespan"])
 def test_without_kept_open_files_every_request_closes_its_files(data_dir: Path, lifespan: bool):
-    api = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF, keep_open=0.0 if lifespan else 5.0)),
-              lifespan=lifespan)
+    api = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF, keep_open=0.0 if lifespan else 5.0)), lifespan=lifespan)
     try:
         vault = api.app.state.vault
         assert (vault.pool is not None and not vault.pool.enabled) if lifespan else vault.pool is None

@@ -33,7 +33,7 @@ def sha256(text: str) -> str:
 
 
 def quickstart(page: str) -> str:
-    return page[page.index("<h2>Quickstart</h2>"):]
+    return page[page.index("<h2>Quickstart</h2>") :]
 
 
 def test_page_policy_allows_exactly_its_own_script_and_style(api: Api) -> None:
@@ -64,18 +64,21 @@ def test_page_loads_nothing_from_elsewhere(api: Api) -> None:
 
 def test_quickstart_names_the_host_the_page_was_asked_on(api: Api) -> None:
     text = quickstart(api.get("/", headers={"Host": "memory.example.org:8443"}).text)
-    assert "curl -sS -H \"Accept: text/plain\" http://memory.example.org:8443/init" in text
+    assert 'curl -sS -H "Accept: text/plain" http://memory.example.org:8443/init' in text
     assert "export STASH_URL=http://memory.example.org:8443\n" in text
     assert "{{" not in api.get("/").text
 
 
-@pytest.mark.parametrize("host", [
-    'evil.example"><script>alert(1)</script>',
-    "evil.example/<img src=x onerror=alert(1)>",
-    "a.example'; rm -rf ~; echo '",
-    "a.example$(id)",
-    "x" * 300,
-])
+@pytest.mark.parametrize(
+    "host",
+    [
+        'evil.example"><script>alert(1)</script>',
+        "evil.example/<img src=x onerror=alert(1)>",
+        "a.example'; rm -rf ~; echo '",
+        "a.example$(id)",
+        "x" * 300,
+    ],
+)
 def test_a_hostile_host_header_cannot_write_into_the_page(api: Api, host: str) -> None:
     resp = api.get("/", headers={"Host": host})
     assert resp.status_code == 200
@@ -97,8 +100,12 @@ def test_the_operators_url_wins_over_the_host_header(tmp_path: Path) -> None:
 @pytest.mark.parametrize("url", ["javascript:alert(1)", 'https://a.example/"><b>', "https://a.example/?q='x'"])
 def test_serve_refuses_a_url_that_could_not_be_pasted_safely(url: str, tmp_path: Path) -> None:
     # A subprocess with a deadline: were the check missing, the server would start and run on.
-    done = subprocess.run([sys.executable, "-m", "stash", "serve", "--data", str(tmp_path), "--port", "1",
-                           "--url", url], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "stash", "serve", "--data", str(tmp_path), "--port", "1", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stderr
     assert "--url must be a plain http(s) address" in done.stderr
 

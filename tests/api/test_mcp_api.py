@@ -54,8 +54,7 @@ def jsonrpc_error(resp, status: int, code: str) -> dict:
 def test_a_live_capability_lists_its_tools(api: Api, owner: str) -> None:
     resp = post(api, owner)
     assert resp.status_code == 200 and resp.json()["id"] == 7, resp.text
-    assert {t["name"] for t in resp.json()["result"]["tools"]} == {"wake", "note", "nap", "recall", "zoom",
-                                                                    "forget"}
+    assert {t["name"] for t in resp.json()["result"]["tools"]} == {"wake", "note", "nap", "recall", "zoom", "forget"}
 
 
 def test_without_a_live_token_it_is_401_naming_the_metadata(api: Api, owner: str) -> None:
@@ -66,13 +65,17 @@ def test_without_a_live_token_it_is_401_naming_the_metadata(api: Api, owner: str
     for token in (None, "not a token", wrong, minted["token"]):
         resp = post(api, token)
         jsonrpc_error(resp, 401, "auth.invalid")
-        assert resp.headers["www-authenticate"] == \
-            f'Bearer resource_metadata="{PUBLIC}/.well-known/oauth-protected-resource"'
+        assert (
+            resp.headers["www-authenticate"]
+            == f'Bearer resource_metadata="{PUBLIC}/.well-known/oauth-protected-resource"'
+        )
         answers.add(resp.content)
     assert len(answers) == 1  # one answer, whichever way the token failed
     resp = post(api, None, path="/m/work/mcp")
-    assert resp.headers["www-authenticate"] == \
-        f'Bearer resource_metadata="{PUBLIC}/.well-known/oauth-protected-resource/m/work/mcp"'
+    assert (
+        resp.headers["www-authenticate"]
+        == f'Bearer resource_metadata="{PUBLIC}/.well-known/oauth-protected-resource/m/work/mcp"'
+    )
 
 
 def test_every_refusal_on_the_path_is_a_jsonrpc_error(api: Api, owner: str) -> None:
@@ -109,8 +112,11 @@ def test_host_and_origin_are_checked_against_the_url(api: Api, owner: str, data_
 
 def test_protected_resource_metadata(api: Api) -> None:
     assert api.get("/.well-known/oauth-protected-resource").json() == {
-        "resource": f"{PUBLIC}/mcp", "resource_name": "Stash", "authorization_servers": [PUBLIC],
-        "bearer_methods_supported": ["header"]}
+        "resource": f"{PUBLIC}/mcp",
+        "resource_name": "Stash",
+        "authorization_servers": [PUBLIC],
+        "bearer_methods_supported": ["header"],
+    }
     assert api.get("/.well-known/oauth-protected-resource/m/work/mcp").json()["resource"] == f"{PUBLIC}/m/work/mcp"
     assert api.get("/.well-known/oauth-protected-resource/m/Bad!/mcp").status_code == 404
 
@@ -139,7 +145,12 @@ asyncio.run(main())
 
 
 def test_a_worker_loads_the_sdk_only_once_it_serves_mcp(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", IMPORTS, str(tmp_path / "data")], cwd=OUTSIDE,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS, str(tmp_path / "data")],
+        cwd=OUTSIDE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["before", "False", "after", "True", "200"], done.stdout

@@ -8,11 +8,19 @@ import sqlite3
 from tests.api.support import today_utc
 from tests.support.api import Api
 
-ROUTES = [("POST", "/import", {"entries": [{"date": "2021-01-02", "text": "old"}]}),
-          ("GET", "/wake", None), ("POST", "/wake", {}), ("POST", "/note", {"text": "a line"}),
-          ("POST", "/nap", {}), ("GET", "/recall?q=x", None), ("POST", "/recall", {"q": "x"}),
-          ("GET", "/config", None), ("POST", "/config", {"WAKE_LINES": 90}),
-          ("GET", "/erasures", None), ("GET", "/export", None)]
+ROUTES = [
+    ("POST", "/import", {"entries": [{"date": "2021-01-02", "text": "old"}]}),
+    ("GET", "/wake", None),
+    ("POST", "/wake", {}),
+    ("POST", "/note", {"text": "a line"}),
+    ("POST", "/nap", {}),
+    ("GET", "/recall?q=x", None),
+    ("POST", "/recall", {"q": "x"}),
+    ("GET", "/config", None),
+    ("POST", "/config", {"WAKE_LINES": 90}),
+    ("GET", "/erasures", None),
+    ("GET", "/export", None),
+]
 
 
 def _call(api: Api, method: str, path: str, token: str, body: dict | None):
@@ -182,8 +190,13 @@ def test_delete_memory_leaves_a_receipt_like_delete_store(api: Api, data_dir) ->
     assert answer["receipt"] == "receipts/deletions.jsonl" and answer["grants_ended"] == [ended]
     line = (data_dir / answer["receipt"]).read_text(encoding="utf-8").splitlines()[-1]
     digest = hashlib.sha256(f"stash/v1|deleted-memory|{user}/gone".encode()).hexdigest()
-    assert json.loads(line) == {"user_sha256": hashlib.sha256(f"stash/v1|deleted-user|{user}".encode()).hexdigest(),
-                                "memory_sha256": digest, "at": answer["at"], "grant": 1, "memories": 1}
+    assert json.loads(line) == {
+        "user_sha256": hashlib.sha256(f"stash/v1|deleted-user|{user}".encode()).hexdigest(),
+        "memory_sha256": digest,
+        "at": answer["at"],
+        "grant": 1,
+        "memories": 1,
+    }
     assert "never in a receipt" not in line and user not in line and "gone" not in line
     events = api.get("/audit", owner).json()["events"]
     (event,) = [e for e in events if e["event"] == "delete"]
@@ -218,8 +231,11 @@ def test_revoking_in_a_starts_an_epoch_in_a_only(api: Api, data_dir) -> None:
 def test_fork_copies_a_prefix_under_new_keys_and_no_source_grant_opens_it(api: Api) -> None:
     owner = api.init()["token"]
     api.post("/memories", owner, json={"name": "src"})
-    api.post("/m/src/import", owner, json={"entries": [{"date": "2021-01-0" + str(i + 1), "text": f"line {i}"}
-                                                        for i in range(6)]})
+    api.post(
+        "/m/src/import",
+        owner,
+        json={"entries": [{"date": "2021-01-0" + str(i + 1), "text": f"line {i}"} for i in range(6)]},
+    )
     for block in ("0-1", "2-3", "4-5", "0-3"):
         nap = api.post("/m/src/nap", owner, json={}).json()["nap"]
         assert nap["block"] == block
@@ -253,8 +269,10 @@ def test_erase_across_memories_one_receipt_counts_only(api: Api) -> None:
     dry = api.post("/memories/erase", owner, json={"q": "lovelace", "memories": ["a", "b"], "dry_run": True}).json()
     day = today_utc().isoformat()
     # A dry run shows the owner the lines that would go; the erasure's receipt carries counts only.
-    assert dry["memories"] == [{"name": "a", "erased": 1, "lines": [f"#0 {day} user lovelace said hi"]},
-                               {"name": "b", "erased": 1, "lines": [f"#0 {day} lovelace again"]}]
+    assert dry["memories"] == [
+        {"name": "a", "erased": 1, "lines": [f"#0 {day} user lovelace said hi"]},
+        {"name": "b", "erased": 1, "lines": [f"#0 {day} lovelace again"]},
+    ]
     assert dry["total"] == 2
     assert "lovelace" in api.get("/m/a/wake", owner).text
     done = api.post("/memories/erase", owner, json={"q": "lovelace"})
@@ -265,8 +283,7 @@ def test_erase_across_memories_one_receipt_counts_only(api: Api) -> None:
     for path in ("/wake", "/m/a/wake", "/m/b/wake"):
         assert "lovelace" not in api.get(path, owner).text
     assert "someone else" in api.get("/m/b/wake", owner).text
-    assert api.post("/memories/erase", owner, json={"q": "x", "memories": ["nope"]}).json()["error"] == \
-        "memory.unknown"
+    assert api.post("/memories/erase", owner, json={"q": "x", "memories": ["nope"]}).json()["error"] == "memory.unknown"
     assert api.post("/memories/erase", owner, json={}).json()["error"] == "memory.bad_query"
 
 

@@ -41,7 +41,8 @@ def tree_by_zoom(mem: Mem, T: int) -> dict[str, list[str]]:
     while size <= 2 * T:
         for lo in range(0, T, size):
             out[bid(lo, lo + size)] = mem.ok(mem.api.post("/zoom", mem.token, json={"block": bid(lo, lo + size)}))[
-                "lines"]
+                "lines"
+            ]
         size *= 2
     return out
 
@@ -131,8 +132,9 @@ def test_a_batch_stops_before_a_block_whose_halves_are_not_written(mem: Mem) -> 
     assert ans["prompt"].split("\nRun: ")[-1].startswith("curl") and "?" not in ans["prompt"]
     body = ans["run"][0]["fields"]
     assert [s["block"] for s in body["summaries"]] == [b["block"] for b in ans["batch"]]
-    assert ans["prompt"].endswith("\n".join(f"{b['block']} <your line for {b['block']}>" for b in ans["batch"])
-                                  + "\nSTASH_END")
+    assert ans["prompt"].endswith(
+        "\n".join(f"{b['block']} <your line for {b['block']}>" for b in ans["batch"]) + "\nSTASH_END"
+    )
 
 
 def test_the_nap_prompt_names_the_batch_when_more_than_one_is_due(mem: Mem) -> None:
@@ -171,12 +173,22 @@ def test_a_resent_batch_writes_nothing_again(mem: Mem) -> None:
     assert state(mem.api, mem.token) == before
 
 
-@pytest.mark.parametrize("body", [
-    {"batch": 0}, {"batch": 257}, {"batch": True}, {"batch": "3"}, {"batch": 2, "block": "0-1"},
-    {"summaries": []}, {"summaries": "0-1"}, {"summaries": [{"block": "0-1"}]},
-    {"summaries": [{"block": "0-1", "text": "a", "extra": 1}]}, {"batch": 2, "summaries": []},
-    {"summaries": [{"block": "0-1", "text": "a"}] * 257},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"batch": 0},
+        {"batch": 257},
+        {"batch": True},
+        {"batch": "3"},
+        {"batch": 2, "block": "0-1"},
+        {"summaries": []},
+        {"summaries": "0-1"},
+        {"summaries": [{"block": "0-1"}]},
+        {"summaries": [{"block": "0-1", "text": "a", "extra": 1}]},
+        {"batch": 2, "summaries": []},
+        {"summaries": [{"block": "0-1", "text": "a"}] * 257},
+    ],
+)
 def test_bad_batch_requests_are_422_and_write_nothing(mem: Mem, body: dict) -> None:
     mem.import_(["a", "b"])
     before = state(mem.api, mem.token)
@@ -249,8 +261,9 @@ def test_batch_answers_match_the_openapi_document(mem: Mem) -> None:
     listed = check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json={"batch": 5}), 200)
     body = {"summaries": [{"block": b["block"], "text": "x"} for b in listed["batch"]]}
     check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json=body), 200)
-    check_answer(doc, "POST", "/nap", mem.api.post("/nap", mem.token, json={"summaries": [
-        {"block": "0-3", "text": "x"}]}), 409)
+    check_answer(
+        doc, "POST", "/nap", mem.api.post("/nap", mem.token, json={"summaries": [{"block": "0-3", "text": "x"}]}), 409
+    )
 
 
 def test_a_batch_after_a_whole_block_was_erased_settles_as_offered(api, owner):

@@ -48,8 +48,12 @@ def owner(api: Api) -> str:
 
 
 def tools(api: Api, token: str, path: str = "/mcp") -> set[str] | int:
-    resp = api.post(path, token, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                    headers={"Accept": ACCEPT, "MCP-Protocol-Version": "2025-06-18"})
+    resp = api.post(
+        path,
+        token,
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Accept": ACCEPT, "MCP-Protocol-Version": "2025-06-18"},
+    )
     return {t["name"] for t in resp.json()["result"]["tools"]} if resp.status_code == 200 else resp.status_code
 
 
@@ -121,9 +125,12 @@ def test_a_replayed_code_is_refused_and_revokes_its_grant(api: Api, owner: str) 
 def test_a_code_redeemed_wrongly_gives_nothing_and_ends_its_grant(api: Api, owner: str, wrong: str) -> None:
     code, verifier, reg = approved_code(api, owner, PUBLIC)
     other = register(api, "Another host")
-    args = {"verifier": (code, pkce()[0], reg["client_id"]), "client": (code, verifier, other["client_id"]),
-            "redirect": (code, verifier, reg["client_id"], "http://127.0.0.1:43117/elsewhere"),
-            "resource": (code, verifier, reg["client_id"])}[wrong]
+    args = {
+        "verifier": (code, pkce()[0], reg["client_id"]),
+        "client": (code, verifier, other["client_id"]),
+        "redirect": (code, verifier, reg["client_id"], "http://127.0.0.1:43117/elsewhere"),
+        "resource": (code, verifier, reg["client_id"]),
+    }[wrong]
     more = {"resource": f"{PUBLIC}/m/other/mcp"} if wrong == "resource" else {}
     oauth_error(exchange(api, *args, **more), 400, "invalid_grant")
     # Nobody holds its token now: the grant is withdrawn, and the right redemption finds nothing either.
@@ -135,8 +142,12 @@ def test_a_code_redeemed_wrongly_gives_nothing_and_ends_its_grant(api: Api, owne
 def test_redirect_uris_match_exactly_but_a_loopback_port(api: Api, owner: str) -> None:
     reg = register(api)
     _, challenge = pkce()
-    for refused in ("http://127.0.0.1:43117/other", "https://evil.example/callback", "http://127.0.0.1:43117/callback/",
-                    "http://localhost:43117/callback"):
+    for refused in (
+        "http://127.0.0.1:43117/other",
+        "https://evil.example/callback",
+        "http://127.0.0.1:43117/callback/",
+        "http://localhost:43117/callback",
+    ):
         resp = authorize(api, reg["client_id"], challenge, refused)
         assert resp.status_code == 400 and "location" not in resp.headers, refused
         assert resp.headers["stash-error"] == "oauth.invalid_redirect_uri"
@@ -186,8 +197,11 @@ def test_the_consent_form_needs_its_nonce_and_this_origin(api: Api, owner: str) 
         assert resp.status_code == 403 and resp.headers["stash-error"] == "consent.bad_origin"
     resp = answer(api, "A" * 43, owner, PUBLIC)  # no such nonce
     assert resp.status_code == 400 and resp.headers["stash-error"] == "consent.expired"
-    resp = api.post("/authorize", content=b"decision=approve&owner_token=" + owner.encode(),
-                    headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": PUBLIC})
+    resp = api.post(
+        "/authorize",
+        content=b"decision=approve&owner_token=" + owner.encode(),
+        headers={"Content-Type": "application/x-www-form-urlencoded", "Origin": PUBLIC},
+    )
     assert resp.status_code == 400 and resp.headers["stash-error"] == "request.missing_field"
     assert answer(api, nonce, owner, PUBLIC).status_code == 303  # the page's own form, at last
     assert answer(api, nonce, owner, PUBLIC).headers["stash-error"] == "consent.expired"  # taken once
@@ -205,8 +219,11 @@ def test_a_wrong_owner_token_keeps_the_form_and_mints_nothing(api: Api, owner: s
         assert resp.status_code == 401 and 'id="error"' in resp.text and token not in resp.text
         nonce = nonce_of(resp.text)  # the form again, under a fresh nonce
     assert api.get("/grants", owner).json()["grants"] == before
-    assert answer(api, nonce, owner, PUBLIC, decision="deny").headers["location"].startswith(
-        REDIRECT + "?error=access_denied")
+    assert (
+        answer(api, nonce, owner, PUBLIC, decision="deny")
+        .headers["location"]
+        .startswith(REDIRECT + "?error=access_denied")
+    )
 
 
 def test_wrong_owner_tokens_on_the_consent_page_spend_the_addresss_failure_budget(data_dir: Path) -> None:

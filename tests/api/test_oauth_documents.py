@@ -118,12 +118,19 @@ def test_private_and_loopback_addresses_are_never_fetched(data_dir: Path, docume
     api = app(data_dir, "off")
     try:
         Documents.hits.clear()
-        for client_id in (f"{documents}/good.json", f"https://127.0.0.1:{port}/good.json",
-                          f"https://localhost:{port}/good.json", f"https://[::1]:{port}/good.json",
-                          "https://10.1.2.3/client.json", "https://192.168.0.1/client.json",
-                          "https://169.254.169.254/latest/meta-data", "https://[fd00::1]/client.json",
-                          "https://0.0.0.0/client.json", "http://93.184.215.14/client.json",
-                          "https://user@example.com/client.json"):
+        for client_id in (
+            f"{documents}/good.json",
+            f"https://127.0.0.1:{port}/good.json",
+            f"https://localhost:{port}/good.json",
+            f"https://[::1]:{port}/good.json",
+            "https://10.1.2.3/client.json",
+            "https://192.168.0.1/client.json",
+            "https://169.254.169.254/latest/meta-data",
+            "https://[fd00::1]/client.json",
+            "https://0.0.0.0/client.json",
+            "http://93.184.215.14/client.json",
+            "https://user@example.com/client.json",
+        ):
             refused(authorize(api, client_id, pkce()[1]))
         assert Documents.hits == []  # refused before any connection: not even loopback's own server was asked
     finally:

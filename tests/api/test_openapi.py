@@ -31,14 +31,27 @@ RANK = {"read": 0, "full": 1, "owner": 2}
 def test_the_schema_checker_refuses_what_it_should() -> None:
     # The checker is the judge of every test below: it must be able to say no.
     doc = {"components": {"schemas": {"N": {"type": "integer", "minimum": 1}}}}
-    schema = {"type": "object", "required": ["a"], "additionalProperties": False,
-              "properties": {"a": {"$ref": "#/components/schemas/N"},
-                             "b": {"anyOf": [{"type": "string", "pattern": "^x"}, {"type": "null"}]},
-                             "c": {"type": "array", "prefixItems": [{"type": "integer"}], "items": False}}}
+    schema = {
+        "type": "object",
+        "required": ["a"],
+        "additionalProperties": False,
+        "properties": {
+            "a": {"$ref": "#/components/schemas/N"},
+            "b": {"anyOf": [{"type": "string", "pattern": "^x"}, {"type": "null"}]},
+            "c": {"type": "array", "prefixItems": [{"type": "integer"}], "items": False},
+        },
+    }
     assert problems(doc, schema, {"a": 1, "b": None, "c": [3]}) == []
     assert problems(doc, schema, {"a": 1, "b": "xy"}) == []
-    for bad in ({"b": None}, {"a": 0}, {"a": True}, {"a": 1, "b": "y"}, {"a": 1, "z": 1}, {"a": 1, "c": [1, 2]},
-                {"a": 1, "c": ["1"]}):
+    for bad in (
+        {"b": None},
+        {"a": 0},
+        {"a": True},
+        {"a": 1, "b": "y"},
+        {"a": 1, "z": 1},
+        {"a": 1, "c": [1, 2]},
+        {"a": 1, "c": ["1"]},
+    ):
         assert problems(doc, schema, bad), bad
 
 
@@ -147,7 +160,8 @@ def test_every_code_has_one_status_and_a_meaning_and_is_raised() -> None:
     assert set(CODES) - set(raised) == set(), "stash/web/codes.py lists codes nothing raises"
     # app.py's 404 and 405 answers set their status by hand, which the source reading cannot see
     assert {code: {c.status} for code, c in CODES.items() if code not in OUTSIDE_ROUTES} == {
-        code: statuses for code, statuses in raised.items() if code not in OUTSIDE_ROUTES}
+        code: statuses for code, statuses in raised.items() if code not in OUTSIDE_ROUTES
+    }
     assert [CODES[code].status for code in OUTSIDE_ROUTES] == [404, 405]
     assert all(c.meaning for c in CODES.values())
 
@@ -163,7 +177,11 @@ def test_each_route_declares_the_codes_its_handler_raises() -> None:
     assert missing == {}
     # the reading must see a handler's raises, or the check above proves nothing
     assert codes_raised_by(ROUTES[[f"{r.method} {r.path}" for r in ROUTES].index("POST /init")].handler) >= {
-        "init.disabled", "init.invite_required", "init.bad_url", "quota.identities"}
+        "init.disabled",
+        "init.invite_required",
+        "init.bad_url",
+        "quota.identities",
+    }
 
 
 # ---------------------------------------------------------------- live answers against the document
@@ -273,12 +291,19 @@ def test_refusals_match(api: Api, doc: dict, owner: str) -> None:
     api.post("/import", owner, json={"entries": entries(97)})
     body = refused(doc, "GET", "/wake", api.get("/wake", owner), 409, "wake.needs_nap")
     assert set(body) == set(doc["components"]["schemas"]["WakeRefusal"]["properties"])
-    body = refused(doc, "POST", "/nap", api.post("/nap", owner, json={"block": "2-3", "text": "x"}), 409,
-                   "nap.wrong_block")
+    body = refused(
+        doc, "POST", "/nap", api.post("/nap", owner, json={"block": "2-3", "text": "x"}), 409, "nap.wrong_block"
+    )
     assert body["due"] == "0-1"
     refused(doc, "POST", "/forget", api.post("/forget", owner, json={"block": "0-1"}), 404, "forget.no_summary")
-    body = refused(doc, "POST", "/import", api.post("/import", owner, json={"entries": entries(2, "1999-01-01")}),
-                   422, "import.before_log")
+    body = refused(
+        doc,
+        "POST",
+        "/import",
+        api.post("/import", owner, json={"entries": entries(2, "1999-01-01")}),
+        422,
+        "import.before_log",
+    )
     assert body["index"] == 0
     late = entries(3)
     late[2]["date"] = "2020-02-30"
@@ -352,8 +377,10 @@ def test_rate_limited_and_unknown_routes_are_the_error_shape(data_dir, doc: dict
         assert int(resp.headers["retry-after"]) >= 1
         # not routes of the document, but still the Error shape
         error = doc["components"]["schemas"]["Error"]
-        for resp, status, code in ((limited.get("/nowhere"), 404, "route.unknown"),
-                                   (limited.delete("/health"), 405, "method_not_allowed")):
+        for resp, status, code in (
+            (limited.get("/nowhere"), 404, "route.unknown"),
+            (limited.delete("/health"), 405, "method_not_allowed"),
+        ):
             assert_error(resp, status, code)
             assert problems(doc, error, resp.json()) == []
     finally:

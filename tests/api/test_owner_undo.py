@@ -47,8 +47,17 @@ def at(where: str, path: str) -> str:
 
 @pytest.fixture(params=["sqlcipher", "none"])
 def api(request, data_dir):
-    client = Api(create_app(make_settings(data_dir, file_cipher=request.param, quota_memories=QUOTA,
-                                          import_per_request=PER_REQUEST, import_per_day=PER_DAY)))
+    client = Api(
+        create_app(
+            make_settings(
+                data_dir,
+                file_cipher=request.param,
+                quota_memories=QUOTA,
+                import_per_request=PER_REQUEST,
+                import_per_day=PER_DAY,
+            )
+        )
+    )
     yield client
     client.close()
 
@@ -137,8 +146,9 @@ def test_a_flood_by_a_full_token_is_bounded_and_undone_by_its_owner(api: Api, wh
         lo, hi = due[naps]
         assert nap["source"] == model.source(lo, hi)
         model.settle((lo, hi), f"owner summary {nap['block']}")
-        nap = ok(api.post(at(where, "/nap"), owner,
-                          json={"block": nap["block"], "text": f"owner summary {nap['block']}"}))["nap"]
+        nap = ok(
+            api.post(at(where, "/nap"), owner, json={"block": nap["block"], "text": f"owner summary {nap['block']}"})
+        )["nap"]
         naps += 1
     assert naps == len(due) < len(model.complete_blocks()) // 2
     wake = ok(api.get(at(where, "/wake"), owner))

@@ -70,8 +70,9 @@ def test_unknown_user_and_wrong_secret_get_one_answer(two_workers) -> None:
         for token in (wrong_secret(owner), unknown_user(owner), "stash1_nothing"):
             resp = api.request(method, url, token, **kw)
             assert_error(resp, 401, "auth.invalid")
-            answers.append((resp.status_code, resp.content, resp.headers.get("content-type"),
-                            resp.headers.get("www-authenticate")))
+            answers.append(
+                (resp.status_code, resp.content, resp.headers.get("content-type"), resp.headers.get("www-authenticate"))
+            )
         assert answers[0] == answers[1] == answers[2], (method, url)
     # A refusal before the body was read closes the connection rather than take the rest of it in.
     refused = api.post("/import", wrong_secret(owner), content=b"x" * 100_000)
@@ -134,7 +135,7 @@ def test_a_stale_stamp_written_last_still_forces_a_reload(two_workers, tmp_path:
     before = stamp.read_bytes()
     minted = b.post("/grants", owner, json={"scope": "full"}).json()
     # Put back the stamp's digest of the older tag set, under a new nonce, as the slow closer would.
-    stamp.write_bytes(os.urandom(tag_index.NONCE_BYTES) + before[tag_index.NONCE_BYTES:])
+    stamp.write_bytes(os.urandom(tag_index.NONCE_BYTES) + before[tag_index.NONCE_BYTES :])
     assert a.post("/note", minted["token"], json={"text": "let in"}).status_code == 200
 
 
@@ -160,8 +161,9 @@ def test_a_destroyed_store_is_an_unknown_user(two_workers) -> None:
     assert_error(a.get("/wake", owner), 401, "auth.invalid")
 
 
-def test_warming_loads_every_user_so_no_first_refusal_opens_a_key_ring(tmp_path: Path,
-                                                                       keyring_opens: list[int]) -> None:
+def test_warming_loads_every_user_so_no_first_refusal_opens_a_key_ring(
+    tmp_path: Path, keyring_opens: list[int]
+) -> None:
     settings = make_settings(tmp_path / "data", kdf=CHEAP_KDF, auth_failures_per_minute=100_000)
     maker = Api(create_app(settings))
     owners = [maker.init()["token"] for _ in range(3)]

@@ -21,8 +21,9 @@ def at(app, host: str) -> Api:
     """A client of ``app`` whose TCP peer address is ``host``."""
     client = Api(app)
     client.loop.run_until_complete(client.client.aclose())
-    client.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(host, 40000)),
-                                      base_url="http://stash.test")
+    client.client = httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=(host, 40000)), base_url="http://stash.test"
+    )
     return client
 
 
@@ -77,8 +78,11 @@ def test_an_untrusted_peer_is_not_believed_even_when_proxies_are_configured(data
 
 
 def test_behind_a_trusted_proxy_the_real_client_is_limited(data_dir: Path, peers) -> None:
-    app = create_app(make_settings(data_dir, auth_failures_per_minute=3, init_per_minute=2,
-                                   kdf=CHEAP_KDF, trusted_proxies=LOOPBACK_PROXY))
+    app = create_app(
+        make_settings(
+            data_dir, auth_failures_per_minute=3, init_per_minute=2, kdf=CHEAP_KDF, trusted_proxies=LOOPBACK_PROXY
+        )
+    )
     proxy = peers(app, "127.0.0.1")
     owner = proxy.post("/init", json={}, **xff("192.0.2.50")).json()["token"]
     fail_auth(proxy, 3, **xff("203.0.113.9"))
@@ -118,8 +122,20 @@ def test_metrics_see_the_resolved_client(data_dir: Path, peers) -> None:
 
 
 MALFORMED = [
-    b"", b",", b"garbage", b"203.0.113.9:443", b"1.1.1.1,, 2.2.2.2,", b"\xff\xfe\xfd", b"[::1", b"::1]",
-    b"unknown", b"-", b"300.1.1.1", b"fe80::1%eth0", b"1.1.1.1 " * 2000, b",".join([b"10.0.0.1"] * 500),
+    b"",
+    b",",
+    b"garbage",
+    b"203.0.113.9:443",
+    b"1.1.1.1,, 2.2.2.2,",
+    b"\xff\xfe\xfd",
+    b"[::1",
+    b"::1]",
+    b"unknown",
+    b"-",
+    b"300.1.1.1",
+    b"fe80::1%eth0",
+    b"1.1.1.1 " * 2000,
+    b",".join([b"10.0.0.1"] * 500),
 ]
 
 
@@ -157,7 +173,7 @@ def padded(obj: dict, size: int) -> bytes:
 def streamed(raw: bytes):
     async def chunks():
         for i in range(0, len(raw), 1000):
-            yield raw[i:i + 1000]
+            yield raw[i : i + 1000]
 
     return chunks()
 

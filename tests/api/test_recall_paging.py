@@ -42,10 +42,15 @@ def test_walking_more_yields_every_match_exactly_once(mem: Mem, part_chars: int)
         assert sum(len(x.encode()) + 1 for x in page) <= part_chars
         if ans["more"] is not None:
             assert ans["more"] == int(page[0].split()[0][1:])
-            assert ans["run"] == [{"method": "POST", "path": "/recall", "fields": {"q": "<the same regex>",
-                                                                                 "before": ans["more"]},
-                                   "plain": f"<the same regex>\nbefore {ans['more']}",
-                                   "placeholders": ["<the same regex>"]}]
+            assert ans["run"] == [
+                {
+                    "method": "POST",
+                    "path": "/recall",
+                    "fields": {"q": "<the same regex>", "before": ans["more"]},
+                    "plain": f"<the same regex>\nbefore {ans['more']}",
+                    "placeholders": ["<the same regex>"],
+                }
+            ]
 
 
 def test_notes_arriving_between_pages_shift_nothing(mem: Mem) -> None:

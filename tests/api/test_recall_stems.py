@@ -75,8 +75,19 @@ def ask(api: Api, owner: str, where: str, words: str) -> list[int]:
 def test_a_fact_in_one_inflection_is_found_by_a_question_in_another(served: Served, where: str) -> None:
     api = served.api
     owner = setup(api, where)["token"]
-    put(api, owner, where, ["Caroline: we're moving next month", "Caroline likes tea", "the movement grew",
-                            "Ayşe evlerimizden birini sattı", "Ayşe kahve içti", "evet dedi"])
+    put(
+        api,
+        owner,
+        where,
+        [
+            "Caroline: we're moving next month",
+            "Caroline likes tea",
+            "the movement grew",
+            "Ayşe evlerimizden birini sattı",
+            "Ayşe kahve içti",
+            "evet dedi",
+        ],
+    )
     # English: "move" prefixes none of #0's words; its stem is that of "moving". Without stems #1, newer,
     # would come first (both hold "caroline" alone).
     assert ask(api, owner, where, "when did Caroline move?")[0] == 0

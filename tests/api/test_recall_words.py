@@ -29,8 +29,19 @@ def walk(mem: Mem, words: str) -> list[dict]:
 
 
 def test_a_word_matches_as_a_prefix_folded(mem: Mem) -> None:
-    mem.import_(["the directors met", "direct flight to İstanbul", "a dir listing", "Café Noir on Friday",
-                 "deploy on Friday", "YILMAZ called", "Straße closed", "ＦＵＬＬ width note", "nothing here"])
+    mem.import_(
+        [
+            "the directors met",
+            "direct flight to İstanbul",
+            "a dir listing",
+            "Café Noir on Friday",
+            "deploy on Friday",
+            "YILMAZ called",
+            "Straße closed",
+            "ＦＵＬＬ width note",
+            "nothing here",
+        ]
+    )
     assert ids(ask(mem, "direct")) == [0, 1]  # both hold a word "direct" prefixes; the shorter first
     assert set(ids(ask(mem, "dep fri"))) == {3, 4} and ids(ask(mem, "dep fri"))[0] == 4
     assert ids(ask(mem, "cafe")) == [3]
@@ -38,15 +49,27 @@ def test_a_word_matches_as_a_prefix_folded(mem: Mem) -> None:
     assert ids(ask(mem, "yılmaz")) == [5]
     assert ids(ask(mem, "strasse")) == [6]
     assert ids(ask(mem, "full")) == [7]
-    assert ask(mem, "zebra") == {"matches": [], "scores": [], "total": 0, "more": None, "message": "No match.",
-                                 "run": []}
+    assert ask(mem, "zebra") == {
+        "matches": [],
+        "scores": [],
+        "total": 0,
+        "more": None,
+        "message": "No match.",
+        "run": [],
+    }
     # Inside a word is not a prefix.
     assert ids(ask(mem, "rectors")) == []
 
 
 def test_every_word_counts_and_scores_say_so(mem: Mem) -> None:
-    texts = ["priya moved the harbor review", "priya likes tea", "the harbor is calm", "review the harbor plan",
-             "the the the", "priya harbor review notes"]
+    texts = [
+        "priya moved the harbor review",
+        "priya likes tea",
+        "the harbor is calm",
+        "review the harbor plan",
+        "the the the",
+        "priya harbor review notes",
+    ]
     mem.import_(texts + [f"filler the {i}" for i in range(40)])
     got = ask(mem, "priya harbor review")
     assert ids(got)[:2] == [5, 0]  # all three words, shorter memory first
@@ -69,8 +92,10 @@ def test_ties_rank_newer_first(mem: Mem) -> None:
 
 @pytest.mark.parametrize("part_chars", [120, 600])
 def test_paging_shows_every_match_once(mem: Mem, part_chars: int) -> None:
-    texts = [("needle " if i % 3 else "hay ") + "x" * (i % 17) + f" {i}" + (" thread" if i % 5 == 0 else "")
-             for i in range(200)]
+    texts = [
+        ("needle " if i % 3 else "hay ") + "x" * (i % 17) + f" {i}" + (" thread" if i % 5 == 0 else "")
+        for i in range(200)
+    ]
     mem.import_(texts)
     want = {i for i, t in enumerate(texts) if "needle" in t or "thread" in t}
     mem.set_config(PART_CHARS=part_chars)
@@ -105,29 +130,38 @@ def test_pages_hold_still_while_notes_and_an_erasure_land(mem: Mem, owner: str) 
 
 def test_text_answers_and_plain_bodies(mem: Mem) -> None:
     mem.import_(["Café on Friday", "deploy friday"])
-    resp = mem.api.post("/recall", mem.token, content=b"CAFE fri\n#words",
-                        headers={"Content-Type": "text/plain", "Accept": "text/plain"})
+    resp = mem.api.post(
+        "/recall",
+        mem.token,
+        content=b"CAFE fri\n#words",
+        headers={"Content-Type": "text/plain", "Accept": "text/plain"},
+    )
     assert resp.status_code == 200
     lines = resp.text.splitlines()
     assert lines[0] == mem.memory_line(0) and lines[1] == mem.memory_line(1)
     assert lines[2] == "2 matches. Best first."
     # The same first line with no second line is a regex, as ever.
-    assert mem.ok(mem.api.post("/recall", mem.token, content=b"CAFE fri",
-                               headers={"Content-Type": "text/plain"}))["total"] == 0
+    assert (
+        mem.ok(mem.api.post("/recall", mem.token, content=b"CAFE fri", headers={"Content-Type": "text/plain"}))["total"]
+        == 0
+    )
 
 
-@pytest.mark.parametrize("body, code", [
-    ({"words": ""}, "recall.bad_words"),
-    ({"words": "!!! ..."}, "recall.bad_words"),
-    ({"words": 7}, "recall.bad_words"),
-    ({"words": "x" * 513}, "recall.bad_words"),
-    ({"words": " ".join(f"w{i}" for i in range(17))}, "recall.bad_words"),
-    ({"words": "a", "before": "nonsense"}, "recall.bad_words"),
-    ({"words": "a", "before": 12}, "recall.bad_words"),
-    ({"words": "a b", "before": "w1.5.5.5.1.10.3"}, "recall.bad_words"),  # a cursor of a one-word search
-    ({"words": "a", "before": "w1.99.5.5.1.10.3"}, "recall.bad_words"),  # past the log
-    ({"words": "a", "q": "a"}, "recall.q_and_words"),
-])
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        ({"words": ""}, "recall.bad_words"),
+        ({"words": "!!! ..."}, "recall.bad_words"),
+        ({"words": 7}, "recall.bad_words"),
+        ({"words": "x" * 513}, "recall.bad_words"),
+        ({"words": " ".join(f"w{i}" for i in range(17))}, "recall.bad_words"),
+        ({"words": "a", "before": "nonsense"}, "recall.bad_words"),
+        ({"words": "a", "before": 12}, "recall.bad_words"),
+        ({"words": "a b", "before": "w1.5.5.5.1.10.3"}, "recall.bad_words"),  # a cursor of a one-word search
+        ({"words": "a", "before": "w1.99.5.5.1.10.3"}, "recall.bad_words"),  # past the log
+        ({"words": "a", "q": "a"}, "recall.q_and_words"),
+    ],
+)
 def test_bad_words_are_refused_in_the_standard_shape(mem: Mem, body: dict, code: str) -> None:
     mem.import_(["a b c", "a", "b"])
     assert_error(mem.api.post("/recall", mem.token, json=body), 422, code)
@@ -136,7 +170,12 @@ def test_bad_words_are_refused_in_the_standard_shape(mem: Mem, body: dict, code:
 def test_regex_recall_is_unchanged(mem: Mem) -> None:
     mem.import_([f"needle {i}" for i in range(10)])
     got = mem.ok(mem.api.post("/recall", mem.token, json={"q": "needle", "before": "5"}))
-    assert got == {"matches": [mem.memory_line(i) for i in range(5)], "total": 5, "more": None,
-                   "message": "5 matches before #5.", "run": []}
+    assert got == {
+        "matches": [mem.memory_line(i) for i in range(5)],
+        "total": 5,
+        "more": None,
+        "message": "5 matches before #5.",
+        "run": [],
+    }
     assert_error(mem.api.get("/recall?q=needle&before=x", mem.token), 422, "request.bad_value")
     assert_error(mem.api.get("/recall", mem.token), 400, "request.missing_field")

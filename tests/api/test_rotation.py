@@ -44,8 +44,7 @@ def test_the_old_token_stays_the_owner_until_the_new_one_is_first_used(mem: Mem,
     woke = mem.ok(mem.api.post(at + "/wake", new, json={}))
     assert "written with the old token meanwhile" in "\n".join(woke["lines"])
     for method, path in (("GET", "/grants"), ("POST", at + "/wake"), ("POST", "/wake"), ("POST", "/rotate")):
-        assert_error(mem.api.request(method, path, old, json={} if method == "POST" else None), 401,
-                     "auth.invalid")
+        assert_error(mem.api.request(method, path, old, json={} if method == "POST" else None), 401, "auth.invalid")
     assert live_owners(mem, new) == [rotated["id"]]
     grants = {g["id"]: g for g in mem.ok(mem.api.get("/grants", new))["grants"]}
     assert grants[rotated["retires"]]["revoked"] is not None
@@ -78,8 +77,7 @@ def test_a_resend_returns_the_new_token_only_while_the_old_one_is_the_owner(mem:
     assert_error(mem.api.post("/rotate", old, json={}, headers={KEY: str(uuid.uuid4())}), 401, "auth.invalid")
 
 
-def test_the_retired_token_gets_nothing_from_the_key_ring_after_the_new_one_is_used(mem: Mem,
-                                                                                   data_dir: Path) -> None:
+def test_the_retired_token_gets_nothing_from_the_key_ring_after_the_new_one_is_used(mem: Mem, data_dir: Path) -> None:
     """The record that held the new token is deleted with the old owner
     grant, so even a copy of the key ring taken after that moment holds no
     sealed answer for the old token and its key to open."""
@@ -115,8 +113,9 @@ def test_a_reader_keeps_working_across_a_rotation_and_its_retirement(mem: Mem) -
     assert "after the retirement" in "\n".join(woke["lines"])
 
 
-def test_stash_verify_opens_the_store_with_a_successor_not_yet_used(mem: Mem, data_dir: Path, capsys,
-                                                                      monkeypatch) -> None:
+def test_stash_verify_opens_the_store_with_a_successor_not_yet_used(
+    mem: Mem, data_dir: Path, capsys, monkeypatch
+) -> None:
     """Between a rotation and its new token's first use, the new token
     already opens the owner-only data (its copy of the owner seeds was boxed
     to it at the rotation), so `stash verify --token` passes with it."""
@@ -179,8 +178,9 @@ def test_the_listings_name_a_memory_they_cannot_open_and_list_the_rest(mem: Mem,
     grants = {}
     for name in ("good", "garbled", "unenrolled", "older", "stale"):
         mem.ok(mem.api.post("/memories", mem.token, json={"name": name}), 201)
-        grants[name] = mem.ok(mem.api.post("/grants", mem.token, json={
-            "scope": "read", "memory": name, "label": f"{name} bot"}), 201)
+        grants[name] = mem.ok(
+            mem.api.post("/grants", mem.token, json={"scope": "read", "memory": name, "label": f"{name} bot"}), 201
+        )
     (folder,) = data_dir.glob("users/*")
     before = {name: _key_ring_files(folder / "m" / name) for name in ("older", "stale")}
     with sqlite3.connect(folder / "m" / "stale" / "keyring.db") as conn:
@@ -189,8 +189,9 @@ def test_the_listings_name_a_memory_they_cannot_open_and_list_the_rest(mem: Mem,
         mem.ok(mem.api.delete(f"/grants/{grants[name]['id']}", mem.token))  # a new epoch in that memory
     _put_back(folder / "m" / "older", before["older"])
     with sqlite3.connect(folder / "m" / "stale" / "keyring.db") as conn:
-        conn.execute("UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?", (*owner_row[1:],
-                                                                                               owner_row[0]))
+        conn.execute(
+            "UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?", (*owner_row[1:], owner_row[0])
+        )
     ring = folder / "m" / "garbled" / "keyring.db"
     ring.write_bytes(b"\x00" * ring.stat().st_size)
     with sqlite3.connect(folder / "m" / "unenrolled" / "keyring.db") as conn:
@@ -199,8 +200,11 @@ def test_the_listings_name_a_memory_they_cannot_open_and_list_the_rest(mem: Mem,
     assert {m["name"] for m in listed["memories"]} == {"main", "good"}
     unopened = {u["name"]: u for u in listed["unopened"]}
     assert {n: u["error"] for n, u in unopened.items()} == {
-        "garbled": "store.damaged", "unenrolled": "store.damaged", "older": "store.rolled_back",
-        "stale": "store.rolled_back"}
+        "garbled": "store.damaged",
+        "unenrolled": "store.damaged",
+        "older": "store.rolled_back",
+        "stale": "store.rolled_back",
+    }
     grants = mem.ok(mem.api.get("/grants", mem.token))
     assert "good bot" in [g["label"] for g in grants["grants"]]
     assert {u["name"]: u["error"] for u in grants["unopened"]} == {n: u["error"] for n, u in unopened.items()}

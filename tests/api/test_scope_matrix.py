@@ -72,8 +72,13 @@ class World:
 
     def token(self, who: str) -> str | None:
         return {
-            "none": None, "bogus": self.bogus, "other user": self.theirs.owner, "read": self.read,
-            "full": self.full, "owner": self.ours.owner, "revoked": self.revoked,
+            "none": None,
+            "bogus": self.bogus,
+            "other user": self.theirs.owner,
+            "read": self.read,
+            "full": self.full,
+            "owner": self.ours.owner,
+            "revoked": self.revoked,
         }[who]
 
     def target(self, who: str) -> Store:
@@ -154,8 +159,10 @@ def test_every_route_answers_every_token_as_the_reference_says(matrix_api: Api) 
             before = None if touches_ours else state(api, world.ours.owner)
             kw: dict[str, Any] = {} if body is None else {"json": body}
             if isinstance(body, Form):
-                kw = {"content": urlencode(body).encode(), "headers": {
-                    "Content-Type": "application/x-www-form-urlencoded", "Origin": HOST}}
+                kw = {
+                    "content": urlencode(body).encode(),
+                    "headers": {"Content-Type": "application/x-www-form-urlencoded", "Origin": HOST},
+                }
             resp = api.request(method, url, world.token(who), **kw)
             if route == "POST /rotate" and resp.status_code == 200:
                 world.target(who).owner = resp.json()["token"]

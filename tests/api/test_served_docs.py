@@ -60,12 +60,16 @@ def test_the_reference_comes_in_parts_an_agent_reads_whole(api: Api) -> None:
         if k == 1:
             end = body.index("\n")  # the contents end at the first blank line
             contents = {line.strip() for line in body[:end]}
-            assert "- Word search: " + str(next(n for n, b in enumerate(bodies_of(api), 1) if "## Word search" in b)) \
+            assert (
+                "- Word search: " + str(next(n for n, b in enumerate(bodies_of(api), 1) if "## Word search" in b))
                 in contents
-            body = body[end + 1:]
+            )
+            body = body[end + 1 :]
         if k < total:
-            assert body[-1] == (f"""Run: curl -sS -H "Authorization: Bearer $STASH_TOKEN" -H "Accept: text/plain" """
-                                f"""\"$STASH_URL/reference\" -d '{{"part": {k + 1}}}'\n""")
+            assert body[-1] == (
+                f"""Run: curl -sS -H "Authorization: Bearer $STASH_TOKEN" -H "Accept: text/plain" """
+                f"""\"$STASH_URL/reference\" -d '{{"part": {k + 1}}}'\n"""
+            )
             assert body[-2] == "\n"
             bodies.append("".join(body[:-2]))
         else:

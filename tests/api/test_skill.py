@@ -89,5 +89,6 @@ def test_skill_md_is_a_skill_and_teaches_every_rule() -> None:
     commands = indented_commands(doc)
     for verb in ("wake", "note", "nap", "recall", "zoom", "forget"):
         assert any(c.startswith(f"stash {verb}") for c in commands), verb
-        assert any(route_of(m, p) and p == f"/{verb}" for c in commands if c.startswith("curl ")
-                   for m, p in curl_calls(c)), verb
+        assert any(
+            route_of(m, p) and p == f"/{verb}" for c in commands if c.startswith("curl ") for m, p in curl_calls(c)
+        ), verb

@@ -53,22 +53,29 @@ def test_every_read_route_with_fields_has_a_post_twin_with_the_same_fields() -> 
 def test_the_post_twins_answer_what_the_get_routes_answer(api: Api, owner: str) -> None:
     entries = [{"date": OLD_DATE, "text": f"twin memory {k}"} for k in range(6)]
     assert api.post("/import", owner, json={"entries": entries}).status_code == 200
-    for path, fields in (("/wake", {"part": 1}), ("/recall", {"q": "memory [24]"}), ("/zoom", {"block": "4-7"}),
-                         ("/shape", {"T": 300, "lines": 12})):
+    for path, fields in (
+        ("/wake", {"part": 1}),
+        ("/recall", {"q": "memory [24]"}),
+        ("/zoom", {"block": "4-7"}),
+        ("/shape", {"T": 300, "lines": 12}),
+    ):
         got = api.get(path, owner, params=fields)
         twin = api.post(path, owner, json=fields)
         assert got.status_code == 200, got.text
         assert (twin.status_code, twin.json()) == (200, got.json()), path
 
 
-@pytest.mark.parametrize(("method", "path", "allowed"), [
-    ("OPTIONS", "/config", "GET, HEAD, POST"),
-    ("DELETE", "/wake", "GET, HEAD, POST"),
-    ("PUT", "/recall", "GET, HEAD, POST"),
-    ("GET", "/note", "POST"),
-    ("POST", "/grants/7", "DELETE"),
-    ("GET", "/store", "DELETE"),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("OPTIONS", "/config", "GET, HEAD, POST"),
+        ("DELETE", "/wake", "GET, HEAD, POST"),
+        ("PUT", "/recall", "GET, HEAD, POST"),
+        ("GET", "/note", "POST"),
+        ("POST", "/grants/7", "DELETE"),
+        ("GET", "/store", "DELETE"),
+    ],
+)
 def test_a_405_names_every_method_the_path_takes(api: Api, method: str, path: str, allowed: str) -> None:
     # Found by schemathesis: each method of a path is its own route, and the 405
     # named only the first one's methods (OPTIONS /config said "Allow: HEAD, GET").
@@ -150,21 +157,28 @@ def test_every_answer_field_of_every_route_is_in_its_reference_section(doc: dict
         for method, op in ops.items():
             # A /m/{name} copy is answered as the route at the root, in that route's section.
             base = path.removeprefix("/m/{name}")
-            heading = next((h for h in sections if re.search(rf"\b{method.upper()} {re.escape(base)}(?![\w/.{{])", h)),
-                           None)
+            heading = next(
+                (h for h in sections if re.search(rf"\b{method.upper()} {re.escape(base)}(?![\w/.{{])", h)), None
+            )
             assert heading, f"{method.upper()} {path} has no section"
             section = sections[heading]
             # Stash-Pin is taken by every authenticated route alike; its one
             # section ("The log head and Stash-Pin") is checked below.
-            fields = [p["name"] for p in op.get("parameters", []) if p["in"] != "query" and p["name"] != "Stash-Pin"
-                      and not (base != path and p["name"] == "name")]
+            fields = [
+                p["name"]
+                for p in op.get("parameters", [])
+                if p["in"] != "query" and p["name"] != "Stash-Pin" and not (base != path and p["name"] == "name")
+            ]
             answer = next(iter(op["responses"].values())).get("content") or {"": {}}  # a 303 has no body
             schema = next(iter(answer.values())).get("schema", {})
             if "$ref" in schema:
                 schema = doc["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]
             fields += list(schema.get("properties", {}))
-            missing += [f"{method.upper()} {path}: {f}" for f in fields
-                        if f"`{f}`" not in section and f'"{f}"' not in section and f"{{{f}" not in section]
+            missing += [
+                f"{method.upper()} {path}: {f}"
+                for f in fields
+                if f"`{f}`" not in section and f'"{f}"' not in section and f"{{{f}" not in section
+            ]
     assert missing == []
     from tests.support.docs.commands import reference
 

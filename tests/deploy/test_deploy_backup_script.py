@@ -25,16 +25,22 @@ def stand_in(tmp: Path, backup_ok: bool = True, verify_ok: bool = True) -> Path:
         f"{'exit 0' if backup_ok else 'exit 1'}; fi\n"
         f'if [ "$1" = verify ]; then [ -f "$2/users/f" ] || exit 3; {"exit 0" if verify_ok else "exit 1"}; fi\n'
         "exit 2\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     exe.chmod(0o755)
     return exe
 
 
 def run(tmp: Path, backups: Path, exe: Path, keep: int = 2) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "STASH_BACKUP_DIR": str(backups), "STASH_BACKUP_KEEP": str(keep),
-           "STASH_BIN": str(exe)}
-    return subprocess.run(["sh", str(DEPLOY / "stash-backup.sh")], env=env, capture_output=True, text=True,
-                          timeout=60, cwd=tmp)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STASH_BACKUP_DIR": str(backups),
+        "STASH_BACKUP_KEEP": str(keep),
+        "STASH_BIN": str(exe),
+    }
+    return subprocess.run(
+        ["sh", str(DEPLOY / "stash-backup.sh")], env=env, capture_output=True, text=True, timeout=60, cwd=tmp
+    )
 
 
 def with_old_backups(tmp: Path) -> Path:
@@ -81,10 +87,16 @@ def test_the_script_runs_the_real_backup_and_verify(tmp_path: Path) -> None:
     assert exe, "the stash command is not installed beside this Python"
     backups = tmp_path / "backups"
     backups.mkdir()
-    env = {"PATH": "/usr/bin:/bin", "STASH_BACKUP_DIR": str(backups), "STASH_BACKUP_KEEP": "2",
-           "STASH_BIN": exe, "STASH_DATA": str(data)}
-    res = subprocess.run(["sh", str(DEPLOY / "stash-backup.sh")], env=env, capture_output=True, text=True,
-                         timeout=120, cwd=tmp_path)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STASH_BACKUP_DIR": str(backups),
+        "STASH_BACKUP_KEEP": "2",
+        "STASH_BIN": exe,
+        "STASH_DATA": str(data),
+    }
+    res = subprocess.run(
+        ["sh", str(DEPLOY / "stash-backup.sh")], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert res.returncode == 0, res.stderr
     (copy,) = list(backups.iterdir())
     assert copy.name.startswith("2") and (copy / "users" / vault_user(token) / "memory.db").is_file()

@@ -40,8 +40,13 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
         text = (DEPLOY / name).read_text(encoding="utf-8")
         text = text.replace(UNIT_BINARY, str(stash_executable())).replace(UNIT_BACKUP_SCRIPT, str(backup_script))
         (tmp_path / name).write_text(text, encoding="utf-8")
-    res = subprocess.run([tool("systemd-analyze"), "verify", *(str(tmp_path / n) for n in UNITS)],
-                         capture_output=True, text=True, timeout=TOOL_TIMEOUT, cwd=tmp_path)
+    res = subprocess.run(
+        [tool("systemd-analyze"), "verify", *(str(tmp_path / n) for n in UNITS)],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT,
+        cwd=tmp_path,
+    )
     # verify only warns about an unknown directive or a misspelt filter group: any output is a failure.
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), (res.stdout, res.stderr)
 
@@ -50,17 +55,29 @@ def test_verify_catches_a_misspelt_directive(tmp_path: Path) -> None:
     """The check above can fail: a typo in the sandbox is reported."""
     text = (DEPLOY / "stash.service").read_text(encoding="utf-8").replace(UNIT_BINARY, str(stash_executable()))
     (tmp_path / "stash.service").write_text(text.replace("NoNewPrivileges=", "NoNewPrivilege="), encoding="utf-8")
-    res = subprocess.run([tool("systemd-analyze"), "verify", str(tmp_path / "stash.service")],
-                         capture_output=True, text=True, timeout=TOOL_TIMEOUT, cwd=tmp_path)
+    res = subprocess.run(
+        [tool("systemd-analyze"), "verify", str(tmp_path / "stash.service")],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT,
+        cwd=tmp_path,
+    )
     assert "NoNewPrivilege" in res.stderr
 
 
 def test_the_server_unit_is_sandboxed() -> None:
     d = directives("stash.service")
     expected = {
-        "NoNewPrivileges": "yes", "PrivateTmp": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
-        "CapabilityBoundingSet": "", "MemoryDenyWriteExecute": "yes", "StateDirectory": "stash",
-        "ReadWritePaths": "/var/lib/stash", "SystemCallFilter": "@system-service", "User": "stash",
+        "NoNewPrivileges": "yes",
+        "PrivateTmp": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "CapabilityBoundingSet": "",
+        "MemoryDenyWriteExecute": "yes",
+        "StateDirectory": "stash",
+        "ReadWritePaths": "/var/lib/stash",
+        "SystemCallFilter": "@system-service",
+        "User": "stash",
         "RestrictAddressFamilies": "AF_INET AF_INET6 AF_UNIX",
     }
     for key, value in expected.items():
@@ -81,8 +98,9 @@ def test_the_backup_unit_runs_stash_backup_on_a_timer() -> None:
     assert "/var/backups/stash" in d["ReadWritePaths"][0].split()
     script = (DEPLOY / "stash-backup.sh").read_text(encoding="utf-8")
     assert re.search(r'"\$stash" backup ', script) and re.search(r'"\$stash" verify ', script)
-    res = subprocess.run(["sh", "-n", str(DEPLOY / "stash-backup.sh")], capture_output=True, text=True,
-                         timeout=TOOL_TIMEOUT)
+    res = subprocess.run(
+        ["sh", "-n", str(DEPLOY / "stash-backup.sh")], capture_output=True, text=True, timeout=TOOL_TIMEOUT
+    )
     assert res.returncode == 0, res.stderr
     timer = directives("stash-backup.timer", "Timer")
     assert timer["OnCalendar"] and timer["Persistent"] == ["true"]
@@ -92,8 +110,13 @@ def test_the_backup_unit_runs_stash_backup_on_a_timer() -> None:
 
 
 def caddy_validate(path: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([tool("caddy"), "validate", "--adapter", "caddyfile", "--config", str(path)],
-                          capture_output=True, text=True, timeout=TOOL_TIMEOUT, cwd=cwd)
+    return subprocess.run(
+        [tool("caddy"), "validate", "--adapter", "caddyfile", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT,
+        cwd=cwd,
+    )
 
 
 def test_caddyfile_validates(tmp_path: Path) -> None:
@@ -139,7 +162,7 @@ def test_dockerfile_properties() -> None:
     steps = dockerfile()
     froms = [a for i, a in steps if i == "FROM"]
     assert froms and all(a.split()[0].startswith("python:3.11-slim") for a in froms), froms
-    final = steps[max(n for n, (i, _) in enumerate(steps) if i == "FROM"):]
+    final = steps[max(n for n, (i, _) in enumerate(steps) if i == "FROM") :]
     args = {i: a for i, a in final}
     assert args["USER"] not in ("root", "0"), "the server must not run as root"
     assert args["VOLUME"] == '["/data"]'
@@ -161,8 +184,18 @@ def test_dockerfile_properties() -> None:
 
 
 # The options deploy/README.md walks an operator through (the needs of issue 6).
-OPERATOR_FLAGS = ("--data", "--host", "--port", "--workers", "--url", "--trusted-proxy", "--init", "--max-body",
-                  "--max-import-body", "--user-id-prefix")
+OPERATOR_FLAGS = (
+    "--data",
+    "--host",
+    "--port",
+    "--workers",
+    "--url",
+    "--trusted-proxy",
+    "--init",
+    "--max-body",
+    "--max-import-body",
+    "--user-id-prefix",
+)
 
 
 def test_every_serve_option_is_in_the_reference() -> None:
@@ -177,8 +210,12 @@ def test_every_serve_option_is_in_the_reference() -> None:
 
 def test_the_deploy_guide_names_each_operator_option_and_its_variable() -> None:
     text = (DEPLOY / "README.md").read_text(encoding="utf-8")
-    missing = [word for flag in OPERATOR_FLAGS
-               for word in (f"`{flag}", serve.env_name(flag.lstrip("-").replace("-", "_"))) if word not in text]
+    missing = [
+        word
+        for flag in OPERATOR_FLAGS
+        for word in (f"`{flag}", serve.env_name(flag.lstrip("-").replace("-", "_")))
+        if word not in text
+    ]
     assert missing == [], f"deploy/README.md does not mention {missing}"
 
 
@@ -200,8 +237,12 @@ def test_what_the_image_copies_builds_the_package(tmp_path: Path) -> None:
                 shutil.copytree(path, ctx / src, symlinks=True)
             else:
                 shutil.copy2(path, ctx / src)
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
-                          str(ctx)], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(ctx)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     wheels = list((tmp_path / "dist").glob("*.whl"))
     assert len(wheels) == 1

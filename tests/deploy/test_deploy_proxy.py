@@ -40,8 +40,9 @@ def render(name: str, upstreams: dict[str, int]) -> str:
     and no admin endpoint (other tests may be running Caddy)."""
     text = (DEPLOY / name).read_text(encoding="utf-8")
     text = text.replace("email ops@example.com", "admin off\n\tauto_https off")
-    text, sites = re.subn(r"^stash\.example\.com \{", f"http://127.0.0.1:{{PORT}}, http://{PUBLIC}:{{PORT}} {{",
-                          text, flags=re.M)
+    text, sites = re.subn(
+        r"^stash\.example\.com \{", f"http://127.0.0.1:{{PORT}}, http://{PUBLIC}:{{PORT}} {{", text, flags=re.M
+    )
     assert sites == 1
     for address, local in upstreams.items():
         assert address in text, address
@@ -54,12 +55,22 @@ def caddy(config: str, tmp: Path, port: int | None = None) -> Iterator[str]:
     port = port or free_port()
     path = tmp / "Caddyfile"
     path.write_text(config.replace("{PORT}", str(port)), encoding="utf-8")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
-           "XDG_DATA_HOME": str(tmp / "data"), "XDG_CONFIG_HOME": str(tmp / "config")}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp),
+        "XDG_DATA_HOME": str(tmp / "data"),
+        "XDG_CONFIG_HOME": str(tmp / "config"),
+    }
     log = tmp / "caddy.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([tool("caddy"), "run", "--adapter", "caddyfile", "--config", str(path)], env=env,
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=tmp)
+        proc = subprocess.Popen(
+            [tool("caddy"), "run", "--adapter", "caddyfile", "--config", str(path)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=tmp,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT
@@ -103,30 +114,48 @@ def mcp_under_the_public_name(srv: Server, base: str, public: str) -> None:
         assert page.status_code == 200 and page.headers.get_list("referrer-policy") == ["same-origin"], page.headers
         assert http.get("/health").headers.get_list("referrer-policy") == ["no-referrer"]
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    sent = {"Authorization": f"Bearer {owner}", "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": "2025-06-18"}
+    sent = {
+        "Authorization": f"Bearer {owner}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+    }
     assert httpx.post(base + "/mcp", json=rpc, headers={**sent, "Host": host}, timeout=30.0).status_code == 200
-    refused_on_mcp(httpx.post(base + "/mcp", json=rpc, headers={**sent, "Host": host, "Origin": "https://evil.example"},
-                              timeout=30.0), 403, "mcp.bad_origin")
-    refused_on_mcp(httpx.post(srv.url + "/mcp", json=rpc, headers={**sent, "Host": "evil.example"}, timeout=30.0),
-                   421, "mcp.bad_host")
+    refused_on_mcp(
+        httpx.post(
+            base + "/mcp", json=rpc, headers={**sent, "Host": host, "Origin": "https://evil.example"}, timeout=30.0
+        ),
+        403,
+        "mcp.bad_origin",
+    )
+    refused_on_mcp(
+        httpx.post(srv.url + "/mcp", json=rpc, headers={**sent, "Host": "evil.example"}, timeout=30.0),
+        421,
+        "mcp.bad_host",
+    )
 
 
 def test_behind_caddy_a_forged_forwarded_for_buys_nothing_and_mcp_answers_for_the_url(tmp_path: Path) -> None:
     port = free_port()
     public = f"http://{PUBLIC}:{port}"
-    srv = start_server(tmp_path / "stash", "--trusted-proxy", "127.0.0.1", "--auth-failures-per-minute", "3",
-                       "--url", public)
+    srv = start_server(
+        tmp_path / "stash", "--trusted-proxy", "127.0.0.1", "--auth-failures-per-minute", "3", "--url", public
+    )
     try:
         with caddy(render("Caddyfile", {"127.0.0.1:8080": srv.port}), tmp_path, port) as base:
             mcp_under_the_public_name(srv, base, public)
             for n in range(3):
-                resp = httpx.get(base + "/wake", headers={"Authorization": f"Bearer {BOGUS}",
-                                                         "X-Forwarded-For": f"203.0.113.{n}"}, timeout=30.0)
+                resp = httpx.get(
+                    base + "/wake",
+                    headers={"Authorization": f"Bearer {BOGUS}", "X-Forwarded-For": f"203.0.113.{n}"},
+                    timeout=30.0,
+                )
                 assert resp.status_code == 401, resp.text
             # Had Caddy passed the forged addresses on, each would be a new client.
-            resp = httpx.get(base + "/wake", headers={"Authorization": f"Bearer {BOGUS}",
-                                                     "X-Forwarded-For": "203.0.113.99"}, timeout=30.0)
+            resp = httpx.get(
+                base + "/wake",
+                headers={"Authorization": f"Bearer {BOGUS}", "X-Forwarded-For": "203.0.113.99"},
+                timeout=30.0,
+            )
             assert resp.status_code == 429 and resp.json()["error"] == "rate_limited", resp.text
             assert httpx.get(base + "/metrics", timeout=30.0).status_code == 404
             assert "server" not in httpx.get(base + "/health", timeout=30.0).headers
@@ -161,8 +190,7 @@ def test_a_sharded_fleet_routes_each_user_to_its_host(tmp_path: Path) -> None:
                 assert resp.status_code == 200, resp.text
                 wake = http.get("/wake", headers=auth)
                 assert wake.status_code == 200 and f"I am {ident['user_id']}" in wake.text, wake.text
-            assert http.get("/metrics", headers={"Authorization": f"Bearer {minted[0]['token']}"}).status_code \
-                == 404
+            assert http.get("/metrics", headers={"Authorization": f"Bearer {minted[0]['token']}"}).status_code == 404
         ids = {m["user_id"] for m in minted}
         assert users_on(a) == {i for i in ids if i[0] in "01234567"}
         assert users_on(b) == {i for i in ids if i[0] in "89abcdef"}

@@ -31,8 +31,13 @@ def test_the_unit_with_the_drop_in_passes_systemd_analyze_verify(tmp_path: Path)
     head, install = unit.split("\n[Install]\n")
     extra = DROP_IN.read_text(encoding="utf-8").split("[Service]\n", 1)[1]
     (tmp_path / "stash.service").write_text(f"{head}\n{extra}\n[Install]\n{install}", encoding="utf-8")
-    res = subprocess.run([tool("systemd-analyze"), "verify", str(tmp_path / "stash.service")],
-                         capture_output=True, text=True, timeout=TOOL_TIMEOUT, cwd=tmp_path)
+    res = subprocess.run(
+        [tool("systemd-analyze"), "verify", str(tmp_path / "stash.service")],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT,
+        cwd=tmp_path,
+    )
     assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), (res.stdout, res.stderr)
 
 
@@ -40,8 +45,17 @@ def test_the_drop_in_turns_on_replication_and_plain_files(tmp_path: Path) -> Non
     env = drop_in_environment()
     assert set(env) == {"STASH_REPLICATE"}
     settings_file = tmp_path / "replica.json"
-    settings_file.write_text(json.dumps({"type": "sftp", "host": "203.0.113.20:22", "user": "stash",
-                                         "key-path": "/etc/stash/replica_key", "path": "/srv/replica/host-a"}))
+    settings_file.write_text(
+        json.dumps(
+            {
+                "type": "sftp",
+                "host": "203.0.113.20:22",
+                "user": "stash",
+                "key-path": "/etc/stash/replica_key",
+                "path": "/srv/replica/host-a",
+            }
+        )
+    )
     args = serve.parse([], {"STASH_REPLICATE": str(settings_file)})
     settings = serve.settings_from(args, {})
     assert settings.replicate == str(settings_file) and settings.file_cipher == "none"

@@ -32,8 +32,10 @@ def refuse_exec_gain() -> None:
     """Runs in the child before exec; the kernel keeps the refusal across exec."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_MDWE) failed: this kernel cannot check the unit's "
-                                          "MemoryDenyWriteExecute=yes")
+        raise OSError(
+            ctypes.get_errno(),
+            "prctl(PR_SET_MDWE) failed: this kernel cannot check the unit's MemoryDenyWriteExecute=yes",
+        )
     os.umask(0o077)  # the unit's UMask=
 
 
@@ -50,8 +52,9 @@ def exec_start(data: Path, port: int) -> list[str]:
 def test_the_instrument_refuses_writable_executable_memory() -> None:
     """Without this, a server that ran fine under it would prove nothing."""
     probe = "import mmap; mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)"
-    res = subprocess.run([sys.executable, "-c", probe], preexec_fn=refuse_exec_gain,
-                         capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        [sys.executable, "-c", probe], preexec_fn=refuse_exec_gain, capture_output=True, text=True, timeout=30
+    )
     assert res.returncode != 0 and "PermissionError" in res.stderr, res.stderr
     assert subprocess.run([sys.executable, "-c", probe], timeout=30).returncode == 0
 
@@ -78,8 +81,14 @@ def test_the_recall_worker_process_runs_under_the_same_refusal(tmp_path: Path) -
     spawned worker process: it too starts and matches under the refusal."""
     script = tmp_path / "worker.py"
     script.write_text(RECALL_WORKER, encoding="utf-8")
-    res = subprocess.run([sys.executable, str(script)], preexec_fn=refuse_exec_gain, capture_output=True,
-                         text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    res = subprocess.run(
+        [sys.executable, str(script)],
+        preexec_fn=refuse_exec_gain,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "(['#0 2024-01-01 chose jade'], 1)"
 
@@ -93,8 +102,15 @@ def test_the_server_runs_as_the_unit_starts_it(tmp_path: Path) -> None:
         env[key] = value
     log = tmp_path / "server.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=refuse_exec_gain, cwd=tmp_path)
+        proc = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=refuse_exec_gain,
+            cwd=tmp_path,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + START_TIMEOUT
@@ -113,8 +129,9 @@ def test_the_server_runs_as_the_unit_starts_it(tmp_path: Path) -> None:
             url = shlex.split(directives("stash.service")["ExecStart"][0])
             assert url[url.index("--url") + 1] in minted.json()["prompt"]
             auth = {"Authorization": f"Bearer {minted.json()['token']}"}
-            assert http.post("/note", json={"text": "deployed under the unit's sandbox"}, headers=auth).status_code \
-                == 200
+            assert (
+                http.post("/note", json={"text": "deployed under the unit's sandbox"}, headers=auth).status_code == 200
+            )
             wake = http.get("/wake", headers=auth)
             assert wake.status_code == 200 and "deployed under the unit's sandbox" in wake.text
             found = http.get("/recall", params={"q": "sand?box"}, headers=auth)

@@ -52,8 +52,9 @@ class Log:
 
 
 def client(url: str) -> httpx.Client:
-    return httpx.Client(base_url=url, timeout=20, trust_env=False,
-                        headers={"Authorization": f"Bearer {os.environ[TOKEN_ENV]}"})
+    return httpx.Client(
+        base_url=url, timeout=20, trust_env=False, headers={"Authorization": f"Bearer {os.environ[TOKEN_ENV]}"}
+    )
 
 
 def post(http: httpx.Client, path: str, body: dict) -> httpx.Response | None:

@@ -24,9 +24,18 @@ from pathlib import Path
 CALL_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-extensions", "--disable-default-apps", "--mute-audio", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-default-apps",
+    "--mute-audio",
+    "--hide-scrollbars",
     "--remote-debugging-pipe",
 ]
 
@@ -49,12 +58,14 @@ class Console:
 
     def errors(self) -> list[str]:
         return [f"{level}: {text}" for level, text in self.messages if level in ("error", "assert")] + [
-            f"exception: {text}" for text in self.exceptions]
+            f"exception: {text}" for text in self.exceptions
+        ]
 
 
 class Chromium:
-    def __init__(self, binary: str, profile: Path, width: int = 1000, height: int = 900,
-                 flags: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, binary: str, profile: Path, width: int = 1000, height: int = 900, flags: tuple[str, ...] = ()
+    ) -> None:
         to_chrome, self._to_chrome_w = os.pipe()
         self._from_chrome_r, from_chrome = os.pipe()
         # The child's ends go above 9 first, so moving them onto 3 and 4 (where
@@ -62,12 +73,22 @@ class Chromium:
         r, w = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_chrome, from_chrome))
         os.close(to_chrome)
         os.close(from_chrome)
-        argv = ["/bin/bash", "-c", f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-', binary, *FLAGS,
-                *flags, f"--user-data-dir={profile}", f"--window-size={width},{height}", "about:blank"]
+        argv = [
+            "/bin/bash",
+            "-c",
+            f'exec "$0" "$@" 3<&{r} 4>&{w} {r}<&- {w}>&-',
+            binary,
+            *FLAGS,
+            *flags,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            "about:blank",
+        ]
         self.log = profile.parent / "chromium.log"
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(argv, pass_fds=(r, w), stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                argv, pass_fds=(r, w), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            )
         os.close(r)
         os.close(w)
         self._out = os.fdopen(self._to_chrome_w, "wb", buffering=0)
@@ -116,8 +137,9 @@ class Chromium:
                 self._events.append(msg)
             self._cond.notify_all()
 
-    def call(self, method: str, params: dict | None = None, browser: bool = False,
-             timeout: float = CALL_TIMEOUT) -> dict:
+    def call(
+        self, method: str, params: dict | None = None, browser: bool = False, timeout: float = CALL_TIMEOUT
+    ) -> dict:
         """Send one command to the page (or, with ``browser``, to the browser itself); its result."""
         with self._cond:
             self._next_id += 1
@@ -173,8 +195,9 @@ class Chromium:
 
     def open_page(self) -> None:
         target = self.call("Target.createTarget", {"url": "about:blank"}, browser=True)["targetId"]
-        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True},
-                                 browser=True)["sessionId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True}, browser=True)[
+            "sessionId"
+        ]
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable")
 
@@ -188,8 +211,7 @@ class Chromium:
 
     def js(self, expression: str):
         """The value of ``expression`` in the page (awaited if a promise)."""
-        answer = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
-                                                "awaitPromise": True})
+        answer = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True})
         if "exceptionDetails" in answer:
             raise BrowserError(f"{expression!r} threw: {answer['exceptionDetails'].get('text')}")
         return answer["result"].get("value")

@@ -52,8 +52,16 @@ def test_four_sessions_live_on_what_the_server_prints(base_url: str, http: Http,
     http.ok("POST", "/config", token, json={"PART_CHARS": PART, "WAKE_LINES": 12})  # the owner's choice
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    agent = Shell({"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "STASH_URL": base_url,
-                   "STASH_TOKEN": token}, cwd)
+    agent = Shell(
+        {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "LANG": "C.UTF-8",
+            "STASH_URL": base_url,
+            "STASH_TOKEN": token,
+        },
+        cwd,
+    )
     block = indented_commands(minted["prompt"])
     wake = next(c for c in block if c.endswith('"$STASH_URL/wake"'))
     note = next(c for c in block if '"$STASH_URL/note"' in c)

@@ -26,8 +26,9 @@ TRIALS = 3
 
 
 def stash(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True, cwd=OUTSIDE,
-                          timeout=CLI_TIMEOUT)
+    return subprocess.run(
+        [sys.executable, "-m", "stash", *args], capture_output=True, text=True, cwd=OUTSIDE, timeout=CLI_TIMEOUT
+    )
 
 
 def test_a_backup_killed_mid_copy_never_passes_verify(tmp_path: Path):
@@ -42,8 +43,12 @@ def test_a_backup_killed_mid_copy_never_passes_verify(tmp_path: Path):
     for trial in range(TRIALS):
         dest = tmp_path / f"backup-{trial}"
         after = rng.randrange(0, USERS)  # users copied before the kill: a random instant of the copy
-        proc = subprocess.Popen([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(data)],
-                                cwd=OUTSIDE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stash", "backup", str(dest), "--data", str(data)],
+            cwd=OUTSIDE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + CLI_TIMEOUT
         while proc.poll() is None and time.monotonic() < deadline:
             users = dest / "users"

@@ -23,8 +23,14 @@ WAIT_S = 60.0
 
 
 def stash(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "stash", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def wait_for(predicate, what: str) -> None:
@@ -47,9 +53,17 @@ def test_backup_under_load_restores_every_memory(tmp_path: Path):
         for k in range(5):
             http.ok("POST", "/note", a["token"], json={"text": f"before the load {k}"})
         for token, label in ((a["token"], "a1"), (a["token"], "a2"), (b["token"], "b1")):
-            writers.append(subprocess.Popen(
-                [sys.executable, str(NOTER), live.url, label, str(stop)], stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "STASH_TEST_TOKEN": token}))
+            writers.append(
+                subprocess.Popen(
+                    [sys.executable, str(NOTER), live.url, label, str(stop)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    cwd=REPO,
+                    env={**os.environ, "STASH_TEST_TOKEN": token},
+                )
+            )
+
         # How many memories each holds, counted by a recall of every line: a wake
         # would be refused once the log outgrows WAKE_LINES with nothing napped.
         def held(token: str) -> int:
@@ -62,8 +76,9 @@ def test_backup_under_load_restores_every_memory(tmp_path: Path):
         done = stash("backup", str(backup), "--data", str(live.data))
         assert done.returncode == 0, (done.stdout, done.stderr)
         # The writers were noting the whole time: none has stopped or failed.
-        assert all(w.poll() is None for w in writers), [w.stderr and w.stderr.read() for w in writers
-                                                        if w.poll() is not None]
+        assert all(w.poll() is None for w in writers), [
+            w.stderr and w.stderr.read() for w in writers if w.poll() is not None
+        ]
         stop.touch()
         acked: dict[str, list[str]] = {"a": [], "b": []}
         for w in writers:

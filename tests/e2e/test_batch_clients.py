@@ -45,8 +45,9 @@ def test_the_client_takes_a_batch_as_the_prompt_says(cli: Cli, http: Http, token
         assert f"#{b} sum {b} — ünï" in zoomed["lines"]
 
 
-def test_the_client_refuses_a_bad_summaries_file_and_sends_nothing(cli: Cli, http: Http, token: str,
-                                                                  tmp_path: Path) -> None:
+def test_the_client_refuses_a_bad_summaries_file_and_sends_nothing(
+    cli: Cli, http: Http, token: str, tmp_path: Path
+) -> None:
     http.ok("POST", "/import", token, json={"entries": [{"date": "2024-05-06", "text": f"m{i}"} for i in range(8)]})
     bad = tmp_path / "s.txt"
     bad.write_text("0-1 fine\nnot a block line\n", encoding="utf-8")

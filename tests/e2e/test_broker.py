@@ -109,16 +109,22 @@ class Agent:
     """Runs printed commands in a shell that has the two variables."""
 
     def __init__(self, url: str, token: str, cwd: Path) -> None:
-        self.env = {"PATH": "/usr/bin:/bin", "HOME": str(cwd), "LANG": "C.UTF-8",
-                    "STASH_URL": url, "STASH_TOKEN": token}
+        self.env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(cwd),
+            "LANG": "C.UTF-8",
+            "STASH_URL": url,
+            "STASH_TOKEN": token,
+        }
         self.cwd = cwd
         self.runs = 0
 
     def run(self, command: str) -> str:
         assert re.search(r"<[a-z][a-z -]*>", command) is None, command
         self.runs += 1
-        done = subprocess.run(["/bin/sh", "-c", command], env=self.env, cwd=self.cwd, capture_output=True,
-                              text=True, timeout=CLI_TIMEOUT)
+        done = subprocess.run(
+            ["/bin/sh", "-c", command], env=self.env, cwd=self.cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT
+        )
         assert done.returncode == 0, (command, done.stderr)
         return done.stdout
 
@@ -130,8 +136,7 @@ def block_commands(block: str) -> list[str]:
     return indented_commands(block)
 
 
-def test_an_agent_lives_through_a_broker_on_what_the_server_prints(broker: Broker, http: Http,
-                                                                  tmp_path: Path) -> None:
+def test_an_agent_lives_through_a_broker_on_what_the_server_prints(broker: Broker, http: Http, tmp_path: Path) -> None:
     # A person mints the memory, naming the broker as the public address.
     minted = http.post("/init", json={"url": broker.url}).json()
     block = minted["prompt"]
@@ -180,7 +185,7 @@ def test_an_agent_lives_through_a_broker_on_what_the_server_prints(broker: Broke
     while True:
         text = answer.splitlines()
         if "You are awake." in text:
-            lines += text[1:text.index("You are awake.")]
+            lines += text[1 : text.index("You are awake.")]
             break
         assert text[-2] == "Not awake yet." and "?" not in text[-1]
         lines += text[1:-2]

@@ -59,8 +59,9 @@ def test_client_needs_only_the_standard_library(client_file: Path, base_url: str
     assert imported and imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
     # -I -S: no site-packages, no PYTHONPATH, no current directory, so only the stdlib can answer.
     env = cli_env(base_url, None, path_with(client_file.parent))
-    done = subprocess.run([sys.executable, "-I", "-S", str(client_file), "health"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(client_file), "health"], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     # Installed as the brief says (chmod +x), it runs by its shebang line.
     done = subprocess.run([str(client_file), "health"], env=env, capture_output=True, text=True, timeout=60)
@@ -118,10 +119,11 @@ def test_every_verb(cli: Cli, http: Http, token: str, tmp_path: Path) -> None:
     cut = http.ok("POST", "/recall", token, json={"q": "teapot"})
     assert cut["total"] == 3 and len(cut["matches"]) < 3
     printed = ok("recall", "teapot")
-    shown = printed.splitlines()[:len(cut["matches"])]
+    shown = printed.splitlines()[: len(cut["matches"])]
     assert shown == cut["matches"]
-    assert printed.splitlines()[len(shown)] == (f"3 matches. The newest {len(shown)} are shown; the command below "
-                                                "fetches the older ones.")
+    assert printed.splitlines()[len(shown)] == (
+        f"3 matches. The newest {len(shown)} are shown; the command below fetches the older ones."
+    )
     older = shell(run_line(printed), the_same_regex="teapot").splitlines()
     assert older[:-1] == http.ok("POST", "/recall", token, json={"q": "teapot", "before": cut["more"]})["matches"]
     assert [m.split()[0] for m in older[:-1] + shown] == [m.split()[0] for m in want["matches"]]
@@ -300,4 +302,7 @@ def test_import_reads_dated_lines_and_refuses_bad_ones(cli: Cli, http: Http, tok
     good.write_text("2021-03-01 spring\n\n2021-03-02 second day  \n2021-04-01 april\n", encoding="utf-8")
     cli.ok("import", str(good))
     assert http.ok("GET", "/wake", token)["lines"] == [
-        "#0 2021-03-01 spring", "#1 2021-03-02 second day", "#2 2021-04-01 april"]
+        "#0 2021-03-01 spring",
+        "#1 2021-03-02 second day",
+        "#2 2021-04-01 april",
+    ]

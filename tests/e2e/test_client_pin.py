@@ -20,8 +20,14 @@ from tests.support.server import CLI_TIMEOUT, REPO, Http, start_server
 
 
 def run(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, cwd=REPO, env={**os.environ, **env})
+    return subprocess.run(
+        [sys.executable, "-m", "stash", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=REPO,
+        env={**os.environ, **env},
+    )
 
 
 @pytest.mark.slow

@@ -115,9 +115,11 @@ class Follower:
 
 
 def test_printed_commands_are_found_and_only_those() -> None:
-    text = ('Saved as #3.\n\nRun: stash nap 0-1 "<your line>"\nTo go ahead: stash destroy --yes\n'
-            "stash: STASH_TOKEN is not set. Set it; a new memory gets one from: stash init\n"
-            "usage: stash [-h] [--json] VERB ...\nStash 0.1.0 at http://x; stash-export.tar.gz")
+    text = (
+        'Saved as #3.\n\nRun: stash nap 0-1 "<your line>"\nTo go ahead: stash destroy --yes\n'
+        "stash: STASH_TOKEN is not set. Set it; a new memory gets one from: stash init\n"
+        "usage: stash [-h] [--json] VERB ...\nStash 0.1.0 at http://x; stash-export.tar.gz"
+    )
     assert printed_commands(text, "stash") == ['stash nap 0-1 "<your line>"', "stash destroy --yes", "stash init"]
 
 
@@ -324,8 +326,9 @@ def test_init_url_prints_exports_and_the_agents_block(base_url: str, http: Http,
         for k, v in fill.items():
             command = command.replace(k, v)
         script = "\n".join(exports) + "\n" + command.replace("curl -s", "curl -f -s", 1)
-        run = subprocess.run(["/bin/sh", "-c", script], env=shell_env, capture_output=True, text=True,
-                             timeout=CLI_TIMEOUT)
+        run = subprocess.run(
+            ["/bin/sh", "-c", script], env=shell_env, capture_output=True, text=True, timeout=CLI_TIMEOUT
+        )
         assert run.returncode == 0, (command, run.stdout, run.stderr)
         if command.endswith('"$STASH_URL/skill"'):  # the served skill, Markdown
             assert run.stdout == (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")

@@ -18,8 +18,9 @@ from tests.support.server import Http, Server, stop_group
 def test_notes_under_a_clock_set_forward_then_back_never_go_backwards(tmp_path: Path):
     data, log = tmp_path / "data", tmp_path / "server.log"
     ahead = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
-    srv = Server(data=data, log=log, extra=list(CHEAP_KDF_FLAGS),
-                 prefix=["faketime", ahead.strftime("%Y-%m-%d %H:%M:%S")]).start()
+    srv = Server(
+        data=data, log=log, extra=list(CHEAP_KDF_FLAGS), prefix=["faketime", ahead.strftime("%Y-%m-%d %H:%M:%S")]
+    ).start()
     try:
         http = Http(srv.url)
         owner = http.init()["token"]

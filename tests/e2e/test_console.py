@@ -54,8 +54,11 @@ def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
 
 def click(page: Chromium, selector: str) -> None:
     """Focus the control and press Enter on it, as a keyboard user would; it must be focusable and enabled."""
-    until(page, f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-                  " return !!e && !e.disabled && e.offsetParent !== null; })()")
+    until(
+        page,
+        f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+        " return !!e && !e.disabled && e.offsetParent !== null; })()",
+    )
     page.js(f"document.querySelector({json.dumps(selector)}).focus()")
     assert page.js(f"document.activeElement === document.querySelector({json.dumps(selector)})"), selector
     page.enter()
@@ -67,10 +70,13 @@ def type_into(page: Chromium, selector: str, text: str) -> None:
 
 
 def choose(page: Chromium, selector: str, value: str) -> None:
-    until(page, f"[...document.querySelector({json.dumps(selector)}).options].some(o => o.value === "
-                  f"{json.dumps(value)})")
-    page.js(f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.value = {json.dumps(value)};"
-            " e.dispatchEvent(new Event('change')); })()")
+    until(
+        page, f"[...document.querySelector({json.dumps(selector)}).options].some(o => o.value === {json.dumps(value)})"
+    )
+    page.js(
+        f"(() => {{ const e = document.querySelector({json.dumps(selector)}); e.value = {json.dumps(value)};"
+        " e.dispatchEvent(new Event('change')); })()"
+    )
 
 
 def click_until(page: Chromium, selector: str, expression: str, tries: int = 3) -> None:
@@ -135,13 +141,16 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
         assert "unsafe-inline" not in csp and "http" not in csp.replace("'self'", "")
         assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
     assert "<script>" not in httpx.get(served.url + "/console", timeout=HTTP_TIMEOUT).text.replace(
-        '<script src="/console.js" defer></script>', "")
+        '<script src="/console.js" defer></script>', ""
+    )
 
     page.goto(served.url + "/console")
     assert page.js("document.getElementById('insecure').hidden")
     # Every control has a name a screen reader says.
-    unlabelled = page.js("[...document.querySelectorAll('input, select, textarea')].filter(e => "
-                         "!e.labels.length && !e.getAttribute('aria-label')).map(e => e.id)")
+    unlabelled = page.js(
+        "[...document.querySelectorAll('input, select, textarea')].filter(e => "
+        "!e.labels.length && !e.getAttribute('aria-label')).map(e => e.id)"
+    )
     assert unlabelled == []
 
     # Sign in by keyboard: the token typed, Enter pressed.
@@ -151,8 +160,9 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     until(page, "!!document.querySelector('#memories tbody tr[data-memory=\"main\"]')")
     assert page.js("document.getElementById('token').value") == ""
     until(page, f"!!document.querySelector('#grants tr[data-grant=\"{host_gid}\"] button.danger')")
-    cells = page.js(f"[...document.querySelector('#grants tr[data-grant=\"{host_gid}\"]').cells].map(c => "
-                    "c.textContent)")
+    cells = page.js(
+        f"[...document.querySelector('#grants tr[data-grant=\"{host_gid}\"]').cells].map(c => c.textContent)"
+    )
     assert cells[1:4] == ["main", "read", "Test host"] and cells[6] and cells[8] == "Revoke…", cells
 
     # The live shape of main's wake is cover(T, WAKE_LINES).
@@ -193,7 +203,7 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     assert HOSTILE_LABEL in page.js(f"document.querySelector('#grants tr[data-grant=\"{gid}\"]').textContent")
 
     # Revoke it: the confirmation names the grant.
-    click(page, f"#grants tr[data-grant=\"{gid}\"] button")
+    click(page, f'#grants tr[data-grant="{gid}"] button')
     until(page, "document.getElementById('confirm').open")
     question = page.js("document.getElementById('confirm-text').textContent")
     assert f"#{gid}" in question and "read" in question and "project-x" in question
@@ -203,8 +213,11 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     assert http.request("POST", "/m/project-x/recall", minted, json={"q": "report"}).status_code == 401
 
     # Read main: memory lines are text, nothing in them runs.
-    click_until(page, "#memories tr[data-memory=\"main\"] button",
-                "document.getElementById('reader-lines').textContent.includes('harbor review')")
+    click_until(
+        page,
+        '#memories tr[data-memory="main"] button',
+        "document.getElementById('reader-lines').textContent.includes('harbor review')",
+    )
     reader = page.js("document.getElementById('reader-lines').textContent")
     assert SCRIPT_LINE in reader and IMG_LINE in reader
     assert page.js("document.querySelectorAll('#reader-lines script, #reader-lines img').length") == 0
@@ -243,7 +256,7 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     click(page, "#fork-form button")
     until(page, "!!document.querySelector('#memories tbody tr[data-memory=\"main-copy\"]')")
     assert memories(http, owner)["main-copy"]["T"] == 2
-    click(page, "#memories tr[data-memory=\"project-x\"] button.danger")
+    click(page, '#memories tr[data-memory="project-x"] button.danger')
     until(page, "document.getElementById('confirm').open")
     assert "project-x" in page.js("document.getElementById('confirm-text').textContent")
     click(page, "#confirm-yes")
@@ -254,8 +267,9 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     # capability GET /grants lists.
     events = http.ok("GET", "/audit", owner)["events"]
     until(page, f"document.querySelectorAll('#audit tbody tr').length === {len(events)}")
-    shown = page.js("[...document.querySelectorAll('#audit tbody tr')].map(r => [...r.cells].slice(0, 4)"
-                    ".map(c => c.textContent))")
+    shown = page.js(
+        "[...document.querySelectorAll('#audit tbody tr')].map(r => [...r.cells].slice(0, 4).map(c => c.textContent))"
+    )
     assert shown == [[e["memory"], str(e["id"]), e["at"], str(e["grant"])] for e in events]
     assert {e["grant"] for e in events} <= set(grants(http, owner)), events
     receipts_now = sum(len(http.ok("GET", f"/m/{name}/erasures", owner)["erasures"]) for name in memories(http, owner))
@@ -264,8 +278,10 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     # Screenshots at both widths; at 390 nothing scrolls sideways but the tables' own boxes.
     ARTIFACTS.mkdir(exist_ok=True)
     for width, mobile in ((1280, False), (390, True)):
-        page.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
-                                                         "mobile": mobile})
+        page.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": mobile},
+        )
         page.wait_for(f"window.innerWidth === {width}")
         assert page.js("document.documentElement.scrollWidth") <= width
         page.screenshot(ARTIFACTS / f"console-{width}.png")
@@ -315,8 +331,7 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
     http.close()
 
 
-def test_a_plain_http_address_that_is_not_loopback_gets_no_token_field(served: Server,
-                                                                      tmp_path: Path) -> None:
+def test_a_plain_http_address_that_is_not_loopback_gets_no_token_field(served: Server, tmp_path: Path) -> None:
     """Over plain http from a name that is not loopback, the page says why and offers nothing to type into.
     The name is mapped to 127.0.0.1 inside the browser, so nothing leaves this machine."""
     binary = chromium_path()
@@ -333,8 +348,7 @@ def test_a_plain_http_address_that_is_not_loopback_gets_no_token_field(served: S
         browser.close()
 
 
-def test_a_server_that_serves_one_request_at_a_time_still_loads_the_console(chrome: Chromium,
-                                                                           tmp_path: Path) -> None:
+def test_a_server_that_serves_one_request_at_a_time_still_loads_the_console(chrome: Chromium, tmp_path: Path) -> None:
     """A page load asks for the memories, grants, audit, erasures and every
     memory's config. A server that takes one request of an identity at a
     time answers the rest `429 busy.user`; the console keeps few calls open
@@ -348,15 +362,18 @@ def test_a_server_that_serves_one_request_at_a_time_still_loads_the_console(chro
             http.ok("POST", "/memories", owner, json={"name": name})
             # A budget of its own and a few memories: the shape drawn shows whether its config was read.
             http.ok("POST", f"/m/{name}/config", owner, json={"WAKE_LINES": 8 + k})
-            http.ok("POST", f"/m/{name}/import", owner, json={"entries": [
-                {"date": "2026-11-30", "text": f"{name} line {i}"} for i in range(40)]})
+            http.ok(
+                "POST",
+                f"/m/{name}/import",
+                owner,
+                json={"entries": [{"date": "2026-11-30", "text": f"{name} line {i}"} for i in range(40)]},
+            )
         chrome.goto(srv.url + "/console")
         type_into(chrome, "#token", owner)
         chrome.enter()
         for k, name in enumerate(names):
             until(chrome, f"!!document.querySelector('svg[data-memory=\"{name}\"]')?.getAttribute('data-blocks')")
-            drawn = int(chrome.js(f"document.querySelector('svg[data-memory=\"{name}\"]')"
-                                  ".getAttribute('data-blocks')"))
+            drawn = int(chrome.js(f"document.querySelector('svg[data-memory=\"{name}\"]').getAttribute('data-blocks')"))
             assert drawn == len(blocks.cover(40, 8 + k)), name
         until(chrome, "document.querySelectorAll('#audit tbody tr').length >= 3")  # a create event per memory
         assert "busy.user" not in status(chrome)
@@ -410,8 +427,7 @@ def test_the_console_shows_a_trail_edited_by_hand(chrome: Chromium, tmp_path: Pa
         srv.stop()
 
 
-def test_a_memory_the_server_cannot_open_is_shown_damaged_and_the_rest_loads(chrome: Chromium,
-                                                                            tmp_path: Path) -> None:
+def test_a_memory_the_server_cannot_open_is_shown_damaged_and_the_rest_loads(chrome: Chromium, tmp_path: Path) -> None:
     """An old folder of a memory put back with the server stopped (issue 40,
     finding 10): the page loads whole, lists the other memories, and shows
     that one as damaged with its refusal and a way to delete it."""
@@ -440,13 +456,16 @@ def test_a_memory_the_server_cannot_open_is_shown_damaged_and_the_rest_loads(chr
         until(chrome, "!!document.querySelector('#memories tbody tr[data-memory=\"bravo\"]')")
         row = chrome.js("document.querySelector('#memories tbody tr[data-memory=\"bravo\"]').textContent")
         assert "damaged" in row and named["error"] in row
-        assert chrome.js("document.querySelector('#memories tr[data-memory=\"bravo\"]').dataset.damaged") == \
-            named["error"]
-        until(chrome, f"document.querySelectorAll('#audit tbody tr').length === "
-                      f"{len(http.ok('GET', '/audit', owner)['events'])}")
+        assert (
+            chrome.js("document.querySelector('#memories tr[data-memory=\"bravo\"]').dataset.damaged") == named["error"]
+        )
+        until(
+            chrome,
+            f"document.querySelectorAll('#audit tbody tr').length === {len(http.ok('GET', '/audit', owner)['events'])}",
+        )
         assert "could not be reached" not in status(chrome) and named["error"] not in status(chrome)
         # Deleting it from the page is the way out.
-        click(chrome, "#memories tr[data-memory=\"bravo\"] button.danger")
+        click(chrome, '#memories tr[data-memory="bravo"] button.danger')
         until(chrome, "document.getElementById('confirm').open")
         click(chrome, "#confirm-yes")
         until(chrome, "!document.querySelector('#memories tbody tr[data-memory=\"bravo\"]')")

@@ -119,12 +119,14 @@ def test_an_erased_memory_never_comes_back_through_an_old_recall_cache_and_key_p
         server.start(same_port=True)
         try:
             http = Http(server.url)
-            refused = [served_or_refused(http.request("POST", "/recall", token, json={"q": secret}), secret),
-                       words_miss(http.request("POST", "/recall", token, json=word), secret),
-                       words_miss(http.request("POST", "/recall", token, json=letter), secret),
-                       served_or_refused(http.request("GET", "/wake", token), secret, allowed=("wake.needs_nap",)),
-                       served_or_refused(http.request("GET", "/zoom?block=0-7", token), secret),
-                       served_or_refused(http.request("GET", "/export", token), secret)]
+            refused = [
+                served_or_refused(http.request("POST", "/recall", token, json={"q": secret}), secret),
+                words_miss(http.request("POST", "/recall", token, json=word), secret),
+                words_miss(http.request("POST", "/recall", token, json=letter), secret),
+                served_or_refused(http.request("GET", "/wake", token), secret, allowed=("wake.needs_nap",)),
+                served_or_refused(http.request("GET", "/zoom?block=0-7", token), secret),
+                served_or_refused(http.request("GET", "/export", token), secret),
+            ]
         finally:
             server.stop()
         if any(refused) or trial == changed:
@@ -192,8 +194,9 @@ def every_byte(folder: Path) -> bytes:
 
 
 @pytest.mark.slow
-def test_erasure_leaves_no_byte_of_the_erased_key_cache_piece_or_note_record_in_any_file(plain_server: Server,
-                                                                                         tmp_path: Path):
+def test_erasure_leaves_no_byte_of_the_erased_key_cache_piece_or_note_record_in_any_file(
+    plain_server: Server, tmp_path: Path
+):
     """After an erasure (which ends with a checkpoint), no page of any file
     of the user — free pages and WAL included — holds any piece of the
     sealed key chunk, recall cache piece or idempotency record from before,
@@ -204,8 +207,13 @@ def test_erasure_leaves_no_byte_of_the_erased_key_cache_piece_or_note_record_in_
     folder = server.data / "users" / token[7:23]
     secret = f"shred-{os.urandom(6).hex()}"
     import_with_secret(http, token, f"{secret} imported")
-    noted = http.request("POST", "/note", token, json={"text": f"{secret} noted"},
-                         headers={"Idempotency-Key": f"k-{os.urandom(4).hex()}"})
+    noted = http.request(
+        "POST",
+        "/note",
+        token,
+        json={"text": f"{secret} noted"},
+        headers={"Idempotency-Key": f"k-{os.urandom(4).hex()}"},
+    )
     assert noted.status_code == 200, noted.text
     assert http.ok("POST", "/recall", token, json={"q": secret})["total"] == 2
     server.stop()

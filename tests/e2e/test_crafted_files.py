@@ -55,8 +55,12 @@ def craft_keyring(folder: Path) -> None:
 def craft_memory(folder: Path) -> None:
     """``meta`` (the first table a reader asks) endless, and a trigger that
     would loop on the next note."""
-    _replace_by_view(folder / "memory.db", "meta", META,
-                     ("CREATE TRIGGER log_spin BEFORE INSERT ON log BEGIN SELECT COUNT(*) FROM meta; END",))
+    _replace_by_view(
+        folder / "memory.db",
+        "meta",
+        META,
+        ("CREATE TRIGGER log_spin BEFORE INSERT ON log BEGIN SELECT COUNT(*) FROM meta; END",),
+    )
 
 
 def craft_recall(folder: Path) -> None:
@@ -67,20 +71,27 @@ def craft_recall(folder: Path) -> None:
     _replace_by_view(folder / "recall.db", "scan_cache", "n AS piece, zeroblob(16) AS sealed")
 
 
-CRAFTS: dict[str, Callable[[Path], None]] = {"keyring.db": craft_keyring, "memory.db": craft_memory,
-                                             "recall.db": craft_recall}
+CRAFTS: dict[str, Callable[[Path], None]] = {
+    "keyring.db": craft_keyring,
+    "memory.db": craft_memory,
+    "recall.db": craft_recall,
+}
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # Bounded: a tool that hangs on the crafted file fails here instead of stalling the suite.
-    return subprocess.run([sys.executable, "-m", "stash", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "stash", *args], cwd=REPO, capture_output=True, text=True, timeout=CLI_TIMEOUT, env=env
+    )
 
 
 def report_lines(out: str) -> dict[str, str]:
     """Each user's line of a verify or backup report, by user id."""
-    return {line.split()[0]: line for line in out.splitlines()
-            if line[:1].isalnum() and "  " in line and line.split()[1] in ("ok", "FAIL")}
+    return {
+        line.split()[0]: line
+        for line in out.splitlines()
+        if line[:1].isalnum() and "  " in line and line.split()[1] in ("ok", "FAIL")
+    }
 
 
 def answer(resp) -> tuple[int, str | None]:
@@ -112,13 +123,17 @@ def make_user(http: Http, memory: str, file: str | None) -> dict:
 
 
 @pytest.mark.parametrize("memory", [MAIN, OTHER])
-def test_a_crafted_file_in_any_memory_is_refused_and_everything_else_answers(tmp_path: Path, file_cipher: str,
-                                                                             memory: str):
+def test_a_crafted_file_in_any_memory_is_refused_and_everything_else_answers(
+    tmp_path: Path, file_cipher: str, memory: str
+):
     data = tmp_path / "data"
     # A SQLCipher memory file cannot be written without its key: crafted on plain stores only.
     files = [f for f in CRAFTS if file_cipher == "none" or f != "memory.db"]
-    server = Server(data=data, log=tmp_path / "server.log",
-                    extra=[*CHEAP_KDF_FLAGS, "--file-cipher", file_cipher, "--shutdown-timeout", "3"]).start()
+    server = Server(
+        data=data,
+        log=tmp_path / "server.log",
+        extra=[*CHEAP_KDF_FLAGS, "--file-cipher", file_cipher, "--shutdown-timeout", "3"],
+    ).start()
     http = Http(server.url)
     try:
         users = {file: make_user(http, memory, file) for file in files}
@@ -168,8 +183,10 @@ def test_a_crafted_file_in_any_memory_is_refused_and_everything_else_answers(tmp
                 assert names == {MAIN, memory} and not named, (file, listed.json())
             if user["grant"] is not None:  # a grant of that memory: found, and revoked or refused as damage
                 revoked = http.delete(f"/grants/{user['grant']}", tok)
-                assert answer(revoked) == ((500, "store.damaged") if file == "keyring.db" else (200, None)), \
-                    (file, revoked.text)
+                assert answer(revoked) == ((500, "store.damaged") if file == "keyring.db" else (200, None)), (
+                    file,
+                    revoked.text,
+                )
         assert http.get(f"{clean['prefix']}/wake", clean["token"]).status_code == 200
         assert http.post("/note", clean["token"], json={"text": "untouched"}).status_code == 200
         assert server.proc is not None

@@ -46,10 +46,13 @@ workers = pytest.mark.parametrize("n_workers", [1, 2], ids=["1-worker", "2-worke
 
 def spawn(mode: str, *args: str, token: str, stdin: bool = False) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e._http_clients", mode, *args], cwd=REPO,
+        [sys.executable, "-m", "tests.e2e._http_clients", mode, *args],
+        cwd=REPO,
         env={**os.environ, TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"},
         stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stdout=subprocess.PIPE if stdin else subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -111,10 +114,13 @@ def test_sigkill_the_server_mid_stream_loses_nothing_acknowledged(tmp_path: Path
     server, token = new_server(tmp_path, n_workers)
     outs = [tmp_path / f"c{k}.out" for k in range(NOTERS)]
     read_out = tmp_path / "reader.out"
-    procs = [spawn("noter", server.url, str(out), f"c{k}", "1" if k % 2 == 0 else "0", token=token)
-             for k, out in enumerate(outs)]
+    procs = [
+        spawn("noter", server.url, str(out), f"c{k}", "1" if k % 2 == 0 else "0", token=token)
+        for k, out in enumerate(outs)
+    ]
     procs.append(spawn("reader", server.url, str(read_out), token=token))
     try:
+
         def acked() -> int:
             return sum(r[0] == "a" for out in outs for r in records(out))
 
@@ -169,8 +175,9 @@ def test_sigkill_the_server_mid_stream_loses_nothing_acknowledged(tmp_path: Path
     http = Http(server.url)
     try:
         first = http.ok("GET", "/wake", token)
-        parts = [first] + [http.ok("GET", "/wake", token, params={"part": p, "T": first["T"]})
-                           for p in range(2, first["parts"] + 1)]
+        parts = [first] + [
+            http.ok("GET", "/wake", token, params={"part": p, "T": first["T"]}) for p in range(2, first["parts"] + 1)
+        ]
     finally:
         http.close()
         server.stop()
@@ -248,10 +255,12 @@ def test_two_clients_settling_the_same_nap_write_one_summary(tmp_path: Path, n_w
             nap = http.ok("POST", "/note", token, json={"text": f"c0 note {n}"})["nap"]
             while nap is not None:
                 block = nap["block"]
-                answers = racers.race([
-                    {"method": "POST", "path": "/nap", "json": {"block": block, "text": f"{block} by {who}"}}
-                    for who in ("A", "B")
-                ])
+                answers = racers.race(
+                    [
+                        {"method": "POST", "path": "/nap", "json": {"block": block, "text": f"{block} by {who}"}}
+                        for who in ("A", "B")
+                    ]
+                )
                 assert [a["status"] for a in answers] == [200, 200], answers
                 won = [a for a in answers if a["body"]["saved"] == block]
                 lost = [a for a in answers if a["body"]["saved"] is None]
@@ -289,16 +298,18 @@ def test_a_forget_racing_a_nap_leaves_every_level_a_dense_prefix(tmp_path: Path,
                 nap = http.ok("POST", "/nap", token, json={"block": block, "text": f"{block} x"})["nap"]
             assert nap is not None and nap["block"] == "0-3", nap
             forget = rng.choice(["0-1", "2-3"])
-            answers = racers.race([
-                {"method": "POST", "path": "/forget", "json": {"block": forget}},
-                {"method": "POST", "path": "/nap", "json": {"block": "0-3", "text": "0-3 x"}},
-            ])
+            answers = racers.race(
+                [
+                    {"method": "POST", "path": "/forget", "json": {"block": forget}},
+                    {"method": "POST", "path": "/nap", "json": {"block": "0-3", "text": "0-3 x"}},
+                ]
+            )
             assert answers[0]["status"] == 200, answers
             assert answers[1]["status"] in (200, 409), answers
             if answers[1]["status"] == 409:
                 assert answers[1]["body"]["error"] == "nap.wrong_block"
             model = stored_model(server.data, token)  # every level a dense prefix
-            for (lo, hi) in model.summaries:
+            for lo, hi in model.summaries:
                 if hi - lo > 2:
                     mid = (lo + hi) // 2
                     assert (lo, mid) in model.summaries and (mid, hi) in model.summaries, (lo, hi)

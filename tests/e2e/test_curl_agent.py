@@ -19,8 +19,13 @@ from tests.support.docs.commands import indented_commands
 from tests.support.docs.printed import answer_naps, orders, run_printed
 from tests.support.server import Http
 
-NOTES = ["Priya's review is due Friday", "don't use the v2 API; it's deprecated", 'she said "ship it"',
-         "the build box is C:\\ci\\runner\\", "100% of %s and !! stay as typed"]
+NOTES = [
+    "Priya's review is due Friday",
+    "don't use the v2 API; it's deprecated",
+    'she said "ship it"',
+    "the build box is C:\\ci\\runner\\",
+    "100% of %s and !! stay as typed",
+]
 
 
 class Agent:
@@ -45,6 +50,7 @@ class Agent:
 
         return answer_naps(answer, self.run, "one summary, it's done", whole)
 
+
 def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http, tmp_path: Path) -> None:
     cwd = tmp_path / "cwd"
     cwd.mkdir()
@@ -55,7 +61,7 @@ def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http,
     minted = person.run('curl -sS -H "Accept: text/plain" "$STASH_URL/init" -d \'{}\'')
     export = next(line for line in minted.splitlines() if line.startswith("export STASH_TOKEN="))
     token = person.run(f'{export}\nprintf %s "$STASH_TOKEN"')
-    block = minted[minted.index("## Memory"):]
+    block = minted[minted.index("## Memory") :]
     agent = Agent({**base, "STASH_TOKEN": token}, cwd)
     commands = indented_commands(block)
     wake = next(c for c in commands if c.endswith('"$STASH_URL/wake"'))
@@ -74,7 +80,7 @@ def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http,
 
     # A batch after an import: the import hands over the nap, whose prompt offers the batch.
     today = dt.datetime.now(dt.UTC).date().isoformat()
-    lines = "\n".join(f"{today} imported fact {k}: it's \"kept\" as typed" for k in range(40))
+    lines = "\n".join(f'{today} imported fact {k}: it\'s "kept" as typed' for k in range(40))
     imported = agent.run(importing, **{"YYYY-MM-DD <one line>": lines})
     assert imported.startswith("Imported 40 notes, #5 to #44.")
     assert agent.naps(imported).endswith("Nothing left to compress.\n")
@@ -83,8 +89,9 @@ def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http,
     person.run(f'curl -sS -H "Authorization: Bearer {token}" "$STASH_URL/config" -d \'{{"WAKE_LINES": 8}}\'')
 
     # The owner erases a memory; the wake then hands over what that made due, as a batch.
-    erased = person.run(f'curl -sS -H "Authorization: Bearer {token}" -H "Accept: text/plain" '
-                        '"$STASH_URL/erase" -d \'{"ids": [7]}\'')
+    erased = person.run(
+        f'curl -sS -H "Authorization: Bearer {token}" -H "Accept: text/plain" "$STASH_URL/erase" -d \'{{"ids": [7]}}\''
+    )
     assert "erased: [7]" in erased
     woke = agent.run(wake)
     settled = agent.naps(woke)
@@ -92,7 +99,7 @@ def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http,
     woke = agent.run(wake)
     assert "You are awake." in woke and not orders(woke)
     wake_lines = [line for line in woke.splitlines() if line.startswith("#")]
-    assert len(wake_lines) == 8 and wake_lines[-1] == f"#44 {today} imported fact 39: it's \"kept\" as typed"
+    assert len(wake_lines) == 8 and wake_lines[-1] == f'#44 {today} imported fact 39: it\'s "kept" as typed'
 
     # recall, word for word, with an apostrophe in the regex; zoom into a line of the wake.
     found = agent.run(recall, **{"<regex>": "priya's|don't"})
@@ -103,13 +110,16 @@ def test_a_curl_agent_lives_on_what_the_server_prints(base_url: str, http: Http,
     assert len(opened.splitlines()) == 2
 
     # A read grant, handed to a second agent: it wakes to the same lines and cannot write.
-    granted = person.run(f'curl -sS -H "Authorization: Bearer {token}" -H "Accept: text/plain" '
-                         '"$STASH_URL/grants" -d \'{"scope": "read"}\'')
+    granted = person.run(
+        f'curl -sS -H "Authorization: Bearer {token}" -H "Accept: text/plain" '
+        '"$STASH_URL/grants" -d \'{"scope": "read"}\''
+    )
     reader_token = next(line.split(": ", 1)[1] for line in granted.splitlines() if line.startswith("token: "))
     reader = Agent({**base, "STASH_TOKEN": reader_token}, cwd)
     read_wake = reader.run(wake).splitlines()
-    assert [line for line in read_wake if line.startswith("#")] == [line for line in woke.splitlines()
-                                                                   if line.startswith("#")]
+    assert [line for line in read_wake if line.startswith("#")] == [
+        line for line in woke.splitlines() if line.startswith("#")
+    ]
     # Its wake says what it is: read-only, what to do instead of noting, then awake.
     assert read_wake[-2].startswith("This capability is read-only") and read_wake[-1] == "You are awake."
     refused = reader.run(note, **{"<one line>": "a reader's note"})

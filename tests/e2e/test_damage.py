@@ -105,8 +105,7 @@ def test_a_full_disk_refuses_writes_clearly_and_loses_nothing(tmp_path: Path):
                 assert a.note(f"heron before the flood {k}").status_code == 200
                 assert b.note(f"ibis before the flood {k}").status_code == 200
             filler = fill(disk)
-            answers = [a.note("heron in the flood"), b.note("ibis in the flood"),
-                       http.post("/init", json={})]
+            answers = [a.note("heron in the flood"), b.note("ibis in the flood"), http.post("/init", json={})]
             for resp in answers:
                 body = assert_error(resp, 507, "store.full")
                 assert "free space" in body["message"]
@@ -136,8 +135,11 @@ def test_a_read_only_data_folder_refuses_writes_and_still_reads(tmp_path: Path):
         mount("--bind", str(data), str(data))
         try:
             mount("-o", "remount,bind,ro", str(data))
-            for resp in (a.note("wren on a read-only disk"), b.note("finch on a read-only disk"),
-                         http.post("/init", json={})):
+            for resp in (
+                a.note("wren on a read-only disk"),
+                b.note("finch on a read-only disk"),
+                http.post("/init", json={}),
+            ):
                 body = assert_error(resp, 503, "store.read_only")
                 assert "writable" in body["message"]
             a.assert_all_there()
@@ -219,8 +221,13 @@ def test_a_damaged_page_is_refused_and_a_restore_brings_everything_back(tmp_path
             assert a.note(f"godwit {k} " + "x" * 200).status_code == 200
         assert b.note("knot").status_code == 200
         backup = tmp_path / "backup"
-        done = subprocess.run([sys.executable, "-m", "stash", "backup", str(backup), "--data", str(data)],
-                              capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=REPO)
+        done = subprocess.run(
+            [sys.executable, "-m", "stash", "backup", str(backup), "--data", str(data)],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            cwd=REPO,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         path = data / "users" / a.user_id / "memory.db"
         # 30 sealed rows fit one page: the log table's root page holds them all.
@@ -231,8 +238,11 @@ def test_a_damaged_page_is_refused_and_a_restore_brings_everything_back(tmp_path
         raw = bytearray(path.read_bytes())
         raw[(root - 1) * PAGE_BYTES + PAGE_BYTES // 2] ^= 0x40  # one bit in the middle of that page
         path.write_bytes(bytes(raw))
-        for resp in (http.get("/wake", a.token), http.post("/recall", a.token, json={"q": "godwit"}),
-                     a.note("on a damaged page")):
+        for resp in (
+            http.get("/wake", a.token),
+            http.post("/recall", a.token, json={"q": "godwit"}),
+            a.note("on a damaged page"),
+        ):
             body = assert_error(resp, 500)
             assert body["error"] in ("store.damaged", "store.rolled_back"), body
             assert "godwit" not in resp.text

@@ -23,8 +23,10 @@ from tests.support.server import Http, Server
 
 def verify(data: Path, token: str | None = None) -> dict[str, str]:
     """What ``stash verify`` says of each user (its own code, in this process), by user id."""
-    return {r.user_id: ("ok  " if r.ok else "FAIL") + "  " + "; ".join(r.problems or r.facts)
-            for r in verify_folder(data, token)}
+    return {
+        r.user_id: ("ok  " if r.ok else "FAIL") + "  " + "; ".join(r.problems or r.facts)
+        for r in verify_folder(data, token)
+    }
 
 
 def state_copy(folder: Path, change: int = 0, token: str | None = None) -> int:
@@ -91,8 +93,7 @@ def test_damage_found_by_the_server_stays_as_it_was_and_verify_agrees(tmp_path: 
     http = Http(srv.url)
     try:
         for _ in range(3):
-            for case, code in (("empty", "store.damaged"), ("cut", "store.damaged"),
-                               ("ahead", "store.rolled_back")):
+            for case, code in (("empty", "store.damaged"), ("cut", "store.damaged"), ("ahead", "store.rolled_back")):
                 token = users[case][0]
                 assert_error(http.get("/wake", token), 500, code)
                 assert_error(http.post("/note", token, json={"text": "one more dunlin"}), 500, code)

@@ -57,8 +57,14 @@ pytestmark = pytest.mark.slow
 SECRET = "zebracorn"
 FILES = ("memory.db", "keyring.db", "recall.db")
 # (who writes the secret, how the owner erases it).
-WAYS = [("append", "ids"), ("full", "ids"), ("append", "across"), ("full", "across"), ("append", "undo"),
-        ("full", "undo")]
+WAYS = [
+    ("append", "ids"),
+    ("full", "ids"),
+    ("append", "across"),
+    ("full", "across"),
+    ("append", "undo"),
+    ("full", "undo"),
+]
 
 
 @pytest.fixture(params=["main", "alpha"])
@@ -74,9 +80,11 @@ class Traffic:
     def __init__(self, url: str, append: str, read: str) -> None:
         self.stop = threading.Event()
         self.answers: list[int | str] = []  # 200, or the error code of any other answer
-        self.threads = [threading.Thread(target=self._run, args=(url, append, "POST", "/note", 0.15), daemon=True),
-                        threading.Thread(target=self._run, args=(url, read, "GET", "/wake", 0.6), daemon=True),
-                        threading.Thread(target=self._run, args=(url, read, "POST", "/recall", 0.2), daemon=True)]
+        self.threads = [
+            threading.Thread(target=self._run, args=(url, append, "POST", "/note", 0.15), daemon=True),
+            threading.Thread(target=self._run, args=(url, read, "GET", "/wake", 0.6), daemon=True),
+            threading.Thread(target=self._run, args=(url, read, "POST", "/recall", 0.2), daemon=True),
+        ]
         for t in self.threads:
             t.start()
 
@@ -84,8 +92,9 @@ class Traffic:
         with httpx.Client(base_url=url, timeout=60, trust_env=False) as http:
             k = 0
             while not self.stop.wait(every):
-                kw: dict[str, Any] = {"json": {"text": f"traffic note {k}"} if path == "/note"
-                                      else {"words": "traffic"}}
+                kw: dict[str, Any] = {
+                    "json": {"text": f"traffic note {k}"} if path == "/note" else {"words": "traffic"}
+                }
                 kw = {} if method == "GET" else kw
                 resp = http.request(method, path, headers={"Authorization": f"Bearer {token}"}, **kw)
                 self.answers.append(resp.status_code if resp.status_code == 200 else resp.json()["error"])
@@ -139,8 +148,9 @@ def inbox_notes(copied: dict[str, bytes], tmp: Path, chain: KeyChain, store: str
     return out
 
 
-def index_words(copied: dict[str, bytes], tmp: Path, rows_key: bytes, store: str,
-                erased_sets: list[frozenset[int]]) -> bytes:
+def index_words(
+    copied: dict[str, bytes], tmp: Path, rows_key: bytes, store: str, erased_sets: list[frozenset[int]]
+) -> bytes:
     """Every word segment any state of the recall cache holds that opens
     under the rows key with one of ``erased_sets`` as its range's erased ids."""
     out = []
@@ -159,8 +169,9 @@ def index_words(copied: dict[str, bytes], tmp: Path, rows_key: bytes, store: str
     return b"\n".join(out)
 
 
-def memory_texts(copied: dict[str, bytes], tmp: Path, ids: list[int], chain: KeyChain, store: str, cipher: str,
-                 page_bytes: int) -> tuple[list[str], int]:
+def memory_texts(
+    copied: dict[str, bytes], tmp: Path, ids: list[int], chain: KeyChain, store: str, cipher: str, page_bytes: int
+) -> tuple[list[str], int]:
     """The texts of memories ``ids`` whose key any state of the memory file
     still holds, and how many states opened at all."""
     found, opened = [], 0
@@ -195,9 +206,20 @@ def raw_bytes(folder: Path) -> bytes:
 
 
 def test_nothing_of_an_erased_memory_is_left_in_its_files_when_the_answer_arrives(
-        tmp_path: Path, memory: str, file_cipher: str) -> None:
-    server = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS, "--workers", "2", "--file-cipher", file_cipher,
-                          "--user-slow", "4", "--slow-slots", "8")  # the agents' searches beside the test's own
+    tmp_path: Path, memory: str, file_cipher: str
+) -> None:
+    server = start_server(
+        tmp_path / "srv",
+        *CHEAP_KDF_FLAGS,
+        "--workers",
+        "2",
+        "--file-cipher",
+        file_cipher,
+        "--user-slow",
+        "4",
+        "--slow-slots",
+        "8",
+    )  # the agents' searches beside the test's own
     http = Http(server.url)
     try:
         ident = http.init()
@@ -208,8 +230,10 @@ def test_nothing_of_an_erased_memory_is_left_in_its_files_when_the_answer_arrive
         folder = folder if memory == memories.MAIN else folder / "m" / memory
         store = memories.store_id(user, memory)
         prefix = "" if memory == memories.MAIN else f"/m/{memory}"
-        grant = {s: http.ok("POST", "/grants", owner, json={"scope": s, "memory": memory})["token"]
-                 for s in ("append", "read", "full")}
+        grant = {
+            s: http.ok("POST", "/grants", owner, json={"scope": s, "memory": memory})["token"]
+            for s in ("append", "read", "full")
+        }
         traffic = Traffic(server.url, grant["append"], grant["read"])
         erased: dict[int, str] = {}
         try:
@@ -220,8 +244,12 @@ def test_nothing_of_an_erased_memory_is_left_in_its_files_when_the_answer_arrive
                 # A read recall folds an append note into the log; the owner's import completes its block of
                 # 512, and a words search keeps that block's word index in recall.db.
                 assert text in "\n".join(http.ok("POST", "/recall", grant["read"], json={"q": tag})["matches"])
-                http.ok("POST", f"{prefix}/import", owner, json={"entries": [
-                    {"date": today(), "text": f"filler {j}"} for j in range(512)]})
+                http.ok(
+                    "POST",
+                    f"{prefix}/import",
+                    owner,
+                    json={"entries": [{"date": today(), "text": f"filler {j}"} for j in range(512)]},
+                )
                 http.ok("POST", "/recall", grant["read"], json={"words": SECRET})
 
                 before = copy_now(folder, FILES)
@@ -237,8 +265,9 @@ def test_nothing_of_an_erased_memory_is_left_in_its_files_when_the_answer_arrive
                 if way == "ids":
                     answer = http.ok("POST", f"{prefix}/erase", owner, json={"ids": [n]})
                 elif way == "across":
-                    answer = http.ok("POST", "/memories/erase", owner,
-                                     json={"words": f"{SECRET} {tag}", "memories": [memory]})
+                    answer = http.ok(
+                        "POST", "/memories/erase", owner, json={"words": f"{SECRET} {tag}", "memories": [memory]}
+                    )
                 else:
                     answer = http.ok("POST", f"{prefix}/erase/undo", owner, json={"first": n, "last": n})
                 after = copy_now(folder, FILES)  # the instant the answer arrived, the agents still at work
@@ -249,8 +278,11 @@ def test_nothing_of_an_erased_memory_is_left_in_its_files_when_the_answer_arrive
                 assert opened, "no state of the memory file opened: the attack read nothing"
                 assert texts == [], (writer, way, "memory.db")
                 assert not [t for t in inbox_notes(after, tmp_path, chain, store) if SECRET in t], (writer, way)
-                assert SECRET.encode() not in index_words(after, tmp_path, rows_key, store,
-                                                          [was, frozenset(erased)]), (writer, way, "recall.db")
+                assert SECRET.encode() not in index_words(after, tmp_path, rows_key, store, [was, frozenset(erased)]), (
+                    writer,
+                    way,
+                    "recall.db",
+                )
                 assert SECRET.encode() not in left and SECRET.encode() not in b"".join(after.values())
                 assert answer["flushed"] is True, (writer, way, answer)
         finally:

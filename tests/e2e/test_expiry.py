@@ -29,8 +29,7 @@ def stamp(when: dt.datetime) -> str:
 
 
 @pytest.mark.slow
-def test_an_expired_grant_receives_no_later_epoch_key_offline_or_under_a_clock_set_back(server: Server,
-                                                                                       tmp_path: Path):
+def test_an_expired_grant_receives_no_later_epoch_key_offline_or_under_a_clock_set_back(server: Server, tmp_path: Path):
     http = Http(server.url)
     owner = http.init()["token"]
     uid = owner[7:23]
@@ -64,12 +63,18 @@ def test_an_expired_grant_receives_no_later_epoch_key_offline_or_under_a_clock_s
     # A server on these files whose clock is set back to before the expiry.
     server.stop()
     earlier = minted_at - dt.timedelta(minutes=1)
-    back = Server(data=server.data, log=server.log, extra=list(server.extra),
-                  prefix=["faketime", earlier.strftime("%Y-%m-%d %H:%M:%S")]).start()
+    back = Server(
+        data=server.data,
+        log=server.log,
+        extra=list(server.extra),
+        prefix=["faketime", earlier.strftime("%Y-%m-%d %H:%M:%S")],
+    ).start()
     try:
         got = Http(back.url)
-        for resp in (got.get("/wake", lapsed["token"]),
-                     got.request("POST", "/recall", lapsed["token"], json={"q": after})):
+        for resp in (
+            got.get("/wake", lapsed["token"]),
+            got.request("POST", "/recall", lapsed["token"], json={"q": after}),
+        ):
             assert after not in resp.text
             assert_error(resp, 401, "auth.invalid")
         assert after in got.request("POST", "/recall", owner, json={"q": after}).text  # the harness can read it
@@ -87,8 +92,12 @@ def _head_only(url: str, token: str, path: str) -> tuple[int, dict[str, str], by
 
     host = urlsplit(url)
     with socket.create_connection((host.hostname, host.port), timeout=15) as conn:
-        conn.sendall((f"POST {path} HTTP/1.1\r\nHost: {host.netloc}\r\nAuthorization: Bearer {token}\r\n"
-                      "Content-Type: application/json\r\nContent-Length: 10000000\r\n\r\n{").encode())
+        conn.sendall(
+            (
+                f"POST {path} HTTP/1.1\r\nHost: {host.netloc}\r\nAuthorization: Bearer {token}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 10000000\r\n\r\n{"
+            ).encode()
+        )
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = conn.recv(65536)
@@ -115,8 +124,10 @@ def test_an_expired_token_is_refused_as_a_revoked_one_before_its_body(server: Se
     owner = http.init()["token"]
     http.ok("POST", "/memories", owner, json={"name": "bravo"})
     expires = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(seconds=2)
-    lapsing = [http.ok("POST", "/grants", owner, json={"scope": scope, "memory": memory, "expires": stamp(expires)})
-               for scope, memory in (("read", "main"), ("full", "bravo"), ("append", "main"), ("append", "bravo"))]
+    lapsing = [
+        http.ok("POST", "/grants", owner, json={"scope": scope, "memory": memory, "expires": stamp(expires)})
+        for scope, memory in (("read", "main"), ("full", "bravo"), ("append", "main"), ("append", "bravo"))
+    ]
     revoked = http.ok("POST", "/grants", owner, json={"scope": "full", "memory": "bravo"})
     http.ok("DELETE", f"/grants/{revoked['id']}", owner)
     for g in lapsing:

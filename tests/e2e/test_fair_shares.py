@@ -91,8 +91,11 @@ def test_a_recall_flood_runs_one_at_a_time_and_others_are_served(tmp_path: Path)
 def recall_refusals(url: str) -> float:
     """How many recalls the server has refused 429 so far (its /metrics)."""
     text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith('stash_requests_total{') and 'route="/recall"' in line and 'status="429"' in line)
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("stash_requests_total{") and 'route="/recall"' in line and 'status="429"' in line
+    )
 
 
 def test_the_client_waits_as_told_when_the_slow_slot_is_taken_then_answers(tmp_path: Path) -> None:
@@ -108,13 +111,21 @@ def test_the_client_waits_as_told_when_the_slow_slot_is_taken_then_answers(tmp_p
         http.ok("POST", "/note", other, json={"text": "the heron came back"})
         # Larger than a note's cap, so nothing of it is read before the token is checked.
         body = json.dumps({"entries": [{"date": "2024-01-01", "text": f"held {k}"} for k in range(4000)]}).encode()
-        head = (f"POST /import HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {owner}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST /import HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {owner}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
         with socket.create_connection(("127.0.0.1", server.port), timeout=60) as sock:
             sock.sendall(head + body[:5])  # the slot is held while the rest is awaited
             env = {**os.environ, "STASH_URL": server.url, "STASH_TOKEN": other, "STASH_PIN": "off"}
-            client = subprocess.Popen([sys.executable, "-m", "stash", "recall", "heron"], env=env, cwd=REPO,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            client = subprocess.Popen(
+                [sys.executable, "-m", "stash", "recall", "heron"],
+                env=env,
+                cwd=REPO,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             try:
                 deadline = time.monotonic() + 60
                 while recall_refusals(server.url) < 1:

@@ -27,8 +27,9 @@ def first_session_blocks() -> list[str]:
 
 
 def sh(script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["/bin/sh", "-c", script], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT)
+    return subprocess.run(
+        ["/bin/sh", "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT
+    )
 
 
 @pytest.fixture
@@ -48,8 +49,9 @@ def bare_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("which", ["client", "curl"])
-def test_the_readmes_first_session_runs_as_printed(base_url: str, http: Http, checkout: Path, tmp_path: Path,
-                                                   which: str) -> None:
+def test_the_readmes_first_session_runs_as_printed(
+    base_url: str, http: Http, checkout: Path, tmp_path: Path, which: str
+) -> None:
     blocks = first_session_blocks()
     assert len(blocks) == 2
     script = blocks[0 if which == "client" else 1]
@@ -64,8 +66,9 @@ def test_the_readmes_first_session_runs_as_printed(base_url: str, http: Http, ch
         assert "Paste this block at the top of your AGENTS.md:" in done.stderr
 
 
-def test_init_prints_only_exports_on_stdout_and_eval_sets_them(base_url: str, http: Http, client_file: Path,
-                                                               tmp_path: Path) -> None:
+def test_init_prints_only_exports_on_stdout_and_eval_sets_them(
+    base_url: str, http: Http, client_file: Path, tmp_path: Path
+) -> None:
     env = bare_env(tmp_path)
     done = sh(f"{shlex.quote(str(client_file))} init {shlex.quote(base_url)}", env, tmp_path)
     assert done.returncode == 0, done.stderr
@@ -73,8 +76,10 @@ def test_init_prints_only_exports_on_stdout_and_eval_sets_them(base_url: str, ht
     assert [line.split("=")[0] for line in lines] == ["export STASH_URL", "export STASH_TOKEN"]
     assert "AGENTS.md" in done.stderr and "shown once" in done.stderr
     # eval in a shell: both set, and the memory they name answers.
-    probe = (f'eval "$({shlex.quote(str(client_file))} init {shlex.quote(base_url)} 2>/dev/null)" && '
-             'curl -fsS -H "Authorization: Bearer $STASH_TOKEN" -X POST "$STASH_URL/wake" -d "{}"')
+    probe = (
+        f'eval "$({shlex.quote(str(client_file))} init {shlex.quote(base_url)} 2>/dev/null)" && '
+        'curl -fsS -H "Authorization: Bearer $STASH_TOKEN" -X POST "$STASH_URL/wake" -d "{}"'
+    )
     woke = sh(probe, env, tmp_path)
     assert woke.returncode == 0, woke.stderr
     assert '"awake":true' in woke.stdout.replace(" ", "")
@@ -85,13 +90,13 @@ def test_inits_errors_name_where_the_address_came_from(client_file: Path, tmp_pa
     run = [sys.executable, str(client_file), "init"]
 
     def err(*args: str, **extra: str) -> str:
-        done = subprocess.run([*run, *args], env={**env, **extra}, capture_output=True, text=True,
-                              timeout=CLI_TIMEOUT)
+        done = subprocess.run([*run, *args], env={**env, **extra}, capture_output=True, text=True, timeout=CLI_TIMEOUT)
         assert done.returncode in (2, 3) and done.stdout == "", (done.returncode, done.stdout)
         return done.stderr
 
-    assert "the URL given to init must start with http://" in err("ftp://stash.example",
-                                                                 STASH_URL="https://fine.example")
+    assert "the URL given to init must start with http://" in err(
+        "ftp://stash.example", STASH_URL="https://fine.example"
+    )
     assert "STASH_URL must start with http://" in err(STASH_URL="stash.example")
     closed = f"http://127.0.0.1:{free_port()}"
     said = err(closed, STASH_URL="https://elsewhere.example")
@@ -113,8 +118,9 @@ def printed_prog(cli: Cli, cwd: Path) -> str:
     return m.group(1)
 
 
-def test_the_client_names_itself_with_the_shortest_words_that_run_it(base_url: str, token: str, client_file: Path,
-                                                                      tmp_path: Path) -> None:
+def test_the_client_names_itself_with_the_shortest_words_that_run_it(
+    base_url: str, token: str, client_file: Path, tmp_path: Path
+) -> None:
     here = tmp_path / "work"
     here.mkdir()
     mine = here / "stash"
@@ -128,35 +134,52 @@ def test_the_client_names_itself_with_the_shortest_words_that_run_it(base_url: s
 
     cases = [
         # this file on PATH as stash: the bare name
-        (Cli([str(mine)], cli_env(base_url, token, os.pathsep.join([str(here), str(bin_dir), "/usr/bin", "/bin"]))),
-         "stash"),
+        (
+            Cli([str(mine)], cli_env(base_url, token, os.pathsep.join([str(here), str(bin_dir), "/usr/bin", "/bin"]))),
+            "stash",
+        ),
         # another program is "stash" on PATH: never named, the file's shortest path instead
-        (Cli(["./stash"], cli_env(base_url, token, os.pathsep.join([str(other), str(bin_dir), "/usr/bin"]))),
-         "./stash"),
+        (
+            Cli(["./stash"], cli_env(base_url, token, os.pathsep.join([str(other), str(bin_dir), "/usr/bin"]))),
+            "./stash",
+        ),
         # run through the interpreter but executable by itself: the file alone
         (Cli([sys.executable, "stash"], cli_env(base_url, token, path_with(bin_dir))), "./stash"),
     ]
     for cli, expected in cases:
         prog = printed_prog(cli, here)
         assert prog == expected, (cli.argv0, prog)
-        ran = subprocess.run(["/bin/sh", "-c", f"{prog} grants"], env=cli.env, cwd=here, capture_output=True,
-                             text=True, timeout=CLI_TIMEOUT)
+        ran = subprocess.run(
+            ["/bin/sh", "-c", f"{prog} grants"],
+            env=cli.env,
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+        )
         assert ran.returncode == 0 and ran.stdout.startswith("#1  owner"), (prog, ran.stdout, ran.stderr)
     # python -m stash from the checkout: no interpreter path longer than it needs.
     module = Cli([sys.executable, "-m", "stash"], cli_env(base_url, token, path_with(bin_dir)))
     prog = printed_prog(module, REPO)
     assert prog.endswith(" -m stash") and len(prog) <= len(shlex.quote(sys.executable) + " -m stash")
     assert not prog.startswith("/") or os.path.relpath(sys.executable, REPO).startswith("..")
-    ran = subprocess.run(["/bin/sh", "-c", f"{prog} grants"], env=module.env, cwd=REPO, capture_output=True,
-                         text=True, timeout=CLI_TIMEOUT)
+    ran = subprocess.run(
+        ["/bin/sh", "-c", f"{prog} grants"],
+        env=module.env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+    )
     assert ran.returncode == 0 and ran.stdout.startswith("#1  owner"), (prog, ran.stderr)
 
 
 # ---------------------------------------------------------------- what the client prints
 
 
-def test_grants_rotate_and_forget_print_what_comes_next(base_url: str, http: Http, client_file: Path,
-                                                        tmp_path: Path) -> None:
+def test_grants_rotate_and_forget_print_what_comes_next(
+    base_url: str, http: Http, client_file: Path, tmp_path: Path
+) -> None:
     owner = http.init()["token"]
     cli = Cli([sys.executable, str(client_file)], cli_env(base_url, owner, path_with(client_file.parent)))
     # A read capability comes with the read-only block, naming this server.
@@ -179,6 +202,9 @@ def test_grants_rotate_and_forget_print_what_comes_next(base_url: str, http: Htt
     rotated = cli.ok("rotate")
     assert "Update STASH_TOKEN" in rotated
     export = next(line for line in rotated.splitlines() if line.startswith("export STASH_TOKEN="))
-    check = sh(export + ' && curl -fsS -H "Authorization: Bearer $STASH_TOKEN" -X POST "$STASH_URL/wake" -d "{}"',
-               cli.env, tmp_path)
+    check = sh(
+        export + ' && curl -fsS -H "Authorization: Bearer $STASH_TOKEN" -X POST "$STASH_URL/wake" -d "{}"',
+        cli.env,
+        tmp_path,
+    )
     assert check.returncode == 0, check.stderr

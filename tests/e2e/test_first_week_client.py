@@ -11,8 +11,9 @@ from stash import client
 from stash.cli.main import HOST_VERBS
 
 
-def run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, url: str, token: str | None,
-        *argv: str) -> tuple[int, str, str]:
+def run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, url: str, token: str | None, *argv: str
+) -> tuple[int, str, str]:
     monkeypatch.setenv("STASH_URL", url)
     if token is None:
         monkeypatch.delenv("STASH_TOKEN", raising=False)
@@ -30,8 +31,7 @@ def test_a_refused_token_names_stash_token_not_a_header(monkeypatch, capsys, bas
     assert "STASH_TOKEN" in err and "Authorization" not in err and "init URL" in err
 
 
-def test_config_null_restores_the_default_as_the_refusal_offers(monkeypatch, capsys, base_url: str,
-                                                                 token: str) -> None:
+def test_config_null_restores_the_default_as_the_refusal_offers(monkeypatch, capsys, base_url: str, token: str) -> None:
     code, out, _ = run(monkeypatch, capsys, base_url, token, "config", "WAKE_LINES=40")
     assert code == 0 and "WAKE_LINES=40  (default" in out
     code, out, err = run(monkeypatch, capsys, base_url, token, "config", "WAKE_LINES=null")
@@ -64,8 +64,7 @@ def test_init_without_an_address_suggests_init_url(monkeypatch, capsys) -> None:
     assert code == client.USAGE and "init URL" in err and "http://127.0.0.1:8080" in err
 
 
-def test_note_dash_with_empty_input_speaks_of_standard_input(monkeypatch, capsys, base_url: str,
-                                                             token: str) -> None:
+def test_note_dash_with_empty_input_speaks_of_standard_input(monkeypatch, capsys, base_url: str, token: str) -> None:
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
@@ -74,8 +73,7 @@ def test_note_dash_with_empty_input_speaks_of_standard_input(monkeypatch, capsys
     assert "standard input" in err and "in quotes" not in err and "STASH_END" in err
 
 
-def test_the_clients_first_wake_part_has_the_part_header(monkeypatch, capsys, base_url: str, token: str,
-                                                         http) -> None:
+def test_the_clients_first_wake_part_has_the_part_header(monkeypatch, capsys, base_url: str, token: str, http) -> None:
     for i in range(6):
         assert run(monkeypatch, capsys, base_url, token, "note", f"header line {i} " + "x" * 200)[0] == 0
     assert run(monkeypatch, capsys, base_url, token, "config", "PART_CHARS=600")[0] == 0
@@ -94,9 +92,15 @@ def test_the_skills_file_form_imports_2000_lines(base_url: str, token: str, tmp_
 
     skill = (REPO / "skill" / "SKILL.md").read_text(encoding="utf-8")
     line = next(x.strip() for x in skill.splitlines() if "--data-binary @memories.txt" in x)
-    (tmp_path / "memories.txt").write_text("".join(f"2020-01-01 imported line {i:04d} " + "y" * 80 + "\n"
-                                                   for i in range(2000)))
-    done = subprocess.run(["/bin/sh", "-c", line], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, env={"PATH": "/usr/bin:/bin", "STASH_URL": base_url,
-                                                    "STASH_TOKEN": token})
+    (tmp_path / "memories.txt").write_text(
+        "".join(f"2020-01-01 imported line {i:04d} " + "y" * 80 + "\n" for i in range(2000))
+    )
+    done = subprocess.run(
+        ["/bin/sh", "-c", line],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        env={"PATH": "/usr/bin:/bin", "STASH_URL": base_url, "STASH_TOKEN": token},
+    )
     assert done.returncode == 0 and "Imported 2000" in done.stdout, (done.stdout, done.stderr)

@@ -23,8 +23,10 @@ def readme_init_line() -> str:
 def test_the_readmes_curl_init_line_shows_a_refusal_and_fails(base_url: str, tmp_path: Path) -> None:
     # A path no route answers stands in for any refusal: the server answers its JSON error with a message.
     line = readme_init_line()
-    script = (f"export STASH_URL={base_url}/no-such-prefix\n{line}\n"
-              'echo "status=$?"; env | grep "^STASH_TOKEN=" || echo "no STASH_TOKEN exported"\n')
+    script = (
+        f"export STASH_URL={base_url}/no-such-prefix\n{line}\n"
+        'echo "status=$?"; env | grep "^STASH_TOKEN=" || echo "no STASH_TOKEN exported"\n'
+    )
     env = {"PATH": path_with(python_bin(tmp_path / "bin")), "HOME": str(tmp_path), "LANG": "C.UTF-8"}
     done = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT)
     assert "Traceback" not in done.stderr
@@ -36,8 +38,13 @@ def test_the_readmes_curl_init_line_shows_a_refusal_and_fails(base_url: str, tmp
 def serve(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     import sys
 
-    return subprocess.run([sys.executable, "-m", "stash", "serve", *args], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-m", "stash", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=tmp_path,
+    )
 
 
 def test_serve_on_a_busy_port_says_so_before_listening(tmp_path: Path) -> None:

@@ -71,8 +71,13 @@ def test_an_old_memory_file_without_its_state_row_is_refused_by_a_real_server(tm
             resp = http.request(method, url, owner, **({"json": body} if body else {}))
             assert SECRET not in resp.text
             assert assert_error(resp, 500)["error"] == "store.damaged", resp.text
-        check = subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
-                               capture_output=True, text=True, cwd=OUTSIDE, timeout=120,
-                               env={**os.environ, "STASH_TOKEN": owner})
+        check = subprocess.run(
+            [sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
+            capture_output=True,
+            text=True,
+            cwd=OUTSIDE,
+            timeout=120,
+            env={**os.environ, "STASH_TOKEN": owner},
+        )
         assert check.returncode != 0, check.stdout + check.stderr
         assert SECRET not in check.stdout + check.stderr

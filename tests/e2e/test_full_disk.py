@@ -29,8 +29,9 @@ from tests.support.server import Http, Server, metrics_folder, worker_pids
 def _mount_tmpfs(where: Path, size: str) -> None:
     if os.geteuid() != 0:
         pytest.skip("mounting a small tmpfs as the full disk needs root (CI runs the suite as root)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                          capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True, timeout=30
+    )
     if done.returncode != 0:
         pytest.skip(f"this host does not let the test mount a tmpfs ({done.stderr.strip()[:200]})")
 
@@ -48,8 +49,9 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_two_workers_on_a_full_disk_refuse_writes_with_507_and_keep_serving(disk: Path, tmp_path: Path) -> None:
-    srv = Server(data=disk / "data", log=tmp_path / "server.log",
-                 extra=["--workers", "2", "--keep-open", "0", *CHEAP_KDF_FLAGS]).start()
+    srv = Server(
+        data=disk / "data", log=tmp_path / "server.log", extra=["--workers", "2", "--keep-open", "0", *CHEAP_KDF_FLAGS]
+    ).start()
     http = Http(srv.url)
     try:
         token = http.init()["token"]
@@ -124,4 +126,3 @@ def test_two_workers_on_a_full_disk_refuse_writes_with_507_and_keep_serving(disk
         http.close()
         srv.stop()
     assert not counters.exists()  # the server removes its counter folder when it stops
-

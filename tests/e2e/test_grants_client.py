@@ -19,7 +19,9 @@ def test_grants_mint_with_label_and_expiry_and_list_them(cli: Cli, http: Http, t
     listing = cli.ok("grants").splitlines()
     row = next(line for line in listing if line.startswith("#2 "))
     today = dt.datetime.now(dt.UTC).date().isoformat()
-    assert row == f'#2  read  "phone → backup"  created {row.split("created ")[1].split()[0]}  expires {until}  ' \
-                  f"last used {today}  live"
+    assert (
+        row == f'#2  read  "phone → backup"  created {row.split("created ")[1].split()[0]}  expires {until}  '
+        f"last used {today}  live"
+    )
     bad = cli.run("grants", "read", "--expires", "yesterday")
     assert bad.returncode == 1 and "RFC 3339" in bad.stderr

@@ -62,8 +62,10 @@ def send_and_hang_up(port: int, token: str, key: str, body: dict) -> None:
     """A whole POST /note, then close the connection without reading a byte
     of the answer: to the client, the answer is lost."""
     data = json.dumps(body).encode()
-    head = (f"POST /note HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
-            f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n")
+    head = (
+        f"POST /note HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n"
+        f"Idempotency-Key: {key}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as s:
         s.sendall(head.encode() + data)
 
@@ -175,8 +177,16 @@ def _read_to_close(sock: socket.socket) -> bytes:
 def run_client(tmp_path: Path):
     def run(url: str, token: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         env = cli_env(url, token, path_with(python_bin(tmp_path / "bin")))
-        return subprocess.run([sys.executable, "-m", "stash", *args], env=env, capture_output=True, text=True,
-                              timeout=CLI_TIMEOUT, cwd=REPO, input=stdin)
+        return subprocess.run(
+            [sys.executable, "-m", "stash", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            cwd=REPO,
+            input=stdin,
+        )
+
     return run
 
 

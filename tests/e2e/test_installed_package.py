@@ -26,8 +26,12 @@ def stash_files_loaded(log: str) -> set[Path]:
     name with an ``__init__.py``, wherever it is) that a process run under
     PYTHONVERBOSE loaded: Python names each code object's file as it loads it."""
     loaded = {Path(p) for p in re.findall(r"^# code object from '(.+)'$", log, re.M)}
-    return {p for p in loaded for top in p.parents
-            if top.name == "stash" and (top / "__init__.py").is_file() and not (top.parent / "__init__.py").exists()}
+    return {
+        p
+        for p in loaded
+        for top in p.parents
+        if top.name == "stash" and (top / "__init__.py").is_file() and not (top.parent / "__init__.py").exists()
+    }
 
 
 def test_the_server_and_clients_under_test_import_the_installed_package(tmp_path: Path) -> None:
@@ -51,8 +55,9 @@ def test_a_stray_copy_in_the_working_directory_is_what_the_guard_catches(tmp_pat
     """The check above can fail: a server started where a ``stash`` folder
     stands (the checkout, as the tests once did) loads that copy."""
     shutil.copytree(installed_folder(), tmp_path / "stray" / "stash")
-    server = Server(data=tmp_path / "data", log=tmp_path / "server.log", cwd=tmp_path / "stray",
-                    env={"PYTHONVERBOSE": "1"})
+    server = Server(
+        data=tmp_path / "data", log=tmp_path / "server.log", cwd=tmp_path / "stray", env={"PYTHONVERBOSE": "1"}
+    )
     with server.start():
         pass
     loaded = stash_files_loaded(server.log_text())
@@ -115,7 +120,7 @@ def test_an_init_or_a_mint_whose_block_cannot_be_made_writes_nothing(tmp_path: P
             http.close()
 
 
-USER_CODE = '''from stash import Stash
+USER_CODE = """from stash import Stash
 
 
 def first_id(mem: Stash) -> int:
@@ -124,7 +129,7 @@ def first_id(mem: Stash) -> int:
 
 def wrong(mem: Stash) -> str:
     return mem.note("chose jade").id
-'''
+"""
 
 
 @pytest.mark.slow
@@ -135,8 +140,14 @@ def test_the_library_is_typed_for_its_users(tmp_path: Path) -> None:
     the installed package and no project configuration: the one error is
     the deliberate one, with the library's own types in it."""
     (tmp_path / "use.py").write_text(USER_CODE, encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
-                           "use.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), "use.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     errors = [line for line in done.stdout.splitlines() if ": error:" in line]
-    assert errors == ['use.py:9: error: Incompatible return value type (got "int", expected "str")  '
-                      '[return-value]'], done.stdout + done.stderr
+    assert errors == ['use.py:9: error: Incompatible return value type (got "int", expected "str")  [return-value]'], (
+        done.stdout + done.stderr
+    )

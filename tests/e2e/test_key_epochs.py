@@ -34,14 +34,15 @@ def server(tmp_path: Path):
 @pytest.fixture(scope="module", params=["sqlcipher", "none"])
 def cipher_server(request, tmp_path_factory: pytest.TempPathFactory):
     """One server per file cipher for the module, each test its own identity."""
-    with start_server(tmp_path_factory.mktemp(f"epochs-{request.param}"), *CHEAP_KDF_FLAGS,
-                      "--file-cipher", request.param) as srv:
+    with start_server(
+        tmp_path_factory.mktemp(f"epochs-{request.param}"), *CHEAP_KDF_FLAGS, "--file-cipher", request.param
+    ) as srv:
         yield srv, request.param
 
 
-def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_every_copy(cipher_server,
-                                                                                       memory: Memory,
-                                                                                       tmp_path: Path):
+def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_every_copy(
+    cipher_server, memory: Memory, tmp_path: Path
+):
     server, cipher = cipher_server
     http = Http(server.url)
     owner = http.init()["token"]
@@ -90,8 +91,9 @@ def test_nothing_written_after_a_revocation_opens_with_the_revoked_token_and_eve
 
 # The key ring is plain SQLite under either cipher: one cipher's server suffices.
 @pytest.mark.parametrize("cipher_server", ["sqlcipher"], indirect=True)
-def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(cipher_server, memory: Memory,
-                                                                                 tmp_path: Path):
+def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(
+    cipher_server, memory: Memory, tmp_path: Path
+):
     server, _ = cipher_server
     http = Http(server.url)
     owner = http.init()["token"]
@@ -115,8 +117,10 @@ def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(
     src.close()
     dst = sqlite3.connect(live / "keyring.db")
     with dst:
-        dst.execute("UPDATE grants SET tag = ?, kdf = ?, wrapped = ?, pub = ?, box = ?, revoked = NULL WHERE id = ?",
-                    (*row, revoked["id"]))
+        dst.execute(
+            "UPDATE grants SET tag = ?, kdf = ?, wrapped = ?, pub = ?, box = ?, revoked = NULL WHERE id = ?",
+            (*row, revoked["id"]),
+        )
     dst.close()
     if not memory.is_main:
         main = sqlite3.connect(live_user / "keyring.db")
@@ -144,8 +148,9 @@ def test_an_old_key_ring_or_grant_row_put_back_serves_the_revoked_token_nothing(
         assert secret_after not in resp.text and "key ring" in body["message"]
 
 
-def test_rotate_gives_a_new_owner_token_whose_first_use_ends_the_old_as_a_revocation_does(server: Server,
-                                                                                    tmp_path: Path):
+def test_rotate_gives_a_new_owner_token_whose_first_use_ends_the_old_as_a_revocation_does(
+    server: Server, tmp_path: Path
+):
     http = Http(server.url)
     first = http.init()["token"]
     uid = first[7:23]
@@ -183,9 +188,14 @@ def test_stash_rotate_prints_the_new_export_line_and_the_old_token_dies(server: 
     http = Http(server.url)
     first = http.init()["token"]
     http.ok("POST", "/note", first, json={"text": "kept across the rotation"})
-    out = subprocess.run([sys.executable, "-m", "stash", "rotate"], capture_output=True, text=True,
-                         timeout=CLI_TIMEOUT, cwd=REPO,
-                         env={**os.environ, "STASH_URL": server.url, "STASH_TOKEN": first})
+    out = subprocess.run(
+        [sys.executable, "-m", "stash", "rotate"],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=REPO,
+        env={**os.environ, "STASH_URL": server.url, "STASH_TOKEN": first},
+    )
     assert out.returncode == 0, out.stderr
     exports = [line for line in out.stdout.splitlines() if line.startswith("export STASH_TOKEN=")]
     assert len(exports) == 1

@@ -108,12 +108,14 @@ def no_errors(page: Chromium) -> None:
 def test_page_loads_clean_under_its_policy_and_names_this_server(page: Chromium, server: Server) -> None:
     settle(page, 300)
     quickstart = page.js("[...document.querySelectorAll('pre code')].pop().textContent")
-    init = f"curl -sS -H \"Accept: text/plain\" {server.url}/init \\\n     -d '{{\"url\": \"{server.url}\"}}'"
+    init = f'curl -sS -H "Accept: text/plain" {server.url}/init \\\n     -d \'{{"url": "{server.url}"}}\''
     assert init in quickstart
     assert f"export STASH_URL={server.url}\n" in quickstart
     # The route table, rebuilt from /openapi.json, shows each read as its POST twin: no query string.
-    rows = page.wait_for("document.querySelectorAll('#routes tr').length > 6 && "
-                         "[...document.querySelectorAll('#routes tr td:first-child')].map(td => td.textContent)")
+    rows = page.wait_for(
+        "document.querySelectorAll('#routes tr').length > 6 && "
+        "[...document.querySelectorAll('#routes tr td:first-child')].map(td => td.textContent)"
+    )
     assert "POST /recall" in rows and "POST /zoom" in rows and "GET /recall" not in rows
     assert not any("?" in row for row in rows) and len(rows) == len(set(rows))
     no_errors(page)
@@ -178,10 +180,15 @@ def test_a_failed_shape_is_shown_and_the_next_move_recovers(page: Chromium) -> N
         page.press("ArrowRight", "ArrowRight", 39)
         paused = page.wait_event("Fetch.requestPaused")
         body = json.dumps({"error": "busy", "message": "The server is busy; try again in a moment."})
-        page.call("Fetch.fulfillRequest", {
-            "requestId": paused["requestId"], "responseCode": 503,
-            "responseHeaders": [{"name": "Content-Type", "value": "application/json"}],
-            "body": base64.b64encode(body.encode()).decode()})
+        page.call(
+            "Fetch.fulfillRequest",
+            {
+                "requestId": paused["requestId"],
+                "responseCode": 503,
+                "responseHeaders": [{"name": "Content-Type", "value": "application/json"}],
+                "body": base64.b64encode(body.encode()).decode(),
+            },
+        )
         alert = page.wait_for("!document.getElementById('err').hidden && document.getElementById('err').textContent")
         assert "HTTP 503" in alert and "The server is busy" in alert and "1,023 notes" in alert
         assert page.js("document.getElementById('bars').getAttribute('class')") == "stale"

@@ -278,10 +278,8 @@ NOT_RAISED_HERE = {
     "request.bad_plain": "the library never sends text/plain",
     "request.bad_pin": "the library sends only pins of the server's own form (tests/unit/test_log_digest.py)",
     "idempotency.bad_key": "the library makes every key itself (tests/api/test_api_idempotency.py)",
-    "idempotency.key_reused": "the library resends a key only with the same body "
-                              "(tests/api/test_api_idempotency.py)",
-    "append.not_ready": "an append capability's write after a key change that no read-capable request has "
-                        "opened since",
+    "idempotency.key_reused": "the library resends a key only with the same body (tests/api/test_api_idempotency.py)",
+    "append.not_ready": "an append capability's write after a key change that no read-capable request has opened since",
     "grants.busy": "a race of two revocations (tests/invariants/_chaos.py)",
     "store.rekeyed": "a race with a revocation, which the client resends (tests/unit/test_client_redo.py)",
     "busy.user": "concurrency, which the client waits out (tests/unit/test_fairshare.py)",
@@ -298,19 +296,30 @@ NOT_RAISED_HERE = {
     "ready.unwritable": "a readiness probe, which the library does not make (tests/e2e/test_operating.py)",
     "ready.replication": "a readiness probe, which the library does not make",
     "server.stopping": "a server stopping mid-request (tests/e2e/test_shutdown_cut.py)",
-    **{code: "an MCP host's request to /mcp, which the library never sends (tests/api/test_mcp_api.py)"
-       for code in ("mcp.bad_host", "mcp.bad_origin", "mcp.bad_request", "mcp.not_acceptable")},
-    **{code: "the owner's consent page in a browser (tests/api/test_oauth.py)"
-       for code in ("consent.bad_choice", "consent.bad_origin", "consent.expired")},
-    **{code: "an MCP host's OAuth registration or code exchange (tests/api/test_oauth.py)"
-       for code in ("oauth.invalid_client", "oauth.invalid_client_metadata", "oauth.invalid_grant",
-                    "oauth.invalid_redirect_uri", "oauth.invalid_request", "oauth.unsupported_grant_type")},
+    **{
+        code: "an MCP host's request to /mcp, which the library never sends (tests/api/test_mcp_api.py)"
+        for code in ("mcp.bad_host", "mcp.bad_origin", "mcp.bad_request", "mcp.not_acceptable")
+    },
+    **{
+        code: "the owner's consent page in a browser (tests/api/test_oauth.py)"
+        for code in ("consent.bad_choice", "consent.bad_origin", "consent.expired")
+    },
+    **{
+        code: "an MCP host's OAuth registration or code exchange (tests/api/test_oauth.py)"
+        for code in (
+            "oauth.invalid_client",
+            "oauth.invalid_client_metadata",
+            "oauth.invalid_grant",
+            "oauth.invalid_redirect_uri",
+            "oauth.invalid_request",
+            "oauth.unsupported_grant_type",
+        )
+    },
 }
 
 
 def test_every_declared_code_is_raised_here_or_named_why_not() -> None:
-    raised = {*_case_codes(default_cases), *_case_codes(restricted_cases), *_case_codes(closed_cases),
-              "store.damaged"}
+    raised = {*_case_codes(default_cases), *_case_codes(restricted_cases), *_case_codes(closed_cases), "store.damaged"}
     assert not raised & set(NOT_RAISED_HERE)
     assert raised | set(NOT_RAISED_HERE) == set(CODES), set(CODES) ^ (raised | set(NOT_RAISED_HERE))
 
@@ -326,11 +335,27 @@ def test_every_refusal_of_a_default_server_raises_its_class(served: Server) -> N
 
 def test_every_refusal_of_a_restricted_server_raises_its_class(tmp_path: Path) -> None:
     invite, metrics = "an invite secret", "a metrics token"
-    srv = Server(data=tmp_path / "data", log=tmp_path / "server.log",
-                 extra=["--init", "invite", "--quota-memories", "6", "--max-memories", "2",
-                        "--import-per-request", "2", "--import-per-day", "3", "--init-per-day", "2",
-                        "--auth-failures-per-minute", "2"],
-                 env={"STASH_INVITE_SECRET": invite, "STASH_METRICS_TOKEN": metrics}).start()
+    srv = Server(
+        data=tmp_path / "data",
+        log=tmp_path / "server.log",
+        extra=[
+            "--init",
+            "invite",
+            "--quota-memories",
+            "6",
+            "--max-memories",
+            "2",
+            "--import-per-request",
+            "2",
+            "--import-per-day",
+            "3",
+            "--init-per-day",
+            "2",
+            "--auth-failures-per-minute",
+            "2",
+        ],
+        env={"STASH_INVITE_SECRET": invite, "STASH_METRICS_TOKEN": metrics},
+    ).start()
     try:
         mem = _owner_of(srv.url, invite)
         _provoke(restricted_cases(srv.url, mem, invite, metrics))
@@ -365,6 +390,7 @@ def test_every_method_against_the_server(served: Server, monkeypatch: pytest.Mon
                 return method(self, *args, **kw)
             finally:
                 depth[0] -= 1
+
         return record
 
     for name in public:
@@ -441,8 +467,7 @@ def test_every_method_against_the_server(served: Server, monkeypatch: pytest.Mon
     assert undone.erased == [wrote.id] and undone.receipt is not None and undone.more is None
     receipt = mem.erase([0])
     assert receipt.erased == [0]
-    assert [r.receipt for r in mem.erasures()] == [r["receipt"] for r in http.ok("GET", "/erasures", token)[
-        "erasures"]]
+    assert [r.receipt for r in mem.erasures()] == [r["receipt"] for r in http.ok("GET", "/erasures", token)["erasures"]]
 
     archive = mem.archive()
     assert archive.manifest["memories"] == 5 and "memory/LOG.txt" in archive.members
@@ -483,10 +508,21 @@ def test_the_example_agent_loop_runs_a_session(served: Server, owner: str, tmp_p
     from tests.support.server import REPO
 
     notes = [f"decision {k}: kept the plan" for k in range(5)]
-    env = {**os.environ, "STASH_URL": served.url, "STASH_TOKEN": owner, "STASH_PINS": str(tmp_path / "p.json"),
-           "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, str(REPO / "examples" / "agent_loop.py"), *notes], env=env,
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    env = {
+        **os.environ,
+        "STASH_URL": served.url,
+        "STASH_TOKEN": owner,
+        "STASH_PINS": str(tmp_path / "p.json"),
+        "PYTHONPATH": str(REPO),
+    }
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "agent_loop.py"), *notes],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     mem = Stash(served.url, owner)
     assert mem.due() is None  # every nap was answered

@@ -19,6 +19,7 @@ from tests.support.server import CLI_TIMEOUT, REPO, Http, start_server
 
 pytestmark = pytest.mark.slow
 
+
 def test_every_tool_against_the_http_api(base_url: str, http: Http, token: str, tmp_path: Path) -> None:
     answers: list[str] = []
 
@@ -55,8 +56,15 @@ def test_a_bad_token_is_a_tool_error_with_the_servers_message(base_url: str, htt
 
 def stash_mcp(env: dict[str, str], *prelude: str) -> subprocess.CompletedProcess:
     code = "; ".join([*prelude, "from stash.cli.main import main", "raise SystemExit(main(['mcp']))"])
-    return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=CLI_TIMEOUT)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+    )
 
 
 def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, token: str) -> None:
@@ -69,7 +77,8 @@ def test_it_refuses_to_start_without_its_variables_or_the_extra(base_url: str, t
     done = stash_mcp(env, "import sys", "sys.modules['mcp'] = None")
     assert (done.returncode, done.stdout) == (2, ""), done
     assert done.stderr.splitlines() == [
-        "stash mcp: the mcp package is not installed; install it with: pip install 'mcp>=2.3,<3'"]
+        "stash mcp: the mcp package is not installed; install it with: pip install 'mcp>=2.3,<3'"
+    ]
     assert token not in done.stderr
 
 

@@ -49,7 +49,7 @@ def test_a_reporter_runs_its_block_with_curl_and_reads_nothing(cli: Cli, http: H
     assert f"{base}/m/ci" in block
     # The block's note command, as an agent pastes it, with its line by plain replacement.
     command = next(ln.strip() for ln in block.splitlines() if ln.strip().startswith("curl") and "/note" in ln)
-    text = "it's $(not run) `x` \\ \"q\" 100% done!"
+    text = 'it\'s $(not run) `x` \\ "q" 100% done!'
     line = command + "\n" + text + "\nSTASH_END\n"
     res = cli.shell(line, env={**cli.env, "STASH_URL": f"{base}/m/ci", "STASH_TOKEN": rep})
     assert res.returncode == 0, res.stderr

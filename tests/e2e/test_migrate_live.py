@@ -23,8 +23,9 @@ PLAIN_HEADER = b"SQLite format 3\x00"
 @pytest.mark.slow
 @pytest.mark.skipif(available_file_cipher() != "sqlcipher", reason="needs SQLCipher to make old stores")
 def test_migrate_beside_a_running_server_loses_no_acknowledged_note(tmp_path: Path) -> None:
-    server = start_server(tmp_path, "--workers", "1", "--keep-open", "0", "--file-cipher", "sqlcipher",
-                          *CHEAP_KDF_FLAGS)
+    server = start_server(
+        tmp_path, "--workers", "1", "--keep-open", "0", "--file-cipher", "sqlcipher", *CHEAP_KDF_FLAGS
+    )
     http = httpx.Client(base_url=server.url, timeout=30, trust_env=False)
     stop = threading.Event()
     try:

@@ -50,8 +50,9 @@ def scan(folder: Path, wanted: dict[str, bytes]) -> list[tuple[str, str]]:
     return hits
 
 
-def use(http: Http, owner: str, where: Memory, memory: str, summary: str, query: str, server: Server,
-        tmp_path: Path) -> list[str]:
+def use(
+    http: Http, owner: str, where: Memory, memory: str, summary: str, query: str, server: Server, tmp_path: Path
+) -> list[str]:
     """Real use of one memory with its own markers: imports, notes, naps, a
     config, recalls by query string and body, zoom, wake, export, refusals,
     and the client as a subprocess. Returns the tokens minted for it."""
@@ -84,8 +85,9 @@ def use(http: Http, owner: str, where: Memory, memory: str, summary: str, query:
 
     # The client run as a subprocess, as an agent would.
     env = cli_env(server.url, full, path_with(python_bin(tmp_path / f"bin-{where}")))
-    done = subprocess.run([sys.executable, "-m", "stash", "recall", query], env=env, capture_output=True,
-                          text=True, timeout=CLI_TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-m", "stash", "recall", query], env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT
+    )
     assert done.returncode == 0, done.stderr
     return [full, reader, revoked["token"]]
 

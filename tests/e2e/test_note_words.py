@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.parametrize("cli", ["file"], indirec
 LINE_AS_MEMORY = re.compile(
     r"\b\d[\d,]* memor(y|ies)\b|\bmemory ids?\b|\b(dated|erased|matching|raw) memor(y|ies)\b|\bfirst memories\b"
     r"|\bmemor(y|ies) (before|whose|matching)\b|\bevery memory (with|whose|word)\b|\bshred memories\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def lines_called_memories(text: str) -> list[str]:
@@ -51,8 +52,11 @@ def until(page: Chromium, expression: str) -> None:
 
 
 def press(page: Chromium, selector: str) -> None:
-    until(page, f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
-                f" return !!e && !e.disabled && e.offsetParent !== null; }})()")
+    until(
+        page,
+        f"(() => {{ const e = document.querySelector({json.dumps(selector)});"
+        f" return !!e && !e.disabled && e.offsetParent !== null; }})()",
+    )
     page.js(f"document.querySelector({json.dumps(selector)}).focus()")
     page.enter()
 
@@ -62,8 +66,9 @@ def fill(page: Chromium, selector: str, text: str) -> None:
     page.type_text(text)
 
 
-def test_notes_are_counted_as_notes_and_memories_named_as_memories(cli: Cli, base_url: str, token: str,
-                                                                   chrome: Chromium) -> None:
+def test_notes_are_counted_as_notes_and_memories_named_as_memories(
+    cli: Cli, base_url: str, token: str, chrome: Chromium
+) -> None:
     for text in ("chose jade over chrome", "the harbor review moved to Friday"):
         cli.ok("note", text)
     said = []
@@ -91,11 +96,15 @@ def test_notes_are_counted_as_notes_and_memories_named_as_memories(cli: Cli, bas
     until(page, "!!document.querySelector('#memories tbody tr[data-memory=\"main\"]')")
     heads = page.js("[...document.querySelectorAll('#memories thead th')].map(th => th.textContent)")
     assert heads[:2] == ["Name", "Notes"], heads
-    row = page.js("[...document.querySelectorAll('#memories tbody tr[data-memory=\"main\"] td')]"
-                  ".map(td => td.textContent)")
+    row = page.js(
+        "[...document.querySelectorAll('#memories tbody tr[data-memory=\"main\"] td')].map(td => td.textContent)"
+    )
     assert row[:2] == ["main", "2"], row
-    until(page, "document.querySelector('svg[data-memory=\"copy\"]').getAttribute('aria-label') === "
-                "'wake shape of memory copy: 1 note'")
+    until(
+        page,
+        "document.querySelector('svg[data-memory=\"copy\"]').getAttribute('aria-label') === "
+        "'wake shape of memory copy: 1 note'",
+    )
     page.js("(() => { const s = document.getElementById('erase-ids-memory'); s.value = 'main'; })()")
     fill(page, "#erase-ids", "0")
     press(page, "#erase-ids-form button")

@@ -36,14 +36,15 @@ from tests.support.server import REPO, Http, Server, start_server
 pytestmark = pytest.mark.slow
 
 ARTIFACTS = REPO / "test-artifacts"
-HOSTILE_NAME = "<img src=x onerror=\"document.title='pwned'\"> Agent \"Host\" & co"
+HOSTILE_NAME = '<img src=x onerror="document.title=\'pwned\'"> Agent "Host" & co'
 WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tmp_path_factory.mktemp("oauth-live"), "--workers", "2", "--oauth-loopback-clients", "on",
-                       *CHEAP_KDF_FLAGS)
+    srv = start_server(
+        tmp_path_factory.mktemp("oauth-live"), "--workers", "2", "--oauth-loopback-clients", "on", *CHEAP_KDF_FLAGS
+    )
     try:
         yield srv
     finally:
@@ -147,7 +148,8 @@ class AskedAgain(Exception):
 
 
 def test_a_host_connects_through_the_sdks_oauth_with_the_consent_in_chromium(
-        server: Server, chrome: Chromium, listener: str) -> None:
+    server: Server, chrome: Chromium, listener: str
+) -> None:
     http = Http(server.url)
     owner = http.init()["token"]
     store = Memory()
@@ -165,9 +167,12 @@ def test_a_host_connects_through_the_sdks_oauth_with_the_consent_in_chromium(
         return AuthorizationCodeResult(code=query["code"][0], state=query["state"][0])
 
     provider = OAuthClientProvider(
-        server_url=server.url + "/mcp", storage=store, redirect_handler=redirect_handler,
+        server_url=server.url + "/mcp",
+        storage=store,
+        redirect_handler=redirect_handler,
         callback_handler=callback_handler,
-        client_metadata=OAuthClientMetadata(client_name=HOSTILE_NAME, redirect_uris=[AnyUrl(f"{listener}/callback")]))
+        client_metadata=OAuthClientMetadata(client_name=HOSTILE_NAME, redirect_uris=[AnyUrl(f"{listener}/callback")]),
+    )
     minted: list[dict] = []
 
     async def main() -> None:
@@ -184,8 +189,11 @@ def test_a_host_connects_through_the_sdks_oauth_with_the_consent_in_chromium(
 
     with pytest.raises(BaseException) as refused:
         anyio.run(main)
-    assert refused.group_contains(AskedAgain) if isinstance(refused.value, BaseExceptionGroup) \
-        else refused.type is AskedAgain, refused.value
+    assert (
+        refused.group_contains(AskedAgain)
+        if isinstance(refused.value, BaseExceptionGroup)
+        else refused.type is AskedAgain
+    ), refused.value
     assert len(consents) == 2, consents
     # PKCE S256 in the address the owner was sent to; the host registered itself (DCR) and got the grant.
     query = parse_qs(urlsplit(consents[0]).query)
@@ -199,12 +207,22 @@ def test_a_host_connects_through_the_sdks_oauth_with_the_consent_in_chromium(
     assert http.ok("POST", "/recall", owner, json={"q": "came through OAuth"})["total"] == 1
     assert store.tokens is not None
     token = store.tokens.access_token
-    dead = http.post("/mcp", token, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                     headers={"Accept": "application/json, text/event-stream"})
+    dead = http.post(
+        "/mcp",
+        token,
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        headers={"Accept": "application/json, text/event-stream"},
+    )
     assert dead.status_code == 401 and "resource_metadata=" in dead.headers["www-authenticate"]
     log = server.log_text()
-    for line in ("GET /.well-known/oauth-protected-resource", "GET /.well-known/oauth-authorization-server",
-                 "POST /register 201", "POST /authorize 303", "POST /token 200", "POST /mcp 200"):
+    for line in (
+        "GET /.well-known/oauth-protected-resource",
+        "GET /.well-known/oauth-authorization-server",
+        "POST /register 201",
+        "POST /authorize 303",
+        "POST /token 200",
+        "POST /mcp 200",
+    ):
         assert line in log, line  # discovered, registered, approved and exchanged as the SDK was told to
     secrets = (owner, owner.split("_")[2], token, token.split("_")[2])
     assert not [u for u in urls + consents if any(s in u for s in secrets)], "a token travelled in a URL"
@@ -228,8 +246,9 @@ def test_a_host_named_by_its_metadata_document_connects(server: Server, listener
     http.close()
 
 
-def test_the_consent_page_refuses_to_be_framed_and_to_run_script(server: Server, chrome: Chromium,
-                                                                  listener: str) -> None:
+def test_the_consent_page_refuses_to_be_framed_and_to_run_script(
+    server: Server, chrome: Chromium, listener: str
+) -> None:
     """Framed by another page, the consent form does not load; and its policy lets no script run."""
     http = Http(server.url)
     reg = http.post("/register", json={"client_name": "framed", "redirect_uris": [f"{listener}/callback"]}).json()

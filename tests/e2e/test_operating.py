@@ -72,8 +72,10 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path, n_w
         http.close()
         entries = [{"date": "2026-01-02", "text": f"entry {k} of the import"} for k in range(3000)]
         body = json.dumps({"entries": entries}).encode()
-        head = (f"POST /import HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+        head = (
+            f"POST /import HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
         with socket.create_connection(("127.0.0.1", server.port), timeout=EXIT_TIMEOUT) as sock:
             # The request is in flight from its head on: half its body is sent
             # before the signal, the rest after.
@@ -102,8 +104,13 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path, n_w
     try:
         http = Http(server.url)
         found = http.ok("GET", "/recall", token, params={"q": "entry 2999 "})
-        assert found == {"matches": ["#2999 2026-01-02 entry 2999 of the import"], "total": 1, "more": None,
-                         "message": "1 match.", "run": []}
+        assert found == {
+            "matches": ["#2999 2026-01-02 entry 2999 of the import"],
+            "total": 1,
+            "more": None,
+            "message": "1 match.",
+            "run": [],
+        }
         http.close()
     finally:
         server.stop()
@@ -170,8 +177,14 @@ def parse_exposition(text: str) -> dict[str, dict]:
         name, labels, value = m[1], tuple(LABEL_PAIR.findall(m[2] or "")), float(m[3].replace("Inf", "inf"))
         assert (name, labels) not in seen, f"series twice: {line!r}"
         seen.add((name, labels))
-        base = next((name[: -len(s)] for s in ("_bucket", "_sum", "_count")
-                     if name.endswith(s) and families.get(name[: -len(s)], {}).get("type") == "histogram"), name)
+        base = next(
+            (
+                name[: -len(s)]
+                for s in ("_bucket", "_sum", "_count")
+                if name.endswith(s) and families.get(name[: -len(s)], {}).get("type") == "histogram"
+            ),
+            name,
+        )
         assert base in families and "type" in families[base], f"{name} has no TYPE before it"
         families[base]["samples"][(name, labels)] = value
     for base, fam in families.items():
@@ -254,7 +267,6 @@ def test_metrics_parse_and_hold_nothing_of_a_user(tmp_path: Path, n_workers: int
     assert value_of(families, "stash_workers", "stash_workers") == n_workers
     assert (value_of(families, "stash_resident_bytes", "stash_resident_bytes") or 0) > 0
     secret = token.split("_")[2]
-    for forbidden in (ident["user_id"], token, secret, secret[:16], "ZEBRA", "QUARTZ", "secretquerytext",
-                      "vault code"):
+    for forbidden in (ident["user_id"], token, secret, secret[:16], "ZEBRA", "QUARTZ", "secretquerytext", "vault code"):
         assert forbidden not in text, forbidden
         assert forbidden.encode() not in snapshots, forbidden

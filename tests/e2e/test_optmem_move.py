@@ -38,8 +38,9 @@ def record(text: str, width: int) -> bytes:
     return raw + b" " * (width - 1 - len(raw)) + b"\n"
 
 
-def write_folder(path: Path, memories: list[tuple[str, str]], tree: dict[int, list[str]],
-                 config: str | None = None) -> Path:
+def write_folder(
+    path: Path, memories: list[tuple[str, str]], tree: dict[int, list[str]], config: str | None = None
+) -> Path:
     (path / "TREE").mkdir(parents=True)
     (path / "LOG.txt").write_bytes(b"".join(record(f"#{i} {d} {t}", LOG_REC) for i, (d, t) in enumerate(memories)))
     for size, texts in tree.items():
@@ -110,6 +111,7 @@ def run(fast: Server, tmp_path_factory: pytest.TempPathFactory):
 
     def call(tok: str, *args: str) -> subprocess.CompletedProcess:
         return Cli([sys.executable, "-m", "stash"], cli_env(fast.url, tok, path)).run(*args)
+
     return call
 
 
@@ -143,13 +145,15 @@ def test_import_optmem_moves_a_folder_in_whole(run, web: Http, tmp_path: Path) -
     memories = dated(T)
     # Everything settled but the newest pair, and the blocks that contain it.
     tree = full_tree(T, missing={(2, 75), (4, 37), (8, 18)})
-    config = ("# OptMem sizes for this memory. A commented line means: follow the\n"
-              "# tool's default.\n\n"
-              "WAKE_LINES   = 40     # the memory context: how many lines wake prints\n"
-              "# WAKE_CHARS   = 1000000 # the memory context: how many bytes wake prints\n"
-              "# ENTRY_CHARS  = 280    # the longest one memory may be, in bytes\n"
-              "PART_CHARS   = 100000 # output paging: largest part, in bytes\n"
-              "PART_LINES   = 15     # output paging: largest part, in lines\n")
+    config = (
+        "# OptMem sizes for this memory. A commented line means: follow the\n"
+        "# tool's default.\n\n"
+        "WAKE_LINES   = 40     # the memory context: how many lines wake prints\n"
+        "# WAKE_CHARS   = 1000000 # the memory context: how many bytes wake prints\n"
+        "# ENTRY_CHARS  = 280    # the longest one memory may be, in bytes\n"
+        "PART_CHARS   = 100000 # output paging: largest part, in bytes\n"
+        "PART_LINES   = 15     # output paging: largest part, in lines\n"
+    )
     folder = write_folder(tmp_path / "memory", memories, tree, config)
     tok = web.init()["token"]
 
@@ -171,8 +175,9 @@ def test_import_optmem_moves_a_folder_in_whole(run, web: Http, tmp_path: Path) -
         lo, last = map(int, block.split("-"))
         got = web.ok("GET", "/zoom", tok, params={"block": block})["lines"]
         halves = [(lo, (lo + last + 1) // 2), ((lo + last + 1) // 2, last + 1)]
-        assert got == [expected_line(memories, tree, a, b) or f"#{a}-{b - 1} not compressed yet"
-                       for a, b in halves if a < T], block
+        assert got == [
+            expected_line(memories, tree, a, b) or f"#{a}-{b - 1} not compressed yet" for a, b in halves if a < T
+        ], block
     # The wake: the design's cover of the folder, in parts of 15 lines, and the first missing block is due.
     cover = spec_cover(T, 40)
     expected = [expected_line(memories, tree, lo, hi) for lo, hi in cover]
@@ -183,7 +188,11 @@ def test_import_optmem_moves_a_folder_in_whole(run, web: Http, tmp_path: Path) -
     assert nap is not None and nap["block"] == "150-151" and nap["remaining"] == 2
     sizes = web.ok("GET", "/config", tok)["sizes"]
     assert (sizes["WAKE_LINES"], sizes["PART_CHARS"], sizes["PART_LINES"], sizes["ENTRY_CHARS"]) == (
-        40, 100000, 15, 280)
+        40,
+        100000,
+        15,
+        280,
+    )
 
     # A memory that is not empty is refused, and left as it was.
     again = run(tok, "import-optmem", str(folder))
@@ -205,28 +214,43 @@ def put_record(path: Path, i: int, text: str) -> None:
 
 
 MALFORMED = {
-    "short record": (lambda p: cut(p, "LOG.txt", 3 * LOG_REC + 300, 4 * LOG_REC - 1),
-                     "LOG.txt record #3 (bytes 960 to 1279) is not one 320-byte line"),
-    "bad date": (lambda p: put_record(p, 2, "#2 2021-02-30 the 30th of February"),
-                 "LOG.txt record #2 (bytes 640 to 959): 2021-02-30 is not a real calendar date"),
+    "short record": (
+        lambda p: cut(p, "LOG.txt", 3 * LOG_REC + 300, 4 * LOG_REC - 1),
+        "LOG.txt record #3 (bytes 960 to 1279) is not one 320-byte line",
+    ),
+    "bad date": (
+        lambda p: put_record(p, 2, "#2 2021-02-30 the 30th of February"),
+        "LOG.txt record #2 (bytes 640 to 959): 2021-02-30 is not a real calendar date",
+    ),
     "no LOG.txt": (lambda p: (p / "LOG.txt").unlink(), "holds no LOG.txt, nor memory/LOG.txt"),
     "summary of an incomplete block": (
         lambda p: (p / "TREE" / "4").write_bytes((p / "TREE" / "4").read_bytes() + record("too early", TREE_REC)),
         "TREE/4 holds 3 summaries, but the log's 8 notes complete only 2 blocks of 4: record 2 would be "
-        "block 8-11, which is not complete"),
-    "interrupted last write": (lambda p: cut(p, "LOG.txt", 8 * LOG_REC, 8 * LOG_REC, b"#8 2020-01-03 half"),
-                               "LOG.txt record #8 (bytes 2560 to 2577) is cut short"),
-    "dates out of order": (lambda p: put_record(p, 6, "#6 2019-12-31 before its neighbours"),
-                           "LOG.txt record #6 (bytes 1920 to 2239): 2019-12-31 is earlier than the note before it"),
-    "misnumbered record": (lambda p: put_record(p, 4, "#5 2020-01-02 wrong number"),
-                           "LOG.txt record #4 (bytes 1280 to 1599) is numbered #5"),
+        "block 8-11, which is not complete",
+    ),
+    "interrupted last write": (
+        lambda p: cut(p, "LOG.txt", 8 * LOG_REC, 8 * LOG_REC, b"#8 2020-01-03 half"),
+        "LOG.txt record #8 (bytes 2560 to 2577) is cut short",
+    ),
+    "dates out of order": (
+        lambda p: put_record(p, 6, "#6 2019-12-31 before its neighbours"),
+        "LOG.txt record #6 (bytes 1920 to 2239): 2019-12-31 is earlier than the note before it",
+    ),
+    "misnumbered record": (
+        lambda p: put_record(p, 4, "#5 2020-01-02 wrong number"),
+        "LOG.txt record #4 (bytes 1280 to 1599) is numbered #5",
+    ),
     "tab in a memory": (lambda p: put_record(p, 1, "#1 2020-01-01 a\ttab"), "control character U+0009"),
     "future date": (lambda p: put_record(p, 7, "#7 2999-01-01 from the future"), "2999-01-01 is in the future"),
     "odd level": (lambda p: (p / "TREE" / "3").write_bytes(record("odd", TREE_REC)), "TREE/3 is not a level"),
-    "bad config": (lambda p: (p / "config").write_text("WAKE_LINES = lots\n"),
-                   "config line 1: WAKE_LINES must be a positive whole number"),
-    "bad summary": (lambda p: cut(p, "TREE/2", 0, TREE_REC, b"\xff" * (TREE_REC - 1) + b"\n"),
-                    "TREE/2 record 0 (block 0-1) is not UTF-8 text"),
+    "bad config": (
+        lambda p: (p / "config").write_text("WAKE_LINES = lots\n"),
+        "config line 1: WAKE_LINES must be a positive whole number",
+    ),
+    "bad summary": (
+        lambda p: cut(p, "TREE/2", 0, TREE_REC, b"\xff" * (TREE_REC - 1) + b"\n"),
+        "TREE/2 record 0 (block 0-1) is not UTF-8 text",
+    ),
 }
 
 
@@ -271,8 +295,7 @@ def source(web: Http) -> str:
     web.ok("POST", "/nap", tok, json={"block": "300-301", "text": "the first late pair"})
     # ENTRY_CHARS below the longest memory and summary already written.
     # WAKE_CHARS, which OptMem does not read, travels in the manifest only.
-    web.ok("POST", "/config", tok, json={"WAKE_LINES": 50, "PART_LINES": 20, "ENTRY_CHARS": 200,
-                                         "WAKE_CHARS": 50_000})
+    web.ok("POST", "/config", tok, json={"WAKE_LINES": 50, "PART_LINES": 20, "ENTRY_CHARS": 200, "WAKE_CHARS": 50_000})
     return tok
 
 
@@ -295,8 +318,9 @@ def test_round_trip_agrees_everywhere(source: str, exported: Path, run, web: Htt
     assert done.returncode == 0, done.stderr
     doc = json.loads((exported / "manifest.json").read_text())
     total = sum(doc["summaries"].values())
-    assert f"Carried over {total} of the folder's {total} summaries; {doc['pending']} compressions are due." \
-        in done.stdout
+    assert (
+        f"Carried over {total} of the folder's {total} summaries; {doc['pending']} compressions are due." in done.stdout
+    )
     assert ", 1 of them erased again." in done.stdout
 
     assert wake(web, other) == (lines, nap)
@@ -304,8 +328,9 @@ def test_round_trip_agrees_everywhere(source: str, exported: Path, run, web: Htt
     assert web.ok("GET", "/config", other) == web.ok("GET", "/config", source)
     # Zooming every block of 4 or more shows every summary (the memories themselves: recall below).
     for block in blocks_of(304, smallest=4):
-        assert (web.ok("GET", "/zoom", other, params={"block": block})
-                == web.ok("GET", "/zoom", source, params={"block": block})), block
+        assert web.ok("GET", "/zoom", other, params={"block": block}) == web.ok(
+            "GET", "/zoom", source, params={"block": block}
+        ), block
     for q in (".", "erased", r"memory 1\d:", "CAFÉ|istanbul", "^#3[0-9] ", "late"):
         mine = web.ok("POST", "/recall", source, json={"q": q})
         assert 0 < len(mine["matches"]) == mine["total"] and web.ok("POST", "/recall", other, json={"q": q}) == mine, q
@@ -318,8 +343,7 @@ def test_round_trip_agrees_everywhere(source: str, exported: Path, run, web: Htt
 
 def test_the_manifest_checks_out_with_coreutils_alone(exported: Path) -> None:
     doc = json.loads((exported / "manifest.json").read_text())
-    command = ("find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum "
-               "| sha256sum")
+    command = "find . -type f ! -name manifest.json | sed 's|^\\./||' | LC_ALL=C sort | xargs sha256sum | sha256sum"
     done = subprocess.run(["/bin/sh", "-c", command], cwd=exported, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == doc["digest"]
@@ -327,7 +351,11 @@ def test_the_manifest_checks_out_with_coreutils_alone(exported: Path) -> None:
         data = (exported / f["path"]).read_bytes()
         assert (len(data), hashlib.sha256(data).hexdigest()) == (f["bytes"], f["sha256"])
     assert {f["path"] for f in doc["files"]} == {
-        "README.txt", "memory/LOG.txt", "memory/config", *(f"memory/TREE/{s}" for s in doc["summaries"])}
+        "README.txt",
+        "memory/LOG.txt",
+        "memory/config",
+        *(f"memory/TREE/{s}" for s in doc["summaries"]),
+    }
 
 
 def spoil_summary(root: Path) -> None:
@@ -346,13 +374,15 @@ def drop_member(root: Path) -> None:
     (root / "README.txt").unlink()
 
 
-@pytest.mark.parametrize(("spoil", "message"), [
-    (spoil_summary, "stash: memory/TREE/2 does not match manifest.json"),
-    (spoil_digest, "stash: the digest in manifest.json does not match its list of files"),
-    (drop_member, "stash: README.txt is listed in manifest.json but missing"),
-])
-def test_a_tampered_export_fails_its_check(spoil, message: str, exported: Path, run, web: Http,
-                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("spoil", "message"),
+    [
+        (spoil_summary, "stash: memory/TREE/2 does not match manifest.json"),
+        (spoil_digest, "stash: the digest in manifest.json does not match its list of files"),
+        (drop_member, "stash: README.txt is listed in manifest.json but missing"),
+    ],
+)
+def test_a_tampered_export_fails_its_check(spoil, message: str, exported: Path, run, web: Http, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(exported, copy)
     spoil(copy)

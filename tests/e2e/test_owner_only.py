@@ -84,8 +84,9 @@ def test_labels_audit_and_last_used_open_with_the_owner_only(server: Server, tmp
     uid = owner[7:23]
     memory.create(http, owner)
     secret_label = f"temp contractor {os.urandom(4).hex()}"
-    reader = http.ok("POST", "/grants", owner, json=memory.grant("read", label=secret_label,
-                                                                 expires="2099-01-01T00:00:00Z"))
+    reader = http.ok(
+        "POST", "/grants", owner, json=memory.grant("read", label=secret_label, expires="2099-01-01T00:00:00Z")
+    )
     writer = http.ok("POST", "/grants", owner, json=memory.grant("full", label="ci bot"))
     entries = [{"date": "2024-01-02", "text": f"m {i}"} for i in range(6)]
     http.ok("POST", "/import", writer["token"], json={"entries": entries})
@@ -181,8 +182,13 @@ def test_a_release2_key_ring_is_sealed_for_the_owner_on_its_first_request(tmp_pa
     finally:
         srv.stop()
     assert grants[2][0] == "laptop" and grants[3][0] == "phone" and grants[2][1] is not None
-    assert [(e["grant"], e["event"]) for e in events][:5] == [(1, "mint"), (1, "mint"), (1, "mint"), (1, "revoke"),
-                                                               (2, "erase")]
+    assert [(e["grant"], e["event"]) for e in events][:5] == [
+        (1, "mint"),
+        (1, "mint"),
+        (1, "mint"),
+        (1, "revoke"),
+        (2, "erase"),
+    ]
     for token in (phone, laptop):
         assert what_a_capability_reads(folder, token) == []
     raw = b"".join(p.read_bytes() for p in folder.iterdir() if p.name.startswith("keyring"))

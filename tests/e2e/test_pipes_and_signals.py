@@ -34,8 +34,14 @@ def stash_env(base_url: str, token: str | None = None) -> dict[str, str]:
 def into_a_closed_pipe(args: list[str], env: dict[str, str]) -> tuple[int, str]:
     """Run ``stash ARGS`` with standard output a pipe whose reader has gone
     before the command writes anything."""
-    proc = subprocess.Popen([sys.executable, "-m", "stash", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, cwd=REPO, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stash", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+        env=env,
+    )
     assert proc.stdout is not None and proc.stderr is not None  # both piped
     proc.stdout.close()  # the interpreter takes far longer to start than this
     try:
@@ -61,8 +67,14 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_a_closed_pipe_ends_every_kind_of_verb_quietly(base_url: str, token: str, data: Path) -> None:
     env = stash_env(base_url, token)
-    for args in (["--help"], ["wake"], ["recall", "whimbrel"], ["health"], ["verify", str(data)],
-                 ["backup", str(data.parent / "backup-into-a-closed-pipe"), "--data", str(data)]):
+    for args in (
+        ["--help"],
+        ["wake"],
+        ["recall", "whimbrel"],
+        ["health"],
+        ["verify", str(data)],
+        ["backup", str(data.parent / "backup-into-a-closed-pipe"), "--data", str(data)],
+    ):
         code, err = into_a_closed_pipe(args, env)
         assert code == CLOSED_PIPE, (args, code, err)
         assert err == "", (args, err)  # no traceback, no "Exception ignored" from the interpreter's last flush
@@ -71,8 +83,12 @@ def test_a_closed_pipe_ends_every_kind_of_verb_quietly(base_url: str, token: str
 def test_ctrl_c_stops_the_client_even_when_its_parent_ignores_sigint(token: str) -> None:
     """The launch the issue found: the child inherits SIGINT ignored."""
     code, err = interrupted_while_waiting(
-        [sys.executable, "-m", "stash", "wake"], lambda url: stash_env(url, token), cwd=REPO,
-        stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        [sys.executable, "-m", "stash", "wake"],
+        lambda url: stash_env(url, token),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     assert code == 130
     assert "Traceback" not in err
 

@@ -38,13 +38,21 @@ def test_no_writer_saves_a_placeholder(http: Http, token: str, where: str, cli: 
     appender = http.ok("POST", "/grants", token, json={"scope": "append", "memory": where})["token"]
     assert_error(http.post("/note", appender, json={"text": "<your line>"}), 422, "text.placeholder")
     # An imported line is the memory's own data, whatever it says.
-    http.ok("POST", at(where, "/import"), token, json={"entries": [
-        {"date": "2026-01-02", "text": "<one line>"}, {"date": "2026-01-02", "text": "<your line>"}]})
+    http.ok(
+        "POST",
+        at(where, "/import"),
+        token,
+        json={"entries": [{"date": "2026-01-02", "text": "<one line>"}, {"date": "2026-01-02", "text": "<your line>"}]},
+    )
     assert http.ok("GET", at(where, "/wake"), token)["T"] == 2
-    assert_error(http.post(at(where, "/nap"), token, json={"block": "0-1", "text": "<your line>"}), 422,
-                 "text.placeholder")
-    assert_error(http.post(at(where, "/nap"), token, json={"summaries": [
-        {"block": "0-1", "text": "<your line for 0-1>"}]}), 422, "text.placeholder")
+    assert_error(
+        http.post(at(where, "/nap"), token, json={"block": "0-1", "text": "<your line>"}), 422, "text.placeholder"
+    )
+    assert_error(
+        http.post(at(where, "/nap"), token, json={"summaries": [{"block": "0-1", "text": "<your line for 0-1>"}]}),
+        422,
+        "text.placeholder",
+    )
     assert_error(http.post(at(where, "/nap"), token, json={"block": "0-1"}), 422, "nap.missing_text")
     # The client, run as an agent would run the printed command with the placeholder kept.
     res = Cli(cli.argv0, env).run("note", "<one line>")
@@ -64,5 +72,6 @@ def test_stash_mcp_refuses_a_placeholder(base_url: str, http: Http, token: str, 
     run_session(base_url, token, tmp_path / "mcp.stderr", script)
     (refused, error), (_, failed) = said
     assert error and "placeholder" in refused and not failed, said
-    assert [line.split(" ", 2)[2] for line in http.ok("POST", "/recall", token, json={"q": "."})["matches"]] \
-        == ["a line of its own"]
+    assert [line.split(" ", 2)[2] for line in http.ok("POST", "/recall", token, json={"q": "."})["matches"]] == [
+        "a line of its own"
+    ]

@@ -61,8 +61,9 @@ def test_forged_import_flood_is_never_buffered(tmp_path: Path) -> None:
         results: list = []
         deadline = time.monotonic() + FLOOD_DEADLINE
         watchers = [threading.Thread(target=sample), threading.Thread(target=victim_wakes)]
-        flood = [threading.Thread(target=forged_import, args=(server.port, victim, results, deadline))
-                 for _ in range(FLOOD)]
+        flood = [
+            threading.Thread(target=forged_import, args=(server.port, victim, results, deadline)) for _ in range(FLOOD)
+        ]
         for t in watchers + flood:
             t.start()
         for t in flood:
@@ -85,9 +86,13 @@ def test_unknown_user_and_wrong_secret_answer_alike(http: Http) -> None:
     http.ok("GET", "/wake", owner)
     user = owner[7:23]
     stranger = ("0" if user[0] != "0" else "1") + user[1:]
-    cases: list[tuple[str, str, dict[str, Any]]] = [("GET", "/wake?x=1", {}), ("POST", "/note", {"json": {"x": 1}}),
-             ("POST", "/import", {"content": b"x" * (2 * MIB)}), ("GET", "/recall", {}),
-             ("DELETE", "/grants/abc", {})]
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        ("GET", "/wake?x=1", {}),
+        ("POST", "/note", {"json": {"x": 1}}),
+        ("POST", "/import", {"content": b"x" * (2 * MIB)}),
+        ("GET", "/recall", {}),
+        ("DELETE", "/grants/abc", {}),
+    ]
     for method, url, kw in cases:
         wrong = http.request(method, url, forged_for(owner), **kw)
         unknown = http.request(method, url, with_checksum(f"stash1_{stranger}_" + random_secret_digits()), **kw)

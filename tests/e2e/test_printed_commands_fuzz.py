@@ -43,7 +43,7 @@ HOSTILE = [
     "it's; touch pwned5; echo '",
     'say "hi"; touch pwned6',
     "a\\' ; touch pwned7 #",
-    "\\\"; touch pwned8; \\\"",
+    '\\"; touch pwned8; \\"',
     "$STASH_TOKEN and ${HOME} and $((1+1))",
     "!! !$ !-1 history",
     "100% of %s %n %d",
@@ -142,15 +142,16 @@ def test_the_lines_are_memories_and_the_delimiter_is_not() -> None:
 
 def run(shell: str, script: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     cwd.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([shutil.which(shell) or shell, "-c", script], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [shutil.which(shell) or shell, "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
+    )
     assert list(cwd.iterdir()) == [], f"{shell} ran part of a line as a command"
     return done
 
 
 def split_lines(lines: list[str]) -> dict[str, list[str]]:
     """The lines dealt out among the shells, every line to one."""
-    return {shell: lines[k::len(SHELLS)] for k, shell in enumerate(SHELLS)}
+    return {shell: lines[k :: len(SHELLS)] for k, shell in enumerate(SHELLS)}
 
 
 def fill(template: str, placeholder: str, text: str) -> str:
@@ -172,8 +173,9 @@ class Memory:
         return [line.split(" ", 2)[2] for line in lines]
 
     def import_(self, n: int) -> None:
-        self.http.ok("POST", "/import", self.token,
-                     json={"entries": [{"date": "2024-01-02", "text": f"m{i}"} for i in range(n)]})
+        self.http.ok(
+            "POST", "/import", self.token, json={"entries": [{"date": "2024-01-02", "text": f"m{i}"} for i in range(n)]}
+        )
 
     def summaries(self, n: int) -> list[str]:
         """The summaries of 0-1, 2-3, … as stored."""
@@ -184,8 +186,12 @@ class Memory:
         return out[:n]
 
     def text(self, method: str, path: str, **kw) -> str:
-        return self.http.send(method, self.http.client.base_url.join(path),
-                              {"Authorization": f"Bearer {self.token}", "Accept": "text/plain"}, **kw).text
+        return self.http.send(
+            method,
+            self.http.client.base_url.join(path),
+            {"Authorization": f"Bearer {self.token}", "Accept": "text/plain"},
+            **kw,
+        ).text
 
 
 @pytest.fixture(scope="module")
@@ -244,10 +250,16 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
     skill = SKILL.read_text(encoding="utf-8")
     for doc in (block, skill):
         for command in indented_commands(doc):
-            for name, marker in (("note", '/note"'), ("recall", "<regex>"), ("zoom", '/zoom"'),
-                                 ("import", '/import"'), ("nap 0-1", "\n0-1 <your line>\n"),
-                                 ("batch 0-1", "<your line for 0-1>"), ("recall page", "<the same regex>"),
-                                 ("words", "<words>")):
+            for name, marker in (
+                ("note", '/note"'),
+                ("recall", "<regex>"),
+                ("zoom", '/zoom"'),
+                ("import", '/import"'),
+                ("nap 0-1", "\n0-1 <your line>\n"),
+                ("batch 0-1", "<your line for 0-1>"),
+                ("recall page", "<the same regex>"),
+                ("words", "<words>"),
+            ):
                 if command.startswith("curl ") and marker in command:
                     saw(name, command)
     # The client, on the same memory (its batch at the default PART_CHARS, which a batch fills; its recall
@@ -259,15 +271,19 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
     http.ok("POST", "/config", m.token, json={"PART_CHARS": 40})
     done = subprocess.run(["stash", "recall", "m"], env=m.env, capture_output=True, text=True, timeout=TIMEOUT)
     saw("client recall page", orders(done.stdout)[0])
-    done = subprocess.run(["stash", "recall", "--words", "m"], env=m.env, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    done = subprocess.run(
+        ["stash", "recall", "--words", "m"], env=m.env, capture_output=True, text=True, timeout=TIMEOUT
+    )
     saw("client words page", orders(done.stdout)[0])
     fresh = Memory(http, env)
     done = subprocess.run(["stash", "wake"], env=fresh.env, capture_output=True, text=True, timeout=TIMEOUT)
     saw("client note", orders(done.stdout)[0])
     for command in indented_commands(skill):
-        for name, start in (("client recall", "stash recall - <<"), ("client import", "stash import -"),
-                            ("client words", "stash recall --words - <<")):
+        for name, start in (
+            ("client recall", "stash recall - <<"),
+            ("client import", "stash import -"),
+            ("client words", "stash recall --words - <<"),
+        ):
             if command.startswith(start):
                 saw(name, command)
 
@@ -307,8 +323,9 @@ def _printed(http: Http, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -
 # ---------------------------------------------------------------- the fuzz
 
 
-def test_every_printed_template_takes_every_line(http: Http, env: dict[str, str], printed: dict[str, str],
-                                                 tmp_path: Path) -> None:
+def test_every_printed_template_takes_every_line(
+    http: Http, env: dict[str, str], printed: dict[str, str], tmp_path: Path
+) -> None:
     today = dt.datetime.now(dt.UTC).date().isoformat()
     cwd = tmp_path / "cwd"
     per_shell = split_lines(LINES)
@@ -324,8 +341,7 @@ def test_every_printed_template_takes_every_line(http: Http, env: dict[str, str]
     # import (server, skill): every line in one here-document per shell.
     m = Memory(http, env)
     for shell, lines in per_shell.items():
-        body = fill(printed["import"], "YYYY-MM-DD <one line>",
-                    "\n".join(f"{today} {t}" for t in lines))
+        body = fill(printed["import"], "YYYY-MM-DD <one line>", "\n".join(f"{today} {t}" for t in lines))
         assert run(shell, body, m.env, cwd).stdout.startswith(f"Imported {len(lines)} notes")
     assert m.texts() == [t for lines in per_shell.values() for t in lines]
 
@@ -342,11 +358,13 @@ def test_every_printed_template_takes_every_line(http: Http, env: dict[str, str]
 
     # A single nap (server, skill): a sample per shell, each its own command for the block due.
     for shell, lines in per_shell.items():
-        lines = lines[PER_REQUEST:2 * PER_REQUEST]
+        lines = lines[PER_REQUEST : 2 * PER_REQUEST]
         m = Memory(http, env)
         m.import_(2 * len(lines))
-        script = "\n".join(fill(instructions.render(instructions.nap(f"{2 * k}-{2 * k + 1}")), "<your line>", t)
-                           for k, t in enumerate(lines))
+        script = "\n".join(
+            fill(instructions.render(instructions.nap(f"{2 * k}-{2 * k + 1}")), "<your line>", t)
+            for k, t in enumerate(lines)
+        )
         assert run(shell, script, m.env, cwd).stdout.count(" saved.") == len(lines), shell
         assert m.summaries(len(lines)) == lines
 
@@ -355,21 +373,31 @@ def test_every_printed_template_takes_every_line(http: Http, env: dict[str, str]
     m = Memory(http, env)
     http.ok("POST", "/import", m.token, json={"entries": [{"date": "2024-01-02", "text": t} for t in LINES]})
     for shell, lines in per_shell.items():
-        for name, placeholder in (("recall", "<regex>"), ("recall page", "<the same regex>"), ("zoom", "<lo-hi>"),
-                                  ("words", "<words>"), ("words page", "<the same words>")):
+        for name, placeholder in (
+            ("recall", "<regex>"),
+            ("recall page", "<the same regex>"),
+            ("zoom", "<lo-hi>"),
+            ("words", "<words>"),
+            ("words page", "<the same words>"),
+        ):
             chosen = lines[:12] if name in ("recall", "words") else lines[12:16]
             script = "\necho @@@\n".join(fill(printed[name], placeholder, t) for t in chosen)
             got = run(shell, script, m.env, cwd).stdout.split("@@@\n")
-            body_of = {"zoom": lambda t: {"block": t}, "recall": lambda t: {"q": t},
-                    "recall page": lambda t: {"q": t, "before": 4}, "words": lambda t: {"words": t},
-                    "words page": lambda t: {"words": t, "before": CURSOR}}[name]
+            body_of = {
+                "zoom": lambda t: {"block": t},
+                "recall": lambda t: {"q": t},
+                "recall page": lambda t: {"q": t, "before": 4},
+                "words": lambda t: {"words": t},
+                "words page": lambda t: {"words": t, "before": CURSOR},
+            }[name]
             path = "/zoom" if name == "zoom" else "/recall"
             want = [m.text("POST", path, json=body_of(t)) for t in chosen]
             assert got == want, (shell, name)
 
 
-def test_the_client_templates_take_every_line(http: Http, env: dict[str, str], printed: dict[str, str],
-                                              tmp_path: Path) -> None:
+def test_the_client_templates_take_every_line(
+    http: Http, env: dict[str, str], printed: dict[str, str], tmp_path: Path
+) -> None:
     today = dt.datetime.now(dt.UTC).date().isoformat()
     cwd = tmp_path / "cwd"
     per_shell = split_lines(LINES)
@@ -385,8 +413,12 @@ def test_the_client_templates_take_every_line(http: Http, env: dict[str, str], p
         assert run(shell, script, m.env, cwd).stdout.startswith(f"{len(lines)} summaries saved."), shell
         assert m.summaries(len(lines)) == lines
         m = Memory(http, env)
-        run(shell, fill(printed["client import"], "YYYY-MM-DD <one line>",
-                        "\n".join(f"{today} {t}" for t in lines)), m.env, cwd)
+        run(
+            shell,
+            fill(printed["client import"], "YYYY-MM-DD <one line>", "\n".join(f"{today} {t}" for t in lines)),
+            m.env,
+            cwd,
+        )
         assert m.texts() == lines
 
     # note, nap and recall start a process each: one of the hardest lines each, through each shell.
@@ -401,17 +433,40 @@ def test_the_client_templates_take_every_line(http: Http, env: dict[str, str], p
     assert m.summaries(len(sample)) == list(sample.values())
     for shell, t in sample.items():
         got = run(shell, fill(printed["client recall"], "<regex>", t), m.env, cwd).stdout
-        assert got == subprocess.run(["stash", "recall", "--", t], env=m.env, capture_output=True, text=True,
-                                     timeout=TIMEOUT).stdout, shell
+        assert (
+            got
+            == subprocess.run(
+                ["stash", "recall", "--", t], env=m.env, capture_output=True, text=True, timeout=TIMEOUT
+            ).stdout
+        ), shell
         got = run(shell, fill(printed["client words"], "<words>", t), m.env, cwd).stdout
-        assert got == subprocess.run(["stash", "recall", "--words", "--", t], env=m.env, capture_output=True,
-                                     text=True, timeout=TIMEOUT).stdout, shell
+        assert (
+            got
+            == subprocess.run(
+                ["stash", "recall", "--words", "--", t], env=m.env, capture_output=True, text=True, timeout=TIMEOUT
+            ).stdout
+        ), shell
 
 
-@pytest.mark.parametrize("name", ["note", "nap 0-1", "recall", "zoom", "import", "client note", "client nap 0-1",
-                                  "client recall", "client import", "words", "client words"])
-def test_a_line_equal_to_the_delimiter_is_harmless(name: str, http: Http, env: dict[str, str],
-                                                   printed: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "note",
+        "nap 0-1",
+        "recall",
+        "zoom",
+        "import",
+        "client note",
+        "client nap 0-1",
+        "client recall",
+        "client import",
+        "words",
+        "client words",
+    ],
+)
+def test_a_line_equal_to_the_delimiter_is_harmless(
+    name: str, http: Http, env: dict[str, str], printed: dict[str, str], tmp_path: Path
+) -> None:
     """The one line no note, summary or pattern accepts, pasted anyway: where
     the placeholder stands alone on its line it closes the here-document
     early, the request carries nothing and the stray delimiter line after it
@@ -442,8 +497,12 @@ class BoundMemory(Memory):
         http.ok("POST", "/memories", self.owner, json={"name": "fz"})
         minted = http.ok("POST", "/grants", self.owner, json={"scope": "full", "memory": "fz"})
         self.token = minted["token"]
-        assert f"{env['STASH_URL'].rstrip('/')}/m/fz" in http.ok(
-            "POST", "/grants", self.owner, json={"scope": "read", "memory": "fz", "url": env["STASH_URL"]})["prompt"]
+        assert (
+            f"{env['STASH_URL'].rstrip('/')}/m/fz"
+            in http.ok("POST", "/grants", self.owner, json={"scope": "read", "memory": "fz", "url": env["STASH_URL"]})[
+                "prompt"
+            ]
+        )
         self.env = {**env, "STASH_URL": f"{env['STASH_URL'].rstrip('/')}/m/fz", "STASH_TOKEN": self.token}
         http.ok("POST", "/m/fz/config", self.token, json={"PART_CHARS": PART_CHARS_MAX})
 
@@ -455,9 +514,9 @@ class BoundMemory(Memory):
         return super().text(method, f"/m/fz{path}", **kw)
 
 
-def test_the_templates_take_every_line_at_an_address_ending_in_m_name(http: Http, env: dict[str, str],
-                                                                      printed: dict[str, str],
-                                                                      tmp_path: Path) -> None:
+def test_the_templates_take_every_line_at_an_address_ending_in_m_name(
+    http: Http, env: dict[str, str], printed: dict[str, str], tmp_path: Path
+) -> None:
     """The same templates, unchanged, run by an agent whose STASH_URL ends in
     /m/{name}: what they store lands in that memory, exactly, and the reads
     answer from it. A sample of lines per shell (the full fuzz is above)."""

@@ -38,8 +38,11 @@ def test_memories_and_identities_quotas(tmp_path: Path) -> None:
         assert "1 more fit" in body["message"]
         assert http.ok("GET", "/wake", owner)["T"] == 4  # nothing of the import was written
         http.ok("POST", "/note", owner, json={"text": "the fifth"})
-        assert_error(http.post("/note", owner, json={"text": "a sixth"}, headers={"Idempotency-Key": "six"}),
-                     403, "quota.memories")
+        assert_error(
+            http.post("/note", owner, json={"text": "a sixth"}, headers={"Idempotency-Key": "six"}),
+            403,
+            "quota.memories",
+        )
         assert http.ok("GET", "/wake", owner)["T"] == 5
         # Another identity has its own room.
         http.ok("POST", "/note", tokens[1], json={"text": "room of its own"})
@@ -95,8 +98,13 @@ def test_a_keyed_note_record_is_small(http: Http, server) -> None:
     before = folder_bytes(server.data, owner)
     n = 100
     for k in range(n):
-        http.ok("POST", "/note", owner, json={"text": f"keyed {k} " + "z" * 250},
-                headers={"Idempotency-Key": str(uuid.uuid4())})
+        http.ok(
+            "POST",
+            "/note",
+            owner,
+            json={"text": f"keyed {k} " + "z" * 250},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
     per_note = (folder_bytes(server.data, owner) - before) / n
     # A sealed, padded memory row plus a record of 1 to 3 KiB; at 4 KiB padding a record alone was ~19 KiB.
     assert per_note < 8 * 1024, per_note

@@ -35,7 +35,7 @@ def test_curl_calls_reads_method_and_path() -> None:
     """The parser the coverage test relies on must tell routes apart."""
     assert curl_calls('curl -fsS -H "A: b" "$STASH_URL/wake?part=1"') == [("GET", "/wake")]
     assert curl_calls("curl -fsS -X POST \"$STASH_URL/wake\" -d '{}'") == [("POST", "/wake")]
-    assert curl_calls("curl -fsS \"$STASH_URL/note\" -d '{\"text\": \"x\"}'") == [("POST", "/note")]
+    assert curl_calls('curl -fsS "$STASH_URL/note" -d \'{"text": "x"}\'') == [("POST", "/note")]
     assert curl_calls('curl -fsS -X DELETE "$STASH_URL/grants/2"') == [("DELETE", "/grants/2")]
     assert curl_calls('curl -fsS -o stash "$STASH_URL/client" && chmod +x stash') == [("GET", "/client")]
     assert route_of("DELETE", "/grants/2") == ("DELETE", "/grants/{grant_id}")
@@ -71,9 +71,20 @@ def test_example_runs_as_printed(block: str, http: Http, base_url: str, tmp_path
     if shutil.which("curl") is None or shutil.which("bash") is None:
         pytest.fail("curl and bash are needed to run the reference's examples")
     token = prepare(http, block)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8",
-           "STASH_URL": base_url, "STASH_TOKEN": token}
-    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "STASH_URL": base_url,
+        "STASH_TOKEN": token,
+    }
+    done = subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", block],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
     assert done.returncode == 0, (block, done.returncode, done.stdout[-2000:], done.stderr[-2000:])
     assert token not in done.stdout + done.stderr

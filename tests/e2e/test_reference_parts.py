@@ -22,8 +22,7 @@ def test_the_block_and_the_skill_lead_through_every_part(http: Http, base_url: s
     env = {"PATH": "/usr/bin:/bin", "STASH_URL": base_url, "STASH_TOKEN": ""}
     command, seen = first, 0
     while True:
-        done = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True,
-                              timeout=CLI_TIMEOUT)
+        done = subprocess.run(["/bin/sh", "-c", command], env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT)
         assert done.returncode == 0 and done.stderr == "", done.stderr
         assert len(done.stdout.encode()) <= PART_BYTES
         seen += 1

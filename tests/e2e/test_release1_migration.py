@@ -30,8 +30,13 @@ def token_of(label: str) -> str:
 
 
 def verify(data: Path) -> str:
-    out = subprocess.run([sys.executable, "-m", "stash", "verify", str(data)], capture_output=True, text=True,
-                         timeout=CLI_TIMEOUT, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "stash", "verify", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -61,10 +66,10 @@ def test_a_release1_folder_is_served_whole_and_each_capability_moves_when_used(t
         assert found["total"] == fixture.T - len(fixture.ERASED)
         for i in (0, 6, 150, fixture.T - 1):
             assert http.ok("POST", "/recall", read, json={"q": f"^#{i} "})["matches"] == [
-                f"#{i} 2026-11-30 {fixture.memory_text(i)}"]
+                f"#{i} 2026-11-30 {fixture.memory_text(i)}"
+            ]
         for i in fixture.ERASED:
-            assert http.ok("POST", "/recall", read, json={"q": f"^#{i} "})["matches"] == [
-                f"#{i} 2026-11-30 [erased]"]
+            assert http.ok("POST", "/recall", read, json={"q": f"^#{i} "})["matches"] == [f"#{i} 2026-11-30 [erased]"]
         assert http.ok("GET", "/config", owner)["sizes"]["WAKE_LINES"] == 40
         assert len(http.ok("GET", "/erasures", owner)["erasures"]) == 1
         assert moved(data) == {1: True, 2: False, 3: True}

@@ -26,10 +26,15 @@ LEGACY_PAGE = 16384
 
 
 def verify(data: Path, token: str | None = None) -> str:
-    env = {**os.environ, "STASH_TOKEN": token} if token else {k: v for k, v in os.environ.items()
-                                                            if k != "STASH_TOKEN"}
-    out = subprocess.run([sys.executable, "-m", "stash", "verify", str(data), *(["--token"] if token else [])],
-                         capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=REPO, env=env)
+    env = {**os.environ, "STASH_TOKEN": token} if token else {k: v for k, v in os.environ.items() if k != "STASH_TOKEN"}
+    out = subprocess.run(
+        [sys.executable, "-m", "stash", "verify", str(data), *(["--token"] if token else [])],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=REPO,
+        env=env,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
@@ -54,8 +59,10 @@ def everything(http: Http, T: int) -> dict:
     return {
         "wake": http.ok("GET", "/wake", laptop),
         "fixture_memories": found["total"],
-        "lines": {i: http.ok("POST", "/recall", phone, json={"q": f"^#{i} "})["matches"]
-                  for i in (0, 5, 6, 77, 150, fixture.T - 1, fixture.T)},
+        "lines": {
+            i: http.ok("POST", "/recall", phone, json={"q": f"^#{i} "})["matches"]
+            for i in (0, 5, 6, 77, 150, fixture.T - 1, fixture.T)
+        },
         "zoom": http.ok("POST", "/zoom", owner, json={"block": "0-3"})["lines"],
         "config": http.ok("GET", "/config", owner)["sizes"]["WAKE_LINES"],
         "erasures": http.ok("GET", "/erasures", owner)["erasures"],
@@ -85,8 +92,12 @@ def test_a_release2_folder_is_served_whole_written_to_and_served_again_after_a_r
         assert before["zoom"] == ["#0-1 fixture summary of 0-1", "#2-3 fixture summary of 2-3"]
         assert before["wake"]["awake"] and before["wake"]["T"] == fixture.T + 1
         assert before["config"] == 40 and len(before["erasures"]) == 1
-        assert before["grants"] == {1: ("owner", None, None, True), 2: ("full", "laptop", None, True),
-                                    3: ("read", "phone", fixture.EXPIRES, True), 4: ("full", "gone", None, False)}
+        assert before["grants"] == {
+            1: ("owner", None, None, True),
+            2: ("full", "laptop", None, True),
+            3: ("read", "phone", fixture.EXPIRES, True),
+            4: ("full", "gone", None, False),
+        }
         assert before["audit"] == [(1, "mint"), (1, "mint"), (1, "mint"), (1, "revoke"), (2, "erase")]
 
         # Writes of every kind to the old files: a note, a nap, a setting, a
@@ -114,14 +125,21 @@ def test_a_release2_folder_is_served_whole_written_to_and_served_again_after_a_r
     try:
         assert http.ok("POST", "/recall", minted["token"], json={"q": "written after the upgrade"})["total"] == 1
         assert http.ok("POST", "/recall", laptop, json={"q": "^#\\d+ 2026-12-01 fixture memory"})["total"] == (
-            fixture.T - len(fixture.ERASED))
+            fixture.T - len(fixture.ERASED)
+        )
         assert http.ok("POST", "/recall", laptop, json={"q": "^#150 "})["matches"] == [
-            f"#150 {fixture.DAY} {fixture.memory_text(150)}"]
+            f"#150 {fixture.DAY} {fixture.memory_text(150)}"
+        ]
         assert http.ok("GET", "/config", owner)["sizes"]["WAKE_LINES"] == 50
         assert http.ok("POST", "/zoom", owner, json={"block": "0-3"})["lines"] == before["zoom"]
         grants = {g["id"]: (g["label"], g["live"]) for g in http.ok("GET", "/grants", owner)["grants"]}
-        assert grants == {1: (None, True), 2: ("laptop", True), 3: ("phone", False), 4: ("gone", False),
-                          5: ("after", True)}
+        assert grants == {
+            1: (None, True),
+            2: ("laptop", True),
+            3: ("phone", False),
+            4: ("gone", False),
+            5: ("after", True),
+        }
         assert_error(http.get("/wake", gone), 401, "auth.invalid")
     finally:
         server.stop()

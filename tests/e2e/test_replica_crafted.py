@@ -42,20 +42,24 @@ def craft(path: Path, *statements: str) -> None:
     conn.close()
 
 
-VIEW_AND_TRIGGER = (f"CREATE VIEW endless AS {ENDLESS}",
-                    "CREATE TRIGGER log_spin BEFORE INSERT ON log BEGIN SELECT COUNT(*) FROM endless; END")
+VIEW_AND_TRIGGER = (
+    f"CREATE VIEW endless AS {ENDLESS}",
+    "CREATE TRIGGER log_spin BEFORE INSERT ON log BEGIN SELECT COUNT(*) FROM endless; END",
+)
 EXTRA_TABLE = ("CREATE TABLE kept_aside (x BLOB)", "INSERT INTO kept_aside VALUES (x'00')")
 
 
 def stash(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "stash", *args], capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=REPO
+    )
 
 
 def shipped(replica: Path, folder: str) -> int:
     """How many files the replica holds of the two files named like ours in users/<folder>/."""
-    return sum(1 for name in ("keyring.db", "memory.db")
-               for p in (replica / "users" / folder / name).rglob("*") if p.is_file())
+    return sum(
+        1 for name in ("keyring.db", "memory.db") for p in (replica / "users" / folder / name).rglob("*") if p.is_file()
+    )
 
 
 def wait_for(check, what: str, seconds: float = 30.0) -> None:
@@ -83,8 +87,12 @@ def test_restore_from_a_replica_holding_crafted_files_serves_none_of_them(tmp_pa
     nested.parent.mkdir()
     craft(nested, "PRAGMA journal_mode = WAL", "CREATE TABLE t (x TEXT)", "INSERT INTO t VALUES ('dropped kitten')")
 
-    proc = subprocess.Popen([sys.executable, "-m", "stash", "replicate", str(replica), "--data", str(data),
-                             "--interval", "100ms"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stash", "replicate", str(replica), "--data", str(data), "--interval", "100ms"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         for u in users:
             wait_for(lambda u=u: shipped(replica, u["user_id"]) >= 2, f"{u['user_id']} was never shipped")

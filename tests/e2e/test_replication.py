@@ -44,14 +44,24 @@ SSHD = "/usr/sbin/sshd"
 
 
 def stash(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stash", *args], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "stash", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def replicated_server(tmp: Path, replica: str) -> Server:
     tmp.mkdir(parents=True, exist_ok=True)
-    return Server(data=tmp / "data", log=tmp / "server.log", extra=["--replicate", replica, *CHEAP_KDF_FLAGS],
-                  env={"STASH_REPLICATE_INTERVAL": f"{int(INTERVAL_S * 1000)}ms"}).start()
+    return Server(
+        data=tmp / "data",
+        log=tmp / "server.log",
+        extra=["--replicate", replica, *CHEAP_KDF_FLAGS],
+        env={"STASH_REPLICATE_INTERVAL": f"{int(INTERVAL_S * 1000)}ms"},
+    ).start()
 
 
 class Writers:
@@ -61,8 +71,10 @@ class Writers:
     def __init__(self, url: str, tokens_by_label: dict[str, str]) -> None:
         self.acked: dict[str, list[tuple[float, str]]] = {label: [] for label in tokens_by_label}
         self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(url, label, tok), daemon=True)
-                        for label, tok in tokens_by_label.items()]
+        self.threads = [
+            threading.Thread(target=self._run, args=(url, label, tok), daemon=True)
+            for label, tok in tokens_by_label.items()
+        ]
         for t in self.threads:
             t.start()
 
@@ -188,8 +200,9 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
     checked = stash("verify", str(fresh), "--token", env={"STASH_TOKEN": a["token"]})
     assert checked.returncode == 0 and "all authenticate" in checked.stdout, checked.stdout
 
-    standby = Server(data=fresh, log=tmp_path / "standby" / "server.log", extra=["--file-cipher", "none",
-                                                                                   *CHEAP_KDF_FLAGS]).start()
+    standby = Server(
+        data=fresh, log=tmp_path / "standby" / "server.log", extra=["--file-cipher", "none", *CHEAP_KDF_FLAGS]
+    ).start()
     http = Http(standby.url)
     try:
         for label, user in (("a", a), ("b", b), ("c", c)):
@@ -226,8 +239,9 @@ def test_kill9_mid_writes_then_restore_brings_every_user_back_whole(tmp_path: Pa
     secrets += [token_parts(u["token"]).secret for u in (a, b, c)]
     secrets += chain_keys + [keys.subkey(k, b"rows") for k in chain_keys]
     secrets += [erased_text.encode(), b"acked 1", b"written by the grant", b"kept in", proj_reader["token"].encode()]
-    proj_keys = epoch_keys_of(fresh / "users" / a["user_id"] / "m" / "proj" / "keyring.db", proj_reader["token"],
-                              f"{a['user_id']}/m/proj")
+    proj_keys = epoch_keys_of(
+        fresh / "users" / a["user_id"] / "m" / "proj" / "keyring.db", proj_reader["token"], f"{a['user_id']}/m/proj"
+    )
     assert proj_keys  # memory proj's own keys, which the replica must not hold either
     secrets += proj_keys
     assert_holds_no_secret([replica_bytes(replica), replica_bytes(fresh)], secrets)
@@ -297,9 +311,22 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
     lagging = tmp_path / "lagging"
     shutil.copytree(replica, lagging)
     stream = lagging / "users" / uid / "memory.db"
-    plan = subprocess.run([litestream_binary(), "restore", "-dry-run", "-timestamp", moment.isoformat(), "-o",
-                           str(tmp_path / "plan.db"), f"file://{stream}"], capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT, check=True).stdout
+    plan = subprocess.run(
+        [
+            litestream_binary(),
+            "restore",
+            "-dry-run",
+            "-timestamp",
+            moment.isoformat(),
+            "-o",
+            str(tmp_path / "plan.db"),
+            f"file://{stream}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=True,
+    ).stdout
     shipped_by_then = int(matched(re.search(r"txid range: \S+ - (\S+)", plan)).group(1), 16)
     for f in stream.rglob("*.ltx"):
         if int(f.stem.split("-")[1], 16) > shipped_by_then:
@@ -307,8 +334,9 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
     stepped = tmp_path / "stepped" / "data"
     done = stash("restore", str(lagging), "--data", str(stepped), "--user", uid)
     assert done.returncode == 0 and "stepped back to where its files agree" in done.stdout, done.stdout
-    server = Server(data=stepped, log=tmp_path / "stepped.log",
-                    extra=["--file-cipher", "none", *CHEAP_KDF_FLAGS]).start()
+    server = Server(
+        data=stepped, log=tmp_path / "stepped.log", extra=["--file-cipher", "none", *CHEAP_KDF_FLAGS]
+    ).start()
     http = Http(server.url)
     try:
         assert {f"before {k}" for k in range(4)} <= texts_of(http, owner["token"])
@@ -322,8 +350,9 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
     history = tmp_path / "history"
     rings, copies = [], []
     target = Target.parse(str(replica))
-    for n, when in enumerate(sorted(set(ltx_moments(target, uid, "keyring.db") + ltx_moments(target, uid,
-                                                                                             "memory.db")))):
+    for n, when in enumerate(
+        sorted(set(ltx_moments(target, uid, "keyring.db") + ltx_moments(target, uid, "memory.db")))
+    ):
         folder = history / f"m{n}"
         folder.mkdir(parents=True)
         for name in ("keyring.db", "memory.db"):
@@ -344,15 +373,24 @@ def test_point_in_time_restore_and_a_revoked_token_against_the_whole_replica_his
 
 def ltx_moments(target: Target, uid: str, name: str) -> list[dt.datetime]:
     url = f"file://{target.at(f'users/{uid}/{name}')['path']}"
-    out = subprocess.run([litestream_binary(), "ltx", "-level", "all", "-json", url], capture_output=True,
-                         text=True, timeout=CLI_TIMEOUT, check=True).stdout
+    out = subprocess.run(
+        [litestream_binary(), "ltx", "-level", "all", "-json", url],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=True,
+    ).stdout
     return [dt.datetime.fromisoformat(r["timestamp"]) for r in json.loads(out)]
 
 
 def restore_one(target: Target, uid: str, name: str, out: Path, when: dt.datetime) -> None:
     url = f"file://{target.at(f'users/{uid}/{name}')['path']}"
-    subprocess.run([litestream_binary(), "restore", "-o", str(out), "-timestamp",
-                    when.strftime("%Y-%m-%dT%H:%M:%SZ"), url], capture_output=True, timeout=CLI_TIMEOUT, check=False)
+    subprocess.run(
+        [litestream_binary(), "restore", "-o", str(out), "-timestamp", when.strftime("%Y-%m-%dT%H:%M:%SZ"), url],
+        capture_output=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
 
 
 # ------------------------------------------------------------------ SFTP
@@ -367,20 +405,35 @@ class Sshd:
         self.port = free_port()
         self.client_key = tmp / "client_key"
         for key in (tmp / "host_key", self.client_key):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True,
-                           timeout=CLI_TIMEOUT)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True, timeout=CLI_TIMEOUT
+            )
         shutil.copy(f"{self.client_key}.pub", tmp / "authorized_keys")
         config = tmp / "sshd_config"
-        config.write_text("\n".join([
-            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {tmp / 'host_key'}",
-            f"AuthorizedKeysFile {tmp / 'authorized_keys'}", "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "StrictModes no", "UsePAM no",
-            "PermitRootLogin prohibit-password", f"PidFile {tmp / 'sshd.pid'}", "Subsystem sftp internal-sftp",
-            ""]))
+        config.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {tmp / 'host_key'}",
+                    f"AuthorizedKeysFile {tmp / 'authorized_keys'}",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PubkeyAuthentication yes",
+                    "StrictModes no",
+                    "UsePAM no",
+                    "PermitRootLogin prohibit-password",
+                    f"PidFile {tmp / 'sshd.pid'}",
+                    "Subsystem sftp internal-sftp",
+                    "",
+                ]
+            )
+        )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # its privilege-separation folder
         self.log = tmp / "sshd.log"
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.log, "wb"))
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=open(self.log, "wb")
+        )
         deadline = time.monotonic() + 10
         while b"Server listening" not in self.log.read_bytes():
             assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()
@@ -396,12 +449,23 @@ def test_sftp_replica_survives_a_kill9_and_restores_on_another_port(tmp_path: Pa
     try:
         remote = tmp_path / "sftp-replica"
         settings = tmp_path / "replica.json"
-        settings.write_text(json.dumps({"type": "sftp", "host": f"127.0.0.1:{sshd.port}",
-                                        "user": getpass.getuser(), "key-path": str(sshd.client_key),
-                                        "path": str(remote)}))
+        settings.write_text(
+            json.dumps(
+                {
+                    "type": "sftp",
+                    "host": f"127.0.0.1:{sshd.port}",
+                    "user": getpass.getuser(),
+                    "key-path": str(sshd.client_key),
+                    "path": str(remote),
+                }
+            )
+        )
         # A store made before the host replicated: SQLCipher, which Litestream cannot read.
-        before = Server(data=tmp_path / "host" / "data", log=tmp_path / "before.log",
-                        extra=["--file-cipher", "sqlcipher", *CHEAP_KDF_FLAGS]).start()
+        before = Server(
+            data=tmp_path / "host" / "data",
+            log=tmp_path / "before.log",
+            extra=["--file-cipher", "sqlcipher", *CHEAP_KDF_FLAGS],
+        ).start()
         try:
             old = Http(before.url).init()
         finally:
@@ -426,8 +490,9 @@ def test_sftp_replica_survives_a_kill9_and_restores_on_another_port(tmp_path: Pa
     finally:
         sshd.stop()
     assert (remote / "users" / owner["user_id"] / "memory.db").is_dir()
-    standby = Server(data=fresh, log=tmp_path / "standby.log", extra=["--file-cipher", "none",
-                                                                      *CHEAP_KDF_FLAGS]).start()
+    standby = Server(
+        data=fresh, log=tmp_path / "standby.log", extra=["--file-cipher", "none", *CHEAP_KDF_FLAGS]
+    ).start()
     http = Http(standby.url)
     try:
         present = texts_of(http, owner["token"])

@@ -39,8 +39,12 @@ IDLE_SHIPS_AT_MOST = 2048
 
 def replicated(tmp: Path, replica: Path) -> Server:
     tmp.mkdir(parents=True, exist_ok=True)
-    return Server(data=tmp / "data", log=tmp / "server.log", extra=["--replicate", str(replica), *CHEAP_KDF_FLAGS],
-                  env={"STASH_REPLICATE_INTERVAL": INTERVAL}).start()
+    return Server(
+        data=tmp / "data",
+        log=tmp / "server.log",
+        extra=["--replicate", str(replica), *CHEAP_KDF_FLAGS],
+        env={"STASH_REPLICATE_INTERVAL": INTERVAL},
+    ).start()
 
 
 def du(path: Path) -> int:
@@ -90,7 +94,8 @@ def l0(replica: Path, user_id: str) -> int:
 
 
 def test_idle_ships_nothing_a_killed_supervisor_or_litestream_comes_back_and_a_full_replica_shows(
-        tmp_path: Path, small_tmpfs: Path):
+    tmp_path: Path, small_tmpfs: Path
+):
     replica = small_tmpfs / "replica"
     live = replicated(tmp_path / "host", replica)
     http = Http(live.url)
@@ -136,9 +141,17 @@ def test_idle_ships_nothing_a_killed_supervisor_or_litestream_comes_back_and_a_f
 
         # The replica fills up: not ready, and counted.
         today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
-        http.ok("POST", "/import", owner["token"], json={"entries": [
-            {"date": today, "text": f"a line that will not fit in the replica {k} {os.urandom(8).hex()}"}
-            for k in range(4000)]})
+        http.ok(
+            "POST",
+            "/import",
+            owner["token"],
+            json={
+                "entries": [
+                    {"date": today, "text": f"a line that will not fit in the replica {k} {os.urandom(8).hex()}"}
+                    for k in range(4000)
+                ]
+            },
+        )
         refused = wait_for(lambda: (r := ready(live.url)).status_code == 503 and r)
         assert refused.json()["error"] == "ready.replication" and "full" in refused.json()["message"]
         assert metric(live.url, 'stash_replication_errors{kind="disk_full"}') >= 1.0
@@ -161,8 +174,9 @@ def _state(pid: int) -> bytes:
 def small_tmpfs(tmp_path: Path):
     mount = tmp_path / "small"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True,
-                          check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)], capture_output=True, check=False
+    )
     if done.returncode != 0:
         pytest.skip("this machine cannot mount a tmpfs (needs root)")
     try:

@@ -60,8 +60,9 @@ def _enrolment_live(server: Server, uid: str, name: str, owner_token: str) -> bo
 
 
 @pytest.mark.parametrize("made", ["fork", "create"])
-def test_a_memory_the_old_token_makes_in_the_window_passes_to_the_new_owner(served: Server, made: str,
-                                                                           tmp_path: Path) -> None:
+def test_a_memory_the_old_token_makes_in_the_window_passes_to_the_new_owner(
+    served: Server, made: str, tmp_path: Path
+) -> None:
     http = Http(served.url)
     old = http.init()["token"]
     uid = token_parts(old).user_id
@@ -85,8 +86,7 @@ def test_a_memory_the_old_token_makes_in_the_window_passes_to_the_new_owner(serv
     tx_view = "\n".join(http.ok("GET", "/wake", tx["token"])["lines"])
     assert "tx was here" in tx_view and (secret_line in tx_view) == (made == "fork")
     window_copy = snapshot(served, uid, tmp_path / "in-window")
-    tx_keys = epoch_keys_of(window_copy / "m" / "shadow" / "keyring.db", tx["token"],
-                            memories.store_id(uid, "shadow"))
+    tx_keys = epoch_keys_of(window_copy / "m" / "shadow" / "keyring.db", tx["token"], memories.store_id(uid, "shadow"))
     assert tx_keys  # control: in the window, TX reaches shadow's keys
 
     # The owner starts using the new token: its listings answer, naming shadow as the identity's.
@@ -102,7 +102,9 @@ def test_a_memory_the_old_token_makes_in_the_window_passes_to_the_new_owner(serv
     events = http.ok("GET", "/audit", new)["events"]
     marks = [e for e in events if e["event"] == "takeover"]
     assert {(e["memory"], e["detail"].get("memory", e["memory"])) for e in marks} >= {
-        ("shadow", "shadow"), ("main", "shadow")}
+        ("shadow", "shadow"),
+        ("main", "shadow"),
+    }
     assert any(e["memory"] == "main" and e["detail"].get("made_in_window") for e in marks)
 
     # Everything the old token made or handed out in the window is refused; what was there before stays.
@@ -111,8 +113,13 @@ def test_a_memory_the_old_token_makes_in_the_window_passes_to_the_new_owner(serv
     assert_error(http.post("/note", tx["token"], json={"text": "still here?"}), 401, "auth.invalid")
     for g in in_window:
         assert_error(http.post("/note", g["token"], json={"text": "x"}), 401, "auth.invalid")
-    for method, path in (("GET", "/memories"), ("GET", "/m/shadow/wake"), ("GET", "/wake"),
-                         ("POST", "/memories"), ("GET", "/grants")):
+    for method, path in (
+        ("GET", "/memories"),
+        ("GET", "/m/shadow/wake"),
+        ("GET", "/wake"),
+        ("POST", "/memories"),
+        ("GET", "/grants"),
+    ):
         body = {"json": {"name": "again"}} if method == "POST" else {}
         assert_error(http.request(method, path, old, **body), 401, "auth.invalid")
     assert secret_line in "\n".join(http.ok("GET", "/wake", main_reader["token"])["lines"])
@@ -131,16 +138,16 @@ def test_a_memory_the_old_token_makes_in_the_window_passes_to_the_new_owner(serv
     assert not _enrolment_live(served, uid, "shadow", old)
     assert _enrolment_live(served, uid, "shadow", new)
     cipher = served.extra[served.extra.index("--file-cipher") + 1]
-    readable = everything_readable(memories.store_id(uid, "shadow"), [window_copy / "m" / "shadow",
-                                                                     later / "m" / "shadow"], tx_keys, cipher)
+    readable = everything_readable(
+        memories.store_id(uid, "shadow"), [window_copy / "m" / "shadow", later / "m" / "shadow"], tx_keys, cipher
+    )
     assert text_in("tx was here", readable)  # control: the harness reads what TX could already read
     assert not text_in(after, readable)
     http.close()
 
 
 def _client(server: Server, token: str, tmp_path: Path) -> Cli:
-    return Cli([sys.executable, "-m", "stash"],
-               cli_env(server.url, token, path_with(python_bin(tmp_path / "bin"))))
+    return Cli([sys.executable, "-m", "stash"], cli_env(server.url, token, path_with(python_bin(tmp_path / "bin"))))
 
 
 def test_an_old_memory_folder_put_back_is_named_and_the_rest_listed(served: Server, tmp_path: Path) -> None:

@@ -40,20 +40,22 @@ from tests.support.server import Http, start_server
 
 pytestmark = pytest.mark.slow
 
-CHECKS = ",".join([
-    "not_a_server_error",
-    "status_code_conformance",
-    "content_type_conformance",
-    "response_schema_conformance",
-    "response_headers_conformance",
-    "allow_header_conformance",
-    "missing_required_header",
-    "unsupported_method",
-    "ignored_auth",
-    "use_after_free",
-    "ensure_resource_availability",
-    "object_level_authorization",
-])
+CHECKS = ",".join(
+    [
+        "not_a_server_error",
+        "status_code_conformance",
+        "content_type_conformance",
+        "response_schema_conformance",
+        "response_headers_conformance",
+        "allow_header_conformance",
+        "missing_required_header",
+        "unsupported_method",
+        "ignored_auth",
+        "use_after_free",
+        "ensure_resource_availability",
+        "object_level_authorization",
+    ]
+)
 # Per operation and phase: enough to reach every refusal in CI; STASH_FUZZ_EXAMPLES asks for a deeper run.
 MAX_EXAMPLES = int(os.environ.get("STASH_FUZZ_EXAMPLES", "6"))
 RUN_TIMEOUT = 300  # a hung run fails the test instead of stalling CI
@@ -65,19 +67,40 @@ def run_schemathesis(url: str, token: str, workdir: Path, *select: str) -> str:
     # schemathesis leaves the schema's own operation (GET /openapi.json) untested.
     document = workdir / "openapi.json"
     document.write_bytes(httpx.get(f"{url}/openapi.json", timeout=30).raise_for_status().content)
-    cmd = [sys.executable, "-m", "schemathesis.cli", "run", str(document), "--url", url,
-           "--header", f"Authorization: Bearer {token}",
-           "--checks", CHECKS, "--max-examples", str(MAX_EXAMPLES),
-           "--workers", "1", "--request-timeout", "30", "--generation-database", "none",
-           # Hypothesis's too_slow health check times the data generation on this (shared) machine:
-           # a timing assertion about the test, never about the server, so it is off.
-           "--suppress-health-check", "too_slow",
-           # One fixed seed, so CI is reproducible; STASH_FUZZ_SEED explores others (a failure prints its seed).
-           "--seed", os.environ.get("STASH_FUZZ_SEED", "20261201"),
-           "--no-color", *select]
+    cmd = [
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "run",
+        str(document),
+        "--url",
+        url,
+        "--header",
+        f"Authorization: Bearer {token}",
+        "--checks",
+        CHECKS,
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--workers",
+        "1",
+        "--request-timeout",
+        "30",
+        "--generation-database",
+        "none",
+        # Hypothesis's too_slow health check times the data generation on this (shared) machine:
+        # a timing assertion about the test, never about the server, so it is off.
+        "--suppress-health-check",
+        "too_slow",
+        # One fixed seed, so CI is reproducible; STASH_FUZZ_SEED explores others (a failure prints its seed).
+        "--seed",
+        os.environ.get("STASH_FUZZ_SEED", "20261201"),
+        "--no-color",
+        *select,
+    ]
     # cwd: its own folder, so no schemathesis.toml of the repo or the user applies and nothing is written there
-    done = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=RUN_TIMEOUT,
-                          env={**os.environ, "NO_COLOR": "1"})
+    done = subprocess.run(
+        cmd, cwd=workdir, capture_output=True, text=True, timeout=RUN_TIMEOUT, env={**os.environ, "NO_COLOR": "1"}
+    )
     out = done.stdout + done.stderr
     assert token not in out.replace("[Filtered]", ""), "schemathesis printed the token"
     assert done.returncode == 0, out[-12000:]

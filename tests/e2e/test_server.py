@@ -20,8 +20,7 @@ from tests.support.server import Http, Server, due_after, start_server, today_ra
 TOKEN_RE = re.compile(r"stash1_[0-9a-f]{16}_[0-9A-Za-z]{49}")
 MEMORY_LINE = re.compile(r"#(\d+) (\d{4}-\d{2}-\d{2}) (.+)")
 SUMMARY_LINE = re.compile(r"#(\d+)-(\d+) (.+)")
-SPEC_DEFAULTS = {"WAKE_LINES": 96, "WAKE_CHARS": 1000000, "ENTRY_CHARS": 280, "PART_CHARS": 20000,
-                 "PART_LINES": 500}
+SPEC_DEFAULTS = {"WAKE_LINES": 96, "WAKE_CHARS": 1000000, "ENTRY_CHARS": 280, "PART_CHARS": 20000, "PART_LINES": 500}
 
 
 class Life:
@@ -185,7 +184,9 @@ def test_zoom_opens_a_block_into_its_halves(http: Http, token: str) -> None:
     for i in range(10):
         life.note(f"zoom {i}")
     assert http.ok("GET", "/zoom", token, params={"block": "0-7"}) == {
-        "block": "0-7", "lines": [f"#0-3 {life.summaries['0-3']}", f"#4-7 {life.summaries['4-7']}"]}
+        "block": "0-7",
+        "lines": [f"#0-3 {life.summaries['0-3']}", f"#4-7 {life.summaries['4-7']}"],
+    }
     lines = http.ok("POST", "/zoom", token, json={"block": "8-9"})["lines"]
     assert [life.check_line(x) for x in lines] == [(8, 9), (9, 10)]
     # 8-15 is not complete: its first half is "not compressed yet", its second lies beyond T.
@@ -234,7 +235,9 @@ def test_forget_drops_the_summary_and_what_was_built_on_it(http: Http, token: st
     assert dropped == ["4-5", "6-7", "8-9", "10-11", "12-13", "14-15", "4-7", "8-11", "12-15", "0-7", "8-15", "0-15"]
     assert http.ok("POST", "/nap", token, json={})["nap"]["block"] == "4-5"
     assert http.ok("GET", "/zoom", token, params={"block": "0-7"})["lines"] == [
-        f"#0-3 {life.summaries['0-3']}", "#4-7 not compressed yet"]
+        f"#0-3 {life.summaries['0-3']}",
+        "#4-7 not compressed yet",
+    ]
     assert_error(http.post("/forget", token, json={"block": "4-5"}), 404)
     # The log is untouched.
     assert http.ok("POST", "/recall", token, json={"q": "forget"})["total"] == 16

@@ -32,22 +32,21 @@ class Agent:
     def follow(self, text: str, depth: int = 0) -> None:
         assert depth < 60, "the printed commands did not come to an end"
         lines = text.splitlines()
-        chosen = [c for c in orders(text)
-                  if not lines[lines.index("Run: " + c.split("\n")[0]) - 1].startswith("Or ")]
+        chosen = [c for c in orders(text) if not lines[lines.index("Run: " + c.split("\n")[0]) - 1].startswith("Or ")]
         for command in chosen:
             line = command
             for placeholder, value in FILL.items():
                 line = line.replace(placeholder, value)
             assert re.search(r"<[a-z][a-z -]*>", line) is None, command
-            done = subprocess.run(["/bin/sh", "-c", line], cwd=self.cwd, env=self.env, capture_output=True,
-                                  text=True, timeout=CLI_TIMEOUT)
+            done = subprocess.run(
+                ["/bin/sh", "-c", line], cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=CLI_TIMEOUT
+            )
             assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
             self.ran.append(command)
             self.follow(done.stdout, depth + 1)
 
 
-def test_every_command_the_server_prints_runs_as_printed(http: Http, base_url: str, token: str,
-                                                         tmp_path: Path) -> None:
+def test_every_command_the_server_prints_runs_as_printed(http: Http, base_url: str, token: str, tmp_path: Path) -> None:
     if shutil.which("curl") is None:
         pytest.fail("curl is needed: the server's instructions are curl commands")
     agent = Agent({"PATH": "/usr/bin:/bin", "STASH_URL": base_url, "STASH_TOKEN": token}, tmp_path)

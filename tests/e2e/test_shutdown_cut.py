@@ -22,14 +22,18 @@ LINES = 20_000
 
 
 def test_sigterm_during_a_long_import_answers_its_real_answer_or_503(tmp_path: Path):
-    server = Server(data=tmp_path / "data", log=tmp_path / "server.log",
-                    extra=["--shutdown-timeout", "0.1", *CHEAP_KDF_FLAGS]).start()
+    server = Server(
+        data=tmp_path / "data", log=tmp_path / "server.log", extra=["--shutdown-timeout", "0.1", *CHEAP_KDF_FLAGS]
+    ).start()
     http = Http(server.url)
     owner = http.init()
     today = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
     body = "\n".join(f"{today} imported line {k}" for k in range(LINES))
-    headers = {"Authorization": f"Bearer {owner['token']}", "Idempotency-Key": "cut-import-1",
-               "Content-Type": "text/plain"}
+    headers = {
+        "Authorization": f"Bearer {owner['token']}",
+        "Idempotency-Key": "cut-import-1",
+        "Content-Type": "text/plain",
+    }
     answers: list[httpx.Response] = []
 
     def send() -> None:

@@ -18,9 +18,15 @@ from tests.support.server import CLI_TIMEOUT, Http, path_with
 
 pytestmark = pytest.mark.slow
 
-FILL = {"<one line>": "a memory from the skill example", "<your line for 0-1>": "a summary from the skill example",
-        "<your line>": "a summary from the skill example", "<regex>": "deploy|rollback",
-        "<the same regex>": "deploy", "<lo-hi>": "32-63", "YYYY-MM-DD": dt.datetime.now(dt.UTC).date().isoformat()}
+FILL = {
+    "<one line>": "a memory from the skill example",
+    "<your line for 0-1>": "a summary from the skill example",
+    "<your line>": "a summary from the skill example",
+    "<regex>": "deploy|rollback",
+    "<the same regex>": "deploy",
+    "<lo-hi>": "32-63",
+    "YYYY-MM-DD": dt.datetime.now(dt.UTC).date().isoformat(),
+}
 
 
 def prepared(http: Http) -> str:
@@ -36,8 +42,7 @@ def prepared(http: Http) -> str:
 
 
 @pytest.mark.parametrize("form", ["curl", "stash"])
-def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, client_file: Path,
-                                       tmp_path: Path) -> None:
+def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, client_file: Path, tmp_path: Path) -> None:
     commands = [c for c in indented_commands(SKILL.read_text(encoding="utf-8")) if c.startswith(form + " ")]
     assert len(commands) >= 8
     token = prepared(http)
@@ -46,14 +51,20 @@ def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, cli
     # The file the skill's file-form import names: dated today, so it comes after every memory noted.
     today = dt.datetime.now(dt.UTC).date().isoformat()
     (tmp_path / "memories.txt").write_text(f"{today} imported from the skill's file example\n", encoding="utf-8")
-    env = {"PATH": path_with(client_file.parent), "HOME": str(tmp_path), "LANG": "C.UTF-8",
-           "STASH_URL": base_url, "STASH_TOKEN": token}
+    env = {
+        "PATH": path_with(client_file.parent),
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "STASH_URL": base_url,
+        "STASH_TOKEN": token,
+    }
     for command in commands:
         line = command
         for placeholder, value in FILL.items():
             line = line.replace(placeholder, value)
-        done = subprocess.run(["/bin/sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=CLI_TIMEOUT)
+        done = subprocess.run(
+            ["/bin/sh", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT
+        )
         # The skill's nap examples name blocks this memory settled already: they save nothing, and the
         # client says so by its status (1, "nothing was saved").
         answered = done.returncode == 1 and "nothing was saved" in done.stderr and "already settled" in done.stdout
@@ -61,7 +72,7 @@ def test_skill_commands_run_as_printed(form: str, http: Http, base_url: str, cli
         if form == "curl" and " -o " not in line:
             # curl -s exits 0 on a refusal too: the plain-text answer must not be an error's
             assert done.stdout, command
-            assert "-H \"Accept: text/plain\"" in command or "/skill" in command
+            assert '-H "Accept: text/plain"' in command or "/skill" in command
         assert token not in done.stdout + done.stderr
     # the walk did what it says: its note and its import are in the log, and 32-63 was forgotten
     assert http.ok("POST", "/recall", token, json={"q": "memory from the skill example"})["total"] == 2

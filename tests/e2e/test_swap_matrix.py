@@ -77,8 +77,12 @@ class History:
         self.folder = server.data / "users" / self.uid
         expires = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(seconds=3)
         self.revoked = http.ok("POST", "/grants", first_owner, json={"scope": "read", "label": "revoked-label"})
-        self.expired = http.ok("POST", "/grants", first_owner, json={
-            "scope": "read", "label": "expired-label", "expires": expires.strftime("%Y-%m-%dT%H:%M:%SZ")})
+        self.expired = http.ok(
+            "POST",
+            "/grants",
+            first_owner,
+            json={"scope": "read", "label": "expired-label", "expires": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+        )
         self.writer = http.ok("POST", "/grants", first_owner, json={"scope": "full"})["token"]
         entries = [{"date": "2024-01-02", "text": self.erased if i == 5 else f"plain {i}"} for i in range(4200)]
         http.ok("POST", "/import", self.writer, json={"entries": entries})
@@ -164,8 +168,9 @@ def mutations(rng: random.Random) -> list[tuple]:
         elif kind == "pages":
             out.append(("pages", name, source, rng.randint(1, 4), rng.randrange(1 << 30)))
         elif kind == "foreign pages":
-            out.append(("pages", rng.choice(("memory.db", "keyring.db")), "other", rng.randint(1, 3),
-                        rng.randrange(1 << 30)))
+            out.append(
+                ("pages", rng.choice(("memory.db", "keyring.db")), "other", rng.randint(1, 3), rng.randrange(1 << 30))
+            )
         else:
             out.append(("row", rng.choice(ROWS), rng.choice(("fork", "other", "notes"))))
     return out
@@ -256,8 +261,11 @@ def check(h: History, http: Http, touched: dict[str, str]) -> bool:
     answer(http.get("/grants", h.owner))
     live_refused = any(refused)
     for dead in (h.revoked["token"], h.expired["token"], h.rotated):
-        got = [http.request("POST", "/recall", dead, json={"q": h.after}), http.get("/wake", dead),
-               http.get("/grants", dead)]
+        got = [
+            http.request("POST", "/recall", dead, json={"q": h.after}),
+            http.get("/wake", dead),
+            http.get("/grants", dead),
+        ]
         for resp in got:
             answer(resp, h.after)
             # A dead token is served only by a key ring put back whole from
@@ -269,7 +277,8 @@ def check(h: History, http: Http, touched: dict[str, str]) -> bool:
 
 @pytest.mark.slow
 def test_random_put_backs_of_older_pages_files_and_rows_never_serve_what_the_present_does_not_hold(
-        history: History, tmp_path: Path):
+    history: History, tmp_path: Path
+):
     h = history
     rng = random.Random(SEED)
     for trial in range(TRIALS):

@@ -175,8 +175,9 @@ def test_a_whole_memory_file_put_back_is_refused_even_when_only_state_changed(se
 
 
 @pytest.mark.parametrize("moment", ["folded", "still in its WAL"])
-def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused(server: Server, tmp_path: Path,
-                                                                                  moment: str):
+def test_an_older_memory_file_put_back_while_the_server_keeps_it_open_is_refused(
+    server: Server, tmp_path: Path, moment: str
+):
     """The server keeps a user's files open for a few seconds after each
     request (--keep-open, storage/sqlite/pool.py). A file copied over in place
     meanwhile — the same inode, older bytes — must not be read through the
@@ -290,8 +291,11 @@ def _text(resp: httpx.Response) -> str:
     if resp.status_code != 200 or not resp.headers.get("content-type", "").startswith("application/gzip"):
         return resp.text
     with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
-        return "\n".join(f"{m.name}\n{member_bytes(tar, m).decode()}" for m in tar.getmembers()
-                         if m.isfile() and m.name != "manifest.json")
+        return "\n".join(
+            f"{m.name}\n{member_bytes(tar, m).decode()}"
+            for m in tar.getmembers()
+            if m.isfile() and m.name != "manifest.json"
+        )
 
 
 @pytest.mark.parametrize("memory", ["main", "alpha"])
@@ -299,8 +303,9 @@ def test_no_chunk_of_another_history_of_the_same_user_is_served(file_cipher: str
     ours, theirs = f"ours{os.urandom(4).hex()}", f"them{os.urandom(4).hex()}"
     # --keep-open 0: between two requests the server holds no file of the
     # memory, so each chunk is put in as with the server stopped.
-    server = start_server(tmp_path / "live", *CHEAP_KDF_FLAGS, "--file-cipher", file_cipher,
-                          "--keep-open", "0", "--workers", "1")
+    server = start_server(
+        tmp_path / "live", *CHEAP_KDF_FLAGS, "--file-cipher", file_cipher, "--keep-open", "0", "--workers", "1"
+    )
     try:
         http = Http(server.url)
         token = http.init()["token"]
@@ -328,7 +333,7 @@ def test_no_chunk_of_another_history_of_the_same_user_is_served(file_cipher: str
         spliced = 0
         for size in SPLICE_CHUNKS[memory]:
             for at in range(0, len(live), size):
-                variant = live[:at] + other[at:at + size] + live[at + size:]
+                variant = live[:at] + other[at : at + size] + live[at + size :]
                 if variant == live:
                     continue
                 spliced += 1

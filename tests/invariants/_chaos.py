@@ -89,8 +89,9 @@ class Client:
         self.tally = tally
         self.server_data = server.data
 
-    def call(self, method: str, url: str, token: str, *, key: str | None = None, stop: threading.Event | None = None,
-             **kw) -> httpx.Response:
+    def call(
+        self, method: str, url: str, token: str, *, key: str | None = None, stop: threading.Event | None = None, **kw
+    ) -> httpx.Response:
         """One request, resent (with the same Idempotency-Key) while the
         server asks to wait or the connection drops; the last answer."""
         headers = {"Authorization": f"Bearer {token}"}
@@ -103,8 +104,11 @@ class Client:
                 time.sleep(0.05)
                 continue
             self.tally.saw(f"{method} {url.split('?')[0]}", resp)
-            code = resp.json().get("error") if resp.headers.get("content-type", "").startswith(
-                "application/json") and resp.status_code >= 400 else None
+            code = (
+                resp.json().get("error")
+                if resp.headers.get("content-type", "").startswith("application/json") and resp.status_code >= 400
+                else None
+            )
             if resp.status_code in RETRY_STATUSES and code in RESEND_CODES:
                 time.sleep(min(0.02 * (attempt + 1), 0.3))
                 continue
@@ -115,8 +119,9 @@ class Client:
         self.http.close()
 
 
-def _writer(server: Server, tally: Tally, token: str, name: str, stop: threading.Event,
-            acked: dict[int, str] | None = None) -> None:
+def _writer(
+    server: Server, tally: Tally, token: str, name: str, stop: threading.Event, acked: dict[int, str] | None = None
+) -> None:
     c = Client(server, tally)
     k = 0
     acked = tally.acked if acked is None else acked
@@ -186,8 +191,9 @@ def _memories(c: Client, tally: Tally, owner: str, step: str, n: int) -> None:
                 tally.memory_steps[step] += 1
 
 
-def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Event, scratch: Path,
-           pause: tuple[float, float]) -> None:
+def _owner(
+    server: Server, tally: Tally, rng: random.Random, stop: threading.Event, scratch: Path, pause: tuple[float, float]
+) -> None:
     c = Client(server, tally)
     n = n_op = n_mem = 0
     order = list(OPS)
@@ -212,8 +218,9 @@ def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Eve
                 with tally.lock:
                     ids = sorted(tally.acked)
                 if ids:
-                    c.call("POST", "/erase", owner, key=str(uuid.uuid4()),
-                           json={"ids": rng.sample(ids, min(3, len(ids)))})
+                    c.call(
+                        "POST", "/erase", owner, key=str(uuid.uuid4()), json={"ids": rng.sample(ids, min(3, len(ids)))}
+                    )
             elif op == "forget":
                 with tally.lock:
                     top = max(tally.acked, default=0)
@@ -226,8 +233,13 @@ def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Eve
                     side_before = dict(tally.side)
                 dest = scratch / f"backup{n}"
                 n += 1
-                res = subprocess.run([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(server.data)],
-                                     cwd=OUTSIDE, capture_output=True, text=True, timeout=120)
+                res = subprocess.run(
+                    [sys.executable, "-m", "stash", "backup", str(dest), "--data", str(server.data)],
+                    cwd=OUTSIDE,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                )
                 if res.returncode == 0:
                     tally.backups.append((dest, before))
                     tally.side_backups.append(side_before)
@@ -243,8 +255,15 @@ def _owner(server: Server, tally: Tally, rng: random.Random, stop: threading.Eve
         c.close()
 
 
-def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int = 3,
-        pause: tuple[float, float] = (0.1, 0.6), preload: int = 0) -> tuple[Tally, list[str]]:
+def run(
+    server: Server,
+    seed: int,
+    seconds: float,
+    scratch: Path,
+    writers: int = 3,
+    pause: tuple[float, float] = (0.1, 0.6),
+    preload: int = 0,
+) -> tuple[Tally, list[str]]:
     """One chaos run on a new memory of ``server`` (``preload`` memories
     imported and settled first): returns the tally and the full capabilities
     of its writers."""
@@ -266,21 +285,31 @@ def run(server: Server, seed: int, seconds: float, scratch: Path, writers: int =
     side = tally.side_token = resp.json()["token"]
     if preload:
         # A memory with a settled past, so erasures leave holes below the frontiers.
-        resp = boot.call("POST", "/import", tally.owner, key=str(uuid.uuid4()), json={"entries": [
-            {"date": "2026-01-01", "text": f"chaos past {k}"} for k in range(preload)]})
+        resp = boot.call(
+            "POST",
+            "/import",
+            tally.owner,
+            key=str(uuid.uuid4()),
+            json={"entries": [{"date": "2026-01-01", "text": f"chaos past {k}"} for k in range(preload)]},
+        )
         assert resp.status_code == 200, resp.text
         tally.acked.update({k: f"chaos past {k}" for k in range(preload)})
         for _ in range(64):
             items = boot.call("POST", "/nap", tally.owner, json={"batch": 256}).json()["batch"]
             if not items:
                 break
-            resp = boot.call("POST", "/nap", tally.owner, json={"summaries": [
-                {"block": it["block"], "text": f"past {it['block']}"} for it in items]})
+            resp = boot.call(
+                "POST",
+                "/nap",
+                tally.owner,
+                json={"summaries": [{"block": it["block"], "text": f"past {it['block']}"} for it in items]},
+            )
             assert resp.status_code == 200, resp.text
     boot.close()
     stop = threading.Event()
-    threads = [threading.Thread(target=_writer, args=(server, tally, fulls[k % 2], f"w{k}", stop))
-               for k in range(writers)]
+    threads = [
+        threading.Thread(target=_writer, args=(server, tally, fulls[k % 2], f"w{k}", stop)) for k in range(writers)
+    ]
     threads.append(threading.Thread(target=_napper, args=(server, tally, fulls[0], stop)))
     threads.append(threading.Thread(target=_reader, args=(server, tally, fulls[1], stop)))
     threads.append(threading.Thread(target=_writer, args=(server, tally, side, "side", stop, tally.side)))
@@ -307,8 +336,9 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
     """What a user is promised after the chaos; the broken promises, each a line."""
     problems = [f"5xx: {e}" for e in tally.errors]
     problems += [f"backup failed: {f}" for f in tally.backup_failures]
-    problems += [f"an action in force answered {code}" for code in tally.refusals
-                 if code.endswith(("grants.busy", "erase.busy"))]
+    problems += [
+        f"an action in force answered {code}" for code in tally.refusals if code.endswith(("grants.busy", "erase.busy"))
+    ]
     problems += [f"a live capability was refused: {code}" for code in tally.refusals if code.startswith("401")]
     c = Client(server, tally)
     try:
@@ -323,8 +353,13 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
             items = resp.json()["batch"]
             if not items:
                 break
-            resp = c.call("POST", "/nap", owner, key=str(uuid.uuid4()), json={"summaries": [
-                {"block": it["block"], "text": "settled"} for it in items]})
+            resp = c.call(
+                "POST",
+                "/nap",
+                owner,
+                key=str(uuid.uuid4()),
+                json={"summaries": [{"block": it["block"], "text": "settled"} for it in items]},
+            )
             if resp.status_code != 200 or len(resp.json()["saved"]) != len(items):
                 problems.append(f"summaries as printed: {resp.status_code} {resp.text[:200]}")
                 break
@@ -347,8 +382,14 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
                 problems.append(f"note #{i}: {rows.get(i)!r}, acknowledged {text!r}")
         problems += _check_memories(c, owner, tally)
         env = {**os.environ, "STASH_TOKEN": owner}
-        res = subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"], cwd=OUTSIDE,
-                             env=env, capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
+            cwd=OUTSIDE,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if res.returncode != 0:
             failed = [ln for ln in res.stdout.splitlines() if "FAIL" in ln]
             problems.append(f"verify --token: {res.returncode} {failed or res.stdout[-600:]} {res.stderr[-300:]}")
@@ -357,8 +398,9 @@ def check(server: Server, tally: Tally, fulls: list[str]) -> list[str]:
     if tally.backups:
         problems += check_backup(*tally.backups[-1], fulls[0], erased)
         # The backup holds memory side too, every note acknowledged there before it began.
-        problems += [f"side: {p}" for p in check_backup(tally.backups[-1][0], tally.side_backups[-1],
-                                                         tally.side_token, set())]
+        problems += [
+            f"side: {p}" for p in check_backup(tally.backups[-1][0], tally.side_backups[-1], tally.side_token, set())
+        ]
     return problems
 
 
@@ -369,18 +411,27 @@ def _check_memories(c: Client, owner: str, tally: Tally) -> list[str]:
     if resp.status_code != 200:
         return [f"memories: {resp.status_code} {resp.text[:200]}"]
     listed = {m["name"]: m["T"] for m in resp.json()["memories"]}
-    problems = [] if set(listed) == {"main", *tally.memories} else [
-        f"memories listed {sorted(listed)}, made and not deleted {sorted(tally.memories)}"]
-    problems += [f"fork {name}: T {listed.get(name)}, forked at {at}" for name, at in tally.memories.items()
-                 if at is not None and listed.get(name) != at]
+    problems = (
+        []
+        if set(listed) == {"main", *tally.memories}
+        else [f"memories listed {sorted(listed)}, made and not deleted {sorted(tally.memories)}"]
+    )
+    problems += [
+        f"fork {name}: T {listed.get(name)}, forked at {at}"
+        for name, at in tally.memories.items()
+        if at is not None and listed.get(name) != at
+    ]
     try:
         with Vault(c.server_data).session(owner, "read", memory="side") as s:
             mf = s.open_memory().mf
             rows = {i: text for i, _, text in mf.memories(0, mf.count())}
     except StashError as e:
         return [*problems, f"read memory side: {e.code}"]
-    problems += [f"side note #{i}: {rows.get(i)!r}, acknowledged {text!r}" for i, text in sorted(tally.side.items())
-                 if rows.get(i) != text][:5]
+    problems += [
+        f"side note #{i}: {rows.get(i)!r}, acknowledged {text!r}"
+        for i, text in sorted(tally.side.items())
+        if rows.get(i) != text
+    ][:5]
     return problems
 
 
@@ -396,6 +447,9 @@ def check_backup(folder: Path, before: dict[int, str], token: str, erased_now: s
         return [f"read the backup: {e.code}"]
     missing = [i for i in before if i >= T]
     out = [f"backup lacks #{i}" for i in missing[:5]]
-    out += [f"backup #{i}: {rows[i]!r}, acknowledged {text!r}" for i, text in before.items()
-            if i < T and rows[i] != text and not (rows[i] == "[erased]" and i in erased_now)]
+    out += [
+        f"backup #{i}: {rows[i]!r}, acknowledged {text!r}"
+        for i, text in before.items()
+        if i < T and rows[i] != text and not (rows[i] == "[erased]" and i in erased_now)
+    ]
     return out

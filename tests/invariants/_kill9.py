@@ -30,8 +30,10 @@ def today() -> str:
 
 
 OPS = ("rotate", "rotate-unkeyed", "revoke", "erase", "forget", "batch", "import", "backup")
-CASES = {"1-worker": ["--workers", "1", "--keep-open", "0"],
-         "2-workers-kept-open": ["--workers", "2", "--keep-open", "5"]}
+CASES = {
+    "1-worker": ["--workers", "1", "--keep-open", "0"],
+    "2-workers-kept-open": ["--workers", "2", "--keep-open", "5"],
+}
 
 
 class Memory:
@@ -41,8 +43,9 @@ class Memory:
         self.server, self.rng, self.scratch = server, rng, scratch
         self.http = httpx.Client(base_url=server.url, timeout=30, trust_env=False)
         self.owner = self.http.post("/init", json={}).json()["token"]
-        resp = self.http.post("/import", headers=self.h(), json={"entries": [
-            {"date": today(), "text": f"m{k}"} for k in range(40)]})
+        resp = self.http.post(
+            "/import", headers=self.h(), json={"entries": [{"date": today(), "text": f"m{k}"} for k in range(40)]}
+        )
         assert resp.status_code == 200, resp.text
         self.notes: dict[int, str] = {k: f"m{k}" for k in range(40)}
         self.backups = 0
@@ -82,11 +85,17 @@ class Memory:
             request = ("POST", "/forget", {"json": {"block": f"{lo}-{lo + 1}"}})
         elif op == "batch":
             items = self.http.post("/nap", headers=self.h(), json={"batch": 64}).json()["batch"]
-            request = ("POST", "/nap", {"json": {"summaries": [{"block": it["block"], "text": f"s {it['block']}"}
-                                                               for it in items]}})
+            request = (
+                "POST",
+                "/nap",
+                {"json": {"summaries": [{"block": it["block"], "text": f"s {it['block']}"} for it in items]}},
+            )
         else:
-            request = ("POST", "/import", {"json": {"entries": [{"date": today(), "text": f"imp {key} {k}"}
-                                                                for k in range(200)]}})
+            request = (
+                "POST",
+                "/import",
+                {"json": {"entries": [{"date": today(), "text": f"imp {key} {k}"} for k in range(200)]}},
+            )
         self._killed_during(request[0], request[1], self.h(key), request[2])
         resent = self.http.request(request[0], request[1], headers=self.h(key), **request[2])
         if op == "forget":  # no key: forgetting twice finds nothing the second time
@@ -164,14 +173,23 @@ class Memory:
     def _backup(self) -> None:
         dest = self.scratch / f"backup{self.backups}"
         self.backups += 1
-        proc = subprocess.Popen([sys.executable, "-m", "stash", "backup", str(dest), "--data", str(self.server.data)],
-                                cwd=OUTSIDE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stash", "backup", str(dest), "--data", str(self.server.data)],
+            cwd=OUTSIDE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         threading.Event().wait(self.rng.uniform(0, 0.3))
         proc.kill()
         proc.wait(timeout=30)
         self.alive("backup")
-        done = subprocess.run([sys.executable, "-m", "stash", "backup", str(dest) + "-again", "--data",
-                               str(self.server.data)], cwd=OUTSIDE, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "stash", "backup", str(dest) + "-again", "--data", str(self.server.data)],
+            cwd=OUTSIDE,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
     def alive(self, op: str) -> None:
@@ -184,8 +202,11 @@ class Memory:
             items = self.http.post("/nap", headers=self.h(), json={"batch": 256}).json()["batch"]
             if not items:
                 break
-            resp = self.http.post("/nap", headers=self.h(str(uuid.uuid4())), json={"summaries": [
-                {"block": it["block"], "text": "settled"} for it in items]})
+            resp = self.http.post(
+                "/nap",
+                headers=self.h(str(uuid.uuid4())),
+                json={"summaries": [{"block": it["block"], "text": "settled"} for it in items]},
+            )
             assert resp.status_code == 200 and len(resp.json()["saved"]) == len(items), resp.text
         woke = self.http.get("/wake", headers=self.h())
         assert woke.status_code == 200, woke.text

@@ -111,8 +111,12 @@ class Child:
         self._err = open(log, "wb")  # closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
-            env={**os.environ, TOKEN_ENV: token}, text=True, encoding="utf-8",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            env={**os.environ, TOKEN_ENV: token},
+            text=True,
+            encoding="utf-8",
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)

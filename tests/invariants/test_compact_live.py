@@ -29,9 +29,7 @@ from tests.support.server import Server
 pytestmark = pytest.mark.slow
 
 
-
-def test_compact_killed_and_run_again_beside_two_workers_and_two_writers(
-        capsys, monkeypatch, tmp_path: Path) -> None:
+def test_compact_killed_and_run_again_beside_two_workers_and_two_writers(capsys, monkeypatch, tmp_path: Path) -> None:
     rng = random.Random(2712)
     data = tmp_path / "data"
     T = 20_000

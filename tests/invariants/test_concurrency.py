@@ -43,8 +43,11 @@ def test_processes_appending_to_one_store_keep_the_log_dense(tmp_path: Path, fil
     token = ident.token
     day_before = today()
     kids = [
-        Child(["writer", str(tmp_path / "data"), f"w{k}", str(NOTES_EACH), "1" if k % 2 == 0 else "0"],
-              token, tmp_path / f"w{k}.err")
+        Child(
+            ["writer", str(tmp_path / "data"), f"w{k}", str(NOTES_EACH), "1" if k % 2 == 0 else "0"],
+            token,
+            tmp_path / f"w{k}.err",
+        )
         for k in range(PROCESSES)
     ]
     acked: dict[int, str] = {}
@@ -121,9 +124,13 @@ def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
                     for _ in range(64):
                         if nap is None or k % 2:
                             break
-                        resp = http.post("/nap", json={
-                            "block": nap["block"], "text": f"{nap['block']} {oracle.digest(nap['source'])} t{k}",
-                        })
+                        resp = http.post(
+                            "/nap",
+                            json={
+                                "block": nap["block"],
+                                "text": f"{nap['block']} {oracle.digest(nap['source'])} t{k}",
+                            },
+                        )
                         if resp.status_code == 409:
                             # another client's note made a smaller block due first
                             nap = assert_error(resp, 409, "nap.wrong_block")["nap"]

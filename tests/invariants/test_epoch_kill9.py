@@ -68,8 +68,12 @@ class Agent(threading.Thread):
             text, key = f"{self.name} note {k}", str(uuid.uuid4())
             while not self.stop.is_set():
                 try:
-                    resp = httpx.post(self.server.url + "/note", json={"text": text}, timeout=30,
-                                      headers={"Authorization": f"Bearer {self.token}", "Idempotency-Key": key})
+                    resp = httpx.post(
+                        self.server.url + "/note",
+                        json={"text": text},
+                        timeout=30,
+                        headers={"Authorization": f"Bearer {self.token}", "Idempotency-Key": key},
+                    )
                 except httpx.TransportError:
                     time.sleep(0.05)  # the server is down: the same request again
                     continue
@@ -84,8 +88,9 @@ class Agent(threading.Thread):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case,memory", [*((case, "main") for case in sorted(CASES)), ("2-workers-kept-open", SECOND)],
-                         indirect=["memory"])
+@pytest.mark.parametrize(
+    "case,memory", [*((case, "main") for case in sorted(CASES)), ("2-workers-kept-open", SECOND)], indirect=["memory"]
+)
 def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str, memory: Memory) -> None:
     rng = random.Random(f"epoch-kill9-{case}-{memory}")
     data = tmp_path / "data"
@@ -99,8 +104,9 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str,
         for gid, reader in readers:
             key = str(uuid.uuid4())
             headers = {"Authorization": f"Bearer {owner}", "Idempotency-Key": key}
-            sent = threading.Thread(target=lambda gid=gid, headers=headers: _quietly(
-                server.url + f"/grants/{gid}", headers))
+            sent = threading.Thread(
+                target=lambda gid=gid, headers=headers: _quietly(server.url + f"/grants/{gid}", headers)
+            )
             sent.start()
             time.sleep(rng.uniform(0, 0.08))
             server.kill9()
@@ -109,10 +115,13 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str,
             resent = http.delete(server.url + f"/grants/{gid}", headers=headers)
             assert resent.status_code == 200, resent.text
             assert resent.json()["revoked"] is not None
-            assert http.post(server.url + "/wake", headers={"Authorization": f"Bearer {reader}"},
-                             json={}).status_code == 401
-            woke = http.post(server.url + memory.at("/recall"), headers={"Authorization": f"Bearer {owner}"},
-                             json={"q": "^#0 "})
+            assert (
+                http.post(server.url + "/wake", headers={"Authorization": f"Bearer {reader}"}, json={}).status_code
+                == 401
+            )
+            woke = http.post(
+                server.url + memory.at("/recall"), headers={"Authorization": f"Bearer {owner}"}, json={"q": "^#0 "}
+            )
             assert woke.status_code == 200, woke.text  # no lockout
             time.sleep(0.1)  # the agents write in the new epoch
     finally:

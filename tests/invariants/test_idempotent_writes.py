@@ -59,8 +59,15 @@ while True:
 
 
 def spawn(code: str, data: Path, token: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", code, str(data)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, TOKEN_ENV: token})
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(data)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, TOKEN_ENV: token},
+    )
 
 
 def texts(vault: Vault, token: str) -> list[str]:
@@ -124,8 +131,9 @@ def test_a_writer_killed_mid_write_leaves_nothing_a_retry_duplicates(vault: Vaul
     for k in range(last + 1):
         with vault.session(token, "full") as s:
             text = f"n{k}"
-            answer = memory_write(s, f"k{k}", "POST /note", {"text": text},
-                                  functools.partial(s.open_memory().note, text))
+            answer = memory_write(
+                s, f"k{k}", "POST /note", {"text": text}, functools.partial(s.open_memory().note, text)
+            )
             # Acknowledged writes replay; the one cut by the kill may go either way.
             assert (answer.replayed == (k <= acked)) or k == acked + 1
             assert s.open_memory().mf.memory(answer.body["id"])[2] == text

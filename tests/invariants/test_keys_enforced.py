@@ -121,8 +121,9 @@ def raw_memory(data_dir: Path, user_id: str, master: bytes, memory: Memory = MAI
     """The memory file opened outside the server, the log's guard triggers
     dropped, as someone holding the file (and its key) would."""
     path = folder(data_dir, user_id, memory) / "memory.db"
-    conn = open_raw(path, file_key(master) if file_cipher_of(data_dir, user_id) == "sqlcipher" else None,
-                    isolation_level=None)
+    conn = open_raw(
+        path, file_key(master) if file_cipher_of(data_dir, user_id) == "sqlcipher" else None, isolation_level=None
+    )
     try:
         conn.execute("PRAGMA synchronous = OFF")  # an attacker's edits need no fsync
         conn.execute("DROP TRIGGER IF EXISTS log_no_update")
@@ -144,8 +145,9 @@ def raw_keyring(data_dir: Path, user_id: str, memory: Memory = MAIN_MEMORY):
 
 def grant_row(data_dir: Path, user_id: str, grant_id: int, memory: Memory = MAIN_MEMORY) -> dict:
     with raw_keyring(data_dir, user_id, memory) as conn:
-        row = conn.execute("SELECT tag, scope, created, revoked, kdf, wrapped FROM grants WHERE id = ?",
-                           (grant_id,)).fetchone()
+        row = conn.execute(
+            "SELECT tag, scope, created, revoked, kdf, wrapped FROM grants WHERE id = ?", (grant_id,)
+        ).fetchone()
     return dict(zip(("tag", "scope", "created", "revoked", "kdf", "wrapped"), row))
 
 
@@ -215,12 +217,21 @@ def export(api: Api, owner: str, memory: Memory = MAIN_MEMORY) -> bytes:
 
 # Every route a capability could use, each with a body it would accept.
 CALLS = [
-    ("GET", "/wake", None), ("POST", "/recall", {"q": "note"}), ("GET", "/zoom?block=0-1", None),
-    ("GET", "/config", None), ("POST", "/note", {"text": "forged write"}), ("POST", "/nap", {}),
-    ("POST", "/config", {"WAKE_LINES": 7}), ("POST", "/forget", {"block": "0-1"}),
+    ("GET", "/wake", None),
+    ("POST", "/recall", {"q": "note"}),
+    ("GET", "/zoom?block=0-1", None),
+    ("GET", "/config", None),
+    ("POST", "/note", {"text": "forged write"}),
+    ("POST", "/nap", {}),
+    ("POST", "/config", {"WAKE_LINES": 7}),
+    ("POST", "/forget", {"block": "0-1"}),
     ("POST", "/import", {"entries": [{"date": "2020-01-01", "text": "forged import"}]}),
-    ("GET", "/grants", None), ("POST", "/grants", {"scope": "full"}), ("POST", "/erase", {"ids": [0]}),
-    ("GET", "/erasures", None), ("GET", "/export", None), ("DELETE", "/grants/1", None),
+    ("GET", "/grants", None),
+    ("POST", "/grants", {"scope": "full"}),
+    ("POST", "/erase", {"ids": [0]}),
+    ("GET", "/erasures", None),
+    ("GET", "/export", None),
+    ("DELETE", "/grants/1", None),
     ("DELETE", "/store", None),
 ]
 
@@ -243,8 +254,9 @@ def assert_every_route_refuses(api: Api, token: str, *markers: str, memory: Memo
 
 
 @pytest.mark.parametrize(("scope", "forged"), [("read", "full"), ("read", "owner"), ("full", "owner")])
-def test_raising_a_grants_scope_by_hand_opens_nothing(plain_http: Api, data_dir: Path, scope: str, forged: str,
-                                                      memory: Memory):
+def test_raising_a_grants_scope_by_hand_opens_nothing(
+    plain_http: Api, data_dir: Path, scope: str, forged: str, memory: Memory
+):
     api = plain_http
     owner, marker = new_memory(api, memory=memory)
     uid = user_of(owner)
@@ -262,8 +274,7 @@ def test_raising_a_grants_scope_by_hand_opens_nothing(plain_http: Api, data_dir:
     assert api.get("/wake", grant["token"]).status_code == 200
 
 
-def test_a_revoked_token_stays_dead_when_its_row_is_restored_by_hand(plain_http: Api, data_dir: Path,
-                                                                     memory: Memory):
+def test_a_revoked_token_stays_dead_when_its_row_is_restored_by_hand(plain_http: Api, data_dir: Path, memory: Memory):
     api = plain_http
     owner, marker = new_memory(api, memory=memory)
     uid = user_of(owner)
@@ -274,8 +285,9 @@ def test_a_revoked_token_stays_dead_when_its_row_is_restored_by_hand(plain_http:
     # a memory but main, its tag's home in main's key ring too); only the
     # wrapped key cannot be put back, because it exists nowhere any more.
     with raw_keyring(data_dir, uid, memory) as conn:
-        conn.execute("UPDATE grants SET revoked = NULL, tag = ?, kdf = ? WHERE id = ?",
-                     (row["tag"], row["kdf"], grant["id"]))
+        conn.execute(
+            "UPDATE grants SET revoked = NULL, tag = ?, kdf = ? WHERE id = ?", (row["tag"], row["kdf"], grant["id"])
+        )
     if not memory.is_main:
         with raw_keyring(data_dir, uid) as conn:
             conn.execute("INSERT OR REPLACE INTO memory_tags(tag, memory) VALUES (?, ?)", (row["tag"], memory.name))
@@ -299,8 +311,10 @@ def test_a_wrapped_key_copied_to_another_grant_row_opens_nothing(plain_http: Api
     # 2. The read grant's whole row (tag, salt, key) filed as the full grant.
     with raw_keyring(data_dir, uid) as conn:
         conn.execute("UPDATE grants SET tag = NULL, kdf = NULL, wrapped = NULL WHERE id = ?", (read["id"],))
-        conn.execute("UPDATE grants SET tag = ?, kdf = ?, wrapped = ? WHERE id = ?",
-                     (r["tag"], r["kdf"], r["wrapped"], full["id"]))
+        conn.execute(
+            "UPDATE grants SET tag = ?, kdf = ?, wrapped = ? WHERE id = ?",
+            (r["tag"], r["kdf"], r["wrapped"], full["id"]),
+        )
     assert_every_route_refuses(api, read["token"], marker)
     assert_every_route_refuses(api, full["token"], marker)
     assert export(api, owner) == before
@@ -324,8 +338,14 @@ def test_a_wrapped_key_copied_into_another_users_key_ring_opens_nothing(plain_ht
     with raw_keyring(data_dir, y) as conn:
         conn.execute(
             "INSERT INTO grants(id, tag, scope, created, kdf, wrapped) VALUES (?, ?, ?, ?, ?, ?)",
-            (grant["id"], tokens.lookup_tag(y, parsed.secret), row["scope"], row["created"], row["kdf"],
-             row["wrapped"]),
+            (
+                grant["id"],
+                tokens.lookup_tag(y, parsed.secret),
+                row["scope"],
+                row["created"],
+                row["kdf"],
+                row["wrapped"],
+            ),
         )
     assert_every_route_refuses(api, forged, x_marker, y_marker)
     # Filed verbatim (X's tag) it is not even found.
@@ -354,8 +374,10 @@ def test_every_flipped_byte_of_a_grant_key_is_damage(plain_http: Api, data_dir: 
     with raw_keyring(data_dir, uid) as conn:
         for k, (column, value) in enumerate(edits):
             # One edit at a time: the other column holds its true value.
-            conn.execute("UPDATE grants SET wrapped = ?, kdf = ? WHERE id = ?",
-                         (value if column == "wrapped" else wrapped, value if column == "kdf" else kdf, grant["id"]))
+            conn.execute(
+                "UPDATE grants SET wrapped = ?, kdf = ? WHERE id = ?",
+                (value if column == "wrapped" else wrapped, value if column == "kdf" else kdf, grant["id"]),
+            )
             resp = api.get("/wake", grant["token"]) if k % 2 else api.post("/note", grant["token"], json={"text": "x"})
             body = assert_error(resp, 500, "store.damaged")
             for secret in (wrapped.hex(), salt, grant["token"][24:-6], marker):
@@ -463,8 +485,9 @@ def all_values(data_dir: Path, user_id: str, master: bytes) -> list[bytes]:
     return values
 
 
-def memory_keys(data_dir: Path, user_id: str, master: bytes, rows_key: bytes | None = None,
-                memory: Memory = MAIN_MEMORY) -> dict[int, bytes]:
+def memory_keys(
+    data_dir: Path, user_id: str, master: bytes, rows_key: bytes | None = None, memory: Memory = MAIN_MEMORY
+) -> dict[int, bytes]:
     rows_key = rows_key or keys.subkey(master, b"rows")
     with raw_memory(data_dir, user_id, master, memory) as conn:
         chunks = conn.execute("SELECT chunk, sealed FROM memory_keys").fetchall()
@@ -569,8 +592,9 @@ def test_lose_every_token_and_no_file_opens_the_memory(http: Api, data_dir: Path
     # The harness can succeed: with a token's secret, argon2id opens its grant's certificate.
     gid, scope, kdf, wrapped, pub = grants[0]
     p = json.loads(kdf)
-    kek = argon2.low_level.hash_secret_raw(secrets[0], bytes.fromhex(p["salt"]), p["t"], p["m"], p["p"], KEY,
-                                           argon2.low_level.Type.ID)
+    kek = argon2.low_level.hash_secret_raw(
+        secrets[0], bytes.fromhex(p["salt"]), p["t"], p["m"], p["p"], KEY, argon2.low_level.Type.ID
+    )
     assert opens(kek, wrapped, cert_aad(store, gid, scope)) == pub
     assert opens(rows_key, chunk, aad(store, "memory_keys", 0)) is not None
     del held, kek

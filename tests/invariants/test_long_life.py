@@ -28,8 +28,26 @@ SEED = 20240611
 
 # Words chosen so recall has to fold case the Unicode way (docs/DESIGN.md, "Recall").
 WORDS = [
-    "alpha", "Gamma", "GAMMA", "gammaray", "Yılmaz", "YILMAZ", "İstanbul", "istanbul", "café", "naïve",
-    "東京", "deploy", "rollback", "schema", "ticket", "🙂", "Ünal", "ŞİŞLİ", "kernel", "delta",
+    "alpha",
+    "Gamma",
+    "GAMMA",
+    "gammaray",
+    "Yılmaz",
+    "YILMAZ",
+    "İstanbul",
+    "istanbul",
+    "café",
+    "naïve",
+    "東京",
+    "deploy",
+    "rollback",
+    "schema",
+    "ticket",
+    "🙂",
+    "Ünal",
+    "ŞİŞLİ",
+    "kernel",
+    "delta",
 ]
 RECALL_PATTERNS = ["gamma", "yilmaz", "istanbul", r"delta \d", "café|ünal", "n\\d*7 "]
 
@@ -208,7 +226,7 @@ class Life:
             assert answer["total"] == len(want), (pattern, answer["total"], len(want))
             got = answer["matches"]
             # the newest matches that fit PART_CHARS, oldest first
-            assert got == want[len(want) - len(got):], pattern
+            assert got == want[len(want) - len(got) :], pattern
             assert sum(oracle.cost(x) for x in got) <= self.sizes["PART_CHARS"]
             if len(got) < len(want):
                 older = want[len(want) - len(got) - 1]

@@ -34,11 +34,13 @@ def test_kill9_during_each_memory_write_leaves_nothing_half_done(tmp_path: Path)
         http.post("/memories", headers=h, json={"name": "doomed"})
         http.post("/m/doomed/note", headers=h, json={"text": "ada was here"})
         trials: list[tuple[str, str, dict | None, tuple[int, ...]]] = [
-                  ("POST", "/memories", {"name": "made"}, (201, 409)),
-                  ("POST", "/memories/src/fork", {"name": "forked", "at": 250}, (201, 409)),
-                  ("DELETE", "/memories/doomed", None, (200, 404)),
-                  ("POST", "/memories/erase", {"q": "ada"}, (200,))]
+            ("POST", "/memories", {"name": "made"}, (201, 409)),
+            ("POST", "/memories/src/fork", {"name": "forked", "at": 250}, (201, 409)),
+            ("DELETE", "/memories/doomed", None, (200, 404)),
+            ("POST", "/memories/erase", {"q": "ada"}, (200,)),
+        ]
         for method, path, body, resent_ok in trials:
+
             def send(method: str = method, path: str = path, body: dict | None = body) -> None:
                 try:
                     httpx.request(method, server.url + path, headers=h, json=body, timeout=30)

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow  # about 5 s: many requests in process
 def test_a_random_life_over_three_memories_matches_one_model_each(data_dir) -> None:
     rng = random.Random("memories-life")
     api = Api(create_app(make_settings(data_dir, kdf=CHEAP_KDF)))
+
     def today() -> str:
         return dt.datetime.now(dt.UTC).date().isoformat()
 

@@ -45,8 +45,9 @@ def test_backup_verify_and_restore_cover_every_memory(tmp_path: Path) -> None:
     assert any(f.startswith("memory a: files ok; key ring ok (2 live capabilities") for f in report.facts), report.facts
     assert any(f.startswith("memory b: files ok; key ring ok (2 live capabilities") for f in report.facts), report.facts
     (with_owner,) = verify(tmp_path / "backup", owner)
-    assert with_owner.ok and any("memory b: files ok" in f and "with the token: 1 note and" in f
-                                 for f in with_owner.facts), with_owner.facts
+    assert with_owner.ok and any(
+        "memory b: files ok" in f and "with the token: 1 note and" in f for f in with_owner.facts
+    ), with_owner.facts
     (with_bound,) = verify(tmp_path / "backup", bound)
     # Another identity's token checks this one as no token would, every memory included (found by the chaos).
     (with_stranger,) = verify(tmp_path / "backup", tokens.mint("0123456789abcdef")[0])
@@ -87,10 +88,17 @@ def test_replication_and_metrics_cover_every_memory(tmp_path: Path) -> None:
     data = tmp_path / "data"
     user, _, _ = _world(data)
     # The replicated pattern is matched recursively under users/, so each memory's two files are in it.
-    files = [p for p in (data / "users" / user).rglob("*.db")
-             if any(fnmatch.fnmatch(p.name, name) for name in REPLICATED)]
+    files = [
+        p for p in (data / "users" / user).rglob("*.db") if any(fnmatch.fnmatch(p.name, name) for name in REPLICATED)
+    ]
     assert {p.relative_to(data / "users" / user).as_posix() for p in files} >= {
-        "keyring.db", "memory.db", "m/a/keyring.db", "m/a/memory.db", "m/b/keyring.db", "m/b/memory.db"}
+        "keyring.db",
+        "memory.db",
+        "m/a/keyring.db",
+        "m/a/memory.db",
+        "m/b/keyring.db",
+        "m/b/memory.db",
+    }
     assert memory_count(data) == 3
 
 

@@ -84,8 +84,15 @@ def test_kill9_mid_migration_leaves_every_memory_old_or_new(tmp_path: Path) -> N
     children = []
     for data in datas:
         shutil.copytree(made, data)
-        children.append(subprocess.Popen([sys.executable, "-c", CHILD, str(data)], cwd=REPO,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        children.append(
+            subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(data)],
+                cwd=REPO,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
     for child in children:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     started = time.monotonic()

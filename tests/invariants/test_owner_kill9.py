@@ -19,8 +19,10 @@ from tests.invariants import _kill9
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.server import start_server
 
-SPLIT = {"1-worker": ("rotate", "rotate-unkeyed", "forget", "import"),
-         "2-workers-kept-open": ("rotate", "rotate-unkeyed", "revoke", "erase", "batch")}
+SPLIT = {
+    "1-worker": ("rotate", "rotate-unkeyed", "forget", "import"),
+    "2-workers-kept-open": ("rotate", "rotate-unkeyed", "revoke", "erase", "batch"),
+}
 
 
 @pytest.mark.slow

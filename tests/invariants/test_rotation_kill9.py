@@ -55,8 +55,9 @@ sys.exit(3)
 
 @pytest.mark.parametrize("point", ["retired", "moved"])
 @pytest.mark.parametrize("cipher", ["sqlcipher", "none"])
-def test_a_take_over_cut_by_kill9_is_finished_by_the_next_owner_request(tmp_path: Path, cipher: str,
-                                                                        point: str) -> None:
+def test_a_take_over_cut_by_kill9_is_finished_by_the_next_owner_request(
+    tmp_path: Path, cipher: str, point: str
+) -> None:
     server = start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS, "--file-cipher", cipher)
     http = Http(server.url)
     try:
@@ -70,8 +71,13 @@ def test_a_take_over_cut_by_kill9_is_finished_by_the_next_owner_request(tmp_path
         in_kept = http.ok("POST", "/grants", old, json={"scope": "full", "memory": "kept"})
         server.stop()
 
-        died = subprocess.run([sys.executable, "-c", FIRST_USE, str(server.data), new, point], cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
+        died = subprocess.run(
+            [sys.executable, "-c", FIRST_USE, str(server.data), new, point],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert died.returncode == -signal.SIGKILL, (died.returncode, died.stderr[-2000:])
 
         server.start(same_port=True)

@@ -49,8 +49,10 @@ def forged_for(token: str) -> str:
 def forged_import(port: int, token: str, results: list, deadline: float) -> None:
     """One forged POST /import of FLOOD_BODY bytes, sent as fast as the
     server takes it; records the status line's code (or the error)."""
-    head = (f"POST /import HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {forged_for(token)}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {FLOOD_BODY}\r\n\r\n").encode()
+    head = (
+        f"POST /import HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {forged_for(token)}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {FLOOD_BODY}\r\n\r\n"
+    ).encode()
     chunk = b'{"entries": [' + b" " * (CHUNK - 13)
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(head)

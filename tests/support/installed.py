@@ -55,9 +55,10 @@ def imported_by(argv0: list[str], cwd: Path, env: dict[str, str]) -> Path:
     ``argv0`` started in ``cwd`` with ``env``."""
     done = subprocess.run([*argv0, "-c", PROBE], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     if done.returncode != 0:
-        raise RuntimeError("stash is not installed for this interpreter; install it as README.md says "
-                           "(pip install '.[test]') or as CONTRIBUTING.md says (pip install -e '.[test]'):\n"
-                           + done.stderr[-2000:])
+        raise RuntimeError(
+            "stash is not installed for this interpreter; install it as README.md says "
+            "(pip install '.[test]') or as CONTRIBUTING.md says (pip install -e '.[test]'):\n" + done.stderr[-2000:]
+        )
     return Path(done.stdout).resolve().parent
 
 

@@ -89,16 +89,20 @@ def spec_cover(T: int, budget: int) -> list[tuple[int, int]]:
     return list(_spec_cover(T, budget))
 
 
-def oracle_pending(T: int, settled: set[tuple[int, int]],
-                   erased: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
+def oracle_pending(
+    T: int, settled: set[tuple[int, int]], erased: frozenset[int] = frozenset()
+) -> list[tuple[int, int]]:
     """Complete blocks without a summary, but for those whose every memory
     is erased (docs/DESIGN.md, "Erase": they need none): by size, then by
     position."""
     todo = []
     size = 2
     while size <= T:
-        todo += [(lo, lo + size) for lo in range(0, T - size + 1, size)
-                 if (lo, lo + size) not in settled and not all_erased(lo, lo + size, erased)]
+        todo += [
+            (lo, lo + size)
+            for lo in range(0, T - size + 1, size)
+            if (lo, lo + size) not in settled and not all_erased(lo, lo + size, erased)
+        ]
         size *= 2
     return todo
 
@@ -349,8 +353,10 @@ def check_parts(parts: list[dict], T: int, sizes: dict[str, int]) -> list[str]:
         assert sum(cost(x) for x in p["lines"]) <= sizes["PART_CHARS"]
         if k < n:
             nxt = parts[k]["lines"][0]
-            assert (len(p["lines"]) == sizes["PART_LINES"]
-                    or sum(cost(x) for x in p["lines"]) + cost(nxt) > sizes["PART_CHARS"]), "part not filled greedily"
+            assert (
+                len(p["lines"]) == sizes["PART_LINES"]
+                or sum(cost(x) for x in p["lines"]) + cost(nxt) > sizes["PART_CHARS"]
+            ), "part not filled greedily"
     doc = [line for p in parts for line in p["lines"]]
     assert doc or T == 0
     assert all(p["lines"] for p in parts) or T == 0, "an empty part"

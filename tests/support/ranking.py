@@ -37,8 +37,10 @@ def life(rng: random.Random, k: int, most: int) -> list[words_top.Piece]:
     base = 0
     for size in (37, 512, 300, 1000):
         lengths = bytes(rng.randint(1, 12) for _ in range(size))
-        counts = [bytes(min(most, int(rng.random() < p) * rng.choice((1, 1, 1, 2, 3))) for _ in range(size))
-                  for p in (0.6, 0.3, 0.05, 0.5, 0.2, 0.7, 0.1, 0.4, 0.25, 0.02, 0.35, 0.15, 0.45, 0.08, 0.3, 0.5)[:k]]
+        counts = [
+            bytes(min(most, int(rng.random() < p) * rng.choice((1, 1, 1, 2, 3))) for _ in range(size))
+            for p in (0.6, 0.3, 0.05, 0.5, 0.2, 0.7, 0.1, 0.4, 0.25, 0.02, 0.35, 0.15, 0.45, 0.08, 0.3, 0.5)[:k]
+        ]
         pieces.append((base, [words_top.layers(c) for c in counts], lengths))
         base += size + rng.randint(0, 50)
     return pieces[::-1]

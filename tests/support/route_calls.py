@@ -67,21 +67,42 @@ def oauth_code(w: World) -> tuple[str, str, str]:
 def consent_form(w: World) -> Form:
     reg = register(w.api)
     page = authorize(w.api, reg["client_id"], pkce()[1])
-    return Form(nonce=nonce_of(page.text), decision="approve", owner_token=w.api.init()["token"], scope="read",
-                expires="never")
+    return Form(
+        nonce=nonce_of(page.text), decision="approve", owner_token=w.api.init()["token"], scope="read", expires="never"
+    )
 
 
 def token_call(w: World, target: Any) -> Call:
     code, verifier, client_id = oauth_code(w)
-    return "POST", "/token", Form(grant_type="authorization_code", code=code, code_verifier=verifier,
-                                  client_id=client_id, redirect_uri=REDIRECT)
+    return (
+        "POST",
+        "/token",
+        Form(
+            grant_type="authorization_code",
+            code=code,
+            code_verifier=verifier,
+            client_id=client_id,
+            redirect_uri=REDIRECT,
+        ),
+    )
 
 
 def authorize_call(w: World, target: Any) -> Call:
     reg = register(w.api)
-    return "GET", "/authorize?" + urlencode({"response_type": "code", "client_id": reg["client_id"],
-                                             "redirect_uri": REDIRECT, "code_challenge": pkce()[1],
-                                             "code_challenge_method": "S256"}), None
+    return (
+        "GET",
+        "/authorize?"
+        + urlencode(
+            {
+                "response_type": "code",
+                "client_id": reg["client_id"],
+                "redirect_uri": REDIRECT,
+                "code_challenge": pkce()[1],
+                "code_challenge_method": "S256",
+            }
+        ),
+        None,
+    )
 
 
 CALLS: dict[str, Request] = {
@@ -127,13 +148,31 @@ CALLS: dict[str, Request] = {
     "GET /console": lambda w, t: ("GET", "/console", None),
     "GET /console.js": lambda w, t: ("GET", "/console.js", None),
     "GET /console.css": lambda w, t: ("GET", "/console.css", None),
-    "POST /mcp": lambda w, t: ("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "matrix", "version": "1"}}}),
+    "POST /mcp": lambda w, t: (
+        "POST",
+        "/mcp",
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "matrix", "version": "1"},
+            },
+        },
+    ),
     "GET /.well-known/oauth-protected-resource": lambda w, t: ("GET", "/.well-known/oauth-protected-resource", None),
     "GET /.well-known/oauth-protected-resource/m/{name}/mcp": lambda w, t: (
-        "GET", "/.well-known/oauth-protected-resource/m/main/mcp", None),
+        "GET",
+        "/.well-known/oauth-protected-resource/m/main/mcp",
+        None,
+    ),
     "GET /.well-known/oauth-authorization-server": lambda w, t: (
-        "GET", "/.well-known/oauth-authorization-server", None),
+        "GET",
+        "/.well-known/oauth-authorization-server",
+        None,
+    ),
     "GET /authorize": authorize_call,
     "POST /authorize": lambda w, t: ("POST", "/authorize", consent_form(w)),
     "POST /token": token_call,
@@ -143,9 +182,11 @@ CALLS: dict[str, Request] = {
 
 def _under(base: Request) -> Request:
     """A route's /m/{name} copy, called on memory main (every token of the scope tests is bound to it)."""
+
     def call(w: World, target: Any) -> Call:
         method, url, body = base(w, target)
         return method, "/m/main" + url, body
+
     return call
 
 

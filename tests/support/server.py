@@ -6,7 +6,6 @@ processes as /proc shows them.
 Every wait is bounded, so a server that hangs fails the test instead of
 stalling CI."""
 
-
 from __future__ import annotations
 
 import contextlib
@@ -56,8 +55,7 @@ def live_group_members(pgid: int) -> list[int]:
 
 
 # Every test client connects from 127.0.0.1: lift the per-address limits.
-LIFTED_LIMITS = ("--init-per-minute", "100000", "--auth-failures-per-minute", "100000",
-                 "--init-per-day", "100000000")
+LIFTED_LIMITS = ("--init-per-minute", "100000", "--auth-failures-per-minute", "100000", "--init-per-day", "100000000")
 
 
 # Every server this test process started, for STASH_DEBUG's report of a failed test.
@@ -104,9 +102,15 @@ class Server:
                 self.port = free_port()
             with open(self.log, "ab") as out:
                 # Its own session, so kill9() can take every worker process with it.
-                self._proc = subprocess.Popen([*self.prefix, *self.argv()], stdout=out, stderr=subprocess.STDOUT,
-                                              stdin=subprocess.DEVNULL, cwd=self.cwd, env=self.environment(),
-                                              start_new_session=True)
+                self._proc = subprocess.Popen(
+                    [*self.prefix, *self.argv()],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    cwd=self.cwd,
+                    env=self.environment(),
+                    start_new_session=True,
+                )
             if self._wait_healthy():
                 return self
             self.stop()
@@ -118,8 +122,20 @@ class Server:
         return {**env, "PYTHONUNBUFFERED": "1", **self.env}
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "stash", "serve", "--data", str(self.data), "--port", str(self.port),
-                "--host", "127.0.0.1", *self.limits, *self.extra]
+        return [
+            sys.executable,
+            "-m",
+            "stash",
+            "serve",
+            "--data",
+            str(self.data),
+            "--port",
+            str(self.port),
+            "--host",
+            "127.0.0.1",
+            *self.limits,
+            *self.extra,
+        ]
 
     @property
     def command(self) -> str:
@@ -254,10 +270,18 @@ class Cli:
     argv0: list[str]
     env: dict[str, str]
 
-    def run(self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None,
-            cwd: Path = OUTSIDE) -> subprocess.CompletedProcess:
-        return subprocess.run([*self.argv0, *args], env=env if env is not None else self.env, input=stdin,
-                              capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=cwd)
+    def run(
+        self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None, cwd: Path = OUTSIDE
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*self.argv0, *args],
+            env=env if env is not None else self.env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            cwd=cwd,
+        )
 
     def ok(self, *args: str, **kw) -> str:
         res = self.run(*args, **kw)
@@ -266,12 +290,19 @@ class Cli:
 
     def shell(self, line: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """Run a printed command exactly as an agent would paste it into a shell."""
-        return subprocess.run(["/bin/sh", "-c", line], env=env if env is not None else self.env,
-                              capture_output=True, text=True, timeout=CLI_TIMEOUT, cwd=OUTSIDE)
+        return subprocess.run(
+            ["/bin/sh", "-c", line],
+            env=env if env is not None else self.env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            cwd=OUTSIDE,
+        )
 
 
-def interrupted_while_waiting(argv: list[str], env_for: Callable[[str], dict[str, str]],
-                              **popen: Any) -> tuple[int, str]:
+def interrupted_while_waiting(
+    argv: list[str], env_for: Callable[[str], dict[str, str]], **popen: Any
+) -> tuple[int, str]:
     """Run ``argv`` against a server that accepts and never answers
     (``env_for`` makes its environment from that server's URL), send it SIGINT
     once its request is sent, as Ctrl-C would; its exit status and stderr."""
@@ -279,8 +310,14 @@ def interrupted_while_waiting(argv: list[str], env_for: Callable[[str], dict[str
     silent.bind(("127.0.0.1", 0))
     silent.listen(1)
     silent.settimeout(CLI_TIMEOUT)
-    proc = subprocess.Popen(argv, env=env_for(f"http://127.0.0.1:{silent.getsockname()[1]}"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    proc = subprocess.Popen(
+        argv,
+        env=env_for(f"http://127.0.0.1:{silent.getsockname()[1]}"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
     assert proc.stdout is not None and proc.stderr is not None  # both piped
     try:
         conn, _ = silent.accept()  # the client is now waiting for an answer
@@ -317,8 +354,13 @@ def python_bin(folder: Path) -> Path:
 
 
 def cli_env(base_url: str, tok: str | None, path: str) -> dict[str, str]:
-    env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "LANG": "C.UTF-8",
-           "PYTHONIOENCODING": "utf-8", "STASH_URL": base_url}
+    env = {
+        "PATH": path,
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        "PYTHONIOENCODING": "utf-8",
+        "STASH_URL": base_url,
+    }
     if tok is not None:
         env["STASH_TOKEN"] = tok
     return env

@@ -78,17 +78,11 @@ def _spec_forget(lo: int, hi: int, settled: dict[int, int]) -> list[tuple[int, i
     block containing it and every later block of that level, among those that
     are settled; smallest first."""
     size = hi - lo
-    gone = [
-        b
-        for b in _settled_set(settled)
-        if b[1] - b[0] >= size and b[0] >= lo // (b[1] - b[0]) * (b[1] - b[0])
-    ]
+    gone = [b for b in _settled_set(settled) if b[1] - b[0] >= size and b[0] >= lo // (b[1] - b[0]) * (b[1] - b[0])]
     return _by_settling_order(gone)
 
 
-def _random_prefix_state(
-    rng: random.Random, T: int, *, overfull: bool
-) -> dict[int, int]:
+def _random_prefix_state(rng: random.Random, T: int, *, overfull: bool) -> dict[int, int]:
     """A random dense-prefix state: level ``size`` holds summaries 0..n-1.
 
     With ``overfull`` some levels hold more than T needs, and levels larger
@@ -308,9 +302,7 @@ def test_pending_matches_spec_oracle(seed):
             expected = _spec_pending(T, state)
             assert blocks.pending(T, state) == expected, (T, state)
             assert blocks.pending_count(T, state) == len(expected), (T, state)
-            assert blocks.first_pending(T, state) == (
-                expected[0] if expected else None
-            ), (T, state)
+            assert blocks.first_pending(T, state) == (expected[0] if expected else None), (T, state)
             for limit in (1, 2, 3, 7):
                 assert blocks.pending(T, state, limit=limit) == expected[:limit], (
                     T,
@@ -338,9 +330,7 @@ def test_pending_does_not_mutate_the_state():
     assert state == {2: 1, 4: 0}
 
 
-def _settle_first(
-    T: int, state: dict[int, int], done: set[tuple[int, int]]
-) -> tuple[int, int] | None:
+def _settle_first(T: int, state: dict[int, int], done: set[tuple[int, int]]) -> tuple[int, int] | None:
     """Ask for the first pending block and settle it, checking the docs/DESIGN.md, "Blocks and the tree",
     guarantee: it is complete, not settled yet, next in its level's prefix,
     and both its halves are already settled (or are raw memories)."""
@@ -483,9 +473,7 @@ def test_parse_block_rejects(text):
     message = str(caught.value)
     assert message
     for start in range(max(0, len(text) - 40)):
-        assert text[start : start + 41] not in message, (
-            "message echoes more than 40 chars of input"
-        )
+        assert text[start : start + 41] not in message, "message echoes more than 40 chars of input"
 
 
 def test_parse_block_error_is_a_value_error():
@@ -512,9 +500,7 @@ def test_forget_span_matches_spec_oracle(seed):
         for _ in range(6):
             state = _random_prefix_state(rng, T, overfull=False)
             targets = [_random_block(rng, T) for _ in range(4)]
-            targets += rng.sample(
-                sorted(_settled_set(state)), min(3, len(_settled_set(state)))
-            )
+            targets += rng.sample(sorted(_settled_set(state)), min(3, len(_settled_set(state))))
             for lo, hi in targets:
                 got = blocks.forget_span(lo, hi, state, T)
                 assert got == _spec_forget(lo, hi, state), (T, state, (lo, hi))
@@ -563,9 +549,7 @@ def test_forget_keeps_every_level_a_dense_prefix_of_buildable_summaries(seed):
             done -= set(gone)
             new_state = {}
             for size in {b_hi - b_lo for b_lo, b_hi in done} | set(state):
-                level = sorted(
-                    b_lo // size for b_lo, b_hi in done if b_hi - b_lo == size
-                )
+                level = sorted(b_lo // size for b_lo, b_hi in done if b_hi - b_lo == size)
                 assert level == list(range(len(level))), (T, size, level)
                 new_state[size] = len(level)
             for b_lo, b_hi in done:

@@ -39,8 +39,7 @@ def key_for(cipher: str) -> bytes | None:
 
 
 def open_file(path: Path, cipher: str, key: bytes | None, steps: int):
-    return safeopen.open_file(path, cipher=cipher, key=key, page=PAGE_BYTES, steps=steps,
-                              check_same_thread=False)
+    return safeopen.open_file(path, cipher=cipher, key=key, page=PAGE_BYTES, steps=steps, check_same_thread=False)
 
 
 def test_a_statement_past_its_bound_ends_and_is_reported_as_damage(tmp_path: Path, file_cipher: str):

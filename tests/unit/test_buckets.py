@@ -105,6 +105,7 @@ def recall(m):
 def zoom(block: str):
     def run(m):
         return m.zoom(block)
+
     run.__name__ = f"zoom {block}"
     return run
 
@@ -128,7 +129,7 @@ def test_a_row_cut_to_a_smaller_bucket_is_damage(tmp_path: Path, file_cipher: st
     def cut(conn) -> None:
         (sealed,) = conn.execute("SELECT sealed FROM log WHERE id = 1").fetchone()
         # A smaller bucket's length, nonce and tag kept: the padding is gone.
-        short = sealed[: aead.NONCE_BYTES] + sealed[aead.NONCE_BYTES: -aead.TAG_BYTES - B] + sealed[-aead.TAG_BYTES:]
+        short = sealed[: aead.NONCE_BYTES] + sealed[aead.NONCE_BYTES : -aead.TAG_BYTES - B] + sealed[-aead.TAG_BYTES :]
         assert len(short) + B == len(sealed) and len(short) - aead.OVERHEAD in formats.ROW_BUCKETS
         conn.execute("UPDATE log SET sealed = ? WHERE id = 1", (short,))
 
@@ -162,7 +163,7 @@ def test_a_summary_edited_cut_or_swapped_is_damage(tmp_path: Path, file_cipher: 
             new[-aead.TAG_BYTES - 10] ^= 1  # inside the text's zeros, before the writer
             conn.execute("UPDATE summaries SET sealed = ? WHERE size = 2 AND idx = 0", (bytes(new),))
         elif edit == "cut a bucket":
-            short = one[: -aead.TAG_BYTES - B] + one[-aead.TAG_BYTES:]
+            short = one[: -aead.TAG_BYTES - B] + one[-aead.TAG_BYTES :]
             conn.execute("UPDATE summaries SET sealed = ? WHERE size = 2 AND idx = 0", (short,))
         else:
             other = got[(2, 1)]
@@ -174,20 +175,24 @@ def test_a_summary_edited_cut_or_swapped_is_damage(tmp_path: Path, file_cipher: 
 
 def _old_memory_plain(self: RowCodec, date: str, text: str) -> bytes:
     """A memory's plaintext as 0.3.0 and 0.4.0 wrote it: always 312 bytes."""
-    return (aead.pad(f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES)
-            + self.writer.to_bytes(WRITER_BYTES, "big"))
+    return aead.pad(f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES) + self.writer.to_bytes(
+        WRITER_BYTES, "big"
+    )
 
 
 def _old_summary_plain(self: RowCodec, version: int, text: str, writer: int) -> bytes:
     """A summary's plaintext as 0.2.0 to 0.4.0 wrote it: the version in all
     8 bytes of its field, the text padded to 288 bytes."""
-    return (version.to_bytes(formats.SUMMARY_VERSION_BYTES, "big")
-            + aead.pad(text.encode(), formats.SUMMARY_PLAINTEXT_BYTES - WRITER_BYTES)
-            + writer.to_bytes(WRITER_BYTES, "big"))
+    return (
+        version.to_bytes(formats.SUMMARY_VERSION_BYTES, "big")
+        + aead.pad(text.encode(), formats.SUMMARY_PLAINTEXT_BYTES - WRITER_BYTES)
+        + writer.to_bytes(WRITER_BYTES, "big")
+    )
 
 
 def test_rows_and_summaries_of_one_size_still_open_beside_bucketed_ones(
-        monkeypatch, capsys, tmp_path: Path, file_cipher: str) -> None:
+    monkeypatch, capsys, tmp_path: Path, file_cipher: str
+) -> None:
     from tests.support.ops.verify import line_of, run
 
     old = ["older memory " + "o" * 20, "older memory two"]

@@ -12,8 +12,9 @@ from tests.support.installed import OUTSIDE
 
 
 def test_help_lists_the_client_verbs_and_the_host_verbs() -> None:
-    done = subprocess.run([sys.executable, "-m", "stash", "--help"], capture_output=True, text=True, timeout=60,
-                          cwd=OUTSIDE)
+    done = subprocess.run(
+        [sys.executable, "-m", "stash", "--help"], capture_output=True, text=True, timeout=60, cwd=OUTSIDE
+    )
     assert done.returncode == 0, done.stderr
     words = done.stdout.split()
     missing = [v for v in [*client.VERBS, *HOST_VERBS] if v not in words]

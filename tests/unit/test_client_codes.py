@@ -26,8 +26,17 @@ from stash.client import (
 )
 from stash.web.codes import CODES
 
-BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 405: NotAllowed, 409: Conflict,
-             413: TooLarge, 422: Invalid, 429: RateLimited}
+BY_STATUS = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    405: NotAllowed,
+    409: Conflict,
+    413: TooLarge,
+    422: Invalid,
+    429: RateLimited,
+}
 BY_CODE = {"wake.needs_nap": NapNeeded}
 
 

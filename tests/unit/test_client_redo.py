@@ -14,8 +14,11 @@ import pytest
 
 from stash import client
 
-REKEYED = {"error": "store.rekeyed", "message": "A revocation changed this memory's keys while the request was "
-                                                "being opened; nothing was done; retry it."}
+REKEYED = {
+    "error": "store.rekeyed",
+    "message": "A revocation changed this memory's keys while the request was "
+    "being opened; nothing was done; retry it.",
+}
 
 
 def serve(refusals: int) -> tuple[HTTPServer, list[dict[str, str]]]:

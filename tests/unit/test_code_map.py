@@ -12,8 +12,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "DESIGN.md"
-PATHS = ("### The path of `POST /note`, from the socket to the disk",
-         "### The path of `GET /wake`, from the socket to the disk")
+PATHS = (
+    "### The path of `POST /note`, from the socket to the disk",
+    "### The path of `GET /wake`, from the socket to the disk",
+)
 # A module in backticks, then in parentheses the functions of it a step names (`name`, `Class.method`).
 NAMED = re.compile(r"`(stash/[\w/]+\.py)`\s*\(((?:`[\w.]+`[,\s]*)+)\)")
 
@@ -41,7 +43,8 @@ def defines(module: Path, name: str) -> bool:
         return True
     cls = top[outer]
     return isinstance(cls, ast.ClassDef) and any(
-        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == inner for n in cls.body)
+        isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == inner for n in cls.body
+    )
 
 
 def test_every_step_of_each_path_names_a_module_and_its_function() -> None:

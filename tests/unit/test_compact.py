@@ -31,6 +31,8 @@ from tests.support.ops.compact import ONE_SIZE, old_store, summaries
 from tests.support.ops.verify import line_of, run
 
 REPO = Path(__file__).resolve().parents[2]
+
+
 def folder_of(vault: Vault, token: str) -> Path:
     with vault.session(token, "read") as s:
         return s.files.folder
@@ -45,7 +47,8 @@ def compact(capsys, monkeypatch, data: Path, token: str) -> tuple[int, str]:
 
 
 def test_compact_moves_summaries_to_their_buckets_and_keeps_what_they_say(
-        capsys, monkeypatch, tmp_path: Path, file_cipher: str) -> None:
+    capsys, monkeypatch, tmp_path: Path, file_cipher: str
+) -> None:
     data = tmp_path / "data"
     vault, token = old_store(monkeypatch, data, file_cipher, 300)
     folder = folder_of(vault, token)
@@ -89,7 +92,8 @@ def test_compact_moves_summaries_to_their_buckets_and_keeps_what_they_say(
 
 
 def test_a_compacted_summary_keeps_its_version_so_an_older_copy_is_still_refused(
-        capsys, monkeypatch, tmp_path: Path, file_cipher: str) -> None:
+    capsys, monkeypatch, tmp_path: Path, file_cipher: str
+) -> None:
     data = tmp_path / "data"
     vault, token = old_store(monkeypatch, data, file_cipher, 8)
     code, out = compact(capsys, monkeypatch, data, token)
@@ -114,7 +118,8 @@ def test_a_compacted_summary_keeps_its_version_so_an_older_copy_is_still_refused
 
 @pytest.mark.slow
 def test_kill_9_at_any_instant_of_compact_leaves_a_store_that_opens_and_a_rerun_finishes(
-        capsys, monkeypatch, tmp_path: Path) -> None:
+    capsys, monkeypatch, tmp_path: Path
+) -> None:
     """The first kill lands once a reader of its own has seen the summaries
     half moved (on a new store again, should it find them all moved), the
     others at random instants of the re-seal or the rewrite; each leaves a
@@ -132,8 +137,13 @@ def test_kill_9_at_any_instant_of_compact_leaves_a_store_that_opens_and_a_rerun_
             env = {**os.environ, "STASH_TOKEN": token}
         elif not mixed:
             break
-        proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=OUTSIDE, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stash", "compact", "--data", str(data)],
+            cwd=OUTSIDE,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         if mixed:
             time.sleep(rng.uniform(0.3, 1.5))
         else:

@@ -31,6 +31,7 @@ def raw_memory_file(folder: Path, base: bytes, cipher: str):
             yield conn
         finally:
             conn.close()
+
     return opened()
 
 
@@ -39,7 +40,8 @@ def chunk_opens(folder: Path, base: bytes, rows_root: bytes, user_id: str) -> bo
         (sealed,) = conn.execute("SELECT sealed FROM memory_keys WHERE chunk = 0").fetchone()
     try:
         bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(
-            sealed[24:], f"stash/v1|{user_id}|memory_keys|0".encode(), sealed[:24], keys.subkey(rows_root, b"rows"))
+            sealed[24:], f"stash/v1|{user_id}|memory_keys|0".encode(), sealed[:24], keys.subkey(rows_root, b"rows")
+        )
         return True
     except CryptoError:
         return False

@@ -20,7 +20,7 @@ USER = "0123456789abcdef"
 
 
 def flip(b: bytes, k: int) -> bytes:
-    return b[:k] + bytes([b[k] ^ 1]) + b[k + 1:]
+    return b[:k] + bytes([b[k] ^ 1]) + b[k + 1 :]
 
 
 def test_the_capability_key_pair_is_blake2b_of_the_kek_as_documented():
@@ -70,10 +70,15 @@ def test_a_key_chain_keeps_its_older_keys_under_the_newest(memory: Memory):
     # An older key, another user, the same user's other memory, another epoch
     # number, a flipped byte: nothing opens.
     (elsewhere,) = [Memory(name).store(USER) for name in MEMORIES if name != memory.name]
-    for args in ((store, 3, chain.keys[2], older), (memory.store("fedcba9876543210"), 3, chain.current, older),
-                 (elsewhere, 3, chain.current, older),
-                 (store, 2, chain.current, older), (store, 3, chain.current, flip(older, 30)),
-                 (store, 3, chain.current, None), (store, 0, chain.current, older)):
+    for args in (
+        (store, 3, chain.keys[2], older),
+        (memory.store("fedcba9876543210"), 3, chain.current, older),
+        (elsewhere, 3, chain.current, older),
+        (store, 2, chain.current, older),
+        (store, 3, chain.current, flip(older, 30)),
+        (store, 3, chain.current, None),
+        (store, 0, chain.current, older),
+    ):
         with pytest.raises(aead.Unsealable):
             KeyChain.open(*args)
     assert "keys=<hidden>" in repr(chain) and chain.current.hex() not in repr(chain)

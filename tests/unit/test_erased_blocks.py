@@ -23,8 +23,12 @@ def as_settled(model: Model, T: int, *, stale_holes: bool) -> blocks.Settled:
     while size <= T:
         have = [lo // size for lo, hi in model.summaries if hi - lo == size]
         out[size] = max(have) + 1 if have else 0
-        holes = [k for k in range(out[size]) if (k * size, (k + 1) * size) not in model.summaries
-                 and (stale_holes or not model.wholly_erased(k * size, (k + 1) * size))]
+        holes = [
+            k
+            for k in range(out[size])
+            if (k * size, (k + 1) * size) not in model.summaries
+            and (stale_holes or not model.wholly_erased(k * size, (k + 1) * size))
+        ]
         if holes:
             out.holes[size] = holes
         size *= 2
@@ -112,7 +116,7 @@ def test_a_million_erased_memories_need_no_nap_and_cost_no_listing():
     settled = blocks.Settled({2: 0}, erased=blocks.Erased(range(10, T)))
     todo = blocks.pending(T, settled)
     # Every block that holds one of #0-#9: size by size, those starting below 10.
-    want = [(lo, lo + size) for size in (2 ** k for k in range(1, 20)) for lo in range(0, 10, size)]
+    want = [(lo, lo + size) for size in (2**k for k in range(1, 20)) for lo in range(0, 10, size)]
     assert todo == want
     assert blocks.pending_count(T, settled) == len(want) == 5 + 3 + 2 + 16
 

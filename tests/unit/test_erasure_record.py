@@ -77,8 +77,11 @@ def test_a_mark_3_file_with_erasures_moves_to_the_record_and_keeps_them(tmp_path
         assert [i for i, _, text in mf.memories(0, mf.count()) if text == "[erased]"] == [3, 4, 5, 20]
         mf.check_erasure_record()
         mf.erase([6], AT)  # the runs join: 3-7 and 20-21
-        assert mf.conn.execute("SELECT value FROM meta WHERE name = ?", (RECORD_META,)).fetchone()[0].endswith(
-            " 3-7,20-21")
+        assert (
+            mf.conn.execute("SELECT value FROM meta WHERE name = ?", (RECORD_META,))
+            .fetchone()[0]
+            .endswith(" 3-7,20-21")
+        )
     finally:
         mf.close()
     assert len(read_all(path, master)) == 40
@@ -95,8 +98,18 @@ def test_the_mark_3_layout_still_refuses_an_erased_row_deleted(tmp_path: Path):
         opened(path, master)
 
 
-@pytest.mark.parametrize("attack", ["delete erased", "delete receipt", "add erased", "record deleted",
-                                    "record edited", "mark set back", "key back, row deleted"])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "delete erased",
+        "delete receipt",
+        "add erased",
+        "record deleted",
+        "record edited",
+        "mark set back",
+        "key back, row deleted",
+    ],
+)
 def test_edits_of_the_erasures_are_refused_at_the_open(tmp_path: Path, attack: str):
     path, master = tmp_path / "memory.db", os.urandom(32)
     mf = made(path, master)
@@ -114,8 +127,10 @@ def test_edits_of_the_erasures_are_refused_at_the_open(tmp_path: Path, attack: s
         "record edited": [("UPDATE meta SET value = ? WHERE name = ?", (record.replace("9-10", "10-11"), RECORD_META))],
         "mark set back": [("UPDATE meta SET value = '3' WHERE name = 'format'", ())],
         # The key chunk from before the erasure put back, and the erasure's row gone.
-        "key back, row deleted": [("UPDATE memory_keys SET sealed = ? WHERE chunk = 0", (old_chunk,)),
-                                  ("DELETE FROM erased WHERE id = 3", ())],
+        "key back, row deleted": [
+            ("UPDATE memory_keys SET sealed = ? WHERE chunk = 0", (old_chunk,)),
+            ("DELETE FROM erased WHERE id = 3", ()),
+        ],
     }
     edit(path, *edits[attack])
     with pytest.raises(Damaged):
@@ -145,8 +160,12 @@ def test_an_erased_row_swapped_for_another_historys_is_refused_where_it_is_read(
     (row7,) = theirs.conn.execute("SELECT sealed FROM erased WHERE id = 7").fetchone()
     theirs.close()
     # The same count, another id: #3's row gone, #7's from the other history, and its key chunk.
-    edit(path, ("DELETE FROM erased WHERE id = 3", ()), ("INSERT INTO erased(id, sealed) VALUES (7, ?)", (row7,)),
-         ("UPDATE memory_keys SET sealed = ? WHERE chunk = 0", (chunk,)))
+    edit(
+        path,
+        ("DELETE FROM erased WHERE id = 3", ()),
+        ("INSERT INTO erased(id, sealed) VALUES (7, ?)", (row7,)),
+        ("UPDATE memory_keys SET sealed = ? WHERE chunk = 0", (chunk,)),
+    )
     mf = opened(path, master)
     try:
         with pytest.raises(Damaged):
@@ -227,7 +246,8 @@ def test_verify_without_a_token_counts_a_plain_files_erasures_against_its_record
     edit(store.folder / "memory.db", ("DELETE FROM erased WHERE id = 2", ()))
     code, text = run(capsys, store.data)
     assert code == 1 and "holds 1 erased rows and 1 erasure receipts but its erasure record counts 2 and 1" in line_of(
-        text, store.user_id), text
+        text, store.user_id
+    ), text
 
 
 def test_a_handle_opened_before_another_workers_erasure_reads_it_as_erased(tmp_path: Path):

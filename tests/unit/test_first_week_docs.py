@@ -75,12 +75,17 @@ def test_designs_code_map_names_only_modules_that_exist_and_every_section() -> N
     text = (REPO / "docs" / "DESIGN.md").read_text(encoding="utf-8")
     code_map = text.split("\n## Code map\n", 1)[1].split("\n## ", 1)[0]
     for path in set(re.findall(r"`((?:stash/)?[a-z_/]+\.py)`", code_map)):
-        candidates = [REPO / path, REPO / "stash" / path, REPO / "stash" / "web" / path,
-                      REPO / "stash" / "storage" / "memfile" / path]
+        candidates = [
+            REPO / path,
+            REPO / "stash" / path,
+            REPO / "stash" / "web" / path,
+            REPO / "stash" / "storage" / "memfile" / path,
+        ]
         assert any(c.is_file() for c in candidates), path
     sections = [s for s in re.findall(r"^## (.+)$", text, re.M) if s != "Code map"]
     table = code_map.split("### Which module holds each section", 1)[1].split("###", 1)[0]
-    named = {name.strip() for row in table.splitlines()[3:] if row.startswith("|")
-             for name in row.split("|")[1].split(",")}
+    named = {
+        name.strip() for row in table.splitlines()[3:] if row.startswith("|") for name in row.split("|")[1].split(",")
+    }
     assert set(sections) <= named, set(sections) - named
     assert "POST /note" in code_map and "userlock" in code_map and "pool" in code_map

@@ -60,7 +60,8 @@ def test_an_empty_identity_is_the_six_pages_schema_sql_lists(tmp_path: Path, cip
         assert tables(conn) == {"keyring_meta", "grants", "sqlite_autoindex_grants_1"}
         assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_BYTES
         assert conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (MEMORY_PAGES,)).fetchone() == (
-            str(PAGE_BYTES),)
+            str(PAGE_BYTES),
+        )
     finally:
         conn.close()
     with vault.session(token, "owner") as s:
@@ -113,8 +114,14 @@ def test_a_table_is_made_by_its_first_write_and_then_covered_by_the_state_head(t
         with contextlib.closing(open_raw(folder / "memory.db", file_key(master), isolation_level=None)) as conn:
             rows = conn.execute(f"SELECT * FROM {table}").fetchall()
             assert rows, table
-            made = [r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL "
-                                               "ORDER BY type = 'trigger', name", (table,))]
+            made = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND sql IS NOT NULL "
+                    "ORDER BY type = 'trigger', name",
+                    (table,),
+                )
+            ]
             conn.execute(f"DROP TABLE {table}")
         restarted = Vault(vault.data_dir, kdf=CHEAP_KDF, file_cipher="sqlcipher")
         with pytest.raises(Damaged):
@@ -152,8 +159,11 @@ def test_an_edited_page_size_record_is_damage_and_leaves_the_file_whole(tmp_path
             s.open_memory().wake()
     # The refused open changed nothing: put the record back and all is served.
     assert (folder / "memory.db").read_bytes() == before
-    edit_keyring(folder, "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (MEMORY_PAGES, str(PAGE_BYTES)))
+    edit_keyring(
+        folder,
+        "INSERT INTO keyring_meta(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+        (MEMORY_PAGES, str(PAGE_BYTES)),
+    )
     with vault.session(token, "read") as s:
         assert [text for _, _, text in s.open_memory().mf.memories(0, 3)] == ["kept 0", "kept 1", "kept 2"]
 
@@ -174,13 +184,21 @@ def test_verify_reads_the_page_size_from_the_key_ring(tmp_path: Path):
     assert code == 1 and "no known page size" in text
 
 
-@pytest.mark.parametrize("crafted", [
-    ("CREATE VIEW log AS WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM r) "
-     "SELECT n AS id, x'00' AS sealed FROM r",),
-    ("CREATE TABLE summaries (size INTEGER NOT NULL, idx INTEGER NOT NULL, sealed BLOB NOT NULL, "
-     "PRIMARY KEY (size, idx)) WITHOUT ROWID",
-     "CREATE TRIGGER summaries_spin BEFORE INSERT ON summaries BEGIN SELECT 1; END"),
-], ids=["a view in the log's place", "a trigger on a table made before its time"])
+@pytest.mark.parametrize(
+    "crafted",
+    [
+        (
+            "CREATE VIEW log AS WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM r) "
+            "SELECT n AS id, x'00' AS sealed FROM r",
+        ),
+        (
+            "CREATE TABLE summaries (size INTEGER NOT NULL, idx INTEGER NOT NULL, sealed BLOB NOT NULL, "
+            "PRIMARY KEY (size, idx)) WITHOUT ROWID",
+            "CREATE TRIGGER summaries_spin BEFORE INSERT ON summaries BEGIN SELECT 1; END",
+        ),
+    ],
+    ids=["a view in the log's place", "a trigger on a table made before its time"],
+)
 def test_a_table_not_made_yet_cannot_be_stood_in_for(tmp_path: Path, crafted: tuple[str, ...]):
     """A new memory file lacks its log and summaries until written: whoever
     holds a plain one may put a view in a missing table's place, or make the

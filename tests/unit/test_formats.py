@@ -48,10 +48,10 @@ def memory_facts(vault: Vault, token: str) -> tuple[int, set[int], set[int], str
         page = int(conn.execute("PRAGMA page_size").fetchone()[0])
         made = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         # A table not made yet (the summaries of a memory never napped) holds none.
-        rows = {r[0] - aead.OVERHEAD for r in conn.execute("SELECT length(sealed) FROM log")} if "log" in made \
-            else set()
-        sums = {r[0] for r in conn.execute("SELECT length(sealed) FROM summaries")} if "summaries" in made \
-            else set()
+        rows = (
+            {r[0] - aead.OVERHEAD for r in conn.execute("SELECT length(sealed) FROM log")} if "log" in made else set()
+        )
+        sums = {r[0] for r in conn.execute("SELECT length(sealed) FROM summaries")} if "summaries" in made else set()
         mark = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()[0]
     return page, rows, sums, mark
 

@@ -46,10 +46,20 @@ def test_a_chain_of_only_proxies_is_its_left_most_entry():
     assert LOCAL.client("127.0.0.1", ["10.9.9.9, 10.1.2.3"]) == "10.9.9.9"
 
 
-@pytest.mark.parametrize("header", [
-    "garbage", "203.0.113.9:443", "203.0.113.9 , , 10.1.2.3", "999.1.1.1", "1.1.1.1,", "\x00\xff",
-    "2001:db8::1/64", "[2001:db8::1", "=" * 5000,
-])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "garbage",
+        "203.0.113.9:443",
+        "203.0.113.9 , , 10.1.2.3",
+        "999.1.1.1",
+        "1.1.1.1,",
+        "\x00\xff",
+        "2001:db8::1/64",
+        "[2001:db8::1",
+        "=" * 5000,
+    ],
+)
 def test_an_unreadable_entry_before_the_client_makes_it_unknown(header):
     assert LOCAL.client("127.0.0.1", [header]) == UNKNOWN
 

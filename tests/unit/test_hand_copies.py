@@ -87,6 +87,7 @@ def test_designs_route_table_is_every_declared_route() -> None:
             method, path = (words[0], words[1]) if len(words) == 2 else (method, words[0])
             assert method is not None, row
             listed.add((method, path))
+
     def shape(route: tuple[str, str]) -> tuple[str, str]:
         return route[0], re.sub(r"\{\w+\}", "{}", route[1])
 
@@ -97,13 +98,15 @@ def test_designs_route_table_is_every_declared_route() -> None:
 
 def test_designs_formats_name_every_registered_format_with_its_release() -> None:
     section = " ".join(design().split("\n## Formats\n", 1)[1].split("\n## ", 1)[0].split())
-    paragraphs = {formats.KEY_RING: section.split("The key ring has been", 1)[1].split("The memory file has been")[0],
-                  formats.MEMORY_FILE: section.split("The memory file has been", 1)[1]}
+    paragraphs = {
+        formats.KEY_RING: section.split("The key ring has been", 1)[1].split("The memory file has been")[0],
+        formats.MEMORY_FILE: section.split("The memory file has been", 1)[1],
+    }
     for f in formats.FORMATS:
         text = paragraphs[f.file]
         at = text.find(f"*{f.name}*")
         assert at >= 0, (f.file, f.name)
-        assert f.release in text[at:at + 400], (f.name, f.release)
+        assert f.release in text[at : at + 400], (f.name, f.release)
 
 
 def test_the_audit_events_everywhere() -> None:
@@ -111,4 +114,4 @@ def test_the_audit_events_everywhere() -> None:
 
     row = next(line for line in read("API-REFERENCE.md").splitlines() if line.startswith("| `stash_events_total`"))
     named = re.findall(r"`([a-z_]+)`", row.split("each audit event recorded", 1)[1])
-    assert named[:len(EVENTS)] == list(EVENTS), row
+    assert named[: len(EVENTS)] == list(EVENTS), row

@@ -128,12 +128,19 @@ def test_neither_the_key_nor_the_answer_is_in_the_files(vault: Vault):
     text = "Memory-Sentinel-5be2"
     answer = note(vault, ident.token, key, text).body
     with vault.session(ident.token, "owner") as s:
-        grant = idempotency.keyring_write(s, key, "POST /grants", {"scope": "read"},
-                                          lambda: {"token": vault.mint_grant(s, "read")[1]}, T0).body
+        grant = idempotency.keyring_write(
+            s, key, "POST /grants", {"scope": "read"}, lambda: {"token": vault.mint_grant(s, "read")[1]}, T0
+        ).body
     data = folder_bytes(vault, ident.user_id)
     secret = token_parts(grant["token"]).secret
-    for value in (key.encode(), text.encode(), f'"id":{answer["id"]},"nap"'.encode(),
-                  grant["token"].encode(), secret, secret[:16]):
+    for value in (
+        key.encode(),
+        text.encode(),
+        f'"id":{answer["id"]},"nap"'.encode(),
+        grant["token"].encode(),
+        secret,
+        secret[:16],
+    ):
         assert value not in data
 
 
@@ -171,8 +178,9 @@ def test_a_minted_token_replays_and_opens_only_with_the_owner_capability(vault: 
 
     def mint():
         with vault.session(ident.token, "owner") as s:
-            return idempotency.keyring_write(s, "g", "POST /grants", {"scope": "full"},
-                                             lambda: {"token": vault.mint_grant(s, "full")[1]}, T0)
+            return idempotency.keyring_write(
+                s, "g", "POST /grants", {"scope": "full"}, lambda: {"token": vault.mint_grant(s, "full")[1]}, T0
+            )
 
     first, again = mint(), mint()
     assert not first.replayed and again.replayed and again.body == first.body
@@ -180,8 +188,15 @@ def test_a_minted_token_replays_and_opens_only_with_the_owner_capability(vault: 
         assert len(vault.list_grants(s)) == 2
         # The master key alone (which every capability unwraps) does not open it.
         store = keys.subkey(s.master, b"idempotency")
-        as_if = Keyed.make(user_id=ident.user_id, file="keyring", master=s.master, seal_root=store,
-                           route="POST /grants", key="g", body={"scope": "full"})
+        as_if = Keyed.make(
+            user_id=ident.user_id,
+            file="keyring",
+            master=s.master,
+            seal_root=store,
+            route="POST /grants",
+            key="g",
+            body={"scope": "full"},
+        )
         ((sealed,),) = s.keyring.conn.execute("SELECT sealed FROM idempotency").fetchall()
         with pytest.raises(Damaged):
             as_if.open(sealed)
@@ -237,8 +252,9 @@ def test_any_later_write_deletes_expired_records(vault: Vault):
 
     def mint(key: str | None, now: int):
         with vault.session(ident.token, "owner") as s:
-            idempotency.keyring_write(s, key, "POST /grants", {"scope": "read"},
-                                      lambda: {"token": vault.mint_grant(s, "read")[1]}, now)
+            idempotency.keyring_write(
+                s, key, "POST /grants", {"scope": "read"}, lambda: {"token": vault.mint_grant(s, "read")[1]}, now
+            )
             return s.keyring.conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0]
 
     assert mint("g", T0) == 1

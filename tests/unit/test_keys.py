@@ -23,8 +23,14 @@ def test_kek_matches_argon2id_computed_directly():
     secret, salt = os.urandom(32), os.urandom(16)
     for params in (CHEAP, keys.KdfParams(2, 256, 2), keys.DEFAULT_KDF):
         direct = hash_secret_raw(
-            secret=secret, salt=salt, time_cost=params.time_cost, memory_cost=params.memory_kib,
-            parallelism=params.lanes, hash_len=32, type=Type.ID, version=19,
+            secret=secret,
+            salt=salt,
+            time_cost=params.time_cost,
+            memory_cost=params.memory_kib,
+            parallelism=params.lanes,
+            hash_len=32,
+            type=Type.ID,
+            version=19,
         )
         assert keys.derive_kek(secret, salt, params) == direct
 

@@ -47,8 +47,20 @@ def test_empty_or_blank_is_refused(text):
 
 @pytest.mark.parametrize(
     "text",
-    ["a\nb", "a\rb", "a\r\nb", "line\n", "\nline", "a\u2028b", "a\u2029b", "\n", "\r", "\u2028", "\u2029",
-     "trailing\u2029"],
+    [
+        "a\nb",
+        "a\rb",
+        "a\r\nb",
+        "line\n",
+        "\nline",
+        "a\u2028b",
+        "a\u2029b",
+        "\n",
+        "\r",
+        "\u2028",
+        "\u2029",
+        "trailing\u2029",
+    ],
 )
 def test_line_breaks_are_refused_as_multiline(text):
     assert refused(text) == "text.multiline"
@@ -74,10 +86,34 @@ def test_every_c0_and_c1_control_is_refused_anywhere():
 
 
 # The Trojan Source class (CVE-2021-42574): text that reads on screen otherwise than it is stored.
-BIDI = ["\u202e", "\u202d", "\u202a", "\u202b", "\u202c", "\u2066", "\u2067", "\u2068", "\u2069",
-        "\u200e", "\u200f", "\u061c"]
-INVISIBLE = ["\u200b", "\ufeff", "\u2060", "\u00ad", "\u2061", "\u2064", "\u180e", "\U000e0041", "\U000e0001",
-             "\U000e007f", "\u206a", "\ufff9"]
+BIDI = [
+    "\u202e",
+    "\u202d",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+]
+INVISIBLE = [
+    "\u200b",
+    "\ufeff",
+    "\u2060",
+    "\u00ad",
+    "\u2061",
+    "\u2064",
+    "\u180e",
+    "\U000e0041",
+    "\U000e0001",
+    "\U000e007f",
+    "\u206a",
+    "\ufff9",
+]
 
 
 @pytest.mark.parametrize("ch", BIDI)
@@ -95,6 +131,7 @@ def test_invisible_format_characters_are_refused_anywhere(ch):
 def test_every_format_character_but_the_joiners_is_refused():
     import sys
     import unicodedata
+
     for cp in range(sys.maxunicode + 1):
         ch = chr(cp)
         if unicodedata.category(ch) == "Cf" and ch not in "\u200c\u200d":
@@ -260,8 +297,15 @@ def test_unknown_name_refuses_the_whole_change():
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("ENTRY_CHARS", 281), ("ENTRY_CHARS", 0), ("WAKE_LINES", 0), ("WAKE_LINES", -1), ("PART_CHARS", 0),
-     ("PART_LINES", -5), ("WAKE_CHARS", 0)],
+    [
+        ("ENTRY_CHARS", 281),
+        ("ENTRY_CHARS", 0),
+        ("WAKE_LINES", 0),
+        ("WAKE_LINES", -1),
+        ("PART_CHARS", 0),
+        ("PART_LINES", -5),
+        ("WAKE_CHARS", 0),
+    ],
 )
 def test_out_of_range_values_are_refused(name, value):
     # docs/DESIGN.md, "Sizes": ENTRY_CHARS is at most 280; budgets below one line or byte read nothing.

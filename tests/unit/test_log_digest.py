@@ -132,8 +132,11 @@ def test_a_log_cut_short_is_refused_not_served(user: User, cut: int):
         user.note(t)
     with user.raw() as conn:
         conn.execute("DELETE FROM log WHERE id >= ?", (6 - cut,))
-    for resp in (user.wake(), user.http.post("/recall", user.token, json={"q": "kestrel"}),
-                 user.http.post("/note", user.token, json={"text": "written over a cut log"})):
+    for resp in (
+        user.wake(),
+        user.http.post("/recall", user.token, json={"q": "kestrel"}),
+        user.http.post("/note", user.token, json={"text": "written over a cut log"}),
+    ):
         body = assert_error(resp, 500, "store.rolled_back")
         assert "stash verify" in body["message"] and "backup" in body["message"]
         assert "kestrel" not in resp.text
@@ -218,8 +221,7 @@ def test_a_key_ring_copy_from_another_history_is_refused(user: User):
         # Sealed as a server holding the key would seal it (a copy another
         # history of this user left): the file does not extend it.
         with write_transaction(ring):
-            state_copies.put(ring, user.user_id, KeyChain(user.user_id, (user.master,)),
-                            {"log_head": "2:" + "ab" * 32})
+            state_copies.put(ring, user.user_id, KeyChain(user.user_id, (user.master,)), {"log_head": "2:" + "ab" * 32})
     finally:
         ring.close()
     assert_error(user.wake(), 500, "store.rolled_back")
@@ -246,8 +248,9 @@ def test_both_files_rolled_back_are_served_but_a_pinned_client_is_refused(user: 
     headers = {"Stash-Pin": pin}
     body = assert_error(user.wake(headers=headers), 409, "store.pin_mismatch")
     assert "rolled back" in body["message"]
-    assert_error(user.http.post("/note", user.token, json={"text": "must not land"}, headers=headers), 409,
-                 "store.pin_mismatch")
+    assert_error(
+        user.http.post("/note", user.token, json={"text": "must not land"}, headers=headers), 409, "store.pin_mismatch"
+    )
     assert user.wake().json()["T"] == 3
 
 
@@ -274,8 +277,11 @@ def test_a_pin_the_log_does_not_continue_is_refused(user: User, mutate: str):
     count, digest = head["count"], head["digest"]
     pin = f"{count}:{digest[:-1]}{'0' if digest[-1] != '0' else '1'}" if mutate == "digest" else f"{count + 1}:{digest}"
     assert_error(user.wake(headers={"Stash-Pin": pin}), 409, "store.pin_mismatch")
-    assert_error(user.http.post("/note", user.token, json={"text": "refused"}, headers={"Stash-Pin": pin}), 409,
-                 "store.pin_mismatch")
+    assert_error(
+        user.http.post("/note", user.token, json={"text": "refused"}, headers={"Stash-Pin": pin}),
+        409,
+        "store.pin_mismatch",
+    )
     assert user.wake().json()["T"] == 4
 
 
@@ -306,8 +312,9 @@ def test_a_store_written_before_the_digest_gets_it_on_first_open(http: Api, data
         conn.executescript(sections()["memory_on_use"])
     ring = user.ring()
     try:
-        ring.execute("DELETE FROM keyring_meta WHERE name IN ('log_head', 'state_version', 'copies_mac', "
-                     "'memory_page_bytes')")
+        ring.execute(
+            "DELETE FROM keyring_meta WHERE name IN ('log_head', 'state_version', 'copies_mac', 'memory_page_bytes')"
+        )
     finally:
         ring.close()
     assert user.wake().json()["head"]["pin"].startswith(f"0:{genesis.digest.hex()}")

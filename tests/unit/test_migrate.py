@@ -61,8 +61,9 @@ def vault(tmp_path: Path) -> Vault:
     return Vault(tmp_path / "data", kdf=CHEAP_KDF, file_cipher="sqlcipher")
 
 
-def run(capsys, argv: list[str], token: str | None = None, stdin: str | None = None,
-        monkeypatch=None) -> tuple[int, str]:
+def run(
+    capsys, argv: list[str], token: str | None = None, stdin: str | None = None, monkeypatch=None
+) -> tuple[int, str]:
     if token is not None:
         monkeypatch.setenv("STASH_TOKEN", token)
     else:
@@ -117,8 +118,12 @@ def test_without_a_token_that_opens_it_a_memory_is_left_whole_and_the_run_fails(
     mine, token = identity(vault, notes=2, others=("work",))
     theirs, their_token = identity(vault, notes=2, others=())
     # Only the first identity's token is given, on standard input (never on the command line).
-    code, out = run(capsys, ["--data", str(data), "--file-cipher", "none", "--tokens", "-"],
-                    stdin=f"{token}\n", monkeypatch=monkeypatch)
+    code, out = run(
+        capsys,
+        ["--data", str(data), "--file-cipher", "none", "--tokens", "-"],
+        stdin=f"{token}\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == INCOMPLETE, out
     assert f"{theirs}  main  left  no token given opens it" in out, out
     assert "1 left as SQLCipher" in out and "2 converted" in out, out
@@ -220,6 +225,10 @@ def test_a_revoked_token_given_first_does_not_stop_the_owners(vault, capsys, mon
     with vault.session(owner, "owner") as s:
         grant_id, revoked = vault.mint_grant(s, "read")
         vault.revoke_grant(s, grant_id)
-    code, out = run(capsys, ["--data", str(data), "--file-cipher", "none", "--tokens", "-"],
-                    stdin=f"{revoked}\n{owner}\n", monkeypatch=monkeypatch)
+    code, out = run(
+        capsys,
+        ["--data", str(data), "--file-cipher", "none", "--tokens", "-"],
+        stdin=f"{revoked}\n{owner}\n",
+        monkeypatch=monkeypatch,
+    )
     assert code == 0 and f"{user_id}  main  converted" in out, out

@@ -68,7 +68,7 @@ def missing_paths(files: dict[str, str], tree: list[str], root: Path) -> list[st
     for name, text in sorted(files.items()):
         for m in find.finditer(released(name, text)):
             path = (m.group(1) or m.group(2)).rstrip(".")
-            after = text[m.end():m.end() + 1]
+            after = text[m.end() : m.end() + 1]
             if (after and after in NOT_A_PATH_AFTER) or path in NAMES:
                 continue
             if any(path == r or path.startswith(r + "/") for r in runs):
@@ -97,7 +97,7 @@ def unknown_sections(files: dict[str, str], root: Path) -> list[str]:
                 body = doc.read_text(encoding="utf-8")
                 known[doc] = [words(h) for h in HEADING.findall(body) + BOLD_LEAD.findall(body)]
             if not any(h.startswith(words(m.group(2))) for h in known[doc]):
-                out.append(f"{name}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)} \"{words(m.group(2))}\"")
+                out.append(f'{name}:{text.count(chr(10), 0, m.start()) + 1} {m.group(1)} "{words(m.group(2))}"')
     return out
 
 
@@ -135,9 +135,15 @@ def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
     changelog = "# Changelog\n\n## [Unreleased]\n- moved to stash/new.py\n\n## [0.1.0]\n- in stash/old.py\n"
     assert missing_paths({"a.md": probe, "CHANGELOG.md": changelog}, tree, tmp_path) == [
         "CHANGELOG.md:4 stash/new.py",
-        "a.md:1 tests/invariants/_oracle.py", "a.md:1 storage/files.py", "a.md:2 stash/gone/"]
-    (tmp_path / "bench" / "README.md").write_text("# Bench\n\n## 8. Replicated host and failover\n\n"
-                                                "**Limits.** none\n", encoding="utf-8")
-    cites = ('see bench/README.md, "Replicated host"; (README.md, "Limits"), `bench/README.md` "Bench"\n'
-             'gone: bench/README.md, "Issue 27, item 3"; elsewhere: no/such.md "x"')
+        "a.md:1 tests/invariants/_oracle.py",
+        "a.md:1 storage/files.py",
+        "a.md:2 stash/gone/",
+    ]
+    (tmp_path / "bench" / "README.md").write_text(
+        "# Bench\n\n## 8. Replicated host and failover\n\n**Limits.** none\n", encoding="utf-8"
+    )
+    cites = (
+        'see bench/README.md, "Replicated host"; (README.md, "Limits"), `bench/README.md` "Bench"\n'
+        'gone: bench/README.md, "Issue 27, item 3"; elsewhere: no/such.md "x"'
+    )
     assert unknown_sections({"bench/a.py": cites}, tmp_path) == ['bench/a.py:2 bench/README.md "issue 27, item 3"']

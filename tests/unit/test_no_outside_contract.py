@@ -24,9 +24,11 @@ NEAR = 80
 def unpublished_sections(text: str) -> list[int]:
     """The line of each section sign with no published document named just before it,
     in the same clause (no ``;`` or full stop between)."""
+
     def cited(at: int) -> bool:
         names = list(PUBLISHED.finditer(text, max(0, at - NEAR), at))
-        return bool(names) and not re.search(r";|\.\s", text[names[-1].end():at])
+        return bool(names) and not re.search(r";|\.\s", text[names[-1].end() : at])
+
     return [text.count("\n", 0, m.start()) + 1 for m in SECTION.finditer(text) if not cited(m.start())]
 
 

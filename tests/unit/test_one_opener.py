@@ -19,8 +19,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "stash"
 OPENER = "stash/storage/safeopen.py"  # the one module that opens files (moved: name it here)
-SQLITE_MODULES = frozenset({"sqlite3", "sqlite3.dbapi2", "sqlcipher3", "sqlcipher3.dbapi2", "pysqlite3",
-                            "pysqlite3.dbapi2"})
+SQLITE_MODULES = frozenset(
+    {"sqlite3", "sqlite3.dbapi2", "sqlcipher3", "sqlcipher3.dbapi2", "pysqlite3", "pysqlite3.dbapi2"}
+)
 # What opens a file: the function, the class (called, or subclassed and called).
 OPENS = frozenset({"connect", "Connection"})
 # A statement that opens a file by name: ATTACH [DATABASE] or VACUUM INTO, then the file (a literal, a
@@ -29,9 +30,11 @@ SQL_OPENS = re.compile(r"^\s*(ATTACH(?:\s+DATABASE)?|VACUUM\s+INTO)(?:\s+[?'\":@
 IN_MEMORY = ":memory:"
 
 NOT_A_USERS_FILE: dict[tuple[str, str], str] = {
-    ("stash/storage/cipher_swap.py", "ATTACH"):
-        "the plain copy `stash migrate` has sqlcipher_export write: a file cipher_swap creates empty (O_EXCL) "
-        "the moment before, attached to the memory file's connection, which safeopen opened and bounds",
+    (
+        "stash/storage/cipher_swap.py",
+        "ATTACH",
+    ): "the plain copy `stash migrate` has sqlcipher_export write: a file cipher_swap creates empty (O_EXCL) "
+    "the moment before, attached to the memory file's connection, which safeopen opened and bounds",
 }
 """Each ``(module, what)`` allowed outside :data:`OPENER`, and why the file
 it opens is not one a user's bytes could have crafted."""
@@ -101,8 +104,11 @@ def opens(source: str) -> list[tuple[int, str]]:
                     found.append((node.lineno, what))
             elif isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) > 1:
                 target, attr = node.args[0], node.args[1]
-                if (_dotted(target, aliases) in SQLITE_MODULES and isinstance(attr, ast.Constant)
-                        and attr.value in OPENS):
+                if (
+                    _dotted(target, aliases) in SQLITE_MODULES
+                    and isinstance(attr, ast.Constant)
+                    and attr.value in OPENS
+                ):
                     found.append((node.lineno, str(attr.value)))
         elif isinstance(node, ast.ClassDef):
             found += [(node.lineno, "Connection") for base in node.bases if _opener(base, aliases) == "Connection"]
@@ -110,8 +116,11 @@ def opens(source: str) -> list[tuple[int, str]]:
         if text is not None and SQL_OPENS.match(text):
             found.append((getattr(node, "lineno", 0), text.split()[0].upper()))
     for node in ast.walk(tree):  # connect handed on rather than called (a partial, a factory)
-        if isinstance(node, ast.Attribute | ast.Name) and id(node) not in called \
-                and _opener(node, aliases) == "connect":
+        if (
+            isinstance(node, ast.Attribute | ast.Name)
+            and id(node) not in called
+            and _opener(node, aliases) == "connect"
+        ):
             found.append((node.lineno, "connect"))
     return sorted(set(found))
 
@@ -129,8 +138,11 @@ def package_opens() -> dict[tuple[str, str], list[int]]:
 
 def test_no_file_is_opened_but_by_the_one_opener():
     found = package_opens()
-    stray = {f"{module}:{lines} ({what})" for (module, what), lines in found.items()
-             if (module, what) not in NOT_A_USERS_FILE}
+    stray = {
+        f"{module}:{lines} ({what})"
+        for (module, what), lines in found.items()
+        if (module, what) not in NOT_A_USERS_FILE
+    }
     assert not stray, f"open them through {OPENER} (or, if not a user's file, name it in NOT_A_USERS_FILE)"
     assert not set(NOT_A_USERS_FILE) - set(found), "an allowance that no longer matches anything: remove it"
 

@@ -104,9 +104,11 @@ def test_every_declared_range_is_enforced(o: Option) -> None:
 
 
 def _strings(path: Path, names: set[str]) -> list[str]:
-    return [f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}"
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if isinstance(node, ast.Constant) and node.value in names]
+    return [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
 
 
 def test_no_module_but_the_declarations_names_an_option() -> None:

@@ -87,8 +87,12 @@ def test_a_tail_still_due_does_not_cost_the_levels_above() -> None:
     # importing all 40 first would stop at 38-39 before any size-4 block.
     T = 40
     tree: dict[int, list[str | None]] = {
-        2: [f"a{k}" for k in range(19)], 4: [f"b{k}" for k in range(9)], 8: [f"c{k}" for k in range(4)],
-        16: ["d0", "d1"], 32: ["e0"]}
+        2: [f"a{k}" for k in range(19)],
+        4: [f"b{k}" for k in range(9)],
+        8: [f"c{k}" for k in range(4)],
+        16: ["d0", "d1"],
+        32: ["e0"],
+    }
     assert sum(len(v) for v in simulate(T, tree, [T]).values()) == 19
     assert import_stages(T, tree) == [39, 40]
     assert simulate(T, tree, import_stages(T, tree)) == {s: set(range(len(v))) for s, v in tree.items()}
@@ -139,16 +143,19 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.
     return info
 
 
-@pytest.mark.parametrize("bad", [
-    member("/etc/passwd"),
-    member("memory/../../outside"),
-    member("../outside"),
-    member("memory\\..\\outside"),
-    member("C:/outside"),
-    member("memory/LOG.txt", tarfile.SYMTYPE, "/etc/passwd"),
-    member("memory/LOG.txt", tarfile.LNKTYPE, "README.txt"),
-    member("memory/fifo", tarfile.FIFOTYPE),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        member("/etc/passwd"),
+        member("memory/../../outside"),
+        member("../outside"),
+        member("memory\\..\\outside"),
+        member("C:/outside"),
+        member("memory/LOG.txt", tarfile.SYMTYPE, "/etc/passwd"),
+        member("memory/LOG.txt", tarfile.LNKTYPE, "README.txt"),
+        member("memory/fifo", tarfile.FIFOTYPE),
+    ],
+)
 def test_unsafe_archive_members_are_refused(bad: tarfile.TarInfo) -> None:
     with pytest.raises(Failure) as err:
         archive_members(tar_gz(member("README.txt"), bad))
@@ -156,8 +163,9 @@ def test_unsafe_archive_members_are_refused(bad: tarfile.TarInfo) -> None:
 
 
 def test_plain_members_are_read_and_duplicates_refused() -> None:
-    got = archive_members(tar_gz(member("README.txt"), member("./memory/LOG.txt"),
-                                 member("memory/TREE", tarfile.DIRTYPE)))
+    got = archive_members(
+        tar_gz(member("README.txt"), member("./memory/LOG.txt"), member("memory/TREE", tarfile.DIRTYPE))
+    )
     assert got == {"README.txt": b"x", "memory/LOG.txt": b"x"}
     with pytest.raises(Failure):
         archive_members(tar_gz(member("README.txt"), member("./README.txt")))

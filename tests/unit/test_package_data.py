@@ -43,7 +43,8 @@ def test_the_build_packs_the_package_folder_and_names_no_file_of_its_own() -> No
     """One declaration: pyproject.toml packs the package folder whole, with no
     second list of files (a force-include) that could leave one out."""
     wheel = tomllib.loads((CHECKOUT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["hatch"]["build"][
-        "targets"]["wheel"]
+        "targets"
+    ]["wheel"]
     assert wheel == {"packages": ["stash"]}
 
 
@@ -60,18 +61,26 @@ def reads_its_own_files(path: Path) -> list[str]:
         if isinstance(node, ast.Name) and node.id == "__file__":
             out.append(f"{node.lineno}: __file__")
         elif isinstance(node, ast.ImportFrom) and node.module in ("importlib", "importlib.resources", "pkgutil"):
-            out += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
-                    if node.module != "importlib" or a.name == "resources"]
+            out += [
+                f"{node.lineno}: from {node.module} import {a.name}"
+                for a in node.names
+                if node.module != "importlib" or a.name == "resources"
+            ]
         elif isinstance(node, ast.Import):
-            out += [f"{node.lineno}: import {a.name}" for a in node.names
-                    if a.name in ("importlib.resources", "pkgutil")]
+            out += [
+                f"{node.lineno}: import {a.name}" for a in node.names if a.name in ("importlib.resources", "pkgutil")
+            ]
     return out
 
 
 def test_no_module_but_the_declaration_reads_a_file_of_the_package() -> None:
-    found = {str(p.relative_to(CHECKOUT)): hits for p in SOURCE.rglob("*.py")
-             if p.name != "package_data.py" and (hits := reads_its_own_files(p))}
+    found = {
+        str(p.relative_to(CHECKOUT)): hits
+        for p in SOURCE.rglob("*.py")
+        if p.name != "package_data.py" and (hits := reads_its_own_files(p))
+    }
     assert found == {}
     # the reading sees what it looks for
     assert [h.split(": ", 1)[1] for h in reads_its_own_files(SOURCE / "package_data.py")] == [
-        "from importlib import resources"]
+        "from importlib import resources"
+    ]

@@ -47,8 +47,13 @@ print(anon() - before)
 
 def grown(folder: Path, limit: int) -> int:
     folder.mkdir()
-    out = subprocess.run([sys.executable, "-c", PROBE, str(folder), str(limit), str(FILES)], capture_output=True,
-                         text=True, check=True, cwd=OUTSIDE)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(folder), str(limit), str(FILES)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=OUTSIDE,
+    )
     return int(out.stdout.strip())
 
 
@@ -60,9 +65,15 @@ def test_kept_connections_share_one_page_cache_budget(tmp_path: Path):
 
 
 def test_a_pool_that_keeps_files_sets_the_limit_and_one_that_keeps_none_does_not(tmp_path: Path):
-    script = ("import sqlite3, sys; from stash.storage.sqlite import connections; "
-              "connections.new_pool(float(sys.argv[1])).close(); "
-              "print(sqlite3.connect(':memory:').execute('PRAGMA soft_heap_limit').fetchone()[0])")
-    run = [subprocess.run([sys.executable, "-c", script, seconds], capture_output=True, text=True, check=True,
-                          cwd=OUTSIDE).stdout.strip() for seconds in ("5", "0")]
+    script = (
+        "import sqlite3, sys; from stash.storage.sqlite import connections; "
+        "connections.new_pool(float(sys.argv[1])).close(); "
+        "print(sqlite3.connect(':memory:').execute('PRAGMA soft_heap_limit').fetchone()[0])"
+    )
+    run = [
+        subprocess.run(
+            [sys.executable, "-c", script, seconds], capture_output=True, text=True, check=True, cwd=OUTSIDE
+        ).stdout.strip()
+        for seconds in ("5", "0")
+    ]
     assert run == [str(connections.HEAP_BYTES), "0"]

@@ -147,7 +147,8 @@ def test_a_file_changed_before_its_fold_is_closed_not_folded(tmp_path: Path, poo
 
 @pytest.mark.parametrize("cipher", ["sqlcipher", "none"])
 def test_another_workers_commit_leaves_a_kept_connection_in_use_and_its_frames_unfolded(
-        tmp_path: Path, pool_on: Pool, cipher: str):
+    tmp_path: Path, pool_on: Pool, cipher: str
+):
     """Another worker's write changes the file under a kept connection; SQLite
     counted that commit, so the connection is handed back (it reads the
     other worker's rows, SQLite having dropped its cache), and nothing folds
@@ -192,7 +193,8 @@ def kept_with_an_older_copy(tmp_path: Path, pool: Pool) -> tuple[Path, Path, sql
 
 
 def test_a_file_put_back_then_written_through_sqlite_is_read_as_it_is_now_never_from_the_cache(
-        tmp_path: Path, pool_on: Pool):
+    tmp_path: Path, pool_on: Pool
+):
     """A file copied over in place and then written by another connection:
     SQLite counted a commit, so the kept connection is handed back, and it
     reads the file as it is now (SQLite dropped its cache when the commit
@@ -259,7 +261,8 @@ def test_a_connection_dropped_while_its_fold_runs_is_closed_after_it(tmp_path: P
 
 @pytest.mark.parametrize("change", ["copied over in place", "replaced by rename", "its mode changed"])
 def test_a_file_changed_while_idle_is_opened_afresh_and_the_kept_connection_closed(
-        tmp_path: Path, pool_on: Pool, change: str):
+    tmp_path: Path, pool_on: Pool, change: str
+):
     path, older, kept = kept_with_an_older_copy(tmp_path, pool_on)
     assert os.path.getsize(f"{path}-wal") == 0 and pool_on.idle_count() == 1
     if change.startswith("copied over in place"):

@@ -110,20 +110,101 @@ ORACLE_PATTERNS: list[tuple[str, str | None]] = [
 ]
 
 _WORDS = [
-    "Yılmaz", "YILMAZ", "yilmaz", "İstanbul", "istanbul", "ISTANBUL", "ıi", "Iİ",
-    "Diyarbakır", "DİYARBAKIR", "straße", "STRASSE", "Straẞe", "ΣΟΦΟΣ", "σοφος",
-    "σοφός", "ς", "\u212aelvin", "kelvin", "ǅ", "Ǆ", "ǆ", "µ", "μ", "Μ", "ſ", "s",
-    "ϐ", "β", "日本語", "café", "CAFÉ", "ç", "Ğ", "ş", "text", "end", "an", "ab",
-    "abab", "aab", "abC", "ABc", "b", "c", "x", "xy", "x\u212ay", "xİy", "xéy", "z", "z ",
-    "a\u00a0b", "a b", "a\tb", "2024-05-06", "#1", "#3", "o", "oo", "eke", "ee",
-    "ä", "Ö", "ü", "α", "ΩΜΕΓΑ", "-", "…", "🙂", "€", "_", "é", "i", "I", "ı", "İ",
+    "Yılmaz",
+    "YILMAZ",
+    "yilmaz",
+    "İstanbul",
+    "istanbul",
+    "ISTANBUL",
+    "ıi",
+    "Iİ",
+    "Diyarbakır",
+    "DİYARBAKIR",
+    "straße",
+    "STRASSE",
+    "Straẞe",
+    "ΣΟΦΟΣ",
+    "σοφος",
+    "σοφός",
+    "ς",
+    "\u212aelvin",
+    "kelvin",
+    "ǅ",
+    "Ǆ",
+    "ǆ",
+    "µ",
+    "μ",
+    "Μ",
+    "ſ",
+    "s",
+    "ϐ",
+    "β",
+    "日本語",
+    "café",
+    "CAFÉ",
+    "ç",
+    "Ğ",
+    "ş",
+    "text",
+    "end",
+    "an",
+    "ab",
+    "abab",
+    "aab",
+    "abC",
+    "ABc",
+    "b",
+    "c",
+    "x",
+    "xy",
+    "x\u212ay",
+    "xİy",
+    "xéy",
+    "z",
+    "z ",
+    "a\u00a0b",
+    "a b",
+    "a\tb",
+    "2024-05-06",
+    "#1",
+    "#3",
+    "o",
+    "oo",
+    "eke",
+    "ee",
+    "ä",
+    "Ö",
+    "ü",
+    "α",
+    "ΩΜΕΓΑ",
+    "-",
+    "…",
+    "🙂",
+    "€",
+    "_",
+    "é",
+    "i",
+    "I",
+    "ı",
+    "İ",
 ]
 
 
 def _lines() -> list[str]:
     rng = random.Random(20240506)
     lines = [
-        "", "a", " ", "#1", "#3 x", "x", "z", "z ", "text", "end", "İ", "ı",
+        "",
+        "a",
+        " ",
+        "#1",
+        "#3 x",
+        "x",
+        "z",
+        "z ",
+        "text",
+        "end",
+        "İ",
+        "ı",
         "#0 2024-01-01 Yılmaz called from İstanbul",
         "#1 2024-01-02 the Kelvin sign \u212a and ſ and µ",
         "#2 2024-01-03 ΣΟΦΟΣ σοφός straße STRASSE",
@@ -266,9 +347,9 @@ def test_single_character_sweep_agrees_with_python() -> None:
     one by one, and one long line of every other BMP character (plus every cased
     astral one) must not match at all, which catches any extra fold RE2 makes."""
     classes, cased = _case_classes()
-    universe = [
-        chr(cp) for cp in range(0x10000) if not (0xD800 <= cp < 0xE000) and cp != 10
-    ] + [c for c in cased if ord(c) > 0xFFFF]
+    universe = [chr(cp) for cp in range(0x10000) if not (0xD800 <= cp < 0xE000) and cp != 10] + [
+        c for c in cased if ord(c) > 0xFFFF
+    ]
     index = {ch: i for i, ch in enumerate(universe)}
     everything = "".join(universe)
     disagreements = []
@@ -287,10 +368,7 @@ def test_single_character_sweep_agrees_with_python() -> None:
         pieces.append(everything[start:])
         if matcher.search("".join(pieces)):
             disagreements.append((c, "something outside Python's class"))
-    assert disagreements == [], [
-        (f"U+{ord(c):04X}", d if len(d) > 1 else f"U+{ord(d):04X}")
-        for c, d in disagreements
-    ]
+    assert disagreements == [], [(f"U+{ord(c):04X}", d if len(d) > 1 else f"U+{ord(d):04X}") for c, d in disagreements]
 
 
 @pytest.mark.slow
@@ -300,9 +378,7 @@ def test_sweep_classes_are_what_python_matches() -> None:
     classes, cased = _case_classes()
     rng = random.Random(7)
     sample = rng.sample(cased, 300) + ["i", "I", "İ", "ı", "s", "ſ", "k", "σ", "β", "ι"]
-    others = "".join(
-        chr(cp) for cp in range(0x10000) if not (0xD800 <= cp < 0xE000) and cp != 10
-    )
+    others = "".join(chr(cp) for cp in range(0x10000) if not (0xD800 <= cp < 0xE000) and cp != 10)
     for c in sample:
         python = re.compile(re.escape(c), re.IGNORECASE)
         assert set(python.findall(others)) <= classes[c]
@@ -338,9 +414,7 @@ def test_scan_budget_across_batches(batch_lines: int, monkeypatch) -> None:
     monkeypatch.setattr(recall, "_BATCH_LINES", batch_lines)
     rng = random.Random(3)
     lines = [
-        f"#{i} 2024-02-02 " + ("hit " if rng.random() < 0.4 else "")
-        + "ü" * rng.randint(0, 40)
-        for i in range(600)
+        f"#{i} 2024-02-02 " + ("hit " if rng.random() < 0.4 else "") + "ü" * rng.randint(0, 40) for i in range(600)
     ]
     matches = [line for line in lines if "hit" in line]
     matcher = compile_pattern("HIT")

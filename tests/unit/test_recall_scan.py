@@ -167,20 +167,24 @@ def test_pieces_are_compressed_and_padded_and_the_old_layout_is_rebuilt(store):
         mf = s.open_memory().mf
         recall_scan.recall(mf, compile_pattern("heron"), 10**9, deadline=1e18)
         fk = mf.file_keys()
-        cache = rendered_log.ScanCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids,
-                                    mf.chunk_digests)
+        cache = rendered_log.ScanCache(
+            mf.conn, fk.path.parent, mf.user_id, fk.rows_key, 128, mf.erased_ids, mf.chunk_digests
+        )
         digests = cache._keys_digests(0, 3)
         with contextlib.closing(cache_db(mf)) as db:
             sealed = dict(db.execute("SELECT piece, sealed FROM scan_cache"))
-            plain = [("\n".join(lines[p * PIECE:(p + 1) * PIECE]) + "\n").encode() for p in range(3)]
+            plain = [("\n".join(lines[p * PIECE : (p + 1) * PIECE]) + "\n").encode() for p in range(3)]
             for p, value in sealed.items():
                 assert (len(value) - aead.OVERHEAD) % rendered_log.PAD_BYTES == 0
                 assert len(value) < len(plain[p]) // 2  # compressed
             # Piece 0 as the uncompressed layout sealed it; piece 1 sealed
             # as compressed, but not zlib.
             old = aead.seal(fk.rows_key, rendered_log._pad(plain[0]), cache._aad(0, digests[0]))
-            bad = aead.seal(fk.rows_key, rendered_log._pad(b"x" + plain[1][:100]),
-                            cache._aad(1, digests[1]) + rendered_log.COMPRESSED)
+            bad = aead.seal(
+                fk.rows_key,
+                rendered_log._pad(b"x" + plain[1][:100]),
+                cache._aad(1, digests[1]) + rendered_log.COMPRESSED,
+            )
             db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 0", (old,))
             db.execute("UPDATE scan_cache SET sealed = ? WHERE piece = 1", (bad,))
         assert [p for p, got in cache.pieces(3)] == [2, 1, 0]

@@ -33,7 +33,8 @@ def test_a_stale_or_misplaced_table_is_found() -> None:
     nap = text.replace("| `remaining` | integer ≥ 0 |", "| `remaining` | integer |", 1)
     assert nap != text and refgen.stale(nap) == ["the table 'schema Nap' is stale"]
     assert refgen.stale(text + "\n<!-- generated: answer of POST /note -->\n" + refgen.END + "\n") == [
-        "the table 'answer of POST /note' is stale"]
+        "the table 'answer of POST /note' is stale"
+    ]
 
 
 def test_write_makes_a_stale_table_fresh_and_leaves_the_prose(tmp_path) -> None:
@@ -53,8 +54,10 @@ def test_field_types_say_what_the_schema_says() -> None:
     assert refgen.describe({"$ref": "#/components/schemas/BlockId"}) == "block id"
     assert refgen.describe({"enum": ["read", "full"]}) == '`"read"` or `"full"`'
     items = {"type": "object", "properties": {"block": {}, "text": {}}}
-    assert refgen.describe({"type": "array", "minItems": 1, "maxItems": 256, "items": items}) == \
-        'array of 1–256 `{"block", "text"}`'
+    assert (
+        refgen.describe({"type": "array", "minItems": 1, "maxItems": 256, "items": items})
+        == 'array of 1–256 `{"block", "text"}`'
+    )
 
 
 def test_a_declaration_the_generators_cannot_render_is_refused_at_import() -> None:

@@ -90,6 +90,8 @@ def test_agree_accepts_exactly_the_pairs_the_server_opens(moments, tmp_path: Pat
     }
     for n, (label, (ring_from, memory_from, served)) in enumerate(cases.items()):
         why = agree(ring_from / "keyring.db", memory_from / "memory.db")
-        code = opens(serve_pair(tmp_path / f"pair{n}", ident.user_id, ring_from / "keyring.db",
-                                memory_from / "memory.db"), ident.token)
+        code = opens(
+            serve_pair(tmp_path / f"pair{n}", ident.user_id, ring_from / "keyring.db", memory_from / "memory.db"),
+            ident.token,
+        )
         assert (why is None) == (code is None) == served, (label, why, code)

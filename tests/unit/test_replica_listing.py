@@ -9,8 +9,16 @@ import json
 from stash.service.ops.replica import listed_moments
 
 WHEN = [dt.datetime(2026, 12, 2, 1, 26, 45, tzinfo=dt.UTC), dt.datetime(2026, 12, 2, 1, 26, 47, tzinfo=dt.UTC)]
-ROWS = [{"level": 0, "min_txid": f"{n:016x}", "max_txid": f"{n:016x}", "size": 191,
-         "timestamp": w.strftime("%Y-%m-%dT%H:%M:%SZ")} for n, w in enumerate(WHEN, 1)]
+ROWS = [
+    {
+        "level": 0,
+        "min_txid": f"{n:016x}",
+        "max_txid": f"{n:016x}",
+        "size": 191,
+        "timestamp": w.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    for n, w in enumerate(WHEN, 1)
+]
 # What Litestream 0.5 prints first on stdout for an SFTP replica whose host key is not pinned.
 SFTP_WARNING = 'time=2026-12-02T01:27:27.935Z level=WARN msg="sftp host key not verified" host=127.0.0.1:33233\n'
 
@@ -30,5 +38,5 @@ def test_a_warning_after_the_listing_is_ignored():
 def test_no_listing_is_no_moments():
     assert listed_moments(SFTP_WARNING) == []
     assert listed_moments("") == []
-    assert listed_moments("[\n  {\"level\": 0}\n]\n") == []  # rows without a timestamp
+    assert listed_moments('[\n  {"level": 0}\n]\n') == []  # rows without a timestamp
     assert listed_moments("[ not json\n") == []

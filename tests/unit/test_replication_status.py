@@ -13,10 +13,14 @@ from pathlib import Path
 from stash.service.ops import replication_status as rs
 
 # Lines as Litestream 0.5 writes them (paths made up).
-FULL = ('time=2026-12-01T19:34:48.535Z level=ERROR msg="sync error" db=/d/users/ab/memory.db '
-        'error="write ltx file: write /r/x.ltx.tmp: no space left on device"')
-DENIED = ('time=2026-12-01T19:34:48.535Z level=ERROR msg="replica sync error" '
-          'error="open /r/users/ab/memory.db/ltx/0: permission denied"')
+FULL = (
+    'time=2026-12-01T19:34:48.535Z level=ERROR msg="sync error" db=/d/users/ab/memory.db '
+    'error="write ltx file: write /r/x.ltx.tmp: no space left on device"'
+)
+DENIED = (
+    'time=2026-12-01T19:34:48.535Z level=ERROR msg="replica sync error" '
+    'error="open /r/users/ab/memory.db/ltx/0: permission denied"'
+)
 OTHER = 'time=2026-12-01T19:34:48.535Z level=ERROR msg="cannot connect" error="dial tcp: connection refused"'
 INFO = 'time=2026-12-01T19:34:48.535Z level=INFO msg="initialized db" path=/d/users/ab/memory.db'
 

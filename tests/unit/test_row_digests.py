@@ -102,13 +102,16 @@ def diverged(tmp_path: Path, master: bytes) -> tuple[Path, Path]:
     return live, other
 
 
-@pytest.mark.parametrize("table, where", [
-    ("memory_keys", "chunk = 0"),
-    ("summaries", "size = 2 AND idx = 15"),
-    ("summaries", "size = 2 AND idx = 3"),  # a shared block, summarised in each history
-    ("summaries", "size = 32 AND idx = 0"),
-    ("erased", "id = 33"),
-])
+@pytest.mark.parametrize(
+    "table, where",
+    [
+        ("memory_keys", "chunk = 0"),
+        ("summaries", "size = 2 AND idx = 15"),
+        ("summaries", "size = 2 AND idx = 3"),  # a shared block, summarised in each history
+        ("summaries", "size = 32 AND idx = 0"),
+        ("erased", "id = 33"),
+    ],
+)
 def test_a_row_of_a_second_history_of_the_same_file_is_refused(tmp_path: Path, table: str, where: str):
     master = os.urandom(32)
     live, other = diverged(tmp_path, master)

@@ -32,8 +32,13 @@ def release1_token(label: str) -> str:
 # name: (user id, owner token, a reader that stays, the grant to revoke and its token)
 CASES = {
     "release1": (release1.USER_ID, release1_token("owner"), release1_token("read"), 2, release1_token("full")),
-    "release2": (release2.USER_ID, release2.token_of("owner"), release2.token_of("phone"), 2,
-                 release2.token_of("laptop")),
+    "release2": (
+        release2.USER_ID,
+        release2.token_of("owner"),
+        release2.token_of("phone"),
+        2,
+        release2.token_of("laptop"),
+    ),
 }
 
 
@@ -46,9 +51,14 @@ def served(vault: Vault, token: str) -> dict:
             woke: object = s.open_memory().wake()["lines"]
         except StashError as refused:  # naps due after an erasure
             woke = refused.code
-        return {"T": T, "log": [line for batch in mf.scan(T) for line in batch],
-                "levels": {size: list(mf.level(size)) for size in mf.level_sizes()},
-                "config": mf.config(), "receipts": mf.receipts(), "wake": woke}
+        return {
+            "T": T,
+            "log": [line for batch in mf.scan(T) for line in batch],
+            "levels": {size: list(mf.level(size)) for size in mf.level_sizes()},
+            "config": mf.config(),
+            "receipts": mf.receipts(),
+            "wake": woke,
+        }
 
 
 def file_rows(vault: Vault, token: str) -> tuple[dict[str, str], dict[str, list[int | None]]]:
@@ -95,7 +105,7 @@ def test_each_earlier_release_is_upgraded_by_its_first_new_epoch_and_loses_nothi
         s.open_memory().erase([T - 1])
     again = Vault(data, CHEAP_KDF)  # another process, the files as they are on disk
     after = served(again, owner)
-    assert after["T"] == T + 1 and after["log"][:T - 1] == before["log"][:T - 1]
+    assert after["T"] == T + 1 and after["log"][: T - 1] == before["log"][: T - 1]
     assert after["log"][T].endswith("after the new epoch") and after["config"]["WAKE_LINES"] == 77
     meta, epochs = file_rows(again, owner)
     assert epochs["config"] == [old_epoch + 1] * len(epochs["config"])
@@ -162,8 +172,18 @@ def test_a_store_two_epochs_on_reads_rows_of_three_epochs(bumped):
     assert set(epochs["summaries"]) == {None, 2}  # epoch 0 (the base) and epoch 2 (written after both)
 
 
-@pytest.mark.parametrize("attack", ["epoch edited", "epoch nulled", "summary swapped across epochs",
-                                    "base edited", "chunk epoch edited", "epoch not a number", "epoch ahead"])
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "epoch edited",
+        "epoch nulled",
+        "summary swapped across epochs",
+        "base edited",
+        "chunk epoch edited",
+        "epoch not a number",
+        "epoch ahead",
+    ],
+)
 def test_tampering_with_row_epochs_is_refused_as_damage(bumped, attack: str):
     vault, ident, path = bumped
     if attack == "epoch edited":
@@ -175,7 +195,7 @@ def test_tampering_with_row_epochs_is_refused_as_damage(bumped, attack: str):
         import sqlite3
 
         conn = sqlite3.connect(path)
-        (_size, _idx, sealed), = conn.execute("SELECT size, idx, sealed FROM summaries WHERE epoch = 2 LIMIT 1")
+        ((_size, _idx, sealed),) = conn.execute("SELECT size, idx, sealed FROM summaries WHERE epoch = 2 LIMIT 1")
         conn.execute("UPDATE summaries SET sealed = ?, epoch = 2 WHERE size = 2 AND idx = 0", (sealed,))
         conn.commit()
         conn.close()

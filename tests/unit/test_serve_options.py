@@ -28,11 +28,20 @@ def test_defaults_trust_no_proxy_and_keep_the_documented_caps(tmp_path: Path) ->
 
 def test_every_option_reads_its_variable(tmp_path: Path) -> None:
     env = {
-        "STASH_DATA": str(tmp_path / "d"), "STASH_HOST": "192.0.2.1", "STASH_PORT": "9001",
-        "STASH_PUBLIC_URL": "https://stash.example", "STASH_INIT": "invite", "STASH_INVITE_SECRET": "s3",
-        "STASH_TRUSTED_PROXY": "127.0.0.1, 10.0.0.0/8 ::1", "STASH_MAX_BODY": "8192",
-        "STASH_MAX_IMPORT_BODY": "100000", "STASH_INIT_PER_MINUTE": "3", "STASH_AUTH_FAILURES_PER_MINUTE": "4",
-        "STASH_KDF_TIME": "3", "STASH_KDF_MEMORY": "4096", "STASH_FILE_CIPHER": "none",
+        "STASH_DATA": str(tmp_path / "d"),
+        "STASH_HOST": "192.0.2.1",
+        "STASH_PORT": "9001",
+        "STASH_PUBLIC_URL": "https://stash.example",
+        "STASH_INIT": "invite",
+        "STASH_INVITE_SECRET": "s3",
+        "STASH_TRUSTED_PROXY": "127.0.0.1, 10.0.0.0/8 ::1",
+        "STASH_MAX_BODY": "8192",
+        "STASH_MAX_IMPORT_BODY": "100000",
+        "STASH_INIT_PER_MINUTE": "3",
+        "STASH_AUTH_FAILURES_PER_MINUTE": "4",
+        "STASH_KDF_TIME": "3",
+        "STASH_KDF_MEMORY": "4096",
+        "STASH_FILE_CIPHER": "none",
     }
     args = serve.parse([], env)
     s = serve.settings_from(args, env)
@@ -62,9 +71,14 @@ def test_an_empty_variable_is_unset() -> None:
     assert serve.parse([], {"STASH_PORT": "", "STASH_INIT": " "}).port == 8080
 
 
-@pytest.mark.parametrize("env", [
-    {"STASH_PORT": "eighty"}, {"STASH_INIT": "sometimes"}, {"STASH_MAX_BODY": "64k"},
-])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"STASH_PORT": "eighty"},
+        {"STASH_INIT": "sometimes"},
+        {"STASH_MAX_BODY": "64k"},
+    ],
+)
 def test_a_bad_variable_is_a_usage_error_naming_it(env, capsys) -> None:
     with pytest.raises(SystemExit) as stop:
         serve.parse([], env)
@@ -72,13 +86,16 @@ def test_a_bad_variable_is_a_usage_error_naming_it(env, capsys) -> None:
     assert f"${next(iter(env))}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("argv", "words"), [
-    (["--trusted-proxy", "10.0.0.1/8"], "--trusted-proxy"),
-    (["--trusted-proxy", "proxy.internal"], "--trusted-proxy"),
-    (["--max-body", "100"], "--max-body"),
-    (["--max-import-body", str(2**31)], "--max-import-body"),
-    (["--init", "invite", "--invite-secret-env", "STASH_TEST_NO_SUCH_VARIABLE"], "STASH_TEST_NO_SUCH_VARIABLE"),
-])
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--trusted-proxy", "10.0.0.1/8"], "--trusted-proxy"),
+        (["--trusted-proxy", "proxy.internal"], "--trusted-proxy"),
+        (["--max-body", "100"], "--max-body"),
+        (["--max-import-body", str(2**31)], "--max-import-body"),
+        (["--init", "invite", "--invite-secret-env", "STASH_TEST_NO_SUCH_VARIABLE"], "STASH_TEST_NO_SUCH_VARIABLE"),
+    ],
+)
 def test_serve_refuses_to_start_on_a_setting_it_cannot_honour(argv, words, tmp_path: Path, capsys) -> None:
     assert serve.main(["--data", str(tmp_path / "d"), *argv]) == 2
     assert words in capsys.readouterr().err

@@ -12,9 +12,18 @@ from stash.web.settings import SETTINGS_ENV, Settings, from_env, to_env
 
 
 def test_settings_reach_a_worker_without_their_secrets(monkeypatch, tmp_path: Path):
-    sent = Settings(data_dir=tmp_path / "data", kdf=KdfParams(3, 4096, 1), file_cipher="none", init="invite",
-                    invite_secret="invite-s3cret-value", operator_token="metrics-t0ken-value",
-                    public_url="https://stash.example", init_per_minute=7, auth_failures_per_minute=9, workers=3)
+    sent = Settings(
+        data_dir=tmp_path / "data",
+        kdf=KdfParams(3, 4096, 1),
+        file_cipher="none",
+        init="invite",
+        invite_secret="invite-s3cret-value",
+        operator_token="metrics-t0ken-value",
+        public_url="https://stash.example",
+        init_per_minute=7,
+        auth_failures_per_minute=9,
+        workers=3,
+    )
     text = to_env(sent, {"invite_secret_env": "MY_INVITE", "metrics_token_env": "MY_METRICS"})
     assert "invite-s3cret-value" not in text and "metrics-t0ken-value" not in text
     assert json.loads(text)["invite_secret_env"] == "MY_INVITE"
@@ -26,8 +35,10 @@ def test_settings_reach_a_worker_without_their_secrets(monkeypatch, tmp_path: Pa
 
 def test_an_unset_secret_stays_unset(monkeypatch, tmp_path: Path):
     sent = Settings(data_dir=tmp_path)
-    monkeypatch.setenv(SETTINGS_ENV, to_env(sent, {"invite_secret_env": "STASH_INVITE_SECRET",
-                                                         "metrics_token_env": "STASH_METRICS_TOKEN"}))
+    monkeypatch.setenv(
+        SETTINGS_ENV,
+        to_env(sent, {"invite_secret_env": "STASH_INVITE_SECRET", "metrics_token_env": "STASH_METRICS_TOKEN"}),
+    )
     # a variable of that name appearing later does not switch a secret on
     monkeypatch.setenv("STASH_METRICS_TOKEN", "set-after-start")
     got = from_env()

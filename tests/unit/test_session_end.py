@@ -50,6 +50,7 @@ def test_a_deferred_runs_once_and_a_second_caller_waits_for_its_end():
     first.start()
     started.wait(5)
     second_done = threading.Event()
+
     def run_then_mark() -> None:
         d.run()
         second_done.set()
@@ -153,10 +154,21 @@ async def _asgi_call(app, method: str, target: str, token: str, body: dict | Non
     headers = [(b"host", b"stash.test"), (b"authorization", f"Bearer {token}".encode())]
     if body is not None:
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-             "scheme": "http", "path": urllib.parse.unquote(path), "raw_path": path.encode(),
-             "query_string": query.encode(), "root_path": "", "headers": headers,
-             "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000), "state": {}}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": urllib.parse.unquote(path),
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
     status = [0]
     sent = [False]
 
@@ -178,7 +190,8 @@ async def _asgi_call(app, method: str, target: str, token: str, body: dict | Non
 
 
 def test_through_the_app_the_answer_leaves_before_the_copy_is_raised_for_a_capability_only(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     from stash.web.app import create_app
 
     data = tmp_path / "data"

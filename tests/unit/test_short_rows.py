@@ -45,10 +45,10 @@ def one_size_row(key: bytes, text: bytes, full: int, writer: int = 7) -> tuple[b
 def test_the_key_stream_is_what_the_cipher_adds_to_zeros() -> None:
     key = os.urandom(aead.KEY_BYTES)
     sealed = aead.seal(key, bytes(300), b"any associated data")
-    nonce = sealed[:aead.NONCE_BYTES]
-    assert aead.keystream(key, nonce, 300) == sealed[aead.NONCE_BYTES:aead.NONCE_BYTES + 300]
-    assert aead.keystream(key, nonce, 17) == sealed[aead.NONCE_BYTES:aead.NONCE_BYTES + 17]
-    assert aead.keystream(os.urandom(aead.KEY_BYTES), nonce, 300) != sealed[aead.NONCE_BYTES:][:300]
+    nonce = sealed[: aead.NONCE_BYTES]
+    assert aead.keystream(key, nonce, 300) == sealed[aead.NONCE_BYTES : aead.NONCE_BYTES + 300]
+    assert aead.keystream(key, nonce, 17) == sealed[aead.NONCE_BYTES : aead.NONCE_BYTES + 17]
+    assert aead.keystream(os.urandom(aead.KEY_BYTES), nonce, 300) != sealed[aead.NONCE_BYTES :][:300]
 
 
 @pytest.mark.parametrize("full", sorted(short_rows.CODES.values()))
@@ -91,7 +91,7 @@ def test_a_short_row_changed_anywhere_does_not_open() -> None:
     assert short is not None
     tail = short_rows.tail_of(short, key)
     for k in range(len(short)):
-        bad = short[:k] + bytes([short[k] ^ 0x10]) + short[k + 1:]
+        bad = short[:k] + bytes([short[k] ^ 0x10]) + short[k + 1 :]
         for how in ({"key": key}, {"tail": tail}):
             try:
                 rebuilt = short_rows.expand(bad, **how)
@@ -100,7 +100,7 @@ def test_a_short_row_changed_anywhere_does_not_open() -> None:
             with pytest.raises(aead.Unsealable):
                 aead.open_sealed(key, rebuilt, aad)
     for k in range(len(tail)):
-        bad_tail = tail[:k] + bytes([tail[k] ^ 1]) + tail[k + 1:]
+        bad_tail = tail[:k] + bytes([tail[k] ^ 1]) + tail[k + 1 :]
         with pytest.raises(aead.Unsealable):
             aead.open_sealed(key, short_rows.expand(short, tail=bad_tail), aad)
     with pytest.raises(Damaged):
@@ -137,8 +137,9 @@ def put_rows(folder: Path, master: bytes, cipher: str, rows: dict[int, bytes]) -
 
 
 @pytest.mark.parametrize("release", ["release1", "release2"])
-def test_every_release_compacts_with_its_history_and_its_pins_intact(capsys, monkeypatch, tmp_path: Path,
-                                                                     release: str) -> None:
+def test_every_release_compacts_with_its_history_and_its_pins_intact(
+    capsys, monkeypatch, tmp_path: Path, release: str
+) -> None:
     maker = make_release1 if release == "release1" else make_release2
     data = tmp_path / release
     shutil.copytree(FIXTURES / release, data)
@@ -177,7 +178,7 @@ def test_every_release_compacts_with_its_history_and_its_pins_intact(capsys, mon
         s.open_memory().note("written after the compaction")
     with vault.session(owner, "read", pin=pin) as s:
         got = s.open_memory().mf.memories(0, T + 1)
-        assert [m[2] for m in got[1:T - 1]] == [m[2] for m in before[1:T - 1]]
+        assert [m[2] for m in got[1 : T - 1]] == [m[2] for m in before[1 : T - 1]]
         assert got[0][2] == got[T - 1][2] == "[erased]" and got[T][2] == "written after the compaction"
     code, text = run(capsys, data, owner)
     assert code == 0, text
@@ -209,7 +210,7 @@ def test_a_short_row_edited_on_disk_is_refused(capsys, compacted) -> None:
     rows = dict(stored_rows(folder, master, cipher))
     for k in (0, 1 + aead.NONCE_BYTES, len(rows[5]) - 20, len(rows[5]) - 1):  # code, text, last bytes, tag
         row = rows[5]
-        put_rows(folder, master, cipher, {5: row[:k] + bytes([row[k] ^ 4]) + row[k + 1:]})
+        put_rows(folder, master, cipher, {5: row[:k] + bytes([row[k] ^ 4]) + row[k + 1 :]})
         refused_everywhere(capsys, data, vault, token, 5)
     put_rows(folder, master, cipher, {5: rows[5]})
     code, text = run(capsys, data, token)
@@ -257,8 +258,9 @@ def test_an_erased_short_rows_tail_changed_cut_or_deleted_fails_verify(capsys, c
         code, text = run(capsys, data, token)
         assert code != 0, text
         with vault.session(token, "read") as s:  # what it does not need is still served
-            assert (s.open_memory().mf.memory(20)[2] == "[erased]"
-                    and s.open_memory().mf.memory(21)[2].startswith("memory 21"))
+            assert s.open_memory().mf.memory(20)[2] == "[erased]" and s.open_memory().mf.memory(21)[2].startswith(
+                "memory 21"
+            )
             try:  # the whole chain, as verify walks it, does not come out at the recorded head
                 walked = s.open_memory().mf.recompute_head()[0]
             except Damaged:
@@ -273,8 +275,7 @@ def test_an_erased_short_rows_tail_changed_cut_or_deleted_fails_verify(capsys, c
         assert s.open_memory().mf.memory(299)[2] == "[erased]"
 
 
-def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys, monkeypatch,
-                                                                        tmp_path: Path) -> None:
+def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys, monkeypatch, tmp_path: Path) -> None:
     """The kill lands once a reader of its own has seen the rows half moved;
     the store opens and verifies with rows of both forms, and a rerun ends
     with every row short."""
@@ -284,9 +285,13 @@ def test_kill_9_while_rows_are_stored_short_leaves_a_store_that_verifies(capsys,
         master, folder = bytes(s.master), s.files.folder
         want = s.open_memory().mf.memories(0, 8_192)
         pin = s.open_memory().mf.pinned_head(current=True)
-    proc = subprocess.Popen([sys.executable, "-m", "stash", "compact", "--data", str(data)], cwd=OUTSIDE,
-                            env={**os.environ, "STASH_TOKEN": token}, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "stash", "compact", "--data", str(data)],
+        cwd=OUTSIDE,
+        env={**os.environ, "STASH_TOKEN": token},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # The reader looks while the compact is stopped, so the state it sees cannot move on before the kill,
     # and the compact runs only a few ms between looks: it cannot cross a whole slice unseen, however
     # loaded the machine is.
@@ -315,8 +320,9 @@ def _short_count(folder: Path, master: bytes) -> int:
     conn = open_raw(folder / "memory.db", file_key(master))
     try:
         mod = formats.SHORT_ROW_OVERHEAD % formats.BUCKET_BYTES
-        return int(conn.execute(f"SELECT total(length(sealed) % {formats.BUCKET_BYTES} = {mod}) FROM log")
-                   .fetchone()[0])
+        return int(
+            conn.execute(f"SELECT total(length(sealed) % {formats.BUCKET_BYTES} = {mod}) FROM log").fetchone()[0]
+        )
     except DB_ERRORS:  # busy for an instant while it commits a slice
         return -1
     finally:

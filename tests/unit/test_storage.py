@@ -93,8 +93,9 @@ def store(vault: Vault, file_cipher: str) -> Store:
 def raw_memory(store: Store, *, attacker: bool = True):
     """A connection to the memory file outside the service. As an attacker
     who stole the file key would, it drops the triggers that guard the log."""
-    conn = open_raw(store.memory_path, file_key(store.master) if store.cipher == "sqlcipher" else None,
-                    isolation_level=None)
+    conn = open_raw(
+        store.memory_path, file_key(store.master) if store.cipher == "sqlcipher" else None, isolation_level=None
+    )
     try:
         if attacker:
             conn.execute("DROP TRIGGER IF EXISTS log_no_update")
@@ -170,8 +171,10 @@ def test_log_triggers_abort_update_and_delete(store: Store):
             ("UPDATE log SET sealed = sealed", ()),
             ("DELETE FROM log WHERE id = 7", ()),
             ("DELETE FROM log", ()),
-            ("INSERT INTO log(id, sealed) VALUES (0, x'00') ON CONFLICT(id) DO UPDATE SET sealed = excluded.sealed",
-             ()),
+            (
+                "INSERT INTO log(id, sealed) VALUES (0, x'00') ON CONFLICT(id) DO UPDATE SET sealed = excluded.sealed",
+                (),
+            ),
         ]
         for sql, args in attempts:
             with pytest.raises(DB_ERRORS) as info:
@@ -344,8 +347,9 @@ def test_a_damaged_summary_the_wake_needs_is_damage(store: Store):
     lo, hi = needed[0]
     size = hi - lo
     with raw_memory(store) as conn:
-        donor = conn.execute("SELECT sealed FROM summaries WHERE NOT (size = ? AND idx = ?) LIMIT 1",
-                             (size, lo // size)).fetchone()[0]
+        donor = conn.execute(
+            "SELECT sealed FROM summaries WHERE NOT (size = ? AND idx = ?) LIMIT 1", (size, lo // size)
+        ).fetchone()[0]
         conn.execute("UPDATE summaries SET sealed = ? WHERE size = ? AND idx = ?", (donor, size, lo // size))
     assert_damaged(store, wake)
 
@@ -479,8 +483,11 @@ def test_a_grant_row_moved_to_another_id_opens_nothing(store: Store):
     read_id, read_token = mint(store, "read")
     tag, _, created, kdf, wrapped = grant_row(store, read_id)
     edit_keyring(store, "DELETE FROM grants WHERE id = ?", (read_id,))
-    edit_keyring(store, "INSERT INTO grants(id, tag, scope, created, kdf, wrapped) VALUES (99, ?, 'full', ?, ?, ?)",
-                 (tag, created, kdf, wrapped))
+    edit_keyring(
+        store,
+        "INSERT INTO grants(id, tag, scope, created, kdf, wrapped) VALUES (99, ?, 'full', ?, ?, ?)",
+        (tag, created, kdf, wrapped),
+    )
     assert_opens_nothing(store, read_token)
 
 
@@ -501,8 +508,11 @@ def test_a_revoked_grant_stays_dead_after_hand_edits(store: Store):
     # Un-revoke by hand, even refiling the tag (a token holder can compute it):
     # there is no wrapped key left to open.
     parsed = token_parts(read_token)
-    edit_keyring(store, "UPDATE grants SET revoked = NULL, tag = ? WHERE id = ?",
-                 (tokens.lookup_tag(parsed.user_id, parsed.secret), read_id))
+    edit_keyring(
+        store,
+        "UPDATE grants SET revoked = NULL, tag = ? WHERE id = ?",
+        (tokens.lookup_tag(parsed.user_id, parsed.secret), read_id),
+    )
     assert_opens_nothing(store, read_token)
 
 
@@ -531,8 +541,7 @@ def test_keyring_holds_one_wrap_per_live_grant_and_nothing_else_secret(store: St
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         grants = conn.execute("SELECT scope, wrapped FROM grants ORDER BY id").fetchall()
         meta = dict(conn.execute("SELECT name, value FROM keyring_meta"))
-        records = (conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0] if "idempotency" in tables
-                   else 0)
+        records = conn.execute("SELECT COUNT(*) FROM idempotency").fetchone()[0] if "idempotency" in tables else 0
     finally:
         conn.close()
     # idempotency holds sealed answers to keyed mints only (tests/unit/test_idempotency.py);

@@ -233,5 +233,12 @@ def test_user_ids_can_be_minted_within_a_shard():
     assert seen == {"0", "1", "2"}
     # The rest stays random: 300 ids of one prefix are 300 ids.
     assert len({tokens.new_user_id(("c",)) for _ in range(300)}) == 300
-    assert [tokens.is_id_prefix(p) for p in ("a", "3f", "ffff", "", "A", "12345", "g")] == \
-        [True, True, True, False, False, False, False]
+    assert [tokens.is_id_prefix(p) for p in ("a", "3f", "ffff", "", "A", "12345", "g")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]

@@ -28,14 +28,19 @@ def test_ci_never_deletes_the_contributors_venv_and_runs_the_readmes_command() -
     last = run.strip().splitlines()[-1]
     # The README's command, each step of it, with CI's venv for .venv (mypy and refgen --check added).
     for step in readme_test_command().split(" && "):
-        assert step.replace(".venv/", '"$VENV/').replace("/bin/pip", '/bin/pip"').replace(
-            "/bin/python", '/bin/python"').replace("python3 -m venv .venv", 'python3 -m venv "$VENV"') in last, step
+        assert (
+            step.replace(".venv/", '"$VENV/')
+            .replace("/bin/pip", '/bin/pip"')
+            .replace("/bin/python", '/bin/python"')
+            .replace("python3 -m venv .venv", 'python3 -m venv "$VENV"')
+            in last
+        ), step
     # Not editable: what the tests run is the wheel built from the checkout, as a user's install is.
     assert "pip install '.[test]'" in readme_test_command() and " -e " not in readme_test_command()
 
 
 def test_one_local_check_command_runs_the_four_checks() -> None:
-    check = (REPO / ".ci" / "check")
+    check = REPO / ".ci" / "check"
     assert check.stat().st_mode & 0o111
     text = check.read_text(encoding="utf-8")
     for piece in ("-m ruff check .", "-m mypy", "-m stash.web.refgen --check", '-m pytest -m "not slow"'):
@@ -61,8 +66,11 @@ def test_the_clients_all_is_what_the_package_uses_of_it() -> None:
     used = set()
     for path in (REPO / "stash" / "cli").glob("*.py"):
         used |= set(re.findall(r"\bclient\.([A-Za-z_]\w*)\(?", path.read_text(encoding="utf-8")))
-        used |= {n.strip() for m in re.findall(r"from \.\.client import ([\w, ]+)", path.read_text(encoding="utf-8"))
-                 for n in m.split(",")}
+        used |= {
+            n.strip()
+            for m in re.findall(r"from \.\.client import ([\w, ]+)", path.read_text(encoding="utf-8"))
+            for n in m.split(",")
+        }
     used -= {"py"}  # "client.py" in prose
     assert used <= set(client.__all__), used - set(client.__all__)
     assert not [name for name in client.__all__ if name.startswith("_")]

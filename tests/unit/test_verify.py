@@ -134,8 +134,11 @@ def test_verify_with_a_token_leaves_every_file_as_it_was(capsys, tmp_path: Path)
         for name in ("keyring.db", "memory.db", "memory.db-wal"):
             shutil.copyfile(current.folder / name, crashed / name)
     assert (crashed / "memory.db-wal").stat().st_size > 0
-    for data, token in ((old, body + tokens._checksum(body)), (current.data, current.token),
-                        (crashed.parent.parent, current.token)):
+    for data, token in (
+        (old, body + tokens._checksum(body)),
+        (current.data, current.token),
+        (crashed.parent.parent, current.token),
+    ):
         before = _files(data)
         for given in (None, token):
             code, text = run(capsys, data, given)

@@ -101,7 +101,8 @@ def test_a_wal_that_is_not_one_fails(capsys, tmp_path: Path, file_cipher: str) -
 
 
 def test_the_key_rings_state_copy_ahead_of_the_file_fails_as_the_server_refuses_it(
-        capsys, tmp_path: Path, file_cipher: str) -> None:
+    capsys, tmp_path: Path, file_cipher: str
+) -> None:
     a, b = Store(tmp_path / "data", file_cipher), Store(tmp_path / "data", file_cipher)
     set_state_copy(a, state_copy(a) + 1)
     if file_cipher == "none":
@@ -115,8 +116,7 @@ def test_the_key_rings_state_copy_ahead_of_the_file_fails_as_the_server_refuses_
     assert "FAIL" not in line_of(text, b.user_id)
 
 
-def test_the_key_rings_state_copy_behind_the_file_passes_and_is_said(capsys, tmp_path: Path,
-                                                                     file_cipher: str) -> None:
+def test_the_key_rings_state_copy_behind_the_file_passes_and_is_said(capsys, tmp_path: Path, file_cipher: str) -> None:
     a = Store(tmp_path / "data", file_cipher)
     set_state_copy(a, state_copy(a) - 1)
     code, text = run(capsys, a.data)
@@ -125,7 +125,6 @@ def test_the_key_rings_state_copy_behind_the_file_passes_and_is_said(capsys, tmp
         assert "behind" in line_of(text, a.user_id)
     code, text = run(capsys, a.data, a.token)
     assert code == 0, text
-
 
 
 @pytest.mark.parametrize("row", ["state", "log_head"])

@@ -40,8 +40,9 @@ def test_a_folder_that_is_no_user_is_named(capsys, store: Store):
     assert f"{store.user_id}  ok" in text
 
 
-def test_a_sparse_wal_is_copied_as_holes_and_an_oversized_one_is_refused(capsys, store: Store, tmp_path: Path,
-                                                                         monkeypatch):
+def test_a_sparse_wal_is_copied_as_holes_and_an_oversized_one_is_refused(
+    capsys, store: Store, tmp_path: Path, monkeypatch
+):
     wal = store.folder / "memory.db-wal"
     with open(wal, "wb") as f:
         f.truncate(3 << 30)  # 3 GiB that use no block

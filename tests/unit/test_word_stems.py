@@ -86,9 +86,38 @@ def oracle_tf(query: str, text: str) -> list[int]:
 # ---------------------------------------------------------------- forms
 
 
-TRICKY = ["Ağaçlar", "İSTANBUL'da", "EVLERİMİZDEN", "e\u0301te\u0301", "café", "Straße", "ＦＵＬＬ", "ﬁne", "x²", "½",
-          "a℃b", "ⓐb", "ﰠ", "\ufe70", "ﷺ", "😀", "moving", "Moved", "—", "_", " ", "\u0301", "ı", "ǅungla", "٣",
-          "Tiếng", "Việt", "\ufe7e", "ab\u0345", "ﾞ"]
+TRICKY = [
+    "Ağaçlar",
+    "İSTANBUL'da",
+    "EVLERİMİZDEN",
+    "e\u0301te\u0301",
+    "café",
+    "Straße",
+    "ＦＵＬＬ",
+    "ﬁne",
+    "x²",
+    "½",
+    "a℃b",
+    "ⓐb",
+    "ﰠ",
+    "\ufe70",
+    "ﷺ",
+    "😀",
+    "moving",
+    "Moved",
+    "—",
+    "_",
+    " ",
+    "\u0301",
+    "ı",
+    "ǅungla",
+    "٣",
+    "Tiếng",
+    "Việt",
+    "\ufe7e",
+    "ab\u0345",
+    "ﾞ",
+]
 
 
 def test_forms_follow_the_definition() -> None:
@@ -147,10 +176,48 @@ def test_erasure_matches_prefixes_alone() -> None:
     assert words.frequencies(q, words.stemmed(words.forms("we are moving"))) == [1]
 
 
-VOCAB = ["move", "moved", "Moving", "moves", "movement", "adopt", "adopted", "adoption", "research", "researching",
-         "dies", "dying", "died", "lie", "lying", "ev", "evi", "evlerimizden", "EVLERİMİZDEN", "ağaç", "ağaçlar",
-         "agac", "kitap", "kitabı", "KİTAPLAR", "araba", "arabalarımız", "İstanbul", "istanbul'da", "the", "a",
-         "café", "cafes", "Straße", "strasse", "½", "x1", "tests", "testing", "test"]
+VOCAB = [
+    "move",
+    "moved",
+    "Moving",
+    "moves",
+    "movement",
+    "adopt",
+    "adopted",
+    "adoption",
+    "research",
+    "researching",
+    "dies",
+    "dying",
+    "died",
+    "lie",
+    "lying",
+    "ev",
+    "evi",
+    "evlerimizden",
+    "EVLERİMİZDEN",
+    "ağaç",
+    "ağaçlar",
+    "agac",
+    "kitap",
+    "kitabı",
+    "KİTAPLAR",
+    "araba",
+    "arabalarımız",
+    "İstanbul",
+    "istanbul'da",
+    "the",
+    "a",
+    "café",
+    "cafes",
+    "Straße",
+    "strasse",
+    "½",
+    "x1",
+    "tests",
+    "testing",
+    "test",
+]
 
 
 def texts_of(rng: random.Random, n: int) -> list[str]:
@@ -204,8 +271,13 @@ def test_a_prefix_match_never_weighs_less_than_a_stem_match() -> None:
     another form of it: the first never scores less; and a word matched
     both ways counts once, as much as a word matched one way."""
     rng = random.Random(45)
-    pairs = [("moved", "moving"), ("adoption", "adopted"), ("evlerimizden", "evi"), ("kitabı", "kitaplar"),
-             ("dying", "dies")]
+    pairs = [
+        ("moved", "moving"),
+        ("adoption", "adopted"),
+        ("evlerimizden", "evi"),
+        ("kitabı", "kitaplar"),
+        ("dying", "dies"),
+    ]
     for asked, other in pairs:
         fill = texts_of(rng, 60)
         for extra in ("", " the research", " a café"):
@@ -282,8 +354,10 @@ def test_a_piece_and_its_segments_find_every_stem_mate() -> None:
                 key = st.encode()
                 seg = parts[1 + of(word_piece.head(key))]
                 mates = {seg.word(w) for w in seg.mates(code, key)}
-                assert mates == {w.encode() for k, got in enumerate(held) for w, s in got.items()
-                                 if (code, st) in s}, (q, code)
+                assert mates == {w.encode() for k, got in enumerate(held) for w, s in got.items() if (code, st) in s}, (
+                    q,
+                    code,
+                )
                 assert mates == {whole.word(w) for w in whole.mates(code, key)}
                 for word in mates:
                     assert sorted(_holders(seg, word)) == sorted(_holders(whole, word)), word

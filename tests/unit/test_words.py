@@ -150,8 +150,16 @@ def test_cursor_round_trip_and_refusals() -> None:
     q = words.parse_query("a b")
     c = words.Cursor(100, words.Stats(90, 700, (3, 40)), 1_234_567, 42)
     assert words.parse_cursor(c.text(), q) == c
-    for bad in ("w1.100.90.700.3.1234567.42", "w2.100.90.700.3-40.1234567.42", "x", 5, None,
-                "w1.100.90.700.3-91.1234567.42", "w1.100.101.700.3-40.1234567.42", "w1.100.90.700.3-40.2000000.42"):
+    for bad in (
+        "w1.100.90.700.3.1234567.42",
+        "w2.100.90.700.3-40.1234567.42",
+        "x",
+        5,
+        None,
+        "w1.100.90.700.3-91.1234567.42",
+        "w1.100.101.700.3-40.1234567.42",
+        "w1.100.90.700.3-40.2000000.42",
+    ):
         with pytest.raises(words.BadWords):
             words.parse_cursor(bad, q)
 
@@ -164,7 +172,8 @@ def test_a_piece_finds_exactly_the_memories_a_prefix_matches() -> None:
     syllables = ["ka", "ré", "İs", "ß", "mo", "Ｆ", "ệ", "ta", "ı", "x1", "9"]
     texts: list[str | None] = [
         " ".join("".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 6)))
-        for _ in range(300)]
+        for _ in range(300)
+    ]
     for k in range(0, 300, 37):
         texts[k] = None  # erased
     idx = word_piece.PieceIndex(word_piece_write.build(texts))

@@ -45,8 +45,10 @@ def test_pages_scored_from_the_memories_holding_most_words_are_the_brute_force_r
     and every page of 301."""
     rng = random.Random(33 + k)
     score, reach = _bm25(DFS[:k])
-    ties = (lambda tfs, n: 1 + 50 * sum(tfs) - n // 4,  # many ties, across classes and lengths
-            lambda h, n, tops: 1 + 50 * sum(sorted(tops, reverse=True)[:h]) - n // 4)
+    ties = (
+        lambda tfs, n: 1 + 50 * sum(tfs) - n // 4,  # many ties, across classes and lengths
+        lambda h, n, tops: 1 + 50 * sum(sorted(tops, reverse=True)[:h]) - n // 4,
+    )
     pieces = life(rng, k, most)
     for sc, re in ((score, reach), ties):
         want = brute(pieces, sc)
@@ -57,8 +59,9 @@ def test_pages_scored_from_the_memories_holding_most_words_are_the_brute_force_r
             page = words_best.top_pruned(pieces, k, sc, re, after, 41)
             assert page == [x for x in want if after is None or x < after][:41]
             after = page[-1]
-        every_page(lambda p, kk, s, after, n, re=re: words_best.top_pruned(p, kk, s, re, after, n), pieces, k, sc,
-                   want, 301)
+        every_page(
+            lambda p, kk, s, after, n, re=re: words_best.top_pruned(p, kk, s, re, after, n), pieces, k, sc, want, 301
+        )
 
 
 def test_a_page_that_needs_too_many_memories_is_counted_whole(monkeypatch) -> None:
@@ -85,4 +88,3 @@ def test_count_planes_count_the_words_each_memory_holds() -> None:
             assert sum((p >> i & 1) << b for b, p in enumerate(planes)) == count
             for c in range(k + 2):
                 assert (words_best._holding(planes, c, full) >> i & 1) == (count >= c), (k, i, c)
-

@@ -19,8 +19,26 @@ from stash.service import words_scan
 from stash.service.access import Vault
 from tests.support.api import CHEAP_KDF
 
-VOCAB = ["deploy", "deployed", "dependency", "green", "the", "a", "zebra", "café", "CAFE", "İstanbul", "istanbul",
-         "straße", "priya", "harbor", "review", "!!", "x1", "x12"]
+VOCAB = [
+    "deploy",
+    "deployed",
+    "dependency",
+    "green",
+    "the",
+    "a",
+    "zebra",
+    "café",
+    "CAFE",
+    "İstanbul",
+    "istanbul",
+    "straße",
+    "priya",
+    "harbor",
+    "review",
+    "!!",
+    "x1",
+    "x12",
+]
 
 
 def walk(mf, query: words.Query, part: int) -> list[tuple[int, int]]:
@@ -90,6 +108,7 @@ def test_a_piece_built_before_an_erasure_is_not_written_after_it(tmp_path: Path)
         cache.store(built)
         cache.close()
     import sqlite3
+
     with sqlite3.connect(tmp_path / "users" / ident.user_id / "recall.db") as db:
         assert db.execute("SELECT count(*) FROM word_segs").fetchone()[0] == 0
 
@@ -115,8 +134,18 @@ def test_a_split_piece_holds_every_words_postings() -> None:
     from stash.core import word_piece, word_piece_write
 
     rng = random.Random(8)
-    texts = [None if rng.random() < 0.05 else " ".join(rng.choices(VOCAB, k=rng.randint(0, 6)) + [  # r<n>: rare
-             f"r{rng.randrange(300)}"] * rng.randint(0, 1)) for _ in range(700)]
+    texts = [
+        None
+        if rng.random() < 0.05
+        else " ".join(
+            rng.choices(VOCAB, k=rng.randint(0, 6))
+            + [  # r<n>: rare
+                f"r{rng.randrange(300)}"
+            ]
+            * rng.randint(0, 1)
+        )
+        for _ in range(700)
+    ]
     whole = word_piece.PieceIndex(word_piece_write.build(texts))
     bucket: dict[bytes, int] = {}
 
@@ -138,8 +167,9 @@ def test_a_split_piece_holds_every_words_postings() -> None:
         assert sorted(whole.positions(key)) == [k for k, h in enumerate(holders) for _ in h], w
         if word_piece.one_char(key):  # the last segment: layer t - 1 holds the memories of t or more such words
             most = max(map(len, holders))
-            assert chars.char_layers(key) == [sum(1 << k for k, h in enumerate(holders) if len(h) >= t)
-                                              for t in range(1, most + 1)], w
+            assert chars.char_layers(key) == [
+                sum(1 << k for k, h in enumerate(holders) if len(h) >= t) for t in range(1, most + 1)
+            ], w
         looked = parts[1:] if word_piece.one_char(key) else [parts[1 + of(word_piece.head(key))]]
         got = [p.bits(key) for p in looked]
         assert (functools.reduce(operator.or_, (b for b, _ in got)), sum(n for _, n in got)) == want, w
@@ -194,6 +224,7 @@ def test_the_index_answers_byte_for_byte_as_the_log_does(life) -> None:
     import sqlite3
 
     from stash.storage.recallcache.word_index import CHARS
+
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM word_segs").fetchone()[0] == CHARS + 1
         assert conn.execute("SELECT count(*) FROM word_tail_segs").fetchone()[0] == CHARS + 1
@@ -215,8 +246,11 @@ def test_a_search_opens_only_its_words_segments(life) -> None:
         cache = WordCache(mf.conn, fk.path.parent, mf.user_id, fk.rows_key, KEYS_PER_CHUNK, mf.erased_ids)
         keep = {0, cache.bucket(b"w1"), cache.bucket(b"the")}  # the heads "w1" and "th"
         # a word of another segment (the segments are keyed by the file's own key)
-        word = next(w for w in ("zebra", "priya", "harbor", "review", "a", "deploy", "green") if cache.bucket(
-            w.encode()) not in keep)
+        word = next(
+            w
+            for w in ("zebra", "priya", "harbor", "review", "a", "deploy", "green")
+            if cache.bucket(w.encode()) not in keep
+        )
         other = cache.bucket(word.encode())
         want = {q: pages(mf, q, 20_000, cached=False) for q in ("w1 the", word)}
         assert pages(mf, "w1 the", 20_000, cached=True) == want["w1 the"]  # the index is there

@@ -131,8 +131,12 @@ def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
     folders = list(user_folders(data_dir))
     dest.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(dest, 0o700)
-    manifest: dict[str, object] = {"format": MANIFEST_FORMAT, "complete": False, "started": _utc_now(),
-                                   "planned": [f.name for f in folders]}
+    manifest: dict[str, object] = {
+        "format": MANIFEST_FORMAT,
+        "complete": False,
+        "started": _utc_now(),
+        "planned": [f.name for f in folders],
+    }
     _write_manifest(dest, manifest)
     # 0700 from the top whatever the umask, so the folder `cp -a` restores from it is the server's alone too.
     private_folder(dest / "users")
@@ -150,8 +154,7 @@ def backup(data_dir: Path, dest: Path) -> list[tuple[Copied, Report | None]]:
         else:
             skipped[folder.name] = copied.note
     _fsync(dest / "users")
-    _write_manifest(dest, {**manifest, "users": users, "skipped": skipped, "finished": _utc_now(),
-                           "complete": True})
+    _write_manifest(dest, {**manifest, "users": users, "skipped": skipped, "finished": _utc_now(), "complete": True})
     return out
 
 
@@ -168,8 +171,11 @@ def check_manifest(folder: Path, required: bool) -> list[str]:
     file missing, a size changed, a user it never held."""
     path = Path(folder) / MANIFEST
     if not path.is_file():
-        return ["it has no backup.json: not a finished stash backup (or one made before backups recorded "
-                "what they hold)"] if required else []
+        return (
+            ["it has no backup.json: not a finished stash backup (or one made before backups recorded what they hold)"]
+            if required
+            else []
+        )
     try:
         manifest = json.loads(path.read_text())
         complete = manifest.get("complete") is True
@@ -181,9 +187,11 @@ def check_manifest(folder: Path, required: bool) -> list[str]:
     if not complete:
         present = sorted(p.name for p in (Path(folder) / "users").glob("*") if p.is_dir())
         missing = [u for u in planned if u not in present]
-        return [f"the backup never finished (started {str(manifest.get('started'))[:32]}): it holds "
-                f"{len(present)} of the {len(planned)} users it was to copy; missing "
-                f"{', '.join(missing[:10]) or 'none'}{' and more' if len(missing) > 10 else ''}"]
+        return [
+            f"the backup never finished (started {str(manifest.get('started'))[:32]}): it holds "
+            f"{len(present)} of the {len(planned)} users it was to copy; missing "
+            f"{', '.join(missing[:10]) or 'none'}{' and more' if len(missing) > 10 else ''}"
+        ]
     problems = []
     for user_id, files in sorted(users.items()):
         where = Path(folder) / "users" / user_id

@@ -119,8 +119,10 @@ def _compact(vault: Vault, token: str, name: str, wait: float) -> Compacted:
                 result.after = _size(path)
                 return result
         if time.monotonic() >= deadline:
-            result.note = ("summaries re-sealed, file not rewritten: a running server keeps it open; run again, or "
-                           "stop the server first")
+            result.note = (
+                "summaries re-sealed, file not rewritten: a running server keeps it open; run again, or "
+                "stop the server first"
+            )
             return result
         time.sleep(RETRY_S)
 
@@ -140,11 +142,15 @@ def compact_user(user: Path, given: list[str], wait: float) -> UserResult:
                 break
             except StashError as e:  # this token does not open it, or its store is damaged
                 if e.code not in ("memory.unknown", "auth.scope"):
-                    got = Compacted(user.name, name, "left", note=f"not compacted ({e.code}); nothing of it was "
-                                    "changed that does not open; run stash verify")
+                    got = Compacted(
+                        user.name,
+                        name,
+                        "left",
+                        note=f"not compacted ({e.code}); nothing of it was "
+                        "changed that does not open; run stash verify",
+                    )
             except (OSError, sqlite3.Error, *DB_ERRORS):  # type: ignore[misc]
-                got = Compacted(user.name, name, "left", note="not compacted: a file of it cannot be read or "
-                                "written")
+                got = Compacted(user.name, name, "left", note="not compacted: a file of it cannot be read or written")
                 break
         result.memories.append(got)
     if any(m.outcome == "compacted" for m in result.memories):

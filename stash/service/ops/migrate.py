@@ -76,8 +76,10 @@ def _move(s: Session, wait: float) -> str:
             except cipher_swap.Unequal as e:
                 return f"not converted: {e}; nothing was changed"
         if time.monotonic() >= deadline:
-            return ("not converted: a running server keeps its files open (it is in use); run again, or stop "
-                    "the server first")
+            return (
+                "not converted: a running server keeps its files open (it is in use); run again, or stop "
+                "the server first"
+            )
         time.sleep(RETRY_S)
 
 

@@ -96,7 +96,7 @@ class Target:
         if not text:
             raise ReplicaError("the replica target is empty")
         if text.startswith("file://"):
-            text = text[len("file://"):]
+            text = text[len("file://") :]
         if text.startswith("/") and text.endswith(".json") and Path(text).is_file():
             try:
                 settings = json.loads(Path(text).read_text())
@@ -139,15 +139,30 @@ def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -
     trigger is left at Litestream's own (1,000 pages)."""
     data_dir = Path(data_dir)
     timing = {"sync-interval": sync_interval}
-    users = [{"dir": str(data_dir / "users"), "pattern": name, "recursive": True, "watch": True,
-              "monitor-interval": sync_interval, "checkpoint-interval": sync_interval,
-              "replica": {**target.at("users"), **timing}} for name in REPLICATED]
+    users = [
+        {
+            "dir": str(data_dir / "users"),
+            "pattern": name,
+            "recursive": True,
+            "watch": True,
+            "monitor-interval": sync_interval,
+            "checkpoint-interval": sync_interval,
+            "replica": {**target.at("users"), **timing},
+        }
+        for name in REPLICATED
+    ]
     return {
         "logging": {"level": "warn", "stderr": True},
         "snapshot": {"interval": SNAPSHOT_INTERVAL, "retention": RETENTION},
         "shutdown-sync-timeout": f"{SHUTDOWN_SYNC_S}s",
-        "dbs": [*users, {"path": str(data_dir / ROSTER), "monitor-interval": sync_interval,
-                         "replica": {**target.at(ROSTER), **timing}}],
+        "dbs": [
+            *users,
+            {
+                "path": str(data_dir / ROSTER),
+                "monitor-interval": sync_interval,
+                "replica": {**target.at(ROSTER), **timing},
+            },
+        ],
     }
 
 
@@ -212,8 +227,10 @@ def update_roster(data_dir: Path, known: set[str]) -> list[tuple[str, str]]:
         conn = _roster(Path(data_dir) / ROSTER)
         try:
             # Upserted: a store `stash migrate` made plain is listed as plain from the next start on.
-            conn.execute("INSERT INTO users(id, cipher) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET "
-                         "cipher = excluded.cipher", (folder.name, cipher))
+            conn.execute(
+                "INSERT INTO users(id, cipher) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET cipher = excluded.cipher",
+                (folder.name, cipher),
+            )
         finally:
             conn.close()
         known.add(folder.name)
@@ -271,8 +288,19 @@ def _moments(settings: dict[str, object], local: Path) -> list[dt.datetime]:
     Litestream lists them (to the second)."""
     with _one_file_config(settings, local) as cfg:
         for attempt in range(LIST_ATTEMPTS):  # a remote replica (SFTP, S3) may drop one listing
-            done = _run([litestream_binary(), "ltx", "-config", str(cfg), "-no-expand-env", "-level", "all",
-                         "-json", str(local)])
+            done = _run(
+                [
+                    litestream_binary(),
+                    "ltx",
+                    "-config",
+                    str(cfg),
+                    "-no-expand-env",
+                    "-level",
+                    "all",
+                    "-json",
+                    str(local),
+                ]
+            )
             if done.returncode == 0:
                 break
             time.sleep(0.5 * (attempt + 1))
@@ -364,8 +392,9 @@ def restore_user(target: Target, user_id: str, data_dir: Path, at: dt.datetime |
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _restore_pair(target: Target, rel: str, stage: Path,
-                  at: dt.datetime | None) -> tuple[dt.datetime | None, int] | str | None:
+def _restore_pair(
+    target: Target, rel: str, stage: Path, at: dt.datetime | None
+) -> tuple[dt.datetime | None, int] | str | None:
     """Restore one memory's two files (``rel`` under the replica) into
     ``stage`` at the latest moment they agree (:func:`restore_user`): that
     moment and how many were stepped over, None when the replica holds
@@ -389,8 +418,9 @@ def _restore_pair(target: Target, rel: str, stage: Path,
             if agree(ring, mem) is None:
                 return m, tried
             tried += 1
-    return (f"no moment of the replica has its two files agreeing (at the latest, {latest}), so nothing of it was "
-            "restored")
+    return (
+        f"no moment of the replica has its two files agreeing (at the latest, {latest}), so nothing of it was restored"
+    )
 
 
 def _restore_memories(target: Target, user_id: str, stage: Path, at: dt.datetime | None) -> list[tuple[str, str]]:
@@ -424,8 +454,9 @@ def _restore_memories(target: Target, user_id: str, stage: Path, at: dt.datetime
     return left
 
 
-def _settle(user_id: str, stage: Path, folder: Path, data_dir: Path, moment: dt.datetime | None,
-            stepped: int) -> Restored:
+def _settle(
+    user_id: str, stage: Path, folder: Path, data_dir: Path, moment: dt.datetime | None, stepped: int
+) -> Restored:
     """The agreeing pair in ``stage`` (and every memory restored into its
     ``m/``) becomes the user's folder, checked."""
     for path in stage.rglob("*"):

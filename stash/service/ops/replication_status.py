@@ -118,8 +118,11 @@ class Lag:
 
     def _shipped(self, folder: Path, user_id: str, name: str) -> float:
         """When the newest transaction of the file reached where it is judged shipped."""
-        level0 = (self._root / "users" / user_id / name if self._root is not None
-                  else folder / f".{name}-litestream") / "ltx" / "0"
+        level0 = (
+            (self._root / "users" / user_id / name if self._root is not None else folder / f".{name}-litestream")
+            / "ltx"
+            / "0"
+        )
         try:
             return os.stat(level0).st_mtime
         except OSError:

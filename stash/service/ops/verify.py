@@ -109,8 +109,11 @@ def _check_keyring(folder: Path, report: Report, store: str) -> tuple[str, Head 
             grants = conn.execute("SELECT id, scope, kdf, wrapped FROM grants ORDER BY id").fetchall()
             appends = len(inbox.live_tags(conn))  # append capabilities hold no key: counted by their live tags
             columns = {r[1] for r in conn.execute("PRAGMA table_info(grants)")}
-            unmoved = (conn.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND pub IS NULL")
-                       .fetchone()[0] if "pub" in columns else sum(1 for g in grants if g[3] is not None))
+            unmoved = (
+                conn.execute("SELECT COUNT(*) FROM grants WHERE wrapped IS NOT NULL AND pub IS NULL").fetchone()[0]
+                if "pub" in columns
+                else sum(1 for g in grants if g[3] is not None)
+            )
         finally:
             conn.close()
     except DB_ERRORS:
@@ -138,13 +141,16 @@ def _check_keyring(folder: Path, report: Report, store: str) -> tuple[str, Head 
         copy = Head.parse(meta[HEAD_COPY])
         if copy is None:
             raise Failed("keyring.db's copy of the log head is unreadable")
-    report.facts.append(f"key ring ok ({plural(live + appends, 'live capability')}, key epoch "
-                        f"{meta.get('epoch', '0')})")
+    report.facts.append(
+        f"key ring ok ({plural(live + appends, 'live capability')}, key epoch {meta.get('epoch', '0')})"
+    )
     # Each capability moves to key epochs when its token is next used; one
     # that has not is revoked by the next revocation or rotation.
-    report.facts.append(f"{plural(unmoved, 'live capability')} {'has' if unmoved == 1 else 'have'} not moved to key "
-                        "epochs yet" if unmoved else
-                        "every live capability has moved to key epochs")
+    report.facts.append(
+        f"{plural(unmoved, 'live capability')} {'has' if unmoved == 1 else 'have'} not moved to key epochs yet"
+        if unmoved
+        else "every live capability has moved to key epochs"
+    )
     pages = meta.get(MEMORY_PAGES, str(LEGACY_PAGE_BYTES))
     if pages not in {str(n) for n in formats.PAGE_FORMATS}:
         raise Failed("keyring.db records no known page size for memory.db")
@@ -163,8 +169,11 @@ def _check_plain_memory(path: Path, user_id: str, copy: Head | None, report: Rep
             meta = dict(conn.execute("SELECT name, value FROM meta"))
             tables = frozenset(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
             # A log not made yet is the empty one it would be (schema.sql, "Pages").
-            top = conn.execute("SELECT COALESCE(MAX(id) + 1, 0), COUNT(*) FROM log").fetchone() if "log" in tables \
+            top = (
+                conn.execute("SELECT COALESCE(MAX(id) + 1, 0), COUNT(*) FROM log").fetchone()
+                if "log" in tables
                 else (0, 0)
+            )
             held = erasure_record.counts(conn, tables)
         finally:
             conn.close()
@@ -205,16 +214,20 @@ def _compare_erasure_counts(meta: dict[str, str], held: tuple[int, int]) -> None
         raise Failed("memory.db's erasure record is unreadable") from None
     want = (0, 0) if record is None else (record.erased, record.receipts)
     if held != want:
-        raise Failed(f"memory.db holds {held[0]} erased rows and {held[1]} erasure receipts but its erasure record "
-                     f"counts {want[0]} and {want[1]}: a row was deleted, added or put back (the server refuses it)")
+        raise Failed(
+            f"memory.db holds {held[0]} erased rows and {held[1]} erasure receipts but its erasure record "
+            f"counts {want[0]} and {want[1]}: a row was deleted, added or put back (the server refuses it)"
+        )
 
 
 def _compare_copy(head: Head, copy: Head | None) -> None:
     if copy is None:
         return
     if copy.count > head.count:
-        raise Failed(f"memory.db records {head.count} notes but the key ring's copy records {copy.count}: "
-                     "the memory file was rolled back or cut short")
+        raise Failed(
+            f"memory.db records {head.count} notes but the key ring's copy records {copy.count}: "
+            "the memory file was rolled back or cut short"
+        )
     if copy.count == head.count and copy.digest != head.digest:
         raise Failed("memory.db's head and the key ring's copy disagree: one of the two files was replaced")
 
@@ -244,8 +257,10 @@ def _compare_state_copy(stored: str | None, copy: int | None, report: Report) ->
     server serves the file and brings the copy up at its next write."""
     if stored is None:
         if copy is not None:
-            raise Failed(f"memory.db records no state version but the key ring's copy records {copy}: "
-                         "the memory file was replaced")
+            raise Failed(
+                f"memory.db records no state version but the key ring's copy records {copy}: "
+                "the memory file was replaced"
+            )
         return
     try:
         version = int(stored.split(" ")[0])
@@ -254,12 +269,16 @@ def _compare_state_copy(stored: str | None, copy: int | None, report: Report) ->
     if copy is None:
         return
     if copy > version:
-        raise Failed(f"memory.db is at state version {version} but the key ring's copy records {copy}: the memory "
-                     "file was rolled back or cut short (the server refuses it as store.rolled_back)")
+        raise Failed(
+            f"memory.db is at state version {version} but the key ring's copy records {copy}: the memory "
+            "file was rolled back or cut short (the server refuses it as store.rolled_back)"
+        )
     if copy < version:
-        report.facts.append(f"the key ring's copy of the state version ({copy}) is behind the file's ({version}): "
-                            "a crash between the two writes, or an older key ring put back; the server serves "
-                            "the file and the next write brings the copy up")
+        report.facts.append(
+            f"the key ring's copy of the state version ({copy}) is behind the file's ({version}): "
+            "a crash between the two writes, or an older key ring put back; the server serves "
+            "the file and the next write brings the copy up"
+        )
 
 
 def _check_encrypted_memory(path: Path, page: int, report: Report, copy: Head | None = None) -> None:
@@ -271,8 +290,9 @@ def _check_encrypted_memory(path: Path, page: int, report: Report, copy: Head | 
     if size == 0 or size % page:
         raise Failed(f"memory.db is not a whole number of {page}-byte pages: it was cut or damaged")
     _check_encrypted_floor(path, size, page, copy)
-    report.facts.append(f"memory file present ({size // page} encrypted pages of {page // 1024} KiB; its contents "
-                        "need a token)")
+    report.facts.append(
+        f"memory file present ({size // page} encrypted pages of {page // 1024} KiB; its contents need a token)"
+    )
 
 
 def _wal_frames(db: Path, page: int) -> int:
@@ -305,8 +325,10 @@ def _check_encrypted_floor(path: Path, size: int, page: int, copy: Head | None) 
         return
     need = -(-copy.count // (page // SEALED_ROW_BYTES))
     if size // page < need:
-        raise Failed(f"memory.db has {size // page} pages, too few for the {copy.count} notes the key ring's "
-                     "copy of the log head counts: it was cut short")
+        raise Failed(
+            f"memory.db has {size // page} pages, too few for the {copy.count} notes the key ring's "
+            "copy of the log head counts: it was cut short"
+        )
 
 
 def _check_plain_size(path: Path) -> int:
@@ -347,8 +369,7 @@ def _check_sizes(folder: Path, cipher: str, page: int) -> None:
         _wal_frames(memory, page)
 
 
-def _check_with_token(folder: Path, token_text: str, copy: Head | None,
-                      report: Report) -> dict[str, object] | None:
+def _check_with_token(folder: Path, token_text: str, copy: Head | None, report: Report) -> dict[str, object] | None:
     """Everything the owner's (or any) capability can open. Returns what the
     opened memory file shows of its format (None: the token is another
     user's)."""
@@ -385,8 +406,10 @@ def _signature(folder: Path, quota_bytes: int | None) -> list[tuple[str, int, in
     for path in _copied_files(folder):
         st = path.stat()
         if quota_bytes is not None and st.st_size > quota_bytes:
-            raise Failed(f"{path.name} is {st.st_size:,} bytes, more than any store's file can be (twice "
-                         "--quota-bytes): not copied; look at it by hand")
+            raise Failed(
+                f"{path.name} is {st.st_size:,} bytes, more than any store's file can be (twice "
+                "--quota-bytes): not copied; look at it by hand"
+            )
         out.append((path.name, st.st_size, st.st_mtime_ns, st.st_ino))
     return out
 
@@ -470,8 +493,9 @@ def _copy_files(folder: Path, target: Path, listed: list[tuple[str, int, int, in
         copy_allocated(folder / name, target / name)
 
 
-def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Head | None,
-                     report: Report) -> dict[str, object] | None:
+def _open_with_token(
+    vault: Any, token_text: str, token: tokens.Token, copy: Head | None, report: Report
+) -> dict[str, object] | None:
     try:
         _, files, ring, grant = vault._authenticate(token_text)
     except StashError:
@@ -496,8 +520,14 @@ def _open_with_token(vault: Any, token_text: str, token: tokens.Token, copy: Hea
                 copies = ring.copies(chain)  # their MAC, as the server checks it
             except StashError as e:
                 raise Failed(f"keyring.db: {e.message}") from None
-            mf = MemoryFile(files.memory, token.user_id, chain, cipher, page_bytes=page,
-                            recorded=state_copies.state_required(ring.conn, copies))
+            mf = MemoryFile(
+                files.memory,
+                token.user_id,
+                chain,
+                cipher,
+                page_bytes=page,
+                recorded=state_copies.state_required(ring.conn, copies),
+            )
         except ValueError:
             raise Failed("keyring.db records no known page size for memory.db") from None
         except StashError as e:
@@ -562,11 +592,15 @@ def check_rows(mf: MemoryFile, cipher: str, warnings: list[str]) -> str:
     mf.receipts()
     back = mf.erased_keys_back()
     if back:
-        raise Failed(f"the keys of erased notes {', '.join(f'#{i}' for i in back[:10])} are back in "
-                     "memory.db (a page or row from before the erasure was put back); they are still "
-                     "served as erased — erase them again (stash erase) to shred the keys")
-    return (f"{plural(whole.count, 'note')} and {plural(summaries, 'summary')} all authenticate, "
-            f"and the whole chain recomputes to head {whole.pin()[:24]}…")
+        raise Failed(
+            f"the keys of erased notes {', '.join(f'#{i}' for i in back[:10])} are back in "
+            "memory.db (a page or row from before the erasure was put back); they are still "
+            "served as erased — erase them again (stash erase) to shred the keys"
+        )
+    return (
+        f"{plural(whole.count, 'note')} and {plural(summaries, 'summary')} all authenticate, "
+        f"and the whole chain recomputes to head {whole.pin()[:24]}…"
+    )
 
 
 def _dates_backwards(batches: Iterator[list[str]]) -> str | None:
@@ -588,10 +622,12 @@ def _dates_backwards(batches: Iterator[list[str]]) -> str | None:
             prev_id, prev = ident, date
     if first is None:
         return None
-    return (f"the log's dates go backwards {steps} {'time' if steps == 1 else 'times'}, first at note "
-            f"{first[0]} dated {first[1]} after {first[2]} (written before notes were dated on the newest "
-            "note's date, under a clock set back): every note authenticates and is served as it is, but "
-            "its export does not import again until those dates are raised to the one before them")
+    return (
+        f"the log's dates go backwards {steps} {'time' if steps == 1 else 'times'}, first at note "
+        f"{first[0]} dated {first[1]} after {first[2]} (written before notes were dated on the newest "
+        "note's date, under a clock set back): every note authenticates and is served as it is, but "
+        "its export does not import again until those dates are raised to the one before them"
+    )
 
 
 def _memory_formats(path: Path, user_id: str, chain: KeyChain, cipher: str, page: int) -> dict[str, object]:
@@ -640,8 +676,10 @@ def verify_user(folder: Path, token_text: str | None = None, quota_bytes: int | 
             verify_files(copied, token_text, report)
         strange = unknown_in_user(folder)
         if strange:
-            report.fail(f"its folder holds files that are not Stash's: {_names(strange)} (never replicated or "
-                        "restored; look at them, then remove them)")
+            report.fail(
+                f"its folder holds files that are not Stash's: {_names(strange)} (never replicated or "
+                "restored; look at them, then remove them)"
+            )
     except Failed as e:
         report.fail(str(e))
     except OSError:

@@ -105,8 +105,15 @@ class Keyring(RingFile):
     and ``head_copies`` (the copies of the memory file's state,
     state_copies.py). Its methods are the parts' public ones, passed on."""
 
-    def __init__(self, path: Path, user_id: str, *, create: bool = False, pool: Pool | None = None,
-                 ring_page_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        user_id: str,
+        *,
+        create: bool = False,
+        pool: Pool | None = None,
+        ring_page_bytes: int | None = None,
+    ) -> None:
         super().__init__(path, user_id, create=create, pool=pool, ring_page_bytes=ring_page_bytes)
         self.owner = OwnerData(self)
         self.grant_keys = GrantKeys(self, self.owner)
@@ -115,10 +122,20 @@ class Keyring(RingFile):
 
     # Grants (grants.py)
 
-    def add(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: KdfParams,
-            expires: str | None = None, label: str | None = None) -> int:
-        return self.grant_keys.add(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
-                                   label=label)
+    def add(
+        self,
+        *,
+        scope: str,
+        tag: bytes,
+        secret: bytes,
+        chain: KeyChain,
+        kdf: KdfParams,
+        expires: str | None = None,
+        label: str | None = None,
+    ) -> int:
+        return self.grant_keys.add(
+            scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires, label=label
+        )
 
     def withdraw(self, grant_id: int) -> bytes | None:
         return self.grant_keys.withdraw(grant_id)
@@ -157,17 +174,25 @@ class Keyring(RingFile):
 
     # Key epochs and owner rotation (epochs.py)
 
-    def advance_epoch(self, chain: KeyChain, revoke: tuple[int, ...], *,
-                      mint: dict[str, Any] | None = None, owner: OwnerKeys | None = None,
-                      now: datetime | None = None) -> tuple[KeyChain, list[int], int | None]:
+    def advance_epoch(
+        self,
+        chain: KeyChain,
+        revoke: tuple[int, ...],
+        *,
+        mint: dict[str, Any] | None = None,
+        owner: OwnerKeys | None = None,
+        now: datetime | None = None,
+    ) -> tuple[KeyChain, list[int], int | None]:
         return self.epochs.advance_epoch(chain, revoke, mint=mint, owner=owner, now=now)
 
-    def rotate_owner(self, chain: KeyChain, old_id: int, mint: dict[str, Any],
-                     owner: OwnerKeys | None) -> tuple[KeyChain, list[int], int]:
+    def rotate_owner(
+        self, chain: KeyChain, old_id: int, mint: dict[str, Any], owner: OwnerKeys | None
+    ) -> tuple[KeyChain, list[int], int]:
         return self.epochs.rotate_owner(chain, old_id, mint, owner)
 
-    def retire_owner(self, chain: KeyChain, grant: Grant, kek: bytes,
-                     window_from: int | None = None) -> tuple[KeyChain, list[int]] | None:
+    def retire_owner(
+        self, chain: KeyChain, grant: Grant, kek: bytes, window_from: int | None = None
+    ) -> tuple[KeyChain, list[int]] | None:
         return self.epochs.retire_owner(chain, grant, kek, window_from)
 
     def end_owner_records(self) -> None:
@@ -184,8 +209,9 @@ class Keyring(RingFile):
     def erased_count(self) -> int:
         return self.head_copies.erased_count()
 
-    def advance_head(self, head: Head, state_version: int | None = None, *, chain: KeyChain | None = None,
-                     erased: int | None = None) -> bool:
+    def advance_head(
+        self, head: Head, state_version: int | None = None, *, chain: KeyChain | None = None, erased: int | None = None
+    ) -> bool:
         return self.head_copies.advance_head(head, state_version, chain=chain, erased=erased)
 
     def copies(self, chain: KeyChain) -> Copies:

@@ -114,8 +114,11 @@ def check(rows: list[tuple[int, str, str]], head_text: str | None, user_id: str,
         except (ValueError, IndexError):
             expected, mac, epoch = b"", b"x", 0
         if not expected or not hmac.compare_digest(mac, expected):
-            return Trail(False, first if first is not None else rid,
-                         f"event {rid} does not follow the events before it (one was deleted, inserted or altered)")
+            return Trail(
+                False,
+                first if first is not None else rid,
+                f"event {rid} does not follow the events before it (one was deleted, inserted or altered)",
+            )
         prev, count, last_id, last_epoch = mac, count + 1, rid, epoch
         if first is None:
             first = rid
@@ -131,6 +134,10 @@ def check(rows: list[tuple[int, str, str]], head_text: str | None, user_id: str,
     except ValueError:
         ok = False
     if not ok or n != count or rid != last_id:
-        return Trail(False, first, f"the trail ends at {count} linked events but its head records {n} "
-                                   "(the newest events were deleted, or the head was altered)")
+        return Trail(
+            False,
+            first,
+            f"the trail ends at {count} linked events but its head records {n} "
+            "(the newest events were deleted, or the head was altered)",
+        )
     return Trail(True, first)

@@ -27,9 +27,15 @@ class Epochs:
         self.grant_keys = grant_keys
         self.owner = owner
 
-    def advance_epoch(self, chain: KeyChain, revoke: tuple[int, ...], *,
-                      mint: dict[str, Any] | None = None, owner: OwnerKeys | None = None,
-                      now: datetime | None = None) -> tuple[KeyChain, list[int], int | None]:
+    def advance_epoch(
+        self,
+        chain: KeyChain,
+        revoke: tuple[int, ...],
+        *,
+        mint: dict[str, Any] | None = None,
+        owner: OwnerKeys | None = None,
+        now: datetime | None = None,
+    ) -> tuple[KeyChain, list[int], int | None]:
         """Start a new epoch: revoke the grants ``revoke`` (destroying their
         key columns), seal a fresh epoch key to every other live grant, keep
         the older keys under it, and with ``mint`` (keyword arguments of
@@ -44,8 +50,12 @@ class Epochs:
         ``owner`` (the owner keys, on a rotation) the minted owner grant gets
         them with a fresh seed added, and the labels move to that seed, so the
         rotated-away owner token opens nothing sealed to the owner after it."""
-        if (mint is not None and mint.get("scope") == "owner" and owner is None
-                and self.ring.meta(OWNER_BOX) is not None):
+        if (
+            mint is not None
+            and mint.get("scope") == "owner"
+            and owner is None
+            and self.ring.meta(OWNER_BOX) is not None
+        ):
             # The new owner grant would get no owner box, and everything
             # sealed to the owner so far would stay closed to it.
             raise ValueError("an owner rotation needs the owner keys")
@@ -61,20 +71,30 @@ class Epochs:
                 if g.id in revoke or not g.moved or expired(self.ring.notes(g.id).expires, now):
                     self.ring.conn.execute(
                         "UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
-                        "revoked = ? WHERE id = ?", (at, g.id))
+                        "revoked = ? WHERE id = ?",
+                        (at, g.id),
+                    )
                     if g.id not in revoke and not g.moved:
                         stranded.append(g.id)
                 else:
                     assert g.pub is not None  # a moved grant has its public key
-                    self.ring.conn.execute("UPDATE grants SET box = ? WHERE id = ?",
-                                           (epochs.box_epoch(g.pub, new.epoch, new.current), g.id))
+                    self.ring.conn.execute(
+                        "UPDATE grants SET box = ? WHERE id = ?",
+                        (epochs.box_epoch(g.pub, new.epoch, new.current), g.id),
+                    )
             self.owner.reseal_labels(chain, new)
             older = new.seal_older()
             assert older is not None  # a new epoch is past epoch 0
-            for name, value in ((EPOCH, str(new.epoch)), (OLDER_KEYS, older.hex()),
-                                (inbox_seal.PUBLIC_META, inbox_seal.public_text(new))):
-                self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                                       "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+            for name, value in (
+                (EPOCH, str(new.epoch)),
+                (OLDER_KEYS, older.hex()),
+                (inbox_seal.PUBLIC_META, inbox_seal.public_text(new)),
+            ):
+                self.ring.conn.execute(
+                    "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                    (name, value),
+                )
             rekey(self.ring.conn, self.ring.user_id, chain, new)  # a copy from before this epoch fails its MAC
             if mint is not None:
                 minted = self.grant_keys.insert(chain=new, **mint)
@@ -86,8 +106,9 @@ class Epochs:
                     self.owner.reseal_owner_labels(owner, fresh)
         return new, stranded, minted
 
-    def rotate_owner(self, chain: KeyChain, old_id: int, mint: dict[str, Any],
-                     owner: OwnerKeys | None) -> tuple[KeyChain, list[int], int]:
+    def rotate_owner(
+        self, chain: KeyChain, old_id: int, mint: dict[str, Any], owner: OwnerKeys | None
+    ) -> tuple[KeyChain, list[int], int]:
         """File a successor to owner grant ``old_id`` (keyword arguments of
         :meth:`GrantKeys.insert`) that reaches the current epoch, and record it as
         pending (:data:`OWNER_NEXT`, with the owner seeds boxed to it), in one
@@ -105,8 +126,9 @@ class Epochs:
             stranded: list[int] = []
             pending = self.ring.pending_owner()
             earlier = [] if pending is None or pending[0] != old_id else [pending[1]]
-            live_earlier = [g for g in earlier if any(x.id == g for x in self.ring.select(
-                "WHERE id = ? AND revoked IS NULL", (g,)))]
+            live_earlier = [
+                g for g in earlier if any(x.id == g for x in self.ring.select("WHERE id = ? AND revoked IS NULL", (g,)))
+            ]
             if live_earlier:
                 chain, stranded, _ = self.advance_epoch(chain, tuple(live_earlier))
                 stranded = [*live_earlier, *stranded]
@@ -114,13 +136,16 @@ class Epochs:
             (grant,) = self.ring.select("WHERE id = ?", (minted,))
             assert grant.pub is not None  # just filed in format 2
             box = "" if owner is None else owner.box(minted, grant.pub).hex()
-            self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                                   (OWNER_NEXT, f"{old_id}:{minted}:{box}"))
+            self.ring.conn.execute(
+                "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (OWNER_NEXT, f"{old_id}:{minted}:{box}"),
+            )
         return chain, stranded, minted
 
-    def retire_owner(self, chain: KeyChain, grant: Grant, kek: bytes,
-                     window_from: int | None = None) -> tuple[KeyChain, list[int]] | None:
+    def retire_owner(
+        self, chain: KeyChain, grant: Grant, kek: bytes, window_from: int | None = None
+    ) -> tuple[KeyChain, list[int]] | None:
         """The first use of a rotation's successor ``grant`` (opened with
         ``kek``): revoke the owner grant it succeeds with a new epoch, and with
         it every live grant from id ``window_from`` on but ``grant`` (those
@@ -137,9 +162,16 @@ class Epochs:
                 return None
             old_id = pending[0]
             owner = self.owner.open_owner_keys(grant, kek)
-            window = [] if window_from is None else [
-                g.id for g in self.ring.select("WHERE revoked IS NULL AND id >= ? AND id != ? ORDER BY id",
-                                               (window_from, grant.id))]
+            window = (
+                []
+                if window_from is None
+                else [
+                    g.id
+                    for g in self.ring.select(
+                        "WHERE revoked IS NULL AND id >= ? AND id != ? ORDER BY id", (window_from, grant.id)
+                    )
+                ]
+            )
             new, _, _ = self.advance_epoch(chain, (old_id, *window))
             (fresh_grant,) = self.ring.select("WHERE id = ?", (grant.id,))
             if owner is not None:

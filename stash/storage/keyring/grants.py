@@ -26,8 +26,17 @@ class GrantKeys:
         self.ring = ring
         self.owner = owner
 
-    def insert(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
-               expires: str | None = None, label: str | None = None) -> int:
+    def insert(
+        self,
+        *,
+        scope: str,
+        tag: bytes,
+        secret: bytes,
+        chain: KeyChain,
+        kdf: keys.KdfParams,
+        expires: str | None = None,
+        label: str | None = None,
+    ) -> int:
         """File a grant whose box holds ``chain``'s current key (inside a
         write transaction). The id is allotted first because the certificate
         binds it (and ``expires``, when given); ``label`` is sealed under the
@@ -37,32 +46,48 @@ class GrantKeys:
         salt = keys.new_salt()
         kek = keys.derive_kek(secret, salt, kdf)
         pub = bytes(epochs.capability_private_key(kek).public_key)
-        cur = self.ring.conn.execute("INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)",
-                                     (tag, scope, now_utc()))
+        cur = self.ring.conn.execute(
+            "INSERT INTO grants(tag, scope, created) VALUES (?, ?, ?)", (tag, scope, now_utc())
+        )
         grant_id = int(cur.lastrowid or 0)
         self.ring.conn.execute(
             "UPDATE grants SET kdf = ?, wrapped = ?, pub = ?, box = ? WHERE id = ?",
-            (json.dumps({**kdf.as_dict(), "salt": salt.hex()}),
-             aead.seal(kek, pub, cert_aad(self.ring.user_id, grant_id, scope, expires)), pub,
-             epochs.box_epoch(pub, chain.epoch, chain.current), grant_id),
+            (
+                json.dumps({**kdf.as_dict(), "salt": salt.hex()}),
+                aead.seal(kek, pub, cert_aad(self.ring.user_id, grant_id, scope, expires)),
+                pub,
+                epochs.box_epoch(pub, chain.epoch, chain.current),
+                grant_id,
+            ),
         )
         if expires is not None or label is not None:
             sealed = None if label is None else self.owner.seal_label(grant_id, label.encode(), chain)
             self.ring.ensure_notes()
-            self.ring.conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
-                                   (grant_id, sealed, expires))
+            self.ring.conn.execute(
+                "INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)", (grant_id, sealed, expires)
+            )
         return grant_id
 
-    def add(self, *, scope: str, tag: bytes, secret: bytes, chain: KeyChain, kdf: keys.KdfParams,
-            expires: str | None = None, label: str | None = None) -> int:
+    def add(
+        self,
+        *,
+        scope: str,
+        tag: bytes,
+        secret: bytes,
+        chain: KeyChain,
+        kdf: keys.KdfParams,
+        expires: str | None = None,
+        label: str | None = None,
+    ) -> int:
         """A new capability that reaches the current epoch. Refused (409) if a
         revocation moved the epoch since ``chain`` was opened: the new box
         would hold a key that is no longer current."""
         with write_transaction(self.ring.conn):
             self.ring.select("LIMIT 0", ())  # a format-1 ring gets its columns first
             self.ring.check_epoch(chain)
-            grant_id = self.insert(scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires,
-                                   label=label)
+            grant_id = self.insert(
+                scope=scope, tag=tag, secret=secret, chain=chain, kdf=kdf, expires=expires, label=label
+            )
             if scope == "owner" and self.ring.meta(OWNER_BOX) is None:
                 # A new store's owner key, from its first moment, so that no
                 # event or day is ever written in clear.
@@ -86,8 +111,11 @@ class GrantKeys:
             row = self.ring.conn.execute("SELECT tag, scope, revoked FROM grants WHERE id = ?", (grant_id,)).fetchone()
             if row is None or row[1] == "owner" or row[2] is not None:
                 return None
-            self.ring.conn.execute("UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
-                                   "revoked = ? WHERE id = ?", (now_utc(), grant_id))
+            self.ring.conn.execute(
+                "UPDATE grants SET wrapped = NULL, kdf = NULL, tag = NULL, pub = NULL, box = NULL, "
+                "revoked = ? WHERE id = ?",
+                (now_utc(), grant_id),
+            )
         return None if row[0] is None else bytes(row[0])
 
     def open_grant(self, grant: Grant, secret: bytes) -> Opened:
@@ -139,8 +167,13 @@ class GrantKeys:
                     return False
                 cur = self.ring.conn.execute(
                     "UPDATE grants SET wrapped = ?, pub = ?, box = ? WHERE id = ? AND wrapped = ? AND pub IS NULL",
-                    (aead.seal(opened.kek, pub, cert_aad(self.ring.user_id, grant.id, grant.scope)), pub,
-                     epochs.box_epoch(pub, 0, opened.chain.current), grant.id, grant.wrapped),
+                    (
+                        aead.seal(opened.kek, pub, cert_aad(self.ring.user_id, grant.id, grant.scope)),
+                        pub,
+                        epochs.box_epoch(pub, 0, opened.chain.current),
+                        grant.id,
+                        grant.wrapped,
+                    ),
                 )
         except DB_ERRORS:
             return False

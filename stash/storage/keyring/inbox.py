@@ -36,23 +36,26 @@ class Waiting:
 
 
 def _has(conn: sqlite3.Connection, table: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (table,)).fetchone() is not None
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is not None
+    )
 
 
 def find(conn: sqlite3.Connection, tag: bytes) -> AppendGrant | None:
     if not _has(conn, "append_grants"):
         return None
-    row = conn.execute("SELECT id, tag, created, revoked, mac FROM append_grants WHERE tag = ? AND revoked IS NULL",
-                       (tag,)).fetchone()
+    row = conn.execute(
+        "SELECT id, tag, created, revoked, mac FROM append_grants WHERE tag = ? AND revoked IS NULL", (tag,)
+    ).fetchone()
     return None if row is None else AppendGrant(*row)
 
 
 def grants(conn: sqlite3.Connection) -> list[AppendGrant]:
     if not _has(conn, "append_grants"):
         return []
-    return [AppendGrant(*r) for r in conn.execute("SELECT id, tag, created, revoked, mac FROM append_grants "
-                                                 "ORDER BY id")]
+    return [
+        AppendGrant(*r) for r in conn.execute("SELECT id, tag, created, revoked, mac FROM append_grants ORDER BY id")
+    ]
 
 
 def live_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
@@ -61,8 +64,14 @@ def live_tags(conn: sqlite3.Connection) -> frozenset[bytes]:
     return frozenset(bytes(r[0]) for r in conn.execute("SELECT tag FROM append_grants WHERE revoked IS NULL"))
 
 
-def add(conn: sqlite3.Connection, number: int, tag: bytes, mac_of: object, expires: str | None = None,
-        label_of: object = None) -> int:
+def add(
+    conn: sqlite3.Connection,
+    number: int,
+    tag: bytes,
+    mac_of: object,
+    expires: str | None = None,
+    label_of: object = None,
+) -> int:
     """File an append grant of memory ``number``; ``mac_of(grant_id)`` is its
     MAC. Its expiry (in clear, as a read or full grant's, and bound by the
     MAC) and ``label_of(grant_id)`` (its sealed label) go into ``grant_notes``
@@ -71,13 +80,17 @@ def add(conn: sqlite3.Connection, number: int, tag: bytes, mac_of: object, expir
         memories.ensure(conn, "append_grants")
         grant_id = next_id(conn, number)
         assert callable(mac_of)
-        conn.execute("INSERT INTO append_grants(id, tag, created, mac) VALUES (?, ?, ?, ?)",
-                     (grant_id, tag, now_utc(), mac_of(grant_id)))
+        conn.execute(
+            "INSERT INTO append_grants(id, tag, created, mac) VALUES (?, ?, ?, ?)",
+            (grant_id, tag, now_utc(), mac_of(grant_id)),
+        )
         if expires is not None or label_of is not None:
             assert label_of is None or callable(label_of)
             formats.make_on_use(conn, "keyring_on_use", "grant_notes")
-            conn.execute("INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
-                         (grant_id, None if label_of is None else label_of(grant_id), expires))
+            conn.execute(
+                "INSERT INTO grant_notes(grant_id, label, expires) VALUES (?, ?, ?)",
+                (grant_id, None if label_of is None else label_of(grant_id), expires),
+            )
     return grant_id
 
 
@@ -112,8 +125,9 @@ def pending(conn: sqlite3.Connection) -> int:
 def put(conn: sqlite3.Connection, grant_id: int, epoch: int, claim: int, sealed: bytes) -> None:
     with write_transaction(conn):
         memories.ensure(conn, "inbox")
-        conn.execute("INSERT INTO inbox(grant_id, epoch, claim, sealed) VALUES (?, ?, ?, ?)",
-                     (grant_id, epoch, claim, sealed))
+        conn.execute(
+            "INSERT INTO inbox(grant_id, epoch, claim, sealed) VALUES (?, ?, ?, ?)", (grant_id, epoch, claim, sealed)
+        )
 
 
 def waiting(conn: sqlite3.Connection) -> list[Waiting]:

@@ -91,14 +91,22 @@ class OwnerData:
         return OwnerKeys.unbox(self.ring.user_id, grant.id, epochs.capability_private_key(kek), box)
 
     def put_owner_keys(self, grant_id: int, grant_public: bytes, owner: OwnerKeys) -> None:
-        for name, value in ((OWNER_PUB, owner.public.hex()),
-                            (OWNER_BOX, f"{grant_id}:{owner.box(grant_id, grant_public).hex()}")):
-            self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                                   "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+        for name, value in (
+            (OWNER_PUB, owner.public.hex()),
+            (OWNER_BOX, f"{grant_id}:{owner.box(grant_id, grant_public).hex()}"),
+        ):
+            self.ring.conn.execute(
+                "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (name, value),
+            )
 
     def mark_owner_sealed(self) -> None:
-        self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, '1') "
-                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (OWNER_SEALED,))
+        self.ring.conn.execute(
+            "INSERT INTO keyring_meta(name, value) VALUES (?, '1') "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (OWNER_SEALED,),
+        )
 
     def _seal_owner_data(self, owner: OwnerKeys, chain: KeyChain) -> None:
         """Seal to ``owner`` every label, audit event and last-used day still
@@ -107,22 +115,30 @@ class OwnerData:
         public = owner.public
         if self.ring.has_notes():
             for grant_id, label, day in self.ring.conn.execute(
-                    "SELECT grant_id, label, last_used FROM grant_notes").fetchall():
+                "SELECT grant_id, label, last_used FROM grant_notes"
+            ).fetchall():
                 if label is not None and not is_sealed(label):
                     plain = aead.open_sealed(label_key(chain), label, label_aad(self.ring.user_id, grant_id))
-                    self.ring.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                                           (seal_to_owner(self.ring.user_id, public, f"grant_label|{grant_id}", plain,
-                                                          pad=LABEL_PAD),
-                                            grant_id))
+                    self.ring.conn.execute(
+                        "UPDATE grant_notes SET label = ? WHERE grant_id = ?",
+                        (
+                            seal_to_owner(self.ring.user_id, public, f"grant_label|{grant_id}", plain, pad=LABEL_PAD),
+                            grant_id,
+                        ),
+                    )
                 if day is not None and not day.startswith(SEALED_DAY):
-                    self.ring.conn.execute("UPDATE grant_notes SET last_used = ? WHERE grant_id = ?",
-                                           (self._sealed_day(public, grant_id, day), grant_id))
+                    self.ring.conn.execute(
+                        "UPDATE grant_notes SET last_used = ? WHERE grant_id = ?",
+                        (self._sealed_day(public, grant_id, day), grant_id),
+                    )
         if self.ring.has_table("audit"):
             for rid, at, grant_id, event, detail in self.ring.conn.execute(
-                    "SELECT id, at, grant_id, event, detail FROM audit WHERE event != ?", (SEALED_EVENT,)).fetchall():
-                self.ring.conn.execute("UPDATE audit SET at = '', grant_id = 0, event = ?, detail = ? WHERE id = ?",
-                                       (SEALED_EVENT, self._sealed_event(public, at, grant_id, event,
-                                                                         json.loads(detail)), rid))
+                "SELECT id, at, grant_id, event, detail FROM audit WHERE event != ?", (SEALED_EVENT,)
+            ).fetchall():
+                self.ring.conn.execute(
+                    "UPDATE audit SET at = '', grant_id = 0, event = ?, detail = ? WHERE id = ?",
+                    (SEALED_EVENT, self._sealed_event(public, at, grant_id, event, json.loads(detail)), rid),
+                )
 
     def _sealed_day(self, public: bytes, grant_id: int, day: str) -> str:
         return SEALED_DAY + seal_to_owner(self.ring.user_id, public, f"last_used|{grant_id}", day.encode()).hex()
@@ -165,20 +181,25 @@ class OwnerData:
                 continue
             aad = label_aad(self.ring.user_id, grant_id)
             plain = aead.open_sealed(label_key(old), sealed, aad)
-            self.ring.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                                   (aead.seal(label_key(new), plain, aad), grant_id))
+            self.ring.conn.execute(
+                "UPDATE grant_notes SET label = ? WHERE grant_id = ?", (aead.seal(label_key(new), plain, aad), grant_id)
+            )
 
     def reseal_owner_labels(self, old: OwnerKeys, new: OwnerKeys) -> None:
         if not self.ring.has_notes():
             return
         for grant_id, label in self.ring.conn.execute(
-                "SELECT grant_id, label FROM grant_notes WHERE label IS NOT NULL").fetchall():
+            "SELECT grant_id, label FROM grant_notes WHERE label IS NOT NULL"
+        ).fetchall():
             if is_sealed(label):
                 what = f"grant_label|{grant_id}"
-                self.ring.conn.execute("UPDATE grant_notes SET label = ? WHERE grant_id = ?",
-                                       (seal_to_owner(self.ring.user_id, new.public, what, old.open(label, what),
-                                                      pad=LABEL_PAD),
-                                        grant_id))
+                self.ring.conn.execute(
+                    "UPDATE grant_notes SET label = ? WHERE grant_id = ?",
+                    (
+                        seal_to_owner(self.ring.user_id, new.public, what, old.open(label, what), pad=LABEL_PAD),
+                        grant_id,
+                    ),
+                )
 
     def last_used(self, grant_id: int, owner: OwnerKeys | None) -> str | None:
         """The grant's last-used day, opened with the owner keys."""
@@ -188,7 +209,7 @@ class OwnerData:
         if owner is None:
             raise aead.Unsealable("a last-used day opens with the owner capability only")
         try:
-            value = bytes.fromhex(day[len(SEALED_DAY):])
+            value = bytes.fromhex(day[len(SEALED_DAY) :])
         except ValueError:
             raise aead.Unsealable("a sealed last-used day is unreadable") from None
         return owner.open(value, f"last_used|{grant_id}").decode()
@@ -211,9 +232,11 @@ class OwnerData:
             try:
                 with write_transaction(self.ring.conn):
                     self.ring.ensure_notes()
-                    self.ring.conn.execute("INSERT INTO grant_notes(grant_id, last_used) VALUES (?, ?) "
-                                           "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
-                                           (grant_id, value))
+                    self.ring.conn.execute(
+                        "INSERT INTO grant_notes(grant_id, last_used) VALUES (?, ?) "
+                        "ON CONFLICT(grant_id) DO UPDATE SET last_used = excluded.last_used",
+                        (grant_id, value),
+                    )
             finally:
                 self.ring.conn.execute("PRAGMA synchronous = FULL")
         except (*DB_ERRORS, OSError):  # type: ignore[misc]  # a tuple of exception classes
@@ -253,8 +276,11 @@ class OwnerData:
         self.ring.conn.execute("BEGIN")  # one snapshot for the rows and the head
         try:
             out = self.events(owner)
-            rows = self.ring.conn.execute("SELECT id, at, detail FROM audit ORDER BY id").fetchall() \
-                if self.ring.has_table("audit") else []
+            rows = (
+                self.ring.conn.execute("SELECT id, at, detail FROM audit ORDER BY id").fetchall()
+                if self.ring.has_table("audit")
+                else []
+            )
             head = self.ring.meta(AUDIT_HEAD)
         finally:
             self.ring.conn.execute("COMMIT")
@@ -277,6 +303,7 @@ class OwnerData:
             except ValueError:
                 raise aead.Unsealable("a sealed audit event is unreadable") from None
             row = json.loads(owner.open(sealed, "audit"))
-            out.append({"id": i, "at": row["at"], "grant": row["grant"], "event": row["event"],
-                        "detail": row["detail"]})
+            out.append(
+                {"id": i, "at": row["at"], "grant": row["grant"], "event": row["event"], "detail": row["detail"]}
+            )
         return out

@@ -49,8 +49,13 @@ def _parse(number: int, text: str) -> Handover | None:
     try:
         row = json.loads(text)
         box = row.get("box")
-        out = Handover(number, int(row["grants"]), int(row["appends"]), bool(row["made"]),
-                       None if box is None else bytes.fromhex(box))
+        out = Handover(
+            number,
+            int(row["grants"]),
+            int(row["appends"]),
+            bool(row["made"]),
+            None if box is None else bytes.fromhex(box),
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return out
@@ -59,9 +64,10 @@ def _parse(number: int, text: str) -> Handover | None:
 def all_of(conn: sqlite3.Connection) -> dict[int, Handover]:
     """Every row, by memory number (unreadable ones left out)."""
     out: dict[int, Handover] = {}
-    for name, value in conn.execute("SELECT name, value FROM keyring_meta WHERE name >= ? AND name < ?",
-                                    (PREFIX, PREFIX[:-1] + "/")):
-        tail = str(name)[len(PREFIX):]
+    for name, value in conn.execute(
+        "SELECT name, value FROM keyring_meta WHERE name >= ? AND name < ?", (PREFIX, PREFIX[:-1] + "/")
+    ):
+        tail = str(name)[len(PREFIX) :]
         if tail.isdigit():
             found = _parse(int(tail), str(value))
             if found is not None:
@@ -75,11 +81,16 @@ def of(conn: sqlite3.Connection, number: int) -> Handover | None:
 
 
 def put(conn: sqlite3.Connection, h: Handover) -> None:
-    value = json.dumps({"grants": h.grants, "appends": h.appends, "made": h.made,
-                        "box": None if h.box is None else h.box.hex()}, sort_keys=True)
+    value = json.dumps(
+        {"grants": h.grants, "appends": h.appends, "made": h.made, "box": None if h.box is None else h.box.hex()},
+        sort_keys=True,
+    )
     with write_transaction(conn):
-        conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                     "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (f"{PREFIX}{h.number}", value))
+        conn.execute(
+            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (f"{PREFIX}{h.number}", value),
+        )
 
 
 def drop(conn: sqlite3.Connection, number: int | None = None) -> None:

@@ -119,8 +119,15 @@ class RingFile:
     format upgrades a read may need; what every part of the key ring reads
     (the parts hold it: stash/storage/keyring/__init__.py)."""
 
-    def __init__(self, path: Path, user_id: str, *, create: bool = False, pool: Pool | None = None,
-                 ring_page_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        user_id: str,
+        *,
+        create: bool = False,
+        pool: Pool | None = None,
+        ring_page_bytes: int | None = None,
+    ) -> None:
         self.user_id = user_id
         self.path = path
         self._closed = False
@@ -128,8 +135,15 @@ class RingFile:
         self.conn = connect(path, file_key=None, cipher="none", create=create, pool=pool, page_bytes=ring_page_bytes)
 
     @classmethod
-    def create(cls, path: Path, user_id: str, file_cipher: str, page_bytes: int = PAGE_BYTES,
-               pool: Pool | None = None, ring_page_bytes: int | None = None) -> Self:
+    def create(
+        cls,
+        path: Path,
+        user_id: str,
+        file_cipher: str,
+        page_bytes: int = PAGE_BYTES,
+        pool: Pool | None = None,
+        ring_page_bytes: int | None = None,
+    ) -> Self:
         """A new key ring, and the page size its memory file will be made
         with (:meth:`memory_page_bytes`); ``ring_page_bytes``: its own page
         size (a memory other than main: storage/memories/__init__.py)."""
@@ -208,8 +222,9 @@ class RingFile:
                 self._upgrade()
             except DB_ERRORS:
                 # A key ring that cannot be written (a read-only folder) is read as format 1.
-                rows = self.conn.execute(f"SELECT {_COLUMNS.rsplit(', ', 2)[0]}, NULL, NULL FROM grants {where}",
-                                         args).fetchall()
+                rows = self.conn.execute(
+                    f"SELECT {_COLUMNS.rsplit(', ', 2)[0]}, NULL, NULL FROM grants {where}", args
+                ).fetchall()
                 return [Grant(*r) for r in rows]
             rows = self.conn.execute(f"SELECT {_COLUMNS} FROM grants {where}", args).fetchall()
         return [Grant(*r) for r in rows]
@@ -245,8 +260,9 @@ class RingFile:
 
     def check_epoch(self, chain: KeyChain) -> None:
         if self.epoch() != chain.epoch:
-            raise Conflict("A capability was revoked while this request ran, so nothing was changed; retry it.",
-                           code="grants.busy")
+            raise Conflict(
+                "A capability was revoked while this request ran, so nothing was changed; retry it.", code="grants.busy"
+            )
 
     def ensure_notes(self) -> None:
         self.ensure_table("grant_notes")
@@ -259,16 +275,19 @@ class RingFile:
         it has none (or the key ring predates them)."""
         row = None
         if self.has_notes():
-            row = self.conn.execute("SELECT label, expires, last_used FROM grant_notes WHERE grant_id = ?",
-                                    (grant_id,)).fetchone()
+            row = self.conn.execute(
+                "SELECT label, expires, last_used FROM grant_notes WHERE grant_id = ?", (grant_id,)
+            ).fetchone()
         return GrantNotes(*row) if row else GrantNotes(None, None, None)
 
     def ensure_table(self, name: str) -> None:
         formats.make_on_use(self.conn, "keyring_on_use", name)
 
     def has_table(self, name: str) -> bool:
-        return self.conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+        return (
+            self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
+            is not None
+        )
 
     def owner_public(self) -> bytes | None:
         """The owner public key, or None before the store has one. Trusted

@@ -40,11 +40,15 @@ COPIES_MAC = "copies_mac"  # "<epoch>:<hex of a 32-byte MAC over every name in C
 COPIED = (HEAD_COPY, STATE_COPY, AUDIT_HEAD)
 MAC_BYTES = 32
 
-ALTERED = ("The key ring's copies of this memory's state were altered, deleted or put back from an older copy. "
-           "Nothing was served; the operator should run `stash verify` and restore this store from a backup.")
-MISSING = ("The key ring's authenticated copy of this memory's state is missing, while the memory file's "
-           "authenticated format says it was written. Nothing was served; the operator should run `stash verify` "
-           "and restore this store from a backup.")
+ALTERED = (
+    "The key ring's copies of this memory's state were altered, deleted or put back from an older copy. "
+    "Nothing was served; the operator should run `stash verify` and restore this store from a backup."
+)
+MISSING = (
+    "The key ring's authenticated copy of this memory's state is missing, while the memory file's "
+    "authenticated format says it was written. Nothing was served; the operator should run `stash verify` "
+    "and restore this store from a backup."
+)
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,7 @@ class Copies:
 
 
 def _mac(user_id: str, epoch: int, epoch_key: bytes, values: dict[str, str | None]) -> bytes:
-    h = hashlib.blake2b(key=keys.subkey(epoch_key, b"keyring-copies"), digest_size=MAC_BYTES,
-                        person=b"stash.copies")
+    h = hashlib.blake2b(key=keys.subkey(epoch_key, b"keyring-copies"), digest_size=MAC_BYTES, person=b"stash.copies")
     for part in (user_id, str(epoch), *(f"{name}={values.get(name)}" for name in COPIED)):
         b = part.encode()
         h.update(len(b).to_bytes(8, "big"))
@@ -71,8 +74,11 @@ def _mac(user_id: str, epoch: int, epoch_key: bytes, values: dict[str, str | Non
 def _values(conn: sqlite3.Connection) -> tuple[dict[str, str | None], str | None]:
     """Every copied row and the MAC row, in one statement (one snapshot: a
     writer publishing meanwhile is seen whole or not at all)."""
-    rows = dict(conn.execute(f"SELECT name, value FROM keyring_meta WHERE name IN ({', '.join('?' * 4)})",
-                             (*COPIED, COPIES_MAC)).fetchall())
+    rows = dict(
+        conn.execute(
+            f"SELECT name, value FROM keyring_meta WHERE name IN ({', '.join('?' * 4)})", (*COPIED, COPIES_MAC)
+        ).fetchall()
+    )
     return {name: rows.get(name) for name in COPIED}, rows.get(COPIES_MAC)
 
 
@@ -88,8 +94,10 @@ def _verify(user_id: str, chain: KeyChain, values: dict[str, str | None], text: 
     except ValueError:
         raise Damaged(ALTERED) from None
     if epoch > chain.epoch:
-        raise Conflict("A capability was revoked while this request was being opened, so nothing was done; retry "
-                       "it.", code="store.rekeyed")
+        raise Conflict(
+            "A capability was revoked while this request was being opened, so nothing was done; retry it.",
+            code="store.rekeyed",
+        )
     if epoch != chain.epoch or not hmac.compare_digest(mac, _mac(user_id, epoch, chain.current, values)):
         raise Damaged(ALTERED)
 
@@ -134,11 +142,16 @@ def put(conn: sqlite3.Connection, user_id: str, chain: KeyChain, changes: dict[s
         _verify(user_id, chain, values, text)
     values.update(changes)
     for name, value in changes.items():
-        conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                     "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+        conn.execute(
+            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (name, value),
+        )
     mac = _mac(user_id, chain.epoch, chain.current, values)
-    conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                 "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (COPIES_MAC, f"{chain.epoch}:{mac.hex()}"))
+    conn.execute(
+        "INSERT INTO keyring_meta(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+        (COPIES_MAC, f"{chain.epoch}:{mac.hex()}"),
+    )
 
 
 def rekey(conn: sqlite3.Connection, user_id: str, old: KeyChain, new: KeyChain) -> None:
@@ -191,8 +204,9 @@ class HeadCopies:
         except ValueError:
             return 0
 
-    def advance_head(self, head: Head, state_version: int | None = None, *, chain: KeyChain | None = None,
-                     erased: int | None = None) -> bool:
+    def advance_head(
+        self, head: Head, state_version: int | None = None, *, chain: KeyChain | None = None, erased: int | None = None
+    ) -> bool:
         """Record ``head`` as the copy unless the copy is already as far: it
         only moves forward, so concurrent writers finishing out of order leave
         the furthest one. Best effort (False when it could not be written, as
@@ -210,9 +224,11 @@ class HeadCopies:
             try:
                 with write_transaction(self.ring.conn):
                     if erased is not None and erased != self.erased_count():
-                        self.ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                                               "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                                               (ERASED_COPY, str(erased)))
+                        self.ring.conn.execute(
+                            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                            (ERASED_COPY, str(erased)),
+                        )
                     if chain is not None:
                         return self._advance_sealed_copies(head, state_version, chain)
                     if self.ring.meta(COPIES_MAC) is not None:

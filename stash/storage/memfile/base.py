@@ -39,9 +39,11 @@ DROPS_META = "drops"  # JSON: which summaries were dropped at which state versio
 SEALED_BASE_META = "sealed_base"
 SEALED_TABLES = ("memory_keys", "summaries", "config", "erased", "erasures")  # rows under an epoch's rows key
 
-ROLLED_BACK = ("The end of this memory's log disagrees with its recorded digest: the file was cut short or "
-               "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
-               "restore this store from a backup.")
+ROLLED_BACK = (
+    "The end of this memory's log disagrees with its recorded digest: the file was cut short or "
+    "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
+    "restore this store from a backup."
+)
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,21 @@ class FileKeys:
     page_bytes: int = PAGE_BYTES  # what a SQLCipher file is read with (Keyring.memory_page_bytes)
 
     @classmethod
-    def derive(cls, path: Path, user_id: str, chain: KeyChain, cipher: str,
-               page_bytes: int = PAGE_BYTES) -> FileKeys:
+    def derive(cls, path: Path, user_id: str, chain: KeyChain, cipher: str, page_bytes: int = PAGE_BYTES) -> FileKeys:
         """The file key and the digest key come from epoch 0's key (they stay
         the same for the life of the file); the rows key is the current
         epoch's, so nothing sealed in this epoch opens with an older key."""
         file_key = keys.subkey(chain.base, b"file") if cipher == "sqlcipher" else None
-        return cls(Path(path), user_id, cipher, keys.subkey(chain.current, b"rows"), file_key,
-                   keys.subkey(chain.base, b"chain"), chain.epoch, page_bytes)
+        return cls(
+            Path(path),
+            user_id,
+            cipher,
+            keys.subkey(chain.current, b"rows"),
+            file_key,
+            keys.subkey(chain.base, b"chain"),
+            chain.epoch,
+            page_bytes,
+        )
 
 
 class FilePart:
@@ -162,8 +171,10 @@ class FilePart:
             self._chunks.clear()
 
     def _put_meta(self, name: str, value: str) -> None:
-        self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?) "
-                          "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (name, value))
+        self.conn.execute(
+            "INSERT INTO meta(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (name, value),
+        )
 
     def _tables(self) -> frozenset[str]:
         """The tables this file holds now (in this snapshot): an older file
@@ -172,13 +183,15 @@ class FilePart:
         self._seen.update(found - self._made_here)  # what _made remembers (the open reads this once)
         return found
 
-    def _rows(self, tables: frozenset[str], table: str, sql: str,
-              args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+    def _rows(
+        self, tables: frozenset[str], table: str, sql: str, args: tuple[object, ...] = ()
+    ) -> list[tuple[Any, ...]]:
         """The rows ``sql`` reads from ``table``, none when it was not made yet."""
         return self.conn.execute(sql, args).fetchall() if table in tables else []
 
-    def _reading(self, table: str, sql: str,
-                 args: tuple[object, ...] = ()) -> contextlib.AbstractContextManager[Iterable[Any]]:
+    def _reading(
+        self, table: str, sql: str, args: tuple[object, ...] = ()
+    ) -> contextlib.AbstractContextManager[Iterable[Any]]:
         """The rows ``sql`` reads from ``table`` (none when it was not made
         yet), its statement closed when the block ends however it ends (a row
         refused as damage mid-way included): a statement left open keeps the
@@ -195,8 +208,10 @@ class FilePart:
         it the table. Found outside a transaction, it is committed."""
         if table in self._seen:
             return True
-        found = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                                  (table,)).fetchone() is not None
+        found = (
+            self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone()
+            is not None
+        )
         if found and (table not in self._made_here or not self.conn.in_transaction):
             self._made_here.discard(table)
             self._seen.add(table)
@@ -209,7 +224,7 @@ class FilePart:
         or three times, and a statement's own cost was most of each)."""
         out: list[Any] = []
         for k in range(0, len(sizes), 64):
-            part = sizes[k:k + 64]
+            part = sizes[k : k + 64]
             sql = "SELECT " + ", ".join(["(SELECT MAX(idx) FROM summaries WHERE size = ?)"] * len(part))
             out += list(self.conn.execute(sql, part).fetchone())
         return out
@@ -246,6 +261,7 @@ class FilePart:
                 self.conn.execute(f"ALTER TABLE {name} ADD COLUMN epoch INTEGER")
 
     if TYPE_CHECKING:  # what one part calls of another; each is defined once, in its part
+
         def _write_state(self) -> int: ...
         def format_mark(self) -> str | None: ...
         def check_erasure_record(self) -> None: ...

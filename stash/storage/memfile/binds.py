@@ -85,8 +85,9 @@ class BindPart(RowCodec):
             return
         middles: dict[int, bytearray] = {}
         for kind, start in cuts.items():
-            middles[Slot(kind, start).middle] = self._cut(LEVEL_SPAN, kind, start // FANOUT // FANOUT,
-                                                          (start // FANOUT) % FANOUT + 1)
+            middles[Slot(kind, start).middle] = self._cut(
+                LEVEL_SPAN, kind, start // FANOUT // FANOUT, (start // FANOUT) % FANOUT + 1
+            )
         for leaf, blob in leaves.items():
             middle, j = parent_of(leaf)
             if middle not in middles:
@@ -130,7 +131,7 @@ class BindPart(RowCodec):
         that one, cut to its first ``keep`` slots."""
         node = level + kind * KIND_SPAN + index
         self.conn.execute(f"DELETE FROM {TABLE} WHERE node > ? AND node < ?", (node, level + (kind + 1) * KIND_SPAN))
-        return bytearray(self._stored_node(node)[:keep * DIGEST])
+        return bytearray(self._stored_node(node)[: keep * DIGEST])
 
     def _any_from(self, kind: int, start: int) -> bool:
         cut = Slot(kind, start)
@@ -151,8 +152,11 @@ class BindPart(RowCodec):
         if not data and not keep_empty:
             self.conn.execute(f"DELETE FROM {TABLE} WHERE node = ?", (node,))
             return None
-        self.conn.execute(f"INSERT INTO {TABLE}(node, digests) VALUES (?, ?) "
-                          "ON CONFLICT(node) DO UPDATE SET digests = excluded.digests", (node, data))
+        self.conn.execute(
+            f"INSERT INTO {TABLE}(node, digests) VALUES (?, ?) "
+            "ON CONFLICT(node) DO UPDATE SET digests = excluded.digests",
+            (node, data),
+        )
         digest = node_digest(node, data)
         nodes_of(self.conn).keep(node, data, digest)
         return digest
@@ -203,6 +207,9 @@ class BindPart(RowCodec):
             stored = self._stored_node(ROOT)
             opened = [(slot.pos, entry(slot, sealed)) for slot, sealed in self._newest_row()]
         have = {node: bytes(blob) for node, blob in have.items()}
-        if (want != have and (have or want != {ROOT: b""})) or stored != self._root \
-                or opened != ([self._newest] if self._newest[0] >= 0 else []):
+        if (
+            (want != have and (have or want != {ROOT: b""}))
+            or stored != self._root
+            or opened != ([self._newest] if self._newest[0] >= 0 else [])
+        ):
             raise Damaged(UNBOUND.format(what="tree of row digests"))

@@ -58,9 +58,11 @@ RECORD_MARKS = (RECORD_MARK, BOUND_MARK)  # the marks that keep the erasure reco
 TABLE = "row_digests"
 SECTION = "memory_digests"  # schema.sql
 OPEN_META = "open_chunk"  # "<chunk> <digest hex>": the key chunk of the newest memory, which the tree does not hold
-UNBOUND = ("A stored {what} is not the one this memory file's authenticated state holds (a page or row from another "
-           "copy of this memory was put in its place); nothing was served. The operator should run `stash verify` "
-           "and restore this store from a backup.")
+UNBOUND = (
+    "A stored {what} is not the one this memory file's authenticated state holds (a page or row from another "
+    "copy of this memory was put in its place); nothing was served. The operator should run `stash verify` "
+    "and restore this store from a backup."
+)
 
 
 class _Stale(Exception):
@@ -87,7 +89,7 @@ class BoundPart(RowCodec):
         want = h.digest()
         leaf = self._checked_now().leaves.get(kind * KIND_SPAN + pos // FANOUT)
         j = (pos % FANOUT) * DIGEST
-        if leaf is not None and leaf[j:j + DIGEST] == want:
+        if leaf is not None and leaf[j : j + DIGEST] == want:
             return sealed, epoch
         if self.conn.in_transaction and self._binds.get(slot) == want:
             return sealed, epoch  # this transaction wrote it; the tree moves at its end
@@ -121,8 +123,9 @@ class BoundPart(RowCodec):
             if checked.middles is None:
                 checked.middles = parse_root(self._root)
             middle = checked.middles.get(slot.middle)
-            digest = EMPTY if middle is None else read_at(self._node(slot.middle, middle),
-                                                          (slot.pos // FANOUT) % FANOUT)
+            digest = (
+                EMPTY if middle is None else read_at(self._node(slot.middle, middle), (slot.pos // FANOUT) % FANOUT)
+            )
             leaf = b"" if digest == EMPTY else self._node(slot.leaf, digest)
             checked.leaves[slot.leaf] = leaf
         return read_at(leaf, slot.pos % FANOUT)

@@ -59,8 +59,9 @@ class ErasurePart(RowCodec):
                     continue
                 if i in shorts:  # its key goes now: what the running digest needs of its row stays
                     self._ensure_tails()
-                    self.conn.execute("INSERT OR IGNORE INTO log_tails(id, tail) VALUES (?, ?)",
-                                      (i, tail_of(shorts[i], key)))
+                    self.conn.execute(
+                        "INSERT OR IGNORE INTO log_tails(id, tail) VALUES (?, ?)", (i, tail_of(shorts[i], key))
+                    )
                 # Erased already, yet its key is back: a key chunk from
                 # before the erasure was put back. Shred it again; the
                 # record stays as it is.
@@ -83,8 +84,10 @@ class ErasurePart(RowCodec):
             for c, chunk in touched.items():
                 also, _, epoch = self._epoch_of_write("memory_keys")
                 sealed = aead.seal(self._rows_key, bytes(chunk), self._aad("memory_keys", c))
-                self.conn.execute(f"UPDATE memory_keys SET sealed = ?{' , epoch = ?' if also else ''} WHERE chunk = ?",
-                                  (sealed, *epoch, c))
+                self.conn.execute(
+                    f"UPDATE memory_keys SET sealed = ?{' , epoch = ?' if also else ''} WHERE chunk = ?",
+                    (sealed, *epoch, c),
+                )
                 self._bind(key_slot(c), sealed)
             # The recall cache holds these memories' rendered text: its pieces
             # go while this transaction holds the write lock (rendered_log.py).

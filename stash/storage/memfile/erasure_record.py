@@ -39,8 +39,10 @@ RECORD_META = "erasure_record"
 RECORD_MARK = "4"  # the format mark of files that keep the record (formats.py, "erasure record")
 CHUNK_ROWS = 8192  # rows hashed per query: a million erased rows never sit in memory at once
 
-UNREADABLE = ("The memory file's erasure record is unreadable or disagrees with its erasures; nothing was served. "
-              "The operator should run `stash verify` and restore this store from a backup.")
+UNREADABLE = (
+    "The memory file's erasure record is unreadable or disagrees with its erasures; nothing was served. "
+    "The operator should run `stash verify` and restore this store from a backup."
+)
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,11 @@ def parse(text: str | None) -> Record | None:
         return None
     try:
         erased, receipts, rows, runs_text = text.split(" ")
-        runs = () if runs_text == "-" else tuple(
-            (int(a), int(b)) for a, b in (part.split("-") for part in runs_text.split(",")))
+        runs = (
+            ()
+            if runs_text == "-"
+            else tuple((int(a), int(b)) for a, b in (part.split("-") for part in runs_text.split(",")))
+        )
         record = Record(int(erased), int(receipts), bytes.fromhex(rows), runs)
     except ValueError:
         raise Damaged(UNREADABLE) from None
@@ -99,7 +104,8 @@ def counts(conn: sqlite3.Connection, tables: frozenset[str]) -> tuple[int, int]:
     """How many rows ``erased`` and ``erasures`` hold (0 for a table not made)."""
     return tuple(  # type: ignore[return-value]  # two tables, two counts
         int(conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]) if t in tables else 0
-        for t in ("erased", "erasures"))
+        for t in ("erased", "erasures")
+    )
 
 
 def rows_digest(conn: sqlite3.Connection, tables: frozenset[str]) -> bytes:
@@ -114,7 +120,9 @@ def rows_digest(conn: sqlite3.Connection, tables: frozenset[str]) -> bytes:
         while True:
             text, top, n = conn.execute(
                 f"SELECT group_concat(id || ':' || hex(sealed), ','), MAX(id), COUNT(*) FROM "
-                f"(SELECT id, sealed FROM {table} WHERE id > ? ORDER BY id LIMIT ?)", (after, CHUNK_ROWS)).fetchone()
+                f"(SELECT id, sealed FROM {table} WHERE id > ? ORDER BY id LIMIT ?)",
+                (after, CHUNK_ROWS),
+            ).fetchone()
             if not n:
                 break
             h.update(text.encode() + b";")

@@ -47,13 +47,24 @@ def _raise_if_unavailable(exc: Exception, folder: Path) -> None:
         raise err from None
 
 
-class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BoundPart,
-                 BindPart, BudgetPart):
+class MemoryFile(
+    LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadPart, ResealPart, BoundPart, BindPart, BudgetPart
+):
     """A user's memory file: the sealed log, summary tree and config."""
 
-    def __init__(self, path: Path, user_id: str, master: bytes | KeyChain, cipher: str, *,
-                 create: bool = False, page_bytes: int = PAGE_BYTES, recorded: bool = False,
-                 pool: Pool | None = None, reseal: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        user_id: str,
+        master: bytes | KeyChain,
+        cipher: str,
+        *,
+        create: bool = False,
+        page_bytes: int = PAGE_BYTES,
+        recorded: bool = False,
+        pool: Pool | None = None,
+        reseal: bool = True,
+    ) -> None:
         """``page_bytes``: the page size of a new file, or the one an existing
         SQLCipher file was made with (the key ring records it). ``recorded``:
         the key ring holds a copy of this file's state version, so the file
@@ -75,8 +86,9 @@ class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadP
         self._rows_key = fk.rows_key
         path, file_key, cipher = fk.path, fk.file_key, fk.cipher
         try:
-            self.conn = connect(path, file_key=file_key, cipher=cipher, create=create, page_bytes=fk.page_bytes,
-                                pool=self._pool)
+            self.conn = connect(
+                path, file_key=file_key, cipher=cipher, create=create, page_bytes=fk.page_bytes, pool=self._pool
+            )
         except MissingFile:
             raise
         except Exception as exc:
@@ -108,8 +120,14 @@ class MemoryFile(LogPart, ShortRowsPart, ErasurePart, TreePart, StatePart, HeadP
                 self.head = Head(0, chain.genesis(self._chain_key, user_id))
                 self.conn.execute(
                     "INSERT INTO meta(name, value) VALUES ('user_id', ?), ('format', ?), (?, ?), (?, ?)",
-                    (user_id, formats.current_mark(formats.MEMORY_FILE), HEAD_META, self._head_text(self.head, b""),
-                     EPOCH_META, str(fk.epoch)),
+                    (
+                        user_id,
+                        formats.current_mark(formats.MEMORY_FILE),
+                        HEAD_META,
+                        self._head_text(self.head, b""),
+                        EPOCH_META,
+                        str(fk.epoch),
+                    ),
                 )
                 with write_transaction(self.conn):
                     self._write_state()

@@ -21,8 +21,10 @@ from ..sqlite.transactions import write_transaction
 from .base import HEAD_META, ROLLED_BACK
 from .rows import RowCodec
 
-DIGEST_GONE = ("This memory file's recorded digest was deleted (the file's format records one). Nothing was "
-               "served; the operator should run `stash verify` and restore this store from a backup.")
+DIGEST_GONE = (
+    "This memory file's recorded digest was deleted (the file's format records one). Nothing was "
+    "served; the operator should run `stash verify` and restore this store from a backup."
+)
 
 
 class HeadPart(RowCodec):
@@ -40,8 +42,9 @@ class HeadPart(RowCodec):
             count, prev, digest = row[0].split(" ")
             return Head(int(count), bytes.fromhex(digest)), bytes.fromhex(prev)
         except ValueError:
-            raise Damaged("The memory file's recorded digest is unreadable; "
-                          "restore this store from a backup.") from None
+            raise Damaged(
+                "The memory file's recorded digest is unreadable; restore this store from a backup."
+            ) from None
 
     def _verified_head(self) -> Head:
         """The recorded head, after checking it against the end of the log:
@@ -76,8 +79,9 @@ class HeadPart(RowCodec):
         else:
             expected = chain.genesis(self._chain_key, self.user_id)
         if not chain.same(expected, head.digest):
-            raise Damaged("The last memory of the log disagrees with its recorded digest; "
-                          "restore this store from a backup.")
+            raise Damaged(
+                "The last memory of the log disagrees with its recorded digest; restore this store from a backup."
+            )
         return head
 
     def _migrate(self) -> Head:
@@ -88,10 +92,13 @@ class HeadPart(RowCodec):
             with write_transaction(self.conn):
                 if self._stored_head() is None:
                     head, prev = self.recompute_head()
-                    self.conn.execute("INSERT INTO meta(name, value) VALUES (?, ?)",
-                                      (HEAD_META, self._head_text(head, prev)))
-                    self.conn.execute("UPDATE meta SET value = ? WHERE name = 'format'",
-                                      (formats.next_mark(formats.MEMORY_FILE, "1"),))
+                    self.conn.execute(
+                        "INSERT INTO meta(name, value) VALUES (?, ?)", (HEAD_META, self._head_text(head, prev))
+                    )
+                    self.conn.execute(
+                        "UPDATE meta SET value = ? WHERE name = 'format'",
+                        (formats.next_mark(formats.MEMORY_FILE, "1"),),
+                    )
         except Exception as exc:
             if isinstance(exc, Damaged):
                 raise
@@ -133,8 +140,11 @@ class HeadPart(RowCodec):
             return chain.same(older.digest, newer.digest)
         if not self._made("log"):
             return False
-        with closing(self.conn.execute("SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
-                                       (older.count, newer.count))) as rows:
+        with closing(
+            self.conn.execute(
+                "SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (older.count, newer.count)
+            )
+        ) as rows:
             count, digest = chain.extend(self._chain_key, older.digest, older.count, self.chain_rows(rows))
         return count == newer.count and chain.same(digest, newer.digest)
 

@@ -35,8 +35,13 @@ class LogPart(RowCodec):
     def _chunk(self, c: int, *, create: bool = False) -> bytes | None:
         if c in self._chunks:
             return self._chunks[c]
-        row = self.conn.execute(f"SELECT sealed, {self._epoch_sql('memory_keys')} FROM memory_keys WHERE chunk = ?",
-                                (c,)).fetchone() if self._made("memory_keys") else None
+        row = (
+            self.conn.execute(
+                f"SELECT sealed, {self._epoch_sql('memory_keys')} FROM memory_keys WHERE chunk = ?", (c,)
+            ).fetchone()
+            if self._made("memory_keys")
+            else None
+        )
         if row is None:
             if not create:
                 return None
@@ -102,7 +107,7 @@ class LogPart(RowCodec):
                 # so a row spliced in from the other one does not open here.
                 key = os.urandom(aead.KEY_BYTES)
                 slot = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
-                touched[c][slot:slot + aead.KEY_BYTES] = key
+                touched[c][slot : slot + aead.KEY_BYTES] = key
                 sealed = aead.seal(key, self._memory_plain(date, text), self._aad("log", i))
                 self.conn.execute("INSERT INTO log(id, sealed) VALUES (?, ?)", (i, sealed))
                 prev, digest = digest, chain.step(self._chain_key, digest, i, sealed)
@@ -112,7 +117,9 @@ class LogPart(RowCodec):
                 sealed_chunk = aead.seal(self._rows_key, bytes(plain_chunk), self._aad("memory_keys", c))
                 self.conn.execute(
                     f"INSERT INTO memory_keys(chunk, sealed{cols}) VALUES (?, ?{marks}) "
-                    f"ON CONFLICT(chunk) DO UPDATE SET sealed = excluded.sealed{also}", (c, sealed_chunk, *epoch))
+                    f"ON CONFLICT(chunk) DO UPDATE SET sealed = excluded.sealed{also}",
+                    (c, sealed_chunk, *epoch),
+                )
                 self._bind(key_slot(c), sealed_chunk)
                 self._chunks[c] = bytes(plain_chunk)
             head = Head(base + len(items), digest)
@@ -144,13 +151,16 @@ class LogPart(RowCodec):
         for k in range(0, len(chunks), 500):  # the key chunks first, a statement for many
             part = chunks[k : k + 500]
             for c, sealed, epoch in self.conn.execute(
-                    f"SELECT chunk, sealed, {self._epoch_sql('memory_keys')} FROM memory_keys "
-                    f"WHERE chunk IN ({', '.join('?' * len(part))})", part).fetchall():
+                f"SELECT chunk, sealed, {self._epoch_sql('memory_keys')} FROM memory_keys "
+                f"WHERE chunk IN ({', '.join('?' * len(part))})",
+                part,
+            ).fetchall():
                 self._chunks[c] = self._open_chunk(c, sealed, epoch)
         for k in range(0, len(ids) if self._made("log") else 0, 500):
             part = ids[k : k + 500]
             rows = self.conn.execute(
-                f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) ORDER BY id", part).fetchall()
+                f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) ORDER BY id", part
+            ).fetchall()
             out += [self._row(i, sealed) for i, sealed in rows]
         if [r[0] for r in out] != ids:
             raise Damaged("The log has a gap; restore this store from a backup.")
@@ -215,12 +225,19 @@ class LogPart(RowCodec):
             if T > start:
                 raise Damaged("The log has a gap; restore this store from a backup.")
             return
-        with closing(self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id",
-                                       (start, T))) as cur:
+        with closing(
+            self.conn.execute("SELECT sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (start, T))
+        ) as cur:
             yield from self._scan_rows(cur, T, start, open_padded, prefix)
 
-    def _scan_rows(self, cur: sqlite3.Cursor, T: int, start: int, open_padded: Callable[[bytes, bytes, bytes], bytes],
-                   prefix: bytes) -> Iterator[list[str]]:
+    def _scan_rows(
+        self,
+        cur: sqlite3.Cursor,
+        T: int,
+        start: int,
+        open_padded: Callable[[bytes, bytes, bytes], bytes],
+        prefix: bytes,
+    ) -> Iterator[list[str]]:
         """:meth:`scan`'s batches from ``cur``, its statement over the log."""
         short, expand = is_short, rebuild
         width = aead.KEY_BYTES
@@ -277,8 +294,9 @@ class LogPart(RowCodec):
         return self._erased_date(i)
 
     def _erased_date(self, i: int) -> str:
-        rows = self._rows(self._tables(), "erased",
-                          f"SELECT sealed, {self._epoch_sql('erased')} FROM erased WHERE id = ?", (i,))
+        rows = self._rows(
+            self._tables(), "erased", f"SELECT sealed, {self._epoch_sql('erased')} FROM erased WHERE id = ?", (i,)
+        )
         row = rows[0] if rows else None
         if row is None:
             raise Damaged(f"Memory #{i} has no key and no erasure record; restore this store from a backup.")

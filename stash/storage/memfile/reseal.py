@@ -23,9 +23,11 @@ from .log import CHUNK_BYTES, KEYS_PER_CHUNK
 from .row_tree import key_slot, summary_slot
 from .rows import WRITER_BYTES, RowCodec
 
-KEYS_BEHIND = ("This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
-               "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
-               "restore this store from a backup.")
+KEYS_BEHIND = (
+    "This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
+    "replaced with an older copy. Nothing was served; the operator should run `stash verify` and "
+    "restore this store from a backup."
+)
 
 
 class KeysBehind(RolledBack):
@@ -97,8 +99,7 @@ class ResealPart(RowCodec):
         try:
             return self.file_epoch() if row is None else int(row[0])
         except ValueError:
-            raise Damaged("The memory file's base key epoch is unreadable; restore this store from a "
-                          "backup.") from None
+            raise Damaged("The memory file's base key epoch is unreadable; restore this store from a backup.") from None
 
     def reseal(self, keychain: KeyChain) -> int:
         """Move this file to ``keychain``'s current epoch, in one transaction
@@ -127,10 +128,13 @@ class ResealPart(RowCodec):
             old_key = keys.subkey(keychain.key(epoch), b"rows")
             stored = self._stored_state()
             if stored is not None and not hmac.compare_digest(
-                    stored[1], self._state_mac(stored[0], self._state_digest()[0], old_key)):
+                stored[1], self._state_mac(stored[0], self._state_digest()[0], old_key)
+            ):
                 # Moving the head to the new key must not bless a state that was tampered with.
-                raise Damaged("This memory file's state does not match its authenticated head; nothing was "
-                              "re-sealed. The operator should run `stash verify` and restore it from a backup.")
+                raise Damaged(
+                    "This memory file's state does not match its authenticated head; nothing was "
+                    "re-sealed. The operator should run `stash verify` and restore it from a backup."
+                )
             if stored is not None:
                 self._trust_root(*self._root_seen)  # the chunk re-sealed below is one the tree holds
             tables = self._tables()
@@ -144,24 +148,29 @@ class ResealPart(RowCodec):
             self._epoch_columns.clear()
             T = self.count()
             c, used = T // KEYS_PER_CHUNK, T % KEYS_PER_CHUNK
-            row = self.conn.execute("SELECT sealed, epoch FROM memory_keys WHERE chunk = ?",
-                                    (c,)).fetchone() if "memory_keys" in tables else None
+            row = (
+                self.conn.execute("SELECT sealed, epoch FROM memory_keys WHERE chunk = ?", (c,)).fetchone()
+                if "memory_keys" in tables
+                else None
+            )
             base = self._read_base()
             if row is not None:
                 row = self._authentic(key_slot(c), row[0], row[1])
                 try:
                     chunk_key = keys.subkey(keychain.key(base if row[1] is None else int(row[1])), b"rows")
                 except (KeyError, ValueError):
-                    raise Damaged("A memory key chunk names a key epoch this file cannot have; restore this "
-                                  "store from a backup.") from None
+                    raise Damaged(
+                        "A memory key chunk names a key epoch this file cannot have; restore this store from a backup."
+                    ) from None
                 plain = self._open(chunk_key, row[0], "memory_keys", c)
                 if len(plain) != CHUNK_BYTES:
                     raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
                 k = used * aead.KEY_BYTES
                 fresh = plain[:k] + os.urandom(CHUNK_BYTES - k)
                 sealed = aead.seal(new_key, fresh, self._aad("memory_keys", c))
-                self.conn.execute("UPDATE memory_keys SET sealed = ?, epoch = ? WHERE chunk = ?",
-                                  (sealed, keychain.epoch, c))
+                self.conn.execute(
+                    "UPDATE memory_keys SET sealed = ?, epoch = ? WHERE chunk = ?", (sealed, keychain.epoch, c)
+                )
                 self._bind(key_slot(c), sealed)
                 moved = 1
             if "idempotency" in tables:
@@ -179,8 +188,16 @@ class ResealPart(RowCodec):
         self._epoch_keys.clear()
         self.epoch = keychain.epoch
         self._base_epoch = self._read_base()
-        self._fk = FileKeys(self._fk.path, self.user_id, self._fk.cipher, new_key, self._fk.file_key,
-                            self._chain_key, keychain.epoch, self._fk.page_bytes)
+        self._fk = FileKeys(
+            self._fk.path,
+            self.user_id,
+            self._fk.cipher,
+            new_key,
+            self._fk.file_key,
+            self._chain_key,
+            keychain.epoch,
+            self._fk.page_bytes,
+        )
         self._chunks.clear()
         checkpoint(self.conn)  # best effort: the newest chunk's old page leaves the WAL
         return moved
@@ -202,19 +219,28 @@ class ResealPart(RowCodec):
         with write_transaction(self.conn):
             rows = self.conn.execute(
                 f"SELECT size, idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
-                "WHERE length(sealed) IN (?, ?) LIMIT ?", (*old, limit)).fetchall()
+                "WHERE length(sealed) IN (?, ?) LIMIT ?",
+                (*old, limit),
+            ).fetchall()
             also, _, epoch = self._epoch_of_write("summaries")
             for size, idx, sealed, row_epoch in rows:
                 version, plain = self._open_summary(size, idx, sealed, row_epoch)
                 try:
                     text = aead.unpad(plain[:-WRITER_BYTES]).decode()
                 except (aead.Unsealable, UnicodeDecodeError):
-                    raise Damaged(f"The summary of {idx * size}-{(idx + 1) * size - 1} is unreadable; nothing "
-                                  "was re-sealed.") from None
-                fresh = aead.seal(self._rows_key, self._summary_plain(version, text, self._writer_of(plain)),
-                                  self._aad("summaries", f"{size}|{idx}"))
-                self.conn.execute(f"UPDATE summaries SET sealed = ?{also.replace(', epoch', ', epoch = ?')} "
-                                  "WHERE size = ? AND idx = ?", (fresh, *epoch, size, idx))
+                    raise Damaged(
+                        f"The summary of {idx * size}-{(idx + 1) * size - 1} is unreadable; nothing was re-sealed."
+                    ) from None
+                fresh = aead.seal(
+                    self._rows_key,
+                    self._summary_plain(version, text, self._writer_of(plain)),
+                    self._aad("summaries", f"{size}|{idx}"),
+                )
+                self.conn.execute(
+                    f"UPDATE summaries SET sealed = ?{also.replace(', epoch', ', epoch = ?')} "
+                    "WHERE size = ? AND idx = ?",
+                    (fresh, *epoch, size, idx),
+                )
                 self._bind(summary_slot(size, idx), fresh)
             if rows:
                 self._write_state()  # the tree of row digests holds each summary's new bytes

@@ -111,7 +111,7 @@ def node_digest(node: int, blob: bytes) -> bytes:
 
 
 def read_at(blob: bytes, j: int) -> bytes:
-    got = blob[j * DIGEST:(j + 1) * DIGEST]
+    got = blob[j * DIGEST : (j + 1) * DIGEST]
     return got if len(got) == DIGEST else EMPTY
 
 
@@ -121,13 +121,13 @@ def write_at(blob: bytearray, j: int, value: bytes | None) -> None:
         if value is None:
             return
         blob.extend(bytes(end - len(blob)))
-    blob[j * DIGEST:end] = value or EMPTY
+    blob[j * DIGEST : end] = value or EMPTY
 
 
 def trimmed(blob: bytearray) -> bytes:
     """A node without its empty slots at the end (an empty node is no row)."""
     n = len(blob)
-    while n and blob[n - DIGEST:n] == EMPTY:
+    while n and blob[n - DIGEST : n] == EMPTY:
         n -= DIGEST
     return bytes(blob[:n])
 
@@ -183,7 +183,7 @@ def parse_root(blob: bytes) -> dict[int, bytes]:
     if len(blob) % (8 + DIGEST):
         raise Damaged(UNREADABLE)
     step = 8 + DIGEST
-    return {int.from_bytes(blob[k:k + 8], "big"): blob[k + 8:k + step] for k in range(0, len(blob), step)}
+    return {int.from_bytes(blob[k : k + 8], "big"): blob[k + 8 : k + step] for k in range(0, len(blob), step)}
 
 
 def parse_open(text: str | None) -> tuple[int, bytes]:
@@ -206,13 +206,16 @@ def rows_of(conn: sqlite3.Connection, tables: frozenset[str]) -> Iterator[tuple[
     """Every bound row a memory file holds, ``(slot, sealed)``, in slot
     order, :data:`BATCH` to a statement."""
     by_id: list[tuple[str, str, Callable[[int], Slot]]] = [
-        ("memory_keys", "chunk", key_slot), ("erased", "id", erased_slot)]
+        ("memory_keys", "chunk", key_slot),
+        ("erased", "id", erased_slot),
+    ]
     for table, key, make in by_id:
         if table not in tables:
             continue
         after = -1
-        while rows := conn.execute(f"SELECT {key}, sealed FROM {table} WHERE {key} > ? ORDER BY {key} LIMIT ?",
-                                   (after, BATCH)).fetchall():
+        while rows := conn.execute(
+            f"SELECT {key}, sealed FROM {table} WHERE {key} > ? ORDER BY {key} LIMIT ?", (after, BATCH)
+        ).fetchall():
             for pos, sealed in rows:
                 yield make(pos), bytes(sealed)
             after = rows[-1][0]
@@ -220,8 +223,9 @@ def rows_of(conn: sqlite3.Connection, tables: frozenset[str]) -> Iterator[tuple[
         return
     for (size,) in conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size").fetchall():
         after = -1
-        while rows := conn.execute("SELECT idx, sealed FROM summaries WHERE size = ? AND idx > ? ORDER BY idx "
-                                   "LIMIT ?", (size, after, BATCH)).fetchall():
+        while rows := conn.execute(
+            "SELECT idx, sealed FROM summaries WHERE size = ? AND idx > ? ORDER BY idx LIMIT ?", (size, after, BATCH)
+        ).fetchall():
             for idx, sealed in rows:
                 yield summary_slot(size, idx), bytes(sealed)
             after = rows[-1][0]

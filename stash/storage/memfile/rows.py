@@ -67,8 +67,7 @@ class RowCodec(FilePart):
         key = self._epoch_keys.get(e) if type(e) is int else None
         if key is None:
             if self._keychain is None or type(e) is not int or not 0 <= e < self.epoch:
-                raise Damaged("A stored row names a key epoch this file cannot have; restore this store from a "
-                              "backup.")
+                raise Damaged("A stored row names a key epoch this file cannot have; restore this store from a backup.")
             key = keys.subkey(self._keychain.key(e), b"rows")
             self._epoch_keys[e] = key
         return key
@@ -107,12 +106,17 @@ class RowCodec(FilePart):
         its bucket with the writer's id in the last bytes."""
         payload = text.encode()
         size = bucket(2 + len(payload) + WRITER_BYTES, SUMMARY_PLAINTEXT_BYTES)
-        return (BUCKETED_MARK.to_bytes(2, "big") + version.to_bytes(SUMMARY_VERSION_BYTES - 2, "big")
-                + aead.pad(payload, size - WRITER_BYTES) + writer.to_bytes(WRITER_BYTES, "big"))
+        return (
+            BUCKETED_MARK.to_bytes(2, "big")
+            + version.to_bytes(SUMMARY_VERSION_BYTES - 2, "big")
+            + aead.pad(payload, size - WRITER_BYTES)
+            + writer.to_bytes(WRITER_BYTES, "big")
+        )
 
     def _seal_summary(self, size: int, idx: int, version: int, text: str) -> bytes:
-        return aead.seal(self._rows_key, self._summary_plain(version, text, self.writer),
-                         self._aad("summaries", f"{size}|{idx}"))
+        return aead.seal(
+            self._rows_key, self._summary_plain(version, text, self.writer), self._aad("summaries", f"{size}|{idx}")
+        )
 
     def _open_summary(self, size: int, idx: int, sealed: bytes, epoch: int | None) -> tuple[int, bytes]:
         """The state version a summary was written at (0: before the field)

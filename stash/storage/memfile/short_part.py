@@ -43,7 +43,7 @@ class ShortRowsPart(RowCodec):
                 chunk = self._chunk(c) or b""
                 c_now = c
             slot = (i % KEYS_PER_CHUNK) * aead.KEY_BYTES
-            key: bytes | None = chunk[slot:slot + aead.KEY_BYTES]
+            key: bytes | None = chunk[slot : slot + aead.KEY_BYTES]
             if key == ERASED_KEY or len(key or b"") != aead.KEY_BYTES:
                 key = None
             yield expand(stored, key=key, tail=None if key is not None else self._tail(i))
@@ -53,11 +53,14 @@ class ShortRowsPart(RowCodec):
         """The rows of ``ids`` stored short (short_rows.py), as stored."""
         out: dict[int, bytes] = {}
         for k in range(0, len(ids) if self._made("log") else 0, 500):
-            part = ids[k:k + 500]
-            out.update(self.conn.execute(
-                f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) "
-                f"AND length(sealed) % {formats.BUCKET_BYTES} = {SHORT_OVERHEAD % formats.BUCKET_BYTES}",
-                part).fetchall())
+            part = ids[k : k + 500]
+            out.update(
+                self.conn.execute(
+                    f"SELECT id, sealed FROM log WHERE id IN ({', '.join('?' * len(part))}) "
+                    f"AND length(sealed) % {formats.BUCKET_BYTES} = {SHORT_OVERHEAD % formats.BUCKET_BYTES}",
+                    part,
+                ).fetchall()
+            )
         return out
 
     def _ensure_tails(self) -> None:
@@ -83,7 +86,8 @@ class ShortRowsPart(RowCodec):
             rows = self.conn.execute(
                 f"SELECT id, sealed FROM log WHERE id >= ? AND length(sealed) IN "
                 f"({', '.join('?' * len(FULL_SEALED))}) ORDER BY id LIMIT ?",
-                (start, *sorted(FULL_SEALED), limit)).fetchall()
+                (start, *sorted(FULL_SEALED), limit),
+            ).fetchall()
             if not rows:
                 return self.count(), 0
             self._chunks.clear()
@@ -98,7 +102,8 @@ class ShortRowsPart(RowCodec):
             self._chunks.clear()
             if moved:
                 (trigger,) = self.conn.execute(
-                    "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'log_no_update'").fetchone()
+                    "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'log_no_update'"
+                ).fetchone()
                 self.conn.execute("DROP TRIGGER log_no_update")
                 self.conn.executemany("UPDATE log SET sealed = ? WHERE id = ?", moved)
                 self.conn.execute(trigger)

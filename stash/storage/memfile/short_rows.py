@@ -47,7 +47,7 @@ def _parts(blob: bytes) -> tuple[int, int, bytes]:
     kept = len(blob) - SHORT_OVERHEAD - LAST_BYTES
     if full is None or not 0 < kept < full - LAST_BYTES or not is_short(blob):
         raise Damaged("A stored memory row has an impossible layout; restore this store from a backup.")
-    return full, kept, blob[CODE_BYTES:CODE_BYTES + aead.NONCE_BYTES]
+    return full, kept, blob[CODE_BYTES : CODE_BYTES + aead.NONCE_BYTES]
 
 
 def shorten(sealed: bytes, plain: bytes) -> bytes | None:
@@ -60,10 +60,10 @@ def shorten(sealed: bytes, plain: bytes) -> bytes | None:
     text = int.from_bytes(plain[:2], "big")
     padded = formats.bucket(2 + text + LAST_BYTES, full)
     kept = padded - LAST_BYTES
-    if padded >= full or any(plain[kept:full - LAST_BYTES]):
+    if padded >= full or any(plain[kept : full - LAST_BYTES]):
         return None
-    nonce, ct = sealed[:aead.NONCE_BYTES], sealed[aead.NONCE_BYTES:]
-    return (bytes([_CODE_OF[full]]) + nonce + ct[:kept] + ct[full - LAST_BYTES:full] + ct[full:])
+    nonce, ct = sealed[: aead.NONCE_BYTES], sealed[aead.NONCE_BYTES :]
+    return bytes([_CODE_OF[full]]) + nonce + ct[:kept] + ct[full - LAST_BYTES : full] + ct[full:]
 
 
 def tail_of(blob: bytes, key: bytes) -> bytes:
@@ -80,10 +80,12 @@ def expand(blob: bytes, *, key: bytes | None = None, tail: bytes | None = None) 
     full, kept, nonce = _parts(blob)
     if tail is None:
         if key is None:
-            raise Damaged("A stored memory row cannot be rebuilt: its key and its recorded tail are both gone; "
-                          "restore this store from a backup.")
+            raise Damaged(
+                "A stored memory row cannot be rebuilt: its key and its recorded tail are both gone; "
+                "restore this store from a backup."
+            )
         tail = aead.keystream(key, nonce, full - LAST_BYTES)[kept:]
     if len(tail) != full - LAST_BYTES - kept:
         raise Damaged("A stored memory row's recorded tail has the wrong size; restore this store from a backup.")
-    body = blob[CODE_BYTES + aead.NONCE_BYTES:]
-    return nonce + body[:kept] + tail + body[kept:kept + LAST_BYTES] + body[kept + LAST_BYTES:]
+    body = blob[CODE_BYTES + aead.NONCE_BYTES :]
+    return nonce + body[:kept] + tail + body[kept : kept + LAST_BYTES] + body[kept + LAST_BYTES :]

@@ -23,19 +23,25 @@ from .bound import BOUND_MARK, OPEN_META, RECORD_MARKS, ROOT
 from .erasure_record import RECORD_META, Record, counts, from_tables
 from .rows import RowCodec
 
-STATE_GONE = ("This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
-              "the operator should run `stash verify` and restore this store from a backup.")
+STATE_GONE = (
+    "This memory file's authenticated head was deleted (its key ring records one). Nothing was served; "
+    "the operator should run `stash verify` and restore this store from a backup."
+)
 
 
 LEGACY_MARKS = (None, "1", "2")  # format marks written before the mark was authenticated
 AUTHENTICATED_MARK = "3"  # formats.py, "authenticated format"
 AUTHENTICATED_MARKS = (AUTHENTICATED_MARK, *RECORD_MARKS)  # the mark inside the MAC, the key ring's copies sealed
-RING_UNSEALED = ("This memory file's authenticated format says its key ring's copies are sealed, and they are not "
-                 "(deleted, or put back from an older key ring). Nothing was served; the operator should run "
-                 "`stash verify` and restore this store from a backup.")
-NEWER_WITHOUT_STATE = ("This memory file has no authenticated head but shows a format that always has one (it was "
-                       "deleted, so an older format could be claimed). Nothing was served; the operator should run "
-                       "`stash verify` and restore this store from a backup.")
+RING_UNSEALED = (
+    "This memory file's authenticated format says its key ring's copies are sealed, and they are not "
+    "(deleted, or put back from an older key ring). Nothing was served; the operator should run "
+    "`stash verify` and restore this store from a backup."
+)
+NEWER_WITHOUT_STATE = (
+    "This memory file has no authenticated head but shows a format that always has one (it was "
+    "deleted, so an older format could be claimed). Nothing was served; the operator should run "
+    "`stash verify` and restore this store from a backup."
+)
 
 
 class StatePart(RowCodec):
@@ -65,8 +71,9 @@ class StatePart(RowCodec):
         # (a row format added after this one included) shows as newer.
         older = (("log", formats.OLDER_MEMORY_PLAINTEXT_BYTES), ("summaries", formats.SUMMARY_PLAINTEXT_BYTES))
         for table, plain in older:
-            if self.conn.execute(f"SELECT 1 FROM {table} WHERE length(sealed) != ? LIMIT 1",
-                                 (plain + aead.OVERHEAD,)).fetchone():
+            if self.conn.execute(
+                f"SELECT 1 FROM {table} WHERE length(sealed) != ? LIMIT 1", (plain + aead.OVERHEAD,)
+            ).fetchone():
                 return f"{table} row length"
         return None
 
@@ -140,8 +147,12 @@ class StatePart(RowCodec):
                 h.update(len(b).to_bytes(8, "big"))
                 h.update(b)
 
-        meta = dict(self.conn.execute("SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, ?, ?, 'format')",
-                                      (HEAD_META, EPOCH_META, HOLES_META, DROPS_META, RECORD_META, OPEN_META)))
+        meta = dict(
+            self.conn.execute(
+                "SELECT name, value FROM meta WHERE name IN (?, ?, ?, ?, ?, ?, 'format')",
+                (HEAD_META, EPOCH_META, HOLES_META, DROPS_META, RECORD_META, OPEN_META),
+            )
+        )
         put(self.user_id, *(f"{name}={meta.get(name)}" for name in (HEAD_META, EPOCH_META, HOLES_META, DROPS_META)))
         if meta.get("format") not in LEGACY_MARKS:
             # From mark 3 on the mark is inside the MAC, so no older format can
@@ -166,7 +177,8 @@ class StatePart(RowCodec):
         for size, top_idx in self._frontiers(top):
             put("level", size, top_idx)
         for name, sql in self.conn.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"):
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'log' ORDER BY name"
+        ):
             put("trigger", name, sql)
         bound = meta.get("format") == BOUND_MARK
         self._root_seen = (self._stored_node(ROOT) if bound else b"", bound, meta.get(OPEN_META) if bound else None)
@@ -187,8 +199,9 @@ class StatePart(RowCodec):
 
     def _state_mac(self, version: int, digest: bytes, rows_key: bytes | None = None) -> bytes:
         key = self._state_key() if rows_key is None else keys.subkey(rows_key, b"state")
-        return hashlib.blake2b(version.to_bytes(8, "big") + digest, key=key, digest_size=32,
-                               person=b"stash.state.mac").digest()
+        return hashlib.blake2b(
+            version.to_bytes(8, "big") + digest, key=key, digest_size=32, person=b"stash.state.mac"
+        ).digest()
 
     def _stored_state(self) -> tuple[int, bytes] | None:
         row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (STATE_META,)).fetchone()
@@ -198,8 +211,9 @@ class StatePart(RowCodec):
             v, mac = row[0].split(" ")
             return int(v), bytes.fromhex(mac)
         except ValueError:
-            raise Damaged("The memory file's authenticated head is unreadable; restore this store from a "
-                          "backup.") from None
+            raise Damaged(
+                "The memory file's authenticated head is unreadable; restore this store from a backup."
+            ) from None
 
     def _write_state(self) -> int:
         """Advance the state head over what this write transaction leaves:
@@ -273,13 +287,17 @@ class StatePart(RowCodec):
             return self._check_state()
         version, mac = stored
         if not hmac.compare_digest(mac, self._state_mac(version, digest)):
-            raise Damaged("This memory file's state does not match its authenticated head: a row or page was "
-                          "put back from an older copy, deleted, or altered. Nothing was served; the operator "
-                          "should run `stash verify` and restore this store from a backup.")
+            raise Damaged(
+                "This memory file's state does not match its authenticated head: a row or page was "
+                "put back from an older copy, deleted, or altered. Nothing was served; the operator "
+                "should run `stash verify` and restore this store from a backup."
+            )
         if erased is None and held != ((0, 0) if record is None else (record.erased, record.receipts)):
-            raise Damaged("This memory file's erasures do not match its authenticated record: an erasure or "
-                          "receipt row was deleted, added or put back. Nothing was served; the operator should run "
-                          "`stash verify` and restore this store from a backup.")
+            raise Damaged(
+                "This memory file's erasures do not match its authenticated record: an erasure or "
+                "receipt row was deleted, added or put back. Nothing was served; the operator should run "
+                "`stash verify` and restore this store from a backup."
+            )
         self.state_version, self._drops = version, drops
         self._take_erased(erased, record)
         self._trust_root(*self._root_seen)  # the root this snapshot's digest read

@@ -49,8 +49,9 @@ class TreePart(RowCodec):
         try:
             return {int(size): sorted(int(k) for k in ks) for size, ks in json.loads(row[0]).items()}
         except (ValueError, TypeError, AttributeError):
-            raise Damaged("The memory file's record of erased summaries is unreadable; "
-                          "restore this store from a backup.") from None
+            raise Damaged(
+                "The memory file's record of erased summaries is unreadable; restore this store from a backup."
+            ) from None
 
     def erased_runs(self) -> Erased:
         """The erased memories (as the authenticated state covers them) as
@@ -77,8 +78,9 @@ class TreePart(RowCodec):
         erased = self.erased_runs() if erased is None else erased
         for size, ks in holes.items():
             top = self._top_idx(size)
-            below = sorted({k for k in ks if top is not None and k < top
-                            and not erased.covers(k * size, (k + 1) * size)})
+            below = sorted(
+                {k for k in ks if top is not None and k < top and not erased.covers(k * size, (k + 1) * size)}
+            )
             if below:
                 kept[str(size)] = below
         if kept:
@@ -92,8 +94,13 @@ class TreePart(RowCodec):
         without a summary is absent."""
         if not self._made("summaries"):
             return {}
-        with closing(self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
-                                       "WHERE size = ? AND idx >= ? AND idx < ?", (size, first, end))) as rows:
+        with closing(
+            self.conn.execute(
+                f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
+                "WHERE size = ? AND idx >= ? AND idx < ?",
+                (size, first, end),
+            )
+        ) as rows:
             return {idx: self._summary_text(size, idx, sealed, epoch) for idx, sealed, epoch in rows}
 
     def summary(self, lo: int, hi: int) -> str | None:
@@ -102,7 +109,8 @@ class TreePart(RowCodec):
             return None
         row = self.conn.execute(
             f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
-            (size, lo // size)).fetchone()
+            (size, lo // size),
+        ).fetchone()
         if row is None:
             return None
         return self._summary_text(size, lo // size, row[0], row[1])
@@ -114,9 +122,11 @@ class TreePart(RowCodec):
         written, plain = self._open_summary(size, idx, sealed, epoch)
         lo = idx * size
         if not self._summary_valid(size, idx, written):
-            raise RolledBack(f"The summary of {lo}-{lo + size - 1} is an older copy of one that was dropped "
-                             "(forgotten, or erased over); it was not served. The operator should run `stash "
-                             "verify` and restore this store from a backup.")
+            raise RolledBack(
+                f"The summary of {lo}-{lo + size - 1} is an older copy of one that was dropped "
+                "(forgotten, or erased over); it was not served. The operator should run `stash "
+                "verify` and restore this store from a backup."
+            )
         try:
             return aead.unpad(plain).decode()
         except (aead.Unsealable, UnicodeDecodeError):
@@ -128,8 +138,10 @@ class TreePart(RowCodec):
         size = hi - lo
         if not self._made("summaries"):
             return None
-        row = self.conn.execute(f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries "
-                                "WHERE size = ? AND idx = ?", (size, lo // size)).fetchone()
+        row = self.conn.execute(
+            f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
+            (size, lo // size),
+        ).fetchone()
         if row is None:
             return None
         return self._writer_of(self._open_summary(size, lo // size, row[0], row[1])[1])
@@ -156,16 +168,24 @@ class TreePart(RowCodec):
                 return False  # a wholly erased block has no summary
             if size > 2:
                 half = size // 2
-                have = {r[0] for r in self.conn.execute(
-                    "SELECT idx FROM summaries WHERE size = ? AND idx IN (?, ?)",
-                    (half, 2 * idx, 2 * idx + 1))} if self._made("summaries") else set()
+                have = (
+                    {
+                        r[0]
+                        for r in self.conn.execute(
+                            "SELECT idx FROM summaries WHERE size = ? AND idx IN (?, ?)", (half, 2 * idx, 2 * idx + 1)
+                        )
+                    }
+                    if self._made("summaries")
+                    else set()
+                )
                 for k in (2 * idx, 2 * idx + 1):
                     if k not in have and self._erased_in(k * half, (k + 1) * half) != half:
                         return False
             self._ensure_table("summaries")
             cols, marks, epoch = self._epoch_of_write("summaries")
-            self.conn.execute(f"INSERT INTO summaries(size, idx, sealed{cols}) VALUES (?, ?, ?{marks})",
-                              (size, idx, sealed, *epoch))
+            self.conn.execute(
+                f"INSERT INTO summaries(size, idx, sealed{cols}) VALUES (?, ?, ?{marks})", (size, idx, sealed, *epoch)
+            )
             self._bind(summary_slot(size, idx), sealed)
             if hole:
                 holes[size].remove(idx)
@@ -256,8 +276,12 @@ class TreePart(RowCodec):
         levels are dense: an export writes each up to its first hole; docs/DESIGN.md, "Erase")."""
         if not self._made("summaries"):
             return
-        with closing(self.conn.execute(f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
-                                       "WHERE size = ? ORDER BY idx", (size,))) as rows:
+        with closing(
+            self.conn.execute(
+                f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? ORDER BY idx",
+                (size,),
+            )
+        ) as rows:
             for expected, (idx, sealed, epoch) in enumerate(rows):
                 if idx != expected:
                     return
@@ -274,16 +298,23 @@ class TreePart(RowCodec):
             return {"s": {}, "p": {}}
         try:
             raw = json.loads(row[0])
-            return {"s": {int(k): [(int(f), int(v)) for f, v in recs] for k, recs in raw["s"].items()},
-                    "p": {int(k): {int(i): int(v) for i, v in recs.items()} for k, recs in raw["p"].items()}}
+            return {
+                "s": {int(k): [(int(f), int(v)) for f, v in recs] for k, recs in raw["s"].items()},
+                "p": {int(k): {int(i): int(v) for i, v in recs.items()} for k, recs in raw["p"].items()},
+            }
         except (ValueError, TypeError, KeyError, AttributeError):
-            raise Damaged("The memory file's record of dropped summaries is unreadable; restore this store "
-                          "from a backup.") from None
+            raise Damaged(
+                "The memory file's record of dropped summaries is unreadable; restore this store from a backup."
+            ) from None
 
     def _save_drops(self, drops: dict[str, Any]) -> None:
         self._drops = drops
-        text = json.dumps({"s": {str(k): v for k, v in drops["s"].items()},
-                           "p": {str(k): {str(i): v for i, v in recs.items()} for k, recs in drops["p"].items()}})
+        text = json.dumps(
+            {
+                "s": {str(k): v for k, v in drops["s"].items()},
+                "p": {str(k): {str(i): v for i, v in recs.items()} for k, recs in drops["p"].items()},
+            }
+        )
         self._put_meta(DROPS_META, text)
 
     def _summary_valid(self, size: int, idx: int, written: int) -> bool:

@@ -214,7 +214,7 @@ def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) 
             else:
                 name_memory(main, kept, n)
         elif n.startswith(_RETIRED):
-            number = n[len(_RETIRED):].split("-", 1)[0]
+            number = n[len(_RETIRED) :].split("-", 1)[0]
             if main is not None and number.isdigit() and int(number) > 0:
                 gone = name_of(main, int(number))
                 if gone is not None:
@@ -229,8 +229,9 @@ def sweep(data_dir: Path, user_id: str, main: sqlite3.Connection | None = None) 
 
 
 def _has(conn: sqlite3.Connection, table: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                        (table,)).fetchone() is not None
+    return (
+        conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is not None
+    )
 
 
 def ensure(conn: sqlite3.Connection, table: str) -> None:
@@ -281,9 +282,13 @@ def tag_expiries(conn: sqlite3.Connection) -> dict[bytes, str]:
     if _has(conn, "grant_notes"):
         for table in ("grants", "append_grants"):
             if _has(conn, table):
-                out.update((bytes(t), str(e)) for t, e in conn.execute(
-                    f"SELECT g.tag, n.expires FROM {table} g JOIN grant_notes n ON n.grant_id = g.id "
-                    "WHERE g.tag IS NOT NULL AND n.expires IS NOT NULL"))
+                out.update(
+                    (bytes(t), str(e))
+                    for t, e in conn.execute(
+                        f"SELECT g.tag, n.expires FROM {table} g JOIN grant_notes n ON n.grant_id = g.id "
+                        "WHERE g.tag IS NOT NULL AND n.expires IS NOT NULL"
+                    )
+                )
     if _has(conn, "memory_tag_terms"):
         out.update((bytes(t), str(e)) for t, e in conn.execute("SELECT tag, expires FROM memory_tag_terms"))
     return out
@@ -299,8 +304,10 @@ def note_owner(conn: sqlite3.Connection, enrolment: int, owner: int) -> None:
     row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (OWNER_GRANTS,)).fetchone()
     known = json.loads(row[0]) if row else {}
     known[str(enrolment)] = owner
-    conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET "
-                 "value = excluded.value", (OWNER_GRANTS, json.dumps(known, sort_keys=True)))
+    conn.execute(
+        "INSERT INTO keyring_meta(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+        (OWNER_GRANTS, json.dumps(known, sort_keys=True)),
+    )
 
 
 def owners_of(conn: sqlite3.Connection) -> dict[int, int]:
@@ -319,8 +326,11 @@ def next_number(conn: sqlite3.Connection) -> int:
     with write_transaction(conn):
         row = conn.execute("SELECT value FROM keyring_meta WHERE name = ?", (COUNTER,)).fetchone()
         n = (int(row[0]) if row else 0) + 1
-        conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                     "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (COUNTER, str(n)))
+        conn.execute(
+            "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (COUNTER, str(n)),
+        )
     return n
 
 
@@ -367,8 +377,9 @@ def numbered(conn: sqlite3.Connection) -> dict[str, int]:
     left an older row under the same name)."""
     if not _has(conn, "memory_salts"):
         return {}
-    rows = conn.execute("SELECT name, number, length(salt) FROM memory_salts WHERE name IS NOT NULL "
-                        "ORDER BY number").fetchall()
+    rows = conn.execute(
+        "SELECT name, number, length(salt) FROM memory_salts WHERE name IS NOT NULL ORDER BY number"
+    ).fetchall()
     out: dict[str, int] = {}
     for name, number, salt_bytes in rows:
         if valid_name(name) and name != MAIN and salt_bytes == SALT_BYTES:
@@ -389,10 +400,13 @@ def salted(conn: sqlite3.Connection) -> list[tuple[int, bytes, str | None]]:
     rotation seals its new owner's way into (service/handover.py)."""
     if not _has(conn, "memory_salts"):
         return []
-    return [(int(n), bytes(salt), None if name is None or not valid_name(name) else str(name))
-            for n, salt, name in conn.execute("SELECT number, salt, name FROM memory_salts WHERE number > 0 "
-                                              "ORDER BY number")
-            if isinstance(salt, bytes) and len(salt) == SALT_BYTES]
+    return [
+        (int(n), bytes(salt), None if name is None or not valid_name(name) else str(name))
+        for n, salt, name in conn.execute(
+            "SELECT number, salt, name FROM memory_salts WHERE number > 0 ORDER BY number"
+        )
+        if isinstance(salt, bytes) and len(salt) == SALT_BYTES
+    ]
 
 
 def drop_salt(conn: sqlite3.Connection, number: int) -> None:
@@ -467,8 +481,11 @@ def note_write_day(ring: Keyring, day: str) -> None:
     value = owner_seal.seal(ring.user_id, public, LAST_WRITE, day.encode()).hex()
     try:
         with write_transaction(ring.conn):
-            ring.conn.execute("INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
-                              "ON CONFLICT(name) DO UPDATE SET value = excluded.value", (LAST_WRITE, value))
+            ring.conn.execute(
+                "INSERT INTO keyring_meta(name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (LAST_WRITE, value),
+            )
     except (sqlite3.Error, OSError):
         return
     if len(_WRITTEN) > 100_000:

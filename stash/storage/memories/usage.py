@@ -63,10 +63,16 @@ def _others_usage(data_dir: Path, user_id: str, but: str) -> tuple[int, int]:
             # Checked and bounded as every open is: a crafted key ring counts nothing, never hangs the write.
             conn = safeopen.open_plain(files.keyring, read_only=True)
             try:
-                meta = dict(conn.execute("SELECT name, value FROM keyring_meta WHERE name IN (?, ?)",
-                                         (HEAD_COPY, ERASED_COPY)).fetchall())
-                waiting = conn.execute("SELECT count(*) FROM inbox").fetchone()[0] if conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'inbox'").fetchone() else 0
+                meta = dict(
+                    conn.execute(
+                        "SELECT name, value FROM keyring_meta WHERE name IN (?, ?)", (HEAD_COPY, ERASED_COPY)
+                    ).fetchall()
+                )
+                waiting = (
+                    conn.execute("SELECT count(*) FROM inbox").fetchone()[0]
+                    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'inbox'").fetchone()
+                    else 0
+                )
             finally:
                 conn.close()
         except (OSError, sqlite3.Error):  # ForeignSchema is one

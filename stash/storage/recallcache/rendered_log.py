@@ -144,8 +144,13 @@ def invalidate(folder: Path, ids: list[int]) -> None:
         if conn is None:
             raise sqlite3.OperationalError("cannot open the recall cache")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        for table, size in ((TABLE, PIECE), (WORD_TABLE, PIECE), (WORD_TAIL_TABLE, WORD_TAIL),
-                            (WORD_SEG_TABLE, PIECE), (WORD_TAIL_SEG_TABLE, WORD_TAIL)):
+        for table, size in (
+            (TABLE, PIECE),
+            (WORD_TABLE, PIECE),
+            (WORD_TAIL_TABLE, WORD_TAIL),
+            (WORD_SEG_TABLE, PIECE),
+            (WORD_TAIL_SEG_TABLE, WORD_TAIL),
+        ):
             if table in tables or table == TABLE:
                 conn.executemany(f"DELETE FROM {table} WHERE piece = ?", [(i // size,) for i in sorted(set(ids))])
     except sqlite3.Error:
@@ -213,9 +218,16 @@ class ScanCache:
     size = PIECE  # memories per piece: a whole number of key chunks
     _marks = "?, ?"  # a row of the table: (piece, sealed)
 
-    def __init__(self, conn: sqlite3.Connection, folder: Path, user_id: str, rows_key: bytes,
-                 keys_per_chunk: int, erased: frozenset[int] = frozenset(),
-                 chunk_digests: Callable[[int, int], dict[int, bytes] | None] | None = None) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        folder: Path,
+        user_id: str,
+        rows_key: bytes,
+        keys_per_chunk: int,
+        erased: frozenset[int] = frozenset(),
+        chunk_digests: Callable[[int, int], dict[int, bytes] | None] | None = None,
+    ) -> None:
         self.conn = conn  # the memory file: its key chunks, and its write lock
         # What the memory file's authenticated tree holds for its key chunks
         # (MemoryFile.chunk_digests; None for a file whose rows are not bound).
@@ -229,8 +241,10 @@ class ScanCache:
         self._erased = sorted(erased)  # the authenticated erasure record of the open memory file
 
     def _aad(self, piece: int, keys_digest: bytes) -> bytes:
-        return (f"stash/v1|{self.user_id}|{self.table}|{piece * self.size}-{(piece + 1) * self.size - 1}|".encode()
-                + keys_digest)
+        return (
+            f"stash/v1|{self.user_id}|{self.table}|{piece * self.size}-{(piece + 1) * self.size - 1}|".encode()
+            + keys_digest
+        )
 
     def _keys_digests(self, start: int, stop: int) -> dict[int, bytes]:
         """For each piece in ``[start, stop)`` whose key chunks are all there,
@@ -254,12 +268,15 @@ class ScanCache:
                 if all(got):
                     out[piece] = self._digest(piece, b"|bound|" + b"".join(g for g in got if g))
             return out
-        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_keys'").fetchone() \
-                is None:
+        if (
+            self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'memory_keys'").fetchone()
+            is None
+        ):
             return out  # no key chunk made yet (schema.sql, "Pages"): no piece has its keys
         rows = self.conn.execute(
             "SELECT chunk, substr(sealed, 1, ?) FROM memory_keys WHERE chunk >= ? AND chunk < ? ORDER BY chunk",
-            (aead.NONCE_BYTES, start * per, stop * per))
+            (aead.NONCE_BYTES, start * per, stop * per),
+        )
         nonces: list[bytes] = []
         piece = -1
         for chunk, nonce in rows:
@@ -316,8 +333,12 @@ class ScanCache:
         self.db = _connect(self.folder, create=False)
         if self.db is not None:
             try:
-                have = {r[0] for r in self.db.execute(
-                    f"SELECT DISTINCT piece FROM {self.table} WHERE piece >= ? AND piece < ?", (start, count))}
+                have = {
+                    r[0]
+                    for r in self.db.execute(
+                        f"SELECT DISTINCT piece FROM {self.table} WHERE piece >= ? AND piece < ?", (start, count)
+                    )
+                }
             except sqlite3.Error:
                 have = set()
         return digests, have
@@ -359,8 +380,12 @@ class ScanCache:
                 self.conn.execute("BEGIN IMMEDIATE")
                 try:
                     now = self._keys_digests(batch[0][0], batch[-1][0] + 1)
-                    rows = [row for p, plain in batch if now.get(p) == self.digests[p]
-                            for row in self._rows(p, plain, now[p])]
+                    rows = [
+                        row
+                        for p, plain in batch
+                        if now.get(p) == self.digests[p]
+                        for row in self._rows(p, plain, now[p])
+                    ]
                     with write_transaction(self.db):
                         self.db.executemany(f"INSERT OR REPLACE INTO {self.table} VALUES ({self._marks})", rows)
                 finally:

@@ -79,8 +79,9 @@ class WordCache(ScanCache):
         got = self._buckets.get(ch)
         if got is None:
             if not self._buckets:
-                self._bucket_key = hashlib.blake2b(b"word segments", digest_size=32, key=self._key,
-                                                   person=b"stash.wordseg").digest()
+                self._bucket_key = hashlib.blake2b(
+                    b"word segments", digest_size=32, key=self._key, person=b"stash.wordseg"
+                ).digest()
             h = hashlib.blake2b(ch, digest_size=8, key=self._bucket_key, person=b"stash.wordseg")
             got = self._buckets[ch] = 1 + int.from_bytes(h.digest(), "big") % SEGMENTS
         return got
@@ -96,8 +97,9 @@ class WordCache(ScanCache):
     def _seg_aad(self, piece: int, seg: int, keys_digest: bytes) -> bytes:
         return self._aad(piece, keys_digest) + f"|segment {seg} of {SEGMENTS} by head".encode()
 
-    def segments(self, count: int, start: int, words: Iterable[bytes], stems: Iterable[bytes] = ()
-                 ) -> Iterator[tuple[int, dict[int, word_piece.PieceIndex] | None]]:
+    def segments(
+        self, count: int, start: int, words: Iterable[bytes], stems: Iterable[bytes] = ()
+    ) -> Iterator[tuple[int, dict[int, word_piece.PieceIndex] | None]]:
         """``(piece, {segment: its index})`` for pieces ``count - 1`` down to
         ``start``: segment 0, the segments of ``words`` and those of the
         ``stems`` (each the bucket of its head, where its key and the words
@@ -115,8 +117,9 @@ class WordCache(ScanCache):
             got: dict[int, word_piece.PieceIndex] | None = None
             if piece in have and piece in digests and self.db is not None:
                 try:
-                    rows = self.db.execute(f"SELECT seg, sealed FROM {self.table} WHERE piece = ? AND seg IN ({marks})",
-                                           (piece, *wanted)).fetchall()
+                    rows = self.db.execute(
+                        f"SELECT seg, sealed FROM {self.table} WHERE piece = ? AND seg IN ({marks})", (piece, *wanted)
+                    ).fetchall()
                 except sqlite3.Error:
                     rows = []
                 got = {}
@@ -144,8 +147,10 @@ class WordCache(ScanCache):
         """Piece ``plain`` (a whole word piece) cut into its segments, each
         sealed under its own number."""
         parts = word_piece_write.split(plain, lambda ch: self.bucket(ch) - 1, SEGMENTS)
-        return [(piece, seg, aead.seal(self._key, sc._pad(part), self._seg_aad(piece, seg, keys_digest)))
-                for seg, part in enumerate(parts)]
+        return [
+            (piece, seg, aead.seal(self._key, sc._pad(part), self._seg_aad(piece, seg, keys_digest)))
+            for seg, part in enumerate(parts)
+        ]
 
     def _prepare(self, db: sqlite3.Connection) -> None:
         """Make the table of segments, and drop the table of whole pieces
@@ -167,17 +172,25 @@ class WordCache(ScanCache):
         size = self.size
         if self.conn.in_transaction:
             made = self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'erased'")
-            erased = sorted(r[0] for r in self.conn.execute(
-                "SELECT id FROM erased WHERE id >= ? AND id < ?", (start * size, stop * size))) \
-                if made.fetchone() else []  # made by the first erasure
+            erased = (
+                sorted(
+                    r[0]
+                    for r in self.conn.execute(
+                        "SELECT id FROM erased WHERE id >= ? AND id < ?", (start * size, stop * size)
+                    )
+                )
+                if made.fetchone()
+                else []
+            )  # made by the first erasure
         else:
             erased = self._erased
         out: dict[int, bytes] = {}
         for piece in range(start, stop):
             lo = bisect.bisect_left(erased, piece * size)
             hi = bisect.bisect_left(erased, (piece + 1) * size)
-            h = hashlib.blake2b(b"|erased|" + ",".join(map(str, erased[lo:hi])).encode(), digest_size=32,
-                                person=b"stash.wordindex")
+            h = hashlib.blake2b(
+                b"|erased|" + ",".join(map(str, erased[lo:hi])).encode(), digest_size=32, person=b"stash.wordindex"
+            )
             out[piece] = h.digest()
         return out
 

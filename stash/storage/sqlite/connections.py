@@ -27,7 +27,6 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
     _sqlcipher = None
 
 
-
 def available_file_cipher() -> str:
     return "sqlcipher" if _sqlcipher is not None else "none"
 
@@ -79,8 +78,10 @@ def release(conn: sqlite3.Connection, path: Path, file_key: bytes | None, pool: 
     if pool is not None and pool.enabled and not conn.in_transaction:
         try:
             # Neither an immutable open nor one that holds its file's lock alone (connect) is kept.
-            live = getattr(conn, LIVE, False) or (conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-                                                  and conn.execute("PRAGMA locking_mode").fetchone()[0] == "normal")
+            live = getattr(conn, LIVE, False) or (
+                conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+                and conn.execute("PRAGMA locking_mode").fetchone()[0] == "normal"
+            )
             conn.execute("PRAGMA synchronous = FULL")  # a request may have lowered it for one write
         except DB_ERRORS:
             live = False
@@ -141,8 +142,9 @@ def _pool_folder(path: Path, conn: sqlite3.Connection, sig: Signature) -> Signat
             fold(conn, path)
             return signature(path)
     except Exception as exc:  # the pool's thread must outlive any one file; no path or message is logged
-        logging.getLogger("stash.error").error("a kept file's fold failed (%s); its connection was closed",
-                                               type(exc).__name__)
+        logging.getLogger("stash.error").error(
+            "a kept file's fold failed (%s); its connection was closed", type(exc).__name__
+        )
         with contextlib.suppress(Exception):
             _pool_closer(path, conn, False)
         return None
@@ -156,8 +158,14 @@ def new_pool(idle_seconds: float, max_idle: int = MAX_IDLE) -> Pool:
     (:func:`limit_page_caches`)."""
     if idle_seconds > 0 and max_idle > 0:
         limit_page_caches(HEAP_BYTES)
-    return Pool(idle_seconds, max_idle, closer=_pool_closer, folder=_pool_folder, stale_closer=_close_stale,
-                trim=return_free_heap)
+    return Pool(
+        idle_seconds,
+        max_idle,
+        closer=_pool_closer,
+        folder=_pool_folder,
+        stale_closer=_close_stale,
+        trim=return_free_heap,
+    )
 
 
 def _malloc_trim() -> Callable[[int], object] | None:
@@ -246,8 +254,15 @@ def _frozen(path: Path) -> bool:
     return on_read_only_fs(path.parent) and not Path(str(path) + "-wal").exists()
 
 
-def connect(path: Path, *, file_key: bytes | None, cipher: str, create: bool = False,
-            page_bytes: int | None = None, pool: Pool | None = None) -> sqlite3.Connection:
+def connect(
+    path: Path,
+    *,
+    file_key: bytes | None,
+    cipher: str,
+    create: bool = False,
+    page_bytes: int | None = None,
+    pool: Pool | None = None,
+) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit), WAL, fsync
     on commit, and freed pages overwritten so destroyed keys leave no copy.
     Without ``create`` a missing file is :class:`MissingFile`, never a new
@@ -315,8 +330,9 @@ with the normal locking mode, so :func:`release` need not ask SQLite."""
 
 
 def _open(target: str, cipher: str, file_key: bytes | None, page: int, *, uri: bool) -> sqlite3.Connection:
-    return safeopen.open_file(target, cipher=cipher, key=file_key, page=page, uri=uri,
-                              timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    return safeopen.open_file(
+        target, cipher=cipher, key=file_key, page=page, uri=uri, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
+    )
 
 
 def _set_up(conn: sqlite3.Connection) -> bool:

@@ -174,10 +174,18 @@ class Pool:
     ``trim``, every ``trim_every`` seconds, gives the process's free heap back
     (none by default)."""
 
-    def __init__(self, idle_seconds: float, max_idle: int = MAX_IDLE, *, closer: Closer,
-                 folder: Folder | None = None, fold_after: float = FOLD_AFTER_S,
-                 stale_closer: Closer | None = None, trim: Callable[[], object] | None = None,
-                 trim_every: float = TRIM_EVERY_S) -> None:
+    def __init__(
+        self,
+        idle_seconds: float,
+        max_idle: int = MAX_IDLE,
+        *,
+        closer: Closer,
+        folder: Folder | None = None,
+        fold_after: float = FOLD_AFTER_S,
+        stale_closer: Closer | None = None,
+        trim: Callable[[], object] | None = None,
+        trim_every: float = TRIM_EVERY_S,
+    ) -> None:
         self.idle_seconds = idle_seconds
         self.max_idle = max_idle
         self.closer = closer
@@ -369,4 +377,3 @@ class Pool:
     def idle_count(self) -> int:
         with self._lock:
             return self._count
-

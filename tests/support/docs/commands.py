@@ -22,14 +22,13 @@ def reference() -> str:
     return REFERENCE.read_text(encoding="utf-8")
 
 
-
-
 def indented_commands(doc: str) -> list[str]:
     """The commands of the document: its indented code lines that start
     with curl or stash, each with the lines of its quoted here-document
     through the closing delimiter, as one text."""
-    return commands(doc.splitlines(), lambda line: line.strip() if re.match(r"^ {4,}(curl|stash) ", line) else None,
-                    str.strip)
+    return commands(
+        doc.splitlines(), lambda line: line.strip() if re.match(r"^ {4,}(curl|stash) ", line) else None, str.strip
+    )
 
 
 def without_heredoc(text: str) -> str:

@@ -112,13 +112,18 @@ def _callees(tree: ast.AST, names: dict[str, Any]) -> list[Any]:
 
 
 def _raised_in(tree: ast.AST, found: dict[str, set[int]]) -> None:
-    classes = {name: cls for name, cls in vars(errors).items()
-               if isinstance(cls, type) and issubclass(cls, errors.StashError)}
+    classes = {
+        name: cls for name, cls in vars(errors).items() if isinstance(cls, type) and issubclass(cls, errors.StashError)
+    }
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
             continue
-        if node.func.id == "Refusal" and node.args and isinstance(node.args[0], ast.Constant) \
-                and isinstance(node.args[0].value, str):
+        if (
+            node.func.id == "Refusal"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             found.setdefault(node.args[0].value, set()).add(errors.Invalid.status)
             continue
         if node.func.id not in classes:

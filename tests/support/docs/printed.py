@@ -10,8 +10,9 @@ from pathlib import Path
 DELIMITER = "STASH_END"
 
 
-def commands(lines: list[str], opens: Callable[[str], str | None],
-             body: Callable[[str], str] = lambda line: line) -> list[str]:
+def commands(
+    lines: list[str], opens: Callable[[str], str | None], body: Callable[[str], str] = lambda line: line
+) -> list[str]:
     """Every command some line of ``lines`` opens (``opens`` gives its first
     line, or None for a line that opens none), whole, in order: a command
     whose first line ends in a quoted here-document continues with its lines
@@ -45,8 +46,12 @@ def fill(command: str, placeholder: str, text: str) -> str:
     return command.replace(placeholder, text)
 
 
-def answer_naps(answer: str, run: Callable[..., str], line: str = "it is summed up",
-                check: Callable[[str], None] = lambda answer: None) -> str:
+def answer_naps(
+    answer: str,
+    run: Callable[..., str],
+    line: str = "it is summed up",
+    check: Callable[[str], None] = lambda answer: None,
+) -> str:
     """Answer every nap ``answer`` hands over, as an agent does, taking the
     batch whenever one is offered (each ``<your line for X>`` filled with
     ``what X holds``, a single nap's ``<your line>`` with ``line``);
@@ -86,8 +91,9 @@ def run_printed(command: str, env: dict[str, str], cwd: Path, **fill: str) -> st
         assert placeholder in command, (placeholder, command)
         command = command.replace(placeholder, text)
     assert re.search(r"<[a-z][a-z -]*[a-z0-9]>", command) is None, command
-    done = subprocess.run(["/bin/sh", "-c", command], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT)
+    done = subprocess.run(
+        ["/bin/sh", "-c", command], env=env, cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT
+    )
     assert done.returncode == 0 and done.stderr == "", (command, done.stderr)
     return done.stdout
 

@@ -30,6 +30,11 @@ def put_back_page(path: Path, older: Path, index: int, size: int = PAGE_BYTES) -
 
 
 def verify(server: Server, token: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
-                          capture_output=True, text=True, cwd=OUTSIDE, timeout=120,
-                          env={**os.environ, "STASH_TOKEN": token})
+    return subprocess.run(
+        [sys.executable, "-m", "stash", "verify", str(server.data), "--token"],
+        capture_output=True,
+        text=True,
+        cwd=OUTSIDE,
+        timeout=120,
+        env={**os.environ, "STASH_TOKEN": token},
+    )

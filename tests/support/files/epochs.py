@@ -64,8 +64,9 @@ def epoch_keys_of(keyring: Path, token: str | tokens.Token, store: str | None = 
         ring.close()
 
 
-def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: list[bytes],
-                        cipher: str = "sqlcipher") -> set[str]:
+def everything_readable(
+    user_id: str, memory_copies: list[Path], epoch_keys: list[bytes], cipher: str = "sqlcipher"
+) -> set[str]:
     """Every plaintext that ``epoch_keys`` open in any of ``memory_copies``
     (folders holding a memory.db), the copies' memory keys pooled together:
     a key of memory #i found in one copy is tried on row #i of every copy.
@@ -83,12 +84,18 @@ def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: lis
             with raw_memory_file(work, epoch_keys[0], cipher) as conn:
                 # A table a store has not written to is not made (schema.sql, "Pages").
                 present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                for table, pos_sql in (("memory_keys", "chunk"), ("summaries", "size || '|' || idx"),
-                                       ("config", "name"), ("erased", "id"), ("erasures", "id")):
+                for table, pos_sql in (
+                    ("memory_keys", "chunk"),
+                    ("summaries", "size || '|' || idx"),
+                    ("config", "name"),
+                    ("erased", "id"),
+                    ("erasures", "id"),
+                ):
                     if table not in present:
                         continue
-                    tables += [(table, pos, sealed) for pos, sealed in
-                               conn.execute(f"SELECT {pos_sql}, sealed FROM {table}")]
+                    tables += [
+                        (table, pos, sealed) for pos, sealed in conn.execute(f"SELECT {pos_sql}, sealed FROM {table}")
+                    ]
                 logs += conn.execute("SELECT id, sealed FROM log").fetchall()
         except sqlite3.DatabaseError:
             continue  # the file key does not open this copy
@@ -103,7 +110,7 @@ def everything_readable(user_id: str, memory_copies: list[Path], epoch_keys: lis
                 continue
             if table == "memory_keys":
                 for k in range(len(value) // KEY):
-                    memory_keys.setdefault(int(pos) * 128 + k, set()).add(value[k * KEY:(k + 1) * KEY])
+                    memory_keys.setdefault(int(pos) * 128 + k, set()).add(value[k * KEY : (k + 1) * KEY])
             else:
                 plain.add(value.decode(errors="replace"))
     for i, sealed in logs:

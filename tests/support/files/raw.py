@@ -48,10 +48,12 @@ def open_raw(path: Path, key: bytes | None, page_bytes: int = PAGE_BYTES, **conn
 
 
 @contextlib.contextmanager
-def raw_memory_file(folder: Path, master: bytes, cipher: str,
-                    page_bytes: int = PAGE_BYTES) -> Iterator[sqlite3.Connection]:
-    conn = open_raw(folder / "memory.db", file_key(master) if cipher == "sqlcipher" else None, page_bytes,
-                    isolation_level=None)
+def raw_memory_file(
+    folder: Path, master: bytes, cipher: str, page_bytes: int = PAGE_BYTES
+) -> Iterator[sqlite3.Connection]:
+    conn = open_raw(
+        folder / "memory.db", file_key(master) if cipher == "sqlcipher" else None, page_bytes, isolation_level=None
+    )
     try:
         conn.execute("DROP TRIGGER IF EXISTS log_no_delete")
         yield conn

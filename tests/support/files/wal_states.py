@@ -30,8 +30,14 @@ def _frames(wal: bytes) -> tuple[int, bytes, list[tuple[int, int, bytes, bytes]]
     at = WAL_HEADER
     while at + FRAME_HEADER + page <= len(wal):
         head = wal[at : at + FRAME_HEADER]
-        out.append((int.from_bytes(head[0:4], "big"), int.from_bytes(head[4:8], "big"), head[8:16],
-                    wal[at + FRAME_HEADER : at + FRAME_HEADER + page]))
+        out.append(
+            (
+                int.from_bytes(head[0:4], "big"),
+                int.from_bytes(head[4:8], "big"),
+                head[8:16],
+                wal[at + FRAME_HEADER : at + FRAME_HEADER + page],
+            )
+        )
         at += FRAME_HEADER + page
     return page, wal[16:24], out
 

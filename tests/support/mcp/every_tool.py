@@ -16,8 +16,14 @@ from tests.support.api import assert_error
 from tests.support.mcp.session import Session, call_line, text_blocks
 from tests.support.server import Http, settle_all
 
-TOOLS = {"wake": {"part", "T"}, "note": {"text"}, "nap": {"block", "text", "batch", "summaries"},
-         "recall": {"q", "before", "words"}, "zoom": {"block"}, "forget": {"block"}}
+TOOLS = {
+    "wake": {"part", "T"},
+    "note": {"text"},
+    "nap": {"block", "text", "batch", "summaries"},
+    "recall": {"q", "before", "words"},
+    "zoom": {"block"},
+    "forget": {"block"},
+}
 REQUIRED = {"wake": set(), "note": {"text"}, "nap": set(), "recall": set(), "zoom": {"block"}, "forget": {"block"}}
 MEMORY = {"stash/role": "memory"}
 
@@ -44,8 +50,9 @@ def nap_shown(res: CallToolResult, due: dict) -> None:
     assert memory_blocks(res)[-1] == due["source"]
     assert call_line(own_text(res)) == ("nap", {"block": due["block"], "text": "<your line>"})
     nap = res.structured_content["nap"]
-    assert {k: nap[k] for k in ("block", "source", "remaining")} == {k: due[k] for k in ("block", "source",
-                                                                                         "remaining")}
+    assert {k: nap[k] for k in ("block", "source", "remaining")} == {
+        k: due[k] for k in ("block", "source", "remaining")
+    }
 
 
 async def every_tool(s: Session, http: Http, token: str, answers: list[str]) -> None:
@@ -72,8 +79,9 @@ async def every_tool(s: Session, http: Http, token: str, answers: list[str]) -> 
     res = await result("wake")
     empty = own_text(res).splitlines()
     assert empty[1:] == ["You are awake.", 'Call: note(text="<one line>")'] and "curl" not in empty[0]
-    assert memory_blocks(res) == [] and res.structured_content["calls"] == [{"tool": "note", "arguments": {
-        "text": "<one line>"}}]
+    assert memory_blocks(res) == [] and res.structured_content["calls"] == [
+        {"tool": "note", "arguments": {"text": "<one line>"}}
+    ]
 
     # note answers the id; the second carries the due nap, its instruction a call of nap.
     http.ok("POST", "/config", token, json={"WAKE_LINES": 1})
@@ -114,15 +122,18 @@ async def every_tool(s: Session, http: Http, token: str, answers: list[str]) -> 
     assert memory_blocks(res) == [cut["matches"]]
     assert own_text(res).splitlines()[-2:] == [
         f"3 matches. The newest {len(cut['matches'])} are shown; the call below fetches the older ones.",
-        f'Call: recall(q="<the same regex>", before={cut["more"]})']
+        f'Call: recall(q="<the same regex>", before={cut["more"]})',
+    ]
     # recall by words: best first, folded, and the call for the next page names the server's cursor.
     words = http.ok("POST", "/recall", token, json={"words": "TEAP"})
     assert words["total"] == 3 and words["more"] is not None
     res = await result("recall", words="TEAP")
     assert memory_blocks(res) == [words["matches"]]
     assert own_text(res).splitlines()[-1] == f'Call: recall(words="<the same words>", before="{words["more"]}")'
-    assert memory_blocks(await result("recall", words="TEAP", before=words["more"]))[0][0] == http.ok(
-        "POST", "/recall", token, json={"words": "teap", "before": words["more"]})["matches"][0]
+    assert (
+        memory_blocks(await result("recall", words="TEAP", before=words["more"]))[0][0]
+        == http.ok("POST", "/recall", token, json={"words": "teap", "before": words["more"]})["matches"][0]
+    )
     http.ok("POST", "/config", token, json={"PART_CHARS": None})
 
     # zoom answers the halves the server names, as memory text.
@@ -151,7 +162,9 @@ async def every_tool(s: Session, http: Http, token: str, answers: list[str]) -> 
     # the rebuild, each answer naming the next.
     res = await result("forget", block="2-3")
     assert own_text(res).splitlines()[:2] == [
-        "Dropped 3 summaries: 2-3, 4-5, 0-3. The log is untouched; the next naps write them again.", ""]
+        "Dropped 3 summaries: 2-3, 4-5, 0-3. The log is untouched; the next naps write them again.",
+        "",
+    ]
     rebuilt = []
     while "Call: nap(block=" in own_text(res):
         due = http.ok("POST", "/nap", token, json={})["nap"]
@@ -159,31 +172,41 @@ async def every_tool(s: Session, http: Http, token: str, answers: list[str]) -> 
         # The batch the prompt offers is named as a tool call too.
         offers = [step["fields"]["batch"] for step in due["run"][1:]]
         assert [line for line in own_text(res).splitlines() if line.startswith("Call: nap(batch=")] == [
-            f"Call: nap(batch={k})" for k in offers] and "curl" not in own_text(res)
+            f"Call: nap(batch={k})" for k in offers
+        ] and "curl" not in own_text(res)
         rebuilt.append(due["block"])
         name, args = call_line(own_text(res))
         res = await result(name, **{**args, "text": f"rebuilt {due['block']}"})
     assert rebuilt == ["2-3", "4-5", "0-3"]
     assert own_text(res).splitlines() == ["0-3 saved.", "Nothing left to compress."]
-    assert http.ok("GET", "/zoom", token, params={"block": "0-7"})["lines"] == ["#0-3 rebuilt 0-3",
-                                                                                 "#4-7 not compressed yet"]
+    assert http.ok("GET", "/zoom", token, params={"block": "0-7"})["lines"] == [
+        "#0-3 rebuilt 0-3",
+        "#4-7 not compressed yet",
+    ]
     assert await ok("nap") == "Nothing left to compress."
 
     # A batch: its blocks' sources as memory text, answered all at once by the call it names.
     http.ok("POST", "/forget", token, json={"block": "0-1"})
     batch = http.ok("POST", "/nap", token, json={"batch": 8})["batch"]
     res = await result("nap", batch=8)
-    assert memory_blocks(res) == [[line for item in batch for line in (f"#{item['block']}:",
-                                                                        *("  " + x for x in item["source"]))]]
+    assert memory_blocks(res) == [
+        [line for item in batch for line in (f"#{item['block']}:", *("  " + x for x in item["source"]))]
+    ]
     # The call is printed, and handed over as structured content: the one to make.
     (step,) = res.structured_content["calls"]
     assert f"Call: {step['tool']}(summaries=" in own_text(res)
     assert (step["tool"], [x["block"] for x in step["arguments"]["summaries"]]) == (
-        "nap", [item["block"] for item in batch])
-    done = await result(step["tool"], summaries=[{"block": x["block"], "text": f"again {x['block']}"}
-                                                 for x in step["arguments"]["summaries"]])
-    assert own_text(done).splitlines()[-1] == "Nothing left to compress." and not http.ok(
-        "POST", "/nap", token, json={})["nap"]
+        "nap",
+        [item["block"] for item in batch],
+    )
+    done = await result(
+        step["tool"],
+        summaries=[{"block": x["block"], "text": f"again {x['block']}"} for x in step["arguments"]["summaries"]],
+    )
+    assert (
+        own_text(done).splitlines()[-1] == "Nothing left to compress."
+        and not http.ok("POST", "/nap", token, json={})["nap"]
+    )
 
     # Refusals are tool errors carrying the server's message and nothing else.
     http.ok("POST", "/forget", token, json={"block": "4-5"})
@@ -202,7 +225,9 @@ async def every_tool(s: Session, http: Http, token: str, answers: list[str]) -> 
     settle_all(http, token)
     # A block without its summary is refused before the server is asked, naming the call to make.
     assert await s.call("nap", block="4-5") == (
-        'nap 4-5 needs text, the one-line summary:\nCall: nap(block="4-5", text="<your line>")', True)
+        'nap 4-5 needs text, the one-line summary:\nCall: nap(block="4-5", text="<your line>")',
+        True,
+    )
     # So is an argument the tool does not take.
     text, error = await s.call("zoom", block="0-1", depth=2)
     assert error and "zoom takes no argument 'depth'" in text

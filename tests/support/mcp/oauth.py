@@ -31,8 +31,14 @@ def register(client: Any, name: str | None = "Test host", redirect: str = REDIRE
 
 
 def authorize(client: Any, client_id: str, challenge: str | None, redirect: str = REDIRECT, **more: str) -> Any:
-    params = {"response_type": "code", "client_id": client_id, "redirect_uri": redirect, "state": "state-1",
-              "code_challenge_method": "S256", **more}
+    params = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect,
+        "state": "state-1",
+        "code_challenge_method": "S256",
+        **more,
+    }
     if challenge is not None:
         params["code_challenge"] = challenge
     return client.get("/authorize?" + urlencode(params))
@@ -63,8 +69,14 @@ def code_of(resp: Any, redirect: str = REDIRECT) -> str:
 
 
 def exchange(client: Any, code: str, verifier: str, client_id: str, redirect: str = REDIRECT, **more: str) -> Any:
-    form = {"grant_type": "authorization_code", "code": code, "code_verifier": verifier, "client_id": client_id,
-            "redirect_uri": redirect, **more}
+    form = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "code_verifier": verifier,
+        "client_id": client_id,
+        "redirect_uri": redirect,
+        **more,
+    }
     return client.post("/token", content=urlencode(form).encode(), headers=FORM)
 
 

@@ -81,27 +81,47 @@ def call_line(text: str) -> tuple[str, dict]:
     return m.group(1), args
 
 
-def run_session(base_url: str, tok: str, errlog: Path, script: Callable[[Session], Awaitable[None]],
-                mode: str = "auto", pins: str | None = None) -> None:
+def run_session(
+    base_url: str,
+    tok: str,
+    errlog: Path,
+    script: Callable[[Session], Awaitable[None]],
+    mode: str = "auto",
+    pins: str | None = None,
+) -> None:
     """Spawn ``python -m stash mcp`` with the two variables, connect the SDK's
     stdio client to it, and run ``script``; the child's stderr goes to ``errlog``.
     Its pins (stash/client.py) go to ``pins``, else to this test run's file."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", "stash", "mcp"], cwd=str(OUTSIDE),
-                                   env={"STASH_URL": base_url, "STASH_TOKEN": tok, "PYTHONUNBUFFERED": "1",
-                                        "STASH_PINS": pins or os.environ["STASH_PINS"]})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "stash", "mcp"],
+        cwd=str(OUTSIDE),
+        env={
+            "STASH_URL": base_url,
+            "STASH_TOKEN": tok,
+            "PYTHONUNBUFFERED": "1",
+            "STASH_PINS": pins or os.environ["STASH_PINS"],
+        },
+    )
 
     async def main() -> None:
         with anyio.fail_after(SESSION_TIMEOUT), open(errlog, "w", encoding="utf-8") as err:
-            async with Client(stdio_client(params, errlog=err), read_timeout_seconds=REQUEST_TIMEOUT,
-                              mode=mode) as client:
+            async with Client(
+                stdio_client(params, errlog=err), read_timeout_seconds=REQUEST_TIMEOUT, mode=mode
+            ) as client:
                 await script(Session(client))
 
     anyio.run(main)
 
 
-def run_http_session(endpoint: str, tok: str | None, script: Callable[[Session], Awaitable[None]],
-                     mode: str = "auto", fresh_connections: bool = False,
-                     headers: dict[str, str] | None = None) -> None:
+def run_http_session(
+    endpoint: str,
+    tok: str | None,
+    script: Callable[[Session], Awaitable[None]],
+    mode: str = "auto",
+    fresh_connections: bool = False,
+    headers: dict[str, str] | None = None,
+) -> None:
     """Connect the SDK's own Streamable HTTP client to ``endpoint`` (a server's
     /mcp) with ``tok`` as the bearer, and run ``script``. ``fresh_connections``:
     every request on a connection of its own, so any worker may take each;
@@ -111,10 +131,12 @@ def run_http_session(endpoint: str, tok: str | None, script: Callable[[Session],
 
     async def main() -> None:
         with anyio.fail_after(SESSION_TIMEOUT):
-            async with httpx2.AsyncClient(headers=headers, limits=limits,
-                                          timeout=httpx2.Timeout(REQUEST_TIMEOUT)) as http:
-                async with Client(streamable_http_client(endpoint, http_client=http),
-                                  read_timeout_seconds=REQUEST_TIMEOUT, mode=mode) as client:
+            async with httpx2.AsyncClient(
+                headers=headers, limits=limits, timeout=httpx2.Timeout(REQUEST_TIMEOUT)
+            ) as http:
+                async with Client(
+                    streamable_http_client(endpoint, http_client=http), read_timeout_seconds=REQUEST_TIMEOUT, mode=mode
+                ) as client:
                     await script(Session(client))
 
     anyio.run(main)

@@ -20,4 +20,4 @@ def log_of(http: Http, token: str) -> list[str]:
     with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
         data = member_bytes(tar, "memory/LOG.txt")
     assert len(data) % LOG_REC == 0
-    return [data[k:k + LOG_REC].decode().rstrip() for k in range(0, len(data), LOG_REC)]
+    return [data[k : k + LOG_REC].decode().rstrip() for k in range(0, len(data), LOG_REC)]

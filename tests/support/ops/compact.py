@@ -14,19 +14,24 @@ from stash.storage.memfile.rows import WRITER_BYTES, RowCodec
 from stash.storage.sqlite.transactions import write_transaction
 from tests.support.api import CHEAP_KDF
 
-ONE_SIZE = {formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD,
-            formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD}
+ONE_SIZE = {
+    formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD,
+    formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES + aead.OVERHEAD,
+}
 
 
 def _old_memory_plain(self: RowCodec, date: str, text: str) -> bytes:
-    return (aead.pad(f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES)
-            + self.writer.to_bytes(WRITER_BYTES, "big"))
+    return aead.pad(f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES) + self.writer.to_bytes(
+        WRITER_BYTES, "big"
+    )
 
 
 def _old_summary_plain(self: RowCodec, version: int, text: str, writer: int) -> bytes:
-    return (version.to_bytes(formats.SUMMARY_VERSION_BYTES, "big")
-            + aead.pad(text.encode(), formats.SUMMARY_PLAINTEXT_BYTES - WRITER_BYTES)
-            + writer.to_bytes(WRITER_BYTES, "big"))
+    return (
+        version.to_bytes(formats.SUMMARY_VERSION_BYTES, "big")
+        + aead.pad(text.encode(), formats.SUMMARY_PLAINTEXT_BYTES - WRITER_BYTES)
+        + writer.to_bytes(WRITER_BYTES, "big")
+    )
 
 
 def old_store(monkeypatch, data: Path, cipher: str, T: int, *, napped: bool = True) -> tuple[Vault, str]:
@@ -50,9 +55,18 @@ def old_store(monkeypatch, data: Path, cipher: str, T: int, *, napped: bool = Tr
                 mf._ensure_table("summaries")
                 for size in levels(T):
                     for idx in range(T // size):
-                        mf.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (
-                            size, idx, aead.seal(mf._rows_key, mf._summary_plain(version, f"sum {size} {idx}", 0),
-                                                 mf._aad("summaries", f"{size}|{idx}"))))
+                        mf.conn.execute(
+                            "INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)",
+                            (
+                                size,
+                                idx,
+                                aead.seal(
+                                    mf._rows_key,
+                                    mf._summary_plain(version, f"sum {size} {idx}", 0),
+                                    mf._aad("summaries", f"{size}|{idx}"),
+                                ),
+                            ),
+                        )
                 mf.build_row_digests()  # as bench/build.py's bulk load makes the tree of what it wrote
                 mf._write_state()
     monkeypatch.undo()
