@@ -11,6 +11,7 @@ Every wait is bounded: a browser that hangs fails the test, never stalls it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +44,22 @@ FLAGS = [
 
 def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@contextlib.contextmanager
+def desktop_page(profile: Path, *, network: bool = True) -> Iterator[Chromium]:
+    """A headless Chromium at 1280 x 900 with one page open (and the
+    Network domain on, to read responses' headers), closed on the way out."""
+    binary = chromium_path()
+    assert binary, "this test needs Debian's chromium package: apt-get install --no-install-recommends chromium"
+    browser = Chromium(binary, profile, width=1280, height=900)
+    try:
+        browser.open_page()
+        if network:
+            browser.call("Network.enable")
+        yield browser
+    finally:
+        browser.close()
 
 
 class BrowserError(RuntimeError):

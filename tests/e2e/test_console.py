@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from stash.core import blocks
-from tests.e2e.browser import BrowserError, Chromium, chromium_path
+from tests.e2e.browser import BrowserError, Chromium, chromium_path, desktop_page
 from tests.support.mcp.oauth import approved_code, exchange
 from tests.support.server import HTTP_TIMEOUT, REPO, Http, Server, start_server
 
@@ -41,15 +41,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    binary = chromium_path()
-    assert binary, "this test needs Debian's chromium package: apt-get install --no-install-recommends chromium"
-    browser = Chromium(binary, tmp_path_factory.mktemp("console-chromium") / "profile", width=1280, height=900)
-    try:
-        browser.open_page()
-        browser.call("Network.enable")
+    with desktop_page(tmp_path_factory.mktemp("console-chromium") / "profile") as browser:
         yield browser
-    finally:
-        browser.close()
 
 
 def click(page: Chromium, selector: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from stash import client
-from tests.e2e.browser import BrowserError, Chromium, chromium_path
+from tests.e2e.browser import BrowserError, Chromium, desktop_page
 from tests.support.server import Cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.parametrize("cli", ["file"], indirect=True)]
@@ -33,14 +33,8 @@ def lines_called_memories(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    binary = chromium_path()
-    assert binary, "this test needs Debian's chromium package: apt-get install --no-install-recommends chromium"
-    browser = Chromium(binary, tmp_path_factory.mktemp("words-chromium") / "profile", width=1280, height=900)
-    try:
-        browser.open_page()
+    with desktop_page(tmp_path_factory.mktemp("words-chromium") / "profile", network=False) as browser:
         yield browser
-    finally:
-        browser.close()
 
 
 def until(page: Chromium, expression: str) -> None:

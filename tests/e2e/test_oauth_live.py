@@ -28,7 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 from pydantic import AnyUrl
 
-from tests.e2e.browser import Chromium, chromium_path
+from tests.e2e.browser import Chromium, desktop_page
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.mcp.oauth import REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce
 from tests.support.server import REPO, Http, Server, start_server
@@ -53,15 +53,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def chrome(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chromium]:
-    binary = chromium_path()
-    assert binary, "this test needs Debian's chromium package: apt-get install --no-install-recommends chromium"
-    browser = Chromium(binary, tmp_path_factory.mktemp("oauth-chromium") / "profile", width=1280, height=900)
-    try:
-        browser.open_page()
-        browser.call("Network.enable")
+    with desktop_page(tmp_path_factory.mktemp("oauth-chromium") / "profile") as browser:
         yield browser
-    finally:
-        browser.close()
 
 
 class Listener(BaseHTTPRequestHandler):
