@@ -309,18 +309,23 @@ def test_one_session_is_answered_by_either_worker(server: Server, owner: str) ->
     assert status == 200 and body["result"]["protocolVersion"] == "2025-06-18"
     workers = {worker}
 
-    def call(n: int) -> int:
-        status, _, body, worker = rpc(
-            server, owner, "tools/call", {"name": "note", "arguments": {"text": f"n{n}"}}, version="2025-06-18"
-        )
-        assert status == 200 and not body["result"]["isError"] and worker is not None, body
+    def call(n: int) -> int | None:
+        try:
+            status, _, body, worker = rpc(
+                server, owner, "tools/call", {"name": "note", "arguments": {"text": f"n{n}"}}, version="2025-06-18"
+            )
+        except AssertionError as e:
+            # Four lookups at once in /proc may find a connection already let go: that call names no worker.
+            assert str(e).startswith("no process of the server holds the connection"), e
+            return None
+        assert status == 200 and not body["result"]["isError"], body
         return worker
 
     # Four at once: while one worker is busy with a call, the next connection goes to the other, however
     # the machine's load favours one; batches go on until both have answered.
     with ThreadPoolExecutor(4) as pool:
         for batch in range(100):
-            workers.update(pool.map(call, range(4 * batch, 4 * batch + 4)))
+            workers.update(w for w in pool.map(call, range(4 * batch, 4 * batch + 4)) if w is not None)
             if len(workers) == 2:
                 break
     assert len(workers) == 2, "every request landed on one worker"
