@@ -1,6 +1,6 @@
 """The ASGI application: routing, the one error renderer, access log, metrics.
 
-Routes live in :mod:`stash.web.routes`; each parses its request, calls one
+Routes are declared in :mod:`stash.web.routes`; each parses its request, calls one
 function of the service layer and returns. This module wraps every request so
 that any failure becomes the JSON error shape and nothing else — no traceback,
 path, key, token or memory text — reaches the client or a log.
@@ -239,6 +239,7 @@ def create_app(settings: Settings, *, owns_process: bool = False) -> Starlette:
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
     app.router.redirect_slashes = False  # no route ends in "/": a trailing slash is 404, not a redirect
     app.state.vault = vault
+    app.state.routes = ROUTES
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.limiter = RateLimiter()

@@ -135,6 +135,12 @@ class Call:
         return f"{scheme}://{rest.split('/', 1)[0]}" if rest else None
 
     @property
+    def routes(self) -> list[RouteSpec]:
+        """The app's route table, for the route that documents it (GET /openapi.json)."""
+        routes: list[RouteSpec] = self._request.app.state.routes
+        return routes
+
+    @property
     def replicating(self) -> bool:
         return self.settings.replicate is not None
 

@@ -1,5 +1,5 @@
 """What the OAuth routes of an MCP host's flow answer (declared in
-stash/web/routes.py; the flow itself is stash/service/oauth.py): each
+stash/web/routes/mcp_oauth.py; the flow itself is stash/service/oauth.py): each
 handler's one call into the service, in a worker thread, and the page,
 redirect or JSON it becomes."""
 

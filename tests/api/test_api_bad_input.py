@@ -251,7 +251,7 @@ def test_config_name_that_does_not_exist_is_422(seeded: Mem, change: dict) -> No
     body = seeded.api.post("/config", seeded.token, json=change)
     assert body.status_code == 422, (
         "an unknown size name is a valid JSON object with an invalid value (the design's HTTP surface: 422); "
-        f"got {body.status_code} {body.text}. Fix: stash/web/routes.py config_set should read the body "
+        f"got {body.status_code} {body.text}. Fix: stash/web/routes/agent.py config_set should read the body "
         "with any field names and let sizes.validate_changes refuse it (config.unknown_name)"
     )
     refused(seeded, 422, "POST", "/config", json=change)

@@ -90,7 +90,7 @@ def errors_prose(section: str) -> list[tuple[int, str]]:
 def test_each_route_sections_errors_are_codes_that_route_answers_with_their_status() -> None:
     """The "Errors:" lines are prose, written by hand beside the generated
     tables: each code they name must be one the section's routes declare
-    (routes.py), under the status it has (codes.py), so the prose cannot
+    (stash/web/routes/), under the status it has (codes.py), so the prose cannot
     drift from the declarations."""
     sections = route_sections(reference())
     by_name = {f"{r.method} {r.path}": r for r in ROUTES}

@@ -41,14 +41,14 @@ def test_the_erase_cap_everywhere() -> None:
     assert client.MAX_ERASE_IDS == cap
     assert f"1–{cap:,}" in CODES["erase.bad_ids"].meaning
     erase = next(r for r in ROUTES if r.path == "/erase")
-    assert f'"maxItems": {cap:_}' in read("stash/web/routes.py") or erase is not None
+    assert f'"maxItems": {cap:_}' in read("stash/web/routes/owner.py") or erase is not None
     assert f"1–{cap}" in read("API-REFERENCE.md")
 
 
 def test_the_recall_bounds_everywhere() -> None:
     seconds = f"{memory.RECALL_SECONDS:g} s plus {memory.RECALL_SECONDS_PER_MEMORY * 1e6:g} µs per note"
     assert seconds in CODES["recall.too_slow"].meaning
-    assert seconds in read("stash/web/routes.py")
+    assert seconds in read("stash/web/routes/agent.py")
     assert f"{memory.RECALL_SECONDS:g} s plus" in read("API-REFERENCE.md")
     limit = recall_rules.MAX_PATTERN_BYTES
     assert "1 to {MAX_PATTERN_BYTES} bytes" in read("stash/tools/definitions.py")

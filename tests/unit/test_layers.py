@@ -188,11 +188,6 @@ certainly come to hold more than the one purpose the code map gives it."""
 ONE_FILE_BY_DESIGN = frozenset({"stash.client"})
 """The client is served as one file (``GET /client``) and runs with the
 standard library alone, so it cannot be split into modules."""
-PAST_THE_WIRE = {"stash.web.routes": 1_900}
-"""Modules known to be past the wire, each with the length it may not pass:
-the route table tripped it when ``ruff format`` laid its declarations out a
-field per line (1,827 lines); it is to be split by caller (the agent's
-calls, the owner's, memories, MCP and OAuth), not allowed to grow."""
 
 
 def lines_of(path: Path) -> int:
@@ -203,7 +198,7 @@ def test_no_module_trips_the_wire() -> None:
     long = {
         name: lines_of(path)
         for name, path in modules().items()
-        if name not in ONE_FILE_BY_DESIGN and lines_of(path) > PAST_THE_WIRE.get(name, TRIPWIRE_LINES)
+        if name not in ONE_FILE_BY_DESIGN and lines_of(path) > TRIPWIRE_LINES
     }
     assert long == {}
 

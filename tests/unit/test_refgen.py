@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from stash.web import refgen
-from stash.web.routes import RouteSpec, health
+from stash.web.routes import RouteSpec
+from stash.web.routes.public import health
 from tests.support.docs.commands import REFERENCE
 from tests.support.server import REPO
 
