@@ -259,21 +259,13 @@ def key_record(
             )
         return KeyRecord(session.open_memory().mf.idempotency_records(), req, now)
     if key is not None:
-        if record == "memory":
+        if record in ("memory", "keyring"):
+            # An append capability holds no key of the memory: its record is found by its own key alone.
+            master = session.capability_key if record == "memory" else session.master
             req = Keyed.make(
                 user_id=session.user_id,
                 file="keyring",
-                master=session.capability_key,
-                seal_root=session.capability_key,
-                route=route,
-                key=key,
-                body=body,
-            )
-        elif record == "keyring":
-            req = Keyed.make(
-                user_id=session.user_id,
-                file="keyring",
-                master=session.master,
+                master=master,
                 seal_root=session.capability_key,
                 route=route,
                 key=key,
