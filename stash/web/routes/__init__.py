@@ -1,6 +1,6 @@
-"""The one table of every route of the HTTP surface (docs/DESIGN.md, "HTTP
-surface"): the app, /openapi.json, the API reference's generated tables and
-the client's list of keyed writes are all made from :data:`ROUTES`.
+"""The one table of every route (docs/DESIGN.md, "HTTP surface"): the app,
+/openapi.json, the API reference's generated tables and the client's list of
+keyed writes are all made from :data:`ROUTES`.
 
 Each route is declared once, right above its handler, in the module of its
 caller: :mod:`.agent` (what a capability calls: wake, note, nap, recall,
