@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...core.errors import Damaged
 from ...crypto import aead, keys
@@ -26,9 +26,7 @@ from ..formats import PAGE_BYTES
 from ..sqlite.pool import Pool
 from ..sqlite.transactions import read_snapshot
 from .erasure_record import RECORD_META, Record, parse
-
-if TYPE_CHECKING:
-    from .row_tree import Nodes, Slot
+from .row_tree import Nodes, Slot
 
 HEAD_META = "log_head"
 HOLES_META = "holes"  # JSON {size: [idx, ...]}: summaries an erasure dropped below a level's frontier
