@@ -134,16 +134,16 @@ def _write_summaries(mf, rows_key: bytes, T: int, progress=None) -> int:
     """Every complete block's summary, level by level (each level a dense
     prefix, as the server keeps it), sealed as ``put_summary`` seals one."""
     todo = [(size, idx) for size in levels(T) for idx in range(T // size)]
-    version = mf._next_version()  # the version the first nap after the log would write at
+    version = mf.next_version()  # the version the first nap after the log would write at
     for k in range(0, len(todo), SUMMARY_BATCH):
         rows = []
         for size, idx in todo[k : k + SUMMARY_BATCH]:
             lo = idx * size
-            plain = mf._summary_plain(version, summary_text(lo, lo + size), mf.writer)
-            rows.append((size, idx, aead.seal(rows_key, plain, mf._aad("summaries", f"{size}|{idx}"))))
+            plain = mf.codec.summary_plain(version, summary_text(lo, lo + size), mf.writer)
+            rows.append((size, idx, aead.seal(rows_key, plain, mf.codec.aad("summaries", f"{size}|{idx}"))))
         with mf.conn:
             mf.conn.execute("BEGIN IMMEDIATE")
-            mf._ensure_table("summaries")
+            mf.ensure_table("summaries")
             mf.conn.executemany("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", rows)
         if progress:
             progress(f"summaries {min(k + SUMMARY_BATCH, len(todo))}/{len(todo)}")

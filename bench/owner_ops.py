@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wake (median of 5): {wake_median(vault, owner) * 1000:.1f} ms", flush=True)
     with vault.session(owner, "read") as s:
         mf = s.open_memory().mf
-        state = statistics.median(timed(mf._state_digest)[0] for _ in range(9))
+        state = statistics.median(timed(mf.state.digest)[0] for _ in range(9))
     print(f"state head check per open (median of 9): {state * 1000:.2f} ms", flush=True)
 
     for i in (5, args.T // 2, args.T - 1):

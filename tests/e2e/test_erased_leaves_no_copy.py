@@ -44,8 +44,7 @@ from stash.crypto import aead, inbox_seal, keys, tokens
 from stash.crypto.epochs import KeyChain
 from stash.storage import memories
 from stash.storage.keyring import open_keyring
-from stash.storage.memfile import MemoryFile
-from stash.storage.memfile.log import KEYS_PER_CHUNK
+from stash.storage.memfile import KEYS_PER_CHUNK, MemoryFile
 from stash.storage.recallcache import rendered_log
 from stash.storage.recallcache.word_index import WordCache, WordTail
 from tests.support.api import CHEAP_KDF_FLAGS
@@ -188,10 +187,10 @@ def memory_texts(
         opened += 1
         try:
             for i in (i for i in ids if i < mf.count()):
-                key = mf._memory_key(i)  # the key slot as the state holds it, whatever the erasure record says
+                key = mf.log.memory_key(i)  # the key slot as the state holds it, whatever the erasure record says
                 if key is not None:
                     row = mf.conn.execute("SELECT sealed FROM log WHERE id = ?", (i,)).fetchone()
-                    found.append(mf._decode(i, mf._open_row(i, key, row[0]))[1])
+                    found.append(mf.codec.decode(i, mf.log.open_row(i, key, row[0]))[1])
         finally:
             mf.close()
     return found, opened

@@ -175,9 +175,9 @@ def test_a_summary_edited_cut_or_swapped_is_damage(tmp_path: Path, file_cipher: 
 
 def _old_memory_plain(self: RowCodec, date: str, text: str) -> bytes:
     """A memory's plaintext as 0.3.0 and 0.4.0 wrote it: always 312 bytes."""
-    return aead.pad(f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES) + self.writer.to_bytes(
-        WRITER_BYTES, "big"
-    )
+    return aead.pad(
+        f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES
+    ) + self.file.writer.to_bytes(WRITER_BYTES, "big")
 
 
 def _old_summary_plain(self: RowCodec, version: int, text: str, writer: int) -> bytes:
@@ -196,8 +196,8 @@ def test_rows_and_summaries_of_one_size_still_open_beside_bucketed_ones(
     from tests.support.ops.verify import line_of, run
 
     old = ["older memory " + "o" * 20, "older memory two"]
-    monkeypatch.setattr(RowCodec, "_memory_plain", _old_memory_plain)
-    monkeypatch.setattr(RowCodec, "_summary_plain", _old_summary_plain)
+    monkeypatch.setattr(RowCodec, "memory_plain", _old_memory_plain)
+    monkeypatch.setattr(RowCodec, "summary_plain", _old_summary_plain)
     vault, token, master, folder = store(tmp_path, file_cipher, old, "older summary")
     log, sums = sealed_lengths(folder, master, file_cipher)
     assert set(log) == {formats.MEMORY_PLAINTEXT_BYTES + aead.OVERHEAD}
@@ -213,7 +213,7 @@ def test_rows_and_summaries_of_one_size_still_open_beside_bucketed_ones(
         mf = s.open_memory().mf
         versions = {}
         for size, idx, sealed in mf.conn.execute("SELECT size, idx, sealed FROM summaries"):
-            versions[(size, idx)] = mf._open_summary(size, idx, sealed, None)[0]
+            versions[(size, idx)] = mf.tree.open_summary(size, idx, sealed, None)[0]
         assert 0 < versions[(2, 0)] < versions[(2, 1)]  # the old field and the new one read alike
     log, _ = sealed_lengths(folder, master, file_cipher)
     assert log[2] < log[0] and log[2] - aead.OVERHEAD in formats.ROW_BUCKETS
@@ -229,9 +229,9 @@ def test_a_release_that_knows_one_size_refuses_a_bucketed_summary_rather_than_se
     version field is then an impossible length, refused as damage."""
     codec = RowCodec.__new__(RowCodec)
     for n in range(0, 283):
-        plain = codec._summary_plain(7, "t" * n, 3)
+        plain = codec.summary_plain(7, "t" * n, 3)
         assert len(plain) in formats.SUMMARY_BUCKETS
-        assert codec._writer_of(plain) == 3
+        assert codec.writer_of(plain) == 3
         if len(plain) != formats.SUMMARY_VERSION_BYTES + formats.SUMMARY_PLAINTEXT_BYTES:
             with pytest.raises(aead.Unsealable):
                 aead.unpad(plain)

@@ -56,9 +56,9 @@ def as_mark_3(mf: MemoryFile) -> None:
     """Write the file as the previous layout did: mark 3, no record, the
     state digest over every erasure row."""
     with write_transaction(mf.conn):
-        mf._put_meta("format", "3")
+        mf.put_meta("format", "3")
         mf.conn.execute("DELETE FROM meta WHERE name = ?", (RECORD_META,))
-        mf._write_state()
+        mf.state.write()
 
 
 def test_a_mark_3_file_with_erasures_moves_to_the_record_and_keeps_them(tmp_path: Path):

@@ -257,3 +257,47 @@ def test_the_key_ring_is_composed_of_parts() -> None:
             assert all(getattr(ring, name).ring is ring for name in parts)
         finally:
             ring.close()
+
+
+def test_the_memory_file_is_composed_of_parts() -> None:
+    """The memory file is its open file and the parts it holds, not a chain
+    of mixins calling each other through stub declarations: each part is a
+    class of its own (no base but ``object``), given the file it works on,
+    and reached as an attribute of the façade."""
+    import os
+    import tempfile
+
+    from stash.storage.memfile import MemoryFile
+    from stash.storage.memfile.base import FileBase
+    from stash.storage.memfile.bound import RowDigests
+    from stash.storage.memfile.budget import ImportBudget
+    from stash.storage.memfile.erasure import Erasure
+    from stash.storage.memfile.head import LogChain
+    from stash.storage.memfile.log import Log
+    from stash.storage.memfile.reseal import Epochs
+    from stash.storage.memfile.rows import RowCodec
+    from stash.storage.memfile.state import State
+    from stash.storage.memfile.tree import SummaryTree
+
+    assert MemoryFile.__bases__ == (FileBase,)
+    assert FileBase.__bases__ == (object,)
+    parts = {
+        "codec": RowCodec,
+        "digests": RowDigests,
+        "state": State,
+        "log": Log,
+        "chain": LogChain,
+        "tree": SummaryTree,
+        "erasure": Erasure,
+        "epochs": Epochs,
+        "budget": ImportBudget,
+    }
+    for part in parts.values():
+        assert part.__bases__ == (object,), part.__name__
+    with tempfile.TemporaryDirectory() as folder:
+        mf = MemoryFile(Path(folder) / "memory.db", "u" * 16, os.urandom(32), "none", create=True)
+        try:
+            assert {name: type(getattr(mf, name)) for name in parts} == parts
+            assert all(getattr(mf, name).file is mf for name in parts)
+        finally:
+            mf.close()

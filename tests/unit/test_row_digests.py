@@ -21,7 +21,7 @@ import pytest
 from stash.core.errors import Damaged
 from stash.crypto.epochs import KeyChain
 from stash.storage.formats import MEMORY_FILE, current_mark
-from stash.storage.memfile import MemoryFile, binds, bound, row_tree
+from stash.storage.memfile import MemoryFile, bound, row_tree
 from stash.storage.memfile.erasure_record import RECORD_MARK
 from stash.storage.sqlite.transactions import write_transaction
 from tests.support.files.raw import restore_log_triggers
@@ -33,7 +33,7 @@ AT = "2026-12-01T00:00:00Z"
 @pytest.fixture
 def small_fanout(monkeypatch) -> int:
     """Leaves of 3 slots and middles of 3 leaves: a few dozen rows cross both."""
-    for module in (binds, bound, row_tree):
+    for module in (bound, row_tree):
         monkeypatch.setattr(module, "FANOUT", 3)
     return 3
 
@@ -152,8 +152,8 @@ def as_mark_4(path: Path, master: bytes) -> None:
     try:
         with write_transaction(mf.conn):
             mf.conn.execute("DROP TABLE row_digests")
-            mf._put_meta("format", RECORD_MARK)
-            mf._write_state()
+            mf.put_meta("format", RECORD_MARK)
+            mf.state.write()
     finally:
         mf.close()
 
@@ -181,9 +181,9 @@ def test_a_write_rolled_back_after_naming_its_rows_leaves_the_tree_as_it_was(tmp
         mf.append([("2026-11-30", f"memory {i}") for i in range(10)])
         settle(mf, 8, "first")  # block 8-9 is due
         with pytest.raises(RuntimeError), write_transaction(mf.conn):
-            sealed = mf._seal_summary(2, 4, mf._next_version(), "never kept")
+            sealed = mf.codec.seal_summary(2, 4, mf.next_version(), "never kept")
             mf.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (2, 4, ?)", (sealed,))
-            mf._bind(row_tree.summary_slot(2, 4), sealed)
+            mf.digests.bind(row_tree.summary_slot(2, 4), sealed)
             raise RuntimeError("the write fails before it ends")
         mf.append([("2026-11-30", "memory 10")])  # the next write moves the tree: not to the row rolled back
         mf.check_row_digests()

@@ -86,13 +86,13 @@ def test_a_snapshot_opens_each_key_chunk_once_and_forgets_it_after(tmp_path):
         mf = reader.open_memory().mf
         mf.append([("2026-01-02", f"m{i}") for i in range(40)])
         opened: list[int] = []
-        real = mf._open_chunk
+        real = mf.log.open_chunk
 
         def counted(c, sealed, epoch):
             opened.append(c)
             return real(c, sealed, epoch)
 
-        setattr(mf, "_open_chunk", counted)  # noqa: B010 - a method replaced on this instance only
+        setattr(mf.log, "open_chunk", counted)  # noqa: B010 - a method replaced on this instance only
         with mf.snapshot():
             first = [mf.memories(lo, lo + 2) for lo in range(0, 40, 2)]
             other.open_memory().erase([3])  # committed by another connection meanwhile

@@ -189,7 +189,7 @@ class HeadCopies:
 
     def state_version(self) -> int | None:
         """The copy of the memory file's state version kept here (see
-        MemoryFile._state_digest), or None before the file had one."""
+        State.digest, memfile/state.py), or None before the file had one."""
         text = self.ring.meta(STATE_COPY)
         try:
             return None if text is None else int(text)

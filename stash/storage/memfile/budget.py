@@ -15,18 +15,27 @@ from __future__ import annotations
 import json
 
 from ...crypto import aead
+from .base import FileBase
 from .rows import RowCodec
 
 BUDGET_META = "import_budget"
 
 
-class BudgetPart(RowCodec):
+class ImportBudget:
+    """The import counter of ``file``, sealed by ``codec``."""
+
+    def __init__(self, file: FileBase, codec: RowCodec) -> None:
+        self.file = file
+        self.codec = codec
+
     def _budget(self, day: str) -> dict[str, int]:
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (BUDGET_META,)).fetchone()
+        row = self.file.conn.execute("SELECT value FROM meta WHERE name = ?", (BUDGET_META,)).fetchone()
         if row is None:
             return {}
         try:
-            doc = json.loads(aead.open_sealed(self._rows_key, bytes.fromhex(row[0]), self._aad("meta", BUDGET_META)))
+            doc = json.loads(
+                aead.open_sealed(self.file.rows_key, bytes.fromhex(row[0]), self.codec.aad("meta", BUDGET_META))
+            )
         except (ValueError, aead.Unsealable):
             return {}
         if not isinstance(doc, dict) or doc.get("day") != day or not isinstance(doc.get("grants"), dict):
@@ -42,4 +51,4 @@ class BudgetPart(RowCodec):
         grants = self._budget(day)
         grants[str(grant)] = grants.get(str(grant), 0) + n
         plain = json.dumps({"day": day, "grants": grants}, sort_keys=True).encode()
-        self._put_meta(BUDGET_META, aead.seal(self._rows_key, plain, self._aad("meta", BUDGET_META)).hex())
+        self.file.put_meta(BUDGET_META, aead.seal(self.file.rows_key, plain, self.codec.aad("meta", BUDGET_META)).hex())

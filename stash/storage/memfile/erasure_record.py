@@ -15,12 +15,12 @@ record's runs, not the table. What the record keeps of the old guarantees:
 * the erased set is the authenticated one (a key chunk put back does not
   bring a memory back; an erased row deleted, added or swapped for another
   id's changes a count, or leaves an erased memory without its row, or a
-  zeroed key without an erased id — each damage, LogPart.memories);
+  zeroed key without an erased id — each damage, Log.memories);
 * each row still opens only at its own id (its seal binds it);
 * the digest of the rows as stored — what catches a row put back from a
   second history of the same user with the same id and count — is
   recomputed in full by ``stash verify --token`` and by each listing of
-  the receipts (:meth:`ErasurePart.receipts`), and at every erasure, which
+  the receipts (:meth:`Erasure.receipts`), and at every erasure, which
   rewrites the record (work done by SQLite, a few ms per 100,000 rows).
 """
 

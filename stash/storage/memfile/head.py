@@ -9,7 +9,6 @@ once, by the upgrade step the format registry names for it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from contextlib import closing
 
 from ...core.errors import Damaged, PinMismatch, RolledBack
@@ -18,8 +17,8 @@ from ...crypto import chain
 from ...crypto.chain import Head
 from .. import formats
 from ..sqlite.transactions import write_transaction
-from .base import HEAD_META, ROLLED_BACK
-from .rows import RowCodec
+from .base import HEAD_META, ROLLED_BACK, FileBase
+from .log import Log
 
 DIGEST_GONE = (
     "This memory file's recorded digest was deleted (the file's format records one). Nothing was "
@@ -27,41 +26,30 @@ DIGEST_GONE = (
 )
 
 
-class HeadPart(RowCodec):
-    @staticmethod
-    def _head_text(head: Head, prev: bytes) -> str:
-        return f"{head.count} {prev.hex()} {head.digest.hex()}"
+class LogChain:
+    """The running digest of ``file``'s log: its recorded head checked
+    against the end of ``log``, a copy kept elsewhere and a client's pin."""
 
-    def _stored_head(self) -> tuple[Head, bytes] | None:
-        """The head recorded in this file and the digest before it, or None
-        for a file written before the digest existed (format 1)."""
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (HEAD_META,)).fetchone()
-        if row is None:
-            return None
-        try:
-            count, prev, digest = row[0].split(" ")
-            return Head(int(count), bytes.fromhex(digest)), bytes.fromhex(prev)
-        except ValueError:
-            raise Damaged(
-                "The memory file's recorded digest is unreadable; restore this store from a backup."
-            ) from None
+    def __init__(self, file: FileBase, log: Log) -> None:
+        self.file = file
+        self.log = log
 
-    def _verified_head(self) -> Head:
+    def verified_head(self) -> Head:
         """The recorded head, after checking it against the end of the log:
         the log must hold exactly ``count`` rows and its last row must chain
         from the recorded previous digest to the recorded head. That is two
         indexed reads and one hash, so every open can afford it; the whole
         chain is recomputed by ``stash verify``. A format-1 file gets its
         chain computed here once."""
-        self.conn.execute("BEGIN")  # one snapshot: a writer may append meanwhile
+        self.file.conn.execute("BEGIN")  # one snapshot: a writer may append meanwhile
         try:
-            stored = self._stored_head()
-            T = self.count()
-            last = self.conn.execute("SELECT sealed FROM log WHERE id = ?", (T - 1,)).fetchone() if T else None
+            stored = self.file.stored_head()
+            T = self.file.count()
+            last = self.file.conn.execute("SELECT sealed FROM log WHERE id = ?", (T - 1,)).fetchone() if T else None
         finally:
-            self.conn.execute("COMMIT")
+            self.file.conn.execute("COMMIT")
         if stored is None:
-            fmt = self.conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            fmt = self.file.conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
             step = formats.upgrade_of(formats.MEMORY_FILE, None if fmt is None else fmt[0])
             if step is None or step != formats.upgrade_of(formats.MEMORY_FILE, None):
                 raise Damaged(DIGEST_GONE)  # only a file from before the digest has it computed here
@@ -74,62 +62,42 @@ class HeadPart(RowCodec):
             raise Damaged("The log holds memories past its recorded digest; restore this store from a backup.")
         assert last is not None or not T  # read in the same snapshot as T
         if T and last:
-            (sealed,) = self.chain_rows([(T - 1, last[0])])
-            expected = chain.step(self._chain_key, prev, T - 1, sealed)
+            (sealed,) = self.log.chain_rows([(T - 1, last[0])])
+            expected = chain.step(self.file.chain_key, prev, T - 1, sealed)
         else:
-            expected = chain.genesis(self._chain_key, self.user_id)
+            expected = chain.genesis(self.file.chain_key, self.file.user_id)
         if not chain.same(expected, head.digest):
             raise Damaged(
                 "The last memory of the log disagrees with its recorded digest; restore this store from a backup."
             )
         return head
 
-    def _migrate(self) -> Head:
+    def migrate_head(self) -> Head:
         """Record the running digest of a file written before it existed. If
         the file cannot be written (a read-only folder) the head is still
         computed for this request, and recorded by a later one."""
         try:
-            with write_transaction(self.conn):
-                if self._stored_head() is None:
-                    head, prev = self.recompute_head()
-                    self.conn.execute(
-                        "INSERT INTO meta(name, value) VALUES (?, ?)", (HEAD_META, self._head_text(head, prev))
+            with write_transaction(self.file.conn):
+                if self.file.stored_head() is None:
+                    head, prev = self.log.recompute_head()
+                    self.file.conn.execute(
+                        "INSERT INTO meta(name, value) VALUES (?, ?)", (HEAD_META, self.file.head_text(head, prev))
                     )
-                    self.conn.execute(
+                    self.file.conn.execute(
                         "UPDATE meta SET value = ? WHERE name = 'format'",
                         (formats.next_mark(formats.MEMORY_FILE, "1"),),
                     )
         except Exception as exc:
             if isinstance(exc, Damaged):
                 raise
-            return self.recompute_head()[0]
-        return self._verified_head()
-
-    def recompute_head(self) -> tuple[Head, bytes]:
-        """The head from the whole log, and the digest before it: O(T)."""
-        key = self._chain_key
-        digest = prev = chain.genesis(key, self.user_id)
-        i = 0
-        if not self._made("log"):
-            return Head(0, digest), prev
-        with closing(self.conn.execute("SELECT id, sealed FROM log ORDER BY id")) as rows:
-
-            def in_order() -> Iterator[tuple[int, bytes]]:
-                for k, (i_row, stored) in enumerate(rows):
-                    if i_row != k:
-                        raise Damaged("The log has a gap; restore this store from a backup.")
-                    yield i_row, stored
-
-            for sealed in self.chain_rows(in_order()):
-                prev, digest = digest, chain.step(key, digest, i, sealed)
-                i += 1
-        return Head(i, digest), prev
+            return self.log.recompute_head()[0]
+        return self.verified_head()
 
     def current_head(self) -> Head:
         """The head as recorded now (it changes in the same transaction as the
         log, so its count is the log's size in this snapshot)."""
-        stored = self._stored_head()
-        return self.head if stored is None else stored[0]
+        stored = self.file.stored_head()
+        return self.file.head if stored is None else stored[0]
 
     def extends(self, older: Head, newer: Head) -> bool:
         """True if ``newer`` is ``older`` plus rows of this log: run the chain
@@ -138,14 +106,14 @@ class HeadPart(RowCodec):
             return False
         if older.count == newer.count:
             return chain.same(older.digest, newer.digest)
-        if not self._made("log"):
+        if not self.file.made("log"):
             return False
         with closing(
-            self.conn.execute(
+            self.file.conn.execute(
                 "SELECT id, sealed FROM log WHERE id >= ? AND id < ? ORDER BY id", (older.count, newer.count)
             )
         ) as rows:
-            count, digest = chain.extend(self._chain_key, older.digest, older.count, self.chain_rows(rows))
+            count, digest = chain.extend(self.file.chain_key, older.digest, older.count, self.log.chain_rows(rows))
         return count == newer.count and chain.same(digest, newer.digest)
 
     def check_copy(self, copy: Head | None) -> None:
@@ -153,9 +121,9 @@ class HeadPart(RowCodec):
         is ahead of it or on another history. The copy is written after the
         file commits, so it may lag (a crash in between): a lagging copy is
         accepted when this log extends it."""
-        if copy is None or (copy.count == self.head.count and chain.same(copy.digest, self.head.digest)):
+        if copy is None or (copy.count == self.file.head.count and chain.same(copy.digest, self.file.head.digest)):
             return
-        if copy.count >= self.head.count or not self.extends(copy, self.head):
+        if copy.count >= self.file.head.count or not self.extends(copy, self.file.head):
             raise RolledBack(ROLLED_BACK)
 
     def pinned_head(self, *, current: bool = False) -> Head:
@@ -163,24 +131,26 @@ class HeadPart(RowCodec):
         (``current``: both as recorded now, which another writer may have
         moved since this file was opened)."""
         if not current:
-            state = self._stored_state()  # inside a write: the version it commits, or nothing is answered
-            return Head(self.head.count, self.head.digest, self.state_version if state is None else state[0])
-        head, state = self.current_head(), self._stored_state()
-        return Head(head.count, head.digest, self.state_version if state is None else state[0])
+            state = self.file.stored_state()  # inside a write: the version it commits, or nothing is answered
+            return Head(
+                self.file.head.count, self.file.head.digest, self.file.state_version if state is None else state[0]
+            )
+        head, state = self.current_head(), self.file.stored_state()
+        return Head(head.count, head.digest, self.file.state_version if state is None else state[0])
 
     def check_pin(self, pin: Head) -> None:
         """Refuse unless this log is the one a client pinned, or grew from it,
         and the whole state is at least as far as the pinned version (versions
         only grow, so an older one is a rollback of every file together)."""
-        if pin.state is not None and pin.state > self.state_version:
+        if pin.state is not None and pin.state > self.file.state_version:
             raise PinMismatch(
                 f"This memory was rolled back: its state is older than the one you pinned (version "
-                f"{self.state_version}, you saw {pin.state}), so every file of it was put back from an older copy "
+                f"{self.file.state_version}, you saw {pin.state}), so every file of it was put back from an older copy "
                 "and a later memory, summary, setting or erasure may be undone. Nothing was served or written; "
                 "tell the operator to run `stash verify` and restore from a backup, or drop the pin to read what "
                 "is there now.",
             )
-        if not self.extends(pin, self.head):
+        if not self.extends(pin, self.file.head):
             raise PinMismatch(
                 f"This memory's log does not continue the head you pinned ({plural(pin.count, 'memory')}): "
                 "it was rolled "

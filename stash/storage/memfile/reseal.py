@@ -18,10 +18,12 @@ from ...crypto.epochs import KeyChain
 from ..formats import SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES
 from ..sqlite.connections import connect, release
 from ..sqlite.transactions import checkpoint, write_transaction
-from .base import EPOCH_META, SEALED_BASE_META, SEALED_TABLES, FileKeys
-from .log import CHUNK_BYTES, KEYS_PER_CHUNK
+from .base import CHUNK_BYTES, EPOCH_META, KEYS_PER_CHUNK, SEALED_BASE_META, SEALED_TABLES, FileBase, FileKeys
+from .bound import RowDigests
 from .row_tree import key_slot, summary_slot
 from .rows import WRITER_BYTES, RowCodec
+from .state import State
+from .tree import SummaryTree
 
 KEYS_BEHIND = (
     "This memory file was sealed in a later key epoch than its key ring knows: the key ring was "
@@ -65,37 +67,48 @@ class ResealDue(Exception):
     the old epoch's keys would otherwise read or write across the change."""
 
 
-class ResealPart(RowCodec):
+class Epochs:
+    """The key epoch of ``file``: matched to its key chain on open, and moved
+    on (:meth:`reseal`); its rows sealed by ``codec``, bound by ``digests``,
+    its summaries (``tree``) re-sealed to their buckets, ``state`` advanced."""
+
+    def __init__(self, file: FileBase, codec: RowCodec, digests: RowDigests, state: State, tree: SummaryTree) -> None:
+        self.file = file
+        self.codec = codec
+        self.digests = digests
+        self.state = state
+        self.tree = tree
+
     def file_epoch(self) -> int:
         """The epoch whose key sealed this file's rows (0 for files written
         before epochs). A hand-edited value only makes the rows fail to open."""
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (EPOCH_META,)).fetchone()
+        row = self.file.conn.execute("SELECT value FROM meta WHERE name = ?", (EPOCH_META,)).fetchone()
         try:
             return 0 if row is None else int(row[0])
         except ValueError:
             raise Damaged("The memory file's key epoch is unreadable; restore this store from a backup.") from None
 
-    def _match_epoch(self, keychain: KeyChain | None) -> None:
+    def match(self, keychain: KeyChain | None) -> None:
         """Make the file's epoch the chain's: refuse a file from a later epoch
         (:class:`KeysBehind`), and bring a file from an earlier one forward
         (:meth:`reseal`), which finishes a revocation that stopped between
         its two files."""
         epoch = self.file_epoch()
-        if epoch > self.epoch:
+        if epoch > self.file.epoch:
             raise KeysBehind(KEYS_BEHIND)
-        if epoch < self.epoch:
+        if epoch < self.file.epoch:
             if keychain is None:
                 raise Damaged("The memory file is from an older key epoch; retry the request.")
-            if not getattr(self, "_may_reseal", True):
+            if not self.file.may_reseal:
                 raise ResealDue()
             self.reseal(keychain)
-        self._base_epoch = self._read_base()
+        self.file.base_epoch = self.read_base()
 
-    def _read_base(self) -> int:
+    def read_base(self) -> int:
         """The epoch of rows whose ``epoch`` is NULL (:data:`SEALED_BASE_META`;
         absent: the file's own epoch, since no new epoch has begun in it
         since rows record theirs)."""
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone()
+        row = self.file.conn.execute("SELECT value FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone()
         try:
             return self.file_epoch() if row is None else int(row[0])
         except ValueError:
@@ -119,16 +132,16 @@ class ResealPart(RowCodec):
         what it could open before (docs/DESIGN.md, "Key epochs")."""
         new_key = keys.subkey(keychain.current, b"rows")
         moved = 0
-        with write_transaction(self.conn):
+        with write_transaction(self.file.conn):
             epoch = self.file_epoch()
             if epoch == keychain.epoch:
                 return 0
             if epoch > keychain.epoch:
                 raise KeysBehind(KEYS_BEHIND)
             old_key = keys.subkey(keychain.key(epoch), b"rows")
-            stored = self._stored_state()
+            stored = self.file.stored_state()
             if stored is not None and not hmac.compare_digest(
-                stored[1], self._state_mac(stored[0], self._state_digest()[0], old_key)
+                stored[1], self.state.mac(stored[0], self.state.digest()[0], old_key)
             ):
                 # Moving the head to the new key must not bless a state that was tampered with.
                 raise Damaged(
@@ -136,70 +149,70 @@ class ResealPart(RowCodec):
                     "re-sealed. The operator should run `stash verify` and restore it from a backup."
                 )
             if stored is not None:
-                self._trust_root(*self._root_seen)  # the chunk re-sealed below is one the tree holds
-            tables = self._tables()
-            if self.conn.execute("SELECT 1 FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone() is None:
+                self.digests.trust_root(*self.file.root_seen)  # the chunk re-sealed below is one the tree holds
+            tables = self.file.tables()
+            if self.file.conn.execute("SELECT 1 FROM meta WHERE name = ?", (SEALED_BASE_META,)).fetchone() is None:
                 # From now on rows of two epochs live side by side: each says
                 # which. The rows so far are all in this file's epoch.
                 for table in SEALED_TABLES:
-                    if table in tables and not self._has_epoch(table):
-                        self.conn.execute(f"ALTER TABLE {table} ADD COLUMN epoch INTEGER")
-                self._put_meta(SEALED_BASE_META, str(epoch))
-            self._epoch_columns.clear()
-            T = self.count()
+                    if table in tables and not self.codec.has_epoch(table):
+                        self.file.conn.execute(f"ALTER TABLE {table} ADD COLUMN epoch INTEGER")
+                self.file.put_meta(SEALED_BASE_META, str(epoch))
+            self.file.epoch_columns.clear()
+            T = self.file.count()
             c, used = T // KEYS_PER_CHUNK, T % KEYS_PER_CHUNK
             row = (
-                self.conn.execute("SELECT sealed, epoch FROM memory_keys WHERE chunk = ?", (c,)).fetchone()
+                self.file.conn.execute("SELECT sealed, epoch FROM memory_keys WHERE chunk = ?", (c,)).fetchone()
                 if "memory_keys" in tables
                 else None
             )
-            base = self._read_base()
+            base = self.read_base()
             if row is not None:
-                row = self._authentic(key_slot(c), row[0], row[1])
+                row = self.digests.authentic(key_slot(c), row[0], row[1])
                 try:
                     chunk_key = keys.subkey(keychain.key(base if row[1] is None else int(row[1])), b"rows")
                 except (KeyError, ValueError):
                     raise Damaged(
                         "A memory key chunk names a key epoch this file cannot have; restore this store from a backup."
                     ) from None
-                plain = self._open(chunk_key, row[0], "memory_keys", c)
+                plain = self.codec.open(chunk_key, row[0], "memory_keys", c)
                 if len(plain) != CHUNK_BYTES:
                     raise Damaged("A memory key chunk has the wrong size; restore this store from a backup.")
                 k = used * aead.KEY_BYTES
                 fresh = plain[:k] + os.urandom(CHUNK_BYTES - k)
-                sealed = aead.seal(new_key, fresh, self._aad("memory_keys", c))
-                self.conn.execute(
+                sealed = aead.seal(new_key, fresh, self.codec.aad("memory_keys", c))
+                self.file.conn.execute(
                     "UPDATE memory_keys SET sealed = ?, epoch = ? WHERE chunk = ?", (sealed, keychain.epoch, c)
                 )
-                self._bind(key_slot(c), sealed)
+                self.digests.bind(key_slot(c), sealed)
                 moved = 1
             if "idempotency" in tables:
-                self.conn.execute("DELETE FROM idempotency")
-            self._put_meta(EPOCH_META, str(keychain.epoch))
-            old_rows_key, self._rows_key = self._rows_key, new_key
+                self.file.conn.execute("DELETE FROM idempotency")
+            self.file.put_meta(EPOCH_META, str(keychain.epoch))
+            old_rows_key, self.file.rows_key = self.file.rows_key, new_key
             try:
-                if self._stored_state() is not None:
-                    self._write_state()  # the head's MAC key is the new epoch's
+                if self.file.stored_state() is not None:
+                    self.state.write()  # the head's MAC key is the new epoch's
             except BaseException:
-                self._rows_key = old_rows_key
+                self.file.rows_key = old_rows_key
                 raise
-        self._rows_key = new_key
-        self._keychain = keychain
-        self._epoch_keys.clear()
-        self.epoch = keychain.epoch
-        self._base_epoch = self._read_base()
-        self._fk = FileKeys(
-            self._fk.path,
-            self.user_id,
-            self._fk.cipher,
+        self.file.rows_key = new_key
+        self.file.keychain = keychain
+        self.file.epoch_keys.clear()
+        self.file.epoch = keychain.epoch
+        self.file.base_epoch = self.read_base()
+        self.file.fk = FileKeys(
+            self.file.fk.path,
+            self.file.user_id,
+            self.file.fk.cipher,
             new_key,
-            self._fk.file_key,
-            self._chain_key,
+            self.file.fk.file_key,
+            self.file.chain_key,
             keychain.epoch,
-            self._fk.page_bytes,
+            self.file.fk.page_bytes,
         )
-        self._chunks.clear()
-        checkpoint(self.conn)  # best effort: the newest chunk's old page leaves the WAL
+        self.file.chunks.clear()
+        checkpoint(self.file.conn)  # best effort: the newest chunk's old page leaves the WAL
         return moved
 
     def rebucket_summaries(self, limit: int) -> int:
@@ -208,23 +221,23 @@ class ResealPart(RowCodec):
         buckets ("rows in buckets"), in one write transaction; returns how
         many (0: none is left). Each keeps its state version, writer and
         text, so what it serves and whether it is current
-        (:meth:`_summary_valid`) do not change; the state head moves, as
+        (:meth:`SummaryTree._summary_valid`) do not change; the state head moves, as
         its tree of row digests holds each summary's bytes (bound.py). A
         summary that does not open raises :class:`Damaged` and nothing is
         written. It is sealed under the current epoch's rows key, as a nap
         now would seal it."""
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return 0
         old = [n + aead.OVERHEAD for n in (SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES + SUMMARY_PLAINTEXT_BYTES)]
-        with write_transaction(self.conn):
-            rows = self.conn.execute(
-                f"SELECT size, idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
+        with write_transaction(self.file.conn):
+            rows = self.file.conn.execute(
+                f"SELECT size, idx, sealed, {self.codec.epoch_sql('summaries')} FROM summaries "
                 "WHERE length(sealed) IN (?, ?) LIMIT ?",
                 (*old, limit),
             ).fetchall()
-            also, _, epoch = self._epoch_of_write("summaries")
+            also, _, epoch = self.codec.epoch_of_write("summaries")
             for size, idx, sealed, row_epoch in rows:
-                version, plain = self._open_summary(size, idx, sealed, row_epoch)
+                version, plain = self.tree.open_summary(size, idx, sealed, row_epoch)
                 try:
                     text = aead.unpad(plain[:-WRITER_BYTES]).decode()
                 except (aead.Unsealable, UnicodeDecodeError):
@@ -232,16 +245,16 @@ class ResealPart(RowCodec):
                         f"The summary of {idx * size}-{(idx + 1) * size - 1} is unreadable; nothing was re-sealed."
                     ) from None
                 fresh = aead.seal(
-                    self._rows_key,
-                    self._summary_plain(version, text, self._writer_of(plain)),
-                    self._aad("summaries", f"{size}|{idx}"),
+                    self.file.rows_key,
+                    self.codec.summary_plain(version, text, self.codec.writer_of(plain)),
+                    self.codec.aad("summaries", f"{size}|{idx}"),
                 )
-                self.conn.execute(
+                self.file.conn.execute(
                     f"UPDATE summaries SET sealed = ?{also.replace(', epoch', ', epoch = ?')} "
                     "WHERE size = ? AND idx = ?",
                     (fresh, *epoch, size, idx),
                 )
-                self._bind(summary_slot(size, idx), fresh)
+                self.digests.bind(summary_slot(size, idx), fresh)
             if rows:
-                self._write_state()  # the tree of row digests holds each summary's new bytes
+                self.state.write()  # the tree of row digests holds each summary's new bytes
         return len(rows)

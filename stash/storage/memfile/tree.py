@@ -4,7 +4,7 @@ drops of forget and erase, and reading levels back.
 A level is settled left to right up to its frontier; an erasure drops the
 blocks on its memory's path below the frontier as holes, which the next naps
 fill. Every drop is recorded with the state version it happened at
-(:meth:`TreePart._summary_valid`), so a summary put back from before its
+(:meth:`SummaryTree._summary_valid`), so a summary put back from before its
 block was dropped is refused rather than served.
 """
 
@@ -18,32 +18,44 @@ from typing import Any
 from ...core.blocks import Erased, Settled, forget_span, is_settled, levels
 from ...core.errors import Damaged, RolledBack
 from ...crypto import aead
+from ..formats import SUMMARY_PLAINTEXT_BYTES, SUMMARY_VERSION_BYTES
 from ..sqlite.transactions import write_transaction
-from .base import DROPS_META, HOLES_META
+from .base import DROPS_META, HOLES_META, FileBase
+from .bound import RowDigests
 from .row_tree import summary_kind, summary_slot
 from .rows import RowCodec
+from .state import State
 
 
-class TreePart(RowCodec):
+class SummaryTree:
+    """The summaries of ``file``, sealed by ``codec``, each bound by
+    ``digests``; every settle or drop advances ``state``."""
+
+    def __init__(self, file: FileBase, codec: RowCodec, digests: RowDigests, state: State) -> None:
+        self.file = file
+        self.codec = codec
+        self.digests = digests
+        self.state = state
+
     def settled(self, T: int) -> Settled:
         """Each level's frontier up to ``T``, its holes (blocks an erasure
         dropped below the frontier, docs/DESIGN.md, "Erase") and the erased
         memories, whose wholly erased blocks need no summary."""
         out = Settled(holes=self._holes(), erased=self.erased_runs())
         sizes = list(levels(T))
-        for size, top in zip(sizes, self._top_idxs(sizes) if self._made("summaries") else [None] * len(sizes)):
+        for size, top in zip(sizes, self.file.top_idxs(sizes) if self.file.made("summaries") else [None] * len(sizes)):
             out[size] = 0 if top is None else int(top) + 1
         return out
 
     def _top_idx(self, size: int) -> int | None:
         """The last settled index of level ``size`` (None: none settled)."""
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return None
-        top = self.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
+        top = self.file.conn.execute("SELECT MAX(idx) FROM summaries WHERE size = ?", (size,)).fetchone()[0]
         return None if top is None else int(top)
 
     def _holes(self) -> dict[int, list[int]]:
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (HOLES_META,)).fetchone()
+        row = self.file.conn.execute("SELECT value FROM meta WHERE name = ?", (HOLES_META,)).fetchone()
         if row is None:
             return {}
         try:
@@ -56,21 +68,23 @@ class TreePart(RowCodec):
     def erased_runs(self) -> Erased:
         """The erased memories (as the authenticated state covers them) as
         runs, made once per state: a wake and its nap ask several times."""
-        cached = getattr(self, "_erased_runs", None)
-        record = self._erasure_record  # from format mark 4 the runs are the record's own: no set is made
-        source = record if record is not None else self._erased_ids
+        cached = self.file.erased_runs_made
+        record = self.file.erasure_record  # from format mark 4 the runs are the record's own: no set is made
+        source = record if record is not None else self.file.erased_ids
         if cached is None or cached[0] is not source:
-            cached = (source, Erased.from_runs(record.runs) if record is not None else Erased(self._erased_ids))
-            self._erased_runs = cached
+            cached = (source, Erased.from_runs(record.runs) if record is not None else Erased(self.file.erased_ids))
+            self.file.erased_runs_made = cached
         return cached[1]
 
     def _erased_in(self, lo: int, hi: int) -> int:
         """How many of memories ``[lo, hi)`` are erased, as this transaction sees it."""
-        if hi <= lo or "erased" not in self._tables():
+        if hi <= lo or "erased" not in self.file.tables():
             return 0
-        return int(self.conn.execute("SELECT COUNT(*) FROM erased WHERE id >= ? AND id < ?", (lo, hi)).fetchone()[0])
+        return int(
+            self.file.conn.execute("SELECT COUNT(*) FROM erased WHERE id >= ? AND id < ?", (lo, hi)).fetchone()[0]
+        )
 
-    def _save_holes(self, holes: dict[int, list[int]], erased: Erased | None = None) -> None:
+    def save_holes(self, holes: dict[int, list[int]], erased: Erased | None = None) -> None:
         """Record ``holes``, keeping only those still below their level's
         frontier (a hole at or past it is just a block not written yet) and
         not wholly ``erased`` (such a block is never due again)."""
@@ -84,42 +98,42 @@ class TreePart(RowCodec):
             if below:
                 kept[str(size)] = below
         if kept:
-            self._put_meta(HOLES_META, json.dumps(kept))
+            self.file.put_meta(HOLES_META, json.dumps(kept))
         else:
-            self.conn.execute("DELETE FROM meta WHERE name = ?", (HOLES_META,))
+            self.file.conn.execute("DELETE FROM meta WHERE name = ?", (HOLES_META,))
 
     def summaries_of(self, size: int, first: int, end: int) -> dict[int, str]:
         """The summaries of level ``size`` with index in ``[first, end)``, each
         opened and checked as :meth:`summary` does, in one query; an index
         without a summary is absent."""
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return {}
         with closing(
-            self.conn.execute(
-                f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries "
+            self.file.conn.execute(
+                f"SELECT idx, sealed, {self.codec.epoch_sql('summaries')} FROM summaries "
                 "WHERE size = ? AND idx >= ? AND idx < ?",
                 (size, first, end),
             )
         ) as rows:
-            return {idx: self._summary_text(size, idx, sealed, epoch) for idx, sealed, epoch in rows}
+            return {idx: self.summary_text(size, idx, sealed, epoch) for idx, sealed, epoch in rows}
 
     def summary(self, lo: int, hi: int) -> str | None:
         size = hi - lo
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return None
-        row = self.conn.execute(
-            f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
+        row = self.file.conn.execute(
+            f"SELECT sealed, {self.codec.epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
             (size, lo // size),
         ).fetchone()
         if row is None:
             return None
-        return self._summary_text(size, lo // size, row[0], row[1])
+        return self.summary_text(size, lo // size, row[0], row[1])
 
-    def _summary_text(self, size: int, idx: int, sealed: bytes, epoch: int | None) -> str:
+    def summary_text(self, size: int, idx: int, sealed: bytes, epoch: int | None) -> str:
         """Open one summary and check it is current: written after the last
         drop of its block (:meth:`_summary_valid`). Plaintexts written before
         the state head existed carry no version (0)."""
-        written, plain = self._open_summary(size, idx, sealed, epoch)
+        written, plain = self.open_summary(size, idx, sealed, epoch)
         lo = idx * size
         if not self._summary_valid(size, idx, written):
             raise RolledBack(
@@ -136,15 +150,15 @@ class TreePart(RowCodec):
         """The grant that wrote the summary of ``[lo, hi)`` (0: not
         recorded), or None when there is none."""
         size = hi - lo
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return None
-        row = self.conn.execute(
-            f"SELECT sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
+        row = self.file.conn.execute(
+            f"SELECT sealed, {self.codec.epoch_sql('summaries')} FROM summaries WHERE size = ? AND idx = ?",
             (size, lo // size),
         ).fetchone()
         if row is None:
             return None
-        return self._writer_of(self._open_summary(size, lo // size, row[0], row[1])[1])
+        return self.codec.writer_of(self.open_summary(size, lo // size, row[0], row[1])[1])
 
     def put_summary(self, lo: int, hi: int, text: str) -> bool:
         """Settle block ``[lo, hi)`` if it is still the next one of its level
@@ -155,9 +169,9 @@ class TreePart(RowCodec):
         of them can only refuse, never let a block in out of order."""
         size = hi - lo
         idx = lo // size
-        with write_transaction(self.conn):
-            version = self._next_version()
-            sealed = self._seal_summary(size, idx, version, text)
+        with write_transaction(self.file.conn):
+            version = self.file.next_version()
+            sealed = self.codec.seal_summary(size, idx, version, text)
             top = self._top_idx(size)
             holes = self._holes()
             hole = idx in holes.get(size, ()) and top is not None and idx < top
@@ -171,26 +185,26 @@ class TreePart(RowCodec):
                 have = (
                     {
                         r[0]
-                        for r in self.conn.execute(
+                        for r in self.file.conn.execute(
                             "SELECT idx FROM summaries WHERE size = ? AND idx IN (?, ?)", (half, 2 * idx, 2 * idx + 1)
                         )
                     }
-                    if self._made("summaries")
+                    if self.file.made("summaries")
                     else set()
                 )
                 for k in (2 * idx, 2 * idx + 1):
                     if k not in have and self._erased_in(k * half, (k + 1) * half) != half:
                         return False
-            self._ensure_table("summaries")
-            cols, marks, epoch = self._epoch_of_write("summaries")
-            self.conn.execute(
+            self.file.ensure_table("summaries")
+            cols, marks, epoch = self.codec.epoch_of_write("summaries")
+            self.file.conn.execute(
                 f"INSERT INTO summaries(size, idx, sealed{cols}) VALUES (?, ?, ?{marks})", (size, idx, sealed, *epoch)
             )
-            self._bind(summary_slot(size, idx), sealed)
+            self.digests.bind(summary_slot(size, idx), sealed)
             if hole:
                 holes[size].remove(idx)
-                self._save_holes(holes)
-            self._write_state()
+                self.save_holes(holes)
+            self.state.write()
         return True
 
     def put_summaries(self, items: list[tuple[int, int, str]]) -> bool:
@@ -198,48 +212,48 @@ class TreePart(RowCodec):
         exactly :meth:`put_summary`'s conditions; all or nothing: False (and
         nothing written) if any one of them would be refused. A savepoint
         keeps it whole inside a caller's transaction too."""
-        with write_transaction(self.conn):
-            self.conn.execute("SAVEPOINT summaries_batch")
+        with write_transaction(self.file.conn):
+            self.file.conn.execute("SAVEPOINT summaries_batch")
             for lo, hi, text in items:
                 if not self.put_summary(lo, hi, text):
-                    self.conn.execute("ROLLBACK TO summaries_batch")
-                    self.conn.execute("RELEASE summaries_batch")
+                    self.file.conn.execute("ROLLBACK TO summaries_batch")
+                    self.file.conn.execute("RELEASE summaries_batch")
                     return False
-            self.conn.execute("RELEASE summaries_batch")
+            self.file.conn.execute("RELEASE summaries_batch")
         return True
 
     def drop_summaries_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Drop block ``[lo, hi)``, the block containing it at each larger
         size, and every later block of each of those sizes (docs/DESIGN.md,
         "Forget"). Returns the dropped blocks, smallest first."""
-        with write_transaction(self.conn):
+        with write_transaction(self.file.conn):
             gone = self._drop_from(lo, hi)
             if gone:
-                version = self._next_version()
-                drops = self._read_drops()
+                version = self.file.next_version()
+                drops = self.file.read_drops()
                 for size in sorted({b - a for a, b in gone}):
                     # A later suffix record from an earlier start supersedes the ones it covers.
                     start = lo // size
                     drops["s"][size] = [r for r in drops["s"].get(size, []) if r[0] < start] + [(start, version)]
                 self._save_drops(drops)
-                self._write_state()
+                self.state.write()
             return gone
 
     def _drop_from(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Delete what :func:`blocks.forget_span` says forget drops."""
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return []
-        top_size = self.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
+        top_size = self.file.conn.execute("SELECT MAX(size) FROM summaries").fetchone()[0] or 0
         settled = self.settled(top_size)
         gone = forget_span(lo, hi, settled, top_size)
         for size in sorted({b - a for a, b in gone}):
-            self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, lo // size))
-            self._bind_from(summary_kind(size), lo // size)
+            self.file.conn.execute("DELETE FROM summaries WHERE size = ? AND idx >= ?", (size, lo // size))
+            self.digests.bind_from(summary_kind(size), lo // size)
         if settled.holes:
-            self._save_holes(settled.holes)  # holes past the new frontiers are gone with them
+            self.save_holes(settled.holes)  # holes past the new frontiers are gone with them
         return gone
 
-    def _drop_erased(self, fresh: list[int], T: int, version: int) -> list[tuple[int, int]]:
+    def drop_erased(self, fresh: list[int], T: int, version: int) -> list[tuple[int, int]]:
         """Drop the summaries that contain the newly erased memories
         ``fresh`` — the blocks on each one's path to the root, at most
         ⌊log2 T⌋ (docs/DESIGN.md, "Erase") — as holes the next naps fill,
@@ -249,8 +263,8 @@ class TreePart(RowCodec):
         first. Each path is read against the tree as it was, so the cost is
         O(log T) per memory however many are erased at once."""
         settled = self.settled(T)
-        erased = Erased(self._erased_ids | set(fresh))
-        drops = self._read_drops()
+        erased = Erased(self.file.erased_ids | set(fresh))
+        drops = self.file.read_drops()
         dropped: set[tuple[int, int]] = set()
         for size in levels(T):
             # Each block over a fresh memory once, however many of its memories went.
@@ -259,70 +273,66 @@ class TreePart(RowCodec):
                 if b > T or not is_settled(settled, a, b):
                     continue
                 dropped.add((a, b))
-                self.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
-                self._bind(summary_slot(size, a // size), None)
+                self.file.conn.execute("DELETE FROM summaries WHERE size = ? AND idx = ?", (size, a // size))
+                self.digests.bind(summary_slot(size, a // size), None)
                 if not erased.covers(a, b):
                     drops["p"].setdefault(size, {})[a // size] = version
         gone = sorted(dropped, key=lambda blk: (blk[1] - blk[0], blk[0]))
         holes = {size: list(ks) for size, ks in settled.holes.items()}
         for a, b in gone:
             holes.setdefault(b - a, []).append(a // (b - a))
-        self._save_holes(holes, erased)
+        self.save_holes(holes, erased)
         self._save_drops(drops)
         return gone
 
     def level(self, size: int) -> Iterator[str]:
         """The summaries of one level up to its first hole, in order (OptMem's
         levels are dense: an export writes each up to its first hole; docs/DESIGN.md, "Erase")."""
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return
         with closing(
-            self.conn.execute(
-                f"SELECT idx, sealed, {self._epoch_sql('summaries')} FROM summaries WHERE size = ? ORDER BY idx",
+            self.file.conn.execute(
+                f"SELECT idx, sealed, {self.codec.epoch_sql('summaries')} FROM summaries WHERE size = ? ORDER BY idx",
                 (size,),
             )
         ) as rows:
             for expected, (idx, sealed, epoch) in enumerate(rows):
                 if idx != expected:
                     return
-                yield self._summary_text(size, idx, sealed, epoch)
+                yield self.summary_text(size, idx, sealed, epoch)
 
     def level_sizes(self) -> list[int]:
-        if not self._made("summaries"):
+        if not self.file.made("summaries"):
             return []
-        return [r[0] for r in self.conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size")]
-
-    def _read_drops(self) -> dict[str, Any]:
-        row = self.conn.execute("SELECT value FROM meta WHERE name = ?", (DROPS_META,)).fetchone()
-        if row is None:
-            return {"s": {}, "p": {}}
-        try:
-            raw = json.loads(row[0])
-            return {
-                "s": {int(k): [(int(f), int(v)) for f, v in recs] for k, recs in raw["s"].items()},
-                "p": {int(k): {int(i): int(v) for i, v in recs.items()} for k, recs in raw["p"].items()},
-            }
-        except (ValueError, TypeError, KeyError, AttributeError):
-            raise Damaged(
-                "The memory file's record of dropped summaries is unreadable; restore this store from a backup."
-            ) from None
+        return [r[0] for r in self.file.conn.execute("SELECT DISTINCT size FROM summaries ORDER BY size")]
 
     def _save_drops(self, drops: dict[str, Any]) -> None:
-        self._drops = drops
+        self.file.drops = drops
         text = json.dumps(
             {
                 "s": {str(k): v for k, v in drops["s"].items()},
                 "p": {str(k): {str(i): v for i, v in recs.items()} for k, recs in drops["p"].items()},
             }
         )
-        self._put_meta(DROPS_META, text)
+        self.file.put_meta(DROPS_META, text)
 
     def _summary_valid(self, size: int, idx: int, written: int) -> bool:
         """A summary written at state version ``written`` is current unless
         its block was dropped (forgotten or erased over) after that: then it
         is an older copy put back."""
-        need = self._drops["p"].get(size, {}).get(idx, 0)
-        for start, v in self._drops["s"].get(size, ()):
+        need = self.file.drops["p"].get(size, {}).get(idx, 0)
+        for start, v in self.file.drops["s"].get(size, ()):
             if start <= idx:
                 need = max(need, v)
         return bool(written >= need)
+
+    def open_summary(self, size: int, idx: int, sealed: bytes, epoch: int | None) -> tuple[int, bytes]:
+        """The state version a summary was written at (0: before the field)
+        and its padded text. An unversioned summary is the one layout of
+        :data:`SUMMARY_PLAINTEXT_BYTES` (formats.py keeps every bucketed
+        length off it); the version field of one padded to one size has
+        zeros where a bucketed one's has :data:`BUCKETED_MARK`."""
+        plain = self.digests.open_bound(summary_slot(size, idx), sealed, epoch, f"{size}|{idx}")
+        if len(plain) == SUMMARY_PLAINTEXT_BYTES:
+            return 0, plain
+        return int.from_bytes(plain[2:SUMMARY_VERSION_BYTES], "big"), plain[SUMMARY_VERSION_BYTES:]

@@ -28,21 +28,21 @@ def copy_tree(src: MemoryFile, dst: MemoryFile, at: int) -> int:
     each level's frontier as holes: one transaction. Returns how many."""
     n = 0
     with write_transaction(dst.conn):
-        version = dst._next_version()
+        version = dst.next_version()
         holes: dict[int, list[int]] = {}
         for size in levels(at):
             got = src.summaries_of(size, 0, at // size)
             if not got:
                 continue
-            dst._ensure_table("summaries")
+            dst.ensure_table("summaries")
             for idx, text in sorted(got.items()):
-                sealed = dst._seal_summary(size, idx, version, text)
+                sealed = dst.codec.seal_summary(size, idx, version, text)
                 dst.conn.execute("INSERT INTO summaries(size, idx, sealed) VALUES (?, ?, ?)", (size, idx, sealed))
-                dst._bind(summary_slot(size, idx), sealed)
+                dst.digests.bind(summary_slot(size, idx), sealed)
                 n += 1
             missing = [k for k in range(max(got)) if k not in got]
             if missing:
                 holes[size] = missing
-        dst._save_holes(holes)
-        dst._write_state()
+        dst.tree.save_holes(holes)
+        dst.state.write()
     return n

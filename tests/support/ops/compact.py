@@ -21,9 +21,9 @@ ONE_SIZE = {
 
 
 def _old_memory_plain(self: RowCodec, date: str, text: str) -> bytes:
-    return aead.pad(f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES) + self.writer.to_bytes(
-        WRITER_BYTES, "big"
-    )
+    return aead.pad(
+        f"{date} {text}".encode(), formats.MEMORY_PLAINTEXT_BYTES - WRITER_BYTES
+    ) + self.file.writer.to_bytes(WRITER_BYTES, "big")
 
 
 def _old_summary_plain(self: RowCodec, version: int, text: str, writer: int) -> bytes:
@@ -38,8 +38,8 @@ def old_store(monkeypatch, data: Path, cipher: str, T: int, *, napped: bool = Tr
     """A store of ``T`` memories written by the one-size codec, every block
     summarised: by naps (``napped``), or written straight in as
     bench/build.py writes them, in one transaction."""
-    monkeypatch.setattr(RowCodec, "_memory_plain", _old_memory_plain)
-    monkeypatch.setattr(RowCodec, "_summary_plain", _old_summary_plain)
+    monkeypatch.setattr(RowCodec, "memory_plain", _old_memory_plain)
+    monkeypatch.setattr(RowCodec, "summary_plain", _old_summary_plain)
     vault = Vault(data, kdf=CHEAP_KDF, file_cipher=cipher)
     ident = vault.create_identity()
     with vault.session(ident.token, "owner") as s:
@@ -51,8 +51,8 @@ def old_store(monkeypatch, data: Path, cipher: str, T: int, *, napped: bool = Tr
                 nap = s.open_memory().nap(nap["block"], f"summary of {nap['block']}")["nap"]
         else:
             with write_transaction(mf.conn):
-                version = mf._next_version()
-                mf._ensure_table("summaries")
+                version = mf.next_version()
+                mf.ensure_table("summaries")
                 for size in levels(T):
                     for idx in range(T // size):
                         mf.conn.execute(
@@ -61,14 +61,14 @@ def old_store(monkeypatch, data: Path, cipher: str, T: int, *, napped: bool = Tr
                                 size,
                                 idx,
                                 aead.seal(
-                                    mf._rows_key,
-                                    mf._summary_plain(version, f"sum {size} {idx}", 0),
-                                    mf._aad("summaries", f"{size}|{idx}"),
+                                    mf.rows_key,
+                                    mf.codec.summary_plain(version, f"sum {size} {idx}", 0),
+                                    mf.codec.aad("summaries", f"{size}|{idx}"),
                                 ),
                             ),
                         )
                 mf.build_row_digests()  # as bench/build.py's bulk load makes the tree of what it wrote
-                mf._write_state()
+                mf.state.write()
     monkeypatch.undo()
     return vault, ident.token
 
@@ -79,6 +79,11 @@ def summaries(vault: Vault, token: str) -> dict[tuple[int, int], tuple[int, int,
     with vault.session(token, "read") as s:
         mf = s.open_memory().mf
         for size, idx, sealed in mf.conn.execute("SELECT size, idx, sealed FROM summaries"):
-            version, plain = mf._open_summary(size, idx, sealed, None)
-            out[(size, idx)] = (version, mf._writer_of(plain), mf._summary_text(size, idx, sealed, None), len(sealed))
+            version, plain = mf.tree.open_summary(size, idx, sealed, None)
+            out[(size, idx)] = (
+                version,
+                mf.codec.writer_of(plain),
+                mf.tree.summary_text(size, idx, sealed, None),
+                len(sealed),
+            )
     return out
