@@ -4,11 +4,15 @@ working from the placement file (deploy/README.md, the fleet section)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 VERBS = {
     "check": "check a placement file and say who holds what",
     "router": "print the router's Caddyfile generated from a placement (or load it into Caddy)",
+    "failover": "give a dead host's shard to a standby, from the shard's replica",
+    "move": "move a shard between two live hosts without losing a write",
 }
 
 
@@ -49,7 +53,84 @@ def parser() -> argparse.ArgumentParser:
     router.add_argument(
         "--load", action="store_true", help="give it to Caddy through its admin API (POST /load) instead of printing it"
     )
+    failover = verbs.add_parser(
+        "failover",
+        help=VERBS["failover"],
+        description="Run where the standby's data folder is. Restore the shard's users from its replica into the "
+        "standby's data folder, check each as stash verify does, give the standby the shard in the placement file "
+        "(one epoch later, replicating under a new path), wait until the standby serves it, and switch the router "
+        "through Caddy's admin API. Run again, it finishes what a cut run left, or does nothing.",
+    )
+    _placement_arg(failover)
+    failover.add_argument("--shard", required=True, metavar="DIGITS", help="the shard, as the placement writes it: 0-7")
+    failover.add_argument("--standby", required=True, metavar="HOST", help="the host that takes it, by its placement name")
+    _data_arg(failover, "the standby's")
+    _attempts_arg(failover)
+    move = verbs.add_parser(
+        "move",
+        help=VERBS["move"],
+        description="Run where the receiving host's data folder is. Drain the shard on the host that holds it (its "
+        "writes answer 503 until the move ends; reads go on), wait until everything written is in its replica, "
+        "restore and check its users here, give this host the shard, and switch the router.",
+    )
+    _placement_arg(move)
+    move.add_argument("--shard", required=True, metavar="DIGITS", help="the shard, as the placement writes it: 8-f")
+    move.add_argument("--from", dest="source", required=True, metavar="HOST", help="the host that holds it now")
+    move.add_argument("--to", dest="dest", required=True, metavar="HOST", help="the host that takes it")
+    _data_arg(move, "the receiving host's")
+    _attempts_arg(move)
     return p
+
+
+def _data_arg(p: argparse.ArgumentParser, whose: str) -> None:
+    from ..web.settings import DATA
+
+    p.add_argument(
+        DATA.flag,
+        default=os.environ.get(DATA.env_var, DATA.default),
+        help=f"{whose} data folder (default: ${DATA.env_var} or {DATA.default})",
+    )
+
+
+def _attempts_arg(p: argparse.ArgumentParser) -> None:
+    from ..fleet.failover import ATTEMPTS
+
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=ATTEMPTS,
+        metavar="N",
+        help=f"tries of each step that needs the bucket or Caddy before refusing (default {ATTEMPTS})",
+    )
+
+
+def _give(args: argparse.Namespace) -> int:
+    from ..fleet import failover
+
+    def say(line: str) -> None:
+        print(f"stash fleet {args.verb}: {line}", flush=True)
+
+    data = Path(os.path.expanduser(args.data)).resolve()
+    try:
+        if args.verb == "failover":
+            done = failover.failover(
+                Path(args.placement), args.shard, args.standby, data, attempts=max(1, args.attempts), say=say
+            )
+        else:
+            done = failover.move(
+                Path(args.placement), args.shard, args.source, args.dest, data, attempts=max(1, args.attempts), say=say
+            )
+    except (failover.FleetError, failover.PlacementError) as e:
+        print(f"stash fleet {args.verb}: {e}.", file=sys.stderr)
+        return 1
+    if done.already:
+        say(f"nothing to do: placement epoch {done.placement.epoch} has it so, and the router routes by it")
+    else:
+        say(
+            f"done in {done.took_s:.1f} s: {len(done.users)} user(s) restored and checked in {done.restore_s:.1f} s; "
+            f"placement epoch {done.placement.epoch}"
+        )
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -61,6 +142,8 @@ def main(argv: list[str]) -> int:
     except placement.PlacementError as e:
         print(f"stash fleet: {args.placement}: {e}.", file=sys.stderr)
         return 2
+    if args.verb in ("failover", "move"):
+        return _give(args)
     if args.verb == "check":
         print(f"placement epoch {p.epoch}, router {p.router.site} (admin {p.router.admin})")
         for host, address in p.hosts.items():

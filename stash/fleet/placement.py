@@ -32,7 +32,7 @@ _ADDRESS = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\
 _SITE = re.compile(r"(?:https?://)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})(?::[0-9]{1,5})?")
 _REPLICA = re.compile(r"(?:s3|sftp|gs|abs|file)://\S+|/\S*")
 FIELDS = ("epoch", "router", "hosts", "shards", "replica_root")
-SHARD_FIELDS = ("digits", "host", "replica")
+SHARD_FIELDS = ("digits", "host", "replica", "draining")
 ROUTER_FIELDS = ("site", "admin")
 
 
@@ -75,6 +75,9 @@ class Shard:
     digits: str  # as the file writes it: "0-7"
     host: str
     replica: str
+    # Being moved to another host (`stash fleet move`): its host refuses its
+    # writes, and says in /health once everything written is in the replica.
+    draining: bool = False
 
     @property
     def first_digits(self) -> frozenset[str]:
@@ -142,15 +145,31 @@ class Placement:
                     "placement does not name; add replica_root"
                 )
             replica = join(self.replica_root, f"{host}/e{epoch}")
-        shards = tuple(replace(s, host=host, replica=replica) if s is shard else s for s in self.shards)
+        shards = tuple(
+            replace(s, host=host, replica=replica, draining=False) if s is shard else s for s in self.shards
+        )
         return check(replace(self, epoch=epoch, shards=shards))
+
+    def with_shard_draining(self, digits: str) -> Placement:
+        """This placement with shard ``digits`` draining on its host, one epoch later."""
+        shard = self.shard(digits)
+        shards = tuple(replace(s, draining=True) if s is shard else s for s in self.shards)
+        return check(replace(self, epoch=self.epoch + 1, shards=shards))
+
+    def draining_on(self, host: str) -> frozenset[str]:
+        """The first digits of the shards ``host`` holds that are draining."""
+        self._known(host)
+        return frozenset(d for s in self.shards if s.host == host and s.draining for d in s.first_digits)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "epoch": self.epoch,
             "router": {"site": self.router.site, "admin": self.router.admin},
             "hosts": dict(self.hosts),
-            "shards": [{"digits": s.digits, "host": s.host, "replica": s.replica} for s in self.shards],
+            "shards": [
+                {"digits": s.digits, "host": s.host, "replica": s.replica, **({"draining": True} if s.draining else {})}
+                for s in self.shards
+            ],
         }
         if self.replica_root is not None:
             out["replica_root"] = self.replica_root
@@ -215,12 +234,15 @@ def parse(data: Any) -> Placement:
         raise PlacementError("shards must be a list of {digits, host, replica} covering the digits 0-f")
     shards = []
     for i, s in enumerate(top["shards"]):
-        s = _object(s, f"shard {i + 1}", SHARD_FIELDS, SHARD_FIELDS)
+        s = _object(s, f"shard {i + 1}", SHARD_FIELDS, SHARD_FIELDS[:3])
         digits_of(s["digits"])
         if not isinstance(s["host"], str):
             raise PlacementError(f"shard {s['digits']}'s host must be a host's name")
         replica = _string(s["replica"], f"shard {s['digits']}'s replica", _REPLICA, "s3://bucket/a/e1?endpoint=URL")
-        shards.append(Shard(s["digits"], s["host"], replica))
+        draining = s.get("draining", False)
+        if not isinstance(draining, bool):
+            raise PlacementError(f"shard {s['digits']}'s draining must be true or false")
+        shards.append(Shard(s["digits"], s["host"], replica, draining))
     root = top.get("replica_root")
     if root is not None:
         root = _string(root, "replica_root", _REPLICA, "s3://bucket?endpoint=URL")
