@@ -417,8 +417,8 @@ class Settings:
 OPTIONS: list[Option] = declared(Settings)
 DATA = next(o for o in OPTIONS if o.field == "data_dir")  # stash backup and verify take the same folder
 QUOTA_BYTES = next(o for o in OPTIONS if o.field == "quota_bytes")  # stash verify refuses files over twice it
-FILE_CIPHER = next(o for o in OPTIONS if o.field == "file_cipher")
-PLACEMENT = next(o for o in OPTIONS if o.field == "placement")  # stash fleet's commands take the same file  # stash migrate converts stores to `none`
+FILE_CIPHER = next(o for o in OPTIONS if o.field == "file_cipher")  # stash migrate converts stores to `none`
+PLACEMENT = next(o for o in OPTIONS if o.field == "placement")  # stash fleet's commands take the same file
 
 
 def settings_from(parsed: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:

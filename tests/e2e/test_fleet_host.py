@@ -19,6 +19,7 @@ import pytest
 
 from stash.web.fields import SECURED
 from stash.web.routes import ROUTES
+from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.fleet import placement_doc
 from tests.support.route_calls import CALLS, route_key
 from tests.support.server import Server, free_port
@@ -40,7 +41,7 @@ def host(tmp: Path, name: str, placement: Path, port: int, *extra: str) -> Serve
     srv = Server(
         data=tmp / name / "data",
         log=tmp / name / "server.log",
-        extra=["--placement", str(placement), "--fleet-host", name, "--workers", "2", *extra],
+        extra=["--placement", str(placement), "--fleet-host", name, "--workers", "2", *CHEAP_KDF_FLAGS, *extra],
     )
     srv.port = port
     return srv.start(same_port=True)
@@ -149,7 +150,7 @@ def two_hosts(tmp_path: Path):
 def test_a_host_serves_and_mints_only_its_shards_and_a_standby_none(two_hosts, memory: str) -> None:
     servers, _, _ = two_hosts
     a, b, c = servers["a"], servers["b"], servers["c"]
-    for _ in range(12):
+    for _ in range(6):
         assert httpx.post(a.url + "/init", json={}, timeout=30).json()["user_id"][0] in "01234567"
         assert httpx.post(b.url + "/init", json={}, timeout=30).json()["user_id"][0] in "89abcdef"
     minted = httpx.post(c.url + "/init", json={}, timeout=30)
