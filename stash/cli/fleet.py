@@ -17,8 +17,10 @@ VERBS = {
 
 
 def _placement_arg(p: argparse.ArgumentParser) -> None:
+    from ..web.settings import PLACEMENT
+
     p.add_argument(
-        "--placement", required=True, metavar="FILE", help="the fleet's placement file (deploy/placement.example.json)"
+        PLACEMENT.flag, required=True, metavar="FILE", help="the fleet's placement file (deploy/placement.example.json)"
     )
 
 

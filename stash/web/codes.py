@@ -146,6 +146,11 @@ CODES: dict[str, Code] = {
         "/mcp: a `Host` that is neither loopback, nor `--url`'s host, nor the address the "
         "server listens on (the MCP SDK's guard against DNS rebinding)",
     ),
+    "fleet.elsewhere": Code(
+        421,
+        "a host of a fleet (`--placement`) that does not hold this user's shard now, or, for `/init`, that holds "
+        "no shard: send the request through the fleet's router",
+    ),
     "oauth.invalid_request": Code(400, "OAuth: a parameter missing or malformed (PKCE S256 is required)"),
     "oauth.invalid_client": Code(
         401,

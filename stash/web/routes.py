@@ -176,6 +176,8 @@ HEALTH_FIELDS = Fields(
                 "description": "whether new memory files are also encrypted whole on this host",
             },
             "ready": {"enum": [True, None], "description": "`true`: the probe passed; `null`: readiness was not asked"},
+            "placement_epoch": nullable(integer(1))
+            | {"description": "the epoch of the fleet placement this host serves by; `null`: not a host of a fleet"},
         }
     ),
     errors=("ready.unwritable", "ready.replication"),
@@ -189,6 +191,7 @@ async def health(f: Args, call: Call) -> Answer:
         "content_cipher": CONTENT_CIPHER,
         "file_cipher": call.vault.file_cipher,
         "ready": None,
+        "placement_epoch": call.vault.placement_epoch(),
     }
     if f["ready"]:
         if not await run_in_threadpool(call.vault.ready):
@@ -253,6 +256,7 @@ async def health(f: Args, call: Call) -> Answer:
         "init.disabled",
         "init.invite_required",
         "init.bad_url",
+        "fleet.elsewhere",
         "rate_limited",
         "quota.identities",
         "store.read_only",
