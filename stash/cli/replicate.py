@@ -64,14 +64,15 @@ def replicate_main(argv: list[str]) -> int:
     try:
         target = replica.Target.parse(args.replica)
         binary = replica.litestream_binary()
+        if args.print_config:
+            import json
+
+            print(json.dumps(replica.config(data, target, args.interval), indent=1))
+            return 0
+        env = target.environment()
     except replica.ReplicaError as e:
         print(f"stash replicate: {e}.", file=sys.stderr)
         return 2
-    if args.print_config:
-        import json
-
-        print(json.dumps(replica.config(data, target, args.interval), indent=1))
-        return 0
     (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
     known: set[str] = set()
     # The roster exists before Litestream is asked to watch it; only plain-file users are streamed.
@@ -106,6 +107,7 @@ def replicate_main(argv: list[str]) -> int:
                 time.sleep(RESTART_PAUSE_S)
             child = subprocess.Popen(
                 [binary, "replicate", "-config", str(cfg), "-no-expand-env"],
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 preexec_fn=_die_with_parent,
@@ -235,6 +237,7 @@ def restore_main(argv: list[str]) -> int:
     try:
         target = replica.Target.parse(args.replica)
         replica.litestream_binary()
+        target.environment()  # an S3 replica's credentials, checked before anything is restored
         (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data, 0o700)
         os.chmod(data / "users", 0o700)
