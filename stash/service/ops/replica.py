@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import http.client
 import json
 import os
 import shutil
 import sqlite3
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -141,6 +143,33 @@ class Target:
         if self.is_s3 and not keyed and not all(env.get(name) for name in S3_CREDENTIALS):
             raise ReplicaError(f"an s3:// replica needs {' and '.join(S3_CREDENTIALS)} set (its credentials)")
         return env
+
+    @property
+    def endpoint(self) -> str | None:
+        """An S3 URL's server (its ``endpoint=`` query), else None."""
+        url = str(self.settings.get("url", "")) if self.is_s3 else ""
+        found = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("endpoint")
+        endpoint = found[0] if found else str(self.settings.get("endpoint", "")) if self.is_s3 else ""
+        return endpoint or None
+
+
+def answers(endpoint: str, timeout: float) -> bool:
+    """Whether an HTTP server answers at ``endpoint`` at all (any status, even
+    a refusal, or a certificate this host does not trust: the network path
+    works and Litestream judges the rest)."""
+    parts = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+    conn_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_type(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        conn.request("HEAD", "/")
+        conn.getresponse().close()
+        return True
+    except ssl.SSLCertVerificationError:
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
 
 
 # Where an S3 replica's credentials come from (Litestream reads them from its environment).

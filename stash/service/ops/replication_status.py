@@ -36,7 +36,8 @@ STALE_S = 15.0
 # for twice that, and a failure that outlasts it shows as lag once writes wait.
 ERROR_WINDOW_S = 60.0
 MAX_LAG_S = 60.0
-ERROR_KINDS = ("disk_full", "unwritable", "credentials", "unreachable", "other")
+UNREACHABLE = "unreachable"
+ERROR_KINDS = ("disk_full", "unwritable", "credentials", UNREACHABLE, "other")
 # What a line says, by kind, first match wins: a refused signature comes back over a reachable network, and an
 # unreachable bucket's line names the attempt (``dial tcp``) that failed.
 _SIGNS = (
