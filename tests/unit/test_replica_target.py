@@ -43,7 +43,8 @@ def test_a_relative_path_joins_the_urls_path_never_its_query(url: str):
 
 def test_every_file_of_the_configuration_stays_under_the_path(tmp_path: Path):
     url = "s3://b/host-a/e2?endpoint=http://127.0.0.1:9000"
-    urls = [db["replica"]["url"] for db in config(tmp_path, Target.parse(url))["dbs"]]  # type: ignore[index]
+    dbs: list[dict[str, dict[str, str]]] = config(tmp_path, Target.parse(url))["dbs"]  # type: ignore[assignment]
+    urls = [db["replica"]["url"] for db in dbs]
     assert urls == [
         "s3://b/host-a/e2/users?endpoint=http://127.0.0.1:9000",
         "s3://b/host-a/e2/users?endpoint=http://127.0.0.1:9000",
@@ -59,6 +60,8 @@ def test_litestreams_environment_has_no_ca_bundle_and_s3_needs_both_keys(tmp_pat
         with pytest.raises(ReplicaError) as refused:
             s3.environment(missing)
         assert "AWS_ACCESS_KEY_ID" in str(refused.value) and "AWS_SECRET_ACCESS_KEY" in str(refused.value)
+    litestream_names = {"LITESTREAM_ACCESS_KEY_ID": "id", "LITESTREAM_SECRET_ACCESS_KEY": "secret"}
+    assert s3.environment(litestream_names) == litestream_names  # Litestream's own names for them
     # A folder needs no keys; S3 settings that hold their own keys neither.
     assert Target.parse(str(tmp_path)).environment({"AWS_CA_BUNDLE": "x"}) == {}
     settings = tmp_path / "replica.json"

@@ -140,7 +140,11 @@ class Target:
         env = dict(os.environ if environ is None else environ)
         env.pop("AWS_CA_BUNDLE", None)
         keyed = self.settings.get("access-key-id") and self.settings.get("secret-access-key")
-        if self.is_s3 and not keyed and not all(env.get(name) for name in S3_CREDENTIALS):
+        if (
+            self.is_s3
+            and not keyed
+            and not all(env.get(n) or env.get(n.replace("AWS_", "LITESTREAM_", 1)) for n in S3_CREDENTIALS)
+        ):
             raise ReplicaError(f"an s3:// replica needs {' and '.join(S3_CREDENTIALS)} set (its credentials)")
         return env
 
@@ -172,7 +176,8 @@ def answers(endpoint: str, timeout: float) -> bool:
         conn.close()
 
 
-# Where an S3 replica's credentials come from (Litestream reads them from its environment).
+# Where an S3 replica's credentials come from (Litestream reads them from its environment; it also takes each
+# under a LITESTREAM_ prefix instead of AWS_).
 S3_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 
 
