@@ -117,7 +117,7 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
         if args.file_cipher == "sqlcipher":
             raise ConfigError("--replicate needs --file-cipher none: Litestream cannot read SQLCipher files.")
         try:
-            Target.parse(args.replicate)
+            Target.parse(args.replicate).environment(environ)
             litestream_binary()
         except ReplicaError as e:
             raise ConfigError(f"--replicate: {e}.") from None

@@ -246,8 +246,8 @@ CODES: dict[str, Code] = {
         503,
         "asked with `ready=1` on a host that replicates: the replication supervisor or "
         "Litestream is down, Litestream reported an error in the last "
-        f"{ERROR_WINDOW_S:.0f} s (a full or unwritable replica), or the replica is over "
-        f"{MAX_LAG_S:.0f} s behind",
+        f"{ERROR_WINDOW_S:.0f} s (a full, unwritable or unreachable replica, or keys it refuses), "
+        f"or the replica is over {MAX_LAG_S:.0f} s behind",
     ),
     "server.stopping": Code(
         503,
