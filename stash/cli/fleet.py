@@ -65,7 +65,9 @@ def parser() -> argparse.ArgumentParser:
     )
     _placement_arg(failover)
     failover.add_argument("--shard", required=True, metavar="DIGITS", help="the shard, as the placement writes it: 0-7")
-    failover.add_argument("--standby", required=True, metavar="HOST", help="the host that takes it, by its placement name")
+    failover.add_argument(
+        "--standby", required=True, metavar="HOST", help="the host that takes it, by its placement name"
+    )
     _data_arg(failover, "the standby's")
     _attempts_arg(failover)
     move = verbs.add_parser(
@@ -108,6 +110,7 @@ def _attempts_arg(p: argparse.ArgumentParser) -> None:
 
 def _give(args: argparse.Namespace) -> int:
     from ..fleet import failover
+    from ..fleet.placement import PlacementError
 
     def say(line: str) -> None:
         print(f"stash fleet {args.verb}: {line}", flush=True)
@@ -122,7 +125,7 @@ def _give(args: argparse.Namespace) -> int:
             done = failover.move(
                 Path(args.placement), args.shard, args.source, args.dest, data, attempts=max(1, args.attempts), say=say
             )
-    except (failover.FleetError, failover.PlacementError) as e:
+    except (failover.FleetError, PlacementError) as e:
         print(f"stash fleet {args.verb}: {e}.", file=sys.stderr)
         return 1
     if done.already:

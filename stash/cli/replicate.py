@@ -92,6 +92,7 @@ def replicate_main(argv: list[str]) -> int:
     status = rs.Status(os.getpid(), time.time(), False)
     lag = rs.Lag(Path(str(target.settings["path"])) if target.settings.get("type") == "file" else None)
     child: subprocess.Popen[bytes] | None = None
+    watcher: threading.Thread | None = None
     probing = False
     pause = _seconds(args.interval)
     while not stopping:
@@ -113,7 +114,8 @@ def replicate_main(argv: list[str]) -> int:
                 stderr=subprocess.PIPE,
                 preexec_fn=_die_with_parent,
             )
-            threading.Thread(target=_watch_errors, args=(child, status), daemon=True).start()
+            watcher = threading.Thread(target=_watch_errors, args=(child, status), daemon=True)
+            watcher.start()
             if target.endpoint is not None and not probing:
                 probing = True
                 threading.Thread(target=_watch_endpoint, args=(target.endpoint, status), daemon=True).start()
@@ -125,15 +127,23 @@ def replicate_main(argv: list[str]) -> int:
         status.written = time.time()
         rs.write(data, status)
         time.sleep(pause)
+    shipped = True
     if child is not None and child.poll() is None:
+        stopped_at = time.time()
         child.terminate()  # Litestream ships what it has before it exits, for at most SHUTDOWN_SYNC_S
         try:
             child.wait(timeout=replica.SHUTDOWN_SYNC_S + STOP_MARGIN_S)
         except subprocess.TimeoutExpired:
             child.kill()
+            shipped = False
+        if watcher is not None:
+            watcher.join(timeout=STOP_MARGIN_S)  # its last lines, which say whether the final sync failed
+        # Litestream exits 0 even when its final sync failed; it says so in an error line.
+        shipped = shipped and status.last_error_at < stopped_at
     status.litestream_up = False
     rs.write(data, dataclasses.replace(status, written=time.time()))
-    return 0
+    # 1: what was written last may not be in the replica (a drain waits for 0: stash/fleet/host.py).
+    return 0 if shipped else 1
 
 
 def _die_with_parent() -> None:

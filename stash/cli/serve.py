@@ -332,12 +332,13 @@ def _start_replicator(settings: Settings) -> Replicator | None:
     return Replicator(settings.data_dir, settings.replicate).start()
 
 
-def _stop_replicator(replicator: Replicator | None) -> None:
+def _stop_replicator(replicator: Replicator | None) -> int | None:
     """Let it ship what the server wrote last, for at most
-    :data:`~stash.service.ops.replica.SHUTDOWN_SYNC_S` plus a margin, then end it."""
+    :data:`~stash.service.ops.replica.SHUTDOWN_SYNC_S` plus a margin, then
+    end it: 0 when everything was shipped (:meth:`Replicator.stop`)."""
     if replicator is None:
-        return
+        return None
     from ..service.ops.replica import SHUTDOWN_SYNC_S
     from .replicate import STOP_MARGIN_S
 
-    replicator.stop(SHUTDOWN_SYNC_S + 2 * STOP_MARGIN_S)
+    return replicator.stop(SHUTDOWN_SYNC_S + 2 * STOP_MARGIN_S)

@@ -120,11 +120,20 @@ def move(
         return Outcome(now, already=True, took_s=time.monotonic() - started)
     if shard.host != source:
         raise FleetError(f"shard {digits} is on {shard.host}, not {source} (placement epoch {now.epoch})")
-    if not shard.draining:
-        now = now.with_shard_draining(digits)
-        places.write(placement_file, now)
-        say(f"placement epoch {now.epoch}: shard {digits} drains on {source}")
-    _wait_drained(now, source, digits)
+    for attempt in range(1, attempts + 1):
+        if not shard.draining or attempt > 1:
+            # A new epoch: a drain whose final sync failed is run again by the host.
+            now = now.with_shard_draining(digits)
+            places.write(placement_file, now)
+            say(f"placement epoch {now.epoch}: shard {digits} drains on {source}")
+        if _wait_drained(now, source, digits):
+            break
+        if attempt == attempts:
+            raise FleetError(
+                f"{source} could not ship shard {digits}'s last writes to its replica in {attempts} drains (is the "
+                "bucket reachable?); the shard stays draining there: run the move again once the bucket answers"
+            )
+        say(f"{source} could not ship the shard's last writes (is the bucket reachable?); draining again")
     say(f"{source} drained shard {digits}: its writes are in the replica")
     return _give(placement_file, now, digits, dest, data_dir, attempts, say, started)
 
@@ -294,15 +303,24 @@ def _settle(now: Placement, host: str, say: Say) -> None:
     )
     tls = "off" if now.router.site.startswith("http://") else "acme"
     config = router.caddyfile(now, tls=tls)
-    _retry(ATTEMPTS, say, f"give Caddy at {now.router.admin} the new routes", lambda: router.load(config, now.router.admin))
+    _retry(
+        ATTEMPTS, say, f"give Caddy at {now.router.admin} the new routes", lambda: router.load(config, now.router.admin)
+    )
     say(f"the router at {now.router.admin} routes by placement epoch {now.epoch}")
 
 
-def _wait_drained(now: Placement, source: str, digits: str) -> None:
+def _wait_drained(now: Placement, source: str, digits: str) -> bool:
+    """Whether ``source`` shipped everything of the drained shard (False: its final sync failed)."""
+    said: list[dict[str, object]] = []
+
+    def drained(health: dict[str, object]) -> bool:
+        d = health.get("drained")
+        if isinstance(d, dict) and d.get("epoch") == now.epoch and digits in (d.get("shards") or []):
+            said.append(d)
+            return True
+        return False
+
     _wait_for(
-        now.hosts[source],
-        source,
-        lambda h: h.get("drained") == {"epoch": now.epoch, "digits": digits},
-        DRAIN_TIMEOUT_S,
-        f"drain shard {digits} at placement epoch {now.epoch}",
+        now.hosts[source], source, drained, DRAIN_TIMEOUT_S, f"drain shard {digits} at placement epoch {now.epoch}"
     )
+    return said[-1].get("shipped") is True

@@ -16,6 +16,7 @@ vault asks before it opens any file of a user (service/access.py,
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -33,6 +34,8 @@ from .placement import Placement, PlacementError
 
 ADOPTED = "placement.json"
 RELEASED = "released"
+DRAINED = ".run/drained.json"  # the shards the master drained, and at which epoch
+DRAIN_ATTEMPTS = 5  # final syncs tried before the drain is reported unshipped
 CHECK_S = 0.5  # how stale a worker's view of the adopted placement may be
 WATCH_S = 1.0  # how often the master looks at the placement file
 LOCK_WAIT_S = 10.0  # how long a released user's requests in progress may hold its folder before it moves
@@ -110,6 +113,7 @@ class Adopted:
         self._seen: tuple[int, int, int] | None = None
         self._next = 0.0
         self._held: frozenset[str] = frozenset()
+        self._draining: frozenset[str] = frozenset()
         self._epoch: int | None = None
 
     def _refresh(self) -> None:
@@ -127,6 +131,7 @@ class Adopted:
                     return
                 placement = pl.load(self.path)
                 self._held, self._epoch = placement.held_by(self.host), placement.epoch
+                self._draining = placement.draining_on(self.host)
                 self._seen = seen
             except (OSError, PlacementError):
                 return
@@ -138,6 +143,21 @@ class Adopted:
     def epoch(self) -> int | None:
         self._refresh()
         return self._epoch
+
+    def draining(self) -> frozenset[str]:
+        """The first digits of the held shards being moved away (``stash fleet move``)."""
+        self._refresh()
+        return self._draining
+
+    def drained(self) -> dict[str, Any] | None:
+        """What the master last finished draining (:func:`drain`), for ``/health``."""
+        if not self.draining():
+            return None
+        try:
+            said = json.loads((self.path.parent / DRAINED).read_text())
+        except (OSError, ValueError):
+            return None
+        return said if isinstance(said, dict) else None
 
 
 def _say(text: str) -> None:
@@ -220,8 +240,9 @@ class Host:
         self.data_dir = Path(settings.data_dir)
         self.name: str = settings.fleet_host
         self.replica = placement.replica_of(self.name)
+        self.held = placement.held_by(self.name)
         self._start: Callable[[str], Any] | None = None
-        self._stop: Callable[[Any], None] | None = None
+        self._stop: Callable[[Any], int | None] | None = None
         self._replicator: Any = None
         self._lock = threading.Lock()
         self._watch: Watch | None = None
@@ -249,7 +270,7 @@ class Host:
         made = dataclasses.replace(settings, replicate=replica)
         return cls(made, given)
 
-    def replicate(self, start: Callable[[str], Any], stop: Callable[[Any], None]) -> None:
+    def replicate(self, start: Callable[[str], Any], stop: Callable[[Any], int | None]) -> None:
         """Replicate to the host's replica with ``start(replica)`` (ended
         with ``stop``), and from now on follow the placement file."""
         self._start, self._stop = start, stop
@@ -259,16 +280,56 @@ class Host:
 
     def _changed(self, placement: Placement) -> None:
         replica = placement.replica_of(self.name)
+        held = placement.held_by(self.name)
         with self._lock:
-            if replica == self.replica:
-                return
-            assert self._start is not None and self._stop is not None
-            _say(f"replica of this host is now {replica or 'none'}; restarting replication")
-            self._stop(self._replicator)
-            self._replicator = None
-            self.replica = replica
-            if replica is not None:
-                self._replicator = self._start(replica)
+            gained = held - self.held
+            self.held = held
+            if replica != self.replica or gained:
+                # Users moved in whole (a failover or a move) are taken by a Litestream started after them:
+                # its directory watch was seen to miss a folder renamed into the tree.
+                assert self._start is not None and self._stop is not None
+                _say(f"replica of this host is {replica or 'none'}; restarting replication")
+                self._stop(self._replicator)
+                self._replicator = None
+                self.replica = replica
+                if replica is not None:
+                    self._replicator = self._start(replica)
+        draining = placement.draining_on(self.name)
+        if draining:
+            self._drain(placement, draining)
+
+    def _drain(self, placement: Placement, digits: frozenset[str]) -> None:
+        """The shards of ``digits`` are moving away: the workers refuse their
+        requests already (the placement is in force); wait for those in
+        progress (each user's exclusive lock), then have Litestream ship
+        everything (a stop runs its final sync) and start it again, and say
+        so in ``DATA/.run/drained.json`` for ``/health``."""
+        users = Path(self.data_dir) / "users"
+        for entry in sorted(users.iterdir()) if users.is_dir() else []:
+            if USER_ID.fullmatch(entry.name) and entry.name[0] in digits:
+                with userlock.exclusive_within(entry, LOCK_WAIT_S):
+                    pass
+        shipped = False
+        for attempt in range(DRAIN_ATTEMPTS):
+            with self._lock:
+                if self.replica is None:
+                    break
+                assert self._start is not None and self._stop is not None
+                shipped = self._stop(self._replicator) == 0
+                self._replicator = self._start(self.replica)
+            if shipped:
+                break
+            _say(f"the final sync of the draining shards failed (attempt {attempt + 1}); trying again")
+            time.sleep(1.0 + attempt)
+        shards = [s.digits for s in placement.shards if s.host == self.name and s.draining]
+        said = {"epoch": placement.epoch, "shards": shards, "shipped": shipped}
+        path = Path(self.data_dir) / DRAINED
+        private_folder(path.parent)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(said))
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+        _say(f"drained shard(s) {', '.join(shards)} at placement epoch {placement.epoch}: shipped {shipped}")
 
     def stop(self) -> None:
         if self._watch is not None:

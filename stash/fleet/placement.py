@@ -145,9 +145,7 @@ class Placement:
                     "placement does not name; add replica_root"
                 )
             replica = join(self.replica_root, f"{host}/e{epoch}")
-        shards = tuple(
-            replace(s, host=host, replica=replica, draining=False) if s is shard else s for s in self.shards
-        )
+        shards = tuple(replace(s, host=host, replica=replica, draining=False) if s is shard else s for s in self.shards)
         return check(replace(self, epoch=epoch, shards=shards))
 
     def with_shard_draining(self, digits: str) -> Placement:

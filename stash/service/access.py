@@ -22,6 +22,7 @@ from ..core.errors import (
     Damaged,
     Forbidden,
     Misdirected,
+    Moving,
     NotFound,
     RolledBack,
     StashError,
@@ -304,8 +305,18 @@ class Placed(Protocol):
         """The epoch of the placement it serves by (None: none yet)."""
         ...
 
+    def draining(self) -> frozenset[str]:
+        """The first hex digits of the held shards on their way to another host."""
+        ...
+
+    def drained(self) -> dict[str, Any] | None:
+        """Which draining shards have everything written in their replica, and at which epoch."""
+        ...
+
 
 ELSEWHERE = "This host does not serve this user's shard now; send requests through the fleet's router."
+MOVING = "This user's shard is moving to another host of the fleet; nothing was done. Send the request again shortly."
+MOVING_WAIT_S = 2
 NO_SHARD = "This host holds no shard now, so it mints no identity; send /init through the fleet's router."
 
 
@@ -348,6 +359,13 @@ class Vault:
         serves none of it, whoever sends the request."""
         if self.placed is not None and user_id[:1] not in self.placed.held():
             raise Misdirected(ELSEWHERE, code="fleet.elsewhere")
+        if self.placed is not None and user_id[:1] in self.placed.draining():
+            # Its writes must stop before the last sync of the move; reads stop with them, for a few seconds.
+            raise Moving(MOVING, MOVING_WAIT_S)
+
+    def drained(self) -> dict[str, Any] | None:
+        """The shards this host finished draining for a move (None: none draining)."""
+        return self.placed.drained() if self.placed is not None else None
 
     def placement_epoch(self) -> int | None:
         """The epoch of the placement this host serves by (None: not a host of a fleet)."""
@@ -358,7 +376,7 @@ class Vault:
         file; on a host of a fleet, of a shard the host holds."""
         prefixes = self.id_prefixes
         if self.placed is not None:
-            prefixes = tuple(sorted(self.placed.held()))
+            prefixes = tuple(sorted(self.placed.held() - self.placed.draining()))
             if not prefixes:
                 raise Misdirected(NO_SHARD, code="fleet.elsewhere")
         for _ in range(8):

@@ -151,6 +151,11 @@ CODES: dict[str, Code] = {
         "a host of a fleet (`--placement`) that does not hold this user's shard now, or, for `/init`, that holds "
         "no shard: send the request through the fleet's router",
     ),
+    "fleet.moving": Code(
+        503,
+        "this user's shard is moving to another host of the fleet (`stash fleet move`); nothing was done: send the "
+        "request again after `Retry-After` seconds",
+    ),
     "oauth.invalid_request": Code(400, "OAuth: a parameter missing or malformed (PKCE S256 is required)"),
     "oauth.invalid_client": Code(
         401,

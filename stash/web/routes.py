@@ -178,6 +178,11 @@ HEALTH_FIELDS = Fields(
             "ready": {"enum": [True, None], "description": "`true`: the probe passed; `null`: readiness was not asked"},
             "placement_epoch": nullable(integer(1))
             | {"description": "the epoch of the fleet placement this host serves by; `null`: not a host of a fleet"},
+            "drained": {
+                "type": ["object", "null"],
+                "description": "while a shard of this host drains for `stash fleet move`: the placement `epoch`, "
+                "the `shards` drained and whether everything written was `shipped` to the replica; `null` otherwise",
+            },
         }
     ),
     errors=("ready.unwritable", "ready.replication"),
@@ -192,6 +197,7 @@ async def health(f: Args, call: Call) -> Answer:
         "file_cipher": call.vault.file_cipher,
         "ready": None,
         "placement_epoch": call.vault.placement_epoch(),
+        "drained": call.vault.drained(),
     }
     if f["ready"]:
         if not await run_in_threadpool(call.vault.ready):
