@@ -59,6 +59,7 @@ ADOPT_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 45.0
 POLL_S = 0.1
 RESTORE_JOBS = 8
+PROBE_TIMEOUT_S = 3.0
 
 
 class FleetError(RuntimeError):
@@ -197,7 +198,16 @@ def _target(url: str) -> replica.Target:
         raise FleetError(f"the shard's replica {url}: {e}") from None
 
 
+def _reachable(target: replica.Target) -> None:
+    """Refuse at once when the bucket's server does not answer: Litestream's
+    own S3 client retries for about a minute before it says anything."""
+    endpoint = target.endpoint
+    if endpoint is not None and not replica.answers(endpoint, PROBE_TIMEOUT_S):
+        raise replica.ReplicaError(f"the bucket's server at {endpoint} does not answer")
+
+
 def _shard_users(target: replica.Target, shard: places.Shard, work: Path) -> list[str]:
+    _reachable(target)
     return sorted(u for u, _cipher in replica.replica_users(target, work) if u[:1] in shard.first_digits)
 
 
@@ -225,6 +235,7 @@ def _restore_all(target: replica.Target, users: list[str], incoming: Path, attem
     left = list(users)
     problems: dict[str, str] = {}
     for attempt in range(1, attempts + 1):
+        _retry(attempts, say, "reach the replica", lambda: _reachable(target))
         with ThreadPoolExecutor(RESTORE_JOBS) as pool:
             done = list(pool.map(lambda u: replica.restore_user(target, u, incoming), left))
         problems = {}

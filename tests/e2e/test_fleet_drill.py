@@ -26,6 +26,7 @@ import sys
 import tarfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -38,6 +39,7 @@ from tests.support.fleet import caddy_with_admin
 from tests.support.installed import child_env
 from tests.support.seaweedfs import SeaweedFS, credentials
 from tests.support.server import CLI_TIMEOUT, OUTSIDE, Server, free_port
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.slow
 
@@ -125,9 +127,17 @@ def longest_pause(answers: list[float], start: float, end: float) -> float:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, seaweedfs: SeaweedFS):
+def proxy(seaweedfs: SeaweedFS) -> Iterator[TcpProxy]:
+    """The bucket's way in, which a test may cut."""
+    way = TcpProxy(seaweedfs.s3_port)
+    yield way
+    way.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy):
     bucket = seaweedfs.bucket("fleet")
-    root = seaweedfs.url(bucket, "fleet")
+    root = seaweedfs.url(bucket, "fleet", endpoint=proxy.endpoint)
     ports = {name: free_port() for name in ("a", "b", "c")}
     router_port = free_port()
     with caddy_with_admin(tmp_path) as admin:
@@ -311,3 +321,42 @@ def litestreams_of(data: Path) -> list[int]:
         if argv and argv[0].endswith(b"litestream") and any(str(data).encode() in a for a in argv):
             found.append(int(proc.name))
     return found
+
+
+def test_a_failover_retries_while_the_bucket_is_cut_then_refuses_and_changes_nothing(fleet, proxy) -> None:
+    file, hosts, url, env = fleet
+    client = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
+    while True:  # a user of the shard that will fail
+        token = client.post("/init", json={}).json()["token"]
+        if token.split("_")[1][0] in "01234567":
+            break
+    auth = {"Authorization": f"Bearer {token}"}
+    assert client.post("/note", json={"text": "kept through the outage"}, headers=auth).status_code == 200
+    check = hosts["c"].data.parent / "check"
+    assert wait_restorable(places.load(file).replica_of("a") or "", check, [token], env)
+    hosts["a"].kill9()
+    proxy.cut()
+    failover = ("fleet", "failover", "--placement", str(file), "--shard", "0-7", "--standby", "c")
+    refused = stash(*failover, "--data", str(hosts["c"].data), "--attempts", "2", env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "after 2 attempts" in refused.stderr and "nothing the fleet serves was changed" in refused.stderr
+    assert "trying again" in refused.stdout
+    assert places.load(file).epoch == 1
+    assert not any((hosts["c"].data / "users").glob(token.split("_")[1]))
+    # Cut only briefly: the failover's retries outlast it.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "stash", *failover, "--data", str(hosts["c"].data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=OUTSIDE,
+        env=child_env(env),
+    )
+    assert child.stdout is not None
+    said = []
+    for line in child.stdout:
+        said.append(line)
+        if "trying again" in line:
+            proxy.restore()
+    assert child.wait(timeout=CLI_TIMEOUT) == 0, "".join(said)
+    assert "kept through the outage" in texts(client, token)
