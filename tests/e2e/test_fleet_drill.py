@@ -18,13 +18,8 @@ under writes: no acknowledged write lost, within 60 s."""
 
 from __future__ import annotations
 
-import io
-import itertools
-import shutil
 import subprocess
 import sys
-import tarfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,97 +28,28 @@ import httpx
 import pytest
 
 from stash.fleet import placement as places
-from stash.fleet import router
-from tests.support.api import CHEAP_KDF_FLAGS
-from tests.support.fleet import caddy_with_admin
+from tests.support.fleet_drill import (
+    Agents,
+    Fleet,
+    litestreams_of,
+    longest_pause,
+    running_fleet,
+    stash,
+    texts,
+    wait_restorable,
+)
 from tests.support.installed import child_env
-from tests.support.seaweedfs import SeaweedFS, credentials
-from tests.support.server import CLI_TIMEOUT, OUTSIDE, Server, free_port
+from tests.support.seaweedfs import SeaweedFS
+from tests.support.server import CLI_TIMEOUT, OUTSIDE
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.slow
 
-INTERVAL_MS = 100
 ACKED_BEFORE_S = 2.0  # the promise: every note acknowledged this long before the death is served after
 RECOVERY_S = 60.0
 MOVE_S = 60.0
 PAUSE_S = 2.0
 USERS_PER_SHARD = 2
-
-
-def stash(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stash", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        cwd=OUTSIDE,
-        env=child_env(env),
-    )
-
-
-class Agents:
-    """One thread per user noting through the router, each acknowledged note
-    kept with the moment its answer came; a refused or unanswered note is sent
-    again (the router answers 502 while a host is dead, a draining host 503)."""
-
-    def __init__(self, url: str, tokens: dict[str, str]) -> None:
-        self.acked: dict[str, list[tuple[float, str]]] = {u: [] for u in tokens}
-        self.answers: dict[str, list[float]] = {u: [] for u in tokens}
-        self.refused: dict[str, dict[int, int]] = {u: {} for u in tokens}
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(url, u, t), daemon=True) for u, t in tokens.items()]
-        for t in self.threads:
-            t.start()
-
-    def _run(self, url: str, user: str, token: str) -> None:
-        with httpx.Client(base_url=url, timeout=5.0, trust_env=False) as client:
-            k = 0
-            while not self.stop.is_set():
-                text = f"drill {user} note {k}"
-                try:
-                    resp = client.post("/note", json={"text": text}, headers={"Authorization": f"Bearer {token}"})
-                except httpx.TransportError:
-                    time.sleep(0.05)
-                    continue
-                if resp.status_code == 200:
-                    now = time.monotonic()
-                    self.acked[user].append((now, text))
-                    self.answers[user].append(now)
-                    k += 1
-                else:
-                    self.refused[user][resp.status_code] = self.refused[user].get(resp.status_code, 0) + 1
-                    time.sleep(0.05)
-
-    def wait(self, n: int) -> None:
-        deadline = time.monotonic() + 30
-        for user, acked in self.acked.items():
-            while len(acked) < n:
-                assert time.monotonic() < deadline, f"{user} acknowledged only {len(acked)} notes"
-                time.sleep(0.02)
-
-    def halt(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
-
-
-def texts(client: httpx.Client, token: str, memory: str = "") -> str:
-    """Every text of a memory, from its owner's export."""
-    resp = client.get(f"{memory}/export", headers={"Authorization": f"Bearer {token}"})
-    assert resp.status_code == 200, resp.text
-    out = []
-    with tarfile.open(fileobj=io.BytesIO(resp.content), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            f = tar.extractfile(member)
-            if f is not None:
-                out.append(f.read().decode("utf-8", "replace"))
-    return "\n".join(out)
-
-
-def longest_pause(answers: list[float], start: float, end: float) -> float:
-    moments = [start, *(a for a in answers if start <= a <= end), end]
-    return max(b - a for a, b in itertools.pairwise(moments))
 
 
 @pytest.fixture
@@ -135,50 +61,13 @@ def proxy(seaweedfs: SeaweedFS) -> Iterator[TcpProxy]:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy):
-    bucket = seaweedfs.bucket("fleet")
-    root = seaweedfs.url(bucket, "fleet", endpoint=proxy.endpoint)
-    ports = {name: free_port() for name in ("a", "b", "c")}
-    router_port = free_port()
-    with caddy_with_admin(tmp_path) as admin:
-        p = places.parse(
-            {
-                "epoch": 1,
-                "router": {"site": f"http://127.0.0.1:{router_port}", "admin": admin},
-                "hosts": {name: f"127.0.0.1:{port}" for name, port in ports.items()},
-                "shards": [
-                    {"digits": "0-7", "host": "a", "replica": places.join(root, "a/e1")},
-                    {"digits": "8-f", "host": "b", "replica": places.join(root, "b/e1")},
-                ],
-                "replica_root": root,
-            }
-        )
-        file = tmp_path / "placement.json"
-        places.write(file, p)
-        env = {**credentials(), "STASH_REPLICATE_INTERVAL": f"{INTERVAL_MS}ms"}
-        hosts = {
-            name: Server(
-                data=tmp_path / name / "data",
-                log=tmp_path / f"{name}.log",
-                extra=["--placement", str(file), "--fleet-host", name, *CHEAP_KDF_FLAGS],
-                env=env,
-                port=port,
-            )
-            for name, port in ports.items()
-        }
-        for name, server in hosts.items():
-            (tmp_path / name).mkdir()
-            server.start(same_port=True)
-        try:
-            router.load(router.caddyfile(p, tls="off"), admin)
-            yield file, hosts, f"http://127.0.0.1:{router_port}", env
-        finally:
-            for server in hosts.values():
-                server.stop()
+def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy) -> Iterator[Fleet]:
+    with running_fleet(tmp_path, seaweedfs, proxy) as running:
+        yield running
 
 
 def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_writes(fleet) -> None:
-    file, hosts, url, env = fleet
+    file, hosts, url, env = fleet.file, fleet.hosts, fleet.url, fleet.env
     client = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
     # Users through the router: each /init lands on a host that mints an id of its own shards.
     users: dict[str, list[str]] = {"0-7": [], "8-f": []}
@@ -296,35 +185,8 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
     )
 
 
-def wait_restorable(replica_url: str, folder: Path, toks: list[str], env: dict[str, str]) -> bool:
-    """Whether ``stash restore`` from ``replica_url`` brings back every user of
-    ``toks`` (tried until Litestream shipped them, bounded)."""
-    wanted = {t.split("_")[1] for t in toks}
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        shutil.rmtree(folder, ignore_errors=True)
-        done = stash("restore", replica_url, "--data", str(folder), env=env)
-        if done.returncode == 0 and wanted <= {p.name for p in (folder / "users").iterdir()}:
-            return True
-        time.sleep(0.5)
-    return False
-
-
-def litestreams_of(data: Path) -> list[int]:
-    """The Litestream processes streaming ``data`` (their configuration is in it)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"litestream") and any(str(data).encode() in a for a in argv):
-            found.append(int(proc.name))
-    return found
-
-
 def test_a_failover_retries_while_the_bucket_is_cut_then_refuses_and_changes_nothing(fleet, proxy) -> None:
-    file, hosts, url, env = fleet
+    file, hosts, url, env = fleet.file, fleet.hosts, fleet.url, fleet.env
     client = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
     while True:  # a user of the shard that will fail
         token = client.post("/init", json={}).json()["token"]
