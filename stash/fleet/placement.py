@@ -1,6 +1,6 @@
 """The fleet's placement: which host serves which shard of users, where each
-host replicates, and the epoch that orders placements (docs/DESIGN.md, "A
-fleet").
+host replicates, and the epoch that orders placements
+(docs/DESIGN.md, "A fleet").
 
 A shard is a range of first hex digits of the user id (``"0-7"``, ``"8"``,
 ``"9-b"``); the shards cover 0-f exactly once. Every host that holds shards

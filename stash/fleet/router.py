@@ -1,6 +1,6 @@
 """The fleet's router: Caddy's configuration generated from a placement, and
-loaded into a running Caddy through its admin API (docs/DESIGN.md, "A
-fleet"). Nothing of it is written by hand: a change of placement is a new
+loaded into a running Caddy through its admin API
+(docs/DESIGN.md, "A fleet"). Nothing of it is written by hand: a change of placement is a new
 configuration.
 
 A request with a Stash token goes to the host of its user's shard, picked by

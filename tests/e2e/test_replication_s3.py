@@ -21,10 +21,10 @@ import certifi
 import httpx
 import pytest
 
-from tests.e2e.test_replication_watch import metric, ready, wait_for
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.installed import child_env
 from tests.support.ops.backup import log_of
+from tests.support.ops.replication import metric, ready, wait_for
 from tests.support.seaweedfs import SeaweedFS, credentials
 from tests.support.server import CLI_TIMEOUT, Http, Server
 from tests.support.tcp_proxy import TcpProxy

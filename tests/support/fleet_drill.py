@@ -1,5 +1,5 @@
-"""A running fleet for the drill and the bench (tests/e2e/test_fleet_drill.py,
-bench/fleet.py): three hosts on loopback (``stash serve --placement …
+"""A running fleet for the drill and the fleet bench (tests/e2e/test_fleet_drill.py,
+and the bench's fleet script): three hosts on loopback (``stash serve --placement …
 --fleet-host …``: two primaries, ``a`` holding digits 0-7 and ``b`` 8-f, and
 the standby ``c``), each replicating to its own path of one SeaweedFS bucket
 reached through a cuttable proxy, and a real Caddy configured through its
