@@ -62,6 +62,7 @@ LIBRARY = [
     "Conflict",
     "NapNeeded",
     "TooLarge",
+    "Misdirected",
     "Invalid",
     "RateLimited",
     "ServerError",
@@ -1114,6 +1115,10 @@ class TooLarge(StashError):
     """413: the body is over the route's cap."""
 
 
+class Misdirected(StashError):
+    """421: a host of a fleet that does not serve this memory now; the fleet's router does."""
+
+
 class Invalid(StashError):
     """422: valid JSON with an invalid value."""
 
@@ -1133,6 +1138,7 @@ _BY_STATUS: dict[int, type[StashError]] = {
     404: NotFound,
     405: NotAllowed,
     409: Conflict,
+    421: Misdirected,
     413: TooLarge,
     422: Invalid,
     429: RateLimited,

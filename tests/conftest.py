@@ -21,6 +21,7 @@ from stash.web.app import create_app  # noqa: E402 - after the pin
 from stash.web.tracelog import debugging  # noqa: E402
 from tests.support.api import Api, make_settings  # noqa: E402
 from tests.support.memories import MEMORIES, Memory  # noqa: E402
+from tests.support.seaweedfs import SeaweedFS  # noqa: E402
 
 # SQLite syncs every commit to disk, which was half of what a test of the
 # memory model spent. No test is about surviving a power cut (a kill -9 loses
@@ -68,6 +69,17 @@ def outside_the_checkout() -> Iterator[None]:
     os.chdir(installed.OUTSIDE)
     yield
     os.chdir(before)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """One real S3-compatible server (SeaweedFS) for every test of the
+    session that needs one; each takes its own bucket (``seaweedfs.bucket()``)."""
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -64,14 +64,15 @@ def replicate_main(argv: list[str]) -> int:
     try:
         target = replica.Target.parse(args.replica)
         binary = replica.litestream_binary()
+        if args.print_config:
+            import json
+
+            print(json.dumps(replica.config(data, target, args.interval), indent=1))
+            return 0
+        env = target.environment()
     except replica.ReplicaError as e:
         print(f"stash replicate: {e}.", file=sys.stderr)
         return 2
-    if args.print_config:
-        import json
-
-        print(json.dumps(replica.config(data, target, args.interval), indent=1))
-        return 0
     (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
     known: set[str] = set()
     # The roster exists before Litestream is asked to watch it; only plain-file users are streamed.
@@ -91,6 +92,8 @@ def replicate_main(argv: list[str]) -> int:
     status = rs.Status(os.getpid(), time.time(), False)
     lag = rs.Lag(Path(str(target.settings["path"])) if target.settings.get("type") == "file" else None)
     child: subprocess.Popen[bytes] | None = None
+    watcher: threading.Thread | None = None
+    probing = False
     pause = _seconds(args.interval)
     while not stopping:
         if child is None or child.poll() is not None:
@@ -106,11 +109,16 @@ def replicate_main(argv: list[str]) -> int:
                 time.sleep(RESTART_PAUSE_S)
             child = subprocess.Popen(
                 [binary, "replicate", "-config", str(cfg), "-no-expand-env"],
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 preexec_fn=_die_with_parent,
             )
-            threading.Thread(target=_watch_errors, args=(child, status), daemon=True).start()
+            watcher = threading.Thread(target=_watch_errors, args=(child, status), daemon=True)
+            watcher.start()
+            if target.endpoint is not None and not probing:
+                probing = True
+                threading.Thread(target=_watch_endpoint, args=(target.endpoint, status), daemon=True).start()
         added = replica.update_roster(data, known)
         _report(added)
         streamed |= {user_id for user_id, cipher in added if cipher == "none"}
@@ -119,15 +127,23 @@ def replicate_main(argv: list[str]) -> int:
         status.written = time.time()
         rs.write(data, status)
         time.sleep(pause)
+    shipped = True
     if child is not None and child.poll() is None:
+        stopped_at = time.time()
         child.terminate()  # Litestream ships what it has before it exits, for at most SHUTDOWN_SYNC_S
         try:
             child.wait(timeout=replica.SHUTDOWN_SYNC_S + STOP_MARGIN_S)
         except subprocess.TimeoutExpired:
             child.kill()
+            shipped = False
+        if watcher is not None:
+            watcher.join(timeout=STOP_MARGIN_S)  # its last lines, which say whether the final sync failed
+        # Litestream exits 0 even when its final sync failed; it says so in an error line.
+        shipped = shipped and status.last_error_at < stopped_at
     status.litestream_up = False
     rs.write(data, dataclasses.replace(status, written=time.time()))
-    return 0
+    # 1: what was written last may not be in the replica (a drain waits for 0: stash/fleet/host.py).
+    return 0 if shipped else 1
 
 
 def _die_with_parent() -> None:
@@ -155,6 +171,26 @@ def _watch_errors(child: subprocess.Popen[bytes], status: Status) -> None:
         if kind is not None:
             status.errors[kind] = status.errors.get(kind, 0) + 1
             status.last_error, status.last_error_at = kind, time.time()
+
+
+# How often an S3 replica's server is asked whether it answers, and how long it has to answer.
+PROBE_S = 2.0
+
+
+def _watch_endpoint(endpoint: str, status: Status) -> None:
+    """Count an S3 server that does not answer as an ``unreachable`` error,
+    every :data:`PROBE_S`. Litestream's own S3 client retries a request up to
+    ten times, with waits growing to 20 s, before it logs the failure: about a
+    minute in which nothing would say the bucket is gone, while its files in
+    this folder keep up with the writes (so the lag shows nothing either)."""
+    from ..service.ops import replication_status as rs
+    from ..service.ops.replica import answers
+
+    while True:
+        if not answers(endpoint, PROBE_S):
+            status.errors[rs.UNREACHABLE] = status.errors.get(rs.UNREACHABLE, 0) + 1
+            status.last_error, status.last_error_at = rs.UNREACHABLE, time.time()
+        time.sleep(PROBE_S)
 
 
 def _report(added: list[tuple[str, str]]) -> None:
@@ -235,6 +271,7 @@ def restore_main(argv: list[str]) -> int:
     try:
         target = replica.Target.parse(args.replica)
         replica.litestream_binary()
+        target.environment()  # an S3 replica's credentials, checked before anything is restored
         (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(data, 0o700)
         os.chmod(data / "users", 0o700)

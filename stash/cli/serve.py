@@ -96,20 +96,37 @@ def settings_from(args: argparse.Namespace, environ: Mapping[str, str] = os.envi
 
     if args.file_cipher == "sqlcipher" and available_file_cipher() != "sqlcipher":
         raise ConfigError("--file-cipher sqlcipher, but sqlcipher3 does not import here.")
+    if (args.placement is None) != (args.fleet_host is None):
+        raise ConfigError("--placement and --fleet-host go together: the fleet's placement file and this host's name.")
+    if args.placement is not None:
+        if args.replicate is not None or args.user_id_prefix:
+            raise ConfigError(
+                "--placement gives this host its shards and its replica: leave out --user-id-prefix and --replicate."
+            )
+        if args.file_cipher == "sqlcipher":
+            raise ConfigError("--placement needs --file-cipher none: a fleet replicates with Litestream.")
+        from ..service.ops.replica import ReplicaError, litestream_binary
+
+        try:
+            litestream_binary()
+        except ReplicaError as e:
+            raise ConfigError(f"--placement: {e}.") from None
     if args.replicate is not None:
         from ..service.ops.replica import ReplicaError, Target, litestream_binary
 
         if args.file_cipher == "sqlcipher":
             raise ConfigError("--replicate needs --file-cipher none: Litestream cannot read SQLCipher files.")
         try:
-            Target.parse(args.replicate)
+            Target.parse(args.replicate).environment(environ)
             litestream_binary()
         except ReplicaError as e:
             raise ConfigError(f"--replicate: {e}.") from None
     made = settings.settings_from(vars(args), environ)
     # A replicated host's new stores are plain files (their rows stay sealed): Litestream reads them with its
-    # own keyless SQLite.
-    return dataclasses.replace(made, file_cipher="none") if made.replicate is not None else made
+    # own keyless SQLite. So are a fleet host's, which replicates as soon as it holds a shard.
+    if made.replicate is not None or made.placement is not None:
+        return dataclasses.replace(made, file_cipher="none")
+    return made
 
 
 def _room_for_open_files() -> None:
@@ -218,6 +235,16 @@ def main(argv: list[str]) -> int:
     if problem is not None:
         print(f"stash: {problem}", file=sys.stderr)
         return 2
+    fleet = None
+    if settings.placement is not None:
+        from ..fleet.host import Host
+
+        try:
+            fleet = Host.start(settings)
+        except ValueError as err:  # PlacementError, or a replica Litestream cannot take
+            print(f"stash: --placement {settings.placement}: {err}.", file=sys.stderr)
+            return 2
+        settings = fleet.settings
     import uvicorn
 
     from ..storage.sqlite.connections import available_file_cipher
@@ -262,7 +289,12 @@ def main(argv: list[str]) -> int:
     from ..web.timeouts import HeaderTimeoutProtocol
 
     # uvicorn annotates its timeouts as int, but takes seconds as a float (asyncio's call_later).
-    replicator = _start_replicator(settings)
+    replicator = None
+    if fleet is None:
+        replicator = _start_replicator(settings)
+    else:
+        data_dir = settings.data_dir
+        fleet.replicate(lambda replica: Replicator(data_dir, replica).start(), _stop_replicator)
     try:
         uvicorn.run(
             APP_FACTORY,
@@ -280,7 +312,10 @@ def main(argv: list[str]) -> int:
             timeout_graceful_shutdown=settings.shutdown_timeout,  # type: ignore[arg-type]
         )
     finally:
-        _stop_replicator(replicator)
+        if fleet is not None:
+            fleet.stop()
+        else:
+            _stop_replicator(replicator)
         if counters is not None:
             remove_multiprocess(counters)
     print("stash: stopped; every request in flight was answered or timed out", file=sys.stderr, flush=True)
@@ -297,12 +332,13 @@ def _start_replicator(settings: Settings) -> Replicator | None:
     return Replicator(settings.data_dir, settings.replicate).start()
 
 
-def _stop_replicator(replicator: Replicator | None) -> None:
+def _stop_replicator(replicator: Replicator | None) -> int | None:
     """Let it ship what the server wrote last, for at most
-    :data:`~stash.service.ops.replica.SHUTDOWN_SYNC_S` plus a margin, then end it."""
+    :data:`~stash.service.ops.replica.SHUTDOWN_SYNC_S` plus a margin, then
+    end it: 0 when everything was shipped (:meth:`Replicator.stop`)."""
     if replicator is None:
-        return
+        return None
     from ..service.ops.replica import SHUTDOWN_SYNC_S
     from .replicate import STOP_MARGIN_S
 
-    replicator.stop(SHUTDOWN_SYNC_S + 2 * STOP_MARGIN_S)
+    return replicator.stop(SHUTDOWN_SYNC_S + 2 * STOP_MARGIN_S)

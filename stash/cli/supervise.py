@@ -52,17 +52,19 @@ class Replicator:
                     return
                 self._spawn()
 
-    def stop(self, timeout: float) -> None:
+    def stop(self, timeout: float) -> int | None:
         """Let it ship what the server wrote last (Litestream's shutdown
-        sync, bounded), then end it."""
+        sync, bounded), then end it: its exit status, 0 when everything
+        written was shipped (None: it was not running)."""
         with self._lock:
             self._stop.set()
         child = self.child
         if child is None or child.poll() is not None:
-            return
+            return None
         child.terminate()
         try:
-            child.wait(timeout=timeout)
+            return child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
+            return None

@@ -84,6 +84,18 @@ class Misdirected(StashError):
     code = "mcp.bad_host"
 
 
+class Moving(StashError):
+    """A shard of a fleet on its way to another host (``stash fleet move``):
+    its requests wait a moment and are sent again; nothing was done."""
+
+    status = 503
+    code = "fleet.moving"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Conflict(StashError):
     status = 409
     code = "conflict"

@@ -15,9 +15,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ..core.errors import Conflict, Damaged, Forbidden, NotFound, RolledBack, StashError, Unauthorized, Unavailable
+from ..core.errors import (
+    Conflict,
+    Damaged,
+    Forbidden,
+    Misdirected,
+    Moving,
+    NotFound,
+    RolledBack,
+    StashError,
+    Unauthorized,
+    Unavailable,
+)
 from ..crypto import aead, keys, tokens
 from ..crypto.chain import Head
 from ..crypto.epochs import KeyChain
@@ -283,6 +294,32 @@ class Identity:
     file_cipher: str
 
 
+class Placed(Protocol):
+    """What a host of a fleet holds now (stash/fleet/host.py, ``Adopted``)."""
+
+    def held(self) -> frozenset[str]:
+        """The first hex digits of the user ids this host serves."""
+        ...
+
+    def epoch(self) -> int | None:
+        """The epoch of the placement it serves by (None: none yet)."""
+        ...
+
+    def draining(self) -> frozenset[str]:
+        """The first hex digits of the held shards on their way to another host."""
+        ...
+
+    def drained(self) -> dict[str, Any] | None:
+        """Which draining shards have everything written in their replica, and at which epoch."""
+        ...
+
+
+ELSEWHERE = "This host does not serve this user's shard now; send requests through the fleet's router."
+MOVING = "This user's shard is moving to another host of the fleet; nothing was done. Send the request again shortly."
+MOVING_WAIT_S = 2
+NO_SHARD = "This host holds no shard now, so it mints no identity; send /init through the fleet's router."
+
+
 class Vault:
     """All users' stores under one data directory."""
 
@@ -293,8 +330,10 @@ class Vault:
         file_cipher: str | None = None,
         id_prefixes: tuple[str, ...] = (),
         page_bytes: int = PAGE_BYTES,
+        placed: Placed | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
+        self.placed = placed  # a host of a fleet: the shards it holds now; None: every user is served here
         # The page size of the memory files this vault creates: 4 KiB; 16 KiB
         # (the old size) only for bench/pages.py, which weighs the two.
         self.page_bytes = page_bytes
@@ -311,10 +350,37 @@ class Vault:
         where the stores live (a full disk or read-only mount says no)."""
         return can_write(self.data_dir / "users")
 
+    def serves(self, user_id: str) -> None:
+        """Refuse a user of a shard this host does not hold now (421
+        ``fleet.elsewhere``): asked before any file of the user is opened, by
+        every request that names a user (the web edge's first look at a
+        token, and :meth:`_capability`, which every session and token check
+        goes through), so a host a placement took a shard from
+        serves none of it, whoever sends the request."""
+        if self.placed is not None and user_id[:1] not in self.placed.held():
+            raise Misdirected(ELSEWHERE, code="fleet.elsewhere")
+        if self.placed is not None and user_id[:1] in self.placed.draining():
+            # Its writes must stop before the last sync of the move; reads stop with them, for a few seconds.
+            raise Moving(MOVING, MOVING_WAIT_S)
+
+    def drained(self) -> dict[str, Any] | None:
+        """The shards this host finished draining for a move (None: none draining)."""
+        return self.placed.drained() if self.placed is not None else None
+
+    def placement_epoch(self) -> int | None:
+        """The epoch of the placement this host serves by (None: not a host of a fleet)."""
+        return self.placed.epoch() if self.placed is not None else None
+
     def create_identity(self) -> Identity:
-        """A new user: folder, key ring with the owner grant, empty memory file."""
+        """A new user: folder, key ring with the owner grant, empty memory
+        file; on a host of a fleet, of a shard the host holds."""
+        prefixes = self.id_prefixes
+        if self.placed is not None:
+            prefixes = tuple(sorted(self.placed.held() - self.placed.draining()))
+            if not prefixes:
+                raise Misdirected(NO_SHARD, code="fleet.elsewhere")
         for _ in range(8):
-            user_id = tokens.new_user_id(self.id_prefixes)
+            user_id = tokens.new_user_id(prefixes)
             files = UserFiles(self.data_dir, user_id)
             try:
                 files.create_folder()
@@ -637,6 +703,7 @@ class Vault:
         token = _parsed(token_text)
         if token is None:
             raise Unauthorized()
+        self.serves(token.user_id)
         self.after.run_for(token.user_id)  # what this user's last sessions here left, first
         files = MemoryFiles(self.data_dir, token.user_id)
         if not files.exists():

@@ -232,7 +232,12 @@ def create_app(settings: Settings, *, owns_process: bool = False) -> Starlette:
     """The app. ``owns_process``: it is the server of this process (a
     ``stash serve`` worker), so its shutdown interrupts every statement
     still running in the process's files, not only its own requests'."""
-    vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes)
+    placed = None
+    if settings.fleet_host is not None:
+        from ..fleet.host import Adopted
+
+        placed = Adopted(Path(settings.data_dir), settings.fleet_host)
+    vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes, placed=placed)
     words_scan.use_index(settings.word_index == "on")
     metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1, replicating=settings.replicate is not None)
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]

@@ -146,6 +146,16 @@ CODES: dict[str, Code] = {
         "/mcp: a `Host` that is neither loopback, nor `--url`'s host, nor the address the "
         "server listens on (the MCP SDK's guard against DNS rebinding)",
     ),
+    "fleet.elsewhere": Code(
+        421,
+        "a host of a fleet (`--placement`) that does not hold this user's shard now, or, for `/init`, that holds "
+        "no shard: send the request through the fleet's router",
+    ),
+    "fleet.moving": Code(
+        503,
+        "this user's shard is moving to another host of the fleet (`stash fleet move`); nothing was done: send the "
+        "request again after `Retry-After` seconds",
+    ),
     "oauth.invalid_request": Code(400, "OAuth: a parameter missing or malformed (PKCE S256 is required)"),
     "oauth.invalid_client": Code(
         401,
@@ -241,8 +251,8 @@ CODES: dict[str, Code] = {
         503,
         "asked with `ready=1` on a host that replicates: the replication supervisor or "
         "Litestream is down, Litestream reported an error in the last "
-        f"{ERROR_WINDOW_S:.0f} s (a full or unwritable replica), or the replica is over "
-        f"{MAX_LAG_S:.0f} s behind",
+        f"{ERROR_WINDOW_S:.0f} s (a full, unwritable or unreachable replica, or keys it refuses), "
+        f"or the replica is over {MAX_LAG_S:.0f} s behind",
     ),
     "server.stopping": Code(
         503,

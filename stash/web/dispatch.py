@@ -216,6 +216,9 @@ async def _precheck(request: Request, spec: RouteSpec, prefetch: bool = True) ->
     parsed = tokens.parse(bearer(request) or "")
     verdict: bool | None = False
     if parsed is not None:
+        # A user of a shard this host does not hold is refused before the tag index (whose 401 would say
+        # nothing of where the user is) and before any of the user's files is opened.
+        vault.serves(parsed.user_id)
         request.scope["stash.user"] = parsed.user_id
         request.scope[PARSED_BEARER] = parsed
         tag = parsed.tag

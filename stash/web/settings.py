@@ -39,6 +39,10 @@ def _folder(text: str) -> Path:
     return Path(os.path.expanduser(text)).resolve()
 
 
+def _file(text: str) -> str:
+    return str(_folder(text))
+
+
 def _public_url(url: str) -> str:
     if not is_safe_address(url.rstrip("/")):
         raise ValueError("must be a plain http(s) address, like https://stash.example.org.")
@@ -172,6 +176,29 @@ class Settings:
         doc="mint only user ids that start with this prefix (1 to 4 hex digits); for a fleet sharded by user "
         "id: each host mints only ids its shard serves "
         "([Scale-out](#6-scale-out-a-fleet-sharded-by-user-id))",
+    )
+    placement: str | None = option(
+        "--placement",
+        None,
+        "this host is one of a fleet: the fleet's placement file, watched for a newer one",
+        metavar="FILE",
+        convert=_file,
+        doc="this host is one of a fleet sharded by user id, and `FILE` is the fleet's placement "
+        "([the fleet](#6-scale-out-a-fleet-sharded-by-user-id)). The host serves and mints only the users of the "
+        "shards the placement gives `--fleet-host` (any other user's request is `421 fleet.elsewhere`), moves the "
+        "folders of any other users to `released/e<epoch>/` in the data folder, and replicates to its shards' "
+        "replica (none for a standby). It adopts the placement into `placement.json` in the data folder, watches "
+        "`FILE` (about once a second) and adopts a newer epoch while it runs; an older epoch than the one adopted "
+        "refuses to start (exit 2) and is ignored while running. Replaces `--user-id-prefix` and `--replicate`, "
+        "which it derives (given together, it refuses to start); new memory files are plain files, as with "
+        "`--replicate`",
+    )
+    fleet_host: str | None = option(
+        "--fleet-host",
+        None,
+        "this host's name in the placement's hosts (with --placement)",
+        metavar="NAME",
+        doc="this host's name among the placement's `hosts`; required with `--placement`, and only with it",
     )
     max_body: int = option(
         "--max-body",
@@ -391,6 +418,7 @@ OPTIONS: list[Option] = declared(Settings)
 DATA = next(o for o in OPTIONS if o.field == "data_dir")  # stash backup and verify take the same folder
 QUOTA_BYTES = next(o for o in OPTIONS if o.field == "quota_bytes")  # stash verify refuses files over twice it
 FILE_CIPHER = next(o for o in OPTIONS if o.field == "file_cipher")  # stash migrate converts stores to `none`
+PLACEMENT = next(o for o in OPTIONS if o.field == "placement")  # stash fleet's commands take the same file
 
 
 def settings_from(parsed: Mapping[str, Any], environ: Mapping[str, str]) -> Settings:

@@ -23,10 +23,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.support.api import CHEAP_KDF_FLAGS
+from tests.support.ops.replication import metric, ready, wait_for
 from tests.support.server import Http, Server
 
 pytestmark = pytest.mark.slow
@@ -63,27 +63,6 @@ def children(pid: int, word: bytes) -> list[int]:
         if int(fields[1]) == pid and word in cmd and fields[0] != "Z":
             found.append(int(stat.parent.name))
     return found
-
-
-def wait_for(what, timeout: float = 20.0, pause: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(pause)
-    raise AssertionError("timed out")
-
-
-def ready(url: str) -> httpx.Response:
-    return httpx.get(f"{url}/health?ready=1", timeout=5)
-
-
-def metric(url: str, name: str) -> float:
-    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"no {name} in /metrics")
 
 
 def l0(replica: Path, user_id: str) -> int:

@@ -14,6 +14,7 @@ from stash.client import (
     Conflict,
     Forbidden,
     Invalid,
+    Misdirected,
     NapNeeded,
     NotAllowed,
     NotFound,
@@ -34,6 +35,7 @@ BY_STATUS = {
     405: NotAllowed,
     409: Conflict,
     413: TooLarge,
+    421: Misdirected,
     422: Invalid,
     429: RateLimited,
 }

@@ -21,12 +21,31 @@ DENIED = (
     'time=2026-12-01T19:34:48.535Z level=ERROR msg="replica sync error" '
     'error="open /r/users/ab/memory.db/ltx/0: permission denied"'
 )
-OTHER = 'time=2026-12-01T19:34:48.535Z level=ERROR msg="cannot connect" error="dial tcp: connection refused"'
+# An S3 bucket behind a cut network path, and one refusing the keys (as SeaweedFS answers).
+UNREACHABLE = (
+    'time=2026-12-01T19:34:48.535Z level=ERROR msg="sync error" db=memory.db error="check database behind replica: '
+    "get replica position: operation error S3: ListObjectsV2, exceeded maximum number of attempts, 10, https "
+    'response error StatusCode: 0, RequestID: , HostID: , request send failed, Get \\"http://127.0.0.1:1/b?list-type=2'
+    '\\": read tcp 127.0.0.1:2->127.0.0.1:1: read: connection reset by peer"'
+)
+SIGNATURE = (
+    'time=2026-12-01T19:34:48.535Z level=ERROR msg="sync error" db=memory.db error="check database behind replica: '
+    "get replica position: operation error S3: ListObjectsV2, https response error StatusCode: 403, RequestID: 1, "
+    'HostID: , api error SignatureDoesNotMatch: The request signature we calculated does not match"'
+)
+UNKNOWN_KEY = (
+    'time=2026-12-01T19:34:48.535Z level=ERROR msg="compaction failed" db=memory.db level=1 error="operation error '
+    "S3: ListObjectsV2, https response error StatusCode: 403, api error InvalidAccessKeyId: The access key ID you "
+    'provided does not exist in our records."'
+)
+OTHER = 'time=2026-12-01T19:34:48.535Z level=ERROR msg="sync error" error="ltx: invalid checksum"'
 INFO = 'time=2026-12-01T19:34:48.535Z level=INFO msg="initialized db" path=/d/users/ab/memory.db'
 
 
 def test_litestream_lines_are_counted_by_kind_never_by_text():
-    assert [rs.classify(line) for line in (FULL, DENIED, OTHER, INFO)] == ["disk_full", "unwritable", "other", None]
+    lines = (FULL, DENIED, UNREACHABLE, SIGNATURE, UNKNOWN_KEY, OTHER, INFO)
+    kinds = ["disk_full", "unwritable", "unreachable", "credentials", "credentials", "other", None]
+    assert [rs.classify(line) for line in lines] == kinds
 
 
 def test_the_verdicts(tmp_path: Path):
@@ -41,6 +60,8 @@ def test_the_verdicts(tmp_path: Path):
     assert rs.problem(rs.Status(os.getpid(), now, False), now) == "Litestream is not running"
     full = rs.Status(os.getpid(), now, True, last_error="disk_full", last_error_at=now - 1)
     assert rs.problem(full, now) == "the replica is full"
+    for kind, words in (("unreachable", "cannot be reached"), ("credentials", "refuses its credentials")):
+        assert words in (rs.problem(rs.Status(os.getpid(), now, True, last_error=kind, last_error_at=now), now) or "")
     past = rs.Status(os.getpid(), now, True, last_error="disk_full", last_error_at=now - rs.ERROR_WINDOW_S - 1)
     assert rs.problem(past, now) is None  # an error long past, nothing since
     assert "behind" in (rs.problem(rs.Status(os.getpid(), now, True, lag_seconds=rs.MAX_LAG_S + 1), now) or "")

@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import http.client
 import json
 import os
 import shutil
 import sqlite3
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import urllib.parse
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,13 +115,76 @@ class Target:
         raise ReplicaError("the replica target must be an absolute path, a URL, or a JSON settings file")
 
     def at(self, rel: str) -> dict[str, object]:
-        """The settings of the replica of ``rel`` under this target."""
+        """The settings of the replica of ``rel`` under this target: ``rel``
+        joins the URL's path, never its query (``s3://b/p?endpoint=URL``
+        names the server in the query)."""
         out = dict(self.settings)
         if "url" in out:
-            out["url"] = f"{str(out['url']).rstrip('/')}/{rel}"
+            out["url"] = join_url(str(out["url"]), rel)
         else:
             out["path"] = f"{str(out['path']).rstrip('/')}/{rel}"
         return out
+
+    @property
+    def is_s3(self) -> bool:
+        return str(self.settings.get("url", "")).startswith("s3://") or self.settings.get("type") == "s3"
+
+    def environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The environment Litestream runs in for this target: ``environ``
+        (default: this process's) without ``AWS_CA_BUNDLE``, whose mere
+        presence makes Litestream's S3 client refuse to start ("unable to add
+        custom RootCAs HTTPClient"). An S3 target whose settings hold no keys
+        needs both credential variables: without them Litestream asks the
+        cloud's instance metadata service for some, and off a cloud host
+        that hangs instead of failing."""
+        env = dict(os.environ if environ is None else environ)
+        env.pop("AWS_CA_BUNDLE", None)
+        keyed = self.settings.get("access-key-id") and self.settings.get("secret-access-key")
+        if (
+            self.is_s3
+            and not keyed
+            and not all(env.get(n) or env.get(n.replace("AWS_", "LITESTREAM_", 1)) for n in S3_CREDENTIALS)
+        ):
+            raise ReplicaError(f"an s3:// replica needs {' and '.join(S3_CREDENTIALS)} set (its credentials)")
+        return env
+
+    @property
+    def endpoint(self) -> str | None:
+        """An S3 URL's server (its ``endpoint=`` query), else None."""
+        url = str(self.settings.get("url", "")) if self.is_s3 else ""
+        found = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query).get("endpoint")
+        endpoint = found[0] if found else str(self.settings.get("endpoint", "")) if self.is_s3 else ""
+        return endpoint or None
+
+
+def answers(endpoint: str, timeout: float) -> bool:
+    """Whether an HTTP server answers at ``endpoint`` at all (any status, even
+    a refusal, or a certificate this host does not trust: the network path
+    works and Litestream judges the rest)."""
+    parts = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+    conn_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_type(parts.hostname or "", parts.port, timeout=timeout)
+    try:
+        conn.request("HEAD", "/")
+        conn.getresponse().close()
+        return True
+    except ssl.SSLCertVerificationError:
+        return True
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+# Where an S3 replica's credentials come from (Litestream reads them from its environment; it also takes each
+# under a LITESTREAM_ prefix instead of AWS_).
+S3_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+
+
+def join_url(url: str, rel: str) -> str:
+    """``url`` with ``rel`` appended to its path; query and fragment kept."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path=f"{parts.path.rstrip('/')}/{rel.lstrip('/')}"))
 
 
 def config(data_dir: Path, target: Target, sync_interval: str = SYNC_INTERVAL) -> dict[str, object]:
@@ -249,8 +315,9 @@ def roster_users(path: Path) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------ restore
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+def _run(argv: list[str], settings: dict[str, object]) -> subprocess.CompletedProcess[str]:
+    env = Target(settings).environment()
+    return subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, env=env)
 
 
 @contextlib.contextmanager
@@ -274,7 +341,7 @@ def _restore_file(settings: dict[str, object], out: Path, at: dt.datetime | None
         argv = [litestream_binary(), "restore", "-config", str(cfg), "-no-expand-env", "-o", str(out)]
         if at is not None:
             argv += ["-timestamp", at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")]
-        done = _run([*argv, str(out)])
+        done = _run([*argv, str(out)], settings)
     return done.returncode == 0 and out.is_file()
 
 
@@ -299,7 +366,8 @@ def _moments(settings: dict[str, object], local: Path) -> list[dt.datetime]:
                     "all",
                     "-json",
                     str(local),
-                ]
+                ],
+                settings,
             )
             if done.returncode == 0:
                 break

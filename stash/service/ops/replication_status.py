@@ -36,7 +36,45 @@ STALE_S = 15.0
 # for twice that, and a failure that outlasts it shows as lag once writes wait.
 ERROR_WINDOW_S = 60.0
 MAX_LAG_S = 60.0
-ERROR_KINDS = ("disk_full", "unwritable", "other")
+UNREACHABLE = "unreachable"
+ERROR_KINDS = ("disk_full", "unwritable", "credentials", UNREACHABLE, "other")
+# What a line says, by kind, first match wins: a refused signature comes back over a reachable network, and an
+# unreachable bucket's line names the attempt (``dial tcp``) that failed.
+_SIGNS = (
+    ("disk_full", ("no space left", "disk full", "disk quota", "database or disk is full", "enospc")),
+    ("unwritable", ("permission denied", "read-only file system", "operation not permitted")),
+    (
+        "credentials",
+        (
+            "signaturedoesnotmatch",
+            "invalidaccesskeyid",
+            "accessdenied",
+            "access denied",
+            "expiredtoken",
+            "invalidtoken",
+            "statuscode: 401",
+            "statuscode: 403",
+            "failed to retrieve credentials",
+            "no valid credential",
+            "ssh: unable to authenticate",
+        ),
+    ),
+    (
+        "unreachable",
+        (
+            "connection refused",
+            "connection reset",
+            "no such host",
+            "i/o timeout",
+            "network is unreachable",
+            "no route to host",
+            "dial tcp",
+            "broken pipe",
+            "timeout awaiting",
+            "tls handshake",
+        ),
+    ),
+)
 
 
 def classify(line: str) -> str | None:
@@ -45,10 +83,9 @@ def classify(line: str) -> str | None:
     low = line.lower()
     if "level=error" not in low and "level=warn" not in low and '"level":"error"' not in low:
         return None
-    if any(s in low for s in ("no space left", "disk full", "disk quota", "database or disk is full", "enospc")):
-        return "disk_full"
-    if any(s in low for s in ("permission denied", "read-only file system", "operation not permitted")):
-        return "unwritable"
+    for kind, signs in _SIGNS:
+        if any(s in low for s in signs):
+            return kind
     return "other" if "level=error" in low or '"level":"error"' in low else None
 
 
@@ -101,7 +138,12 @@ def problem(status: Status | None, now: float | None = None) -> str | None:
     if not status.litestream_up:
         return "Litestream is not running"
     if status.last_error is not None and now - status.last_error_at < ERROR_WINDOW_S:
-        what = {"disk_full": "the replica is full", "unwritable": "the replica cannot be written"}
+        what = {
+            "disk_full": "the replica is full",
+            "unwritable": "the replica cannot be written",
+            "credentials": "the replica refuses its credentials",
+            "unreachable": "the replica cannot be reached",
+        }
         return f"{what.get(status.last_error, 'Litestream reports errors')}"
     if status.lag_seconds > MAX_LAG_S:
         return f"the replica is {status.lag_seconds:.0f} s behind"

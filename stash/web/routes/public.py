@@ -20,6 +20,7 @@ from ..fields import Field, Fields, Refusal
 from ..openapi import document
 from ..schemas import (
     integer,
+    nullable,
     obj,
     string,
 )
@@ -68,6 +69,13 @@ HEALTH_FIELDS = Fields(
                 "description": "whether new memory files are also encrypted whole on this host",
             },
             "ready": {"enum": [True, None], "description": "`true`: the probe passed; `null`: readiness was not asked"},
+            "placement_epoch": nullable(integer(1))
+            | {"description": "the epoch of the fleet placement this host serves by; `null`: not a host of a fleet"},
+            "drained": {
+                "type": ["object", "null"],
+                "description": "while a shard of this host drains for `stash fleet move`: the placement `epoch`, "
+                "the `shards` drained and whether everything written was `shipped` to the replica; `null` otherwise",
+            },
         }
     ),
     errors=("ready.unwritable", "ready.replication"),
@@ -81,6 +89,8 @@ async def health(f: Args, call: Call) -> Answer:
         "content_cipher": CONTENT_CIPHER,
         "file_cipher": call.vault.file_cipher,
         "ready": None,
+        "placement_epoch": call.vault.placement_epoch(),
+        "drained": call.vault.drained(),
     }
     if f["ready"]:
         if not await run_in_threadpool(call.vault.ready):
@@ -145,6 +155,7 @@ async def health(f: Args, call: Call) -> Answer:
         "init.disabled",
         "init.invite_required",
         "init.bad_url",
+        "fleet.elsewhere",
         "rate_limited",
         "quota.identities",
         "store.read_only",
