@@ -1,5 +1,6 @@
 """The ``stash`` command: ``serve`` runs the server, ``backup``, ``verify``,
 ``replicate``, ``restore``, ``migrate`` and ``compact`` work on its data folder;
+``fleet`` works from a fleet's placement file;
 ``mcp`` serves the agent's verbs to an MCP host over stdio; every other verb is the HTTP client
 (:mod:`stash.client`, also served as one file at ``GET /client``)."""
 
@@ -18,6 +19,7 @@ HOST_VERBS = {
     "migrate": "convert a data folder's SQLCipher files to plain ones (every row stays sealed)",
     "compact": "re-seal the summaries of earlier releases to their buckets and rewrite each memory file smaller",
     "mcp": "serve wake, note, nap, recall, zoom and forget as MCP tools over stdio",
+    "fleet": "a fleet of hosts sharded by user id: check its placement, generate its router",
 }
 
 
@@ -41,6 +43,10 @@ def _main(argv: list[str]) -> int:
         from .mcp_server import main as mcp
 
         return mcp(argv[1:])
+    if argv[:1] == ["fleet"]:
+        from .fleet import main as fleet
+
+        return fleet(argv[1:])
     if argv[:1] == ["backup"]:
         from .operate import backup_main
 

@@ -1,4 +1,4 @@
-"""deploy/Caddyfile and deploy/Caddyfile.fleet in front of real `stash serve`
+"""deploy/Caddyfile in front of a real `stash serve`
 processes, with real Caddy. Only what needs the internet is changed: the site
 is served over plain http on a loopback port instead of its domain with ACME
 certificates, and the upstream addresses are this test's ports.
@@ -7,9 +7,8 @@ Single host: a client's own X-Forwarded-For never reaches Stash (Caddy
 replaces it), so the rate limit counts the real client; /metrics stays on
 the host; an MCP host reaches /mcp under the public name that --url gives
 (the MCP SDK's Host and Origin checks), and a page of another origin, or a
-Host that is not that name, is refused. Fleet: identities minted through
-the proxy land on the host whose shard their id belongs to, and every later
-request is routed there by the token's user id."""
+Host that is not that name, is refused. A fleet's router is generated from
+its placement: tests/deploy/test_fleet_router.py."""
 
 from __future__ import annotations
 
@@ -163,38 +162,3 @@ def test_behind_caddy_a_forged_forwarded_for_buys_nothing_and_mcp_answers_for_th
         assert httpx.get(srv.url + "/metrics", timeout=30.0).status_code == 200
     finally:
         srv.stop()
-
-
-def shard(tmp: Path, digits: str) -> Server:
-    args = ["--trusted-proxy", "127.0.0.1"]
-    for d in digits:
-        args += ["--user-id-prefix", d]
-    return start_server(tmp, *args)
-
-
-def users_on(srv: Server) -> set[str]:
-    return {p.name for p in (srv.data / "users").iterdir()}
-
-
-def test_a_sharded_fleet_routes_each_user_to_its_host(tmp_path: Path) -> None:
-    a, b = shard(tmp_path / "a", "01234567"), shard(tmp_path / "b", "89abcdef")
-    try:
-        config = render("Caddyfile.fleet", {"10.0.0.11:8080": a.port, "10.0.0.12:8080": b.port})
-        with caddy(config, tmp_path) as base, httpx.Client(base_url=base, timeout=30.0) as http:
-            minted = [http.post("/init", json={}).json() for _ in range(6)]
-            # One identity minted on each host directly, so both shards are exercised whatever the balancer did.
-            minted += [httpx.post(srv.url + "/init", json={}, timeout=30.0).json() for srv in (a, b)]
-            for ident in minted:
-                auth = {"Authorization": f"Bearer {ident['token']}"}
-                resp = http.post("/note", json={"text": f"I am {ident['user_id']}"}, headers=auth)
-                assert resp.status_code == 200, resp.text
-                wake = http.get("/wake", headers=auth)
-                assert wake.status_code == 200 and f"I am {ident['user_id']}" in wake.text, wake.text
-            assert http.get("/metrics", headers={"Authorization": f"Bearer {minted[0]['token']}"}).status_code == 404
-        ids = {m["user_id"] for m in minted}
-        assert users_on(a) == {i for i in ids if i[0] in "01234567"}
-        assert users_on(b) == {i for i in ids if i[0] in "89abcdef"}
-        assert users_on(a) and users_on(b)
-    finally:
-        a.stop()
-        b.stop()

@@ -257,3 +257,16 @@ def test_the_key_ring_is_composed_of_parts() -> None:
             assert all(getattr(ring, name).ring is ring for name in parts)
         finally:
             ring.close()
+
+
+def test_the_fleet_sits_between_the_service_and_the_edges() -> None:
+    """stash/fleet/ reads the placement and acts on a host's data folder: it
+    may use the service and storage, and is used by the command line and the
+    web edge; the service never imports it (the web edge hands the vault what
+    it needs of the placement), and the placement file's own module is pure."""
+    for name, deps in GRAPH.items():
+        if layer(name) in ("core", "crypto", "storage", "service"):
+            assert not [d for d in deps if layer(d) == "fleet" and d.startswith("stash.")], name
+        if layer(name) == "fleet":
+            assert not [d for d in deps if layer(d) in ("web", "cli") and d.startswith("stash.")], name
+    assert not [d for d in GRAPH["stash.fleet.placement"] if d.startswith("stash")]
