@@ -16,6 +16,7 @@ import json
 import urllib.error
 import urllib.request
 
+from .forward import HOP
 from .placement import HEX, Placement
 
 TLS = ("acme", "internal", "off")
@@ -77,6 +78,8 @@ def caddyfile(placement: Placement, listen: str | None = None, tls: str = "acme"
         "\thandle /metrics {",
         "\t\trespond 404",
         "\t}",
+        "\t# Only a host of the fleet sends a request on to another, marking it so; none from outside is marked.",
+        f"\trequest_header -{HOP}",
         '\t# "?": unless Stash sent its own. The OAuth consent page\'s is same-origin,',
         "\t# so that a browser's post of its form carries the page's Origin.",
         "\theader {",

@@ -173,6 +173,15 @@ class Settings:
         "id: each host mints only ids its shard serves "
         "([Scale-out](#6-scale-out-a-fleet-sharded-by-user-id))",
     )
+    fleet_host: str | None = option(
+        "--fleet-host",
+        None,
+        "this host's name in the placement's hosts",
+        metavar="NAME",
+        doc="this host's name among the `hosts` of the fleet's placement, adopted as `placement.json` in the data "
+        "folder: an MCP host's OAuth steps (which carry no token) that reach this host but belong to another "
+        "are sent on to it ([Scale-out](#6-scale-out-a-fleet-sharded-by-user-id))",
+    )
     max_body: int = option(
         "--max-body",
         BODY_CAP,
