@@ -8,10 +8,15 @@ end, so the host that receives a step sends it on to the host that keeps
 what the step needs: the client's registration, the consent form's nonce,
 or the user's files and the code. A request sent on carries :data:`HOP`
 (the sender's name), and a request that carries it is answered where it
-lands, never sent on again: no loop. The router removes the header from
-every request it proxies; it is no credential (what a step may do is the
-owner token's, or the code's, as on a single host), so a forged one only
-stops a request from travelling.
+lands, never sent on again, with one exception that cannot loop: a consent
+form sent on to the host that showed its page goes on from there once more,
+as the owner's approval, to the host of the owner's shard, and an approval
+is always answered where it lands (two hops at most). The router removes
+the header from every request it proxies; it is no credential (what a step
+may do is the owner token's, or the code's, as on a single host), so a
+forged one only keeps a request from travelling, or lets an approval carry
+its request in place of a nonce, which still mints nothing without the
+owner token.
 """
 
 from __future__ import annotations

@@ -76,11 +76,12 @@ def _form(fields: dict[str, Any]) -> bytes:
     return urlencode({k: v for k, v in fields.items() if isinstance(v, str)}).encode("ascii")
 
 
-def _elsewhere(call: Call, host: str | None) -> tuple[Fleet, str] | None:
+def _elsewhere(call: Call, host: str | None, travels: bool | None = None) -> tuple[Fleet, str] | None:
     """This fleet and the address of ``host`` when it is another host of it and this request may travel
-    there (it was not sent on to this host already: no loop); None: answer here."""
+    there (by default: it was not sent on to this host already, so no loop); None: answer here."""
     fleet = call.fleet
-    address = None if fleet is None or call.hopped else fleet.elsewhere(host)
+    travels = not call.hopped if travels is None else travels
+    address = None if fleet is None or not travels else fleet.elsewhere(host)
     return None if fleet is None or address is None else (fleet, address)
 
 
@@ -134,9 +135,11 @@ async def consent_answer(call: Call, fields: dict[str, Any]) -> Response:
         raise TooMany(f"Too many failed owner tokens from this address; wait {wait} s.", wait)
     owner = fields.get("owner_token") or ""
     parsed = tokens.parse(owner)
-    there = _elsewhere(call, _shard_host(call, parsed.user_id[:1] if parsed is not None else None))
+    # The grant is minted, and its code kept, where the owner's files are. A form sent on to the host of its
+    # nonce goes on from there once, as the approval; an approval arriving is answered here: two hops at most.
+    user = parsed.user_id[:1] if parsed is not None else None
+    there = _elsewhere(call, _shard_host(call, user), travels=carried is None)
     if there is not None:
-        # The grant is minted, and its code kept, where the owner's files are.
         approval = {**fields, "fleet_request": json.dumps(request), "decision": "approve"}
         try:
             return await call.forward(*there, _form(approval), SHARD_HOST_DOWN)
