@@ -88,10 +88,11 @@ def start_fleet(tmp: Path, shards: dict[str, str], admin: str = "127.0.0.1:2019"
     for i, name in enumerate(names):
         other = names[(i + 1) % len(names)]
         client_id = register(http[other])["client_id"]
-        wait_for(
-            f"{name} reads the placement",
-            lambda n=name, c=client_id: authorize(http[n], c, pkce()[1]).status_code == 200,
-        )
+
+        def sends_on(here: Http = http[name], client_id: str = client_id) -> bool:
+            return bool(authorize(here, client_id, pkce()[1]).status_code == 200)
+
+        wait_for(f"{name} reads the placement", sends_on)
     return fleet
 
 
