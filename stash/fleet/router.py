@@ -7,7 +7,9 @@ A request with a Stash token goes to the host of its user's shard, picked by
 the token's first hex digit; any other request (``/init``, ``/health``, the
 pages, OAuth) to any host that holds a shard, among those whose liveness
 check (``GET /health``, never ``ready=1``: one bucket outage must not take
-the whole fleet out of the router) passes.
+the whole fleet out of the router) passes; the hosts send OAuth's steps on
+among themselves (forward.py), and the router drops the header that marks
+a step sent on from every request it proxies.
 """
 
 from __future__ import annotations
