@@ -7,7 +7,9 @@ A request with a Stash token goes to the host of its user's shard, picked by
 the token's first hex digit; any other request (``/init``, ``/health``, the
 pages, OAuth) to any host that holds a shard, among those whose liveness
 check (``GET /health``, never ``ready=1``: one bucket outage must not take
-the whole fleet out of the router) passes.
+the whole fleet out of the router) passes; the hosts send OAuth's steps on
+among themselves (forward.py), and the router drops the header that marks
+a step sent on from every request it proxies.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import urllib.error
 import urllib.request
 
+from .forward import HOP
 from .placement import HEX, Placement
 
 TLS = ("acme", "internal", "off")
@@ -77,6 +80,8 @@ def caddyfile(placement: Placement, listen: str | None = None, tls: str = "acme"
         "\thandle /metrics {",
         "\t\trespond 404",
         "\t}",
+        "\t# Only a host of the fleet sends a request on to another, marking it so; none from outside is marked.",
+        f"\trequest_header -{HOP}",
         '\t# "?": unless Stash sent its own. The OAuth consent page\'s is same-origin,',
         "\t# so that a browser's post of its form carries the page's Origin.",
         "\theader {",

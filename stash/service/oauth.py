@@ -15,7 +15,12 @@ the host's name. The token is the only key, as for every other client.
   takes its grant with it (:func:`sweep`); a code redeemed a second time,
   or redeemed wrongly (another client, another redirect URI, a wrong
   verifier), withdraws its grant: whoever holds the code may not be its
-  host."""
+  host.
+* **A fleet** (``--fleet-host``): each host keeps its own state file, so
+  what a step needs names the host that keeps it: a registered client id
+  the host that registered it, a consent form's nonce the host that showed
+  the page, a code the shard of its user, whose host minted the grant and
+  keeps the code (stash/web/oauth_answers.py sends each step there)."""
 
 from __future__ import annotations
 
@@ -67,9 +72,13 @@ class Client:
 # ---------------------------------------------------------------- clients
 
 
-def register(vault: Vault, body: dict[str, Any]) -> dict[str, Any]:
+CLIENT_PREFIX = "stash-client-"
+
+
+def register(vault: Vault, body: dict[str, Any], host: str | None = None) -> dict[str, Any]:
     """Dynamic Client Registration (RFC 7591) of a public client: its redirect URIs (each https, or http on
-    loopback) and its name. What it asks for beyond that is answered as what this server gives."""
+    loopback) and its name. What it asks for beyond that is answered as what this server gives. On a host of
+    a fleet (``host``), the client id names it: the registration is kept there only."""
     uris = body.get("redirect_uris")
     if (
         not isinstance(uris, list)
@@ -86,7 +95,7 @@ def register(vault: Vault, body: dict[str, Any]) -> dict[str, Any]:
     grant_types = body.get("grant_types", ["authorization_code"])
     if not isinstance(grant_types, list) or "authorization_code" not in grant_types:
         raise OAuthRefused("This server grants authorization_code only.", code="oauth.invalid_client_metadata")
-    client_id = "stash-client-" + secrets.token_hex(16)
+    client_id = CLIENT_PREFIX + ("" if host is None else f"{host}.") + secrets.token_hex(16)
     answer = {
         "client_id": client_id,
         "client_id_issued_at": oauth_state.now(),
@@ -99,6 +108,14 @@ def register(vault: Vault, body: dict[str, Any]) -> dict[str, Any]:
     with oauth_state.opened(vault.data_dir) as conn:
         oauth_state.put_client(conn, client_id, answer)
     return answer
+
+
+def registered_on(client_id: object) -> str | None:
+    """The host of a fleet a registered client id names (None: a single server's, or a metadata document)."""
+    if not isinstance(client_id, str) or not client_id.startswith(CLIENT_PREFIX):
+        return None
+    host, dot, _ = client_id.removeprefix(CLIENT_PREFIX).partition(".")
+    return host if dot else None
 
 
 def client_of(vault: Vault, client_id: object, loopback: bool) -> Client:
@@ -171,10 +188,11 @@ def authorization_request(
     }, client
 
 
-def pending(vault: Vault, request: dict[str, Any]) -> str:
+def pending(vault: Vault, request: dict[str, Any], host: str | None = None) -> str:
     """File a consent page's request under a fresh nonce, which the page's form carries: the form answers this
-    request and no other, once (the page's defence against a form posted from elsewhere)."""
-    nonce = oauth_codes.new_code()
+    request and no other, once (the page's defence against a form posted from elsewhere). On a host of a
+    fleet (``host``), the nonce names it, so the form is answered here whichever host it reaches."""
+    nonce = oauth_codes.new_code(host)
     with oauth_state.opened(vault.data_dir) as conn:
         oauth_state.put_request(conn, oauth_codes.code_id(nonce), request)
     return nonce
@@ -189,6 +207,37 @@ def take_pending(vault: Vault, nonce: object) -> dict[str, Any]:
     if found is None:
         raise Malformed(
             "This consent form has expired or was sent already; ask the host to connect again.", code="consent.expired"
+        )
+    return found
+
+
+REQUEST_FIELDS = ("client_id", "client_name", "redirect_uri", "state", "challenge", "resource", "memory", "scope")
+
+
+def forwarded_request(text: object) -> dict[str, Any]:
+    """A checked authorization request as another host of the fleet sent it on with the owner's approval
+    (``fleet_request``, the JSON of :func:`authorization_request`'s). It gives no power of its own: only
+    the owner token with it mints anything, as on the page, and it can name no more than POST /grants
+    could; its redirect URI and challenge are checked again, so the answer is a redirect like any."""
+    try:
+        found = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        found = None
+    if (
+        not isinstance(found, dict)
+        or set(found) != set(REQUEST_FIELDS)
+        or not all(v is None or isinstance(v, str) for v in found.values())
+        or not isinstance(found["client_id"], str)
+        or not isinstance(found["redirect_uri"], str)
+        or not valid_redirect(found["redirect_uri"])
+        or not oauth_codes.is_challenge(found["challenge"])
+        or (found["memory"] is not None and not valid_name(found["memory"]))
+        or found["scope"] not in (None, *SCOPES)
+    ):
+        raise Malformed(
+            "fleet_request is not a consent request another host of the fleet checked; open the consent page "
+            "again from the host.",
+            code="fleet.bad_hop",
         )
     return found
 
@@ -219,9 +268,11 @@ def approve(
     address: str,
     limits: Limits,
     code_seconds: int,
+    fleet: bool = False,
 ) -> str:
     """The owner's approval: a capability minted on ``memory`` as POST /grants mints one (its audit event
-    too), a code for it, and where to send the host with the code."""
+    too), a code for it, and where to send the host with the code. On a host of a fleet (``fleet``), the
+    code names its user's shard, whose host this is: any host sends its exchange here."""
     if scope not in SCOPES:
         raise Invalid("Pick read, append or full.", code="consent.bad_choice")
     if expiry not in EXPIRIES:
@@ -249,7 +300,7 @@ def approve(
         memory,
     )
     minted = done.body
-    code = oauth_codes.new_code()
+    code = oauth_codes.new_code(minted["user"][:1] if fleet else None)
     approval = {
         "client_id": request["client_id"],
         "redirect_uri": request["redirect_uri"],

@@ -24,6 +24,7 @@ from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.errors import NotFound, StashError
+from ..fleet.forward import Fleet
 from ..service import oauth, words_scan
 from ..service.access import Vault
 from . import pages, plaintext, tracelog
@@ -252,6 +253,8 @@ def create_app(settings: Settings, *, owns_process: bool = False) -> Starlette:
     app.state.owns_process = owns_process
     app.state.shares = Shares(settings.user_concurrency, settings.user_slow, settings.slow_slots)
     app.state.proxies = TrustedProxies(settings.trusted_proxies)
+    # A host of a fleet: the OAuth steps that carry no token are sent on to the host that keeps their state.
+    app.state.fleet = None if settings.fleet_host is None else Fleet(Path(settings.data_dir), settings.fleet_host)
     app.add_middleware(Guard, metrics=metrics)
     return app
 

@@ -178,6 +178,14 @@ CODES: dict[str, Code] = {
     "consent.expired": Code(400, "the consent form's nonce is unknown, used or over 10 minutes old"),
     "consent.bad_origin": Code(403, "the consent form was posted from another origin than this server's"),
     "consent.bad_choice": Code(422, "the consent form's memory, scope or duration is not one it offers"),
+    "fleet.unreachable": Code(
+        503,
+        "a host of the fleet that keeps this OAuth step's client, consent form, or user and code is not answering",
+    ),
+    "fleet.bad_hop": Code(
+        400,
+        "`fleet_request` sent by other than a host of the fleet (without the marker only hosts set), or malformed",
+    ),
     "route.unknown": Code(404, "no such route"),
     "method_not_allowed": Code(405, "the route does not take that method"),
     "rate_limited": Code(429, "too many failures or mints from this address; see `Retry-After`"),

@@ -101,15 +101,16 @@ def html_refusal(request: Request, err: StashError) -> Response:
 
 def oauth_refusal(request: Request, err: StashError) -> Response:
     """A refusal as OAuth writes it (RFC 6749, 5.2; RFC 7591, 3.2.2): ``error`` is the name OAuth gives it
-    (an ``oauth.*`` code's own, else invalid_request, or server_error for a failure of the server)."""
+    (an ``oauth.*`` code's own, else invalid_request, temporarily_unavailable for a wait (429, 503: a full
+    disk, a host of the fleet not answering), or server_error for a failure of the server)."""
     if err.code.startswith("oauth."):
         error = err.code.removeprefix("oauth.")
     else:
         error = (
-            "server_error"
+            "temporarily_unavailable"
+            if err.status in (429, 503)
+            else "server_error"
             if err.status >= 500
-            else "temporarily_unavailable"
-            if err.status == 429
             else "invalid_request"
         )
     headers = {**NO_STORE, "Stash-Error": err.code}

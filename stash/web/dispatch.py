@@ -29,10 +29,11 @@ from starlette.responses import Response
 from ..core.errors import Forbidden, Invalid, Malformed, StashError, TooMany, Unauthorized
 from ..crypto import tokens
 from ..crypto.chain import Head
+from ..fleet.forward import Fleet
 from ..service import idempotency, operation
 from ..service.access import unknown_memory, valid_name
 from ..service.operation import Effects, Event, Limits
-from . import pages, plaintext, stopping
+from . import hop, pages, plaintext, stopping
 from .codes import CODES
 from .errors import error_response
 from .fields import SECURED, Fields, Special
@@ -133,6 +134,21 @@ class Call:
             return None
         scheme, _, rest = referer.partition("://")
         return f"{scheme}://{rest.split('/', 1)[0]}" if rest else None
+
+    @property
+    def fleet(self) -> Fleet | None:
+        """This host's fleet (``--fleet-host``; its placement may be none yet), None for a single server."""
+        fleet: Fleet | None = self._request.app.state.fleet
+        return fleet
+
+    @property
+    def hopped(self) -> bool:
+        """Another host of the fleet sent this request on: answer it here, never send it on again."""
+        return hop.hopped(self._request)
+
+    async def forward(self, fleet: Fleet, address: str, body: bytes, unreachable: str) -> Response:
+        """This request sent on to the fleet's host at ``address`` with ``body``, and its answer whole."""
+        return await hop.forward(self._request, fleet, address, body, unreachable)
 
     @property
     def routes(self) -> list[RouteSpec]:

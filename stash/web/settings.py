@@ -198,7 +198,8 @@ class Settings:
         None,
         "this host's name in the placement's hosts (with --placement)",
         metavar="NAME",
-        doc="this host's name among the placement's `hosts`; required with `--placement`, and only with it",
+        doc="this host's name among the placement's `hosts`; required with `--placement`, and only with it. An MCP "
+        "host's OAuth steps (which carry no token) that reach this host but belong to another are sent on to it",
     )
     max_body: int = option(
         "--max-body",

@@ -286,3 +286,25 @@ def registrations_are_limited(api: Api) -> None:
     resp = api.post("/register", json={"redirect_uris": [REDIRECT]})
     assert oauth_error(resp, 429, "temporarily_unavailable") and int(resp.headers["retry-after"]) > 0
     assert_error(api.get("/wake", "not-a-token"), 401)  # other routes are not the registration limit's
+
+
+def test_a_fleet_hosts_names_are_bound_into_what_they_name(data_dir: Path) -> None:
+    """On a host of a fleet the client id names the host, the nonce the host, the code its user's shard
+    (what any host sends each step on by); the name is part of the code, so a code renamed to travel to
+    another shard is an unknown code there and here, and the code as given still works."""
+    api = Api(create_app(make_settings(data_dir, public_url=PUBLIC, fleet_host="a")))
+    try:
+        owner = api.init()["token"]
+        reg = register(api)
+        assert reg["client_id"].startswith("stash-client-a.")
+        verifier, challenge = pkce()
+        page = authorize(api, reg["client_id"], challenge)
+        assert nonce_of(page.text).startswith("a.")
+        code = code_of(answer(api, nonce_of(page.text), owner, PUBLIC))
+        digit = owner.split("_")[1][0]
+        assert code.startswith(f"{digit}.")
+        other = "0" if digit != "0" else "1"
+        oauth_error(exchange(api, other + code[1:], verifier, reg["client_id"]), 400, "invalid_grant")
+        assert exchange(api, code, verifier, reg["client_id"]).status_code == 200
+    finally:
+        api.close()

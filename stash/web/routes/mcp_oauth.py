@@ -156,7 +156,7 @@ AUTHORIZE_FIELDS = Fields(
     ),
     form=True,
 )
-_CONSENT_CODES = ("oauth.invalid_request", "oauth.invalid_client", "oauth.invalid_redirect_uri")
+_CONSENT_CODES = ("oauth.invalid_request", "oauth.invalid_client", "oauth.invalid_redirect_uri", "fleet.unreachable")
 
 
 @route(
@@ -196,6 +196,12 @@ CONSENT_FIELDS = Fields(
         Field("memory", string(), "the memory (default `main`; fixed when the host asked for /m/{name}/mcp)"),
         Field("scope", {"enum": ["read", "append", "full"]}, "what the host may do"),
         Field("expires", {"enum": ["never", "1d", "30d", "1y"]}, "how long the capability lasts"),
+        Field(
+            "fleet_request",
+            string(),
+            "between hosts of a fleet only: the consent request the host that showed the page checked, sent on "
+            "with the approval to the host of the owner's shard",
+        ),
     ),
     form=True,
 )
@@ -229,6 +235,8 @@ CONSENT_FIELDS = Fields(
         "grants.busy",
         "store.unreadable",
         "store.damaged",
+        "fleet.unreachable",
+        "fleet.bad_hop",
     ),
     description="The consent form posted. Approved, it mints a capability of the scope chosen on the "
     "memory chosen (its label the host's name, its audit event a mint, as POST /grants) and "
@@ -269,7 +277,7 @@ TOKEN_FIELDS = Fields(
         },
         required=["access_token", "token_type", "scope"],
     ),
-    errors=("oauth.invalid_grant", "oauth.unsupported_grant_type", "store.unreadable"),
+    errors=("oauth.invalid_grant", "oauth.unsupported_grant_type", "store.unreadable", "fleet.unreachable"),
     description="The code exchange (authorization code with PKCE S256). The code is taken once: redeemed "
     "twice, or with another client, redirect URI or a wrong verifier, it is refused and its "
     "capability withdrawn. The token is taken out of the shared state and nothing of it is "

@@ -45,7 +45,7 @@ def authorize(client: Any, client_id: str, challenge: str | None, redirect: str 
 
 
 def nonce_of(page: str) -> str:
-    found = re.search(r'name="nonce" value="([A-Za-z0-9_-]{43})"', page)
+    found = re.search(r'name="nonce" value="((?:[a-z0-9_-]+\.)?[A-Za-z0-9_-]{43})"', page)  # a fleet's names its host
     assert found, page[:2000]
     return found.group(1)
 
