@@ -34,7 +34,7 @@ from stash.fleet.forward import HOP
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.fleet import caddy_with_admin, placement_doc
 from tests.support.mcp.oauth import FORM, REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce, register
-from tests.support.server import Http, Server, free_port, start_server
+from tests.support.server import Http, Server, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -66,17 +66,29 @@ def wait_for(what: str, done: Callable[[], bool]) -> None:
 
 
 def start_fleet(tmp: Path, shards: dict[str, str], admin: str = "127.0.0.1:2019") -> Fleet:
-    """One `stash serve --fleet-host NAME` per host, minting only its shard's ids, the placement written
-    into each data folder (placement.json), and one owner on each host."""
+    """One `stash serve --placement FILE --fleet-host NAME` per host, each holding one shard and
+    replicating to a folder of its own, and one owner on each host."""
     servers: dict[str, Server] = {}
+    ports = {name: free_port() for name in shards}
+    doc = placement_doc(
+        ports,
+        [(d, n) for n, d in shards.items()],
+        admin=admin,
+        replicas={n: str(tmp / "replicas" / n) for n in shards},
+    )
+    placement = pl.parse(doc)
+    file = tmp / "placement.json"
+    tmp.mkdir(parents=True, exist_ok=True)
+    pl.write(file, placement)
     try:
-        for name, digits in shards.items():
-            prefixes = [f"--user-id-prefix={d}" for d in pl.digits_of(digits)]
-            servers[name] = start_server(tmp / name, "--fleet-host", name, *prefixes, *CHEAP_KDF_FLAGS)
-        doc = placement_doc({n: s.port for n, s in servers.items()}, [(d, n) for n, d in shards.items()], admin=admin)
-        placement = pl.parse(doc)
-        for srv in servers.values():
-            pl.write(srv.data / "placement.json", placement)
+        for name in shards:
+            (tmp / name).mkdir()
+            servers[name] = Server(
+                data=tmp / name / "data",
+                log=tmp / name / "server.log",
+                extra=["--placement", str(file), "--fleet-host", name, *CHEAP_KDF_FLAGS],
+                port=ports[name],
+            ).start(same_port=True)
     except BaseException:
         for srv in servers.values():
             srv.stop()
