@@ -39,6 +39,7 @@ from tests.support.fleet_drill import (
     wait_restorable,
 )
 from tests.support.installed import child_env
+from tests.support.mcp.oauth import approved_code, exchange
 from tests.support.seaweedfs import SeaweedFS
 from tests.support.server import CLI_TIMEOUT, OUTSIDE
 from tests.support.tcp_proxy import TcpProxy
@@ -86,6 +87,13 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
     assert client.post("/memories", json={"name": "bravo"}, headers=auth).status_code == 201
     assert client.post("/m/bravo/note", json={"text": "bravo's first note"}, headers=auth).status_code == 200
 
+    # An MCP host connects by OAuth through the router: every step without a token, on any host.
+    code, verifier, registered = approved_code(client, owner, url)
+    exchanged = exchange(client, code, verifier, registered["client_id"])
+    assert exchanged.status_code == 200, exchanged.text
+    mcp_host = {"Authorization": f"Bearer {exchanged.json()['access_token']}"}
+    assert client.get("/config", headers=mcp_host).status_code == 200
+
     tokens = {f"{shard}#{i}": tok for shard, toks in users.items() for i, tok in enumerate(toks)}
     agents = Agents(url, tokens)
     agents.wait(5)
@@ -125,6 +133,8 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
     # The revocation and the erasure hold on the new host.
     assert client.get("/config", headers={"Authorization": f"Bearer {grant['token']}"}).status_code == 401
     assert "a secret to erase" not in texts(client, owner)
+    # The MCP host's token, minted by OAuth on the dead host, opens the memory on the new one.
+    assert client.get("/config", headers=mcp_host).status_code == 200
     # The other shard never paused more than 2 s.
     for label in tokens:
         if label.startswith("8-f"):
