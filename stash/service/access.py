@@ -363,6 +363,10 @@ class Vault:
             # Its writes must stop before the last sync of the move; reads stop with them, for a few seconds.
             raise Moving(MOVING, MOVING_WAIT_S)
 
+    def replicating(self) -> bool:
+        """Whether this host of a fleet replicates now: while it holds a shard."""
+        return self.placed is not None and bool(self.placed.held())
+
     def drained(self) -> dict[str, Any] | None:
         """The shards this host finished draining for a move (None: none draining)."""
         return self.placed.drained() if self.placed is not None else None

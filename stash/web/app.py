@@ -240,7 +240,9 @@ def create_app(settings: Settings, *, owns_process: bool = False) -> Starlette:
         placed = Adopted(Path(settings.data_dir), settings.fleet_host)
     vault = Vault(Path(settings.data_dir), settings.kdf, settings.file_cipher, settings.id_prefixes, placed=placed)
     words_scan.use_index(settings.word_index == "on")
-    metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1, replicating=settings.replicate is not None)
+    # A host of a fleet replicates while the placement gives it a shard: a standby starts when a failover gives it one.
+    replicating = vault.replicating if placed is not None else settings.replicate is not None
+    metrics = Metrics(Path(settings.data_dir), shared=settings.workers > 1, replicating=replicating)
     routes = [Route(r.path, r.endpoint, methods=[r.method], name=f"{r.method} {r.path}") for r in ROUTES]
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found}, lifespan=lifespan)
     app.router.redirect_slashes = False  # no route ends in "/": a trailing slash is 404, not a redirect

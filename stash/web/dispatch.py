@@ -31,7 +31,7 @@ from ..crypto import tokens
 from ..crypto.chain import Head
 from ..fleet.forward import Fleet
 from ..service import idempotency, operation
-from ..service.access import unknown_memory, valid_name
+from ..service.access import Vault, unknown_memory, valid_name
 from ..service.operation import Effects, Event, Limits
 from . import hop, pages, plaintext, stopping
 from .codes import CODES
@@ -158,6 +158,10 @@ class Call:
 
     @property
     def replicating(self) -> bool:
+        """Whether this host replicates now (a host of a fleet: while it holds a shard)."""
+        vault: Vault = self.vault
+        if vault.placed is not None:
+            return vault.replicating()
         return self.settings.replicate is not None
 
     def page_address(self, public_url: str | None = None) -> str:

@@ -19,7 +19,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
@@ -167,12 +167,15 @@ class _Replication(Collector):
     itself (service/ops/replication_status.py), read at each scrape. Counts and
     seconds only, never a user or a path."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, active: Callable[[], bool] = lambda: True) -> None:
         self._data_dir = data_dir
+        self._active = active  # a host of a fleet replicates only while it holds a shard
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from ..service.ops import replication_status as rs
 
+        if not self._active():
+            return
         status = rs.read(self._data_dir)
         healthy = rs.problem(status) is None
         yield GaugeMetricFamily(
@@ -213,9 +216,16 @@ class Metrics:
     """One server process's metrics; ``shared`` when it is one of several
     workers writing prometheus_client's multiprocess files."""
 
-    def __init__(self, data_dir: Path | None = None, *, shared: bool = False, replicating: bool = False) -> None:
+    def __init__(
+        self,
+        data_dir: Path | None = None,
+        *,
+        shared: bool = False,
+        replicating: bool | Callable[[], bool] = False,
+    ) -> None:
         self._data_dir = data_dir
-        self._replication = _Replication(data_dir) if replicating and data_dir is not None else None
+        active = replicating if callable(replicating) else (lambda: True)
+        self._replication = _Replication(data_dir, active) if replicating and data_dir is not None else None
         self._folder: str | None = os.environ.get(MULTIPROC_ENV) if shared else None
         if shared and not (self._folder and os.path.isdir(self._folder)):
             raise RuntimeError("several workers count into PROMETHEUS_MULTIPROC_DIR, which stash serve sets")

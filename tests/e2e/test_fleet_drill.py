@@ -40,8 +40,9 @@ from tests.support.fleet_drill import (
 )
 from tests.support.installed import child_env
 from tests.support.mcp.oauth import approved_code, exchange
+from tests.support.ops.replication import wait_for
 from tests.support.seaweedfs import SeaweedFS
-from tests.support.server import CLI_TIMEOUT, OUTSIDE
+from tests.support.server import CLI_TIMEOUT, OUTSIDE, Server
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.slow
@@ -148,6 +149,9 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
     first_search = time.monotonic() - t0
     assert found.status_code == 200 and found.json()["matches"], found.text
 
+    # The standby, holding a shard now, reports its replication like any replicated host.
+    assert wait_for(lambda: "stash_replication_litestream_up 1.0" in metrics_of(hosts["c"]), timeout=20)
+    assert wait_for(lambda: httpx.get(f"{hosts['c'].url}/health?ready=1", trust_env=False).status_code == 200)
     # The new host ships every user of the shard under its new path: a restore from there brings them all.
     check = hosts["c"].data.parent / "check"
     shipped = wait_restorable(
@@ -232,3 +236,7 @@ def test_a_failover_retries_while_the_bucket_is_cut_then_refuses_and_changes_not
             proxy.restore()
     assert child.wait(timeout=CLI_TIMEOUT) == 0, "".join(said)
     assert "kept through the outage" in texts(client, token)
+
+
+def metrics_of(server: Server) -> str:
+    return httpx.get(f"{server.url}/metrics", timeout=5.0, trust_env=False).text
