@@ -194,6 +194,9 @@ BUSY_WAIT_MAX = 10.0  # seconds: a longer Retry-After is reported instead of wai
 # epoch while the request opened the memory. Resent like a busy refusal, after a short pause.
 REDO_CODES = ("store.rekeyed",)
 REDO_WAIT = 0.2
+# A fleet's shard moving to another host (503 fleet.moving): nothing was done, and the move takes seconds.
+MOVING_CODE = "fleet.moving"
+MOVING_RETRIES = 15
 _DATED = re.compile(r"(?:#\d+\s+)?(\d{4}-\d{2}-\d{2})\s+(.*)")
 
 
@@ -660,7 +663,7 @@ class Api:
                 break
             except _Busy as b:
                 # Refused before anything was done: wait as told, then the same request again.
-                if busy == BUSY_RETRIES or b.wait > BUSY_WAIT_MAX:
+                if busy >= b.resends or b.wait > BUSY_WAIT_MAX:
                     raise b.error from None
                 busy += 1
                 time.sleep(b.wait * (1 + random.random() / 4))
@@ -696,7 +699,10 @@ class Api:
                 return data
         except urllib.error.HTTPError as err:
             if err.code in RETRY_STATUSES:
-                raise _Lost(self._refusal(err)) from None
+                lost = self._refusal(err)
+                if lost.code == MOVING_CODE:
+                    raise _Busy(lost, _retry_after(err.headers.get("Retry-After")), MOVING_RETRIES) from None
+                raise _Lost(lost) from None
             error = self._refusal(err)
             if err.code == 429 and error.code.startswith("busy."):
                 raise _Busy(error, _retry_after(err.headers.get("Retry-After"))) from None
@@ -768,10 +774,11 @@ class _Busy(Exception):
     nothing was done, so the same request is sent again after ``wait``
     seconds."""
 
-    def __init__(self, error: StashError, wait: float) -> None:
+    def __init__(self, error: StashError, wait: float, resends: int = BUSY_RETRIES) -> None:
         super().__init__(error.message)
         self.error = error
         self.wait = wait
+        self.resends = resends
 
 
 class _Lost(Exception):

@@ -66,3 +66,58 @@ def test_a_rekeyed_refusal_that_keeps_coming_is_reported() -> None:
     assert refused.value.code == "store.rekeyed" and "retry it" in refused.value.message
     assert client.refused(refused.value).code == client.REFUSED
     assert len(seen) == 1 + client.BUSY_RETRIES
+
+
+MOVING = {
+    "error": "fleet.moving",
+    "message": "This user's shard is moving to another host of the fleet; nothing was done.",
+}
+
+
+def serve_moving(refusals: int) -> tuple[HTTPServer, list[str]]:
+    """A host whose shard is moving: 503 fleet.moving with Retry-After 0 for the first ``refusals`` requests."""
+    seen: list[str] = []
+
+    class Peer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            status, body = (503, MOVING) if len(seen) <= refusals else (200, {"WAKE_LINES": 50})
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if status == 503:
+                self.send_header("Retry-After", "0")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Peer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, seen
+
+
+def test_a_read_refused_while_its_shard_moves_is_sent_again_as_the_host_says() -> None:
+    """A read is no keyed write, yet a shard's move (nothing done, Retry-After) is waited out, more
+    times than a busy slot is, since a move takes seconds."""
+    server, seen = serve_moving(refusals=client.BUSY_RETRIES + 2)
+    try:
+        mem = client.Stash(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49, pin=False)
+        assert mem.request("GET", "/config") == {"WAKE_LINES": 50}
+    finally:
+        server.shutdown()
+    assert seen == ["/config"] * (client.BUSY_RETRIES + 3)
+
+
+def test_a_move_that_outlasts_the_resends_is_reported() -> None:
+    server, seen = serve_moving(refusals=1000)
+    try:
+        mem = client.Stash(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49, pin=False)
+        with pytest.raises(client.ServerError) as refused:
+            mem.request("GET", "/config")
+    finally:
+        server.shutdown()
+    assert refused.value.code == "fleet.moving"
+    assert len(seen) == 1 + client.MOVING_RETRIES
