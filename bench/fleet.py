@@ -142,6 +142,15 @@ def replication_lag(
     return lags, missed
 
 
+def wait_more(agents: Agents, n: int) -> None:
+    """Until every agent has ``n`` more notes acknowledged than now (its shard is served)."""
+    wanted = {u: len(a) + n for u, a in agents.acked.items()}
+    deadline = time.monotonic() + SHIP_TIMEOUT_S
+    while any(len(agents.acked[u]) < k for u, k in wanted.items()):
+        assert time.monotonic() < deadline, {u: len(a) for u, a in agents.acked.items()}
+        time.sleep(POLL_S)
+
+
 def lost_notes(client: httpx.Client, agents: Agents, tokens: dict[str, str], before: float | None) -> int:
     """Notes the agents had acknowledged (before ``before``, if given) that are not served."""
     lost = 0
@@ -240,7 +249,7 @@ def one_run(args: argparse.Namespace, tmp: Path, seaweedfs: SeaweedFS) -> dict[s
                 f"command done in {said(done.stdout, DONE)} s ({failover_s:.1f} s from the kill)"
             )
             out["recovery"] = f"{first[0] - killed:.1f} s"
-            agents.wait(max(len(v) for v in agents.acked.values()) + 3)
+            wait_more(agents, 3)
             agents.halt()
             out["pause_failover"] = f"{max(longest_pause(agents.answers[u], killed, first[0]) for u in agent_b):.2f} s"
 
@@ -281,7 +290,7 @@ def one_run(args: argparse.Namespace, tmp: Path, seaweedfs: SeaweedFS) -> dict[s
             move_s = time.monotonic() - t0
             assert moved.returncode == 0, moved.stdout + moved.stderr
             print("  " + moved.stdout.strip().replace("\n", "\n  "), flush=True)
-            agents.wait(max(len(v) for v in agents.acked.values()) + 3)
+            wait_more(agents, 3)
             agents.halt()
             out["move"] = (
                 f"{move_s:.1f} s for {said(moved.stdout, RESTORED)} users (restored and checked in "
