@@ -48,7 +48,9 @@ class Fleet:
 
 
 @contextmanager
-def running_fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy, *, workers: int = 1) -> Iterator[Fleet]:
+def running_fleet(
+    tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy, *, workers: int = 1, interval: str = f"{INTERVAL_MS}ms"
+) -> Iterator[Fleet]:
     bucket = seaweedfs.bucket("fleet")
     root = seaweedfs.url(bucket, "fleet", endpoint=proxy.endpoint)
     ports = {name: free_port() for name in ("a", "b", "c")}
@@ -68,7 +70,7 @@ def running_fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy, *, work
         )
         file = tmp_path / "placement.json"
         places.write(file, p)
-        env = {**credentials(), "STASH_REPLICATE_INTERVAL": f"{INTERVAL_MS}ms"}
+        env = {**credentials(), "STASH_REPLICATE_INTERVAL": interval}
         hosts = {
             name: Server(
                 data=tmp_path / name / "data",

@@ -161,10 +161,11 @@ class SeaweedFS:
         """The ``s3://`` replica URL of ``path`` in ``bucket``, through ``endpoint`` (default: the gateway)."""
         return f"s3://{bucket}/{path.strip('/')}?endpoint={endpoint or self.endpoint}"
 
-    def keys(self, bucket: str) -> list[str]:
-        """Every object's key in ``bucket``, read from the filer (not through S3)."""
+    def keys(self, bucket: str, under: str = "") -> list[str]:
+        """Every object's key in ``bucket`` (under the folder ``under``), read
+        from the filer (not through S3)."""
         out: list[str] = []
-        folders = [""]
+        folders = [f"{under.strip('/')}/" if under.strip("/") else ""]
         with httpx.Client(timeout=10.0, headers={"Accept": "application/json"}) as client:
             while folders:
                 folder = folders.pop()
