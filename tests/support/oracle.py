@@ -66,7 +66,12 @@ def _spec_cover(T: int, budget: int) -> tuple[tuple[int, int], ...]:
     if T <= budget:  # step 1 (T == 0 gives ())
         return tuple((i, i + 1) for i in range(T))
     lo, hi = 0.0, 1.0  # step 3
+    # The tile changes only where a block's size equals a * (T - lo'), at a = size / (T - lo') with T - lo'
+    # at most T: two such values differ by at least 1 / T², so once hi - lo is under that, no value lies
+    # between the two ends but the least a that fits, and bisecting on would pick the same tile.
     for _ in range(60):
+        if hi - lo < 1 / (T * T):
+            break
         mid = (lo + hi) / 2
         if len(spec_tile(T, mid)) > budget:
             lo = mid
