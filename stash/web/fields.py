@@ -250,6 +250,7 @@ def error_codes(route: Any) -> dict[int, list[str]]:
         add(
             "auth.invalid",
             "fleet.elsewhere",
+            "fleet.moving",
             "rate_limited",
             "request.bad_pin",
             "store.pin_mismatch",
@@ -267,7 +268,15 @@ def error_codes(route: Any) -> dict[int, list[str]]:
     if route.scope in ("append", "full", "owner"):
         add("auth.scope")
     if route.scope == "capability":  # the token's liveness, checked before the protocol's code runs
-        add("auth.invalid", "fleet.elsewhere", "rate_limited", "store.damaged", "store.missing", "store.unreadable")
+        add(
+            "auth.invalid",
+            "fleet.elsewhere",
+            "fleet.moving",
+            "rate_limited",
+            "store.damaged",
+            "store.missing",
+            "store.unreadable",
+        )
     if route.scope in (*SECURED, "capability") and (
         getattr(route, "under", False) or getattr(route, "memory_from", None) or getattr(route, "memory_of", None)
     ):

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from stash.fleet import placement as pl
 from stash.web.app import create_app
 from tests.support.api import Api, assert_error, make_settings
+from tests.support.fleet import placement_doc
 from tests.support.mcp.oauth import (
     REDIRECT,
     answer,
@@ -292,6 +294,9 @@ def test_a_fleet_hosts_names_are_bound_into_what_they_name(data_dir: Path) -> No
     """On a host of a fleet the client id names the host, the nonce the host, the code its user's shard
     (what any host sends each step on by); the name is part of the code, so a code renamed to travel to
     another shard is an unknown code there and here, and the code as given still works."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # Host a's adopted placement: every shard is a's.
+    pl.write(data_dir / "placement.json", pl.parse(placement_doc({"a": 8080}, [("0-f", "a")])))
     api = Api(create_app(make_settings(data_dir, public_url=PUBLIC, fleet_host="a")))
     try:
         owner = api.init()["token"]
