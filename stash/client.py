@@ -120,7 +120,7 @@ __all__ = [
 
 # The verbs of the installed package that this one file lacks (stash/cli/main.py's HOST_VERBS): named so
 # that asking the one file for one says where it is instead of "invalid choice".
-PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "migrate", "compact", "mcp")
+PACKAGE_VERBS = ("serve", "backup", "verify", "replicate", "restore", "migrate", "compact", "mcp", "fleet")
 
 VERBS = {
     "init": "mint a new identity on URL, with its first memory, main: prints the two export lines (its token "

@@ -136,7 +136,12 @@ def move(
             )
         say(f"{source} could not ship the shard's last writes (is the bucket reachable?); draining again")
     say(f"{source} drained shard {digits}: its writes are in the replica")
-    return _give(placement_file, now, digits, dest, data_dir, attempts, say, started)
+    done = _give(placement_file, now, digits, dest, data_dir, attempts, say, started)
+    try:  # the source lets go: it serves none of the shard from now on
+        _adopted(done.placement, source)
+    except FleetError as e:
+        say(f"the shard is on {dest}, but {e}")
+    return done
 
 
 def _current(placement_file: Path, data_dir: Path) -> Placement:
@@ -303,8 +308,8 @@ def _wait_for(address: str, host: str, ok: Callable[[dict[str, object]], bool], 
     )
 
 
-def _settle(now: Placement, host: str, say: Say) -> None:
-    """Wait for ``host`` to serve ``now``'s epoch, then give the router ``now``."""
+def _adopted(now: Placement, host: str) -> None:
+    """Wait for ``host`` to serve by ``now``'s epoch (or a later one)."""
     _wait_for(
         now.hosts[host],
         host,
@@ -312,6 +317,11 @@ def _settle(now: Placement, host: str, say: Say) -> None:
         ADOPT_TIMEOUT_S,
         f"adopt placement epoch {now.epoch}",
     )
+
+
+def _settle(now: Placement, host: str, say: Say) -> None:
+    """Wait for ``host`` to serve ``now``'s epoch, then give the router ``now``."""
+    _adopted(now, host)
     tls = "off" if now.router.site.startswith("http://") else "acme"
     config = router.caddyfile(now, tls=tls)
     _retry(

@@ -43,7 +43,7 @@ def test_the_server_and_clients_under_test_import_the_installed_package(tmp_path
     with server.start():
         Http(server.url).ok("GET", "/health")
     loaded = stash_files_loaded(server.log_text())
-    assert {"app", "routes", "serve"} <= {p.name.split(".")[0] for p in loaded}, len(loaded)
+    assert {"app", "agent", "serve"} <= {p.name.split(".")[0] for p in loaded}, len(loaded)
     assert [p for p in loaded if want not in p.resolve().parents] == []
     # The same recipe, asked directly; and the client as tests run it (python -m stash, in its own environment).
     assert imported_by([sys.executable], server.cwd, server.environment()) == want

@@ -315,6 +315,11 @@ NOT_RAISED_HERE = {
             "oauth.unsupported_grant_type",
         )
     },
+    **{
+        code: "a host of a fleet, which this test's single server is not (tests/e2e/test_fleet_host.py, "
+        "tests/e2e/test_fleet_drill.py, tests/e2e/test_fleet_oauth.py)"
+        for code in ("fleet.elsewhere", "fleet.moving", "fleet.unreachable", "fleet.bad_hop")
+    },
 }
 
 
