@@ -12,10 +12,7 @@ its placement: tests/deploy/test_fleet_router.py."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +21,7 @@ import httpx
 
 from tests.support.mcp.oauth import authorize, pkce, register
 from tests.support.mcp.session import Session, run_http_session
-from tests.support.ops.deploy import DEPLOY, tool
+from tests.support.ops.deploy import DEPLOY, caddy_running
 from tests.support.server import Server, free_port, start_server
 
 START_TIMEOUT = 30.0
@@ -52,42 +49,16 @@ def render(name: str, upstreams: dict[str, int]) -> str:
 @contextmanager
 def caddy(config: str, tmp: Path, port: int | None = None) -> Iterator[str]:
     port = port or free_port()
-    path = tmp / "Caddyfile"
-    path.write_text(config.replace("{PORT}", str(port)), encoding="utf-8")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp),
-        "XDG_DATA_HOME": str(tmp / "data"),
-        "XDG_CONFIG_HOME": str(tmp / "config"),
-    }
-    log = tmp / "caddy.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [tool("caddy"), "run", "--adapter", "caddyfile", "--config", str(path)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=tmp,
-        )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
-            try:
-                if httpx.get(base + "/health", timeout=2.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
+
+    def up() -> bool:
         try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT)
+            return httpx.get(base + "/health", timeout=2.0).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    with caddy_running(config.replace("{PORT}", str(port)), tmp, up):
+        yield base
 
 
 def refused_on_mcp(resp: httpx.Response, status: int, code: str) -> None:

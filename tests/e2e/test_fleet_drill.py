@@ -226,7 +226,7 @@ def test_a_failover_retries_while_the_bucket_is_cut_then_refuses_and_changes_not
         stderr=subprocess.STDOUT,
         text=True,
         cwd=OUTSIDE,
-        env=child_env(env),
+        env={**child_env(), **env},
     )
     assert child.stdout is not None
     said = []

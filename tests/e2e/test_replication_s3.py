@@ -26,7 +26,7 @@ from tests.support.installed import child_env
 from tests.support.ops.backup import log_of
 from tests.support.ops.replication import metric, ready, wait_for
 from tests.support.seaweedfs import SeaweedFS, credentials
-from tests.support.server import CLI_TIMEOUT, Http, Server
+from tests.support.server import CLI_TIMEOUT, Http, Server, stash
 from tests.support.tcp_proxy import TcpProxy
 
 INTERVAL = "100ms"
@@ -78,17 +78,6 @@ def wait_shipped(data: Path, replica: Replica) -> None:
         lambda: all(0 < written(data, rel) <= replica.shipped(rel) for rel in replicated_files(data)),
         timeout=SHIP_TIMEOUT_S,
         pause=0.1,
-    )
-
-
-def stash(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stash", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        env={**child_env(), **env},
-        check=False,
     )
 
 

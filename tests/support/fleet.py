@@ -4,9 +4,6 @@ only through that endpoint (as `stash fleet` configures the fleet's)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.ops.deploy import tool
+from tests.support.ops.deploy import caddy_running
 from tests.support.server import free_port
 
 START_TIMEOUT = 30.0
@@ -53,40 +50,12 @@ def caddy_with_admin(tmp: Path) -> Iterator[str]:
     """A Caddy whose only configuration is its admin endpoint on a free
     loopback port (its address, host:port, is yielded); stopped at exit."""
     admin = f"127.0.0.1:{free_port()}"
-    folder = tmp / "caddy"
-    folder.mkdir(parents=True, exist_ok=True)
-    config = folder / "Caddyfile"
-    config.write_text(f"{{\n\tadmin {admin}\n}}\n", encoding="utf-8")
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(folder),
-        "XDG_DATA_HOME": str(folder / "data"),
-        "XDG_CONFIG_HOME": str(folder / "config"),
-    }
-    log = folder / "caddy.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [tool("caddy"), "run", "--adapter", "caddyfile", "--config", str(config)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=folder,
-        )
-    try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
-            try:
-                if httpx.get(f"http://{admin}/config/", timeout=2.0, trust_env=False).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
-        yield admin
-    finally:
-        proc.terminate()
+
+    def up() -> bool:
         try:
-            proc.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT)
+            return httpx.get(f"http://{admin}/config/", timeout=2.0, trust_env=False).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    with caddy_running(f"{{\n\tadmin {admin}\n}}\n", tmp / "caddy", up):
+        yield admin

@@ -12,7 +12,6 @@ import io
 import itertools
 import shutil
 import subprocess
-import sys
 import tarfile
 import threading
 import time
@@ -27,9 +26,8 @@ from stash.fleet import placement as places
 from stash.fleet import router
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.fleet import caddy_with_admin
-from tests.support.installed import child_env
 from tests.support.seaweedfs import SeaweedFS, credentials
-from tests.support.server import CLI_TIMEOUT, OUTSIDE, Server, free_port
+from tests.support.server import Server, free_port, stash
 from tests.support.tcp_proxy import TcpProxy
 
 INTERVAL_MS = 100
@@ -94,17 +92,6 @@ def running_fleet(
 
 def shard_of(token: str) -> str:
     return "0-7" if token.split("_")[1][0] in "01234567" else "8-f"
-
-
-def stash(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stash", *args],
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT,
-        cwd=OUTSIDE,
-        env=child_env(env),
-    )
 
 
 class Agents:

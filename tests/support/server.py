@@ -398,3 +398,16 @@ def metrics_folder(worker: int) -> Path:
     """Where a worker keeps its metrics files, from its environment."""
     env = Path(f"/proc/{worker}/environ").read_bytes().split(b"\0")
     return Path(next(v for v in env if v.startswith(b"PROMETHEUS_MULTIPROC_DIR=")).split(b"=", 1)[1].decode())
+
+
+def stash(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """One ``stash`` command of the installed package (run from outside the
+    checkout), with ``env`` over the test environment; its output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "stash", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=OUTSIDE,
+        env={**child_env(), **env},
+    )

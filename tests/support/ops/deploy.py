@@ -3,8 +3,13 @@ units name, a reader of unit files, and the tools that check them."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
@@ -53,3 +58,45 @@ def tool(name: str) -> str:
     path = shutil.which(name)
     assert path, f"{name} is not installed; .ci/run installs it (apt-get install {name})"
     return path
+
+
+CADDY_START_TIMEOUT = 30.0
+CADDY_STOP_TIMEOUT = 10.0
+
+
+@contextmanager
+def caddy_running(config: str, folder: Path, up: Callable[[], bool]) -> Iterator[subprocess.Popen[bytes]]:
+    """A real Caddy on ``config`` (a Caddyfile), in ``folder`` with an
+    environment of its own, once ``up()`` says it answers; stopped at exit."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "Caddyfile"
+    path.write_text(config, encoding="utf-8")
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(folder),
+        "XDG_DATA_HOME": str(folder / "data"),
+        "XDG_CONFIG_HOME": str(folder / "config"),
+    }
+    log = folder / "caddy.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [tool("caddy"), "run", "--adapter", "caddyfile", "--config", str(path)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=folder,
+        )
+    try:
+        deadline = time.monotonic() + CADDY_START_TIMEOUT
+        while not up():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+            time.sleep(0.05)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=CADDY_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=CADDY_STOP_TIMEOUT)
