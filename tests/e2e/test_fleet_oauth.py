@@ -25,7 +25,7 @@ import pytest
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 from pydantic import AnyUrl
 
 from stash.fleet import placement as pl
@@ -33,7 +33,18 @@ from stash.fleet import router
 from stash.fleet.forward import HOP
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.fleet import caddy_with_admin, placement_doc
-from tests.support.mcp.oauth import FORM, REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce, register
+from tests.support.mcp.oauth import (
+    FORM,
+    REDIRECT,
+    TokenMemory,
+    answer,
+    authorize,
+    code_of,
+    exchange,
+    nonce_of,
+    pkce,
+    register,
+)
 from tests.support.server import Http, Server, free_port
 
 pytestmark = pytest.mark.slow
@@ -155,26 +166,6 @@ def test_every_pairing_of_hosts_connects_a_host_whose_owner_is_on_another(fleet:
             assert wake.status_code == 200, wake.text
 
 
-class Memory:
-    """The SDK's token storage, in memory."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 @pytest.fixture(scope="module")
 def routed(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Caddy whose configuration the placement generated (its admin where this Caddy listens)."""
@@ -189,7 +180,7 @@ def sdk_connect(fleet: Fleet, listen: str, note: str) -> tuple[str, str]:
     """The `mcp` SDK's own client OAuth through the router, the owner's consent given by a person's two
     requests (the page, the form) through the router too, the owner a user of a host other than the one
     the client registered on: (the registering host, the owner's host)."""
-    store = Memory()
+    store = TokenMemory()
     chosen: list[str] = []
     location: list[str] = []
     router_http = Http(listen)

@@ -25,12 +25,12 @@ import pytest
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 from pydantic import AnyUrl
 
 from tests.e2e.browser import Chromium, desktop_page
 from tests.support.api import CHEAP_KDF_FLAGS
-from tests.support.mcp.oauth import REDIRECT, answer, authorize, code_of, exchange, nonce_of, pkce
+from tests.support.mcp.oauth import REDIRECT, TokenMemory, answer, authorize, code_of, exchange, nonce_of, pkce
 from tests.support.server import REPO, Http, Server, start_server
 
 pytestmark = pytest.mark.slow
@@ -93,26 +93,6 @@ def listener() -> Iterator[str]:
         httpd.shutdown()
 
 
-class Memory:
-    """The host's token storage, in memory."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client = client_info
-
-
 def consent_in_chromium(chrome: Chromium, url: str, owner: str, scope: str) -> list[str]:
     """The owner's part, in the browser: the page as shown, the token typed, the scope picked, Approve
     pressed with the keyboard. The page's own script is off: the form works without any."""
@@ -145,7 +125,7 @@ def test_a_host_connects_through_the_sdks_oauth_with_the_consent_in_chromium(
 ) -> None:
     http = Http(server.url)
     owner = http.init()["token"]
-    store = Memory()
+    store = TokenMemory()
     urls: list[str] = []
     consents: list[str] = []
 

@@ -14,6 +14,8 @@ import secrets
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+
 REDIRECT = "http://127.0.0.1:43117/callback"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -87,3 +89,23 @@ def approved_code(client: Any, owner: str, origin: str, **choices: str) -> tuple
     page = authorize(client, reg["client_id"], challenge)
     assert page.status_code == 200, page.text[:1000]
     return code_of(answer(client, nonce_of(page.text), owner, origin, **choices)), verifier, reg
+
+
+class TokenMemory:
+    """An MCP host's token storage for the SDK's OAuth client, in memory."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
