@@ -31,6 +31,7 @@ from stash.fleet import placement as places
 from tests.support.fleet_drill import (
     Agents,
     Fleet,
+    enrol,
     litestreams_of,
     longest_pause,
     running_fleet,
@@ -71,17 +72,7 @@ def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy) -> Iterator[Fle
 def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_writes(fleet) -> None:
     file, hosts, url, env = fleet.file, fleet.hosts, fleet.url, fleet.env
     client = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
-    # Users through the router: each /init lands on a host that mints an id of its own shards.
-    users: dict[str, list[str]] = {"0-7": [], "8-f": []}
-    deadline = time.monotonic() + 30
-    while any(len(v) < USERS_PER_SHARD for v in users.values()):
-        assert time.monotonic() < deadline, users
-        resp = client.post("/init", json={})
-        assert resp.status_code == 201, resp.text
-        token = resp.json()["token"]
-        shard = "0-7" if token.split("_")[1][0] in "01234567" else "8-f"
-        if len(users[shard]) < USERS_PER_SHARD:
-            users[shard].append(token)
+    users = enrol(client, USERS_PER_SHARD)
     owner = users["0-7"][0]
     auth = {"Authorization": f"Bearer {owner}"}
     # A second memory of the failing shard, written to as well.

@@ -40,6 +40,7 @@ class Fleet:
     hosts: dict[str, Server]
     url: str  # the router's
     env: dict[str, str]  # the S3 keys and the replication interval
+    bucket: str  # where every host's replica is, in the session's SeaweedFS
 
     def stash(self, *args: str) -> subprocess.CompletedProcess[str]:
         return stash(*args, env=self.env)
@@ -84,7 +85,7 @@ def running_fleet(
             server.start(same_port=True)
         try:
             router.load(router.caddyfile(p, tls="off"), admin)
-            yield Fleet(file, hosts, f"http://127.0.0.1:{router_port}", env)
+            yield Fleet(file, hosts, f"http://127.0.0.1:{router_port}", env, bucket)
         finally:
             for server in hosts.values():
                 server.stop()
@@ -94,12 +95,29 @@ def shard_of(token: str) -> str:
     return "0-7" if token.split("_")[1][0] in "01234567" else "8-f"
 
 
+def enrol(client: httpx.Client, per_shard: int) -> dict[str, list[str]]:
+    """``per_shard`` users of each shard, made through the router: each
+    ``/init`` lands on a host that mints an id of its own shards."""
+    users: dict[str, list[str]] = {shard: [] for shard in SHARDS}
+    deadline = time.monotonic() + 30
+    while any(len(v) < per_shard for v in users.values()):
+        assert time.monotonic() < deadline, users
+        resp = client.post("/init", json={})
+        assert resp.status_code == 201, resp.text
+        token = resp.json()["token"]
+        if len(users[shard_of(token)]) < per_shard:
+            users[shard_of(token)].append(token)
+    return users
+
+
 class Agents:
     """One thread per user noting through the router, each acknowledged note
     kept with the moment its answer came; a refused or unanswered note is sent
-    again (the router answers 502 while a host is dead, a draining host 503)."""
+    again (the router answers 502 while a host is dead, a draining host 503).
+    ``pause``: how long each waits after a note is acknowledged (0: none)."""
 
-    def __init__(self, url: str, tokens: dict[str, str]) -> None:
+    def __init__(self, url: str, tokens: dict[str, str], pause: float = 0.0) -> None:
+        self.pause = pause
         self.acked: dict[str, list[tuple[float, str]]] = {u: [] for u in tokens}
         self.answers: dict[str, list[float]] = {u: [] for u in tokens}
         self.refused: dict[str, dict[int, int]] = {u: {} for u in tokens}
@@ -123,6 +141,7 @@ class Agents:
                     self.acked[user].append((now, text))
                     self.answers[user].append(now)
                     k += 1
+                    self.stop.wait(self.pause)
                 else:
                     self.refused[user][resp.status_code] = self.refused[user].get(resp.status_code, 0) + 1
                     time.sleep(0.05)
