@@ -179,11 +179,12 @@ def _give(
     data_dir = Path(data_dir)
     incoming = data_dir / INCOMING / f"e{now.epoch + 1}"
     t0 = time.monotonic()
-    users = _retry(attempts, say, "read the replica's roster", lambda: _shard_users(target, shard, data_dir))
-    say(f"{len(users)} user(s) of shard {digits} in {shard.replica}")
-    shutil.rmtree(incoming, ignore_errors=True)
-    incoming.mkdir(parents=True, mode=0o700)
+    _clear(data_dir / INCOMING)  # what a cut run left
+    incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
+        # The roster is read in here too: the host's own roster.db (its replica's list) is not the shard's.
+        users = _retry(attempts, say, "read the replica's roster", lambda: _shard_users(target, shard, incoming))
+        say(f"{len(users)} user(s) of shard {digits} in {shard.replica}")
         _restore_all(target, users, incoming, attempts, say)
         restore_s = time.monotonic() - t0
         _move_in(users, incoming, data_dir)
@@ -194,6 +195,16 @@ def _give(
     say(f"placement epoch {after.epoch}: shard {digits} on {host}, replicating to {after.replica_of(host)}")
     _settle(after, host, say)
     return Outcome(after, users, restore_s=restore_s, took_s=time.monotonic() - started)
+
+
+def _clear(folder: Path) -> None:
+    """Empty ``folder`` of everything a cut run restored into it."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for entry in folder.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _target(url: str) -> replica.Target:
