@@ -61,7 +61,8 @@ def parser() -> argparse.ArgumentParser:
         description="Run where the standby's data folder is. Restore the shard's users from its replica into the "
         "standby's data folder, check each as stash verify does, give the standby the shard in the placement file "
         "(one epoch later, replicating under a new path), wait until the standby serves it, and switch the router "
-        "through Caddy's admin API. Run again, it finishes what a cut run left, or does nothing.",
+        "through Caddy's admin API. The first users are back before the switch, the others while the shard "
+        "serves (--restore-first). Run again, it finishes what a cut run left, or does nothing.",
     )
     _placement_arg(failover)
     failover.add_argument("--shard", required=True, metavar="DIGITS", help="the shard, as the placement writes it: 0-7")
@@ -70,6 +71,7 @@ def parser() -> argparse.ArgumentParser:
     )
     _data_arg(failover, "the standby's")
     _attempts_arg(failover)
+    _first_arg(failover)
     move = verbs.add_parser(
         "move",
         help=VERBS["move"],
@@ -83,6 +85,7 @@ def parser() -> argparse.ArgumentParser:
     move.add_argument("--to", dest="dest", required=True, metavar="HOST", help="the host that takes it")
     _data_arg(move, "the receiving host's")
     _attempts_arg(move)
+    _first_arg(move)
     return p
 
 
@@ -108,6 +111,40 @@ def _attempts_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _first(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is neither a whole number from 1 nor all")
+    return n
+
+
+def _first_arg(p: argparse.ArgumentParser) -> None:
+    from ..fleet.failover import FIRST, RESTORE_JOBS
+
+    p.add_argument(
+        "--restore-first",
+        dest="first",
+        type=_first,
+        default=FIRST,
+        metavar="N|all",
+        help=f"users restored and checked before the shard is switched (default {FIRST}); the others come back "
+        "while it serves, each answered 503 with Retry-After until it is back, a user a request asks for first. "
+        "all: every user before the switch",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=RESTORE_JOBS,
+        metavar="N",
+        help=f"users restored at once (default {RESTORE_JOBS}); each runs Litestream, so about twice this host's cores",
+    )
+
+
 def _give(args: argparse.Namespace) -> int:
     from ..fleet import failover
     from ..fleet.placement import PlacementError
@@ -119,11 +156,26 @@ def _give(args: argparse.Namespace) -> int:
     try:
         if args.verb == "failover":
             done = failover.failover(
-                Path(args.placement), args.shard, args.standby, data, attempts=max(1, args.attempts), say=say
+                Path(args.placement),
+                args.shard,
+                args.standby,
+                data,
+                attempts=max(1, args.attempts),
+                first=args.first,
+                jobs=max(1, args.jobs),
+                say=say,
             )
         else:
             done = failover.move(
-                Path(args.placement), args.shard, args.source, args.dest, data, attempts=max(1, args.attempts), say=say
+                Path(args.placement),
+                args.shard,
+                args.source,
+                args.dest,
+                data,
+                attempts=max(1, args.attempts),
+                first=args.first,
+                jobs=max(1, args.jobs),
+                say=say,
             )
     except (failover.FleetError, PlacementError) as e:
         print(f"stash fleet {args.verb}: {e}.", file=sys.stderr)
@@ -132,8 +184,8 @@ def _give(args: argparse.Namespace) -> int:
         say(f"nothing to do: placement epoch {done.placement.epoch} has it so, and the router routes by it")
     else:
         say(
-            f"done in {done.took_s:.1f} s: {len(done.users)} user(s) restored and checked in {done.restore_s:.1f} s; "
-            f"placement epoch {done.placement.epoch}"
+            f"done in {done.took_s:.1f} s: the shard served after {done.served_s:.1f} s; {len(done.users)} user(s) "
+            f"restored and checked in {done.restore_s:.1f} s; placement epoch {done.placement.epoch}"
         )
     return 0
 

@@ -5,21 +5,29 @@ Both run where the receiving host's data folder is, and follow one order,
 so that a step cut short is finished by running the command again:
 
 1. read the shard's users from its replica (the roster), retrying while the
-   bucket does not answer, and bring each back with ``stash restore``'s code
-   into ``DATA/.incoming/``: outside ``users/``, which Litestream watches
-   (its watcher picked up a restore's staging copies there, and missed a
-   user folder moved in whole);
-2. check every user as ``stash verify`` does; any failure stops here and
-   changes nothing the fleet serves;
-3. move the users into ``users/`` (the receiving host does not serve them
-   yet: the placement does not give it their shard);
-4. write the placement one epoch later with the shard on the receiving
-   host, replicating under a path no host has written (the fence). Every
-   host watches the file: the receiver serves the shard and starts
-   Litestream over its new users; a host that held the shard moves its
-   copies out of ``users/``;
-5. wait until the receiver says it serves that epoch, then switch the
-   router (Caddy's admin API).
+   bucket does not answer, and write that roster into ``DATA/.incoming/
+   <digits>/``, outside ``users/``, which Litestream watches (its watcher
+   once took a restore's staging copies there);
+2. bring back the first few users (:data:`FIRST`) there with ``stash
+   restore``'s code, each checked as ``stash verify`` checks it; any failure
+   stops here and changes nothing the fleet serves. Move them into
+   ``users/`` (the receiving host does not serve them yet: the placement
+   does not give it their shard);
+3. write the placement one epoch later with the shard on the receiving
+   host, replicating under a path no host has written (the fence), and
+   naming the replicas its other users are still read from (``restoring``).
+   Every host watches the file: the receiver serves the shard and starts
+   Litestream over its users; a host that held the shard moves its copies
+   out of ``users/``;
+4. wait until the receiver says it serves that epoch, then switch the
+   router (Caddy's admin API): the shard answers from here on;
+5. bring back the other users the same way while the shard serves, each
+   moved into ``users/`` once checked. The host answers a user not back yet
+   with 503 and ``Retry-After`` and marks it wanted, and the restore takes
+   a wanted user next, so an agent waits about one user's restore, not the
+   shard's. A user that never comes back whole keeps being answered 503, and
+   the command says which and exits 1; run again, it goes on from there;
+6. write the placement one epoch later again, with nothing left restoring.
 
 A move first *drains* the shard on the host that holds it: a placement
 epoch marks it moving, the host refuses its writes (503, retry later),
@@ -29,9 +37,11 @@ so in ``/health``; then the steps above run from its replica.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,11 +53,12 @@ from typing import TypeVar
 
 from ..service.ops import replica
 from ..storage.layout import USER_ID
+from ..storage.private_files import private_folder
 from . import placement as places
 from . import router
+from .host import ROSTER, WANTED, restore_folder
 from .placement import Placement, PlacementError
 
-INCOMING = ".incoming"
 RELEASED = "released"
 ADOPTED = "placement.json"
 # How often a step that needs the bucket (or Caddy) is tried before the
@@ -59,6 +70,9 @@ ADOPT_TIMEOUT_S = 30.0
 DRAIN_TIMEOUT_S = 45.0
 POLL_S = 0.1
 RESTORE_JOBS = 8
+# Users restored and checked before the shard is switched: the replica and its keys proven on a few, so a
+# failover that cannot work stops having changed nothing; the rest come back while the shard serves.
+FIRST = RESTORE_JOBS
 PROBE_TIMEOUT_S = 3.0
 
 
@@ -71,7 +85,8 @@ class Outcome:
     placement: Placement
     users: list[str] = field(default_factory=list)
     already: bool = False
-    restore_s: float = 0.0
+    restore_s: float = 0.0  # until every user was back
+    served_s: float = 0.0  # until the receiving host served the shard and the router sent it there
     took_s: float = 0.0
 
 
@@ -84,19 +99,31 @@ def _quiet(_: str) -> None:
 
 
 def failover(
-    placement_file: Path, digits: str, standby: str, data_dir: Path, *, attempts: int = ATTEMPTS, say: Say = _quiet
+    placement_file: Path,
+    digits: str,
+    standby: str,
+    data_dir: Path,
+    *,
+    attempts: int = ATTEMPTS,
+    first: int | None = FIRST,
+    jobs: int = RESTORE_JOBS,
+    say: Say = _quiet,
 ) -> Outcome:
     """Give shard ``digits`` to ``standby``, whose data folder is ``data_dir``,
-    from the shard's replica; the host that held it is presumed dead."""
+    from the shard's replica; the host that held it is presumed dead. The
+    first ``first`` users (None: all) are back before the switch, the others
+    while the shard serves; ``jobs`` restores run at once."""
     started = time.monotonic()
     now = _current(placement_file, data_dir)
     shard = now.shard(digits)
+    if shard.host == standby and shard.restoring:
+        return _give(placement_file, now, digits, standby, data_dir, attempts, say, started, first, jobs)
     if shard.host == standby:
         say(f"shard {digits} is on {standby} already (placement epoch {now.epoch}); checking the router")
         _settle(now, standby, say)
         return Outcome(now, already=True, took_s=time.monotonic() - started)
     now.held_by(standby)  # a host the placement knows
-    return _give(placement_file, now, digits, standby, data_dir, attempts, say, started)
+    return _give(placement_file, now, digits, standby, data_dir, attempts, say, started, first, jobs)
 
 
 def move(
@@ -107,14 +134,19 @@ def move(
     data_dir: Path,
     *,
     attempts: int = ATTEMPTS,
+    first: int | None = FIRST,
+    jobs: int = RESTORE_JOBS,
     say: Say = _quiet,
 ) -> Outcome:
     """Move shard ``digits`` from the live host ``source`` to ``dest``, whose
     data folder is ``data_dir``: drain it on ``source``, then give it to
-    ``dest`` from the replica ``source`` finished shipping."""
+    ``dest`` from the replica ``source`` finished shipping (``first`` and
+    ``jobs`` as :func:`failover` takes them)."""
     started = time.monotonic()
     now = _current(placement_file, data_dir)
     shard = now.shard(digits)
+    if shard.host == dest and shard.restoring:
+        return _give(placement_file, now, digits, dest, data_dir, attempts, say, started, first, jobs)
     if shard.host == dest and not shard.draining:
         say(f"shard {digits} is on {dest} already (placement epoch {now.epoch}); checking the router")
         _settle(now, dest, say)
@@ -136,7 +168,7 @@ def move(
             )
         say(f"{source} could not ship the shard's last writes (is the bucket reachable?); draining again")
     say(f"{source} drained shard {digits}: its writes are in the replica")
-    done = _give(placement_file, now, digits, dest, data_dir, attempts, say, started)
+    done = _give(placement_file, now, digits, dest, data_dir, attempts, say, started, first, jobs)
     try:  # the source lets go: it serves none of the shard from now on
         _adopted(done.placement, source)
     except FleetError as e:
@@ -173,38 +205,59 @@ def _give(
     attempts: int,
     say: Say,
     started: float,
+    first: int | None,
+    jobs: int,
 ) -> Outcome:
     shard = now.shard(digits)
-    target = _target(shard.replica)
     data_dir = Path(data_dir)
-    incoming = data_dir / INCOMING / f"e{now.epoch + 1}"
+    # A run cut after the switch left the shard on ``host``, restoring: finish it from the same replicas.
+    continuing = shard.host == host
+    sources = shard.restoring if continuing else (shard.replica, *shard.restoring)
+    work = restore_folder(data_dir, digits)
+    private_folder(work)
     t0 = time.monotonic()
-    _clear(data_dir / INCOMING)  # what a cut run left
-    incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        # The roster is read in here too: the host's own roster.db (its replica's list) is not the shard's.
-        users = _retry(attempts, say, "read the replica's roster", lambda: _shard_users(target, shard, incoming))
-        say(f"{len(users)} user(s) of shard {digits} in {shard.replica}")
-        _restore_all(target, users, incoming, attempts, say)
-        restore_s = time.monotonic() - t0
-        _move_in(users, incoming, data_dir)
-    finally:
-        shutil.rmtree(incoming, ignore_errors=True)
-    after = now.with_shard_on(digits, host)
-    places.write(placement_file, after)
-    say(f"placement epoch {after.epoch}: shard {digits} on {host}, replicating to {after.replica_of(host)}")
-    _settle(after, host, say)
-    return Outcome(after, users, restore_s=restore_s, took_s=time.monotonic() - started)
-
-
-def _clear(folder: Path) -> None:
-    """Empty ``folder`` of everything a cut run restored into it."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    for entry in folder.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+    targets = [_target(url) for url in sources]
+    users = _retry(attempts, say, "read the replica's roster", lambda: _roster(targets, sources, shard, work, say))
+    say(f"{len(users)} user(s) of shard {digits} in {', '.join(sources)}")
+    _write_roster(work, users)
+    home = data_dir / "users"
+    if continuing:
+        after, left = now, [u for u in users if not (home / u).exists()]
+        say(f"shard {digits} is on {host} already; restoring the {len(left)} user(s) not back yet")
+    else:
+        _set_aside(data_dir, shard)
+        batch, left = (users, []) if first is None else (users[:first], users[first:])
+        problems = _restore(targets, batch, work, attempts, jobs, say, stream=False)
+        if problems:
+            raise FleetError(
+                f"{_named(problems)} of the shard did not come back whole from the replica ({_shown(problems)}); "
+                "nothing the fleet serves was changed: run stash restore and stash verify on them to see why"
+            )
+        after = now.with_shard_on(digits, host, restoring=sources if left else ())
+        places.write(placement_file, after)
+        say(f"placement epoch {after.epoch}: shard {digits} on {host}, replicating to {after.replica_of(host)}")
+        _settle(after, host, say)
+    served_s = time.monotonic() - started
+    if left:
+        say(
+            f"shard {digits} is served by {host}; restoring its other {len(left)} user(s) while it serves (a "
+            "request for one not back yet is answered 503 with Retry-After, and puts that user first)"
+        )
+        problems = _restore(targets, left, work, attempts, jobs, say, stream=True)
+        if problems:
+            raise FleetError(
+                f"{_named(problems)} of the shard did not come back whole from the replica ({_shown(problems)}); the "
+                f"shard is served by {host} and their requests are answered 503: run the command again to restore "
+                "them, or stash restore and stash verify on them to see why"
+            )
+    restore_s = time.monotonic() - t0
+    if after.shard(digits).restoring:
+        after = after.with_shard_restored(digits)
+        places.write(placement_file, after)
+        say(f"placement epoch {after.epoch}: every user of shard {digits} is back on {host}")
+        _settle(after, host, say)
+    shutil.rmtree(work, ignore_errors=True)
+    return Outcome(after, users, restore_s=restore_s, served_s=served_s, took_s=time.monotonic() - started)
 
 
 def _target(url: str) -> replica.Target:
@@ -222,9 +275,50 @@ def _reachable(target: replica.Target) -> None:
         raise replica.ReplicaError(f"the bucket's server at {endpoint} does not answer")
 
 
-def _shard_users(target: replica.Target, shard: places.Shard, work: Path) -> list[str]:
-    _reachable(target)
-    return sorted(u for u, _cipher in replica.replica_users(target, work) if u[:1] in shard.first_digits)
+def _roster(
+    targets: list[replica.Target], sources: tuple[str, ...], shard: places.Shard, work: Path, say: Say
+) -> list[str]:
+    """The shard's users, as the replicas' rosters list them: the oldest
+    replica's must be there; a newer one (a host that died while restoring
+    the shard) may not have shipped its roster yet."""
+    found: dict[str, None] = {}
+    for i, target in enumerate(targets):
+        _reachable(target)
+        try:
+            listed = replica.replica_users(target, work)
+        except replica.ReplicaError:
+            if i == len(targets) - 1:
+                raise
+            say(f"{sources[i]} holds no roster yet; its users are read from the older replicas")
+            continue
+        found.update((u, None) for u, _cipher in listed if u[:1] in shard.first_digits)
+    return sorted(found)
+
+
+def _write_roster(work: Path, users: list[str]) -> None:
+    """The restore's roster, for the receiving host (fleet/host.py, ``INCOMING``)."""
+    tmp = work / f".{ROSTER}.tmp"
+    tmp.write_text(json.dumps(users))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, work / ROSTER)
+    private_folder(work / WANTED)
+
+
+def _set_aside(data_dir: Path, shard: places.Shard) -> None:
+    """Copies of the shard's users this host holds from before (a run cut
+    short, or an old stay of the shard here) are moved aside, never deleted:
+    the shard is served from what the replica holds now."""
+    home = data_dir / "users"
+    stale = (
+        [e for e in home.iterdir() if USER_ID.fullmatch(e.name) and e.name[0] in shard.first_digits]
+        if (home.is_dir())
+        else []
+    )
+    if stale:
+        aside = data_dir / RELEASED / f"replaced-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns()}"
+        private_folder(aside)
+        for entry in stale:
+            os.rename(entry, aside / entry.name)
 
 
 def _retry(attempts: int, say: Say, what: str, step: Callable[[], T]) -> T:
@@ -244,37 +338,109 @@ def _retry(attempts: int, say: Say, what: str, step: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def _restore_all(target: replica.Target, users: list[str], incoming: Path, attempts: int, say: Say) -> None:
-    """Every user restored into ``incoming/users/`` and checked; a user that
-    fails is tried again (the bucket may have dropped a request), then the
-    command stops."""
-    left = list(users)
+class _Queue:
+    """The users left to restore, in roster order, except that a user a
+    request asked for (the host's ``wanted/`` mark) goes next."""
+
+    def __init__(self, users: list[str], wanted: Path | None) -> None:
+        self._left = list(users)
+        self._set = set(users)
+        self._wanted = wanted
+        self._lock = threading.Lock()
+
+    def next(self) -> tuple[str, bool] | None:
+        with self._lock:
+            if not self._left:
+                return None
+            asked = sorted(set(os.listdir(self._wanted)) & self._set) if self._wanted and self._wanted.is_dir() else []
+            user = asked[0] if asked else self._left[0]
+            self._left.remove(user)
+            self._set.discard(user)
+            return user, bool(asked)
+
+
+def _restore(
+    targets: list[replica.Target], users: list[str], work: Path, attempts: int, jobs: int, say: Say, *, stream: bool
+) -> dict[str, str]:
+    """Restore and check ``users`` into ``work/users/``, each from the
+    newest replica that holds it, a user that fails tried again (the bucket
+    may have dropped a request); the users that never came back whole, with
+    why. ``stream``: each user moves into ``users/`` as soon as it is back
+    (the host serves the shard already), wanted users first; otherwise they
+    move in together, and only when every one is back."""
+    data_dir = work.parent.parent
+    queue = _Queue(users, work / WANTED if stream else None)
     problems: dict[str, str] = {}
-    for attempt in range(1, attempts + 1):
-        _retry(attempts, say, "reach the replica", lambda: _reachable(target))
-        with ThreadPoolExecutor(RESTORE_JOBS) as pool:
-            done = list(pool.map(lambda u: replica.restore_user(target, u, incoming), left))
-        problems = {}
-        for d in done:
-            if d.ok and not d.left:
+    done: list[str] = []
+    lock = threading.Lock()
+    step = max(1, len(users) // 10)
+
+    def one(user: str) -> str | None:
+        why = "not tried"
+        for attempt in range(1, attempts + 1):
+            if attempt > 1:
+                time.sleep(FIRST_PAUSE_S * attempt)
+            try:
+                for target in targets:
+                    _reachable(target)
+            except replica.ReplicaError as e:
+                why = str(e)
                 continue
-            why = d.problem or "; ".join([*(d.report.problems if d.report else []), *d.left]) or "not whole"
-            problems[d.user_id] = why
-            shutil.rmtree(incoming / "users" / d.user_id, ignore_errors=True)
-        if not problems:
-            return
-        left = sorted(problems)
-        if attempt < attempts:
-            say(f"{len(left)} user(s) did not come back whole; trying them again")
-            time.sleep(FIRST_PAUSE_S * attempt)
-    shown = "; ".join(f"{u}: {why}" for u, why in sorted(problems.items())[:5])
-    raise FleetError(
-        f"{len(problems)} user(s) of the shard did not come back whole from the replica ({shown}); nothing the "
-        "fleet serves was changed: run stash restore and stash verify on them to see why"
-    )
+            shutil.rmtree(work / "users" / user, ignore_errors=True)
+            back = _newest(targets, user, work)
+            if back.ok and not back.left:
+                return None
+            why = (
+                back.problem or "; ".join([*(back.report.problems if back.report else []), *back.left]) or ("not whole")
+            )
+            shutil.rmtree(work / "users" / user, ignore_errors=True)
+        return why
+
+    def worker() -> None:
+        while (item := queue.next()) is not None:
+            user, asked = item
+            why = one(user)
+            with lock:
+                if why is not None:
+                    problems[user] = why
+                    continue
+                if stream:
+                    _move_in([user], work, data_dir)
+                    with contextlib.suppress(OSError):
+                        os.unlink(work / WANTED / user)
+                done.append(user)
+                if asked:
+                    say(f"user {user} restored ahead of its turn ({len(done)} of {len(users)}): a request asked for it")
+                elif stream and len(done) % step == 0:
+                    say(f"{len(done)} of {len(users)} user(s) back")
+
+    with ThreadPoolExecutor(max(1, jobs)) as pool:
+        for running in [pool.submit(worker) for _ in range(min(max(1, jobs), len(users)))]:
+            running.result()  # a worker's failure is the command's
+    if not stream and not problems:
+        _move_in(users, work, data_dir)
+    return problems
 
 
-def _move_in(users: list[str], incoming: Path, data_dir: Path) -> None:
+def _newest(targets: list[replica.Target], user: str, work: Path) -> replica.Restored:
+    """``user`` restored from the newest replica that holds it."""
+    back = replica.Restored(user, problem="in no replica", absent=True)
+    for target in targets:
+        back = replica.restore_user(target, user, work)
+        if not back.absent:
+            break
+    return back
+
+
+def _named(problems: dict[str, str]) -> str:
+    return f"{len(problems)} user(s)"
+
+
+def _shown(problems: dict[str, str]) -> str:
+    return "; ".join(f"{u}: {why}" for u, why in sorted(problems.items())[:5])
+
+
+def _move_in(users: list[str], work: Path, data_dir: Path) -> None:
     """Each restored user into ``users/``; a folder already there (a run cut
     short, or the receiver's own stale copy) is moved aside, never deleted."""
     home = data_dir / "users"
@@ -286,7 +452,7 @@ def _move_in(users: list[str], incoming: Path, data_dir: Path) -> None:
         if dest.exists():
             aside.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.rename(dest, aside / user_id)
-        os.rename(incoming / "users" / user_id, dest)
+        os.rename(work / "users" / user_id, dest)
     fd = os.open(home, os.O_RDONLY)
     try:
         os.fsync(fd)

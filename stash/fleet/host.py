@@ -15,6 +15,7 @@ vault asks before it opens any file of a user (service/access.py,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -39,6 +40,19 @@ DRAIN_ATTEMPTS = 5  # final syncs tried before the drain is reported unshipped
 CHECK_S = 0.5  # how stale a worker's view of the adopted placement may be
 WATCH_S = 1.0  # how often the master looks at the placement file
 LOCK_WAIT_S = 10.0  # how long a released user's requests in progress may hold its folder before it moves
+# Where ``stash fleet failover`` and ``move`` restore a shard, outside the ``users/`` folder Litestream watches
+# (its watcher once took a restore's staging copies there): DATA/.incoming/<digits>/ holds the restore's work,
+# ``roster.json`` (the users being restored, so a request for one not back yet is told to retry while any other
+# unknown user is refused as usual) and ``wanted/<user id>`` (a request asked for that user: restored next).
+INCOMING = ".incoming"
+ROSTER = "roster.json"
+WANTED = "wanted"
+
+
+def restore_folder(data_dir: Path, digits: str) -> Path:
+    """Where shard ``digits`` is restored on this host (see :data:`INCOMING`)."""
+    pl.digits_of(digits)  # a shard's digits, never a path
+    return Path(data_dir) / INCOMING / digits
 
 
 def adopted_path(data_dir: Path) -> Path:
@@ -114,7 +128,9 @@ class Adopted:
         self._next = 0.0
         self._held: frozenset[str] = frozenset()
         self._draining: frozenset[str] = frozenset()
+        self._restoring: dict[str, str] = {}
         self._epoch: int | None = None
+        self._rosters: dict[str, tuple[tuple[int, int, int], frozenset[str]]] = {}
 
     def _refresh(self) -> None:
         now = time.monotonic()
@@ -132,6 +148,7 @@ class Adopted:
                 placement = pl.load(self.path)
                 self._held, self._epoch = placement.held_by(self.host), placement.epoch
                 self._draining = placement.draining_on(self.host)
+                self._restoring = placement.restoring_on(self.host)
                 self._seen = seen
             except (OSError, PlacementError):
                 return
@@ -148,6 +165,41 @@ class Adopted:
         """The first digits of the held shards being moved away (``stash fleet move``)."""
         self._refresh()
         return self._draining
+
+    def restoring(self, user_id: str) -> bool:
+        """Whether ``user_id`` is a user of a shard being restored onto this
+        host that is not back yet: it is on the restore's roster and has no
+        folder. Such a user is marked wanted, so the restore takes it next."""
+        self._refresh()
+        digits = self._restoring.get(user_id[:1])
+        if digits is None or not USER_ID.fullmatch(user_id):
+            return False
+        folder = restore_folder(self.path.parent, digits)
+        if user_id not in self._roster(folder / ROSTER) or (self.path.parent / "users" / user_id).exists():
+            return False
+        with contextlib.suppress(OSError):  # the restore's folder is gone: no one to tell, and the answer stands
+            os.close(os.open(folder / WANTED / user_id, os.O_WRONLY | os.O_CREAT, 0o600))
+        return True
+
+    def _roster(self, path: Path) -> frozenset[str]:
+        """The users a restore's roster names, read again when the file changes."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return frozenset()
+        seen = (st.st_mtime_ns, st.st_size, st.st_ino)
+        with self._lock:
+            known = self._rosters.get(str(path))
+        if known is not None and known[0] == seen:
+            return known[1]
+        try:
+            listed = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return frozenset()
+        users = frozenset(u for u in listed if isinstance(u, str)) if isinstance(listed, list) else frozenset()
+        with self._lock:
+            self._rosters[str(path)] = (seen, users)
+        return users
 
     def drained(self) -> dict[str, Any] | None:
         """What the master last finished draining (:func:`drain`), for ``/health``."""
@@ -285,8 +337,8 @@ class Host:
             gained = held - self.held
             self.held = held
             if replica != self.replica or gained:
-                # Users moved in whole (a failover or a move) are taken by a Litestream started after them:
-                # its directory watch was seen to miss a folder renamed into the tree.
+                # Litestream starts over the users moved in before the switch; those a failover or a move
+                # moves in later are taken by its directory watch, which scans a folder renamed into the tree.
                 assert self._start is not None and self._stop is not None
                 _say(f"replica of this host is {replica or 'none'}; restarting replication")
                 self._stop(self._replicator)

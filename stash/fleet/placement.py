@@ -32,7 +32,7 @@ _ADDRESS = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]+\
 _SITE = re.compile(r"(?:https?://)?[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})(?::[0-9]{1,5})?")
 _REPLICA = re.compile(r"(?:s3|sftp|gs|abs|file)://\S+|/\S*")
 FIELDS = ("epoch", "router", "hosts", "shards", "replica_root")
-SHARD_FIELDS = ("digits", "host", "replica", "draining")
+SHARD_FIELDS = ("digits", "host", "replica", "draining", "restoring")
 ROUTER_FIELDS = ("site", "admin")
 
 
@@ -78,6 +78,10 @@ class Shard:
     # Being moved to another host (`stash fleet move`): its host refuses its
     # writes, and says in /health once everything written is in the replica.
     draining: bool = False
+    # Being restored onto its host (`stash fleet failover` or `move`): the
+    # replicas, newest first, its users not yet back are read from. The host
+    # serves the users already restored and asks the others to retry.
+    restoring: tuple[str, ...] = ()
 
     @property
     def first_digits(self) -> frozenset[str]:
@@ -127,11 +131,12 @@ class Placement:
         self._known(host)
         return next((s.replica for s in self.shards if s.host == host), None)
 
-    def with_shard_on(self, digits: str, host: str) -> Placement:
+    def with_shard_on(self, digits: str, host: str, restoring: tuple[str, ...] = ()) -> Placement:
         """This placement with shard ``digits`` given to ``host``, one epoch
-        later. The shard takes ``host``'s replica when it holds shards
-        already; otherwise a new path of the new epoch under
-        ``replica_root``, which nothing has written (the fence)."""
+        later, its users not yet back read from the replicas ``restoring``.
+        The shard takes ``host``'s replica when it holds shards already;
+        otherwise a new path of the new epoch under ``replica_root``, which
+        nothing has written (the fence)."""
         shard = self.shard(digits)
         self._known(host)
         if shard.host == host:
@@ -145,8 +150,22 @@ class Placement:
                     "placement does not name; add replica_root"
                 )
             replica = join(self.replica_root, f"{host}/e{epoch}")
-        shards = tuple(replace(s, host=host, replica=replica, draining=False) if s is shard else s for s in self.shards)
+        shards = tuple(
+            replace(s, host=host, replica=replica, draining=False, restoring=restoring) if s is shard else s
+            for s in self.shards
+        )
         return check(replace(self, epoch=epoch, shards=shards))
+
+    def with_shard_restored(self, digits: str) -> Placement:
+        """This placement with every user of shard ``digits`` back on its host, one epoch later."""
+        shard = self.shard(digits)
+        shards = tuple(replace(s, restoring=()) if s is shard else s for s in self.shards)
+        return check(replace(self, epoch=self.epoch + 1, shards=shards))
+
+    def restoring_on(self, host: str) -> dict[str, str]:
+        """The shards ``host`` holds whose users are still being restored: each first digit's shard."""
+        self._known(host)
+        return {d: s.digits for s in self.shards if s.host == host and s.restoring for d in s.first_digits}
 
     def with_shard_draining(self, digits: str) -> Placement:
         """This placement with shard ``digits`` draining on its host, one epoch later."""
@@ -165,7 +184,13 @@ class Placement:
             "router": {"site": self.router.site, "admin": self.router.admin},
             "hosts": dict(self.hosts),
             "shards": [
-                {"digits": s.digits, "host": s.host, "replica": s.replica, **({"draining": True} if s.draining else {})}
+                {
+                    "digits": s.digits,
+                    "host": s.host,
+                    "replica": s.replica,
+                    **({"draining": True} if s.draining else {}),
+                    **({"restoring": list(s.restoring)} if s.restoring else {}),
+                }
                 for s in self.shards
             ],
         }
@@ -240,7 +265,13 @@ def parse(data: Any) -> Placement:
         draining = s.get("draining", False)
         if not isinstance(draining, bool):
             raise PlacementError(f"shard {s['digits']}'s draining must be true or false")
-        shards.append(Shard(s["digits"], s["host"], replica, draining))
+        restoring = s.get("restoring", [])
+        if not isinstance(restoring, list):
+            raise PlacementError(f"shard {s['digits']}'s restoring must be a list of replica URLs, newest first")
+        sources = tuple(
+            _string(r, f"shard {s['digits']}'s restoring", _REPLICA, "s3://bucket/a/e1?endpoint=URL") for r in restoring
+        )
+        shards.append(Shard(s["digits"], s["host"], replica, draining, sources))
     root = top.get("replica_root")
     if root is not None:
         root = _string(root, "replica_root", _REPLICA, "s3://bucket?endpoint=URL")
@@ -251,6 +282,8 @@ def problems(shards: tuple[Shard, ...], hosts: Mapping[str, str]) -> list[str]:
     """Every reason these shards cannot be a placement over these hosts."""
     out = []
     for shard in shards:
+        if shard.replica in shard.restoring:
+            out.append(f"shard {shard.digits} restores from its own replica {shard.replica}; name the old replica")
         if shard.host not in hosts:
             out.append(f"shard {shard.digits} names host {shard.host!r}, which is not in hosts ({', '.join(hosts)})")
     covered = set().union(*(s.first_digits for s in shards))

@@ -313,10 +313,19 @@ class Placed(Protocol):
         """Which draining shards have everything written in their replica, and at which epoch."""
         ...
 
+    def restoring(self, user_id: str) -> bool:
+        """Whether the user belongs to a shard being restored here and is not back yet."""
+        ...
+
 
 ELSEWHERE = "This host does not serve this user's shard now; send requests through the fleet's router."
 MOVING = "This user's shard is moving to another host of the fleet; nothing was done. Send the request again shortly."
 MOVING_WAIT_S = 2
+RESTORING = (
+    "This user's shard has just come to this host and this user is being restored now; nothing was done. "
+    "Send the request again in a second."
+)
+RESTORING_WAIT_S = 1
 NO_SHARD = "This host holds no shard now, so it mints no identity; send /init through the fleet's router."
 
 
@@ -362,6 +371,9 @@ class Vault:
         if self.placed is not None and user_id[:1] in self.placed.draining():
             # Its writes must stop before the last sync of the move; reads stop with them, for a few seconds.
             raise Moving(MOVING, MOVING_WAIT_S)
+        if self.placed is not None and self.placed.restoring(user_id):
+            # Served once its restore (which this request puts first) has moved it in whole.
+            raise Moving(RESTORING, RESTORING_WAIT_S)
 
     def replicating(self) -> bool:
         """Whether this host of a fleet replicates now: while it holds a shard."""

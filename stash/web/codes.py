@@ -153,8 +153,9 @@ CODES: dict[str, Code] = {
     ),
     "fleet.moving": Code(
         503,
-        "this user's shard is moving to another host of the fleet (`stash fleet move`); nothing was done: send the "
-        "request again after `Retry-After` seconds",
+        "this user's shard is moving to another host of the fleet (`stash fleet move`), or has just come to this "
+        "host and this user is not restored yet (`stash fleet failover`); nothing was done: send the request again "
+        "after `Retry-After` seconds",
     ),
     "oauth.invalid_request": Code(400, "OAuth: a parameter missing or malformed (PKCE S256 is required)"),
     "oauth.invalid_client": Code(

@@ -190,44 +190,98 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
     )
 
 
-def test_a_failover_retries_while_the_bucket_is_cut_then_refuses_and_changes_nothing(fleet, proxy) -> None:
+def metrics_of(server: Server) -> str:
+    return httpx.get(f"{server.url}/metrics", timeout=5.0, trust_env=False).text
+
+
+RESTORING_USERS = 6  # more than --restore-first 1, so most come back while the shard serves
+
+
+def _wait_line(child: subprocess.Popen[str], said: list[str], text: str) -> str:
+    """Read the command's output up to the first line holding ``text``."""
+    assert child.stdout is not None
+    for line in child.stdout:
+        said.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"the command ended without saying {text!r}:\n{''.join(said)}")
+
+
+def test_a_failover_outlasts_a_bucket_cut_and_serves_the_shard_while_its_users_come_back(fleet, proxy) -> None:
+    """With the bucket cut, a failover retries, then refuses having changed
+    nothing; cut only briefly, its retries outlast the cut. It switches the
+    shard once its first user is back: a user not
+    back yet is answered 503 ``fleet.moving`` (and restored next), one the
+    roster does not name is refused as ever. The command is cut mid-way:
+    the users left stay answered 503, never served empty. Then the new host
+    dies too, and a failover to a third host reads each user from the newest
+    replica that holds it."""
     file, hosts, url, env = fleet.file, fleet.hosts, fleet.url, fleet.env
     client = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
-    while True:  # a user of the shard that will fail
+    tokens: list[str] = []
+    while len(tokens) < RESTORING_USERS:
         token = client.post("/init", json={}).json()["token"]
         if token.split("_")[1][0] in "01234567":
-            break
-    auth = {"Authorization": f"Bearer {token}"}
-    assert client.post("/note", json={"text": "kept through the outage"}, headers=auth).status_code == 200
-    check = hosts["c"].data.parent / "check"
-    assert wait_restorable(places.load(file).replica_of("a") or "", check, [token], env)
+            tokens.append(token)
+    auth = {t: {"Authorization": f"Bearer {t}"} for t in tokens}
+    for i, token in enumerate(tokens):
+        assert client.post("/note", json={"text": f"before the death {i}"}, headers=auth[token]).status_code == 200
+    assert client.post("/memories", json={"name": "bravo"}, headers=auth[tokens[0]]).status_code == 201
+    assert client.post("/m/bravo/note", json={"text": "bravo before"}, headers=auth[tokens[0]]).status_code == 200
+    assert wait_restorable(places.load(file).replica_of("a") or "", hosts["c"].data.parent / "check", tokens, env)
     hosts["a"].kill9()
+    argv = ["fleet", "failover", "--placement", str(file), "--shard", "0-7", "--standby", "c"]
     proxy.cut()
-    failover = ("fleet", "failover", "--placement", str(file), "--shard", "0-7", "--standby", "c")
-    refused = stash(*failover, "--data", str(hosts["c"].data), "--attempts", "2", env=env)
+    refused = stash(*argv, "--data", str(hosts["c"].data), "--attempts", "2", env=env)
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "after 2 attempts" in refused.stderr and "nothing the fleet serves was changed" in refused.stderr
     assert "trying again" in refused.stdout
     assert places.load(file).epoch == 1
-    assert not any((hosts["c"].data / "users").glob(token.split("_")[1]))
-    # Cut only briefly: the failover's retries outlast it.
+    assert not [t for t in tokens if (hosts["c"].data / "users" / t.split("_")[1]).exists()]
+
+    by_id = {t.split("_")[1]: t for t in tokens}
+    last = by_id[max(by_id)]  # the roster's order is the ids': this user would come back last
     child = subprocess.Popen(
-        [sys.executable, "-m", "stash", *failover, "--data", str(hosts["c"].data)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=OUTSIDE,
-        env={**child_env(), **env},
-    )
-    assert child.stdout is not None
-    said = []
-    for line in child.stdout:
-        said.append(line)
-        if "trying again" in line:
-            proxy.restore()
-    assert child.wait(timeout=CLI_TIMEOUT) == 0, "".join(said)
-    assert "kept through the outage" in texts(client, token)
+        [sys.executable, "-m", "stash", *argv, "--data", str(hosts["c"].data), "--restore-first", "1", "--jobs", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=OUTSIDE, env={**child_env(), **env},
+    )  # fmt: skip
+    said: list[str] = []
+    _wait_line(child, said, "trying again")  # cut only briefly: the retries outlast it
+    proxy.restore()
+    _wait_line(child, said, "while it serves")
+    # The shard is served: its last user is not back, so it is asked to retry, and put first.
+    waiting = client.get("/config", headers=auth[last])
+    assert waiting.status_code == 503 and waiting.json()["error"] == "fleet.moving", waiting.text
+    assert waiting.headers["Retry-After"] == "1"
+    # A user id the roster does not name is refused as it would be anywhere, never told to wait.
+    stranger = last.replace(last.split("_")[1], "0" + last.split("_")[1][1:])
+    assert client.get("/config", headers={"Authorization": f"Bearer {stranger}"}).status_code == 401
+    ahead = _wait_line(child, said, f"user {last.split('_')[1]} restored ahead of its turn")
+    assert int(ahead.split("(")[1].split(" of ")[0]) <= 2, ahead  # next, not in its turn (5 of 5)
+    resp = client.get("/config", headers=auth[last])
+    assert resp.status_code == 200, resp.text
+    assert client.post("/note", json={"text": "written on c"}, headers=auth[last]).status_code == 200
+    # The command is cut (kill -9): the users not back stay answered 503, never served empty.
+    child.kill()
+    child.wait(timeout=CLI_TIMEOUT)
+    left = [t for t in tokens if not (hosts["c"].data / "users" / t.split("_")[1]).exists()]
+    assert left, "every user came back before the cut: nothing was tested"
+    for token in left:
+        assert client.get("/config", headers=auth[token]).status_code == 503
+    cut = places.load(file)
+    assert cut.shard("0-7").host == "c" and cut.shard("0-7").restoring, "it must still name where the rest come from"
 
-
-def metrics_of(server: Server) -> str:
-    return httpx.get(f"{server.url}/metrics", timeout=5.0, trust_env=False).text
+    # The new host dies too, once its own note shipped; the old one, back with the new placement, takes the shard.
+    assert wait_restorable(cut.replica_of("c") or "", hosts["c"].data.parent / "check2", [last], env)
+    hosts["c"].kill9()
+    hosts["a"].start(same_port=True)
+    done = stash(*argv[:-1], "a", "--data", str(hosts["a"].data), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    final = places.load(file)
+    assert final.shard("0-7").host == "a" and not final.shard("0-7").restoring
+    assert final.replica_of("a") not in (cut.replica_of("c"), *cut.shard("0-7").restoring)  # a path of its own
+    for i, token in enumerate(tokens):
+        assert f"before the death {i}" in texts(client, token)
+    assert "written on c" in texts(client, last)  # from c's replica, newer than a's old one
+    assert "bravo before" in texts(client, tokens[0], "/m/bravo")
+    assert not (hosts["a"].data / ".incoming" / "0-7").exists()

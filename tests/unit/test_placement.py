@@ -129,6 +129,18 @@ def test_a_gap_or_an_overlap_is_refused_naming_the_digits(shards, says) -> None:
         ({"shards": [{"digits": "0-F", "host": "a", "replica": "/r/a"}]}, "shard digits '0-F'"),
         ({"shards": [{"digits": "7-0", "host": "a", "replica": "/r/a"}]}, "run backwards; write 0-7"),
         ({"shards": []}, "shards must be a list"),
+        (
+            {"shards": [{"digits": "0-f", "host": "a", "replica": "/r/a", "restoring": "/r/old"}]},
+            "shard 0-f's restoring must be a list",
+        ),
+        (
+            {"shards": [{"digits": "0-f", "host": "a", "replica": "/r/a", "restoring": ["old"]}]},
+            "shard 0-f's restoring is 'old'",
+        ),
+        (
+            {"shards": [{"digits": "0-f", "host": "a", "replica": "/r/a", "restoring": ["/r/a"]}]},
+            "shard 0-f restores from its own replica /r/a",
+        ),
     ],
 )
 def test_a_bad_placement_is_refused_naming_what_is_wrong(change, says) -> None:
@@ -155,6 +167,24 @@ def test_a_shard_given_to_a_standby_gets_a_new_path_of_the_new_epoch() -> None:
     assert moved.shard("8-f") == p.shard("8-f")
     assert moved.held_by("a") == frozenset() and moved.held_by("c") == frozenset("01234567")
     assert p.epoch == 4  # the original is untouched
+
+
+def test_a_shard_restoring_on_its_new_host_names_its_old_replicas_until_every_user_is_back(tmp_path: Path) -> None:
+    p = pl.parse(doc())
+    old = p.replica_of("a") or ""
+    moved = p.with_shard_on("0-7", "c", restoring=(old,))
+    assert moved.epoch == 2 and moved.shard("0-7").restoring == (old,)
+    assert moved.restoring_on("c") == {d: "0-7" for d in "01234567"} and moved.restoring_on("b") == {}
+    path = tmp_path / "placement.json"
+    pl.write(path, moved)
+    assert pl.load(path) == moved
+    assert json.loads(path.read_text())["shards"][0]["restoring"] == [old]
+    back = moved.with_shard_restored("0-7")
+    assert back.epoch == 3 and back.shard("0-7").restoring == () and back.restoring_on("c") == {}
+    assert "restoring" not in json.loads(pl.dumps(back))["shards"][0]
+    # Given on again, the shard names the replica it left and the ones still restoring, newest first.
+    again = moved.with_shard_on("0-7", "b", restoring=(moved.replica_of("c") or "", old))
+    assert again.shard("0-7").restoring == (f"s3://fleet/c/e2{S3}", old)
 
 
 def test_a_shard_given_to_a_host_that_holds_one_takes_its_replica() -> None:
