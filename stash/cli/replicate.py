@@ -5,7 +5,6 @@ replica off the host with Litestream, and bring users back from it whole
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import os
@@ -112,7 +111,9 @@ def replicate_main(argv: list[str]) -> int:
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                preexec_fn=_die_with_parent,
+                # Linux ends it when this supervisor dies, even by kill -9: a supervisor started again never
+                # finds an orphaned Litestream still streaming the same files.
+                preexec_fn=replica.dies_with_parent(),
             )
             watcher = threading.Thread(target=_watch_errors, args=(child, status), daemon=True)
             watcher.start()
@@ -144,17 +145,6 @@ def replicate_main(argv: list[str]) -> int:
     rs.write(data, dataclasses.replace(status, written=time.time()))
     # 1: what was written last may not be in the replica (a drain waits for 0: stash/fleet/host.py).
     return 0 if shipped else 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before it runs: Linux ends it (SIGTERM) when this
-    supervisor dies, even by kill -9, so a supervisor started again never
-    finds an orphaned Litestream still streaming the same files."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _watch_errors(child: subprocess.Popen[bytes], status: Status) -> None:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import http.client
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import ssl
 import subprocess
@@ -31,9 +33,10 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from ...storage import memories, safeopen
 from ...storage.layout import DATA_FILES, USER_ID
@@ -315,9 +318,50 @@ def roster_users(path: Path) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------ restore
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl``, or None where there is none (not Linux)."""
+    try:
+        import ctypes
+
+        return cast("Callable[..., int]", ctypes.CDLL(None, use_errno=True).prctl)
+    except (OSError, AttributeError):
+        return None
+
+
+def dies_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn`` that has Linux send the child ``sig`` when the thread
+    that started it ends, even by a kill -9 of its process: a Litestream
+    never outlives the command that ran it (a restore of a killed ``stash
+    fleet failover`` went on writing into the folder its run again cleared;
+    a replicating one would go on streaming files a supervisor started again
+    streams too). ``prctl`` is looked up here, before the fork: between fork
+    and exec the child only calls it."""
+    prctl, parent = _prctl(), os.getpid()
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, sig)
+            if os.getppid() != parent:  # the parent died before the call took
+                os._exit(1)
+
+    return preexec
+
+
 def _run(argv: list[str], settings: dict[str, object]) -> subprocess.CompletedProcess[str]:
     env = Target(settings).environment()
-    return subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False, env=env)
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+        env=env,
+        preexec_fn=dies_with_parent(),
+    )
 
 
 @contextlib.contextmanager
