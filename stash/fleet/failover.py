@@ -119,9 +119,7 @@ def failover(
     if shard.host == standby and shard.restoring:
         return _give(placement_file, now, digits, standby, data_dir, attempts, say, started, first, jobs)
     if shard.host == standby:
-        say(f"shard {digits} is on {standby} already (placement epoch {now.epoch}); checking the router")
-        _settle(now, standby, say)
-        return Outcome(now, already=True, took_s=time.monotonic() - started)
+        return _already(now, digits, standby, data_dir, say, started)
     now.held_by(standby)  # a host the placement knows
     return _give(placement_file, now, digits, standby, data_dir, attempts, say, started, first, jobs)
 
@@ -148,9 +146,7 @@ def move(
     if shard.host == dest and shard.restoring:
         return _give(placement_file, now, digits, dest, data_dir, attempts, say, started, first, jobs)
     if shard.host == dest and not shard.draining:
-        say(f"shard {digits} is on {dest} already (placement epoch {now.epoch}); checking the router")
-        _settle(now, dest, say)
-        return Outcome(now, already=True, took_s=time.monotonic() - started)
+        return _already(now, digits, dest, data_dir, say, started)
     if shard.host != source:
         raise FleetError(f"shard {digits} is on {shard.host}, not {source} (placement epoch {now.epoch})")
     for attempt in range(1, attempts + 1):
@@ -194,6 +190,15 @@ def _current(placement_file: Path, data_dir: Path) -> Placement:
                 "run the command with the newest placement"
             )
     return now
+
+
+def _already(now: Placement, digits: str, host: str, data_dir: Path, say: Say, started: float) -> Outcome:
+    """The shard is on ``host`` with every user back: a run cut after its last
+    placement write left the router to switch and the restore's folder."""
+    say(f"shard {digits} is on {host} already (placement epoch {now.epoch}); checking the router")
+    shutil.rmtree(restore_folder(data_dir, digits), ignore_errors=True)
+    _settle(now, host, say)
+    return Outcome(now, already=True, took_s=time.monotonic() - started)
 
 
 def _give(
