@@ -15,8 +15,10 @@ with a note. Agents then note through the router in both shards, and:
    filer listing of that file reaches the first local one Litestream took
    after the note: an upper bound, as a checkpoint taken right after counts).
 2. kill -9 of host ``a`` with its Litestream, ``stash fleet failover`` of 0-7
-   to ``c`` (its own "restored and checked" time), recovery from the kill to
-   the first 200 through the router for a user of the shard, the first word
+   to ``c`` (when it served the shard, and its own "restored and checked"
+   time), recovery from the kill to the first 200 through the router for a
+   user of the shard and for ``--sample`` others asking from the kill on
+   (each is restored ahead of its turn once it asks), the first word
    search (``POST /recall``, the word index rebuilt there) for one user and
    for a few more, the longest pause shard 8-f's agents saw, and every note
    acknowledged 2 s before the kill checked served.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import random
 import re
 import shutil
 import statistics
@@ -66,7 +69,8 @@ CHECKED_SEEDED = 20
 # What stash fleet failover and move say when done.
 RESTORED = r"(\d+) user\(s\) restored"
 CHECKED = r"restored and checked in ([0-9.]+) s"
-DONE = r"done in ([0-9.]+) s"  # seeded users whose every note is checked after each switch
+DONE = r"done in ([0-9.]+) s"
+SERVED = r"served after ([0-9.]+) s"  # seeded users whose every note is checked after each switch
 
 
 def load() -> str:
@@ -238,17 +242,36 @@ def one_run(args: argparse.Namespace, tmp: Path, seaweedfs: SeaweedFS) -> dict[s
             first: list[float] = []
             watcher = threading.Thread(target=first_answer, args=(fleet.url, probes[0]["token"], killed, first))
             watcher.start()
+            # Users asking at random moments after the kill: each one's wait for its first answer.
+            rng = random.Random(args.users)
+            sample = rng.sample(seeded_a[: -args.agents - 3], min(args.sample, max(0, len(seeded_a) - args.agents - 3)))
+            sampled: dict[int, list[float]] = {i: [] for i in range(len(sample))}
+            asking = [
+                threading.Thread(target=first_answer, args=(fleet.url, u["token"], killed, sampled[i]))
+                for i, u in enumerate(sample)
+            ]
+            for t in asking:
+                t.start()
             done = fleet_command(fleet, "failover", "--shard", "0-7", "--standby", "c", "--data", str(c.data))
             failover_s = time.monotonic() - killed
             assert done.returncode == 0, done.stdout + done.stderr
             watcher.join()
+            for t in asking:
+                t.join()
             assert first, "no answer through the router for the shard"
             print("  " + done.stdout.strip().replace("\n", "\n  "), flush=True)
             out["failover"] = (
+                f"shard served {said(done.stdout, SERVED)} s after the command began; "
                 f"{said(done.stdout, RESTORED)} users restored and checked in {said(done.stdout, CHECKED)} s, "
                 f"command done in {said(done.stdout, DONE)} s ({failover_s:.1f} s from the kill)"
             )
-            out["recovery"] = f"{first[0] - killed:.1f} s"
+            waits = sorted(v[0] - killed for v in sampled.values() if v)
+            out["recovery"] = f"{first[0] - killed:.1f} s" + (
+                f"; {len(waits)} users asking from the kill on: median {statistics.median(waits):.1f} s, "
+                f"max {waits[-1]:.1f} s ({len(sample) - len(waits)} never answered)"
+                if waits
+                else ""
+            )
             wait_more(agents, 3)
             agents.halt()
             out["pause_failover"] = f"{max(longest_pause(agents.answers[u], killed, first[0]) for u in agent_b):.2f} s"
@@ -293,8 +316,8 @@ def one_run(args: argparse.Namespace, tmp: Path, seaweedfs: SeaweedFS) -> dict[s
             wait_more(agents, 3)
             agents.halt()
             out["move"] = (
-                f"{move_s:.1f} s for {said(moved.stdout, RESTORED)} users (restored and checked in "
-                f"{said(moved.stdout, CHECKED)} s)"
+                f"{move_s:.1f} s for {said(moved.stdout, RESTORED)} users (shard served again after "
+                f"{said(moved.stdout, SERVED)} s; restored and checked in {said(moved.stdout, CHECKED)} s)"
             )
             pauses = {u: longest_pause(agents.answers[u], t0, t0 + move_s) for u in tokens}
             out["pause_move"] = (
@@ -321,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1, help="whole runs, each on a new fleet")
     p.add_argument("--agents", type=int, default=4, help="agents noting through the router in each shard")
     p.add_argument("--probes", type=int, default=40, help="probe notes timed into the bucket")
+    p.add_argument("--sample", type=int, default=20, help="users of shard 0-7 asking from the kill on, each timed")
     p.add_argument("--searches", type=int, default=5, help="users' first word searches after the failover")
     p.add_argument("--interval", default="1s", help="Litestream's sync interval (STASH_REPLICATE_INTERVAL)")
     p.add_argument("--workers", type=int, default=1)

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+NICENESS = 10  # how much lower than the shell's a failover's or move's CPU priority is
 VERBS = {
     "check": "check a placement file and say who holds what",
     "router": "print the router's Caddyfile generated from a placement (or load it into Caddy)",
@@ -153,6 +154,10 @@ def _give(args: argparse.Namespace) -> int:
         print(f"stash fleet {args.verb}: {line}", flush=True)
 
     data = Path(os.path.expanduser(args.data)).resolve()
+    # The restore is CPU-bound (Litestream and a verify per user) and shares the receiving host's cores with its
+    # stash serve, which answers the shard's users already back: that serving, and any host on the same machine,
+    # goes first.
+    os.nice(NICENESS)
     try:
         if args.verb == "failover":
             done = failover.failover(
