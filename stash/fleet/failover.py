@@ -320,7 +320,7 @@ def _set_aside(data_dir: Path, shard: places.Shard) -> None:
         else []
     )
     if stale:
-        aside = data_dir / RELEASED / f"replaced-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns()}"
+        aside = _aside(data_dir)
         private_folder(aside)
         for entry in stale:
             os.rename(entry, aside / entry.name)
@@ -445,12 +445,17 @@ def _shown(problems: dict[str, str]) -> str:
     return "; ".join(f"{u}: {why}" for u, why in sorted(problems.items())[:5])
 
 
+def _aside(data_dir: Path) -> Path:
+    """A folder of its own for copies moved aside, even for two runs within a second."""
+    return data_dir / RELEASED / f"replaced-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns()}"
+
+
 def _move_in(users: list[str], work: Path, data_dir: Path) -> None:
     """Each restored user into ``users/``; a folder already there (a run cut
     short, or the receiver's own stale copy) is moved aside, never deleted."""
     home = data_dir / "users"
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
-    aside = data_dir / RELEASED / f"replaced-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside = _aside(data_dir)
     for user_id in users:
         assert USER_ID.fullmatch(user_id)
         dest = home / user_id
