@@ -536,12 +536,14 @@ def _settle(
 
 
 def replica_users(target: Target, work: Path) -> list[tuple[str, str]]:
-    """The users the replica's roster lists, with their file cipher."""
-    local = work / ROSTER
-    if not _restore_file(target.at(ROSTER), local, None):
-        raise ReplicaError("the replica holds no roster: it is not a Stash replica, or nothing was replicated yet")
-    try:
+    """The users the replica's roster lists, with their file cipher, read
+    from a copy restored into a folder of its own under ``work`` (removed
+    after). Never at ``work/roster.db``: in a data folder that is the host's
+    own roster, which its Litestream holds open and ships; a fleet command
+    reading another host's roster there deleted it, and failed to restore
+    while the host's ``stash replicate`` wrote it anew."""
+    with tempfile.TemporaryDirectory(prefix=".roster-", dir=work) as folder:
+        local = Path(folder) / ROSTER
+        if not _restore_file(target.at(ROSTER), local, None):
+            raise ReplicaError("the replica holds no roster: it is not a Stash replica, or nothing was replicated yet")
         return roster_users(local)
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{local}{suffix}").unlink(missing_ok=True)
