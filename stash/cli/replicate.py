@@ -75,7 +75,8 @@ def replicate_main(argv: list[str]) -> int:
     (data / "users").mkdir(parents=True, exist_ok=True, mode=0o700)
     known: set[str] = set()
     # The roster exists before Litestream is asked to watch it; only plain-file users are streamed.
-    streamed = {user_id for user_id, cipher in replica.update_roster(data, known) if cipher == "none"}
+    listed = replica.update_roster(data, known)
+    streamed = {user_id for user_id, cipher in listed if cipher == "none"}
     cfg = replica.write_config(data, target, args.interval)
     stopping = False
 
@@ -85,7 +86,7 @@ def replicate_main(argv: list[str]) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
-    _report(replica.update_roster(data, set()))
+    _report(listed)
     from ..service.ops import replication_status as rs
 
     status = rs.Status(os.getpid(), time.time(), False)

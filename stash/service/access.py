@@ -362,10 +362,11 @@ class Vault:
     def serves(self, user_id: str) -> None:
         """Refuse a user of a shard this host does not hold now (421
         ``fleet.elsewhere``): asked before any file of the user is opened, by
-        every request that names a user (the web edge's first look at a
-        token, and :meth:`_capability`, which every session and token check
-        goes through), so a host a placement took a shard from
-        serves none of it, whoever sends the request."""
+        :meth:`_files`, the one way this class reaches a user's files (every
+        session and token check, and a capability withdrawn without its
+        owner), and by the web edge's first look at a token; so a host a
+        placement took a shard from serves none of it, whoever sends the
+        request."""
         if self.placed is not None and user_id[:1] not in self.placed.held():
             raise Misdirected(ELSEWHERE, code="fleet.elsewhere")
         if self.placed is not None and user_id[:1] in self.placed.draining():
@@ -675,6 +676,13 @@ class Vault:
         files.destroy()
         return {"user_id": session.user_id, "destroyed": True, "memories": T, "at": now_utc()}
 
+    def _files(self, user_id: str, memory: str = MAIN) -> MemoryFiles:
+        """The files of ``user_id``'s ``memory``, once :meth:`serves` says
+        this host holds the user (421 or 503 otherwise, before anything of
+        the user is looked at)."""
+        self.serves(user_id)
+        return MemoryFiles(self.data_dir, user_id, memory)
+
     def _open_ring(self, files: UserFiles, store: str) -> Keyring:
         try:
             return open_keyring(files.keyring, store, self.pool)
@@ -719,9 +727,8 @@ class Vault:
         token = _parsed(token_text)
         if token is None:
             raise Unauthorized()
-        self.serves(token.user_id)
+        files = self._files(token.user_id)
         self.after.run_for(token.user_id)  # what this user's last sessions here left, first
-        files = MemoryFiles(self.data_dir, token.user_id)
         if not files.exists():
             raise Unauthorized()
         main = ring = self._open_ring(files, token.user_id)
@@ -733,7 +740,7 @@ class Vault:
                 name = memories.home_of(main.conn, tag)
                 if name is None or not memories.exists(self.data_dir, token.user_id, name):
                     raise Unauthorized()
-                files = MemoryFiles(self.data_dir, token.user_id, name)
+                files = self._files(token.user_id, name)
                 ring = self._open_ring(files, memories.store_id(token.user_id, name))
                 home = name
                 grant = self._find(ring, tag)
@@ -823,8 +830,10 @@ class Vault:
         """End capability ``grant_id`` of ``memory`` without the owner: one
         whose token nobody may hold, an MCP host's approval never redeemed or
         redeemed twice (service/oauth.py; Keyring.withdraw says what it does
-        and what waits for the owner's next epoch). True when it was live."""
-        files = MemoryFiles(self.data_dir, user_id)
+        and what waits for the owner's next epoch). True when it was live;
+        refused as :meth:`serves` refuses for a user this host does not hold
+        now, never a silent no-op."""
+        files = self._files(user_id)
         if not files.exists():
             return False
         with userlock.shared(files.folder):
@@ -834,9 +843,7 @@ class Vault:
                 if memory != MAIN:
                     if not memories.exists(self.data_dir, user_id, memory):
                         return False
-                    ring = self._open_ring(
-                        MemoryFiles(self.data_dir, user_id, memory), memories.store_id(user_id, memory)
-                    )
+                    ring = self._open_ring(self._files(user_id, memory), memories.store_id(user_id, memory))
                 try:
                     appended = next((g for g in inbox.grants(ring.conn) if g.id == grant_id), None)
                     if appended is not None:
@@ -925,7 +932,7 @@ class Vault:
                     )
                 if grant.scope != "owner" or not memories.exists(self.data_dir, token.user_id, target):
                     raise unknown_memory()
-                files = MemoryFiles(self.data_dir, token.user_id, target)
+                files = self._files(token.user_id, target)
                 ring = self._open_ring(files, memories.store_id(token.user_id, target))
                 rings.append(ring)
                 number = memories.number_of(ring.conn)

@@ -344,6 +344,11 @@ def redeem(vault: Vault, form: dict[str, Any]) -> dict[str, Any]:
         raise OAuthRefused("code is missing or malformed.", code="oauth.invalid_grant")
     assert isinstance(code, str)
     with oauth_state.opened(vault.data_dir) as conn:
+        filed = oauth_state.approval_of(conn, oauth_codes.code_id(code))
+        if filed is not None:
+            # Only the host that serves the code's user now may hand out its capability or withdraw it: another
+            # (one a placement took the shard from) refuses as it refuses the user's token, taking nothing.
+            vault.serves(filed["user"])
         found = oauth_state.redeem(conn, oauth_codes.code_id(code))
         if found is None:
             raise OAuthRefused("The code is unknown or expired; connect again.", code="oauth.invalid_grant")

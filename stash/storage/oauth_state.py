@@ -125,6 +125,15 @@ class Redemption:
     sealed: bytes | None
 
 
+def approval_of(conn: sqlite3.Connection, code_id: bytes) -> dict[str, Any] | None:
+    """The approval a code was filed with, whatever its state (None: unknown); nothing is taken."""
+    row = conn.execute("SELECT approval FROM oauth_codes WHERE id = ?", (code_id,)).fetchone()
+    if row is None:
+        return None
+    approval: dict[str, Any] = json.loads(row[0])
+    return approval
+
+
 def redeem(conn: sqlite3.Connection, code_id: bytes) -> Redemption | None:
     """Take a live code's sealed token out of the file, once; None for a code that is unknown or past its
     time. A code redeemed before answers its approval without a token, and its row goes: one replay

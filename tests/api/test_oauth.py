@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from stash.fleet import host
 from stash.fleet import placement as pl
+from stash.service import oauth
+from stash.storage import oauth_state
 from stash.web.app import create_app
 from tests.support.api import Api, assert_error, make_settings
 from tests.support.fleet import placement_doc
@@ -311,5 +314,45 @@ def test_a_fleet_hosts_names_are_bound_into_what_they_name(data_dir: Path) -> No
         other = "0" if digit != "0" else "1"
         oauth_error(exchange(api, other + code[1:], verifier, reg["client_id"]), 400, "invalid_grant")
         assert exchange(api, code, verifier, reg["client_id"]).status_code == 200
+    finally:
+        api.close()
+
+
+@pytest.mark.parametrize("memory", ["main", "notes"])
+def test_a_host_that_no_longer_holds_the_owner_takes_nothing_of_its_code(data_dir: Path, memory: str) -> None:
+    """Host a approved a code, then a placement gave the owner's shard to b and a moved the owner aside, as
+    its serve master does: the code's exchange, answered on a (marked as sent on by another host), is 421
+    fleet.elsewhere whatever its verifier, and once the code is past its time a's sweep does not count its
+    grant withdrawn (it cannot reach it: the grant lives on b) nor forget the code."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    first = pl.parse(placement_doc({"a": 8080, "b": 9}, [("0-f", "a")], replica_root="/nonexistent/replicas"))
+    host.adopt(data_dir, first, "a")
+    api = Api(create_app(make_settings(data_dir, public_url=PUBLIC, fleet_host="a", oauth_code_seconds=2)))
+    try:
+        owner = api.init()["token"]
+        if memory != "main":
+            assert api.post("/memories", owner, json={"name": memory}).status_code == 201
+        reg = register(api)
+        verifier, challenge = pkce()
+        page = authorize(api, reg["client_id"], challenge)
+        code = code_of(answer(api, nonce_of(page.text), owner, PUBLIC, memory=memory))
+        moved = first.with_shard_on("0-f", "b")
+        host.adopt(data_dir, moved, "a")
+        deadline = time.monotonic() + SWEEP_WAIT_S
+        while api.get("/health").json()["placement_epoch"] != moved.epoch:
+            assert time.monotonic() < deadline, "the app never read the new placement"
+            time.sleep(0.05)
+        assert host.release(data_dir, moved, "a") == [owner.split("_")[1]]
+        for sent in ("x" * 43, verifier):  # a wrong verifier first: it must not spend the code either
+            refused = exchange(api, code, sent, reg["client_id"], hop="b")
+            oauth_error(refused, 421, "invalid_request")
+            assert refused.headers["stash-error"] == "fleet.elsewhere"
+        vault = api.app.state.vault
+        with oauth_state.opened(data_dir) as conn:
+            while not oauth_state.unredeemed_past(conn):  # the code's lifetime passes (2 s)
+                assert time.monotonic() < deadline, "the code is gone before its time"
+                time.sleep(0.05)
+            assert oauth.sweep(vault) == 0
+            assert len(oauth_state.unredeemed_past(conn)) == 1
     finally:
         api.close()

@@ -19,6 +19,7 @@ under writes: no acknowledged write lost, within 60 s."""
 from __future__ import annotations
 
 import signal
+import os
 import subprocess
 import sys
 import time
@@ -168,11 +169,18 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
     movers = {label: tok for label, tok in tokens.items() if label.startswith("8-f")}
     agents = Agents(url, movers)
     agents.wait(3)
+    # c replicates shard 0-7: its own roster, which its Litestream holds open and ships, is no place for b's.
+    roster = hosts["c"].data / "roster.db"
+    held = os.stat(roster).st_ino
     t0 = time.monotonic()
     moved = stash("fleet", "move", "--placement", str(file), "--shard", "8-f", "--from", "b", "--to", "c",
                   "--data", str(hosts["c"].data), env=env)  # fmt: skip
     move_s = time.monotonic() - t0
     assert moved.returncode == 0, moved.stdout + moved.stderr
+    # The drained shard's roster is read at the first attempt, and c's own roster is the file it was.
+    assert "could not read the replica's roster" not in moved.stdout + moved.stderr, moved.stdout + moved.stderr
+    assert os.stat(roster).st_ino == held
+    assert "db=roster.db" not in hosts["c"].log_text()  # its Litestream never lost the file it ships
     agents.wait(max(len(a) for a in agents.acked.values()) + 3)
     agents.halt()
     assert move_s <= MOVE_S

@@ -289,12 +289,12 @@ def test_a_forged_hop_marker_from_outside_gains_nothing(fleet: Fleet, routed: st
                 "code_challenge_method": "S256",
             }
         )
-        marked = via.get(fleet.servers["c"].url + "/authorize?" + query, headers={HOP: "b"})
+        marked = via.get(fleet.servers["c"].url + "/authorize?" + query, hop="b")
         assert marked.status_code == 401 and marked.headers["stash-error"] == "oauth.invalid_client"
         # The same through the router, marker forged: the router drops it, so the page comes from a,
         # whichever host the router picked.
         for _ in range(6):
-            page = via.get(routed + "/authorize?" + query, headers={HOP: "b"})
+            page = via.get(routed + "/authorize?" + query, hop="b")
             assert page.status_code == 200 and nonce_of(page.text).startswith("a."), page.text[:300]
     finally:
         via.close()
@@ -330,5 +330,40 @@ def test_a_code_of_a_shard_whose_host_is_down_is_a_clear_503(tmp_path: Path) -> 
         again = answer(http["a"], nonce_of(page.text), fleet.owners["b"], fleet.servers["a"].url)
         assert again.status_code == 503 and "not answering" in again.text and nonce_of(again.text)
         assert "Traceback" not in fleet.servers["a"].log_text()
+    finally:
+        fleet.stop()
+
+
+def test_a_host_a_placement_took_the_shard_from_takes_none_of_its_codes(tmp_path: Path) -> None:
+    """A code approved on a, whose owner's shard then went to b: a request that reaches a marked as sent on
+    (by a host that had not seen the new placement yet; the marker is no credential, anyone may send it
+    straight to a host) is answered where it lands, and a refuses it as it refuses the owner's token, 421
+    fleet.elsewhere, whatever its verifier: it neither hands out the capability nor claims to have withdrawn
+    a grant it cannot reach."""
+    fleet = start_fleet(tmp_path, {"a": "0-7", "b": "8-f"})
+    try:
+        http, a = fleet.http, fleet.servers["a"]
+        reg = register(http["a"])
+        verifier, challenge = pkce()
+        page = authorize(http["a"], reg["client_id"], challenge)
+        code = code_of(answer(http["a"], nonce_of(page.text), fleet.owners["a"], a.url))
+        user = fleet.user_of(fleet.owners["a"])
+        pl.write(tmp_path / "placement.json", fleet.placement.with_shard_on("0-7", "b"))
+        # a moves the owner aside once every worker serves by the new placement.
+        wait_for("a releases the owner", lambda: (a.data / "released" / "e2" / user).is_dir())
+        for sent in ("x" * 43, verifier):  # a wrong verifier first: it must not spend the code either
+            refused = exchange(http["a"], code, sent, reg["client_id"], hop="b")
+            assert refused.status_code == 421, refused.text
+            assert refused.headers["stash-error"] == "fleet.elsewhere"
+            assert refused.json()["error"] == "invalid_request" and "router" in refused.json()["error_description"]
+        # The owner's approval, sent on to a by a host that still took a for the shard's host, mints nothing there.
+        request = {"client_id": reg["client_id"], "client_name": "Test host", "redirect_uri": REDIRECT}
+        request |= {"state": "state-1", "challenge": challenge, "resource": None, "memory": None, "scope": "full"}
+        form = {"nonce": "b." + "A" * 43, "decision": "approve", "scope": "full", "expires": "never"}
+        form |= {"owner_token": fleet.owners["a"], "fleet_request": json.dumps(request)}
+        marked = {**FORM, "Origin": a.url, HOP: "b"}
+        carried = http["a"].post("/authorize", content=urlencode(form).encode(), headers=marked)
+        assert carried.status_code == 421 and carried.headers["stash-error"] == "fleet.elsewhere", carried.text[:300]
+        assert "Traceback" not in a.log_text()
     finally:
         fleet.stop()

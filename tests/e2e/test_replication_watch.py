@@ -11,7 +11,10 @@ service/ops/replication_status.py, cli/supervise.py): a real ``stash serve
   kill -9 of Litestream alone: started again, counted in /metrics.
 - A full replica (a small tmpfs): /health?ready=1 answers 503
   ``ready.replication`` and /metrics counts the error; SIGTERM then ends the
-  server within Litestream's bounded shutdown sync (exit 0, not killed)."""
+  server within Litestream's bounded shutdown sync (exit 0, not killed).
+- ``stash replicate`` stopped and started again over the same users (as a
+  fleet host does at each drain and each shard it gains) ships nothing of
+  the roster, which lists every user already."""
 
 from __future__ import annotations
 
@@ -20,12 +23,16 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.api import CHEAP_KDF_FLAGS
+from stash.service.access import Vault
+from stash.service.ops import replica as replicas
+from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS
+from tests.support.installed import OUTSIDE, child_env
 from tests.support.ops.replication import metric, ready, wait_for
 from tests.support.server import Http, Server
 
@@ -63,6 +70,14 @@ def children(pid: int, word: bytes) -> list[int]:
         if int(fields[1]) == pid and word in cmd and fields[0] != "Z":
             found.append(int(stat.parent.name))
     return found
+
+
+def opened(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` holds ``path`` open."""
+    try:
+        return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
 
 
 def l0(replica: Path, user_id: str) -> int:
@@ -140,6 +155,51 @@ def test_idle_ships_nothing_a_killed_supervisor_or_litestream_comes_back_and_a_f
         live.proc.send_signal(signal.SIGTERM)
         # Within Litestream's shutdown sync (5 s) and the margins, never killed.
         assert live.proc.wait(timeout=30) == 0
+
+
+def test_a_restart_ships_nothing_of_a_roster_that_lists_every_user(tmp_path: Path) -> None:
+    """The roster is opened for writing only to list a user it lacks: a connection of ``stash replicate``'s
+    start, closed as the file's last, folded its WAL in and removed it, and Litestream, started next, found
+    the WAL gone and shipped the whole roster again as a new transaction, at every restart (bench/HISTORY.md,
+    "An idle fleet host"). A user made after the restart is listed, and shipped, as before: one transaction
+    more at most (Litestream ships what a sync finds in one)."""
+    data, replica = tmp_path / "data", tmp_path / "replica"
+    vault = Vault(data, CHEAP_KDF, file_cipher="none")
+    users = [vault.create_identity().user_id for _ in range(2)]
+    roster = replica / "roster.db" / "ltx" / "0"
+    argv = [sys.executable, "-m", "stash", "replicate", "--data", str(data), str(replica)]
+    env = {**child_env(), "STASH_REPLICATE_INTERVAL": INTERVAL}
+
+    def listed() -> set[str]:
+        try:
+            return {u for u, _ in replicas.replica_users(replicas.Target.parse(str(replica)), tmp_path)}
+        except replicas.ReplicaError:
+            return set()
+
+    def run() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, cwd=OUTSIDE, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    first = run()
+    try:
+        wait_for(lambda: listed() == set(users))
+    finally:
+        first.terminate()
+        assert first.wait(timeout=30) == 0  # its final sync shipped everything
+    shipped = sorted(os.listdir(roster))
+    wal = data / f"{replicas.ROSTER}-wal"  # where Litestream left off: kept, it has nothing new to ship
+    kept = os.stat(wal).st_ino
+    again = run()
+    try:
+        # Once the restarted Litestream holds the roster open, a user is made: shipped by it, the event waited
+        # for. (Made before, it is listed by a connection that is the roster's last again.)
+        wait_for(lambda: any(opened(pid, data / replicas.ROSTER) for pid in children(again.pid, b"litestream")))
+        made = vault.create_identity().user_id
+        wait_for(lambda: listed() == {*users, made} and (replica / "users" / made / "keyring.db").is_dir())
+        assert os.stat(wal).st_ino == kept  # never removed, so never shipped whole again
+        assert len(os.listdir(roster)) <= len(shipped) + 1, (shipped, sorted(os.listdir(roster)))
+    finally:
+        again.terminate()
+        again.wait(timeout=30)
 
 
 def _state(pid: int) -> bytes:

@@ -164,7 +164,12 @@ class SeaweedFS:
     def keys(self, bucket: str, under: str = "") -> list[str]:
         """Every object's key in ``bucket`` (under the folder ``under``), read
         from the filer (not through S3)."""
-        out: list[str] = []
+        return sorted(self.objects(bucket, under))
+
+    def objects(self, bucket: str, under: str = "") -> dict[str, int]:
+        """Every object of ``bucket`` (under the folder ``under``) and its
+        size in bytes, read from the filer (not through S3)."""
+        out: dict[str, int] = {}
         folders = [f"{under.strip('/')}/" if under.strip("/") else ""]
         with httpx.Client(timeout=10.0, headers={"Accept": "application/json"}) as client:
             while folders:
@@ -179,13 +184,14 @@ class SeaweedFS:
                     entries = resp.json().get("Entries") or []
                     for entry in entries:
                         key = entry["FullPath"].split(f"/buckets/{bucket}/", 1)[1]
-                        (folders if entry["Mode"] & GO_MODE_DIR else out).append(
-                            key + "/" if entry["Mode"] & GO_MODE_DIR else key
-                        )
+                        if entry["Mode"] & GO_MODE_DIR:
+                            folders.append(key + "/")
+                        else:
+                            out[key] = int(entry.get("FileSize") or 0)
                     if len(entries) < LISTING:
                         break
                     last = entries[-1]["FullPath"].rsplit("/", 1)[1]
-        return sorted(out)
+        return out
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -282,28 +282,46 @@ def update_roster(data_dir: Path, known: set[str]) -> list[tuple[str, str]]:
     """Add every user folder not in ``known`` to the roster (and to
     ``known``): the replica's list of users, so a restore needs no listing
     of the replica. Returns the users added, with their file cipher; a
-    SQLCipher store is listed too, and reported as not replicated."""
+    SQLCipher store is listed too, and reported as not replicated.
+
+    The roster is opened for writing only when a user is missing from it
+    or listed with another cipher. Each start of ``stash replicate`` passes
+    over every user, and a connection closed there, the file's last, folded
+    the roster's WAL in and removed it; Litestream, started next, found its
+    WAL gone and shipped the whole roster again, at every level it keeps: at
+    every restart (a fleet host restarts it for each drain and each shard
+    it gains)."""
     users = Path(data_dir) / "users"
     if not users.is_dir():
         return []
+    new = [f for f in sorted(users.iterdir()) if f.name not in known and USER_ID.fullmatch(f.name)]
+    if not new:
+        return []
+    path = Path(data_dir) / ROSTER
+    try:
+        listed = dict(roster_users(path)) if path.is_file() else {}
+    except sqlite3.Error:
+        listed = {}  # written whole again below
     added = []
-    for folder in sorted(users.iterdir()):
-        if folder.name in known or not USER_ID.fullmatch(folder.name):
-            continue
-        cipher = file_cipher(folder)
-        if cipher is None:  # still being created; the next pass sees it whole
-            continue
-        conn = _roster(Path(data_dir) / ROSTER)
-        try:
-            # Upserted: a store `stash migrate` made plain is listed as plain from the next start on.
-            conn.execute(
-                "INSERT INTO users(id, cipher) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET cipher = excluded.cipher",
-                (folder.name, cipher),
-            )
-        finally:
+    conn: sqlite3.Connection | None = None
+    try:
+        for folder in new:
+            cipher = file_cipher(folder)
+            if cipher is None:  # still being created; the next pass sees it whole
+                continue
+            if listed.get(folder.name) != cipher:
+                conn = conn or _roster(path)
+                # Upserted: a store `stash migrate` made plain is listed as plain from the next start on.
+                conn.execute(
+                    "INSERT INTO users(id, cipher) VALUES (?, ?) "
+                    "ON CONFLICT(id) DO UPDATE SET cipher = excluded.cipher",
+                    (folder.name, cipher),
+                )
+            known.add(folder.name)
+            added.append((folder.name, cipher))
+    finally:
+        if conn is not None:
             conn.close()
-        known.add(folder.name)
-        added.append((folder.name, cipher))
     return added
 
 
@@ -580,12 +598,14 @@ def _settle(
 
 
 def replica_users(target: Target, work: Path) -> list[tuple[str, str]]:
-    """The users the replica's roster lists, with their file cipher."""
-    local = work / ROSTER
-    if not _restore_file(target.at(ROSTER), local, None):
-        raise ReplicaError("the replica holds no roster: it is not a Stash replica, or nothing was replicated yet")
-    try:
+    """The users the replica's roster lists, with their file cipher, read
+    from a copy restored into a folder of its own under ``work`` (removed
+    after). Never at ``work/roster.db``: in a data folder that is the host's
+    own roster, which its Litestream holds open and ships; a fleet command
+    reading another host's roster there deleted it, and failed to restore
+    while the host's ``stash replicate`` wrote it anew."""
+    with tempfile.TemporaryDirectory(prefix=".roster-", dir=work) as folder:
+        local = Path(folder) / ROSTER
+        if not _restore_file(target.at(ROSTER), local, None):
+            raise ReplicaError("the replica holds no roster: it is not a Stash replica, or nothing was replicated yet")
         return roster_users(local)
-    finally:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{local}{suffix}").unlink(missing_ok=True)

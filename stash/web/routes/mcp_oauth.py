@@ -237,6 +237,8 @@ CONSENT_FIELDS = Fields(
         "store.damaged",
         "fleet.unreachable",
         "fleet.bad_hop",
+        "fleet.elsewhere",
+        "fleet.moving",
     ),
     description="The consent form posted. Approved, it mints a capability of the scope chosen on the "
     "memory chosen (its label the host's name, its audit event a mint, as POST /grants) and "
@@ -277,7 +279,14 @@ TOKEN_FIELDS = Fields(
         },
         required=["access_token", "token_type", "scope"],
     ),
-    errors=("oauth.invalid_grant", "oauth.unsupported_grant_type", "store.unreadable", "fleet.unreachable"),
+    errors=(
+        "oauth.invalid_grant",
+        "oauth.unsupported_grant_type",
+        "store.unreadable",
+        "fleet.unreachable",
+        "fleet.elsewhere",
+        "fleet.moving",
+    ),
     description="The code exchange (authorization code with PKCE S256). The code is taken once: redeemed "
     "twice, or with another client, redirect URI or a wrong verifier, it is refused and its "
     "capability withdrawn. The token is taken out of the shared state and nothing of it is "

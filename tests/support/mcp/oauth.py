@@ -16,6 +16,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
+from stash.fleet.forward import HOP
+
 REDIRECT = "http://127.0.0.1:43117/callback"
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
@@ -70,7 +72,17 @@ def code_of(resp: Any, redirect: str = REDIRECT) -> str:
     return query["code"][0]
 
 
-def exchange(client: Any, code: str, verifier: str, client_id: str, redirect: str = REDIRECT, **more: str) -> Any:
+def exchange(
+    client: Any,
+    code: str,
+    verifier: str,
+    client_id: str,
+    redirect: str = REDIRECT,
+    *,
+    hop: str | None = None,
+    **more: str,
+) -> Any:
+    """The code exchange (``hop``: marked as sent on by that host of a fleet, so it is answered where it lands)."""
     form = {
         "grant_type": "authorization_code",
         "code": code,
@@ -79,7 +91,7 @@ def exchange(client: Any, code: str, verifier: str, client_id: str, redirect: st
         "redirect_uri": redirect,
         **more,
     }
-    return client.post("/token", content=urlencode(form).encode(), headers=FORM)
+    return client.post("/token", content=urlencode(form).encode(), headers={**FORM, **({HOP: hop} if hop else {})})
 
 
 def approved_code(client: Any, owner: str, origin: str, **choices: str) -> tuple[str, str, dict]:
