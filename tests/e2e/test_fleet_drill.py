@@ -18,8 +18,8 @@ under writes: no acknowledged write lost, within 60 s."""
 
 from __future__ import annotations
 
-import signal
 import os
+import signal
 import subprocess
 import sys
 import time

@@ -289,12 +289,12 @@ def test_a_forged_hop_marker_from_outside_gains_nothing(fleet: Fleet, routed: st
                 "code_challenge_method": "S256",
             }
         )
-        marked = via.get(fleet.servers["c"].url + "/authorize?" + query, hop="b")
+        marked = via.get(fleet.servers["c"].url + "/authorize?" + query, headers={HOP: "b"})
         assert marked.status_code == 401 and marked.headers["stash-error"] == "oauth.invalid_client"
         # The same through the router, marker forged: the router drops it, so the page comes from a,
         # whichever host the router picked.
         for _ in range(6):
-            page = via.get(routed + "/authorize?" + query, hop="b")
+            page = via.get(routed + "/authorize?" + query, headers={HOP: "b"})
             assert page.status_code == 200 and nonce_of(page.text).startswith("a."), page.text[:300]
     finally:
         via.close()
