@@ -161,8 +161,8 @@ def test_a_restart_ships_nothing_of_a_roster_that_lists_every_user(tmp_path: Pat
     """The roster is opened for writing only to list a user it lacks: a connection of ``stash replicate``'s
     start, closed as the file's last, folded its WAL in and removed it, and Litestream, started next, found
     the WAL gone and shipped the whole roster again as a new transaction, at every restart (bench/HISTORY.md,
-    "An idle fleet host"). A user made after the restart is listed, and shipped, as before: one transaction
-    more at most (Litestream ships what a sync finds in one)."""
+    "Issue 45: an idle fleet host and its roster"). A user made after the restart is listed, and shipped, as
+    before: one transaction more at most (Litestream ships what a sync finds in one)."""
     data, replica = tmp_path / "data", tmp_path / "replica"
     vault = Vault(data, CHEAP_KDF, file_cipher="none")
     users = [vault.create_identity().user_id for _ in range(2)]
