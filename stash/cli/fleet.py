@@ -159,29 +159,11 @@ def _give(args: argparse.Namespace) -> int:
     # goes first.
     os.nice(NICENESS)
     try:
+        how = {"attempts": max(1, args.attempts), "first": args.first, "jobs": max(1, args.jobs), "say": say}
         if args.verb == "failover":
-            done = failover.failover(
-                Path(args.placement),
-                args.shard,
-                args.standby,
-                data,
-                attempts=max(1, args.attempts),
-                first=args.first,
-                jobs=max(1, args.jobs),
-                say=say,
-            )
+            done = failover.failover(Path(args.placement), args.shard, args.standby, data, **how)
         else:
-            done = failover.move(
-                Path(args.placement),
-                args.shard,
-                args.source,
-                args.dest,
-                data,
-                attempts=max(1, args.attempts),
-                first=args.first,
-                jobs=max(1, args.jobs),
-                say=say,
-            )
+            done = failover.move(Path(args.placement), args.shard, args.source, args.dest, data, **how)
     except (failover.FleetError, PlacementError) as e:
         print(f"stash fleet {args.verb}: {e}.", file=sys.stderr)
         return 1

@@ -11,7 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.fleet_drill import Fleet, running_fleet
+from tests.support.seaweedfs import SeaweedFS
 from tests.support.server import HTTP_TIMEOUT, Cli, Http, Server, cli_env, path_with, python_bin, start_server
+from tests.support.tcp_proxy import TcpProxy
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +70,18 @@ def cli(request, base_url: str, token: str, client_file: Path, tmp_path: Path) -
 @pytest.fixture(scope="session")
 def has_curl() -> bool:
     return shutil.which("curl") is not None
+
+
+@pytest.fixture
+def proxy(seaweedfs: SeaweedFS) -> Iterator[TcpProxy]:
+    """The way into the session's SeaweedFS, which a fleet test may cut."""
+    way = TcpProxy(seaweedfs.s3_port)
+    yield way
+    way.close()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy) -> Iterator[Fleet]:
+    """The drill's fleet (tests/support/fleet_drill.py), replicating through ``proxy``."""
+    with running_fleet(tmp_path, seaweedfs, proxy) as running:
+        yield running

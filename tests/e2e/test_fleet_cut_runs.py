@@ -43,7 +43,7 @@ import re
 import signal
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -51,7 +51,7 @@ import pytest
 
 from stash.fleet import placement as places
 from tests.support.cut_command import Cut, Step, alive, renaming_into
-from tests.support.fleet_drill import Agents, Fleet, running_fleet, texts
+from tests.support.fleet_drill import Agents, Fleet, texts
 from tests.support.ops.replication import wait_for
 from tests.support.seaweedfs import SeaweedFS
 from tests.support.server import stash
@@ -81,20 +81,6 @@ AFTER_THE_SWITCH = (
 )
 
 Look = Callable[[str, bool], None]  # (the step, whether the run is stopped there or killed)
-
-
-@pytest.fixture
-def proxy(seaweedfs: SeaweedFS) -> Iterator[TcpProxy]:
-    """The bucket's way in, which the test cuts to hold a restore mid-transfer."""
-    way = TcpProxy(seaweedfs.s3_port)
-    yield way
-    way.close()
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy) -> Iterator[Fleet]:
-    with running_fleet(tmp_path, seaweedfs, proxy) as running:
-        yield running
 
 
 def mint(url: str) -> str:

@@ -23,8 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -32,11 +30,9 @@ import pytest
 from stash.fleet import placement as places
 from tests.support.fleet_drill import (
     Agents,
-    Fleet,
     enrol,
     litestreams_of,
     longest_pause,
-    running_fleet,
     stash,
     texts,
     wait_restorable,
@@ -44,9 +40,7 @@ from tests.support.fleet_drill import (
 from tests.support.installed import child_env
 from tests.support.mcp.oauth import approved_code, exchange
 from tests.support.ops.replication import wait_for
-from tests.support.seaweedfs import SeaweedFS
 from tests.support.server import CLI_TIMEOUT, OUTSIDE, Server
-from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.slow
 
@@ -55,20 +49,6 @@ RECOVERY_S = 60.0
 MOVE_S = 60.0
 PAUSE_S = 2.0
 USERS_PER_SHARD = 2
-
-
-@pytest.fixture
-def proxy(seaweedfs: SeaweedFS) -> Iterator[TcpProxy]:
-    """The bucket's way in, which a test may cut."""
-    way = TcpProxy(seaweedfs.s3_port)
-    yield way
-    way.close()
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy) -> Iterator[Fleet]:
-    with running_fleet(tmp_path, seaweedfs, proxy) as running:
-        yield running
 
 
 def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_writes(fleet) -> None:
