@@ -28,11 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .host import ADOPTED, CHECK_S
 from .placement import Placement, PlacementError, load
 
 HOP = "Stash-Fleet-Hop"  # names the host that sent the request on; the router drops it from outside requests
-ADOPTED = "placement.json"  # the placement the host adopted, in its data folder
-CHECK_S = 0.5  # how stale a worker's view of the adopted placement may be
 HOP_TIMEOUT_S = 30.0  # a consent's approval there takes an owner token's check (argon2id) and a write
 
 
