@@ -24,10 +24,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.fleet import placement as places
+from tests.support import loopback
 from tests.support.fleet_drill import (
     Agents,
     Fleet,
@@ -70,7 +70,7 @@ def fleet(tmp_path: Path, seaweedfs: SeaweedFS, proxy: TcpProxy) -> Iterator[Fle
 
 def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_writes(fleet) -> None:
     file, hosts, url, env = fleet.file, fleet.hosts, fleet.url, fleet.env
-    client = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
+    client = loopback.client(base_url=url, timeout=10.0)
     # Users through the router: each /init lands on a host that mints an id of its own shards.
     users: dict[str, list[str]] = {"0-7": [], "8-f": []}
     deadline = time.monotonic() + 30
@@ -151,7 +151,7 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
 
     # The standby, holding a shard now, reports its replication like any replicated host.
     assert wait_for(lambda: "stash_replication_litestream_up 1.0" in metrics_of(hosts["c"]), timeout=20)
-    assert wait_for(lambda: httpx.get(f"{hosts['c'].url}/health?ready=1", trust_env=False).status_code == 200)
+    assert wait_for(lambda: loopback.get(f"{hosts['c'].url}/health?ready=1").status_code == 200)
     # The new host ships every user of the shard under its new path: a restore from there brings them all.
     check = hosts["c"].data.parent / "check"
     shipped = wait_restorable(
@@ -161,7 +161,7 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
 
     # The old host, started again on its old folder with the new placement, serves none of the shard.
     hosts["a"].start(same_port=True)
-    direct = httpx.get(f"{hosts['a'].url}/config", headers=auth, timeout=10.0, trust_env=False)
+    direct = loopback.get(f"{hosts['a'].url}/config", headers=auth, timeout=10.0)
     assert direct.status_code == 421 and direct.json()["error"] == "fleet.elsewhere", direct.text
     assert not (hosts["a"].data / "users" / owner.split("_")[1]).exists()
     # A second failover changes nothing.
@@ -190,8 +190,8 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
         assert not lost, f"{label} lost {len(lost)} acknowledged notes in the move: {lost[:3]}"
     final = places.load(file)
     assert final.shard("8-f").host == "c" and not final.shard("8-f").draining
-    direct = httpx.get(f"{hosts['b'].url}/config", headers={"Authorization": f"Bearer {movers['8-f#0']}"},
-                       timeout=10.0, trust_env=False)  # fmt: skip
+    direct = loopback.get(f"{hosts['b'].url}/config", headers={"Authorization": f"Bearer {movers['8-f#0']}"},
+                       timeout=10.0)  # fmt: skip
     assert direct.status_code == 421, direct.text
     print(
         f"\nfleet drill: failover {first - killed:.1f} s from the kill to the first answer; first word search "
@@ -201,7 +201,7 @@ def test_a_dead_hosts_shard_comes_back_on_the_standby_and_a_shard_moves_under_wr
 
 def test_a_failover_retries_while_the_bucket_is_cut_then_refuses_and_changes_nothing(fleet, proxy) -> None:
     file, hosts, url, env = fleet.file, fleet.hosts, fleet.url, fleet.env
-    client = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
+    client = loopback.client(base_url=url, timeout=10.0)
     while True:  # a user of the shard that will fail
         token = client.post("/init", json={}).json()["token"]
         if token.split("_")[1][0] in "01234567":
@@ -239,4 +239,4 @@ def test_a_failover_retries_while_the_bucket_is_cut_then_refuses_and_changes_not
 
 
 def metrics_of(server: Server) -> str:
-    return httpx.get(f"{server.url}/metrics", timeout=5.0, trust_env=False).text
+    return loopback.get(f"{server.url}/metrics", timeout=5.0).text
