@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,17 +131,18 @@ def assert_elsewhere(resp: httpx.Response, what) -> None:
         assert body == {"error": "fleet.elsewhere", "message": ELSEWHERE}, (what, body)
 
 
-@pytest.fixture
-def two_hosts(tmp_path: Path):
+@contextmanager
+def hosts_of_two_shards(tmp: Path) -> Iterator[tuple[dict[str, Server], Path, dict]]:
+    """Hosts a and b holding shards 0-7 and 8-f, each replicating, and c a standby; stopped at exit."""
     ports = {"a": free_port(), "b": free_port(), "c": free_port()}
     doc = placement_doc(
         ports,
         [("0-7", "a"), ("8-f", "b")],
-        replicas={h: str(tmp_path / "replicas" / h / "e1") for h in "ab"},
-        replica_root=str(tmp_path / "replicas"),
+        replicas={h: str(tmp / "replicas" / h / "e1") for h in "ab"},
+        replica_root=str(tmp / "replicas"),
     )
-    file = write(tmp_path / "placement.json", doc)
-    servers = {name: host(tmp_path, name, file, port) for name, port in ports.items()}
+    file = write(tmp / "placement.json", doc)
+    servers = {name: host(tmp, name, file, port) for name, port in ports.items()}
     try:
         yield servers, file, doc
     finally:
@@ -147,10 +150,25 @@ def two_hosts(tmp_path: Path):
             srv.stop()
 
 
+@pytest.fixture
+def two_hosts(tmp_path: Path):
+    """A fleet of its own, for a test that changes its placement."""
+    with hosts_of_two_shards(tmp_path) as fleet:
+        yield fleet
+
+
+@pytest.fixture(scope="module")
+def standing_hosts(tmp_path_factory: pytest.TempPathFactory):
+    """One fleet for the tests that only read its placement (three servers of two workers each, and two
+    Litestreams, are seconds of CPU to start); each of them makes users of its own."""
+    with hosts_of_two_shards(tmp_path_factory.mktemp("fleet")) as fleet:
+        yield fleet
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("memory", ["main", "notes"])
-def test_a_host_serves_and_mints_only_its_shards_and_a_standby_none(two_hosts, memory: str) -> None:
-    servers, _, _ = two_hosts
+def test_a_host_serves_and_mints_only_its_shards_and_a_standby_none(standing_hosts, memory: str) -> None:
+    servers, _, _ = standing_hosts
     a, b, c = servers["a"], servers["b"], servers["c"]
     for _ in range(6):
         assert loopback.post(a.url + "/init", json={}, timeout=30).json()["user_id"][0] in "01234567"
