@@ -209,13 +209,25 @@ class Memory:
         for real: reading stops once the part is full, so an offer reads at
         most about one part's worth of lines."""
         room = self.sizes["PART_CHARS"] - BATCH_OVERHEAD
+        # A memory is in up to four raw blocks of a run (#0-1, #0-3, #0-7, #0-15), so each rendered line is
+        # read once here and counted for every block it is in.
+        rendered: dict[int, str] = {}
+
+        def source(lo: int, hi: int) -> list[str]:
+            if hi - lo > blocks.RAW_MAX:
+                return self._source(lo, hi)
+            unread = [i for i in range(lo, hi) if i not in rendered]
+            if unread:
+                rendered.update((m[0], lines.memory_line(*m)) for m in self.mf.memories(unread[0], unread[-1] + 1))
+            return [rendered[i] for i in range(lo, hi)]
+
         n = 0
         for lo, hi in ready:
             bid = blocks.block_id(lo, hi)
             room -= (
                 2 * len(bid)
                 + 8
-                + sum(len(s.encode()) + 3 for s in self._source(lo, hi))
+                + sum(len(s.encode()) + 3 for s in source(lo, hi))
                 + 1
                 + len(instructions.summary_placeholder(bid))
                 + 2
