@@ -55,9 +55,13 @@ class Store:
         return dest
 
     @contextlib.contextmanager
-    def edit(self, restore: bool = True):
+    def edit(self, restore: bool = True, keep: Path | None = None):
+        """The stopped server's file open for a raw edit; ``keep``: a copy
+        of the folder as it was before, taken in the same stop."""
         self.server.stop()
         try:
+            if keep is not None:
+                shutil.copytree(self.folder, keep)
             with raw(self.folder, self.base, restore) as conn:
                 yield conn
         finally:
@@ -120,8 +124,8 @@ def test_older_summaries_config_receipts_triggers_and_spliced_rows_are_refused(s
     def restored(edit, restore_triggers: bool = True) -> None:
         """Apply ``edit`` to the live folder, check the server refuses it,
         then put the live folder back as it was."""
-        keep = s.copy(f"keep-{os.urandom(3).hex()}")
-        with s.edit(restore_triggers) as conn:
+        keep = tmp_path / f"keep-{os.urandom(3).hex()}"
+        with s.edit(restore_triggers, keep) as conn:
             edit(conn)
         s.refused(("POST", "/zoom", {"block": "0-3"}), ("GET", "/export", None))
         s.server.stop()
