@@ -27,9 +27,10 @@ pytestmark = pytest.mark.slow
 REFUSED = ("store.damaged", "store.rolled_back")
 
 
-@pytest.fixture
-def server(tmp_path: Path):
-    with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """One server for the tests that stop it to edit a user's files: each test edits a user of its own."""
+    with start_server(tmp_path_factory.mktemp("srv"), *CHEAP_KDF_FLAGS) as srv:
         yield srv
 
 
