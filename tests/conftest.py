@@ -49,6 +49,32 @@ def pytest_configure(config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist), once
         for folder in (PACKAGE, installed.CHECKOUT / "tests"):
             compileall.compile_dir(str(folder), quiet=1)
+        if config.getoption("numprocesses", None):
+            rewrite_tests_once(config)
+
+
+def rewrite_tests_once(config) -> None:
+    """Write pytest's assertion-rewritten bytecode of every test module and
+    conftest once, for the xdist workers to read. Each worker imports every
+    test module to collect it, and pytest rewrites a module's asserts on
+    import (about 6 s of CPU for the whole suite), keeping the result only
+    where bytecode may be written, which PYTHONDONTWRITEBYTECODE forbids: so
+    under CI each worker rewrote all of it. pytest finds these files as it
+    finds its own and checks each against its source's hash. Its functions
+    for it are private: under a pytest without them, each worker rewrites
+    as before."""
+    try:
+        from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc, assertstate_key, get_cache_dir
+
+        state = config.stash[assertstate_key]
+    except (ImportError, KeyError):  # another pytest, or --assert=plain
+        return
+    for path in sorted((installed.CHECKOUT / "tests").rglob("*.py")):
+        if path.name.startswith("test_") or path.name == "conftest.py":
+            cache = get_cache_dir(path)
+            cache.mkdir(exist_ok=True)
+            source_hash, code = _rewrite_test(path, config)
+            _write_pyc(state, code, source_hash, cache / (path.name[:-3] + PYC_TAIL))
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

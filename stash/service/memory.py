@@ -209,13 +209,28 @@ class Memory:
         for real: reading stops once the part is full, so an offer reads at
         most about one part's worth of lines."""
         room = self.sizes["PART_CHARS"] - BATCH_OVERHEAD
+        # A memory is in up to four raw blocks of a run (#0-1, #0-3, #0-7, #0-15): its line is read once, with
+        # the rest of its aligned #lo-hi of RAW_MAX that the run reaches, in one read (a read of a few rows
+        # costs mostly its own statement), and counted for every block it is in.
+        rendered: dict[int, str] = {}
+        reach = max((hi for lo, hi in ready if hi - lo <= blocks.RAW_MAX), default=0)
+
+        def source(lo: int, hi: int) -> list[str]:
+            if hi - lo > blocks.RAW_MAX:
+                return self._source(lo, hi)
+            unread = [i for i in range(lo, hi) if i not in rendered]
+            if unread:
+                end = max(unread[-1] + 1, min(reach, (unread[0] // blocks.RAW_MAX + 1) * blocks.RAW_MAX))
+                rendered.update((m[0], lines.memory_line(*m)) for m in self.mf.memories(unread[0], end))
+            return [rendered[i] for i in range(lo, hi)]
+
         n = 0
         for lo, hi in ready:
             bid = blocks.block_id(lo, hi)
             room -= (
                 2 * len(bid)
                 + 8
-                + sum(len(s.encode()) + 3 for s in self._source(lo, hi))
+                + sum(len(s.encode()) + 3 for s in source(lo, hi))
                 + 1
                 + len(instructions.summary_placeholder(bid))
                 + 2

@@ -31,7 +31,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
-from .. import client
 from ..core.errors import Forbidden, Malformed, Misdirected, NotAcceptable, StashError, TooLarge
 from . import pages, tracelog
 from .dispatch import Call, Protocol
@@ -320,6 +319,10 @@ class InProcess:
 async def route_call(outer: Scope, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     """One request to a route of this app, made in process with the MCP request's token and client address:
     its JSON answer, or its refusal raised as the client library raises it (:func:`stash.client.error_class`)."""
+    # Here, not at the top: a server that serves no MCP never loads the client library (stash/__init__.py); the
+    # tools that call this have imported it already.
+    from .. import client
+
     data = orjson.dumps(body)
     token = outer[CALLER][0]
     headers = [

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import loopback
 from tests.support.mcp.oauth import authorize, pkce, register
 from tests.support.mcp.session import Session, run_http_session
 from tests.support.ops.deploy import DEPLOY, caddy_running
@@ -53,7 +54,7 @@ def caddy(config: str, tmp: Path, port: int | None = None) -> Iterator[str]:
 
     def up() -> bool:
         try:
-            return httpx.get(base + "/health", timeout=2.0).status_code == 200
+            return loopback.get(base + "/health", timeout=2.0).status_code == 200
         except httpx.TransportError:
             return False
 
@@ -71,7 +72,7 @@ def mcp_under_the_public_name(srv: Server, base: str, public: str) -> None:
     another origin is refused, and so is a request straight to the server under a name that is not the
     server's (DNS rebinding)."""
     host = public.split("://", 1)[1]
-    owner = httpx.post(base + "/init", json={}, headers={"Host": host}, timeout=30.0).json()["token"]
+    owner = loopback.post(base + "/init", json={}, headers={"Host": host}, timeout=30.0).json()["token"]
     said: list[str] = []
 
     async def script(s: Session) -> None:
@@ -79,7 +80,7 @@ def mcp_under_the_public_name(srv: Server, base: str, public: str) -> None:
 
     run_http_session(base + "/mcp", owner, script, "legacy", headers={"Host": host, "Origin": public})
     assert said and said[0].startswith("Saved as #0"), said
-    with httpx.Client(base_url=base, headers={"Host": host}, timeout=30.0) as http:
+    with loopback.client(base_url=base, headers={"Host": host}, timeout=30.0) as http:
         page = authorize(http, register(http)["client_id"], pkce()[1])
         assert page.status_code == 200 and page.headers.get_list("referrer-policy") == ["same-origin"], page.headers
         assert http.get("/health").headers.get_list("referrer-policy") == ["no-referrer"]
@@ -89,16 +90,16 @@ def mcp_under_the_public_name(srv: Server, base: str, public: str) -> None:
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2025-06-18",
     }
-    assert httpx.post(base + "/mcp", json=rpc, headers={**sent, "Host": host}, timeout=30.0).status_code == 200
+    assert loopback.post(base + "/mcp", json=rpc, headers={**sent, "Host": host}, timeout=30.0).status_code == 200
     refused_on_mcp(
-        httpx.post(
+        loopback.post(
             base + "/mcp", json=rpc, headers={**sent, "Host": host, "Origin": "https://evil.example"}, timeout=30.0
         ),
         403,
         "mcp.bad_origin",
     )
     refused_on_mcp(
-        httpx.post(srv.url + "/mcp", json=rpc, headers={**sent, "Host": "evil.example"}, timeout=30.0),
+        loopback.post(srv.url + "/mcp", json=rpc, headers={**sent, "Host": "evil.example"}, timeout=30.0),
         421,
         "mcp.bad_host",
     )
@@ -114,22 +115,22 @@ def test_behind_caddy_a_forged_forwarded_for_buys_nothing_and_mcp_answers_for_th
         with caddy(render("Caddyfile", {"127.0.0.1:8080": srv.port}), tmp_path, port) as base:
             mcp_under_the_public_name(srv, base, public)
             for n in range(3):
-                resp = httpx.get(
+                resp = loopback.get(
                     base + "/wake",
                     headers={"Authorization": f"Bearer {BOGUS}", "X-Forwarded-For": f"203.0.113.{n}"},
                     timeout=30.0,
                 )
                 assert resp.status_code == 401, resp.text
             # Had Caddy passed the forged addresses on, each would be a new client.
-            resp = httpx.get(
+            resp = loopback.get(
                 base + "/wake",
                 headers={"Authorization": f"Bearer {BOGUS}", "X-Forwarded-For": "203.0.113.99"},
                 timeout=30.0,
             )
             assert resp.status_code == 429 and resp.json()["error"] == "rate_limited", resp.text
-            assert httpx.get(base + "/metrics", timeout=30.0).status_code == 404
-            assert "server" not in httpx.get(base + "/health", timeout=30.0).headers
+            assert loopback.get(base + "/metrics", timeout=30.0).status_code == 404
+            assert "server" not in loopback.get(base + "/health", timeout=30.0).headers
         # Straight to the server, the host's own scraper still reads /metrics.
-        assert httpx.get(srv.url + "/metrics", timeout=30.0).status_code == 200
+        assert loopback.get(srv.url + "/metrics", timeout=30.0).status_code == 200
     finally:
         srv.stop()

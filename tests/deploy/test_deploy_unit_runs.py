@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import loopback
 from tests.support.ops.deploy import UNIT_BINARY, directives, stash_executable
 from tests.support.server import free_port
 
@@ -117,12 +118,12 @@ def test_the_server_runs_as_the_unit_starts_it(tmp_path: Path) -> None:
         health = None
         while health is None and time.monotonic() < deadline and proc.poll() is None:
             try:
-                health = httpx.get(base + "/health", timeout=2.0)
+                health = loopback.get(base + "/health", timeout=2.0)
             except httpx.TransportError:
                 time.sleep(0.1)
         assert health is not None and health.status_code == 200, log.read_text(errors="replace")
         assert health.json()["ok"] is True
-        with httpx.Client(base_url=base, timeout=30.0) as http:
+        with loopback.client(base_url=base, timeout=30.0) as http:
             minted = http.post("/init", json={})
             assert minted.status_code == 201, minted.text
             # The unit's --url is the address the agent is told to use.

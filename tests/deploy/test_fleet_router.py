@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.fleet import placement as pl
 from stash.fleet import router
+from tests.support import loopback
 from tests.support.fleet import caddy_with_admin, placement_doc
 from tests.support.installed import OUTSIDE
 from tests.support.ops.deploy import DEPLOY, TOOL_TIMEOUT, tool
@@ -114,31 +114,33 @@ def test_a_loaded_router_sends_each_token_to_its_shard_and_follows_a_new_placeme
             servers = {"a": a, "b": b}
             # One identity minted on each host directly, so both shards are exercised whatever the balancer
             # does with those minted through the router.
-            users = {n: httpx.post(srv.url + "/init", json={}, timeout=30).json() for n, srv in servers.items()}
-            minted = [httpx.post(listen + "/init", json={}, timeout=30).json() for _ in range(6)]
+            users = {n: loopback.post(srv.url + "/init", json={}, timeout=30).json() for n, srv in servers.items()}
+            minted = [loopback.post(listen + "/init", json={}, timeout=30).json() for _ in range(6)]
             for user in [*users.values(), *minted]:
                 auth = {"Authorization": f"bearer {user['token']}"}  # the scheme in any case
-                assert httpx.post(listen + "/note", json={"text": "hello"}, headers=auth, timeout=30).status_code == 200
-            assert httpx.get(listen + "/metrics", timeout=30).status_code == 404
+                assert (
+                    loopback.post(listen + "/note", json={"text": "hello"}, headers=auth, timeout=30).status_code == 200
+                )
+            assert loopback.get(listen + "/metrics", timeout=30).status_code == 404
             ids = {u["user_id"] for u in [*users.values(), *minted]}
             assert users_on(a) == {i for i in ids if i[0] in "01234567"}
             assert users_on(b) == {i for i in ids if i[0] in "89abcdef"}
             # Each note landed on its own host: the other has no such user.
             for n, user in users.items():
                 auth = {"Authorization": f"Bearer {user['token']}"}
-                wake = httpx.get(servers[n].url + "/wake", headers=auth, timeout=30)
+                wake = loopback.get(servers[n].url + "/wake", headers=auth, timeout=30)
                 assert wake.status_code == 200 and "hello" in wake.text, wake.text
             # Shard 0-7 goes to b: a's user is now sent to b, which does not know it.
             moved = first.with_shard_on("0-7", "b")
             router.load(router.caddyfile(moved, listen, "off"), admin)
             auth = {"Authorization": f"Bearer {users['a']['token']}"}
-            assert httpx.get(listen + "/wake", headers=auth, timeout=30).status_code == 401
-            assert httpx.get(a.url + "/wake", headers=auth, timeout=30).status_code == 200
+            assert loopback.get(listen + "/wake", headers=auth, timeout=30).status_code == 401
+            assert loopback.get(a.url + "/wake", headers=auth, timeout=30).status_code == 200
             auth_b = {"Authorization": f"Bearer {users['b']['token']}"}
-            assert httpx.get(listen + "/wake", headers=auth_b, timeout=30).status_code == 200
+            assert loopback.get(listen + "/wake", headers=auth_b, timeout=30).status_code == 200
             with pytest.raises(router.RouterError, match="refused the configuration"):
                 router.load("this is { not a caddyfile", admin)
-            assert httpx.get(listen + "/wake", headers=auth_b, timeout=30).status_code == 200  # the old one kept
+            assert loopback.get(listen + "/wake", headers=auth_b, timeout=30).status_code == 200  # the old one kept
     finally:
         a.stop()
         b.stop()

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.fleet_drill import Fleet, running_fleet
 from tests.support.seaweedfs import SeaweedFS
 from tests.support.server import HTTP_TIMEOUT, Cli, Http, Server, cli_env, path_with, python_bin, start_server
@@ -47,7 +47,7 @@ def token(http: Http) -> str:
 def client_file(base_url: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The client as a user installs it: ``curl -o stash "$STASH_URL/client" && chmod +x stash``."""
     folder = python_bin(tmp_path_factory.mktemp("client-bin"))
-    resp = httpx.get(base_url + "/client", timeout=HTTP_TIMEOUT)
+    resp = loopback.get(base_url + "/client", timeout=HTTP_TIMEOUT)
     assert resp.status_code == 200, resp.text
     path = folder / "stash"
     path.write_bytes(resp.content)

@@ -14,11 +14,11 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.core import blocks
 from tests.e2e.browser import BrowserError, Chromium, chromium_path, desktop_page
+from tests.support import loopback
 from tests.support.mcp.oauth import approved_code, exchange
 from tests.support.server import HTTP_TIMEOUT, REPO, Http, Server, start_server
 
@@ -127,13 +127,13 @@ def test_every_console_action_against_a_real_server(served: Server, chrome: Chro
 
     # Headers: a strict policy on every file of the page.
     for path in ("/console", "/console.js", "/console.css"):
-        r = httpx.get(served.url + path, timeout=HTTP_TIMEOUT)
+        r = loopback.get(served.url + path, timeout=HTTP_TIMEOUT)
         assert r.status_code == 200, path
         csp = r.headers["content-security-policy"]
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp and "default-src 'none'" in csp
         assert "unsafe-inline" not in csp and "http" not in csp.replace("'self'", "")
         assert r.headers["x-frame-options"] == "DENY" and r.headers["x-content-type-options"] == "nosniff"
-    assert "<script>" not in httpx.get(served.url + "/console", timeout=HTTP_TIMEOUT).text.replace(
+    assert "<script>" not in loopback.get(served.url + "/console", timeout=HTTP_TIMEOUT).text.replace(
         '<script src="/console.js" defer></script>', ""
     )
 

@@ -11,9 +11,9 @@ import stat
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.api import assert_error
 from tests.support.server import Http, Server, start_server
 
@@ -70,7 +70,7 @@ def test_metrics_token_guesses_are_limited_and_the_right_token_is_not(tmp_path: 
     finally:
         del os.environ["STASH_TEST_METRICS_TOKEN"]
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as c:
+        with loopback.client(base_url=server.url, timeout=30) as c:
             for k in range(5):
                 assert_error(c.get("/metrics", headers={"Authorization": f"Bearer guess-{k}"}), 403, "auth.operator")
             refused = c.get("/metrics", headers={"Authorization": "Bearer guess-6"})

@@ -36,7 +36,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from stash.core.errors import StashError
@@ -47,6 +46,7 @@ from stash.storage.keyring import open_keyring
 from stash.storage.memfile import KEYS_PER_CHUNK, MemoryFile
 from stash.storage.recallcache import rendered_log
 from stash.storage.recallcache.word_index import WordCache, WordTail
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.files.wal_states import copy_now, states
 from tests.support.server import Http, start_server
@@ -88,7 +88,7 @@ class Traffic:
             t.start()
 
     def _run(self, url: str, token: str, method: str, path: str, every: float) -> None:
-        with httpx.Client(base_url=url, timeout=60, trust_env=False) as http:
+        with loopback.client(base_url=url, timeout=60) as http:
             k = 0
             while not self.stop.wait(every):
                 kw: dict[str, Any] = {

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.api import assert_error
 from tests.support.server import REPO, Http, start_server
 
@@ -39,7 +40,7 @@ def import_long_memories(http: Http, token: str, n: int) -> None:
 
 
 def flood(url: str, token: str, answers: list, start: threading.Barrier) -> None:
-    with httpx.Client(base_url=url, timeout=120) as c:
+    with loopback.client(base_url=url, timeout=120) as c:
         start.wait(30)
         r = c.post("/recall", headers={"Authorization": f"Bearer {token}"}, json={"q": SLOW_PATTERN})
         answers.append(r)
@@ -90,7 +91,7 @@ def test_a_recall_flood_runs_one_at_a_time_and_others_are_served(tmp_path: Path)
 
 def recall_refusals(url: str) -> float:
     """How many recalls the server has refused 429 so far (its /metrics)."""
-    text = httpx.get(url + "/metrics", timeout=30, trust_env=False).text
+    text = loopback.get(url + "/metrics", timeout=30).text
     return sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()

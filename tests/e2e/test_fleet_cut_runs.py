@@ -46,10 +46,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.fleet import placement as places
+from tests.support import loopback
 from tests.support.cut_command import Cut, Step, alive, renaming_into
 from tests.support.fleet_drill import Agents, Fleet, texts
 from tests.support.ops.replication import wait_for
@@ -84,7 +84,7 @@ Look = Callable[[str, bool], None]  # (the step, whether the run is stopped ther
 
 
 def mint(url: str) -> str:
-    resp = httpx.post(f"{url}/init", json={}, timeout=10.0, trust_env=False)
+    resp = loopback.post(f"{url}/init", json={}, timeout=10.0)
     assert resp.status_code == 201, resp.text
     return str(resp.json()["token"])
 
@@ -112,7 +112,7 @@ def serving(fleet: Fleet, token: str, dead: set[str]) -> list[str]:
     for name, host in fleet.hosts.items():
         if name in dead:
             continue
-        resp = httpx.get(f"{host.url}/config", headers=bearer(token), timeout=10.0, trust_env=False)
+        resp = loopback.get(f"{host.url}/config", headers=bearer(token), timeout=10.0)
         if resp.status_code == 200:
             out.append(name)
         else:
@@ -218,7 +218,7 @@ def test_a_move_and_a_failover_cut_by_kill_9_at_any_step_are_finished_by_running
     rng = random.Random(SEED)
     file, hosts, env = fleet.file, fleet.hosts, fleet.env
     c_data = hosts["c"].data
-    client = httpx.Client(base_url=fleet.url, timeout=10.0, trust_env=False)
+    client = loopback.client(base_url=fleet.url, timeout=10.0)
     # Each made on its shard's host (a host mints only ids of its shards), so the shards hold these users only.
     users = {shard: [mint(hosts[host].url) for _ in range(USERS_PER_SHARD)] for shard, host in HOLDERS.items()}
     tokens = [t for toks in users.values() for t in toks]
@@ -351,7 +351,7 @@ def test_a_move_and_a_failover_cut_by_kill_9_at_any_step_are_finished_by_running
     # c serves every user; b, alive, says each is elsewhere.
     for token in tokens:
         assert serving(fleet, token, dead) == ["c"], user_of(token)
-        elsewhere = httpx.get(f"{hosts['b'].url}/config", headers=bearer(token), timeout=10.0, trust_env=False)
+        elsewhere = loopback.get(f"{hosts['b'].url}/config", headers=bearer(token), timeout=10.0)
         assert elsewhere.status_code == 421, elsewhere.text
     assert not list((c_data / ".incoming").iterdir())
 

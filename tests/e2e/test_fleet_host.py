@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 
 from stash.web.fields import SECURED
 from stash.web.routes import ROUTES
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.fleet import placement_doc
 from tests.support.route_calls import CALLS, route_key
@@ -85,7 +88,7 @@ def token_calls(memory: str) -> list[tuple[str, str, dict | None]]:
 
 def request(base: str, method: str, url: str, token: str, body: dict | None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
-    return httpx.request(method, base + url, json=body, headers=headers, timeout=30, trust_env=False)
+    return loopback.request(method, base + url, json=body, headers=headers, timeout=30)
 
 
 def epoch_everywhere(srv: Server, epoch: int, tries: int = 40) -> None:
@@ -94,7 +97,7 @@ def epoch_everywhere(srv: Server, epoch: int, tries: int = 40) -> None:
     on ``tries`` new connections in a row, which the kernel hands to both
     workers."""
     wait_for(lambda: f"placement epoch {epoch} in force" in srv.log_text(), srv.log_text()[-3000:])
-    seen = {httpx.get(srv.url + "/health", timeout=10, trust_env=False).json()["placement_epoch"] for _ in range(tries)}
+    seen = {loopback.get(srv.url + "/health", timeout=10).json()["placement_epoch"] for _ in range(tries)}
     assert seen == {epoch}, seen
 
 
@@ -107,13 +110,14 @@ def wait_for(what, message: str) -> None:
 
 def user_with_memory(srv: Server, memory: str) -> tuple[str, str]:
     """A new user of ``srv`` and a full token bound to ``memory`` (its owner's token for main)."""
-    ident = httpx.post(srv.url + "/init", json={}, timeout=30, trust_env=False).json()
+    ident = loopback.post(srv.url + "/init", json={}, timeout=30).json()
     owner = ident["token"]
     if memory == "main":
         return ident["user_id"], owner
     auth = {"Authorization": f"Bearer {owner}"}
-    assert httpx.post(srv.url + "/memories", json={"name": memory}, headers=auth, timeout=30).status_code in (200, 201)
-    grant = httpx.post(srv.url + "/grants", json={"scope": "full", "memory": memory}, headers=auth, timeout=30)
+    made = loopback.post(srv.url + "/memories", json={"name": memory}, headers=auth, timeout=30)
+    assert made.status_code in (200, 201), made.text
+    grant = loopback.post(srv.url + "/grants", json={"scope": "full", "memory": memory}, headers=auth, timeout=30)
     assert grant.status_code in (200, 201), grant.text
     return ident["user_id"], grant.json()["token"]
 
@@ -127,17 +131,18 @@ def assert_elsewhere(resp: httpx.Response, what) -> None:
         assert body == {"error": "fleet.elsewhere", "message": ELSEWHERE}, (what, body)
 
 
-@pytest.fixture
-def two_hosts(tmp_path: Path):
+@contextmanager
+def hosts_of_two_shards(tmp: Path) -> Iterator[tuple[dict[str, Server], Path, dict]]:
+    """Hosts a and b holding shards 0-7 and 8-f, each replicating, and c a standby; stopped at exit."""
     ports = {"a": free_port(), "b": free_port(), "c": free_port()}
     doc = placement_doc(
         ports,
         [("0-7", "a"), ("8-f", "b")],
-        replicas={h: str(tmp_path / "replicas" / h / "e1") for h in "ab"},
-        replica_root=str(tmp_path / "replicas"),
+        replicas={h: str(tmp / "replicas" / h / "e1") for h in "ab"},
+        replica_root=str(tmp / "replicas"),
     )
-    file = write(tmp_path / "placement.json", doc)
-    servers = {name: host(tmp_path, name, file, port) for name, port in ports.items()}
+    file = write(tmp / "placement.json", doc)
+    servers = {name: host(tmp, name, file, port) for name, port in ports.items()}
     try:
         yield servers, file, doc
     finally:
@@ -145,18 +150,33 @@ def two_hosts(tmp_path: Path):
             srv.stop()
 
 
+@pytest.fixture
+def two_hosts(tmp_path: Path):
+    """A fleet of its own, for a test that changes its placement."""
+    with hosts_of_two_shards(tmp_path) as fleet:
+        yield fleet
+
+
+@pytest.fixture(scope="module")
+def standing_hosts(tmp_path_factory: pytest.TempPathFactory):
+    """One fleet for the tests that only read its placement (three servers of two workers each, and two
+    Litestreams, are seconds of CPU to start); each of them makes users of its own."""
+    with hosts_of_two_shards(tmp_path_factory.mktemp("fleet")) as fleet:
+        yield fleet
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("memory", ["main", "notes"])
-def test_a_host_serves_and_mints_only_its_shards_and_a_standby_none(two_hosts, memory: str) -> None:
-    servers, _, _ = two_hosts
+def test_a_host_serves_and_mints_only_its_shards_and_a_standby_none(standing_hosts, memory: str) -> None:
+    servers, _, _ = standing_hosts
     a, b, c = servers["a"], servers["b"], servers["c"]
     for _ in range(6):
-        assert httpx.post(a.url + "/init", json={}, timeout=30).json()["user_id"][0] in "01234567"
-        assert httpx.post(b.url + "/init", json={}, timeout=30).json()["user_id"][0] in "89abcdef"
-    minted = httpx.post(c.url + "/init", json={}, timeout=30)
+        assert loopback.post(a.url + "/init", json={}, timeout=30).json()["user_id"][0] in "01234567"
+        assert loopback.post(b.url + "/init", json={}, timeout=30).json()["user_id"][0] in "89abcdef"
+    minted = loopback.post(c.url + "/init", json={}, timeout=30)
     assert minted.status_code == 421 and minted.json()["error"] == "fleet.elsewhere", minted.text
     assert not list((c.data / "users").iterdir())
-    assert {httpx.get(s.url + "/health", timeout=30).json()["placement_epoch"] for s in servers.values()} == {1}
+    assert {loopback.get(s.url + "/health", timeout=30).json()["placement_epoch"] for s in servers.values()} == {1}
     _, token = user_with_memory(b, memory)
     assert request(b.url, "POST", f"/m/{memory}/note", token, {"text": "on b"}).status_code == 200
     calls = token_calls(memory)
@@ -188,11 +208,11 @@ def test_a_newer_placement_is_adopted_while_running(two_hosts, memory: str, tmp_
     for _, token in users:
         for _ in range(10):  # new connections: both workers refuse
             assert_elsewhere(request(a.url, "GET", f"/m/{memory}/wake", token, None), "a after the move")
-    assert httpx.post(a.url + "/init", json={}, timeout=30).status_code == 421
+    assert loopback.post(a.url + "/init", json={}, timeout=30).status_code == 421
     # c now holds 0-7: it mints there, and its replication restarted to the new path.
-    ident = httpx.post(c.url + "/init", json={}, timeout=30).json()
+    ident = loopback.post(c.url + "/init", json={}, timeout=30).json()
     assert ident["user_id"][0] in "01234567"
-    assert httpx.post(
+    assert loopback.post(
         c.url + "/note", json={"text": "x"}, headers={"Authorization": f"Bearer {ident['token']}"}
     ).is_success
     shipped = tmp_path / "replicas" / "c" / "e2" / "users" / ident["user_id"]
@@ -212,7 +232,7 @@ def test_an_older_placement_is_refused_at_start_and_ignored_while_running(tmp_pa
         assert "epoch 2 is older than epoch 3" in a.log_text()
         write(file, {**doc, "shards": "not a list"})  # a broken file while running is reported, not adopted
         wait_for(lambda: a.log_text().count("not adopted") >= 2, a.log_text()[-2000:])
-        seen = {httpx.get(a.url + "/health", timeout=10, trust_env=False).json()["placement_epoch"] for _ in range(40)}
+        seen = {loopback.get(a.url + "/health", timeout=10).json()["placement_epoch"] for _ in range(40)}
         assert seen == {3}, seen
     finally:
         a.stop()

@@ -25,9 +25,10 @@ from tests.support.server import Http, Server, start_server
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def server(tmp_path: Path):
-    with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """One server for the module, each test its own identity (a test may stop it to copy files, then start it)."""
+    with start_server(tmp_path_factory.mktemp("srv"), *CHEAP_KDF_FLAGS) as srv:
         yield srv
 
 

@@ -12,12 +12,12 @@ import itertools
 import json
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from stash.core import blocks
 from stash.core.sizes import SIZES
 from tests.e2e.browser import Chromium, chromium_path
+from tests.support import loopback
 from tests.support.server import HTTP_TIMEOUT, REPO, Server
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,7 @@ def settle(page: Chromium, value: int) -> list[list]:
     T = t_of(value)
     page.wait_for(f"document.getElementById('bars').getAttribute('data-t') === '{T}'")
     bars = json.loads(page.js(BARS))
-    answer = httpx.get(f"{page.base}/shape", params={"T": T, "lines": BUDGET}, timeout=HTTP_TIMEOUT)
+    answer = loopback.get(f"{page.base}/shape", params={"T": T, "lines": BUDGET}, timeout=HTTP_TIMEOUT)
     assert answer.status_code == 200, answer.text
     drawn = [[first, last] for first, last, *_ in bars]
     assert drawn == answer.json()["blocks"], T

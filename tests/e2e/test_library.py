@@ -30,6 +30,7 @@ from stash import (
 )
 from stash.client import remember_pin
 from stash.web.codes import CODES
+from tests.support import loopback
 from tests.support.server import Http, Server, free_port, start_server
 
 pytestmark = pytest.mark.slow
@@ -536,10 +537,9 @@ def test_the_example_agent_loop_runs_a_session(served: Server, owner: str, tmp_p
 
 def test_the_file_fetched_from_the_server_is_the_library(served: Server, tmp_path: Path) -> None:
     """``curl -o stash_client.py $STASH_URL/client`` then ``import stash_client``: the same classes."""
-    import httpx
 
     path = tmp_path / "stash_client.py"
-    path.write_bytes(httpx.get(served.url + "/client").content)
+    path.write_bytes(loopback.get(served.url + "/client").content)
     spec = importlib.util.spec_from_file_location("stash_client", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.service.access import Vault
 from stash.service.ops.migrate import migrate
 from stash.storage.sqlite.connections import available_file_cipher
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.server import start_server
 
@@ -26,7 +26,7 @@ def test_migrate_beside_a_running_server_loses_no_acknowledged_note(tmp_path: Pa
     server = start_server(
         tmp_path, "--workers", "1", "--keep-open", "0", "--file-cipher", "sqlcipher", *CHEAP_KDF_FLAGS
     )
-    http = httpx.Client(base_url=server.url, timeout=30, trust_env=False)
+    http = loopback.client(base_url=server.url, timeout=30)
     stop = threading.Event()
     try:
         owner = http.post("/init", json={}).json()["token"]
@@ -37,7 +37,7 @@ def test_migrate_beside_a_running_server_loses_no_acknowledged_note(tmp_path: Pa
         failures: list[str] = []
 
         def writer(prefix: str) -> None:
-            with httpx.Client(base_url=server.url, timeout=30, trust_env=False) as c:
+            with loopback.client(base_url=server.url, timeout=30) as c:
                 k = 0
                 while not stop.is_set():
                     text = f"tern {prefix or 'main'} {k}"

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from stash.service.access import Vault
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS, assert_error
 from tests.support.server import Http, metrics_folder, start_server, worker_pids
 
@@ -42,7 +43,7 @@ def wait_in_flight(url: str, n: int) -> None:
     which does not count the scrape itself)."""
     deadline = time.monotonic() + EXIT_TIMEOUT
     while time.monotonic() < deadline:
-        text = httpx.get(url + "/metrics", timeout=EXIT_TIMEOUT, trust_env=False).text
+        text = loopback.get(url + "/metrics", timeout=EXIT_TIMEOUT).text
         found = re.search(r"^stash_requests_in_flight (\S+)$", text, re.M)
         if found and float(found[1]) >= n:
             return
@@ -56,7 +57,7 @@ def wait_until_unanswered(url: str) -> None:
     deadline = time.monotonic() + EXIT_TIMEOUT
     while time.monotonic() < deadline:
         try:
-            httpx.get(url + "/health", timeout=0.5, trust_env=False)
+            loopback.get(url + "/health", timeout=0.5)
         except httpx.TransportError:
             return
         time.sleep(POLL_S)
@@ -89,7 +90,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits_0(tmp_path: Path, n_w
         assert json.loads(answer)["first"] == 0 and json.loads(answer)["last"] == 2999
         assert server.proc.wait(timeout=EXIT_TIMEOUT) == 0, server.log_text()[-3000:]
         with pytest.raises(httpx.TransportError):
-            httpx.get(server.url + "/health", timeout=2, trust_env=False)
+            loopback.get(server.url + "/health", timeout=2)
     finally:
         server.stop()
 

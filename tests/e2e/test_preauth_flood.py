@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from tests.support import loopback
 from tests.support.forgery import (
     FLOOD,
     FLOOD_DEADLINE,
@@ -52,7 +51,7 @@ def test_forged_import_flood_is_never_buffered(tmp_path: Path) -> None:
         wakes: list[int] = []
 
         def victim_wakes() -> None:
-            with httpx.Client(base_url=server.url, timeout=30) as c:
+            with loopback.client(base_url=server.url, timeout=30) as c:
                 while True:  # at least one wake, however soon the flood ends
                     wakes.append(c.get("/wake", headers={"Authorization": f"Bearer {victim}"}).status_code)
                     if stop.is_set():

@@ -28,6 +28,7 @@ import pytest
 
 from stash.crypto import keys
 from stash.service.ops.replica import Target, litestream_binary
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS, matched, token_parts
 from tests.support.files.epochs import epoch_keys_of, everything_readable, text_in
 from tests.support.ops.backup import log_of
@@ -79,7 +80,7 @@ class Writers:
             t.start()
 
     def _run(self, url: str, label: str, token: str) -> None:
-        with httpx.Client(base_url=url, timeout=5.0) as client:
+        with loopback.client(base_url=url, timeout=5.0) as client:
             k = 0
             while not self.stop.is_set():
                 text = f"{label} acked {k}"

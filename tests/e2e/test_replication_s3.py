@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import certifi
-import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.installed import child_env
 from tests.support.ops.backup import log_of
@@ -214,7 +214,7 @@ def test_keys_the_bucket_refuses_are_reported_as_such(tmp_path: Path, seaweedfs:
         refused = wait_for(lambda: "refuses its credentials" in (r := ready(live.url)).text and r)
         assert refused.status_code == 503 and refused.json()["error"] == "ready.replication", refused.text
         assert metric(live.url, 'stash_replication_errors{kind="credentials"}') >= 1.0
-        assert "not-the-secret" not in refused.text + httpx.get(f"{live.url}/metrics", timeout=5).text
+        assert "not-the-secret" not in refused.text + loopback.get(f"{live.url}/metrics", timeout=5).text
     finally:
         live.stop()
         http.close()

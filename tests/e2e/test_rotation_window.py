@@ -28,9 +28,10 @@ from tests.support.server import Cli, Http, Server, cli_env, path_with, python_b
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(params=["sqlcipher", "none"])
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
-    with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS, "--file-cipher", request.param) as srv:
+@pytest.fixture(scope="module", params=["sqlcipher", "none"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server per file cipher for the module, each test its own identity."""
+    with start_server(tmp_path_factory.mktemp("srv"), *CHEAP_KDF_FLAGS, "--file-cipher", request.param) as srv:
         yield srv
 
 

@@ -31,11 +31,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import schemathesis  # noqa: F401 - in the test extra; a missing one fails here rather than skipping
 
 from stash.web.routes import ROUTES
+from tests.support import loopback
 from tests.support.server import Http, start_server
 
 pytestmark = pytest.mark.slow
@@ -66,7 +66,7 @@ def run_schemathesis(url: str, token: str, workdir: Path, *select: str) -> str:
     # The document is the live server's, saved to a file: given its URL instead,
     # schemathesis leaves the schema's own operation (GET /openapi.json) untested.
     document = workdir / "openapi.json"
-    document.write_bytes(httpx.get(f"{url}/openapi.json", timeout=30).raise_for_status().content)
+    document.write_bytes(loopback.get(f"{url}/openapi.json", timeout=30).raise_for_status().content)
     cmd = [
         sys.executable,
         "-m",

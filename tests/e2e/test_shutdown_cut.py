@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.server import Http, Server
 
@@ -37,7 +38,7 @@ def test_sigterm_during_a_long_import_answers_its_real_answer_or_503(tmp_path: P
     answers: list[httpx.Response] = []
 
     def send() -> None:
-        with httpx.Client(base_url=server.url, timeout=60) as client:
+        with loopback.client(base_url=server.url, timeout=60) as client:
             answers.append(client.post("/import", content=body, headers=headers))
 
     sender = threading.Thread(target=send)
@@ -55,7 +56,7 @@ def test_sigterm_during_a_long_import_answers_its_real_answer_or_503(tmp_path: P
     server.start()
     http = Http(server.url)
     try:
-        again = httpx.post(f"{server.url}/import", content=body, headers=headers, timeout=60)
+        again = loopback.post(f"{server.url}/import", content=body, headers=headers, timeout=60)
         assert again.status_code == 200, again.text
         if first.status_code == 200:
             # Reported done, and it was: the resend is its replay.

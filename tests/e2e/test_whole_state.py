@@ -27,9 +27,10 @@ pytestmark = pytest.mark.slow
 REFUSED = ("store.damaged", "store.rolled_back")
 
 
-@pytest.fixture
-def server(tmp_path: Path):
-    with start_server(tmp_path / "srv", *CHEAP_KDF_FLAGS) as srv:
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """One server for the tests that stop it to edit a user's files: each test edits a user of its own."""
+    with start_server(tmp_path_factory.mktemp("srv"), *CHEAP_KDF_FLAGS) as srv:
         yield srv
 
 
@@ -55,9 +56,13 @@ class Store:
         return dest
 
     @contextlib.contextmanager
-    def edit(self, restore: bool = True):
+    def edit(self, restore: bool = True, keep: Path | None = None):
+        """The stopped server's file open for a raw edit; ``keep``: a copy
+        of the folder as it was before, taken in the same stop."""
         self.server.stop()
         try:
+            if keep is not None:
+                shutil.copytree(self.folder, keep)
             with raw(self.folder, self.base, restore) as conn:
                 yield conn
         finally:
@@ -120,8 +125,8 @@ def test_older_summaries_config_receipts_triggers_and_spliced_rows_are_refused(s
     def restored(edit, restore_triggers: bool = True) -> None:
         """Apply ``edit`` to the live folder, check the server refuses it,
         then put the live folder back as it was."""
-        keep = s.copy(f"keep-{os.urandom(3).hex()}")
-        with s.edit(restore_triggers) as conn:
+        keep = tmp_path / f"keep-{os.urandom(3).hex()}"
+        with s.edit(restore_triggers, keep) as conn:
             edit(conn)
         s.refused(("POST", "/zoom", {"block": "0-3"}), ("GET", "/export", None))
         s.server.stop()

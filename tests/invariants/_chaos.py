@@ -39,6 +39,7 @@ import httpx
 
 from stash.core.errors import StashError
 from stash.service.access import Vault
+from tests.support import loopback
 from tests.support.installed import OUTSIDE
 from tests.support.server import Server
 
@@ -85,7 +86,7 @@ class Client:
     """One client thread's connection; every request is tallied."""
 
     def __init__(self, server: Server, tally: Tally) -> None:
-        self.http = httpx.Client(base_url=server.url, timeout=60.0, trust_env=False)
+        self.http = loopback.client(base_url=server.url, timeout=60.0)
         self.tally = tally
         self.server_data = server.data
 

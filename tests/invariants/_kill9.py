@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from stash.service.access import Vault
+from tests.support import loopback
 from tests.support.installed import OUTSIDE
 from tests.support.server import Server
 
@@ -41,7 +42,7 @@ class Memory:
 
     def __init__(self, server: Server, rng: random.Random, scratch: Path) -> None:
         self.server, self.rng, self.scratch = server, rng, scratch
-        self.http = httpx.Client(base_url=server.url, timeout=30, trust_env=False)
+        self.http = loopback.client(base_url=server.url, timeout=30)
         self.owner = self.http.post("/init", json={}).json()["token"]
         resp = self.http.post(
             "/import", headers=self.h(), json={"entries": [{"date": today(), "text": f"m{k}"} for k in range(40)]}
@@ -64,7 +65,7 @@ class Memory:
     def restart(self) -> None:
         self.server.start(same_port=True)
         self.http.close()
-        self.http = httpx.Client(base_url=self.server.url, timeout=30, trust_env=False)
+        self.http = loopback.client(base_url=self.server.url, timeout=30)
 
     def trial(self, op: str) -> None:
         key = str(uuid.uuid4())
@@ -138,7 +139,7 @@ class Memory:
 
         def send() -> None:
             try:
-                out.append(httpx.request(method, self.server.url + path, headers=headers, timeout=30, **kw))
+                out.append(loopback.request(method, self.server.url + path, headers=headers, timeout=30, **kw))
             except httpx.TransportError:
                 out.append(None)
 

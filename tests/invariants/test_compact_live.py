@@ -16,10 +16,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.service.access import Vault
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS
 from tests.support.installed import OUTSIDE
 from tests.support.ops.compact import ONE_SIZE, old_store, summaries
@@ -42,7 +42,7 @@ def test_compact_killed_and_run_again_beside_two_workers_and_two_writers(capsys,
     stop = threading.Event()
 
     def note(j: int) -> None:
-        with httpx.Client(base_url=srv.url, timeout=60.0, trust_env=False) as client:
+        with loopback.client(base_url=srv.url, timeout=60.0) as client:
             k = 0
             while not stop.is_set():
                 text = f"writer {j} note {k}"

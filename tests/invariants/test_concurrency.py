@@ -14,13 +14,12 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from stash.core.sizes import DEFAULTS
 from stash.service.access import Vault
 from tests.invariants._workers import Child
-from tests.support import oracle
+from tests.support import loopback, oracle
 from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS, assert_error
 from tests.support.server import start_server
 
@@ -103,7 +102,7 @@ def test_processes_appending_to_one_store_keep_the_log_dense(tmp_path: Path, fil
 def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
     server = start_server(tmp_path, *CHEAP_KDF_FLAGS)
     try:
-        resp = httpx.post(server.url + "/init", json={}, timeout=30, trust_env=False)
+        resp = loopback.post(server.url + "/init", json={}, timeout=30)
         assert resp.status_code == 201, resp.text
         token = resp.json()["token"]
         auth = {"Authorization": f"Bearer {token}"}
@@ -113,7 +112,7 @@ def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
         def client(k: int) -> tuple[list[tuple[int, str]], list[str]]:
             """One client posting its notes; the even ones also answer naps."""
             noted, saved = [], []
-            with httpx.Client(base_url=server.url, headers=auth, timeout=30, trust_env=False) as http:
+            with loopback.client(base_url=server.url, headers=auth, timeout=30) as http:
                 start.wait()
                 for n in range(HTTP_NOTES_EACH):
                     text = f"t{k} note {n}"
@@ -151,7 +150,7 @@ def test_http_clients_posting_at_once_keep_the_log_dense(tmp_path: Path):
         assert sorted(i for i, _ in noted) == list(range(total)), "ids not dense, or one given twice"
         assert len(saved) == len(set(saved))
 
-        with httpx.Client(base_url=server.url, headers=auth, timeout=30, trust_env=False) as http:
+        with loopback.client(base_url=server.url, headers=auth, timeout=30) as http:
             # a wake that shows every memory verbatim reads the whole log back
             resp = http.post("/config", json={"WAKE_LINES": 2 * total})
             assert resp.status_code == 200, resp.text

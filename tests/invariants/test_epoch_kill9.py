@@ -25,6 +25,7 @@ import pytest
 from stash.crypto import aead, keys
 from stash.service.access import Vault
 from tests.invariants._kill9 import CASES
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF, CHEAP_KDF_FLAGS
 from tests.support.memories import SECOND, Memory
 from tests.support.server import Server
@@ -68,7 +69,7 @@ class Agent(threading.Thread):
             text, key = f"{self.name} note {k}", str(uuid.uuid4())
             while not self.stop.is_set():
                 try:
-                    resp = httpx.post(
+                    resp = loopback.post(
                         self.server.url + "/note",
                         json={"text": text},
                         timeout=30,
@@ -97,7 +98,7 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str,
     owner, user_id, agent_tokens, readers = summarised_store(data, memory)
     server = Server(data, tmp_path / "server.log", extra=[*CASES[case], *CHEAP_KDF_FLAGS]).start()
     agents = [Agent(server, tok, f"agent{k}") for k, tok in enumerate(agent_tokens)]
-    http = httpx.Client(timeout=30, trust_env=False)
+    http = loopback.client(timeout=30)
     try:
         for a in agents:
             a.start()
@@ -159,6 +160,6 @@ def test_kill9_during_a_new_epoch_with_agents_writing(tmp_path: Path, case: str,
 
 def _quietly(url: str, headers: dict) -> None:
     try:
-        httpx.delete(url, headers=headers, timeout=30)
+        loopback.delete(url, headers=headers, timeout=30)
     except httpx.TransportError:
         pass

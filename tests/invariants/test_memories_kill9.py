@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from stash.storage import memories
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.server import start_server
 
@@ -24,7 +25,7 @@ from tests.support.server import start_server
 def test_kill9_during_each_memory_write_leaves_nothing_half_done(tmp_path: Path) -> None:
     rng = random.Random("memories-kill9")
     server = start_server(tmp_path, "--workers", "1", "--keep-open", "0", *CHEAP_KDF_FLAGS)
-    http = httpx.Client(base_url=server.url, timeout=30, trust_env=False)
+    http = loopback.client(base_url=server.url, timeout=30)
     try:
         owner = http.post("/init", json={}).json()["token"]
         h = {"Authorization": f"Bearer {owner}"}
@@ -43,7 +44,7 @@ def test_kill9_during_each_memory_write_leaves_nothing_half_done(tmp_path: Path)
 
             def send(method: str = method, path: str = path, body: dict | None = body) -> None:
                 try:
-                    httpx.request(method, server.url + path, headers=h, json=body, timeout=30)
+                    loopback.request(method, server.url + path, headers=h, json=body, timeout=30)
                 except httpx.TransportError:
                     pass
 
@@ -54,7 +55,7 @@ def test_kill9_during_each_memory_write_leaves_nothing_half_done(tmp_path: Path)
             thread.join(timeout=30)
             server.start(same_port=True)
             http.close()
-            http = httpx.Client(base_url=server.url, timeout=30, trust_env=False)
+            http = loopback.client(base_url=server.url, timeout=30)
             listed = {m["name"] for m in http.get("/memories", headers=h).json()["memories"]}
             for name in listed:  # whatever is listed opens, whole
                 assert http.get(f"/m/{name}/config", headers=h).status_code == 200, name

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from tests.support import loopback
 from tests.support.ops.deploy import caddy_running
 from tests.support.server import free_port
 
@@ -53,7 +54,7 @@ def caddy_with_admin(tmp: Path) -> Iterator[str]:
 
     def up() -> bool:
         try:
-            return httpx.get(f"http://{admin}/config/", timeout=2.0, trust_env=False).status_code == 200
+            return loopback.get(f"http://{admin}/config/", timeout=2.0).status_code == 200
         except httpx.TransportError:
             return False
 

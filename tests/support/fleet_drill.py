@@ -24,6 +24,7 @@ import httpx
 
 from stash.fleet import placement as places
 from stash.fleet import router
+from tests.support import loopback
 from tests.support.api import CHEAP_KDF_FLAGS
 from tests.support.fleet import caddy_with_admin
 from tests.support.seaweedfs import SeaweedFS, credentials
@@ -127,7 +128,7 @@ class Agents:
             t.start()
 
     def _run(self, url: str, user: str, token: str) -> None:
-        with httpx.Client(base_url=url, timeout=5.0, trust_env=False) as client:
+        with loopback.client(base_url=url, timeout=5.0) as client:
             k = 0
             while not self.stop.is_set():
                 text = f"drill {user} note {k}"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import loopback
 from tests.support.server import free_port
 
 ACCESS_KEY = "stash-test-access"
@@ -131,7 +132,7 @@ class SeaweedFS:
         """Until a file can be written through the filer (the master has a
         volume server to place it on) and the S3 gateway answers HTTP."""
         deadline = time.monotonic() + START_TIMEOUT
-        with httpx.Client(timeout=2.0) as client:
+        with loopback.client(timeout=2.0) as client:
             while True:
                 assert self.proc is not None and self.proc.poll() is None, self.log.read_text()[-3000:]
                 assert time.monotonic() < deadline, f"SeaweedFS did not start: {self.log.read_text()[-3000:]}"
@@ -153,7 +154,7 @@ class SeaweedFS:
         is what SeaweedFS's S3 gateway lists as buckets)."""
         name = f"{hint[:30].lower()}-{os.getpid()}-{next(self._names)}"
         name = "".join(c if c.isalnum() or c == "-" else "-" for c in name)
-        resp = httpx.post(f"http://127.0.0.1:{self.filer_port}/buckets/{name}/", timeout=10.0)
+        resp = loopback.post(f"http://127.0.0.1:{self.filer_port}/buckets/{name}/", timeout=10.0)
         assert resp.status_code < 300, resp.text
         return name
 
@@ -171,7 +172,7 @@ class SeaweedFS:
         size in bytes, read from the filer (not through S3)."""
         out: dict[str, int] = {}
         folders = [f"{under.strip('/')}/" if under.strip("/") else ""]
-        with httpx.Client(timeout=10.0, headers={"Accept": "application/json"}) as client:
+        with loopback.client(timeout=10.0, headers={"Accept": "application/json"}) as client:
             while folders:
                 folder = folders.pop()
                 last = ""

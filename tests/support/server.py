@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from tests.support import loopback
 from tests.support.api import BearerClient
 from tests.support.installed import CHECKOUT, OUTSIDE, child_env
 
@@ -151,7 +152,7 @@ class Server:
         # Until the port takes a connection, a bare connect() asks: building an httpx client per attempt costs
         # the test process tens of milliseconds of CPU each, taken from the server it waits for.
         deadline = time.monotonic() + START_TIMEOUT
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
+        with loopback.client(timeout=2.0) as client:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     return False
@@ -209,7 +210,7 @@ class Http(BearerClient):
     """A sync httpx client bound to one real server."""
 
     def __init__(self, base: str) -> None:
-        self.client = httpx.Client(base_url=base, timeout=HTTP_TIMEOUT)
+        self.client = loopback.client(base_url=base, timeout=HTTP_TIMEOUT)
 
     def send(self, method: str, url: str | httpx.URL, headers: dict, **kw) -> httpx.Response:
         return self.client.request(method, url, headers=headers, **kw)

@@ -6,6 +6,7 @@ imports itself back through others."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "stash"
@@ -41,7 +42,11 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     return found - {name}
 
 
-GRAPH = {name: imports(name, path, modules()) for name, path in modules().items()}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Every module's imports: read on first use, not at collection, where every xdist worker would read them."""
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
 
 
 def layer(name: str) -> str:
@@ -49,7 +54,7 @@ def layer(name: str) -> str:
 
 
 def test_core_is_pure() -> None:
-    for name, deps in GRAPH.items():
+    for name, deps in graph().items():
         if layer(name) == "core":
             assert not {d for d in deps if d.startswith("stash.") and layer(d) != "core"}, name
             assert not deps & {"starlette", "uvicorn", "sqlite3", "sqlcipher3", "httpx"}, name
@@ -58,9 +63,9 @@ def test_core_is_pure() -> None:
 def test_lower_layers_never_reach_up() -> None:
     # stash/package_data.py reads the package's own files (schema.sql for storage): a leaf, below every layer but
     # core, which does no I/O.
-    assert not [d for d in GRAPH["stash.package_data"] if d.startswith("stash")]
+    assert not [d for d in graph()["stash.package_data"] if d.startswith("stash")]
     below = {"core": set(), "crypto": {"core", "crypto"}, "storage": {"core", "crypto", "storage", "package_data"}}
-    for name, deps in GRAPH.items():
+    for name, deps in graph().items():
         if layer(name) in below:
             allowed = below[layer(name)] | {layer(name)}
             assert {layer(d) for d in deps if d.startswith("stash.")} <= allowed, name
@@ -68,7 +73,7 @@ def test_lower_layers_never_reach_up() -> None:
 
 
 def test_the_web_edge_never_opens_storage() -> None:
-    for name, deps in GRAPH.items():
+    for name, deps in graph().items():
         if layer(name) == "web":
             assert not [d for d in deps if layer(d) == "storage" and d.startswith("stash.")], name
 
@@ -78,15 +83,15 @@ def test_no_import_cycle() -> None:
 
     def visit(name: str, path: list[str]) -> None:
         seen[name] = 1
-        for dep in GRAPH.get(name, ()):
-            if dep not in GRAPH or dep == "stash":
+        for dep in graph().get(name, ()):
+            if dep not in graph() or dep == "stash":
                 continue
             assert seen.get(dep) != 1, " -> ".join([*path, name, dep])
             if dep not in seen:
                 visit(dep, [*path, name])
         seen[name] = 2
 
-    for name in GRAPH:
+    for name in graph():
         if name not in seen:
             visit(name, [])
 
@@ -95,12 +100,12 @@ def test_what_an_option_is_needs_nothing_of_the_package() -> None:
     """stash/web/options.py is read by the command line before any server
     starts and by every worker: it imports no other module of the package
     and no web framework, so the declarations' machinery stands alone."""
-    deps = GRAPH["stash.web.options"]
+    deps = graph()["stash.web.options"]
     assert not [d for d in deps if d.startswith("stash")], deps
     assert not deps & {"starlette", "uvicorn", "sqlite3", "sqlcipher3", "httpx"}, deps
     # The declarations themselves sit in the web layer (their checks are the
     # web edge's), which the command line imports, never the reverse.
-    assert not [d for d in GRAPH["stash.web.settings"] if layer(d) in ("cli", "storage")]
+    assert not [d for d in graph()["stash.web.settings"] if layer(d) in ("cli", "storage")]
 
 
 def test_no_module_rewires_another_when_imported() -> None:
@@ -131,7 +136,7 @@ def test_no_module_rewires_another_when_imported() -> None:
 
 
 def test_the_service_layer_never_imports_the_web_framework() -> None:
-    for name, deps in GRAPH.items():
+    for name, deps in graph().items():
         if layer(name) == "service":
             assert not deps & {"starlette", "uvicorn", "httpx"}, name
             assert not [d for d in deps if layer(d) in ("web", "cli") and d.startswith("stash.")], name
@@ -175,10 +180,10 @@ def test_the_memory_file_parts_stand_alone() -> None:
         "stash.storage.memfile.reseal",
     } <= set(parts)
     for name in parts:
-        assert "stash.storage.memfile.handle" not in GRAPH[name], name
-        assert {layer(d) for d in GRAPH[name] if d.startswith("stash.")} <= {"core", "crypto", "storage"}, name
+        assert "stash.storage.memfile.handle" not in graph()[name], name
+        assert {layer(d) for d in graph()[name] if d.startswith("stash.")} <= {"core", "crypto", "storage"}, name
     assert not [
-        d for d in GRAPH["stash.storage.formats"] if d.startswith(("stash.storage.memfile", "stash.storage.keyring"))
+        d for d in graph()["stash.storage.formats"] if d.startswith(("stash.storage.memfile", "stash.storage.keyring"))
     ]
 
 
@@ -308,9 +313,9 @@ def test_the_fleet_sits_between_the_service_and_the_edges() -> None:
     may use the service and storage, and is used by the command line and the
     web edge; the service never imports it (the web edge hands the vault what
     it needs of the placement), and the placement file's own module is pure."""
-    for name, deps in GRAPH.items():
+    for name, deps in graph().items():
         if layer(name) in ("core", "crypto", "storage", "service"):
             assert not [d for d in deps if layer(d) == "fleet" and d.startswith("stash.")], name
         if layer(name) == "fleet":
             assert not [d for d in deps if layer(d) in ("web", "cli") and d.startswith("stash.")], name
-    assert not [d for d in GRAPH["stash.fleet.placement"] if d.startswith("stash")]
+    assert not [d for d in graph()["stash.fleet.placement"] if d.startswith("stash")]

@@ -155,10 +155,12 @@ class FileBase:
         one, each read forgets the chunks opened before it, since another
         writer may have added keys to them since; inside one, no other
         writer's commit is visible and this handle cannot write, so a chunk
-        is what the snapshot holds for as long as it lasts. Joined (nested,
-        or inside a write transaction, whose own writes keep the chunks they
-        touch up to date), it changes nothing."""
-        if self.conn.in_transaction:
+        is what the snapshot holds for as long as it lasts. Nested in another,
+        it changes nothing. Inside a transaction already (a write's, which
+        holds the write lock), it joins it and keeps the chunks too: no other
+        writer can commit until it ends, and this handle's own writes keep the
+        chunks they touch up to date (Log.append, Erasure)."""
+        if self.chunks_pinned:
             with read_snapshot(self.conn):
                 yield
             return

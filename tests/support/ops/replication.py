@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from tests.support import loopback
+
 
 def wait_for(what: Callable[[], Any], timeout: float = 20.0, pause: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout
@@ -21,11 +23,11 @@ def wait_for(what: Callable[[], Any], timeout: float = 20.0, pause: float = 0.05
 
 
 def ready(url: str) -> httpx.Response:
-    return httpx.get(f"{url}/health?ready=1", timeout=5)
+    return loopback.get(f"{url}/health?ready=1", timeout=5)
 
 
 def metric(url: str, name: str) -> float:
-    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+    for line in loopback.get(f"{url}/metrics", timeout=5).text.splitlines():
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no {name} in /metrics")
