@@ -251,7 +251,7 @@ def test_a_failover_outlasts_a_bucket_cut_and_serves_the_shard_while_its_users_c
     assert client.get("/config", headers={"Authorization": f"Bearer {stranger}"}).status_code == 401
     ahead = _wait_line(child, said, f"user {last.split('_')[1]} restored ahead of its turn")
     child.send_signal(signal.SIGSTOP)  # held where it is, so users are left for what follows
-    assert int(ahead.split("(")[1].split(" of ")[0]) <= 2, ahead  # next, not in its turn (7 of 7)
+    assert int(ahead.split("(")[1].split(" of ")[0]) <= 3, ahead  # next or nearly, not in its turn (7 of 7)
     resp = client.get("/config", headers=auth[last])
     assert resp.status_code == 200, resp.text
     assert client.post("/note", json={"text": "written on c"}, headers=auth[last]).status_code == 200
