@@ -21,20 +21,38 @@ REKEYED = {
 }
 
 
-def serve(refusals: int) -> tuple[HTTPServer, list[dict[str, str]]]:
-    seen: list[dict[str, str]] = []
+class Seen(dict[str, str]):
+    """One request the peer took: its headers, and its method and path."""
+
+    method: str
+    path: str
+
+
+def serve(
+    refusals: int, refusal: tuple[int, dict[str, str]], answer: dict[str, object]
+) -> tuple[HTTPServer, list[Seen]]:
+    """A scripted peer: ``refusal`` (status, body) for the first ``refusals``
+    requests, with ``Retry-After: 0`` on a 503, then 200 ``answer``."""
+    seen: list[Seen] = []
 
     class Peer(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            seen.append(dict(self.headers))
-            status, body = (409, REKEYED) if len(seen) <= refusals else (200, {"id": 7, "nap": None, "head": None})
+        def _answer(self) -> None:
+            if "Content-Length" in self.headers:
+                self.rfile.read(int(self.headers["Content-Length"]))
+            one = Seen(self.headers)
+            one.method, one.path = self.command, self.path
+            seen.append(one)
+            status, body = refusal if len(seen) <= refusals else (200, answer)
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if status == 503:
+                self.send_header("Retry-After", "0")
             self.end_headers()
             self.wfile.write(data)
+
+        do_GET = do_POST = _answer
 
         def log_message(self, *args: object) -> None:
             pass
@@ -44,8 +62,13 @@ def serve(refusals: int) -> tuple[HTTPServer, list[dict[str, str]]]:
     return server, seen
 
 
+def serve_rekeyed(refusals: int) -> tuple[HTTPServer, list[Seen]]:
+    """A host whose key epoch moved under the request: 409 store.rekeyed, then the note's answer."""
+    return serve(refusals, (409, REKEYED), {"id": 7, "nap": None, "head": None})
+
+
 def test_a_rekeyed_refusal_is_resent_with_the_same_key() -> None:
-    server, seen = serve(refusals=2)
+    server, seen = serve_rekeyed(refusals=2)
     try:
         mem = client.Stash(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49, pin=False)
         assert mem.note("kept").id == 7
@@ -56,7 +79,7 @@ def test_a_rekeyed_refusal_is_resent_with_the_same_key() -> None:
 
 
 def test_a_rekeyed_refusal_that_keeps_coming_is_reported() -> None:
-    server, seen = serve(refusals=100)
+    server, seen = serve_rekeyed(refusals=100)
     try:
         mem = client.Stash(f"http://127.0.0.1:{server.server_port}", "stash1_" + "0" * 16 + "_" + "A" * 49, pin=False)
         with pytest.raises(client.Conflict) as refused:
@@ -74,29 +97,9 @@ MOVING = {
 }
 
 
-def serve_moving(refusals: int) -> tuple[HTTPServer, list[str]]:
+def serve_moving(refusals: int) -> tuple[HTTPServer, list[Seen]]:
     """A host whose shard is moving: 503 fleet.moving with Retry-After 0 for the first ``refusals`` requests."""
-    seen: list[str] = []
-
-    class Peer(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            seen.append(self.path)
-            status, body = (503, MOVING) if len(seen) <= refusals else (200, {"WAKE_LINES": 50})
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            if status == 503:
-                self.send_header("Retry-After", "0")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Peer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, seen
+    return serve(refusals, (503, MOVING), {"WAKE_LINES": 50})
 
 
 def test_a_read_refused_while_its_shard_moves_is_sent_again_as_the_host_says() -> None:
@@ -108,7 +111,7 @@ def test_a_read_refused_while_its_shard_moves_is_sent_again_as_the_host_says() -
         assert mem.request("GET", "/config") == {"WAKE_LINES": 50}
     finally:
         server.shutdown()
-    assert seen == ["/config"] * (client.BUSY_RETRIES + 3)
+    assert [(h.method, h.path) for h in seen] == [("GET", "/config")] * (client.BUSY_RETRIES + 3)
 
 
 def test_a_move_that_outlasts_the_resends_is_reported() -> None:
